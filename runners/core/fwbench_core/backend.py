@@ -1,0 +1,73 @@
+"""What a framework runner supplies: building a model, its steps, and device synchronization.
+
+Everything else (server, validation, timing, statistics, errors) is the core's.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+from .registry import ModelRegistry
+from .spec import Device, Precision, RunConfig, RunnerInfo
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """Peak memory of a run, and where it was read; bytes is None where it cannot be read."""
+
+    bytes: int | None
+    source: str
+
+
+class Workload(abc.ABC):
+    """One model with its optimizer and random inputs, built on the run's device."""
+
+    parameter_count: int
+
+    @abc.abstractmethod
+    def train_step(self) -> None:
+        """Forward, loss, backward, optimizer step. May return before the device is done."""
+
+    @abc.abstractmethod
+    def infer_step(self) -> None:
+        """Forward without gradients. May return before the device is done."""
+
+    @abc.abstractmethod
+    def synchronize(self) -> None:
+        """Return only once the device has finished every step issued so far."""
+
+    @abc.abstractmethod
+    def peak_memory(self) -> MemoryReading:
+        """Peak memory since the workload was built."""
+
+    def close(self) -> None:
+        """Drop references to device memory; the core collects garbage afterwards."""
+
+
+class Backend(abc.ABC):
+    framework: str
+    models: ModelRegistry
+
+    @abc.abstractmethod
+    def runner_info(self) -> RunnerInfo:
+        """Versions and devices, read once at start-up."""
+
+    @abc.abstractmethod
+    def supported_precisions(self, device: Device) -> frozenset[Precision]:
+        """The precisions this runner honours exactly on `device`."""
+
+    @abc.abstractmethod
+    def build(self, config: RunConfig) -> Workload:
+        """Seed, build the model, optimizer and random inputs on the device, ready to step."""
+
+    @abc.abstractmethod
+    def count_parameters(self, model_name: str) -> int:
+        """Trainable parameters of the model at its default input shape."""
+
+    def is_out_of_memory(self, exc: BaseException) -> bool:
+        """Whether a framework exception means the device ran out of memory."""
+        return isinstance(exc, MemoryError)
+
+    def release_memory(self) -> None:
+        """Return cached device memory to the device after a run (allocator caches)."""

@@ -1,0 +1,114 @@
+"""The gRPC server every runner shares: a thin servicer, health, reflection, lifecycle."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from concurrent import futures
+
+import grpc
+from fwbench.runner.v1 import runner_pb2 as pb
+from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from . import wire
+from .backend import Backend
+from .errors import status_for
+from .service import RunnerService
+
+log = logging.getLogger("fwbench.runner")
+
+ADDRESS_ENV = "FWBENCH_RUNNER_ADDRESS"
+DEFAULT_ADDRESS = "0.0.0.0:50051"
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Runner"].full_name
+STOP_GRACE_S = 10.0
+
+
+class RunnerServicer(pb_grpc.RunnerServicer):
+    """Translates messages to plain calls on the RunnerService and back; nothing else."""
+
+    def __init__(self, service: RunnerService) -> None:
+        self._service = service
+
+    def Describe(self, request, context):
+        return wire.describe_to_wire(self._service.info, self._service.precisions())
+
+    def ListModels(self, request, context):
+        try:
+            models = self._service.list_models()
+        except Exception as exc:
+            self._abort(context, exc)
+        return pb.ListModelsResponse(models=[wire.model_to_wire(spec, count) for spec, count in models])
+
+    def Run(self, request, context):
+        cancelled = threading.Event()
+        context.add_callback(cancelled.set)
+        failure = None
+        try:
+            run = self._service.run(wire.run_request_from_wire(request), cancelled.is_set)
+            for event in run:
+                yield wire.event_to_wire(event, self._service.info)
+        except Exception as exc:
+            failure = status_for(exc)
+            if failure[0] is grpc.StatusCode.INTERNAL:
+                log.exception("run failed")
+        if failure is not None:
+            context.abort(*failure)
+
+    @staticmethod
+    def _abort(context, exc: Exception):
+        log.exception("request failed")
+        context.abort(*status_for(exc))
+
+
+def create_server(backend: Backend, address: str, max_workers: int = 8) -> tuple[grpc.Server, int, health.HealthServicer]:
+    """Build a server bound to `address` (port 0 picks a free one); returns it, the bound port and its health servicer."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers))
+    pb_grpc.add_RunnerServicer_to_server(RunnerServicer(RunnerService(backend)), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+    )
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise SystemExit(f"cannot bind {address}")
+    for service in ("", SERVICE_NAME):
+        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    return server, port, health_servicer
+
+
+def serve(make_backend: Callable[[], Backend], argv: list[str] | None = None) -> None:
+    """Command-line entry point shared by every runner."""
+    parser = argparse.ArgumentParser(description="fwbench runner: serves the fwbench.runner.v1.Runner gRPC service")
+    parser.add_argument(
+        "--address",
+        default=os.environ.get(ADDRESS_ENV, DEFAULT_ADDRESS),
+        help=f"host:port to listen on; port 0 picks a free port (default: ${ADDRESS_ENV} or {DEFAULT_ADDRESS})",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    backend = make_backend()
+    server, port, health_servicer = create_server(backend, args.address)
+    server.start()
+    host = args.address.rsplit(":", 1)[0]
+    # One line on stdout tells a parent process (the aggregator) where we listen.
+    print(json.dumps({"event": "listening", "framework": backend.framework, "address": f"{host}:{port}"}), flush=True)
+    log.info("%s runner listening on %s:%d", backend.framework, host, port)
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    stop.wait()
+    log.info("stopping: finishing in-flight requests for up to %.0f s", STOP_GRACE_S)
+    health_servicer.enter_graceful_shutdown()
+    server.stop(grace=STOP_GRACE_S).wait()

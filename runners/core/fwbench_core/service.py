@@ -1,0 +1,116 @@
+"""The runner's behaviour, free of gRPC and of any framework: describe, list, run."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Union
+
+from .backend import Backend, Workload
+from .catalog import MODEL_SPECS
+from .errors import Cancelled, ResourceExhausted
+from .spec import DeviceKind, DeviceRef, ModelSpec, Phase, Precision, RunConfig, RunnerInfo, RunRequest
+from .timing import Progress, StepBatch, Summary, time_steps
+from .validation import resolve
+
+LOCK_POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class Resolved:
+    config: RunConfig
+    parameter_count: int
+
+
+RunEvent = Union[Resolved, Progress, StepBatch, Summary]
+
+
+class DeviceLocks:
+    """One lock per device, so that two runs never share a device at once."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[DeviceRef, threading.Lock] = defaultdict(threading.Lock)
+
+    def lock(self, ref: DeviceRef) -> threading.Lock:
+        with self._guard:
+            return self._locks[ref]
+
+
+class RunnerService:
+    def __init__(self, backend: Backend, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.backend = backend
+        self.info: RunnerInfo = backend.runner_info()
+        self._clock = clock
+        self._locks = DeviceLocks()
+        self._parameter_counts: dict[str, int] = {}
+
+    def precisions(self) -> list[Precision]:
+        supported = set().union(*(self.backend.supported_precisions(d) for d in self.info.devices))
+        return [p for p in Precision if p in supported]
+
+    def list_models(self) -> list[tuple[ModelSpec, int]]:
+        return [(MODEL_SPECS[name], self._parameter_count(name)) for name in self.backend.models.names()]
+
+    def _parameter_count(self, name: str) -> int:
+        # Counting builds the model on the CPU; holding the CPU's lock keeps that
+        # work out of a CPU run's timings.
+        if name not in self._parameter_counts:
+            with self._locks.lock(DeviceRef(DeviceKind.CPU)):
+                self._parameter_counts[name] = self.backend.count_parameters(name)
+        return self._parameter_counts[name]
+
+    def run(self, request: RunRequest, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
+        config = resolve(request, self.info.devices, self.backend.supported_precisions, self.backend.models.names())
+        total = config.warmup_steps + config.measured_steps
+        lock = self._locks.lock(config.device.ref)
+        if not lock.acquire(blocking=False):
+            yield Progress(Phase.QUEUED, 0, total)
+            while not lock.acquire(timeout=LOCK_POLL_S):
+                if cancelled():
+                    raise Cancelled(f"run of {config.model.name} cancelled while waiting for {config.device.ref}")
+        try:
+            yield from self._run_locked(config, total, cancelled)
+        finally:
+            lock.release()
+
+    def _run_locked(self, config: RunConfig, total: int, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
+        started_at_unix_s = time.time()
+        build_started_s = self._clock()
+        yield Progress(Phase.BUILD, 0, total)
+        workload: Workload | None = None
+        out_of_memory = ""
+        try:
+            workload = self.backend.build(config)
+            yield Resolved(config, workload.parameter_count)
+            yield from time_steps(
+                workload,
+                config,
+                build_started_s=build_started_s,
+                started_at_unix_s=started_at_unix_s,
+                cancelled=cancelled,
+                clock=self._clock,
+            )
+        except Exception as exc:
+            if not self.backend.is_out_of_memory(exc):
+                raise
+            # Keep only the text: the exception's traceback holds the tensors
+            # that filled the device, and they must go before the next run.
+            out_of_memory = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        finally:
+            if workload is not None:
+                workload.close()
+            workload = None
+            gc.collect()
+            self.backend.release_memory()
+        if out_of_memory:
+            shape = "x".join(map(str, config.input_shape))
+            raise ResourceExhausted(
+                f"out of memory on {config.device.ref} running {config.model.name} {config.mode.value} "
+                f"at batch_size {config.batch_size}, input_shape {shape}: {out_of_memory}; "
+                "try a smaller batch_size or input_shape"
+            )

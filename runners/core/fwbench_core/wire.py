@@ -1,0 +1,159 @@
+"""Conversions between the core's plain data and the fwbench.runner.v1 messages.
+
+Enums convert by member name (Mode.TRAIN <-> MODE_TRAIN), so the mapping has
+no table to keep in step with the .proto.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TypeVar
+
+from fwbench.runner.v1 import runner_pb2 as pb
+
+from . import PROTOCOL, RUNNER_VERSION
+from .backend import MemoryReading
+from .errors import InvalidArgument
+from .service import Resolved, RunEvent
+from .spec import Device, DeviceKind, DeviceRef, Mode, ModelSpec, Phase, Precision, RunnerInfo, RunRequest, Task
+from .timing import Progress, StepBatch, Summary
+
+E = TypeVar("E", bound=enum.Enum)
+
+# Core enum -> (proto enum wrapper, prefix of its value names).
+_PROTO_ENUMS = {
+    Mode: (pb.Mode, "MODE"),
+    Precision: (pb.Precision, "PRECISION"),
+    DeviceKind: (pb.DeviceKind, "DEVICE_KIND"),
+    Task: (pb.Task, "TASK"),
+    Phase: (pb.Phase, "PHASE"),
+}
+
+
+def enum_to_wire(member: enum.Enum) -> int:
+    wrapper, prefix = _PROTO_ENUMS[type(member)]
+    return wrapper.Value(f"{prefix}_{member.name}")
+
+
+def enum_from_wire(enum_type: type[E], value: int, field: str) -> E | None:
+    """The core member for a wire value; None for UNSPECIFIED; InvalidArgument for unknown numbers."""
+    wrapper, prefix = _PROTO_ENUMS[enum_type]
+    accepted = ", ".join(m.value for m in enum_type)
+    try:
+        name = wrapper.Name(value)
+    except ValueError:
+        raise InvalidArgument(f"{field} has unknown value {value}; accepted values: {accepted}") from None
+    if name == f"{prefix}_UNSPECIFIED":
+        return None
+    return enum_type[name[len(prefix) + 1 :]]
+
+
+def device_to_wire(device: Device) -> pb.Device:
+    return pb.Device(
+        kind=enum_to_wire(device.ref.kind),
+        index=device.ref.index,
+        name=device.name,
+        memory_bytes=device.memory_bytes,
+        driver_version=device.driver_version,
+    )
+
+
+def describe_to_wire(info: RunnerInfo, precisions: list[Precision]) -> pb.DescribeResponse:
+    return pb.DescribeResponse(
+        framework=info.framework,
+        framework_version=info.framework_version,
+        python_version=info.python_version,
+        cuda_version=info.cuda_version,
+        cudnn_version=info.cudnn_version,
+        devices=[device_to_wire(d) for d in info.devices],
+        precisions=[enum_to_wire(p) for p in precisions],
+        options=info.options,
+        runner_version=RUNNER_VERSION,
+        protocol=PROTOCOL,
+    )
+
+
+def model_to_wire(spec: ModelSpec, parameter_count: int) -> pb.ModelInfo:
+    return pb.ModelInfo(
+        name=spec.name,
+        task=enum_to_wire(spec.task),
+        default_input_shape=spec.default_input_shape,
+        min_input_shape=spec.min_input_shape,
+        input_convention=spec.input_convention,
+        parameter_count=parameter_count,
+    )
+
+
+def run_request_from_wire(request: pb.RunRequest) -> RunRequest:
+    device = None
+    if request.HasField("device"):
+        kind = enum_from_wire(DeviceKind, request.device.kind, "device.kind")
+        if kind is not None:
+            device = DeviceRef(kind, request.device.index)
+    return RunRequest(
+        model=request.model,
+        mode=enum_from_wire(Mode, request.mode, "mode"),
+        batch_size=request.batch_size,
+        input_shape=tuple(request.input_shape),
+        precision=enum_from_wire(Precision, request.precision, "precision"),
+        device=device,
+        warmup_steps=request.warmup_steps if request.HasField("warmup_steps") else None,
+        measured_steps=request.measured_steps if request.HasField("measured_steps") else None,
+        seed=request.seed,
+    )
+
+
+def _memory_to_wire(summary: pb.Summary, reading: MemoryReading) -> None:
+    if reading.bytes is not None:
+        summary.peak_memory_bytes = reading.bytes
+    summary.peak_memory_source = reading.source
+
+
+def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
+    if isinstance(event, StepBatch):
+        return pb.RunEvent(
+            steps=pb.StepTimings(
+                steps=[
+                    pb.StepTiming(index=s.index, warmup=s.warmup, start_s=s.start_s, step_time_s=s.step_time_s)
+                    for s in event.steps
+                ]
+            )
+        )
+    if isinstance(event, Progress):
+        return pb.RunEvent(
+            progress=pb.Progress(
+                phase=enum_to_wire(event.phase), steps_done=event.steps_done, steps_total=event.steps_total
+            )
+        )
+    if isinstance(event, Resolved):
+        c = event.config
+        return pb.RunEvent(
+            config=pb.ResolvedConfig(
+                model=c.model.name,
+                mode=enum_to_wire(c.mode),
+                batch_size=c.batch_size,
+                input_shape=c.input_shape,
+                precision=enum_to_wire(c.precision),
+                device=device_to_wire(c.device),
+                warmup_steps=c.warmup_steps,
+                measured_steps=c.measured_steps,
+                seed=c.seed,
+                framework=info.framework,
+                framework_version=info.framework_version,
+                parameter_count=event.parameter_count,
+            )
+        )
+    if isinstance(event, Summary):
+        summary = pb.Summary(
+            measured_steps=event.measured_steps,
+            mean_step_time_s=event.mean_step_time_s,
+            median_step_time_s=event.median_step_time_s,
+            p95_step_time_s=event.p95_step_time_s,
+            throughput_samples_per_s=event.throughput_samples_per_s,
+            time_to_first_step_s=event.time_to_first_step_s,
+            started_at_unix_s=event.started_at_unix_s,
+            finished_at_unix_s=event.finished_at_unix_s,
+        )
+        _memory_to_wire(summary, event.peak_memory)
+        return pb.RunEvent(summary=summary)
+    raise TypeError(f"no wire form for {type(event).__name__}")
