@@ -1,0 +1,1 @@
+"""fwbench aggregator: fans requests out to runners and compares what they measured."""

@@ -1,0 +1,255 @@
+"""The fwbench command line: run the same benchmark on every runner and compare."""
+
+from __future__ import annotations
+
+import enum
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Annotated, Optional
+
+import typer
+from google.protobuf.json_format import MessageToDict
+from fwbench.runner.v1 import runner_pb2 as pb
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import results as results_mod
+from .client import RunnerClient, RunnerFailure, RunResult
+from .launch import RUNNER_MODULES, LocalRunner, RunnerStartError, default_venvs, embedded_command
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+out_console = Console()
+err_console = Console(stderr=True)
+
+
+class ModeChoice(str, enum.Enum):
+    train = "train"
+    infer = "infer"
+
+
+class PrecisionChoice(str, enum.Enum):
+    fp32 = "fp32"
+    tf32 = "tf32"
+    amp_fp16 = "amp_fp16"
+    amp_bf16 = "amp_bf16"
+
+
+def parse_shape(value: Optional[str]) -> Optional[str]:
+    if value is not None and not re.fullmatch(r"[1-9]\d*(x[1-9]\d*)*", value):
+        raise typer.BadParameter(
+            f"{value!r} is not a shape: give positive integers joined by 'x', per sample, channels first, e.g. 3x224x224"
+        )
+    return value
+
+
+def parse_device(value: Optional[str]) -> Optional[str]:
+    if value is not None and not re.fullmatch(r"cpu(:0)?|gpu(:\d+)?", value):
+        raise typer.BadParameter(f"{value!r} is not a device: accepted values are cpu, gpu, or gpu:N (e.g. gpu:1)")
+    return value
+
+
+def parse_runners(values: list[str]) -> list[str]:
+    for value in values:
+        name, sep, address = value.partition("=")
+        if not sep or not name or not re.fullmatch(r"[^\s:]+:\d+", address):
+            raise typer.BadParameter(f"{value!r} is not NAME=HOST:PORT, e.g. torch=localhost:50051")
+    return values
+
+
+def parse_frameworks(value: str) -> str:
+    unknown = [name for name in value.split(",") if name not in RUNNER_MODULES]
+    if unknown or not value:
+        raise typer.BadParameter(f"unknown framework(s) {unknown}; accepted values: {', '.join(RUNNER_MODULES)}")
+    return value
+
+
+def build_request(
+    model: str, mode: ModeChoice, batch_size: int, shape: Optional[str], precision: PrecisionChoice,
+    device: Optional[str], warmup: int, steps: int, seed: int,
+) -> pb.RunRequest:
+    request = pb.RunRequest(
+        model=model,
+        mode=pb.Mode.Value(f"MODE_{mode.value.upper()}"),
+        batch_size=batch_size,
+        input_shape=[int(d) for d in shape.split("x")] if shape else [],
+        precision=pb.Precision.Value(f"PRECISION_{precision.value.upper()}"),
+        warmup_steps=warmup,
+        measured_steps=steps,
+        seed=seed,
+    )
+    if device:
+        kind, _, index = device.partition(":")
+        request.device.kind = pb.DeviceKind.Value(f"DEVICE_KIND_{kind.upper()}")
+        request.device.index = int(index or 0)
+    return request
+
+
+def start_embedded(frameworks: list[str], venvs: Path, log_dir: Path, stack: ExitStack) -> tuple[dict, list]:
+    """Start each framework's runner locally, all at once; returns their addresses and the failures."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    failures: list[RunnerFailure] = []
+    runners: dict[str, LocalRunner] = {}
+    for name in frameworks:
+        try:
+            runners[name] = LocalRunner(name, embedded_command(name, venvs), log_dir / f"{name}-runner.log")
+        except RunnerStartError as error:
+            failures.append(RunnerFailure(name, "UNAVAILABLE", str(error)))
+    addresses: dict[str, str] = {}
+    with ThreadPoolExecutor(max_workers=max(1, len(runners))) as pool:
+        started = {name: pool.submit(runner.start) for name, runner in runners.items()}
+        for name, future in started.items():
+            stack.callback(runners[name].stop)
+            try:
+                addresses[name] = future.result()
+            except RunnerStartError as error:
+                failures.append(RunnerFailure(name, "UNAVAILABLE", str(error)))
+    return addresses, failures
+
+
+def resolve_endpoints(
+    runner: list[str], frameworks: str, venvs: Optional[Path], log_dir: Path, stack: ExitStack
+) -> tuple[dict[str, str], list[RunnerFailure]]:
+    """The runners given as NAME=HOST:PORT, or else the embedded ones, started now."""
+    if runner:
+        return dict(value.split("=", 1) for value in runner), []
+    err_console.print(f"starting the embedded runners: {frameworks}")
+    return start_embedded(frameworks.split(","), venvs or default_venvs(), log_dir, stack)
+
+
+def run_all(endpoints: dict[str, str], request: pb.RunRequest) -> tuple[list[RunResult], list[RunnerFailure]]:
+    """Run the request on each runner, one after the other: runners may share a device."""
+    results, failures = [], []
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err_console) as progress:
+        for name, address in endpoints.items():
+            task = progress.add_task(f"{name}: starting", total=None)
+
+            def on_progress(p: pb.Progress, task=task, name=name) -> None:
+                phase = pb.Phase.Name(p.phase).removeprefix("PHASE_").lower()
+                progress.update(task, description=f"{name}: {phase}", completed=p.steps_done, total=p.steps_total)
+
+            try:
+                with RunnerClient(name, address) as client:
+                    results.append(client.run(request, on_progress))
+                progress.update(task, description=f"{name}: done")
+            except RunnerFailure as failure:
+                failures.append(failure)
+                progress.update(task, description=f"{name}: failed")
+    return results, failures
+
+
+def print_comparison(table, title: str) -> None:
+    view = Table(title=title)
+    view.add_column("framework", no_wrap=True)
+    view.add_column("version", no_wrap=True)
+    for column in ("median step ms", "p95 step ms", "samples/s", "× fastest"):
+        view.add_column(column, justify="right")
+    for row in table.itertuples():
+        view.add_row(
+            row.framework, row.version, f"{row.median_step_ms:.2f}", f"{row.p95_step_ms:.2f}",
+            f"{row.throughput_samples_per_s:.1f}", f"{row.ratio_to_fastest:.3f}",
+        )
+    out_console.print(view)
+
+
+@app.command()
+def compare(
+    model: Annotated[str, typer.Option(help="model name, as `fwbench models` lists them")] = "resnet18",
+    mode: Annotated[ModeChoice, typer.Option(help="train or infer")] = ModeChoice.train,
+    batch_size: Annotated[int, typer.Option(min=1, help="samples per step")] = 32,
+    shape: Annotated[
+        Optional[str], typer.Option(callback=parse_shape, help="per-sample input shape, channels first, e.g. 3x224x224; default: the model's")
+    ] = None,
+    precision: Annotated[PrecisionChoice, typer.Option(help="numeric precision, identical on every runner")] = PrecisionChoice.fp32,
+    device: Annotated[Optional[str], typer.Option(callback=parse_device, help="cpu, gpu or gpu:N; default: the runner's first GPU, else its CPU")] = None,
+    warmup: Annotated[int, typer.Option(min=0, help="warm-up steps, excluded from the figures")] = 5,
+    steps: Annotated[int, typer.Option(min=1, help="measured steps")] = 20,
+    seed: Annotated[int, typer.Option(min=0)] = 0,
+    runner: Annotated[
+        list[str], typer.Option(callback=parse_runners, help="NAME=HOST:PORT of a running runner; repeat for each. Default: start the embedded runners")
+    ] = [],
+    frameworks: Annotated[str, typer.Option(callback=parse_frameworks, help="embedded runners to start, comma-separated")] = "torch,tensorflow",
+    venvs: Annotated[Path, typer.Option(help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")] = None,
+    out: Annotated[Path, typer.Option(help="folder to write results into; each comparison gets a subfolder")] = Path("results"),
+) -> None:
+    """Run one model at one batch size and shape on every runner, and compare them."""
+    request = build_request(model, mode, batch_size, shape, precision, device, warmup, steps, seed)
+    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{model}-{mode.value}-b{batch_size}"
+    out_dir = out / run_id
+    with ExitStack() as stack:
+        endpoints, failures = resolve_endpoints(runner, frameworks, venvs, out_dir / "logs", stack)
+        results, run_failures = run_all(endpoints, request)
+        failures += run_failures
+
+    summary = results_mod.summary_frame(run_id, results, failures)
+    written = results_mod.write_results(out_dir, results_mod.steps_frame(run_id, results), summary)
+    if results:
+        shape_shown = "x".join(map(str, results[0].config.input_shape))
+        print_comparison(
+            results_mod.comparison_table(summary),
+            f"{model} {mode.value}, batch {batch_size}, {shape_shown}, {precision.value}, {results[0].config.device.name}",
+        )
+    err_console.print(f"results: {', '.join(str(p) for p in written)}")
+    report_failures(failures)
+
+
+
+
+RunnerOption = Annotated[
+    list[str],
+    typer.Option(callback=parse_runners, help="NAME=HOST:PORT of a running runner; repeat for each. Default: start the embedded runners"),
+]
+FrameworksOption = Annotated[str, typer.Option(callback=parse_frameworks, help="embedded runners to start, comma-separated")]
+VenvsOption = Annotated[Optional[Path], typer.Option(help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")]
+
+
+@app.command()
+def models(runner: RunnerOption = [], frameworks: FrameworksOption = "torch,tensorflow", venvs: VenvsOption = None) -> None:
+    """List every runner's models: task, default and minimum input shape, trainable parameters."""
+    view = Table(title="models")
+    for column in ("runner", "model", "task", "input", "default shape", "min shape", "parameters"):
+        view.add_column(column)
+    failures = []
+    with ExitStack() as stack, TemporaryDirectory() as logs:
+        endpoints, failures = resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
+        for name, address in endpoints.items():
+            try:
+                with RunnerClient(name, address) as client:
+                    for m in client.list_models():
+                        view.add_row(
+                            name, m.name, pb.Task.Name(m.task).removeprefix("TASK_").lower(), m.input_convention,
+                            "x".join(map(str, m.default_input_shape)), "x".join(map(str, m.min_input_shape)),
+                            f"{m.parameter_count:,}",
+                        )
+            except RunnerFailure as failure:
+                failures.append(failure)
+    out_console.print(view)
+    report_failures(failures)
+
+
+@app.command()
+def describe(runner: RunnerOption = [], frameworks: FrameworksOption = "torch,tensorflow", venvs: VenvsOption = None) -> None:
+    """Show each runner's framework, versions, devices and precisions."""
+    failures = []
+    with ExitStack() as stack, TemporaryDirectory() as logs:
+        endpoints, failures = resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
+        for name, address in endpoints.items():
+            try:
+                with RunnerClient(name, address) as client:
+                    out_console.print(f"[bold]{name}[/] at {address}")
+                    out_console.print(MessageToDict(client.describe(), preserving_proto_field_name=True))
+            except RunnerFailure as failure:
+                failures.append(failure)
+    report_failures(failures)
+
+
+def report_failures(failures: list[RunnerFailure]) -> None:
+    for failure in failures:
+        err_console.print(f"[bold red]runner {failure.runner} failed[/]: {failure.code}: {failure.message}")
+    if failures:
+        raise typer.Exit(1)

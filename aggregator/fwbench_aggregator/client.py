@@ -1,0 +1,94 @@
+"""Talking to one runner over gRPC and collecting what a run streams back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import grpc
+from fwbench.runner.v1 import runner_pb2 as pb
+from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+
+DESCRIBE_TIMEOUT_S = 30.0
+# Counting parameters builds every model once, which is slow for large models on a CPU.
+LIST_MODELS_TIMEOUT_S = 600.0
+
+
+class RunnerFailure(Exception):
+    """A runner could not be reached or refused a request; the message names the runner."""
+
+    def __init__(self, runner: str, code: str, message: str) -> None:
+        super().__init__(f"{runner}: {code}: {message}")
+        self.runner = runner
+        self.code = code
+        self.message = message
+
+    @classmethod
+    def from_rpc(cls, runner: str, error: grpc.RpcError) -> "RunnerFailure":
+        code = error.code()
+        message = error.details() or ""
+        if code is grpc.StatusCode.UNAVAILABLE:
+            message = f"runner unreachable ({message})"
+        return cls(runner, code.name, message)
+
+
+@dataclass
+class RunResult:
+    runner: str
+    address: str
+    runner_info: pb.DescribeResponse
+    config: pb.ResolvedConfig | None = None
+    steps: list[pb.StepTiming] = field(default_factory=list)
+    summary: pb.Summary | None = None
+
+
+class RunnerClient:
+    def __init__(self, name: str, address: str) -> None:
+        self.name = name
+        self.address = address
+        self._channel = grpc.insecure_channel(address)
+        self._stub = pb_grpc.RunnerStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "RunnerClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def describe(self) -> pb.DescribeResponse:
+        try:
+            return self._stub.Describe(pb.DescribeRequest(), timeout=DESCRIBE_TIMEOUT_S)
+        except grpc.RpcError as error:
+            raise RunnerFailure.from_rpc(self.name, error) from None
+
+    def list_models(self) -> list[pb.ModelInfo]:
+        try:
+            return list(self._stub.ListModels(pb.ListModelsRequest(), timeout=LIST_MODELS_TIMEOUT_S).models)
+        except grpc.RpcError as error:
+            raise RunnerFailure.from_rpc(self.name, error) from None
+
+    def run(
+        self,
+        request: pb.RunRequest,
+        on_progress: Callable[[pb.Progress], None] = lambda progress: None,
+    ) -> RunResult:
+        result = RunResult(self.name, self.address, self.describe())
+        try:
+            for event in self._stub.Run(request):
+                kind = event.WhichOneof("event")
+                if kind == "config":
+                    result.config = event.config
+                elif kind == "steps":
+                    result.steps.extend(event.steps.steps)
+                elif kind == "progress":
+                    on_progress(event.progress)
+                elif kind == "summary":
+                    result.summary = event.summary
+        except grpc.RpcError as error:
+            raise RunnerFailure.from_rpc(self.name, error) from None
+        if result.summary is None:
+            raise RunnerFailure(self.name, "INTERNAL", "the run stream ended without a summary")
+        return result

@@ -1,0 +1,109 @@
+"""Turning run results into pandas tables, the comparison table, and files on disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from fwbench.runner.v1 import runner_pb2 as pb
+
+from .client import RunnerFailure, RunResult
+
+
+def _enum_value(enum_wrapper, prefix: str, number: int) -> str:
+    return enum_wrapper.Name(number).removeprefix(f"{prefix}_").lower()
+
+
+def _shape(dims) -> str:
+    return "x".join(map(str, dims))
+
+
+def _config_columns(run_id: str, result: RunResult) -> dict:
+    c = result.config
+    device = c.device
+    return {
+        "run_id": run_id,
+        "framework": result.runner_info.framework,
+        "framework_version": result.runner_info.framework_version,
+        "model": c.model,
+        "mode": _enum_value(pb.Mode, "MODE", c.mode),
+        "batch_size": c.batch_size,
+        "input_shape": _shape(c.input_shape),
+        "precision": _enum_value(pb.Precision, "PRECISION", c.precision),
+        "device": f"{_enum_value(pb.DeviceKind, 'DEVICE_KIND', device.kind)}:{device.index}",
+    }
+
+
+def steps_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
+    """One row per step (warm-up steps included, flagged), for every successful run."""
+    rows = [
+        {**_config_columns(run_id, r), "step_index": s.index, "warmup": s.warmup, "start_s": s.start_s,
+         "step_time_s": s.step_time_s}
+        for r in results
+        for s in r.steps
+    ]
+    return pd.DataFrame(rows)
+
+
+def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFailure]) -> pd.DataFrame:
+    """One row per runner: its summary and manifest, or the failure that stopped it."""
+    rows = []
+    for r in results:
+        s, c, info = r.summary, r.config, r.runner_info
+        rows.append(
+            {
+                **_config_columns(run_id, r),
+                "status": "ok",
+                "error": "",
+                "device_name": c.device.name,
+                "warmup_steps": c.warmup_steps,
+                "measured_steps": s.measured_steps,
+                "seed": c.seed,
+                "parameter_count": c.parameter_count,
+                "mean_step_time_s": s.mean_step_time_s,
+                "median_step_time_s": s.median_step_time_s,
+                "p95_step_time_s": s.p95_step_time_s,
+                "throughput_samples_per_s": s.throughput_samples_per_s,
+                "peak_memory_bytes": s.peak_memory_bytes if s.HasField("peak_memory_bytes") else None,
+                "peak_memory_source": s.peak_memory_source,
+                "time_to_first_step_s": s.time_to_first_step_s,
+                "started_at_unix_s": s.started_at_unix_s,
+                "finished_at_unix_s": s.finished_at_unix_s,
+                "runner_address": r.address,
+                "python_version": info.python_version,
+                "cuda_version": info.cuda_version,
+                "cudnn_version": info.cudnn_version,
+                "runner_version": info.runner_version,
+                "runner_options": ";".join(f"{k}={v}" for k, v in sorted(info.options.items())),
+            }
+        )
+    for f in failures:
+        rows.append({"run_id": run_id, "framework": f.runner, "status": "failed", "error": f"{f.code}: {f.message}"})
+    return pd.DataFrame(rows)
+
+
+def comparison_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per framework: median and p95 step time, throughput, and the ratio of its median to the fastest one's."""
+    ok = summary[summary["status"] == "ok"]
+    table = pd.DataFrame(
+        {
+            "framework": ok["framework"],
+            "version": ok["framework_version"],
+            "median_step_ms": ok["median_step_time_s"] * 1e3,
+            "p95_step_ms": ok["p95_step_time_s"] * 1e3,
+            "throughput_samples_per_s": ok["throughput_samples_per_s"],
+            "ratio_to_fastest": ok["median_step_time_s"] / ok["median_step_time_s"].min(),
+        }
+    )
+    return table.sort_values("ratio_to_fastest").reset_index(drop=True)
+
+
+def write_results(out_dir: Path, steps: pd.DataFrame, summary: pd.DataFrame) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, frame in (("steps", steps), ("summary", summary)):
+        csv_path, parquet_path = out_dir / f"{name}.csv", out_dir / f"{name}.parquet"
+        frame.to_csv(csv_path, index=False)
+        frame.to_parquet(parquet_path, index=False)
+        written += [csv_path, parquet_path]
+    return written

@@ -1,0 +1,79 @@
+"""A runner backend with no framework: steps sleep for a set time.
+
+It serves the catalog's models so that the conformance suite, the core's unit
+tests and harness-overhead checks run without PyTorch or TensorFlow. Run it
+with `python -m fwbench_core.fake --address 127.0.0.1:0`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+from .backend import Backend, MemoryReading, Workload
+from .catalog import MODEL_SPECS
+from .registry import ModelRegistry
+from .spec import Device, Precision, RunConfig, RunnerInfo
+from .sysinfo import cpu_device, python_version
+
+STEP_TIME_ENV = "FWBENCH_FAKE_STEP_TIME_S"
+# A run whose inputs would exceed this many bytes fails as out of memory.
+MEMORY_LIMIT_BYTES = 1 << 34
+
+FAKE_MODELS: ModelRegistry = ModelRegistry("fake")
+for _name in MODEL_SPECS:
+    FAKE_MODELS.register(_name)(lambda: None)
+
+
+def fake_parameter_count(model_name: str) -> int:
+    """A stable made-up count: the fake has no weights."""
+    return sum(map(ord, model_name)) * 1000
+
+
+class FakeWorkload(Workload):
+    def __init__(self, config: RunConfig, step_time_s: float) -> None:
+        input_bytes = 4 * config.batch_size * math.prod(config.input_shape)
+        if input_bytes > MEMORY_LIMIT_BYTES:
+            raise MemoryError(f"fake device: cannot allocate {input_bytes} bytes for the inputs")
+        self.parameter_count = fake_parameter_count(config.model.name)
+        self.step_time_s = step_time_s
+        self.peak_bytes = input_bytes
+
+    def train_step(self) -> None:
+        time.sleep(self.step_time_s)
+
+    def infer_step(self) -> None:
+        time.sleep(self.step_time_s)
+
+    def synchronize(self) -> None:
+        pass
+
+    def peak_memory(self) -> MemoryReading:
+        return MemoryReading(self.peak_bytes, "fake: size of the inputs")
+
+
+class FakeBackend(Backend):
+    framework = "fake"
+    models = FAKE_MODELS
+
+    def __init__(self, step_time_s: float | None = None) -> None:
+        self.step_time_s = float(os.environ.get(STEP_TIME_ENV, "0.002")) if step_time_s is None else step_time_s
+
+    def runner_info(self) -> RunnerInfo:
+        return RunnerInfo("fake", "0.0", python_version(), (cpu_device(),))
+
+    def supported_precisions(self, device: Device) -> frozenset[Precision]:
+        return frozenset({Precision.FP32})
+
+    def build(self, config: RunConfig) -> Workload:
+        return FakeWorkload(config, self.step_time_s)
+
+    def count_parameters(self, model_name: str) -> int:
+        return fake_parameter_count(model_name)
+
+
+if __name__ == "__main__":
+    from .server import serve
+
+    serve(FakeBackend)
