@@ -1,0 +1,183 @@
+"""Harness overhead: the runner's measured step time over a bare loop's, same model, same process.
+
+Runner side: the real gRPC server (fwbench_core.server.create_server) in this process, driven
+through a real client stub on loopback with a Run request; its step times are the ones it streams.
+Bare side: backend.build(config) stepped with nothing but perf_counter around step + synchronize.
+Repetitions alternate runner, bare, runner, bare... so that drift (thermal, caches, other load)
+does not favour one side. A benchmark, not a test: it always exits 0 and says whether the target is met.
+
+    .venvs/torch/bin/python benchmarks/harness_overhead.py --framework torch [--mode infer] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import json
+import statistics
+import sys
+import time
+
+import grpc
+from fwbench.runner.v1 import runner_pb2 as pb
+from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from fwbench_core.server import create_server
+from fwbench_core.spec import DeviceKind, DeviceRef, Mode, RunRequest
+from fwbench_core.validation import resolve
+
+BACKENDS = {
+    "torch": ("fwbench_torch.backend", "TorchBackend"),
+    "tensorflow": ("fwbench_tensorflow.backend", "TensorFlowBackend"),
+    "fake": ("fwbench_core.fake", "FakeBackend"),
+}
+
+
+def make_backend(framework: str):
+    module, name = BACKENDS[framework]
+    return getattr(importlib.import_module(module), name)()
+
+
+def runner_steps(stub, args) -> list[float]:
+    """One Run through gRPC; the measured step times exactly as the runner streamed them."""
+    request = pb.RunRequest(
+        model=args.model,
+        mode=pb.MODE_TRAIN if args.mode == "train" else pb.MODE_INFER,
+        batch_size=args.batch_size,
+        input_shape=args.input_shape,
+        device=pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU if args.device == "cpu" else pb.DEVICE_KIND_GPU),
+        warmup_steps=args.warmup,
+        measured_steps=args.steps,
+        seed=args.seed,
+    )
+    measured = [s.step_time_s for event in stub.Run(request) if event.HasField("steps") for s in event.steps.steps if not s.warmup]
+    assert len(measured) == args.steps, f"runner streamed {len(measured)} measured steps, expected {args.steps}"
+    return measured
+
+
+def bare_steps(backend, config) -> list[float]:
+    """The same workload stepped with nothing else; built and torn down as the runner does, so each side starts alike."""
+    workload = backend.build(config)
+    try:
+        step = workload.train_step if config.mode is Mode.TRAIN else workload.infer_step
+        sync = workload.synchronize
+        times = []
+        for _ in range(config.warmup_steps + config.measured_steps):
+            t0 = time.perf_counter()
+            step()
+            sync()
+            times.append(time.perf_counter() - t0)
+        return times[config.warmup_steps :]
+    finally:
+        workload.close()
+        del workload
+        gc.collect()
+        backend.release_memory()
+
+
+def cv(values: list[float]) -> float:
+    return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--framework", required=True, choices=sorted(BACKENDS))
+    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--mode", default="train", choices=["train", "infer"])
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--input-shape", default="3x64x64", help="per sample, CxHxW (default 3x64x64)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
+    parser.add_argument("--warmup", type=int, default=5, help="steps excluded on both sides (default 5)")
+    parser.add_argument("--steps", type=int, default=30, help="measured steps per repetition (default 30)")
+    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--target", type=float, default=1.02, help="the runner/bare median ratio to stay under")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures and every step time here")
+    args = parser.parse_args(argv)
+    args.input_shape = [int(d) for d in args.input_shape.lower().split("x")]
+
+    backend = make_backend(args.framework)
+    info = backend.runner_info()
+    config = resolve(
+        RunRequest(
+            model=args.model,
+            mode=Mode(args.mode),
+            batch_size=args.batch_size,
+            input_shape=tuple(args.input_shape),
+            device=DeviceRef(DeviceKind(args.device)),
+            warmup_steps=args.warmup,
+            measured_steps=args.steps,
+            seed=args.seed,
+        ),
+        info.devices,
+        backend.supported_precisions,
+        backend.models.names(),
+    )
+
+    server, port, _ = create_server(backend, "127.0.0.1:0")
+    server.start()
+    runner, bare = [], []
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.RunnerStub(channel)
+            for rep in range(args.repetitions):
+                runner.append(runner_steps(stub, args))
+                bare.append(bare_steps(backend, config))
+                print(f"  repetition {rep + 1}/{args.repetitions} done", file=sys.stderr, flush=True)
+    finally:
+        server.stop(None)
+
+    runner_medians = [statistics.median(r) for r in runner]
+    bare_medians = [statistics.median(b) for b in bare]
+    rep_ratios = [r / b for r, b in zip(runner_medians, bare_medians)]
+    runner_pooled = statistics.median([t for r in runner for t in r])
+    bare_pooled = statistics.median([t for b in bare for t in b])
+    ratio = runner_pooled / bare_pooled
+    met = ratio <= args.target
+
+    shape = "x".join(map(str, args.input_shape))
+    label = f"{args.framework} {args.model} {args.mode} b{args.batch_size} {shape} {args.device}"
+    print(f"harness overhead, {label}: {args.warmup} warm-up + {args.steps} measured steps, {args.repetitions} repetitions")
+    print(f"{'rep':>6} {'runner ms':>10} {'bare ms':>10} {'ratio':>7}")
+    for i, (r, b, q) in enumerate(zip(runner_medians, bare_medians, rep_ratios), 1):
+        print(f"{i:>6} {r * 1e3:>10.3f} {b * 1e3:>10.3f} {q:>7.3f}")
+    print(f"{'pooled':>6} {runner_pooled * 1e3:>10.3f} {bare_pooled * 1e3:>10.3f} {ratio:>7.3f}")
+    print(f"{'cv':>6} {cv(runner_medians):>10.2%} {cv(bare_medians):>10.2%}   (of per-repetition medians)")
+    print(f"median of per-repetition ratios = {statistics.median(rep_ratios):.3f}")
+    print(
+        f"overhead {label}: runner/bare median = {ratio:.3f} "
+        f"(target <= {args.target:g}: {'met' if met else 'NOT MET'})"
+    )
+
+    if args.json:
+        result = {
+            "framework": args.framework,
+            "framework_version": info.framework_version,
+            "model": args.model,
+            "mode": args.mode,
+            "batch_size": args.batch_size,
+            "input_shape": args.input_shape,
+            "device": args.device,
+            "warmup_steps": args.warmup,
+            "measured_steps": args.steps,
+            "repetitions": args.repetitions,
+            "ratio_of_pooled_medians": ratio,
+            "median_of_repetition_ratios": statistics.median(rep_ratios),
+            "runner_median_s": runner_pooled,
+            "bare_median_s": bare_pooled,
+            "runner_repetition_medians_s": runner_medians,
+            "bare_repetition_medians_s": bare_medians,
+            "runner_cv": cv(runner_medians),
+            "bare_cv": cv(bare_medians),
+            "target": args.target,
+            "target_met": met,
+            "runner_step_times_s": runner,
+            "bare_step_times_s": bare,
+        }
+        with open(args.json, "w") as out:
+            json.dump(result, out, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
