@@ -63,7 +63,7 @@ def test_compare_both_real_runners_prints_table_and_writes_files(tmp_path):
     [
         (["--shape", "3x22a"], ["--shape", "3x224x224"]),
         (["--shape", "0x32x32"], ["--shape"]),
-        (["--batch-size", "0"], ["--batch-size", ">=1"]),
+        (["--batch-size", "0"], ["--batch-size", "greater than or equal to 1"]),
         (["--mode", "fly"], ["--mode", "train", "infer"]),
         (["--device", "tpu"], ["--device", "gpu:N"]),
         (["--runner", "torch"], ["--runner", "NAME=HOST:PORT"]),
