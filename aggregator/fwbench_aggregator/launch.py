@@ -81,7 +81,11 @@ class LocalRunner:
         if self.log_path:
             log.close()
         self.address = self._read_address(timeout_s)
-        wait_until_serving(self.address, timeout_s)
+        try:
+            wait_until_serving(self.address, timeout_s)
+        except RunnerStartError:
+            self.stop()
+            raise
         return self.address
 
     def _read_address(self, timeout_s: float) -> str:

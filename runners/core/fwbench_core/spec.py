@@ -41,7 +41,7 @@ class Phase(enum.Enum):
     QUEUED = "queued"
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class DeviceRef:
     kind: DeviceKind
     index: int = 0

@@ -44,7 +44,7 @@ def resolve_device(requested: DeviceRef | None, devices: Sequence[Device]) -> De
         gpus = [d for d in devices if d.ref.kind is DeviceKind.GPU]
         return gpus[0] if gpus else by_ref[DeviceRef(DeviceKind.CPU, 0)]
     if requested not in by_ref:
-        available = ", ".join(str(ref) for ref in sorted(by_ref))
+        available = ", ".join(str(device.ref) for device in devices)
         raise FailedPrecondition(f"device {requested} is not available on this runner; available devices: {available}")
     return by_ref[requested]
 

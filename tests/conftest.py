@@ -1,0 +1,117 @@
+"""Shared fixtures: runner processes started once per session, and gRPC stubs to them.
+
+The tests run in the aggregator's environment (no framework). The real runners
+are started as subprocesses from their own environments (.venvs/torch,
+.venvs/tensorflow, or $FWBENCH_VENVS) through fwbench_aggregator.launch, exactly
+as the aggregator starts them; the fake runner runs from this environment.
+
+A missing runner environment is a failure, not a skip: CI always builds them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import grpc
+import pytest
+
+
+from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from fwbench_aggregator import launch
+
+RUNNER_NAMES = ("fake", "torch", "tensorflow")
+REAL_RUNNERS = ("torch", "tensorflow")
+
+# The fake runner's steps sleep this long: long enough that a run of a few dozen
+# steps keeps the device busy while a second request arrives.
+FAKE_STEP_TIME_S = "0.01"
+LOG_TAIL_CHARS = 3000
+
+
+class Runner(NamedTuple):
+    name: str
+    address: str
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return text[-LOG_TAIL_CHARS:] or "(empty log)"
+
+
+class RunnerPool:
+    """Starts each runner the first time a test asks for it and keeps it for the session."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self._runners: dict[str, launch.LocalRunner] = {}
+        self._failures: dict[str, str] = {}
+
+    def log_path(self, name: str) -> Path:
+        return self.log_dir / f"{name}.log"
+
+    def get(self, name: str) -> Runner:
+        if name in self._failures:
+            pytest.fail(self._failures[name], pytrace=False)
+        if name not in self._runners:
+            self._start(name)
+        return Runner(name, self._runners[name].address)
+
+    def _start(self, name: str) -> None:
+        log_path = self.log_path(name)
+        failure = None
+        try:
+            if name == "fake":
+                command = launch.fake_runner_command()
+                env = {"FWBENCH_FAKE_STEP_TIME_S": FAKE_STEP_TIME_S}
+            else:
+                command = launch.embedded_command(name, launch.default_venvs())
+                env = None
+            local = launch.LocalRunner(name, command, log_path=log_path, env=env)
+            local.start()
+        except launch.RunnerStartError as exc:
+            failure = f"cannot start the {name} runner: {exc}"
+            if log_path.exists():
+                failure += f"\n--- end of its log ({log_path}) ---\n{_log_tail(log_path)}"
+        if failure is not None:
+            self._failures[name] = failure
+            pytest.fail(failure, pytrace=False)
+        self._runners[name] = local
+
+    def stop_all(self) -> None:
+        for local in self._runners.values():
+            local.stop()
+        self._runners.clear()
+
+
+@pytest.fixture(scope="session")
+def runner_logs(tmp_path_factory) -> Path:
+    """Where the runners' stderr goes."""
+    return tmp_path_factory.mktemp("runner-logs")
+
+
+@pytest.fixture(scope="session")
+def runner_pool(runner_logs):
+    pool = RunnerPool(runner_logs)
+    yield pool
+    pool.stop_all()
+
+
+@pytest.fixture(scope="session", params=RUNNER_NAMES)
+def runner(request, runner_pool) -> Runner:
+    """(name, address) of a running runner; each is started once per session."""
+    return runner_pool.get(request.param)
+
+
+@pytest.fixture(scope="session")
+def channel(runner):
+    with grpc.insecure_channel(runner.address) as ch:
+        yield ch
+
+
+@pytest.fixture(scope="session")
+def stub(channel) -> pb_grpc.RunnerStub:
+    return pb_grpc.RunnerStub(channel)

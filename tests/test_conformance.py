@@ -1,0 +1,394 @@
+"""The runner contract, checked over real gRPC on loopback, identically for every runner.
+
+Each test takes the session's `runner`/`stub` fixtures, parametrized over the
+fake runner and the real torch and TensorFlow runners. Shapes stay tiny so that
+the whole suite runs in a few minutes on a small CPU machine.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import threading
+
+import grpc
+import pytest
+from fwbench.runner.v1 import runner_pb2 as pb
+from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from fwbench_aggregator import launch
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+EXPECTED_MODELS = ["mobilenet_v2", "resnet18"]
+REAL_RUNNERS = ("torch", "tensorflow")
+PROTOCOL = "fwbench.runner.v1"
+SERVICE = "fwbench.runner.v1.Runner"
+
+BATCH = 2
+SHAPE = [3, 32, 32]
+WARMUP = 1
+MEASURED = 3
+
+RPC_TIMEOUT_S = 30
+LIST_TIMEOUT_S = 300
+RUN_TIMEOUT_S = 180
+# The first of two runs on one device: long enough (~0.5 s on the fake runner)
+# that it still holds the device when the second request arrives.
+BUSY_STEPS = 50
+# A run after a cancelled or failed one: queued forever if the device lock leaked.
+PROMPT_TIMEOUT_S = 60
+
+
+def run_request(**overrides) -> pb.RunRequest:
+    fields = dict(
+        model="resnet18",
+        mode=pb.MODE_INFER,
+        batch_size=BATCH,
+        input_shape=SHAPE,
+        device=pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU, index=0),
+        warmup_steps=WARMUP,
+        measured_steps=MEASURED,
+        seed=1,
+    )
+    fields.update(overrides)
+    return pb.RunRequest(**{k: v for k, v in fields.items() if v is not None})
+
+
+def run_events(stub, request: pb.RunRequest, timeout: float = RUN_TIMEOUT_S) -> list[pb.RunEvent]:
+    return list(stub.Run(request, timeout=timeout))
+
+
+def run_error(stub, request: pb.RunRequest) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as info:
+        run_events(stub, request)
+    return info.value
+
+
+def of_kind(events, kind: str) -> list:
+    return [getattr(e, kind) for e in events if e.WhichOneof("event") == kind]
+
+
+def step_timings(events) -> list[pb.StepTiming]:
+    return [s for batch in of_kind(events, "steps") for s in batch.steps]
+
+
+def summary_of(events) -> pb.Summary:
+    summaries = of_kind(events, "summary")
+    assert len(summaries) == 1, f"expected one summary, got {len(summaries)}"
+    assert events[-1].WhichOneof("event") == "summary", "the summary must be the last event"
+    return summaries[0]
+
+
+# --- the environments themselves -------------------------------------------
+
+
+@pytest.mark.parametrize("framework", REAL_RUNNERS)
+def test_runner_environment_exists(framework):
+    # Fails (never skips) when CI forgot to build a runner's environment.
+    try:
+        command = launch.embedded_command(framework, launch.default_venvs())
+    except launch.RunnerStartError as exc:
+        command, missing = None, str(exc)
+    if command is None:
+        pytest.fail(missing, pytrace=False)
+    assert command[1:3] == ["-m", launch.RUNNER_MODULES[framework]]
+
+
+# --- Describe / ListModels --------------------------------------------------
+
+
+def test_describe(runner, stub):
+    info = stub.Describe(pb.DescribeRequest(), timeout=RPC_TIMEOUT_S)
+    assert info.framework == runner.name
+    assert info.framework_version
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", info.python_version), info.python_version
+    assert info.runner_version
+    assert info.protocol == PROTOCOL
+    cpus = [d for d in info.devices if d.kind == pb.DEVICE_KIND_CPU]
+    assert cpus, f"no CPU device in {info.devices}"
+    assert all(d.name for d in info.devices)
+    assert pb.PRECISION_FP32 in info.precisions
+    assert pb.PRECISION_UNSPECIFIED not in info.precisions
+
+
+def test_list_models(stub):
+    models = stub.ListModels(pb.ListModelsRequest(), timeout=LIST_TIMEOUT_S).models
+    assert [m.name for m in models] == EXPECTED_MODELS
+    for m in models:
+        assert m.task == pb.TASK_VISION, m.name
+        assert list(m.default_input_shape) == [3, 224, 224], m.name
+        assert list(m.min_input_shape) == [3, 32, 32], m.name
+        assert m.input_convention == "CxHxW", m.name
+        assert m.parameter_count > 0, m.name
+
+
+def test_real_runners_list_the_same_models(runner_pool):
+    listed = {}
+    for name in REAL_RUNNERS:
+        with grpc.insecure_channel(runner_pool.get(name).address) as ch:
+            models = pb_grpc.RunnerStub(ch).ListModels(pb.ListModelsRequest(), timeout=LIST_TIMEOUT_S).models
+        listed[name] = {m.name: m.parameter_count for m in models}
+    torch_models, tf_models = (listed[name] for name in REAL_RUNNERS)
+    assert sorted(torch_models) == sorted(tf_models) == EXPECTED_MODELS
+
+
+def test_real_runners_build_models_of_the_same_size(runner_pool):
+    # The frameworks' builders are meant to be the same networks; a different
+    # count of trainable parameters means they are not.
+    counts = {}
+    for name in REAL_RUNNERS:
+        with grpc.insecure_channel(runner_pool.get(name).address) as ch:
+            models = pb_grpc.RunnerStub(ch).ListModels(pb.ListModelsRequest(), timeout=LIST_TIMEOUT_S).models
+        counts[name] = {m.name: m.parameter_count for m in models}
+    assert counts["torch"] == counts["tensorflow"]
+
+
+# --- a run, event by event ---------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [pb.MODE_TRAIN, pb.MODE_INFER], ids=["train", "infer"])
+@pytest.mark.parametrize("model", EXPECTED_MODELS)
+def test_run_streams_config_steps_progress_and_summary(runner, stub, model, mode):
+    info = stub.Describe(pb.DescribeRequest(), timeout=RPC_TIMEOUT_S)
+    listed = {m.name: m for m in stub.ListModels(pb.ListModelsRequest(), timeout=LIST_TIMEOUT_S).models}
+    # precision left unset: the runner must resolve it to fp32.
+    events = run_events(stub, run_request(model=model, mode=mode))
+    total = WARMUP + MEASURED
+
+    # The resolved configuration, once, before any timing.
+    kinds = [e.WhichOneof("event") for e in events]
+    assert kinds.count("config") == 1
+    assert "steps" in kinds and kinds.index("config") < kinds.index("steps")
+    config = of_kind(events, "config")[0]
+    assert config.model == model
+    assert config.mode == mode
+    assert config.batch_size == BATCH
+    assert list(config.input_shape) == SHAPE
+    assert config.precision == pb.PRECISION_FP32
+    assert config.device.kind == pb.DEVICE_KIND_CPU and config.device.index == 0
+    assert config.device.name
+    assert (config.warmup_steps, config.measured_steps, config.seed) == (WARMUP, MEASURED, 1)
+    assert config.framework == info.framework == runner.name
+    assert config.framework_version == info.framework_version
+    assert config.parameter_count > 0
+    # These models end in global pooling: the count does not depend on the input size.
+    assert config.parameter_count == listed[model].parameter_count
+
+    # Step timings: every index once, warm-up flagged, times positive and in order.
+    steps = step_timings(events)
+    assert sorted(s.index for s in steps) == list(range(total))
+    assert [s.index for s in steps] == list(range(total)), "steps must stream in order"
+    for s in steps:
+        assert s.warmup == (s.index < WARMUP), s
+        assert s.step_time_s > 0, s
+        assert math.isfinite(s.step_time_s)
+    for earlier, later in zip(steps, steps[1:]):
+        assert later.start_s >= earlier.start_s + earlier.step_time_s - 1e-9, (earlier, later)
+
+    # Progress: build first, phases in order, steps_done counting what was streamed, done last.
+    progress_order = [pb.PHASE_BUILD, pb.PHASE_WARMUP, pb.PHASE_MEASURE, pb.PHASE_DONE]
+    assert events[0].WhichOneof("event") == "progress" and events[0].progress.phase == pb.PHASE_BUILD
+    streamed = 0
+    phases = []
+    for event in events:
+        kind = event.WhichOneof("event")
+        if kind == "steps":
+            streamed += len(event.steps.steps)
+        elif kind == "progress":
+            p = event.progress
+            assert p.steps_total == total, p
+            assert p.phase in progress_order, p
+            phases.append(p.phase)
+            if p.phase != pb.PHASE_BUILD:
+                assert p.steps_done == streamed, (p, streamed)
+    assert phases == sorted(phases, key=progress_order.index), phases
+    assert {pb.PHASE_WARMUP, pb.PHASE_MEASURE} <= set(phases)
+    last_progress = of_kind(events, "progress")[-1]
+    assert (last_progress.phase, last_progress.steps_done) == (pb.PHASE_DONE, total)
+
+    # The summary is computed from exactly the streamed measured steps.
+    summary = summary_of(events)
+    measured = [s.step_time_s for s in steps if not s.warmup]
+    assert len(measured) == MEASURED
+    assert summary.measured_steps == MEASURED
+    assert summary.median_step_time_s == statistics.median(measured)
+    assert summary.mean_step_time_s == pytest.approx(statistics.fmean(measured), rel=1e-12)
+    p95 = statistics.quantiles(measured, n=100, method="inclusive")[94]
+    assert summary.p95_step_time_s == pytest.approx(p95, rel=1e-12)
+    assert summary.throughput_samples_per_s == pytest.approx(BATCH * MEASURED / sum(measured), rel=1e-12)
+    assert summary.time_to_first_step_s >= steps[0].step_time_s
+    assert summary.peak_memory_source
+    if summary.HasField("peak_memory_bytes"):
+        assert summary.peak_memory_bytes > 0
+    assert 0 < summary.started_at_unix_s <= summary.finished_at_unix_s
+
+
+# --- errors -----------------------------------------------------------------
+
+
+def test_unknown_model_is_not_found(stub):
+    error = run_error(stub, run_request(model="no_such_net"))
+    assert error.code() == grpc.StatusCode.NOT_FOUND, error.details()
+    assert "no_such_net" in error.details()
+    for name in EXPECTED_MODELS:
+        assert name in error.details()
+
+
+@pytest.mark.parametrize("batch_size", [0, 70000])
+def test_batch_size_out_of_range(stub, batch_size):
+    error = run_error(stub, run_request(batch_size=batch_size))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    message = error.details()
+    assert "batch_size" in message
+    assert re.search(r"\b1\b.*\b65536\b", message), f"range not named: {message}"
+
+
+@pytest.mark.parametrize(
+    "shape", [[3, 32], [3, 16, 16], [4, 32, 32]], ids=["wrong-rank", "too-small", "wrong-channels"]
+)
+def test_bad_input_shape(stub, shape):
+    error = run_error(stub, run_request(input_shape=shape))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    message = error.details()
+    assert "input_shape" in message
+    assert "x".join(map(str, shape)) in message
+    # The accepted shapes: the convention, the minimum side and the default.
+    assert "CxHxW" in message and "32" in message and "3x224x224" in message, message
+
+
+def test_mode_unset(stub):
+    error = run_error(stub, run_request(mode=pb.MODE_UNSPECIFIED))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    assert "mode" in error.details() and "train, infer" in error.details()
+
+
+def test_mode_unknown_number(stub):
+    error = run_error(stub, run_request(mode=99))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    assert "mode" in error.details() and "99" in error.details() and "train, infer" in error.details()
+
+
+def test_amp_fp16_on_cpu_is_a_failed_precondition(stub):
+    error = run_error(stub, run_request(precision=pb.PRECISION_AMP_FP16))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error.details()
+    assert "amp_fp16" in error.details() and "fp32" in error.details()
+
+
+def test_missing_device_names_available_ones(stub):
+    info = stub.Describe(pb.DescribeRequest(), timeout=RPC_TIMEOUT_S)
+    error = run_error(stub, run_request(device=pb.DeviceSelector(kind=pb.DEVICE_KIND_GPU, index=7)))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error.details()
+    message = error.details()
+    assert "gpu:7" in message
+    for device in info.devices:
+        kind = "cpu" if device.kind == pb.DEVICE_KIND_CPU else "gpu"
+        assert f"{kind}:{device.index}" in message, message
+
+
+def test_out_of_memory_then_a_normal_run(stub):
+    huge = run_request(
+        batch_size=65536, input_shape=[3, 4096, 4096], mode=pb.MODE_INFER, warmup_steps=0, measured_steps=1
+    )
+    error = run_error(stub, huge)
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
+    assert "batch_size" in error.details()
+    # The runner recovered: memory released, device lock free.
+    events = run_events(stub, run_request(), timeout=PROMPT_TIMEOUT_S)
+    assert summary_of(events).measured_steps == MEASURED
+
+
+# --- sharing a device, cancelling --------------------------------------------
+
+
+def test_runs_on_a_busy_device_queue_and_do_not_overlap(stub):
+    # The first run is long enough to hold the device while the second arrives.
+    first_request = run_request(model="resnet18", mode=pb.MODE_INFER, warmup_steps=1, measured_steps=BUSY_STEPS)
+    second_request = run_request(model="resnet18", mode=pb.MODE_INFER)
+    first_holds_device = threading.Event()
+    results: dict[str, list] = {}
+    errors: dict[str, BaseException] = {}
+
+    def consume(key, request, on_first_event=None):
+        try:
+            events = []
+            for event in stub.Run(request, timeout=RUN_TIMEOUT_S):
+                events.append(event)
+                if on_first_event is not None:
+                    on_first_event.set()
+            results[key] = events
+        except BaseException as exc:  # reported below
+            errors[key] = exc
+        finally:
+            first_holds_device.set()
+
+    def second():
+        first_holds_device.wait(RUN_TIMEOUT_S)
+        consume("second", second_request)
+
+    threads = [
+        threading.Thread(target=consume, args=("first", first_request, first_holds_device)),
+        threading.Thread(target=second),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(RUN_TIMEOUT_S * 2)
+    assert not any(t.is_alive() for t in threads), "a run never finished"
+    assert not errors, errors
+    first, second_events = results["first"], results["second"]
+
+    def phases(events):
+        return [p.phase for p in of_kind(events, "progress")]
+
+    # The first event of the first run was its build: it held the device lock.
+    assert phases(first)[0] == pb.PHASE_BUILD
+    assert pb.PHASE_QUEUED not in phases(first)
+    assert phases(second_events)[:2] == [pb.PHASE_QUEUED, pb.PHASE_BUILD], phases(second_events)
+    a, b = summary_of(first), summary_of(second_events)
+    assert a.measured_steps == BUSY_STEPS and b.measured_steps == MEASURED
+    # [started_at, finished_at] windows: the queued run took the device only after the first let it go.
+    windows = [(a.started_at_unix_s, a.finished_at_unix_s), (b.started_at_unix_s, b.finished_at_unix_s)]
+    assert windows[0][1] <= windows[1][0], f"runs overlapped on the device: {windows}"
+
+
+def test_cancelled_run_releases_the_device(stub):
+    call = stub.Run(run_request(warmup_steps=1, measured_steps=100_000), timeout=RUN_TIMEOUT_S)
+    saw_steps = False
+    for event in call:
+        if event.WhichOneof("event") == "steps":
+            saw_steps = True
+            call.cancel()
+            break
+    assert saw_steps, "the run ended before streaming any step timings"
+    with pytest.raises(grpc.RpcError) as info:
+        for _ in call:
+            pass
+    assert info.value.code() == grpc.StatusCode.CANCELLED
+    # If the cancelled run still held the device, this one would queue until its deadline.
+    events = run_events(stub, run_request(), timeout=PROMPT_TIMEOUT_S)
+    assert summary_of(events).measured_steps == MEASURED
+
+
+# --- health and reflection ---------------------------------------------------
+
+
+@pytest.mark.parametrize("service", ["", SERVICE])
+def test_health_serving(channel, service):
+    reply = health_pb2_grpc.HealthStub(channel).Check(
+        health_pb2.HealthCheckRequest(service=service), timeout=RPC_TIMEOUT_S
+    )
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_reflection_lists_the_runner_service(channel):
+    reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+    replies = list(
+        reflection.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=RPC_TIMEOUT_S
+        )
+    )
+    assert len(replies) == 1
+    names = [s.name for s in replies[0].list_services_response.service]
+    assert SERVICE in names
+    assert "grpc.health.v1.Health" in names
