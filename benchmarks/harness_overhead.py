@@ -15,9 +15,11 @@ import argparse
 import gc
 import importlib
 import json
+import os
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 from fwbench.runner.v1 import runner_pb2 as pb
@@ -50,13 +52,17 @@ def runner_steps(stub, args) -> list[float]:
         measured_steps=args.steps,
         seed=args.seed,
     )
-    measured = [s.step_time_s for event in stub.Run(request) if event.HasField("steps") for s in event.steps.steps if not s.warmup]
-    assert len(measured) == args.steps, f"runner streamed {len(measured)} measured steps, expected {args.steps}"
+    measured = []
+    for event in stub.Run(request):
+        if event.HasField("steps"):
+            measured += [s.step_time_s for s in event.steps.steps if not s.warmup]
+    if len(measured) != args.steps:
+        raise RuntimeError(f"the runner streamed {len(measured)} measured steps, expected {args.steps}")
     return measured
 
 
 def bare_steps(backend, config) -> list[float]:
-    """The same workload stepped with nothing else; built and torn down as the runner does, so each side starts alike."""
+    """The same workload stepped with nothing else; built and torn down as the runner does, so both start alike."""
     workload = backend.build(config)
     try:
         step = workload.train_step if config.mode is Mode.TRAIN else workload.infer_step
@@ -92,6 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target", type=float, default=1.02, help="the runner/bare median ratio to stay under")
+    parser.add_argument(
+        "--bare-thread",
+        default="main",
+        choices=["main", "worker"],
+        help="where the bare loop runs: the main thread (default) or a worker thread, as the runner's "
+        "gRPC handler does; glibc gives each thread its own malloc arena, which changes torch's CPU "
+        "page faults, so 'worker' separates the harness's own cost from that",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the figures and every step time here")
     args = parser.parse_args(argv)
     args.input_shape = [int(d) for d in args.input_shape.lower().split("x")]
@@ -116,16 +130,32 @@ def main(argv: list[str] | None = None) -> int:
 
     server, port, _ = create_server(backend, "127.0.0.1:0")
     server.start()
+    worker = ThreadPoolExecutor(max_workers=1) if args.bare_thread == "worker" else None
+    # Other processes on the CPU spoil both sides; the load average shows whether there were any.
+    load_before = os.getloadavg()[0]
     runner, bare = [], []
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = pb_grpc.RunnerStub(channel)
-            for rep in range(args.repetitions):
-                runner.append(runner_steps(stub, args))
-                bare.append(bare_steps(backend, config))
-                print(f"  repetition {rep + 1}/{args.repetitions} done", file=sys.stderr, flush=True)
+            # Round 0 runs both sides once and is discarded: torch's OpenMP gives every calling thread
+            # its own thread team, and libgomp spins less once there are more of its threads than CPUs,
+            # so the runner's first run, before the bare side's thread has a team, would be faster
+            # than all later ones (likewise one-time tracing and allocator state).
+            for rep in range(args.repetitions + 1):
+                r = runner_steps(stub, args)
+                if worker is None:
+                    b = bare_steps(backend, config)
+                else:
+                    b = worker.submit(bare_steps, backend, config).result()
+                if rep:
+                    runner.append(r)
+                    bare.append(b)
+                print(f"  round {rep}/{args.repetitions} done", file=sys.stderr, flush=True)
     finally:
         server.stop(None)
+        if worker is not None:
+            worker.shutdown()
+    load_after = os.getloadavg()[0]
 
     runner_medians = [statistics.median(r) for r in runner]
     bare_medians = [statistics.median(b) for b in bare]
@@ -137,13 +167,17 @@ def main(argv: list[str] | None = None) -> int:
 
     shape = "x".join(map(str, args.input_shape))
     label = f"{args.framework} {args.model} {args.mode} b{args.batch_size} {shape} {args.device}"
-    print(f"harness overhead, {label}: {args.warmup} warm-up + {args.steps} measured steps, {args.repetitions} repetitions")
+    print(
+        f"harness overhead, {label}: {args.warmup} warm-up + {args.steps} measured steps, "
+        f"{args.repetitions} repetitions after 1 discarded, bare loop in the {args.bare_thread} thread"
+    )
     print(f"{'rep':>6} {'runner ms':>10} {'bare ms':>10} {'ratio':>7}")
     for i, (r, b, q) in enumerate(zip(runner_medians, bare_medians, rep_ratios), 1):
         print(f"{i:>6} {r * 1e3:>10.3f} {b * 1e3:>10.3f} {q:>7.3f}")
     print(f"{'pooled':>6} {runner_pooled * 1e3:>10.3f} {bare_pooled * 1e3:>10.3f} {ratio:>7.3f}")
     print(f"{'cv':>6} {cv(runner_medians):>10.2%} {cv(bare_medians):>10.2%}   (of per-repetition medians)")
     print(f"median of per-repetition ratios = {statistics.median(rep_ratios):.3f}")
+    print(f"load average (1 min) before/after: {load_before:.2f}/{load_after:.2f} on {os.cpu_count()} CPUs")
     print(
         f"overhead {label}: runner/bare median = {ratio:.3f} "
         f"(target <= {args.target:g}: {'met' if met else 'NOT MET'})"
@@ -161,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             "warmup_steps": args.warmup,
             "measured_steps": args.steps,
             "repetitions": args.repetitions,
+            "bare_thread": args.bare_thread,
             "ratio_of_pooled_medians": ratio,
             "median_of_repetition_ratios": statistics.median(rep_ratios),
             "runner_median_s": runner_pooled,
@@ -169,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             "bare_repetition_medians_s": bare_medians,
             "runner_cv": cv(runner_medians),
             "bare_cv": cv(bare_medians),
+            "load_average_1m_before_after": [load_before, load_after],
             "target": args.target,
             "target_met": met,
             "runner_step_times_s": runner,

@@ -8,8 +8,9 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
+from .errors import FailedPrecondition
 from .registry import ModelRegistry
-from .spec import Device, Precision, RunConfig, RunnerInfo
+from .spec import Device, ModelConfig, ModelReport, Precision, ReferenceReport, RunConfig, RunnerInfo
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,19 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def count_parameters(self, model_name: str) -> int:
         """Trainable parameters of the model at its default input shape."""
+
+    @abc.abstractmethod
+    def inspect(self, config: ModelConfig) -> ModelReport:
+        """Build the model on the CPU; count its trainable parameters and per-sample forward FLOPs
+        (2 x multiply-accumulates of convolutions and matrix products, nothing else) and its output shape."""
+
+    def export_reference(self, config: ModelConfig, path: str) -> ReferenceReport:
+        """Write weights (PyTorch parameter names), a random input and the output to a .npz file."""
+        raise FailedPrecondition(f"the {self.framework} runner cannot export reference weights")
+
+    def compare_reference(self, config: ModelConfig, path: str) -> ReferenceReport:
+        """Load a reference file's weights, run its input, and compare with its output."""
+        raise FailedPrecondition(f"the {self.framework} runner cannot load reference weights")
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         """Whether a framework exception means the device ran out of memory."""

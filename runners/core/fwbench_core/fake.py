@@ -14,7 +14,7 @@ import time
 from .backend import Backend, MemoryReading, Workload
 from .catalog import MODEL_SPECS
 from .registry import ModelRegistry
-from .spec import Device, Precision, RunConfig, RunnerInfo
+from .spec import Device, ModelConfig, ModelReport, Precision, RunConfig, RunnerInfo
 from .sysinfo import cpu_device, python_version
 
 STEP_TIME_ENV = "FWBENCH_FAKE_STEP_TIME_S"
@@ -71,6 +71,10 @@ class FakeBackend(Backend):
 
     def count_parameters(self, model_name: str) -> int:
         return fake_parameter_count(model_name)
+
+    def inspect(self, config: ModelConfig) -> ModelReport:
+        parameters = fake_parameter_count(config.model.name)
+        return ModelReport(parameters, 2 * parameters, "fake: twice the made-up parameter count", (config.head.outputs,), 0.0)
 
 
 if __name__ == "__main__":

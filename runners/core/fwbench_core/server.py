@@ -20,7 +20,7 @@ from grpc_reflection.v1alpha import reflection
 
 from . import wire
 from .backend import Backend
-from .errors import status_for
+from .errors import InvalidArgument, status_for
 from .service import RunnerService
 
 log = logging.getLogger("fwbench.runner")
@@ -47,6 +47,32 @@ class RunnerServicer(pb_grpc.RunnerServicer):
             self._abort(context, exc)
         return pb.ListModelsResponse(models=[wire.model_to_wire(spec, count) for spec, count in models])
 
+    def InspectModel(self, request, context):
+        try:
+            config = self._service.model_config(request.model, request.input_shape, request.model_options)
+            report = self._service.on_cpu(lambda: self._service.backend.inspect(config))
+        except Exception as exc:
+            self._abort(context, exc)
+        return wire.model_report_to_wire(config, report)
+
+    def ExportReference(self, request, context):
+        return self._reference(request, context, self._service.backend.export_reference)
+
+    def CompareReference(self, request, context):
+        return self._reference(request, context, self._service.backend.compare_reference)
+
+    def _reference(self, request, context, action):
+        try:
+            if not request.path:
+                raise InvalidArgument("path must name a .npz file that both runners can reach")
+            config = self._service.model_config(
+                request.model, request.input_shape, request.model_options, request.batch_size or 2, request.seed
+            )
+            report = self._service.on_cpu(lambda: action(config, request.path))
+        except Exception as exc:
+            self._abort(context, exc)
+        return wire.reference_report_to_wire(report)
+
     def Run(self, request, context):
         cancelled = threading.Event()
         context.add_callback(cancelled.set)
@@ -64,8 +90,10 @@ class RunnerServicer(pb_grpc.RunnerServicer):
 
     @staticmethod
     def _abort(context, exc: Exception):
-        log.exception("request failed")
-        context.abort(*status_for(exc))
+        code, message = status_for(exc)
+        if code is grpc.StatusCode.INTERNAL:
+            log.exception("request failed")
+        context.abort(code, message)
 
 
 def create_server(backend: Backend, address: str, max_workers: int = 8) -> tuple[grpc.Server, int, health.HealthServicer]:

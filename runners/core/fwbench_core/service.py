@@ -6,18 +6,19 @@ import gc
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Union
+from typing import TypeVar, Union
 
 from .backend import Backend, Workload
 from .catalog import MODEL_SPECS
 from .errors import Cancelled, ResourceExhausted
-from .spec import DeviceKind, DeviceRef, ModelSpec, Phase, Precision, RunConfig, RunnerInfo, RunRequest
+from .spec import DeviceKind, DeviceRef, ModelConfig, ModelSpec, Phase, Precision, RunConfig, RunnerInfo, RunRequest
 from .timing import Progress, StepBatch, Summary, time_steps
-from .validation import resolve
+from .validation import resolve, resolve_model
 
 LOCK_POLL_S = 0.1
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -57,12 +58,23 @@ class RunnerService:
         return [(MODEL_SPECS[name], self._parameter_count(name)) for name in self.backend.models.names()]
 
     def _parameter_count(self, name: str) -> int:
-        # Counting builds the model on the CPU; holding the CPU's lock keeps that
-        # work out of a CPU run's timings.
         if name not in self._parameter_counts:
-            with self._locks.lock(DeviceRef(DeviceKind.CPU)):
-                self._parameter_counts[name] = self.backend.count_parameters(name)
+            self._parameter_counts[name] = self.on_cpu(lambda: self.backend.count_parameters(name))
         return self._parameter_counts[name]
+
+    def model_config(
+        self, model: str, shape: Sequence[int], options: Mapping[str, str], batch_size: int = 1, seed: int = 0
+    ) -> ModelConfig:
+        spec, input_shape, model_options = resolve_model(model, shape, options, self.backend.models.names())
+        return ModelConfig(spec, input_shape, model_options, batch_size, seed)
+
+    def on_cpu(self, work: Callable[[], T]) -> T:
+        """Model inspection and parity work run on the CPU, never beside a CPU run's timings."""
+        with self._locks.lock(DeviceRef(DeviceKind.CPU)):
+            try:
+                return work()
+            finally:
+                gc.collect()
 
     def run(self, request: RunRequest, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
         config = resolve(request, self.info.devices, self.backend.supported_precisions, self.backend.models.names())

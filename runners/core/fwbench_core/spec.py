@@ -33,6 +33,19 @@ class Task(enum.Enum):
     SPEECH = "speech"
 
 
+class InputKind(enum.Enum):
+    IMAGE = "image"              # float pixels, CxHxW
+    TOKENS = "tokens"            # integer token ids, one sequence
+    AUDIO = "audio"              # float raw waveform samples
+    SPECTROGRAM = "spectrogram"  # float FxT spectrogram frames
+
+
+class Objective(enum.Enum):
+    CLASSIFY = "classify"        # logits (batch, classes), cross-entropy against one class per sample
+    TOKEN_CE = "token_ce"        # logits (batch, seq, vocab), cross-entropy at every position
+    CTC = "ctc"                  # logits (batch, frames, alphabet incl. blank at 0), CTC against random transcripts
+
+
 class Phase(enum.Enum):
     BUILD = "build"
     WARMUP = "warmup"
@@ -70,32 +83,65 @@ class RunnerInfo:
 
 
 @dataclass(frozen=True)
+class Head:
+    """What a model's output means: how the loss is computed and over how many outputs."""
+
+    objective: Objective
+    outputs: int  # classes, vocabulary, or CTC alphabet with the blank
+
+
+@dataclass(frozen=True)
+class ModelOption:
+    name: str
+    choices: tuple[str, ...]
+
+    @property
+    def default(self) -> str:
+        return self.choices[0]
+
+
+HEAD_OPTION = "head"
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """What a model accepts, the same for every framework.
 
     Shapes are per sample, in `input_convention` (vision: channels first,
-    CxHxW); each runner converts to its own layout. Dimensions listed in
-    `fixed_dims` must equal the default; the others range from the minimum to
-    `max_dim`.
+    CxHxW; text: seq; audio: samples); each runner converts to its own layout.
+    A dimension whose minimum equals its maximum is fixed. `heads` lists the
+    model's output heads, default first; more than one makes a "head" option.
     """
 
     name: str
     task: Task
+    input_kind: InputKind
     input_convention: str
     default_input_shape: tuple[int, ...]
     min_input_shape: tuple[int, ...]
-    fixed_dims: tuple[int, ...] = ()
-    max_dim: int = 4096
-    num_classes: int = 1000
+    max_input_shape: tuple[int, ...]
+    heads: tuple[tuple[str, Head], ...]
+    vocab_size: int = 0  # token ids are drawn below this (TOKENS inputs)
+
+    @property
+    def variable_dims(self) -> tuple[int, ...]:
+        return tuple(i for i, (low, high) in enumerate(zip(self.min_input_shape, self.max_input_shape)) if low != high)
+
+    @property
+    def options(self) -> tuple[ModelOption, ...]:
+        if len(self.heads) < 2:
+            return ()
+        return (ModelOption(HEAD_OPTION, tuple(name for name, _ in self.heads)),)
+
+    def head(self, options: dict[str, str]) -> Head:
+        return dict(self.heads)[options.get(HEAD_OPTION, self.heads[0][0])]
 
     def describe_accepted_shapes(self) -> str:
-        dims = self.input_convention.split("x")
         parts = []
-        for i, name in enumerate(dims):
-            if i in self.fixed_dims:
-                parts.append(f"{name}={self.default_input_shape[i]}")
-            else:
-                parts.append(f"{self.min_input_shape[i]}<={name}<={self.max_dim}")
+        for name, default, low, high in zip(
+            self.input_convention.split("x"), self.default_input_shape, self.min_input_shape, self.max_input_shape
+        ):
+            parts.append(f"{name}={default}" if low == high else f"{low}<={name}<={high}")
         default = "x".join(map(str, self.default_input_shape))
         return f"{self.input_convention} with {', '.join(parts)} (default {default})"
 
@@ -113,6 +159,7 @@ class RunRequest:
     warmup_steps: int | None = None
     measured_steps: int | None = None
     seed: int = 0
+    model_options: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -128,3 +175,43 @@ class RunConfig:
     warmup_steps: int
     measured_steps: int
     seed: int
+    model_options: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def head(self) -> Head:
+        return self.model.head(self.model_options)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A model at one input shape with its options: what inspection and parity checks build."""
+
+    model: ModelSpec
+    input_shape: tuple[int, ...]
+    model_options: dict[str, str]
+    batch_size: int = 1
+    seed: int = 0
+
+    @property
+    def head(self) -> Head:
+        return self.model.head(self.model_options)
+
+
+@dataclass(frozen=True)
+class ModelReport:
+    parameter_count: int
+    forward_flops: int  # per sample
+    flops_method: str
+    output_shape: tuple[int, ...]  # per sample
+    build_time_s: float
+
+
+@dataclass(frozen=True)
+class ReferenceReport:
+    path: str
+    output_shape: tuple[int, ...]
+    compared_values: int = 0
+    max_abs_diff: float = 0.0
+    max_rel_diff: float = 0.0
+    tolerance: float = 0.0
+    matched: bool = False

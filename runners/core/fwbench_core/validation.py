@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .catalog import get_spec
 from .errors import FailedPrecondition, InvalidArgument
@@ -28,14 +28,36 @@ def resolve_shape(spec: ModelSpec, shape: Sequence[int]) -> tuple[int, ...]:
     shown = "x".join(map(str, shape))
     if len(shape) != len(spec.default_input_shape):
         raise InvalidArgument(f"input_shape {shown} has rank {len(shape)}; {spec.name} accepts {accepted}")
-    for i, size in enumerate(shape):
-        if i in spec.fixed_dims:
-            ok = size == spec.default_input_shape[i]
-        else:
-            ok = spec.min_input_shape[i] <= size <= spec.max_dim
-        if not ok:
-            raise InvalidArgument(f"input_shape {shown} is out of range; {spec.name} accepts {accepted}")
+    if not all(low <= size <= high for size, low, high in zip(shape, spec.min_input_shape, spec.max_input_shape)):
+        raise InvalidArgument(f"input_shape {shown} is out of range; {spec.name} accepts {accepted}")
     return shape
+
+
+def resolve_options(spec: ModelSpec, options: Mapping[str, str]) -> dict[str, str]:
+    """Every option of the model, set to the requested choice or its default."""
+    known = {option.name: option for option in spec.options}
+    for name in options:
+        if name not in known:
+            accepted = ", ".join(known) if known else "none"
+            raise InvalidArgument(f"model_options has {name!r}, which {spec.name} does not take; its options: {accepted}")
+    resolved = {}
+    for name, option in known.items():
+        value = options.get(name, option.default)
+        if value not in option.choices:
+            raise InvalidArgument(
+                f"model_options {name}={value!r} is not accepted by {spec.name}; accepted values: {', '.join(option.choices)}"
+            )
+        resolved[name] = value
+    return resolved
+
+
+def resolve_model(
+    model: str, shape: Sequence[int], options: Mapping[str, str], model_names: Sequence[str]
+) -> tuple[ModelSpec, tuple[int, ...], dict[str, str]]:
+    spec = get_spec(model)
+    if spec.name not in model_names:
+        raise FailedPrecondition(f"model {spec.name!r} is in the catalog but this runner has no builder for it")
+    return spec, resolve_shape(spec, shape), resolve_options(spec, options)
 
 
 def resolve_device(requested: DeviceRef | None, devices: Sequence[Device]) -> Device:
@@ -62,13 +84,12 @@ def resolve(
     model_names: Sequence[str],
 ) -> RunConfig:
     """Validate `request` and fill in defaults; raises a RunnerError naming the field."""
-    spec = get_spec(request.model)
-    if spec.name not in model_names:
-        raise FailedPrecondition(f"model {spec.name!r} is in the catalog but this runner has no builder for it")
+    spec, input_shape, model_options = resolve_model(
+        request.model, request.input_shape, request.model_options, model_names
+    )
     if request.mode is None:
         raise InvalidArgument(f"mode must be set; accepted values: {_choices(Mode)}")
     batch_size = _in_range("batch_size", request.batch_size, 1, MAX_BATCH_SIZE)
-    input_shape = resolve_shape(spec, request.input_shape)
     device = resolve_device(request.device, devices)
     precision = request.precision or DEFAULT_PRECISION
     supported = supported_precisions(device)
@@ -89,4 +110,5 @@ def resolve(
         warmup_steps=_in_range("warmup_steps", warmup, 0, MAX_WARMUP_STEPS),
         measured_steps=_in_range("measured_steps", measured, 1, MAX_MEASURED_STEPS),
         seed=request.seed,
+        model_options=model_options,
     )

@@ -15,7 +15,21 @@ from . import PROTOCOL, RUNNER_VERSION
 from .backend import MemoryReading
 from .errors import InvalidArgument
 from .service import Resolved, RunEvent
-from .spec import Device, DeviceKind, DeviceRef, Mode, ModelSpec, Phase, Precision, RunnerInfo, RunRequest, Task
+from .spec import (
+    Device,
+    DeviceKind,
+    DeviceRef,
+    Mode,
+    ModelConfig,
+    ModelReport,
+    ModelSpec,
+    Phase,
+    Precision,
+    ReferenceReport,
+    RunnerInfo,
+    RunRequest,
+    Task,
+)
 from .timing import Progress, StepBatch, Summary
 
 E = TypeVar("E", bound=enum.Enum)
@@ -81,6 +95,34 @@ def model_to_wire(spec: ModelSpec, parameter_count: int) -> pb.ModelInfo:
         min_input_shape=spec.min_input_shape,
         input_convention=spec.input_convention,
         parameter_count=parameter_count,
+        max_input_shape=spec.max_input_shape,
+        variable_dims=spec.variable_dims,
+        options=[pb.ModelOption(name=o.name, choices=o.choices, default=o.default) for o in spec.options],
+    )
+
+
+def model_report_to_wire(config: ModelConfig, report: ModelReport) -> pb.ModelReport:
+    return pb.ModelReport(
+        model=config.model.name,
+        input_shape=config.input_shape,
+        parameter_count=report.parameter_count,
+        forward_flops=report.forward_flops,
+        flops_method=report.flops_method,
+        output_shape=report.output_shape,
+        build_time_s=report.build_time_s,
+        model_options=config.model_options,
+    )
+
+
+def reference_report_to_wire(report: ReferenceReport) -> pb.ReferenceReport:
+    return pb.ReferenceReport(
+        path=report.path,
+        output_shape=report.output_shape,
+        compared_values=report.compared_values,
+        max_abs_diff=report.max_abs_diff,
+        max_rel_diff=report.max_rel_diff,
+        tolerance=report.tolerance,
+        matched=report.matched,
     )
 
 
@@ -100,6 +142,7 @@ def run_request_from_wire(request: pb.RunRequest) -> RunRequest:
         warmup_steps=request.warmup_steps if request.HasField("warmup_steps") else None,
         measured_steps=request.measured_steps if request.HasField("measured_steps") else None,
         seed=request.seed,
+        model_options=dict(request.model_options),
     )
 
 
@@ -141,6 +184,7 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
                 framework=info.framework,
                 framework_version=info.framework_version,
                 parameter_count=event.parameter_count,
+                model_options=c.model_options,
             )
         )
     if isinstance(event, Summary):

@@ -2,49 +2,69 @@
 
 from __future__ import annotations
 
+import time
+
 import keras
+import numpy as np
 import tensorflow as tf
 from fwbench_core.backend import Backend, MemoryReading, Workload
 from fwbench_core.catalog import get_spec
-from fwbench_core.spec import Device, DeviceKind, DeviceRef, Mode, Precision, RunConfig, RunnerInfo
+from fwbench_core.errors import FailedPrecondition, InvalidArgument
+from fwbench_core.spec import (
+    Device,
+    DeviceKind,
+    DeviceRef,
+    InputKind,
+    Mode,
+    ModelConfig,
+    ModelReport,
+    Objective,
+    Precision,
+    ReferenceReport,
+    RunConfig,
+    RunnerInfo,
+)
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, process_peak_rss_bytes, python_version
 
+from .flops import FLOPS_METHOD, forward_flops
 from .models import MODELS
+from .objectives import keras_input_shape, loss, random_inputs, random_targets
 
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
+# On max |tf - torch| / max |torch| over the whole output: fp32 through two
+# different kernel libraries agrees to about 1e-6 per layer.
+REFERENCE_TOLERANCE = 1e-4
 
 
 def tf_device_name(device: Device) -> str:
     return f"/GPU:{device.ref.index}" if device.ref.kind is DeviceKind.GPU else "/CPU:0"
 
 
-def hwc(shape_chw: tuple[int, ...]) -> tuple[int, ...]:
-    """The user's channels-first sample shape in Keras' channels-last layout."""
-    channels, *spatial = shape_chw
-    return (*spatial, channels)
-
-
 def count_trainable(model: keras.Model) -> int:
-    return int(sum(v.numpy().size for v in model.trainable_weights))
+    return int(sum(np.prod(v.shape) for v in model.trainable_weights))
+
+
+def build_model(config: RunConfig | ModelConfig) -> keras.Model:
+    shape = keras_input_shape(config.model, config.input_shape)
+    return MODELS.builder(config.model.name).build(config.model, shape, config.model_options)
 
 
 class TensorFlowWorkload(Workload):
     def __init__(self, config: RunConfig) -> None:
         self.device_name = tf_device_name(config.device)
         self.is_gpu = config.device.ref.kind is DeviceKind.GPU
+        self.head = config.head
         keras.utils.set_random_seed(config.seed)
         # TensorFlow enables TF32 by default; strict fp32 must turn it off.
         tf.config.experimental.enable_tensor_float_32_execution(config.precision is Precision.TF32)
         if self.is_gpu:
             tf.config.experimental.reset_memory_stats(f"GPU:{config.device.ref.index}")
-        num_classes = config.model.num_classes
-        batch_shape = (config.batch_size, *hwc(config.input_shape))
         with tf.device(self.device_name):
-            self.model = MODELS.builder(config.model.name)(hwc(config.input_shape), num_classes)
-            self.inputs = tf.random.normal(batch_shape)
-            self.targets = tf.random.uniform((config.batch_size,), 0, num_classes, dtype=tf.int32)
+            self.model = build_model(config)
+            self.inputs = random_inputs(config.model, config.batch_size, config.input_shape)
             if config.mode is Mode.TRAIN:
+                self.targets = random_targets(self.head, self._output_shape())
                 self.optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
                 self.optimizer.build(self.model.trainable_variables)
         self.parameter_count = count_trainable(self.model)
@@ -52,15 +72,21 @@ class TensorFlowWorkload(Workload):
         self._infer = tf.function(self._infer_graph)
         self._last = None
 
+    def _output_shape(self) -> tuple[int, ...]:
+        """Targets need the output's shape; only CTC's (frames) is not known without a forward pass."""
+        batch = self.inputs.shape[0]
+        if self.head.objective is Objective.CLASSIFY:
+            return (batch,)
+        if self.head.objective is Objective.TOKEN_CE:
+            return (batch, self.inputs.shape[1])
+        return tuple(self.model(self.inputs, training=False).shape)
+
     def _train_graph(self):
         with tf.GradientTape() as tape:
-            logits = self.model(self.inputs, training=True)
-            loss = tf.reduce_mean(
-                keras.losses.sparse_categorical_crossentropy(self.targets, logits, from_logits=True)
-            )
+            value = loss(self.head, self.model(self.inputs, training=True), self.targets)
         variables = self.model.trainable_variables
-        self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return loss
+        self.optimizer.apply_gradients(zip(tape.gradient(value, variables), variables))
+        return value
 
     def _infer_graph(self):
         return self.model(self.inputs, training=False)
@@ -88,6 +114,11 @@ class TensorFlowWorkload(Workload):
 
     def close(self) -> None:
         self.__dict__.clear()
+
+
+def _to_keras_layout(spec, array: np.ndarray) -> np.ndarray:
+    """A reference input, stored in PyTorch's layout, in Keras' (images: NCHW -> NHWC)."""
+    return array.transpose(0, 2, 3, 1) if spec.input_kind is InputKind.IMAGE else array
 
 
 class TensorFlowBackend(Backend):
@@ -128,10 +159,60 @@ class TensorFlowBackend(Backend):
     def count_parameters(self, model_name: str) -> int:
         spec = get_spec(model_name)
         with tf.device("/CPU:0"):
-            model = MODELS.builder(model_name)(hwc(spec.default_input_shape), spec.num_classes)
+            model = MODELS.builder(model_name).build(spec, keras_input_shape(spec, spec.default_input_shape), {})
         count = count_trainable(model)
         keras.backend.clear_session()
         return count
+
+    def inspect(self, config: ModelConfig) -> ModelReport:
+        keras.utils.set_random_seed(config.seed)
+        with tf.device("/CPU:0"):
+            started = time.perf_counter()
+            model = build_model(config)
+            build_time_s = time.perf_counter() - started
+            sample = random_inputs(config.model, 1, config.input_shape)
+            output = model(sample, training=False)
+            flops = forward_flops(model, sample)
+        report = ModelReport(
+            parameter_count=count_trainable(model),
+            forward_flops=flops,
+            flops_method=FLOPS_METHOD,
+            output_shape=tuple(output.shape[1:]),
+            build_time_s=build_time_s,
+        )
+        keras.backend.clear_session()
+        return report
+
+    def compare_reference(self, config: ModelConfig, path: str) -> ReferenceReport:
+        load = MODELS.builder(config.model.name).load_torch_weights
+        if load is None:
+            raise FailedPrecondition(f"{config.model.name} has no loader for PyTorch weights in the TensorFlow runner")
+        try:
+            with np.load(path) as reference:
+                stored = {key: reference[key] for key in reference.files}
+        except OSError as exc:
+            raise InvalidArgument(f"path {path!r} cannot be read as a reference .npz file: {exc}") from None
+        weights = {key.removeprefix("weights/"): value for key, value in stored.items() if key.startswith("weights/")}
+        inputs = _to_keras_layout(config.model, stored["input"])
+        expected = stored["output"]
+        with tf.device("/CPU:0"):
+            model = build_model(config)
+            load(model, weights)
+            output = model(tf.constant(inputs), training=False).numpy()
+        keras.backend.clear_session()
+        if output.shape != expected.shape:
+            return ReferenceReport(path=path, output_shape=tuple(output.shape), tolerance=REFERENCE_TOLERANCE)
+        max_abs = float(np.max(np.abs(output - expected)))
+        max_rel = max_abs / max(float(np.max(np.abs(expected))), np.finfo(np.float32).tiny)
+        return ReferenceReport(
+            path=path,
+            output_shape=tuple(output.shape),
+            compared_values=int(expected.size),
+            max_abs_diff=max_abs,
+            max_rel_diff=max_rel,
+            tolerance=REFERENCE_TOLERANCE,
+            matched=max_rel <= REFERENCE_TOLERANCE,
+        )
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         return isinstance(exc, (tf.errors.ResourceExhaustedError, MemoryError))
