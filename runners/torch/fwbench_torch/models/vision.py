@@ -1,19 +1,12 @@
-"""PyTorch builders for the catalog's models, registered by name; no weights are downloaded.
-
-Every builder takes (spec, input_shape, options) and returns a module whose
-output is logits: (batch, classes), (batch, seq, vocab), or for CTC
-(batch, frames, alphabet). Vision models come from torchvision; the rest are
-defined in this package, once.
-"""
+"""Vision models: torchvision's own builders, no weights."""
 
 from __future__ import annotations
 
 import torchvision
-from fwbench_core.registry import ModelRegistry
 from fwbench_core.spec import ModelSpec
 from torch import nn
 
-MODELS: ModelRegistry = ModelRegistry("torch")
+from . import MODELS
 
 
 def _torchvision(name: str, **kwargs):

@@ -1,40 +1,19 @@
-"""Keras builders for the catalog's models, registered by name; channels-last, no weights.
+"""Vision models, matching torchvision's.
 
-Every builder takes (spec, input_shape in Keras layout, options) and returns a
-model whose output is logits: (batch, classes), (batch, seq, vocab), or for
-CTC (batch, frames, alphabet). Where keras.applications has the same network
-as the PyTorch runner it is used; otherwise the network is defined here to
-match PyTorch's: explicit symmetric zero padding (Keras' "same" pads stride-2
-convolutions asymmetrically), no convolution biases where PyTorch has none,
-BatchNorm with PyTorch's epsilon and momentum.
-
-A model that takes part in the numerical parity check also has a loader that
-copies PyTorch's weights (by PyTorch parameter name) into it.
+Where keras.applications has the same network it is used; otherwise it is
+defined here to match PyTorch's: explicit symmetric zero padding (Keras' "same"
+pads stride-2 convolutions asymmetrically), no convolution biases where
+PyTorch has none, BatchNorm with PyTorch's epsilon and momentum.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import keras
-import numpy as np
-from fwbench_core.registry import ModelRegistry
 from fwbench_core.spec import ModelSpec
 from keras import layers
 
-from . import torch_weights
-
-TorchWeights = dict[str, np.ndarray]
-
-
-@dataclass(frozen=True)
-class KerasModel:
-    build: Callable[[ModelSpec, tuple[int, ...], dict[str, str]], keras.Model]
-    load_torch_weights: Callable[[keras.Model, TorchWeights], None] | None = None
-
-
-MODELS: ModelRegistry = ModelRegistry("tensorflow")
+from .. import torch_weights
+from . import MODELS, KerasModel, TorchWeights
 
 # PyTorch BatchNorm2d defaults: eps 1e-5, running stats updated with 0.1 of the new value.
 TORCH_BN = dict(epsilon=1e-5, momentum=0.9)

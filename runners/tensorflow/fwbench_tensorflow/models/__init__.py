@@ -1,0 +1,31 @@
+"""Keras builders for the catalog's models, registered by name; no weights are downloaded.
+
+Every builder takes (spec, input_shape in Keras layout, options) and returns a
+model whose output is logits: (batch, classes), (batch, seq, vocab), or for
+CTC (batch, frames, alphabet). Where keras.applications has the same network
+as the PyTorch runner it is used; otherwise the network is defined here to
+match PyTorch's. A model in the numerical parity check also has a loader that
+copies PyTorch's weights (NumPy arrays keyed by PyTorch parameter name) into it.
+One module per task registers its models here.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import keras
+import numpy as np
+from fwbench_core.registry import ModelRegistry
+from fwbench_core.spec import ModelSpec
+
+TorchWeights = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class KerasModel:
+    build: Callable[[ModelSpec, tuple[int, ...], dict[str, str]], keras.Model]
+    load_torch_weights: Callable[[keras.Model, TorchWeights], None] | None = None
+
+
+MODELS: ModelRegistry = ModelRegistry("tensorflow")
+
+from . import speech, text, vision  # noqa: E402,F401  (each registers its models)

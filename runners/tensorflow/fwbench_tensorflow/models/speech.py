@@ -1,0 +1,1 @@
+"""Speech models: defined here, once, to match the PyTorch runner's."""

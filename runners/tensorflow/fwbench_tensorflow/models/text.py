@@ -1,0 +1,1 @@
+"""Text models: defined here, once, to match the PyTorch runner's."""
