@@ -1,0 +1,117 @@
+"""The parity table: evidence, from the runners themselves, that two runners build the same network."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from fwbench.runner.v1 import runner_pb2 as pb
+
+from .client import RunnerClient, RunnerFailure
+
+# Trainable parameters may differ this much, each difference explained in the
+# model's docstring (a bias a builder adds, a BatchNorm without scale).
+PARAMETER_TOLERANCE = 0.005
+FLOPS_TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A model with one choice of its options (every head of a multi-head model is checked)."""
+
+    model: str
+    options: dict[str, str]
+
+    @property
+    def label(self) -> str:
+        return self.model + "".join(f" {k}={v}" for k, v in sorted(self.options.items()))
+
+    @property
+    def file_stem(self) -> str:
+        return self.label.replace(" ", "_").replace("=", "-")
+
+
+def variants(models: list[pb.ModelInfo], names: list[str] | None) -> list[Variant]:
+    chosen = [m for m in models if names is None or m.name in names]
+    out = []
+    for m in chosen:
+        if not m.options:
+            out.append(Variant(m.name, {}))
+        for option in m.options:
+            out += [Variant(m.name, {option.name: choice}) for choice in option.choices]
+    return out
+
+
+def _shape(dims) -> str:
+    return "x".join(map(str, dims))
+
+
+def _relative_gap(a: int, b: int) -> float:
+    return abs(a - b) / max(a, b, 1)
+
+
+def check_variant(
+    variant: Variant, reference: RunnerClient, other: RunnerClient, exchange_dir: Path
+) -> dict:
+    """Inspect the model on both runners and, where the other runner can load the reference's
+    weights, compare outputs on the same input."""
+    row: dict = {"model": variant.label}
+    reports = {}
+    for client in (reference, other):
+        report = client.inspect(variant.model, model_options=variant.options)
+        reports[client.name] = report
+        row[f"params_{client.name}"] = report.parameter_count
+        row[f"flops_{client.name}"] = report.forward_flops
+        row[f"output_{client.name}"] = _shape(report.output_shape)
+        row[f"build_s_{client.name}"] = report.build_time_s
+    ref, oth = reports[reference.name], reports[other.name]
+    row["input_shape"] = _shape(ref.input_shape)
+    row["params_gap"] = _relative_gap(ref.parameter_count, oth.parameter_count)
+    row["flops_gap"] = _relative_gap(ref.forward_flops, oth.forward_flops)
+    row["outputs_equal"] = list(ref.output_shape) == list(oth.output_shape)
+
+    path = exchange_dir / f"reference-{variant.file_stem}.npz"
+    request = pb.ReferenceRequest(model=variant.model, model_options=variant.options, path=str(path.resolve()))
+    try:
+        reference.export_reference(request)
+        compared = other.compare_reference(request)
+    except RunnerFailure as failure:
+        if failure.code != "FAILED_PRECONDITION":
+            raise
+        row["numeric"] = "not checked"
+        row["max_rel_diff"] = None
+    else:
+        row["numeric"] = "match" if compared.matched else "MISMATCH"
+        row["max_rel_diff"] = compared.max_rel_diff
+    finally:
+        path.unlink(missing_ok=True)
+
+    same = (
+        row["params_gap"] <= PARAMETER_TOLERANCE
+        and row["flops_gap"] <= FLOPS_TOLERANCE
+        and row["outputs_equal"]
+        and row["numeric"] != "MISMATCH"
+    )
+    row["verdict"] = "same" if same else "DIFFERENT"
+    return row
+
+
+def parity_table(
+    reference: RunnerClient,
+    other: RunnerClient,
+    names: list[str] | None,
+    exchange_dir: Path,
+    on_variant: Callable[[Variant], None] = lambda v: None,
+) -> pd.DataFrame:
+    exchange_dir.mkdir(parents=True, exist_ok=True)
+    listed = {name: [m.name for m in client.list_models()] for name, client in ((reference.name, reference), (other.name, other))}
+    if sorted(listed[reference.name]) != sorted(listed[other.name]):
+        only = set(listed[reference.name]) ^ set(listed[other.name])
+        raise RunnerFailure(other.name, "FAILED_PRECONDITION", f"the runners list different models: {sorted(only)}")
+    rows = []
+    for variant in variants(reference.list_models(), names):
+        on_variant(variant)
+        rows.append(check_variant(variant, reference, other, exchange_dir))
+    return pd.DataFrame(rows)
