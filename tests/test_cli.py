@@ -36,7 +36,7 @@ def test_compare_both_real_runners_prints_table_and_writes_files(tmp_path):
         "--warmup", str(WARMUP), "--steps", str(STEPS), "--out", str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
-    for expected in ("torch", "tensorflow", "median step ms", "× fastest", "1.000"):
+    for expected in ("torch", "tensorflow", "median ms", "× fastest", "1.000", "verdict: "):
         assert expected in done.stdout
     run_dir = only_run_dir(tmp_path)
     for name in ("steps.csv", "steps.parquet", "summary.csv", "summary.parquet"):
@@ -67,6 +67,8 @@ def test_compare_both_real_runners_prints_table_and_writes_files(tmp_path):
         (["--mode", "fly"], ["--mode", "train", "infer"]),
         (["--device", "tpu"], ["--device", "gpu:N"]),
         (["--runner", "torch"], ["--runner", "NAME=HOST:PORT"]),
+        (["--shape", "seq=12x"], ["--shape", "seq=128"]),
+        (["--option", "head"], ["--option", "NAME=VALUE"]),
     ],
 )
 def test_bad_input_is_rejected_before_any_runner_is_contacted(tmp_path, args, names):
@@ -103,7 +105,7 @@ def test_unreachable_runner_is_named_and_the_other_results_are_kept(tmp_path, fa
     assert "tensorflow" in done.stderr and "unreachable" in done.stderr
     assert "fake" in done.stdout
     summary = pd.read_csv(only_run_dir(tmp_path) / "summary.csv")
-    assert summary.set_index("framework")["status"].to_dict() == {"fake": "ok", "tensorflow": "failed"}
+    assert summary.set_index("runner")["status"].to_dict() == {"fake": "ok", "tensorflow": "failed"}
     steps = pd.read_parquet(only_run_dir(tmp_path) / "steps.parquet")
     assert len(steps) == 4 and set(steps["framework"]) == {"fake"}
 
@@ -112,3 +114,55 @@ def test_runner_errors_reach_the_user_with_their_status(tmp_path, fake_runner):
     done = fwbench("compare", "--model", "resnet9000", "--batch-size", "2", "--runner", f"fake={fake_runner}", "--out", str(tmp_path))
     assert done.returncode == 1
     assert "NOT_FOUND" in done.stderr and "resnet18" in done.stderr
+
+
+def test_model_options_and_named_shapes_reach_the_runner(tmp_path, fake_runner):
+    done = fwbench(
+        "compare", "--model", "bert_base", "--option", "head=mlm", "--shape", "seq=16", "--batch-size", "1",
+        "--warmup", "0", "--steps", "2", "--runner", f"fake={fake_runner}", "--out", str(tmp_path),
+    )
+    assert done.returncode == 0, done.stderr
+    summary = pd.read_parquet(only_run_dir(tmp_path) / "summary.parquet")
+    assert summary.loc[0, "input_shape"] == "16"
+    assert summary.loc[0, "model_options"] == "head=mlm"
+
+
+def test_a_bad_model_option_is_named_by_the_runner(tmp_path, fake_runner):
+    done = fwbench("compare", "--model", "bert_base", "--option", "head=qa", "--runner", f"fake={fake_runner}", "--out", str(tmp_path))
+    assert done.returncode == 1
+    assert "INVALID_ARGUMENT" in done.stderr and "classification, mlm" in done.stderr
+
+
+def test_parity_command_against_both_real_runners(tmp_path):
+    done = fwbench("parity", "--models", "resnet18", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "11,689,512 / 11,689,512" in done.stdout and "match" in done.stdout and "same" in done.stdout
+    table = pd.read_csv(only_run_dir(tmp_path) / "parity.csv")
+    assert table.loc[0, "model"] == "resnet18" and table.loc[0, "verdict"] == "same"
+    assert table.loc[0, "flops_torch"] == table.loc[0, "flops_tensorflow"] > 0
+
+
+def test_parity_rejects_an_unknown_model(tmp_path, fake_runner):
+    done = fwbench("parity", "--models", "resnet9000", "--runner", f"torch={fake_runner}", "--runner", f"tensorflow={fake_runner}", "--out", str(tmp_path))
+    assert done.returncode == 2
+    assert "resnet9000" in done.stderr and "resnet18" in done.stderr
+
+
+def test_repetitions_interleave_runners_and_give_a_verdict(tmp_path, fake_runner):
+    done = fwbench(
+        "compare", "--batch-size", "2", "--warmup", "1", "--steps", "5", "--repetitions", "3",
+        "--runner", f"first={fake_runner}", "--runner", f"second={fake_runner}", "--out", str(tmp_path),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "verdict: no significant difference" in done.stdout
+    run_dir = only_run_dir(tmp_path)
+    summary = pd.read_parquet(run_dir / "summary.parquet")
+    # Interleaved: first, second, first, second, ...
+    order = summary.sort_values("started_at_unix_s")[["runner", "repetition"]].values.tolist()
+    assert order == [["first", 0], ["second", 0], ["first", 1], ["second", 1], ["first", 2], ["second", 2]]
+    comparison = pd.read_parquet(run_dir / "comparison.parquet")
+    assert set(comparison["runner"]) == {"first", "second"}
+    assert (comparison["repetitions"] == 3).all() and (comparison["steps"] == 15).all()
+    assert comparison["repetition_median_cv"].notna().all()
+    steps = pd.read_parquet(run_dir / "steps.parquet")
+    assert sorted(steps["repetition"].unique()) == [0, 1, 2]

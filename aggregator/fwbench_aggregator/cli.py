@@ -18,6 +18,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from . import parity as parity_mod
+from . import stats
 from . import results as results_mod
 from .client import RunnerClient, RunnerFailure, RunResult
 from .launch import RUNNER_MODULES, LocalRunner, RunnerStartError, default_venvs, embedded_command
@@ -39,12 +41,27 @@ class PrecisionChoice(str, enum.Enum):
     amp_bf16 = "amp_bf16"
 
 
+SHAPE_FORMS = "positive integers joined by 'x', per sample, channels first (3x224x224, 161x400), or NAME=N (seq=128, audio=16000)"
+
+
 def parse_shape(value: Optional[str]) -> Optional[str]:
-    if value is not None and not re.fullmatch(r"[1-9]\d*(x[1-9]\d*)*", value):
-        raise typer.BadParameter(
-            f"{value!r} is not a shape: give positive integers joined by 'x', per sample, channels first, e.g. 3x224x224"
-        )
+    if value is not None and not re.fullmatch(r"[1-9]\d*(x[1-9]\d*)*|[a-z]+=[1-9]\d*", value):
+        raise typer.BadParameter(f"{value!r} is not a shape: give {SHAPE_FORMS}")
     return value
+
+
+def shape_dims(shape: Optional[str]) -> list[int]:
+    """seq=128 -> [128]; 3x224x224 -> [3, 224, 224]; the runner checks the convention against the model."""
+    if not shape:
+        return []
+    return [int(shape.partition("=")[2])] if "=" in shape else [int(d) for d in shape.split("x")]
+
+
+def parse_options(values: list[str]) -> list[str]:
+    for value in values:
+        if not re.fullmatch(r"[a-z_]+=[A-Za-z0-9_]+", value):
+            raise typer.BadParameter(f"{value!r} is not NAME=VALUE, e.g. head=mlm (`fwbench models` lists each model's options)")
+    return values
 
 
 def parse_device(value: Optional[str]) -> Optional[str]:
@@ -70,13 +87,14 @@ def parse_frameworks(value: str) -> str:
 
 def build_request(
     model: str, mode: ModeChoice, batch_size: int, shape: Optional[str], precision: PrecisionChoice,
-    device: Optional[str], warmup: int, steps: int, seed: int,
+    device: Optional[str], warmup: int, steps: int, seed: int, options: list[str],
 ) -> pb.RunRequest:
     request = pb.RunRequest(
         model=model,
         mode=pb.Mode.Value(f"MODE_{mode.value.upper()}"),
         batch_size=batch_size,
-        input_shape=[int(d) for d in shape.split("x")] if shape else [],
+        input_shape=shape_dims(shape),
+        model_options=dict(value.split("=", 1) for value in options),
         precision=pb.Precision.Value(f"PRECISION_{precision.value.upper()}"),
         warmup_steps=warmup,
         measured_steps=steps,
@@ -121,40 +139,56 @@ def resolve_endpoints(
     return start_embedded(frameworks.split(","), venvs or default_venvs(), log_dir, stack)
 
 
-def run_all(endpoints: dict[str, str], request: pb.RunRequest) -> tuple[list[RunResult], list[RunnerFailure]]:
-    """Run the request on each runner, one after the other: runners may share a device."""
+def run_all(
+    endpoints: dict[str, str], request: pb.RunRequest, repetitions: int = 1, cooldown_s: float = 0.0
+) -> tuple[list[RunResult], list[RunnerFailure]]:
+    """Run the request on each runner, one after the other (they may share a device), repetition
+    after repetition, the frameworks interleaved (A, B, A, B, ...) so that drift favours neither.
+    A runner that fails is named once and left out of later repetitions."""
     results, failures = [], []
+    failed: set[str] = set()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err_console) as progress:
-        for name, address in endpoints.items():
-            task = progress.add_task(f"{name}: starting", total=None)
+        for repetition in range(repetitions):
+            for name, address in endpoints.items():
+                if name in failed:
+                    continue
+                if cooldown_s and (repetition or name != next(iter(endpoints))):
+                    time.sleep(cooldown_s)
+                label = f"{name} #{repetition + 1}/{repetitions}"
+                task = progress.add_task(f"{label}: starting", total=None)
 
-            def on_progress(p: pb.Progress, task=task, name=name) -> None:
-                phase = pb.Phase.Name(p.phase).removeprefix("PHASE_").lower()
-                progress.update(task, description=f"{name}: {phase}", completed=p.steps_done, total=p.steps_total)
+                def on_progress(p: pb.Progress, task=task, label=label) -> None:
+                    phase = pb.Phase.Name(p.phase).removeprefix("PHASE_").lower()
+                    progress.update(task, description=f"{label}: {phase}", completed=p.steps_done, total=p.steps_total)
 
-            try:
-                with RunnerClient(name, address) as client:
-                    results.append(client.run(request, on_progress))
-                progress.update(task, description=f"{name}: done")
-            except RunnerFailure as failure:
-                failures.append(failure)
-                progress.update(task, description=f"{name}: failed")
+                try:
+                    with RunnerClient(name, address) as client:
+                        results.append(client.run(request, on_progress, repetition))
+                    progress.update(task, description=f"{label}: done")
+                except RunnerFailure as failure:
+                    failures.append(failure)
+                    failed.add(name)
+                    progress.update(task, description=f"{label}: failed")
     return results, failures
 
 
-def print_comparison(table, title: str) -> None:
+def print_comparison(table, verdicts, title: str) -> None:
     view = Table(title=title)
-    view.add_column("framework", no_wrap=True)
+    view.add_column("runner", no_wrap=True)
     view.add_column("version", no_wrap=True)
-    for column in ("median step ms", "p95 step ms", "samples/s", "× fastest"):
+    for column in ("median ms", "p5 ms", "p95 ms", "std ms", "samples/s", "× fastest", "rep. CV"):
         view.add_column(column, justify="right")
     for row in table.itertuples():
         view.add_row(
-            row.framework, row.version, f"{row.median_step_ms:.2f}", f"{row.p95_step_ms:.2f}",
+            row.runner, f"{row.framework} {row.version}", f"{row.median_step_time_s * 1e3:.2f}", f"{row.p5_step_time_s * 1e3:.2f}",
+            f"{row.p95_step_time_s * 1e3:.2f}", f"{row.std_step_time_s * 1e3:.2f}",
             f"{row.throughput_samples_per_s:.1f}", f"{row.ratio_to_fastest:.3f}",
+            "-" if row.repetitions < 2 else f"{row.repetition_median_cv:.1%}",
         )
     out_console.print(view)
+    for verdict in verdicts:
+        out_console.print(f"verdict: {verdict.verdict}")
 
 
 @app.command()
@@ -163,13 +197,19 @@ def compare(
     mode: Annotated[ModeChoice, typer.Option(help="train or infer")] = ModeChoice.train,
     batch_size: Annotated[int, typer.Option(min=1, help="samples per step")] = 32,
     shape: Annotated[
-        Optional[str], typer.Option(callback=parse_shape, help="per-sample input shape, channels first, e.g. 3x224x224; default: the model's")
+        Optional[str], typer.Option(callback=parse_shape, help="per-sample input shape: 3x224x224, seq=128, audio=16000, 161x400; default: the model's")
     ] = None,
+    option: Annotated[
+        list[str], typer.Option(callback=parse_options, help="model option NAME=VALUE, e.g. head=mlm; repeat for each")
+    ] = [],
     precision: Annotated[PrecisionChoice, typer.Option(help="numeric precision, identical on every runner")] = PrecisionChoice.fp32,
     device: Annotated[Optional[str], typer.Option(callback=parse_device, help="cpu, gpu or gpu:N; default: the runner's first GPU, else its CPU")] = None,
     warmup: Annotated[int, typer.Option(min=0, help="warm-up steps, excluded from the figures")] = 5,
     steps: Annotated[int, typer.Option(min=1, help="measured steps")] = 20,
     seed: Annotated[int, typer.Option(min=0)] = 0,
+    repetitions: Annotated[int, typer.Option(min=1, help="runs per framework, interleaved A, B, A, B, ...")] = 1,
+    cooldown_s: Annotated[float, typer.Option(min=0.0, help="seconds to wait between runs")] = 0.0,
+    min_effect: Annotated[float, typer.Option(min=0.0, help="smallest difference a verdict calls real, as a fraction")] = stats.MIN_EFFECT,
     runner: Annotated[
         list[str], typer.Option(callback=parse_runners, help="NAME=HOST:PORT of a running runner; repeat for each. Default: start the embedded runners")
     ] = [],
@@ -178,22 +218,27 @@ def compare(
     out: Annotated[Path, typer.Option(help="folder to write results into; each comparison gets a subfolder")] = Path("results"),
 ) -> None:
     """Run one model at one batch size and shape on every runner, and compare them."""
-    request = build_request(model, mode, batch_size, shape, precision, device, warmup, steps, seed)
+    request = build_request(model, mode, batch_size, shape, precision, device, warmup, steps, seed, option)
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{model}-{mode.value}-b{batch_size}"
     out_dir = out / run_id
     with ExitStack() as stack:
         endpoints, failures = resolve_endpoints(runner, frameworks, venvs, out_dir / "logs", stack)
-        results, run_failures = run_all(endpoints, request)
+        results, run_failures = run_all(endpoints, request, repetitions, cooldown_s)
         failures += run_failures
 
-    summary = results_mod.summary_frame(run_id, results, failures)
-    written = results_mod.write_results(out_dir, results_mod.steps_frame(run_id, results), summary)
+    steps = results_mod.steps_frame(run_id, results)
+    frames = {"steps": steps, "summary": results_mod.summary_frame(run_id, results, failures)}
     if results:
+        table = results_mod.comparison_table(steps, batch_size)
+        found = results_mod.verdicts(steps, min_effect)
+        table["verdict"] = [next((v.verdict for v in found if v.slower == r), "fastest" if found else "") for r in table["runner"]]
+        frames["comparison"] = table
         shape_shown = "x".join(map(str, results[0].config.input_shape))
         print_comparison(
-            results_mod.comparison_table(summary),
+            table, found,
             f"{model} {mode.value}, batch {batch_size}, {shape_shown}, {precision.value}, {results[0].config.device.name}",
         )
+    written = results_mod.write_results(out_dir, frames)
     err_console.print(f"results: {', '.join(str(p) for p in written)}")
     report_failures(failures)
 
@@ -212,7 +257,7 @@ VenvsOption = Annotated[Optional[Path], typer.Option(help="folder holding the em
 def models(runner: RunnerOption = [], frameworks: FrameworksOption = "torch,tensorflow", venvs: VenvsOption = None) -> None:
     """List every runner's models: task, default and minimum input shape, trainable parameters."""
     view = Table(title="models")
-    for column in ("runner", "model", "task", "input", "default shape", "min shape", "parameters"):
+    for column in ("runner", "model", "task", "input", "default shape", "min shape", "max shape", "options", "parameters"):
         view.add_column(column)
     failures = []
     with ExitStack() as stack, TemporaryDirectory() as logs:
@@ -224,6 +269,8 @@ def models(runner: RunnerOption = [], frameworks: FrameworksOption = "torch,tens
                         view.add_row(
                             name, m.name, pb.Task.Name(m.task).removeprefix("TASK_").lower(), m.input_convention,
                             "x".join(map(str, m.default_input_shape)), "x".join(map(str, m.min_input_shape)),
+                            "x".join(map(str, m.max_input_shape)),
+                            " ".join(f"{o.name}={'|'.join(o.choices)}" for o in m.options),
                             f"{m.parameter_count:,}",
                         )
             except RunnerFailure as failure:
@@ -253,3 +300,58 @@ def report_failures(failures: list[RunnerFailure]) -> None:
         err_console.print(f"[bold red]runner {failure.runner} failed[/]: {failure.code}: {failure.message}")
     if failures:
         raise typer.Exit(1)
+
+
+@app.command()
+def parity(
+    models: Annotated[Optional[str], typer.Option(help="comma-separated model names; default: every model both runners list")] = None,
+    runner: RunnerOption = [],
+    venvs: VenvsOption = None,
+    out: Annotated[Path, typer.Option(help="folder for parity.csv and the weight files both runners exchange")] = Path("results"),
+) -> None:
+    """Show that the torch and TensorFlow runners build the same networks: parameters, FLOPs, output shapes,
+    and, where the TensorFlow runner can load PyTorch's weights, the same output for the same input."""
+    names = [name for name in models.split(",") if name] if models else None
+    run_dir = out / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-parity")
+    failures: list[RunnerFailure] = []
+    table = None
+    with ExitStack() as stack:
+        endpoints, failures = resolve_endpoints(runner, "torch,tensorflow", venvs, run_dir / "logs", stack)
+        if {"torch", "tensorflow"} <= endpoints.keys():
+            reference = stack.enter_context(RunnerClient("torch", endpoints["torch"]))
+            other = stack.enter_context(RunnerClient("tensorflow", endpoints["tensorflow"]))
+            known = [m.name for m in reference.list_models()]
+            unknown = sorted(set(names or []) - set(known))
+            if unknown:
+                raise typer.BadParameter(f"unknown model(s) {unknown}; known models: {', '.join(known)}", param_hint="--models")
+            with err_console.status("checking parity") as status:
+                try:
+                    table = parity_mod.parity_table(
+                        reference, other, names, run_dir, lambda v: status.update(f"checking {v.label}")
+                    )
+                except RunnerFailure as failure:
+                    failures.append(failure)
+    if table is not None:
+        path = run_dir / "parity.csv"
+        table.to_csv(path, index=False)
+        print_parity(table)
+        err_console.print(f"results: {path}")
+        if (table["verdict"] != "same").any():
+            err_console.print("[bold red]some models differ between the runners[/]")
+            raise typer.Exit(1)
+    report_failures(failures)
+
+
+def print_parity(table) -> None:
+    view = Table(title="parity: torch / tensorflow")
+    for column in ("model", "input", "params", "GFLOPs", "output", "max rel diff", "verdict"):
+        view.add_column(column, no_wrap=column == "model")
+    for row in table.to_dict("records"):
+        numeric = row["numeric"] if row["max_rel_diff"] is None else f"{row['max_rel_diff']:.1e} ({row['numeric']})"
+        view.add_row(
+            row["model"], row["input_shape"],
+            f"{row['params_torch']:,} / {row['params_tensorflow']:,}",
+            f"{row['flops_torch'] / 1e9:.3f} / {row['flops_tensorflow'] / 1e9:.3f}",
+            f"{row['output_torch']} / {row['output_tensorflow']}", numeric, row["verdict"],
+        )
+    out_console.print(view)

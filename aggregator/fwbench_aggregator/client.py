@@ -37,6 +37,7 @@ class RunResult:
     runner: str
     address: str
     runner_info: pb.DescribeResponse
+    repetition: int = 0
     config: pb.ResolvedConfig | None = None
     steps: list[pb.StepTiming] = field(default_factory=list)
     summary: pb.Summary | None = None
@@ -59,14 +60,24 @@ class RunnerClient:
         self.close()
 
     def describe(self) -> pb.DescribeResponse:
-        try:
-            return self._stub.Describe(pb.DescribeRequest(), timeout=DESCRIBE_TIMEOUT_S)
-        except grpc.RpcError as error:
-            raise RunnerFailure.from_rpc(self.name, error) from None
+        return self._call(self._stub.Describe, pb.DescribeRequest(), DESCRIBE_TIMEOUT_S)
 
     def list_models(self) -> list[pb.ModelInfo]:
+        return list(self._call(self._stub.ListModels, pb.ListModelsRequest(), LIST_MODELS_TIMEOUT_S).models)
+
+    def inspect(self, model: str, input_shape=(), model_options=None) -> pb.ModelReport:
+        request = pb.InspectRequest(model=model, input_shape=input_shape, model_options=model_options or {})
+        return self._call(self._stub.InspectModel, request, LIST_MODELS_TIMEOUT_S)
+
+    def export_reference(self, request: pb.ReferenceRequest) -> pb.ReferenceReport:
+        return self._call(self._stub.ExportReference, request, LIST_MODELS_TIMEOUT_S)
+
+    def compare_reference(self, request: pb.ReferenceRequest) -> pb.ReferenceReport:
+        return self._call(self._stub.CompareReference, request, LIST_MODELS_TIMEOUT_S)
+
+    def _call(self, method, request, timeout_s: float):
         try:
-            return list(self._stub.ListModels(pb.ListModelsRequest(), timeout=LIST_MODELS_TIMEOUT_S).models)
+            return method(request, timeout=timeout_s)
         except grpc.RpcError as error:
             raise RunnerFailure.from_rpc(self.name, error) from None
 
@@ -74,8 +85,9 @@ class RunnerClient:
         self,
         request: pb.RunRequest,
         on_progress: Callable[[pb.Progress], None] = lambda progress: None,
+        repetition: int = 0,
     ) -> RunResult:
-        result = RunResult(self.name, self.address, self.describe())
+        result = RunResult(self.name, self.address, self.describe(), repetition)
         try:
             for event in self._stub.Run(request):
                 kind = event.WhichOneof("event")

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 from fwbench.runner.v1 import runner_pb2 as pb
 
+from . import stats
 from .client import RunnerFailure, RunResult
 
 
@@ -23,6 +24,7 @@ def _config_columns(run_id: str, result: RunResult) -> dict:
     device = c.device
     return {
         "run_id": run_id,
+        "runner": result.runner,
         "framework": result.runner_info.framework,
         "framework_version": result.runner_info.framework_version,
         "model": c.model,
@@ -31,6 +33,8 @@ def _config_columns(run_id: str, result: RunResult) -> dict:
         "input_shape": _shape(c.input_shape),
         "precision": _enum_value(pb.Precision, "PRECISION", c.precision),
         "device": f"{_enum_value(pb.DeviceKind, 'DEVICE_KIND', device.kind)}:{device.index}",
+        "model_options": ";".join(f"{k}={v}" for k, v in sorted(c.model_options.items())),
+        "repetition": result.repetition,
     }
 
 
@@ -78,30 +82,52 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
             }
         )
     for f in failures:
-        rows.append({"run_id": run_id, "framework": f.runner, "status": "failed", "error": f"{f.code}: {f.message}"})
+        rows.append({"run_id": run_id, "runner": f.runner, "status": "failed", "error": f"{f.code}: {f.message}"})
     return pd.DataFrame(rows)
 
 
-def comparison_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per framework: median and p95 step time, throughput, and the ratio of its median to the fastest one's."""
-    ok = summary[summary["status"] == "ok"]
-    table = pd.DataFrame(
-        {
-            "framework": ok["framework"],
-            "version": ok["framework_version"],
-            "median_step_ms": ok["median_step_time_s"] * 1e3,
-            "p95_step_ms": ok["p95_step_time_s"] * 1e3,
-            "throughput_samples_per_s": ok["throughput_samples_per_s"],
-            "ratio_to_fastest": ok["median_step_time_s"] / ok["median_step_time_s"].min(),
-        }
-    )
+def comparison_table(steps: pd.DataFrame, batch_size: int) -> pd.DataFrame:
+    """Per runner, over the measured steps of every repetition: the statistics, the ratio of its
+    median to the fastest one's, and how much the per-repetition medians vary (coefficient of variation)."""
+    measured = steps[~steps["warmup"]]
+    rows = []
+    for runner, group in measured.groupby("runner", sort=False):
+        per_repetition = group.groupby("repetition")["step_time_s"].median()
+        rows.append(
+            {
+                "runner": runner,
+                "framework": group["framework"].iloc[0],
+                "version": group["framework_version"].iloc[0],
+                "repetitions": int(per_repetition.size),
+                **stats.describe(group["step_time_s"].to_numpy(), batch_size),
+                "repetition_median_cv": float(per_repetition.std(ddof=1) / per_repetition.mean())
+                if per_repetition.size > 1
+                else float("nan"),
+            }
+        )
+    table = pd.DataFrame(rows)
+    table["ratio_to_fastest"] = table["median_step_time_s"] / table["median_step_time_s"].min()
     return table.sort_values("ratio_to_fastest").reset_index(drop=True)
 
 
-def write_results(out_dir: Path, steps: pd.DataFrame, summary: pd.DataFrame) -> list[Path]:
+def verdicts(steps: pd.DataFrame, min_effect: float = stats.MIN_EFFECT) -> list[stats.Comparison]:
+    """Each other runner against the fastest one."""
+    measured = steps[~steps["warmup"]]
+    times = {name: group["step_time_s"].to_numpy() for name, group in measured.groupby("runner", sort=False)}
+    if len(times) < 2:
+        return []
+    fastest = min(times, key=lambda name: float(pd.Series(times[name]).median()))
+    return [
+        stats.compare(fastest, times[fastest], name, values, min_effect=min_effect)
+        for name, values in times.items()
+        if name != fastest
+    ]
+
+
+def write_results(out_dir: Path, frames: dict[str, pd.DataFrame]) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, frame in (("steps", steps), ("summary", summary)):
+    for name, frame in frames.items():
         csv_path, parquet_path = out_dir / f"{name}.csv", out_dir / f"{name}.parquet"
         frame.to_csv(csv_path, index=False)
         frame.to_parquet(parquet_path, index=False)
