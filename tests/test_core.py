@@ -36,7 +36,9 @@ from fwbench_core.spec import (
     Device,
     DeviceKind,
     DeviceRef,
+    Head,
     Mode,
+    Objective,
     Phase,
     Precision,
     RunConfig,
@@ -121,6 +123,37 @@ def test_unknown_model_lists_known_models():
 def test_model_without_a_builder():
     message = expect_error(FailedPrecondition, request(model="resnet18"), models=["mobilenet_v2"])
     assert "resnet18" in message
+
+
+def test_model_options_default_and_choice():
+    assert resolve_request(request(model="bert_base", input_shape=())).model_options == {"head": "classification"}
+    config = resolve_request(request(model="bert_base", input_shape=(16,), model_options={"head": "mlm"}))
+    assert config.model_options == {"head": "mlm"}
+    assert config.head == Head(Objective.TOKEN_CE, 30522)
+    assert resolve_request(request(model="resnet18")).model_options == {}
+
+
+def test_unknown_model_option_names_the_accepted_ones():
+    message = expect_error(InvalidArgument, request(model="bert_base", input_shape=(), model_options={"heads": "mlm"}))
+    assert "model_options" in message and "'heads'" in message and "head" in message
+    message = expect_error(InvalidArgument, request(model="resnet18", model_options={"head": "mlm"}))
+    assert "model_options" in message and "none" in message
+
+
+def test_bad_model_option_value_names_the_accepted_values():
+    message = expect_error(InvalidArgument, request(model="bert_base", input_shape=(), model_options={"head": "qa"}))
+    assert "head='qa'" in message and "classification, mlm" in message
+
+
+def test_sequence_longer_than_the_model_takes_is_refused():
+    message = expect_error(InvalidArgument, request(model="bert_base", input_shape=(513,)))
+    assert "input_shape 513" in message and "1<=seq<=512" in message
+
+
+def test_wire_request_carries_model_options():
+    req = wire.run_request_from_wire(pb.RunRequest(model="bert_base", mode=pb.MODE_TRAIN, batch_size=1,
+                                                   model_options={"head": "mlm"}))
+    assert req.model_options == {"head": "mlm"}
 
 
 def test_mode_must_be_set():
@@ -566,7 +599,7 @@ def test_registry_lists_sorted_names():
 
 def test_catalog_get_spec():
     assert get_spec("resnet18").default_input_shape == (3, 224, 224)
-    with pytest.raises(NotFound, match="known models: mobilenet_v2, resnet18"):
+    with pytest.raises(NotFound, match="known models: " + ", ".join(sorted(MODEL_SPECS))):
         get_spec("nope")
 
 
@@ -640,7 +673,7 @@ def test_server_describes_the_fake_backend(serve_backend):
     assert (info.framework, info.protocol) == ("fake", "fwbench.runner.v1")
     assert list(info.precisions) == [pb.PRECISION_FP32]
     models = srv.stub.ListModels(pb.ListModelsRequest(), timeout=10).models
-    assert [m.name for m in models] == ["mobilenet_v2", "resnet18"]
+    assert [m.name for m in models] == sorted(MODEL_SPECS)
     events = rpc_run(srv.stub)
     assert events[-1].summary.measured_steps == 2
 
