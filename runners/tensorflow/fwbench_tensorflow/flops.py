@@ -49,7 +49,24 @@ def _macs(op) -> int:
         return math.prod(_dims(op.outputs[0])) * inner
     if kind == "Einsum":
         return _einsum_macs(op)
+    if kind in ("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3"):
+        return _cudnn_rnn_macs(op)
     return 0
+
+
+# Gate blocks per cell: Keras runs GRU and LSTM layers as one cuDNN op where a GPU is visible.
+CUDNN_GATES = {"rnn_relu": 1, "rnn_tanh": 1, "gru": 3, "lstm": 4}
+
+
+def _cudnn_rnn_macs(op) -> int:
+    """One cuDNN recurrent layer (Keras' are single-layer, unprojected): gates x hidden x (input + hidden) per step and direction."""
+    steps, batch, features = _dims(op.inputs[0])
+    if op.type == "CudnnRNNV3" and not op.get_attr("time_major"):
+        steps, batch = batch, steps
+    hidden = _dims(op.inputs[1])[-1]
+    directions = 2 if op.get_attr("direction").decode() == "bidirectional" else 1
+    gates = CUDNN_GATES[op.get_attr("rnn_mode").decode()]
+    return directions * steps * batch * gates * hidden * (features + hidden)
 
 
 def _while_steps(op) -> int:
@@ -61,9 +78,25 @@ def _while_steps(op) -> int:
     raise ValueError(f"cannot tell how many steps the loop {op.name} runs")
 
 
+def _live_ops(graph) -> set:
+    """Ops the graph's outputs depend on. Keras' RNN loop traces one step before the loop only
+    to learn the output's shape and discards it; grappler prunes it, so it must not count."""
+    live, pending = set(), [t.op for t in graph.outputs] + list(graph.control_outputs)
+    while pending:
+        op = pending.pop()
+        if op not in live:
+            live.add(op)
+            pending.extend(t.op for t in op.inputs)
+            pending.extend(op.control_inputs)
+    return live
+
+
 def graph_macs(graph) -> int:
     total = 0
+    live = _live_ops(graph)
     for op in graph.get_operations():
+        if op not in live:
+            continue
         total += _macs(op)
         if op.type in ("While", "StatelessWhile"):
             body = graph._get_function(op.get_attr("body").name).graph
