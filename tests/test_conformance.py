@@ -412,3 +412,73 @@ def test_reflection_lists_the_runner_service(channel):
     names = [s.name for s in replies[0].list_services_response.service]
     assert SERVICE in names
     assert "grpc.health.v1.Health" in names
+
+
+# --- explicit settings: what a runner advertises it honours, and refuses the rest -----
+
+SETTINGS = {
+    # Describe option suffix -> (RunRequest field, proto enum, prefix)
+    "precisions": ("precision", pb.Precision, "PRECISION"),
+    "layouts": ("layout", pb.Layout, "LAYOUT"),
+    "compilations": ("compilation", pb.Compilation, "COMPILATION"),
+    "cudnn_autotune": ("cudnn_autotune", pb.Switch, "SWITCH"),
+}
+# torch.compile takes a minute or more per model on a small CPU: checked by the benchmark, not here.
+SLOW_SETTINGS = {("compilation", "torch_compile")}
+
+
+def advertised(info: pb.DescribeResponse, suffix: str) -> set[str]:
+    return set(info.options[f"cpu:0.{suffix}"].split(","))
+
+
+@pytest.mark.parametrize("suffix", sorted(SETTINGS))
+def test_advertised_settings_run_and_the_rest_are_refused(runner, stub, suffix):
+    info = stub.Describe(pb.DescribeRequest(), timeout=RPC_TIMEOUT_S)
+    field, wrapper, prefix = SETTINGS[suffix]
+    supported = advertised(info, suffix)
+    assert supported, f"{runner.name} advertises no {suffix}"
+    for name in wrapper.keys():
+        value = name.removeprefix(f"{prefix}_").lower()
+        if value == "unspecified" or (field, value) in SLOW_SETTINGS:
+            continue
+        request = run_request(mode=pb.MODE_TRAIN, warmup_steps=0, measured_steps=1, **{field: wrapper.Value(name)})
+        if value in supported:
+            config = of_kind(run_events(stub, request), "config")[0]
+            assert getattr(config, field) == wrapper.Value(name), (field, value)
+        else:
+            error = run_error(stub, request)
+            assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, (value, error.details())
+            assert f"{field} {value}" in error.details() and "supported there" in error.details()
+
+
+def test_unset_settings_resolve_to_explicit_values(stub):
+    info = stub.Describe(pb.DescribeRequest(), timeout=RPC_TIMEOUT_S)
+    config = of_kind(run_events(stub, run_request(measured_steps=1)), "config")[0]
+    assert config.layout == pb.LAYOUT_CHANNELS_LAST
+    assert pb.Compilation.Name(config.compilation).removeprefix("COMPILATION_").lower() == info.options["cpu:0.default_compilation"]
+    assert config.cudnn_autotune == pb.SWITCH_OFF
+    assert (config.intra_op_threads, config.inter_op_threads) == (
+        int(info.options["intra_op_threads"]), int(info.options["inter_op_threads"])
+    )
+
+
+def test_thread_counts_other_than_the_runners_are_refused_or_honoured(stub):
+    info = stub.Describe(pb.DescribeRequest(), timeout=RPC_TIMEOUT_S)
+    other = int(info.options["inter_op_threads"]) + 1
+    error = run_error(stub, run_request(inter_op_threads=other))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert f"--inter-op-threads {other}" in error.details()
+
+
+def test_warmup_until_stable_and_minimum_duration(stub):
+    request = run_request(
+        warmup_steps=30, measured_steps=2, min_measure_s=0.05,
+        warmup_until_stable=pb.WarmupUntilStable(cv_threshold=0.5, window=3),
+    )
+    events = run_events(stub, request)
+    summary = of_kind(events, "summary")[0]
+    assert 3 <= summary.warmup_steps_run <= 30
+    assert summary.warmup_stable or summary.flags
+    measured = [s for s in step_timings(events) if not s.warmup]
+    assert len(measured) == summary.measured_steps >= 2
+    assert sum(s.step_time_s for s in measured) >= 0.05

@@ -33,6 +33,11 @@ from fwbench_core.registry import ModelRegistry
 from fwbench_core.server import create_server
 from fwbench_core.service import Resolved, RunnerService
 from fwbench_core.spec import (
+    Capabilities,
+    Compilation,
+    Layout,
+    Switch,
+    WarmupUntilStable,
     Device,
     DeviceKind,
     DeviceRef,
@@ -57,8 +62,27 @@ FP32_ONLY = lambda device: frozenset({Precision.FP32})  # noqa: E731
 ALL_MODELS = sorted(MODEL_SPECS)
 
 
-def resolve_request(request: RunRequest, devices=(CPU,), precisions=FP32_ONLY, models=ALL_MODELS) -> RunConfig:
-    return resolve(request, devices, precisions, models)
+def capabilities_with(precisions, **overrides):
+    def capabilities(device: Device) -> Capabilities:
+        fields = dict(
+            precisions=precisions(device),
+            layouts=frozenset({Layout.CHANNELS_LAST}),
+            compilations=frozenset({Compilation.EAGER, Compilation.GRAPH}),
+            default_compilation=Compilation.GRAPH,
+            cudnn_autotune=frozenset({Switch.OFF}),
+            intra_op_threads=2,
+            inter_op_threads=2,
+        )
+        fields.update(overrides)
+        return Capabilities(**fields)
+
+    return capabilities
+
+
+def resolve_request(
+    request: RunRequest, devices=(CPU,), precisions=FP32_ONLY, models=ALL_MODELS, **capability_overrides
+) -> RunConfig:
+    return resolve(request, devices, capabilities_with(precisions, **capability_overrides), models, "test")
 
 
 def request(**overrides) -> RunRequest:
@@ -200,7 +224,7 @@ def test_unsupported_precision_names_supported_ones():
         request(precision=Precision.AMP_FP16, device=DeviceRef(DeviceKind.CPU)),
         precisions=lambda d: frozenset({Precision.FP32, Precision.TF32}),
     )
-    assert "precision amp_fp16" in message and "cpu:0" in message and "fp32, tf32" in message
+    assert "precision amp_fp16" in message and "cpu:0" in message and "fp32, tf32" in message and "test runner" in message
 
 
 @pytest.mark.parametrize(
@@ -398,7 +422,7 @@ def test_cancellation_stops_before_the_next_step():
         cancelled=lambda: len(workload.calls) >= 3,
         clock=clock,
     )
-    with pytest.raises(Cancelled, match=r"after 3 of 100 steps"):
+    with pytest.raises(Cancelled, match=r"after 3 steps"):
         list(gen)
     assert len(workload.calls) == 3
 
@@ -528,6 +552,9 @@ CORE_TO_PROTO = {
     DeviceKind: (pb.DeviceKind, "DEVICE_KIND"),
     Task: (pb.Task, "TASK"),
     Phase: (pb.Phase, "PHASE"),
+    Layout: (pb.Layout, "LAYOUT"),
+    Compilation: (pb.Compilation, "COMPILATION"),
+    Switch: (pb.Switch, "SWITCH"),
 }
 
 
@@ -801,3 +828,107 @@ def test_core_imports_no_framework():
         str(m.relative_to(REPO_ROOT)): sorted(imported_top_level_names(m) & FRAMEWORKS) for m in modules
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+# --- explicit settings, warm-up until stable, minimum duration, device timers --
+
+
+def test_settings_defaults_are_explicit():
+    config = resolve_request(request())
+    assert config.layout is Layout.CHANNELS_LAST
+    assert config.compilation is Compilation.GRAPH  # the capabilities' default
+    assert config.cudnn_autotune is Switch.OFF
+    assert (config.intra_op_threads, config.inter_op_threads) == (2, 2)
+    assert resolve_request(request(model="bert_base", input_shape=(16,))).layout is None
+
+
+def test_layout_is_for_image_models_only():
+    message = expect_error(InvalidArgument, request(model="lstm_lm", input_shape=(8,), layout=Layout.CHANNELS_LAST))
+    assert "layout" in message and "image models" in message and "lstm_lm" in message
+
+
+@pytest.mark.parametrize(
+    "field, value, named",
+    [
+        ("layout", Layout.CHANNELS_FIRST, "supported there: channels_last"),
+        ("compilation", Compilation.XLA, "supported there: eager, graph"),
+        ("cudnn_autotune", Switch.ON, "supported there: off"),
+    ],
+)
+def test_a_setting_the_runner_cannot_honour_is_refused(field, value, named):
+    message = expect_error(FailedPrecondition, request(**{field: value}))
+    assert f"{field} {value.value}" in message and named in message and "test runner" in message
+
+
+def test_thread_counts_fixed_at_start_up_are_refused_when_they_differ():
+    assert resolve_request(request(intra_op_threads=2, inter_op_threads=2)).intra_op_threads == 2
+    message = expect_error(FailedPrecondition, request(inter_op_threads=4))
+    assert "inter_op_threads 4" in message and "--inter-op-threads 4" in message
+    adjustable = resolve_request(request(intra_op_threads=1), intra_op_threads_adjustable=True)
+    assert adjustable.intra_op_threads == 1
+
+
+def test_warmup_until_stable_needs_a_cap_at_least_its_window():
+    message = expect_error(InvalidArgument, request(warmup_steps=3, warmup_until_stable=WarmupUntilStable(0.05, 5)))
+    assert "warmup_steps (3)" in message and "window (5)" in message
+    message = expect_error(InvalidArgument, request(warmup_until_stable=WarmupUntilStable(1.5, 5)))
+    assert "cv_threshold" in message
+
+
+def stable_config(cap: int, threshold: float = 0.05, window: int = 3, measured: int = 4, min_measure_s=None):
+    return resolve_request(
+        request(warmup_steps=cap, measured_steps=measured, warmup_until_stable=WarmupUntilStable(threshold, window),
+                min_measure_s=min_measure_s)
+    )
+
+
+def test_warmup_until_stable_stops_once_the_window_is_steady():
+    clock = FakeClock()
+    # Compilation-like slow steps, then steady ones: stable after the 3 steady steps.
+    durations = [5.0, 2.0, 1.0, 1.0, 1.0] + [1.0] * 4
+    events = drive(ScriptedWorkload(clock, durations), stable_config(cap=50), clock)
+    summary = events[-1]
+    assert summary.warmup_steps_run == 5 and summary.warmup_stable and summary.flags == ()
+    assert summary.measured_steps == 4 and summary.median_step_time_s == 1.0
+
+
+def test_warmup_that_never_settles_is_flagged():
+    clock = FakeClock()
+    durations = [1.0, 2.0] * 3 + [1.0] * 4
+    summary = drive(ScriptedWorkload(clock, durations), stable_config(cap=6), clock)[-1]
+    assert summary.warmup_steps_run == 6 and not summary.warmup_stable
+    assert "did not stabilise within 6 steps" in summary.flags[0]
+
+
+def test_minimum_measuring_time_adds_steps_beyond_the_count():
+    clock = FakeClock()
+    config = resolve_request(request(warmup_steps=0, measured_steps=2, min_measure_s=5.0))
+    summary = drive(ScriptedWorkload(clock, [1.0] * 10), config, clock)[-1]
+    assert summary.measured_steps == 5
+
+
+class DeviceTimedWorkload(ScriptedWorkload):
+    def __init__(self, clock, durations, device_factor):
+        super().__init__(clock, durations)
+        self.device_factor = device_factor
+        self.last = 0.0
+
+    def synchronize(self) -> None:
+        self.last = self.queued
+        super().synchronize()
+
+    def device_time_s(self):
+        return self.last * self.device_factor
+
+
+@pytest.mark.parametrize("factor, flagged", [(0.99, False), (0.95, True)])
+def test_wall_clock_is_cross_checked_against_device_timers(factor, flagged):
+    clock = FakeClock()
+    events = drive(DeviceTimedWorkload(clock, [1.0] * 7, factor), config_for(warmup=2, measured=5), clock)
+    summary = events[-1]
+    assert summary.timer_disagreement == pytest.approx(1 - factor)
+    assert bool(summary.flags) is flagged
+    if flagged:
+        assert "disagree by 5.0%" in summary.flags[0]
+    steps = [s for e in events if isinstance(e, StepBatch) for s in e.steps]
+    assert all(s.device_time_s == pytest.approx(factor) for s in steps)

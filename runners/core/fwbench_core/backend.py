@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .errors import FailedPrecondition
 from .registry import ModelRegistry
-from .spec import Device, ModelConfig, ModelReport, Precision, ReferenceReport, RunConfig, RunnerInfo
+from .spec import Capabilities, Device, ModelConfig, ModelReport, ReferenceReport, RunConfig, RunnerInfo
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,10 @@ class Workload(abc.ABC):
     def peak_memory(self) -> MemoryReading:
         """Peak memory since the workload was built."""
 
+    def device_time_s(self) -> float | None:
+        """The last step as the device timed it (CUDA events), after synchronize; None where it cannot."""
+        return None
+
     def close(self) -> None:
         """Drop references to device memory; the core collects garbage afterwards."""
 
@@ -55,8 +59,8 @@ class Backend(abc.ABC):
         """Versions and devices, read once at start-up."""
 
     @abc.abstractmethod
-    def supported_precisions(self, device: Device) -> frozenset[Precision]:
-        """The precisions this runner honours exactly on `device`."""
+    def capabilities(self, device: Device) -> Capabilities:
+        """The settings this runner honours exactly on `device`."""
 
     @abc.abstractmethod
     def build(self, config: RunConfig) -> Workload:

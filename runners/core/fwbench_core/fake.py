@@ -14,7 +14,19 @@ import time
 from .backend import Backend, MemoryReading, Workload
 from .catalog import MODEL_SPECS
 from .registry import ModelRegistry
-from .spec import Device, ModelConfig, ModelReport, Precision, RunConfig, RunnerInfo
+from .spec import (
+    Capabilities,
+    Compilation,
+    Device,
+    Layout,
+    ModelConfig,
+    ModelReport,
+    Precision,
+    RunConfig,
+    RunnerInfo,
+    RunnerSettings,
+    Switch,
+)
 from .sysinfo import cpu_device, python_version
 
 STEP_TIME_ENV = "FWBENCH_FAKE_STEP_TIME_S"
@@ -57,14 +69,23 @@ class FakeBackend(Backend):
     framework = "fake"
     models = FAKE_MODELS
 
-    def __init__(self, step_time_s: float | None = None) -> None:
+    def __init__(self, settings: RunnerSettings | None = None, step_time_s: float | None = None) -> None:
+        self.settings = settings or RunnerSettings(1, 1)
         self.step_time_s = float(os.environ.get(STEP_TIME_ENV, "0.002")) if step_time_s is None else step_time_s
 
     def runner_info(self) -> RunnerInfo:
         return RunnerInfo("fake", "0.0", python_version(), (cpu_device(),))
 
-    def supported_precisions(self, device: Device) -> frozenset[Precision]:
-        return frozenset({Precision.FP32})
+    def capabilities(self, device: Device) -> Capabilities:
+        return Capabilities(
+            precisions=frozenset({Precision.FP32}),
+            layouts=frozenset(Layout),
+            compilations=frozenset({Compilation.EAGER}),
+            default_compilation=Compilation.EAGER,
+            cudnn_autotune=frozenset({Switch.OFF}),
+            intra_op_threads=self.settings.intra_op_threads,
+            inter_op_threads=self.settings.inter_op_threads,
+        )
 
     def build(self, config: RunConfig) -> Workload:
         return FakeWorkload(config, self.step_time_s)

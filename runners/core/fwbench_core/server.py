@@ -22,6 +22,7 @@ from . import wire
 from .backend import Backend
 from .errors import InvalidArgument, status_for
 from .service import RunnerService
+from .spec import RunnerSettings, Switch
 
 log = logging.getLogger("fwbench.runner")
 
@@ -38,7 +39,7 @@ class RunnerServicer(pb_grpc.RunnerServicer):
         self._service = service
 
     def Describe(self, request, context):
-        return wire.describe_to_wire(self._service.info, self._service.precisions())
+        return wire.describe_to_wire(self._service.info, self._service.precisions(), self._service.backend.capabilities)
 
     def ListModels(self, request, context):
         try:
@@ -113,7 +114,7 @@ def create_server(backend: Backend, address: str, max_workers: int = 8) -> tuple
     return server, port, health_servicer
 
 
-def serve(make_backend: Callable[[], Backend], argv: list[str] | None = None) -> None:
+def serve(make_backend: Callable[[RunnerSettings], Backend], argv: list[str] | None = None) -> None:
     """Command-line entry point shared by every runner."""
     parser = argparse.ArgumentParser(description="fwbench runner: serves the fwbench.runner.v1.Runner gRPC service")
     parser.add_argument(
@@ -121,11 +122,25 @@ def serve(make_backend: Callable[[], Backend], argv: list[str] | None = None) ->
         default=os.environ.get(ADDRESS_ENV, DEFAULT_ADDRESS),
         help=f"host:port to listen on; port 0 picks a free port (default: ${ADDRESS_ENV} or {DEFAULT_ADDRESS})",
     )
+    cores = os.cpu_count() or 1
+    parser.add_argument(
+        "--intra-op-threads", type=int, default=cores, help=f"threads within one op (default: all cores, {cores})"
+    )
+    parser.add_argument(
+        "--inter-op-threads", type=int, default=cores, help=f"ops run at once (default: all cores, {cores})"
+    )
+    parser.add_argument(
+        "--cudnn-autotune", choices=[s.value for s in Switch], default=Switch.OFF.value,
+        help="cuDNN autotuning for every run (TensorFlow reads it once per process); default off",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = parser.parse_args(argv)
+    for flag in ("intra_op_threads", "inter_op_threads"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
-    backend = make_backend()
+    backend = make_backend(RunnerSettings(args.intra_op_threads, args.inter_op_threads, Switch(args.cudnn_autotune)))
     server, port, health_servicer = create_server(backend, args.address)
     server.start()
     host = args.address.rsplit(":", 1)[0]

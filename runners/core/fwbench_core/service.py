@@ -51,7 +51,7 @@ class RunnerService:
         self._parameter_counts: dict[str, int] = {}
 
     def precisions(self) -> list[Precision]:
-        supported = set().union(*(self.backend.supported_precisions(d) for d in self.info.devices))
+        supported = set().union(*(self.backend.capabilities(d).precisions for d in self.info.devices))
         return [p for p in Precision if p in supported]
 
     def list_models(self) -> list[tuple[ModelSpec, int]]:
@@ -77,7 +77,9 @@ class RunnerService:
                 gc.collect()
 
     def run(self, request: RunRequest, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
-        config = resolve(request, self.info.devices, self.backend.supported_precisions, self.backend.models.names())
+        config = resolve(
+            request, self.info.devices, self.backend.capabilities, self.backend.models.names(), self.backend.framework
+        )
         total = config.warmup_steps + config.measured_steps
         lock = self._locks.lock(config.device.ref)
         if not lock.acquire(blocking=False):

@@ -22,6 +22,23 @@ class Precision(enum.Enum):
     AMP_BF16 = "amp_bf16"
 
 
+class Layout(enum.Enum):
+    CHANNELS_FIRST = "channels_first"
+    CHANNELS_LAST = "channels_last"
+
+
+class Compilation(enum.Enum):
+    EAGER = "eager"
+    GRAPH = "graph"
+    XLA = "xla"
+    TORCH_COMPILE = "torch_compile"
+
+
+class Switch(enum.Enum):
+    OFF = "off"
+    ON = "on"
+
+
 class DeviceKind(enum.Enum):
     CPU = "cpu"
     GPU = "gpu"
@@ -69,6 +86,36 @@ class Device:
     name: str
     memory_bytes: int = 0
     driver_version: str = ""
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """Process-wide settings a runner fixes at start-up (TensorFlow cannot change them later)."""
+
+    intra_op_threads: int
+    inter_op_threads: int
+    cudnn_autotune: Switch = Switch.OFF
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a runner can honour exactly on one device; anything else is refused, never approximated."""
+
+    precisions: frozenset[Precision]
+    layouts: frozenset[Layout]
+    compilations: frozenset[Compilation]
+    default_compilation: Compilation
+    cudnn_autotune: frozenset[Switch]
+    intra_op_threads: int
+    inter_op_threads: int
+    # PyTorch can change its intra-op thread count between runs; TensorFlow cannot.
+    intra_op_threads_adjustable: bool = False
+
+
+@dataclass(frozen=True)
+class WarmupUntilStable:
+    cv_threshold: float
+    window: int = 5
 
 
 @dataclass(frozen=True)
@@ -160,6 +207,13 @@ class RunRequest:
     measured_steps: int | None = None
     seed: int = 0
     model_options: dict[str, str] = field(default_factory=dict)
+    layout: Layout | None = None
+    compilation: Compilation | None = None
+    cudnn_autotune: Switch | None = None
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+    warmup_until_stable: WarmupUntilStable | None = None
+    min_measure_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +230,13 @@ class RunConfig:
     measured_steps: int
     seed: int
     model_options: dict[str, str] = field(default_factory=dict)
+    layout: Layout | None = None  # None for models without an image layout
+    compilation: Compilation = Compilation.EAGER
+    cudnn_autotune: Switch = Switch.OFF
+    intra_op_threads: int = 1
+    inter_op_threads: int = 1
+    warmup_until_stable: WarmupUntilStable | None = None
+    min_measure_s: float = 0.0
 
     @property
     def head(self) -> Head:

@@ -9,11 +9,17 @@ from dataclasses import dataclass
 
 from .backend import MemoryReading, Workload
 from .errors import Cancelled
-from .spec import Mode, Phase, RunConfig
+from .spec import Mode, Phase, RunConfig, WarmupUntilStable
+from .validation import MAX_MEASURED_STEPS
 
 # Step timings leave the runner in batches, at most this often, so that
 # streaming costs no round trip per step; flushing happens between steps.
 FLUSH_INTERVAL_S = 0.5
+
+
+# Where the device times steps too (CUDA events), wall-clock step times must
+# agree with it to within this fraction, or the run is flagged.
+TIMER_DISAGREEMENT_LIMIT = 0.02
 
 
 @dataclass(frozen=True)
@@ -22,6 +28,7 @@ class StepSample:
     warmup: bool
     start_s: float
     step_time_s: float
+    device_time_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,10 @@ class Summary:
     time_to_first_step_s: float
     started_at_unix_s: float
     finished_at_unix_s: float
+    warmup_steps_run: int = 0
+    warmup_stable: bool = True
+    timer_disagreement: float | None = None
+    flags: tuple[str, ...] = ()
 
 
 def percentile(values: Sequence[float], pct: float) -> float:
@@ -57,6 +68,23 @@ def percentile(values: Sequence[float], pct: float) -> float:
     return cut[int(pct) - 1]
 
 
+def coefficient_of_variation(values: Sequence[float]) -> float:
+    return statistics.stdev(values) / statistics.fmean(values)
+
+
+def is_stable(warmup_times: Sequence[float], rule: WarmupUntilStable | None) -> bool:
+    """Whether the last `window` warm-up steps vary less than the rule's threshold."""
+    if rule is None or len(warmup_times) < rule.window:
+        return False
+    return coefficient_of_variation(warmup_times[-rule.window :]) < rule.cv_threshold
+
+
+def timer_disagreement(wall_s: Sequence[float], device_s: Sequence[float]) -> float | None:
+    if not device_s:
+        return None
+    return statistics.median(abs(w - d) / w for w, d in zip(wall_s, device_s))
+
+
 def summarize(
     config: RunConfig,
     measured: Sequence[float],
@@ -64,7 +92,23 @@ def summarize(
     time_to_first_step_s: float,
     started_at_unix_s: float,
     finished_at_unix_s: float,
+    warmup_times: Sequence[float] = (),
+    device_times: Sequence[float] = (),
 ) -> Summary:
+    flags = []
+    stable = config.warmup_until_stable is None or is_stable(warmup_times, config.warmup_until_stable)
+    if not stable:
+        window = config.warmup_until_stable.window
+        flags.append(
+            f"warm-up did not stabilise within {len(warmup_times)} steps: the last {window} varied by "
+            f"{coefficient_of_variation(warmup_times[-window:]):.1%}, above {config.warmup_until_stable.cv_threshold:.1%}"
+        )
+    disagreement = timer_disagreement(measured, device_times)
+    if disagreement is not None and disagreement > TIMER_DISAGREEMENT_LIMIT:
+        flags.append(
+            f"wall-clock and device (CUDA event) step times disagree by {disagreement:.1%}, "
+            f"above {TIMER_DISAGREEMENT_LIMIT:.0%}: the wall-clock figures are not trustworthy"
+        )
     return Summary(
         measured_steps=len(measured),
         mean_step_time_s=statistics.fmean(measured),
@@ -75,6 +119,10 @@ def summarize(
         time_to_first_step_s=time_to_first_step_s,
         started_at_unix_s=started_at_unix_s,
         finished_at_unix_s=finished_at_unix_s,
+        warmup_steps_run=len(warmup_times),
+        warmup_stable=stable,
+        timer_disagreement=disagreement,
+        flags=tuple(flags),
     )
 
 
@@ -87,40 +135,61 @@ def time_steps(
     cancelled: Callable[[], bool],
     clock: Callable[[], float] = time.perf_counter,
 ) -> Iterator[StepBatch | Progress | Summary]:
-    """Run warm-up then measured steps, yielding batches of timings, progress and the summary."""
+    """Warm up (by count, or until stable within that count), then measure (at least measured_steps and
+    at least min_measure_s), yielding batches of timings, progress and the summary."""
     step = workload.train_step if config.mode is Mode.TRAIN else workload.infer_step
     synchronize = workload.synchronize
-    warmup = config.warmup_steps
-    total = warmup + config.measured_steps
+    device_time_s = workload.device_time_s
+    warmup_cap, target, min_measure_s = config.warmup_steps, config.measured_steps, config.min_measure_s
+    rule = config.warmup_until_stable
+    total = warmup_cap + target
+    warmup_times: list[float] = []
     measured: list[float] = []
+    device_times: list[float] = []
+    measured_s = 0.0
     pending: list[StepSample] = []
     time_to_first_step_s = 0.0
-    yield Progress(Phase.WARMUP if warmup else Phase.MEASURE, 0, total)
+    warming = warmup_cap > 0
+    yield Progress(Phase.WARMUP if warming else Phase.MEASURE, 0, total)
     last_flush_s = clock()
-    for index in range(total):
+    index = 0
+    while warming or len(measured) < target or measured_s < min_measure_s:
+        if len(measured) >= MAX_MEASURED_STEPS:
+            break
         if cancelled():
-            raise Cancelled(f"run of {config.model.name} cancelled by the client after {index} of {total} steps")
+            raise Cancelled(f"run of {config.model.name} cancelled by the client after {index} steps")
         start_s = clock()
         step()
         synchronize()
         end_s = clock()
         step_time_s = end_s - start_s
+        device_s = device_time_s()
         if index == 0:
             time_to_first_step_s = end_s - build_started_s
-        in_warmup = index < warmup
-        if not in_warmup:
+        pending.append(StepSample(index, warming, start_s, step_time_s, device_s))
+        index += 1
+        if warming:
+            warmup_times.append(step_time_s)
+            phase_ends = len(warmup_times) >= warmup_cap or is_stable(warmup_times, rule)
+        else:
             measured.append(step_time_s)
-        pending.append(StepSample(index, in_warmup, start_s, step_time_s))
-        phase_ends = index == warmup - 1 or index == total - 1
+            measured_s += step_time_s
+            if device_s is not None:
+                device_times.append(device_s)
+            phase_ends = len(measured) >= target and measured_s >= min_measure_s
         if phase_ends or end_s - last_flush_s >= FLUSH_INTERVAL_S:
             yield StepBatch(tuple(pending))
             pending = []
-            next_phase = Phase.WARMUP if index + 1 < warmup else Phase.MEASURE
-            if index + 1 < total:
-                yield Progress(next_phase, index + 1, total)
+            measuring_ends = phase_ends and not warming
+            warming = warming and not phase_ends
+            if not measuring_ends:
+                total = max(total, index + 1)
+                yield Progress(Phase.WARMUP if warming else Phase.MEASURE, index, total)
             last_flush_s = clock()
+    if pending:
+        yield StepBatch(tuple(pending))
     finished_at_unix_s = time.time()
-    yield Progress(Phase.DONE, total, total)
+    yield Progress(Phase.DONE, index, max(total, index))
     yield summarize(
         config,
         measured,
@@ -128,4 +197,6 @@ def time_steps(
         time_to_first_step_s,
         started_at_unix_s,
         finished_at_unix_s,
+        warmup_times,
+        device_times,
     )

@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping, Sequence
 
 from .catalog import get_spec
 from .errors import FailedPrecondition, InvalidArgument
-from .spec import Device, DeviceKind, DeviceRef, ModelSpec, Mode, Precision, RunConfig, RunRequest
+from .spec import (
+    Capabilities,
+    Device,
+    DeviceKind,
+    DeviceRef,
+    InputKind,
+    Layout,
+    ModelSpec,
+    Mode,
+    Precision,
+    RunConfig,
+    RunRequest,
+    Switch,
+)
 
 MAX_BATCH_SIZE = 65536
 MAX_WARMUP_STEPS = 10_000
@@ -14,6 +28,9 @@ MAX_MEASURED_STEPS = 1_000_000
 DEFAULT_WARMUP_STEPS = 5
 DEFAULT_MEASURED_STEPS = 20
 DEFAULT_PRECISION = Precision.FP32
+DEFAULT_LAYOUT = Layout.CHANNELS_LAST
+MAX_THREADS = 1024
+MAX_MEASURE_S = 86_400.0
 
 
 def _choices(enum_type) -> str:
@@ -77,11 +94,32 @@ def _in_range(field: str, value: int, low: int, high: int) -> int:
     return value
 
 
+def _refuse_unless(value: enum.Enum, supported: frozenset, field: str, device: Device, framework: str) -> None:
+    if value not in supported:
+        names = ", ".join(member.value for member in type(value) if member in supported)
+        raise FailedPrecondition(
+            f"{field} {value.value} is not supported on {device.ref} by the {framework} runner; supported there: {names}"
+        )
+
+
+def _threads(field: str, requested: int, configured: int, adjustable: bool, framework: str) -> int:
+    if requested in (0, configured):
+        return configured
+    if adjustable:
+        return _in_range(field, requested, 1, MAX_THREADS)
+    flag = "--" + field.replace("_", "-")
+    raise FailedPrecondition(
+        f"{field} {requested} differs from this {framework} runner's {configured}, which it fixes at start-up; "
+        f"start the runner with {flag} {requested}"
+    )
+
+
 def resolve(
     request: RunRequest,
     devices: Sequence[Device],
-    supported_precisions: Callable[[Device], frozenset[Precision]],
+    capabilities: Callable[[Device], Capabilities],
     model_names: Sequence[str],
+    framework: str = "this",
 ) -> RunConfig:
     """Validate `request` and fill in defaults; raises a RunnerError naming the field."""
     spec, input_shape, model_options = resolve_model(
@@ -91,15 +129,36 @@ def resolve(
         raise InvalidArgument(f"mode must be set; accepted values: {_choices(Mode)}")
     batch_size = _in_range("batch_size", request.batch_size, 1, MAX_BATCH_SIZE)
     device = resolve_device(request.device, devices)
+    can = capabilities(device)
+
     precision = request.precision or DEFAULT_PRECISION
-    supported = supported_precisions(device)
-    if precision not in supported:
-        names = ", ".join(p.value for p in Precision if p in supported)
-        raise FailedPrecondition(
-            f"precision {precision.value} is not supported on {device.ref} by this runner; supported there: {names}"
-        )
+    _refuse_unless(precision, can.precisions, "precision", device, framework)
+    if spec.input_kind is InputKind.IMAGE:
+        layout = request.layout or DEFAULT_LAYOUT
+        _refuse_unless(layout, can.layouts, "layout", device, framework)
+    elif request.layout is not None:
+        raise InvalidArgument(f"layout applies to image models only; {spec.name} takes {spec.input_convention} input")
+    else:
+        layout = None
+    compilation = request.compilation or can.default_compilation
+    _refuse_unless(compilation, can.compilations, "compilation", device, framework)
+    autotune = request.cudnn_autotune or Switch.OFF
+    _refuse_unless(autotune, can.cudnn_autotune, "cudnn_autotune", device, framework)
+
     warmup = DEFAULT_WARMUP_STEPS if request.warmup_steps is None else request.warmup_steps
     measured = DEFAULT_MEASURED_STEPS if request.measured_steps is None else request.measured_steps
+    stable = request.warmup_until_stable
+    if stable is not None:
+        if not 0.0 < stable.cv_threshold < 1.0:
+            raise InvalidArgument(f"warmup_until_stable.cv_threshold must be between 0 and 1, got {stable.cv_threshold}")
+        _in_range("warmup_until_stable.window", stable.window, 2, MAX_WARMUP_STEPS)
+        if warmup < stable.window:
+            raise InvalidArgument(
+                f"warmup_steps ({warmup}) caps warm-up until stable and must be at least its window ({stable.window})"
+            )
+    min_measure_s = request.min_measure_s or 0.0
+    if not 0.0 <= min_measure_s <= MAX_MEASURE_S:
+        raise InvalidArgument(f"min_measure_s must be between 0 and {MAX_MEASURE_S}, got {min_measure_s}")
     return RunConfig(
         model=spec,
         mode=request.mode,
@@ -111,4 +170,13 @@ def resolve(
         measured_steps=_in_range("measured_steps", measured, 1, MAX_MEASURED_STEPS),
         seed=request.seed,
         model_options=model_options,
+        layout=layout,
+        compilation=compilation,
+        cudnn_autotune=autotune,
+        intra_op_threads=_threads(
+            "intra_op_threads", request.intra_op_threads, can.intra_op_threads, can.intra_op_threads_adjustable, framework
+        ),
+        inter_op_threads=_threads("inter_op_threads", request.inter_op_threads, can.inter_op_threads, False, framework),
+        warmup_until_stable=stable,
+        min_measure_s=min_measure_s,
     )

@@ -16,7 +16,11 @@ from .backend import MemoryReading
 from .errors import InvalidArgument
 from .service import Resolved, RunEvent
 from .spec import (
+    Compilation,
     Device,
+    Layout,
+    Switch,
+    WarmupUntilStable,
     DeviceKind,
     DeviceRef,
     Mode,
@@ -41,6 +45,9 @@ _PROTO_ENUMS = {
     DeviceKind: (pb.DeviceKind, "DEVICE_KIND"),
     Task: (pb.Task, "TASK"),
     Phase: (pb.Phase, "PHASE"),
+    Layout: (pb.Layout, "LAYOUT"),
+    Compilation: (pb.Compilation, "COMPILATION"),
+    Switch: (pb.Switch, "SWITCH"),
 }
 
 
@@ -62,6 +69,31 @@ def enum_from_wire(enum_type: type[E], value: int, field: str) -> E | None:
     return enum_type[name[len(prefix) + 1 :]]
 
 
+def _stable_from_wire(request: pb.RunRequest) -> WarmupUntilStable | None:
+    if not request.HasField("warmup_until_stable"):
+        return None
+    rule = request.warmup_until_stable
+    return WarmupUntilStable(rule.cv_threshold, rule.window or WarmupUntilStable.window)
+
+
+def _capabilities_as_options(service_info: RunnerInfo, capabilities) -> dict[str, str]:
+    """Each device's settings, for the manifest: "cpu:0.precisions": "fp32,amp_bf16", ..."""
+    options = dict(service_info.options)
+    for device in service_info.devices:
+        can = capabilities(device)
+        for field, values in (
+            ("precisions", can.precisions),
+            ("layouts", can.layouts),
+            ("compilations", can.compilations),
+            ("cudnn_autotune", can.cudnn_autotune),
+        ):
+            options[f"{device.ref}.{field}"] = ",".join(m.value for m in type(next(iter(values))) if m in values)
+        options[f"{device.ref}.default_compilation"] = can.default_compilation.value
+        options["intra_op_threads"] = str(can.intra_op_threads)
+        options["inter_op_threads"] = str(can.inter_op_threads)
+    return options
+
+
 def device_to_wire(device: Device) -> pb.Device:
     return pb.Device(
         kind=enum_to_wire(device.ref.kind),
@@ -72,7 +104,7 @@ def device_to_wire(device: Device) -> pb.Device:
     )
 
 
-def describe_to_wire(info: RunnerInfo, precisions: list[Precision]) -> pb.DescribeResponse:
+def describe_to_wire(info: RunnerInfo, precisions: list[Precision], capabilities) -> pb.DescribeResponse:
     return pb.DescribeResponse(
         framework=info.framework,
         framework_version=info.framework_version,
@@ -81,7 +113,7 @@ def describe_to_wire(info: RunnerInfo, precisions: list[Precision]) -> pb.Descri
         cudnn_version=info.cudnn_version,
         devices=[device_to_wire(d) for d in info.devices],
         precisions=[enum_to_wire(p) for p in precisions],
-        options=info.options,
+        options=_capabilities_as_options(info, capabilities),
         runner_version=RUNNER_VERSION,
         protocol=PROTOCOL,
     )
@@ -143,6 +175,13 @@ def run_request_from_wire(request: pb.RunRequest) -> RunRequest:
         measured_steps=request.measured_steps if request.HasField("measured_steps") else None,
         seed=request.seed,
         model_options=dict(request.model_options),
+        layout=enum_from_wire(Layout, request.layout, "layout"),
+        compilation=enum_from_wire(Compilation, request.compilation, "compilation"),
+        cudnn_autotune=enum_from_wire(Switch, request.cudnn_autotune, "cudnn_autotune"),
+        intra_op_threads=request.intra_op_threads,
+        inter_op_threads=request.inter_op_threads,
+        warmup_until_stable=_stable_from_wire(request),
+        min_measure_s=request.min_measure_s if request.HasField("min_measure_s") else None,
     )
 
 
@@ -157,7 +196,13 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
         return pb.RunEvent(
             steps=pb.StepTimings(
                 steps=[
-                    pb.StepTiming(index=s.index, warmup=s.warmup, start_s=s.start_s, step_time_s=s.step_time_s)
+                    pb.StepTiming(
+                        index=s.index,
+                        warmup=s.warmup,
+                        start_s=s.start_s,
+                        step_time_s=s.step_time_s,
+                        device_time_s=s.device_time_s,
+                    )
                     for s in event.steps
                 ]
             )
@@ -185,6 +230,17 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
                 framework_version=info.framework_version,
                 parameter_count=event.parameter_count,
                 model_options=c.model_options,
+                layout=enum_to_wire(c.layout) if c.layout else pb.LAYOUT_UNSPECIFIED,
+                compilation=enum_to_wire(c.compilation),
+                cudnn_autotune=enum_to_wire(c.cudnn_autotune),
+                intra_op_threads=c.intra_op_threads,
+                inter_op_threads=c.inter_op_threads,
+                warmup_until_stable=(
+                    pb.WarmupUntilStable(cv_threshold=c.warmup_until_stable.cv_threshold, window=c.warmup_until_stable.window)
+                    if c.warmup_until_stable
+                    else None
+                ),
+                min_measure_s=c.min_measure_s,
             )
         )
     if isinstance(event, Summary):
@@ -197,6 +253,10 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
             time_to_first_step_s=event.time_to_first_step_s,
             started_at_unix_s=event.started_at_unix_s,
             finished_at_unix_s=event.finished_at_unix_s,
+            warmup_steps_run=event.warmup_steps_run,
+            warmup_stable=event.warmup_stable,
+            timer_disagreement=event.timer_disagreement,
+            flags=event.flags,
         )
         _memory_to_wire(summary, event.peak_memory)
         return pb.RunEvent(summary=summary)

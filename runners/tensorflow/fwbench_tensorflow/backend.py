@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import keras
@@ -11,6 +12,11 @@ from fwbench_core.backend import Backend, MemoryReading, Workload
 from fwbench_core.catalog import get_spec
 from fwbench_core.errors import FailedPrecondition, InvalidArgument
 from fwbench_core.spec import (
+    Capabilities,
+    Compilation,
+    Layout,
+    RunnerSettings,
+    Switch,
     Device,
     DeviceKind,
     DeviceRef,
@@ -50,6 +56,15 @@ def build_model(config: RunConfig | ModelConfig) -> keras.Model:
     return MODELS.builder(config.model.name).build(config.model, shape, config.model_options)
 
 
+MIXED_POLICIES = {Precision.AMP_FP16: "mixed_float16", Precision.AMP_BF16: "mixed_bfloat16"}
+
+
+def compiled(function, compilation: Compilation):
+    if compilation is Compilation.EAGER:
+        return function
+    return tf.function(function, jit_compile=compilation is Compilation.XLA)
+
+
 class TensorFlowWorkload(Workload):
     def __init__(self, config: RunConfig) -> None:
         self.device_name = tf_device_name(config.device)
@@ -60,16 +75,25 @@ class TensorFlowWorkload(Workload):
         tf.config.experimental.enable_tensor_float_32_execution(config.precision is Precision.TF32)
         if self.is_gpu:
             tf.config.experimental.reset_memory_stats(f"GPU:{config.device.ref.index}")
-        with tf.device(self.device_name):
-            self.model = build_model(config)
-            self.inputs = random_inputs(config.model, config.batch_size, config.input_shape)
-            if config.mode is Mode.TRAIN:
-                self.targets = random_targets(self.head, self._output_shape())
-                self.optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
-                self.optimizer.build(self.model.trainable_variables)
+        # Keras reads the precision policy when layers are made, so it is set for the build only.
+        keras.mixed_precision.set_global_policy(MIXED_POLICIES.get(config.precision, "float32"))
+        try:
+            with tf.device(self.device_name):
+                self.model = build_model(config)
+                self.inputs = random_inputs(config.model, config.batch_size, config.input_shape)
+                if config.mode is Mode.TRAIN:
+                    self.targets = random_targets(self.head, self._output_shape())
+                    optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
+                    if config.precision is Precision.AMP_FP16:
+                        # fp16 gradients underflow without loss scaling; bf16 needs none.
+                        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+                    self.optimizer = optimizer
+                    self.optimizer.build(self.model.trainable_variables)
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
         self.parameter_count = count_trainable(self.model)
-        self._train = tf.function(self._train_graph)
-        self._infer = tf.function(self._infer_graph)
+        self._train = compiled(self._train_graph, config.compilation)
+        self._infer = compiled(self._infer_graph, config.compilation)
         self._last = None
 
     def _output_shape(self) -> tuple[int, ...]:
@@ -83,9 +107,11 @@ class TensorFlowWorkload(Workload):
 
     def _train_graph(self):
         with tf.GradientTape() as tape:
-            value = loss(self.head, self.model(self.inputs, training=True), self.targets)
+            output = tf.cast(self.model(self.inputs, training=True), tf.float32)
+            value = loss(self.head, output, self.targets)
+            scaled = self.optimizer.scale_loss(value)
         variables = self.model.trainable_variables
-        self.optimizer.apply_gradients(zip(tape.gradient(value, variables), variables))
+        self.optimizer.apply(tape.gradient(scaled, variables), variables)
         return value
 
     def _infer_graph(self):
@@ -125,6 +151,13 @@ class TensorFlowBackend(Backend):
     framework = "tensorflow"
     models = MODELS
 
+    def __init__(self, settings: RunnerSettings) -> None:
+        self.settings = settings
+        # TensorFlow fixes these when its runtime starts, so only at start-up, before any op.
+        tf.config.threading.set_intra_op_parallelism_threads(settings.intra_op_threads)
+        tf.config.threading.set_inter_op_parallelism_threads(settings.inter_op_threads)
+        os.environ["TF_CUDNN_USE_AUTOTUNE"] = "1" if settings.cudnn_autotune is Switch.ON else "0"
+
     def runner_info(self) -> RunnerInfo:
         devices = [cpu_device()]
         driver = gpu_driver_version()
@@ -143,15 +176,23 @@ class TensorFlowBackend(Backend):
             options={
                 "keras_version": keras.__version__,
                 "cuda_build": str(build.get("is_cuda_build", False)),
-                "intra_op_threads": str(tf.config.threading.get_intra_op_parallelism_threads()),
-                "inter_op_threads": str(tf.config.threading.get_inter_op_parallelism_threads()),
             },
         )
 
-    def supported_precisions(self, device: Device) -> frozenset[Precision]:
-        if device.ref.kind is DeviceKind.GPU:
-            return frozenset({Precision.FP32, Precision.TF32})
-        return frozenset({Precision.FP32})
+    def capabilities(self, device: Device) -> Capabilities:
+        gpu = device.ref.kind is DeviceKind.GPU
+        return Capabilities(
+            # TF32 and fp16 mixed precision are GPU features; bf16 runs on both.
+            precisions=frozenset(Precision) if gpu else frozenset({Precision.FP32, Precision.AMP_BF16}),
+            # The models are built channels-last (TensorFlow's CPU convolutions take no other); on a GPU
+            # TensorFlow's layout optimizer may still run them as NCHW.
+            layouts=frozenset({Layout.CHANNELS_LAST}),
+            compilations=frozenset({Compilation.EAGER, Compilation.GRAPH, Compilation.XLA}),
+            default_compilation=Compilation.GRAPH,
+            cudnn_autotune=frozenset({self.settings.cudnn_autotune}) if gpu else frozenset({Switch.OFF}),
+            intra_op_threads=self.settings.intra_op_threads,
+            inter_op_threads=self.settings.inter_op_threads,
+        )
 
     def build(self, config: RunConfig) -> Workload:
         return TensorFlowWorkload(config)

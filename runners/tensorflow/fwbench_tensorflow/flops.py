@@ -11,7 +11,7 @@ import math
 
 import tensorflow as tf
 
-FLOPS_METHOD = "TensorFlow graph of the traced forward pass, batch 1: Conv2D, DepthwiseConv2dNative, MatMul, BatchMatMul, Einsum; While bodies x steps"
+FLOPS_METHOD = "TensorFlow graph of the traced forward pass, batch 1, ops the outputs depend on: Conv2D, DepthwiseConv2dNative, MatMul, BatchMatMul, Einsum, cuDNN RNN; While bodies x steps"
 
 
 def _dims(tensor) -> list[int]:

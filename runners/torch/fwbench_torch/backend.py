@@ -10,6 +10,11 @@ import torchvision
 from fwbench_core.backend import Backend, MemoryReading, Workload
 from fwbench_core.catalog import get_spec
 from fwbench_core.spec import (
+    Capabilities,
+    Compilation,
+    Layout,
+    RunnerSettings,
+    Switch,
     Device,
     DeviceKind,
     DeviceRef,
@@ -37,11 +42,17 @@ def torch_device(device: Device) -> torch.device:
     return torch.device("cuda", device.ref.index) if device.ref.kind is DeviceKind.GPU else torch.device("cpu")
 
 
-def apply_precision(precision: Precision) -> None:
-    """Make TF32 use explicit: strict fp32 turns it off for matmuls and convolutions alike."""
-    allow_tf32 = precision is Precision.TF32
+AUTOCAST_DTYPES = {Precision.AMP_FP16: torch.float16, Precision.AMP_BF16: torch.bfloat16}
+
+
+def apply_settings(config: RunConfig) -> None:
+    """Every process-wide switch a run depends on, set explicitly for each run."""
+    # TF32 is explicit: strict fp32 turns it off for matmuls and convolutions alike.
+    allow_tf32 = config.precision is Precision.TF32
     torch.backends.cuda.matmul.allow_tf32 = allow_tf32
     torch.backends.cudnn.allow_tf32 = allow_tf32
+    torch.backends.cudnn.benchmark = config.cudnn_autotune is Switch.ON
+    torch.set_num_threads(config.intra_op_threads)
 
 
 def count_trainable(model: torch.nn.Module) -> int:
@@ -58,18 +69,28 @@ class TorchWorkload(Workload):
         self.is_gpu = self.device.type == "cuda"
         self.head = config.head
         torch.manual_seed(config.seed)
-        apply_precision(config.precision)
+        apply_settings(config)
         if self.is_gpu:
             torch.cuda.reset_peak_memory_stats(self.device)
-        self.model = build_model(config).to(self.device)
-        self.parameter_count = count_trainable(self.model)
+        memory_format = torch.channels_last if config.layout is Layout.CHANNELS_LAST else torch.contiguous_format
+        model = build_model(config).to(self.device, memory_format=memory_format)
+        self.parameter_count = count_trainable(model)
         self.inputs = random_inputs(config.model, config.batch_size, config.input_shape, self.device)
+        if config.layout is not None:
+            self.inputs = self.inputs.contiguous(memory_format=memory_format)
+        self.autocast = torch.autocast(self.device.type, dtype=AUTOCAST_DTYPES.get(config.precision), enabled=config.precision in AUTOCAST_DTYPES)
+        # fp16 gradients underflow without loss scaling; bf16 needs none.
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.precision is Precision.AMP_FP16)
         if config.mode is Mode.TRAIN:
-            self.model.train()
-            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
-            self.targets = random_targets(self.head, self._output_like())
+            model.train()
+            self.optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
         else:
-            self.model.eval()
+            model.eval()
+        self.model = torch.compile(model) if config.compilation is Compilation.TORCH_COMPILE else model
+        if config.mode is Mode.TRAIN:
+            self.targets = random_targets(self.head, self._output_like())
+        # On a GPU each step is also timed by CUDA events, to cross-check the wall clock.
+        self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if self.is_gpu else None
 
     def _output_like(self) -> torch.Tensor:
         """Targets need the output's shape; only CTC's (frames) is not known without a forward pass."""
@@ -77,21 +98,35 @@ class TorchWorkload(Workload):
             batch = self.inputs.shape[0]
             shape = (batch,) if self.head.objective is Objective.CLASSIFY else (batch, self.inputs.shape[1])
             return torch.empty(shape, device=self.device)
-        with torch.no_grad():
+        with torch.no_grad(), self.autocast:
             return self.model(self.inputs)
 
     def train_step(self) -> None:
+        if self.events:
+            self.events[0].record()
         self.optimizer.zero_grad(set_to_none=True)
-        loss(self.head, self.model(self.inputs), self.targets).backward()
-        self.optimizer.step()
+        with self.autocast:
+            value = loss(self.head, self.model(self.inputs).float(), self.targets)
+        self.scaler.scale(value).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if self.events:
+            self.events[1].record()
 
     def infer_step(self) -> None:
-        with torch.inference_mode():
+        if self.events:
+            self.events[0].record()
+        with torch.inference_mode(), self.autocast:
             self.model(self.inputs)
+        if self.events:
+            self.events[1].record()
 
     def synchronize(self) -> None:
         if self.is_gpu:
             torch.cuda.synchronize(self.device)
+
+    def device_time_s(self) -> float | None:
+        return self.events[0].elapsed_time(self.events[1]) / 1e3 if self.events else None
 
     def peak_memory(self) -> MemoryReading:
         if self.is_gpu:
@@ -105,6 +140,12 @@ class TorchWorkload(Workload):
 class TorchBackend(Backend):
     framework = "torch"
     models = MODELS
+
+    def __init__(self, settings: RunnerSettings) -> None:
+        self.settings = settings
+        # The inter-op pool can only be sized before it first runs work.
+        torch.set_num_interop_threads(settings.inter_op_threads)
+        torch.set_num_threads(settings.intra_op_threads)
 
     def runner_info(self) -> RunnerInfo:
         devices = [cpu_device()]
@@ -120,17 +161,22 @@ class TorchBackend(Backend):
             devices=tuple(devices),
             cuda_version=torch.version.cuda or "",
             cudnn_version=str(cudnn) if cudnn else "",
-            options={
-                "torchvision_version": torchvision.__version__,
-                "intra_op_threads": str(torch.get_num_threads()),
-                "inter_op_threads": str(torch.get_num_interop_threads()),
-            },
+            options={"torchvision_version": torchvision.__version__},
         )
 
-    def supported_precisions(self, device: Device) -> frozenset[Precision]:
-        if device.ref.kind is DeviceKind.GPU:
-            return frozenset({Precision.FP32, Precision.TF32})
-        return frozenset({Precision.FP32})
+    def capabilities(self, device: Device) -> Capabilities:
+        gpu = device.ref.kind is DeviceKind.GPU
+        return Capabilities(
+            # TF32 and fp16 autocast are GPU features; bf16 autocast runs on both.
+            precisions=frozenset(Precision) if gpu else frozenset({Precision.FP32, Precision.AMP_BF16}),
+            layouts=frozenset(Layout),
+            compilations=frozenset({Compilation.EAGER, Compilation.TORCH_COMPILE}),
+            default_compilation=Compilation.EAGER,
+            cudnn_autotune=frozenset(Switch) if gpu else frozenset({Switch.OFF}),
+            intra_op_threads=self.settings.intra_op_threads,
+            inter_op_threads=self.settings.inter_op_threads,
+            intra_op_threads_adjustable=True,
+        )
 
     def build(self, config: RunConfig) -> Workload:
         return TorchWorkload(config)
