@@ -482,3 +482,16 @@ def test_warmup_until_stable_and_minimum_duration(stub):
     measured = [s for s in step_timings(events) if not s.warmup]
     assert len(measured) == summary.measured_steps >= 2
     assert sum(s.step_time_s for s in measured) >= 0.05
+
+
+def test_a_batch_the_framework_cannot_train_is_a_clear_error_and_the_runner_goes_on(runner, stub):
+    # One sample with a 1x1 final feature map: PyTorch's BatchNorm cannot normalise a single value.
+    request = run_request(model="resnet18", mode=pb.MODE_TRAIN, batch_size=1, input_shape=[3, 32, 32], warmup_steps=0, measured_steps=1)
+    try:
+        events = run_events(stub, request)
+    except grpc.RpcError as error:
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+        assert "batch_size" in error.details() and "input_shape" in error.details()
+    else:
+        assert of_kind(events, "summary")
+    assert of_kind(run_events(stub, run_request(measured_steps=1)), "summary")

@@ -9,7 +9,7 @@ from fwbench_core.catalog import MODEL_SPECS
 from fwbench_core.spec import HEAD_OPTION
 
 # Models whose TensorFlow definition loads PyTorch's weights: their outputs must agree numerically.
-NUMERIC_PARITY = {"resnet18", "mobilenet_v2", "bert_base", "lstm_lm"}
+NUMERIC_PARITY = {"resnet18", "mobilenet_v2", "vgg16", "bert_base", "lstm_lm", "deepspeech2", "wav2vec2_base"}
 
 
 def all_variants() -> list[Variant]:

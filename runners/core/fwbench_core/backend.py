@@ -8,7 +8,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
-from .errors import FailedPrecondition
+from .errors import FailedPrecondition, RunnerError
 from .registry import ModelRegistry
 from .spec import Capabilities, Device, ModelConfig, ModelReport, ReferenceReport, RunConfig, RunnerInfo
 
@@ -82,6 +82,10 @@ class Backend(abc.ABC):
     def compare_reference(self, config: ModelConfig, path: str) -> ReferenceReport:
         """Load a reference file's weights, run its input, and compare with its output."""
         raise FailedPrecondition(f"the {self.framework} runner cannot load reference weights")
+
+    def user_error(self, exc: BaseException) -> RunnerError | None:
+        """A framework exception that the request caused and the user can fix, as the error to return."""
+        return None
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         """Whether a framework exception means the device ran out of memory."""

@@ -98,6 +98,7 @@ class RunnerService:
         yield Progress(Phase.BUILD, 0, total)
         workload: Workload | None = None
         out_of_memory = ""
+        user_error = None
         try:
             workload = self.backend.build(config)
             yield Resolved(config, workload.parameter_count)
@@ -110,10 +111,11 @@ class RunnerService:
                 clock=self._clock,
             )
         except Exception as exc:
-            if not self.backend.is_out_of_memory(exc):
+            # Keep only the text or a fresh error: the exception's traceback holds
+            # the tensors that filled the device, and they must go before the next run.
+            user_error = self.backend.user_error(exc)
+            if user_error is None and not self.backend.is_out_of_memory(exc):
                 raise
-            # Keep only the text: the exception's traceback holds the tensors
-            # that filled the device, and they must go before the next run.
             out_of_memory = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         finally:
             if workload is not None:
@@ -121,6 +123,8 @@ class RunnerService:
             workload = None
             gc.collect()
             self.backend.release_memory()
+        if user_error is not None:
+            raise user_error
         if out_of_memory:
             shape = "x".join(map(str, config.input_shape))
             raise ResourceExhausted(

@@ -9,6 +9,7 @@ import torch
 import torchvision
 from fwbench_core.backend import Backend, MemoryReading, Workload
 from fwbench_core.catalog import get_spec
+from fwbench_core.errors import InvalidArgument
 from fwbench_core.spec import (
     Capabilities,
     Compilation,
@@ -214,6 +215,14 @@ class TorchBackend(Backend):
         }
         np.savez(path, input=inputs.numpy(), output=output.numpy(), **weights)
         return ReferenceReport(path=path, output_shape=tuple(output.shape))
+
+    def user_error(self, exc: BaseException) -> InvalidArgument | None:
+        if isinstance(exc, ValueError) and "Expected more than 1 value per channel when training" in str(exc):
+            return InvalidArgument(
+                "batch_size and input_shape leave one value per channel in a BatchNorm layer, which PyTorch "
+                "cannot normalise while training; use batch_size 2 or more, or a larger input_shape"
+            )
+        return None
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
