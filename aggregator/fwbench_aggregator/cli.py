@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +23,7 @@ from . import parity as parity_mod
 from . import stats
 from . import results as results_mod
 from .client import RunnerClient, RunnerFailure, RunResult
-from .launch import RUNNER_MODULES, LocalRunner, RunnerStartError, default_venvs, embedded_command
+from .launch import RUNNER_MODULES, LocalRunner, RunnerStartError, StartupSettings, default_venvs, embedded_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 out_console = Console()
@@ -32,6 +33,41 @@ err_console = Console(stderr=True)
 class ModeChoice(str, enum.Enum):
     train = "train"
     infer = "infer"
+
+
+class LayoutChoice(str, enum.Enum):
+    channels_first = "channels_first"
+    channels_last = "channels_last"
+
+
+class SwitchChoice(str, enum.Enum):
+    off = "off"
+    on = "on"
+
+
+COMPILATIONS = ("eager", "graph", "xla", "torch_compile")
+
+
+def parse_compilation(values: list[str]) -> list[str]:
+    for value in values:
+        setting = value.partition("=")[2] if "=" in value else value
+        if setting not in COMPILATIONS:
+            raise typer.BadParameter(
+                f"{value!r}: give VALUE for every runner or RUNNER=VALUE for one; accepted values: {', '.join(COMPILATIONS)}"
+            )
+    return values
+
+
+def compilation_for(runner: str, values: list[str]) -> Optional[str]:
+    """The compilation asked for this runner: RUNNER=VALUE wins over a plain VALUE; None leaves its default."""
+    chosen = None
+    for value in values:
+        name, sep, setting = value.partition("=")
+        if not sep:
+            chosen = chosen or value
+        elif name == runner:
+            return setting
+    return chosen
 
 
 class PrecisionChoice(str, enum.Enum):
@@ -88,6 +124,8 @@ def parse_frameworks(value: str) -> str:
 def build_request(
     model: str, mode: ModeChoice, batch_size: int, shape: Optional[str], precision: PrecisionChoice,
     device: Optional[str], warmup: int, steps: int, seed: int, options: list[str],
+    layout: Optional[LayoutChoice] = None, startup: StartupSettings = StartupSettings(),
+    warmup_until_cv: Optional[float] = None, stable_window: int = 5, min_measure_s: Optional[float] = None,
 ) -> pb.RunRequest:
     request = pb.RunRequest(
         model=model,
@@ -100,6 +138,16 @@ def build_request(
         measured_steps=steps,
         seed=seed,
     )
+    request.cudnn_autotune = pb.Switch.Value(f"SWITCH_{startup.cudnn_autotune.upper()}")
+    request.intra_op_threads = startup.intra_op_threads
+    request.inter_op_threads = startup.inter_op_threads
+    if layout:
+        request.layout = pb.Layout.Value(f"LAYOUT_{layout.value.upper()}")
+    if warmup_until_cv is not None:
+        request.warmup_until_stable.cv_threshold = warmup_until_cv
+        request.warmup_until_stable.window = stable_window
+    if min_measure_s is not None:
+        request.min_measure_s = min_measure_s
     if device:
         kind, _, index = device.partition(":")
         request.device.kind = pb.DeviceKind.Value(f"DEVICE_KIND_{kind.upper()}")
@@ -107,14 +155,16 @@ def build_request(
     return request
 
 
-def start_embedded(frameworks: list[str], venvs: Path, log_dir: Path, stack: ExitStack) -> tuple[dict, list]:
+def start_embedded(
+    frameworks: list[str], venvs: Path, log_dir: Path, stack: ExitStack, settings: StartupSettings = StartupSettings()
+) -> tuple[dict, list]:
     """Start each framework's runner locally, all at once; returns their addresses and the failures."""
     log_dir.mkdir(parents=True, exist_ok=True)
     failures: list[RunnerFailure] = []
     runners: dict[str, LocalRunner] = {}
     for name in frameworks:
         try:
-            runners[name] = LocalRunner(name, embedded_command(name, venvs), log_dir / f"{name}-runner.log")
+            runners[name] = LocalRunner(name, embedded_command(name, venvs, settings), log_dir / f"{name}-runner.log")
         except RunnerStartError as error:
             failures.append(RunnerFailure(name, "UNAVAILABLE", str(error)))
     addresses: dict[str, str] = {}
@@ -130,17 +180,18 @@ def start_embedded(frameworks: list[str], venvs: Path, log_dir: Path, stack: Exi
 
 
 def resolve_endpoints(
-    runner: list[str], frameworks: str, venvs: Optional[Path], log_dir: Path, stack: ExitStack
+    runner: list[str], frameworks: str, venvs: Optional[Path], log_dir: Path, stack: ExitStack,
+    settings: StartupSettings = StartupSettings(),
 ) -> tuple[dict[str, str], list[RunnerFailure]]:
     """The runners given as NAME=HOST:PORT, or else the embedded ones, started now."""
     if runner:
         return dict(value.split("=", 1) for value in runner), []
     err_console.print(f"starting the embedded runners: {frameworks}")
-    return start_embedded(frameworks.split(","), venvs or default_venvs(), log_dir, stack)
+    return start_embedded(frameworks.split(","), venvs or default_venvs(), log_dir, stack, settings)
 
 
 def run_all(
-    endpoints: dict[str, str], request: pb.RunRequest, repetitions: int = 1, cooldown_s: float = 0.0
+    endpoints: dict[str, str], requests: dict[str, pb.RunRequest], repetitions: int = 1, cooldown_s: float = 0.0
 ) -> tuple[list[RunResult], list[RunnerFailure]]:
     """Run the request on each runner, one after the other (they may share a device), repetition
     after repetition, the frameworks interleaved (A, B, A, B, ...) so that drift favours neither.
@@ -164,7 +215,7 @@ def run_all(
 
                 try:
                     with RunnerClient(name, address) as client:
-                        results.append(client.run(request, on_progress, repetition))
+                        results.append(client.run(requests[name], on_progress, repetition))
                     progress.update(task, description=f"{label}: done")
                 except RunnerFailure as failure:
                     failures.append(failure)
@@ -204,8 +255,20 @@ def compare(
     ] = [],
     precision: Annotated[PrecisionChoice, typer.Option(help="numeric precision, identical on every runner")] = PrecisionChoice.fp32,
     device: Annotated[Optional[str], typer.Option(callback=parse_device, help="cpu, gpu or gpu:N; default: the runner's first GPU, else its CPU")] = None,
-    warmup: Annotated[int, typer.Option(min=0, help="warm-up steps, excluded from the figures")] = 5,
-    steps: Annotated[int, typer.Option(min=1, help="measured steps")] = 20,
+    layout: Annotated[Optional[LayoutChoice], typer.Option(help="image models' memory layout; default channels_last")] = None,
+    compilation: Annotated[
+        list[str], typer.Option(callback=parse_compilation, help="eager, graph, xla or torch_compile, for every runner or as RUNNER=VALUE; default: each framework's default (PyTorch eager, TensorFlow graph)")
+    ] = [],
+    cudnn_autotune: Annotated[SwitchChoice, typer.Option(help="cuDNN autotuning, the same on every runner")] = SwitchChoice.off,
+    intra_op_threads: Annotated[int, typer.Option(min=1, help="threads within an op, every runner (default: all cores)")] = os.cpu_count() or 1,
+    inter_op_threads: Annotated[int, typer.Option(min=1, help="ops at once, every runner (default: all cores)")] = os.cpu_count() or 1,
+    warmup: Annotated[int, typer.Option(min=0, help="warm-up steps, excluded from the figures (with --warmup-until-cv: the most)")] = 5,
+    warmup_until_cv: Annotated[
+        Optional[float], typer.Option(min=0.0, max=1.0, help="warm up until the last --stable-window steps vary less than this (e.g. 0.05)")
+    ] = None,
+    stable_window: Annotated[int, typer.Option(min=2, help="steps in the warm-up stability window")] = 5,
+    steps: Annotated[int, typer.Option(min=1, help="measured steps (at least)")] = 20,
+    min_measure_s: Annotated[Optional[float], typer.Option(min=0.0, help="measure for at least this many seconds")] = None,
     seed: Annotated[int, typer.Option(min=0)] = 0,
     repetitions: Annotated[int, typer.Option(min=1, help="runs per framework, interleaved A, B, A, B, ...")] = 1,
     cooldown_s: Annotated[float, typer.Option(min=0.0, help="seconds to wait between runs")] = 0.0,
@@ -218,12 +281,23 @@ def compare(
     out: Annotated[Path, typer.Option(help="folder to write results into; each comparison gets a subfolder")] = Path("results"),
 ) -> None:
     """Run one model at one batch size and shape on every runner, and compare them."""
-    request = build_request(model, mode, batch_size, shape, precision, device, warmup, steps, seed, option)
+    startup = StartupSettings(intra_op_threads, inter_op_threads, cudnn_autotune.value)
+    request = build_request(
+        model, mode, batch_size, shape, precision, device, warmup, steps, seed, option,
+        layout, startup, warmup_until_cv, stable_window, min_measure_s,
+    )
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{model}-{mode.value}-b{batch_size}"
     out_dir = out / run_id
     with ExitStack() as stack:
-        endpoints, failures = resolve_endpoints(runner, frameworks, venvs, out_dir / "logs", stack)
-        results, run_failures = run_all(endpoints, request, repetitions, cooldown_s)
+        endpoints, failures = resolve_endpoints(runner, frameworks, venvs, out_dir / "logs", stack, startup)
+        requests = {}
+        for name in endpoints:
+            requests[name] = pb.RunRequest()
+            requests[name].CopyFrom(request)
+            chosen = compilation_for(name, compilation)
+            if chosen:
+                requests[name].compilation = pb.Compilation.Value(f"COMPILATION_{chosen.upper()}")
+        results, run_failures = run_all(endpoints, requests, repetitions, cooldown_s)
         failures += run_failures
 
     steps = results_mod.steps_frame(run_id, results)
@@ -239,6 +313,11 @@ def compare(
             f"{model} {mode.value}, batch {batch_size}, {shape_shown}, {precision.value}, {results[0].config.device.name}",
         )
     written = results_mod.write_results(out_dir, frames)
+    if results:
+        written.append(results_mod.write_manifest(out_dir, run_id, results, requests))
+    for r in results:
+        for flag in r.summary.flags:
+            err_console.print(f"[yellow]{r.runner} #{r.repetition + 1}: {flag}[/]")
     err_console.print(f"results: {', '.join(str(p) for p in written)}")
     report_failures(failures)
 

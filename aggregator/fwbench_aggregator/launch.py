@@ -30,7 +30,23 @@ def default_venvs() -> Path:
     return Path(os.environ.get(VENVS_ENV, REPO_ROOT / ".venvs"))
 
 
-def embedded_command(framework: str, venvs: Path) -> list[str]:
+@dataclass(frozen=True)
+class StartupSettings:
+    """What a runner fixes when it starts; the aggregator starts every embedded runner with the same."""
+
+    intra_op_threads: int = os.cpu_count() or 1
+    inter_op_threads: int = os.cpu_count() or 1
+    cudnn_autotune: str = "off"
+
+    def flags(self) -> list[str]:
+        return [
+            "--intra-op-threads", str(self.intra_op_threads),
+            "--inter-op-threads", str(self.inter_op_threads),
+            "--cudnn-autotune", self.cudnn_autotune,
+        ]
+
+
+def embedded_command(framework: str, venvs: Path, settings: StartupSettings = StartupSettings()) -> list[str]:
     """The command that starts a framework's runner from its own environment under `venvs`."""
     if framework not in RUNNER_MODULES:
         raise RunnerStartError(f"no embedded runner for {framework!r}; known: {', '.join(RUNNER_MODULES)}")
@@ -39,7 +55,7 @@ def embedded_command(framework: str, venvs: Path) -> list[str]:
         raise RunnerStartError(
             f"the {framework} runner environment is missing ({python}); run scripts/setup_envs.sh first"
         )
-    return [str(python), "-m", RUNNER_MODULES[framework], "--address", "127.0.0.1:0"]
+    return [str(python), "-m", RUNNER_MODULES[framework], "--address", "127.0.0.1:0", *settings.flags()]
 
 
 def wait_until_serving(address: str, timeout_s: float) -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import platform
+import sys
 from pathlib import Path
 
 import pandas as pd
 from fwbench.runner.v1 import runner_pb2 as pb
+from google.protobuf.json_format import MessageToDict
 
 from . import stats
 from .client import RunnerFailure, RunResult
@@ -73,6 +77,16 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
                 "time_to_first_step_s": s.time_to_first_step_s,
                 "started_at_unix_s": s.started_at_unix_s,
                 "finished_at_unix_s": s.finished_at_unix_s,
+                "layout": _enum_value(pb.Layout, "LAYOUT", c.layout) if c.layout else "",
+                "compilation": _enum_value(pb.Compilation, "COMPILATION", c.compilation),
+                "cudnn_autotune": _enum_value(pb.Switch, "SWITCH", c.cudnn_autotune),
+                "intra_op_threads": c.intra_op_threads,
+                "inter_op_threads": c.inter_op_threads,
+                "warmup_steps_run": s.warmup_steps_run,
+                "warmup_stable": s.warmup_stable,
+                "min_measure_s": c.min_measure_s,
+                "timer_disagreement": s.timer_disagreement if s.HasField("timer_disagreement") else None,
+                "flags": " | ".join(s.flags),
                 "runner_address": r.address,
                 "python_version": info.python_version,
                 "cuda_version": info.cuda_version,
@@ -133,3 +147,28 @@ def write_results(out_dir: Path, frames: dict[str, pd.DataFrame]) -> list[Path]:
         frame.to_parquet(parquet_path, index=False)
         written += [csv_path, parquet_path]
     return written
+
+
+def write_manifest(out_dir: Path, run_id: str, results: list[RunResult], requests: dict[str, pb.RunRequest]) -> Path:
+    """Everything needed to reproduce or audit the comparison: each runner's versions, devices, settings
+    and capabilities as it described them, the exact requests, the resolved configurations, the host."""
+    runners = {}
+    for r in results:
+        if r.runner in runners:
+            continue
+        runners[r.runner] = {
+            "address": r.address,
+            "describe": MessageToDict(r.runner_info, preserving_proto_field_name=True),
+            "request": MessageToDict(requests[r.runner], preserving_proto_field_name=True),
+            "resolved": MessageToDict(r.config, preserving_proto_field_name=True),
+        }
+    manifest = {
+        "run_id": run_id,
+        "command": sys.argv,
+        "aggregator_host": {"platform": platform.platform(), "python": platform.python_version(), "node": platform.node()},
+        "runners": runners,
+    }
+    path = out_dir / "manifest.json"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    return path

@@ -31,6 +31,48 @@ def python_version() -> str:
     return platform.python_version()
 
 
+IMAGE_ENV = "FWBENCH_IMAGE"
+
+
+def manifest_options(gpu_count: int) -> dict[str, str]:
+    """What the results' manifest needs beyond versions: the container image, GPU clocks and power limits."""
+    options = {"cpu_model": cpu_model_name(), "cpu_count": str(os.cpu_count())}
+    if os.environ.get(IMAGE_ENV):
+        options["container_image"] = os.environ[IMAGE_ENV]
+    options.update(_nvml_details(gpu_count))
+    return options
+
+
+def _nvml_details(gpu_count: int) -> dict[str, str]:
+    """Power limit and clocks of each GPU through NVML; nothing where NVML is missing or refuses."""
+    if not gpu_count:
+        return {}
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no package, no driver: the manifest says nothing rather than something wrong
+        return {}
+    details = {}
+    try:
+        for index in range(gpu_count):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            readings = {
+                "power_limit_w": lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000,
+                "sm_clock_mhz": lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                "sm_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                "memory_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+            }
+            for name, read in readings.items():
+                try:
+                    details[f"gpu:{index}.{name}"] = str(read())
+                except pynvml.NVMLError as error:
+                    details[f"gpu:{index}.{name}"] = f"unavailable: {error}"
+    finally:
+        pynvml.nvmlShutdown()
+    return details
+
+
 def gpu_driver_version() -> str:
     """The NVIDIA driver version through NVML, or "" where NVML is not installed or finds no driver."""
     try:

@@ -15,6 +15,7 @@ from . import PROTOCOL, RUNNER_VERSION
 from .backend import MemoryReading
 from .errors import InvalidArgument
 from .service import Resolved, RunEvent
+from .sysinfo import manifest_options
 from .spec import (
     Compilation,
     Device,
@@ -78,7 +79,8 @@ def _stable_from_wire(request: pb.RunRequest) -> WarmupUntilStable | None:
 
 def _capabilities_as_options(service_info: RunnerInfo, capabilities) -> dict[str, str]:
     """Each device's settings, for the manifest: "cpu:0.precisions": "fp32,amp_bf16", ..."""
-    options = dict(service_info.options)
+    gpus = sum(device.ref.kind is DeviceKind.GPU for device in service_info.devices)
+    options = {**service_info.options, **manifest_options(gpus)}
     for device in service_info.devices:
         can = capabilities(device)
         for field, values in (
