@@ -56,6 +56,14 @@ def test_compare_both_real_runners_prints_table_and_writes_files(tmp_path):
         assert row["median_step_time_s"] == pytest.approx(statistics.median(measured))
         assert row["throughput_samples_per_s"] == pytest.approx(2 * STEPS / sum(measured))
         assert row["parameter_count"] == 11_689_512
+        # Energy is measured or says why not: never zero, never made up.
+        if row["energy_status"] == "ok":
+            assert row["energy_j"] > 0 and row["energy_per_sample_j"] > 0
+        else:
+            assert row["energy_status"].startswith("unavailable: ") and len(row["energy_status"]) > 20
+            assert pd.isna(row["energy_j"]) and pd.isna(row["energy_per_sample_j"])
+    assert "J/sample" in done.stdout
+    assert (run_dir / "power.parquet").exists()
 
 
 @pytest.mark.parametrize(

@@ -932,3 +932,59 @@ def test_wall_clock_is_cross_checked_against_device_timers(factor, flagged):
         assert "disagree by 5.0%" in summary.flags[0]
     steps = [s for e in events if isinstance(e, StepBatch) for s in e.steps]
     assert all(s.device_time_s == pytest.approx(factor) for s in steps)
+
+
+# --- power telemetry beside a run ------------------------------------------------
+
+
+class ConstantPowerSource:
+    """A telemetry source reading a steady 100 W and a counter that follows it."""
+
+    def __new__(cls, clock):
+        from fwbench_core.power import PowerSample, Telemetry
+
+        class Source(Telemetry):
+            device = "cpu:0"
+
+            def open(self):
+                self.unavailable_reason = None
+                return True
+
+            def read(self, time_s, phase):
+                return PowerSample(time_s, phase, "cpu:0", power_w=100.0, power_source="test", energy_j=100.0 * time_s)
+
+            def close(self):
+                pass
+
+        return Source()
+
+
+def test_power_samples_stream_with_phases_and_the_summary_has_energy(monkeypatch):
+    import fwbench_core.service as service_module
+    from fwbench_core.service import PowerBatch
+
+    monkeypatch.setattr(service_module, "source_for", lambda ref: ConstantPowerSource(None))
+    service = RunnerService(FakeBackend(step_time_s=0.005))
+    events = list(service.run(request(warmup_steps=2, measured_steps=40, idle_baseline_s=0.2), lambda: False))
+    samples = [s for e in events if isinstance(e, PowerBatch) for s in e.samples]
+    phases = {s.phase.value for s in samples}
+    assert {"idle", "measure"} <= phases
+    assert [s.time_s for s in samples] == sorted(s.time_s for s in samples)
+    energy = events[-1].energy
+    assert energy.mean_power_w == pytest.approx(100.0)
+    assert energy.integrated_energy_j == pytest.approx(100.0 * energy.window_s, rel=0.01)
+    assert energy.energy_per_sample_j == pytest.approx(energy.energy_j / (2 * 40))
+
+
+def test_power_unavailable_says_why_and_telemetry_can_be_off():
+    service = RunnerService(FakeBackend(step_time_s=0.0))
+    on = list(service.run(request(warmup_steps=0, measured_steps=3), lambda: False))[-1]
+    if on.energy.sample_count == 0:
+        assert on.energy.energy_j is None and "energy_j" in on.energy.reasons
+    off = list(service.run(request(warmup_steps=0, measured_steps=3, power_sample_rate_hz=0.0), lambda: False))[-1]
+    assert off.energy is None
+
+
+def test_power_sample_rate_out_of_range_names_the_field():
+    message = expect_error(InvalidArgument, request(power_sample_rate_hz=500.0))
+    assert "power_sample_rate_hz" in message and "100" in message and "0 turns telemetry off" in message

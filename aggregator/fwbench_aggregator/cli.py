@@ -12,6 +12,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Annotated, Optional
 
+import pandas as pd
 import typer
 from google.protobuf.json_format import MessageToDict
 from fwbench.runner.v1 import runner_pb2 as pb
@@ -20,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import parity as parity_mod
+from . import plots
 from . import stats
 from . import results as results_mod
 from .client import RunnerClient, RunnerFailure, RunResult
@@ -224,11 +226,18 @@ def run_all(
     return results, failures
 
 
+def _energy_cells(row) -> tuple[str, str]:
+    per_sample = getattr(row, "energy_per_sample_j", None)
+    if per_sample is None or pd.isna(per_sample):
+        return "unavailable", "unavailable"
+    return f"{per_sample:.3g}", f"{row.mean_power_w:.1f}"
+
+
 def print_comparison(table, verdicts, title: str) -> None:
     view = Table(title=title)
     view.add_column("runner", no_wrap=True)
     view.add_column("version", no_wrap=True)
-    for column in ("median ms", "p5 ms", "p95 ms", "std ms", "samples/s", "× fastest", "rep. CV"):
+    for column in ("median ms", "p5 ms", "p95 ms", "std ms", "samples/s", "× fastest", "rep. CV", "J/sample", "mean W"):
         view.add_column(column, justify="right")
     for row in table.itertuples():
         view.add_row(
@@ -236,10 +245,15 @@ def print_comparison(table, verdicts, title: str) -> None:
             f"{row.p95_step_time_s * 1e3:.2f}", f"{row.std_step_time_s * 1e3:.2f}",
             f"{row.throughput_samples_per_s:.1f}", f"{row.ratio_to_fastest:.3f}",
             "-" if row.repetitions < 2 else f"{row.repetition_median_cv:.1%}",
+            *_energy_cells(row),
         )
     out_console.print(view)
     for verdict in verdicts:
         out_console.print(f"verdict: {verdict.verdict}")
+    for row in table.itertuples():
+        status = getattr(row, "energy_status", "")
+        if isinstance(status, str) and status.startswith("unavailable"):
+            out_console.print(f"energy ({row.runner}): {status}")
 
 
 @app.command()
@@ -269,6 +283,8 @@ def compare(
     stable_window: Annotated[int, typer.Option(min=2, help="steps in the warm-up stability window")] = 5,
     steps: Annotated[int, typer.Option(min=1, help="measured steps (at least)")] = 20,
     min_measure_s: Annotated[Optional[float], typer.Option(min=0.0, help="measure for at least this many seconds")] = None,
+    power_rate_hz: Annotated[float, typer.Option(min=0.0, max=100.0, help="power telemetry samples per second (1-100; 0: off)")] = 20.0,
+    idle_baseline_s: Annotated[float, typer.Option(min=0.0, max=60.0, help="idle power measured before each run")] = 1.0,
     seed: Annotated[int, typer.Option(min=0)] = 0,
     repetitions: Annotated[int, typer.Option(min=1, help="runs per framework, interleaved A, B, A, B, ...")] = 1,
     cooldown_s: Annotated[float, typer.Option(min=0.0, help="seconds to wait between runs")] = 0.0,
@@ -286,6 +302,8 @@ def compare(
         model, mode, batch_size, shape, precision, device, warmup, steps, seed, option,
         layout, startup, warmup_until_cv, stable_window, min_measure_s,
     )
+    request.power_sample_rate_hz = power_rate_hz
+    request.idle_baseline_s = idle_baseline_s
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{model}-{mode.value}-b{batch_size}"
     out_dir = out / run_id
     with ExitStack() as stack:
@@ -301,9 +319,13 @@ def compare(
         failures += run_failures
 
     steps = results_mod.steps_frame(run_id, results)
-    frames = {"steps": steps, "summary": results_mod.summary_frame(run_id, results, failures)}
+    frames = {
+        "steps": steps,
+        "summary": results_mod.summary_frame(run_id, results, failures),
+        "power": results_mod.power_frame(run_id, results),
+    }
     if results:
-        table = results_mod.comparison_table(steps, batch_size)
+        table = results_mod.comparison_table(steps, frames["summary"], batch_size)
         found = results_mod.verdicts(steps, min_effect)
         table["verdict"] = [next((v.verdict for v in found if v.slower == r), "fastest" if found else "") for r in table["runner"]]
         frames["comparison"] = table
@@ -313,6 +335,8 @@ def compare(
             f"{model} {mode.value}, batch {batch_size}, {shape_shown}, {precision.value}, {results[0].config.device.name}",
         )
     written = results_mod.write_results(out_dir, frames)
+    if not frames["power"].empty:
+        written += plots.power_timeline(frames["power"], out_dir)
     if results:
         written.append(results_mod.write_manifest(out_dir, run_id, results, requests))
     for r in results:

@@ -40,6 +40,7 @@ class RunResult:
     repetition: int = 0
     config: pb.ResolvedConfig | None = None
     steps: list[pb.StepTiming] = field(default_factory=list)
+    power: list[pb.PowerSample] = field(default_factory=list)
     summary: pb.Summary | None = None
 
 
@@ -97,6 +98,8 @@ class RunnerClient:
                     result.steps.extend(event.steps.steps)
                 elif kind == "progress":
                     on_progress(event.progress)
+                elif kind == "power":
+                    result.power.extend(event.power.samples)
                 elif kind == "summary":
                     result.summary = event.summary
         except grpc.RpcError as error:

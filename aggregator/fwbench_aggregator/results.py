@@ -53,6 +53,49 @@ def steps_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+POWER_FIELDS = ("power_w", "energy_j", "gpu_util_pct", "memory_util_pct", "memory_used_bytes", "sm_clock_mhz", "temperature_c")
+ENERGY_FIELDS = (
+    "energy_j", "counter_energy_j", "integrated_energy_j", "energy_disagreement", "mean_power_w", "peak_power_w",
+    "idle_power_w", "energy_above_idle_j", "energy_per_sample_j", "energy_above_idle_per_sample_j", "achieved_rate_hz",
+)
+
+
+def _optional(message, name: str):
+    return getattr(message, name) if message.HasField(name) else None
+
+
+def power_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
+    """One row per telemetry sample; unreadable fields are empty, never zero."""
+    rows = [
+        {
+            **_config_columns(run_id, r),
+            "time_s": p.time_s,
+            "phase": p.phase,
+            "telemetry_device": p.device,
+            "power_source": p.power_source,
+            **{name: _optional(p, name) for name in POWER_FIELDS},
+        }
+        for r in results
+        for p in r.power
+    ]
+    return pd.DataFrame(rows)
+
+
+def _energy_columns(summary: pb.Summary) -> dict:
+    if not summary.HasField("energy"):
+        return {"energy_status": "telemetry off"}
+    e = summary.energy
+    unavailable = "; ".join(f"{k}: {v}" for k, v in sorted(e.reasons.items()) if k in ENERGY_FIELDS)
+    return {
+        **{name: _optional(e, name) for name in ENERGY_FIELDS},
+        "energy_source": e.energy_source,
+        "power_samples": e.sample_count,
+        "energy_status": "ok" if e.HasField("energy_j") else f"unavailable: {e.reasons.get('energy_j', unavailable)}",
+        "energy_unavailable": unavailable,
+        "energy_notes": " | ".join(e.notes),
+    }
+
+
 def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFailure]) -> pd.DataFrame:
     """One row per runner: its summary and manifest, or the failure that stopped it."""
     rows = []
@@ -87,6 +130,7 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
                 "min_measure_s": c.min_measure_s,
                 "timer_disagreement": s.timer_disagreement if s.HasField("timer_disagreement") else None,
                 "flags": " | ".join(s.flags),
+                **_energy_columns(s),
                 "runner_address": r.address,
                 "python_version": info.python_version,
                 "cuda_version": info.cuda_version,
@@ -100,9 +144,22 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
     return pd.DataFrame(rows)
 
 
-def comparison_table(steps: pd.DataFrame, batch_size: int) -> pd.DataFrame:
+def energy_by_runner(summary: pd.DataFrame) -> pd.DataFrame:
+    """Mean energy per sample and power over each runner's repetitions; missing where unreadable."""
+    if "energy_per_sample_j" not in summary:
+        return pd.DataFrame()
+    ok = summary[summary["status"] == "ok"]
+    return ok.groupby("runner", sort=False).agg(
+        energy_per_sample_j=("energy_per_sample_j", "mean"),
+        mean_power_w=("mean_power_w", "mean"),
+        energy_status=("energy_status", "first"),
+    ).reset_index()
+
+
+def comparison_table(steps: pd.DataFrame, summary: pd.DataFrame, batch_size: int) -> pd.DataFrame:
     """Per runner, over the measured steps of every repetition: the statistics, the ratio of its
-    median to the fastest one's, and how much the per-repetition medians vary (coefficient of variation)."""
+    median to the fastest one's, how much the per-repetition medians vary (coefficient of variation), and
+    energy per sample and mean power where telemetry could read them."""
     measured = steps[~steps["warmup"]]
     rows = []
     for runner, group in measured.groupby("runner", sort=False):
@@ -120,6 +177,8 @@ def comparison_table(steps: pd.DataFrame, batch_size: int) -> pd.DataFrame:
             }
         )
     table = pd.DataFrame(rows)
+    energy = energy_by_runner(summary)
+    table = table.merge(energy, on="runner", how="left") if not energy.empty else table
     table["ratio_to_fastest"] = table["median_step_time_s"] / table["median_step_time_s"].min()
     return table.sort_values("ratio_to_fastest").reset_index(drop=True)
 

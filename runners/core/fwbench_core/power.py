@@ -532,6 +532,7 @@ class EnergySummary:
     power_sources: tuple[str, ...] = ()
     reasons: Mapping[str, str] = field(default_factory=dict)  # field -> why it is None
     notes: tuple[str, ...] = ()
+    missed_slots: int = 0  # sampling slots skipped because a read overran its period
 
 
 def _window(samples: Sequence[PowerSample], phase: PowerPhase) -> tuple[list[PowerSample], list[PowerSample]]:

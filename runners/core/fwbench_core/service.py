@@ -7,12 +7,13 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar, Union
 
 from .backend import Backend, Workload
 from .catalog import MODEL_SPECS
 from .errors import Cancelled, ResourceExhausted
+from .power import PowerPhase, PowerSample, PowerSampler, energy_summary, source_for
 from .spec import DeviceKind, DeviceRef, ModelConfig, ModelSpec, Phase, Precision, RunConfig, RunnerInfo, RunRequest
 from .timing import Progress, StepBatch, Summary, time_steps
 from .validation import resolve, resolve_model
@@ -27,7 +28,15 @@ class Resolved:
     parameter_count: int
 
 
-RunEvent = Union[Resolved, Progress, StepBatch, Summary]
+@dataclass(frozen=True)
+class PowerBatch:
+    samples: tuple[PowerSample, ...]
+
+
+RunEvent = Union[Resolved, Progress, StepBatch, PowerBatch, Summary]
+
+# The run's phases as the power sampler tags its readings.
+POWER_PHASES = {Phase.WARMUP: PowerPhase.WARMUP, Phase.MEASURE: PowerPhase.MEASURE, Phase.DONE: PowerPhase.AFTER}
 
 
 class DeviceLocks:
@@ -76,6 +85,11 @@ class RunnerService:
             finally:
                 gc.collect()
 
+    def _power_sampler(self, config: RunConfig) -> PowerSampler | None:
+        if not config.power_sample_rate_hz:
+            return None
+        return PowerSampler(source_for(config.device.ref), config.power_sample_rate_hz, clock=self._clock)
+
     def run(self, request: RunRequest, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
         config = resolve(
             request, self.info.devices, self.backend.capabilities, self.backend.models.names(), self.backend.framework
@@ -94,15 +108,22 @@ class RunnerService:
 
     def _run_locked(self, config: RunConfig, total: int, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
         started_at_unix_s = time.time()
-        build_started_s = self._clock()
-        yield Progress(Phase.BUILD, 0, total)
         workload: Workload | None = None
+        sampler = self._power_sampler(config)
         out_of_memory = ""
         user_error = None
         try:
+            if sampler is not None:
+                # Idle power first, on the idle device: the baseline the run's power is compared with.
+                sampler.start()
+                idle_until_s = self._clock() + (config.idle_baseline_s if sampler.unavailable_reason is None else 0.0)
+                while self._clock() < idle_until_s and not cancelled():
+                    time.sleep(min(LOCK_POLL_S, max(0.0, idle_until_s - self._clock())))
+            build_started_s = self._clock()
+            yield Progress(Phase.BUILD, 0, total)
             workload = self.backend.build(config)
             yield Resolved(config, workload.parameter_count)
-            yield from time_steps(
+            steps = time_steps(
                 workload,
                 config,
                 build_started_s=build_started_s,
@@ -110,6 +131,24 @@ class RunnerService:
                 cancelled=cancelled,
                 clock=self._clock,
             )
+            for event in steps:
+                if sampler is None:
+                    yield event
+                    continue
+                if isinstance(event, Progress) and event.phase in POWER_PHASES:
+                    sampler.set_phase(POWER_PHASES[event.phase])
+                if isinstance(event, Summary):
+                    samples = sampler.stop()
+                    yield PowerBatch(tuple(sampler.drain()))
+                    energy = energy_summary(
+                        samples,
+                        samples_processed=config.batch_size * event.measured_steps,
+                        source_reasons=sampler.reasons,
+                    )
+                    event = replace(event, energy=replace(energy, missed_slots=sampler.missed_slots))
+                yield event
+                if isinstance(event, StepBatch):
+                    yield PowerBatch(tuple(sampler.drain()))
         except Exception as exc:
             # Keep only the text or a fresh error: the exception's traceback holds
             # the tensors that filled the device, and they must go before the next run.
@@ -118,6 +157,8 @@ class RunnerService:
                 raise
             out_of_memory = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         finally:
+            if sampler is not None:
+                sampler.stop()
             if workload is not None:
                 workload.close()
             workload = None

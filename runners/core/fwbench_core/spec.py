@@ -214,6 +214,8 @@ class RunRequest:
     inter_op_threads: int = 0
     warmup_until_stable: WarmupUntilStable | None = None
     min_measure_s: float | None = None
+    power_sample_rate_hz: float | None = None
+    idle_baseline_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -237,6 +239,8 @@ class RunConfig:
     inter_op_threads: int = 1
     warmup_until_stable: WarmupUntilStable | None = None
     min_measure_s: float = 0.0
+    power_sample_rate_hz: float = 0.0  # 0: telemetry off
+    idle_baseline_s: float = 0.0
 
     @property
     def head(self) -> Head:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from .backend import MemoryReading, Workload
 from .errors import Cancelled
+from .power import EnergySummary
 from .spec import Mode, Phase, RunConfig, WarmupUntilStable
 from .validation import MAX_MEASURED_STEPS
 
@@ -58,6 +59,7 @@ class Summary:
     warmup_stable: bool = True
     timer_disagreement: float | None = None
     flags: tuple[str, ...] = ()
+    energy: EnergySummary | None = None
 
 
 def percentile(values: Sequence[float], pct: float) -> float:

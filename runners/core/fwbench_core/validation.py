@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from .catalog import get_spec
 from .errors import FailedPrecondition, InvalidArgument
+from .power import DEFAULT_RATE_HZ, validate_rate_hz
 from .spec import (
     Capabilities,
     Device,
@@ -31,6 +32,9 @@ DEFAULT_PRECISION = Precision.FP32
 DEFAULT_LAYOUT = Layout.CHANNELS_LAST
 MAX_THREADS = 1024
 MAX_MEASURE_S = 86_400.0
+DEFAULT_POWER_SAMPLE_RATE_HZ = DEFAULT_RATE_HZ
+DEFAULT_IDLE_BASELINE_S = 1.0
+MAX_IDLE_BASELINE_S = 60.0
 
 
 def _choices(enum_type) -> str:
@@ -159,6 +163,15 @@ def resolve(
     min_measure_s = request.min_measure_s or 0.0
     if not 0.0 <= min_measure_s <= MAX_MEASURE_S:
         raise InvalidArgument(f"min_measure_s must be between 0 and {MAX_MEASURE_S}, got {min_measure_s}")
+    rate_hz = DEFAULT_POWER_SAMPLE_RATE_HZ if request.power_sample_rate_hz is None else request.power_sample_rate_hz
+    if rate_hz:
+        try:
+            validate_rate_hz(rate_hz)
+        except ValueError as error:
+            raise InvalidArgument(f"{error}; 0 turns telemetry off") from None
+    idle_baseline_s = DEFAULT_IDLE_BASELINE_S if request.idle_baseline_s is None else request.idle_baseline_s
+    if not 0.0 <= idle_baseline_s <= MAX_IDLE_BASELINE_S:
+        raise InvalidArgument(f"idle_baseline_s must be between 0 and {MAX_IDLE_BASELINE_S}, got {idle_baseline_s}")
     return RunConfig(
         model=spec,
         mode=request.mode,
@@ -179,4 +192,6 @@ def resolve(
         inter_op_threads=_threads("inter_op_threads", request.inter_op_threads, can.inter_op_threads, False, framework),
         warmup_until_stable=stable,
         min_measure_s=min_measure_s,
+        power_sample_rate_hz=rate_hz,
+        idle_baseline_s=idle_baseline_s if rate_hz else 0.0,
     )

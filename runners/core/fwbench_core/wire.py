@@ -14,7 +14,8 @@ from fwbench.runner.v1 import runner_pb2 as pb
 from . import PROTOCOL, RUNNER_VERSION
 from .backend import MemoryReading
 from .errors import InvalidArgument
-from .service import Resolved, RunEvent
+from .power import EnergySummary, PowerPhase, PowerSample
+from .service import PowerBatch, Resolved, RunEvent
 from .sysinfo import manifest_options
 from .spec import (
     Compilation,
@@ -184,7 +185,51 @@ def run_request_from_wire(request: pb.RunRequest) -> RunRequest:
         inter_op_threads=request.inter_op_threads,
         warmup_until_stable=_stable_from_wire(request),
         min_measure_s=request.min_measure_s if request.HasField("min_measure_s") else None,
+        power_sample_rate_hz=request.power_sample_rate_hz if request.HasField("power_sample_rate_hz") else None,
+        idle_baseline_s=request.idle_baseline_s if request.HasField("idle_baseline_s") else None,
     )
+
+
+def _optional_fields(message, values: dict) -> None:
+    """Set the fields whose value is known; an unknown one stays unset, never zero."""
+    for name, value in values.items():
+        if value is not None:
+            setattr(message, name, value)
+
+
+def power_sample_to_wire(sample: PowerSample) -> pb.PowerSample:
+    message = pb.PowerSample(
+        time_s=sample.time_s, phase=PowerPhase(sample.phase).value, device=sample.device,
+        power_source=sample.power_source or "",
+    )
+    _optional_fields(
+        message,
+        {name: getattr(sample, name) for name in (
+            "power_w", "energy_j", "gpu_util_pct", "memory_util_pct", "memory_used_bytes", "sm_clock_mhz",
+            "temperature_c",
+        )},
+    )
+    return message
+
+
+def energy_to_wire(energy: EnergySummary) -> pb.EnergySummary:
+    message = pb.EnergySummary(
+        device=energy.device or "",
+        sample_count=energy.sample_count,
+        energy_source=energy.energy_source or "",
+        reasons=dict(energy.reasons),
+        notes=energy.notes,
+        missed_slots=energy.missed_slots,
+    )
+    _optional_fields(
+        message,
+        {name: getattr(energy, name) for name in (
+            "window_s", "achieved_rate_hz", "counter_energy_j", "integrated_energy_j", "energy_disagreement",
+            "energy_j", "mean_power_w", "peak_power_w", "idle_power_w", "energy_above_idle_j",
+            "energy_per_sample_j", "energy_above_idle_per_sample_j",
+        )},
+    )
+    return message
 
 
 def _memory_to_wire(summary: pb.Summary, reading: MemoryReading) -> None:
@@ -209,6 +254,8 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
                 ]
             )
         )
+    if isinstance(event, PowerBatch):
+        return pb.RunEvent(power=pb.PowerSamples(samples=[power_sample_to_wire(s) for s in event.samples]))
     if isinstance(event, Progress):
         return pb.RunEvent(
             progress=pb.Progress(
@@ -261,5 +308,7 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
             flags=event.flags,
         )
         _memory_to_wire(summary, event.peak_memory)
+        if event.energy is not None:
+            summary.energy.CopyFrom(energy_to_wire(event.energy))
         return pb.RunEvent(summary=summary)
     raise TypeError(f"no wire form for {type(event).__name__}")
