@@ -450,7 +450,7 @@ def print_parity(table) -> None:
     for column in ("model", "input", "params", "GFLOPs", "output", "max rel diff", "verdict"):
         view.add_column(column, no_wrap=column == "model")
     for row in table.to_dict("records"):
-        numeric = row["numeric"] if row["max_rel_diff"] is None else f"{row['max_rel_diff']:.1e} ({row['numeric']})"
+        numeric = row["numeric"] if pd.isna(row["max_rel_diff"]) else f"{row['max_rel_diff']:.1e} ({row['numeric']})"
         view.add_row(
             row["model"], row["input_shape"],
             f"{row['params_torch']:,} / {row['params_tensorflow']:,}",
