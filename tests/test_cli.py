@@ -174,3 +174,10 @@ def test_repetitions_interleave_runners_and_give_a_verdict(tmp_path, fake_runner
     assert comparison["repetition_median_cv"].notna().all()
     steps = pd.read_parquet(run_dir / "steps.parquet")
     assert sorted(steps["repetition"].unique()) == [0, 1, 2]
+
+
+def test_max_batch_finds_the_largest_batch_by_out_of_memory(fake_runner):
+    # The fake device holds 2**34 bytes of inputs: 85 samples of 3x4096x4096 float32.
+    done = fwbench("max-batch", "--mode", "infer", "--shape", "3x4096x4096", "--limit", "1024", "--runner", f"fake={fake_runner}")
+    assert done.returncode == 0, done.stderr
+    assert "│ 85 " in done.stdout and "128 (OOM)" in done.stdout

@@ -24,6 +24,7 @@ from . import parity as parity_mod
 from . import plots
 from . import stats
 from . import results as results_mod
+from .batch_search import BatchSearch
 from .client import RunnerClient, RunnerFailure, RunResult
 from .launch import RUNNER_MODULES, LocalRunner, RunnerStartError, StartupSettings, default_venvs, embedded_command
 
@@ -458,3 +459,51 @@ def print_parity(table) -> None:
             f"{row['output_torch']} / {row['output_tensorflow']}", numeric, row["verdict"],
         )
     out_console.print(view)
+
+
+@app.command("max-batch")
+def max_batch(
+    model: Annotated[str, typer.Option(help="model name, as `fwbench models` lists them")] = "resnet18",
+    mode: Annotated[ModeChoice, typer.Option(help="train or infer")] = ModeChoice.train,
+    shape: Annotated[Optional[str], typer.Option(callback=parse_shape, help="per-sample input shape; default: the model's")] = None,
+    option: Annotated[list[str], typer.Option(callback=parse_options, help="model option NAME=VALUE")] = [],
+    precision: Annotated[PrecisionChoice, typer.Option(help="numeric precision")] = PrecisionChoice.fp32,
+    device: Annotated[Optional[str], typer.Option(callback=parse_device, help="cpu, gpu or gpu:N")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=65536, help="largest batch to try (on a CPU, device memory is the host's)")] = 4096,
+    runner: RunnerOption = [],
+    frameworks: FrameworksOption = "torch,tensorflow",
+    venvs: VenvsOption = None,
+) -> None:
+    """The largest batch each runner fits in device memory: doubling, then bisection on RESOURCE_EXHAUSTED."""
+    request = build_request(model, mode, 1, shape, precision, device, 0, 1, 0, option)
+    request.power_sample_rate_hz = 0
+    view = Table(title=f"largest batch: {model} {mode.value}, {precision.value}")
+    for column in ("runner", "largest batch", "batches tried"):
+        view.add_column(column)
+    failures: list[RunnerFailure] = []
+    with ExitStack() as stack, TemporaryDirectory() as logs:
+        endpoints, failures = resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
+        for name, address in endpoints.items():
+            client = stack.enter_context(RunnerClient(name, address))
+
+            def fits(batch: int, client=client) -> bool:
+                request.batch_size = batch
+                try:
+                    client.run(request)
+                except RunnerFailure as failure:
+                    if failure.code == "RESOURCE_EXHAUSTED":
+                        return False
+                    raise
+                return True
+
+            search = BatchSearch(fits, limit=limit)
+            with err_console.status(f"{name}: searching"):
+                try:
+                    largest = search.largest()
+                except RunnerFailure as failure:
+                    failures.append(failure)
+                    continue
+            tried = ", ".join(f"{b}{'' if ok else ' (OOM)'}" for b, ok in sorted(search.tried.items()))
+            view.add_row(name, "none fits" if largest is None else str(largest), tried)
+    out_console.print(view)
+    report_failures(failures)
