@@ -89,8 +89,9 @@ class RunnerClient:
         repetition: int = 0,
     ) -> RunResult:
         result = RunResult(self.name, self.address, self.describe(), repetition)
+        stream = self._stub.Run(request)
         try:
-            for event in self._stub.Run(request):
+            for event in stream:
                 kind = event.WhichOneof("event")
                 if kind == "config":
                     result.config = event.config
@@ -104,6 +105,11 @@ class RunnerClient:
                     result.summary = event.summary
         except grpc.RpcError as error:
             raise RunnerFailure.from_rpc(self.name, error) from None
+        except BaseException:
+            # Ctrl-C (or any other way out): cancel the call, so the runner stops between
+            # steps and frees the device instead of running on for nobody.
+            stream.cancel()
+            raise
         if result.summary is None:
             raise RunnerFailure(self.name, "INTERNAL", "the run stream ended without a summary")
         return result
