@@ -17,11 +17,14 @@ import typer
 from google.protobuf.json_format import MessageToDict
 from fwbench.runner.v1 import runner_pb2 as pb
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from . import parity as parity_mod
 from . import plots
+from . import report as report_mod
+from . import store as store_mod
+from . import sweep as sweep_mod
 from . import stats
 from . import results as results_mod
 from .batch_search import BatchSearch
@@ -507,3 +510,147 @@ def max_batch(
             view.add_row(name, "none fits" if largest is None else str(largest), tried)
     out_console.print(view)
     report_failures(failures)
+
+
+# Failures that belong to the configuration and would repeat: stored, so --resume skips them and
+# reports mark them. An unreachable runner or an internal error is not stored: a resume retries it.
+REPEATABLE_FAILURES = {"RESOURCE_EXHAUSTED", "INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND"}
+
+
+@app.command()
+def sweep(
+    file: Annotated[Optional[Path], typer.Argument(help="a sweep file (YAML); or use the options below")] = None,
+    models: Annotated[Optional[str], typer.Option(help="comma-separated models")] = None,
+    modes: Annotated[Optional[str], typer.Option(help="comma-separated: train, infer")] = None,
+    batch_sizes: Annotated[Optional[str], typer.Option(help="comma-separated, e.g. 1,2,4,8")] = None,
+    shapes: Annotated[Optional[str], typer.Option(help="comma-separated shapes, e.g. 3x32x32,3x64x64")] = None,
+    precisions: Annotated[Optional[str], typer.Option(help="comma-separated precisions")] = None,
+    repetitions: Annotated[Optional[int], typer.Option(min=1)] = None,
+    warmup: Annotated[Optional[int], typer.Option(min=0)] = None,
+    steps: Annotated[Optional[int], typer.Option(min=1)] = None,
+    store: Annotated[Path, typer.Option(help="the results store (append-only; every completed run is kept)")] = Path("results/store"),
+    resume: Annotated[bool, typer.Option(help="skip configurations already in the store")] = False,
+    report: Annotated[bool, typer.Option(help="write the HTML report from the store when the sweep ends")] = True,
+    runner: RunnerOption = [],
+    venvs: VenvsOption = None,
+) -> None:
+    """Run a whole study, one run at a time, each stored the moment it completes; Ctrl-C keeps every finished run."""
+    try:
+        if file is not None:
+            plan = sweep_mod.load_sweep(file)
+        elif models:
+            plan = sweep_mod.sweep_from_options(
+                models, batch_sizes=batch_sizes, shapes=shapes, modes=modes, precisions=precisions,
+                repetitions=repetitions, warmup=warmup, steps=steps,
+            )
+        else:
+            raise typer.BadParameter("give a sweep file or at least --models", param_hint="FILE / --models")
+    except sweep_mod.SweepError as error:
+        raise typer.BadParameter(str(error)) from None
+    results_store = store_mod.ResultStore(store)
+    results_store.clean_partials()
+    startup = StartupSettings()
+    pending = []
+    for c in plan.configurations():
+        key = store_mod.run_key(c.key_fields(seed=0, intra_op_threads=startup.intra_op_threads,
+                                             inter_op_threads=startup.inter_op_threads, cudnn_autotune=startup.cudnn_autotune))
+        if results_store.has(key):
+            if not resume:
+                raise typer.BadParameter(f"{store} already holds {c.runner} {c.model}; use --resume to skip what is done", param_hint="--store")
+            continue
+        pending.append((key, c))
+    skipped = len(plan.configurations()) - len(pending)
+    err_console.print(f"{len(pending)} runs to do, {skipped} already in {store}")
+    failures: list[RunnerFailure] = []
+    interrupted = False
+    with ExitStack() as stack:
+        names = ",".join(sorted({c.runner for _, c in pending})) or "torch"
+        endpoints, failures = (resolve_endpoints(runner, names, venvs, store / "logs", stack, startup) if pending else ({}, []))
+        defaults = {name: failure_columns(name, address) for name, address in endpoints.items()}
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+        with Progress(*columns, console=err_console) as progress:
+            overall = progress.add_task("sweep", total=len(pending))
+            try:
+                for number, (key, c) in enumerate(pending):
+                    progress.update(overall, description=f"{c.runner} {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1}")
+                    if c.runner not in endpoints:
+                        continue
+                    if number and plan.cooldown_s:
+                        time.sleep(plan.cooldown_s)
+                    request = build_request(
+                        c.model, ModeChoice(c.mode.value), c.batch_size, c.shape, PrecisionChoice(c.precision.value),
+                        c.device, c.warmup, c.steps, 0, c.option_strings(),
+                        LayoutChoice(c.layout.value) if c.layout else None, startup,
+                    )
+                    if c.compilation:
+                        request.compilation = pb.Compilation.Value(f"COMPILATION_{c.compilation.upper()}")
+                    config = c.key_fields()
+                    try:
+                        with RunnerClient(c.runner, endpoints[c.runner]) as client:
+                            result = client.run(request, repetition=c.repetition)
+                    except RunnerFailure as failure:
+                        failures.append(failure)
+                        if failure.code in REPEATABLE_FAILURES:
+                            # Where the run would have been: the device and shape a success would report.
+                            where = defaults[c.runner](c.model, c.device, c.shape)
+                            results_store.append_failure(key, config, failure.code, failure.message, columns=where)
+                    else:
+                        frames = {
+                            "steps": results_mod.steps_frame(key, [result]),
+                            "summary": results_mod.summary_frame(key, [result], []),
+                            "power": results_mod.power_frame(key, [result]),
+                        }
+                        results_store.append(key, config, frames, results_mod.manifest(key, [result], {c.runner: request}))
+                    progress.advance(overall)
+            except KeyboardInterrupt:
+                interrupted = True
+    done = len(results_store.keys())
+    if interrupted:
+        err_console.print(f"[bold yellow]interrupted[/]: the run in flight was cancelled; {done} runs are kept in {store}")
+        raise typer.Exit(130)
+    if report and done:
+        path = write_store_report(results_store, store / "report")
+        err_console.print(f"report: {path}")
+    for failure in failures:
+        err_console.print(f"[red]{failure.runner}: {failure.code}: {failure.message}[/]")
+
+
+def failure_columns(name: str, address: str):
+    """For a failed run: the runner, framework, device and shape a successful one would have reported."""
+    with RunnerClient(name, address) as client:
+        info = client.describe()
+        shapes = {m.name: "x".join(map(str, m.default_input_shape)) for m in client.list_models()}
+    gpus = [d for d in info.devices if d.kind == pb.DEVICE_KIND_GPU]
+    default_device = f"gpu:{gpus[0].index}" if gpus else "cpu:0"
+
+    def columns(model: str, device: Optional[str], shape: Optional[str]) -> dict:
+        chosen = device or default_device
+        return {
+            "runner": name,
+            "framework": info.framework,
+            "framework_version": info.framework_version,
+            "device": chosen if ":" in chosen else f"{chosen}:0",
+            "input_shape": "x".join(map(str, shape_dims(shape))) if shape else shapes.get(model, ""),
+        }
+
+    return columns
+
+
+def write_store_report(results_store, out_dir: Path) -> Path:
+    summary, steps = results_store.load("summary"), results_store.load("steps")
+    rows = report_mod.comparison_rows(summary, steps)
+    report_mod.print_rows(rows, console=out_console)
+    manifests = {key: results_store.manifest(key) for key in sorted(results_store.keys())}
+    return report_mod.write_report(summary, steps, manifests, out_dir)
+
+
+@app.command("report")
+def report_command(
+    store: Annotated[Path, typer.Option(help="the results store a sweep wrote")] = Path("results/store"),
+    out: Annotated[Optional[Path], typer.Option(help="folder for report.html, tables and plots (default: STORE/report)")] = None,
+) -> None:
+    """Tables, plots, verdicts and the manifest from the store alone: no runner is needed."""
+    results_store = store_mod.ResultStore(store)
+    if not results_store.keys():
+        raise typer.BadParameter(f"{store} holds no runs", param_hint="--store")
+    err_console.print(f"report: {write_store_report(results_store, out or store / 'report')}")

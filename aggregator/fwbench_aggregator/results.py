@@ -211,6 +211,13 @@ def write_results(out_dir: Path, frames: dict[str, pd.DataFrame]) -> list[Path]:
 def write_manifest(out_dir: Path, run_id: str, results: list[RunResult], requests: dict[str, pb.RunRequest]) -> Path:
     """Everything needed to reproduce or audit the comparison: each runner's versions, devices, settings
     and capabilities as it described them, the exact requests, the resolved configurations, the host."""
+    path = out_dir / "manifest.json"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest(run_id, results, requests), indent=2, sort_keys=True))
+    return path
+
+
+def manifest(run_id: str, results: list[RunResult], requests: dict[str, pb.RunRequest]) -> dict:
     runners = {}
     for r in results:
         if r.runner in runners:
@@ -221,13 +228,9 @@ def write_manifest(out_dir: Path, run_id: str, results: list[RunResult], request
             "request": MessageToDict(requests[r.runner], preserving_proto_field_name=True),
             "resolved": MessageToDict(r.config, preserving_proto_field_name=True),
         }
-    manifest = {
+    return {
         "run_id": run_id,
         "command": sys.argv,
         "aggregator_host": {"platform": platform.platform(), "python": platform.python_version(), "node": platform.node()},
         "runners": runners,
     }
-    path = out_dir / "manifest.json"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    return path

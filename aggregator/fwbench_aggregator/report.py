@@ -1,0 +1,589 @@
+"""The comparison report over many runs: one row per configuration and runner, the plots the published
+studies drew (relative training and inference time, time per sample and power against batch size), and one
+self-contained HTML file that holds them all.
+
+Works from the `summary` and `steps` frames alone (as results.py builds them, concatenated over runs); no
+runner is needed. Failed runs (out of memory and the like) are rows of `summary` with status "failed" and no
+steps: they appear in the tables with their error and in the plots as marked missing points, never as gaps.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display is needed or wanted
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.transforms import blended_transform_factory  # noqa: E402
+
+from . import stats  # noqa: E402
+
+CONFIG_COLUMNS = ("model", "model_options", "mode", "batch_size", "input_shape", "precision", "device")
+# The configuration less its batch size: one line per runner across batch sizes.
+SERIES_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c != "batch_size")
+
+ROW_COLUMNS = (
+    *CONFIG_COLUMNS, "runner", "framework", "framework_version", "status", "runs", "failed_runs", "steps",
+    "median_step_ms", "ms_per_sample", "throughput_samples_per_s", "energy_per_sample_j", "mean_power_w",
+    "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "p_value", "verdict", "error",
+)
+
+# Runner colours; red is kept for the missing (failed) markers so they cannot be mistaken for a runner.
+RUNNER_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf")
+MISSING_COLOUR = "#e00000"
+PLOT_DPI = 100
+
+
+def is_out_of_memory(error: str) -> bool:
+    text = str(error or "").lower()
+    return "resource_exhausted" in text or "out of memory" in text or "oom" in text.split()
+
+
+def failure_label(error: str) -> str:
+    """The short mark a failed configuration gets in plots: OOM, or failed."""
+    return "OOM" if is_out_of_memory(error) else "failed"
+
+
+def failure_verdict(error: str) -> str:
+    if is_out_of_memory(error):
+        return "out of memory"
+    text = " ".join(str(error or "unknown error").split())
+    return f"failed: {text[:200]}{'…' if len(text) > 200 else ''}"
+
+
+# --------------------------------------------------------------------------------------------- the rows
+
+
+def _normalised(frame: pd.DataFrame) -> pd.DataFrame:
+    """Configuration columns present and comparable: missing strings become "", batch sizes integers."""
+    frame = frame.copy()
+    for column in CONFIG_COLUMNS:
+        if column not in frame:
+            frame[column] = pd.NA
+    for column in ("model", "model_options", "mode", "input_shape", "precision", "device"):
+        frame[column] = frame[column].astype(object).where(frame[column].notna(), "").astype(str)
+    frame["batch_size"] = pd.to_numeric(frame["batch_size"], errors="coerce").fillna(0).astype(int)
+    if "runner" not in frame:
+        frame["runner"] = ""
+    frame["runner"] = frame["runner"].astype(object).where(frame["runner"].notna(), "").astype(str)
+    return frame
+
+
+def _first(values: pd.Series, default=""):
+    values = values.dropna()
+    values = values[values.astype(str) != ""]
+    return values.iloc[0] if len(values) else default
+
+
+def _mean(frame: pd.DataFrame, column: str) -> float:
+    if column not in frame:
+        return float("nan")
+    values = pd.to_numeric(frame[column], errors="coerce").dropna()
+    return float(values.mean()) if len(values) else float("nan")
+
+
+def comparison_rows(summary: pd.DataFrame, steps: pd.DataFrame, min_effect: float = stats.MIN_EFFECT) -> pd.DataFrame:
+    """One row per configuration and runner, over all that runner's repetitions of it.
+
+    median_step_ms and throughput come from the pooled measured steps (from the summary's per-run figures
+    where a run left no steps); energy per sample and mean power are the mean over the runs that could read
+    them (NaN otherwise). ratio_to_fastest is the runner's median over the fastest runner's median in that
+    configuration. verdict: "fastest" for the fastest, stats.compare's verdict (fastest against this one,
+    pooled measured steps) for the others, "out of memory" / "failed: ..." for a runner whose every run of the
+    configuration failed, "only runner" where no other runner ran the configuration.
+    """
+    summary = _normalised(summary if summary is not None else pd.DataFrame())
+    if "status" not in summary:
+        summary["status"] = "ok"
+    summary["status"] = summary["status"].fillna("failed").astype(str)
+    steps = _normalised(steps if steps is not None and not steps.empty else pd.DataFrame(columns=[*CONFIG_COLUMNS, "runner", "warmup", "step_time_s"]))
+    if "warmup" not in steps:
+        steps["warmup"] = False
+    measured = steps[~steps["warmup"].astype(bool)]
+    step_times = {
+        key: group["step_time_s"].to_numpy(dtype=float)
+        for key, group in measured.groupby([*CONFIG_COLUMNS, "runner"], sort=False)
+    }
+
+    rows = []
+    for config, runs in summary.groupby(list(CONFIG_COLUMNS), sort=False):
+        config_values = dict(zip(CONFIG_COLUMNS, config))
+        config_rows = []
+        for runner, own in runs.groupby("runner", sort=False):
+            ok, failed = own[own["status"] == "ok"], own[own["status"] != "ok"]
+            times = step_times.get((*config, runner), np.array([]))
+            row = {
+                **config_values,
+                "runner": runner,
+                "framework": _first(own.get("framework", pd.Series(dtype=object))),
+                "framework_version": _first(own.get("framework_version", pd.Series(dtype=object))),
+                "runs": int(len(ok)),
+                "failed_runs": int(len(failed)),
+                "steps": int(times.size),
+                "energy_per_sample_j": _mean(ok, "energy_per_sample_j"),
+                "mean_power_w": _mean(ok, "mean_power_w"),
+                "error": " | ".join(dict.fromkeys(str(e) for e in failed.get("error", pd.Series(dtype=object)).fillna("") if str(e))),
+            }
+            if len(ok):
+                if times.size:
+                    described = stats.describe(times, max(int(config_values["batch_size"]), 1))
+                    median_s, throughput = described["median_step_time_s"], described["throughput_samples_per_s"]
+                else:
+                    median_s, throughput = _mean(ok, "median_step_time_s"), _mean(ok, "throughput_samples_per_s")
+                row.update(status="ok", median_step_ms=median_s * 1e3, throughput_samples_per_s=throughput)
+            else:
+                row.update(status="failed", median_step_ms=float("nan"), throughput_samples_per_s=float("nan"),
+                           verdict=failure_verdict(row["error"]))
+            row["ms_per_sample"] = row["median_step_ms"] / config_values["batch_size"] if config_values["batch_size"] else float("nan")
+            row["_times"] = times
+            config_rows.append(row)
+        _judge(config_rows, min_effect)
+        rows += config_rows
+
+    table = pd.DataFrame(rows, columns=[*ROW_COLUMNS, "_times"]).drop(columns="_times")
+    if table.empty:
+        return table
+    table["_failed"] = table["status"] != "ok"
+    table = table.sort_values(
+        ["model", "model_options", "mode", "device", "precision", "input_shape", "batch_size", "_failed", "ratio_to_fastest", "runner"],
+        kind="stable",
+    ).drop(columns="_failed")
+    return table.reset_index(drop=True)
+
+
+def _judge(config_rows: list[dict], min_effect: float) -> None:
+    """Ratios and verdicts within one configuration, in place."""
+    for row in config_rows:
+        row.update(ratio_to_fastest=float("nan"), ratio_ci_low=float("nan"), ratio_ci_high=float("nan"), p_value=float("nan"))
+    ran = [r for r in config_rows if r["status"] == "ok" and not math.isnan(r["median_step_ms"])]
+    for row in config_rows:
+        if row["status"] == "ok" and row not in ran:
+            row["verdict"] = "no measured steps"
+    if not ran:
+        return
+    fastest = min(ran, key=lambda r: r["median_step_ms"])
+    for row in ran:
+        row["ratio_to_fastest"] = row["median_step_ms"] / fastest["median_step_ms"]
+    fastest["verdict"] = "fastest" if len(config_rows) > 1 else "only runner"
+    for row in ran:
+        if row is fastest:
+            continue
+        a, b = fastest["_times"], row["_times"]
+        if min(a.size, b.size) < stats.MIN_SAMPLES:
+            row["verdict"] = f"too few measured steps to compare ({a.size} and {b.size}; need {stats.MIN_SAMPLES})"
+            continue
+        comparison = stats.compare(fastest["runner"], a, row["runner"], b, min_effect=min_effect)
+        row.update(ratio_ci_low=comparison.ci_low, ratio_ci_high=comparison.ci_high, p_value=comparison.p_value,
+                   verdict=comparison.verdict)
+
+
+# ------------------------------------------------------------------------------------- table outputs
+
+DISPLAY_COLUMNS = {
+    "model": "model", "model_options": "options", "mode": "mode", "batch_size": "batch", "input_shape": "input",
+    "precision": "precision", "device": "device", "runner": "runner", "framework_version": "version",
+    "median_step_ms": "median ms", "ms_per_sample": "ms/sample", "throughput_samples_per_s": "samples/s",
+    "energy_per_sample_j": "J/sample", "mean_power_w": "mean W", "ratio_to_fastest": "× fastest", "verdict": "verdict",
+}
+
+
+def _cell(value, column: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return "–"
+    if isinstance(value, (float, np.floating)):
+        if column == "ratio_to_fastest":
+            return f"{value:.3f}"
+        if column in ("energy_per_sample_j",):
+            return f"{value:.4g}"
+        return f"{value:.2f}" if abs(value) < 1e5 else f"{value:.4g}"
+    return str(value)
+
+
+def display_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows as text, columns renamed for reading: what the terminal, Markdown and HTML tables show."""
+    shown = rows[[c for c in DISPLAY_COLUMNS if c in rows]].copy()
+    for column in shown:
+        shown[column] = [_cell(v, column) for v in shown[column]]
+    return shown.rename(columns=DISPLAY_COLUMNS)
+
+
+def to_markdown(frame: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table (no tabulate needed)."""
+    def escape(text) -> str:
+        return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+    header = "| " + " | ".join(escape(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(escape(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *body]) + "\n"
+
+
+def print_rows(rows: pd.DataFrame, console=None, title: str = "fwbench comparison") -> None:
+    """The rows as a rich table on the terminal, one section per configuration."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    shown = display_frame(rows)
+    view = Table(title=title)
+    for column in shown.columns:
+        view.add_column(column, justify="right" if column in ("batch", "median ms", "ms/sample", "samples/s", "J/sample", "mean W", "× fastest") else "left",
+                        no_wrap=column != "verdict")
+    keys = [tuple(r) for r in rows[list(CONFIG_COLUMNS)].itertuples(index=False)] if not rows.empty else []
+    for i, values in enumerate(shown.itertuples(index=False)):
+        last_of_config = i + 1 == len(keys) or keys[i + 1] != keys[i]
+        style = "red" if rows["status"].iloc[i] != "ok" else None
+        view.add_row(*values, style=style, end_section=last_of_config)
+    console.print(view)
+
+
+def write_tables(rows: pd.DataFrame, out_dir: Path, stem: str = "comparison") -> list[Path]:
+    """comparison.csv (every column, full precision), comparison.md and comparison.html (as displayed)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path, html_path = (out_dir / f"{stem}.{ext}" for ext in ("csv", "md", "html"))
+    rows.to_csv(csv_path, index=False)
+    shown = display_frame(rows)
+    md_path.write_text(to_markdown(shown))
+    html_path.write_text(_standalone_html("fwbench comparison", _table_html(shown)))
+    return [csv_path, md_path, html_path]
+
+
+# ------------------------------------------------------------------------------------------------ plots
+
+
+@dataclass
+class MissingPoint:
+    """A configuration a runner could not run, drawn as a marked point in a plot."""
+    runner: str
+    config: str
+    label: str  # OOM or failed
+    error: str
+
+
+@dataclass
+class PlotResult:
+    key: str
+    title: str
+    path: Path | None = None  # None: skipped, see reason
+    reason: str = ""
+    missing: list[MissingPoint] = field(default_factory=list)
+
+
+PLOT_QUESTIONS = (
+    ("train-relative", "Relative training time (× the fastest runner)"),
+    ("infer-gpu-relative", "Relative inference time on GPU (× the fastest runner)"),
+    ("infer-cpu-relative", "Relative inference time on CPU (× the fastest runner)"),
+    ("infer-time-per-sample", "Inference time per sample against batch size"),
+    ("power-vs-batch", "Power and energy per sample against batch size"),
+)
+
+
+def _device_kind(device: str) -> str:
+    return str(device).split(":", 1)[0].lower()
+
+
+def _runner_colours(rows: pd.DataFrame) -> dict[str, str]:
+    runners = sorted(set(rows["runner"]))
+    return {name: RUNNER_COLOURS[i % len(RUNNER_COLOURS)] for i, name in enumerate(runners)}
+
+
+def _config_label(values: dict, varying: Iterable[str], skip: Iterable[str] = ()) -> str:
+    parts = []
+    for column in CONFIG_COLUMNS:
+        if column in skip or (column != "model" and column not in varying):
+            continue
+        value = values[column]
+        if column == "batch_size":
+            parts.append(f"batch {value}")
+        elif value != "":
+            parts.append(str(value))
+    return " ".join(parts)
+
+
+def _varying(frame: pd.DataFrame, columns=CONFIG_COLUMNS) -> set[str]:
+    return {c for c in columns if frame[c].nunique() > 1}
+
+
+def _mark_missing(axes, x: float, label: str, colour: str = MISSING_COLOUR) -> None:
+    """An 'x' at the bottom of the axes with its label: a point that should be there and is not."""
+    transform = blended_transform_factory(axes.transData, axes.transAxes)
+    axes.plot([x], [0.0], marker="x", markersize=11, markeredgewidth=2.5, color=colour, transform=transform,
+              clip_on=False, zorder=5, linestyle="none")
+    axes.annotate(label, (x, 0.0), xycoords=transform, xytext=(0, 9), textcoords="offset points", ha="center",
+                  va="bottom", fontsize=8, fontweight="bold", color=colour, zorder=5)
+
+
+def _relative_bars(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colours: dict[str, str]) -> PlotResult:
+    result = PlotResult(key, title)
+    configs = rows.drop_duplicates(list(CONFIG_COLUMNS))
+    varying = _varying(rows)
+    labels = [_config_label(dict(zip(CONFIG_COLUMNS, c)), varying) for c in configs[list(CONFIG_COLUMNS)].itertuples(index=False)]
+    runners = [r for r in colours if r in set(rows["runner"])]
+    width = 0.8 / max(len(runners), 1)
+    figure, axes = plt.subplots(figsize=(max(6.0, 0.35 * len(labels) * max(len(runners), 1) + 2.5), 4.8))
+    index = {tuple(c): i for i, c in enumerate(configs[list(CONFIG_COLUMNS)].itertuples(index=False))}
+    for j, runner in enumerate(runners):
+        own = rows[rows["runner"] == runner]
+        for row in own.itertuples(index=False):
+            x = index[tuple(getattr(row, c) for c in CONFIG_COLUMNS)] + (j - (len(runners) - 1) / 2) * width
+            if row.status == "ok" and not math.isnan(row.ratio_to_fastest):
+                axes.bar(x, row.ratio_to_fastest, width=width * 0.95, color=colours[runner],
+                         label=runner)
+            elif row.status != "ok":
+                mark = failure_label(row.error)
+                _mark_missing(axes, x, mark)
+                result.missing.append(MissingPoint(runner, labels[index[tuple(getattr(row, c) for c in CONFIG_COLUMNS)]], mark, row.error))
+    axes.axhline(1.0, color="#333333", linewidth=0.8, linestyle="--")
+    axes.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=8)
+    axes.set_ylabel("median step time ÷ fastest runner's")
+    axes.set_ylim(bottom=0)
+    axes.set_title(title)
+    _legend(axes, colours, runners, bool(result.missing))
+    figure.tight_layout()
+    result.path = _save(figure, out_dir, key)
+    return result
+
+
+def _legend(axes, colours: dict[str, str], runners: list[str], with_missing: bool, lines: bool = False) -> None:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Line2D([], [], color=colours[r], marker="o", label=r) if lines else Patch(color=colours[r], label=r) for r in runners]
+    if with_missing:
+        handles.append(Line2D([], [], marker="x", color=MISSING_COLOUR, linestyle="none", markeredgewidth=2.5,
+                              label="did not run (OOM / failed)"))
+    axes.legend(handles=handles, fontsize=8, loc="best")
+
+
+def _save(figure, out_dir: Path, key: str) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{key}.png"
+    figure.savefig(path, dpi=PLOT_DPI)
+    plt.close(figure)
+    return path
+
+
+def _series_grid(n: int, ncols_max: int = 3, panel=(4.6, 3.6)):
+    ncols = min(n, ncols_max)
+    nrows = math.ceil(n / ncols)
+    figure, axes = plt.subplots(nrows, ncols, figsize=(panel[0] * ncols, panel[1] * nrows + 0.6), squeeze=False)
+    for extra in axes.flat[n:]:
+        extra.set_visible(False)
+    return figure, list(axes.flat[:n])
+
+
+def _against_batch(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colours: dict[str, str],
+                   panels: list[tuple[str, str]]) -> PlotResult:
+    """One panel per (series, quantity): a line per runner over batch size, missing points marked."""
+    result = PlotResult(key, title)
+    series = list(rows.groupby(list(SERIES_COLUMNS), sort=True))
+    varying = _varying(rows, SERIES_COLUMNS)
+    figure, axes_list = _series_grid(len(series) * len(panels), ncols_max=3 if len(panels) == 1 else len(panels))
+    runners = [r for r in colours if r in set(rows["runner"])]
+    for s, (values, frame) in enumerate(series):
+        label = _config_label(dict(zip(SERIES_COLUMNS, values)), varying, skip=("batch_size",))
+        for p, (column, ylabel) in enumerate(panels):
+            axes = axes_list[s * len(panels) + p]
+            for runner in runners:
+                own = frame[frame["runner"] == runner].sort_values("batch_size")
+                ran = own[(own["status"] == "ok") & own[column].notna()]
+                if len(ran):
+                    axes.plot(ran["batch_size"], ran[column], marker="o", color=colours[runner], label=runner)
+                for row in own[own["status"] != "ok"].itertuples(index=False):
+                    mark = failure_label(row.error)
+                    _mark_missing(axes, row.batch_size, mark)
+                    if p == 0:
+                        result.missing.append(MissingPoint(runner, f"{label} batch {row.batch_size}", mark, row.error))
+            batches = sorted(set(frame["batch_size"]))
+            axes.set_xscale("log", base=2)
+            axes.set_xticks(batches, [str(b) for b in batches])
+            axes.minorticks_off()
+            axes.set_xlim(min(batches) / 1.4, max(batches) * 1.4)
+            axes.set_ylim(bottom=0)
+            axes.set_xlabel("batch size")
+            axes.set_ylabel(ylabel)
+            axes.set_title(label, fontsize=9)
+            axes.grid(True, alpha=0.3)
+            _legend(axes, colours, runners, bool((frame["status"] != "ok").any()), lines=True)
+    figure.suptitle(title)
+    figure.tight_layout()
+    result.path = _save(figure, out_dir, key)
+    return result
+
+
+def make_plots(rows: pd.DataFrame, out_dir: Path) -> list[PlotResult]:
+    """The five plots, in PLOT_QUESTIONS order; a question with no data is skipped with its reason."""
+    titles = dict(PLOT_QUESTIONS)
+    results = []
+    if rows.empty:
+        return [PlotResult(key, title, reason="no runs in these results") for key, title in PLOT_QUESTIONS]
+    colours = _runner_colours(rows)
+    rows = rows[rows["batch_size"] > 0]  # a failure that left no configuration cannot be placed in a plot
+    kinds = rows["device"].map(_device_kind)
+
+    def relative(key: str, subset: pd.DataFrame, empty_reason: str) -> PlotResult:
+        if subset.empty:
+            return PlotResult(key, titles[key], reason=empty_reason)
+        if not (subset["status"] == "ok").any():
+            return PlotResult(key, titles[key], reason=f"{empty_reason.replace('no ', 'no successful ', 1)}: every one failed")
+        return _relative_bars(subset, key, titles[key], out_dir, colours)
+
+    results.append(relative("train-relative", rows[rows["mode"] == "train"], "no training runs in these results"))
+    results.append(relative("infer-gpu-relative", rows[(rows["mode"] == "infer") & (kinds == "gpu")],
+                            "no GPU inference runs in these results"))
+    results.append(relative("infer-cpu-relative", rows[(rows["mode"] == "infer") & (kinds == "cpu")],
+                            "no CPU inference runs in these results"))
+
+    key = "infer-time-per-sample"
+    infer = rows[rows["mode"] == "infer"]
+    if infer.empty or not (infer["status"] == "ok").any():
+        results.append(PlotResult(key, titles[key], reason="no successful inference runs in these results"))
+    else:
+        results.append(_against_batch(infer, key, titles[key], out_dir, colours, [("ms_per_sample", "median ms per sample")]))
+
+    key = "power-vs-batch"
+    has_power = rows.groupby(list(SERIES_COLUMNS), sort=False)["mean_power_w"].transform(lambda v: v.notna().any())
+    powered = rows[has_power.astype(bool)]
+    if powered.empty:
+        results.append(PlotResult(key, titles[key], reason="no power readings in these results (telemetry off or unreadable)"))
+    else:
+        results.append(_against_batch(powered, key, titles[key], out_dir, colours,
+                                      [("mean_power_w", "mean power (W)"), ("energy_per_sample_j", "energy per sample (J)")]))
+    return results
+
+
+# ------------------------------------------------------------------------------------------- the report
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.8em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; font-size: 0.82em; margin: 0.5em 0; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; vertical-align: top; }
+th { background: #f0f0f0; }
+tr.failed td { color: #a00000; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+img { max-width: 100%; border: 1px solid #ddd; margin: 0.4em 0; }
+pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }
+.skipped { color: #666; }
+"""
+
+_NUMERIC = {"batch", "median ms", "ms/sample", "samples/s", "J/sample", "mean W", "× fastest"}
+
+
+def _table_html(shown: pd.DataFrame, failed: Iterable[bool] | None = None) -> str:
+    e = html.escape
+    failed = list(failed) if failed is not None else [False] * len(shown)
+    head = "".join(f"<th>{e(str(c))}</th>" for c in shown.columns)
+    body = []
+    for is_failed, values in zip(failed, shown.itertuples(index=False)):
+        cells = "".join(
+            f'<td class="num">{e(str(v))}</td>' if c in _NUMERIC else f"<td>{e(str(v))}</td>"
+            for c, v in zip(shown.columns, values)
+        )
+        body.append(f'<tr class="failed">{cells}</tr>' if is_failed else f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _standalone_html(title: str, body: str) -> str:
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n{body}\n</body></html>\n"
+    )
+
+
+def _png_data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+VERSION_COLUMNS = ("runner", "framework", "framework_version", "runner_version", "python_version", "cuda_version",
+                   "cudnn_version", "device", "device_name", "compilation", "runner_options")
+
+
+def _versions_html(summary: pd.DataFrame) -> str:
+    present = [c for c in VERSION_COLUMNS if c in summary]
+    if "status" in summary:
+        summary = summary[summary["status"] == "ok"]
+    if not present or summary.empty:
+        return "<p>No successful runs to describe.</p>"
+    versions = summary[present].astype(object).where(summary[present].notna(), "").astype(str).drop_duplicates()
+    return _table_html(versions.sort_values(present).reset_index(drop=True))
+
+
+def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration: its fastest runner and every other runner's verdict against it."""
+    table = []
+    for config, frame in rows.groupby(list(CONFIG_COLUMNS), sort=False):
+        fastest = frame[frame["verdict"].isin(["fastest", "only runner"])]["runner"].tolist()
+        others = [f"{r.runner}: {r.verdict}" for r in frame.itertuples(index=False) if r.runner not in fastest]
+        table.append({**dict(zip(CONFIG_COLUMNS, config)), "fastest": ", ".join(fastest) or "–",
+                      "verdicts": "; ".join(others) or "–"})
+    return pd.DataFrame(table).rename(columns=DISPLAY_COLUMNS)
+
+
+def render_html(summary: pd.DataFrame, rows: pd.DataFrame, plots: list[PlotResult], manifest: dict | None) -> str:
+    e = html.escape
+    status = summary["status"] if "status" in summary else pd.Series(["ok"] * len(summary))
+    n_ok, n_failed = int((status == "ok").sum()), int((status != "ok").sum())
+    parts = [
+        "<h1>fwbench comparison report</h1>",
+        f"<p>Generated {e(datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))} from {n_ok + n_failed} runs "
+        f"({n_ok} ok, {n_failed} failed); {rows[list(CONFIG_COLUMNS)].drop_duplicates().shape[0] if not rows.empty else 0} configurations, "
+        f"runners: {e(', '.join(sorted(set(rows['runner']))) if not rows.empty else 'none')}.</p>",
+        "<p>Times are over the pooled measured steps of every repetition; a verdict compares the fastest runner of a "
+        f"configuration with each other one (Mann-Whitney U at α={stats.ALPHA} and a {stats.CONFIDENCE:.0%} bootstrap "
+        f"interval of the ratio of medians that must clear {stats.MIN_EFFECT:.0%}).</p>",
+        "<h2>Plots</h2>",
+    ]
+    for plot in plots:
+        if plot.path is None:
+            continue
+        parts.append(f"<h3>{e(plot.title)}</h3>")
+        parts.append(f'<img src="{_png_data_uri(plot.path)}" alt="{e(plot.title)}">')
+        if plot.missing:
+            marks = "; ".join(f"{m.runner} {m.config}: {m.label}" for m in plot.missing)
+            parts.append(f"<p class=\"skipped\">Marked ✕ (did not run): {e(marks)}</p>")
+    skipped = [p for p in plots if p.path is None]
+    if skipped:
+        parts.append("<h3>Plots not drawn</h3><ul class=\"skipped\">"
+                     + "".join(f"<li>{e(p.title)}: {e(p.reason)}</li>" for p in skipped) + "</ul>")
+    parts.append("<h2>Verdicts</h2>")
+    parts.append(_table_html(verdict_table(rows).astype(str)) if not rows.empty else "<p>No runs.</p>")
+    parts.append("<h2>Comparison</h2>")
+    parts.append(_table_html(display_frame(rows), rows["status"] != "ok") if not rows.empty else "<p>No runs.</p>")
+    failed = rows[rows["status"] != "ok"] if not rows.empty else rows
+    if not failed.empty:
+        parts.append("<h2>Failed runs</h2>")
+        parts.append(_table_html(failed[[*CONFIG_COLUMNS, "runner", "failed_runs", "error"]].astype(str), [True] * len(failed)))
+    parts.append("<h2>Runners</h2>")
+    parts.append(_versions_html(summary))
+    parts.append("<h2>Manifest</h2>")
+    if manifest:
+        parts.append(f"<pre>{e(json.dumps(manifest, indent=2, sort_keys=True, default=str))}</pre>")
+    else:
+        parts.append("<p>No manifest given.</p>")
+    return _standalone_html("fwbench comparison report", "\n".join(parts))
+
+
+def write_report(summary: pd.DataFrame, steps: pd.DataFrame, manifest: dict | None, out_dir: Path) -> Path:
+    """report.html in out_dir: one self-contained file (plots inline as base64 PNG, CSS inline, no scripts, no
+    external references). Beside it: comparison.csv/.md/.html, and the plots as PNG files under plots/."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = summary if summary is not None else pd.DataFrame()
+    rows = comparison_rows(summary, steps)
+    write_tables(rows, out_dir)
+    plots = make_plots(rows, out_dir / "plots")
+    path = out_dir / "report.html"
+    path.write_text(render_html(summary, rows, plots, manifest), encoding="utf-8")
+    return path

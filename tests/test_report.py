@@ -1,0 +1,322 @@
+"""The comparison report from stored frames alone: rows, verdicts, plots with marked OOM points, a
+self-contained HTML file, and that file rendered by a real browser (headless Chromium)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import shutil
+import subprocess
+import warnings
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from fwbench_aggregator import report
+from PIL import Image
+from rich.console import Console
+
+RUNNERS = ("torch", "tensorflow")
+MODELS = {"resnet18": 0.020, "bert": 0.030}  # per-sample step time on GPU, seconds
+BATCHES = (1, 2, 4)
+DEVICES = {"gpu:0": 1.0, "cpu:0": 8.0}  # CPU steps take this much longer
+MEASURED, WARMUP, REPETITIONS = 30, 3, 2
+OOM = ("tensorflow", "bert", "train", 4, "gpu:0")
+OOM_ERROR = "RESOURCE_EXHAUSTED: OOM when allocating tensor with shape[4,12,128,128]"
+CONFIGS = len(MODELS) * 2 * len(BATCHES) * len(DEVICES)
+
+
+def slowdown(runner: str, model: str) -> float:
+    """tensorflow is 30% slower on resnet18; on bert both are the same."""
+    return 1.3 if runner == "tensorflow" and model == "resnet18" else 1.0
+
+
+def build_frames(devices=DEVICES, oom=OOM, power=True):
+    rng = np.random.default_rng(7)
+    summary, steps = [], []
+    for runner in RUNNERS:
+        for model, per_sample in MODELS.items():
+            for mode in ("train", "infer"):
+                for batch in BATCHES:
+                    for device, device_factor in devices.items():
+                        config = {"runner": runner, "framework": runner, "framework_version": "9.9", "model": model,
+                                  "model_options": "", "mode": mode, "batch_size": batch, "input_shape": "3x224x224",
+                                  "precision": "fp32", "device": device}
+                        for repetition in range(REPETITIONS):
+                            if (runner, model, mode, batch, device) == oom:
+                                summary.append({**config, "repetition": repetition, "status": "failed", "error": OOM_ERROR})
+                                continue
+                            median = per_sample * (batch ** 0.6) * device_factor * slowdown(runner, model) * (3 if mode == "train" else 1)
+                            times = median * rng.lognormal(0.0, 0.02, MEASURED)
+                            warm = median * np.array([20.0, 3.0, 1.5])  # slow warm-up steps: must not count
+                            steps += [{**config, "repetition": repetition, "warmup": True, "step_time_s": t} for t in warm]
+                            steps += [{**config, "repetition": repetition, "warmup": False, "step_time_s": t} for t in times]
+                            gpu = device.startswith("gpu") and power
+                            summary.append({
+                                **config, "repetition": repetition, "status": "ok", "error": "",
+                                "median_step_time_s": float(np.median(times)),
+                                "throughput_samples_per_s": batch / float(np.median(times)),
+                                "mean_power_w": 150.0 + 20 * batch if gpu else np.nan,
+                                "energy_per_sample_j": (150.0 + 20 * batch) * float(np.median(times)) / batch if gpu else np.nan,
+                                "energy_status": "ok" if gpu else "unavailable: no power reading on this device",
+                                "python_version": "3.12.1", "runner_version": "0.1.0",
+                            })
+    return pd.DataFrame(summary), pd.DataFrame(steps)
+
+
+@pytest.fixture(scope="module")
+def frames():
+    return build_frames()
+
+
+@pytest.fixture(scope="module")
+def rows(frames):
+    return report.comparison_rows(*frames)
+
+
+@pytest.fixture(scope="module")
+def built(frames, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    manifest = {"run_id": "r1", "runners": {"torch": {"describe": {"framework_version": "9.9"}}}}
+    return report.write_report(*frames, manifest, out)
+
+
+def pick(rows, runner, model, mode, batch, device):
+    found = rows[(rows.runner == runner) & (rows.model == model) & (rows["mode"] == mode)
+                 & (rows.batch_size == batch) & (rows.device == device)]
+    assert len(found) == 1, found
+    return found.iloc[0]
+
+
+# ------------------------------------------------------------------------------------------- the rows
+
+
+def test_one_row_per_configuration_and_runner(rows):
+    assert len(rows) == CONFIGS * len(RUNNERS)
+    assert not rows.duplicated(list(report.CONFIG_COLUMNS) + ["runner"]).any()
+    assert set(report.ROW_COLUMNS) <= set(rows.columns)
+
+
+def test_medians_over_pooled_measured_steps_without_warmup(frames, rows):
+    _, steps = frames
+    own = steps[(steps.runner == "torch") & (steps.model == "resnet18") & (steps["mode"] == "infer")
+                & (steps.batch_size == 2) & (steps.device == "gpu:0")]
+    row = pick(rows, "torch", "resnet18", "infer", 2, "gpu:0")
+    measured = own[~own.warmup]["step_time_s"]
+    assert row.steps == MEASURED * REPETITIONS == len(measured)
+    assert row.median_step_ms == pytest.approx(measured.median() * 1e3)
+    assert row.ms_per_sample == pytest.approx(measured.median() * 1e3 / 2)
+    assert row.throughput_samples_per_s == pytest.approx(2 * len(measured) / measured.sum())
+    assert row.runs == REPETITIONS and row.failed_runs == 0
+
+
+def test_real_difference_gets_a_verdict_and_equals_do_not(rows):
+    for mode in ("train", "infer"):
+        for batch in BATCHES:
+            for device in DEVICES:
+                fast, slow = pick(rows, "torch", "resnet18", mode, batch, device), pick(rows, "tensorflow", "resnet18", mode, batch, device)
+                assert fast.verdict == "fastest" and fast.ratio_to_fastest == 1.0
+                assert slow.verdict.startswith("torch faster by"), slow.verdict
+                assert slow.ratio_to_fastest == pytest.approx(1.3, rel=0.03)
+                assert slow.ratio_ci_low > 1.2
+                same = rows[(rows.model == "bert") & (rows["mode"] == mode) & (rows.batch_size == batch) & (rows.device == device)]
+                if (mode, batch, device) == OOM[2:]:
+                    continue
+                assert sorted(same.verdict.str.split(" ").str[0]) == ["fastest", "no"], same.verdict.tolist()
+                assert same.ratio_to_fastest.max() < 1.05
+
+
+def test_out_of_memory_row(rows):
+    oom = pick(rows, *OOM)
+    assert oom.status == "failed" and oom.verdict == "out of memory"
+    assert oom.failed_runs == REPETITIONS and oom.runs == 0 and oom.steps == 0
+    assert np.isnan(oom.median_step_ms) and np.isnan(oom.ratio_to_fastest)
+    assert "RESOURCE_EXHAUSTED" in oom.error
+    other = pick(rows, "torch", *OOM[1:])
+    assert other.verdict == "fastest" and other.ratio_to_fastest == 1.0
+
+
+def test_other_failures_and_energy(rows):
+    summary, steps = build_frames()
+    summary.loc[(summary.runner == "torch") & (summary.model == "bert") & (summary.batch_size == 1), ["status", "error"]] = ["failed", "INTERNAL: segfault in kernel"]
+    steps = steps[~((steps.runner == "torch") & (steps.model == "bert") & (steps.batch_size == 1))]
+    changed = report.comparison_rows(summary, steps)
+    row = pick(changed, "torch", "bert", "infer", 1, "cpu:0")
+    assert row.verdict == "failed: INTERNAL: segfault in kernel"
+    assert pick(changed, "tensorflow", "bert", "infer", 1, "cpu:0").verdict == "fastest"
+    # Energy where the GPU was read, NaN (not zero) on the CPU.
+    assert pick(rows, "torch", "bert", "infer", 4, "gpu:0").energy_per_sample_j > 0
+    assert np.isnan(pick(rows, "torch", "bert", "infer", 4, "cpu:0").energy_per_sample_j)
+
+
+def test_failure_without_configuration_is_kept(frames):
+    summary, steps = frames
+    bare = pd.DataFrame([{"runner": "jax", "status": "failed", "error": "UNAVAILABLE: connection refused"}])
+    rows = report.comparison_rows(pd.concat([summary, bare], ignore_index=True), steps)
+    jax = rows[rows.runner == "jax"]
+    assert len(jax) == 1 and jax.iloc[0].verdict.startswith("failed: UNAVAILABLE")
+
+
+# ------------------------------------------------------------------------------------- table outputs
+
+
+def test_table_files_and_terminal(rows, built):
+    out = built.parent
+    csv = pd.read_csv(out / "comparison.csv")
+    assert len(csv) == len(rows) and "verdict" in csv
+    markdown = (out / "comparison.md").read_text().splitlines()
+    assert markdown[0].startswith("| model |") and set(markdown[1]) <= set("|-")
+    assert len(markdown) == 2 + len(rows)
+    assert all(line.count(" | ") == markdown[0].count(" | ") for line in markdown[2:])
+    assert "out of memory" in (out / "comparison.html").read_text()
+    console = Console(record=True, width=250)
+    report.print_rows(rows, console=console)
+    text = console.export_text()
+    assert "out of memory" in text and "torch faster by" in text
+
+
+# ------------------------------------------------------------------------------------------------ plots
+
+MISSING_RGB = tuple(int(report.MISSING_COLOUR[i:i + 2], 16) for i in (1, 3, 5))
+
+
+def red_pixels(path: Path) -> int:
+    with Image.open(path) as image:
+        pixels = np.asarray(image.convert("RGB"), dtype=int)
+    return int((np.abs(pixels - MISSING_RGB).sum(axis=2) < 40).sum())
+
+
+def test_each_question_has_its_plot_and_oom_is_marked(rows, tmp_path):
+    plots = {p.key: p for p in report.make_plots(rows, tmp_path)}
+    assert list(plots) == [key for key, _ in report.PLOT_QUESTIONS]
+    for plot in plots.values():
+        assert plot.path is not None and plot.path.is_file(), plot.reason
+        with Image.open(plot.path) as image:
+            assert image.width >= 400 and image.height >= 300
+    # The OOM is a training run on the GPU: marked in the training and power plots, as "OOM".
+    for key in ("train-relative", "power-vs-batch"):
+        assert [(m.runner, m.label) for m in plots[key].missing] == [("tensorflow", "OOM")], key
+        assert red_pixels(plots[key].path) > 30, f"{key}: no missing marker drawn"
+    assert "bert" in plots["train-relative"].missing[0].config and "batch 4" in plots["train-relative"].missing[0].config
+    for key in ("infer-gpu-relative", "infer-cpu-relative", "infer-time-per-sample"):
+        assert plots[key].missing == [] and red_pixels(plots[key].path) == 0, key
+
+
+def test_inference_oom_marked_against_batch_size(tmp_path):
+    rows = report.comparison_rows(*build_frames(oom=("torch", "resnet18", "infer", 4, "cpu:0")))
+    plots = {p.key: p for p in report.make_plots(rows, tmp_path)}
+    for key in ("infer-cpu-relative", "infer-time-per-sample"):
+        assert [(m.runner, m.label) for m in plots[key].missing] == [("torch", "OOM")], key
+        assert red_pixels(plots[key].path) > 30, key
+    assert plots["infer-gpu-relative"].missing == []
+
+
+def test_plot_without_data_is_skipped_with_its_reason(tmp_path):
+    summary, steps = build_frames(devices={"cpu:0": 8.0}, oom=None, power=False)
+    path = report.write_report(summary, steps, None, tmp_path)
+    plots = {p.key: p for p in report.make_plots(report.comparison_rows(summary, steps), tmp_path / "again")}
+    assert plots["infer-gpu-relative"].path is None
+    assert plots["infer-gpu-relative"].reason == "no GPU inference runs in these results"
+    assert plots["power-vs-batch"].path is None and "no power readings" in plots["power-vs-batch"].reason
+    text = path.read_text()
+    assert "no GPU inference runs in these results" in text and "no power readings" in text
+    assert not (tmp_path / "plots" / "infer-gpu-relative.png").exists()
+
+
+# ------------------------------------------------------------------------------------------ the report
+
+
+class Elements(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def elements_of(text: str) -> list[tuple[str, dict]]:
+    parser = Elements()
+    parser.feed(text)
+    return parser.tags
+
+
+def parsed(path: Path) -> list[tuple[str, dict]]:
+    return elements_of(path.read_text(encoding="utf-8"))
+
+
+def test_report_is_self_contained(built):
+    text = built.read_text(encoding="utf-8")
+    tags = parsed(built)
+    images = [attrs for tag, attrs in tags if tag == "img"]
+    assert len(images) == len(report.PLOT_QUESTIONS)
+    for attrs in images:
+        assert attrs["src"].startswith("data:image/png;base64,")
+        png = base64.b64decode(attrs["src"].split(",", 1)[1])
+        with Image.open(io.BytesIO(png)) as image:
+            assert image.format == "PNG" and image.width > 400
+    assert "http://" not in text and "https://" not in text
+    assert not [tag for tag, _ in tags if tag in ("script", "link", "iframe", "object", "embed")]
+    assert not [attrs for _, attrs in tags if "href" in attrs or ("src" in attrs and not attrs["src"].startswith("data:"))]
+    for phrase in ("torch faster by", "out of memory", "RESOURCE_EXHAUSTED", "&quot;run_id&quot;: &quot;r1&quot;", "3.12.1"):
+        assert phrase in text, phrase
+    assert {p.name for p in (built.parent / "plots").iterdir()} == {f"{key}.png" for key, _ in report.PLOT_QUESTIONS}
+
+
+# --------------------------------------------------------------------------------- in a real browser
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+INSTALL = "apt-get install -y chromium"
+
+
+def chromium() -> str:
+    for name in BROWSERS:
+        found = shutil.which(name)
+        if found:
+            return found
+    message = f"headless Chromium is needed to render the report and none of {', '.join(BROWSERS)} is on PATH; install it: {INSTALL}"
+    if os.environ.get("CI"):
+        pytest.fail(message, pytrace=False)
+    warnings.warn(message)
+    pytest.skip(f"!!! NOT TESTED IN A BROWSER: {message}")
+
+
+def run_browser(browser: str, profile: Path, *args: str) -> str:
+    command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
+               "--force-color-profile=srgb", f"--user-data-dir={profile}", "--virtual-time-budget=5000", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+# Test-only: after load, the page records how many of its images the browser actually decoded.
+PROBE = """<script>window.addEventListener('load', () => {
+  const decoded = [...document.images].filter(i => i.complete && i.naturalWidth > 0).length;
+  document.body.setAttribute('data-decoded-images', String(decoded));
+});</script></body>"""
+
+
+def test_report_renders_in_headless_chromium(built, tmp_path):
+    browser = chromium()
+    probed = tmp_path / "probed.html"
+    probed.write_text(built.read_text(encoding="utf-8").replace("</body>", PROBE), encoding="utf-8")
+    dom = run_browser(browser, tmp_path / "profile-dom", "--dump-dom", probed.as_uri())
+    tags = elements_of(dom)
+    images = [attrs for tag, attrs in tags if tag == "img"]
+    assert len(images) == len(report.PLOT_QUESTIONS) and all(a["src"].startswith("data:image/png") for a in images)
+    body = next(attrs for tag, attrs in tags if tag == "body")
+    assert body.get("data-decoded-images") == str(len(report.PLOT_QUESTIONS)), f"decoded: {body.get('data-decoded-images')}"
+
+    shot = tmp_path / "report.png"
+    run_browser(browser, tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1200,3000", built.as_uri())
+    with Image.open(shot) as image:
+        pixels = np.asarray(image.convert("RGB"), dtype=int)
+    assert pixels.shape[:2] == (3000, 1200)
+    assert (pixels.sum(axis=2) < 700).mean() > 0.02, "the screenshot is (nearly) blank"
+    # The first runner's bar colour appears only inside the plots: the images were painted.
+    first = tuple(int(report.RUNNER_COLOURS[0][i:i + 2], 16) for i in (1, 3, 5))
+    assert (np.abs(pixels - first).sum(axis=2) < 30).sum() > 500, "no plot pixels in the screenshot"
+

@@ -1,0 +1,164 @@
+"""Sweep files and command-line shorthands: expansion, interleaving, and errors that say where."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from fwbench_aggregator.store import run_key
+from fwbench_aggregator.sweep import Configuration, Mode, Precision, SweepError, load_sweep, sweep_from_options
+
+SWEEP = """\
+# a small grid
+runners: [torch, tensorflow]
+models: [resnet18, bert_tiny]
+modes: [train, infer]
+batch_sizes: [16, 32]
+shapes:
+  resnet18: [3x32x32, 3x64x64]
+  bert_tiny: [seq=128]
+precisions: [fp32]
+devices: [gpu]
+repetitions: 2
+warmup: 3
+steps: 10
+options:
+  bert_tiny: {head: mlm}
+compilation: {torch: torch_compile}
+cooldown_s: 0.5
+"""
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_a_valid_file_expands_interleaved(tmp_path):
+    sweep = load_sweep(write(tmp_path, SWEEP))
+    configurations = sweep.configurations()
+    # resnet18: 2 modes x 2 batches x 2 shapes; bert_tiny: 2 modes x 2 batches x 1 shape; x 2 repetitions x 2 runners.
+    assert len(configurations) == (8 + 4) * 2 * 2
+    assert [c.runner for c in configurations] == ["torch", "tensorflow"] * 24
+    first = configurations[:4]
+    assert [(c.runner, c.repetition) for c in first] == [("torch", 0), ("tensorflow", 0), ("torch", 1), ("tensorflow", 1)]
+    assert {(c.model, c.mode, c.batch_size, c.shape) for c in first} == {("resnet18", Mode.train, 16, "3x32x32")}
+    assert first[0] == Configuration(
+        "torch", "resnet18", Mode.train, 16, "3x32x32", Precision.fp32, "gpu", 0, (), None, "torch_compile", 3, 10
+    )
+    assert first[1].compilation is None  # tensorflow keeps its default
+    bert = [c for c in configurations if c.model == "bert_tiny"]
+    assert {c.shape for c in bert} == {"seq=128"} and {c.model_options for c in bert} == {(("head", "mlm"),)}
+    assert bert[0].option_strings() == ["head=mlm"]
+    assert sweep.cooldown_s == 0.5
+    # Every run has its own store key, and the key is stable.
+    keys = [run_key(c.key_fields()) for c in configurations]
+    assert len(set(keys)) == len(keys)
+    assert run_key(load_sweep(write(tmp_path, SWEEP)).configurations()[5].key_fields()) == keys[5]
+    assert run_key(configurations[0].key_fields(seed=1)) != keys[0]
+
+
+def test_defaults(tmp_path):
+    configurations = load_sweep(write(tmp_path, "models: [resnet18]\n")).configurations()
+    assert configurations == [
+        Configuration("torch", "resnet18", Mode.train, 32, None, Precision.fp32, None, 0),
+        Configuration("tensorflow", "resnet18", Mode.train, 32, None, Precision.fp32, None, 0),
+    ]
+    assert configurations[0].key_fields() == {
+        "runner": "torch", "model": "resnet18", "model_options": {}, "mode": "train", "batch_size": 32,
+        "input_shape": None, "precision": "fp32", "device": None, "layout": None, "compilation": None,
+        "settings": {"warmup_steps": 5, "measured_steps": 20}, "repetition": 0,
+    }
+
+
+def test_shorthands_give_the_same_grid_as_the_file(tmp_path):
+    from_file = load_sweep(write(tmp_path, SWEEP))
+    from_options = sweep_from_options(
+        models="resnet18,bert_tiny", batch_sizes="16,32", modes=["train", "infer"], precisions="fp32",
+        devices="gpu", runners="torch,tensorflow", repetitions=2, warmup=3, steps=10,
+        shapes={"resnet18": ["3x32x32", "3x64x64"], "bert_tiny": ["seq=128"]},
+        options={"bert_tiny": {"head": "mlm"}}, compilation={"torch": "torch_compile"}, cooldown_s=0.5,
+    )
+    assert from_options == from_file
+    assert from_options.configurations() == from_file.configurations()
+
+
+def test_shorthand_shapes_and_options_apply_to_every_model(tmp_path):
+    from_file = load_sweep(write(tmp_path, """\
+        models: [a, b]
+        shapes: [3x32x32, seq=128]
+        options: {a: {head: mlm}, b: {head: mlm}}
+        compilation: eager
+        """))
+    from_options = sweep_from_options(["a", "b"], shapes="3x32x32,seq=128", options=["head=mlm"], compilation="eager")
+    assert from_options == from_file
+    assert {c.compilation for c in from_options.configurations()} == {"eager"}
+
+
+def test_shorthand_errors_name_the_field():
+    with pytest.raises(SweepError, match=r"^command line: batch_sizes\[1\]: 'x' is not a batch size; accepted: integers >= 1"):
+        sweep_from_options("resnet18", batch_sizes="16,x")
+    with pytest.raises(SweepError, match=r"command line: precisions\[0\]: unknown precision 'fp8'; accepted values: fp32, tf32, amp_fp16, amp_bf16"):
+        sweep_from_options("resnet18", precisions="fp8")
+    with pytest.raises(SweepError, match="command line: options: 'head' is not NAME=VALUE"):
+        sweep_from_options("resnet18", options=["head"])
+
+
+BASE = "models: [resnet18, bert_tiny]\n"
+
+
+@pytest.mark.parametrize(
+    ("extra", "line", "field", "message"),
+    [
+        ("batch_sise: [32]\n", 2, "batch_sise", "unknown field 'batch_sise'; accepted fields: runners, models, modes"),
+        ("batch_sizes: 32\n", 2, "batch_sizes", "32 is not a list of values"),
+        ("batch_sizes: [16, 0]\n", 2, "batch_sizes[1]", "0 is not a batch size; accepted: integers >= 1"),
+        ("batch_sizes:\n  - 16\n  - -8\n", 4, "batch_sizes[1]", "-8 is not a batch size"),
+        ("batch_sizes: [16, true]\n", 2, "batch_sizes[1]", "True is not a batch size"),
+        ("batch_sizes: [16, 16]\n", 2, "batch_sizes[1]", "16 is repeated"),
+        ("shapes: [3x32x32, 3x0x32]\n", 2, "shapes[1]", "'3x0x32' is not a shape; accepted: positive integers joined by 'x'"),
+        ("shapes:\n  resnet18: [3x32x32]\n  bert_tiny: [seq:128]\n", 4, "shapes.bert_tiny[0]", "'seq:128' is not a shape; accepted:"),
+        ("shapes:\n  vgg11: [3x32x32]\n", 3, "shapes.vgg11", "'vgg11' is not one of this sweep's models; accepted: resnet18, bert_tiny"),
+        ("modes: [train, inference]\n", 2, "modes[1]", "unknown mode 'inference'; accepted values: train, infer"),
+        ("precisions: [fp16]\n", 2, "precisions[0]", "unknown precision 'fp16'; accepted values: fp32, tf32, amp_fp16, amp_bf16"),
+        ("devices: [cuda]\n", 2, "devices[0]", "'cuda' is not a device; accepted: cpu, gpu, or gpu:N"),
+        ("repetitions: 0\n", 2, "repetitions", "0 is not accepted; accepted: an integer >= 1"),
+        ("steps: ten\n", 2, "steps", "'ten' is not accepted; accepted: an integer >= 1"),
+        ("cooldown_s: -1\n", 2, "cooldown_s", "-1 is not accepted; accepted: a number >= 0"),
+        ("layout: nhwc\n", 2, "layout", "unknown layout 'nhwc'; accepted values: channels_first, channels_last"),
+        ("compilation: jit\n", 2, "compilation", "'jit' is not a compilation; accepted: eager, graph, xla, torch_compile"),
+        ("compilation: {jax: xla}\n", 2, "compilation.jax", "'jax' is not one of this sweep's runners; accepted: torch, tensorflow"),
+        ("options:\n  bert_tiny:\n    head: off\n", 4, "options.bert_tiny.head", "False is not an option value"),
+        ("options:\n  bert_tiny: mlm\n", 3, "options.bert_tiny", "'mlm' is not a mapping of option to value"),
+        ("steps: 10\nsteps: 20\n", 3, "steps", "given twice"),
+    ],
+)
+def test_errors_name_the_file_line_and_field(tmp_path, extra, line, field, message):
+    path = write(tmp_path, BASE + extra)
+    with pytest.raises(SweepError) as caught:
+        load_sweep(path)
+    text = str(caught.value)
+    assert text.startswith(f"{path}, line {line}: {field}: "), text
+    assert message in text
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field", "message"),
+    [
+        ("", 1, "(sweep)", "the file is empty"),
+        ("- resnet18\n", 1, "(sweep)", "a sweep is a mapping of fields"),
+        ("modes: [train]\n", 1, "models", "missing"),
+        ("models: [resnet18\n", 2, "(syntax)", "not valid YAML"),
+    ],
+)
+def test_malformed_files(tmp_path, text, line, field, message):
+    path = write(tmp_path, text)
+    with pytest.raises(SweepError, match=rf"^{path}, line {line}: {field}: .*{message}".replace("(", r"\(").replace(")", r"\)")):
+        load_sweep(path)
+
+
+def test_a_missing_file(tmp_path):
+    with pytest.raises(SweepError, match="cannot be read"):
+        load_sweep(tmp_path / "none.yaml")

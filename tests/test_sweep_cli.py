@@ -1,0 +1,88 @@
+"""fwbench sweep and report end to end: stored as it goes, killed without loss, resumed, reported from the store alone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from fwbench_aggregator.store import ResultStore
+
+from test_cli import fwbench
+
+SWEEP = """\
+runners: [first, second]
+models: [resnet18, mobilenet_v2]
+modes: [train, infer]
+batch_sizes: [1, 2, 4]
+shapes: [3x32x32]
+warmup: 1
+steps: {steps}
+"""
+
+
+@pytest.fixture()
+def slow_fake(tmp_path_factory):
+    """A fake runner whose steps take 20 ms, so a sweep is still running when it is killed."""
+    from fwbench_aggregator.launch import LocalRunner, fake_runner_command
+
+    runner = LocalRunner("fake", fake_runner_command(), tmp_path_factory.mktemp("logs") / "fake.log",
+                         env={"FWBENCH_FAKE_STEP_TIME_S": "0.02"})
+    with runner:
+        yield runner.address
+
+
+def sweep_args(tmp_path, address, steps: int) -> list[str]:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(SWEEP.format(steps=steps))
+    return ["sweep", str(path), "--store", str(tmp_path / "store"), "--runner", f"first={address}",
+            "--runner", f"second={address}"]
+
+
+def test_killed_mid_sweep_keeps_every_completed_run_and_resume_finishes(tmp_path, slow_fake):
+    args = sweep_args(tmp_path, slow_fake, steps=10)
+    process = subprocess.Popen([sys.executable, "-m", "fwbench_aggregator", *args, "--no-report"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "200"})
+    store = ResultStore(tmp_path / "store")
+    deadline = time.monotonic() + 120
+    while len(store.keys()) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    kept = store.keys()
+    assert 5 <= len(kept) < 24, "the kill must land mid-sweep"
+    summary = store.load("summary")
+    assert set(summary["run_key"]) == kept  # every visible run loads whole
+
+    done = fwbench(*args, "--resume")
+    assert done.returncode == 0, done.stderr
+    assert f"{24 - len(kept)} runs to do, {len(kept)} already in" in done.stderr
+    assert len(store.keys()) == 24
+    assert (tmp_path / "store" / "report" / "report.html").exists()
+
+
+def test_without_resume_a_stored_configuration_is_not_run_twice(tmp_path, slow_fake):
+    args = sweep_args(tmp_path, slow_fake, steps=2)
+    assert fwbench(*args, "--no-report").returncode == 0
+    again = fwbench(*args)
+    assert again.returncode == 2 and "--resume" in again.stderr
+
+
+def test_report_works_from_the_store_alone(tmp_path, slow_fake):
+    args = sweep_args(tmp_path, slow_fake, steps=2)
+    assert fwbench(*args, "--no-report").returncode == 0
+    done = fwbench("report", "--store", str(tmp_path / "store"), "--out", str(tmp_path / "report"))
+    assert done.returncode == 0, done.stderr
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "data:image/png;base64," in html and "resnet18" in html
+
+
+def test_a_bad_sweep_file_names_the_line_and_field(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("models: [resnet18]\nbatch_sizes: [1, -2]\n")
+    done = fwbench("sweep", str(path), "--store", str(tmp_path / "store"))
+    assert done.returncode == 2
+    assert "line 2" in done.stderr and "batch_sizes" in done.stderr
