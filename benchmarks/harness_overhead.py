@@ -25,7 +25,7 @@ import grpc
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_core.server import create_server
-from fwbench_core.spec import DeviceKind, DeviceRef, Mode, RunRequest
+from fwbench_core.spec import DeviceKind, DeviceRef, Mode, RunnerSettings, RunRequest
 from fwbench_core.validation import resolve
 
 BACKENDS = {
@@ -37,7 +37,8 @@ BACKENDS = {
 
 def make_backend(framework: str):
     module, name = BACKENDS[framework]
-    return getattr(importlib.import_module(module), name)()
+    cores = os.cpu_count() or 1
+    return getattr(importlib.import_module(module), name)(RunnerSettings(cores, cores))
 
 
 def runner_steps(stub, args) -> list[float]:
@@ -51,6 +52,8 @@ def runner_steps(stub, args) -> list[float]:
         warmup_steps=args.warmup,
         measured_steps=args.steps,
         seed=args.seed,
+        power_sample_rate_hz=args.power_rate_hz,
+        idle_baseline_s=0,
     )
     measured = []
     for event in stub.Run(request):
@@ -106,6 +109,11 @@ def main(argv: list[str] | None = None) -> int:
         "gRPC handler does; glibc gives each thread its own malloc arena, which changes torch's CPU "
         "page faults, so 'worker' separates the harness's own cost from that",
     )
+    parser.add_argument(
+        "--power-rate-hz", type=float, default=0.0,
+        help="power telemetry in the runner's runs (0: off, the default; 20: the product's default), "
+        "to measure the sampler's own cost",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the figures and every step time here")
     args = parser.parse_args(argv)
     args.input_shape = [int(d) for d in args.input_shape.lower().split("x")]
@@ -124,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
         ),
         info.devices,
-        backend.supported_precisions,
+        backend.capabilities,
         backend.models.names(),
+        backend.framework,
     )
 
     server, port, _ = create_server(backend, "127.0.0.1:0")

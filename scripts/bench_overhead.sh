@@ -27,5 +27,9 @@ for framework in torch tensorflow; do
   done
 done
 
+if (( ${#summary[@]} == 0 )); then
+  echo "no framework environment found under $venvs" >&2
+  exit 1
+fi
 echo
 printf '%s\n' "${summary[@]}"
