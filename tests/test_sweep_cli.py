@@ -86,3 +86,28 @@ def test_a_bad_sweep_file_names_the_line_and_field(tmp_path):
     done = fwbench("sweep", str(path), "--store", str(tmp_path / "store"))
     assert done.returncode == 2
     assert "line 2" in done.stderr and "batch_sizes" in done.stderr
+
+
+def test_ctrl_c_cancels_the_run_in_flight_and_keeps_the_finished_ones(tmp_path, slow_fake):
+    args = sweep_args(tmp_path, slow_fake, steps=100)  # 2 s a run: the interrupt lands mid-run
+    process = subprocess.Popen([sys.executable, "-m", "fwbench_aggregator", *args, "--no-report"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "COLUMNS": "200"})
+    store = ResultStore(tmp_path / "store")
+    deadline = time.monotonic() + 120
+    while not store.keys() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    interrupted_at = time.monotonic()
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr and "runs are kept" in stderr
+    assert time.monotonic() - interrupted_at < 10
+    assert 1 <= len(store.keys()) < 24
+    # The runner stopped the cancelled run and freed its device: a new run is served at once.
+    started = time.monotonic()
+    done = fwbench("compare", "--batch-size", "1", "--warmup", "0", "--steps", "2", "--runner", f"fake={slow_fake}",
+                   "--out", str(tmp_path / "after"), "--power-rate-hz", "0")
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 20

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import os
 import re
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -29,6 +30,7 @@ from . import stats
 from . import results as results_mod
 from .batch_search import BatchSearch
 from .client import RunnerClient, RunnerFailure, RunResult
+from .scheduler import device_group, run_grouped
 from .launch import RUNNER_MODULES, LocalRunner, RunnerStartError, StartupSettings, default_venvs, embedded_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -567,43 +569,60 @@ def sweep(
         names = ",".join(sorted({c.runner for _, c in pending})) or "torch"
         endpoints, failures = (resolve_endpoints(runner, names, venvs, store / "logs", stack, startup) if pending else ({}, []))
         defaults = {name: failure_columns(name, address) for name, address in endpoints.items()}
+        store_lock = threading.Lock()
+        active: set[RunnerClient] = set()
+        stop = threading.Event()
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
         with Progress(*columns, console=err_console) as progress:
             overall = progress.add_task("sweep", total=len(pending))
-            try:
-                for number, (key, c) in enumerate(pending):
-                    progress.update(overall, description=f"{c.runner} {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1}")
-                    if c.runner not in endpoints:
-                        continue
-                    if number and plan.cooldown_s:
-                        time.sleep(plan.cooldown_s)
-                    request = build_request(
-                        c.model, ModeChoice(c.mode.value), c.batch_size, c.shape, PrecisionChoice(c.precision.value),
-                        c.device, c.warmup, c.steps, 0, c.option_strings(),
-                        LayoutChoice(c.layout.value) if c.layout else None, startup,
-                    )
-                    if c.compilation:
-                        request.compilation = pb.Compilation.Value(f"COMPILATION_{c.compilation.upper()}")
-                    config = c.key_fields()
-                    try:
-                        with RunnerClient(c.runner, endpoints[c.runner]) as client:
-                            result = client.run(request, repetition=c.repetition)
-                    except RunnerFailure as failure:
-                        failures.append(failure)
-                        if failure.code in REPEATABLE_FAILURES:
-                            # Where the run would have been: the device and shape a success would report.
-                            where = defaults[c.runner](c.model, c.device, c.shape)
+
+            def run_one(job) -> None:
+                key, c = job
+                progress.update(overall, description=f"{c.runner} {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1}")
+                request = build_request(
+                    c.model, ModeChoice(c.mode.value), c.batch_size, c.shape, PrecisionChoice(c.precision.value),
+                    c.device, c.warmup, c.steps, 0, c.option_strings(),
+                    LayoutChoice(c.layout.value) if c.layout else None, startup,
+                )
+                if c.compilation:
+                    request.compilation = pb.Compilation.Value(f"COMPILATION_{c.compilation.upper()}")
+                config = c.key_fields()
+                client = RunnerClient(c.runner, endpoints[c.runner])
+                active.add(client)
+                try:
+                    result = client.run(request, repetition=c.repetition)
+                except RunnerFailure as failure:
+                    failures.append(failure)
+                    if failure.code in REPEATABLE_FAILURES and not stop.is_set():
+                        # Where the run would have been: the device and shape a success would report.
+                        where = defaults[c.runner](c.model, c.device, c.shape)
+                        with store_lock:
                             results_store.append_failure(key, config, failure.code, failure.message, columns=where)
-                    else:
-                        frames = {
-                            "steps": results_mod.steps_frame(key, [result]),
-                            "summary": results_mod.summary_frame(key, [result], []),
-                            "power": results_mod.power_frame(key, [result]),
-                        }
+                else:
+                    frames = {
+                        "steps": results_mod.steps_frame(key, [result]),
+                        "summary": results_mod.summary_frame(key, [result], []),
+                        "power": results_mod.power_frame(key, [result]),
+                    }
+                    with store_lock:
                         results_store.append(key, config, frames, results_mod.manifest(key, [result], {c.runner: request}))
-                    progress.advance(overall)
+                finally:
+                    active.discard(client)
+                    client.close()
+                progress.advance(overall)
+
+            jobs = [
+                (device_group(endpoints[c.runner], c.device or defaults[c.runner](c.model, None, None)["device"]), (key, c))
+                for key, c in pending
+                if c.runner in endpoints
+            ]
+            try:
+                run_grouped(jobs, run_one, stop, between=lambda: time.sleep(plan.cooldown_s))
             except KeyboardInterrupt:
                 interrupted = True
+                # Closing the channels cancels the runs in flight: each runner stops between steps.
+                for client in list(active):
+                    client.close()
     done = len(results_store.keys())
     if interrupted:
         err_console.print(f"[bold yellow]interrupted[/]: the run in flight was cancelled; {done} runs are kept in {store}")

@@ -1,0 +1,60 @@
+"""Scheduling a sweep's runs: runs that share a device one after the other, different devices at once.
+
+NVML and wall clocks describe a whole device, so two runs on one GPU (or one CPU)
+would spoil each other's figures; runners on different GPUs or hosts do not.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
+
+Job = TypeVar("Job")
+JOIN_POLL_S = 0.2
+
+
+def device_group(address: str, device: str) -> tuple[str, str]:
+    """Runs are serialised per host and device: 'gpu-host:50051' on gpu:0 and 'gpu-host:50052' on gpu:0 share one."""
+    return address.rsplit(":", 1)[0], device
+
+
+def run_grouped(
+    jobs: Sequence[tuple[Hashable, Job]],
+    run_one: Callable[[Job], None],
+    stop: threading.Event,
+    between: Callable[[], None] = lambda: None,
+) -> None:
+    """Run each group's jobs in order on a thread of its own, the groups in parallel; no new job starts
+    once `stop` is set. `between` runs between two jobs of a group (a cool-down). Returns when all are
+    done; a KeyboardInterrupt in the caller's thread sets `stop` and is raised again once threads finish."""
+    groups: dict[Hashable, list[Job]] = {}
+    for group, job in jobs:
+        groups.setdefault(group, []).append(job)
+    errors: list[BaseException] = []
+
+    def work(group_jobs: list[Job]) -> None:
+        for number, job in enumerate(group_jobs):
+            if stop.is_set():
+                return
+            if number:
+                between()
+            try:
+                run_one(job)
+            except BaseException as error:  # surfaced in the caller's thread below
+                errors.append(error)
+                stop.set()
+                return
+
+    threads = [threading.Thread(target=work, args=(group_jobs,), daemon=True) for group_jobs in groups.values()]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(JOIN_POLL_S)
+    except KeyboardInterrupt:
+        stop.set()
+        raise
+    if errors:
+        raise errors[0]
