@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import os
 import re
 import threading
@@ -612,7 +613,7 @@ def sweep(
                 progress.advance(overall)
 
             jobs = [
-                (device_group(endpoints[c.runner], c.device or defaults[c.runner](c.model, None, None)["device"]), (key, c))
+                (device_group(endpoints[c.runner], c.device or defaults[c.runner][0]), (key, c))
                 for key, c in pending
                 if c.runner in endpoints
             ]
@@ -635,12 +636,18 @@ def sweep(
 
 
 def failure_columns(name: str, address: str):
-    """For a failed run: the runner, framework, device and shape a successful one would have reported."""
+    """The runner's default device, and for a failed run the runner, framework, device and shape a
+    successful one would have reported."""
     with RunnerClient(name, address) as client:
         info = client.describe()
-        shapes = {m.name: "x".join(map(str, m.default_input_shape)) for m in client.list_models()}
     gpus = [d for d in info.devices if d.kind == pb.DEVICE_KIND_GPU]
     default_device = f"gpu:{gpus[0].index}" if gpus else "cpu:0"
+
+    @functools.cache
+    def default_shapes() -> dict[str, str]:
+        # Listing models builds each once on the runner: only worth it once a run has failed.
+        with RunnerClient(name, address) as client:
+            return {m.name: "x".join(map(str, m.default_input_shape)) for m in client.list_models()}
 
     def columns(model: str, device: Optional[str], shape: Optional[str]) -> dict:
         chosen = device or default_device
@@ -649,10 +656,10 @@ def failure_columns(name: str, address: str):
             "framework": info.framework,
             "framework_version": info.framework_version,
             "device": chosen if ":" in chosen else f"{chosen}:0",
-            "input_shape": "x".join(map(str, shape_dims(shape))) if shape else shapes.get(model, ""),
+            "input_shape": "x".join(map(str, shape_dims(shape))) if shape else default_shapes().get(model, ""),
         }
 
-    return columns
+    return default_device, columns
 
 
 def write_store_report(results_store, out_dir: Path) -> Path:
