@@ -111,3 +111,19 @@ def test_ctrl_c_cancels_the_run_in_flight_and_keeps_the_finished_ones(tmp_path, 
                    "--out", str(tmp_path / "after"), "--power-rate-hz", "0")
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - started < 20
+
+
+def test_out_of_memory_is_stored_as_a_marked_missing_point_and_resume_skips_it(tmp_path, slow_fake):
+    path = tmp_path / "oom.yaml"
+    path.write_text("runners: [fake]\nmodels: [resnet18]\nmodes: [infer]\nbatch_sizes: [1, 200]\nshapes: [3x4096x4096]\nwarmup: 0\nsteps: 2\n")
+    args = ["sweep", str(path), "--store", str(tmp_path / "store"), "--runner", f"fake={slow_fake}"]
+    done = fwbench(*args)
+    assert done.returncode == 0, done.stderr
+    assert "RESOURCE_EXHAUSTED" in done.stderr
+    summary = ResultStore(tmp_path / "store").load("summary").set_index("batch_size")
+    assert summary.loc[1, "status"] == "ok" and summary.loc[200, "status"] == "failed"
+    assert summary.loc[200, "device"] == summary.loc[1, "device"] == "cpu:0"
+    assert summary.loc[200, "input_shape"] == "3x4096x4096"
+    assert "out of memory" in (tmp_path / "store" / "report" / "report.html").read_text().lower()
+    again = fwbench(*args, "--resume")
+    assert "0 runs to do, 2 already in" in again.stderr

@@ -596,7 +596,7 @@ def sweep(
                     failures.append(failure)
                     if failure.code in REPEATABLE_FAILURES and not stop.is_set():
                         # Where the run would have been: the device and shape a success would report.
-                        where = defaults[c.runner](c.model, c.device, c.shape)
+                        where = defaults[c.runner][1](c.model, c.device, c.shape)
                         with store_lock:
                             results_store.append_failure(key, config, failure.code, failure.message, columns=where)
                 else:
