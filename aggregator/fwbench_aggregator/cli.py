@@ -32,6 +32,11 @@ from . import results as results_mod
 from .batch_search import BatchSearch
 from .client import RunnerClient, RunnerFailure, RunResult
 from .scheduler import device_group, run_grouped
+# The choices a sweep file takes are the command line's too: one definition of each.
+from .sweep import COMPILATIONS
+from .sweep import Layout as LayoutChoice
+from .sweep import Mode as ModeChoice
+from .sweep import Precision as PrecisionChoice
 from .launch import RUNNER_MODULES, LocalRunner, RunnerStartError, StartupSettings, default_venvs, embedded_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -39,22 +44,9 @@ out_console = Console()
 err_console = Console(stderr=True)
 
 
-class ModeChoice(str, enum.Enum):
-    train = "train"
-    infer = "infer"
-
-
-class LayoutChoice(str, enum.Enum):
-    channels_first = "channels_first"
-    channels_last = "channels_last"
-
-
 class SwitchChoice(str, enum.Enum):
     off = "off"
     on = "on"
-
-
-COMPILATIONS = ("eager", "graph", "xla", "torch_compile")
 
 
 def parse_compilation(values: list[str]) -> list[str]:
@@ -77,13 +69,6 @@ def compilation_for(runner: str, values: list[str]) -> Optional[str]:
         elif name == runner:
             return setting
     return chosen
-
-
-class PrecisionChoice(str, enum.Enum):
-    fp32 = "fp32"
-    tf32 = "tf32"
-    amp_fp16 = "amp_fp16"
-    amp_bf16 = "amp_bf16"
 
 
 SHAPE_FORMS = "positive integers joined by 'x', per sample, channels first (3x224x224, 161x400), or NAME=N (seq=128, audio=16000)"
@@ -581,9 +566,9 @@ def sweep(
                 key, c = job
                 progress.update(overall, description=f"{c.runner} {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1}")
                 request = build_request(
-                    c.model, ModeChoice(c.mode.value), c.batch_size, c.shape, PrecisionChoice(c.precision.value),
+                    c.model, c.mode, c.batch_size, c.shape, c.precision,
                     c.device, c.warmup, c.steps, 0, c.option_strings(),
-                    LayoutChoice(c.layout.value) if c.layout else None, startup,
+                    c.layout, startup,
                 )
                 if c.compilation:
                     request.compilation = pb.Compilation.Value(f"COMPILATION_{c.compilation.upper()}")
