@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from queue import Queue
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,6 +21,7 @@ from .timing import Progress, StepBatch, Summary, time_steps
 from .validation import resolve, resolve_model
 
 LOCK_POLL_S = 0.1
+_END = object()
 T = TypeVar("T")
 
 
@@ -54,6 +57,10 @@ class DeviceLocks:
 class RunnerService:
     def __init__(self, backend: Backend, clock: Callable[[], float] = time.perf_counter) -> None:
         self.backend = backend
+        # All framework work (builds, steps, inspection) runs on this one thread. PyTorch's OpenMP gives
+        # every thread that runs ops its own worker team; with more workers than cores, libgomp spins
+        # less and every op slows by about 20%, for good, once a second gRPC handler thread has run torch.
+        self._framework = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fwbench-framework")
         self.info: RunnerInfo = backend.runner_info()
         self._clock = clock
         self._locks = DeviceLocks()
@@ -81,7 +88,7 @@ class RunnerService:
         """Model inspection and parity work run on the CPU, never beside a CPU run's timings."""
         with self._locks.lock(DeviceRef(DeviceKind.CPU)):
             try:
-                return work()
+                return self._framework.submit(work).result()
             finally:
                 gc.collect()
 
@@ -102,9 +109,40 @@ class RunnerService:
                 if cancelled():
                     raise Cancelled(f"run of {config.model.name} cancelled while waiting for {config.device.ref}")
         try:
-            yield from self._run_locked(config, total, cancelled)
+            yield from self._on_framework_thread(lambda stop: self._run_locked(config, total, stop), cancelled)
         finally:
             lock.release()
+
+    def _on_framework_thread(
+        self, events: Callable[[Callable[[], bool]], Iterator[RunEvent]], cancelled: Callable[[], bool]
+    ) -> Iterator[RunEvent]:
+        """Iterate `events` on the framework thread and pass them on here; a caller that stops
+        listening stops the run between steps, and returns only once it has stopped."""
+        queue: Queue = Queue()
+        abandoned = threading.Event()
+        stop = lambda: cancelled() or abandoned.is_set()  # noqa: E731
+
+        def produce() -> None:
+            try:
+                for event in events(stop):
+                    queue.put((event, None))
+            except BaseException as error:
+                queue.put((_END, error))
+            else:
+                queue.put((_END, None))
+
+        done = self._framework.submit(produce)
+        try:
+            while True:
+                event, error = queue.get()
+                if error is not None:
+                    raise error
+                if event is _END:
+                    return
+                yield event
+        finally:
+            abandoned.set()
+            done.result()  # the device is released only once the run has really stopped
 
     def _run_locked(self, config: RunConfig, total: int, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
         started_at_unix_s = time.time()
