@@ -140,24 +140,25 @@ def test_list_models(stub):
         assert m.parameter_count > 0, m.name
 
 
-def test_real_runners_list_the_same_models(runner_pool):
-    listed = {}
+def parameter_counts(runner_pool) -> dict[str, dict[str, int]]:
+    """Each real runner's models and their trainable parameters, as ListModels reports them."""
+    counts = {}
     for name in REAL_RUNNERS:
         with grpc.insecure_channel(runner_pool.get(name).address) as ch:
             models = pb_grpc.RunnerStub(ch).ListModels(pb.ListModelsRequest(), timeout=LIST_TIMEOUT_S).models
-        listed[name] = {m.name: m.parameter_count for m in models}
-    torch_models, tf_models = (listed[name] for name in REAL_RUNNERS)
+        counts[name] = {m.name: m.parameter_count for m in models}
+    return counts
+
+
+def test_real_runners_list_the_same_models(runner_pool):
+    torch_models, tf_models = parameter_counts(runner_pool).values()
     assert sorted(torch_models) == sorted(tf_models) == EXPECTED_MODELS
 
 
 def test_real_runners_build_models_of_the_same_size(runner_pool):
     # The frameworks' builders are meant to be the same networks; a different
     # count of trainable parameters means they are not.
-    counts = {}
-    for name in REAL_RUNNERS:
-        with grpc.insecure_channel(runner_pool.get(name).address) as ch:
-            models = pb_grpc.RunnerStub(ch).ListModels(pb.ListModelsRequest(), timeout=LIST_TIMEOUT_S).models
-        counts[name] = {m.name: m.parameter_count for m in models}
+    counts = parameter_counts(runner_pool)
     assert counts["torch"].keys() == counts["tensorflow"].keys()
     for model, torch_count in counts["torch"].items():
         assert counts["tensorflow"][model] == pytest.approx(torch_count, rel=PARAMETER_TOLERANCE), model
