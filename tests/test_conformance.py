@@ -8,8 +8,11 @@ the whole suite runs in a few minutes on a small CPU machine.
 from __future__ import annotations
 
 import math
+import os
 import re
 import statistics
+import subprocess
+import sys
 import threading
 
 import grpc
@@ -400,6 +403,17 @@ def test_health_serving(channel, service):
         health_pb2.HealthCheckRequest(service=service), timeout=RPC_TIMEOUT_S
     )
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_healthcheck_command_passes_against_a_serving_runner(runner):
+    # The container HEALTHCHECK runs exactly this, with the listen address from the environment.
+    port = runner.address.rsplit(":", 1)[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "fwbench_core.healthcheck"],
+        env={**os.environ, "FWBENCH_RUNNER_ADDRESS": f"0.0.0.0:{port}"}, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "SERVING" in done.stdout
 
 
 def test_reflection_lists_the_runner_service(channel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import inspect
 import signal
+import socket
 import threading
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator import launch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from fwbench_core import errors, timing, wire
+from fwbench_core import errors, healthcheck, timing, wire
 from fwbench_core.backend import Backend, MemoryReading, Workload
 from fwbench_core.catalog import MODEL_SPECS, get_spec
 from fwbench_core.errors import (
@@ -988,3 +989,23 @@ def test_power_unavailable_says_why_and_telemetry_can_be_off():
 def test_power_sample_rate_out_of_range_names_the_field():
     message = expect_error(InvalidArgument, request(power_sample_rate_hz=500.0))
     assert "power_sample_rate_hz" in message and "100" in message and "0 turns telemetry off" in message
+
+
+# --- the container health check ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "listen, probe",
+    [("0.0.0.0:50051", "127.0.0.1:50051"), ("[::]:7", "127.0.0.1:7"), ("torch:50051", "torch:50051")],
+)
+def test_healthcheck_probes_loopback_for_a_wildcard_listen_address(listen, probe):
+    assert healthcheck.probe_address(listen) == probe
+
+
+def test_healthcheck_fails_naming_the_address_where_nothing_listens():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    serving, message = healthcheck.check(f"127.0.0.1:{port}", timeout_s=1.0)
+    assert not serving
+    assert f"127.0.0.1:{port}" in message and ("UNAVAILABLE" in message or "DEADLINE_EXCEEDED" in message)
