@@ -9,21 +9,13 @@ venvs=${FWBENCH_VENVS:-$root/.venvs}
 python=${PYTHON:-python3}
 mkdir -p "$venvs"
 
-# Generate the gRPC stubs with a grpcio-tools that matches the protobuf and
-# grpcio this environment already has, so the framework's pins never move.
-generate_stubs() {
-  local py=$1
-  "$py" -m pip freeze | grep -iE '^(protobuf|grpcio)==' > "$venvs/.constraints-$$"
-  "$py" -m pip install -q -c "$venvs/.constraints-$$" grpcio-tools
-  rm -f "$venvs/.constraints-$$"
-  "$py" "$root/protos/generate.py"
-}
-
 setup_env() {
   local name=$1 requirements=$2; shift 2
   local env=$venvs/$name
-  local stamp
-  stamp=$(cat "$requirements" "$@" protos/generate.py protos/fwbench/runner/v1/*.proto "$root/scripts/setup_envs.sh" | sha256sum | cut -d' ' -f1)
+  local stamp included
+  # A requirements file's own "-r" includes count as its inputs too.
+  included=$(sed -n "s|^-r |$(dirname "$requirements")/|p" "$requirements")
+  stamp=$(cat "$requirements" $included "$@" protos/generate.py protos/install_stubs.sh protos/fwbench/runner/v1/*.proto "$root/scripts/setup_envs.sh" | sha256sum | cut -d' ' -f1)
   if [ -f "$env/.fwbench-stamp" ] && [ "$(cat "$env/.fwbench-stamp")" = "$stamp" ]; then
     echo "[$name] up to date ($env)"
     return
@@ -36,7 +28,7 @@ setup_env() {
   local packages=()
   for pyproject in "$@"; do packages+=(-e "$(dirname "$pyproject")"); done
   "$env/bin/python" -m pip install -q --no-deps "${packages[@]}"
-  generate_stubs "$env/bin/python"
+  sh "$root/protos/install_stubs.sh" "$env/bin/python"
   echo "$stamp" > "$env/.fwbench-stamp"
   echo "[$name] ready"
 }
@@ -47,7 +39,7 @@ setup_env torch runners/torch/requirements.txt runners/core/pyproject.toml runne
   > "$venvs/torch-setup.log" 2>&1 & pids+=($!)
 setup_env tensorflow runners/tensorflow/requirements.txt runners/core/pyproject.toml runners/tensorflow/pyproject.toml \
   > "$venvs/tensorflow-setup.log" 2>&1 & pids+=($!)
-setup_env aggregator aggregator/requirements.txt runners/core/pyproject.toml aggregator/pyproject.toml \
+setup_env aggregator aggregator/requirements-test.txt runners/core/pyproject.toml aggregator/pyproject.toml \
   > "$venvs/aggregator-setup.log" 2>&1 & pids+=($!)
 status=0
 for i in "${!pids[@]}"; do
