@@ -100,12 +100,25 @@ def parse_device(value: Optional[str]) -> Optional[str]:
     return value
 
 
+# Where the runners already run (compose.yaml sets it in the aggregator's container).
+RUNNERS_ENV = "FWBENCH_RUNNERS"
+
+
 def parse_runners(values: list[str]) -> list[str]:
     for value in values:
         name, sep, address = value.partition("=")
         if not sep or not name or not re.fullmatch(r"[^\s:]+:\d+", address):
             raise typer.BadParameter(f"{value!r} is not NAME=HOST:PORT, e.g. torch=localhost:50051")
     return values
+
+
+RunnerOption = Annotated[
+    list[str],
+    typer.Option(
+        callback=parse_runners, envvar=RUNNERS_ENV,
+        help=f"NAME=HOST:PORT of a running runner; repeat for each (or ${RUNNERS_ENV}, space-separated). Default: start the embedded runners",
+    ),
+]
 
 
 def parse_frameworks(value: str) -> str:
@@ -281,9 +294,7 @@ def compare(
     repetitions: Annotated[int, typer.Option(min=1, help="runs per framework, interleaved A, B, A, B, ...")] = 1,
     cooldown_s: Annotated[float, typer.Option(min=0.0, help="seconds to wait between runs")] = 0.0,
     min_effect: Annotated[float, typer.Option(min=0.0, help="smallest difference a verdict calls real, as a fraction")] = stats.MIN_EFFECT,
-    runner: Annotated[
-        list[str], typer.Option(callback=parse_runners, help="NAME=HOST:PORT of a running runner; repeat for each. Default: start the embedded runners")
-    ] = [],
+    runner: RunnerOption = [],
     frameworks: Annotated[str, typer.Option(callback=parse_frameworks, help="embedded runners to start, comma-separated")] = "torch,tensorflow",
     venvs: Annotated[Path, typer.Option(help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")] = None,
     out: Annotated[Path, typer.Option(help="folder to write results into; each comparison gets a subfolder")] = Path("results"),
@@ -340,10 +351,6 @@ def compare(
 
 
 
-RunnerOption = Annotated[
-    list[str],
-    typer.Option(callback=parse_runners, help="NAME=HOST:PORT of a running runner; repeat for each. Default: start the embedded runners"),
-]
 FrameworksOption = Annotated[str, typer.Option(callback=parse_frameworks, help="embedded runners to start, comma-separated")]
 VenvsOption = Annotated[Optional[Path], typer.Option(help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")]
 

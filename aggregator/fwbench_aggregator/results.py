@@ -31,6 +31,7 @@ def _config_columns(run_id: str, result: RunResult) -> dict:
         "runner": result.runner,
         "framework": result.runner_info.framework,
         "framework_version": result.runner_info.framework_version,
+        "container_image": result.runner_info.options.get("container_image", ""),
         "model": c.model,
         "mode": _enum_value(pb.Mode, "MODE", c.mode),
         "batch_size": c.batch_size,
@@ -169,6 +170,7 @@ def comparison_table(steps: pd.DataFrame, summary: pd.DataFrame, batch_size: int
                 "runner": runner,
                 "framework": group["framework"].iloc[0],
                 "version": group["framework_version"].iloc[0],
+                "container_image": group["container_image"].iloc[0],
                 "repetitions": int(per_repetition.size),
                 **stats.describe(group["step_time_s"].to_numpy(), batch_size),
                 "repetition_median_cv": float(per_repetition.std(ddof=1) / per_repetition.mean())

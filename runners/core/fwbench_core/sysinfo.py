@@ -31,14 +31,17 @@ def python_version() -> str:
     return platform.python_version()
 
 
+# Set in a runner's container: its own image (by compose.yaml) and the framework image it was built on (by its Dockerfile).
 IMAGE_ENV = "FWBENCH_IMAGE"
+BASE_IMAGE_ENV = "FWBENCH_BASE_IMAGE"
 
 
 def manifest_options(gpu_count: int) -> dict[str, str]:
     """What the results' manifest needs beyond versions: the container image, GPU clocks and power limits."""
     options = {"cpu_model": cpu_model_name(), "cpu_count": str(os.cpu_count())}
-    if os.environ.get(IMAGE_ENV):
-        options["container_image"] = os.environ[IMAGE_ENV]
+    for option, env in (("container_image", IMAGE_ENV), ("container_base_image", BASE_IMAGE_ENV)):
+        if os.environ.get(env):
+            options[option] = os.environ[env]
     options.update(_nvml_details(gpu_count))
     return options
 
