@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_envs.sh
-exec "${FWBENCH_VENVS:-.venvs}/aggregator/bin/python" -m pytest tests "$@"
+# -rs: a skipped test says why in the summary (the container tests skip only without a Docker engine).
+exec "${FWBENCH_VENVS:-.venvs}/aggregator/bin/python" -m pytest -rs tests "$@"

@@ -29,6 +29,12 @@ FAKE_STEP_TIME_S = "0.01"
 LOG_TAIL_CHARS = 3000
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "containers: builds images and runs docker compose (tens of minutes); deselect with -m 'not containers'"
+    )
+
+
 class Runner(NamedTuple):
     name: str
     address: str

@@ -1,0 +1,325 @@
+"""The container path: the Dockerfiles and Compose files, and the whole stack on a real Docker engine.
+
+The static checks (hadolint, the Compose specification's schema, what the overrides merge into) run
+everywhere. The end-to-end tests need a Docker engine and no registry: the framework base images are
+made here (tests/containers/base_images.sh: debootstrap, `docker import`, the framework from PyPI),
+then the project's own Dockerfiles and compose.yaml build and start everything, the aggregator's
+container benchmarks both runners' containers, and one runner is rebuilt on a second framework
+version. Where no Docker engine answers they are skipped, and the skip says so in capitals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = Path(sys.executable).parent  # hadolint, check-jsonschema and docker-compose come with the test environment
+DOCKERFILES = ("runners/torch/Dockerfile", "runners/tensorflow/Dockerfile", "aggregator/Dockerfile")
+BASE_IMAGES = ROOT / "tests" / "containers" / "base_images.sh"
+RUNNERS = ("torch", "tensorflow")
+
+# The second TensorFlow version the swap test rebuilds on, with an older protobuf major than the
+# first one's: the runner's stubs must be generated for whatever protobuf the image carries.
+SECOND_TENSORFLOW = ("2.20.0", ["tensorflow==2.20.0", "protobuf==5.29.5"])
+
+PROJECT = "fwbench-ci"
+IMAGE_PREFIX = "fwbench-ci-test"
+UID = 1000  # the non-root user compose runs every service as (FWBENCH_UID in .env)
+BUILD_TIMEOUT_S = 1800
+UP_TIMEOUT_S = 600
+RUN_TIMEOUT_S = 600
+SMALL_RUN = ["--model", "resnet18", "--batch-size", "2", "--shape", "3x64x64", "--warmup", "2", "--steps", "5"]
+
+
+def run(command: list, timeout: float = 120, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [str(c) for c in command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    if check and done.returncode != 0:
+        pytest.fail(
+            f"{' '.join(map(str, command))} exited {done.returncode}\n--- stdout ---\n{done.stdout[-6000:]}"
+            f"\n--- stderr ---\n{done.stderr[-6000:]}",
+            pytrace=False,
+        )
+    return done
+
+
+def dotenv() -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in (ROOT / ".env").read_text().splitlines() if re.match(r"^[A-Z_]+=", line))
+    return {name: value for name, value in pairs}
+
+
+def compose_env(**overrides: str) -> dict[str, str]:
+    """A clean environment for docker-compose: the host's PATH and Docker settings and the test's own
+    variables; nothing inherited overrides .env, which compose reads itself."""
+    keep = {name: value for name, value in os.environ.items() if name in ("PATH", "HOME", "DOCKER_HOST", "DOCKER_CONFIG")}
+    return {**keep, **overrides}
+
+
+def compose_config(*files: str) -> dict:
+    args = [TOOLS / "docker-compose", "--profile", "aggregator"]
+    for name in ("compose.yaml", *files):
+        args += ["-f", name]
+    return yaml.safe_load(run([*args, "config"], env=compose_env()).stdout)
+
+
+# --- static checks ------------------------------------------------------------------
+
+
+def test_dockerfiles_pass_hadolint():
+    done = run([TOOLS / "hadolint", *DOCKERFILES], check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_compose_file_follows_the_compose_specification():
+    done = run([TOOLS / "check-jsonschema", "--builtin-schema", "vendor.compose-spec", "compose.yaml"], check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "overrides", [["compose.cpu.yaml"], ["compose.ports.yaml"], ["compose.cpu.yaml", "compose.ports.yaml"]]
+)
+def test_overrides_merge_into_a_file_that_follows_the_specification(tmp_path, overrides):
+    merged = tmp_path / "merged.yaml"
+    merged.write_text(yaml.safe_dump(compose_config(*overrides)))
+    done = run([TOOLS / "check-jsonschema", "--builtin-schema", "vendor.compose-spec", merged], check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_runners_reserve_every_gpu_on_an_internal_network_with_no_published_port():
+    config = compose_config()
+    assert config["networks"]["runners"]["internal"] is True
+    for name in RUNNERS:
+        service = config["services"][name]
+        [gpus] = service["deploy"]["resources"]["reservations"]["devices"]
+        assert gpus["driver"] == "nvidia" and gpus["capabilities"] == ["gpu"]
+        assert gpus["count"] in ("all", -1)  # compose writes "all" as -1
+        assert list(service["networks"]) == ["runners"]
+        assert "ports" not in service
+
+
+def test_cpu_override_drops_only_the_gpu_reservation():
+    default, cpu = compose_config(), compose_config("compose.cpu.yaml")
+    for name in RUNNERS:
+        assert "deploy" not in cpu["services"][name]
+        assert {k: v for k, v in default["services"][name].items() if k != "deploy"} == cpu["services"][name]
+
+
+def test_aggregator_waits_for_both_runners_to_be_healthy_and_writes_to_the_host():
+    service = compose_config()["services"]["aggregator"]
+    assert {name: dep["condition"] for name, dep in service["depends_on"].items()} == {
+        name: "service_healthy" for name in RUNNERS
+    }
+    assert [v["target"] for v in service["volumes"]] == ["/results"]
+    assert service["environment"]["FWBENCH_RUNNERS"] == "torch=torch:50051 tensorflow=tensorflow:50051"
+
+
+@pytest.mark.parametrize("runner, base_variable", [("torch", "TORCH"), ("tensorflow", "TENSORFLOW")])
+def test_dockerfile_default_base_image_is_the_one_env_names(runner, base_variable):
+    # Two places name the official image: the Dockerfile (plain docker build) and .env (compose).
+    dockerfile = (ROOT / "runners" / runner / "Dockerfile").read_text()
+    default = re.search(r"^ARG BASE_IMAGE=(\S+)$", dockerfile, re.M).group(1)
+    env = dotenv()
+    assert default == f"{env[f'{base_variable}_BASE_IMAGE']}:{env[f'{base_variable}_TAG']}"
+
+
+def test_swapping_a_version_is_one_variable():
+    env = dotenv()
+    config = yaml.safe_load(
+        run([TOOLS / "docker-compose", "config"], env=compose_env(TENSORFLOW_TAG="2.99.0-gpu")).stdout
+    )
+    tensorflow = config["services"]["tensorflow"]
+    assert tensorflow["build"]["args"]["BASE_IMAGE"] == f"{env['TENSORFLOW_BASE_IMAGE']}:2.99.0-gpu"
+    assert tensorflow["image"].endswith("/tensorflow-runner:2.99.0-gpu")
+    assert tensorflow["environment"]["FWBENCH_IMAGE"] == tensorflow["image"]
+
+
+# --- the stack on a real Docker engine -------------------------------------------------
+
+
+def pinned(requirements: str, package: str) -> str:
+    text = (ROOT / requirements).read_text()
+    return re.search(rf"^{re.escape(package)}==(\S+)$", text, re.M).group(1)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Stack:
+    """compose.yaml with the CPU and published-ports overrides, on base images made here."""
+
+    def __init__(self, results_dir: Path) -> None:
+        self.results_dir = results_dir
+        self.torch_version = pinned("runners/torch/requirements.txt", "torch")
+        self.torchvision_version = pinned("runners/torch/requirements.txt", "torchvision")
+        self.tensorflow_version = pinned("runners/tensorflow/requirements.txt", "tensorflow")
+        self.ports = {"torch": free_port(), "tensorflow": free_port()}
+        self.variables = {
+            "TORCH_BASE_IMAGE": "fwbench-ci/pytorch",
+            "TORCH_TAG": self.torch_version,
+            "TENSORFLOW_BASE_IMAGE": "fwbench-ci/tensorflow",
+            "TENSORFLOW_TAG": self.tensorflow_version,
+            "AGGREGATOR_BASE_IMAGE": "fwbench-ci/python:3.11",
+            "FWBENCH_IMAGE_PREFIX": IMAGE_PREFIX,
+            "FWBENCH_RESULTS_DIR": str(results_dir),
+            "FWBENCH_UID": str(UID),
+            "FWBENCH_GID": str(UID),
+            "TORCH_RUNNER_PORT": str(self.ports["torch"]),
+            "TENSORFLOW_RUNNER_PORT": str(self.ports["tensorflow"]),
+        }
+
+    def compose(self, *args: str, timeout: float = RUN_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess:
+        command = [TOOLS / "docker-compose", "-p", PROJECT, "-f", "compose.yaml", "-f", "compose.cpu.yaml",
+                   "-f", "compose.ports.yaml", *args]
+        return run(command, timeout=timeout, env=compose_env(**self.variables), check=check)
+
+    def make_base_images(self) -> None:
+        run(["bash", BASE_IMAGES, "torch", self.torch_version, f"torch=={self.torch_version}",
+             f"torchvision=={self.torchvision_version}"], timeout=BUILD_TIMEOUT_S)
+        run(["bash", BASE_IMAGES, "tensorflow", self.tensorflow_version, f"tensorflow=={self.tensorflow_version}"],
+            timeout=BUILD_TIMEOUT_S)
+        version, packages = SECOND_TENSORFLOW
+        run(["bash", BASE_IMAGES, "tensorflow", version, *packages], timeout=BUILD_TIMEOUT_S)
+
+    def image(self, service: str) -> str:
+        tag = {"torch": "TORCH_TAG", "tensorflow": "TENSORFLOW_TAG"}
+        return f"{IMAGE_PREFIX}/{service}-runner:{self.variables[tag[service]]}"
+
+    def health(self, service: str) -> str:
+        container = self.compose("ps", "-q", service).stdout.strip()
+        return run(["docker", "inspect", "--format", "{{.State.Health.Status}}", container]).stdout.strip()
+
+    def aggregator(self, *args: str) -> subprocess.CompletedProcess:
+        return self.compose("--profile", "aggregator", "run", "--rm", "aggregator", *args)
+
+    def newest_comparison(self) -> tuple[Path, pd.DataFrame]:
+        folder = max((p.parent for p in self.results_dir.glob("*/comparison.csv")), key=lambda p: p.stat().st_mtime)
+        return folder, pd.read_csv(folder / "comparison.csv")
+
+    def leftovers(self) -> list[str]:
+        label = f"label=com.docker.compose.project={PROJECT}"
+        containers = run(["docker", "ps", "-aq", "--filter", label]).stdout.split()
+        networks = run(["docker", "network", "ls", "-q", "--filter", label]).stdout.split()
+        return containers + networks
+
+
+def docker_engine_problem() -> str | None:
+    """Why no Docker engine can be used here, or None when one answers."""
+    if shutil.which("docker") is None:
+        return "the docker command is not installed"
+    done = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0 or not done.stdout.strip():
+        return f"`docker info` failed: {(done.stderr or done.stdout).strip()[:500]}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    problem = docker_engine_problem()
+    if problem:
+        message = f"NO DOCKER ENGINE, CONTAINER TESTS NOT RUN: {problem}"
+        warnings.warn(message)
+        pytest.skip(message)
+    results_dir = tmp_path_factory.mktemp("container-results")
+    shutil.chown(results_dir, UID, UID)
+    stack = Stack(results_dir)
+    stack.compose("--profile", "aggregator", "down", "--remove-orphans", "--volumes", timeout=UP_TIMEOUT_S)
+    stack.make_base_images()
+    stack.compose("--profile", "aggregator", "build", timeout=BUILD_TIMEOUT_S)
+    stack.compose("up", "-d", "--wait", "--wait-timeout", str(UP_TIMEOUT_S - 60), timeout=UP_TIMEOUT_S)
+    yield stack
+    stack.compose("--profile", "aggregator", "down", "--remove-orphans", "--volumes", timeout=UP_TIMEOUT_S, check=False)
+
+
+@pytest.mark.containers
+def test_both_runners_come_up_healthy_as_a_non_root_user(stack):
+    for service in RUNNERS:
+        assert stack.health(service) == "healthy"
+        assert stack.compose("exec", "-T", service, "id", "-u").stdout.strip() == str(UID)
+        image_user = run(["docker", "image", "inspect", "--format", "{{.Config.User}}", stack.image(service)]).stdout
+        assert image_user.strip() == "10001:10001"
+
+
+@pytest.mark.containers
+def test_the_runner_layer_moves_no_package_of_the_base_image(stack):
+    for service in RUNNERS:
+        listing = run(["docker", "run", "--rm", "--entrypoint", "sh", stack.image(service), "-c",
+                       "cat /opt/fwbench/base-packages.txt; echo ---; cat /opt/fwbench/packages.txt"]).stdout
+        base, final = (set(part.split()) for part in listing.split("---"))
+        assert base <= final
+        assert any(line.startswith("fwbench-core==") for line in final - base)
+
+
+@pytest.mark.containers
+def test_aggregator_container_compares_both_runner_containers(stack):
+    stack.aggregator("compare", *SMALL_RUN, "--out", "/results")
+    folder, table = stack.newest_comparison()
+    rows = table.set_index("framework")
+    assert set(rows.index) == {"torch", "tensorflow"}
+    assert rows.loc["torch", "version"].startswith(stack.torch_version)
+    assert rows.loc["tensorflow", "version"] == stack.tensorflow_version
+    for service in RUNNERS:  # the compose services are named after their frameworks
+        assert rows.loc[service, "container_image"] == stack.image(service)
+        assert rows.loc[service, "median_step_time_s"] > 0
+    manifest = json.loads((folder / "manifest.json").read_text())
+    recorded = json.dumps(manifest)
+    assert f"fwbench-ci/pytorch:{stack.torch_version}" in recorded  # the base image, from the Dockerfile
+    assert stack.image("tensorflow") in recorded
+
+
+@pytest.mark.containers
+def test_parity_exchanges_weights_between_the_two_containers(stack):
+    stack.aggregator("parity", "--models", "resnet18", "--out", "/results")
+    parity = pd.read_csv(next(stack.results_dir.glob("*-parity/parity.csv")))
+    assert len(parity) == 1
+    assert parity["verdict"].iloc[0] == "same", parity.to_dict("records")
+
+
+@pytest.mark.containers
+def test_host_aggregator_reaches_the_published_runners(stack):
+    done = run([TOOLS / "fwbench", "describe",
+                "--runner", f"torch=127.0.0.1:{stack.ports['torch']}",
+                "--runner", f"tensorflow=127.0.0.1:{stack.ports['tensorflow']}"], timeout=RUN_TIMEOUT_S)
+    assert stack.torch_version in done.stdout and stack.tensorflow_version in done.stdout
+
+
+@pytest.mark.containers
+def test_a_new_tensorflow_tag_rebuilds_its_runner_and_results_report_it(stack):
+    version, _ = SECOND_TENSORFLOW
+    first_version = stack.variables["TENSORFLOW_TAG"]
+    stack.variables["TENSORFLOW_TAG"] = version
+    try:
+        stack.compose("build", "tensorflow", timeout=BUILD_TIMEOUT_S)
+        stack.compose("up", "-d", "--wait", "--wait-timeout", str(UP_TIMEOUT_S - 60), "tensorflow", timeout=UP_TIMEOUT_S)
+        packages = run(["docker", "run", "--rm", "--entrypoint", "cat", stack.image("tensorflow"),
+                        "/opt/fwbench/packages.txt"]).stdout.split()
+        assert f"tensorflow=={version}" in packages and "protobuf==5.29.5" in packages
+        stack.aggregator("compare", *SMALL_RUN, "--out", "/results")
+        _, table = stack.newest_comparison()
+        rows = table.set_index("framework")
+        assert rows.loc["tensorflow", "version"] == version
+        assert rows.loc["tensorflow", "container_image"] == f"{IMAGE_PREFIX}/tensorflow-runner:{version}"
+        assert rows.loc["torch", "version"].startswith(stack.torch_version)
+    finally:
+        stack.variables["TENSORFLOW_TAG"] = first_version
+
+
+@pytest.mark.containers
+def test_down_leaves_nothing_running(stack):
+    stack.compose("--profile", "aggregator", "down", "--remove-orphans", "--volumes", timeout=UP_TIMEOUT_S)
+    assert stack.leftovers() == []
