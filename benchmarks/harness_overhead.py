@@ -25,6 +25,7 @@ import grpc
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_core.server import create_server
+from fwbench_core.service import RunnerService
 from fwbench_core.spec import DeviceKind, DeviceRef, Mode, RunnerSettings, RunRequest
 from fwbench_core.validation import resolve
 
@@ -103,11 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=1.02, help="the runner/bare median ratio to stay under")
     parser.add_argument(
         "--bare-thread",
-        default="main",
-        choices=["main", "worker"],
-        help="where the bare loop runs: the main thread (default) or a worker thread, as the runner's "
-        "gRPC handler does; glibc gives each thread its own malloc arena, which changes torch's CPU "
-        "page faults, so 'worker' separates the harness's own cost from that",
+        default="framework",
+        choices=["framework", "main", "worker"],
+        help="where the bare loop runs: the runner's own framework thread, where its steps run (default), "
+        "the main thread, or a fresh worker thread; glibc gives each thread its own malloc arena and "
+        "torch's OpenMP its own thread team, so only 'framework' leaves the harness's cost alone",
     )
     parser.add_argument(
         "--power-rate-hz", type=float, default=0.0,
@@ -137,9 +138,15 @@ def main(argv: list[str] | None = None) -> int:
         backend.framework,
     )
 
-    server, port, _ = create_server(backend, "127.0.0.1:0")
+    service = RunnerService(backend)
+    server, port, _ = create_server(service, "127.0.0.1:0")
     server.start()
     worker = ThreadPoolExecutor(max_workers=1) if args.bare_thread == "worker" else None
+    bare_on_thread = {
+        "framework": lambda: service.on_cpu(lambda: bare_steps(backend, config)),
+        "main": lambda: bare_steps(backend, config),
+        "worker": lambda: worker.submit(bare_steps, backend, config).result(),
+    }[args.bare_thread]
     # Other processes on the CPU spoil both sides; the load average shows whether there were any.
     load_before = os.getloadavg()[0]
     runner, bare = [], []
@@ -152,10 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             # than all later ones (likewise one-time tracing and allocator state).
             for rep in range(args.repetitions + 1):
                 r = runner_steps(stub, args)
-                if worker is None:
-                    b = bare_steps(backend, config)
-                else:
-                    b = worker.submit(bare_steps, backend, config).result()
+                b = bare_on_thread()
                 if rep:
                     runner.append(r)
                     bare.append(b)

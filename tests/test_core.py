@@ -665,7 +665,7 @@ def test_status_for_a_plain_exception_is_internal():
 
 class InProcessServer:
     def __init__(self, backend: Backend) -> None:
-        self.server, self.port, self.health = create_server(backend, "127.0.0.1:0")
+        self.server, self.port, self.health = create_server(RunnerService(backend), "127.0.0.1:0")
         self.server.start()
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
         self.stub = pb_grpc.RunnerStub(self.channel)

@@ -97,10 +97,13 @@ class RunnerServicer(pb_grpc.RunnerServicer):
         context.abort(code, message)
 
 
-def create_server(backend: Backend, address: str, max_workers: int = 8) -> tuple[grpc.Server, int, health.HealthServicer]:
-    """Build a server bound to `address` (port 0 picks a free one); returns it, the bound port and its health servicer."""
+def create_server(
+    service: RunnerService, address: str, max_workers: int = 8
+) -> tuple[grpc.Server, int, health.HealthServicer]:
+    """Build a server for `service` bound to `address` (port 0 picks a free one); returns it, the bound
+    port and its health servicer."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers))
-    pb_grpc.add_RunnerServicer_to_server(RunnerServicer(RunnerService(backend)), server)
+    pb_grpc.add_RunnerServicer_to_server(RunnerServicer(service), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -141,7 +144,7 @@ def serve(make_backend: Callable[[RunnerSettings], Backend], argv: list[str] | N
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     backend = make_backend(RunnerSettings(args.intra_op_threads, args.inter_op_threads, Switch(args.cudnn_autotune)))
-    server, port, health_servicer = create_server(backend, args.address)
+    server, port, health_servicer = create_server(RunnerService(backend), args.address)
     server.start()
     host = args.address.rsplit(":", 1)[0]
     # One line on stdout tells a parent process (the aggregator) where we listen.
