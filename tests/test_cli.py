@@ -15,13 +15,13 @@ from fwbench_aggregator.launch import LocalRunner, fake_runner_command
 WARMUP, STEPS = 2, 4
 
 
-def fwbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def fwbench(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "fwbench_aggregator", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
     )
 
 
@@ -116,6 +116,15 @@ def test_unreachable_runner_is_named_and_the_other_results_are_kept(tmp_path, fa
     assert summary.set_index("runner")["status"].to_dict() == {"fake": "ok", "tensorflow": "failed"}
     steps = pd.read_parquet(only_run_dir(tmp_path) / "steps.parquet")
     assert len(steps) == 4 and set(steps["framework"]) == {"fake"}
+
+
+@pytest.mark.parametrize("command, shown", [("models", "resnet18"), ("describe", "framework")])
+def test_models_and_describe_take_runners_from_the_environment_and_name_the_unreachable_one(fake_runner, command, shown):
+    # $FWBENCH_RUNNERS is how the aggregator's container finds the runner containers.
+    done = fwbench(command, env={"FWBENCH_RUNNERS": f"fake={fake_runner} tensorflow={unused_address()}"})
+    assert done.returncode == 1
+    assert "fake" in done.stdout and shown in done.stdout
+    assert "runner tensorflow failed" in done.stderr and "unreachable" in done.stderr
 
 
 def test_runner_errors_reach_the_user_with_their_status(tmp_path, fake_runner):

@@ -8,6 +8,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -355,28 +356,39 @@ FrameworksOption = Annotated[str, typer.Option(callback=parse_frameworks, help="
 VenvsOption = Annotated[Optional[Path], typer.Option(help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")]
 
 
+def each_runner(
+    runner: list[str], frameworks: str, venvs: Optional[Path], visit: Callable[[str, str, RunnerClient], None]
+) -> list[RunnerFailure]:
+    """Call `visit(name, address, client)` for every runner, started or named; returns the runners that failed."""
+    with ExitStack() as stack, TemporaryDirectory() as logs:
+        endpoints, failures = resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
+        for name, address in endpoints.items():
+            try:
+                with RunnerClient(name, address) as client:
+                    visit(name, address, client)
+            except RunnerFailure as failure:
+                failures.append(failure)
+    return failures
+
+
 @app.command()
 def models(runner: RunnerOption = [], frameworks: FrameworksOption = "torch,tensorflow", venvs: VenvsOption = None) -> None:
     """List every runner's models: task, default and minimum input shape, trainable parameters."""
     view = Table(title="models")
     for column in ("runner", "model", "task", "input", "default shape", "min shape", "max shape", "options", "parameters"):
         view.add_column(column)
-    failures = []
-    with ExitStack() as stack, TemporaryDirectory() as logs:
-        endpoints, failures = resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
-        for name, address in endpoints.items():
-            try:
-                with RunnerClient(name, address) as client:
-                    for m in client.list_models():
-                        view.add_row(
-                            name, m.name, pb.Task.Name(m.task).removeprefix("TASK_").lower(), m.input_convention,
-                            "x".join(map(str, m.default_input_shape)), "x".join(map(str, m.min_input_shape)),
-                            "x".join(map(str, m.max_input_shape)),
-                            " ".join(f"{o.name}={'|'.join(o.choices)}" for o in m.options),
-                            f"{m.parameter_count:,}",
-                        )
-            except RunnerFailure as failure:
-                failures.append(failure)
+
+    def add_rows(name: str, address: str, client: RunnerClient) -> None:
+        for m in client.list_models():
+            view.add_row(
+                name, m.name, pb.Task.Name(m.task).removeprefix("TASK_").lower(), m.input_convention,
+                "x".join(map(str, m.default_input_shape)), "x".join(map(str, m.min_input_shape)),
+                "x".join(map(str, m.max_input_shape)),
+                " ".join(f"{o.name}={'|'.join(o.choices)}" for o in m.options),
+                f"{m.parameter_count:,}",
+            )
+
+    failures = each_runner(runner, frameworks, venvs, add_rows)
     out_console.print(view)
     report_failures(failures)
 
@@ -384,17 +396,12 @@ def models(runner: RunnerOption = [], frameworks: FrameworksOption = "torch,tens
 @app.command()
 def describe(runner: RunnerOption = [], frameworks: FrameworksOption = "torch,tensorflow", venvs: VenvsOption = None) -> None:
     """Show each runner's framework, versions, devices and precisions."""
-    failures = []
-    with ExitStack() as stack, TemporaryDirectory() as logs:
-        endpoints, failures = resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
-        for name, address in endpoints.items():
-            try:
-                with RunnerClient(name, address) as client:
-                    out_console.print(f"[bold]{name}[/] at {address}")
-                    out_console.print(MessageToDict(client.describe(), preserving_proto_field_name=True))
-            except RunnerFailure as failure:
-                failures.append(failure)
-    report_failures(failures)
+
+    def show(name: str, address: str, client: RunnerClient) -> None:
+        out_console.print(f"[bold]{name}[/] at {address}")
+        out_console.print(MessageToDict(client.describe(), preserving_proto_field_name=True))
+
+    report_failures(each_runner(runner, frameworks, venvs, show))
 
 
 def report_failures(failures: list[RunnerFailure]) -> None:
