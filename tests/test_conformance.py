@@ -14,6 +14,7 @@ import statistics
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import grpc
 import pytest
@@ -125,6 +126,8 @@ def test_describe(runner, stub):
     assert all(d.name for d in info.devices)
     assert pb.PRECISION_FP32 in info.precisions
     assert pb.PRECISION_UNSPECIFIED not in info.precisions
+    # Which machine it runs on, so that a sweep never runs two runners on one device at once.
+    assert info.options["host_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
 def test_list_models(stub):

@@ -280,6 +280,8 @@ def test_aggregator_container_compares_both_runner_containers(stack):
     recorded = json.dumps(manifest)
     assert f"fwbench-ci/pytorch:{stack.torch_version}" in recorded  # the base image, from the Dockerfile
     assert stack.image("tensorflow") in recorded
+    # Both containers report this machine's kernel boot id, so a sweep runs them one after the other.
+    assert recorded.count(Path("/proc/sys/kernel/random/boot_id").read_text().strip()) >= 2
 
 
 @pytest.mark.containers

@@ -24,6 +24,16 @@ def test_same_device_serialised_different_devices_in_parallel():
     assert overlap("a1", "b1") or overlap("a2", "b2")  # different hosts: at the same time
 
 
+def test_runners_on_one_machine_share_its_devices_whatever_their_addresses():
+    # Two containers on one host: different host names, one kernel boot id, one GPU seen under two indices.
+    torch = {"host_id": "boot-1", "gpu:0.uuid": "GPU-aaa", "gpu:1.uuid": "GPU-bbb"}
+    tensorflow = {"host_id": "boot-1", "gpu:0.uuid": "GPU-bbb"}
+    assert device_group("torch:50051", "gpu:1", torch) == device_group("tensorflow:50051", "gpu:0", tensorflow)
+    assert device_group("torch:50051", "gpu:0", torch) != device_group("tensorflow:50051", "gpu:0", tensorflow)
+    assert device_group("torch:50051", "cpu", torch) == device_group("tensorflow:50051", "cpu:0", tensorflow)
+    assert device_group("a:1", "cpu:0", {"host_id": "boot-1"}) != device_group("b:1", "cpu:0", {"host_id": "boot-2"})
+
+
 def test_no_new_job_starts_once_stopped():
     stop = threading.Event()
     ran = []

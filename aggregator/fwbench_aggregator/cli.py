@@ -612,7 +612,7 @@ def sweep(
                 progress.advance(overall)
 
             jobs = [
-                (device_group(endpoints[c.runner], c.device or defaults[c.runner][0]), (key, c))
+                (device_group(endpoints[c.runner], c.device or defaults[c.runner][0], defaults[c.runner][2]), (key, c))
                 for key, c in pending
                 if c.runner in endpoints
             ]
@@ -635,8 +635,8 @@ def sweep(
 
 
 def failure_columns(name: str, address: str):
-    """The runner's default device, and for a failed run the runner, framework, device and shape a
-    successful one would have reported."""
+    """The runner's default device; for a failed run, the runner, framework, device and shape a
+    successful one would have reported; and the runner's Describe options (where it runs)."""
     with RunnerClient(name, address) as client:
         info = client.describe()
     gpus = [d for d in info.devices if d.kind == pb.DEVICE_KIND_GPU]
@@ -658,7 +658,7 @@ def failure_columns(name: str, address: str):
             "input_shape": "x".join(map(str, shape_dims(shape))) if shape else default_shapes().get(model, ""),
         }
 
-    return default_device, columns
+    return default_device, columns, dict(info.options)
 
 
 def write_store_report(results_store, out_dir: Path) -> Path:

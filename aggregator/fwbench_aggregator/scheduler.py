@@ -7,16 +7,20 @@ would spoil each other's figures; runners on different GPUs or hosts do not.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TypeVar
 
 Job = TypeVar("Job")
 JOIN_POLL_S = 0.2
 
 
-def device_group(address: str, device: str) -> tuple[str, str]:
-    """Runs are serialised per host and device: 'gpu-host:50051' on gpu:0 and 'gpu-host:50052' on gpu:0 share one."""
-    return address.rsplit(":", 1)[0], device
+def device_group(address: str, device: str, runner_options: Mapping[str, str] = {}) -> tuple[str, str]:
+    """Runs are serialised per machine and device. The machine is the runner's `host_id` (its kernel's
+    boot id: containers `torch:50051` and `tensorflow:50051` on one host share it), else its address's
+    host; a GPU is its UUID where the runner reports one, since containers may number GPUs differently."""
+    machine = runner_options.get("host_id") or address.rsplit(":", 1)[0]
+    device = device if ":" in device else f"{device}:0"
+    return machine, runner_options.get(f"{device}.uuid", device)
 
 
 def run_grouped(

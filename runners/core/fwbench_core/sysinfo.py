@@ -36,9 +36,22 @@ IMAGE_ENV = "FWBENCH_IMAGE"
 BASE_IMAGE_ENV = "FWBENCH_BASE_IMAGE"
 
 
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+
+
+def host_id() -> str:
+    """The running kernel's boot id: the same for every process and container on one machine, so the
+    aggregator can tell which runners share hardware whatever their addresses; the host name elsewhere."""
+    try:
+        return BOOT_ID_PATH.read_text().strip()
+    except OSError:
+        return platform.node()
+
+
 def manifest_options(gpu_count: int) -> dict[str, str]:
-    """What the results' manifest needs beyond versions: the container image, GPU clocks and power limits."""
-    options = {"cpu_model": cpu_model_name(), "cpu_count": str(os.cpu_count())}
+    """What the results' manifest needs beyond versions: the machine, the container image, GPU
+    identities, clocks and power limits."""
+    options = {"host_id": host_id(), "cpu_model": cpu_model_name(), "cpu_count": str(os.cpu_count())}
     for option, env in (("container_image", IMAGE_ENV), ("container_base_image", BASE_IMAGE_ENV)):
         if os.environ.get(env):
             options[option] = os.environ[env]
@@ -61,6 +74,7 @@ def _nvml_details(gpu_count: int) -> dict[str, str]:
         for index in range(gpu_count):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             readings = {
+                "uuid": lambda: pynvml.nvmlDeviceGetUUID(handle),
                 "power_limit_w": lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000,
                 "sm_clock_mhz": lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
                 "sm_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
