@@ -110,6 +110,13 @@ def test_runners_reserve_every_gpu_on_an_internal_network_with_no_published_port
         assert "ports" not in service
 
 
+def test_every_image_is_built_here_and_never_pulled():
+    services = compose_config()["services"]
+    assert {name: service["pull_policy"] for name, service in services.items()} == {
+        name: "build" for name in (*RUNNERS, "aggregator")
+    }
+
+
 def test_cpu_override_drops_only_the_gpu_reservation():
     default, cpu = compose_config(), compose_config("compose.cpu.yaml")
     for name in RUNNERS:
