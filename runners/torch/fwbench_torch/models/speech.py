@@ -31,19 +31,16 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from fwbench_core.architectures import (
+    DS2_CONVS, DS2_HIDDEN, DS2_RNN_LAYERS, W2V_CONV_CHANNELS, W2V_CONVS, W2V_DIM, W2V_DROPOUT, W2V_EPS,
+    W2V_FFN, W2V_HEADS, W2V_LAYERS, W2V_POS_GROUPS, W2V_POS_KERNEL,
+)
 from fwbench_core.spec import ModelSpec
 from torch import nn
 
 from . import MODELS
 
 # --- deepspeech2 -------------------------------------------------------------------------------
-
-DS2_CONVS = (  # (out channels, kernel (F, T), stride (F, T), padding (F, T))
-    (32, (41, 11), (2, 2), (20, 5)),
-    (32, (21, 11), (2, 1), (10, 5)),
-)
-DS2_RNN_LAYERS = 3
-DS2_HIDDEN = 512
 
 
 def conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
@@ -82,17 +79,6 @@ def build_deepspeech2(spec: ModelSpec, input_shape: tuple[int, ...], options: di
 
 
 # --- wav2vec2_base -------------------------------------------------------------------------------
-
-W2V_CONV_CHANNELS = 512
-W2V_CONVS = ((10, 5), (3, 2), (3, 2), (3, 2), (3, 2), (2, 2), (2, 2))  # (kernel, stride)
-W2V_DIM = 768
-W2V_HEADS = 12
-W2V_FFN = 3072
-W2V_LAYERS = 12
-W2V_POS_KERNEL = 128
-W2V_POS_GROUPS = 16
-W2V_DROPOUT = 0.1
-W2V_EPS = 1e-5
 
 
 class FeatureEncoder(nn.Module):

@@ -34,15 +34,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from fwbench_core.architectures import BERT, GPT2, INIT_STD, LSTM_LM
 from fwbench_core.spec import HEAD_OPTION, ModelSpec
 from torch import nn
 
 from . import MODELS
-
-BERT = dict(hidden=768, layers=12, heads=12, ffn=3072, max_positions=512, type_vocab=2, eps=1e-12, dropout=0.1)
-GPT2 = dict(hidden=768, layers=12, heads=12, ffn=3072, max_positions=1024, eps=1e-5, dropout=0.1)
-LSTM_LM = dict(embedding=650, hidden=650, layers=2, dropout=0.5)
-INIT_STD = 0.02
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, dropout: float, causal: bool):

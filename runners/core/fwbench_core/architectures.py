@@ -1,0 +1,36 @@
+"""Hyper-parameters of the hand-built networks, which both runners' builders must share exactly.
+
+Vision models come from torchvision on one side and mirror it on the other; the text and speech
+networks are written in each framework from these numbers, so they live here once.
+"""
+
+from __future__ import annotations
+
+# --- text ---------------------------------------------------------------------------------------
+
+BERT = dict(hidden=768, layers=12, heads=12, ffn=3072, max_positions=512, type_vocab=2, eps=1e-12, dropout=0.1)
+GPT2 = dict(hidden=768, layers=12, heads=12, ffn=3072, max_positions=1024, eps=1e-5, dropout=0.1)
+LSTM_LM = dict(embedding=650, hidden=650, layers=2, dropout=0.5)
+INIT_STD = 0.02  # the normal initialisation's standard deviation in BERT and GPT-2
+
+# --- deepspeech2 --------------------------------------------------------------------------------
+
+DS2_CONVS = (  # (out channels, kernel (F, T), stride (F, T), padding (F, T))
+    (32, (41, 11), (2, 2), (20, 5)),
+    (32, (21, 11), (2, 1), (10, 5)),
+)
+DS2_RNN_LAYERS = 3
+DS2_HIDDEN = 512
+
+# --- wav2vec2_base ------------------------------------------------------------------------------
+
+W2V_CONV_CHANNELS = 512
+W2V_CONVS = ((10, 5), (3, 2), (3, 2), (3, 2), (3, 2), (2, 2), (2, 2))  # (kernel, stride)
+W2V_DIM = 768
+W2V_HEADS = 12
+W2V_FFN = 3072
+W2V_LAYERS = 12
+W2V_POS_KERNEL = 128
+W2V_POS_GROUPS = 16
+W2V_DROPOUT = 0.1
+W2V_EPS = 1e-5
