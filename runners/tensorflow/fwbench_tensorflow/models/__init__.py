@@ -19,6 +19,9 @@ from fwbench_core.spec import ModelSpec
 
 TorchWeights = dict[str, np.ndarray]
 
+# PyTorch's BatchNorm defaults: eps 1e-5, running stats updated with 0.1 of the new value.
+TORCH_BN = dict(epsilon=1e-5, momentum=0.9)
+
 
 @dataclass(frozen=True)
 class KerasModel:

@@ -33,10 +33,7 @@ from fwbench_core.spec import ModelSpec
 from keras import layers, ops
 
 from .. import torch_weights
-from . import MODELS, KerasModel, TorchWeights
-
-# PyTorch BatchNorm defaults: eps 1e-5, running stats updated with 0.1 of the new value.
-TORCH_BN = dict(epsilon=1e-5, momentum=0.9)
+from . import MODELS, TORCH_BN, KerasModel, TorchWeights
 
 # --- deepspeech2 -------------------------------------------------------------------------------
 
