@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from tempfile import TemporaryDirectory
-from typing import Annotated, Optional
+from typing import Annotated, NamedTuple, Optional
 
 import pandas as pd
 import typer
@@ -32,7 +32,7 @@ from . import stats
 from . import results as results_mod
 from .batch_search import BatchSearch
 from .client import RunnerClient, RunnerFailure, RunResult
-from .scheduler import device_group, run_grouped
+from .scheduler import device_group, indexed_device, run_grouped
 # The choices a sweep file takes are the command line's too: one definition of each.
 from .sweep import COMPILATIONS
 from .sweep import Layout as LayoutChoice
@@ -568,7 +568,7 @@ def sweep(
     with ExitStack() as stack:
         names = ",".join(sorted({c.runner for _, c in pending})) or "torch"
         endpoints, failures = (resolve_endpoints(runner, names, venvs, store / "logs", stack, startup) if pending else ({}, []))
-        defaults = {name: failure_columns(name, address) for name, address in endpoints.items()}
+        facts = {name: runner_facts(name, address) for name, address in endpoints.items()}
         store_lock = threading.Lock()
         active: set[RunnerClient] = set()
         stop = threading.Event()
@@ -595,7 +595,7 @@ def sweep(
                     failures.append(failure)
                     if failure.code in REPEATABLE_FAILURES and not stop.is_set():
                         # Where the run would have been: the device and shape a success would report.
-                        where = defaults[c.runner][1](c.model, c.device, c.shape)
+                        where = facts[c.runner].failure_columns(c.model, c.device, c.shape)
                         with store_lock:
                             results_store.append_failure(key, config, failure.code, failure.message, columns=where)
                 else:
@@ -612,7 +612,7 @@ def sweep(
                 progress.advance(overall)
 
             jobs = [
-                (device_group(endpoints[c.runner], c.device or defaults[c.runner][0], defaults[c.runner][2]), (key, c))
+                (device_group(endpoints[c.runner], c.device or facts[c.runner].default_device, facts[c.runner].options), (key, c))
                 for key, c in pending
                 if c.runner in endpoints
             ]
@@ -634,9 +634,17 @@ def sweep(
         err_console.print(f"[red]{failure.runner}: {failure.code}: {failure.message}[/]")
 
 
-def failure_columns(name: str, address: str):
+class RunnerFacts(NamedTuple):
+    """What a sweep needs to know of a runner beyond its results."""
+
+    default_device: str
+    failure_columns: Callable[[str, Optional[str], Optional[str]], dict]  # (model, device, shape) of a failed run
+    options: dict[str, str]  # its Describe options: which machine, which GPUs
+
+
+def runner_facts(name: str, address: str) -> RunnerFacts:
     """The runner's default device; for a failed run, the runner, framework, device and shape a
-    successful one would have reported; and the runner's Describe options (where it runs)."""
+    successful one would have reported; and its Describe options."""
     with RunnerClient(name, address) as client:
         info = client.describe()
     gpus = [d for d in info.devices if d.kind == pb.DEVICE_KIND_GPU]
@@ -649,16 +657,15 @@ def failure_columns(name: str, address: str):
             return {m.name: "x".join(map(str, m.default_input_shape)) for m in client.list_models()}
 
     def columns(model: str, device: Optional[str], shape: Optional[str]) -> dict:
-        chosen = device or default_device
         return {
             "runner": name,
             "framework": info.framework,
             "framework_version": info.framework_version,
-            "device": chosen if ":" in chosen else f"{chosen}:0",
+            "device": indexed_device(device or default_device),
             "input_shape": "x".join(map(str, shape_dims(shape))) if shape else default_shapes().get(model, ""),
         }
 
-    return default_device, columns, dict(info.options)
+    return RunnerFacts(default_device, columns, dict(info.options))
 
 
 def write_store_report(results_store, out_dir: Path) -> Path:

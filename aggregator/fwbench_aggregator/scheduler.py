@@ -14,12 +14,17 @@ Job = TypeVar("Job")
 JOIN_POLL_S = 0.2
 
 
+def indexed_device(device: str) -> str:
+    """'gpu' and 'cpu' name device 0: 'gpu' -> 'gpu:0'."""
+    return device if ":" in device else f"{device}:0"
+
+
 def device_group(address: str, device: str, runner_options: Mapping[str, str] = {}) -> tuple[str, str]:
     """Runs are serialised per machine and device. The machine is the runner's `host_id` (its kernel's
     boot id: containers `torch:50051` and `tensorflow:50051` on one host share it), else its address's
     host; a GPU is its UUID where the runner reports one, since containers may number GPUs differently."""
     machine = runner_options.get("host_id") or address.rsplit(":", 1)[0]
-    device = device if ":" in device else f"{device}:0"
+    device = indexed_device(device)
     return machine, runner_options.get(f"{device}.uuid", device)
 
 
