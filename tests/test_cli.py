@@ -127,6 +127,19 @@ def test_models_and_describe_take_runners_from_the_environment_and_name_the_unre
     assert "runner tensorflow failed" in done.stderr and "unreachable" in done.stderr
 
 
+def test_an_80_column_terminal_gets_every_figure_whole(tmp_path, fake_runner):
+    done = fwbench(
+        "compare", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1", "--steps", "3",
+        "--runner", f"fake={fake_runner}", "--out", str(tmp_path), env={"COLUMNS": "80"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout
+    for header in ("median ms", "× fastest", "J/sample", "mean W"):
+        assert header in done.stdout
+    summary = pd.read_csv(only_run_dir(tmp_path) / "summary.csv")
+    assert f"{summary['median_step_time_s'].iloc[0] * 1e3:.2f}" in done.stdout
+
+
 def test_runner_errors_reach_the_user_with_their_status(tmp_path, fake_runner):
     done = fwbench("compare", "--model", "resnet9000", "--batch-size", "2", "--runner", f"fake={fake_runner}", "--out", str(tmp_path))
     assert done.returncode == 1

@@ -240,19 +240,35 @@ def _energy_cells(row) -> tuple[str, str]:
 
 
 def print_comparison(table, verdicts, title: str) -> None:
-    view = Table(title=title)
-    view.add_column("runner", no_wrap=True)
-    view.add_column("version", no_wrap=True)
-    for column in ("median ms", "p5 ms", "p95 ms", "std ms", "samples/s", "× fastest", "rep. CV", "J/sample", "mean W"):
-        view.add_column(column, justify="right")
-    for row in table.itertuples():
-        view.add_row(
-            row.runner, f"{row.framework} {row.version}", f"{row.median_step_time_s * 1e3:.2f}", f"{row.p5_step_time_s * 1e3:.2f}",
+    headers = ("median ms", "p5 ms", "p95 ms", "std ms", "samples/s", "× fastest", "rep. CV", "J/sample", "mean W")
+    runners = [(row.runner, f"{row.framework} {row.version}") for row in table.itertuples()]
+    figures = [
+        (
+            f"{row.median_step_time_s * 1e3:.2f}", f"{row.p5_step_time_s * 1e3:.2f}",
             f"{row.p95_step_time_s * 1e3:.2f}", f"{row.std_step_time_s * 1e3:.2f}",
             f"{row.throughput_samples_per_s:.1f}", f"{row.ratio_to_fastest:.3f}",
             "-" if row.repetitions < 2 else f"{row.repetition_median_cv:.1%}",
             *_energy_cells(row),
         )
+        for row in table.itertuples()
+    ]
+    view = Table(title=title)
+    view.add_column("runner", no_wrap=True)
+    view.add_column("version", no_wrap=True)
+    for header in headers:
+        view.add_column(header, justify="right")
+    for runner, row in zip(runners, figures):
+        view.add_row(*runner, *row)
+    natural_width = out_console.measure(view, options=out_console.options.update(max_width=10_000)).maximum
+    if natural_width > out_console.width:
+        # Too narrow for a row per runner (an 80-column terminal, a log): a column per runner, so
+        # that no figure is cut.
+        view = Table(title=title)
+        view.add_column("")
+        for name, version in runners:
+            view.add_column(f"{name}\n{version}", justify="right")
+        for index, header in enumerate(headers):
+            view.add_row(header, *(row[index] for row in figures))
     out_console.print(view)
     for verdict in verdicts:
         out_console.print(f"verdict: {verdict.verdict}")
