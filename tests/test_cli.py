@@ -13,6 +13,8 @@ import pytest
 from fwbench_aggregator.launch import LocalRunner, fake_runner_command
 
 WARMUP, STEPS = 2, 4
+# Explicit small settings keep these tests fast; the defaults (1 s windows, 6 runs a runner) are for users.
+QUICK = ("--min-measure-s", "0", "--repetitions", "1")
 
 
 def fwbench(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -26,14 +28,14 @@ def fwbench(*args: str, timeout: float = 600, env: dict[str, str] | None = None)
 
 
 def only_run_dir(out):
-    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir() and p.name != "store"]
     return run_dir
 
 
 def test_compare_both_real_runners_prints_table_and_writes_files(tmp_path):
     done = fwbench(
         "compare", "--model", "resnet18", "--mode", "train", "--batch-size", "2", "--shape", "3x32x32",
-        "--warmup", str(WARMUP), "--steps", str(STEPS), "--out", str(tmp_path),
+        "--warmup", str(WARMUP), "--steps", str(STEPS), *QUICK, "--out", str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
     for expected in ("torch", "tensorflow", "median ms", "× fastest", "1.000", "verdict: "):
@@ -106,7 +108,7 @@ def unused_address() -> str:
 
 def test_unreachable_runner_is_named_and_the_other_results_are_kept(tmp_path, fake_runner):
     done = fwbench(
-        "compare", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1", "--steps", "3",
+        "compare", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1", "--steps", "3", *QUICK,
         "--runner", f"fake={fake_runner}", "--runner", f"tensorflow={unused_address()}", "--out", str(tmp_path),
     )
     assert done.returncode == 1
@@ -129,7 +131,7 @@ def test_models_and_describe_take_runners_from_the_environment_and_name_the_unre
 
 def test_an_80_column_terminal_gets_every_figure_whole(tmp_path, fake_runner):
     done = fwbench(
-        "compare", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1", "--steps", "3",
+        "compare", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1", "--steps", "3", *QUICK,
         "--runner", f"fake={fake_runner}", "--out", str(tmp_path), env={"COLUMNS": "80"},
     )
     assert done.returncode == 0, done.stderr
@@ -149,7 +151,7 @@ def test_runner_errors_reach_the_user_with_their_status(tmp_path, fake_runner):
 def test_model_options_and_named_shapes_reach_the_runner(tmp_path, fake_runner):
     done = fwbench(
         "compare", "--model", "bert_base", "--option", "head=mlm", "--shape", "seq=16", "--batch-size", "1",
-        "--warmup", "0", "--steps", "2", "--runner", f"fake={fake_runner}", "--out", str(tmp_path),
+        "--warmup", "0", "--steps", "2", *QUICK, "--runner", f"fake={fake_runner}", "--out", str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
     summary = pd.read_parquet(only_run_dir(tmp_path) / "summary.parquet")
@@ -180,7 +182,7 @@ def test_parity_rejects_an_unknown_model(tmp_path, fake_runner):
 
 def test_repetitions_interleave_runners_and_give_a_verdict(tmp_path, fake_runner):
     done = fwbench(
-        "compare", "--batch-size", "2", "--warmup", "1", "--steps", "5", "--repetitions", "3",
+        "compare", "--batch-size", "2", "--warmup", "1", "--steps", "5", "--min-measure-s", "0", "--repetitions", "4",
         "--runner", f"first={fake_runner}", "--runner", f"second={fake_runner}", "--out", str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
@@ -188,14 +190,19 @@ def test_repetitions_interleave_runners_and_give_a_verdict(tmp_path, fake_runner
     run_dir = only_run_dir(tmp_path)
     summary = pd.read_parquet(run_dir / "summary.parquet")
     # Interleaved: first, second, first, second, ...
+    # Counterbalanced: first, second, second, first, ... so a drift favours neither.
     order = summary.sort_values("started_at_unix_s")[["runner", "repetition"]].values.tolist()
-    assert order == [["first", 0], ["second", 0], ["first", 1], ["second", 1], ["first", 2], ["second", 2]]
+    assert order == [["first", 0], ["second", 0], ["second", 1], ["first", 1],
+                     ["first", 2], ["second", 2], ["second", 3], ["first", 3]]
     comparison = pd.read_parquet(run_dir / "comparison.parquet")
     assert set(comparison["runner"]) == {"first", "second"}
-    assert (comparison["repetitions"] == 3).all() and (comparison["steps"] == 15).all()
-    assert comparison["repetition_median_cv"].notna().all()
+    assert (comparison["runs"] == 4).all() and (comparison["steps"] == 20).all()
+    assert comparison["run_spread"].notna().all()
     steps = pd.read_parquet(run_dir / "steps.parquet")
-    assert sorted(steps["repetition"].unique()) == [0, 1, 2]
+    assert sorted(steps["repetition"].unique()) == [0, 1, 2, 3]
+    # Every run went through the store too, so `fwbench report` sees it.
+    from fwbench_aggregator.store import ResultStore
+    assert len(ResultStore(tmp_path / "store").load("summary")) == 8
 
 
 def test_max_batch_finds_the_largest_batch_by_out_of_memory(fake_runner):

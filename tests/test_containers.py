@@ -40,7 +40,8 @@ UID = 1000  # the non-root user compose runs every service as (FWBENCH_UID in .e
 BUILD_TIMEOUT_S = 1800
 UP_TIMEOUT_S = 600
 RUN_TIMEOUT_S = 600
-SMALL_RUN = ["--model", "resnet18", "--batch-size", "2", "--shape", "3x64x64", "--warmup", "2", "--steps", "5"]
+SMALL_RUN = ["--model", "resnet18", "--batch-size", "2", "--shape", "3x64x64", "--warmup", "2", "--steps", "5",
+             "--min-measure-s", "0", "--repetitions", "1"]
 
 
 def run(command: list, timeout: float = 120, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:

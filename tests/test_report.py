@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from fwbench_aggregator import report
+from fwbench_aggregator import analysis, report
 from PIL import Image
 from rich.console import Console
 
@@ -23,7 +23,7 @@ RUNNERS = ("torch", "tensorflow")
 MODELS = {"resnet18": 0.020, "bert": 0.030}  # per-sample step time on GPU, seconds
 BATCHES = (1, 2, 4)
 DEVICES = {"gpu:0": 1.0, "cpu:0": 8.0}  # CPU steps take this much longer
-MEASURED, WARMUP, REPETITIONS = 30, 3, 2
+MEASURED, WARMUP, REPETITIONS = 30, 3, 3
 OOM = ("tensorflow", "bert", "train", 4, "gpu:0")
 OOM_ERROR = "RESOURCE_EXHAUSTED: OOM when allocating tensor with shape[4,12,128,128]"
 CONFIGS = len(MODELS) * 2 * len(BATCHES) * len(DEVICES)
@@ -74,7 +74,7 @@ def frames():
 
 @pytest.fixture(scope="module")
 def rows(frames):
-    return report.comparison_rows(*frames)
+    return analysis.comparison_rows(*frames)
 
 
 @pytest.fixture(scope="module")
@@ -96,21 +96,62 @@ def pick(rows, runner, model, mode, batch, device):
 
 def test_one_row_per_configuration_and_runner(rows):
     assert len(rows) == CONFIGS * len(RUNNERS)
-    assert not rows.duplicated(list(report.CONFIG_COLUMNS) + ["runner"]).any()
-    assert set(report.ROW_COLUMNS) <= set(rows.columns)
+    assert not rows.duplicated(list(analysis.CONFIG_COLUMNS) + ["runner"]).any()
+    assert set(analysis.ROW_COLUMNS) <= set(rows.columns)
 
 
-def test_medians_over_pooled_measured_steps_without_warmup(frames, rows):
+def test_figures_are_per_run_first_then_over_runs_without_warmup(frames, rows):
     _, steps = frames
     own = steps[(steps.runner == "torch") & (steps.model == "resnet18") & (steps["mode"] == "infer")
                 & (steps.batch_size == 2) & (steps.device == "gpu:0")]
     row = pick(rows, "torch", "resnet18", "infer", 2, "gpu:0")
-    measured = own[~own.warmup]["step_time_s"]
+    measured = own[~own.warmup]
+    run_medians = measured.groupby("repetition")["step_time_s"].median()
+    typical_s = float(np.exp(np.log(run_medians).mean()))
     assert row.steps == MEASURED * REPETITIONS == len(measured)
-    assert row.median_step_ms == pytest.approx(measured.median() * 1e3)
-    assert row.ms_per_sample == pytest.approx(measured.median() * 1e3 / 2)
-    assert row.throughput_samples_per_s == pytest.approx(2 * len(measured) / measured.sum())
+    assert row.median_step_ms == pytest.approx(typical_s * 1e3)
+    assert row.ms_per_sample == pytest.approx(typical_s * 1e3 / 2)
+    assert row.throughput_samples_per_s == pytest.approx(2 / typical_s)
+    assert row.p95_step_ms == pytest.approx(np.percentile(measured["step_time_s"], 95) * 1e3)
+    assert row.run_spread == pytest.approx(np.log(run_medians).std(ddof=1))
     assert row.runs == REPETITIONS and row.failed_runs == 0
+
+
+def test_a_difference_below_the_calibrated_noise_floor_is_not_called(frames):
+    config = {"model": "resnet18", "model_options": "", "mode": "train", "batch_size": 2, "input_shape": "3x224x224",
+              "precision": "fp32", "device": "gpu:0"}
+    calibration = pd.DataFrame([{**config, "framework": "tensorflow", "noise_floor": 0.40},
+                                {**config, "framework": "torch", "noise_floor": 0.10}])
+    rows = analysis.comparison_rows(*frames, calibration=calibration)
+    slow = pick(rows, "tensorflow", "resnet18", "train", 2, "gpu:0")
+    # The larger of the two runners' floors counts: 30% is inside tensorflow's 40%.
+    assert slow.noise_floor == 0.40 and "below the noise floor, 40.0%" in slow.verdict
+    elsewhere = pick(rows, "tensorflow", "resnet18", "train", 4, "gpu:0")
+    assert np.isnan(elsewhere.noise_floor) and elsewhere.verdict.startswith("torch faster by")
+
+
+def test_a_run_on_a_busy_device_flags_its_verdict_in_every_table(frames, tmp_path):
+    summary, steps = frames
+    summary = summary.copy()
+    busy = (summary.runner == "tensorflow") & (summary.model == "resnet18") & (summary.batch_size == 1)
+    summary["device_flags"] = ""
+    summary.loc[busy & (summary.repetition == 1), "device_flags"] = "another process used the device"
+    rows = analysis.comparison_rows(summary, steps)
+    row = pick(rows, "tensorflow", "resnet18", "infer", 1, "gpu:0")
+    assert row.flagged == "another process used the device"
+    assert pick(rows, "tensorflow", "resnet18", "infer", 2, "gpu:0").flagged == ""
+    shown = report.display_frame(rows)
+    assert shown["verdict"].str.contains(r"\[FLAGGED: another process used the device\]").sum() == 4
+    report.write_report(summary, steps, None, tmp_path)
+    assert "[FLAGGED: another process used the device]" in (tmp_path / "comparison.md").read_text()
+    assert "FLAGGED: another process used the device" in (tmp_path / "report.html").read_text()
+
+
+def test_too_few_runs_say_so_instead_of_a_verdict(frames):
+    summary, steps = frames
+    rows = analysis.comparison_rows(summary[summary.repetition < 2], steps[steps.repetition < 2])
+    slow = pick(rows, "tensorflow", "resnet18", "train", 2, "gpu:0")
+    assert slow.verdict.startswith("too few repetitions to call (ratio 1.") and "2 and 2 runs, need 3" in slow.verdict
 
 
 def test_real_difference_gets_a_verdict_and_equals_do_not(rows):
@@ -143,7 +184,7 @@ def test_other_failures_and_energy(rows):
     summary, steps = build_frames()
     summary.loc[(summary.runner == "torch") & (summary.model == "bert") & (summary.batch_size == 1), ["status", "error"]] = ["failed", "INTERNAL: segfault in kernel"]
     steps = steps[~((steps.runner == "torch") & (steps.model == "bert") & (steps.batch_size == 1))]
-    changed = report.comparison_rows(summary, steps)
+    changed = analysis.comparison_rows(summary, steps)
     row = pick(changed, "torch", "bert", "infer", 1, "cpu:0")
     assert row.verdict == "failed: INTERNAL: segfault in kernel"
     assert pick(changed, "tensorflow", "bert", "infer", 1, "cpu:0").verdict == "fastest"
@@ -155,7 +196,7 @@ def test_other_failures_and_energy(rows):
 def test_failure_without_configuration_is_kept(frames):
     summary, steps = frames
     bare = pd.DataFrame([{"runner": "jax", "status": "failed", "error": "UNAVAILABLE: connection refused"}])
-    rows = report.comparison_rows(pd.concat([summary, bare], ignore_index=True), steps)
+    rows = analysis.comparison_rows(pd.concat([summary, bare], ignore_index=True), steps)
     jax = rows[rows.runner == "jax"]
     assert len(jax) == 1 and jax.iloc[0].verdict.startswith("failed: UNAVAILABLE")
 
@@ -206,7 +247,7 @@ def test_each_question_has_its_plot_and_oom_is_marked(rows, tmp_path):
 
 
 def test_inference_oom_marked_against_batch_size(tmp_path):
-    rows = report.comparison_rows(*build_frames(oom=("torch", "resnet18", "infer", 4, "cpu:0")))
+    rows = analysis.comparison_rows(*build_frames(oom=("torch", "resnet18", "infer", 4, "cpu:0")))
     plots = {p.key: p for p in report.make_plots(rows, tmp_path)}
     for key in ("infer-cpu-relative", "infer-time-per-sample"):
         assert [(m.runner, m.label) for m in plots[key].missing] == [("torch", "OOM")], key
@@ -217,7 +258,7 @@ def test_inference_oom_marked_against_batch_size(tmp_path):
 def test_plot_without_data_is_skipped_with_its_reason(tmp_path):
     summary, steps = build_frames(devices={"cpu:0": 8.0}, oom=None, power=False)
     path = report.write_report(summary, steps, None, tmp_path)
-    plots = {p.key: p for p in report.make_plots(report.comparison_rows(summary, steps), tmp_path / "again")}
+    plots = {p.key: p for p in report.make_plots(analysis.comparison_rows(summary, steps), tmp_path / "again")}
     assert plots["infer-gpu-relative"].path is None
     assert plots["infer-gpu-relative"].reason == "no GPU inference runs in these results"
     assert plots["power-vs-batch"].path is None and "no power readings" in plots["power-vs-batch"].reason

@@ -6,7 +6,8 @@ import textwrap
 
 import pytest
 from fwbench_aggregator.store import run_key
-from fwbench_aggregator.sweep import Configuration, Mode, Precision, SweepError, load_sweep, sweep_from_options
+from fwbench_aggregator.stats import DEFAULT_REPETITIONS, MIN_REPETITIONS
+from fwbench_aggregator.sweep import DEFAULT_MIN_MEASURE_S, DEFAULT_WARMUP_UNTIL_CV, Configuration, Mode, Precision, SweepError, load_sweep, sweep_from_options
 
 SWEEP = """\
 # a small grid
@@ -35,19 +36,21 @@ def write(tmp_path, text: str):
     return path
 
 
-def test_a_valid_file_expands_interleaved(tmp_path):
+def test_a_valid_file_expands_counterbalanced(tmp_path):
     sweep = load_sweep(write(tmp_path, SWEEP))
     configurations = sweep.configurations()
     # resnet18: 2 modes x 2 batches x 2 shapes; bert_tiny: 2 modes x 2 batches x 1 shape; x 2 repetitions x 2 runners.
     assert len(configurations) == (8 + 4) * 2 * 2
-    assert [c.runner for c in configurations] == ["torch", "tensorflow"] * 24
+    # A B B A at every point: each runner's average place in the order is the same.
+    assert [c.runner for c in configurations] == ["torch", "tensorflow", "tensorflow", "torch"] * 12
     first = configurations[:4]
-    assert [(c.runner, c.repetition) for c in first] == [("torch", 0), ("tensorflow", 0), ("torch", 1), ("tensorflow", 1)]
+    assert [(c.runner, c.repetition) for c in first] == [("torch", 0), ("tensorflow", 0), ("tensorflow", 1), ("torch", 1)]
     assert {(c.model, c.mode, c.batch_size, c.shape) for c in first} == {("resnet18", Mode.train, 16, "3x32x32")}
     assert first[0] == Configuration(
         "torch", "resnet18", Mode.train, 16, "3x32x32", Precision.fp32, "gpu", 0, (), None, "torch_compile", 3, 10
     )
     assert first[1].compilation is None  # tensorflow keeps its default
+    assert (first[0].warmup_until_cv, first[0].min_measure_s) == (DEFAULT_WARMUP_UNTIL_CV, DEFAULT_MIN_MEASURE_S)
     bert = [c for c in configurations if c.model == "bert_tiny"]
     assert {c.shape for c in bert} == {"seq=128"} and {c.model_options for c in bert} == {(("head", "mlm"),)}
     assert bert[0].option_strings() == ["head=mlm"]
@@ -59,16 +62,18 @@ def test_a_valid_file_expands_interleaved(tmp_path):
     assert run_key(configurations[0].key_fields(seed=1)) != keys[0]
 
 
-def test_defaults(tmp_path):
+def test_defaults_are_long_enough_windows_and_enough_runs_to_call_a_verdict(tmp_path):
     configurations = load_sweep(write(tmp_path, "models: [resnet18]\n")).configurations()
-    assert configurations == [
+    assert len(configurations) == 2 * DEFAULT_REPETITIONS >= 2 * MIN_REPETITIONS
+    assert configurations[:2] == [
         Configuration("torch", "resnet18", Mode.train, 32, None, Precision.fp32, None, 0),
         Configuration("tensorflow", "resnet18", Mode.train, 32, None, Precision.fp32, None, 0),
     ]
     assert configurations[0].key_fields() == {
         "runner": "torch", "model": "resnet18", "model_options": {}, "mode": "train", "batch_size": 32,
         "input_shape": None, "precision": "fp32", "device": None, "layout": None, "compilation": None,
-        "settings": {"warmup_steps": 5, "measured_steps": 20}, "repetition": 0,
+        "settings": {"warmup_steps": 50, "warmup_until_cv": 0.05, "measured_steps": 20, "min_measure_s": 1.0},
+        "repetition": 0,
     }
 
 
@@ -126,6 +131,8 @@ BASE = "models: [resnet18, bert_tiny]\n"
         ("repetitions: 0\n", 2, "repetitions", "0 is not accepted; accepted: an integer >= 1"),
         ("steps: ten\n", 2, "steps", "'ten' is not accepted; accepted: an integer >= 1"),
         ("cooldown_s: -1\n", 2, "cooldown_s", "-1 is not accepted; accepted: a number >= 0"),
+        ("min_measure_s: -1\n", 2, "min_measure_s", "-1 is not accepted; accepted: a number >= 0"),
+        ("warmup_until_cv: 5\n", 2, "warmup_until_cv", "5.0 is not a coefficient of variation; accepted: 0 (off) up to below 1"),
         ("layout: nhwc\n", 2, "layout", "unknown layout 'nhwc'; accepted values: channels_first, channels_last"),
         ("compilation: jit\n", 2, "compilation", "'jit' is not a compilation; accepted: eager, graph, xla, torch_compile"),
         ("compilation: {jax: xla}\n", 2, "compilation.jax", "'jax' is not one of this sweep's runners; accepted: torch, tensorflow"),

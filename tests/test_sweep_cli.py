@@ -21,6 +21,8 @@ batch_sizes: [1, 2, 4]
 shapes: [3x32x32]
 warmup: 1
 steps: {steps}
+min_measure_s: 0
+repetitions: 1
 """
 
 
@@ -107,7 +109,8 @@ def test_ctrl_c_cancels_the_run_in_flight_and_keeps_the_finished_ones(tmp_path, 
     assert 1 <= len(store.keys()) < 24
     # The runner stopped the cancelled run and freed its device: a new run is served at once.
     started = time.monotonic()
-    done = fwbench("compare", "--batch-size", "1", "--warmup", "0", "--steps", "2", "--runner", f"fake={slow_fake}",
+    done = fwbench("compare", "--batch-size", "1", "--warmup", "0", "--steps", "2", "--min-measure-s", "0", "--repetitions", "1",
+                   "--runner", f"fake={slow_fake}",
                    "--out", str(tmp_path / "after"), "--power-rate-hz", "0")
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - started < 20
@@ -115,7 +118,7 @@ def test_ctrl_c_cancels_the_run_in_flight_and_keeps_the_finished_ones(tmp_path, 
 
 def test_out_of_memory_is_stored_as_a_marked_missing_point_and_resume_skips_it(tmp_path, slow_fake):
     path = tmp_path / "oom.yaml"
-    path.write_text("runners: [fake]\nmodels: [resnet18]\nmodes: [infer]\nbatch_sizes: [1, 200]\nshapes: [3x4096x4096]\nwarmup: 0\nsteps: 2\n")
+    path.write_text("runners: [fake]\nmodels: [resnet18]\nmodes: [infer]\nbatch_sizes: [1, 200]\nshapes: [3x4096x4096]\nwarmup: 0\nsteps: 2\nmin_measure_s: 0\nrepetitions: 1\n")
     args = ["sweep", str(path), "--store", str(tmp_path / "store"), "--runner", f"fake={slow_fake}"]
     done = fwbench(*args)
     assert done.returncode == 0, done.stderr

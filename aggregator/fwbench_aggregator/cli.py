@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from . import analysis
 from . import parity as parity_mod
 from . import plots
 from . import report as report_mod
@@ -151,7 +152,8 @@ def build_request(
     request.inter_op_threads = startup.inter_op_threads
     if layout:
         request.layout = pb.Layout.Value(f"LAYOUT_{layout.value.upper()}")
-    if warmup_until_cv is not None:
+    # Fewer warm-up steps than the stability window are a fixed count: there is nothing to judge stability on.
+    if warmup_until_cv and warmup >= stable_window:
         request.warmup_until_stable.cv_threshold = warmup_until_cv
         request.warmup_until_stable.window = stable_window
     if min_measure_s is not None:
@@ -201,56 +203,62 @@ def resolve_endpoints(
 def run_all(
     endpoints: dict[str, str], requests: dict[str, pb.RunRequest], repetitions: int = 1, cooldown_s: float = 0.0
 ) -> tuple[list[RunResult], list[RunnerFailure]]:
-    """Run the request on each runner, one after the other (they may share a device), repetition
-    after repetition, the frameworks interleaved (A, B, A, B, ...) so that drift favours neither.
-    A runner that fails is named once and left out of later repetitions."""
+    """Run the request on each runner, one after the other (they may share a device), repetition after
+    repetition in counterbalanced order (A B, B A, ...) so that drift favours neither. A runner that fails
+    is named once and left out of later repetitions."""
     results, failures = [], []
     failed: set[str] = set()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err_console) as progress:
-        for repetition in range(repetitions):
-            for name, address in endpoints.items():
-                if name in failed:
-                    continue
-                if cooldown_s and (repetition or name != next(iter(endpoints))):
-                    time.sleep(cooldown_s)
-                label = f"{name} #{repetition + 1}/{repetitions}"
-                task = progress.add_task(f"{label}: starting", total=None)
+    with Progress(*columns, console=err_console, transient=True) as progress:
+        overall = progress.add_task("runs", total=repetitions * len(endpoints))
+        for number, (repetition, name) in enumerate(sweep_mod.counterbalanced(list(endpoints), repetitions)):
+            if name in failed:
+                progress.advance(overall)
+                continue
+            if cooldown_s and number:
+                time.sleep(cooldown_s)
+            label = f"{name} #{repetition + 1}/{repetitions}"
+            progress.update(overall, description=label)
+            task = progress.add_task(f"{label}: starting", total=None)
 
-                def on_progress(p: pb.Progress, task=task, label=label) -> None:
-                    phase = pb.Phase.Name(p.phase).removeprefix("PHASE_").lower()
-                    progress.update(task, description=f"{label}: {phase}", completed=p.steps_done, total=p.steps_total)
+            def on_progress(p: pb.Progress, task=task, label=label) -> None:
+                phase = pb.Phase.Name(p.phase).removeprefix("PHASE_").lower()
+                progress.update(task, description=f"{label}: {phase}", completed=p.steps_done, total=p.steps_total)
 
-                try:
-                    with RunnerClient(name, address) as client:
-                        results.append(client.run(requests[name], on_progress, repetition))
-                    progress.update(task, description=f"{label}: done")
-                except RunnerFailure as failure:
-                    failures.append(failure)
-                    failed.add(name)
-                    progress.update(task, description=f"{label}: failed")
+            try:
+                with RunnerClient(name, endpoints[name]) as client:
+                    results.append(client.run(requests[name], on_progress, repetition))
+            except RunnerFailure as failure:
+                failures.append(failure)
+                failed.add(name)
+            progress.remove_task(task)
+            progress.advance(overall)
     return results, failures
 
 
 def _energy_cells(row) -> tuple[str, str]:
-    per_sample = getattr(row, "energy_per_sample_j", None)
-    if per_sample is None or pd.isna(per_sample):
+    per_sample = row.energy_per_sample_j
+    if pd.isna(per_sample):
         return "unavailable", "unavailable"
     return f"{per_sample:.3g}", f"{row.mean_power_w:.1f}"
 
 
-def print_comparison(table, verdicts, title: str) -> None:
-    headers = ("median ms", "p5 ms", "p95 ms", "std ms", "samples/s", "× fastest", "rep. CV", "J/sample", "mean W")
-    runners = [(row.runner, f"{row.framework} {row.version}") for row in table.itertuples()]
+def _ms(value: float) -> str:
+    return "–" if pd.isna(value) else f"{value:.2f}"
+
+
+def print_comparison(rows: pd.DataFrame, title: str) -> None:
+    """One configuration's rows (analysis.comparison_rows): a table, the verdicts, and what is missing."""
+    ran = rows[rows["status"] == "ok"]
+    headers = ("runs", "median ms", "p5 ms", "p95 ms", "run spread", "samples/s", "× fastest", "J/sample", "mean W")
+    runners = [(row.runner, f"{row.framework} {row.framework_version}") for row in ran.itertuples()]
     figures = [
         (
-            f"{row.median_step_time_s * 1e3:.2f}", f"{row.p5_step_time_s * 1e3:.2f}",
-            f"{row.p95_step_time_s * 1e3:.2f}", f"{row.std_step_time_s * 1e3:.2f}",
-            f"{row.throughput_samples_per_s:.1f}", f"{row.ratio_to_fastest:.3f}",
-            "-" if row.repetitions < 2 else f"{row.repetition_median_cv:.1%}",
-            *_energy_cells(row),
+            str(row.runs), _ms(row.median_step_ms), _ms(row.p5_step_ms), _ms(row.p95_step_ms),
+            "–" if pd.isna(row.run_spread) else f"{row.run_spread:.1%}",
+            f"{row.throughput_samples_per_s:.1f}", f"{row.ratio_to_fastest:.3f}", *_energy_cells(row),
         )
-        for row in table.itertuples()
+        for row in ran.itertuples()
     ]
     view = Table(title=title)
     view.add_column("runner", no_wrap=True)
@@ -270,12 +278,32 @@ def print_comparison(table, verdicts, title: str) -> None:
         for index, header in enumerate(headers):
             view.add_row(header, *(row[index] for row in figures))
     out_console.print(view)
-    for verdict in verdicts:
-        out_console.print(f"verdict: {verdict.verdict}")
-    for row in table.itertuples():
-        status = getattr(row, "energy_status", "")
-        if isinstance(status, str) and status.startswith("unavailable"):
-            out_console.print(f"energy ({row.runner}): {status}")
+    for row in rows.itertuples():
+        if row.verdict != "fastest":
+            out_console.print(f"verdict: {row.runner}: {analysis.flagged_verdict(row.verdict, row.flagged)}")
+    floor = rows["noise_floor"].dropna()
+    if len(ran) > 1:
+        out_console.print(
+            f"noise floor: {floor.iloc[0]:.1%} (fwbench calibrate)" if len(floor)
+            else "noise floor: not measured for this configuration; `fwbench calibrate` with the same options measures it"
+        )
+    for row in ran.itertuples():
+        if row.energy_status:
+            out_console.print(f"energy ({row.runner}): {row.energy_status}")
+
+
+WarmupOption = Annotated[
+    int, typer.Option(min=0, help="the most warm-up steps (a fixed count with --warmup-until-cv 0 or below --stable-window); excluded from the figures")
+]
+WarmupUntilCvOption = Annotated[
+    float, typer.Option(min=0.0, max=0.99, help="warm up until the last --stable-window steps vary less than this; 0: exactly --warmup steps")
+]
+StepsOption = Annotated[int, typer.Option(min=1, help="measured steps (at least)")]
+MinMeasureOption = Annotated[float, typer.Option(min=0.0, help="measure for at least this many seconds per run")]
+RepetitionsOption = Annotated[
+    int, typer.Option(min=1, help=f"runs per runner, in counterbalanced order A B B A ...; a verdict needs {stats.MIN_REPETITIONS}")
+]
+StoreOption = Annotated[Path, typer.Option(help="the results store: every run is kept, and noise floors are read from it")]
 
 
 @app.command()
@@ -298,25 +326,25 @@ def compare(
     cudnn_autotune: Annotated[SwitchChoice, typer.Option(help="cuDNN autotuning, the same on every runner")] = SwitchChoice.off,
     intra_op_threads: Annotated[int, typer.Option(min=1, help="threads within an op, every runner (default: all cores)")] = os.cpu_count() or 1,
     inter_op_threads: Annotated[int, typer.Option(min=1, help="ops at once, every runner (default: all cores)")] = os.cpu_count() or 1,
-    warmup: Annotated[int, typer.Option(min=0, help="warm-up steps, excluded from the figures (with --warmup-until-cv: the most)")] = 5,
-    warmup_until_cv: Annotated[
-        Optional[float], typer.Option(min=0.0, max=1.0, help="warm up until the last --stable-window steps vary less than this (e.g. 0.05)")
-    ] = None,
-    stable_window: Annotated[int, typer.Option(min=2, help="steps in the warm-up stability window")] = 5,
-    steps: Annotated[int, typer.Option(min=1, help="measured steps (at least)")] = 20,
-    min_measure_s: Annotated[Optional[float], typer.Option(min=0.0, help="measure for at least this many seconds")] = None,
+    warmup: WarmupOption = sweep_mod.DEFAULT_WARMUP,
+    warmup_until_cv: WarmupUntilCvOption = sweep_mod.DEFAULT_WARMUP_UNTIL_CV,
+    stable_window: Annotated[int, typer.Option(min=2, help="steps in the warm-up stability window")] = sweep_mod.STABLE_WINDOW,
+    steps: StepsOption = sweep_mod.DEFAULT_STEPS,
+    min_measure_s: MinMeasureOption = sweep_mod.DEFAULT_MIN_MEASURE_S,
     power_rate_hz: Annotated[float, typer.Option(min=0.0, max=100.0, help="power telemetry samples per second (1-100; 0: off)")] = 20.0,
     idle_baseline_s: Annotated[float, typer.Option(min=0.0, max=60.0, help="idle power measured before each run")] = 1.0,
     seed: Annotated[int, typer.Option(min=0)] = 0,
-    repetitions: Annotated[int, typer.Option(min=1, help="runs per framework, interleaved A, B, A, B, ...")] = 1,
+    repetitions: RepetitionsOption = stats.DEFAULT_REPETITIONS,
     cooldown_s: Annotated[float, typer.Option(min=0.0, help="seconds to wait between runs")] = 0.0,
     min_effect: Annotated[float, typer.Option(min=0.0, help="smallest difference a verdict calls real, as a fraction")] = stats.MIN_EFFECT,
     runner: RunnerOption = [],
     frameworks: Annotated[str, typer.Option(callback=parse_frameworks, help="embedded runners to start, comma-separated")] = "torch,tensorflow",
     venvs: Annotated[Path, typer.Option(help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")] = None,
     out: Annotated[Path, typer.Option(help="folder to write results into; each comparison gets a subfolder")] = Path("results"),
+    store: Annotated[Optional[Path], typer.Option(help="the results store: every run is kept, and noise floors are read from it (default: OUT/store)")] = None,
 ) -> None:
     """Run one model at one batch size and shape on every runner, and compare them."""
+    store = store or out / "store"
     startup = StartupSettings(intra_op_threads, inter_op_threads, cudnn_autotune.value)
     request = build_request(
         model, mode, batch_size, shape, precision, device, warmup, steps, seed, option,
@@ -326,6 +354,7 @@ def compare(
     request.idle_baseline_s = idle_baseline_s
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{model}-{mode.value}-b{batch_size}"
     out_dir = out / run_id
+    results_store = store_mod.ResultStore(store)
     with ExitStack() as stack:
         endpoints, failures = resolve_endpoints(runner, frameworks, venvs, out_dir / "logs", stack, startup)
         requests = {}
@@ -338,21 +367,21 @@ def compare(
         results, run_failures = run_all(endpoints, requests, repetitions, cooldown_s)
         failures += run_failures
 
-    steps = results_mod.steps_frame(run_id, results)
+    for result in results:
+        config = {"compare": run_id, **MessageToDict(requests[result.runner]), "runner": result.runner,
+                  "repetition": result.repetition}
+        store_run(results_store, store_mod.run_key(config), config, result, requests[result.runner])
     frames = {
-        "steps": steps,
+        "steps": results_mod.steps_frame(run_id, results),
         "summary": results_mod.summary_frame(run_id, results, failures),
         "power": results_mod.power_frame(run_id, results),
     }
     if results:
-        table = results_mod.comparison_table(steps, frames["summary"], batch_size)
-        found = results_mod.verdicts(steps, min_effect)
-        table["verdict"] = [next((v.verdict for v in found if v.slower == r), "fastest" if found else "") for r in table["runner"]]
-        frames["comparison"] = table
+        rows = analysis.comparison_rows(frames["summary"], frames["steps"], results_store.load("calibration"), min_effect)
+        frames["comparison"] = rows
         shape_shown = "x".join(map(str, results[0].config.input_shape))
         print_comparison(
-            table, found,
-            f"{model} {mode.value}, batch {batch_size}, {shape_shown}, {precision.value}, {results[0].config.device.name}",
+            rows, f"{model} {mode.value}, batch {batch_size}, {shape_shown}, {precision.value}, {results[0].config.device.name}"
         )
     written = results_mod.write_results(out_dir, frames)
     if not frames["power"].empty:
@@ -362,10 +391,97 @@ def compare(
     for r in results:
         for flag in r.summary.flags:
             err_console.print(f"[yellow]{r.runner} #{r.repetition + 1}: {flag}[/]")
-    err_console.print(f"results: {', '.join(str(p) for p in written)}")
+    err_console.print(f"results: {', '.join(str(p) for p in written)}; every run also in {store}")
     report_failures(failures)
 
 
+@app.command()
+def calibrate(
+    model: Annotated[str, typer.Option(help="model name, as `fwbench models` lists them")] = "resnet18",
+    mode: Annotated[ModeChoice, typer.Option(help="train or infer")] = ModeChoice.train,
+    batch_size: Annotated[int, typer.Option(min=1, help="samples per step")] = 32,
+    shape: Annotated[Optional[str], typer.Option(callback=parse_shape, help="per-sample input shape; default: the model's")] = None,
+    option: Annotated[list[str], typer.Option(callback=parse_options, help="model option NAME=VALUE; repeat for each")] = [],
+    precision: Annotated[PrecisionChoice, typer.Option(help="numeric precision")] = PrecisionChoice.fp32,
+    device: Annotated[Optional[str], typer.Option(callback=parse_device, help="cpu, gpu or gpu:N; default: the runner's first GPU, else its CPU")] = None,
+    layout: Annotated[Optional[LayoutChoice], typer.Option(help="image models' memory layout; default channels_last")] = None,
+    warmup: WarmupOption = sweep_mod.DEFAULT_WARMUP,
+    warmup_until_cv: WarmupUntilCvOption = sweep_mod.DEFAULT_WARMUP_UNTIL_CV,
+    steps: StepsOption = sweep_mod.DEFAULT_STEPS,
+    min_measure_s: MinMeasureOption = sweep_mod.DEFAULT_MIN_MEASURE_S,
+    repetitions: RepetitionsOption = stats.DEFAULT_REPETITIONS,
+    runner: Annotated[
+        list[str], typer.Option(callback=parse_runners, help="NAME=HOST:PORT, each NAME twice: two instances of one runner. Default: start two of each embedded runner")
+    ] = [],
+    frameworks: Annotated[str, typer.Option(callback=parse_frameworks, help="embedded runners to calibrate, comma-separated")] = "torch,tensorflow",
+    venvs: Annotated[Optional[Path], typer.Option(help="folder holding the embedded runners' environments")] = None,
+    store: StoreOption = Path("results/store"),
+) -> None:
+    """Measure the noise floor: each runner against a second instance of itself (A/A), for one configuration.
+    The floor is the smallest difference this host resolves there; it is stored, and `compare` and `report`
+    call no difference below it."""
+    pairs: dict[str, list[str]] = {}
+    for value in runner:
+        name, _, address = value.partition("=")
+        pairs.setdefault(name, []).append(address)
+    uneven = sorted(name for name, addresses in pairs.items() if len(addresses) != 2)
+    if uneven:
+        raise typer.BadParameter(
+            f"{', '.join(uneven)}: give each runner exactly twice, NAME=HOST:PORT of two instances", param_hint="--runner"
+        )
+    request = build_request(
+        model, mode, batch_size, shape, precision, device, warmup, steps, 0, option,
+        layout, StartupSettings(), warmup_until_cv, sweep_mod.STABLE_WINDOW, min_measure_s,
+    )
+    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-calibrate-{model}-{mode.value}-b{batch_size}"
+    results_store = store_mod.ResultStore(store)
+    view = Table(title=f"noise floor: {model} {mode.value}, batch {batch_size}, {precision.value}")
+    for column in ("runner", "runs", "A/A ratio", "99% interval", "run spread", "noise floor"):
+        view.add_column(column, justify="left" if column == "runner" else "right")
+    failures: list[RunnerFailure] = []
+    with ExitStack() as stack, TemporaryDirectory() as logs:
+        if not pairs:
+            first, failures = start_embedded(frameworks.split(","), venvs or default_venvs(), Path(logs) / "a", stack)
+            second, more = start_embedded(frameworks.split(","), venvs or default_venvs(), Path(logs) / "b", stack)
+            failures += more
+            pairs = {name: [first[name], second[name]] for name in first if name in second}
+        for name, (address_a, address_b) in pairs.items():
+            twins = {name: address_a, f"{name}-2": address_b}
+            results, run_failures = run_all(twins, {twin: request for twin in twins}, repetitions)
+            failures += run_failures
+            if run_failures:
+                continue
+            summary, steps_frame = results_mod.summary_frame(run_id, results, []), results_mod.steps_frame(run_id, results)
+            medians = analysis.run_values(summary, steps_frame).groupby("runner")["median_step_time_s"]
+            comparison = stats.compare(name, medians.get_group(name), f"{name}-2", medians.get_group(f"{name}-2"))
+            config = analysis.normalised(summary).iloc[0].to_dict()
+            row = analysis.calibration_row(config, results[0].runner_info.framework, comparison)
+            spread = max(stats.run_spread(medians.get_group(twin)) for twin in twins)
+            view.add_row(
+                name, str(row["runs"]), f"{comparison.ratio:.3f}",
+                f"[{comparison.ci_low:.3f}, {comparison.ci_high:.3f}]" if comparison.enough_runs else "–",
+                f"{spread:.1%}", f"{row['noise_floor']:.1%}" if comparison.enough_runs else "too few runs",
+            )
+            key = store_mod.run_key({"calibration": run_id, "runner": name})
+            manifest = results_mod.manifest(key, results, {twin: request for twin in twins})
+            results_store.append(key, {"calibration": run_id, "runner": name, **MessageToDict(request)},
+                                 {"calibration": pd.DataFrame([row])}, manifest)
+    out_console.print(view)
+    out_console.print(
+        "A difference below a runner's noise floor is what two instances of that runner already show on this host: "
+        f"`fwbench compare` and `fwbench report` with the store {store} call it no significant difference."
+    )
+    report_failures(failures)
+
+
+def store_run(results_store: store_mod.ResultStore, key: str, config: dict, result: RunResult, request: pb.RunRequest) -> None:
+    """Append one completed run to the store: its steps, summary, power samples and manifest."""
+    frames = {
+        "steps": results_mod.steps_frame(key, [result]),
+        "summary": results_mod.summary_frame(key, [result], []),
+        "power": results_mod.power_frame(key, [result]),
+    }
+    results_store.append(key, config, frames, results_mod.manifest(key, [result], {result.runner: request}))
 
 
 FrameworksOption = Annotated[str, typer.Option(callback=parse_frameworks, help="embedded runners to start, comma-separated")]
@@ -496,7 +612,8 @@ def max_batch(
     venvs: VenvsOption = None,
 ) -> None:
     """The largest batch each runner fits in device memory: doubling, then bisection on RESOURCE_EXHAUSTED."""
-    request = build_request(model, mode, 1, shape, precision, device, 0, 1, 0, option)
+    # One step answers "does it fit": no warm-up, no minimum window.
+    request = build_request(model, mode, 1, shape, precision, device, 0, 1, 0, option, min_measure_s=0.0)
     request.power_sample_rate_hz = 0
     view = Table(title=f"largest batch: {model} {mode.value}, {precision.value}")
     for column in ("runner", "largest batch", "batches tried"):
@@ -543,9 +660,11 @@ def sweep(
     batch_sizes: Annotated[Optional[str], typer.Option(help="comma-separated, e.g. 1,2,4,8")] = None,
     shapes: Annotated[Optional[str], typer.Option(help="comma-separated shapes, e.g. 3x32x32,3x64x64")] = None,
     precisions: Annotated[Optional[str], typer.Option(help="comma-separated precisions")] = None,
-    repetitions: Annotated[Optional[int], typer.Option(min=1)] = None,
-    warmup: Annotated[Optional[int], typer.Option(min=0)] = None,
-    steps: Annotated[Optional[int], typer.Option(min=1)] = None,
+    repetitions: Annotated[Optional[int], typer.Option(min=1, help=f"runs per runner and point (default {stats.DEFAULT_REPETITIONS})")] = None,
+    warmup: Annotated[Optional[int], typer.Option(min=0, help=f"the most warm-up steps (default {sweep_mod.DEFAULT_WARMUP})")] = None,
+    warmup_until_cv: Annotated[Optional[float], typer.Option(min=0.0, max=0.99, help=f"warm up until stable within this (default {sweep_mod.DEFAULT_WARMUP_UNTIL_CV}; 0: a fixed count)")] = None,
+    steps: Annotated[Optional[int], typer.Option(min=1, help=f"measured steps, at least (default {sweep_mod.DEFAULT_STEPS})")] = None,
+    min_measure_s: Annotated[Optional[float], typer.Option(min=0.0, help=f"measured seconds per run, at least (default {sweep_mod.DEFAULT_MIN_MEASURE_S})")] = None,
     store: Annotated[Path, typer.Option(help="the results store (append-only; every completed run is kept)")] = Path("results/store"),
     resume: Annotated[bool, typer.Option(help="skip configurations already in the store")] = False,
     report: Annotated[bool, typer.Option(help="write the HTML report from the store when the sweep ends")] = True,
@@ -559,7 +678,8 @@ def sweep(
         elif models:
             plan = sweep_mod.sweep_from_options(
                 models, batch_sizes=batch_sizes, shapes=shapes, modes=modes, precisions=precisions,
-                repetitions=repetitions, warmup=warmup, steps=steps,
+                repetitions=repetitions, warmup=warmup, steps=steps, warmup_until_cv=warmup_until_cv,
+                min_measure_s=min_measure_s,
             )
         else:
             raise typer.BadParameter("give a sweep file or at least --models", param_hint="FILE / --models")
@@ -598,7 +718,7 @@ def sweep(
                 request = build_request(
                     c.model, c.mode, c.batch_size, c.shape, c.precision,
                     c.device, c.warmup, c.steps, 0, c.option_strings(),
-                    c.layout, startup,
+                    c.layout, startup, c.warmup_until_cv, sweep_mod.STABLE_WINDOW, c.min_measure_s,
                 )
                 if c.compilation:
                     request.compilation = pb.Compilation.Value(f"COMPILATION_{c.compilation.upper()}")
@@ -615,13 +735,8 @@ def sweep(
                         with store_lock:
                             results_store.append_failure(key, config, failure.code, failure.message, columns=where)
                 else:
-                    frames = {
-                        "steps": results_mod.steps_frame(key, [result]),
-                        "summary": results_mod.summary_frame(key, [result], []),
-                        "power": results_mod.power_frame(key, [result]),
-                    }
                     with store_lock:
-                        results_store.append(key, config, frames, results_mod.manifest(key, [result], {c.runner: request}))
+                        store_run(results_store, key, config, result, request)
                 finally:
                     active.discard(client)
                     client.close()
@@ -686,10 +801,11 @@ def runner_facts(name: str, address: str) -> RunnerFacts:
 
 def write_store_report(results_store, out_dir: Path) -> Path:
     summary, steps = results_store.load("summary"), results_store.load("steps")
-    rows = report_mod.comparison_rows(summary, steps)
+    calibration = results_store.load("calibration")
+    rows = analysis.comparison_rows(summary, steps, calibration)
     report_mod.print_rows(rows, console=out_console)
     manifests = {key: results_store.manifest(key) for key in sorted(results_store.keys())}
-    return report_mod.write_report(summary, steps, manifests, out_dir)
+    return report_mod.write_report(summary, steps, manifests, out_dir, calibration)
 
 
 @app.command("report")

@@ -28,16 +28,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from . import stats  # noqa: E402
-
-CONFIG_COLUMNS = ("model", "model_options", "mode", "batch_size", "input_shape", "precision", "device")
-# The configuration less its batch size: one line per runner across batch sizes.
-SERIES_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c != "batch_size")
-
-ROW_COLUMNS = (
-    *CONFIG_COLUMNS, "runner", "framework", "framework_version", "status", "runs", "failed_runs", "steps",
-    "median_step_ms", "ms_per_sample", "throughput_samples_per_s", "energy_per_sample_j", "mean_power_w",
-    "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "p_value", "verdict", "error",
-)
+from .analysis import CONFIG_COLUMNS, SERIES_COLUMNS, comparison_rows, flagged_verdict, is_out_of_memory  # noqa: E402
 
 # Runner colours; red is kept for the missing (failed) markers so they cannot be mistaken for a runner.
 RUNNER_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf")
@@ -45,147 +36,9 @@ MISSING_COLOUR = "#e00000"
 PLOT_DPI = 100
 
 
-def is_out_of_memory(error: str) -> bool:
-    text = str(error or "").lower()
-    return "resource_exhausted" in text or "out of memory" in text or "oom" in text.split()
-
-
 def failure_label(error: str) -> str:
     """The short mark a failed configuration gets in plots: OOM, or failed."""
     return "OOM" if is_out_of_memory(error) else "failed"
-
-
-def failure_verdict(error: str) -> str:
-    if is_out_of_memory(error):
-        return "out of memory"
-    text = " ".join(str(error or "unknown error").split())
-    return f"failed: {text[:200]}{'…' if len(text) > 200 else ''}"
-
-
-# --------------------------------------------------------------------------------------------- the rows
-
-
-def _normalised(frame: pd.DataFrame) -> pd.DataFrame:
-    """Configuration columns present and comparable: missing strings become "", batch sizes integers."""
-    frame = frame.copy()
-    for column in CONFIG_COLUMNS:
-        if column not in frame:
-            frame[column] = pd.NA
-    for column in ("model", "model_options", "mode", "input_shape", "precision", "device"):
-        frame[column] = frame[column].astype(object).where(frame[column].notna(), "").astype(str)
-    frame["batch_size"] = pd.to_numeric(frame["batch_size"], errors="coerce").fillna(0).astype(int)
-    if "runner" not in frame:
-        frame["runner"] = ""
-    frame["runner"] = frame["runner"].astype(object).where(frame["runner"].notna(), "").astype(str)
-    return frame
-
-
-def _first(values: pd.Series, default=""):
-    values = values.dropna()
-    values = values[values.astype(str) != ""]
-    return values.iloc[0] if len(values) else default
-
-
-def _mean(frame: pd.DataFrame, column: str) -> float:
-    if column not in frame:
-        return float("nan")
-    values = pd.to_numeric(frame[column], errors="coerce").dropna()
-    return float(values.mean()) if len(values) else float("nan")
-
-
-def comparison_rows(summary: pd.DataFrame, steps: pd.DataFrame, min_effect: float = stats.MIN_EFFECT) -> pd.DataFrame:
-    """One row per configuration and runner, over all that runner's repetitions of it.
-
-    median_step_ms and throughput come from the pooled measured steps (from the summary's per-run figures
-    where a run left no steps); energy per sample and mean power are the mean over the runs that could read
-    them (NaN otherwise). ratio_to_fastest is the runner's median over the fastest runner's median in that
-    configuration. verdict: "fastest" for the fastest, stats.compare's verdict (fastest against this one,
-    pooled measured steps) for the others, "out of memory" / "failed: ..." for a runner whose every run of the
-    configuration failed, "only runner" where no other runner ran the configuration.
-    """
-    summary = _normalised(summary if summary is not None else pd.DataFrame())
-    if "status" not in summary:
-        summary["status"] = "ok"
-    summary["status"] = summary["status"].fillna("failed").astype(str)
-    steps = _normalised(steps if steps is not None and not steps.empty else pd.DataFrame(columns=[*CONFIG_COLUMNS, "runner", "warmup", "step_time_s"]))
-    if "warmup" not in steps:
-        steps["warmup"] = False
-    measured = steps[~steps["warmup"].astype(bool)]
-    step_times = {
-        key: group["step_time_s"].to_numpy(dtype=float)
-        for key, group in measured.groupby([*CONFIG_COLUMNS, "runner"], sort=False)
-    }
-
-    rows = []
-    for config, runs in summary.groupby(list(CONFIG_COLUMNS), sort=False):
-        config_values = dict(zip(CONFIG_COLUMNS, config))
-        config_rows = []
-        for runner, own in runs.groupby("runner", sort=False):
-            ok, failed = own[own["status"] == "ok"], own[own["status"] != "ok"]
-            times = step_times.get((*config, runner), np.array([]))
-            row = {
-                **config_values,
-                "runner": runner,
-                "framework": _first(own.get("framework", pd.Series(dtype=object))),
-                "framework_version": _first(own.get("framework_version", pd.Series(dtype=object))),
-                "runs": int(len(ok)),
-                "failed_runs": int(len(failed)),
-                "steps": int(times.size),
-                "energy_per_sample_j": _mean(ok, "energy_per_sample_j"),
-                "mean_power_w": _mean(ok, "mean_power_w"),
-                "error": " | ".join(dict.fromkeys(str(e) for e in failed.get("error", pd.Series(dtype=object)).fillna("") if str(e))),
-            }
-            if len(ok):
-                if times.size:
-                    described = stats.describe(times, max(int(config_values["batch_size"]), 1))
-                    median_s, throughput = described["median_step_time_s"], described["throughput_samples_per_s"]
-                else:
-                    median_s, throughput = _mean(ok, "median_step_time_s"), _mean(ok, "throughput_samples_per_s")
-                row.update(status="ok", median_step_ms=median_s * 1e3, throughput_samples_per_s=throughput)
-            else:
-                row.update(status="failed", median_step_ms=float("nan"), throughput_samples_per_s=float("nan"),
-                           verdict=failure_verdict(row["error"]))
-            row["ms_per_sample"] = row["median_step_ms"] / config_values["batch_size"] if config_values["batch_size"] else float("nan")
-            row["_times"] = times
-            config_rows.append(row)
-        _judge(config_rows, min_effect)
-        rows += config_rows
-
-    table = pd.DataFrame(rows, columns=[*ROW_COLUMNS, "_times"]).drop(columns="_times")
-    if table.empty:
-        return table
-    table["_failed"] = table["status"] != "ok"
-    table = table.sort_values(
-        ["model", "model_options", "mode", "device", "precision", "input_shape", "batch_size", "_failed", "ratio_to_fastest", "runner"],
-        kind="stable",
-    ).drop(columns="_failed")
-    return table.reset_index(drop=True)
-
-
-def _judge(config_rows: list[dict], min_effect: float) -> None:
-    """Ratios and verdicts within one configuration, in place."""
-    for row in config_rows:
-        row.update(ratio_to_fastest=float("nan"), ratio_ci_low=float("nan"), ratio_ci_high=float("nan"), p_value=float("nan"))
-    ran = [r for r in config_rows if r["status"] == "ok" and not math.isnan(r["median_step_ms"])]
-    for row in config_rows:
-        if row["status"] == "ok" and row not in ran:
-            row["verdict"] = "no measured steps"
-    if not ran:
-        return
-    fastest = min(ran, key=lambda r: r["median_step_ms"])
-    for row in ran:
-        row["ratio_to_fastest"] = row["median_step_ms"] / fastest["median_step_ms"]
-    fastest["verdict"] = "fastest" if len(config_rows) > 1 else "only runner"
-    for row in ran:
-        if row is fastest:
-            continue
-        a, b = fastest["_times"], row["_times"]
-        if min(a.size, b.size) < stats.MIN_SAMPLES:
-            row["verdict"] = f"too few measured steps to compare ({a.size} and {b.size}; need {stats.MIN_SAMPLES})"
-            continue
-        comparison = stats.compare(fastest["runner"], a, row["runner"], b, min_effect=min_effect)
-        row.update(ratio_ci_low=comparison.ci_low, ratio_ci_high=comparison.ci_high, p_value=comparison.p_value,
-                   verdict=comparison.verdict)
 
 
 # ------------------------------------------------------------------------------------- table outputs
@@ -193,15 +46,19 @@ def _judge(config_rows: list[dict], min_effect: float) -> None:
 DISPLAY_COLUMNS = {
     "model": "model", "model_options": "options", "mode": "mode", "batch_size": "batch", "input_shape": "input",
     "precision": "precision", "device": "device", "runner": "runner", "framework_version": "version",
-    "median_step_ms": "median ms", "ms_per_sample": "ms/sample", "throughput_samples_per_s": "samples/s",
-    "energy_per_sample_j": "J/sample", "mean_power_w": "mean W", "ratio_to_fastest": "× fastest", "verdict": "verdict",
+    "runs": "runs", "median_step_ms": "median ms", "run_spread": "run spread", "ms_per_sample": "ms/sample",
+    "throughput_samples_per_s": "samples/s", "energy_per_sample_j": "J/sample", "mean_power_w": "mean W",
+    "ratio_to_fastest": "× fastest", "noise_floor": "noise floor", "verdict": "verdict",
 }
+PERCENT_COLUMNS = ("run_spread", "noise_floor")
 
 
 def _cell(value, column: str = "") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
         return "–"
     if isinstance(value, (float, np.floating)):
+        if column in PERCENT_COLUMNS:
+            return f"{value:.1%}"
         if column == "ratio_to_fastest":
             return f"{value:.3f}"
         if column in ("energy_per_sample_j",):
@@ -211,10 +68,13 @@ def _cell(value, column: str = "") -> str:
 
 
 def display_frame(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows as text, columns renamed for reading: what the terminal, Markdown and HTML tables show."""
+    """The rows as text, columns renamed for reading: what the terminal, Markdown and HTML tables show.
+    A verdict whose runs were not on a quiet device says so."""
     shown = rows[[c for c in DISPLAY_COLUMNS if c in rows]].copy()
     for column in shown:
         shown[column] = [_cell(v, column) for v in shown[column]]
+    if "verdict" in shown and "flagged" in rows:
+        shown["verdict"] = [flagged_verdict(v, f) for v, f in zip(shown["verdict"], rows["flagged"])]
     return shown.rename(columns=DISPLAY_COLUMNS)
 
 
@@ -478,7 +338,7 @@ pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }
 .skipped { color: #666; }
 """
 
-_NUMERIC = {"batch", "median ms", "ms/sample", "samples/s", "J/sample", "mean W", "× fastest"}
+_NUMERIC = {"batch", "runs", "median ms", "run spread", "ms/sample", "samples/s", "J/sample", "mean W", "× fastest", "noise floor"}
 
 
 def _table_html(shown: pd.DataFrame, failed: Iterable[bool] | None = None) -> str:
@@ -525,7 +385,8 @@ def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
     table = []
     for config, frame in rows.groupby(list(CONFIG_COLUMNS), sort=False):
         fastest = frame[frame["verdict"].isin(["fastest", "only runner"])]["runner"].tolist()
-        others = [f"{r.runner}: {r.verdict}" for r in frame.itertuples(index=False) if r.runner not in fastest]
+        others = [f"{r.runner}: {flagged_verdict(r.verdict, r.flagged)}" for r in frame.itertuples(index=False)
+                  if r.runner not in fastest]
         table.append({**dict(zip(CONFIG_COLUMNS, config)), "fastest": ", ".join(fastest) or "–",
                       "verdicts": "; ".join(others) or "–"})
     return pd.DataFrame(table).rename(columns=DISPLAY_COLUMNS)
@@ -540,9 +401,13 @@ def render_html(summary: pd.DataFrame, rows: pd.DataFrame, plots: list[PlotResul
         f"<p>Generated {e(datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))} from {n_ok + n_failed} runs "
         f"({n_ok} ok, {n_failed} failed); {rows[list(CONFIG_COLUMNS)].drop_duplicates().shape[0] if not rows.empty else 0} configurations, "
         f"runners: {e(', '.join(sorted(set(rows['runner']))) if not rows.empty else 'none')}.</p>",
-        "<p>Times are over the pooled measured steps of every repetition; a verdict compares the fastest runner of a "
-        f"configuration with each other one (Mann-Whitney U at α={stats.ALPHA} and a {stats.CONFIDENCE:.0%} bootstrap "
-        f"interval of the ratio of medians that must clear {stats.MIN_EFFECT:.0%}).</p>",
+        "<p>The unit of evidence is the run: each run's median step time is one value, a runner's time is the "
+        "geometric mean of its runs' values, and a verdict compares the fastest runner of a configuration with each "
+        f"other one by Welch's t-test on the log run values ({stats.CONFIDENCE:.0%} interval, at least "
+        f"{stats.MIN_REPETITIONS} runs a side). A difference is called only where the interval excludes none and the "
+        f"ratio reaches {stats.MIN_EFFECT:.0%} and the configuration's noise floor (the far end of an A/A comparison "
+        "measured by <code>fwbench calibrate</code>; – where not measured). Verdicts marked FLAGGED had a run on a "
+        "device that was not quiet (another process, throttled clocks, a busy host).</p>",
         "<h2>Plots</h2>",
     ]
     for plot in plots:
@@ -575,13 +440,15 @@ def render_html(summary: pd.DataFrame, rows: pd.DataFrame, plots: list[PlotResul
     return _standalone_html("fwbench comparison report", "\n".join(parts))
 
 
-def write_report(summary: pd.DataFrame, steps: pd.DataFrame, manifest: dict | None, out_dir: Path) -> Path:
+def write_report(
+    summary: pd.DataFrame, steps: pd.DataFrame, manifest: dict | None, out_dir: Path, calibration: pd.DataFrame | None = None
+) -> Path:
     """report.html in out_dir: one self-contained file (plots inline as base64 PNG, CSS inline, no scripts, no
     external references). Beside it: comparison.csv/.md/.html, and the plots as PNG files under plots/."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = summary if summary is not None else pd.DataFrame()
-    rows = comparison_rows(summary, steps)
+    rows = comparison_rows(summary, steps, calibration)
     write_tables(rows, out_dir)
     plots = make_plots(rows, out_dir / "plots")
     path = out_dir / "report.html"

@@ -11,7 +11,6 @@ import pandas as pd
 from fwbench.runner.v1 import runner_pb2 as pb
 from google.protobuf.json_format import MessageToDict
 
-from . import stats
 from .client import RunnerFailure, RunResult
 
 
@@ -143,60 +142,6 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
     for f in failures:
         rows.append({"run_id": run_id, "runner": f.runner, "status": "failed", "error": f"{f.code}: {f.message}"})
     return pd.DataFrame(rows)
-
-
-def energy_by_runner(summary: pd.DataFrame) -> pd.DataFrame:
-    """Mean energy per sample and power over each runner's repetitions; missing where unreadable."""
-    if "energy_per_sample_j" not in summary:
-        return pd.DataFrame()
-    ok = summary[summary["status"] == "ok"]
-    return ok.groupby("runner", sort=False).agg(
-        energy_per_sample_j=("energy_per_sample_j", "mean"),
-        mean_power_w=("mean_power_w", "mean"),
-        energy_status=("energy_status", "first"),
-    ).reset_index()
-
-
-def comparison_table(steps: pd.DataFrame, summary: pd.DataFrame, batch_size: int) -> pd.DataFrame:
-    """Per runner, over the measured steps of every repetition: the statistics, the ratio of its
-    median to the fastest one's, how much the per-repetition medians vary (coefficient of variation), and
-    energy per sample and mean power where telemetry could read them."""
-    measured = steps[~steps["warmup"]]
-    rows = []
-    for runner, group in measured.groupby("runner", sort=False):
-        per_repetition = group.groupby("repetition")["step_time_s"].median()
-        rows.append(
-            {
-                "runner": runner,
-                "framework": group["framework"].iloc[0],
-                "version": group["framework_version"].iloc[0],
-                "container_image": group["container_image"].iloc[0],
-                "repetitions": int(per_repetition.size),
-                **stats.describe(group["step_time_s"].to_numpy(), batch_size),
-                "repetition_median_cv": float(per_repetition.std(ddof=1) / per_repetition.mean())
-                if per_repetition.size > 1
-                else float("nan"),
-            }
-        )
-    table = pd.DataFrame(rows)
-    energy = energy_by_runner(summary)
-    table = table.merge(energy, on="runner", how="left") if not energy.empty else table
-    table["ratio_to_fastest"] = table["median_step_time_s"] / table["median_step_time_s"].min()
-    return table.sort_values("ratio_to_fastest").reset_index(drop=True)
-
-
-def verdicts(steps: pd.DataFrame, min_effect: float = stats.MIN_EFFECT) -> list[stats.Comparison]:
-    """Each other runner against the fastest one."""
-    measured = steps[~steps["warmup"]]
-    times = {name: group["step_time_s"].to_numpy() for name, group in measured.groupby("runner", sort=False)}
-    if len(times) < 2:
-        return []
-    fastest = min(times, key=lambda name: float(pd.Series(times[name]).median()))
-    return [
-        stats.compare(fastest, times[fastest], name, values, min_effect=min_effect)
-        for name, values in times.items()
-        if name != fastest
-    ]
 
 
 def write_results(out_dir: Path, frames: dict[str, pd.DataFrame]) -> list[Path]:

@@ -1,25 +1,36 @@
-"""Statistics over measured step times: per framework, and whether a difference between two is real."""
+"""Statistics over runs: a runner's figures, and whether a difference between two runners is real.
+
+The unit of evidence is the run (one repetition), not the step. Steps inside one run are tight, but a
+run (a process, a moment of the host, a GPU's clock and launch queue) carries an offset of its own:
+on an H100, 1-second windows of resnet50 b1 inference vary from 3.0 to 5.0 ms between repetitions
+while their steps vary by a few percent. Statistics that pool steps as independent samples call such
+offsets differences. So each run is reduced to its median step time, and two runners are compared
+on the logarithms of those per-run medians with Welch's t-test: the ratio of geometric means, its
+confidence interval, and the smallest difference the runs could resolve. A t-test on a few run values
+is exact where the run offsets are log-normal and still honest with three runs a side, where a
+bootstrap over runs has too few distinct resamples to give an interval at all.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
 
-CONFIDENCE = 0.95
-# A difference is called real only when the Mann-Whitney U test rejects "same
-# distribution" at this level AND the bootstrap interval of the ratio of
-# medians excludes 1. The strict level keeps false alarms (same code, two
-# runs) to about 1 in 100 comparisons.
-ALPHA = 0.01
-# Nor is a difference whose interval reaches below this: two runs of the same
-# code on one machine differ by up to about 1% (clocks, caches, placement), and
-# such a shift is real but says nothing about the frameworks.
+CONFIDENCE = 0.99
+ALPHA = 1.0 - CONFIDENCE
+# Below this many runs a side a verdict is not attempted: with two, the t-test has one or two degrees
+# of freedom and cannot call anything short of a several-fold difference.
+MIN_REPETITIONS = 3
+# Runs per runner by default. With six a side and a per-run spread of 3% (a GPU-bound or steady CPU
+# configuration), the resolvable difference is about 6%, so a real 10% difference is called.
+DEFAULT_REPETITIONS = 6
+# Nor is a difference smaller than this called, however tight: two runs of the same code on one
+# machine can differ by about 1% (clocks, caches, placement), which says nothing about the frameworks.
 MIN_EFFECT = 0.02
-BOOTSTRAP_RESAMPLES = 4000
-MIN_SAMPLES = 3
 
 
 def describe(step_times_s: Sequence[float], batch_size: int) -> dict[str, float]:
@@ -35,51 +46,106 @@ def describe(step_times_s: Sequence[float], batch_size: int) -> dict[str, float]
     }
 
 
+def geometric_mean(values: Sequence[float]) -> float:
+    return float(np.exp(np.mean(np.log(np.asarray(values, dtype=float)))))
+
+
+def run_spread(run_medians_s: Sequence[float]) -> float:
+    """How much a runner's runs differ from one another: the standard deviation of their log medians
+    (0.03 is about 3%); NaN with fewer than two runs."""
+    logs = np.log(np.asarray(run_medians_s, dtype=float))
+    return float(logs.std(ddof=1)) if logs.size > 1 else float("nan")
+
+
+def _pct(ratio: float) -> str:
+    return f"{(ratio - 1) * 100:.0f}%"
+
+
 @dataclass(frozen=True)
 class Comparison:
+    """The slower runner against the faster one, over their per-run median step times."""
+
     faster: str
     slower: str
-    ratio: float  # slower median over faster median: 1.12 means the slower one's steps take 12% longer
-    ci_low: float
-    ci_high: float
-    p_value: float
-    significant: bool
+    runs_faster: int
+    runs_slower: int
+    ratio: float  # slower's geometric mean over faster's: 1.12 means the slower one's steps take 12% longer
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    p_value: float = math.nan
+    # The smallest ratio above 1 these runs could have called: (1 + resolvable) is where the interval's
+    # lower end clears 1. It shrinks with more runs and grows with the runs' spread.
+    resolvable: float = math.nan
+    noise_floor: float = math.nan  # measured by calibration for this configuration; NaN where not measured
+    min_effect: float = MIN_EFFECT
+    significant: bool = False
+
+    @property
+    def enough_runs(self) -> bool:
+        return min(self.runs_faster, self.runs_slower) >= MIN_REPETITIONS
+
+    @property
+    def threshold(self) -> float:
+        """The smallest difference this verdict calls real: the minimum effect or the noise floor."""
+        return max(self.min_effect, 0.0 if math.isnan(self.noise_floor) else self.noise_floor)
 
     @property
     def verdict(self) -> str:
-        if not self.significant:
-            return f"no significant difference (ratio {self.ratio:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}], p={self.p_value:.2g})"
-        pct = lambda r: f"{(r - 1) * 100:.0f}%"  # noqa: E731
-        return f"{self.faster} faster by {pct(self.ratio)} [{pct(self.ci_low)}, {pct(self.ci_high)}]"
-
-
-def _median_ratio(slow, fast, axis=-1):
-    return np.median(slow, axis=axis) / np.median(fast, axis=axis)
+        if not self.enough_runs:
+            return (
+                f"too few repetitions to call (ratio {self.ratio:.3f}; {self.runs_faster} and {self.runs_slower} "
+                f"runs, need {MIN_REPETITIONS} per runner)"
+            )
+        if self.significant:
+            return f"{self.faster} faster by {_pct(self.ratio)} [{_pct(self.ci_low)}, {_pct(self.ci_high)}]"
+        interval = f"ratio {self.ratio:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}]"
+        if self.p_value < ALPHA:
+            below = "the noise floor" if self.threshold > self.min_effect else "the minimum effect"
+            return f"no significant difference ({interval}: {_pct(self.ratio)} is below {below}, {self.threshold:.1%})"
+        return f"no significant difference ({interval}, p={self.p_value:.2g}; these runs resolve {self.resolvable:.1%})"
 
 
 def compare(
     name_a: str,
-    times_a: Sequence[float],
+    run_medians_a: Sequence[float],
     name_b: str,
-    times_b: Sequence[float],
-    seed: int = 0,
+    run_medians_b: Sequence[float],
     min_effect: float = MIN_EFFECT,
+    noise_floor: float = math.nan,
 ) -> Comparison:
-    """Ratio of medians (slower over faster) with a bootstrap confidence interval, and a Mann-Whitney U test."""
-    a, b = np.asarray(times_a, dtype=float), np.asarray(times_b, dtype=float)
-    if min(a.size, b.size) < MIN_SAMPLES:
-        raise ValueError(f"comparing needs at least {MIN_SAMPLES} measured steps per side; got {a.size} and {b.size}")
-    (fast_name, fast), (slow_name, slow) = sorted(((name_a, a), (name_b, b)), key=lambda item: np.median(item[1]))
-    interval = stats.bootstrap(
-        (slow, fast),
-        _median_ratio,
-        n_resamples=BOOTSTRAP_RESAMPLES,
-        confidence_level=CONFIDENCE,
-        method="percentile",
-        vectorized=True,
-        rng=np.random.default_rng(seed),
-    ).confidence_interval
-    p_value = float(stats.mannwhitneyu(slow, fast, alternative="two-sided").pvalue)
-    ratio = float(_median_ratio(slow, fast))
-    significant = p_value < ALPHA and interval.low > 1.0 + min_effect
-    return Comparison(fast_name, slow_name, ratio, float(interval.low), float(interval.high), p_value, significant)
+    """Welch's t-test on the log per-run medians of two runners. A difference is called when the
+    interval excludes no difference AND the ratio reaches the minimum effect and the noise floor."""
+    a, b = np.asarray(run_medians_a, dtype=float), np.asarray(run_medians_b, dtype=float)
+    if min(a.size, b.size) < 1:
+        raise ValueError(f"comparing needs at least one run per runner; got {a.size} and {b.size}")
+    (fast_name, fast), (slow_name, slow) = sorted(((name_a, a), (name_b, b)), key=lambda item: geometric_mean(item[1]))
+    ratio = geometric_mean(slow) / geometric_mean(fast)
+    partial = Comparison(fast_name, slow_name, fast.size, slow.size, ratio, noise_floor=noise_floor, min_effect=min_effect)
+    if not partial.enough_runs:
+        return partial
+    log_slow, log_fast = np.log(slow), np.log(fast)
+    difference = float(log_slow.mean() - log_fast.mean())
+    var_slow, var_fast = log_slow.var(ddof=1) / slow.size, log_fast.var(ddof=1) / fast.size
+    standard_error = math.sqrt(var_slow + var_fast)
+    if standard_error == 0.0:
+        # Identical runs on each side (a timer's resolution, a fake runner): nothing varies to test.
+        p_value, half_width = (1.0 if difference == 0.0 else 0.0), 0.0
+    else:
+        # Welch-Satterthwaite degrees of freedom, as scipy's ttest_ind(equal_var=False) uses.
+        dof = (var_slow + var_fast) ** 2 / (var_slow**2 / (slow.size - 1) + var_fast**2 / (fast.size - 1))
+        p_value = float(stats.ttest_ind(log_slow, log_fast, equal_var=False).pvalue)
+        half_width = float(stats.t.ppf(1 - ALPHA / 2, dof) * standard_error)
+    significant = p_value < ALPHA and ratio - 1.0 >= partial.threshold
+    return Comparison(
+        fast_name, slow_name, fast.size, slow.size, ratio,
+        ci_low=math.exp(difference - half_width), ci_high=math.exp(difference + half_width), p_value=p_value,
+        resolvable=math.exp(half_width) - 1.0, noise_floor=noise_floor, min_effect=min_effect, significant=significant,
+    )
+
+
+def noise_floor(calibration: Comparison) -> float:
+    """The smallest difference a host resolves for a configuration, from an A/A comparison (a runner
+    against a second instance of itself): the far end of its interval, as a fraction. A difference
+    inside it could be the instances' own offset plus the runs' spread, so no verdict calls it."""
+    # The ratio is slower over faster, so the interval's upper end is its far end.
+    return calibration.ci_high - 1.0 if calibration.enough_runs else math.nan

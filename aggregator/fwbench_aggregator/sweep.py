@@ -7,9 +7,11 @@
     shapes: [3x32x32, 3x64x64]          # or per model: {resnet18: [3x32x32], bert_tiny: [seq=128]}; default: the model's
     precisions: [fp32, amp_bf16]        # default: [fp32]
     devices: [gpu]                      # default: the runner's first GPU, else its CPU
-    repetitions: 3                      # default: 1
-    warmup: 5                           # default: 5
-    steps: 20                           # default: 20
+    repetitions: 6                      # runs per runner and point; default: 6 (a verdict needs 3)
+    warmup: 50                          # the most warm-up steps; default: 50
+    warmup_until_cv: 0.05               # warm up until the last 5 steps vary less; 0 (or warmup < 5): `warmup` steps
+    steps: 20                           # the fewest measured steps; default: 20
+    min_measure_s: 1.0                  # and the shortest measured window; default: 1.0
     options: {bert_tiny: {head: mlm}}   # model options, per model
     layout: channels_last               # default: the runner's
     compilation: eager                  # or per runner: {torch: torch_compile, tensorflow: xla}
@@ -32,6 +34,8 @@ from pathlib import Path
 from typing import Optional
 
 import yaml
+
+from . import stats
 
 
 class Mode(str, enum.Enum):
@@ -62,8 +66,18 @@ _OPTION_VALUE = re.compile(r"[A-Za-z0-9_]+")
 
 FIELDS = (
     "runners", "models", "modes", "batch_sizes", "shapes", "precisions", "devices", "repetitions",
-    "warmup", "steps", "options", "layout", "compilation", "cooldown_s",
+    "warmup", "warmup_until_cv", "steps", "min_measure_s", "options", "layout", "compilation", "cooldown_s",
 )
+
+# Measurement windows by default, for sweeps and `compare` alike. A repetition warms up until its step time
+# is stable (at most WARMUP steps) and measures at least STEPS steps and at least MIN_MEASURE_S: shorter
+# windows on a GPU are tens of milliseconds, shorter than a power sensor's period and dominated by the
+# moment's offset. Tests keep CI fast with explicit small settings, not with small defaults.
+DEFAULT_WARMUP = 50
+DEFAULT_WARMUP_UNTIL_CV = 0.05
+STABLE_WINDOW = 5
+DEFAULT_STEPS = 20
+DEFAULT_MIN_MEASURE_S = 1.0
 
 
 class SweepError(ValueError):
@@ -91,8 +105,10 @@ class Configuration:
     model_options: tuple[tuple[str, str], ...] = ()
     layout: Optional[Layout] = None
     compilation: Optional[str] = None
-    warmup: int = 5
-    steps: int = 20
+    warmup: int = DEFAULT_WARMUP
+    steps: int = DEFAULT_STEPS
+    warmup_until_cv: float = DEFAULT_WARMUP_UNTIL_CV
+    min_measure_s: float = DEFAULT_MIN_MEASURE_S
 
     def option_strings(self) -> list[str]:
         """Model options as NAME=VALUE strings, as cli.build_request takes them."""
@@ -112,7 +128,10 @@ class Configuration:
             "device": self.device,
             "layout": self.layout.value if self.layout else None,
             "compilation": self.compilation,
-            "settings": {"warmup_steps": self.warmup, "measured_steps": self.steps, **settings},
+            "settings": {
+                "warmup_steps": self.warmup, "warmup_until_cv": self.warmup_until_cv, "measured_steps": self.steps,
+                "min_measure_s": self.min_measure_s, **settings,
+            },
             "repetition": self.repetition,
         }
 
@@ -126,9 +145,11 @@ class Sweep:
     shapes: dict[str, tuple[Optional[str], ...]] = field(default_factory=dict)  # per model; absent: (None,)
     precisions: tuple[Precision, ...] = (Precision.fp32,)
     devices: tuple[Optional[str], ...] = (None,)
-    repetitions: int = 1
-    warmup: int = 5
-    steps: int = 20
+    repetitions: int = stats.DEFAULT_REPETITIONS
+    warmup: int = DEFAULT_WARMUP
+    steps: int = DEFAULT_STEPS
+    warmup_until_cv: float = DEFAULT_WARMUP_UNTIL_CV
+    min_measure_s: float = DEFAULT_MIN_MEASURE_S
     options: dict[str, dict[str, str]] = field(default_factory=dict)
     layout: Optional[Layout] = None
     compilation: dict[str, str] = field(default_factory=dict)  # per runner; absent: the runner's default
@@ -136,21 +157,31 @@ class Sweep:
 
     def configurations(self) -> list[Configuration]:
         """The grid, model outermost, then mode, batch size, shape, precision, device; within each
-        point, repetition after repetition, every runner in turn."""
+        point, repetition after repetition, the runners counterbalanced (A B B A ...)."""
         out = []
         for model in self.models:
             points = itertools.product(self.modes, self.batch_sizes, self.shapes.get(model, (None,)), self.precisions, self.devices)
             for mode, batch_size, shape, precision, device in points:
-                for repetition in range(self.repetitions):
-                    for runner in self.runners:
-                        out.append(
-                            Configuration(
-                                runner, model, mode, batch_size, shape, precision, device, repetition,
-                                tuple(sorted(self.options.get(model, {}).items())), self.layout,
-                                self.compilation.get(runner), self.warmup, self.steps,
-                            )
+                for repetition, runner in counterbalanced(self.runners, self.repetitions):
+                    out.append(
+                        Configuration(
+                            runner, model, mode, batch_size, shape, precision, device, repetition,
+                            tuple(sorted(self.options.get(model, {}).items())), self.layout,
+                            self.compilation.get(runner), self.warmup, self.steps, self.warmup_until_cv,
+                            self.min_measure_s,
                         )
+                    )
         return out
+
+
+def counterbalanced(runners: Sequence[str], repetitions: int) -> list[tuple[int, str]]:
+    """(repetition, runner) in run order: the runners forwards, then backwards (A B, B A, A B, ...), so
+    that every runner's average position is the same and a drift (warming, throttling) favours none."""
+    return [
+        (repetition, runner)
+        for repetition in range(repetitions)
+        for runner in (runners if repetition % 2 == 0 else list(reversed(runners)))
+    ]
 
 
 # Validation. `raw` is what YAML (or the command line) gave; `fail(path, problem)` raises a SweepError
@@ -232,6 +263,11 @@ def _build(raw: object, fail: Fail) -> Sweep:
     values["repetitions"] = _number(raw, "repetitions", fail, 1)
     values["warmup"] = _number(raw, "warmup", fail, 0)
     values["steps"] = _number(raw, "steps", fail, 1)
+    for name in ("warmup_until_cv", "min_measure_s"):
+        number = _number(raw, name, fail, 0, integer=False)
+        values[name] = None if number is None else float(number)
+    if values["warmup_until_cv"] is not None and values["warmup_until_cv"] >= 1:
+        fail(("warmup_until_cv",), f"{values['warmup_until_cv']!r} is not a coefficient of variation; accepted: 0 (off) up to below 1, e.g. 0.05")
     cooldown_s = _number(raw, "cooldown_s", fail, 0, integer=False)
     values["cooldown_s"] = None if cooldown_s is None else float(cooldown_s)
 
@@ -389,6 +425,8 @@ def sweep_from_options(
     repetitions: Optional[int] = None,
     warmup: Optional[int] = None,
     steps: Optional[int] = None,
+    warmup_until_cv: Optional[float] = None,
+    min_measure_s: Optional[float] = None,
     options: Mapping[str, Mapping[str, object]] | Sequence[str] | None = None,
     layout: Optional[str] = None,
     compilation: str | Mapping[str, str] | None = None,
@@ -408,7 +446,8 @@ def sweep_from_options(
         "models": _split(models), "batch_sizes": _split(batch_sizes, int), "modes": _split(modes),
         "precisions": _split(precisions), "devices": _split(devices), "runners": _split(runners),
         "shapes": shapes if isinstance(shapes, Mapping) else _split(shapes),
-        "repetitions": repetitions, "warmup": warmup, "steps": steps, "options": options,
+        "repetitions": repetitions, "warmup": warmup, "steps": steps, "warmup_until_cv": warmup_until_cv,
+        "min_measure_s": min_measure_s, "options": options,
         "layout": layout, "compilation": compilation, "cooldown_s": cooldown_s,
     }
 
