@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -186,7 +187,7 @@ def test_repetitions_interleave_runners_and_give_a_verdict(tmp_path, fake_runner
         "--runner", f"first={fake_runner}", "--runner", f"second={fake_runner}", "--out", str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
-    assert "verdict: no significant difference" in done.stdout
+    assert re.search(r"verdict: (first|second): no significant difference", done.stdout), done.stdout
     run_dir = only_run_dir(tmp_path)
     summary = pd.read_parquet(run_dir / "summary.parquet")
     # Interleaved: first, second, first, second, ...
@@ -210,3 +211,40 @@ def test_max_batch_finds_the_largest_batch_by_out_of_memory(fake_runner):
     done = fwbench("max-batch", "--mode", "infer", "--shape", "3x4096x4096", "--limit", "1024", "--runner", f"fake={fake_runner}")
     assert done.returncode == 0, done.stderr
     assert "│ 85 " in done.stdout and "128 (OOM)" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def second_fake_runner(tmp_path_factory):
+    runner = LocalRunner("fake", fake_runner_command(), tmp_path_factory.mktemp("logs") / "fake-2.log")
+    with runner:
+        yield runner.address
+
+
+def test_calibrate_stores_a_noise_floor_that_compare_and_report_use(tmp_path, fake_runner, second_fake_runner):
+    config = ("--batch-size", "2", "--shape", "3x32x32", "--warmup", "0", "--steps", "4", "--min-measure-s", "0")
+    store = tmp_path / "store"
+    done = fwbench("calibrate", *config, "--repetitions", "3", "--runner", f"fake={fake_runner}",
+                   "--runner", f"fake={second_fake_runner}", "--store", str(store))
+    assert done.returncode == 0, done.stderr
+    assert "noise floor" in done.stdout and "A/A ratio" in done.stdout
+    from fwbench_aggregator.store import ResultStore
+    (floor,) = ResultStore(store).load("calibration").to_dict("records")
+    assert floor["framework"] == "fake" and floor["runs"] == 3 and floor["input_shape"] == "3x32x32"
+    assert floor["noise_floor"] == pytest.approx(floor["aa_ci_high"] - 1) and floor["noise_floor"] >= 0
+    # The same configuration compared: the stored floor is shown and applied.
+    done = fwbench("compare", *config, "--repetitions", "3", "--runner", f"a={fake_runner}",
+                   "--runner", f"b={second_fake_runner}", "--out", str(tmp_path), "--store", str(store))
+    assert done.returncode == 0, done.stderr
+    assert f"noise floor: {floor['noise_floor']:.1%} (fwbench calibrate)" in done.stdout
+    comparison = pd.read_parquet(only_run_dir(tmp_path) / "comparison.parquet")
+    assert (comparison["noise_floor"] == floor["noise_floor"]).all()
+    assert "verdict: " in done.stdout and "faster by" not in done.stdout
+    done = fwbench("report", "--store", str(store))
+    assert done.returncode == 0, done.stderr
+    assert "noise floor" in (store / "report" / "report.html").read_text()
+
+
+def test_calibrate_needs_two_instances_of_each_runner(fake_runner):
+    done = fwbench("calibrate", "--runner", f"fake={fake_runner}")
+    assert done.returncode == 2
+    assert "--runner" in done.stderr and "exactly twice" in done.stderr

@@ -1,0 +1,122 @@
+"""A/A validity: two instances of ONE runner, compared over a grid, where the right verdict is always
+"no significant difference". Prints, per configuration, both instances' times, the ratio and its interval,
+the smallest difference the runs resolve, the noise floor a calibration round measured, and whether the
+verdict was wrong; then the share of wrong verdicts, with and without the noise floor.
+
+Each configuration runs two rounds, each in counterbalanced order (A B B A ...): a calibration round
+gives the noise floor as `fwbench calibrate` does, and a second, independent round gives the verdict as
+`fwbench compare` would with that floor stored.
+
+    # CPU (the embedded runners; starts two instances of --framework):
+    .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu
+    # GPU (two runners already running, e.g. ../shared/gpu/on_gpu.sh starts a and b):
+    python benchmarks/aa_validity.py --grid gpu --runner a=127.0.0.1:50051 --runner b=127.0.0.1:50052
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+from fwbench_aggregator import analysis, results, stats, sweep
+from fwbench_aggregator.cli import build_request, run_all, start_embedded
+from fwbench_aggregator.launch import StartupSettings, default_venvs
+
+GRIDS = {
+    # The configurations where pooled-step statistics went wrong on an H100 (launch-bound small batches
+    # as well as GPU-bound large ones), in both precisions.
+    "gpu": {"models": "resnet50,bert_base", "batch_sizes": "1,4,16,64,256", "precisions": "fp32,amp_bf16",
+            "shapes": {"resnet50": None, "bert_base": "seq=128"}, "device": "gpu"},
+    # Small enough for a 2-core machine: the small CPU configurations that were called different.
+    "cpu": {"models": "resnet18,mobilenet_v2", "batch_sizes": "1,2,8", "precisions": "fp32",
+            "shapes": {"resnet18": "3x64x64", "mobilenet_v2": "3x64x64"}, "device": "cpu"},
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grid", choices=GRIDS, default="cpu")
+    parser.add_argument("--runner", action="append", default=[], help="NAME=HOST:PORT, twice: two instances of one runner")
+    parser.add_argument("--framework", default="torch", help="embedded runner to start twice when no --runner is given")
+    parser.add_argument("--models", help="comma-separated; default: the grid's")
+    parser.add_argument("--batch-sizes", help="comma-separated; default: the grid's")
+    parser.add_argument("--precisions", help="comma-separated; default: the grid's")
+    parser.add_argument("--mode", default="infer", choices=("train", "infer"))
+    parser.add_argument("--repetitions", type=int, default=stats.DEFAULT_REPETITIONS)
+    parser.add_argument("--min-measure-s", type=float, default=sweep.DEFAULT_MIN_MEASURE_S)
+    parser.add_argument("--warmup", type=int, default=sweep.DEFAULT_WARMUP)
+    parser.add_argument("--steps", type=int, default=sweep.DEFAULT_STEPS)
+    args = parser.parse_args()
+    grid = GRIDS[args.grid]
+    models = (args.models or grid["models"]).split(",")
+    batch_sizes = [int(b) for b in (args.batch_sizes or grid["batch_sizes"]).split(",")]
+    precisions = (args.precisions or grid["precisions"]).split(",")
+
+    with ExitStack() as stack, TemporaryDirectory() as logs:
+        if args.runner:
+            addresses = [value.partition("=")[2] for value in args.runner]
+            if len(addresses) != 2:
+                parser.error("give --runner exactly twice: two instances of one runner")
+        else:
+            first, failures = start_embedded([args.framework], default_venvs(), Path(logs) / "a", stack)
+            second, more = start_embedded([args.framework], default_venvs(), Path(logs) / "b", stack)
+            if failures or more:
+                print(*(f.message for f in failures + more), sep="\n", file=sys.stderr)
+                return 1
+            addresses = [first[args.framework], second[args.framework]]
+        twins = dict(zip(("a", "b"), addresses))
+        print(f"A/A {args.grid} grid: {args.mode}, {args.repetitions} runs per instance per round, "
+              f"windows of at least {args.min_measure_s} s and {args.steps} steps")
+        header = f"{'configuration':<34} {'a ms':>8} {'b ms':>8} {'ratio':>6} {'99% interval':>15} {'resolves':>8} {'floor':>7}  verdict"
+        print(header)
+        outcomes = []
+        started = time.perf_counter()
+        for model, batch_size, precision in itertools.product(models, batch_sizes, precisions):
+            shape = grid["shapes"].get(model)
+            request = build_request(
+                model, sweep.Mode(args.mode), batch_size, shape, sweep.Precision(precision), grid["device"],
+                args.warmup, args.steps, 0, [], None, StartupSettings(), sweep.DEFAULT_WARMUP_UNTIL_CV,
+                sweep.STABLE_WINDOW, args.min_measure_s,
+            )
+            rounds = []
+            for _ in range(2):
+                done, failed = run_all(twins, {name: request for name in twins}, args.repetitions)
+                if failed:
+                    break
+                medians = analysis.run_values(results.summary_frame("aa", done, []), results.steps_frame("aa", done))
+                by_instance = medians.groupby("runner")["median_step_time_s"]
+                rounds.append((by_instance.get_group("a").to_numpy(), by_instance.get_group("b").to_numpy()))
+            label = f"{model} b{batch_size} {precision}"
+            if len(rounds) < 2:
+                print(f"{label:<34} failed: {failed[0].code}: {failed[0].message[:80]}")
+                continue
+            floor = stats.noise_floor(stats.compare("a", rounds[0][0], "b", rounds[0][1]))
+            verdict = stats.compare("a", rounds[1][0], "b", rounds[1][1], noise_floor=floor)
+            without_floor = stats.compare("a", rounds[1][0], "b", rounds[1][1])
+            outcomes.append((verdict, without_floor, floor))
+            a_ms, b_ms = (stats.geometric_mean(values) * 1e3 for values in rounds[1])
+            print(f"{label:<34} {a_ms:8.3f} {b_ms:8.3f} {verdict.ratio:6.3f} [{verdict.ci_low:.3f}, {verdict.ci_high:.3f}] "
+                  f"{verdict.resolvable:8.1%} {floor:7.1%}  {'WRONG: ' if verdict.significant else ''}{verdict.verdict}")
+        if not outcomes:
+            return 1
+        wrong = sum(v.significant for v, _, _ in outcomes)
+        wrong_without_floor = sum(w.significant for _, w, _ in outcomes)
+        floors = sorted(f for _, _, f in outcomes if not math.isnan(f))
+        resolvable = sorted(v.resolvable for v, _, _ in outcomes)
+        print(f"\nwrong verdicts: {wrong} of {len(outcomes)} ({wrong / len(outcomes):.1%}); without the noise floor: "
+              f"{wrong_without_floor} of {len(outcomes)} ({wrong_without_floor / len(outcomes):.1%})")
+        print(f"noise floor: median {floors[len(floors) // 2]:.1%}, range {floors[0]:.1%} to {floors[-1]:.1%}; "
+              f"smallest difference the runs resolve: median {resolvable[len(resolvable) // 2]:.1%}, "
+              f"range {resolvable[0]:.1%} to {resolvable[-1]:.1%}")
+        print(f"wall time {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
