@@ -5,8 +5,10 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from fwbench_aggregator.launch import StartupSettings
 from fwbench_aggregator.store import run_key
-from fwbench_aggregator.sweep import Configuration, Mode, Precision, SweepError, load_sweep, sweep_from_options
+from fwbench_aggregator.sweep import Configuration, SweepError, load_sweep, sweep_from_options
+from fwbench_aggregator.vocabulary import Mode, Precision
 
 SWEEP = """\
 # a small grid
@@ -50,7 +52,7 @@ def test_a_valid_file_expands_interleaved(tmp_path):
     assert first[1].compilation is None  # tensorflow keeps its default
     bert = [c for c in configurations if c.model == "bert_tiny"]
     assert {c.shape for c in bert} == {"seq=128"} and {c.model_options for c in bert} == {(("head", "mlm"),)}
-    assert bert[0].option_strings() == ["head=mlm"]
+    assert dict(bert[0].run_spec(StartupSettings()).to_request().model_options) == {"head": "mlm"}
     assert sweep.cooldown_s == 0.5
     # Every run has its own store key, and the key is stable.
     keys = [run_key(c.key_fields()) for c in configurations]
@@ -127,7 +129,7 @@ BASE = "models: [resnet18, bert_tiny]\n"
         ("steps: ten\n", 2, "steps", "'ten' is not accepted; accepted: an integer >= 1"),
         ("cooldown_s: -1\n", 2, "cooldown_s", "-1 is not accepted; accepted: a number >= 0"),
         ("layout: nhwc\n", 2, "layout", "unknown layout 'nhwc'; accepted values: channels_first, channels_last"),
-        ("compilation: jit\n", 2, "compilation", "'jit' is not a compilation; accepted: eager, graph, xla, torch_compile"),
+        ("compilation: jit\n", 2, "compilation", "unknown compilation 'jit'; accepted values: eager, graph, xla, torch_compile"),
         ("compilation: {jax: xla}\n", 2, "compilation.jax", "'jax' is not one of this sweep's runners; accepted: torch, tensorflow"),
         ("options:\n  bert_tiny:\n    head: off\n", 4, "options.bert_tiny.head", "False is not an option value"),
         ("options:\n  bert_tiny: mlm\n", 3, "options.bert_tiny", "'mlm' is not a mapping of option to value"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import functools
 import os
 import re
@@ -11,6 +10,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Annotated, NamedTuple, Optional
@@ -32,12 +32,14 @@ from . import stats
 from . import results as results_mod
 from .batch_search import BatchSearch
 from .client import RunnerClient, RunnerFailure, RunResult
-from .scheduler import device_group, indexed_device, run_grouped
-# The choices a sweep file takes are the command line's too: one definition of each.
-from .sweep import COMPILATIONS
-from .sweep import Layout as LayoutChoice
-from .sweep import Mode as ModeChoice
-from .sweep import Precision as PrecisionChoice
+from .scheduler import device_group, run_grouped
+from .plan import RunSpec, option_pairs
+# The choices come from the contract, as a sweep file's do: one definition of each.
+from .vocabulary import DEVICE, DEVICE_FORMS, SHAPE, SHAPE_FORMS, Compilation, indexed_device, shape_dims, shape_text, to_text
+from .vocabulary import Layout as LayoutChoice
+from .vocabulary import Mode as ModeChoice
+from .vocabulary import Precision as PrecisionChoice
+from .vocabulary import Switch as SwitchChoice
 from .launch import RUNNER_MODULES, LocalRunner, RunnerStartError, StartupSettings, default_venvs, embedded_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -45,22 +47,17 @@ out_console = Console()
 err_console = Console(stderr=True)
 
 
-class SwitchChoice(str, enum.Enum):
-    off = "off"
-    on = "on"
-
-
 def parse_compilation(values: list[str]) -> list[str]:
     for value in values:
         setting = value.partition("=")[2] if "=" in value else value
-        if setting not in COMPILATIONS:
+        if setting not in Compilation.__members__:
             raise typer.BadParameter(
-                f"{value!r}: give VALUE for every runner or RUNNER=VALUE for one; accepted values: {', '.join(COMPILATIONS)}"
+                f"{value!r}: give VALUE for every runner or RUNNER=VALUE for one; accepted values: {', '.join(Compilation.__members__)}"
             )
     return values
 
 
-def compilation_for(runner: str, values: list[str]) -> Optional[str]:
+def compilation_for(runner: str, values: list[str]) -> Optional[Compilation]:
     """The compilation asked for this runner: RUNNER=VALUE wins over a plain VALUE; None leaves its default."""
     chosen = None
     for value in values:
@@ -68,24 +65,14 @@ def compilation_for(runner: str, values: list[str]) -> Optional[str]:
         if not sep:
             chosen = chosen or value
         elif name == runner:
-            return setting
-    return chosen
-
-
-SHAPE_FORMS = "positive integers joined by 'x', per sample, channels first (3x224x224, 161x400), or NAME=N (seq=128, audio=16000)"
+            return Compilation(setting)
+    return chosen and Compilation(chosen)
 
 
 def parse_shape(value: Optional[str]) -> Optional[str]:
-    if value is not None and not re.fullmatch(r"[1-9]\d*(x[1-9]\d*)*|[a-z]+=[1-9]\d*", value):
+    if value is not None and not SHAPE.fullmatch(value):
         raise typer.BadParameter(f"{value!r} is not a shape: give {SHAPE_FORMS}")
     return value
-
-
-def shape_dims(shape: Optional[str]) -> list[int]:
-    """seq=128 -> [128]; 3x224x224 -> [3, 224, 224]; the runner checks the convention against the model."""
-    if not shape:
-        return []
-    return [int(shape.partition("=")[2])] if "=" in shape else [int(d) for d in shape.split("x")]
 
 
 def parse_options(values: list[str]) -> list[str]:
@@ -96,8 +83,8 @@ def parse_options(values: list[str]) -> list[str]:
 
 
 def parse_device(value: Optional[str]) -> Optional[str]:
-    if value is not None and not re.fullmatch(r"cpu(:0)?|gpu(:\d+)?", value):
-        raise typer.BadParameter(f"{value!r} is not a device: accepted values are cpu, gpu, or gpu:N (e.g. gpu:1)")
+    if value is not None and not DEVICE.fullmatch(value):
+        raise typer.BadParameter(f"{value!r} is not a device: accepted values are {DEVICE_FORMS}")
     return value
 
 
@@ -127,40 +114,6 @@ def parse_frameworks(value: str) -> str:
     if unknown or not value:
         raise typer.BadParameter(f"unknown framework(s) {unknown}; accepted values: {', '.join(RUNNER_MODULES)}")
     return value
-
-
-def build_request(
-    model: str, mode: ModeChoice, batch_size: int, shape: Optional[str], precision: PrecisionChoice,
-    device: Optional[str], warmup: int, steps: int, seed: int, options: list[str],
-    layout: Optional[LayoutChoice] = None, startup: StartupSettings = StartupSettings(),
-    warmup_until_cv: Optional[float] = None, stable_window: int = 5, min_measure_s: Optional[float] = None,
-) -> pb.RunRequest:
-    request = pb.RunRequest(
-        model=model,
-        mode=pb.Mode.Value(f"MODE_{mode.value.upper()}"),
-        batch_size=batch_size,
-        input_shape=shape_dims(shape),
-        model_options=dict(value.split("=", 1) for value in options),
-        precision=pb.Precision.Value(f"PRECISION_{precision.value.upper()}"),
-        warmup_steps=warmup,
-        measured_steps=steps,
-        seed=seed,
-    )
-    request.cudnn_autotune = pb.Switch.Value(f"SWITCH_{startup.cudnn_autotune.upper()}")
-    request.intra_op_threads = startup.intra_op_threads
-    request.inter_op_threads = startup.inter_op_threads
-    if layout:
-        request.layout = pb.Layout.Value(f"LAYOUT_{layout.value.upper()}")
-    if warmup_until_cv is not None:
-        request.warmup_until_stable.cv_threshold = warmup_until_cv
-        request.warmup_until_stable.window = stable_window
-    if min_measure_s is not None:
-        request.min_measure_s = min_measure_s
-    if device:
-        kind, _, index = device.partition(":")
-        request.device.kind = pb.DeviceKind.Value(f"DEVICE_KIND_{kind.upper()}")
-        request.device.index = int(index or 0)
-    return request
 
 
 def start_embedded(
@@ -218,7 +171,7 @@ def run_all(
                 task = progress.add_task(f"{label}: starting", total=None)
 
                 def on_progress(p: pb.Progress, task=task, label=label) -> None:
-                    phase = pb.Phase.Name(p.phase).removeprefix("PHASE_").lower()
+                    phase = to_text(pb.Phase, p.phase)
                     progress.update(task, description=f"{label}: {phase}", completed=p.steps_done, total=p.steps_total)
 
                 try:
@@ -318,23 +271,17 @@ def compare(
 ) -> None:
     """Run one model at one batch size and shape on every runner, and compare them."""
     startup = StartupSettings(intra_op_threads, inter_op_threads, cudnn_autotune.value)
-    request = build_request(
-        model, mode, batch_size, shape, precision, device, warmup, steps, seed, option,
-        layout, startup, warmup_until_cv, stable_window, min_measure_s,
+    spec = RunSpec(
+        model, mode, batch_size, shape, precision, device, layout, warmup=warmup, steps=steps, seed=seed,
+        model_options=option_pairs(option), startup=startup, warmup_until_cv=warmup_until_cv,
+        stable_window=stable_window, min_measure_s=min_measure_s, power_rate_hz=power_rate_hz,
+        idle_baseline_s=idle_baseline_s,
     )
-    request.power_sample_rate_hz = power_rate_hz
-    request.idle_baseline_s = idle_baseline_s
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{model}-{mode.value}-b{batch_size}"
     out_dir = out / run_id
     with ExitStack() as stack:
         endpoints, failures = resolve_endpoints(runner, frameworks, venvs, out_dir / "logs", stack, startup)
-        requests = {}
-        for name in endpoints:
-            requests[name] = pb.RunRequest()
-            requests[name].CopyFrom(request)
-            chosen = compilation_for(name, compilation)
-            if chosen:
-                requests[name].compilation = pb.Compilation.Value(f"COMPILATION_{chosen.upper()}")
+        requests = {name: replace(spec, compilation=compilation_for(name, compilation)).to_request() for name in endpoints}
         results, run_failures = run_all(endpoints, requests, repetitions, cooldown_s)
         failures += run_failures
 
@@ -349,7 +296,7 @@ def compare(
         found = results_mod.verdicts(steps, min_effect)
         table["verdict"] = [next((v.verdict for v in found if v.slower == r), "fastest" if found else "") for r in table["runner"]]
         frames["comparison"] = table
-        shape_shown = "x".join(map(str, results[0].config.input_shape))
+        shape_shown = shape_text(results[0].config.input_shape)
         print_comparison(
             table, found,
             f"{model} {mode.value}, batch {batch_size}, {shape_shown}, {precision.value}, {results[0].config.device.name}",
@@ -397,9 +344,8 @@ def models(runner: RunnerOption = [], frameworks: FrameworksOption = "torch,tens
     def add_rows(name: str, address: str, client: RunnerClient) -> None:
         for m in client.list_models():
             view.add_row(
-                name, m.name, pb.Task.Name(m.task).removeprefix("TASK_").lower(), m.input_convention,
-                "x".join(map(str, m.default_input_shape)), "x".join(map(str, m.min_input_shape)),
-                "x".join(map(str, m.max_input_shape)),
+                name, m.name, to_text(pb.Task, m.task), m.input_convention,
+                shape_text(m.default_input_shape), shape_text(m.min_input_shape), shape_text(m.max_input_shape),
                 " ".join(f"{o.name}={'|'.join(o.choices)}" for o in m.options),
                 f"{m.parameter_count:,}",
             )
@@ -496,8 +442,9 @@ def max_batch(
     venvs: VenvsOption = None,
 ) -> None:
     """The largest batch each runner fits in device memory: doubling, then bisection on RESOURCE_EXHAUSTED."""
-    request = build_request(model, mode, 1, shape, precision, device, 0, 1, 0, option)
-    request.power_sample_rate_hz = 0
+    request = RunSpec(
+        model, mode, 1, shape, precision, device, warmup=0, steps=1, model_options=option_pairs(option), power_rate_hz=0
+    ).to_request()
     view = Table(title=f"largest batch: {model} {mode.value}, {precision.value}")
     for column in ("runner", "largest batch", "batches tried"):
         view.add_column(column)
@@ -595,13 +542,7 @@ def sweep(
             def run_one(job) -> None:
                 key, c = job
                 progress.update(overall, description=f"{c.runner} {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1}")
-                request = build_request(
-                    c.model, c.mode, c.batch_size, c.shape, c.precision,
-                    c.device, c.warmup, c.steps, 0, c.option_strings(),
-                    c.layout, startup,
-                )
-                if c.compilation:
-                    request.compilation = pb.Compilation.Value(f"COMPILATION_{c.compilation.upper()}")
+                request = c.run_spec(startup).to_request()
                 config = c.key_fields()
                 client = RunnerClient(c.runner, endpoints[c.runner])
                 active.add(client)
@@ -670,7 +611,7 @@ def runner_facts(name: str, address: str) -> RunnerFacts:
     def default_shapes() -> dict[str, str]:
         # Listing models builds each once on the runner: only worth it once a run has failed.
         with RunnerClient(name, address) as client:
-            return {m.name: "x".join(map(str, m.default_input_shape)) for m in client.list_models()}
+            return {m.name: shape_text(m.default_input_shape) for m in client.list_models()}
 
     def columns(model: str, device: Optional[str], shape: Optional[str]) -> dict:
         return {
@@ -678,7 +619,7 @@ def runner_facts(name: str, address: str) -> RunnerFacts:
             "framework": info.framework,
             "framework_version": info.framework_version,
             "device": indexed_device(device or default_device),
-            "input_shape": "x".join(map(str, shape_dims(shape))) if shape else default_shapes().get(model, ""),
+            "input_shape": shape_text(shape_dims(shape)) if shape else default_shapes().get(model, ""),
         }
 
     return RunnerFacts(default_device, columns, dict(info.options))

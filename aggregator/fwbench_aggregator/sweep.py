@@ -33,29 +33,11 @@ from typing import Optional
 
 import yaml
 
+from .launch import StartupSettings
+from .plan import RunSpec
+from .vocabulary import DEVICE, DEVICE_FORMS, SHAPE, SHAPE_FORMS, Compilation, Layout, Mode, Precision
 
-class Mode(str, enum.Enum):
-    train = "train"
-    infer = "infer"
-
-
-class Precision(str, enum.Enum):
-    fp32 = "fp32"
-    tf32 = "tf32"
-    amp_fp16 = "amp_fp16"
-    amp_bf16 = "amp_bf16"
-
-
-class Layout(str, enum.Enum):
-    channels_first = "channels_first"
-    channels_last = "channels_last"
-
-
-COMPILATIONS = ("eager", "graph", "xla", "torch_compile")
 DEFAULT_RUNNERS = ("torch", "tensorflow")
-SHAPE_FORMS = "positive integers joined by 'x' (3x224x224) or NAME=N (seq=128)"
-_SHAPE = re.compile(r"[1-9]\d*(x[1-9]\d*)*|[a-z]+=[1-9]\d*")
-_DEVICE = re.compile(r"cpu(:0)?|gpu(:\d+)?")
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _OPTION_NAME = re.compile(r"[a-z_]+")
 _OPTION_VALUE = re.compile(r"[A-Za-z0-9_]+")
@@ -90,13 +72,16 @@ class Configuration:
     repetition: int
     model_options: tuple[tuple[str, str], ...] = ()
     layout: Optional[Layout] = None
-    compilation: Optional[str] = None
+    compilation: Optional[Compilation] = None
     warmup: int = 5
     steps: int = 20
 
-    def option_strings(self) -> list[str]:
-        """Model options as NAME=VALUE strings, as cli.build_request takes them."""
-        return [f"{name}={value}" for name, value in self.model_options]
+    def run_spec(self, startup: StartupSettings) -> RunSpec:
+        """The run this configuration asks of its runner, with the runners' startup settings."""
+        return RunSpec(
+            self.model, self.mode, self.batch_size, self.shape, self.precision, self.device, self.layout,
+            self.compilation, self.warmup, self.steps, model_options=self.model_options, startup=startup,
+        )
 
     def key_fields(self, **settings: object) -> dict[str, object]:
         """The fields a result depends on, JSON-ready, for store.run_key. Extra keyword arguments
@@ -111,7 +96,7 @@ class Configuration:
             "precision": self.precision.value,
             "device": self.device,
             "layout": self.layout.value if self.layout else None,
-            "compilation": self.compilation,
+            "compilation": self.compilation.value if self.compilation else None,
             "settings": {"warmup_steps": self.warmup, "measured_steps": self.steps, **settings},
             "repetition": self.repetition,
         }
@@ -131,7 +116,7 @@ class Sweep:
     steps: int = 20
     options: dict[str, dict[str, str]] = field(default_factory=dict)
     layout: Optional[Layout] = None
-    compilation: dict[str, str] = field(default_factory=dict)  # per runner; absent: the runner's default
+    compilation: dict[str, Compilation] = field(default_factory=dict)  # per runner; absent: the runner's default
     cooldown_s: float = 0.0
 
     def configurations(self) -> list[Configuration]:
@@ -180,7 +165,7 @@ def _choice(choices: type[enum.Enum], what: str, fail: Fail) -> Callable[[tuple,
     def check(path: tuple, value: object) -> enum.Enum:
         if not isinstance(value, str) or value not in choices.__members__:
             fail(path, f"unknown {what} {value!r}; accepted values: {', '.join(choices.__members__)}")
-        return choices[value]
+        return choices(value)
 
     return check
 
@@ -221,7 +206,7 @@ def _build(raw: object, fail: Fail) -> Sweep:
     values["runners"] = _list(raw, "runners", fail, name_check, "[torch, tensorflow]")
     values["modes"] = _list(raw, "modes", fail, _choice(Mode, "mode", fail), "[train, infer]")
     values["precisions"] = _list(raw, "precisions", fail, _choice(Precision, "precision", fail), "[fp32, amp_bf16]")
-    values["devices"] = _list(raw, "devices", fail, _pattern(_DEVICE, "device", "cpu, gpu, or gpu:N (e.g. gpu:1)", fail), "[gpu]")
+    values["devices"] = _list(raw, "devices", fail, _pattern(DEVICE, "device", DEVICE_FORMS, fail), "[gpu]")
 
     def batch_check(path: tuple, value: object) -> int:
         if not _is_int(value) or value < 1:
@@ -249,11 +234,11 @@ def _build(raw: object, fail: Fail) -> Sweep:
             def in_shapes(where: tuple, problem: str) -> None:
                 fail(("shapes", *where), problem)
 
-            shape_check = _pattern(_SHAPE, "shape", SHAPE_FORMS, in_shapes)
+            shape_check = _pattern(SHAPE, "shape", SHAPE_FORMS, in_shapes)
             by_model = per_model("shapes", "{resnet18: [3x32x32]}")
             values["shapes"] = {model: _list(by_model, model, in_shapes, shape_check, "[3x32x32]") for model in by_model}
         else:
-            shape_check = _pattern(_SHAPE, "shape", SHAPE_FORMS, fail)
+            shape_check = _pattern(SHAPE, "shape", SHAPE_FORMS, fail)
             everywhere = _list(raw, "shapes", fail, shape_check, "[3x32x32, seq=128] or {resnet18: [3x32x32]}")
             values["shapes"] = {model: everywhere for model in models}
 
@@ -279,7 +264,7 @@ def _build(raw: object, fail: Fail) -> Sweep:
     runners = values["runners"] or DEFAULT_RUNNERS
     if raw.get("compilation") is not None:
         given = raw["compilation"]
-        compilation_check = _pattern(re.compile("|".join(COMPILATIONS)), "compilation", ", ".join(COMPILATIONS), fail)
+        compilation_check = _choice(Compilation, "compilation", fail)
         if isinstance(given, Mapping):
             for runner in given:
                 if runner not in runners:
