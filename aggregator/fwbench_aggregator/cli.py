@@ -17,11 +17,8 @@ from typing import Annotated, NamedTuple, Optional
 
 import pandas as pd
 import typer
-from google.protobuf.json_format import MessageToDict
 from fwbench.runner.v1 import runner_pb2 as pb
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
 from . import parity as parity_mod
 from . import plots
@@ -32,10 +29,13 @@ from . import stats
 from . import results as results_mod
 from .batch_search import BatchSearch
 from .client import RunnerClient, RunnerFailure, RunResult
+from .console import Column, err_console, out_console, print_table
 from .scheduler import device_group, run_grouped
 from .plan import RunSpec, option_pairs
 # The choices come from the contract, as a sweep file's do: one definition of each.
-from .vocabulary import DEVICE, DEVICE_FORMS, SHAPE, SHAPE_FORMS, Compilation, indexed_device, shape_dims, shape_text, to_text
+from .vocabulary import (
+    DEVICE, DEVICE_FORMS, SHAPE, SHAPE_FORMS, Compilation, device_text, indexed_device, shape_dims, shape_text, to_text,
+)
 from .vocabulary import Layout as LayoutChoice
 from .vocabulary import Mode as ModeChoice
 from .vocabulary import Precision as PrecisionChoice
@@ -43,8 +43,6 @@ from .vocabulary import Switch as SwitchChoice
 from .launch import RUNNER_MODULES, LocalRunner, RunnerStartError, StartupSettings, default_venvs, embedded_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
-out_console = Console()
-err_console = Console(stderr=True)
 
 
 def parse_compilation(values: list[str]) -> list[str]:
@@ -205,24 +203,8 @@ def print_comparison(table, verdicts, title: str) -> None:
         )
         for row in table.itertuples()
     ]
-    view = Table(title=title)
-    view.add_column("runner", no_wrap=True)
-    view.add_column("version", no_wrap=True)
-    for header in headers:
-        view.add_column(header, justify="right")
-    for runner, row in zip(runners, figures):
-        view.add_row(*runner, *row)
-    natural_width = out_console.measure(view, options=out_console.options.update(max_width=10_000)).maximum
-    if natural_width > out_console.width:
-        # Too narrow for a row per runner (an 80-column terminal, a log): a column per runner, so
-        # that no figure is cut.
-        view = Table(title=title)
-        view.add_column("")
-        for name, version in runners:
-            view.add_column(f"{name}\n{version}", justify="right")
-        for index, header in enumerate(headers):
-            view.add_row(header, *(row[index] for row in figures))
-    out_console.print(view)
+    columns = [Column("runner", key=True), Column("version", key=True), *(Column(h, numeric=True) for h in headers)]
+    print_table(columns, [(*runner, *row) for runner, row in zip(runners, figures)], title)
     for verdict in verdicts:
         out_console.print(f"verdict: {verdict.verdict}")
     for row in table.itertuples():
@@ -337,33 +319,53 @@ def each_runner(
 @app.command()
 def models(runner: RunnerOption = [], frameworks: FrameworksOption = "torch,tensorflow", venvs: VenvsOption = None) -> None:
     """List every runner's models: task, default and minimum input shape, trainable parameters."""
-    view = Table(title="models")
-    for column in ("runner", "model", "task", "input", "default shape", "min shape", "max shape", "options", "parameters"):
-        view.add_column(column)
+    columns = [
+        Column("runner", key=True), Column("model", key=True), Column("task"), Column("input"), Column("default shape"),
+        Column("min shape"), Column("max shape"), Column("options"), Column("parameters", numeric=True),
+    ]
+    rows = []
 
     def add_rows(name: str, address: str, client: RunnerClient) -> None:
         for m in client.list_models():
-            view.add_row(
+            rows.append((
                 name, m.name, to_text(pb.Task, m.task), m.input_convention,
                 shape_text(m.default_input_shape), shape_text(m.min_input_shape), shape_text(m.max_input_shape),
                 " ".join(f"{o.name}={'|'.join(o.choices)}" for o in m.options),
                 f"{m.parameter_count:,}",
-            )
+            ))
 
     failures = each_runner(runner, frameworks, venvs, add_rows)
-    out_console.print(view)
+    print_table(columns, rows, "models")
     report_failures(failures)
 
 
 @app.command()
 def describe(runner: RunnerOption = [], frameworks: FrameworksOption = "torch,tensorflow", venvs: VenvsOption = None) -> None:
     """Show each runner's framework, versions, devices and precisions."""
+    columns = [
+        Column("runner", key=True), Column("address"), Column("framework"), Column("version"), Column("python"),
+        Column("CUDA"), Column("cuDNN"), Column("runner version"), Column("protocol"), Column("devices"),
+        Column("precisions"), Column("options"),
+    ]
+    rows = []
 
     def show(name: str, address: str, client: RunnerClient) -> None:
-        out_console.print(f"[bold]{name}[/] at {address}")
-        out_console.print(MessageToDict(client.describe(), preserving_proto_field_name=True))
+        info = client.describe()
+        devices = [
+            f"{device_text(d)} {d.name}" + (f", {d.memory_bytes / 2**30:.1f} GiB" if d.memory_bytes else "")
+            + (f", driver {d.driver_version}" if d.driver_version else "")
+            for d in info.devices
+        ]
+        rows.append((
+            name, address, info.framework, info.framework_version, info.python_version, info.cuda_version or "-",
+            info.cudnn_version or "-", info.runner_version, info.protocol, "\n".join(devices),
+            ", ".join(to_text(pb.Precision, p) for p in info.precisions),
+            "\n".join(f"{key}={value}" for key, value in sorted(info.options.items())),
+        ))
 
-    report_failures(each_runner(runner, frameworks, venvs, show))
+    failures = each_runner(runner, frameworks, venvs, show)
+    print_table(columns, rows, "runners")
+    report_failures(failures)
 
 
 def report_failures(failures: list[RunnerFailure]) -> None:
@@ -414,18 +416,24 @@ def parity(
 
 
 def print_parity(table) -> None:
-    view = Table(title="parity: torch / tensorflow")
-    for column in ("model", "input", "params", "GFLOPs", "output", "max rel diff", "verdict"):
-        view.add_column(column, no_wrap=column == "model")
+    columns = [
+        Column("model", key=True), Column("input"), Column("params", numeric=True), Column("GFLOPs", numeric=True),
+        Column("output"), Column("max rel diff"), Column("verdict"),
+    ]
+    rows = []
     for row in table.to_dict("records"):
         numeric = row["numeric"] if pd.isna(row["max_rel_diff"]) else f"{row['max_rel_diff']:.1e} ({row['numeric']})"
-        view.add_row(
+        rows.append((
             row["model"], row["input_shape"],
             f"{row['params_torch']:,} / {row['params_tensorflow']:,}",
             f"{row['flops_torch'] / 1e9:.3f} / {row['flops_tensorflow'] / 1e9:.3f}",
             f"{row['output_torch']} / {row['output_tensorflow']}", numeric, row["verdict"],
-        )
-    out_console.print(view)
+        ))
+    print_table(columns, rows, "parity: torch / tensorflow")
+
+
+# The list of batches a search tried wraps at this width rather than widening the table.
+BATCHES_TRIED_WIDTH = 40
 
 
 @app.command("max-batch")
@@ -445,9 +453,7 @@ def max_batch(
     request = RunSpec(
         model, mode, 1, shape, precision, device, warmup=0, steps=1, model_options=option_pairs(option), power_rate_hz=0
     ).to_request()
-    view = Table(title=f"largest batch: {model} {mode.value}, {precision.value}")
-    for column in ("runner", "largest batch", "batches tried"):
-        view.add_column(column)
+    rows = []
     failures: list[RunnerFailure] = []
     with ExitStack() as stack, TemporaryDirectory() as logs:
         endpoints, failures = resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
@@ -472,8 +478,9 @@ def max_batch(
                     failures.append(failure)
                     continue
             tried = ", ".join(f"{b}{'' if ok else ' (OOM)'}" for b, ok in sorted(search.tried.items()))
-            view.add_row(name, "none fits" if largest is None else str(largest), tried)
-    out_console.print(view)
+            rows.append((name, "none fits" if largest is None else str(largest), tried))
+    columns = [Column("runner", key=True), Column("largest batch"), Column("batches tried", wrap_at=BATCHES_TRIED_WIDTH)]
+    print_table(columns, rows, f"largest batch: {model} {mode.value}, {precision.value}")
     report_failures(failures)
 
 
@@ -628,7 +635,7 @@ def runner_facts(name: str, address: str) -> RunnerFacts:
 def write_store_report(results_store, out_dir: Path) -> Path:
     summary, steps = results_store.load("summary"), results_store.load("steps")
     rows = report_mod.comparison_rows(summary, steps)
-    report_mod.print_rows(rows, console=out_console)
+    report_mod.print_rows(rows)
     manifests = {key: results_store.manifest(key) for key in sorted(results_store.keys())}
     return report_mod.write_report(summary, steps, manifests, out_dir)
 
