@@ -24,9 +24,10 @@ from contextlib import ExitStack
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from fwbench_aggregator import analysis, results, stats, sweep
-from fwbench_aggregator.cli import build_request, run_all, start_embedded
-from fwbench_aggregator.launch import StartupSettings, default_venvs
+from fwbench_aggregator import analysis, plan, results, stats
+from fwbench_aggregator.cli import run_all, start_embedded
+from fwbench_aggregator.launch import default_venvs
+from fwbench_aggregator.vocabulary import Mode, Precision
 
 GRIDS = {
     # The configurations where pooled-step statistics went wrong on an H100 (launch-bound small batches
@@ -49,9 +50,9 @@ def main() -> int:
     parser.add_argument("--precisions", help="comma-separated; default: the grid's")
     parser.add_argument("--mode", default="infer", choices=("train", "infer"))
     parser.add_argument("--repetitions", type=int, default=stats.DEFAULT_REPETITIONS)
-    parser.add_argument("--min-measure-s", type=float, default=sweep.DEFAULT_MIN_MEASURE_S)
-    parser.add_argument("--warmup", type=int, default=sweep.DEFAULT_WARMUP)
-    parser.add_argument("--steps", type=int, default=sweep.DEFAULT_STEPS)
+    parser.add_argument("--min-measure-s", type=float, default=plan.DEFAULT_MIN_MEASURE_S)
+    parser.add_argument("--warmup", type=int, default=plan.DEFAULT_WARMUP)
+    parser.add_argument("--steps", type=int, default=plan.DEFAULT_STEPS)
     args = parser.parse_args()
     grid = GRIDS[args.grid]
     models = (args.models or grid["models"]).split(",")
@@ -79,11 +80,10 @@ def main() -> int:
         started = time.perf_counter()
         for model, batch_size, precision in itertools.product(models, batch_sizes, precisions):
             shape = grid["shapes"].get(model)
-            request = build_request(
-                model, sweep.Mode(args.mode), batch_size, shape, sweep.Precision(precision), grid["device"],
-                args.warmup, args.steps, 0, [], None, StartupSettings(), sweep.DEFAULT_WARMUP_UNTIL_CV,
-                sweep.STABLE_WINDOW, args.min_measure_s,
-            )
+            request = plan.RunSpec(
+                model, Mode(args.mode), batch_size, shape, Precision(precision), grid["device"], warmup=args.warmup,
+                steps=args.steps, min_measure_s=args.min_measure_s,
+            ).to_request()
             rounds = []
             for _ in range(2):
                 done, failed = run_all(twins, {name: request for name in twins}, args.repetitions)

@@ -20,7 +20,7 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator import launch
+from fwbench_aggregator import launch, vocabulary
 from fwbench_core.catalog import MODEL_SPECS
 from fwbench_core.wire import enum_to_wire
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -435,11 +435,11 @@ def test_reflection_lists_the_runner_service(channel):
 # --- explicit settings: what a runner advertises it honours, and refuses the rest -----
 
 SETTINGS = {
-    # Describe option suffix -> (RunRequest field, proto enum, prefix)
-    "precisions": ("precision", pb.Precision, "PRECISION"),
-    "layouts": ("layout", pb.Layout, "LAYOUT"),
-    "compilations": ("compilation", pb.Compilation, "COMPILATION"),
-    "cudnn_autotune": ("cudnn_autotune", pb.Switch, "SWITCH"),
+    # Describe option suffix -> (RunRequest field, proto enum)
+    "precisions": ("precision", pb.Precision),
+    "layouts": ("layout", pb.Layout),
+    "compilations": ("compilation", pb.Compilation),
+    "cudnn_autotune": ("cudnn_autotune", pb.Switch),
 }
 # torch.compile takes a minute or more per model on a small CPU: checked by the benchmark, not here.
 SLOW_SETTINGS = {("compilation", "torch_compile")}
@@ -452,17 +452,17 @@ def advertised(info: pb.DescribeResponse, suffix: str) -> set[str]:
 @pytest.mark.parametrize("suffix", sorted(SETTINGS))
 def test_advertised_settings_run_and_the_rest_are_refused(runner, stub, suffix):
     info = stub.Describe(pb.DescribeRequest(), timeout=RPC_TIMEOUT_S)
-    field, wrapper, prefix = SETTINGS[suffix]
+    field, wrapper = SETTINGS[suffix]
     supported = advertised(info, suffix)
     assert supported, f"{runner.name} advertises no {suffix}"
-    for name in wrapper.keys():
-        value = name.removeprefix(f"{prefix}_").lower()
-        if value == "unspecified" or (field, value) in SLOW_SETTINGS:
+    for value in vocabulary.choices(wrapper):
+        if (field, value) in SLOW_SETTINGS:
             continue
-        request = run_request(mode=pb.MODE_TRAIN, warmup_steps=0, measured_steps=1, **{field: wrapper.Value(name)})
+        number = vocabulary.from_text(wrapper, value)
+        request = run_request(mode=pb.MODE_TRAIN, warmup_steps=0, measured_steps=1, **{field: number})
         if value in supported:
             config = of_kind(run_events(stub, request), "config")[0]
-            assert getattr(config, field) == wrapper.Value(name), (field, value)
+            assert getattr(config, field) == number, (field, value)
         else:
             error = run_error(stub, request)
             assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, (value, error.details())
@@ -473,7 +473,7 @@ def test_unset_settings_resolve_to_explicit_values(stub):
     info = stub.Describe(pb.DescribeRequest(), timeout=RPC_TIMEOUT_S)
     config = of_kind(run_events(stub, run_request(measured_steps=1)), "config")[0]
     assert config.layout == pb.LAYOUT_CHANNELS_LAST
-    assert pb.Compilation.Name(config.compilation).removeprefix("COMPILATION_").lower() == info.options["cpu:0.default_compilation"]
+    assert vocabulary.to_text(pb.Compilation, config.compilation) == info.options["cpu:0.default_compilation"]
     assert config.cudnn_autotune == pb.SWITCH_OFF
     assert (config.intra_op_threads, config.inter_op_threads) == (
         int(info.options["intra_op_threads"]), int(info.options["inter_op_threads"])

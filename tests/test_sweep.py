@@ -5,9 +5,12 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from fwbench_aggregator.launch import StartupSettings
 from fwbench_aggregator.store import run_key
+from fwbench_aggregator.plan import DEFAULT_MIN_MEASURE_S, DEFAULT_WARMUP_UNTIL_CV
 from fwbench_aggregator.stats import DEFAULT_REPETITIONS, MIN_REPETITIONS
-from fwbench_aggregator.sweep import DEFAULT_MIN_MEASURE_S, DEFAULT_WARMUP_UNTIL_CV, Configuration, Mode, Precision, SweepError, load_sweep, sweep_from_options
+from fwbench_aggregator.sweep import Configuration, SweepError, load_sweep, sweep_from_options
+from fwbench_aggregator.vocabulary import Mode, Precision
 
 SWEEP = """\
 # a small grid
@@ -53,7 +56,7 @@ def test_a_valid_file_expands_counterbalanced(tmp_path):
     assert (first[0].warmup_until_cv, first[0].min_measure_s) == (DEFAULT_WARMUP_UNTIL_CV, DEFAULT_MIN_MEASURE_S)
     bert = [c for c in configurations if c.model == "bert_tiny"]
     assert {c.shape for c in bert} == {"seq=128"} and {c.model_options for c in bert} == {(("head", "mlm"),)}
-    assert bert[0].option_strings() == ["head=mlm"]
+    assert dict(bert[0].run_spec(StartupSettings()).to_request().model_options) == {"head": "mlm"}
     assert sweep.cooldown_s == 0.5
     # Every run has its own store key, and the key is stable.
     keys = [run_key(c.key_fields()) for c in configurations]
@@ -134,7 +137,7 @@ BASE = "models: [resnet18, bert_tiny]\n"
         ("min_measure_s: -1\n", 2, "min_measure_s", "-1 is not accepted; accepted: a number >= 0"),
         ("warmup_until_cv: 5\n", 2, "warmup_until_cv", "5.0 is not a coefficient of variation; accepted: 0 (off) up to below 1"),
         ("layout: nhwc\n", 2, "layout", "unknown layout 'nhwc'; accepted values: channels_first, channels_last"),
-        ("compilation: jit\n", 2, "compilation", "'jit' is not a compilation; accepted: eager, graph, xla, torch_compile"),
+        ("compilation: jit\n", 2, "compilation", "unknown compilation 'jit'; accepted values: eager, graph, xla, torch_compile"),
         ("compilation: {jax: xla}\n", 2, "compilation.jax", "'jax' is not one of this sweep's runners; accepted: torch, tensorflow"),
         ("options:\n  bert_tiny:\n    head: off\n", 4, "options.bert_tiny.head", "False is not an option value"),
         ("options:\n  bert_tiny: mlm\n", 3, "options.bert_tiny", "'mlm' is not a mapping of option to value"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import functools
 import os
 import re
@@ -11,17 +10,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Annotated, NamedTuple, Optional
 
 import pandas as pd
 import typer
-from google.protobuf.json_format import MessageToDict
 from fwbench.runner.v1 import runner_pb2 as pb
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
 from . import analysis
 from . import parity as parity_mod
@@ -33,35 +30,34 @@ from . import stats
 from . import results as results_mod
 from .batch_search import BatchSearch
 from .client import RunnerClient, RunnerFailure, RunResult
-from .scheduler import device_group, indexed_device, run_grouped
-# The choices a sweep file takes are the command line's too: one definition of each.
-from .sweep import COMPILATIONS
-from .sweep import Layout as LayoutChoice
-from .sweep import Mode as ModeChoice
-from .sweep import Precision as PrecisionChoice
+from .console import Column, err_console, out_console, print_table
+from .scheduler import device_group, run_grouped
+from . import plan
+from .plan import RunSpec, option_pairs
+# The choices come from the contract, as a sweep file's do: one definition of each.
+from .vocabulary import (
+    DEVICE, DEVICE_FORMS, SHAPE, SHAPE_FORMS, Compilation, device_text, indexed_device, shape_dims, shape_text, to_text,
+)
+from .vocabulary import Layout as LayoutChoice
+from .vocabulary import Mode as ModeChoice
+from .vocabulary import Precision as PrecisionChoice
+from .vocabulary import Switch as SwitchChoice
 from .launch import RUNNER_MODULES, LocalRunner, RunnerStartError, StartupSettings, default_venvs, embedded_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
-out_console = Console()
-err_console = Console(stderr=True)
-
-
-class SwitchChoice(str, enum.Enum):
-    off = "off"
-    on = "on"
 
 
 def parse_compilation(values: list[str]) -> list[str]:
     for value in values:
         setting = value.partition("=")[2] if "=" in value else value
-        if setting not in COMPILATIONS:
+        if setting not in Compilation.__members__:
             raise typer.BadParameter(
-                f"{value!r}: give VALUE for every runner or RUNNER=VALUE for one; accepted values: {', '.join(COMPILATIONS)}"
+                f"{value!r}: give VALUE for every runner or RUNNER=VALUE for one; accepted values: {', '.join(Compilation.__members__)}"
             )
     return values
 
 
-def compilation_for(runner: str, values: list[str]) -> Optional[str]:
+def compilation_for(runner: str, values: list[str]) -> Optional[Compilation]:
     """The compilation asked for this runner: RUNNER=VALUE wins over a plain VALUE; None leaves its default."""
     chosen = None
     for value in values:
@@ -69,24 +65,14 @@ def compilation_for(runner: str, values: list[str]) -> Optional[str]:
         if not sep:
             chosen = chosen or value
         elif name == runner:
-            return setting
-    return chosen
-
-
-SHAPE_FORMS = "positive integers joined by 'x', per sample, channels first (3x224x224, 161x400), or NAME=N (seq=128, audio=16000)"
+            return Compilation(setting)
+    return chosen and Compilation(chosen)
 
 
 def parse_shape(value: Optional[str]) -> Optional[str]:
-    if value is not None and not re.fullmatch(r"[1-9]\d*(x[1-9]\d*)*|[a-z]+=[1-9]\d*", value):
+    if value is not None and not SHAPE.fullmatch(value):
         raise typer.BadParameter(f"{value!r} is not a shape: give {SHAPE_FORMS}")
     return value
-
-
-def shape_dims(shape: Optional[str]) -> list[int]:
-    """seq=128 -> [128]; 3x224x224 -> [3, 224, 224]; the runner checks the convention against the model."""
-    if not shape:
-        return []
-    return [int(shape.partition("=")[2])] if "=" in shape else [int(d) for d in shape.split("x")]
 
 
 def parse_options(values: list[str]) -> list[str]:
@@ -97,8 +83,8 @@ def parse_options(values: list[str]) -> list[str]:
 
 
 def parse_device(value: Optional[str]) -> Optional[str]:
-    if value is not None and not re.fullmatch(r"cpu(:0)?|gpu(:\d+)?", value):
-        raise typer.BadParameter(f"{value!r} is not a device: accepted values are cpu, gpu, or gpu:N (e.g. gpu:1)")
+    if value is not None and not DEVICE.fullmatch(value):
+        raise typer.BadParameter(f"{value!r} is not a device: accepted values are {DEVICE_FORMS}")
     return value
 
 
@@ -128,41 +114,6 @@ def parse_frameworks(value: str) -> str:
     if unknown or not value:
         raise typer.BadParameter(f"unknown framework(s) {unknown}; accepted values: {', '.join(RUNNER_MODULES)}")
     return value
-
-
-def build_request(
-    model: str, mode: ModeChoice, batch_size: int, shape: Optional[str], precision: PrecisionChoice,
-    device: Optional[str], warmup: int, steps: int, seed: int, options: list[str],
-    layout: Optional[LayoutChoice] = None, startup: StartupSettings = StartupSettings(),
-    warmup_until_cv: Optional[float] = None, stable_window: int = 5, min_measure_s: Optional[float] = None,
-) -> pb.RunRequest:
-    request = pb.RunRequest(
-        model=model,
-        mode=pb.Mode.Value(f"MODE_{mode.value.upper()}"),
-        batch_size=batch_size,
-        input_shape=shape_dims(shape),
-        model_options=dict(value.split("=", 1) for value in options),
-        precision=pb.Precision.Value(f"PRECISION_{precision.value.upper()}"),
-        warmup_steps=warmup,
-        measured_steps=steps,
-        seed=seed,
-    )
-    request.cudnn_autotune = pb.Switch.Value(f"SWITCH_{startup.cudnn_autotune.upper()}")
-    request.intra_op_threads = startup.intra_op_threads
-    request.inter_op_threads = startup.inter_op_threads
-    if layout:
-        request.layout = pb.Layout.Value(f"LAYOUT_{layout.value.upper()}")
-    # Fewer warm-up steps than the stability window are a fixed count: there is nothing to judge stability on.
-    if warmup_until_cv and warmup >= stable_window:
-        request.warmup_until_stable.cv_threshold = warmup_until_cv
-        request.warmup_until_stable.window = stable_window
-    if min_measure_s is not None:
-        request.min_measure_s = min_measure_s
-    if device:
-        kind, _, index = device.partition(":")
-        request.device.kind = pb.DeviceKind.Value(f"DEVICE_KIND_{kind.upper()}")
-        request.device.index = int(index or 0)
-    return request
 
 
 def start_embedded(
@@ -222,7 +173,7 @@ def run_all(
             task = progress.add_task(f"{label}: starting", total=None)
 
             def on_progress(p: pb.Progress, task=task, label=label) -> None:
-                phase = pb.Phase.Name(p.phase).removeprefix("PHASE_").lower()
+                phase = to_text(pb.Phase, p.phase)
                 progress.update(task, description=f"{label}: {phase}", completed=p.steps_done, total=p.steps_total)
 
             try:
@@ -260,24 +211,8 @@ def print_comparison(rows: pd.DataFrame, title: str) -> None:
         )
         for row in ran.itertuples()
     ]
-    view = Table(title=title)
-    view.add_column("runner", no_wrap=True)
-    view.add_column("version", no_wrap=True)
-    for header in headers:
-        view.add_column(header, justify="right")
-    for runner, row in zip(runners, figures):
-        view.add_row(*runner, *row)
-    natural_width = out_console.measure(view, options=out_console.options.update(max_width=10_000)).maximum
-    if natural_width > out_console.width:
-        # Too narrow for a row per runner (an 80-column terminal, a log): a column per runner, so
-        # that no figure is cut.
-        view = Table(title=title)
-        view.add_column("")
-        for name, version in runners:
-            view.add_column(f"{name}\n{version}", justify="right")
-        for index, header in enumerate(headers):
-            view.add_row(header, *(row[index] for row in figures))
-    out_console.print(view)
+    columns = [Column("runner", key=True), Column("version", key=True), *(Column(h, numeric=True) for h in headers)]
+    print_table(columns, [(*runner, *row) for runner, row in zip(runners, figures)], title)
     for row in rows.itertuples():
         if row.verdict != "fastest":
             out_console.print(f"verdict: {row.runner}: {analysis.flagged_verdict(row.verdict, row.flagged)}")
@@ -326,11 +261,11 @@ def compare(
     cudnn_autotune: Annotated[SwitchChoice, typer.Option(help="cuDNN autotuning, the same on every runner")] = SwitchChoice.off,
     intra_op_threads: Annotated[int, typer.Option(min=1, help="threads within an op, every runner (default: all cores)")] = os.cpu_count() or 1,
     inter_op_threads: Annotated[int, typer.Option(min=1, help="ops at once, every runner (default: all cores)")] = os.cpu_count() or 1,
-    warmup: WarmupOption = sweep_mod.DEFAULT_WARMUP,
-    warmup_until_cv: WarmupUntilCvOption = sweep_mod.DEFAULT_WARMUP_UNTIL_CV,
-    stable_window: Annotated[int, typer.Option(min=2, help="steps in the warm-up stability window")] = sweep_mod.STABLE_WINDOW,
-    steps: StepsOption = sweep_mod.DEFAULT_STEPS,
-    min_measure_s: MinMeasureOption = sweep_mod.DEFAULT_MIN_MEASURE_S,
+    warmup: WarmupOption = plan.DEFAULT_WARMUP,
+    warmup_until_cv: WarmupUntilCvOption = plan.DEFAULT_WARMUP_UNTIL_CV,
+    stable_window: Annotated[int, typer.Option(min=2, help="steps in the warm-up stability window")] = plan.STABLE_WINDOW,
+    steps: StepsOption = plan.DEFAULT_STEPS,
+    min_measure_s: MinMeasureOption = plan.DEFAULT_MIN_MEASURE_S,
     power_rate_hz: Annotated[float, typer.Option(min=0.0, max=100.0, help="power telemetry samples per second (1-100; 0: off)")] = 20.0,
     idle_baseline_s: Annotated[float, typer.Option(min=0.0, max=60.0, help="idle power measured before each run")] = 1.0,
     seed: Annotated[int, typer.Option(min=0)] = 0,
@@ -346,24 +281,18 @@ def compare(
     """Run one model at one batch size and shape on every runner, and compare them."""
     store = store or out / "store"
     startup = StartupSettings(intra_op_threads, inter_op_threads, cudnn_autotune.value)
-    request = build_request(
-        model, mode, batch_size, shape, precision, device, warmup, steps, seed, option,
-        layout, startup, warmup_until_cv, stable_window, min_measure_s,
+    spec = RunSpec(
+        model, mode, batch_size, shape, precision, device, layout, warmup=warmup, steps=steps, seed=seed,
+        model_options=option_pairs(option), startup=startup, warmup_until_cv=warmup_until_cv,
+        stable_window=stable_window, min_measure_s=min_measure_s, power_rate_hz=power_rate_hz,
+        idle_baseline_s=idle_baseline_s,
     )
-    request.power_sample_rate_hz = power_rate_hz
-    request.idle_baseline_s = idle_baseline_s
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{model}-{mode.value}-b{batch_size}"
     out_dir = out / run_id
     results_store = store_mod.ResultStore(store)
     with ExitStack() as stack:
         endpoints, failures = resolve_endpoints(runner, frameworks, venvs, out_dir / "logs", stack, startup)
-        requests = {}
-        for name in endpoints:
-            requests[name] = pb.RunRequest()
-            requests[name].CopyFrom(request)
-            chosen = compilation_for(name, compilation)
-            if chosen:
-                requests[name].compilation = pb.Compilation.Value(f"COMPILATION_{chosen.upper()}")
+        requests = {name: replace(spec, compilation=compilation_for(name, compilation)).to_request() for name in endpoints}
         results, run_failures = run_all(endpoints, requests, repetitions, cooldown_s)
         failures += run_failures
 
@@ -379,7 +308,7 @@ def compare(
     if results:
         rows = analysis.comparison_rows(frames["summary"], frames["steps"], results_store.load("calibration"), min_effect)
         frames["comparison"] = rows
-        shape_shown = "x".join(map(str, results[0].config.input_shape))
+        shape_shown = shape_text(results[0].config.input_shape)
         print_comparison(
             rows, f"{model} {mode.value}, batch {batch_size}, {shape_shown}, {precision.value}, {results[0].config.device.name}"
         )
@@ -405,10 +334,10 @@ def calibrate(
     precision: Annotated[PrecisionChoice, typer.Option(help="numeric precision")] = PrecisionChoice.fp32,
     device: Annotated[Optional[str], typer.Option(callback=parse_device, help="cpu, gpu or gpu:N; default: the runner's first GPU, else its CPU")] = None,
     layout: Annotated[Optional[LayoutChoice], typer.Option(help="image models' memory layout; default channels_last")] = None,
-    warmup: WarmupOption = sweep_mod.DEFAULT_WARMUP,
-    warmup_until_cv: WarmupUntilCvOption = sweep_mod.DEFAULT_WARMUP_UNTIL_CV,
-    steps: StepsOption = sweep_mod.DEFAULT_STEPS,
-    min_measure_s: MinMeasureOption = sweep_mod.DEFAULT_MIN_MEASURE_S,
+    warmup: WarmupOption = plan.DEFAULT_WARMUP,
+    warmup_until_cv: WarmupUntilCvOption = plan.DEFAULT_WARMUP_UNTIL_CV,
+    steps: StepsOption = plan.DEFAULT_STEPS,
+    min_measure_s: MinMeasureOption = plan.DEFAULT_MIN_MEASURE_S,
     repetitions: RepetitionsOption = stats.DEFAULT_REPETITIONS,
     runner: Annotated[
         list[str], typer.Option(callback=parse_runners, help="NAME=HOST:PORT, each NAME twice: two instances of one runner. Default: start two of each embedded runner")
@@ -429,15 +358,13 @@ def calibrate(
         raise typer.BadParameter(
             f"{', '.join(uneven)}: give each runner exactly twice, NAME=HOST:PORT of two instances", param_hint="--runner"
         )
-    request = build_request(
-        model, mode, batch_size, shape, precision, device, warmup, steps, 0, option,
-        layout, StartupSettings(), warmup_until_cv, sweep_mod.STABLE_WINDOW, min_measure_s,
-    )
+    request = RunSpec(
+        model, mode, batch_size, shape, precision, device, layout, warmup=warmup, steps=steps,
+        model_options=option_pairs(option), warmup_until_cv=warmup_until_cv, min_measure_s=min_measure_s,
+    ).to_request()
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-calibrate-{model}-{mode.value}-b{batch_size}"
     results_store = store_mod.ResultStore(store)
-    view = Table(title=f"noise floor: {model} {mode.value}, batch {batch_size}, {precision.value}")
-    for column in ("runner", "runs", "A/A ratio", "99% interval", "run spread", "noise floor"):
-        view.add_column(column, justify="left" if column == "runner" else "right")
+    table_rows = []
     failures: list[RunnerFailure] = []
     with ExitStack() as stack, TemporaryDirectory() as logs:
         if not pairs:
@@ -457,16 +384,17 @@ def calibrate(
             config = analysis.normalised(summary).iloc[0].to_dict()
             row = analysis.calibration_row(config, results[0].runner_info.framework, comparison)
             spread = max(stats.run_spread(medians.get_group(twin)) for twin in twins)
-            view.add_row(
+            table_rows.append((
                 name, str(row["runs"]), f"{comparison.ratio:.3f}",
                 f"[{comparison.ci_low:.3f}, {comparison.ci_high:.3f}]" if comparison.enough_runs else "–",
                 f"{spread:.1%}", f"{row['noise_floor']:.1%}" if comparison.enough_runs else "too few runs",
-            )
+            ))
             key = store_mod.run_key({"calibration": run_id, "runner": name})
             manifest = results_mod.manifest(key, results, {twin: request for twin in twins})
             results_store.append(key, {"calibration": run_id, "runner": name, **MessageToDict(request)},
                                  {"calibration": pd.DataFrame([row])}, manifest)
-    out_console.print(view)
+    columns = [Column("runner", key=True), *(Column(h, numeric=True) for h in ("runs", "A/A ratio", "99% interval", "run spread", "noise floor"))]
+    print_table(columns, table_rows, f"noise floor: {model} {mode.value}, batch {batch_size}, {precision.value}")
     out_console.print(
         "A difference below a runner's noise floor is what two instances of that runner already show on this host: "
         f"`fwbench compare` and `fwbench report` with the store {store} call it no significant difference."
@@ -506,34 +434,53 @@ def each_runner(
 @app.command()
 def models(runner: RunnerOption = [], frameworks: FrameworksOption = "torch,tensorflow", venvs: VenvsOption = None) -> None:
     """List every runner's models: task, default and minimum input shape, trainable parameters."""
-    view = Table(title="models")
-    for column in ("runner", "model", "task", "input", "default shape", "min shape", "max shape", "options", "parameters"):
-        view.add_column(column)
+    columns = [
+        Column("runner", key=True), Column("model", key=True), Column("task"), Column("input"), Column("default shape"),
+        Column("min shape"), Column("max shape"), Column("options"), Column("parameters", numeric=True),
+    ]
+    rows = []
 
     def add_rows(name: str, address: str, client: RunnerClient) -> None:
         for m in client.list_models():
-            view.add_row(
-                name, m.name, pb.Task.Name(m.task).removeprefix("TASK_").lower(), m.input_convention,
-                "x".join(map(str, m.default_input_shape)), "x".join(map(str, m.min_input_shape)),
-                "x".join(map(str, m.max_input_shape)),
+            rows.append((
+                name, m.name, to_text(pb.Task, m.task), m.input_convention,
+                shape_text(m.default_input_shape), shape_text(m.min_input_shape), shape_text(m.max_input_shape),
                 " ".join(f"{o.name}={'|'.join(o.choices)}" for o in m.options),
                 f"{m.parameter_count:,}",
-            )
+            ))
 
     failures = each_runner(runner, frameworks, venvs, add_rows)
-    out_console.print(view)
+    print_table(columns, rows, "models")
     report_failures(failures)
 
 
 @app.command()
 def describe(runner: RunnerOption = [], frameworks: FrameworksOption = "torch,tensorflow", venvs: VenvsOption = None) -> None:
     """Show each runner's framework, versions, devices and precisions."""
+    columns = [
+        Column("runner", key=True), Column("address"), Column("framework"), Column("version"), Column("python"),
+        Column("CUDA"), Column("cuDNN"), Column("runner version"), Column("protocol"), Column("devices"),
+        Column("precisions"), Column("options"),
+    ]
+    rows = []
 
     def show(name: str, address: str, client: RunnerClient) -> None:
-        out_console.print(f"[bold]{name}[/] at {address}")
-        out_console.print(MessageToDict(client.describe(), preserving_proto_field_name=True))
+        info = client.describe()
+        devices = [
+            f"{device_text(d)} {d.name}" + (f", {d.memory_bytes / 2**30:.1f} GiB" if d.memory_bytes else "")
+            + (f", driver {d.driver_version}" if d.driver_version else "")
+            for d in info.devices
+        ]
+        rows.append((
+            name, address, info.framework, info.framework_version, info.python_version, info.cuda_version or "-",
+            info.cudnn_version or "-", info.runner_version, info.protocol, "\n".join(devices),
+            ", ".join(to_text(pb.Precision, p) for p in info.precisions),
+            "\n".join(f"{key}={value}" for key, value in sorted(info.options.items())),
+        ))
 
-    report_failures(each_runner(runner, frameworks, venvs, show))
+    failures = each_runner(runner, frameworks, venvs, show)
+    print_table(columns, rows, "runners")
+    report_failures(failures)
 
 
 def report_failures(failures: list[RunnerFailure]) -> None:
@@ -584,18 +531,24 @@ def parity(
 
 
 def print_parity(table) -> None:
-    view = Table(title="parity: torch / tensorflow")
-    for column in ("model", "input", "params", "GFLOPs", "output", "max rel diff", "verdict"):
-        view.add_column(column, no_wrap=column == "model")
+    columns = [
+        Column("model", key=True), Column("input"), Column("params", numeric=True), Column("GFLOPs", numeric=True),
+        Column("output"), Column("max rel diff"), Column("verdict"),
+    ]
+    rows = []
     for row in table.to_dict("records"):
         numeric = row["numeric"] if pd.isna(row["max_rel_diff"]) else f"{row['max_rel_diff']:.1e} ({row['numeric']})"
-        view.add_row(
+        rows.append((
             row["model"], row["input_shape"],
             f"{row['params_torch']:,} / {row['params_tensorflow']:,}",
             f"{row['flops_torch'] / 1e9:.3f} / {row['flops_tensorflow'] / 1e9:.3f}",
             f"{row['output_torch']} / {row['output_tensorflow']}", numeric, row["verdict"],
-        )
-    out_console.print(view)
+        ))
+    print_table(columns, rows, "parity: torch / tensorflow")
+
+
+# The list of batches a search tried wraps at this width rather than widening the table.
+BATCHES_TRIED_WIDTH = 40
 
 
 @app.command("max-batch")
@@ -612,12 +565,12 @@ def max_batch(
     venvs: VenvsOption = None,
 ) -> None:
     """The largest batch each runner fits in device memory: doubling, then bisection on RESOURCE_EXHAUSTED."""
-    # One step answers "does it fit": no warm-up, no minimum window.
-    request = build_request(model, mode, 1, shape, precision, device, 0, 1, 0, option, min_measure_s=0.0)
-    request.power_sample_rate_hz = 0
-    view = Table(title=f"largest batch: {model} {mode.value}, {precision.value}")
-    for column in ("runner", "largest batch", "batches tried"):
-        view.add_column(column)
+    # One step answers "does it fit": no warm-up, no minimum window, no power.
+    request = RunSpec(
+        model, mode, 1, shape, precision, device, warmup=0, steps=1, model_options=option_pairs(option), power_rate_hz=0,
+        min_measure_s=0.0,
+    ).to_request()
+    rows = []
     failures: list[RunnerFailure] = []
     with ExitStack() as stack, TemporaryDirectory() as logs:
         endpoints, failures = resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
@@ -642,8 +595,9 @@ def max_batch(
                     failures.append(failure)
                     continue
             tried = ", ".join(f"{b}{'' if ok else ' (OOM)'}" for b, ok in sorted(search.tried.items()))
-            view.add_row(name, "none fits" if largest is None else str(largest), tried)
-    out_console.print(view)
+            rows.append((name, "none fits" if largest is None else str(largest), tried))
+    columns = [Column("runner", key=True), Column("largest batch"), Column("batches tried", wrap_at=BATCHES_TRIED_WIDTH)]
+    print_table(columns, rows, f"largest batch: {model} {mode.value}, {precision.value}")
     report_failures(failures)
 
 
@@ -661,10 +615,10 @@ def sweep(
     shapes: Annotated[Optional[str], typer.Option(help="comma-separated shapes, e.g. 3x32x32,3x64x64")] = None,
     precisions: Annotated[Optional[str], typer.Option(help="comma-separated precisions")] = None,
     repetitions: Annotated[Optional[int], typer.Option(min=1, help=f"runs per runner and point (default {stats.DEFAULT_REPETITIONS})")] = None,
-    warmup: Annotated[Optional[int], typer.Option(min=0, help=f"the most warm-up steps (default {sweep_mod.DEFAULT_WARMUP})")] = None,
-    warmup_until_cv: Annotated[Optional[float], typer.Option(min=0.0, max=0.99, help=f"warm up until stable within this (default {sweep_mod.DEFAULT_WARMUP_UNTIL_CV}; 0: a fixed count)")] = None,
-    steps: Annotated[Optional[int], typer.Option(min=1, help=f"measured steps, at least (default {sweep_mod.DEFAULT_STEPS})")] = None,
-    min_measure_s: Annotated[Optional[float], typer.Option(min=0.0, help=f"measured seconds per run, at least (default {sweep_mod.DEFAULT_MIN_MEASURE_S})")] = None,
+    warmup: Annotated[Optional[int], typer.Option(min=0, help=f"the most warm-up steps (default {plan.DEFAULT_WARMUP})")] = None,
+    warmup_until_cv: Annotated[Optional[float], typer.Option(min=0.0, max=0.99, help=f"warm up until stable within this (default {plan.DEFAULT_WARMUP_UNTIL_CV}; 0: a fixed count)")] = None,
+    steps: Annotated[Optional[int], typer.Option(min=1, help=f"measured steps, at least (default {plan.DEFAULT_STEPS})")] = None,
+    min_measure_s: Annotated[Optional[float], typer.Option(min=0.0, help=f"measured seconds per run, at least (default {plan.DEFAULT_MIN_MEASURE_S})")] = None,
     store: Annotated[Path, typer.Option(help="the results store (append-only; every completed run is kept)")] = Path("results/store"),
     resume: Annotated[bool, typer.Option(help="skip configurations already in the store")] = False,
     report: Annotated[bool, typer.Option(help="write the HTML report from the store when the sweep ends")] = True,
@@ -715,13 +669,7 @@ def sweep(
             def run_one(job) -> None:
                 key, c = job
                 progress.update(overall, description=f"{c.runner} {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1}")
-                request = build_request(
-                    c.model, c.mode, c.batch_size, c.shape, c.precision,
-                    c.device, c.warmup, c.steps, 0, c.option_strings(),
-                    c.layout, startup, c.warmup_until_cv, sweep_mod.STABLE_WINDOW, c.min_measure_s,
-                )
-                if c.compilation:
-                    request.compilation = pb.Compilation.Value(f"COMPILATION_{c.compilation.upper()}")
+                request = c.run_spec(startup).to_request()
                 config = c.key_fields()
                 client = RunnerClient(c.runner, endpoints[c.runner])
                 active.add(client)
@@ -785,7 +733,7 @@ def runner_facts(name: str, address: str) -> RunnerFacts:
     def default_shapes() -> dict[str, str]:
         # Listing models builds each once on the runner: only worth it once a run has failed.
         with RunnerClient(name, address) as client:
-            return {m.name: "x".join(map(str, m.default_input_shape)) for m in client.list_models()}
+            return {m.name: shape_text(m.default_input_shape) for m in client.list_models()}
 
     def columns(model: str, device: Optional[str], shape: Optional[str]) -> dict:
         return {
@@ -793,7 +741,7 @@ def runner_facts(name: str, address: str) -> RunnerFacts:
             "framework": info.framework,
             "framework_version": info.framework_version,
             "device": indexed_device(device or default_device),
-            "input_shape": "x".join(map(str, shape_dims(shape))) if shape else default_shapes().get(model, ""),
+            "input_shape": shape_text(shape_dims(shape)) if shape else default_shapes().get(model, ""),
         }
 
     return RunnerFacts(default_device, columns, dict(info.options))
@@ -803,7 +751,7 @@ def write_store_report(results_store, out_dir: Path) -> Path:
     summary, steps = results_store.load("summary"), results_store.load("steps")
     calibration = results_store.load("calibration")
     rows = analysis.comparison_rows(summary, steps, calibration)
-    report_mod.print_rows(rows, console=out_console)
+    report_mod.print_rows(rows)
     manifests = {key: results_store.manifest(key) for key in sorted(results_store.keys())}
     return report_mod.write_report(summary, steps, manifests, out_dir, calibration)
 

@@ -10,6 +10,7 @@ import pandas as pd
 from fwbench.runner.v1 import runner_pb2 as pb
 
 from .client import RunnerClient, RunnerFailure
+from .vocabulary import shape_text
 
 # Trainable parameters may differ this much, each difference explained in the
 # model's docstring (a bias a builder adds, a BatchNorm without scale).
@@ -44,10 +45,6 @@ def variants(models: list[pb.ModelInfo], names: list[str] | None) -> list[Varian
     return out
 
 
-def _shape(dims) -> str:
-    return "x".join(map(str, dims))
-
-
 def _relative_gap(a: int, b: int) -> float:
     return abs(a - b) / max(a, b, 1)
 
@@ -64,10 +61,10 @@ def check_variant(
         reports[client.name] = report
         row[f"params_{client.name}"] = report.parameter_count
         row[f"flops_{client.name}"] = report.forward_flops
-        row[f"output_{client.name}"] = _shape(report.output_shape)
+        row[f"output_{client.name}"] = shape_text(report.output_shape)
         row[f"build_s_{client.name}"] = report.build_time_s
     ref, oth = reports[reference.name], reports[other.name]
-    row["input_shape"] = _shape(ref.input_shape)
+    row["input_shape"] = shape_text(ref.input_shape)
     row["params_gap"] = _relative_gap(ref.parameter_count, oth.parameter_count)
     row["flops_gap"] = _relative_gap(ref.forward_flops, oth.forward_flops)
     row["outputs_equal"] = list(ref.output_shape) == list(oth.output_shape)

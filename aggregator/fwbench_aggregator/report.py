@@ -29,6 +29,7 @@ from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from . import stats  # noqa: E402
 from .analysis import CONFIG_COLUMNS, SERIES_COLUMNS, comparison_rows, flagged_verdict, is_out_of_memory  # noqa: E402
+from .console import Column, print_table  # noqa: E402
 
 # Runner colours; red is kept for the missing (failed) markers so they cannot be mistaken for a runner.
 RUNNER_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf")
@@ -89,23 +90,23 @@ def to_markdown(frame: pd.DataFrame) -> str:
     return "\n".join([header, rule, *body]) + "\n"
 
 
-def print_rows(rows: pd.DataFrame, console=None, title: str = "fwbench comparison") -> None:
-    """The rows as a rich table on the terminal, one section per configuration."""
-    from rich.console import Console
-    from rich.table import Table
+# Terminal layout of the displayed columns: figures right-aligned; the configuration and runner name
+# each row; the verdict is prose that wraps.
+_NUMERIC = ("batch", "median ms", "ms/sample", "samples/s", "J/sample", "mean W", "× fastest")
+_KEYS = tuple(DISPLAY_COLUMNS[c] for c in (*CONFIG_COLUMNS, "runner"))
+VERDICT_WIDTH = 32
 
-    console = console or Console()
+
+def print_rows(rows: pd.DataFrame, console=None, title: str = "fwbench comparison") -> None:
+    """The rows as a table on the terminal, one section per configuration, failed runs in red."""
     shown = display_frame(rows)
-    view = Table(title=title)
-    for column in shown.columns:
-        view.add_column(column, justify="right" if column in ("batch", "median ms", "ms/sample", "samples/s", "J/sample", "mean W", "× fastest") else "left",
-                        no_wrap=column != "verdict")
-    keys = [tuple(r) for r in rows[list(CONFIG_COLUMNS)].itertuples(index=False)] if not rows.empty else []
-    for i, values in enumerate(shown.itertuples(index=False)):
-        last_of_config = i + 1 == len(keys) or keys[i + 1] != keys[i]
-        style = "red" if rows["status"].iloc[i] != "ok" else None
-        view.add_row(*values, style=style, end_section=last_of_config)
-    console.print(view)
+    columns = [
+        Column(c, numeric=c in _NUMERIC, key=c in _KEYS, wrap_at=VERDICT_WIDTH if c == "verdict" else None)
+        for c in shown.columns
+    ]
+    groups = [tuple(r) for r in rows[list(CONFIG_COLUMNS)].itertuples(index=False)] if not rows.empty else []
+    styles = ["red" if status != "ok" else None for status in rows["status"]] if not rows.empty else []
+    print_table(columns, list(shown.itertuples(index=False)), title, console, styles, groups)
 
 
 def write_tables(rows: pd.DataFrame, out_dir: Path, stem: str = "comparison") -> list[Path]:

@@ -12,14 +12,7 @@ from fwbench.runner.v1 import runner_pb2 as pb
 from google.protobuf.json_format import MessageToDict
 
 from .client import RunnerFailure, RunResult
-
-
-def _enum_value(enum_wrapper, prefix: str, number: int) -> str:
-    return enum_wrapper.Name(number).removeprefix(f"{prefix}_").lower()
-
-
-def _shape(dims) -> str:
-    return "x".join(map(str, dims))
+from .vocabulary import device_text, shape_text, to_text
 
 
 def _config_columns(run_id: str, result: RunResult) -> dict:
@@ -32,11 +25,11 @@ def _config_columns(run_id: str, result: RunResult) -> dict:
         "framework_version": result.runner_info.framework_version,
         "container_image": result.runner_info.options.get("container_image", ""),
         "model": c.model,
-        "mode": _enum_value(pb.Mode, "MODE", c.mode),
+        "mode": to_text(pb.Mode, c.mode),
         "batch_size": c.batch_size,
-        "input_shape": _shape(c.input_shape),
-        "precision": _enum_value(pb.Precision, "PRECISION", c.precision),
-        "device": f"{_enum_value(pb.DeviceKind, 'DEVICE_KIND', device.kind)}:{device.index}",
+        "input_shape": shape_text(c.input_shape),
+        "precision": to_text(pb.Precision, c.precision),
+        "device": device_text(device),
         "model_options": ";".join(f"{k}={v}" for k, v in sorted(c.model_options.items())),
         "repetition": result.repetition,
     }
@@ -120,9 +113,9 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
                 "time_to_first_step_s": s.time_to_first_step_s,
                 "started_at_unix_s": s.started_at_unix_s,
                 "finished_at_unix_s": s.finished_at_unix_s,
-                "layout": _enum_value(pb.Layout, "LAYOUT", c.layout) if c.layout else "",
-                "compilation": _enum_value(pb.Compilation, "COMPILATION", c.compilation),
-                "cudnn_autotune": _enum_value(pb.Switch, "SWITCH", c.cudnn_autotune),
+                "layout": to_text(pb.Layout, c.layout) if c.layout else "",
+                "compilation": to_text(pb.Compilation, c.compilation),
+                "cudnn_autotune": to_text(pb.Switch, c.cudnn_autotune),
                 "intra_op_threads": c.intra_op_threads,
                 "inter_op_threads": c.inter_op_threads,
                 "warmup_steps_run": s.warmup_steps_run,

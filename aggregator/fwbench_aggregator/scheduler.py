@@ -10,13 +10,10 @@ import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TypeVar
 
+from .vocabulary import indexed_device
+
 Job = TypeVar("Job")
 JOIN_POLL_S = 0.2
-
-
-def indexed_device(device: str) -> str:
-    """'gpu' and 'cpu' name device 0: 'gpu' -> 'gpu:0'."""
-    return device if ":" in device else f"{device}:0"
 
 
 def device_group(address: str, device: str, runner_options: Mapping[str, str] = {}) -> tuple[str, str]:

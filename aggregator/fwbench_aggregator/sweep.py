@@ -36,30 +36,11 @@ from typing import Optional
 import yaml
 
 from . import stats
+from .launch import StartupSettings
+from .plan import DEFAULT_MIN_MEASURE_S, DEFAULT_STEPS, DEFAULT_WARMUP, DEFAULT_WARMUP_UNTIL_CV, RunSpec
+from .vocabulary import DEVICE, DEVICE_FORMS, SHAPE, SHAPE_FORMS, Compilation, Layout, Mode, Precision
 
-
-class Mode(str, enum.Enum):
-    train = "train"
-    infer = "infer"
-
-
-class Precision(str, enum.Enum):
-    fp32 = "fp32"
-    tf32 = "tf32"
-    amp_fp16 = "amp_fp16"
-    amp_bf16 = "amp_bf16"
-
-
-class Layout(str, enum.Enum):
-    channels_first = "channels_first"
-    channels_last = "channels_last"
-
-
-COMPILATIONS = ("eager", "graph", "xla", "torch_compile")
 DEFAULT_RUNNERS = ("torch", "tensorflow")
-SHAPE_FORMS = "positive integers joined by 'x' (3x224x224) or NAME=N (seq=128)"
-_SHAPE = re.compile(r"[1-9]\d*(x[1-9]\d*)*|[a-z]+=[1-9]\d*")
-_DEVICE = re.compile(r"cpu(:0)?|gpu(:\d+)?")
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _OPTION_NAME = re.compile(r"[a-z_]+")
 _OPTION_VALUE = re.compile(r"[A-Za-z0-9_]+")
@@ -68,16 +49,6 @@ FIELDS = (
     "runners", "models", "modes", "batch_sizes", "shapes", "precisions", "devices", "repetitions",
     "warmup", "warmup_until_cv", "steps", "min_measure_s", "options", "layout", "compilation", "cooldown_s",
 )
-
-# Measurement windows by default, for sweeps and `compare` alike. A repetition warms up until its step time
-# is stable (at most WARMUP steps) and measures at least STEPS steps and at least MIN_MEASURE_S: shorter
-# windows on a GPU are tens of milliseconds, shorter than a power sensor's period and dominated by the
-# moment's offset. Tests keep CI fast with explicit small settings, not with small defaults.
-DEFAULT_WARMUP = 50
-DEFAULT_WARMUP_UNTIL_CV = 0.05
-STABLE_WINDOW = 5
-DEFAULT_STEPS = 20
-DEFAULT_MIN_MEASURE_S = 1.0
 
 
 class SweepError(ValueError):
@@ -104,15 +75,19 @@ class Configuration:
     repetition: int
     model_options: tuple[tuple[str, str], ...] = ()
     layout: Optional[Layout] = None
-    compilation: Optional[str] = None
+    compilation: Optional[Compilation] = None
     warmup: int = DEFAULT_WARMUP
     steps: int = DEFAULT_STEPS
     warmup_until_cv: float = DEFAULT_WARMUP_UNTIL_CV
     min_measure_s: float = DEFAULT_MIN_MEASURE_S
 
-    def option_strings(self) -> list[str]:
-        """Model options as NAME=VALUE strings, as cli.build_request takes them."""
-        return [f"{name}={value}" for name, value in self.model_options]
+    def run_spec(self, startup: StartupSettings) -> RunSpec:
+        """The run this configuration asks of its runner, with the runners' startup settings."""
+        return RunSpec(
+            self.model, self.mode, self.batch_size, self.shape, self.precision, self.device, self.layout,
+            self.compilation, self.warmup, self.steps, model_options=self.model_options, startup=startup,
+            warmup_until_cv=self.warmup_until_cv, min_measure_s=self.min_measure_s,
+        )
 
     def key_fields(self, **settings: object) -> dict[str, object]:
         """The fields a result depends on, JSON-ready, for store.run_key. Extra keyword arguments
@@ -127,7 +102,7 @@ class Configuration:
             "precision": self.precision.value,
             "device": self.device,
             "layout": self.layout.value if self.layout else None,
-            "compilation": self.compilation,
+            "compilation": self.compilation.value if self.compilation else None,
             "settings": {
                 "warmup_steps": self.warmup, "warmup_until_cv": self.warmup_until_cv, "measured_steps": self.steps,
                 "min_measure_s": self.min_measure_s, **settings,
@@ -152,7 +127,7 @@ class Sweep:
     min_measure_s: float = DEFAULT_MIN_MEASURE_S
     options: dict[str, dict[str, str]] = field(default_factory=dict)
     layout: Optional[Layout] = None
-    compilation: dict[str, str] = field(default_factory=dict)  # per runner; absent: the runner's default
+    compilation: dict[str, Compilation] = field(default_factory=dict)  # per runner; absent: the runner's default
     cooldown_s: float = 0.0
 
     def configurations(self) -> list[Configuration]:
@@ -211,7 +186,7 @@ def _choice(choices: type[enum.Enum], what: str, fail: Fail) -> Callable[[tuple,
     def check(path: tuple, value: object) -> enum.Enum:
         if not isinstance(value, str) or value not in choices.__members__:
             fail(path, f"unknown {what} {value!r}; accepted values: {', '.join(choices.__members__)}")
-        return choices[value]
+        return choices(value)
 
     return check
 
@@ -252,7 +227,7 @@ def _build(raw: object, fail: Fail) -> Sweep:
     values["runners"] = _list(raw, "runners", fail, name_check, "[torch, tensorflow]")
     values["modes"] = _list(raw, "modes", fail, _choice(Mode, "mode", fail), "[train, infer]")
     values["precisions"] = _list(raw, "precisions", fail, _choice(Precision, "precision", fail), "[fp32, amp_bf16]")
-    values["devices"] = _list(raw, "devices", fail, _pattern(_DEVICE, "device", "cpu, gpu, or gpu:N (e.g. gpu:1)", fail), "[gpu]")
+    values["devices"] = _list(raw, "devices", fail, _pattern(DEVICE, "device", DEVICE_FORMS, fail), "[gpu]")
 
     def batch_check(path: tuple, value: object) -> int:
         if not _is_int(value) or value < 1:
@@ -285,11 +260,11 @@ def _build(raw: object, fail: Fail) -> Sweep:
             def in_shapes(where: tuple, problem: str) -> None:
                 fail(("shapes", *where), problem)
 
-            shape_check = _pattern(_SHAPE, "shape", SHAPE_FORMS, in_shapes)
+            shape_check = _pattern(SHAPE, "shape", SHAPE_FORMS, in_shapes)
             by_model = per_model("shapes", "{resnet18: [3x32x32]}")
             values["shapes"] = {model: _list(by_model, model, in_shapes, shape_check, "[3x32x32]") for model in by_model}
         else:
-            shape_check = _pattern(_SHAPE, "shape", SHAPE_FORMS, fail)
+            shape_check = _pattern(SHAPE, "shape", SHAPE_FORMS, fail)
             everywhere = _list(raw, "shapes", fail, shape_check, "[3x32x32, seq=128] or {resnet18: [3x32x32]}")
             values["shapes"] = {model: everywhere for model in models}
 
@@ -315,7 +290,7 @@ def _build(raw: object, fail: Fail) -> Sweep:
     runners = values["runners"] or DEFAULT_RUNNERS
     if raw.get("compilation") is not None:
         given = raw["compilation"]
-        compilation_check = _pattern(re.compile("|".join(COMPILATIONS)), "compilation", ", ".join(COMPILATIONS), fail)
+        compilation_check = _choice(Compilation, "compilation", fail)
         if isinstance(given, Mapping):
             for runner in given:
                 if runner not in runners:

@@ -1,0 +1,92 @@
+"""The terminal: one console for results (stdout), one for progress and errors (stderr), and one table
+renderer that fits every table to the console's width, so that no figure is ever cut to '4.…'.
+
+A table is a list of entities (a runner, a model, a configuration), one row of cells each. It is printed
+in the first layout whose natural width fits: a row per entity; else a column per entity (few
+entities, many fields, as `compare` prints in 80 columns); else each entity as a block of field/value
+rows, which fits any width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Optional
+
+from rich.console import Console
+from rich.table import Table
+
+out_console = Console()
+err_console = Console(stderr=True)
+
+# Wide enough to measure a table's natural width: nothing is squeezed.
+_UNBOUNDED_WIDTH = 10_000
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    numeric: bool = False  # right-aligned
+    key: bool = False  # names the entity: heads its column in the column-per-entity layout
+    wrap_at: Optional[int] = None  # prose that may wrap at this many characters; other cells never wrap
+
+
+def natural_width(console: Console, view: Table) -> int:
+    return console.measure(view, options=console.options.update(max_width=_UNBOUNDED_WIDTH)).maximum
+
+
+def _row_per_entity(title, columns, rows, styles, groups) -> Table:
+    view = Table(title=title)
+    for column in columns:
+        view.add_column(
+            column.header, justify="right" if column.numeric else "left",
+            no_wrap=column.wrap_at is None, max_width=column.wrap_at,
+        )
+    for i, row in enumerate(rows):
+        last_of_group = groups is not None and (i + 1 == len(rows) or groups[i + 1] != groups[i])
+        view.add_row(*row, style=styles[i], end_section=last_of_group)
+    return view
+
+
+def _column_per_entity(title, columns, rows, styles, groups) -> Table:
+    view = Table(title=title)
+    view.add_column("", no_wrap=True)
+    keys = [i for i, column in enumerate(columns) if column.key]
+    for row, style in zip(rows, styles):
+        view.add_column("\n".join(row[i] for i in keys), justify="right", no_wrap=True, style=style)
+    for i, column in enumerate(columns):
+        if not column.key:
+            view.add_row(column.header, *(row[i] for row in rows))
+    return view
+
+
+def _stacked(title, columns, rows, styles, groups) -> Table:
+    view = Table(title=title, show_header=False)
+    view.add_column("field", no_wrap=True, style="bold")
+    # A value longer than the line folds onto the next: wrapped, never cut.
+    view.add_column("value", overflow="fold")
+    for row, style in zip(rows, styles):
+        for i, (column, cell) in enumerate(zip(columns, row)):
+            view.add_row(column.header, cell, style=style, end_section=i + 1 == len(columns))
+    return view
+
+
+def print_table(
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[str]],
+    title: str = "",
+    console: Optional[Console] = None,
+    styles: Optional[Sequence[Optional[str]]] = None,
+    groups: Optional[Sequence[Hashable]] = None,
+) -> None:
+    """Print one row of `cells` per entity in the first layout that fits the console's width.
+    `styles`: a rich style per entity (None: plain); `groups`: a key per entity, the row-per-entity
+    layout drawing a rule where it changes (every configuration of a report its own section)."""
+    console = console or out_console
+    styles = list(styles or [None] * len(rows))
+    layouts = (_row_per_entity, _column_per_entity, _stacked)
+    for layout in layouts:
+        view = layout(title, columns, rows, styles, groups)
+        if layout is layouts[-1] or natural_width(console, view) <= console.width:
+            break
+    console.print(view)

@@ -1,0 +1,85 @@
+"""What one run asks of a runner, as one value: `compare`, `max-batch` and every point of a sweep
+describe their runs as a RunSpec, and only RunSpec.to_request writes the contract's RunRequest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from fwbench.runner.v1 import runner_pb2 as pb
+
+from .launch import StartupSettings
+from .vocabulary import Compilation, Layout, Mode, Precision, device_kind_index, from_text, shape_dims
+
+
+# Measurement windows by default, for sweeps and `compare` alike. A run warms up until its step time is
+# stable (at most DEFAULT_WARMUP steps) and measures at least DEFAULT_STEPS steps and at least
+# DEFAULT_MIN_MEASURE_S: a GPU window of tens of milliseconds is shorter than a power sensor's period and
+# dominated by the moment's offset. Tests keep CI fast with explicit small settings, not small defaults.
+DEFAULT_WARMUP = 50
+DEFAULT_WARMUP_UNTIL_CV = 0.05
+STABLE_WINDOW = 5
+DEFAULT_STEPS = 20
+DEFAULT_MIN_MEASURE_S = 1.0
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run's settings. None (and the empty tuple) leave the runner's default."""
+
+    model: str
+    mode: Mode = Mode.train
+    batch_size: int = 32
+    shape: Optional[str] = None  # per sample: 3x224x224 or NAME=N
+    precision: Precision = Precision.fp32
+    device: Optional[str] = None  # cpu, gpu or gpu:N
+    layout: Optional[Layout] = None
+    compilation: Optional[Compilation] = None
+    warmup: int = DEFAULT_WARMUP
+    steps: int = DEFAULT_STEPS
+    seed: int = 0
+    model_options: tuple[tuple[str, str], ...] = ()
+    startup: StartupSettings = StartupSettings()
+    warmup_until_cv: Optional[float] = DEFAULT_WARMUP_UNTIL_CV  # None or 0: exactly `warmup` steps
+    stable_window: int = STABLE_WINDOW
+    min_measure_s: Optional[float] = DEFAULT_MIN_MEASURE_S
+    power_rate_hz: Optional[float] = None
+    idle_baseline_s: Optional[float] = None
+
+    def to_request(self) -> pb.RunRequest:
+        request = pb.RunRequest(
+            model=self.model,
+            mode=from_text(pb.Mode, self.mode.value),
+            batch_size=self.batch_size,
+            input_shape=shape_dims(self.shape),
+            model_options=dict(self.model_options),
+            precision=from_text(pb.Precision, self.precision.value),
+            warmup_steps=self.warmup,
+            measured_steps=self.steps,
+            seed=self.seed,
+            cudnn_autotune=from_text(pb.Switch, self.startup.cudnn_autotune),
+            intra_op_threads=self.startup.intra_op_threads,
+            inter_op_threads=self.startup.inter_op_threads,
+        )
+        if self.layout:
+            request.layout = from_text(pb.Layout, self.layout.value)
+        if self.compilation:
+            request.compilation = from_text(pb.Compilation, self.compilation.value)
+        if self.device:
+            request.device.kind, request.device.index = device_kind_index(self.device)
+        # Fewer warm-up steps than the stability window are a fixed count: there is nothing to judge stability on.
+        if self.warmup_until_cv and self.warmup >= self.stable_window:
+            request.warmup_until_stable.cv_threshold = self.warmup_until_cv
+            request.warmup_until_stable.window = self.stable_window
+        if self.min_measure_s is not None:
+            request.min_measure_s = self.min_measure_s
+        if self.power_rate_hz is not None:
+            request.power_sample_rate_hz = self.power_rate_hz
+        if self.idle_baseline_s is not None:
+            request.idle_baseline_s = self.idle_baseline_s
+        return request
+
+
+def option_pairs(options: list[str]) -> tuple[tuple[str, str], ...]:
+    """["head=mlm"] -> (("head", "mlm"),), as the command line's --option values give them."""
+    return tuple(sorted(tuple(value.split("=", 1)) for value in options))

@@ -1,0 +1,97 @@
+"""The contract's vocabulary as text: every enum's choices, derived from the generated descriptors, and
+the rules for shapes and devices. The command line, sweep files and result tables all read it here, so
+a value added to the .proto is a new choice everywhere with no table to edit.
+
+A proto enum's values share a prefix named by its zero value (MODE_UNSPECIFIED -> MODE_); the text
+of a value is the rest, lower-cased (MODE_TRAIN -> "train"). The zero value means "the runner's
+default" and is never a choice.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Optional
+
+from fwbench.runner.v1 import runner_pb2 as pb
+from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
+
+
+class UnknownValue(ValueError):
+    """Text that names no value of an enum; the message lists the accepted ones."""
+
+
+def _prefix(enum_type: EnumTypeWrapper) -> str:
+    return enum_type.DESCRIPTOR.values_by_number[0].name.removesuffix("UNSPECIFIED")
+
+
+def what(enum_type: EnumTypeWrapper) -> str:
+    """The enum's name as a reader says it: DeviceKind -> "device kind"."""
+    return _prefix(enum_type).rstrip("_").replace("_", " ").lower()
+
+
+def choices(enum_type: EnumTypeWrapper) -> tuple[str, ...]:
+    """The text of every value but the zero one, in the .proto's order."""
+    prefix = _prefix(enum_type)
+    return tuple(v.name.removeprefix(prefix).lower() for v in enum_type.DESCRIPTOR.values if v.number != 0)
+
+
+def to_text(enum_type: EnumTypeWrapper, number: int) -> str:
+    """pb.Mode, 1 -> "train"; the zero value reads "unspecified"."""
+    value = enum_type.DESCRIPTOR.values_by_number.get(number)
+    if value is None:
+        raise UnknownValue(f"{number} is not a {what(enum_type)} of this contract; accepted values: {', '.join(choices(enum_type))}")
+    return value.name.removeprefix(_prefix(enum_type)).lower()
+
+
+def from_text(enum_type: EnumTypeWrapper, text: str) -> int:
+    """pb.Mode, "train" -> 1; any other text raises UnknownValue naming the accepted values."""
+    if not isinstance(text, str) or text not in choices(enum_type):
+        raise UnknownValue(f"unknown {what(enum_type)} {text!r}; accepted values: {', '.join(choices(enum_type))}")
+    return enum_type.DESCRIPTOR.values_by_name[_prefix(enum_type) + text.upper()].number
+
+
+def choice_enum(enum_type: EnumTypeWrapper) -> type[enum.Enum]:
+    """A str enum of the choices (members named by their text), for typer options and sweep fields."""
+    return enum.Enum(enum_type.DESCRIPTOR.name, [(text, text) for text in choices(enum_type)], type=str)
+
+
+Mode = choice_enum(pb.Mode)
+Precision = choice_enum(pb.Precision)
+Layout = choice_enum(pb.Layout)
+Compilation = choice_enum(pb.Compilation)
+Switch = choice_enum(pb.Switch)
+
+
+SHAPE = re.compile(r"[1-9]\d*(x[1-9]\d*)*|[a-z]+=[1-9]\d*")
+SHAPE_FORMS = "positive integers joined by 'x', per sample, channels first (3x224x224, 161x400), or NAME=N (seq=128, audio=16000)"
+DEVICE = re.compile(r"cpu(:0)?|gpu(:\d+)?")
+DEVICE_FORMS = "cpu, gpu, or gpu:N (e.g. gpu:1)"
+
+
+def shape_dims(shape: Optional[str]) -> list[int]:
+    """seq=128 -> [128]; 3x224x224 -> [3, 224, 224]; the runner checks the convention against the model."""
+    if not shape:
+        return []
+    return [int(shape.partition("=")[2])] if "=" in shape else [int(d) for d in shape.split("x")]
+
+
+def shape_text(dims) -> str:
+    """[3, 224, 224] -> "3x224x224", as results and tables write a shape."""
+    return "x".join(map(str, dims))
+
+
+def indexed_device(device: str) -> str:
+    """'gpu' and 'cpu' name device 0: 'gpu' -> 'gpu:0'."""
+    return device if ":" in device else f"{device}:0"
+
+
+def device_kind_index(device: str) -> tuple[int, int]:
+    """"gpu:1" -> (DEVICE_KIND_GPU, 1)."""
+    kind, _, index = indexed_device(device).partition(":")
+    return from_text(pb.DeviceKind, kind), int(index)
+
+
+def device_text(ref) -> str:
+    """A message with a device kind and index (Device, DeviceSelector) as "gpu:1"."""
+    return f"{to_text(pb.DeviceKind, ref.kind)}:{ref.index}"

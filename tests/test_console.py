@@ -1,0 +1,94 @@
+"""Every command's table reads whole in an 80-column terminal: no cell is cut to '…', no line is wider
+than the terminal, and every figure that the wide layout shows appears whole in the narrow one."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from test_cli import fake_runner, fwbench, only_run_dir  # noqa: F401 (fake_runner is a fixture)
+
+NARROW, WIDE = "80", "250"
+SWEEP = """\
+runners: [first, second]
+models: [resnet18, bert_base]
+modes: [train, infer]
+batch_sizes: [1, 2]
+warmup: 1
+steps: 3
+"""
+
+
+def figures(text: str) -> set[str]:
+    """Every word with a digit in it, in the table's cells (the lines drawn with '│')."""
+    return {
+        word
+        for line in text.splitlines() if "│" in line
+        for cell in line.split("│")
+        for word in cell.split()
+        if any(character.isdigit() for character in word)
+    }
+
+
+def assert_whole_in_80_columns(narrow: str, wide: str) -> None:
+    assert "…" not in narrow
+    assert max(len(line) for line in narrow.splitlines()) <= int(NARROW)
+    shown = figures(wide)
+    assert shown, "the wide table shows no figure: nothing was compared"
+    assert shown <= figures(narrow), sorted(shown - figures(narrow))
+
+
+def both_widths(*args: str) -> tuple[str, str]:
+    done = {}
+    for columns in (NARROW, WIDE):
+        result = fwbench(*args, env={"COLUMNS": columns})
+        assert result.returncode == 0, result.stderr
+        done[columns] = result.stdout
+    return done[NARROW], done[WIDE]
+
+
+@pytest.mark.parametrize("command", [
+    ["models"],
+    ["describe"],
+    ["max-batch", "--mode", "infer", "--shape", "3x4096x4096", "--limit", "1024"],
+])
+def test_runner_tables(fake_runner, command):
+    assert_whole_in_80_columns(*both_widths(*command, "--runner", f"fake={fake_runner}"))
+
+
+def test_parity_table(fake_runner, tmp_path):
+    narrow, wide = both_widths(
+        "parity", "--models", "resnet18,bert_base", "--runner", f"torch={fake_runner}",
+        "--runner", f"tensorflow={fake_runner}", "--out", str(tmp_path),
+    )
+    assert_whole_in_80_columns(narrow, wide)
+    assert "762,000" in narrow
+
+
+def test_compare_table(fake_runner, tmp_path):
+    done = fwbench(
+        "compare", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1", "--steps", "3",
+        "--runner", f"first={fake_runner}", "--runner", f"second={fake_runner}", "--out", str(tmp_path),
+        env={"COLUMNS": NARROW},
+    )
+    assert done.returncode == 0, done.stderr
+    table = pd.read_parquet(only_run_dir(tmp_path) / "comparison.parquet")
+    wide = {
+        f"{row.median_step_time_s * 1e3:.2f}" for row in table.itertuples()
+    } | {f"{row.throughput_samples_per_s:.1f}" for row in table.itertuples()} | {f"{row.ratio_to_fastest:.3f}" for row in table.itertuples()}
+    assert "…" not in done.stdout and max(len(line) for line in done.stdout.splitlines()) <= int(NARROW)
+    assert wide <= figures(done.stdout), sorted(wide - figures(done.stdout))
+
+
+def test_sweep_and_report_tables(fake_runner, tmp_path):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(SWEEP)
+    store = str(tmp_path / "store")
+    swept = fwbench(
+        "sweep", str(sweep), "--store", store, "--runner", f"first={fake_runner}", "--runner", f"second={fake_runner}",
+        env={"COLUMNS": NARROW},
+    )
+    assert swept.returncode == 0, swept.stderr
+    narrow, wide = both_widths("report", "--store", store, "--out", str(tmp_path / "report"))
+    assert_whole_in_80_columns(swept.stdout, wide)
+    assert_whole_in_80_columns(narrow, wide)
