@@ -16,6 +16,8 @@ modes: [train, infer]
 batch_sizes: [1, 2]
 warmup: 1
 steps: 3
+min_measure_s: 0
+repetitions: 3
 """
 
 
@@ -67,14 +69,14 @@ def test_parity_table(fake_runner, tmp_path):
 
 def test_compare_table(fake_runner, tmp_path):
     done = fwbench(
-        "compare", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1", "--steps", "3",
-        "--runner", f"first={fake_runner}", "--runner", f"second={fake_runner}", "--out", str(tmp_path),
+        "compare", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1", "--steps", "3", "--min-measure-s", "0",
+        "--repetitions", "3", "--runner", f"first={fake_runner}", "--runner", f"second={fake_runner}", "--out", str(tmp_path),
         env={"COLUMNS": NARROW},
     )
     assert done.returncode == 0, done.stderr
     table = pd.read_parquet(only_run_dir(tmp_path) / "comparison.parquet")
     wide = {
-        f"{row.median_step_time_s * 1e3:.2f}" for row in table.itertuples()
+        f"{row.median_step_ms:.2f}" for row in table.itertuples()
     } | {f"{row.throughput_samples_per_s:.1f}" for row in table.itertuples()} | {f"{row.ratio_to_fastest:.3f}" for row in table.itertuples()}
     assert "…" not in done.stdout and max(len(line) for line in done.stdout.splitlines()) <= int(NARROW)
     assert wide <= figures(done.stdout), sorted(wide - figures(done.stdout))

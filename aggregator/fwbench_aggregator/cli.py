@@ -17,6 +17,7 @@ from typing import Annotated, NamedTuple, Optional
 
 import pandas as pd
 import typer
+from google.protobuf.json_format import MessageToDict
 from fwbench.runner.v1 import runner_pb2 as pb
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
