@@ -114,6 +114,25 @@ def test_describe_reports_the_isolation():
     assert in_worker().info.options["run_isolation"] == "process"
 
 
+class GpuShyBackend(FakeBackend):
+    def __init__(self) -> None:
+        super().__init__(step_time_s=0.0)
+        self.kept_off_gpus = False
+
+    def stay_off_gpus(self) -> None:
+        self.kept_off_gpus = True
+
+
+@pytest.mark.parametrize(
+    "isolation, kept_off",
+    [(RunIsolation.THREAD, False), (RunIsolation.PROCESS_ON_GPU, True), (RunIsolation.PROCESS, True)],
+)
+def test_the_server_stays_off_gpus_whose_runs_go_to_workers(isolation, kept_off):
+    backend = GpuShyBackend()
+    RunnerService(backend, isolation=isolation, make_backend=GpuShyBackend)
+    assert backend.kept_off_gpus is kept_off
+
+
 def test_isolation_needs_a_backend_factory():
     with pytest.raises(ValueError, match="make_backend"):
         RunnerService(PidBackend(), isolation=RunIsolation.PROCESS_ON_GPU)
@@ -294,10 +313,12 @@ def test_tensorflow_in_a_worker_refuses_cancels_and_runs_as_in_process(tensorflo
 
 # --- TensorFlow's memory growth: set on every GPU before anything creates a GPU context ----------
 
-# Runs in the TensorFlow environment. Two fake GPUs; every call that sets memory growth, and the one
-# that creates TensorFlow's device context (which maps GPU memory), recorded in order. The backend is
-# built as the server and every worker process build it, then does what ListModels does for a model.
+# Runs in the TensorFlow environment. Two fake GPUs; every call that sets memory growth or hides the
+# GPUs, and the one that creates TensorFlow's device context (which maps GPU memory), recorded in order.
+# The backend is built as the server and every worker process build it, the service as the server
+# builds it by default (GPU runs in workers), then it does what ListModels does for a model.
 MEMORY_GROWTH_PROBE = """
+import functools
 import json
 
 import tensorflow as tf
@@ -309,6 +330,15 @@ list_devices = tf.config.list_physical_devices
 tf.config.list_physical_devices = lambda kind=None: fake_gpus if kind == "GPU" else list_devices(kind)
 tf.config.experimental.get_device_details = lambda device: {"device_name": "probe GPU"}
 tf.config.experimental.set_memory_growth = lambda device, enable: calls.append(["memory_growth", device.name, enable])
+set_visible_devices = tf.config.set_visible_devices
+
+
+def recording_set_visible_devices(devices, kind=None):
+    calls.append(["visible", kind, [device.name for device in devices]])
+    set_visible_devices(devices, kind)
+
+
+tf.config.set_visible_devices = recording_set_visible_devices
 ensure_initialized = context.Context.ensure_initialized
 
 
@@ -320,18 +350,20 @@ def recording_ensure_initialized(self):
 
 context.Context.ensure_initialized = recording_ensure_initialized
 
+from fwbench_core.isolation import RunIsolation
 from fwbench_core.service import RunnerService
 from fwbench_core.spec import RunnerSettings
 from fwbench_tensorflow.backend import TensorFlowBackend
 
-service = RunnerService(TensorFlowBackend(RunnerSettings(1, 1)))
+make_backend = functools.partial(TensorFlowBackend, RunnerSettings(1, 1))
+service = RunnerService(make_backend(), isolation=RunIsolation.PROCESS_ON_GPU, make_backend=make_backend)
 calls.append(["devices", [str(device.ref) for device in service.info.devices]])
 service.on_cpu(lambda: service.backend.count_parameters("resnet18"))
 print(json.dumps(calls))
 """
 
 
-def test_tensorflow_sets_memory_growth_on_every_gpu_before_the_first_gpu_context():
+def test_tensorflow_sets_memory_growth_and_hides_gpus_from_the_server_before_the_first_gpu_context():
     python = launch.default_venvs() / "tensorflow" / "bin" / "python"
     done = subprocess.run([str(python), "-c", MEMORY_GROWTH_PROBE], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -342,3 +374,5 @@ def test_tensorflow_sets_memory_growth_on_every_gpu_before_the_first_gpu_context
     growth = [call for call in calls if call[0] == "memory_growth"]
     assert growth == [["memory_growth", f"/physical_device:GPU:{i}", True] for i in range(2)], calls
     assert all(call in before_context for call in growth), f"memory growth set after the context was created: {calls}"
+    # GPU runs go to worker processes: the server itself never opens a GPU.
+    assert ["visible", "GPU", []] in before_context, calls

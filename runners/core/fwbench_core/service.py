@@ -76,6 +76,9 @@ class RunnerService:
         self._framework = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fwbench-framework")
         info = backend.runner_info()
         self.info: RunnerInfo = replace(info, options={**info.options, "run_isolation": isolation.value})
+        if isolation.in_worker(DeviceRef(DeviceKind.GPU)):
+            # A context held here would keep memory, and idle clocks and power high, on every GPU.
+            backend.stay_off_gpus()
         self._clock = clock
         self._locks = DeviceLocks()
         self._parameter_counts: dict[str, int] = {}

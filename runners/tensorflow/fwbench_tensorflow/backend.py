@@ -271,3 +271,7 @@ class TensorFlowBackend(Backend):
 
     def release_memory(self) -> None:
         keras.backend.clear_session()
+
+    def stay_off_gpus(self) -> None:
+        # The GPUs stay listed (Describe reads the physical devices); TensorFlow just never opens them here.
+        tf.config.set_visible_devices([], "GPU")
