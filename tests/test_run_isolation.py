@@ -27,6 +27,7 @@ from fwbench_core.service import RunnerService
 from fwbench_core.spec import DeviceKind, DeviceRef, Mode, Phase, RunRequest
 from fwbench_core.timing import Progress, StepBatch
 
+# The session's in-process fake runner steps this long; the worker one matches it, so that their runs compare.
 from conftest import FAKE_STEP_TIME_S
 
 RUN_TIMEOUT_S = 120
