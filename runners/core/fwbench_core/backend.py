@@ -93,3 +93,7 @@ class Backend(abc.ABC):
 
     def release_memory(self) -> None:
         """Return cached device memory to the device after a run (allocator caches)."""
+
+    def stay_off_gpus(self) -> None:
+        """This process will run nothing on a GPU (worker processes run its GPU runs): keep the framework
+        from taking GPU memory or a GPU context here. Called at start-up, before any framework op."""

@@ -40,3 +40,9 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, RunnerError):
         return exc.status, str(exc)
     return grpc.StatusCode.INTERNAL, f"internal error in the runner: {type(exc).__name__}: {exc}"
+
+
+def error_from_status(code: grpc.StatusCode, message: str) -> RunnerError:
+    """The error kind a status code stands for: an error that crossed a process boundary as its status."""
+    kinds = {kind.status: kind for kind in RunnerError.__subclasses__()}
+    return kinds.get(code, RunnerError)(message)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -21,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 from . import wire
 from .backend import Backend
 from .errors import InvalidArgument, status_for
+from .isolation import RunIsolation
 from .service import RunnerService
 from .spec import RunnerSettings, Switch
 
@@ -117,8 +119,13 @@ def create_server(
     return server, port, health_servicer
 
 
-def serve(make_backend: Callable[[RunnerSettings], Backend], argv: list[str] | None = None) -> None:
-    """Command-line entry point shared by every runner."""
+def serve(
+    make_backend: Callable[[RunnerSettings], Backend],
+    argv: list[str] | None = None,
+    default_isolation: RunIsolation = RunIsolation.THREAD,
+) -> None:
+    """Command-line entry point shared by every runner. `make_backend` must pickle (a backend class does):
+    a worker process builds its own backend with it."""
     parser = argparse.ArgumentParser(description="fwbench runner: serves the fwbench.runner.v1.Runner gRPC service")
     parser.add_argument(
         "--address",
@@ -136,6 +143,12 @@ def serve(make_backend: Callable[[RunnerSettings], Backend], argv: list[str] | N
         "--cudnn-autotune", choices=[s.value for s in Switch], default=Switch.OFF.value,
         help="cuDNN autotuning for every run (TensorFlow reads it once per process); default off",
     )
+    parser.add_argument(
+        "--run-isolation", choices=[i.value for i in RunIsolation], default=default_isolation.value,
+        help="where a run executes: 'thread' in this process; 'process' in a fresh worker process per run, whose "
+        "exit gives all its device memory back; 'process-on-gpu' a fresh process for GPU runs only "
+        f"(default for this runner: {default_isolation.value})",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = parser.parse_args(argv)
     for flag in ("intra_op_threads", "inter_op_threads"):
@@ -143,13 +156,18 @@ def serve(make_backend: Callable[[RunnerSettings], Backend], argv: list[str] | N
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
-    backend = make_backend(RunnerSettings(args.intra_op_threads, args.inter_op_threads, Switch(args.cudnn_autotune)))
-    server, port, health_servicer = create_server(RunnerService(backend), args.address)
+    settings = RunnerSettings(args.intra_op_threads, args.inter_op_threads, Switch(args.cudnn_autotune))
+    backend_factory = functools.partial(make_backend, settings)
+    service = RunnerService(
+        backend_factory(), isolation=RunIsolation(args.run_isolation), make_backend=backend_factory
+    )
+    server, port, health_servicer = create_server(service, args.address)
     server.start()
     host = args.address.rsplit(":", 1)[0]
     # One line on stdout tells a parent process (the aggregator) where we listen.
-    print(json.dumps({"event": "listening", "framework": backend.framework, "address": f"{host}:{port}"}), flush=True)
-    log.info("%s runner listening on %s:%d", backend.framework, host, port)
+    framework = service.backend.framework
+    print(json.dumps({"event": "listening", "framework": framework, "address": f"{host}:{port}"}), flush=True)
+    log.info("%s runner listening on %s:%d, run isolation %s", framework, host, port, args.run_isolation)
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -15,6 +15,7 @@ from typing import TypeVar, Union
 from .backend import Backend, Workload
 from .catalog import MODEL_SPECS
 from .errors import Cancelled, ResourceExhausted
+from .isolation import RunIsolation, stream_from_worker
 from .power import PowerPhase, PowerSample, PowerSampler, energy_summary, source_for
 from .spec import DeviceKind, DeviceRef, ModelConfig, ModelSpec, Phase, Precision, RunConfig, RunnerInfo, RunRequest
 from .timing import Progress, StepBatch, Summary, time_steps
@@ -55,13 +56,29 @@ class DeviceLocks:
 
 
 class RunnerService:
-    def __init__(self, backend: Backend, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        clock: Callable[[], float] = time.perf_counter,
+        isolation: RunIsolation = RunIsolation.THREAD,
+        make_backend: Callable[[], Backend] | None = None,
+    ) -> None:
+        """`make_backend` builds the same backend afresh in a worker process: it must pickle (a class,
+        or functools.partial of one), and is needed for every isolation but THREAD."""
+        if isolation is not RunIsolation.THREAD and make_backend is None:
+            raise ValueError(f"run isolation {isolation.value!r} needs make_backend to build the worker's backend")
         self.backend = backend
+        self.isolation = isolation
+        self._make_backend = make_backend
         # All framework work (builds, steps, inspection) runs on this one thread. PyTorch's OpenMP gives
         # every thread that runs ops its own worker team; with more workers than cores, libgomp spins
         # less and every op slows by about 20%, for good, once a second gRPC handler thread has run torch.
         self._framework = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fwbench-framework")
-        self.info: RunnerInfo = backend.runner_info()
+        info = backend.runner_info()
+        self.info: RunnerInfo = replace(info, options={**info.options, "run_isolation": isolation.value})
+        if isolation.in_worker(DeviceRef(DeviceKind.GPU)):
+            # A context held here would keep memory, and idle clocks and power high, on every GPU.
+            backend.stay_off_gpus()
         self._clock = clock
         self._locks = DeviceLocks()
         self._parameter_counts: dict[str, int] = {}
@@ -109,7 +126,10 @@ class RunnerService:
                 if cancelled():
                     raise Cancelled(f"run of {config.model.name} cancelled while waiting for {config.device.ref}")
         try:
-            yield from self._on_framework_thread(lambda stop: self._run_locked(config, total, stop), cancelled)
+            if self.isolation.in_worker(config.device.ref):
+                yield from stream_from_worker(_run_in_fresh_service, (self._make_backend, config, total), cancelled)
+            else:
+                yield from self._on_framework_thread(lambda stop: self._run_locked(config, total, stop), cancelled)
         finally:
             lock.release()
 
@@ -211,3 +231,13 @@ class RunnerService:
                 f"at batch_size {config.batch_size}, input_shape {shape}: {out_of_memory}; "
                 "try a smaller batch_size or input_shape"
             )
+
+
+def _run_in_fresh_service(
+    make_backend: Callable[[], Backend], config: RunConfig, total: int, cancelled: Callable[[], bool]
+) -> Iterator[RunEvent]:
+    """A worker process's run: a new backend and service, then the very run path of an in-process run.
+    The worker's only thread does all its framework work."""
+    if cancelled():
+        raise Cancelled(f"run of {config.model.name} cancelled by the client before it started")
+    yield from RunnerService(make_backend())._run_locked(config, total, cancelled)

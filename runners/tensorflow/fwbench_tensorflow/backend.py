@@ -43,6 +43,14 @@ MOMENTUM = 0.9
 REFERENCE_TOLERANCE = 1e-4
 
 
+def allow_memory_growth() -> None:
+    """Let TensorFlow take GPU memory as it needs it instead of nearly all of every GPU at its first GPU
+    op, so that the other runner on a shared GPU finds its memory. Only possible before TensorFlow first
+    touches a GPU; TF_FORCE_GPU_ALLOW_GROWTH in the image is the second guard."""
+    for gpu in tf.config.list_physical_devices("GPU"):
+        tf.config.experimental.set_memory_growth(gpu, True)
+
+
 def tf_device_name(device: Device) -> str:
     return f"/GPU:{device.ref.index}" if device.ref.kind is DeviceKind.GPU else "/CPU:0"
 
@@ -152,6 +160,9 @@ class TensorFlowBackend(Backend):
     models = MODELS
 
     def __init__(self, settings: RunnerSettings) -> None:
+        # First of all: the server and every run's worker process build their backend here, and
+        # anything after this line may touch a GPU.
+        allow_memory_growth()
         self.settings = settings
         # TensorFlow fixes these when its runtime starts, so only at start-up, before any op.
         tf.config.threading.set_intra_op_parallelism_threads(settings.intra_op_threads)
@@ -260,3 +271,7 @@ class TensorFlowBackend(Backend):
 
     def release_memory(self) -> None:
         keras.backend.clear_session()
+
+    def stay_off_gpus(self) -> None:
+        # The GPUs stay listed (Describe reads the physical devices); TensorFlow just never opens them here.
+        tf.config.set_visible_devices([], "GPU")
