@@ -585,7 +585,7 @@ def test_the_sampler_thread_is_not_the_callers():
 
 
 def test_a_hung_read_does_not_hang_stop(monkeypatch):
-    monkeypatch.setattr(power, "STOP_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(power.sampler, "STOP_TIMEOUT_S", 0.1)
     release = threading.Event()
 
     class Hanging(SteadySource):
