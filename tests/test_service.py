@@ -112,7 +112,8 @@ def test_power_samples_stream_with_phases_and_the_summary_has_energy(monkeypatch
 
     monkeypatch.setattr(service_module, "source_for", lambda ref: ConstantPowerSource(None))
     service = RunnerService(FakeBackend(step_time_s=0.005))
-    events = list(service.run(request(warmup_steps=2, measured_steps=40, idle_baseline_s=0.2), lambda: False))
+    run = request(warmup_steps=2, measured_steps=40, min_measure_s=1.2, idle_baseline_s=0.6)
+    events = list(service.run(run, lambda: False))
     samples = [s for e in events if isinstance(e, PowerBatch) for s in e.samples]
     phases = {s.phase.value for s in samples}
     assert {"idle", "measure"} <= phases
@@ -120,7 +121,7 @@ def test_power_samples_stream_with_phases_and_the_summary_has_energy(monkeypatch
     energy = events[-1].energy
     assert energy.mean_power_w == pytest.approx(100.0)
     assert energy.integrated_energy_j == pytest.approx(100.0 * energy.window_s, rel=0.01)
-    assert energy.energy_per_sample_j == pytest.approx(energy.energy_j / (2 * 40))
+    assert energy.energy_per_sample_j == pytest.approx(energy.energy_j / (2 * events[-1].measured_steps))
 
 
 def test_power_unavailable_says_why_and_telemetry_can_be_off():

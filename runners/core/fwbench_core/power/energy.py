@@ -13,6 +13,15 @@ from .sources import POWER_SOURCE_NVML_AVERAGE, PowerPhase, PowerSample
 # Counter and integrated energy disagreeing by more than this is worth a note in the summary.
 DISAGREEMENT_NOTE_LIMIT = 0.10
 
+# The shortest window an energy figure is given for. nvmlDeviceGetPowerUsage averages over the last 1 s on
+# Ampere and newer, and energy counters (NVML's and RAPL's) update at a finite rate (NVML's every few tens
+# of ms): over a shorter window a figure is mostly what the sensor saw before the window, or a counter step.
+MIN_ENERGY_WINDOW_S = 1.0
+# The fewest readings in a phase for an energy figure or any power statistic (mean, peak, idle): at the
+# default 20 Hz a 1 s window holds 20; a handful of readings is a handful of sensor updates, and two
+# identical runs' figures from 1-4 readings were seen to differ 1.9x.
+MIN_POWER_SAMPLES = 10
+
 
 @dataclass(frozen=True)
 class EnergySummary:
@@ -53,6 +62,23 @@ def _trapezoid(points: Sequence[tuple[float, float]]) -> float:
     return sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(points, points[1:]))
 
 
+def _too_few_readings(count: int, figure: str) -> str:
+    return f"{count} power sample{'s' if count != 1 else ''}, fewer than the {MIN_POWER_SAMPLES} {figure} needs"
+
+
+def _energy_shortfalls(window_s: float | None, tagged: Sequence[PowerSample]) -> list[str]:
+    """What the window lacks for an energy figure: length and readings (power or counter)."""
+    shortfalls = []
+    if window_s is not None and window_s < MIN_ENERGY_WINDOW_S:
+        shortfalls.append(
+            f"measured window {window_s:.2f} s is shorter than the {MIN_ENERGY_WINDOW_S:.1f} s an energy figure needs"
+        )
+    readings = sum(s.power_w is not None or s.energy_j is not None for s in tagged)
+    if readings < MIN_POWER_SAMPLES:
+        shortfalls.append(_too_few_readings(readings, "an energy figure"))
+    return shortfalls
+
+
 def energy_summary(
     samples: Sequence[PowerSample],
     phase: PowerPhase | str = PowerPhase.MEASURE,
@@ -85,6 +111,7 @@ def energy_summary(
     counted = [s for s in window if s.energy_j is not None]
     counter_energy_j = None
     counter_span_s = None
+    counter_stalled = False  # the device has a counter, and it did not advance: no energy figure at all
     if len(counted) < 2:
         why = source_reasons.get("energy_j") or source_why
         missing(
@@ -94,10 +121,11 @@ def energy_summary(
     else:
         delta_j = counted[-1].energy_j - counted[0].energy_j
         counter_span_s = counted[-1].time_s - counted[0].time_s
+        counter_stalled = delta_j <= 0
         if delta_j == 0:
-            missing("counter_energy_j", f"counter did not advance within {counter_span_s:.2f} s")
+            missing("counter_energy_j", f"the energy counter did not advance over the {counter_span_s:.2f} s window")
         elif delta_j < 0:
-            missing("counter_energy_j", f"counter went backwards by {-delta_j:.3f} J (driver reloaded?)")
+            missing("counter_energy_j", f"the energy counter went backwards by {-delta_j:.3f} J (driver reloaded?)")
         else:
             counter_energy_j = delta_j
             if window_s and counter_span_s < window_s * 0.99:
@@ -108,6 +136,7 @@ def energy_summary(
 
     # Energy from integrating power over time (trapezoid; a missing reading is bridged by its neighbours).
     powered = [(s.time_s, s.power_w) for s in window if s.power_w is not None]
+    tagged_powers = [s.power_w for s in tagged if s.power_w is not None]
     integrated_energy_j = None
     integrated_span_s = None
     mean_power_w = None
@@ -119,17 +148,35 @@ def energy_summary(
     else:
         integrated_energy_j = _trapezoid(powered)
         integrated_span_s = powered[-1][0] - powered[0][0]
-        mean_power_w = integrated_energy_j / integrated_span_s
-    tagged_powers = [s.power_w for s in tagged if s.power_w is not None]
-    peak_power_w = max(tagged_powers) if tagged_powers else None
-    if peak_power_w is None:
+        if len(tagged_powers) < MIN_POWER_SAMPLES:
+            missing("mean_power_w", _too_few_readings(len(tagged_powers), "a mean power"))
+        else:
+            mean_power_w = integrated_energy_j / integrated_span_s
+    peak_power_w = None
+    if not tagged_powers:
         missing("peak_power_w", f"no power reading among the {phase.value} samples")
+    elif len(tagged_powers) < MIN_POWER_SAMPLES:
+        missing("peak_power_w", _too_few_readings(len(tagged_powers), "a peak power"))
+    else:
+        peak_power_w = max(tagged_powers)
     power_sources = tuple(sorted({s.power_source for s in window if s.power_source}))
     if POWER_SOURCE_NVML_AVERAGE in power_sources:
         notes.append(
             "power is nvmlDeviceGetPowerUsage, a 1 s average on Ampere and newer: the integral lags and "
             "smooths the load; the energy counter is the better figure"
         )
+
+    # Energy only where it was measured: a long enough window, enough readings, a counter that advanced.
+    if counter_energy_j is not None or integrated_energy_j is not None:
+        shortfalls = _energy_shortfalls(window_s, tagged)
+        if counter_stalled:
+            shortfalls.append(reasons["counter_energy_j"])
+        if shortfalls:
+            why = "; ".join(shortfalls)
+            for name in ("counter_energy_j", "integrated_energy_j"):
+                missing(name, reasons.get(name) or why)
+            counter_energy_j = integrated_energy_j = None
+            missing("energy_j", why)
 
     energy_disagreement = None
     if counter_energy_j is not None and integrated_energy_j is not None:
@@ -148,7 +195,7 @@ def energy_summary(
         energy_j, energy_source, energy_span_s = integrated_energy_j, "integrated", integrated_span_s
     else:
         energy_j = energy_source = energy_span_s = None
-        missing("energy_j", f"{reasons['counter_energy_j']}; {reasons['integrated_energy_j']}")
+        reasons.setdefault("energy_j", f"{reasons['counter_energy_j']}; {reasons['integrated_energy_j']}")
         missing("energy_source", reasons["energy_j"])
 
     idle_power_w = None
@@ -156,10 +203,12 @@ def energy_summary(
         missing("idle_power_w", "idle baseline not requested")
     else:
         idle = [s.power_w for s in samples if s.phase == PowerPhase.IDLE and s.power_w is not None]
-        if idle:
-            idle_power_w = statistics.fmean(idle)
-        else:
+        if not idle:
             missing("idle_power_w", "no idle sample with a power reading")
+        elif len(idle) < MIN_POWER_SAMPLES:
+            missing("idle_power_w", _too_few_readings(len(idle), "an idle power"))
+        else:
+            idle_power_w = statistics.fmean(idle)
     energy_above_idle_j = None
     if energy_j is not None and idle_power_w is not None:
         energy_above_idle_j = energy_j - idle_power_w * energy_span_s
