@@ -105,7 +105,9 @@ class ScriptedWorkload(Workload):
 
 
 def config_for(mode=Mode.TRAIN, warmup=2, measured=5, batch_size=4) -> RunConfig:
-    return resolve_request(request(mode=mode, batch_size=batch_size, warmup_steps=warmup, measured_steps=measured))
+    return resolve_request(
+        request(mode=mode, batch_size=batch_size, warmup_steps=warmup, measured_steps=measured, min_measure_s=0.0)
+    )
 
 
 def drive(workload, config, clock, cancelled=lambda: False, build_started_s=None):
@@ -161,6 +163,6 @@ class RecordingWorkload(FakeWorkload):
 
 def small(**overrides) -> RunRequest:
     fields = dict(model="resnet18", mode=Mode.INFER, batch_size=2, input_shape=(3, 32, 32), warmup_steps=1,
-                  measured_steps=2)
+                  measured_steps=2, min_measure_s=0.0)
     fields.update(overrides)
     return RunRequest(**fields)

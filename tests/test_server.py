@@ -90,7 +90,7 @@ def serve_backend():
 
 def rpc_run(stub, **overrides):
     fields = dict(model="resnet18", mode=pb.MODE_INFER, batch_size=2, input_shape=[3, 32, 32], warmup_steps=1,
-                  measured_steps=2)
+                  measured_steps=2, min_measure_s=0.0)
     fields.update(overrides)
     return list(stub.Run(pb.RunRequest(**fields), timeout=30))
 
@@ -148,7 +148,7 @@ def test_server_graceful_stop_finishes_the_run_in_flight():
                 events = []
                 for event in srv.stub.Run(
                     pb.RunRequest(model="resnet18", mode=pb.MODE_INFER, batch_size=2, input_shape=[3, 32, 32],
-                                  warmup_steps=1, measured_steps=30),
+                                  warmup_steps=1, measured_steps=30, min_measure_s=0.0),
                     timeout=30,
                 ):
                     events.append(event)
@@ -188,7 +188,7 @@ def test_runner_process_exits_cleanly_on_sigterm(tmp_path):
         with grpc.insecure_channel(address) as channel:
             call = pb_grpc.RunnerStub(channel).Run(
                 pb.RunRequest(model="resnet18", mode=pb.MODE_INFER, batch_size=2, input_shape=[3, 32, 32],
-                              warmup_steps=1, measured_steps=30),
+                              warmup_steps=1, measured_steps=30, min_measure_s=0.0),
                 timeout=30,
             )
             first = next(call)

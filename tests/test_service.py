@@ -126,8 +126,10 @@ def test_power_samples_stream_with_phases_and_the_summary_has_energy(monkeypatch
 
 def test_power_unavailable_says_why_and_telemetry_can_be_off():
     service = RunnerService(FakeBackend(step_time_s=0.0))
-    on = list(service.run(request(warmup_steps=0, measured_steps=3), lambda: False))[-1]
+    on = list(service.run(request(warmup_steps=0, measured_steps=3, min_measure_s=0.0), lambda: False))[-1]
     if on.energy.sample_count == 0:
         assert on.energy.energy_j is None and "energy_j" in on.energy.reasons
-    off = list(service.run(request(warmup_steps=0, measured_steps=3, power_sample_rate_hz=0.0), lambda: False))[-1]
+    off = list(
+        service.run(request(warmup_steps=0, measured_steps=3, min_measure_s=0.0, power_sample_rate_hz=0.0), lambda: False)
+    )[-1]
     assert off.energy is None

@@ -30,8 +30,10 @@ def test_defaults_are_resolved():
     config = resolve_request(request())
     assert config.model is MODEL_SPECS["resnet18"]
     assert config.precision is Precision.FP32
-    assert config.warmup_steps == 5
+    assert config.warmup_steps == 50  # a cap: warm-up runs until the step time is stable
+    assert config.warmup_until_stable == WarmupUntilStable(cv_threshold=0.05, window=5)
     assert config.measured_steps == 20
+    assert config.min_measure_s == pytest.approx(1.1)  # power is sampled: an energy window and its margin
     assert config.input_shape == (3, 224, 224)
     assert config.device == CPU
     assert config.mode is Mode.TRAIN and config.batch_size == 2

@@ -1,6 +1,6 @@
 """Power and energy of the run's device: telemetry sources, the sampler thread, the energy summary."""
 
-from .energy import EnergySummary, energy_summary
+from .energy import EnergySummary, energy_summary, energy_window_s
 from .sampler import DEFAULT_RATE_HZ, MAX_RATE_HZ, MIN_RATE_HZ, PowerSampler, validate_rate_hz
 from .sources import (
     NVML_FI_DEV_POWER_INSTANT,
@@ -25,6 +25,7 @@ __all__ = [
     "RaplCpuSource",
     "Telemetry",
     "energy_summary",
+    "energy_window_s",
     "source_for",
     "validate_rate_hz",
 ]

@@ -62,6 +62,11 @@ def _trapezoid(points: Sequence[tuple[float, float]]) -> float:
     return sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(points, points[1:]))
 
 
+def energy_window_s(rate_hz: float) -> float:
+    """The shortest window that can give an energy figure when sampling at rate_hz."""
+    return max(MIN_ENERGY_WINDOW_S, MIN_POWER_SAMPLES / rate_hz)
+
+
 def _too_few_readings(count: int, figure: str) -> str:
     return f"{count} power sample{'s' if count != 1 else ''}, fewer than the {MIN_POWER_SAMPLES} {figure} needs"
 
