@@ -493,6 +493,16 @@ def test_unset_windows_resolve_to_warmup_until_stable_and_a_second_of_measuring(
     assert sum(s.step_time_s for s in step_timings(events) if not s.warmup) >= 1.0
 
 
+def test_a_cpu_run_records_the_device_and_host_state_around_it(stub):
+    summary = summary_of(run_events(stub, run_request(measured_steps=1)))
+    before, after = summary.device_before, summary.device_after
+    assert before.HasField("load_avg_1m") and after.HasField("load_avg_1m")
+    assert after.HasField("other_cpu_busy_cores") and after.other_cpu_busy_cores >= 0
+    assert not before.HasField("other_cpu_busy_cores") and before.reasons["other_cpu_busy_cores"]
+    assert not before.HasField("free_memory_bytes") and before.reasons["free_memory_bytes"] == "not a GPU"
+    assert all(flag.startswith("host busy") for flag in summary.device_flags), summary.device_flags
+
+
 def test_thread_counts_other_than_the_runners_are_refused_or_honoured(stub):
     info = stub.Describe(pb.DescribeRequest(), timeout=RPC_TIMEOUT_S)
     other = int(info.options["inter_op_threads"]) + 1

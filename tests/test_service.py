@@ -6,10 +6,11 @@ import threading
 
 import pytest
 
+from fwbench_core.device_state import DeviceStateReader
 from fwbench_core.errors import Cancelled, ResourceExhausted
 from fwbench_core.fake import FakeBackend
 from fwbench_core.service import Resolved, RunnerService
-from fwbench_core.spec import Phase
+from fwbench_core.spec import DeviceKind, DeviceRef, Phase
 from fwbench_core.timing import Progress, StepBatch, Summary
 
 from core_support import RecordingBackend, request, small
@@ -133,3 +134,54 @@ def test_power_unavailable_says_why_and_telemetry_can_be_off():
         service.run(request(warmup_steps=0, measured_steps=3, min_measure_s=0.0, power_sample_rate_hz=0.0), lambda: False)
     )[-1]
     assert off.energy is None
+
+
+def test_a_run_records_the_device_state_before_and_after_it():
+    readers = []
+
+    def reader(ref):
+        readers.append(RecordingReader(ref))
+        return readers[-1]
+
+    service = RunnerService(FakeBackend(step_time_s=0.001), device_states=reader)
+    summary = list(service.run(small(), lambda: False))[-1]
+    assert readers[0].ref == DeviceRef(DeviceKind.CPU, 0) and readers[0].log == ["open", "read", "read", "close"]
+    before, after = summary.device_before, summary.device_after
+    assert before.load_avg_1m is not None and before.other_cpu_busy_cores is None
+    assert after.load_avg_1m is not None and after.other_cpu_busy_cores is not None and after.other_cpu_busy_cores >= 0
+    assert before.free_memory_bytes is None and before.reasons["free_memory_bytes"] == "not a GPU"
+    busy = after.other_cpu_busy_cores > 0.5
+    assert any(flag.startswith("host busy") for flag in summary.device_flags) is busy
+
+
+def test_a_failed_run_closes_its_device_state_reader():
+    readers = []
+
+    def reader(ref):
+        readers.append(RecordingReader(ref))
+        return readers[-1]
+
+    service = RunnerService(RecordingBackend(step_error=RuntimeError("boom")), device_states=reader)
+    with pytest.raises(RuntimeError):
+        list(service.run(small(), lambda: False))
+    assert readers[0].log == ["open", "read", "close"]
+
+
+class RecordingReader(DeviceStateReader):
+    """The real reader of the host's /proc, recording the calls the service makes."""
+
+    def __init__(self, ref):
+        super().__init__(ref)
+        self.log = []
+
+    def open(self):
+        self.log.append("open")
+        super().open()
+
+    def read(self):
+        self.log.append("read")
+        return super().read()
+
+    def close(self):
+        self.log.append("close")
+        super().close()

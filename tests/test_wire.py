@@ -7,6 +7,7 @@ import pytest
 
 from fwbench_core import wire
 from fwbench_core.backend import MemoryReading
+from fwbench_core.device_state import DeviceState
 from fwbench_core.errors import InvalidArgument
 from fwbench_core.fake import FakeBackend
 from fwbench_core.spec import Compilation, Layout, Switch, DeviceKind, Mode, Phase, Precision, Task
@@ -64,3 +65,21 @@ def test_summary_without_peak_memory_leaves_the_field_unset():
         Summary(3, 1.0, 1.0, 1.0, 2.0, MemoryReading(0, "zero is a reading"), 0.5, 10.0, 11.0), info
     ).summary
     assert with_bytes.HasField("peak_memory_bytes") and with_bytes.peak_memory_bytes == 0
+
+
+def test_device_states_and_flags_cross_the_wire_and_unread_fields_stay_unset():
+    before = DeviceState(load_avg_1m=0.5, gpu_processes=1, other_gpu_processes=0, free_memory_bytes=0,
+                         throttle_reasons=("gpu_idle",), reasons={"other_cpu_busy_cores": "a first reading"})
+    after = DeviceState(load_avg_1m=1.5, other_cpu_busy_cores=0.0, reasons={"throttle_reasons": "NVML: Not Supported"},
+                        notes=("a note",))
+    summary = Summary(3, 1.0, 1.0, 1.0, 2.0, MemoryReading(None, "n/a"), 0.5, 10.0, 11.0, device_before=before,
+                      device_after=after, device_flags=("host busy: ...",))
+    message = wire.event_to_wire(summary, FakeBackend().runner_info()).summary
+    assert list(message.device_flags) == ["host busy: ..."]
+    b, a = message.device_before, message.device_after
+    assert (b.load_avg_1m, b.gpu_processes, b.other_gpu_processes, b.free_memory_bytes) == (0.5, 1, 0, 0)
+    assert b.HasField("free_memory_bytes") and not b.HasField("other_cpu_busy_cores") and not b.HasField("sm_clock_mhz")
+    assert list(b.throttle_reasons) == ["gpu_idle"] and dict(b.reasons) == {"other_cpu_busy_cores": "a first reading"}
+    assert a.HasField("other_cpu_busy_cores") and a.other_cpu_busy_cores == 0.0
+    assert list(a.throttle_reasons) == [] and a.reasons["throttle_reasons"] == "NVML: Not Supported"
+    assert list(a.notes) == ["a note"]

@@ -25,7 +25,7 @@ NVML_FI_DEV_POWER_INSTANT = 186
 _NVML_ERROR_INVALID_ARGUMENT = 2
 _NVML_ERROR_NOT_SUPPORTED = 3
 _NVML_ERROR_FUNCTION_NOT_FOUND = 13
-_NVML_NEVER = {_NVML_ERROR_INVALID_ARGUMENT, _NVML_ERROR_NOT_SUPPORTED, _NVML_ERROR_FUNCTION_NOT_FOUND}
+NVML_NEVER = {_NVML_ERROR_INVALID_ARGUMENT, _NVML_ERROR_NOT_SUPPORTED, _NVML_ERROR_FUNCTION_NOT_FOUND}
 
 POWER_SOURCE_NVML_INSTANT = "nvml_instant"
 POWER_SOURCE_NVML_AVERAGE = "nvml_average"
@@ -104,7 +104,7 @@ class Telemetry(abc.ABC):
         self._error_counts[name] += 1
 
 
-def _load_pynvml() -> Any:
+def load_pynvml() -> Any:
     import pynvml  # nvidia-ml-py; imported here so that the core works where it is absent
 
     return pynvml
@@ -126,7 +126,7 @@ class NvmlGpuSource(Telemetry):
     def open(self) -> bool:
         if self._nvml is None:
             try:
-                self._nvml = _load_pynvml()
+                self._nvml = load_pynvml()
             except ImportError:
                 self.unavailable_reason = "nvidia-ml-py not installed"
                 return False
@@ -154,7 +154,7 @@ class NvmlGpuSource(Telemetry):
     def _probe_power_source(self) -> str:
         """Instantaneous power if the field reads now; an unsupported field means the averaged call."""
         _, code, message = self._read_instant_power()
-        if code is not None and code in _NVML_NEVER:
+        if code is not None and code in NVML_NEVER:
             self._unsupported(
                 "power_instant",
                 f"NVML_FI_DEV_POWER_INSTANT: {message}; power is nvmlDeviceGetPowerUsage, "
@@ -192,7 +192,7 @@ class NvmlGpuSource(Telemetry):
         except AttributeError as error:  # an nvidia-ml-py too old for the call
             self._unsupported(name, f"nvidia-ml-py lacks it: {error}")
         except nvml.NVMLError as error:
-            if getattr(error, "value", None) in _NVML_NEVER:
+            if getattr(error, "value", None) in NVML_NEVER:
                 self._unsupported(name, f"NVML: {error}")
             else:
                 self._failed(name, f"NVML: {error}")
