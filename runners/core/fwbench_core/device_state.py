@@ -175,15 +175,9 @@ class DeviceStateReader:
         """This process's CPU time, its reaped children's and its live descendants' (a worker process
         per run is this runner's work, not another process's)."""
         stats = self._process_stats()
-        own = {self.pid}
-        grew = True
-        while grew:
-            before = len(own)
-            own |= {pid for pid, (ppid, _) in stats.items() if ppid in own}
-            grew = len(own) > before
         if self.pid not in stats:
             raise ValueError(f"no {self.proc_root / str(self.pid) / 'stat'}")
-        return sum(stats[pid][1] for pid in own if pid in stats)
+        return sum(stats[pid][1] for pid in {self.pid} | _descendants(self.pid, stats))
 
     def _process_stats(self) -> dict[int, tuple[int, int]]:
         """pid -> (parent pid, utime + stime + cutime + cstime) for every process visible in proc_root."""
