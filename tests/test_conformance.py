@@ -65,6 +65,7 @@ def run_request(**overrides) -> pb.RunRequest:
         device=pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU, index=0),
         warmup_steps=WARMUP,
         measured_steps=MEASURED,
+        min_measure_s=0.0,  # the step count alone: the default second per run would make the suite slow
         seed=1,
     )
     fields.update(overrides)
@@ -478,6 +479,28 @@ def test_unset_settings_resolve_to_explicit_values(stub):
     assert (config.intra_op_threads, config.inter_op_threads) == (
         int(info.options["intra_op_threads"]), int(info.options["inter_op_threads"])
     )
+
+
+def test_unset_windows_resolve_to_warmup_until_stable_and_a_second_of_measuring(stub):
+    request = run_request(warmup_steps=None, min_measure_s=None, power_sample_rate_hz=0.0)
+    events = run_events(stub, request)
+    config = of_kind(events, "config")[0]
+    assert config.warmup_steps == 50
+    assert (config.warmup_until_stable.cv_threshold, config.warmup_until_stable.window) == (pytest.approx(0.05), 5)
+    assert config.min_measure_s == 1.0
+    summary = summary_of(events)
+    assert summary.warmup_steps_run <= 50 and (summary.warmup_stable or summary.flags)
+    assert sum(s.step_time_s for s in step_timings(events) if not s.warmup) >= 1.0
+
+
+def test_a_cpu_run_records_the_device_and_host_state_around_it(stub):
+    summary = summary_of(run_events(stub, run_request(measured_steps=1)))
+    before, after = summary.device_before, summary.device_after
+    assert before.HasField("load_avg_1m") and after.HasField("load_avg_1m")
+    assert after.HasField("other_cpu_busy_cores") and after.other_cpu_busy_cores >= 0
+    assert not before.HasField("other_cpu_busy_cores") and before.reasons["other_cpu_busy_cores"]
+    assert not before.HasField("free_memory_bytes") and before.reasons["free_memory_bytes"] == "not a GPU"
+    assert all(flag.startswith("host busy") for flag in summary.device_flags), summary.device_flags
 
 
 def test_thread_counts_other_than_the_runners_are_refused_or_honoured(stub):

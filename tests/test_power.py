@@ -232,25 +232,25 @@ def test_unsupported_instant_power_falls_back_to_the_averaged_reading():
 
 
 def test_a_reading_that_fails_midway_is_none_in_that_sample_only():
-    clock = FakeClock(step_s=0.05)
+    clock = FakeClock(step_s=0.1)
     nvml = FakeNvml(
         clock=clock,
         instant=False,
-        power_mw=[100_000, 110_000, 120_000, 130_000],
+        power_mw=[100_000, 110_000, 120_000] + [130_000] * 9,
         fail={"nvmlDeviceGetPowerUsage": {1}, "nvmlDeviceGetTemperature": {1, 2}},
     )
     source = opened_gpu(nvml)
-    samples = record(source, clock, [(PowerPhase.MEASURE, 4)])
+    samples = record(source, clock, [(PowerPhase.MEASURE, 12)])  # 1.1 s
 
-    assert [s.power_w for s in samples] == [100.0, None, 120.0, 130.0]
-    assert [s.power_source for s in samples] == ["nvml_average", None, "nvml_average", "nvml_average"]
-    assert [s.temperature_c for s in samples] == [61, None, None, 61]
+    assert [s.power_w for s in samples[:4]] == [100.0, None, 120.0, 130.0]
+    assert [s.power_source for s in samples[:4]] == ["nvml_average", None, "nvml_average", "nvml_average"]
+    assert [s.temperature_c for s in samples[:4]] == [61, None, None, 61]
     assert all(s.energy_j is not None and s.sm_clock_mhz == 1755 for s in samples)
     assert source.reasons["power_w"] == "NVML: Unknown Error (1 failed read)"
     assert source.reasons["temperature_c"] == "NVML: Unknown Error (2 failed reads)"
     # the integral bridges the missing reading with its neighbours
     summary = energy_summary(samples)
-    assert summary.integrated_energy_j == pytest.approx(0.05 * (100 + 120) / 2 * 2 + 0.05 * (120 + 130) / 2)
+    assert summary.integrated_energy_j == pytest.approx(0.1 * (100 + 120) / 2 * 2 + 0.1 * (120 + 130) / 2 + 0.1 * 130 * 8)
 
 
 def test_instant_power_failing_midway_stays_instant():
@@ -273,13 +273,66 @@ def test_an_energy_counter_that_does_not_advance_in_a_short_window_is_none_with_
     nvml = FakeNvml(clock=clock, energy_mj=coarse_counter_mj)
     source = opened_gpu(nvml)
     samples = record(source, clock, [(PowerPhase.MEASURE, 2), (PowerPhase.AFTER, 1)])  # 1.000 .. 1.050
-    summary = energy_summary(samples, idle_baseline=False)
-    assert summary.counter_energy_j is None
-    assert summary.reasons["counter_energy_j"] == "counter did not advance within 0.05 s"
-    assert summary.integrated_energy_j == pytest.approx(10.0)
-    assert summary.energy_source == "integrated"
+    summary = energy_summary(samples, idle_baseline=False, samples_processed=64)
+    assert summary.counter_energy_j is None and summary.integrated_energy_j is None and summary.energy_j is None
+    assert summary.reasons["counter_energy_j"] == "the energy counter did not advance over the 0.05 s window"
+    assert summary.reasons["energy_j"] == (
+        "measured window 0.05 s is shorter than the 1.0 s an energy figure needs; "
+        "2 power samples, fewer than the 10 an energy figure needs; "
+        "the energy counter did not advance over the 0.05 s window"
+    )
+    assert summary.reasons["energy_per_sample_j"] == summary.reasons["energy_j"]
+    assert summary.reasons["mean_power_w"] == "2 power samples, fewer than the 10 a mean power needs"
     assert summary.reasons["idle_power_w"] == "idle baseline not requested"
     assert_every_none_is_explained(summary)
+
+
+def test_a_counter_that_does_not_advance_over_a_long_window_withholds_energy_though_power_integrates():
+    clock = FakeClock(step_s=0.05)
+    nvml = FakeNvml(clock=clock, energy_mj=lambda t: 5_000_000)  # a counter stuck at 5 kJ
+    source = opened_gpu(nvml)
+    samples = record(source, clock, [(PowerPhase.MEASURE, 30), (PowerPhase.AFTER, 1)])  # 1.5 s
+    summary = energy_summary(samples, idle_baseline=False, samples_processed=64)
+    assert summary.energy_j is None and summary.energy_per_sample_j is None and summary.integrated_energy_j is None
+    assert summary.reasons["energy_j"] == "the energy counter did not advance over the 1.50 s window"
+    assert summary.mean_power_w == pytest.approx(200.0)  # 30 readings: power is still honest
+    assert_every_none_is_explained(summary)
+
+
+def test_a_window_shorter_than_the_minimum_gives_no_energy_but_a_mean_power():
+    clock = FakeClock(step_s=0.025)
+    source = opened_gpu(FakeNvml(clock=clock))
+    samples = record(source, clock, [(PowerPhase.MEASURE, 20), (PowerPhase.AFTER, 1)])  # 0.5 s, 20 readings
+    summary = energy_summary(samples, idle_baseline=False, samples_processed=64)
+    assert summary.energy_j is None and summary.counter_energy_j is None and summary.energy_per_sample_j is None
+    assert summary.reasons["energy_j"] == "measured window 0.50 s is shorter than the 1.0 s an energy figure needs"
+    assert summary.mean_power_w == pytest.approx(200.0) and summary.peak_power_w == pytest.approx(200.0)
+    assert_every_none_is_explained(summary)
+
+
+def test_too_few_samples_give_neither_energy_nor_power():
+    clock = FakeClock(step_s=0.5)
+    source = opened_gpu(FakeNvml(clock=clock))
+    samples = record(source, clock, [(PowerPhase.IDLE, 3), (PowerPhase.MEASURE, 3), (PowerPhase.AFTER, 1)])  # 1.5 s
+    summary = energy_summary(samples, samples_processed=64)
+    assert summary.window_s == pytest.approx(1.5)
+    assert summary.energy_j is None and summary.energy_above_idle_per_sample_j is None
+    assert summary.reasons["energy_j"] == "3 power samples, fewer than the 10 an energy figure needs"
+    assert summary.mean_power_w is None and summary.peak_power_w is None and summary.idle_power_w is None
+    assert summary.reasons["mean_power_w"] == "3 power samples, fewer than the 10 a mean power needs"
+    assert summary.reasons["idle_power_w"] == "3 power samples, fewer than the 10 an idle power needs"
+    assert_every_none_is_explained(summary)
+
+
+def test_a_long_enough_window_with_enough_samples_has_energy():
+    clock = FakeClock(step_s=0.125)
+    source = opened_gpu(FakeNvml(clock=clock))
+    samples = record(source, clock, [(PowerPhase.MEASURE, 10), (PowerPhase.AFTER, 1)])  # 1.25 s, 10 readings
+    summary = energy_summary(samples, idle_baseline=False, samples_processed=100)
+    assert summary.window_s == 1.25
+    assert summary.energy_j == pytest.approx(250.0) and summary.energy_source == "counter"
+    assert summary.energy_per_sample_j == pytest.approx(2.5)
+    assert "energy_j" not in summary.reasons
 
 
 def test_no_pynvml_means_unavailable_with_the_reason(monkeypatch):
@@ -335,18 +388,20 @@ def test_an_empty_record_gives_none_with_reasons_never_zero():
 
 def test_the_window_runs_to_the_sample_that_closes_the_phase():
     # each interval belongs to the phase of the sample that opens it
+    measure = [PowerSample(1.0 + 0.2 * i, PowerPhase.MEASURE, "gpu:0", 100.0 if i < 5 else 300.0, "nvml_instant")
+               for i in range(10)]  # 1.0 .. 2.8 s
     samples = [
-        PowerSample(0.0, PowerPhase.WARMUP, "gpu:0", 100.0, "nvml_instant"),
-        PowerSample(1.0, PowerPhase.MEASURE, "gpu:0", 100.0, "nvml_instant"),
-        PowerSample(2.0, PowerPhase.MEASURE, "gpu:0", 300.0, "nvml_instant"),
+        PowerSample(0.0, PowerPhase.WARMUP, "gpu:0", 1000.0, "nvml_instant"),
+        *measure,
         PowerSample(3.0, PowerPhase.AFTER, "gpu:0", 300.0, "nvml_instant"),
         PowerSample(4.0, PowerPhase.AFTER, "gpu:0", 0.0, "nvml_instant"),
     ]
     summary = energy_summary(samples, "measure", idle_baseline=False)
-    assert summary.window_s == 2.0 and summary.sample_count == 2
-    assert summary.integrated_energy_j == pytest.approx(200 + 300)
-    assert summary.peak_power_w == 300.0  # of the phase's own samples
-    assert summary.achieved_rate_hz == pytest.approx(1.0)
+    assert summary.window_s == pytest.approx(2.0) and summary.sample_count == 10
+    # 1.0-1.8 s at 100 W, 1.8-2.0 s rising to 300 W, 2.0-3.0 s at 300 W (the AFTER sample closes it)
+    assert summary.integrated_energy_j == pytest.approx(80 + 40 + 300)
+    assert summary.peak_power_w == 300.0  # of the phase's own samples, not the warm-up's 1000 W
+    assert summary.achieved_rate_hz == pytest.approx(5.0)
 
 
 # --- the sampler thread --------------------------------------------------------
@@ -521,7 +576,7 @@ def test_rapl_handles_wraparound(tmp_path):
     samples.append(source.read(0.2, PowerPhase.AFTER))
     assert [s.energy_j for s in samples] == pytest.approx([0.9, 1.1, 1.3])
     assert samples[1].power_w == pytest.approx(2.0) and samples[2].power_w == pytest.approx(2.0)
-    assert energy_summary(samples, idle_baseline=False).counter_energy_j == pytest.approx(0.4)
+    assert samples[-1].energy_j - samples[0].energy_j == pytest.approx(0.4)
 
 
 def test_rapl_without_the_range_cannot_unwrap_and_says_so(tmp_path):
@@ -585,7 +640,7 @@ def test_the_sampler_thread_is_not_the_callers():
 
 
 def test_a_hung_read_does_not_hang_stop(monkeypatch):
-    monkeypatch.setattr(power, "STOP_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(power.sampler, "STOP_TIMEOUT_S", 0.1)
     release = threading.Event()
 
     class Hanging(SteadySource):
@@ -629,5 +684,5 @@ def test_a_failed_rapl_read_loses_no_energy(tmp_path, monkeypatch):
     assert (gap.energy_j, gap.power_w) == (None, None)
     assert after.energy_j == pytest.approx(2.0) and after.power_w is None  # the difference spans two intervals
     assert last.power_w == pytest.approx(5.0)
-    assert energy_summary([first, gap, after, last], idle_baseline=False).counter_energy_j == pytest.approx(2.5)
+    assert last.energy_j - first.energy_j == pytest.approx(2.5)
     assert source.reasons["energy_j"].startswith("RAPL: intel-rapl:0/energy_uj: [Errno 5] Input/output error")

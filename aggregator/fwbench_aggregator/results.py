@@ -123,6 +123,22 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
                 "min_measure_s": c.min_measure_s,
                 "timer_disagreement": s.timer_disagreement if s.HasField("timer_disagreement") else None,
                 "flags": " | ".join(s.flags),
+                "device_flags": " | ".join(s.device_flags),
+                "free_memory_before_bytes": _optional(s.device_before, "free_memory_bytes"),
+                "total_memory_bytes": _optional(s.device_before, "total_memory_bytes"),
+                "other_gpu_processes_max": max(
+                    (n for n in (_optional(s.device_before, "other_gpu_processes"),
+                                 _optional(s.device_after, "other_gpu_processes")) if n is not None), default=None
+                ),
+                "other_cpu_busy_cores": _optional(s.device_after, "other_cpu_busy_cores"),
+                "load_avg_1m_before": _optional(s.device_before, "load_avg_1m"),
+                "load_avg_1m_after": _optional(s.device_after, "load_avg_1m"),
+                "sm_clock_min_mhz": min(
+                    (f for f in (_optional(s.device_before, "sm_clock_mhz"), _optional(s.device_after, "sm_clock_mhz"))
+                     if f is not None), default=None
+                ),
+                "max_sm_clock_mhz": _optional(s.device_before, "max_sm_clock_mhz"),
+                "throttle_reasons": " | ".join(sorted({*s.device_before.throttle_reasons, *s.device_after.throttle_reasons})),
                 **_energy_columns(s),
                 "runner_address": r.address,
                 "python_version": info.python_version,

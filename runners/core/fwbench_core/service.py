@@ -14,11 +14,12 @@ from typing import TypeVar, Union
 
 from .backend import Backend, Workload
 from .catalog import MODEL_SPECS
+from .device_state import DeviceStateReader
 from .errors import Cancelled, ResourceExhausted
 from .isolation import RunIsolation, stream_from_worker
 from .power import PowerPhase, PowerSample, PowerSampler, energy_summary, source_for
 from .spec import DeviceKind, DeviceRef, ModelConfig, ModelSpec, Phase, Precision, RunConfig, RunnerInfo, RunRequest
-from .timing import Progress, StepBatch, Summary, time_steps
+from .timing import Progress, StepBatch, Summary, time_steps, with_device_state
 from .validation import resolve, resolve_model
 
 LOCK_POLL_S = 0.1
@@ -62,6 +63,7 @@ class RunnerService:
         clock: Callable[[], float] = time.perf_counter,
         isolation: RunIsolation = RunIsolation.THREAD,
         make_backend: Callable[[], Backend] | None = None,
+        device_states: Callable[[DeviceRef], DeviceStateReader] = DeviceStateReader,
     ) -> None:
         """`make_backend` builds the same backend afresh in a worker process: it must pickle (a class,
         or functools.partial of one), and is needed for every isolation but THREAD."""
@@ -70,6 +72,7 @@ class RunnerService:
         self.backend = backend
         self.isolation = isolation
         self._make_backend = make_backend
+        self._device_states = device_states
         # All framework work (builds, steps, inspection) runs on this one thread. PyTorch's OpenMP gives
         # every thread that runs ops its own worker team; with more workers than cores, libgomp spins
         # less and every op slows by about 20%, for good, once a second gRPC handler thread has run torch.
@@ -170,6 +173,9 @@ class RunnerService:
         sampler = self._power_sampler(config)
         out_of_memory = ""
         user_error = None
+        states = self._device_states(config.device.ref)
+        states.open()
+        device_before = states.read()
         try:
             if sampler is not None:
                 # Idle power first, on the idle device: the baseline the run's power is compared with.
@@ -190,6 +196,8 @@ class RunnerService:
                 clock=self._clock,
             )
             for event in steps:
+                if isinstance(event, Summary):
+                    event = with_device_state(event, config.device.ref, device_before, states.read())
                 if sampler is None:
                     yield event
                     continue
@@ -215,6 +223,7 @@ class RunnerService:
                 raise
             out_of_memory = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         finally:
+            states.close()
             if sampler is not None:
                 sampler.stop()
             if workload is not None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .backend import MemoryReading, Workload
+from .device_state import DeviceState, device_flags
 from .errors import Cancelled
 from .power import EnergySummary
-from .spec import Mode, Phase, RunConfig, WarmupUntilStable
+from .spec import DeviceRef, Mode, Phase, RunConfig, WarmupUntilStable
 from .validation import MAX_MEASURED_STEPS
 
 # Step timings leave the runner in batches, at most this often, so that
@@ -60,6 +61,13 @@ class Summary:
     timer_disagreement: float | None = None
     flags: tuple[str, ...] = ()
     energy: EnergySummary | None = None
+    device_before: DeviceState | None = None  # read as the run took the device, before the build
+    device_after: DeviceState | None = None  # read after the last step, before the model is released
+    device_flags: tuple[str, ...] = ()  # how the device or host was not quiet around the run
+
+
+def with_device_state(summary: Summary, ref: DeviceRef, before: DeviceState, after: DeviceState) -> Summary:
+    return replace(summary, device_before=before, device_after=after, device_flags=device_flags(ref, before, after))
 
 
 def percentile(values: Sequence[float], pct: float) -> float:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from .catalog import get_spec
 from .errors import FailedPrecondition, InvalidArgument
-from .power import DEFAULT_RATE_HZ, validate_rate_hz
+from .power import DEFAULT_RATE_HZ, energy_window_s, validate_rate_hz
 from .spec import (
     Capabilities,
     Device,
@@ -21,13 +21,24 @@ from .spec import (
     RunConfig,
     RunRequest,
     Switch,
+    WarmupUntilStable,
 )
 
 MAX_BATCH_SIZE = 65536
 MAX_WARMUP_STEPS = 10_000
 MAX_MEASURED_STEPS = 1_000_000
-DEFAULT_WARMUP_STEPS = 5
 DEFAULT_MEASURED_STEPS = 20
+# Unless the request says otherwise, warm up until the step time is stable: a fixed handful of steps is
+# too few after compilation or autotuning and too many for a tiny model. The cap bounds a run that never
+# settles (its summary says so).
+DEFAULT_WARMUP_UNTIL_STABLE = WarmupUntilStable(cv_threshold=0.05, window=5)
+DEFAULT_WARMUP_CAP_STEPS = 50
+# Measure at least this long by default as well as the step count: a few fast steps are a few ms, in which
+# one scheduling hiccup or clock change is most of the figure.
+DEFAULT_MIN_MEASURE_S = 1.0
+# The sampler's samples at a phase's ends follow the phase changes by a thread wake-up, so a measured
+# window of exactly the energy minimum can come out a little short of it.
+ENERGY_WINDOW_MARGIN_S = 0.1
 DEFAULT_PRECISION = Precision.FP32
 DEFAULT_LAYOUT = Layout.CHANNELS_LAST
 MAX_THREADS = 1024
@@ -118,6 +129,14 @@ def _threads(field: str, requested: int, configured: int, adjustable: bool, fram
     )
 
 
+def default_min_measure_s(power_sample_rate_hz: float) -> float:
+    """The measuring time a request that leaves it unset gets: with power sampled, long enough for an
+    energy figure at that rate."""
+    if not power_sample_rate_hz:
+        return DEFAULT_MIN_MEASURE_S
+    return max(DEFAULT_MIN_MEASURE_S, energy_window_s(power_sample_rate_hz) + ENERGY_WINDOW_MARGIN_S)
+
+
 def resolve(
     request: RunRequest,
     devices: Sequence[Device],
@@ -149,9 +168,13 @@ def resolve(
     autotune = request.cudnn_autotune or Switch.OFF
     _refuse_unless(autotune, can.cudnn_autotune, "cudnn_autotune", device, framework)
 
-    warmup = DEFAULT_WARMUP_STEPS if request.warmup_steps is None else request.warmup_steps
-    measured = DEFAULT_MEASURED_STEPS if request.measured_steps is None else request.measured_steps
     stable = request.warmup_until_stable
+    if request.warmup_steps is None:
+        warmup = DEFAULT_WARMUP_CAP_STEPS
+        stable = stable or DEFAULT_WARMUP_UNTIL_STABLE
+    else:
+        warmup = request.warmup_steps
+    measured = DEFAULT_MEASURED_STEPS if request.measured_steps is None else request.measured_steps
     if stable is not None:
         if not 0.0 < stable.cv_threshold < 1.0:
             raise InvalidArgument(f"warmup_until_stable.cv_threshold must be between 0 and 1, got {stable.cv_threshold}")
@@ -160,15 +183,15 @@ def resolve(
             raise InvalidArgument(
                 f"warmup_steps ({warmup}) caps warm-up until stable and must be at least its window ({stable.window})"
             )
-    min_measure_s = request.min_measure_s or 0.0
-    if not 0.0 <= min_measure_s <= MAX_MEASURE_S:
-        raise InvalidArgument(f"min_measure_s must be between 0 and {MAX_MEASURE_S}, got {min_measure_s}")
     rate_hz = DEFAULT_POWER_SAMPLE_RATE_HZ if request.power_sample_rate_hz is None else request.power_sample_rate_hz
     if rate_hz:
         try:
             validate_rate_hz(rate_hz)
         except ValueError as error:
             raise InvalidArgument(f"{error}; 0 turns telemetry off") from None
+    min_measure_s = default_min_measure_s(rate_hz) if request.min_measure_s is None else request.min_measure_s
+    if not 0.0 <= min_measure_s <= MAX_MEASURE_S:
+        raise InvalidArgument(f"min_measure_s must be between 0 and {MAX_MEASURE_S}, got {min_measure_s}")
     idle_baseline_s = DEFAULT_IDLE_BASELINE_S if request.idle_baseline_s is None else request.idle_baseline_s
     if not 0.0 <= idle_baseline_s <= MAX_IDLE_BASELINE_S:
         raise InvalidArgument(f"idle_baseline_s must be between 0 and {MAX_IDLE_BASELINE_S}, got {idle_baseline_s}")

@@ -13,6 +13,7 @@ from fwbench.runner.v1 import runner_pb2 as pb
 
 from . import PROTOCOL, RUNNER_VERSION
 from .backend import MemoryReading
+from .device_state import DeviceState
 from .errors import InvalidArgument
 from .power import EnergySummary, PowerPhase, PowerSample
 from .service import PowerBatch, Resolved, RunEvent
@@ -232,6 +233,20 @@ def energy_to_wire(energy: EnergySummary) -> pb.EnergySummary:
     return message
 
 
+def device_state_to_wire(state: DeviceState) -> pb.DeviceState:
+    message = pb.DeviceState(
+        throttle_reasons=state.throttle_reasons or (), reasons=dict(state.reasons), notes=state.notes
+    )
+    _optional_fields(
+        message,
+        {name: getattr(state, name) for name in (
+            "load_avg_1m", "other_cpu_busy_cores", "other_gpu_processes", "gpu_processes", "sm_clock_mhz",
+            "max_sm_clock_mhz", "free_memory_bytes", "total_memory_bytes",
+        )},
+    )
+    return message
+
+
 def _memory_to_wire(summary: pb.Summary, reading: MemoryReading) -> None:
     if reading.bytes is not None:
         summary.peak_memory_bytes = reading.bytes
@@ -306,9 +321,14 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
             warmup_stable=event.warmup_stable,
             timer_disagreement=event.timer_disagreement,
             flags=event.flags,
+            device_flags=event.device_flags,
         )
         _memory_to_wire(summary, event.peak_memory)
         if event.energy is not None:
             summary.energy.CopyFrom(energy_to_wire(event.energy))
+        if event.device_before is not None:
+            summary.device_before.CopyFrom(device_state_to_wire(event.device_before))
+        if event.device_after is not None:
+            summary.device_after.CopyFrom(device_state_to_wire(event.device_after))
         return pb.RunEvent(summary=summary)
     raise TypeError(f"no wire form for {type(event).__name__}")

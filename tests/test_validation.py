@@ -1,0 +1,245 @@
+"""Resolving a run request: defaults, ranges, refusals that name what is accepted."""
+
+from __future__ import annotations
+
+from fwbench.runner.v1 import runner_pb2 as pb
+import pytest
+
+from fwbench_core import wire
+from fwbench_core.catalog import MODEL_SPECS
+from fwbench_core.errors import FailedPrecondition, InvalidArgument, NotFound
+from fwbench_core.spec import (
+    Compilation,
+    Layout,
+    Switch,
+    WarmupUntilStable,
+    Device,
+    DeviceKind,
+    DeviceRef,
+    Head,
+    Mode,
+    Objective,
+    Precision,
+    RunRequest,
+)
+
+from core_support import CPU, GPU0, expect_error, request, resolve_request
+
+
+def test_defaults_are_resolved():
+    config = resolve_request(request())
+    assert config.model is MODEL_SPECS["resnet18"]
+    assert config.precision is Precision.FP32
+    assert config.warmup_steps == 50  # a cap: warm-up runs until the step time is stable
+    assert config.warmup_until_stable == WarmupUntilStable(cv_threshold=0.05, window=5)
+    assert config.measured_steps == 20
+    assert config.min_measure_s == pytest.approx(1.1)  # power is sampled: an energy window and its margin
+    assert config.input_shape == (3, 224, 224)
+    assert config.device == CPU
+    assert config.mode is Mode.TRAIN and config.batch_size == 2
+
+
+def test_default_device_is_the_first_gpu_where_there_is_one():
+    gpu1 = Device(DeviceRef(DeviceKind.GPU, 1), "Other GPU")
+    assert resolve_request(request(), devices=(CPU, GPU0, gpu1)).device == GPU0
+
+
+def test_explicit_values_are_kept():
+    config = resolve_request(
+        request(
+            input_shape=(3, 64, 48),
+            precision=Precision.TF32,
+            device=DeviceRef(DeviceKind.GPU, 0),
+            warmup_steps=0,
+            measured_steps=1,
+            seed=7,
+        ),
+        devices=(CPU, GPU0),
+        precisions=lambda d: frozenset({Precision.FP32, Precision.TF32}),
+    )
+    assert config.input_shape == (3, 64, 48)
+    assert config.precision is Precision.TF32
+    assert config.device == GPU0
+    # 0 warm-up steps is a choice, not "unset".
+    assert (config.warmup_steps, config.measured_steps, config.seed) == (0, 1, 7)
+
+
+def test_unknown_model_lists_known_models():
+    message = expect_error(NotFound, request(model="vgg99"))
+    assert "vgg99" in message
+    for name in MODEL_SPECS:
+        assert name in message
+
+
+def test_model_without_a_builder():
+    message = expect_error(FailedPrecondition, request(model="resnet18"), models=["mobilenet_v2"])
+    assert "resnet18" in message
+
+
+def test_model_options_default_and_choice():
+    assert resolve_request(request(model="bert_base", input_shape=())).model_options == {"head": "classification"}
+    config = resolve_request(request(model="bert_base", input_shape=(16,), model_options={"head": "mlm"}))
+    assert config.model_options == {"head": "mlm"}
+    assert config.head == Head(Objective.TOKEN_CE, 30522)
+    assert resolve_request(request(model="resnet18")).model_options == {}
+
+
+def test_unknown_model_option_names_the_accepted_ones():
+    message = expect_error(InvalidArgument, request(model="bert_base", input_shape=(), model_options={"heads": "mlm"}))
+    assert "model_options" in message and "'heads'" in message and "head" in message
+    message = expect_error(InvalidArgument, request(model="resnet18", model_options={"head": "mlm"}))
+    assert "model_options" in message and "none" in message
+
+
+def test_bad_model_option_value_names_the_accepted_values():
+    message = expect_error(InvalidArgument, request(model="bert_base", input_shape=(), model_options={"head": "qa"}))
+    assert "head='qa'" in message and "classification, mlm" in message
+
+
+def test_sequence_longer_than_the_model_takes_is_refused():
+    message = expect_error(InvalidArgument, request(model="bert_base", input_shape=(513,)))
+    assert "input_shape 513" in message and "1<=seq<=512" in message
+
+
+def test_wire_request_carries_model_options():
+    req = wire.run_request_from_wire(pb.RunRequest(model="bert_base", mode=pb.MODE_TRAIN, batch_size=1,
+                                                   model_options={"head": "mlm"}))
+    assert req.model_options == {"head": "mlm"}
+
+
+def test_mode_must_be_set():
+    message = expect_error(InvalidArgument, request(mode=None))
+    assert "mode" in message and "train, infer" in message
+
+
+@pytest.mark.parametrize("batch_size", [0, 65537, 70000])
+def test_batch_size_range(batch_size):
+    message = expect_error(InvalidArgument, request(batch_size=batch_size))
+    assert "batch_size" in message and "1" in message and "65536" in message and str(batch_size) in message
+
+
+@pytest.mark.parametrize("batch_size", [1, 65536])
+def test_batch_size_bounds_are_accepted(batch_size):
+    assert resolve_request(request(batch_size=batch_size)).batch_size == batch_size
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(3, 32), (3, 32, 32, 1), (3, 31, 32), (3, 32, 16), (1, 32, 32), (3, 4097, 32)],
+    ids=["rank-2", "rank-4", "height-small", "width-small", "channels", "too-large"],
+)
+def test_input_shape_errors_name_the_accepted_shapes(shape):
+    message = expect_error(InvalidArgument, request(input_shape=shape))
+    assert "input_shape" in message and "x".join(map(str, shape)) in message
+    assert MODEL_SPECS["resnet18"].describe_accepted_shapes() in message
+    assert "C=3" in message and "32<=H<=4096" in message and "default 3x224x224" in message
+
+
+@pytest.mark.parametrize("shape", [(3, 32, 32), (3, 4096, 4096), (3, 33, 500)])
+def test_input_shape_bounds_are_accepted(shape):
+    assert resolve_request(request(input_shape=shape)).input_shape == shape
+
+
+def test_missing_device_names_available_devices():
+    message = expect_error(FailedPrecondition, request(device=DeviceRef(DeviceKind.GPU, 7)), devices=(CPU, GPU0))
+    assert "gpu:7" in message and "available devices: cpu:0, gpu:0" in message
+
+
+def test_unsupported_precision_names_supported_ones():
+    message = expect_error(
+        FailedPrecondition,
+        request(precision=Precision.AMP_FP16, device=DeviceRef(DeviceKind.CPU)),
+        precisions=lambda d: frozenset({Precision.FP32, Precision.TF32}),
+    )
+    assert "precision amp_fp16" in message and "cpu:0" in message and "fp32, tf32" in message and "test runner" in message
+
+
+@pytest.mark.parametrize(
+    "field, value, bounds",
+    [
+        ("warmup_steps", 10_001, ("0", "10000")),
+        ("measured_steps", 0, ("1", "1000000")),
+        ("measured_steps", 1_000_001, ("1", "1000000")),
+    ],
+)
+def test_step_count_ranges(field, value, bounds):
+    message = expect_error(InvalidArgument, request(**{field: value}))
+    assert field in message and all(b in message for b in bounds)
+
+
+def test_wire_request_with_unknown_enum_number_is_invalid():
+    with pytest.raises(InvalidArgument, match=r"precision has unknown value 42; accepted values: fp32, tf32"):
+        wire.run_request_from_wire(pb.RunRequest(model="resnet18", mode=pb.MODE_TRAIN, batch_size=1, precision=42))
+
+
+def test_wire_request_optional_fields():
+    unset = wire.run_request_from_wire(pb.RunRequest(model="resnet18", mode=pb.MODE_INFER, batch_size=3))
+    assert unset == RunRequest("resnet18", Mode.INFER, 3)
+    zero = wire.run_request_from_wire(
+        pb.RunRequest(
+            model="resnet18",
+            mode=pb.MODE_TRAIN,
+            batch_size=3,
+            input_shape=[3, 40, 40],
+            precision=pb.PRECISION_TF32,
+            device=pb.DeviceSelector(kind=pb.DEVICE_KIND_GPU, index=2),
+            warmup_steps=0,
+            measured_steps=0,
+            seed=9,
+        )
+    )
+    assert zero == RunRequest(
+        "resnet18", Mode.TRAIN, 3, (3, 40, 40), Precision.TF32, DeviceRef(DeviceKind.GPU, 2), 0, 0, 9
+    )
+    # An unset device kind is the runner's default device.
+    default_device = wire.run_request_from_wire(
+        pb.RunRequest(model="resnet18", mode=pb.MODE_TRAIN, batch_size=1, device=pb.DeviceSelector(index=3))
+    )
+    assert default_device.device is None
+
+
+def test_settings_defaults_are_explicit():
+    config = resolve_request(request())
+    assert config.layout is Layout.CHANNELS_LAST
+    assert config.compilation is Compilation.GRAPH  # the capabilities' default
+    assert config.cudnn_autotune is Switch.OFF
+    assert (config.intra_op_threads, config.inter_op_threads) == (2, 2)
+    assert resolve_request(request(model="bert_base", input_shape=(16,))).layout is None
+
+
+def test_layout_is_for_image_models_only():
+    message = expect_error(InvalidArgument, request(model="lstm_lm", input_shape=(8,), layout=Layout.CHANNELS_LAST))
+    assert "layout" in message and "image models" in message and "lstm_lm" in message
+
+
+@pytest.mark.parametrize(
+    "field, value, named",
+    [
+        ("layout", Layout.CHANNELS_FIRST, "supported there: channels_last"),
+        ("compilation", Compilation.XLA, "supported there: eager, graph"),
+        ("cudnn_autotune", Switch.ON, "supported there: off"),
+    ],
+)
+def test_a_setting_the_runner_cannot_honour_is_refused(field, value, named):
+    message = expect_error(FailedPrecondition, request(**{field: value}))
+    assert f"{field} {value.value}" in message and named in message and "test runner" in message
+
+
+def test_thread_counts_fixed_at_start_up_are_refused_when_they_differ():
+    assert resolve_request(request(intra_op_threads=2, inter_op_threads=2)).intra_op_threads == 2
+    message = expect_error(FailedPrecondition, request(inter_op_threads=4))
+    assert "inter_op_threads 4" in message and "--inter-op-threads 4" in message
+    adjustable = resolve_request(request(intra_op_threads=1), intra_op_threads_adjustable=True)
+    assert adjustable.intra_op_threads == 1
+
+
+def test_warmup_until_stable_needs_a_cap_at_least_its_window():
+    message = expect_error(InvalidArgument, request(warmup_steps=3, warmup_until_stable=WarmupUntilStable(0.05, 5)))
+    assert "warmup_steps (3)" in message and "window (5)" in message
+    message = expect_error(InvalidArgument, request(warmup_until_stable=WarmupUntilStable(1.5, 5)))
+    assert "cv_threshold" in message
+
+
+def test_power_sample_rate_out_of_range_names_the_field():
+    message = expect_error(InvalidArgument, request(power_sample_rate_hz=500.0))
+    assert "power_sample_rate_hz" in message and "100" in message and "0 turns telemetry off" in message

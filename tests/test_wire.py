@@ -1,0 +1,85 @@
+"""Conversions between the core's data and the proto messages."""
+
+from __future__ import annotations
+
+from fwbench.runner.v1 import runner_pb2 as pb
+import pytest
+
+from fwbench_core import wire
+from fwbench_core.backend import MemoryReading
+from fwbench_core.device_state import DeviceState
+from fwbench_core.errors import InvalidArgument
+from fwbench_core.fake import FakeBackend
+from fwbench_core.spec import Compilation, Layout, Switch, DeviceKind, Mode, Phase, Precision, Task
+from fwbench_core.timing import Summary
+
+
+CORE_TO_PROTO = {
+    Mode: (pb.Mode, "MODE"),
+    Precision: (pb.Precision, "PRECISION"),
+    DeviceKind: (pb.DeviceKind, "DEVICE_KIND"),
+    Task: (pb.Task, "TASK"),
+    Phase: (pb.Phase, "PHASE"),
+    Layout: (pb.Layout, "LAYOUT"),
+    Compilation: (pb.Compilation, "COMPILATION"),
+    Switch: (pb.Switch, "SWITCH"),
+}
+
+
+def test_every_proto_enum_has_a_core_counterpart():
+    proto_enums = set(pb.DESCRIPTOR.enum_types_by_name)
+    assert proto_enums == {wrapper.DESCRIPTOR.name for wrapper, _ in CORE_TO_PROTO.values()}
+
+
+@pytest.mark.parametrize("core_enum", list(CORE_TO_PROTO), ids=lambda e: e.__name__)
+def test_enum_round_trip(core_enum):
+    wrapper, prefix = CORE_TO_PROTO[core_enum]
+    # Every proto value except UNSPECIFIED maps to a core member and back.
+    for name, number in wrapper.items():
+        member = wire.enum_from_wire(core_enum, number, "field")
+        if name == f"{prefix}_UNSPECIFIED":
+            assert number == 0 and member is None
+            continue
+        assert isinstance(member, core_enum), name
+        assert wire.enum_to_wire(member) == number
+    # Every core member maps to a proto value and back.
+    for member in core_enum:
+        number = wire.enum_to_wire(member)
+        assert number != 0 and wrapper.Name(number) == f"{prefix}_{member.name}"
+        assert wire.enum_from_wire(core_enum, number, "field") is member
+    assert len(core_enum) == len(wrapper.keys()) - 1
+
+
+def test_unknown_enum_number_is_invalid_argument():
+    with pytest.raises(InvalidArgument, match=r"mode has unknown value 7; accepted values: train, infer"):
+        wire.enum_from_wire(Mode, 7, "mode")
+
+
+def test_summary_without_peak_memory_leaves_the_field_unset():
+    summary = Summary(3, 1.0, 1.0, 1.0, 2.0, MemoryReading(None, "not readable here"), 0.5, 10.0, 11.0)
+    info = FakeBackend().runner_info()
+    message = wire.event_to_wire(summary, info).summary
+    assert not message.HasField("peak_memory_bytes")
+    assert message.peak_memory_source == "not readable here"
+    with_bytes = wire.event_to_wire(
+        Summary(3, 1.0, 1.0, 1.0, 2.0, MemoryReading(0, "zero is a reading"), 0.5, 10.0, 11.0), info
+    ).summary
+    assert with_bytes.HasField("peak_memory_bytes") and with_bytes.peak_memory_bytes == 0
+
+
+def test_device_states_and_flags_cross_the_wire_and_unread_fields_stay_unset():
+    before = DeviceState(load_avg_1m=0.5, gpu_processes=1, other_gpu_processes=0, free_memory_bytes=0,
+                         throttle_reasons=("gpu_idle",), reasons={"other_cpu_busy_cores": "a first reading"})
+    after = DeviceState(load_avg_1m=1.5, other_cpu_busy_cores=0.0, reasons={"throttle_reasons": "NVML: Not Supported"},
+                        notes=("a note",))
+    summary = Summary(3, 1.0, 1.0, 1.0, 2.0, MemoryReading(None, "n/a"), 0.5, 10.0, 11.0, device_before=before,
+                      device_after=after, device_flags=("host busy: ...",))
+    message = wire.event_to_wire(summary, FakeBackend().runner_info()).summary
+    assert list(message.device_flags) == ["host busy: ..."]
+    b, a = message.device_before, message.device_after
+    assert (b.load_avg_1m, b.gpu_processes, b.other_gpu_processes, b.free_memory_bytes) == (0.5, 1, 0, 0)
+    assert b.HasField("free_memory_bytes") and not b.HasField("other_cpu_busy_cores") and not b.HasField("sm_clock_mhz")
+    assert list(b.throttle_reasons) == ["gpu_idle"] and dict(b.reasons) == {"other_cpu_busy_cores": "a first reading"}
+    assert a.HasField("other_cpu_busy_cores") and a.other_cpu_busy_cores == 0.0
+    assert list(a.throttle_reasons) == [] and a.reasons["throttle_reasons"] == "NVML: Not Supported"
+    assert list(a.notes) == ["a note"]
