@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import gc
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from queue import Queue
@@ -249,4 +251,7 @@ def _run_in_fresh_service(
     The worker's only thread does all its framework work."""
     if cancelled():
         raise Cancelled(f"run of {config.model.name} cancelled by the client before it started")
-    yield from RunnerService(make_backend())._run_locked(config, total, cancelled)
+    # The runner that spawned this worker is this run's own process too: its CPU time (streaming the
+    # run's events) is no other process's, and its GPU context is not another user of the device.
+    runner = functools.partial(DeviceStateReader, pid=os.getppid())
+    yield from RunnerService(make_backend(), device_states=runner)._run_locked(config, total, cancelled)
