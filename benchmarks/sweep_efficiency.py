@@ -5,7 +5,10 @@ store, then splits the wall time using what every run recorded: measured steps, 
 build (time to first step less the first step), the rest inside runs (timing loop, streaming, idle
 baseline), and everything outside runs (runner start-up, connections, store writes, the report).
 
-    .venvs/aggregator/bin/python benchmarks/sweep_efficiency.py [--steps 10] [--warmup 2]
+    .venvs/aggregator/bin/python benchmarks/sweep_efficiency.py [--steps 10] [--warmup 2] [--min-measure-s 0]
+
+By default every run has the sweep's own default window (warm-up until stable, at least 20 steps and
+1 s measured); one repetition per point keeps the number of runs the same as before those defaults.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from fwbench_aggregator import plan
 from fwbench_aggregator.store import ResultStore
 
 
@@ -25,8 +29,10 @@ def main() -> int:
     parser.add_argument("--models", default="resnet18,mobilenet_v2")
     parser.add_argument("--batch-sizes", default="2,4,8")
     parser.add_argument("--shape", default="3x64x64")
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=plan.DEFAULT_WARMUP)
+    parser.add_argument("--steps", type=int, default=plan.DEFAULT_STEPS)
+    parser.add_argument("--min-measure-s", type=float, default=plan.DEFAULT_MIN_MEASURE_S)
+    parser.add_argument("--repetitions", type=int, default=1)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as folder:
@@ -34,7 +40,8 @@ def main() -> int:
         command = [
             sys.executable, "-m", "fwbench_aggregator", "sweep", "--models", args.models, "--modes", "train,infer",
             "--batch-sizes", args.batch_sizes, "--shapes", args.shape, "--warmup", str(args.warmup),
-            "--steps", str(args.steps), "--store", str(store_path), "--no-report",
+            "--steps", str(args.steps), "--min-measure-s", str(args.min_measure_s), "--repetitions", str(args.repetitions),
+            "--store", str(store_path), "--no-report",
         ]
         started = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True)
@@ -58,7 +65,8 @@ def main() -> int:
         "rest inside runs (timing loop, streaming, idle baseline)": in_runs_s - measured_s - warmup_s - build_s,
         "outside runs (runner start-up, connections, store writes)": wall_s - in_runs_s,
     }
-    print(f"sweep: {len(ok)} runs ({len(summary) - len(ok)} failed), {args.models} x train,infer x b{args.batch_sizes} x torch,tensorflow, {args.shape}")
+    print(f"sweep: {len(ok)} runs ({len(summary) - len(ok)} failed), {args.models} x train,infer x b{args.batch_sizes} x torch,tensorflow, {args.shape}; "
+          f"warm-up at most {args.warmup}, at least {args.steps} steps and {args.min_measure_s} s measured")
     print(f"wall time {wall_s:.1f} s; measured step time {measured_s:.1f} s; efficiency {measured_s / wall_s:.1%}")
     for name, seconds in parts.items():
         print(f"  {name:<60} {seconds:8.1f} s  {seconds / wall_s:6.1%}")

@@ -68,7 +68,7 @@ class PidBackend(FakeBackend):
 
 def small(**overrides) -> RunRequest:
     fields = dict(model="resnet18", mode=Mode.INFER, batch_size=2, input_shape=(3, 32, 32), warmup_steps=1,
-                  measured_steps=2)
+                  measured_steps=2, min_measure_s=0.0)
     fields.update(overrides)
     return RunRequest(**fields)
 
@@ -191,7 +191,7 @@ def test_abandoned_run_stops_its_worker():
 
 def rpc_request(**overrides) -> pb.RunRequest:
     fields = dict(model="resnet18", mode=pb.MODE_INFER, batch_size=2, input_shape=[3, 32, 32], warmup_steps=1,
-                  measured_steps=3)
+                  measured_steps=3, min_measure_s=0.0)
     fields.update(overrides)
     return pb.RunRequest(**fields)
 
