@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from fwbench_aggregator import frameworks
 from fwbench_aggregator.launch import StartupSettings
 from fwbench_aggregator.store import run_key
 from fwbench_aggregator.sweep import Configuration, SweepError, load_sweep, sweep_from_options
@@ -63,12 +64,12 @@ def test_a_valid_file_expands_interleaved(tmp_path):
 
 def test_defaults(tmp_path):
     configurations = load_sweep(write(tmp_path, "models: [resnet18]\n")).configurations()
+    # Every declared framework, in the order aggregator/fwbench_aggregator/frameworks.toml lists them.
     assert configurations == [
-        Configuration("torch", "resnet18", Mode.train, 32, None, Precision.fp32, None, 0),
-        Configuration("tensorflow", "resnet18", Mode.train, 32, None, Precision.fp32, None, 0),
+        Configuration(name, "resnet18", Mode.train, 32, None, Precision.fp32, None, 0) for name in frameworks.names()
     ]
     assert configurations[0].key_fields() == {
-        "runner": "torch", "model": "resnet18", "model_options": {}, "mode": "train", "batch_size": 32,
+        "runner": frameworks.names()[0], "model": "resnet18", "model_options": {}, "mode": "train", "batch_size": 32,
         "input_shape": None, "precision": "fp32", "device": None, "layout": None, "compilation": None,
         "settings": {"warmup_steps": 5, "measured_steps": 20}, "repetition": 0,
     }
@@ -130,7 +131,7 @@ BASE = "models: [resnet18, bert_tiny]\n"
         ("cooldown_s: -1\n", 2, "cooldown_s", "-1 is not accepted; accepted: a number >= 0"),
         ("layout: nhwc\n", 2, "layout", "unknown layout 'nhwc'; accepted values: channels_first, channels_last"),
         ("compilation: jit\n", 2, "compilation", "unknown compilation 'jit'; accepted values: eager, graph, xla, torch_compile"),
-        ("compilation: {jax: xla}\n", 2, "compilation.jax", "'jax' is not one of this sweep's runners; accepted: torch, tensorflow"),
+        ("compilation: {jax: xla}\n", 2, "compilation.jax", f"'jax' is not one of this sweep's runners; accepted: {', '.join(frameworks.names())}"),
         ("options:\n  bert_tiny:\n    head: off\n", 4, "options.bert_tiny.head", "False is not an option value"),
         ("options:\n  bert_tiny: mlm\n", 3, "options.bert_tiny", "'mlm' is not a mapping of option to value"),
         ("steps: 10\nsteps: 20\n", 3, "steps", "given twice"),
