@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Create the three embedded environments (torch runner, TensorFlow runner,
-# aggregator) under .venvs/ (or $FWBENCH_VENVS). The frameworks never share one.
+# Create the embedded environments, one per runner that aggregator/fwbench_aggregator/frameworks.toml
+# declares and the aggregator's, under .venvs/ (or $FWBENCH_VENVS). The frameworks
+# never share one.
 # Re-running is cheap: an environment whose inputs did not change is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,19 +34,25 @@ setup_env() {
   echo "[$name] ready"
 }
 
-# The three installs download in parallel; each writes its own log.
+# The runner list, as NAME ENVIRONMENT FOLDER lines (the reader needs only the standard library).
+runners=$("$python" aggregator/fwbench_aggregator/frameworks.py)
+
+# The installs download in parallel; each writes its own log.
 pids=()
-setup_env torch runners/torch/requirements.txt runners/core/pyproject.toml runners/torch/pyproject.toml \
-  > "$venvs/torch-setup.log" 2>&1 & pids+=($!)
-setup_env tensorflow runners/tensorflow/requirements.txt runners/core/pyproject.toml runners/tensorflow/pyproject.toml \
-  > "$venvs/tensorflow-setup.log" 2>&1 & pids+=($!)
+names=()
+while read -r name environment folder; do
+  setup_env "$environment" "$folder/requirements.txt" runners/core/pyproject.toml "$folder/pyproject.toml" \
+    > "$venvs/$environment-setup.log" 2>&1 & pids+=($!)
+  names+=("$environment")
+done <<< "$runners"
 setup_env aggregator aggregator/requirements-test.txt runners/core/pyproject.toml aggregator/pyproject.toml \
   > "$venvs/aggregator-setup.log" 2>&1 & pids+=($!)
+names+=(aggregator)
 status=0
 for i in "${!pids[@]}"; do
   wait "${pids[$i]}" || status=1
 done
-for name in torch tensorflow aggregator; do
+for name in "${names[@]}"; do
   if grep -q "^\[$name\] \(ready\|up to date\)" "$venvs/$name-setup.log"; then
     tail -n 1 "$venvs/$name-setup.log"
   else

@@ -18,10 +18,11 @@ import pytest
 
 
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator import launch
+from fwbench_aggregator import frameworks, launch
 
-RUNNER_NAMES = ("fake", "torch", "tensorflow")
-REAL_RUNNERS = ("torch", "tensorflow")
+# The real runners are the shipped frameworks (aggregator/fwbench_aggregator/frameworks.toml).
+REAL_RUNNERS = tuple(f.name for f in frameworks.shipped())
+RUNNER_NAMES = ("fake", *REAL_RUNNERS)
 
 # The fake runner's steps sleep this long: long enough that a run of a few dozen
 # steps keeps the device busy while a second request arrives.

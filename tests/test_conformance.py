@@ -20,14 +20,15 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator import launch, vocabulary
+from fwbench_aggregator import frameworks, launch, vocabulary
 from fwbench_core.catalog import MODEL_SPECS
 from fwbench_core.wire import enum_to_wire
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from conftest import REAL_RUNNERS
+
 EXPECTED_MODELS = sorted(MODEL_SPECS)
-REAL_RUNNERS = ("torch", "tensorflow")
 PROTOCOL = "fwbench.runner.v1"
 SERVICE = "fwbench.runner.v1.Runner"
 
@@ -109,7 +110,7 @@ def test_runner_environment_exists(framework):
         command, missing = None, str(exc)
     if command is None:
         pytest.fail(missing, pytrace=False)
-    assert command[1:3] == ["-m", launch.RUNNER_MODULES[framework]]
+    assert command[1:3] == ["-m", frameworks.frameworks()[framework].module]
 
 
 # --- Describe / ListModels --------------------------------------------------
@@ -158,17 +159,18 @@ def parameter_counts(runner_pool) -> dict[str, dict[str, int]]:
 
 
 def test_real_runners_list_the_same_models(runner_pool):
-    torch_models, tf_models = parameter_counts(runner_pool).values()
-    assert sorted(torch_models) == sorted(tf_models) == EXPECTED_MODELS
+    for name, models in parameter_counts(runner_pool).items():
+        assert sorted(models) == EXPECTED_MODELS, name
 
 
 def test_real_runners_build_models_of_the_same_size(runner_pool):
     # The frameworks' builders are meant to be the same networks; a different
     # count of trainable parameters means they are not.
-    counts = parameter_counts(runner_pool)
-    assert counts["torch"].keys() == counts["tensorflow"].keys()
-    for model, torch_count in counts["torch"].items():
-        assert counts["tensorflow"][model] == pytest.approx(torch_count, rel=PARAMETER_TOLERANCE), model
+    (reference, reference_counts), *others = parameter_counts(runner_pool).items()
+    for name, counts in others:
+        assert counts.keys() == reference_counts.keys(), name
+        for model, reference_count in reference_counts.items():
+            assert counts[model] == pytest.approx(reference_count, rel=PARAMETER_TOLERANCE), (name, model)
 
 
 # --- a run, event by event ---------------------------------------------------

@@ -23,12 +23,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from fwbench_aggregator.frameworks import shipped
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = Path(sys.executable).parent  # hadolint, check-jsonschema and docker-compose come with the test environment
-DOCKERFILES = ("runners/torch/Dockerfile", "runners/tensorflow/Dockerfile", "aggregator/Dockerfile")
+FRAMEWORKS = shipped()
+RUNNERS = tuple(f.name for f in FRAMEWORKS)
+DOCKERFILES = (*(f"{f.folder}/Dockerfile" for f in FRAMEWORKS), "aggregator/Dockerfile")
 BASE_IMAGES = ROOT / "tests" / "containers" / "base_images.sh"
-RUNNERS = ("torch", "tensorflow")
 
 # The second TensorFlow version the swap test rebuilds on, with an older protobuf major than the
 # first one's: the runner's stubs must be generated for whatever protobuf the image carries.
@@ -125,19 +127,20 @@ def test_cpu_override_drops_only_the_gpu_reservation():
         assert {k: v for k, v in default["services"][name].items() if k != "deploy"} == cpu["services"][name]
 
 
-def test_aggregator_waits_for_both_runners_to_be_healthy_and_writes_to_the_host():
+def test_aggregator_waits_for_every_runner_to_be_healthy_and_writes_to_the_host():
     service = compose_config()["services"]["aggregator"]
     assert {name: dep["condition"] for name, dep in service["depends_on"].items()} == {
         name: "service_healthy" for name in RUNNERS
     }
     assert [v["target"] for v in service["volumes"]] == ["/results"]
-    assert service["environment"]["FWBENCH_RUNNERS"] == "torch=torch:50051 tensorflow=tensorflow:50051"
+    assert service["environment"]["FWBENCH_RUNNERS"] == " ".join(f"{name}={name}:50051" for name in RUNNERS)
 
 
-@pytest.mark.parametrize("runner, base_variable", [("torch", "TORCH"), ("tensorflow", "TENSORFLOW")])
-def test_dockerfile_default_base_image_is_the_one_env_names(runner, base_variable):
+@pytest.mark.parametrize("framework", FRAMEWORKS, ids=RUNNERS)
+def test_dockerfile_default_base_image_is_the_one_env_names(framework):
     # Two places name the official image: the Dockerfile (plain docker build) and .env (compose).
-    dockerfile = (ROOT / "runners" / runner / "Dockerfile").read_text()
+    base_variable = framework.name.upper()
+    dockerfile = (ROOT / framework.folder / "Dockerfile").read_text()
     default = re.search(r"^ARG BASE_IMAGE=(\S+)$", dockerfile, re.M).group(1)
     env = dotenv()
     assert default == f"{env[f'{base_variable}_BASE_IMAGE']}:{env[f'{base_variable}_TAG']}"

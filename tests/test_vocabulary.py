@@ -74,14 +74,14 @@ def test_shapes_and_devices_as_the_contract_writes_them():
 def test_run_spec_writes_every_setting_into_the_request():
     spec = RunSpec(
         "bert_base", vocabulary.Mode.infer, 4, "seq=16", vocabulary.Precision.amp_bf16, "gpu:1",
-        vocabulary.Layout.channels_first, vocabulary.Compilation.xla, warmup=3, steps=7, seed=11,
+        vocabulary.Layout.channels_first, vocabulary.Compilation.xla, warmup=6, steps=7, seed=11,
         model_options=option_pairs(["head=mlm"]), startup=StartupSettings(2, 1, "on"), warmup_until_cv=0.05,
         stable_window=4, min_measure_s=1.5, power_rate_hz=0.0, idle_baseline_s=2.0,
     )
     request = spec.to_request()
     assert request == pb.RunRequest(
         model="bert_base", mode=pb.MODE_INFER, batch_size=4, input_shape=[16], precision=pb.PRECISION_AMP_BF16,
-        device=pb.DeviceSelector(kind=pb.DEVICE_KIND_GPU, index=1), warmup_steps=3, measured_steps=7, seed=11,
+        device=pb.DeviceSelector(kind=pb.DEVICE_KIND_GPU, index=1), warmup_steps=6, measured_steps=7, seed=11,
         model_options={"head": "mlm"}, layout=pb.LAYOUT_CHANNELS_FIRST, compilation=pb.COMPILATION_XLA,
         cudnn_autotune=pb.SWITCH_ON, intra_op_threads=2, inter_op_threads=1,
         warmup_until_stable=pb.WarmupUntilStable(cv_threshold=0.05, window=4), min_measure_s=1.5,
@@ -95,3 +95,11 @@ def test_run_spec_leaves_unset_settings_to_the_runner():
     for name in ("device", "warmup_until_stable", "min_measure_s", "power_sample_rate_hz", "idle_baseline_s"):
         assert not request.HasField(name), name
     assert request.layout == pb.LAYOUT_UNSPECIFIED and request.compilation == pb.COMPILATION_UNSPECIFIED
+
+
+def test_fewer_warmup_steps_than_the_stability_window_are_a_fixed_count():
+    assert not RunSpec("resnet18", warmup=2).to_request().HasField("warmup_until_stable")
+    assert not RunSpec("resnet18", warmup_until_cv=0).to_request().HasField("warmup_until_stable")
+    defaults = RunSpec("resnet18").to_request()
+    assert defaults.warmup_steps == 50 and defaults.warmup_until_stable.cv_threshold == 0.05
+    assert defaults.min_measure_s == 1.0 and defaults.measured_steps == 20

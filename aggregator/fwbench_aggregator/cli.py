@@ -43,7 +43,8 @@ from .vocabulary import Layout as LayoutChoice
 from .vocabulary import Mode as ModeChoice
 from .vocabulary import Precision as PrecisionChoice
 from .vocabulary import Switch as SwitchChoice
-from .launch import RUNNER_MODULES, LocalRunner, RunnerStartError, StartupSettings, default_venvs, embedded_command
+from .frameworks import names as framework_names
+from .launch import LocalRunner, RunnerStartError, StartupSettings, default_venvs, embedded_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 
@@ -111,10 +112,20 @@ RunnerOption = Annotated[
 
 
 def parse_frameworks(value: str) -> str:
-    unknown = [name for name in value.split(",") if name not in RUNNER_MODULES]
+    known = framework_names()
+    unknown = [name for name in value.split(",") if name not in known]
     if unknown or not value:
-        raise typer.BadParameter(f"unknown framework(s) {unknown}; accepted values: {', '.join(RUNNER_MODULES)}")
+        raise typer.BadParameter(f"unknown framework(s) {unknown}; accepted values: {', '.join(known)}")
     return value
+
+
+def every_framework() -> str:
+    """The embedded runners a command starts by default: every declared framework."""
+    return ",".join(framework_names())
+
+
+FrameworksOption = Annotated[str, typer.Option(callback=parse_frameworks, help="embedded runners to start, comma-separated")]
+VenvsOption = Annotated[Optional[Path], typer.Option(help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")]
 
 
 def start_embedded(
@@ -274,7 +285,7 @@ def compare(
     cooldown_s: Annotated[float, typer.Option(min=0.0, help="seconds to wait between runs")] = 0.0,
     min_effect: Annotated[float, typer.Option(min=0.0, help="smallest difference a verdict calls real, as a fraction")] = stats.MIN_EFFECT,
     runner: RunnerOption = [],
-    frameworks: Annotated[str, typer.Option(callback=parse_frameworks, help="embedded runners to start, comma-separated")] = "torch,tensorflow",
+    frameworks: FrameworksOption = every_framework(),
     venvs: Annotated[Path, typer.Option(help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")] = None,
     out: Annotated[Path, typer.Option(help="folder to write results into; each comparison gets a subfolder")] = Path("results"),
     store: Annotated[Optional[Path], typer.Option(help="the results store: every run is kept, and noise floors are read from it (default: OUT/store)")] = None,
@@ -413,8 +424,6 @@ def store_run(results_store: store_mod.ResultStore, key: str, config: dict, resu
     results_store.append(key, config, frames, results_mod.manifest(key, [result], {result.runner: request}))
 
 
-FrameworksOption = Annotated[str, typer.Option(callback=parse_frameworks, help="embedded runners to start, comma-separated")]
-VenvsOption = Annotated[Optional[Path], typer.Option(help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")]
 
 
 def each_runner(
@@ -433,7 +442,7 @@ def each_runner(
 
 
 @app.command()
-def models(runner: RunnerOption = [], frameworks: FrameworksOption = "torch,tensorflow", venvs: VenvsOption = None) -> None:
+def models(runner: RunnerOption = [], frameworks: FrameworksOption = every_framework(), venvs: VenvsOption = None) -> None:
     """List every runner's models: task, default and minimum input shape, trainable parameters."""
     columns = [
         Column("runner", key=True), Column("model", key=True), Column("task"), Column("input"), Column("default shape"),
@@ -456,7 +465,7 @@ def models(runner: RunnerOption = [], frameworks: FrameworksOption = "torch,tens
 
 
 @app.command()
-def describe(runner: RunnerOption = [], frameworks: FrameworksOption = "torch,tensorflow", venvs: VenvsOption = None) -> None:
+def describe(runner: RunnerOption = [], frameworks: FrameworksOption = every_framework(), venvs: VenvsOption = None) -> None:
     """Show each runner's framework, versions, devices and precisions."""
     columns = [
         Column("runner", key=True), Column("address"), Column("framework"), Column("version"), Column("python"),
@@ -498,17 +507,19 @@ def parity(
     venvs: VenvsOption = None,
     out: Annotated[Path, typer.Option(help="folder for parity.csv and the weight files both runners exchange")] = Path("results"),
 ) -> None:
-    """Show that the torch and TensorFlow runners build the same networks: parameters, FLOPs, output shapes,
-    and, where the TensorFlow runner can load PyTorch's weights, the same output for the same input."""
+    """Show that the first two declared runners (torch, the reference, and TensorFlow) build the same networks:
+    parameters, FLOPs, output shapes, and, where the other runner can load the reference's weights, the same
+    output for the same input."""
+    pair = reference_name, other_name = tuple(framework_names()[:2])
     names = [name for name in models.split(",") if name] if models else None
     run_dir = out / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-parity")
     failures: list[RunnerFailure] = []
     table = None
     with ExitStack() as stack:
-        endpoints, failures = resolve_endpoints(runner, "torch,tensorflow", venvs, run_dir / "logs", stack)
-        if {"torch", "tensorflow"} <= endpoints.keys():
-            reference = stack.enter_context(RunnerClient("torch", endpoints["torch"]))
-            other = stack.enter_context(RunnerClient("tensorflow", endpoints["tensorflow"]))
+        endpoints, failures = resolve_endpoints(runner, ",".join(pair), venvs, run_dir / "logs", stack)
+        if set(pair) <= endpoints.keys():
+            reference = stack.enter_context(RunnerClient(reference_name, endpoints[reference_name]))
+            other = stack.enter_context(RunnerClient(other_name, endpoints[other_name]))
             known = [m.name for m in reference.list_models()]
             unknown = sorted(set(names or []) - set(known))
             if unknown:
@@ -523,7 +534,7 @@ def parity(
     if table is not None:
         path = run_dir / "parity.csv"
         table.to_csv(path, index=False)
-        print_parity(table)
+        print_parity(table, reference_name, other_name)
         err_console.print(f"results: {path}")
         if (table["verdict"] != "same").any():
             err_console.print("[bold red]some models differ between the runners[/]")
@@ -531,7 +542,7 @@ def parity(
     report_failures(failures)
 
 
-def print_parity(table) -> None:
+def print_parity(table, reference: str, other: str) -> None:
     columns = [
         Column("model", key=True), Column("input"), Column("params", numeric=True), Column("GFLOPs", numeric=True),
         Column("output"), Column("max rel diff"), Column("verdict"),
@@ -541,11 +552,11 @@ def print_parity(table) -> None:
         numeric = row["numeric"] if pd.isna(row["max_rel_diff"]) else f"{row['max_rel_diff']:.1e} ({row['numeric']})"
         rows.append((
             row["model"], row["input_shape"],
-            f"{row['params_torch']:,} / {row['params_tensorflow']:,}",
-            f"{row['flops_torch'] / 1e9:.3f} / {row['flops_tensorflow'] / 1e9:.3f}",
-            f"{row['output_torch']} / {row['output_tensorflow']}", numeric, row["verdict"],
+            f"{row[f'params_{reference}']:,} / {row[f'params_{other}']:,}",
+            f"{row[f'flops_{reference}'] / 1e9:.3f} / {row[f'flops_{other}'] / 1e9:.3f}",
+            f"{row[f'output_{reference}']} / {row[f'output_{other}']}", numeric, row["verdict"],
         ))
-    print_table(columns, rows, "parity: torch / tensorflow")
+    print_table(columns, rows, f"parity: {reference} / {other}")
 
 
 # The list of batches a search tried wraps at this width rather than widening the table.
@@ -562,7 +573,7 @@ def max_batch(
     device: Annotated[Optional[str], typer.Option(callback=parse_device, help="cpu, gpu or gpu:N")] = None,
     limit: Annotated[int, typer.Option(min=1, max=65536, help="largest batch to try (on a CPU, device memory is the host's)")] = 4096,
     runner: RunnerOption = [],
-    frameworks: FrameworksOption = "torch,tensorflow",
+    frameworks: FrameworksOption = every_framework(),
     venvs: VenvsOption = None,
 ) -> None:
     """The largest batch each runner fits in device memory: doubling, then bisection on RESOURCE_EXHAUSTED."""
@@ -657,7 +668,7 @@ def sweep(
     failures: list[RunnerFailure] = []
     interrupted = False
     with ExitStack() as stack:
-        names = ",".join(sorted({c.runner for _, c in pending})) or "torch"
+        names = ",".join(sorted({c.runner for _, c in pending}))
         endpoints, failures = (resolve_endpoints(runner, names, venvs, store / "logs", stack, startup) if pending else ({}, []))
         facts = {name: runner_facts(name, address) for name, address in endpoints.items()}
         store_lock = threading.Lock()

@@ -15,9 +15,11 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from .frameworks import frameworks
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
 VENVS_ENV = "FWBENCH_VENVS"
-RUNNER_MODULES = {"torch": "fwbench_torch", "tensorflow": "fwbench_tensorflow"}
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
 
@@ -48,14 +50,15 @@ class StartupSettings:
 
 def embedded_command(framework: str, venvs: Path, settings: StartupSettings = StartupSettings()) -> list[str]:
     """The command that starts a framework's runner from its own environment under `venvs`."""
-    if framework not in RUNNER_MODULES:
-        raise RunnerStartError(f"no embedded runner for {framework!r}; known: {', '.join(RUNNER_MODULES)}")
-    python = venvs / framework / "bin" / "python"
+    declared = frameworks()
+    if framework not in declared:
+        raise RunnerStartError(f"no embedded runner for {framework!r}; known: {', '.join(declared)}")
+    python = venvs / declared[framework].environment / "bin" / "python"
     if not python.exists():
         raise RunnerStartError(
             f"the {framework} runner environment is missing ({python}); run scripts/setup_envs.sh first"
         )
-    return [str(python), "-m", RUNNER_MODULES[framework], "--address", "127.0.0.1:0", *settings.flags()]
+    return [str(python), "-m", declared[framework].module, "--address", "127.0.0.1:0", *settings.flags()]
 
 
 def wait_until_serving(address: str, timeout_s: float) -> None:

@@ -1,6 +1,6 @@
 """Sweeps: a grid of benchmark configurations, described in YAML or by command-line shorthands.
 
-    runners: [torch, tensorflow]        # default: both
+    runners: [torch, tensorflow]        # default: every declared framework (frameworks.toml)
     models: [resnet18, bert_tiny]       # required
     modes: [train, infer]               # default: [train]
     batch_sizes: [16, 32, 64]           # default: [32]
@@ -36,11 +36,10 @@ from typing import Optional
 import yaml
 
 from . import stats
+from .frameworks import names as framework_names
 from .launch import StartupSettings
 from .plan import DEFAULT_MIN_MEASURE_S, DEFAULT_STEPS, DEFAULT_WARMUP, DEFAULT_WARMUP_UNTIL_CV, RunSpec
 from .vocabulary import DEVICE, DEVICE_FORMS, SHAPE, SHAPE_FORMS, Compilation, Layout, Mode, Precision
-
-DEFAULT_RUNNERS = ("torch", "tensorflow")
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _OPTION_NAME = re.compile(r"[a-z_]+")
 _OPTION_VALUE = re.compile(r"[A-Za-z0-9_]+")
@@ -114,7 +113,7 @@ class Configuration:
 @dataclass(frozen=True)
 class Sweep:
     models: tuple[str, ...]
-    runners: tuple[str, ...] = DEFAULT_RUNNERS
+    runners: tuple[str, ...] = field(default_factory=lambda: tuple(framework_names()))  # default: every declared framework
     modes: tuple[Mode, ...] = (Mode.train,)
     batch_sizes: tuple[int, ...] = (32,)
     shapes: dict[str, tuple[Optional[str], ...]] = field(default_factory=dict)  # per model; absent: (None,)
@@ -287,7 +286,7 @@ def _build(raw: object, fail: Fail) -> Sweep:
     if raw.get("layout") is not None:
         values["layout"] = _choice(Layout, "layout", fail)(("layout",), raw["layout"])
 
-    runners = values["runners"] or DEFAULT_RUNNERS
+    runners = values["runners"] or tuple(framework_names())
     if raw.get("compilation") is not None:
         given = raw["compilation"]
         compilation_check = _choice(Compilation, "compilation", fail)

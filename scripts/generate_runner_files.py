@@ -1,0 +1,188 @@
+"""Write every file that lists the runners, from the one runner list (aggregator/fwbench_aggregator/frameworks.toml):
+each runner's Dockerfile (from runners/Dockerfile.in) and compose.yaml, compose.ports.yaml and
+compose.cpu.yaml. A Dockerfile's default base image is the one .env names.
+
+    python3 scripts/generate_runner_files.py          # write them
+    python3 scripts/generate_runner_files.py --check  # exit 1, naming each file that is out of date
+
+Needs only the standard library (Python 3.11 or later).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "aggregator"))
+from fwbench_aggregator.frameworks import Framework, shipped  # noqa: E402
+
+GENERATED = "# Generated from aggregator/fwbench_aggregator/frameworks.toml by scripts/generate_runner_files.py: edit those, not this file.\n"
+RUNNER_PORT = 50051  # every runner listens on it inside its container
+
+COMPOSE_HEAD = """\
+# The runners, each in its own framework image, on this host's NVIDIA GPUs:
+#   docker compose up -d --wait                      # build if needed, start, wait until healthy
+#   docker compose run --rm aggregator compare --model resnet50 --batch-size 64
+# Hosts without a GPU add the CPU override: -f compose.yaml -f compose.cpu.yaml.
+# Image tags and the results folder come from .env; see the README, "Containers".
+name: fwbench
+
+# Every image here is built from this repository (pull_policy: build), never pulled: a registry image
+# that happened to share a name would otherwise be run instead.
+x-runner: &runner
+  restart: unless-stopped
+  user: "${FWBENCH_UID:?set FWBENCH_UID in .env}:${FWBENCH_GID:?set FWBENCH_GID in .env}"
+  networks: [runners]
+  volumes:
+    # Parity checks exchange weight files through the results folder, at the same path everywhere.
+    - "${FWBENCH_RESULTS_DIR:?set FWBENCH_RESULTS_DIR in .env}:/results"
+  deploy:
+    resources:
+      reservations:
+        devices:
+          - driver: nvidia
+            count: all
+            capabilities: [gpu]
+
+services:
+"""
+
+RUNNER_SERVICE = """\
+  {name}:
+    <<: *runner
+    image: "${{FWBENCH_IMAGE_PREFIX:?set FWBENCH_IMAGE_PREFIX in .env}}/{name}-runner:${{{var}_TAG:?set {var}_TAG in .env}}"
+    pull_policy: build
+    build:
+      context: .
+      dockerfile: {folder}/Dockerfile
+      args:
+        BASE_IMAGE: "${{{var}_BASE_IMAGE:?set {var}_BASE_IMAGE in .env}}:${{{var}_TAG}}"
+    environment:
+      FWBENCH_IMAGE: "${{FWBENCH_IMAGE_PREFIX}}/{name}-runner:${{{var}_TAG}}"
+
+"""
+
+COMPOSE_TAIL = """\
+  # Started only on demand (`docker compose run aggregator ...`), once every runner is healthy.
+  aggregator:
+    profiles: [aggregator]
+    image: "${{FWBENCH_IMAGE_PREFIX}}/aggregator:latest"
+    pull_policy: build
+    build:
+      context: .
+      dockerfile: aggregator/Dockerfile
+      args:
+        BASE_IMAGE: "${{AGGREGATOR_BASE_IMAGE:?set AGGREGATOR_BASE_IMAGE in .env}}"
+    user: "${{FWBENCH_UID}}:${{FWBENCH_GID}}"
+    depends_on:
+{depends_on}
+    networks: [runners]
+    environment:
+      FWBENCH_RUNNERS: "{runners}"
+    volumes:
+      - "${{FWBENCH_RESULTS_DIR}}:/results"
+    command: ["compare", "--model", "resnet50", "--batch-size", "32", "--out", "/results"]
+
+networks:
+  # Internal: the runners are reached from the aggregator's container only, never from outside the host.
+  runners:
+    internal: true
+"""
+
+PORTS_HEAD = """\
+# Publish the runners on this host's loopback, to drive them with the fwbench CLI from the host:
+#   docker compose -f compose.yaml -f compose.ports.yaml up -d --wait
+#   fwbench compare {runner_flags} --model resnet50
+# An internal network publishes nothing, so the runners join a second, ordinary one.
+services:
+"""
+
+CPU_HEAD = """\
+# For hosts without NVIDIA GPUs: the runners run on the CPU.
+#   docker compose -f compose.yaml -f compose.cpu.yaml up -d --wait
+# `!reset` (Compose v2.24 or later) drops the GPU reservation, which a Docker
+# engine without the NVIDIA runtime refuses with "could not select device driver".
+services:
+"""
+
+
+def variable(framework: Framework) -> str:
+    """The prefix of its .env variables: TORCH for TORCH_BASE_IMAGE and TORCH_TAG."""
+    return framework.name.upper()
+
+
+def read_env(path: Path) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and not line.startswith("#"))
+    return {name.strip(): value.strip() for name, value in pairs}
+
+
+def dockerfile(framework: Framework, env: dict[str, str]) -> str:
+    var = variable(framework)
+    try:
+        base_image_name = env[f"{var}_BASE_IMAGE"]
+        base_image = f"{base_image_name}:{env[f'{var}_TAG']}"
+    except KeyError as missing:
+        raise SystemExit(f".env lacks {missing.args[0]}: name {framework.name}'s official image and tag there") from None
+    check = "import {0}; print({1})".format(
+        ", ".join(framework.image_check),
+        ", ".join(f"'{module}', {module}.__version__" for module in framework.image_check),
+    )
+    text = (ROOT / "runners" / "Dockerfile.in").read_text()
+    for token, value in (("@NAME@", framework.name), ("@FOLDER@", framework.folder), ("@MODULE@", framework.module),
+                         ("@BASE_IMAGE@", base_image), ("@BASE_IMAGE_NAME@", base_image_name),
+                         ("@IMAGE_CHECK@", check)):
+        text = text.replace(token, value)
+    return text
+
+
+def compose(frameworks: list[Framework]) -> str:
+    services = "".join(RUNNER_SERVICE.format(name=f.name, var=variable(f), folder=f.folder) for f in frameworks)
+    depends_on = "\n".join(f"      {f.name}: {{condition: service_healthy}}" for f in frameworks)
+    runners = " ".join(f"{f.name}={f.name}:{RUNNER_PORT}" for f in frameworks)
+    return GENERATED + COMPOSE_HEAD + services + COMPOSE_TAIL.format(depends_on=depends_on, runners=runners)
+
+
+def compose_ports(frameworks: list[Framework]) -> str:
+    flags = " ".join(f"--runner {f.name}=127.0.0.1:{f.host_port}" for f in frameworks)
+    services = "".join(
+        f"  {f.name}:\n    networks: [runners, published]\n"
+        f'    ports: ["127.0.0.1:${{{variable(f)}_RUNNER_PORT:-{f.host_port}}}:{RUNNER_PORT}"]\n'
+        for f in frameworks
+    )
+    return GENERATED + PORTS_HEAD.format(runner_flags=flags) + services + "\nnetworks:\n  published: {}\n"
+
+
+def compose_cpu(frameworks: list[Framework]) -> str:
+    return GENERATED + CPU_HEAD + "".join(f"  {f.name}:\n    deploy: !reset {{}}\n" for f in frameworks)
+
+
+def generated_files() -> dict[Path, str]:
+    frameworks = shipped()
+    env = read_env(ROOT / ".env")
+    files = {ROOT / f.folder / "Dockerfile": dockerfile(f, env) for f in frameworks}
+    files[ROOT / "compose.yaml"] = compose(frameworks)
+    files[ROOT / "compose.ports.yaml"] = compose_ports(frameworks)
+    files[ROOT / "compose.cpu.yaml"] = compose_cpu(frameworks)
+    return files
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is out of date")
+    args = parser.parse_args()
+    stale = []
+    for path, text in generated_files().items():
+        if not path.exists() or path.read_text() != text:
+            stale.append(path.relative_to(ROOT))
+            if not args.check:
+                path.write_text(text)
+    if args.check and stale:
+        print(f"out of date: {', '.join(map(str, stale))}; run python3 scripts/generate_runner_files.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

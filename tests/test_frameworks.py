@@ -1,0 +1,90 @@
+"""The runner list: declared once (aggregator/fwbench_aggregator/frameworks.toml), read by launching, the command line,
+sweeps, setup_envs.sh and the tests, and the source of each runner's Dockerfile and the Compose files.
+A third framework, the fake backend declared in a file of its own, runs through the CLI with no other
+edit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from fwbench_aggregator import frameworks, launch, sweep
+
+from test_cli import fwbench, only_run_dir
+
+FAKE_DECLARATION = """\
+[fake]
+module = "fwbench_core.fake"
+folder = "runners/core"
+environment = "aggregator"  # the fake needs no framework: it runs from the aggregator's environment
+"""
+
+
+@pytest.fixture()
+def fake_framework(tmp_path, monkeypatch) -> dict[str, str]:
+    """The fake runner declared as a framework of its own; returns the environment that declares it."""
+    path = tmp_path / "extra-frameworks.toml"
+    path.write_text(FAKE_DECLARATION)
+    monkeypatch.setenv(frameworks.EXTRA_ENV, str(path))
+    return {frameworks.EXTRA_ENV: str(path)}
+
+
+def test_every_shipped_framework_has_its_package_and_environment_recipe():
+    shipped = frameworks.shipped()
+    assert len(shipped) >= 2, "parity compares the first two"
+    for framework in shipped:
+        assert (launch.REPO_ROOT / framework.folder / "pyproject.toml").exists()
+        assert (launch.REPO_ROOT / framework.requirements).exists()
+        assert (launch.REPO_ROOT / framework.folder / framework.module).is_dir()
+
+
+def test_the_checked_in_dockerfiles_and_compose_files_are_generated_from_the_list():
+    done = subprocess.run(
+        [sys.executable, "scripts/generate_runner_files.py", "--check"],
+        cwd=launch.REPO_ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_shell_scripts_read_the_same_list():
+    done = subprocess.run(
+        [sys.executable, "aggregator/fwbench_aggregator/frameworks.py"],
+        cwd=launch.REPO_ROOT, capture_output=True, text=True, timeout=60, check=True,
+    )
+    assert done.stdout.splitlines() == [f"{f.name} {f.environment} {f.folder}" for f in frameworks.shipped()]
+
+
+def test_an_extra_declaration_adds_a_framework_and_a_repeated_name_is_refused(tmp_path, monkeypatch, fake_framework):
+    assert frameworks.names() == [*(f.name for f in frameworks.shipped()), "fake"]
+    command = launch.embedded_command("fake", launch.default_venvs())
+    assert command[0].endswith("aggregator/bin/python") and command[1:3] == ["-m", "fwbench_core.fake"]
+    again = tmp_path / "again.toml"
+    shipped = frameworks.shipped()[0].name
+    again.write_text(f"[{shipped}]\nmodule = 'x'\nfolder = 'y'\n")
+    monkeypatch.setenv(frameworks.EXTRA_ENV, f"{fake_framework[frameworks.EXTRA_ENV]}:{again}")
+    with pytest.raises(frameworks.FrameworkListError, match=rf"again.toml: \[{shipped}\] is declared twice"):
+        frameworks.names()
+
+
+def test_a_sweep_runs_every_declared_framework_by_default(fake_framework):
+    assert sweep.sweep_from_options("resnet18").runners == (*(f.name for f in frameworks.shipped()), "fake")
+
+
+def test_a_third_framework_runs_through_the_cli_with_no_other_edit(tmp_path, fake_framework):
+    help_text = fwbench("compare", "--help", env={**fake_framework, "COLUMNS": "250"}).stdout
+    assert ",".join(frameworks.names()) in help_text  # the default: every declared framework, the fake included
+
+    listed = fwbench("models", "--frameworks", "fake", env=fake_framework)
+    assert listed.returncode == 0, listed.stderr
+    assert "fake" in listed.stdout and "resnet18" in listed.stdout
+
+    shipped = frameworks.shipped()[0].name
+    done = fwbench(
+        "compare", "--frameworks", f"{shipped},fake", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1",
+        "--steps", "3", "--out", str(tmp_path), env=fake_framework,
+    )
+    assert done.returncode == 0, done.stderr
+    summary = pd.read_parquet(only_run_dir(tmp_path) / "summary.parquet")
+    assert set(summary["runner"]) == {shipped, "fake"} and (summary["status"] == "ok").all()
