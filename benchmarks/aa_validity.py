@@ -25,7 +25,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 from fwbench_aggregator import analysis, plan, results, stats
-from fwbench_aggregator.cli import run_all, start_embedded
+from fwbench_aggregator.runs import run_all, start_embedded
 from fwbench_aggregator.launch import default_venvs
 from fwbench_aggregator.vocabulary import Mode, Precision
 

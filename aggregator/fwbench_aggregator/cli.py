@@ -2,49 +2,37 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import re
-import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from tempfile import TemporaryDirectory
-from typing import Annotated, NamedTuple, Optional
+from typing import Annotated, Optional
 
 import pandas as pd
 import typer
-from google.protobuf.json_format import MessageToDict
 from fwbench.runner.v1 import runner_pb2 as pb
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from . import analysis
+from . import analysis, plan, plots, runs, stats
 from . import parity as parity_mod
-from . import plots
 from . import report as report_mod
+from . import results as results_mod
 from . import store as store_mod
 from . import sweep as sweep_mod
-from . import stats
-from . import results as results_mod
 from .batch_search import BatchSearch
-from .client import RunnerClient, RunnerFailure, RunResult
+from .client import RunnerClient, RunnerFailure
 from .console import Column, err_console, out_console, print_table
-from .scheduler import device_group, run_grouped
-from . import plan
+from .frameworks import names as framework_names
+from .launch import StartupSettings, default_venvs
 from .plan import RunSpec, option_pairs
 # The choices come from the contract, as a sweep file's do: one definition of each.
-from .vocabulary import (
-    DEVICE, DEVICE_FORMS, SHAPE, SHAPE_FORMS, Compilation, device_text, indexed_device, shape_dims, shape_text, to_text,
-)
+from .vocabulary import DEVICE, DEVICE_FORMS, SHAPE, SHAPE_FORMS, Compilation, device_text, shape_text, to_text
 from .vocabulary import Layout as LayoutChoice
 from .vocabulary import Mode as ModeChoice
 from .vocabulary import Precision as PrecisionChoice
 from .vocabulary import Switch as SwitchChoice
-from .frameworks import names as framework_names
-from .launch import LocalRunner, RunnerStartError, StartupSettings, default_venvs, embedded_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 
@@ -126,77 +114,6 @@ def every_framework() -> str:
 
 FrameworksOption = Annotated[str, typer.Option(callback=parse_frameworks, help="embedded runners to start, comma-separated")]
 VenvsOption = Annotated[Optional[Path], typer.Option(help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")]
-
-
-def start_embedded(
-    frameworks: list[str], venvs: Path, log_dir: Path, stack: ExitStack, settings: StartupSettings = StartupSettings()
-) -> tuple[dict, list]:
-    """Start each framework's runner locally, all at once; returns their addresses and the failures."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    failures: list[RunnerFailure] = []
-    runners: dict[str, LocalRunner] = {}
-    for name in frameworks:
-        try:
-            runners[name] = LocalRunner(name, embedded_command(name, venvs, settings), log_dir / f"{name}-runner.log")
-        except RunnerStartError as error:
-            failures.append(RunnerFailure(name, "UNAVAILABLE", str(error)))
-    addresses: dict[str, str] = {}
-    with ThreadPoolExecutor(max_workers=max(1, len(runners))) as pool:
-        started = {name: pool.submit(runner.start) for name, runner in runners.items()}
-        for name, future in started.items():
-            stack.callback(runners[name].stop)
-            try:
-                addresses[name] = future.result()
-            except RunnerStartError as error:
-                failures.append(RunnerFailure(name, "UNAVAILABLE", str(error)))
-    return addresses, failures
-
-
-def resolve_endpoints(
-    runner: list[str], frameworks: str, venvs: Optional[Path], log_dir: Path, stack: ExitStack,
-    settings: StartupSettings = StartupSettings(),
-) -> tuple[dict[str, str], list[RunnerFailure]]:
-    """The runners given as NAME=HOST:PORT, or else the embedded ones, started now."""
-    if runner:
-        return dict(value.split("=", 1) for value in runner), []
-    err_console.print(f"starting the embedded runners: {frameworks}")
-    return start_embedded(frameworks.split(","), venvs or default_venvs(), log_dir, stack, settings)
-
-
-def run_all(
-    endpoints: dict[str, str], requests: dict[str, pb.RunRequest], repetitions: int = 1, cooldown_s: float = 0.0
-) -> tuple[list[RunResult], list[RunnerFailure]]:
-    """Run the request on each runner, one after the other (they may share a device), repetition after
-    repetition in counterbalanced order (A B, B A, ...) so that drift favours neither. A runner that fails
-    is named once and left out of later repetitions."""
-    results, failures = [], []
-    failed: set[str] = set()
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err_console, transient=True) as progress:
-        overall = progress.add_task("runs", total=repetitions * len(endpoints))
-        for number, (repetition, name) in enumerate(sweep_mod.counterbalanced(list(endpoints), repetitions)):
-            if name in failed:
-                progress.advance(overall)
-                continue
-            if cooldown_s and number:
-                time.sleep(cooldown_s)
-            label = f"{name} #{repetition + 1}/{repetitions}"
-            progress.update(overall, description=label)
-            task = progress.add_task(f"{label}: starting", total=None)
-
-            def on_progress(p: pb.Progress, task=task, label=label) -> None:
-                phase = to_text(pb.Phase, p.phase)
-                progress.update(task, description=f"{label}: {phase}", completed=p.steps_done, total=p.steps_total)
-
-            try:
-                with RunnerClient(name, endpoints[name]) as client:
-                    results.append(client.run(requests[name], on_progress, repetition))
-            except RunnerFailure as failure:
-                failures.append(failure)
-                failed.add(name)
-            progress.remove_task(task)
-            progress.advance(overall)
-    return results, failures
 
 
 def _energy_cells(row) -> tuple[str, str]:
@@ -303,15 +220,11 @@ def compare(
     out_dir = out / run_id
     results_store = store_mod.ResultStore(store)
     with ExitStack() as stack:
-        endpoints, failures = resolve_endpoints(runner, frameworks, venvs, out_dir / "logs", stack, startup)
+        endpoints, failures = runs.resolve_endpoints(runner, frameworks, venvs, out_dir / "logs", stack, startup)
         requests = {name: replace(spec, compilation=compilation_for(name, compilation)).to_request() for name in endpoints}
-        results, run_failures = run_all(endpoints, requests, repetitions, cooldown_s)
+        results, run_failures = runs.run_comparison(endpoints, requests, repetitions, cooldown_s, results_store, run_id)
         failures += run_failures
 
-    for result in results:
-        config = {"compare": run_id, **MessageToDict(requests[result.runner]), "runner": result.runner,
-                  "repetition": result.repetition}
-        store_run(results_store, store_mod.run_key(config), config, result, requests[result.runner])
     frames = {
         "steps": results_mod.steps_frame(run_id, results),
         "summary": results_mod.summary_frame(run_id, results, failures),
@@ -380,31 +293,21 @@ def calibrate(
     failures: list[RunnerFailure] = []
     with ExitStack() as stack, TemporaryDirectory() as logs:
         if not pairs:
-            first, failures = start_embedded(frameworks.split(","), venvs or default_venvs(), Path(logs) / "a", stack)
-            second, more = start_embedded(frameworks.split(","), venvs or default_venvs(), Path(logs) / "b", stack)
+            first, failures = runs.start_embedded(frameworks.split(","), venvs or default_venvs(), Path(logs) / "a", stack)
+            second, more = runs.start_embedded(frameworks.split(","), venvs or default_venvs(), Path(logs) / "b", stack)
             failures += more
             pairs = {name: [first[name], second[name]] for name in first if name in second}
-        for name, (address_a, address_b) in pairs.items():
-            twins = {name: address_a, f"{name}-2": address_b}
-            results, run_failures = run_all(twins, {twin: request for twin in twins}, repetitions)
+        for name, addresses in pairs.items():
+            calibration, run_failures = runs.calibrate_twins(name, addresses, request, repetitions, results_store, run_id)
             failures += run_failures
-            if run_failures:
+            if calibration is None:
                 continue
-            summary, steps_frame = results_mod.summary_frame(run_id, results, []), results_mod.steps_frame(run_id, results)
-            medians = analysis.run_values(summary, steps_frame).groupby("runner")["median_step_time_s"]
-            comparison = stats.compare(name, medians.get_group(name), f"{name}-2", medians.get_group(f"{name}-2"))
-            config = analysis.normalised(summary).iloc[0].to_dict()
-            row = analysis.calibration_row(config, results[0].runner_info.framework, comparison)
-            spread = max(stats.run_spread(medians.get_group(twin)) for twin in twins)
+            c = calibration.comparison
             table_rows.append((
-                name, str(row["runs"]), f"{comparison.ratio:.3f}",
-                f"[{comparison.ci_low:.3f}, {comparison.ci_high:.3f}]" if comparison.enough_runs else "–",
-                f"{spread:.1%}", f"{row['noise_floor']:.1%}" if comparison.enough_runs else "too few runs",
+                name, str(calibration.row["runs"]), f"{c.ratio:.3f}",
+                f"[{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.enough_runs else "–", f"{calibration.run_spread:.1%}",
+                f"{calibration.row['noise_floor']:.1%}" if c.enough_runs else "too few runs",
             ))
-            key = store_mod.run_key({"calibration": run_id, "runner": name})
-            manifest = results_mod.manifest(key, results, {twin: request for twin in twins})
-            results_store.append(key, {"calibration": run_id, "runner": name, **MessageToDict(request)},
-                                 {"calibration": pd.DataFrame([row])}, manifest)
     columns = [Column("runner", key=True), *(Column(h, numeric=True) for h in ("runs", "A/A ratio", "99% interval", "run spread", "noise floor"))]
     print_table(columns, table_rows, f"noise floor: {model} {mode.value}, batch {batch_size}, {precision.value}")
     out_console.print(
@@ -412,33 +315,6 @@ def calibrate(
         f"`fwbench compare` and `fwbench report` with the store {store} call it no significant difference."
     )
     report_failures(failures)
-
-
-def store_run(results_store: store_mod.ResultStore, key: str, config: dict, result: RunResult, request: pb.RunRequest) -> None:
-    """Append one completed run to the store: its steps, summary, power samples and manifest."""
-    frames = {
-        "steps": results_mod.steps_frame(key, [result]),
-        "summary": results_mod.summary_frame(key, [result], []),
-        "power": results_mod.power_frame(key, [result]),
-    }
-    results_store.append(key, config, frames, results_mod.manifest(key, [result], {result.runner: request}))
-
-
-
-
-def each_runner(
-    runner: list[str], frameworks: str, venvs: Optional[Path], visit: Callable[[str, str, RunnerClient], None]
-) -> list[RunnerFailure]:
-    """Call `visit(name, address, client)` for every runner, started or named; returns the runners that failed."""
-    with ExitStack() as stack, TemporaryDirectory() as logs:
-        endpoints, failures = resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
-        for name, address in endpoints.items():
-            try:
-                with RunnerClient(name, address) as client:
-                    visit(name, address, client)
-            except RunnerFailure as failure:
-                failures.append(failure)
-    return failures
 
 
 @app.command()
@@ -459,7 +335,7 @@ def models(runner: RunnerOption = [], frameworks: FrameworksOption = every_frame
                 f"{m.parameter_count:,}",
             ))
 
-    failures = each_runner(runner, frameworks, venvs, add_rows)
+    failures = runs.each_runner(runner, frameworks, venvs, add_rows)
     print_table(columns, rows, "models")
     report_failures(failures)
 
@@ -488,7 +364,7 @@ def describe(runner: RunnerOption = [], frameworks: FrameworksOption = every_fra
             "\n".join(f"{key}={value}" for key, value in sorted(info.options.items())),
         ))
 
-    failures = each_runner(runner, frameworks, venvs, show)
+    failures = runs.each_runner(runner, frameworks, venvs, show)
     print_table(columns, rows, "runners")
     report_failures(failures)
 
@@ -516,7 +392,7 @@ def parity(
     failures: list[RunnerFailure] = []
     table = None
     with ExitStack() as stack:
-        endpoints, failures = resolve_endpoints(runner, ",".join(pair), venvs, run_dir / "logs", stack)
+        endpoints, failures = runs.resolve_endpoints(runner, ",".join(pair), venvs, run_dir / "logs", stack)
         if set(pair) <= endpoints.keys():
             reference = stack.enter_context(RunnerClient(reference_name, endpoints[reference_name]))
             other = stack.enter_context(RunnerClient(other_name, endpoints[other_name]))
@@ -585,7 +461,7 @@ def max_batch(
     rows = []
     failures: list[RunnerFailure] = []
     with ExitStack() as stack, TemporaryDirectory() as logs:
-        endpoints, failures = resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
+        endpoints, failures = runs.resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
         for name, address in endpoints.items():
             client = stack.enter_context(RunnerClient(name, address))
 
@@ -613,11 +489,6 @@ def max_batch(
     report_failures(failures)
 
 
-# Failures that belong to the configuration and would repeat: stored, so --resume skips them and
-# reports mark them. An unreachable runner or an internal error is not stored: a resume retries it.
-REPEATABLE_FAILURES = {"RESOURCE_EXHAUSTED", "INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND"}
-
-
 @app.command()
 def sweep(
     file: Annotated[Optional[Path], typer.Argument(help="a sweep file (YAML); or use the options below")] = None,
@@ -640,9 +511,9 @@ def sweep(
     """Run a whole study, one run at a time, each stored the moment it completes; Ctrl-C keeps every finished run."""
     try:
         if file is not None:
-            plan = sweep_mod.load_sweep(file)
+            study = sweep_mod.load_sweep(file)
         elif models:
-            plan = sweep_mod.sweep_from_options(
+            study = sweep_mod.sweep_from_options(
                 models, batch_sizes=batch_sizes, shapes=shapes, modes=modes, precisions=precisions,
                 repetitions=repetitions, warmup=warmup, steps=steps, warmup_until_cv=warmup_until_cv,
                 min_measure_s=min_measure_s,
@@ -654,118 +525,28 @@ def sweep(
     results_store = store_mod.ResultStore(store)
     results_store.clean_partials()
     startup = StartupSettings()
-    pending = []
-    for c in plan.configurations():
-        key = store_mod.run_key(c.key_fields(seed=0, intra_op_threads=startup.intra_op_threads,
-                                             inter_op_threads=startup.inter_op_threads, cudnn_autotune=startup.cudnn_autotune))
-        if results_store.has(key):
-            if not resume:
-                raise typer.BadParameter(f"{store} already holds {c.runner} {c.model}; use --resume to skip what is done", param_hint="--store")
-            continue
-        pending.append((key, c))
-    skipped = len(plan.configurations()) - len(pending)
-    err_console.print(f"{len(pending)} runs to do, {skipped} already in {store}")
+    pending, done_before = runs.pending_runs(study.configurations(), results_store, startup)
+    if done_before and not resume:
+        _, c = done_before[0]
+        raise typer.BadParameter(f"{store} already holds {c.runner} {c.model}; use --resume to skip what is done", param_hint="--store")
+    err_console.print(f"{len(pending)} runs to do, {len(done_before)} already in {store}")
     failures: list[RunnerFailure] = []
     interrupted = False
     with ExitStack() as stack:
         names = ",".join(sorted({c.runner for _, c in pending}))
-        endpoints, failures = (resolve_endpoints(runner, names, venvs, store / "logs", stack, startup) if pending else ({}, []))
-        facts = {name: runner_facts(name, address) for name, address in endpoints.items()}
-        store_lock = threading.Lock()
-        active: set[RunnerClient] = set()
-        stop = threading.Event()
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
-        with Progress(*columns, console=err_console) as progress:
-            overall = progress.add_task("sweep", total=len(pending))
-
-            def run_one(job) -> None:
-                key, c = job
-                progress.update(overall, description=f"{c.runner} {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1}")
-                request = c.run_spec(startup).to_request()
-                config = c.key_fields()
-                client = RunnerClient(c.runner, endpoints[c.runner])
-                active.add(client)
-                try:
-                    result = client.run(request, repetition=c.repetition)
-                except RunnerFailure as failure:
-                    failures.append(failure)
-                    if failure.code in REPEATABLE_FAILURES and not stop.is_set():
-                        # Where the run would have been: the device and shape a success would report.
-                        where = facts[c.runner].failure_columns(c.model, c.device, c.shape)
-                        with store_lock:
-                            results_store.append_failure(key, config, failure.code, failure.message, columns=where)
-                else:
-                    with store_lock:
-                        store_run(results_store, key, config, result, request)
-                finally:
-                    active.discard(client)
-                    client.close()
-                progress.advance(overall)
-
-            jobs = [
-                (device_group(endpoints[c.runner], c.device or facts[c.runner].default_device, facts[c.runner].options), (key, c))
-                for key, c in pending
-                if c.runner in endpoints
-            ]
-            try:
-                run_grouped(jobs, run_one, stop, between=lambda: time.sleep(plan.cooldown_s))
-            except KeyboardInterrupt:
-                interrupted = True
-                # Closing the channels cancels the runs in flight: each runner stops between steps.
-                for client in list(active):
-                    client.close()
+        endpoints, failures = (runs.resolve_endpoints(runner, names, venvs, store / "logs", stack, startup) if pending else ({}, []))
+        run_failures, interrupted = runs.run_sweep(pending, endpoints, startup, results_store, study.cooldown_s)
+        failures += run_failures
     done = len(results_store.keys())
     if interrupted:
         err_console.print(f"[bold yellow]interrupted[/]: the run in flight was cancelled; {done} runs are kept in {store}")
         raise typer.Exit(130)
     if report and done:
-        path = write_store_report(results_store, store / "report")
+        rows, path = report_mod.write_store_report(results_store, store / "report")
+        report_mod.print_rows(rows)
         err_console.print(f"report: {path}")
     for failure in failures:
         err_console.print(f"[red]{failure.runner}: {failure.code}: {failure.message}[/]")
-
-
-class RunnerFacts(NamedTuple):
-    """What a sweep needs to know of a runner beyond its results."""
-
-    default_device: str
-    failure_columns: Callable[[str, Optional[str], Optional[str]], dict]  # (model, device, shape) of a failed run
-    options: dict[str, str]  # its Describe options: which machine, which GPUs
-
-
-def runner_facts(name: str, address: str) -> RunnerFacts:
-    """The runner's default device; for a failed run, the runner, framework, device and shape a
-    successful one would have reported; and its Describe options."""
-    with RunnerClient(name, address) as client:
-        info = client.describe()
-    gpus = [d for d in info.devices if d.kind == pb.DEVICE_KIND_GPU]
-    default_device = f"gpu:{gpus[0].index}" if gpus else "cpu:0"
-
-    @functools.cache
-    def default_shapes() -> dict[str, str]:
-        # Listing models builds each once on the runner: only worth it once a run has failed.
-        with RunnerClient(name, address) as client:
-            return {m.name: shape_text(m.default_input_shape) for m in client.list_models()}
-
-    def columns(model: str, device: Optional[str], shape: Optional[str]) -> dict:
-        return {
-            "runner": name,
-            "framework": info.framework,
-            "framework_version": info.framework_version,
-            "device": indexed_device(device or default_device),
-            "input_shape": shape_text(shape_dims(shape)) if shape else default_shapes().get(model, ""),
-        }
-
-    return RunnerFacts(default_device, columns, dict(info.options))
-
-
-def write_store_report(results_store, out_dir: Path) -> Path:
-    summary, steps = results_store.load("summary"), results_store.load("steps")
-    calibration = results_store.load("calibration")
-    rows = analysis.comparison_rows(summary, steps, calibration)
-    report_mod.print_rows(rows)
-    manifests = {key: results_store.manifest(key) for key in sorted(results_store.keys())}
-    return report_mod.write_report(summary, steps, manifests, out_dir, calibration)
 
 
 @app.command("report")
@@ -777,4 +558,6 @@ def report_command(
     results_store = store_mod.ResultStore(store)
     if not results_store.keys():
         raise typer.BadParameter(f"{store} holds no runs", param_hint="--store")
-    err_console.print(f"report: {write_store_report(results_store, out or store / 'report')}")
+    rows, path = report_mod.write_store_report(results_store, out or store / "report")
+    report_mod.print_rows(rows)
+    err_console.print(f"report: {path}")

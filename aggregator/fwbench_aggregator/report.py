@@ -455,3 +455,12 @@ def write_report(
     path = out_dir / "report.html"
     path.write_text(render_html(summary, rows, plots, manifest), encoding="utf-8")
     return path
+
+
+def write_store_report(results_store, out_dir: Path) -> tuple[pd.DataFrame, Path]:
+    """The report over everything a results store holds: its rows (to print) and report.html's path."""
+    summary, steps = results_store.load("summary"), results_store.load("steps")
+    calibration = results_store.load("calibration")
+    manifests = {key: results_store.manifest(key) for key in sorted(results_store.keys())}
+    path = write_report(summary, steps, manifests, out_dir, calibration)
+    return comparison_rows(summary, steps, calibration), path

@@ -1,0 +1,271 @@
+"""The run stage: runners started (embedded) or named, runs in counterbalanced order, and every completed
+run stored the moment it completes. Commands plan (plan.py, sweep.py), call these, then analyse
+(analysis.py) and present (console.py, report.py): the data flows one way.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import NamedTuple, Optional
+
+from fwbench.runner.v1 import runner_pb2 as pb
+from google.protobuf.json_format import MessageToDict
+import pandas as pd
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from . import analysis, stats
+from . import results as results_mod
+from . import store as store_mod
+from .client import RunnerClient, RunnerFailure, RunResult
+from .console import err_console
+from .launch import LocalRunner, RunnerStartError, StartupSettings, default_venvs, embedded_command
+from .scheduler import device_group, run_grouped
+from .sweep import Configuration, counterbalanced
+from .vocabulary import indexed_device, shape_dims, shape_text, to_text
+
+
+def start_embedded(
+    frameworks: list[str], venvs: Path, log_dir: Path, stack: ExitStack, settings: StartupSettings = StartupSettings()
+) -> tuple[dict, list]:
+    """Start each framework's runner locally, all at once; returns their addresses and the failures."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    failures: list[RunnerFailure] = []
+    runners: dict[str, LocalRunner] = {}
+    for name in frameworks:
+        try:
+            runners[name] = LocalRunner(name, embedded_command(name, venvs, settings), log_dir / f"{name}-runner.log")
+        except RunnerStartError as error:
+            failures.append(RunnerFailure(name, "UNAVAILABLE", str(error)))
+    addresses: dict[str, str] = {}
+    with ThreadPoolExecutor(max_workers=max(1, len(runners))) as pool:
+        started = {name: pool.submit(runner.start) for name, runner in runners.items()}
+        for name, future in started.items():
+            stack.callback(runners[name].stop)
+            try:
+                addresses[name] = future.result()
+            except RunnerStartError as error:
+                failures.append(RunnerFailure(name, "UNAVAILABLE", str(error)))
+    return addresses, failures
+
+
+def resolve_endpoints(
+    runner: list[str], frameworks: str, venvs: Optional[Path], log_dir: Path, stack: ExitStack,
+    settings: StartupSettings = StartupSettings(),
+) -> tuple[dict[str, str], list[RunnerFailure]]:
+    """The runners given as NAME=HOST:PORT, or else the embedded ones, started now."""
+    if runner:
+        return dict(value.split("=", 1) for value in runner), []
+    err_console.print(f"starting the embedded runners: {frameworks}")
+    return start_embedded(frameworks.split(","), venvs or default_venvs(), log_dir, stack, settings)
+
+
+def run_all(
+    endpoints: dict[str, str], requests: dict[str, pb.RunRequest], repetitions: int = 1, cooldown_s: float = 0.0
+) -> tuple[list[RunResult], list[RunnerFailure]]:
+    """Run the request on each runner, one after the other (they may share a device), repetition after
+    repetition in counterbalanced order (A B, B A, ...) so that drift favours neither. A runner that fails
+    is named once and left out of later repetitions."""
+    results, failures = [], []
+    failed: set[str] = set()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True) as progress:
+        overall = progress.add_task("runs", total=repetitions * len(endpoints))
+        for number, (repetition, name) in enumerate(counterbalanced(list(endpoints), repetitions)):
+            if name in failed:
+                progress.advance(overall)
+                continue
+            if cooldown_s and number:
+                time.sleep(cooldown_s)
+            label = f"{name} #{repetition + 1}/{repetitions}"
+            progress.update(overall, description=label)
+            task = progress.add_task(f"{label}: starting", total=None)
+
+            def on_progress(p: pb.Progress, task=task, label=label) -> None:
+                phase = to_text(pb.Phase, p.phase)
+                progress.update(task, description=f"{label}: {phase}", completed=p.steps_done, total=p.steps_total)
+
+            try:
+                with RunnerClient(name, endpoints[name]) as client:
+                    results.append(client.run(requests[name], on_progress, repetition))
+            except RunnerFailure as failure:
+                failures.append(failure)
+                failed.add(name)
+            progress.remove_task(task)
+            progress.advance(overall)
+    return results, failures
+
+
+def store_run(results_store: store_mod.ResultStore, key: str, config: dict, result: RunResult, request: pb.RunRequest) -> None:
+    """Append one completed run to the store: its steps, summary, power samples and manifest."""
+    frames = {
+        "steps": results_mod.steps_frame(key, [result]),
+        "summary": results_mod.summary_frame(key, [result], []),
+        "power": results_mod.power_frame(key, [result]),
+    }
+    results_store.append(key, config, frames, results_mod.manifest(key, [result], {result.runner: request}))
+
+
+def each_runner(
+    runner: list[str], frameworks: str, venvs: Optional[Path], visit: Callable[[str, str, RunnerClient], None]
+) -> list[RunnerFailure]:
+    """Call `visit(name, address, client)` for every runner, started or named; returns the runners that failed."""
+    with ExitStack() as stack, TemporaryDirectory() as logs:
+        endpoints, failures = resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
+        for name, address in endpoints.items():
+            try:
+                with RunnerClient(name, address) as client:
+                    visit(name, address, client)
+            except RunnerFailure as failure:
+                failures.append(failure)
+    return failures
+
+
+# Failures that belong to the configuration and would repeat: stored, so --resume skips them and
+# reports mark them. An unreachable runner or an internal error is not stored: a resume retries it.
+REPEATABLE_FAILURES = {"RESOURCE_EXHAUSTED", "INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND"}
+
+
+class RunnerFacts(NamedTuple):
+    """What a sweep needs to know of a runner beyond its results."""
+
+    default_device: str
+    failure_columns: Callable[[str, Optional[str], Optional[str]], dict]  # (model, device, shape) of a failed run
+    options: dict[str, str]  # its Describe options: which machine, which GPUs
+
+
+def runner_facts(name: str, address: str) -> RunnerFacts:
+    """The runner's default device; for a failed run, the runner, framework, device and shape a
+    successful one would have reported; and its Describe options."""
+    with RunnerClient(name, address) as client:
+        info = client.describe()
+    gpus = [d for d in info.devices if d.kind == pb.DEVICE_KIND_GPU]
+    default_device = f"gpu:{gpus[0].index}" if gpus else "cpu:0"
+
+    @functools.cache
+    def default_shapes() -> dict[str, str]:
+        # Listing models builds each once on the runner: only worth it once a run has failed.
+        with RunnerClient(name, address) as client:
+            return {m.name: shape_text(m.default_input_shape) for m in client.list_models()}
+
+    def columns(model: str, device: Optional[str], shape: Optional[str]) -> dict:
+        return {
+            "runner": name,
+            "framework": info.framework,
+            "framework_version": info.framework_version,
+            "device": indexed_device(device or default_device),
+            "input_shape": shape_text(shape_dims(shape)) if shape else default_shapes().get(model, ""),
+        }
+
+    return RunnerFacts(default_device, columns, dict(info.options))
+
+
+def run_comparison(
+    endpoints: dict[str, str], requests: dict[str, pb.RunRequest], repetitions: int, cooldown_s: float,
+    results_store: store_mod.ResultStore, run_id: str,
+) -> tuple[list[RunResult], list[RunnerFailure]]:
+    """`compare`'s runs: every runner, counterbalanced, each completed run added to the store."""
+    results, failures = run_all(endpoints, requests, repetitions, cooldown_s)
+    for result in results:
+        request = requests[result.runner]
+        config = {"compare": run_id, **MessageToDict(request), "runner": result.runner, "repetition": result.repetition}
+        store_run(results_store, store_mod.run_key(config), config, result, request)
+    return results, failures
+
+
+class Calibration(NamedTuple):
+    row: dict  # analysis.calibration_row: what the store keeps
+    comparison: stats.Comparison
+    run_spread: float  # the larger of the two instances'
+
+
+def calibrate_twins(
+    name: str, addresses: Sequence[str], request: pb.RunRequest, repetitions: int,
+    results_store: store_mod.ResultStore, run_id: str,
+) -> tuple[Optional[Calibration], list[RunnerFailure]]:
+    """Two instances of one runner against each other (A/A), and the noise floor that gives, stored."""
+    twins = {name: addresses[0], f"{name}-2": addresses[1]}
+    requests = {twin: request for twin in twins}
+    results, failures = run_all(twins, requests, repetitions)
+    if failures:
+        return None, failures
+    summary, steps = results_mod.summary_frame(run_id, results, []), results_mod.steps_frame(run_id, results)
+    medians = analysis.run_values(summary, steps).groupby("runner")["median_step_time_s"]
+    comparison = stats.compare(name, medians.get_group(name), f"{name}-2", medians.get_group(f"{name}-2"))
+    row = analysis.calibration_row(analysis.normalised(summary).iloc[0].to_dict(), results[0].runner_info.framework, comparison)
+    key = store_mod.run_key({"calibration": run_id, "runner": name})
+    results_store.append(key, {"calibration": run_id, "runner": name, **MessageToDict(request)},
+                         {"calibration": pd.DataFrame([row])}, results_mod.manifest(key, results, requests))
+    return Calibration(row, comparison, max(stats.run_spread(medians.get_group(twin)) for twin in twins)), []
+
+
+def pending_runs(
+    configurations: Sequence[Configuration], results_store: store_mod.ResultStore, startup: StartupSettings
+) -> tuple[list[tuple[str, Configuration]], list[tuple[str, Configuration]]]:
+    """(key, configuration) of the runs still to do, and of those the store already holds."""
+    pending, done = [], []
+    for c in configurations:
+        key = store_mod.run_key(c.key_fields(seed=0, intra_op_threads=startup.intra_op_threads,
+                                             inter_op_threads=startup.inter_op_threads, cudnn_autotune=startup.cudnn_autotune))
+        (done if results_store.has(key) else pending).append((key, c))
+    return pending, done
+
+
+def run_sweep(
+    pending: Sequence[tuple[str, Configuration]], endpoints: dict[str, str], startup: StartupSettings,
+    results_store: store_mod.ResultStore, cooldown_s: float,
+) -> tuple[list[RunnerFailure], bool]:
+    """Every pending run, those sharing a machine and device one after the other, each stored the moment it
+    completes (a repeatable failure too); returns the failures and whether Ctrl-C interrupted the sweep."""
+    facts = {name: runner_facts(name, address) for name, address in endpoints.items()}
+    failures: list[RunnerFailure] = []
+    store_lock = threading.Lock()
+    active: set[RunnerClient] = set()
+    stop = threading.Event()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err_console) as progress:
+        overall = progress.add_task("sweep", total=len(pending))
+
+        def run_one(job: tuple[str, Configuration]) -> None:
+            key, c = job
+            progress.update(overall, description=f"{c.runner} {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1}")
+            request = c.run_spec(startup).to_request()
+            config = c.key_fields()
+            client = RunnerClient(c.runner, endpoints[c.runner])
+            active.add(client)
+            try:
+                result = client.run(request, repetition=c.repetition)
+            except RunnerFailure as failure:
+                failures.append(failure)
+                if failure.code in REPEATABLE_FAILURES and not stop.is_set():
+                    # Where the run would have been: the device and shape a success would report.
+                    where = facts[c.runner].failure_columns(c.model, c.device, c.shape)
+                    with store_lock:
+                        results_store.append_failure(key, config, failure.code, failure.message, columns=where)
+            else:
+                with store_lock:
+                    store_run(results_store, key, config, result, request)
+            finally:
+                active.discard(client)
+                client.close()
+            progress.advance(overall)
+
+        jobs = [
+            (device_group(endpoints[c.runner], c.device or facts[c.runner].default_device, facts[c.runner].options), (key, c))
+            for key, c in pending
+            if c.runner in endpoints
+        ]
+        try:
+            run_grouped(jobs, run_one, stop, between=lambda: time.sleep(cooldown_s))
+        except KeyboardInterrupt:
+            # Closing the channels cancels the runs in flight: each runner stops between steps.
+            for client in list(active):
+                client.close()
+            return failures, True
+    return failures, False
