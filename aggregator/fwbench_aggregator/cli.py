@@ -267,7 +267,7 @@ def calibrate(
     runner: Annotated[
         list[str], typer.Option(callback=parse_runners, help="NAME=HOST:PORT, each NAME twice: two instances of one runner. Default: start two of each embedded runner")
     ] = [],
-    frameworks: Annotated[str, typer.Option(callback=parse_frameworks, help="embedded runners to calibrate, comma-separated")] = "torch,tensorflow",
+    frameworks: FrameworksOption = every_framework(),
     venvs: Annotated[Optional[Path], typer.Option(help="folder holding the embedded runners' environments")] = None,
     store: StoreOption = Path("results/store"),
 ) -> None:
