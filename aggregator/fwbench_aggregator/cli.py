@@ -185,7 +185,7 @@ def compare(
     device: Annotated[Optional[str], typer.Option(callback=parse_device, help="cpu, gpu or gpu:N; default: the runner's first GPU, else its CPU")] = None,
     layout: Annotated[Optional[LayoutChoice], typer.Option(help="image models' memory layout; default channels_last")] = None,
     compilation: Annotated[
-        list[str], typer.Option(callback=parse_compilation, help="eager, graph, xla or torch_compile, for every runner or as RUNNER=VALUE; default: each framework's default (PyTorch eager, TensorFlow graph)")
+        list[str], typer.Option(callback=parse_compilation, help=f"{', '.join(Compilation.__members__)}, for every runner or as RUNNER=VALUE; default: each framework's default (PyTorch eager, TensorFlow graph)")
     ] = [],
     cudnn_autotune: Annotated[SwitchChoice, typer.Option(help="cuDNN autotuning, the same on every runner")] = SwitchChoice.off,
     intra_op_threads: Annotated[int, typer.Option(min=1, help="threads within an op, every runner (default: all cores)")] = os.cpu_count() or 1,
