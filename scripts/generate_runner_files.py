@@ -132,7 +132,8 @@ def dockerfile(framework: Framework, env: dict[str, str]) -> str:
     text = (ROOT / "runners" / "Dockerfile.in").read_text()
     for token, value in (("@NAME@", framework.name), ("@FOLDER@", framework.folder), ("@MODULE@", framework.module),
                          ("@BASE_IMAGE@", base_image), ("@BASE_IMAGE_NAME@", base_image_name),
-                         ("@IMAGE_CHECK@", check)):
+                         ("@IMAGE_CHECK@", check),
+                         ("@IMAGE_ENV@", "".join(f"    {key}={value} \\\n" for key, value in framework.image_env))):
         text = text.replace(token, value)
     return text
 

@@ -88,3 +88,9 @@ def test_a_third_framework_runs_through_the_cli_with_no_other_edit(tmp_path, fak
     assert done.returncode == 0, done.stderr
     summary = pd.read_parquet(only_run_dir(tmp_path) / "summary.parquet")
     assert set(summary["runner"]) == {shipped, "fake"} and (summary["status"] == "ok").all()
+
+
+def test_the_tensorflow_image_lets_tensorflow_grow_its_gpu_memory_rather_than_take_it_all():
+    tensorflow = next(f for f in frameworks.frameworks().values() if f.name == "tensorflow")
+    assert ("TF_FORCE_GPU_ALLOW_GROWTH", "true") in tensorflow.image_env
+    assert "    TF_FORCE_GPU_ALLOW_GROWTH=true \\\n" in (launch.REPO_ROOT / tensorflow.folder / "Dockerfile").read_text()

@@ -31,6 +31,7 @@ class Framework:
     environment: str  # the folder under .venvs holding its Python
     host_port: Optional[int] = None
     image_check: tuple[str, ...] = ()
+    image_env: tuple[tuple[str, str], ...] = ()  # environment variables its image sets
 
     @property
     def requirements(self) -> str:
@@ -49,6 +50,7 @@ def _read(path: Path) -> list[Framework]:
             out.append(Framework(
                 name, table["module"], table["folder"], table.get("environment", name),
                 table.get("host_port"), tuple(table.get("image_check", ())),
+                tuple((key, str(value)) for key, value in table.get("image_env", {}).items()),
             ))
         except (KeyError, TypeError) as error:
             raise FrameworkListError(f"{path}: [{name}] lacks or misstates {error}; give module and folder") from None
