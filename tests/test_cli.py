@@ -33,7 +33,7 @@ def only_run_dir(out):
 def test_compare_both_real_runners_prints_table_and_writes_files(tmp_path):
     done = fwbench(
         "compare", "--model", "resnet18", "--mode", "train", "--batch-size", "2", "--shape", "3x32x32",
-        "--warmup", str(WARMUP), "--steps", str(STEPS), "--out", str(tmp_path),
+        "--warmup", str(WARMUP), "--steps", str(STEPS), "--min-measure-s", "0", "--out", str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
     for expected in ("torch", "tensorflow", "median ms", "× fastest", "1.000", "verdict: "):
@@ -106,7 +106,7 @@ def unused_address() -> str:
 
 def test_unreachable_runner_is_named_and_the_other_results_are_kept(tmp_path, fake_runner):
     done = fwbench(
-        "compare", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1", "--steps", "3",
+        "compare", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1", "--steps", "3", "--min-measure-s", "0",
         "--runner", f"fake={fake_runner}", "--runner", f"tensorflow={unused_address()}", "--out", str(tmp_path),
     )
     assert done.returncode == 1
@@ -180,7 +180,7 @@ def test_parity_rejects_an_unknown_model(tmp_path, fake_runner):
 
 def test_repetitions_interleave_runners_and_give_a_verdict(tmp_path, fake_runner):
     done = fwbench(
-        "compare", "--batch-size", "2", "--warmup", "1", "--steps", "5", "--repetitions", "3",
+        "compare", "--batch-size", "2", "--warmup", "1", "--steps", "5", "--min-measure-s", "0", "--repetitions", "3",
         "--runner", f"first={fake_runner}", "--runner", f"second={fake_runner}", "--out", str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
