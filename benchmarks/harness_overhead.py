@@ -52,6 +52,7 @@ def runner_steps(stub, args) -> list[float]:
         device=pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU if args.device == "cpu" else pb.DEVICE_KIND_GPU),
         warmup_steps=args.warmup,
         measured_steps=args.steps,
+        min_measure_s=0.0,  # exactly the step count, as the bare loop runs
         seed=args.seed,
         power_sample_rate_hz=args.power_rate_hz,
         idle_baseline_s=0,
@@ -130,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             device=DeviceRef(DeviceKind(args.device)),
             warmup_steps=args.warmup,
             measured_steps=args.steps,
+            min_measure_s=0.0,
             seed=args.seed,
         ),
         info.devices,

@@ -54,7 +54,9 @@ def test_a_runner_on_old_protobuf_serves_a_client_on_new_protobuf_and_back(old_p
         with grpc.insecure_channel(runner.address) as channel:
             stub = pb_grpc.RunnerStub(channel)
             assert stub.Describe(pb.DescribeRequest()).protocol == "fwbench.runner.v1"
-            request = pb.RunRequest(model="resnet18", mode=pb.MODE_INFER, batch_size=2, warmup_steps=1, measured_steps=3)
+            request = pb.RunRequest(
+                model="resnet18", mode=pb.MODE_INFER, batch_size=2, warmup_steps=1, measured_steps=3, min_measure_s=0.0
+            )
             events = list(stub.Run(request))
             assert events[-1].summary.measured_steps == 3
 
@@ -64,7 +66,7 @@ def test_a_runner_on_old_protobuf_serves_a_client_on_new_protobuf_and_back(old_p
             from fwbench.runner.v1 import runner_pb2 as pb, runner_pb2_grpc as pb_grpc
             stub = pb_grpc.RunnerStub(grpc.insecure_channel("{runner.address}"))
             names = [m.name for m in stub.ListModels(pb.ListModelsRequest()).models]
-            events = list(stub.Run(pb.RunRequest(model="mobilenet_v2", mode=pb.MODE_TRAIN, batch_size=1, measured_steps=2)))
+            events = list(stub.Run(pb.RunRequest(model="mobilenet_v2", mode=pb.MODE_TRAIN, batch_size=1, measured_steps=2, min_measure_s=0.0)))
             print(",".join(names), events[-1].summary.measured_steps)
             """
         )
