@@ -24,7 +24,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
+import numpy as np
 from fwbench_aggregator import analysis, plan, results, stats
+from scipy.stats import mannwhitneyu
 from fwbench_aggregator.runs import run_all, start_embedded
 from fwbench_aggregator.launch import default_venvs
 from fwbench_aggregator.vocabulary import Mode, Precision
@@ -38,6 +40,15 @@ GRIDS = {
     "cpu": {"models": "resnet18,mobilenet_v2", "batch_sizes": "1,2,8", "precisions": "fp32",
             "shapes": {"resnet18": "3x64x64", "mobilenet_v2": "3x64x64"}, "device": "cpu"},
 }
+
+
+def pooled_steps_says_different(steps) -> bool:
+    """The statistic this project used before runs became the unit, on the same steps: every measured step of
+    every run pooled as independent samples, a Mann-Whitney U test at p < 0.01 and a ratio of medians past 2%."""
+    measured = steps[~steps["warmup"]].groupby("runner")["step_time_s"]
+    a, b = measured.get_group("a").to_numpy(), measured.get_group("b").to_numpy()
+    ratio = max(np.median(a), np.median(b)) / min(np.median(a), np.median(b))
+    return bool(mannwhitneyu(a, b).pvalue < 0.01 and ratio > 1 + stats.MIN_EFFECT)
 
 
 def main() -> int:
@@ -84,12 +95,13 @@ def main() -> int:
                 model, Mode(args.mode), batch_size, shape, Precision(precision), grid["device"], warmup=args.warmup,
                 steps=args.steps, min_measure_s=args.min_measure_s,
             ).to_request()
-            rounds = []
+            rounds, steps = [], None
             for _ in range(2):
                 done, failed = run_all(twins, {name: request for name in twins}, args.repetitions)
                 if failed:
                     break
-                medians = analysis.run_values(results.summary_frame("aa", done, []), results.steps_frame("aa", done))
+                steps = results.steps_frame("aa", done)
+                medians = analysis.run_values(results.summary_frame("aa", done, []), steps)
                 by_instance = medians.groupby("runner")["median_step_time_s"]
                 rounds.append((by_instance.get_group("a").to_numpy(), by_instance.get_group("b").to_numpy()))
             label = f"{model} b{batch_size} {precision}"
@@ -99,18 +111,21 @@ def main() -> int:
             floor = stats.noise_floor(stats.compare("a", rounds[0][0], "b", rounds[0][1]))
             verdict = stats.compare("a", rounds[1][0], "b", rounds[1][1], noise_floor=floor)
             without_floor = stats.compare("a", rounds[1][0], "b", rounds[1][1])
-            outcomes.append((verdict, without_floor, floor))
+            outcomes.append((verdict, without_floor, floor, pooled_steps_says_different(steps)))
             a_ms, b_ms = (stats.geometric_mean(values) * 1e3 for values in rounds[1])
             print(f"{label:<34} {a_ms:8.3f} {b_ms:8.3f} {verdict.ratio:6.3f} [{verdict.ci_low:.3f}, {verdict.ci_high:.3f}] "
                   f"{verdict.resolvable:8.1%} {floor:7.1%}  {'WRONG: ' if verdict.significant else ''}{verdict.verdict}")
         if not outcomes:
             return 1
-        wrong = sum(v.significant for v, _, _ in outcomes)
-        wrong_without_floor = sum(w.significant for _, w, _ in outcomes)
-        floors = sorted(f for _, _, f in outcomes if not math.isnan(f))
-        resolvable = sorted(v.resolvable for v, _, _ in outcomes)
-        print(f"\nwrong verdicts: {wrong} of {len(outcomes)} ({wrong / len(outcomes):.1%}); without the noise floor: "
-              f"{wrong_without_floor} of {len(outcomes)} ({wrong_without_floor / len(outcomes):.1%})")
+        wrong = sum(v.significant for v, _, _, _ in outcomes)
+        wrong_without_floor = sum(w.significant for _, w, _, _ in outcomes)
+        wrong_pooled = sum(p for _, _, _, p in outcomes)
+        floors = sorted(f for _, _, f, _ in outcomes if not math.isnan(f))
+        resolvable = sorted(v.resolvable for v, _, _, _ in outcomes)
+        n = len(outcomes)
+        print(f"\nwrong verdicts: {wrong} of {n} ({wrong / n:.1%}); without the noise floor: {wrong_without_floor} of {n} "
+              f"({wrong_without_floor / n:.1%}); the old pooled-steps statistic on the same runs: {wrong_pooled} of {n} "
+              f"({wrong_pooled / n:.1%})")
         print(f"noise floor: median {floors[len(floors) // 2]:.1%}, range {floors[0]:.1%} to {floors[-1]:.1%}; "
               f"smallest difference the runs resolve: median {resolvable[len(resolvable) // 2]:.1%}, "
               f"range {resolvable[0]:.1%} to {resolvable[-1]:.1%}")

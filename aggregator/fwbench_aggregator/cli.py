@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import time
 from contextlib import ExitStack
 from dataclasses import replace
@@ -26,94 +25,20 @@ from .client import RunnerClient, RunnerFailure
 from .console import Column, err_console, out_console, print_table
 from .frameworks import names as framework_names
 from .launch import StartupSettings, default_venvs
+from .options import (
+    FrameworksOption, MinMeasureOption, RepetitionsOption, RunnerOption, StepsOption, StoreOption, VenvsOption,
+    WarmupOption, WarmupUntilCvOption, compilation_for, every_framework, parse_compilation, parse_device,
+    parse_options, parse_runners, parse_shape,
+)
 from .plan import RunSpec, option_pairs
 # The choices come from the contract, as a sweep file's do: one definition of each.
-from .vocabulary import DEVICE, DEVICE_FORMS, SHAPE, SHAPE_FORMS, Compilation, device_text, shape_text, to_text
+from .vocabulary import Compilation, device_text, shape_text, to_text
 from .vocabulary import Layout as LayoutChoice
 from .vocabulary import Mode as ModeChoice
 from .vocabulary import Precision as PrecisionChoice
 from .vocabulary import Switch as SwitchChoice
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
-
-
-def parse_compilation(values: list[str]) -> list[str]:
-    for value in values:
-        setting = value.partition("=")[2] if "=" in value else value
-        if setting not in Compilation.__members__:
-            raise typer.BadParameter(
-                f"{value!r}: give VALUE for every runner or RUNNER=VALUE for one; accepted values: {', '.join(Compilation.__members__)}"
-            )
-    return values
-
-
-def compilation_for(runner: str, values: list[str]) -> Optional[Compilation]:
-    """The compilation asked for this runner: RUNNER=VALUE wins over a plain VALUE; None leaves its default."""
-    chosen = None
-    for value in values:
-        name, sep, setting = value.partition("=")
-        if not sep:
-            chosen = chosen or value
-        elif name == runner:
-            return Compilation(setting)
-    return chosen and Compilation(chosen)
-
-
-def parse_shape(value: Optional[str]) -> Optional[str]:
-    if value is not None and not SHAPE.fullmatch(value):
-        raise typer.BadParameter(f"{value!r} is not a shape: give {SHAPE_FORMS}")
-    return value
-
-
-def parse_options(values: list[str]) -> list[str]:
-    for value in values:
-        if not re.fullmatch(r"[a-z_]+=[A-Za-z0-9_]+", value):
-            raise typer.BadParameter(f"{value!r} is not NAME=VALUE, e.g. head=mlm (`fwbench models` lists each model's options)")
-    return values
-
-
-def parse_device(value: Optional[str]) -> Optional[str]:
-    if value is not None and not DEVICE.fullmatch(value):
-        raise typer.BadParameter(f"{value!r} is not a device: accepted values are {DEVICE_FORMS}")
-    return value
-
-
-# Where the runners already run (compose.yaml sets it in the aggregator's container).
-RUNNERS_ENV = "FWBENCH_RUNNERS"
-
-
-def parse_runners(values: list[str]) -> list[str]:
-    for value in values:
-        name, sep, address = value.partition("=")
-        if not sep or not name or not re.fullmatch(r"[^\s:]+:\d+", address):
-            raise typer.BadParameter(f"{value!r} is not NAME=HOST:PORT, e.g. torch=localhost:50051")
-    return values
-
-
-RunnerOption = Annotated[
-    list[str],
-    typer.Option(
-        callback=parse_runners, envvar=RUNNERS_ENV,
-        help=f"NAME=HOST:PORT of a running runner; repeat for each (or ${RUNNERS_ENV}, space-separated). Default: start the embedded runners",
-    ),
-]
-
-
-def parse_frameworks(value: str) -> str:
-    known = framework_names()
-    unknown = [name for name in value.split(",") if name not in known]
-    if unknown or not value:
-        raise typer.BadParameter(f"unknown framework(s) {unknown}; accepted values: {', '.join(known)}")
-    return value
-
-
-def every_framework() -> str:
-    """The embedded runners a command starts by default: every declared framework."""
-    return ",".join(framework_names())
-
-
-FrameworksOption = Annotated[str, typer.Option(callback=parse_frameworks, help="embedded runners to start, comma-separated")]
-VenvsOption = Annotated[Optional[Path], typer.Option(help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")]
 
 
 def _energy_cells(row) -> tuple[str, str]:
@@ -154,20 +79,6 @@ def print_comparison(rows: pd.DataFrame, title: str) -> None:
     for row in ran.itertuples():
         if row.energy_status:
             out_console.print(f"energy ({row.runner}): {row.energy_status}")
-
-
-WarmupOption = Annotated[
-    int, typer.Option(min=0, help="the most warm-up steps (a fixed count with --warmup-until-cv 0 or below --stable-window); excluded from the figures")
-]
-WarmupUntilCvOption = Annotated[
-    float, typer.Option(min=0.0, max=0.99, help="warm up until the last --stable-window steps vary less than this; 0: exactly --warmup steps")
-]
-StepsOption = Annotated[int, typer.Option(min=1, help="measured steps (at least)")]
-MinMeasureOption = Annotated[float, typer.Option(min=0.0, help="measure for at least this many seconds per run")]
-RepetitionsOption = Annotated[
-    int, typer.Option(min=1, help=f"runs per runner, in counterbalanced order A B B A ...; a verdict needs {stats.MIN_REPETITIONS}")
-]
-StoreOption = Annotated[Path, typer.Option(help="the results store: every run is kept, and noise floors are read from it")]
 
 
 @app.command()

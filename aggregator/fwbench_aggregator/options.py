@@ -1,0 +1,107 @@
+"""The command line's own vocabulary: callbacks that refuse a malformed option before any runner is started,
+naming the accepted values, and the options several commands share."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import stats
+from .frameworks import names as framework_names
+from .vocabulary import DEVICE, DEVICE_FORMS, SHAPE, SHAPE_FORMS, Compilation
+
+
+def parse_compilation(values: list[str]) -> list[str]:
+    for value in values:
+        setting = value.partition("=")[2] if "=" in value else value
+        if setting not in Compilation.__members__:
+            raise typer.BadParameter(
+                f"{value!r}: give VALUE for every runner or RUNNER=VALUE for one; accepted values: {', '.join(Compilation.__members__)}"
+            )
+    return values
+
+
+def compilation_for(runner: str, values: list[str]) -> Optional[Compilation]:
+    """The compilation asked for this runner: RUNNER=VALUE wins over a plain VALUE; None leaves its default."""
+    chosen = None
+    for value in values:
+        name, sep, setting = value.partition("=")
+        if not sep:
+            chosen = chosen or value
+        elif name == runner:
+            return Compilation(setting)
+    return chosen and Compilation(chosen)
+
+
+def parse_shape(value: Optional[str]) -> Optional[str]:
+    if value is not None and not SHAPE.fullmatch(value):
+        raise typer.BadParameter(f"{value!r} is not a shape: give {SHAPE_FORMS}")
+    return value
+
+
+def parse_options(values: list[str]) -> list[str]:
+    for value in values:
+        if not re.fullmatch(r"[a-z_]+=[A-Za-z0-9_]+", value):
+            raise typer.BadParameter(f"{value!r} is not NAME=VALUE, e.g. head=mlm (`fwbench models` lists each model's options)")
+    return values
+
+
+def parse_device(value: Optional[str]) -> Optional[str]:
+    if value is not None and not DEVICE.fullmatch(value):
+        raise typer.BadParameter(f"{value!r} is not a device: accepted values are {DEVICE_FORMS}")
+    return value
+
+
+# Where the runners already run (compose.yaml sets it in the aggregator's container).
+RUNNERS_ENV = "FWBENCH_RUNNERS"
+
+
+def parse_runners(values: list[str]) -> list[str]:
+    for value in values:
+        name, sep, address = value.partition("=")
+        if not sep or not name or not re.fullmatch(r"[^\s:]+:\d+", address):
+            raise typer.BadParameter(f"{value!r} is not NAME=HOST:PORT, e.g. torch=localhost:50051")
+    return values
+
+
+RunnerOption = Annotated[
+    list[str],
+    typer.Option(
+        callback=parse_runners, envvar=RUNNERS_ENV,
+        help=f"NAME=HOST:PORT of a running runner; repeat for each (or ${RUNNERS_ENV}, space-separated). Default: start the embedded runners",
+    ),
+]
+
+
+def parse_frameworks(value: str) -> str:
+    known = framework_names()
+    unknown = [name for name in value.split(",") if name not in known]
+    if unknown or not value:
+        raise typer.BadParameter(f"unknown framework(s) {unknown}; accepted values: {', '.join(known)}")
+    return value
+
+
+def every_framework() -> str:
+    """The embedded runners a command starts by default: every declared framework."""
+    return ",".join(framework_names())
+
+
+FrameworksOption = Annotated[str, typer.Option(callback=parse_frameworks, help="embedded runners to start, comma-separated")]
+VenvsOption = Annotated[Optional[Path], typer.Option(help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")]
+
+
+WarmupOption = Annotated[
+    int, typer.Option(min=0, help="the most warm-up steps (a fixed count with --warmup-until-cv 0 or below --stable-window); excluded from the figures")
+]
+WarmupUntilCvOption = Annotated[
+    float, typer.Option(min=0.0, max=0.99, help="warm up until the last --stable-window steps vary less than this; 0: exactly --warmup steps")
+]
+StepsOption = Annotated[int, typer.Option(min=1, help="measured steps (at least)")]
+MinMeasureOption = Annotated[float, typer.Option(min=0.0, help="measure for at least this many seconds per run")]
+RepetitionsOption = Annotated[
+    int, typer.Option(min=1, help=f"runs per runner, in counterbalanced order A B B A ...; a verdict needs {stats.MIN_REPETITIONS}")
+]
+StoreOption = Annotated[Path, typer.Option(help="the results store: every run is kept, and noise floors are read from it")]
