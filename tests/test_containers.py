@@ -282,11 +282,11 @@ def test_aggregator_container_compares_both_runner_containers(stack):
     folder, table = stack.newest_comparison()
     rows = table.set_index("framework")
     assert set(rows.index) == {"torch", "tensorflow"}
-    assert rows.loc["torch", "version"].startswith(stack.torch_version)
-    assert rows.loc["tensorflow", "version"] == stack.tensorflow_version
+    assert rows.loc["torch", "framework_version"].startswith(stack.torch_version)
+    assert rows.loc["tensorflow", "framework_version"] == stack.tensorflow_version
     for service in RUNNERS:  # the compose services are named after their frameworks
         assert rows.loc[service, "container_image"] == stack.image(service)
-        assert rows.loc[service, "median_step_time_s"] > 0
+        assert rows.loc[service, "median_step_ms"] > 0
     manifest = json.loads((folder / "manifest.json").read_text())
     recorded = json.dumps(manifest)
     assert f"fwbench-ci/pytorch:{stack.torch_version}" in recorded  # the base image, from the Dockerfile
@@ -325,9 +325,9 @@ def test_a_new_tensorflow_tag_rebuilds_its_runner_and_results_report_it(stack):
         stack.aggregator("compare", *SMALL_RUN, "--out", "/results")
         _, table = stack.newest_comparison()
         rows = table.set_index("framework")
-        assert rows.loc["tensorflow", "version"] == version
+        assert rows.loc["tensorflow", "framework_version"] == version
         assert rows.loc["tensorflow", "container_image"] == f"{IMAGE_PREFIX}/tensorflow-runner:{version}"
-        assert rows.loc["torch", "version"].startswith(stack.torch_version)
+        assert rows.loc["torch", "framework_version"].startswith(stack.torch_version)
     finally:
         stack.variables["TENSORFLOW_TAG"] = first_version
 

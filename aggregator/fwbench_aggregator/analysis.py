@@ -23,7 +23,7 @@ SERIES_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c != "batch_size")
 RUN_COLUMNS = (*CONFIG_COLUMNS, "runner", "repetition")
 
 ROW_COLUMNS = (
-    *CONFIG_COLUMNS, "runner", "framework", "framework_version", "status", "runs", "failed_runs", "steps",
+    *CONFIG_COLUMNS, "runner", "framework", "framework_version", "container_image", "status", "runs", "failed_runs", "steps",
     "median_step_ms", "p5_step_ms", "p95_step_ms", "run_spread", "ms_per_sample", "throughput_samples_per_s",
     "energy_per_sample_j", "mean_power_w", "energy_runs", "energy_status",
     "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "p_value", "resolvable", "noise_floor",
@@ -148,6 +148,7 @@ def comparison_rows(
                 "runner": runner,
                 "framework": _first(own.get("framework", pd.Series(dtype=object))),
                 "framework_version": _first(own.get("framework_version", pd.Series(dtype=object))),
+                "container_image": _first(own.get("container_image", pd.Series(dtype=object))),
                 "runs": int(len(ok)),
                 "failed_runs": int(len(failed)),
                 "steps": int(times.size),

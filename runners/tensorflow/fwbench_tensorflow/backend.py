@@ -187,6 +187,7 @@ class TensorFlowBackend(Backend):
             options={
                 "keras_version": keras.__version__,
                 "cuda_build": str(build.get("is_cuda_build", False)),
+                "onednn_opts": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
             },
         )
 

@@ -115,7 +115,9 @@ class WeightNormGroupedConv1D(layers.Layer):
         kernel = self.g * v / ops.sqrt(ops.sum(ops.square(v), axis=(1, 2), keepdims=True))
         pad = self.kernel_size // 2
         x = tf.pad(x, [[0, 0], [pad, pad], [0, 0]])
-        return tf.nn.bias_add(tf.nn.conv1d(x, kernel, stride=1, padding="VALID"), self.bias)
+        # An Add, not a BiasAdd: grappler fuses Conv2D + BiasAdd into one op that, on some CPUs (oneDNN),
+        # refuses grouped convolutions ("Fused conv implementation does not support grouped convolutions").
+        return tf.nn.conv1d(x, kernel, stride=1, padding="VALID") + self.bias
 
     def compute_output_shape(self, input_shape):
         steps = input_shape[1]
