@@ -29,7 +29,6 @@ ROW_COLUMNS = (
     "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "p_value", "resolvable", "noise_floor",
     "verdict", "flagged", "error",
 )
-CALIBRATION_COLUMNS = (*CONFIG_COLUMNS, "framework", "runs", "aa_ratio", "aa_ci_low", "aa_ci_high", "noise_floor")
 
 
 def is_out_of_memory(error: str) -> bool:
