@@ -92,9 +92,12 @@ def test_a_bad_sweep_file_names_the_line_and_field(tmp_path):
 
 def test_ctrl_c_cancels_the_run_in_flight_and_keeps_the_finished_ones(tmp_path, slow_fake):
     args = sweep_args(tmp_path, slow_fake, steps=100)  # 2 s a run: the interrupt lands mid-run
+    # Ctrl-C as a terminal sends it: a test suite started in the background of a shell script inherits an
+    # ignored SIGINT, and Python keeps a signal ignored that it was started with.
     process = subprocess.Popen([sys.executable, "-m", "fwbench_aggregator", *args, "--no-report"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "COLUMNS": "200"})
+                               env={**os.environ, "COLUMNS": "200"},
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     store = ResultStore(tmp_path / "store")
     deadline = time.monotonic() + 120
     while not store.keys() and time.monotonic() < deadline:
