@@ -25,9 +25,9 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 import numpy as np
-from fwbench_aggregator import analysis, plan, results, stats
+from fwbench_aggregator import plan, results, stats
 from scipy.stats import mannwhitneyu
-from fwbench_aggregator.runs import run_all, start_embedded
+from fwbench_aggregator.runs import run_medians_by_runner, start_embedded
 from fwbench_aggregator.launch import default_venvs
 from fwbench_aggregator.vocabulary import Mode, Precision
 
@@ -97,13 +97,11 @@ def main() -> int:
             ).to_request()
             rounds, steps = [], None
             for _ in range(2):
-                done, failed = run_all(twins, {name: request for name in twins}, args.repetitions)
+                done, medians, failed = run_medians_by_runner(twins, request, args.repetitions)
                 if failed:
                     break
                 steps = results.steps_frame("aa", done)
-                medians = analysis.run_values(results.summary_frame("aa", done, []), steps)
-                by_instance = medians.groupby("runner")["median_step_time_s"]
-                rounds.append((by_instance.get_group("a").to_numpy(), by_instance.get_group("b").to_numpy()))
+                rounds.append((medians["a"], medians["b"]))
             label = f"{model} b{batch_size} {precision}"
             if len(rounds) < 2:
                 print(f"{label:<34} failed: {failed[0].code}: {failed[0].message[:80]}")

@@ -141,7 +141,7 @@ def comparison_rows(
             ok, failed = own[own["status"] == "ok"], own[own["status"] != "ok"]
             times = step_times.get((*config, runner), np.array([]))
             medians = run_medians.get((*config, runner), np.array([]))
-            energy = _numbers(ok, "energy_per_sample_j")
+            energy, power = _numbers(ok, "energy_per_sample_j"), _numbers(ok, "mean_power_w")
             row = {
                 **config_values,
                 "runner": runner,
@@ -152,7 +152,7 @@ def comparison_rows(
                 "failed_runs": int(len(failed)),
                 "steps": int(times.size),
                 "energy_per_sample_j": float(energy.mean()) if len(energy) else math.nan,
-                "mean_power_w": float(_numbers(ok, "mean_power_w").mean()) if len(_numbers(ok, "mean_power_w")) else math.nan,
+                "mean_power_w": float(power.mean()) if len(power) else math.nan,
                 "energy_runs": int(len(energy)),
                 "energy_status": _joined(s for s in ok.get("energy_status", pd.Series(dtype=object)) if s != "ok"),
                 "flagged": _joined(ok.get("device_flags", pd.Series(dtype=object))),

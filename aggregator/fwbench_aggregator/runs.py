@@ -185,24 +185,36 @@ class Calibration(NamedTuple):
     run_spread: float  # the larger of the two instances'
 
 
+def run_medians_by_runner(
+    endpoints: dict[str, str], request: pb.RunRequest, repetitions: int
+) -> tuple[list[RunResult], dict[str, list[float]], list[RunnerFailure]]:
+    """The same request on every runner, counterbalanced: the results and each runner's per-run median
+    step times (what an A/A comparison compares)."""
+    results, failures = run_all(endpoints, {name: request for name in endpoints}, repetitions)
+    if failures:
+        return results, {}, failures
+    runs = analysis.run_values(results_mod.summary_frame("a-a", results, []), results_mod.steps_frame("a-a", results))
+    medians = {name: group.tolist() for name, group in runs.groupby("runner")["median_step_time_s"]}
+    return results, medians, []
+
+
 def calibrate_twins(
     name: str, addresses: Sequence[str], request: pb.RunRequest, repetitions: int,
     results_store: store_mod.ResultStore, run_id: str,
 ) -> tuple[Optional[Calibration], list[RunnerFailure]]:
     """Two instances of one runner against each other (A/A), and the noise floor that gives, stored."""
     twins = {name: addresses[0], f"{name}-2": addresses[1]}
-    requests = {twin: request for twin in twins}
-    results, failures = run_all(twins, requests, repetitions)
+    results, medians, failures = run_medians_by_runner(twins, request, repetitions)
     if failures:
         return None, failures
-    summary, steps = results_mod.summary_frame(run_id, results, []), results_mod.steps_frame(run_id, results)
-    medians = analysis.run_values(summary, steps).groupby("runner")["median_step_time_s"]
-    comparison = stats.compare(name, medians.get_group(name), f"{name}-2", medians.get_group(f"{name}-2"))
+    comparison = stats.compare(name, medians[name], f"{name}-2", medians[f"{name}-2"])
+    summary = results_mod.summary_frame(run_id, results, [])
     row = analysis.calibration_row(analysis.normalised(summary).iloc[0].to_dict(), results[0].runner_info.framework, comparison)
     key = store_mod.run_key({"calibration": run_id, "runner": name})
     results_store.append(key, {"calibration": run_id, "runner": name, **MessageToDict(request)},
-                         {"calibration": pd.DataFrame([row])}, results_mod.manifest(key, results, requests))
-    return Calibration(row, comparison, max(stats.run_spread(medians.get_group(twin)) for twin in twins)), []
+                         {"calibration": pd.DataFrame([row])},
+                         results_mod.manifest(key, results, {twin: request for twin in twins}))
+    return Calibration(row, comparison, max(stats.run_spread(medians[twin]) for twin in twins)), []
 
 
 def pending_runs(

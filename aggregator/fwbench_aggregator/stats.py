@@ -125,16 +125,13 @@ def compare(
         return partial
     log_slow, log_fast = np.log(slow), np.log(fast)
     difference = float(log_slow.mean() - log_fast.mean())
-    var_slow, var_fast = log_slow.var(ddof=1) / slow.size, log_fast.var(ddof=1) / fast.size
-    standard_error = math.sqrt(var_slow + var_fast)
-    if standard_error == 0.0:
+    if log_slow.var() == 0.0 and log_fast.var() == 0.0:
         # Identical runs on each side (a timer's resolution, a fake runner): nothing varies to test.
         p_value, half_width = (1.0 if difference == 0.0 else 0.0), 0.0
     else:
-        # Welch-Satterthwaite degrees of freedom, as scipy's ttest_ind(equal_var=False) uses.
-        dof = (var_slow + var_fast) ** 2 / (var_slow**2 / (slow.size - 1) + var_fast**2 / (fast.size - 1))
-        p_value = float(stats.ttest_ind(log_slow, log_fast, equal_var=False).pvalue)
-        half_width = float(stats.t.ppf(1 - ALPHA / 2, dof) * standard_error)
+        welch = stats.ttest_ind(log_slow, log_fast, equal_var=False)
+        interval = welch.confidence_interval(CONFIDENCE)
+        p_value, half_width = float(welch.pvalue), float(interval.high - interval.low) / 2
     significant = p_value < ALPHA and ratio - 1.0 >= partial.threshold
     return Comparison(
         fast_name, slow_name, fast.size, slow.size, ratio,
