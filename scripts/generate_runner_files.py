@@ -20,6 +20,7 @@ from fwbench_aggregator.frameworks import Framework, shipped  # noqa: E402
 
 GENERATED = "# Generated from aggregator/fwbench_aggregator/frameworks.toml by scripts/generate_runner_files.py: edit those, not this file.\n"
 RUNNER_PORT = 50051  # every runner listens on it inside its container
+REFERENCE_DIR = "/var/lib/fwbench/references"  # every runner's parity reference folder, made by its image
 
 COMPOSE_HEAD = """\
 # The runners, each in its own framework image, on this host's NVIDIA GPUs:
@@ -36,8 +37,8 @@ x-runner: &runner
   user: "${FWBENCH_UID:?set FWBENCH_UID in .env}:${FWBENCH_GID:?set FWBENCH_GID in .env}"
   networks: [runners]
   volumes:
-    # Parity checks exchange weight files through the results folder, at the same path everywhere.
-    - "${FWBENCH_RESULTS_DIR:?set FWBENCH_RESULTS_DIR in .env}:/results"
+    # Parity checks pass weight files from one runner to the other, by name, in this shared folder.
+    - "references:{reference_dir}"
   deploy:
     resources:
       reservations:
@@ -61,6 +62,7 @@ RUNNER_SERVICE = """\
         BASE_IMAGE: "${{{var}_BASE_IMAGE:?set {var}_BASE_IMAGE in .env}}:${{{var}_TAG}}"
     environment:
       FWBENCH_IMAGE: "${{FWBENCH_IMAGE_PREFIX}}/{name}-runner:${{{var}_TAG}}"
+      FWBENCH_REFERENCE_DIR: "{reference_dir}"
 
 """
 
@@ -82,13 +84,17 @@ COMPOSE_TAIL = """\
     environment:
       FWBENCH_RUNNERS: "{runners}"
     volumes:
-      - "${{FWBENCH_RESULTS_DIR}}:/results"
+      - "${{FWBENCH_RESULTS_DIR:?set FWBENCH_RESULTS_DIR in .env}}:/results"
     command: ["compare", "--model", "resnet50", "--batch-size", "32", "--out", "/results"]
 
 networks:
   # Internal: the runners are reached from the aggregator's container only, never from outside the host.
   runners:
     internal: true
+
+volumes:
+  # The runners' one reference folder; `docker compose down -v` removes it.
+  references: {{}}
 """
 
 PORTS_HEAD = """\
@@ -132,17 +138,21 @@ def dockerfile(framework: Framework, env: dict[str, str]) -> str:
     text = (ROOT / "runners" / "Dockerfile.in").read_text()
     for token, value in (("@NAME@", framework.name), ("@FOLDER@", framework.folder), ("@MODULE@", framework.module),
                          ("@BASE_IMAGE@", base_image), ("@BASE_IMAGE_NAME@", base_image_name),
-                         ("@IMAGE_CHECK@", check),
+                         ("@IMAGE_CHECK@", check), ("@REFERENCE_DIR@", REFERENCE_DIR),
                          ("@IMAGE_ENV@", "".join(f"    {key}={value} \\\n" for key, value in framework.image_env))):
         text = text.replace(token, value)
     return text
 
 
 def compose(frameworks: list[Framework]) -> str:
-    services = "".join(RUNNER_SERVICE.format(name=f.name, var=variable(f), folder=f.folder) for f in frameworks)
+    services = "".join(
+        RUNNER_SERVICE.format(name=f.name, var=variable(f), folder=f.folder, reference_dir=REFERENCE_DIR)
+        for f in frameworks
+    )
     depends_on = "\n".join(f"      {f.name}: {{condition: service_healthy}}" for f in frameworks)
     runners = " ".join(f"{f.name}={f.name}:{RUNNER_PORT}" for f in frameworks)
-    return GENERATED + COMPOSE_HEAD + services + COMPOSE_TAIL.format(depends_on=depends_on, runners=runners)
+    head = COMPOSE_HEAD.replace("{reference_dir}", REFERENCE_DIR)
+    return GENERATED + head + services + COMPOSE_TAIL.format(depends_on=depends_on, runners=runners)
 
 
 def compose_ports(frameworks: list[Framework]) -> str:

@@ -50,10 +50,12 @@ def _log_tail(path: Path) -> str:
 
 
 class RunnerPool:
-    """Starts each runner the first time a test asks for it and keeps it for the session."""
+    """Starts each runner the first time a test asks for it and keeps it for the session; all of them share
+    one reference folder, as parity needs."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, reference_dir: Path) -> None:
         self.log_dir = log_dir
+        self.reference_dir = reference_dir
         self._runners: dict[str, launch.LocalRunner] = {}
         self._failures: dict[str, str] = {}
 
@@ -71,11 +73,12 @@ class RunnerPool:
         log_path = self.log_path(name)
         failure = None
         try:
+            settings = launch.StartupSettings(reference_dir=str(self.reference_dir))
             if name == "fake":
-                command = launch.fake_runner_command()
+                command = [*launch.fake_runner_command(), "--reference-dir", settings.reference_dir]
                 env = {"FWBENCH_FAKE_STEP_TIME_S": FAKE_STEP_TIME_S}
             else:
-                command = launch.embedded_command(name, launch.default_venvs())
+                command = launch.embedded_command(name, launch.default_venvs(), settings)
                 env = None
             local = launch.LocalRunner(name, command, log_path=log_path, env=env)
             local.start()
@@ -101,8 +104,8 @@ def runner_logs(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def runner_pool(runner_logs):
-    pool = RunnerPool(runner_logs)
+def runner_pool(runner_logs, tmp_path_factory):
+    pool = RunnerPool(runner_logs, tmp_path_factory.mktemp("references"))
     yield pool
     pool.stop_all()
 

@@ -274,6 +274,28 @@ def test_batch_size_out_of_range(stub, batch_size):
     assert re.search(r"\b1\b.*\b65536\b", message), f"range not named: {message}"
 
 
+def test_a_seed_past_every_frameworks_range_is_refused(stub):
+    error = run_error(stub, run_request(seed=2**32))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    assert "seed must be between 0 and 4294967295" in error.details()
+
+
+@pytest.mark.parametrize("rpc", ["ExportReference", "CompareReference"])
+@pytest.mark.parametrize("fields, named", [
+    ({"name": "../../../../tmp/x.npz"}, "name"),
+    ({"name": "/tmp/x.npz"}, "name"),
+    ({"name": "x"}, "name"),
+    ({"name": "x.npz", "batch_size": 2**31}, "batch_size"),
+    ({"name": "x.npz", "seed": 2**32}, "seed"),
+])
+def test_references_take_a_plain_name_and_a_small_batch(stub, rpc, fields, named):
+    request = pb.ReferenceRequest(model="resnet18", input_shape=SHAPE, **fields)
+    with pytest.raises(grpc.RpcError) as caught:
+        getattr(stub, rpc)(request, timeout=RPC_TIMEOUT_S)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
+    assert caught.value.details().startswith(named), caught.value.details()
+
+
 @pytest.mark.parametrize(
     "shape", [[3, 32], [3, 16, 16], [4, 32, 32]], ids=["wrong-rank", "too-small", "wrong-channels"]
 )

@@ -113,6 +113,17 @@ def test_runners_reserve_every_gpu_on_an_internal_network_with_no_published_port
         assert "ports" not in service
 
 
+def test_runners_share_one_reference_volume_at_the_folder_they_are_told_and_their_images_make():
+    config = compose_config()
+    assert "references" in config["volumes"]
+    for framework in FRAMEWORKS:
+        service = config["services"][framework.name]
+        [volume] = service["volumes"]
+        assert volume["type"] == "volume" and volume["source"] == "references"
+        assert service["environment"]["FWBENCH_REFERENCE_DIR"] == volume["target"]
+        assert f"install -d -m 1777 {volume['target']}" in (ROOT / framework.folder / "Dockerfile").read_text()
+
+
 def test_every_image_is_built_here_and_never_pulled():
     services = compose_config()["services"]
     assert {name: service["pull_policy"] for name, service in services.items()} == {

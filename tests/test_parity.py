@@ -30,8 +30,8 @@ def clients(runner_pool):
 
 
 @pytest.mark.parametrize("variant", all_variants(), ids=lambda v: v.label.replace(" ", "-"))
-def test_same_network_in_both_runners(variant, clients, tmp_path):
-    row = check_variant(variant, *clients, tmp_path)
+def test_same_network_in_both_runners(variant, clients):
+    row = check_variant(variant, *clients)
     assert row["params_gap"] <= PARAMETER_TOLERANCE, row
     assert row["flops_gap"] <= FLOPS_TOLERANCE, row
     assert row["flops_torch"] > 0 and row["params_torch"] > 0, row

@@ -34,7 +34,7 @@ def old_protobuf_python(tmp_path_factory) -> str:
     env = tmp_path_factory.mktemp("old-protobuf-env")
     venv.EnvBuilder(with_pip=True).create(env)
     python = str(env / "bin" / "python")
-    run(python, "-m", "pip", "install", "-q", OLD_PROTOBUF, "grpcio-tools", "grpcio-health-checking", "grpcio-reflection")
+    run(python, "-m", "pip", "install", "-q", OLD_PROTOBUF, "grpcio-tools", "grpcio-health-checking", "grpcio-reflection", "numpy")
     run(python, "-m", "pip", "install", "-q", "--no-deps", str(REPO_ROOT / "runners" / "core"))
     run(python, str(REPO_ROOT / "protos" / "generate.py"))
     return python

@@ -292,18 +292,21 @@ def parity(
     models: Annotated[Optional[str], typer.Option(help="comma-separated model names; default: every model both runners list")] = None,
     runner: RunnerOption = [],
     venvs: VenvsOption = None,
-    out: Annotated[Path, typer.Option(help="folder for parity.csv and the weight files both runners exchange")] = Path("results"),
+    out: Annotated[Path, typer.Option(help="folder for parity.csv")] = Path("results"),
 ) -> None:
     """Show that the first two declared runners (torch, the reference, and TensorFlow) build the same networks:
     parameters, FLOPs, output shapes, and, where the other runner can load the reference's weights, the same
-    output for the same input."""
+    output for the same input. The weights pass through the runners' reference folder: the runners started here
+    share a temporary one; runners given with --runner must be started with one shared --reference-dir."""
     pair = reference_name, other_name = tuple(framework_names()[:2])
     names = [name for name in models.split(",") if name] if models else None
     run_dir = out / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-parity")
     failures: list[RunnerFailure] = []
     table = None
     with ExitStack() as stack:
-        endpoints, failures = runs.resolve_endpoints(runner, ",".join(pair), venvs, run_dir / "logs", stack)
+        # Entered before the runners start, so it is removed only after they stop.
+        shared = StartupSettings(reference_dir=stack.enter_context(TemporaryDirectory(prefix="fwbench-references-")))
+        endpoints, failures = runs.resolve_endpoints(runner, ",".join(pair), venvs, run_dir / "logs", stack, shared)
         if set(pair) <= endpoints.keys():
             reference = stack.enter_context(RunnerClient(reference_name, endpoints[reference_name]))
             other = stack.enter_context(RunnerClient(other_name, endpoints[other_name]))
@@ -314,11 +317,12 @@ def parity(
             with err_console.status("checking parity") as status:
                 try:
                     table = parity_mod.parity_table(
-                        reference, other, names, run_dir, lambda v: status.update(f"checking {v.label}")
+                        reference, other, names, lambda v: status.update(f"checking {v.label}")
                     )
                 except RunnerFailure as failure:
                     failures.append(failure)
     if table is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / "parity.csv"
         table.to_csv(path, index=False)
         print_parity(table, reference_name, other_name)

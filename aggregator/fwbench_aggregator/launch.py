@@ -39,12 +39,14 @@ class StartupSettings:
     intra_op_threads: int = os.cpu_count() or 1
     inter_op_threads: int = os.cpu_count() or 1
     cudnn_autotune: str = "off"
+    reference_dir: str = ""  # the parity reference folder they share; empty: each its own private one
 
     def flags(self) -> list[str]:
         return [
             "--intra-op-threads", str(self.intra_op_threads),
             "--inter-op-threads", str(self.inter_op_threads),
             "--cudnn-autotune", self.cudnn_autotune,
+            *(["--reference-dir", self.reference_dir] if self.reference_dir else []),
         ]
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 from fwbench.runner.v1 import runner_pb2 as pb
@@ -16,6 +15,11 @@ from .vocabulary import shape_text
 # model's docstring (a bias a builder adds, a BatchNorm without scale).
 PARAMETER_TOLERANCE = 0.005
 FLOPS_TOLERANCE = 0.01
+# The runners fwbench starts share a folder it makes; runners named with --runner are the user's to start so.
+SHARED_FOLDER_HINT = (
+    "runners given as --runner NAME=HOST:PORT must share one reference folder: start both with the same "
+    "--reference-dir (or $FWBENCH_REFERENCE_DIR)"
+)
 
 
 @dataclass(frozen=True)
@@ -30,8 +34,9 @@ class Variant:
         return self.model + "".join(f" {k}={v}" for k, v in sorted(self.options.items()))
 
     @property
-    def file_stem(self) -> str:
-        return self.label.replace(" ", "_").replace("=", "-")
+    def reference_name(self) -> str:
+        """The name its reference file has in the runners' shared reference folder."""
+        return "reference-" + self.label.replace(" ", "_").replace("=", "-") + ".npz"
 
 
 def variants(models: list[pb.ModelInfo], names: list[str] | None) -> list[Variant]:
@@ -49,11 +54,10 @@ def _relative_gap(a: int, b: int) -> float:
     return abs(a - b) / max(a, b, 1)
 
 
-def check_variant(
-    variant: Variant, reference: RunnerClient, other: RunnerClient, exchange_dir: Path
-) -> dict:
+def check_variant(variant: Variant, reference: RunnerClient, other: RunnerClient) -> dict:
     """Inspect the model on both runners and, where the other runner can load the reference's
-    weights, compare outputs on the same input."""
+    weights, compare outputs on the same input. The weights go from one runner to the other as a named
+    file in the reference folder they share."""
     row: dict = {"model": variant.label}
     reports = {}
     for client in (reference, other):
@@ -69,12 +73,13 @@ def check_variant(
     row["flops_gap"] = _relative_gap(ref.forward_flops, oth.forward_flops)
     row["outputs_equal"] = list(ref.output_shape) == list(oth.output_shape)
 
-    path = exchange_dir / f"reference-{variant.file_stem}.npz"
-    request = pb.ReferenceRequest(model=variant.model, model_options=variant.options, path=str(path.resolve()))
+    request = pb.ReferenceRequest(model=variant.model, model_options=variant.options, name=variant.reference_name)
     try:
         reference.export_reference(request)
         compared = other.compare_reference(request)
     except RunnerFailure as failure:
+        if failure.code == "NOT_FOUND" and failure.runner == other.name:
+            raise RunnerFailure(other.name, failure.code, f"{failure.message}; {SHARED_FOLDER_HINT}") from None
         if failure.code != "FAILED_PRECONDITION":
             raise
         row["numeric"] = "not checked"
@@ -82,8 +87,6 @@ def check_variant(
     else:
         row["numeric"] = "match" if compared.matched else "MISMATCH"
         row["max_rel_diff"] = compared.max_rel_diff
-    finally:
-        path.unlink(missing_ok=True)
 
     same = (
         row["params_gap"] <= PARAMETER_TOLERANCE
@@ -99,10 +102,8 @@ def parity_table(
     reference: RunnerClient,
     other: RunnerClient,
     names: list[str] | None,
-    exchange_dir: Path,
     on_variant: Callable[[Variant], None] = lambda v: None,
 ) -> pd.DataFrame:
-    exchange_dir.mkdir(parents=True, exist_ok=True)
     listed = {name: [m.name for m in client.list_models()] for name, client in ((reference.name, reference), (other.name, other))}
     if sorted(listed[reference.name]) != sorted(listed[other.name]):
         only = set(listed[reference.name]) ^ set(listed[other.name])
@@ -110,5 +111,5 @@ def parity_table(
     rows = []
     for variant in variants(reference.list_models(), names):
         on_variant(variant)
-        rows.append(check_variant(variant, reference, other, exchange_dir))
+        rows.append(check_variant(variant, reference, other))
     return pd.DataFrame(rows)

@@ -6,7 +6,10 @@ Everything else (server, validation, timing, statistics, errors) is the core's.
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+import numpy as np
 
 from .errors import FailedPrecondition, RunnerError
 from .registry import ModelRegistry
@@ -75,12 +78,15 @@ class Backend(abc.ABC):
         """Build the model on the CPU; count its trainable parameters and per-sample forward FLOPs
         (2 x multiply-accumulates of convolutions and matrix products, nothing else) and its output shape."""
 
-    def export_reference(self, config: ModelConfig, path: str) -> ReferenceReport:
-        """Write weights (PyTorch parameter names), a random input and the output to a .npz file."""
+    def export_reference(self, config: ModelConfig) -> tuple[dict[str, np.ndarray], ReferenceReport]:
+        """Build the model on the CPU and run a random input: the arrays to store (`weights/<PyTorch parameter
+        name>`, `input` in PyTorch's layout, `output`) and the report. The core writes the file."""
         raise FailedPrecondition(f"the {self.framework} runner cannot export reference weights")
 
-    def compare_reference(self, config: ModelConfig, path: str) -> ReferenceReport:
-        """Load a reference file's weights, run its input, and compare with its output."""
+    def compare_reference(self, config: ModelConfig, arrays: Mapping[str, np.ndarray]) -> ReferenceReport:
+        """Load a reference's weights into the model on the CPU, run its input, and compare with its output.
+        The core has read the arrays and checked that `input` and `output` are there and that the input fits
+        `config`; weights that do not fit the model are an InvalidArgument."""
         raise FailedPrecondition(f"the {self.framework} runner cannot load reference weights")
 
     def user_error(self, exc: BaseException) -> RunnerError | None:

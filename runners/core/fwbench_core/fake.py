@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Mapping
+
+import numpy as np
 
 from .backend import Backend, MemoryReading, Workload
 from .catalog import MODEL_SPECS
@@ -22,6 +25,7 @@ from .spec import (
     ModelConfig,
     ModelReport,
     Precision,
+    ReferenceReport,
     RunConfig,
     RunnerInfo,
     RunnerSettings,
@@ -32,6 +36,8 @@ from .sysinfo import cpu_device, python_version
 STEP_TIME_ENV = "FWBENCH_FAKE_STEP_TIME_S"
 # A run whose inputs would exceed this many bytes fails as out of memory.
 MEMORY_LIMIT_BYTES = 1 << 34
+# The same sums in the same process: anything but float32 rounding is a wrong reference.
+REFERENCE_TOLERANCE = 1e-6
 
 FAKE_MODELS: ModelRegistry = ModelRegistry("fake")
 for _name in MODEL_SPECS:
@@ -41,6 +47,12 @@ for _name in MODEL_SPECS:
 def fake_parameter_count(model_name: str) -> int:
     """A stable made-up count: the fake has no weights."""
     return sum(map(ord, model_name)) * 1000
+
+
+def fake_output(inputs: np.ndarray, outputs: int) -> np.ndarray:
+    """The fake's network: each sample's mean, repeated once per output."""
+    means = inputs.reshape(len(inputs), -1).astype(np.float32).mean(axis=1, keepdims=True)
+    return np.repeat(means, outputs, axis=1)
 
 
 class FakeWorkload(Workload):
@@ -96,6 +108,31 @@ class FakeBackend(Backend):
     def inspect(self, config: ModelConfig) -> ModelReport:
         parameters = fake_parameter_count(config.model.name)
         return ModelReport(parameters, 2 * parameters, "fake: twice the made-up parameter count", (config.head.outputs,), 0.0)
+
+    def export_reference(self, config: ModelConfig) -> tuple[dict[str, np.ndarray], ReferenceReport]:
+        shape = (config.batch_size, *config.input_shape)
+        random = np.random.default_rng(config.seed)
+        if config.model.vocab_size:
+            inputs = random.integers(0, config.model.vocab_size, shape)
+        else:
+            inputs = random.standard_normal(shape, dtype=np.float32)
+        output = fake_output(inputs, config.head.outputs)
+        return {"input": inputs, "output": output}, ReferenceReport(output_shape=output.shape)
+
+    def compare_reference(self, config: ModelConfig, arrays: Mapping[str, np.ndarray]) -> ReferenceReport:
+        output, expected = fake_output(arrays["input"], config.head.outputs), arrays["output"]
+        if output.shape != expected.shape:
+            return ReferenceReport(output_shape=output.shape)
+        max_abs = float(np.max(np.abs(output - expected), initial=0.0))
+        max_rel = max_abs / max(float(np.max(np.abs(expected), initial=0.0)), np.finfo(np.float32).tiny)
+        return ReferenceReport(
+            output_shape=output.shape,
+            compared_values=int(expected.size),
+            max_abs_diff=max_abs,
+            max_rel_diff=max_rel,
+            tolerance=REFERENCE_TOLERANCE,
+            matched=max_rel <= REFERENCE_TOLERANCE,
+        )
 
 
 if __name__ == "__main__":

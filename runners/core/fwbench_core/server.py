@@ -19,9 +19,9 @@ from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from . import wire
+from . import references, wire
 from .backend import Backend
-from .errors import InvalidArgument, status_for
+from .errors import status_for
 from .isolation import RunIsolation
 from .service import RunnerService
 from .spec import RunnerSettings, Switch
@@ -59,22 +59,19 @@ class RunnerServicer(pb_grpc.RunnerServicer):
         return wire.model_report_to_wire(config, report)
 
     def ExportReference(self, request, context):
-        return self._reference(request, context, self._service.backend.export_reference)
+        return self._reference(request, context, self._service.export_reference)
 
     def CompareReference(self, request, context):
-        return self._reference(request, context, self._service.backend.compare_reference)
+        return self._reference(request, context, self._service.compare_reference)
 
     def _reference(self, request, context, action):
+        cancelled = threading.Event()
+        context.add_callback(cancelled.set)
         try:
-            if not request.path:
-                raise InvalidArgument("path must name a .npz file that both runners can reach")
-            config = self._service.model_config(
-                request.model, request.input_shape, request.model_options, request.batch_size or 2, request.seed
-            )
-            report = self._service.on_cpu(lambda: action(config, request.path))
+            report = action(wire.reference_request_from_wire(request), cancelled.is_set)
         except Exception as exc:
             self._abort(context, exc)
-        return wire.reference_report_to_wire(report)
+        return wire.reference_report_to_wire(request.name, report)
 
     def Run(self, request, context):
         cancelled = threading.Event()
@@ -149,8 +146,10 @@ def serve(
         "exit gives all its device memory back; 'process-on-gpu' a fresh process for GPU runs only "
         f"(default for this runner: {default_isolation.value})",
     )
+    references.add_arguments(parser)
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = parser.parse_args(argv)
+    reference_folder = references.folder_from_arguments(parser, args)
     for flag in ("intra_op_threads", "inter_op_threads"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
@@ -159,7 +158,8 @@ def serve(
     settings = RunnerSettings(args.intra_op_threads, args.inter_op_threads, Switch(args.cudnn_autotune))
     backend_factory = functools.partial(make_backend, settings)
     service = RunnerService(
-        backend_factory(), isolation=RunIsolation(args.run_isolation), make_backend=backend_factory
+        backend_factory(), isolation=RunIsolation(args.run_isolation), make_backend=backend_factory,
+        references=reference_folder,
     )
     server, port, health_servicer = create_server(service, args.address)
     server.start()
@@ -176,3 +176,4 @@ def serve(
     log.info("stopping: finishing in-flight requests for up to %.0f s", STOP_GRACE_S)
     health_servicer.enter_graceful_shutdown()
     server.stop(grace=STOP_GRACE_S).wait()
+    reference_folder.close()

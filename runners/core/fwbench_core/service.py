@@ -17,14 +17,29 @@ from typing import TypeVar, Union
 from .backend import Backend, Workload
 from .catalog import MODEL_SPECS
 from .device_state import DeviceStateReader
-from .errors import Cancelled, ResourceExhausted
+from .errors import Cancelled, FailedPrecondition, ResourceExhausted, Unavailable
 from .isolation import RunIsolation, stream_from_worker
 from .power import PowerPhase, PowerSample, PowerSampler, energy_summary, source_for
-from .spec import DeviceKind, DeviceRef, ModelConfig, ModelSpec, Phase, Precision, RunConfig, RunnerInfo, RunRequest
+from .references import ReferenceFolder, check_input_fits, check_name
+from .spec import (
+    DeviceKind,
+    DeviceRef,
+    ModelConfig,
+    ModelSpec,
+    Phase,
+    Precision,
+    ReferenceReport,
+    ReferenceRequest,
+    RunConfig,
+    RunnerInfo,
+    RunRequest,
+)
 from .timing import Progress, StepBatch, Summary, time_steps, with_device_state
-from .validation import resolve, resolve_model
+from .validation import resolve, resolve_model, resolve_reference
 
 LOCK_POLL_S = 0.1
+# Work that waits for the CPU (inspection, parity) gives up after this long: the aggregator's own deadline.
+CPU_WAIT_LIMIT_S = 600.0
 _END = object()
 T = TypeVar("T")
 
@@ -66,15 +81,18 @@ class RunnerService:
         isolation: RunIsolation = RunIsolation.THREAD,
         make_backend: Callable[[], Backend] | None = None,
         device_states: Callable[[DeviceRef], DeviceStateReader] = DeviceStateReader,
+        references: ReferenceFolder | None = None,
     ) -> None:
         """`make_backend` builds the same backend afresh in a worker process: it must pickle (a class,
-        or functools.partial of one), and is needed for every isolation but THREAD."""
+        or functools.partial of one), and is needed for every isolation but THREAD. `references`: the folder
+        of parity references; without one, ExportReference and CompareReference are refused."""
         if isolation is not RunIsolation.THREAD and make_backend is None:
             raise ValueError(f"run isolation {isolation.value!r} needs make_backend to build the worker's backend")
         self.backend = backend
         self.isolation = isolation
         self._make_backend = make_backend
         self._device_states = device_states
+        self._references = references
         # All framework work (builds, steps, inspection) runs on this one thread. PyTorch's OpenMP gives
         # every thread that runs ops its own worker team; with more workers than cores, libgomp spins
         # less and every op slows by about 20%, for good, once a second gRPC handler thread has run torch.
@@ -106,13 +124,48 @@ class RunnerService:
         spec, input_shape, model_options = resolve_model(model, shape, options, self.backend.models.names())
         return ModelConfig(spec, input_shape, model_options, batch_size, seed)
 
-    def on_cpu(self, work: Callable[[], T]) -> T:
-        """Model inspection and parity work run on the CPU, never beside a CPU run's timings."""
-        with self._locks.lock(DeviceRef(DeviceKind.CPU)):
-            try:
-                return self._framework.submit(work).result()
-            finally:
-                gc.collect()
+    def on_cpu(self, work: Callable[[], T], cancelled: Callable[[], bool] = lambda: False) -> T:
+        """Model inspection and parity work run on the CPU, never beside a CPU run's timings. The wait for
+        the CPU ends when `cancelled` says so, or after CPU_WAIT_LIMIT_S."""
+        lock = self._locks.lock(DeviceRef(DeviceKind.CPU))
+        give_up_at = time.monotonic() + CPU_WAIT_LIMIT_S
+        while True:
+            if cancelled():
+                raise Cancelled("cancelled by the client while waiting for the CPU")
+            if lock.acquire(timeout=LOCK_POLL_S):
+                break
+            if time.monotonic() > give_up_at:
+                raise Unavailable(f"the CPU stayed busy with another run for {CPU_WAIT_LIMIT_S:.0f} s; try again later")
+        try:
+            return self._framework.submit(work).result()
+        finally:
+            gc.collect()
+            lock.release()
+
+    def _reference_folder(self) -> ReferenceFolder:
+        if self._references is None:
+            raise FailedPrecondition("this runner has no reference folder")
+        return self._references
+
+    def export_reference(self, request: ReferenceRequest, cancelled: Callable[[], bool]) -> ReferenceReport:
+        """Build the model, run a random input, and store weights, input and output as reference `name`:
+        computed under the CPU lock, written after it is released."""
+        folder = self._reference_folder()
+        check_name(request.name)
+        config = resolve_reference(request, self.backend.models.names())
+        arrays, report = self.on_cpu(lambda: self.backend.export_reference(config), cancelled)
+        folder.write(request.name, arrays)
+        return report
+
+    def compare_reference(self, request: ReferenceRequest, cancelled: Callable[[], bool]) -> ReferenceReport:
+        """Load reference `name` into this runner's model and compare outputs: the file is read before the
+        CPU lock is taken, so no file can hold the CPU."""
+        folder = self._reference_folder()
+        check_name(request.name)
+        config = resolve_reference(request, self.backend.models.names())
+        arrays = folder.read(request.name)
+        check_input_fits(request.name, arrays["input"], config)
+        return self.on_cpu(lambda: self.backend.compare_reference(config, arrays), cancelled)
 
     def _power_sampler(self, config: RunConfig) -> PowerSampler | None:
         if not config.power_sample_rate_hz:

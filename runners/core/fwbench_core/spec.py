@@ -272,8 +272,21 @@ class ModelReport:
 
 
 @dataclass(frozen=True)
+class ReferenceRequest:
+    """A parity reference as asked for: the model, and the reference's name in the runner's folder."""
+
+    model: str
+    name: str
+    input_shape: tuple[int, ...] = ()
+    model_options: dict[str, str] = field(default_factory=dict)
+    batch_size: int = 0  # 0: the default, 2
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class ReferenceReport:
-    path: str
+    """What a backend found exporting or comparing a reference (the service adds the reference's name)."""
+
     output_shape: tuple[int, ...]
     compared_values: int = 0
     max_abs_diff: float = 0.0

@@ -15,9 +15,11 @@ from .spec import (
     DeviceRef,
     InputKind,
     Layout,
+    ModelConfig,
     ModelSpec,
     Mode,
     Precision,
+    ReferenceRequest,
     RunConfig,
     RunRequest,
     Switch,
@@ -25,6 +27,11 @@ from .spec import (
 )
 
 MAX_BATCH_SIZE = 65536
+# A parity reference holds a batch's input and output: a few samples show the same network.
+DEFAULT_REFERENCE_BATCH_SIZE = 2
+MAX_REFERENCE_BATCH_SIZE = 64
+# keras.utils.set_random_seed takes no larger seed; every runner accepts the same seeds.
+MAX_SEED = 2**32 - 1
 MAX_WARMUP_STEPS = 10_000
 MAX_MEASURED_STEPS = 1_000_000
 DEFAULT_MEASURED_STEPS = 20
@@ -204,7 +211,7 @@ def resolve(
         device=device,
         warmup_steps=_in_range("warmup_steps", warmup, 0, MAX_WARMUP_STEPS),
         measured_steps=_in_range("measured_steps", measured, 1, MAX_MEASURED_STEPS),
-        seed=request.seed,
+        seed=_in_range("seed", request.seed, 0, MAX_SEED),
         model_options=model_options,
         layout=layout,
         compilation=compilation,
@@ -218,3 +225,17 @@ def resolve(
         power_sample_rate_hz=rate_hz,
         idle_baseline_s=idle_baseline_s if rate_hz else 0.0,
     )
+
+
+def resolve_reference(request: ReferenceRequest, model_names: Sequence[str]) -> ModelConfig:
+    """The model a parity reference is exported or compared for; raises a RunnerError naming the field."""
+    spec, input_shape, model_options = resolve_model(
+        request.model, request.input_shape, request.model_options, model_names
+    )
+    batch_size = request.batch_size or DEFAULT_REFERENCE_BATCH_SIZE
+    if not 1 <= batch_size <= MAX_REFERENCE_BATCH_SIZE:
+        raise InvalidArgument(
+            f"batch_size must be between 1 and {MAX_REFERENCE_BATCH_SIZE} for a reference "
+            f"(0 means {DEFAULT_REFERENCE_BATCH_SIZE}), got {batch_size}"
+        )
+    return ModelConfig(spec, input_shape, model_options, batch_size, _in_range("seed", request.seed, 0, MAX_SEED))

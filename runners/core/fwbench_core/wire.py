@@ -33,6 +33,7 @@ from .spec import (
     Phase,
     Precision,
     ReferenceReport,
+    ReferenceRequest,
     RunnerInfo,
     RunRequest,
     Task,
@@ -150,9 +151,20 @@ def model_report_to_wire(config: ModelConfig, report: ModelReport) -> pb.ModelRe
     )
 
 
-def reference_report_to_wire(report: ReferenceReport) -> pb.ReferenceReport:
+def reference_request_from_wire(request: pb.ReferenceRequest) -> ReferenceRequest:
+    return ReferenceRequest(
+        model=request.model,
+        name=request.name,
+        input_shape=tuple(request.input_shape),
+        model_options=dict(request.model_options),
+        batch_size=request.batch_size,
+        seed=request.seed,
+    )
+
+
+def reference_report_to_wire(name: str, report: ReferenceReport) -> pb.ReferenceReport:
     return pb.ReferenceReport(
-        path=report.path,
+        name=name,
         output_shape=report.output_shape,
         compared_values=report.compared_values,
         max_abs_diff=report.max_abs_diff,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 
 import keras
 import numpy as np
@@ -236,29 +237,33 @@ class TensorFlowBackend(Backend):
         keras.backend.clear_session()
         return report
 
-    def compare_reference(self, config: ModelConfig, path: str) -> ReferenceReport:
+    def compare_reference(self, config: ModelConfig, arrays: Mapping[str, np.ndarray]) -> ReferenceReport:
         load = MODELS.builder(config.model.name).load_torch_weights
         if load is None:
             raise FailedPrecondition(f"{config.model.name} has no loader for PyTorch weights in the TensorFlow runner")
+        weights = {key.removeprefix("weights/"): value for key, value in arrays.items() if key.startswith("weights/")}
+        inputs = _to_keras_layout(config.model, arrays["input"])
+        expected = arrays["output"]
         try:
-            with np.load(path) as reference:
-                stored = {key: reference[key] for key in reference.files}
-        except OSError as exc:
-            raise InvalidArgument(f"path {path!r} cannot be read as a reference .npz file: {exc}") from None
-        weights = {key.removeprefix("weights/"): value for key, value in stored.items() if key.startswith("weights/")}
-        inputs = _to_keras_layout(config.model, stored["input"])
-        expected = stored["output"]
-        with tf.device("/CPU:0"):
-            model = build_model(config)
-            load(model, weights)
-            output = model(tf.constant(inputs), training=False).numpy()
-        keras.backend.clear_session()
+            with tf.device("/CPU:0"):
+                model = build_model(config)
+                try:
+                    load(model, weights)
+                except KeyError as missing:
+                    raise InvalidArgument(
+                        f"the reference lacks the weight {missing.args[0]!r} that {config.model.name} needs"
+                    ) from None
+                except ValueError as error:
+                    reason = (str(error).strip() or "ValueError").splitlines()[0][:200]
+                    raise InvalidArgument(f"the reference's weights do not fit {config.model.name}: {reason}") from None
+                output = model(tf.constant(inputs), training=False).numpy()
+        finally:
+            keras.backend.clear_session()
         if output.shape != expected.shape:
-            return ReferenceReport(path=path, output_shape=tuple(output.shape), tolerance=REFERENCE_TOLERANCE)
+            return ReferenceReport(output_shape=tuple(output.shape), tolerance=REFERENCE_TOLERANCE)
         max_abs = float(np.max(np.abs(output - expected)))
         max_rel = max_abs / max(float(np.max(np.abs(expected))), np.finfo(np.float32).tiny)
         return ReferenceReport(
-            path=path,
             output_shape=tuple(output.shape),
             compared_values=int(expected.size),
             max_abs_diff=max_abs,

@@ -202,7 +202,7 @@ class TorchBackend(Backend):
             build_time_s=build_time_s,
         )
 
-    def export_reference(self, config: ModelConfig, path: str) -> ReferenceReport:
+    def export_reference(self, config: ModelConfig) -> tuple[dict[str, np.ndarray], ReferenceReport]:
         torch.manual_seed(config.seed)
         model = build_model(config).eval()
         inputs = random_inputs(config.model, config.batch_size, config.input_shape, "cpu")
@@ -213,8 +213,8 @@ class TorchBackend(Backend):
             for name, tensor in model.state_dict().items()
             if tensor.is_floating_point()
         }
-        np.savez(path, input=inputs.numpy(), output=output.numpy(), **weights)
-        return ReferenceReport(path=path, output_shape=tuple(output.shape))
+        arrays = {"input": inputs.numpy(), "output": output.numpy(), **weights}
+        return arrays, ReferenceReport(output_shape=tuple(output.shape))
 
     def user_error(self, exc: BaseException) -> InvalidArgument | None:
         if isinstance(exc, ValueError) and "Expected more than 1 value per channel when training" in str(exc):

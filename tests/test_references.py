@@ -1,0 +1,363 @@
+"""Parity references obey no file path: names in the runner's reference folder, checked, bounded, over real gRPC.
+
+Most tests drive the fake runner, whose export and compare go through the same core file handling as the
+real runners'; the framework-specific parts (the torch runner's export, the TensorFlow runner's loading of
+weights) are checked against the real runners of the session's pool, which share one reference folder.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from fwbench.runner.v1 import runner_pb2 as pb
+from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from fwbench_aggregator.launch import LocalRunner, fake_runner_command
+from fwbench_core import service as service_mod
+from fwbench_core.errors import Cancelled, Unavailable
+from fwbench_core.fake import FakeBackend
+from fwbench_core.references import ReferenceFolder
+from fwbench_core.service import RunnerService
+from fwbench_core.spec import DeviceKind, DeviceRef, ReferenceRequest
+
+from test_cli import fwbench
+
+MAX_BYTES = 4_000_000  # the test runner's --max-reference-bytes
+SHAPE = [3, 32, 32]
+RPC_TIMEOUT_S = 60
+# What "promptly" means on this loaded machine: far below the timeouts a hang would run into.
+PROMPT_S = 15
+SHORT_MESSAGE_CHARS = 600
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("references")
+
+
+@pytest.fixture(scope="module")
+def fake_address(folder, tmp_path_factory) -> str:
+    command = [*fake_runner_command(), "--reference-dir", str(folder), "--max-reference-bytes", str(MAX_BYTES)]
+    log = tmp_path_factory.mktemp("logs") / "fake.log"
+    # Slow steps: a run of a few hundred steps holds the CPU for seconds.
+    with LocalRunner("fake", command, log, env={"FWBENCH_FAKE_STEP_TIME_S": "0.02"}) as runner:
+        yield runner.address
+
+
+@pytest.fixture(scope="module")
+def fake(fake_address):
+    with grpc.insecure_channel(fake_address) as channel:
+        yield pb_grpc.RunnerStub(channel)
+
+
+def reference(name: str, **fields) -> pb.ReferenceRequest:
+    return pb.ReferenceRequest(**{"model": "resnet18", "input_shape": SHAPE, "name": name, **fields})
+
+
+def refused(call, request, timeout: float = RPC_TIMEOUT_S) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as caught:
+        call(request, timeout=timeout)
+    return caught.value
+
+
+def assert_short_and_clean(error: grpc.RpcError) -> None:
+    details = error.details()
+    assert "Traceback" not in details and "File \"" not in details, details
+    assert len(details) < SHORT_MESSAGE_CHARS, details
+
+
+def write_npz(path: Path, **arrays) -> None:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    path.write_bytes(buffer.getvalue())
+
+
+def valid_arrays() -> dict[str, np.ndarray]:
+    inputs = np.ones((2, *SHAPE), np.float32)
+    return {"input": inputs, "output": np.ones((2, 1000), np.float32)}
+
+
+@pytest.fixture
+def cpu_held(fake):
+    """A long CPU run on the fake runner, holding its CPU lock until the test ends."""
+    run = fake.Run(pb.RunRequest(
+        model="resnet18", mode=pb.MODE_INFER, batch_size=1, input_shape=SHAPE, warmup_steps=0,
+        measured_steps=5000, min_measure_s=0.0, device=pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU),
+    ))
+    for event in run:
+        if event.WhichOneof("event") == "config":
+            break  # building: the run holds the CPU
+    yield
+    run.cancel()
+
+
+def test_export_then_compare_by_name(fake, folder):
+    exported = fake.ExportReference(reference("round-trip.npz"), timeout=RPC_TIMEOUT_S)
+    assert exported.name == "round-trip.npz" and list(exported.output_shape) == [2, 1000]
+    assert (folder / "round-trip.npz").is_file()
+    compared = fake.CompareReference(reference("round-trip.npz"), timeout=RPC_TIMEOUT_S)
+    assert compared.name == "round-trip.npz" and compared.matched and compared.compared_values == 2000
+    assert not [p.name for p in folder.iterdir() if p.name.startswith(".")], "a temporary file was left behind"
+
+
+@pytest.mark.parametrize("name", [
+    "../escape.npz", "../../../../tmp/escape.npz", "/tmp/escape.npz", "sub/escape.npz", ".hidden.npz",
+    "escape", "escape.npy", "", "escape.npz/", "escape.npz\n", "esc\x00ape.npz", "ü.npz", "e" * 200 + ".npz",
+])
+@pytest.mark.parametrize("rpc", ["ExportReference", "CompareReference"])
+def test_names_that_are_not_plain_file_names_are_refused(fake, folder, rpc, name):
+    error = refused(getattr(fake, rpc), reference(name))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    assert error.details().startswith("name ") and "ending in '.npz'" in error.details()
+    assert_short_and_clean(error)
+    assert not (folder.parent / "escape.npz").exists() and not Path("/tmp/escape.npz").exists()
+    assert not (folder / "escape").exists() and not (folder / "escape.npz").exists(), "'.npz' must never be appended"
+
+
+def test_absolute_names_tell_nothing_about_what_exists(fake):
+    there, absent = (refused(fake.CompareReference, reference(name)) for name in ("/etc/passwd", "/nonexistent"))
+    assert there.code() is absent.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert there.details().replace("/etc/passwd", "X") == absent.details().replace("/nonexistent", "X")
+
+
+def test_a_long_name_is_cut_in_the_message(fake):
+    error = refused(fake.ExportReference, reference("x" * 100_000 + ".npz"))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert_short_and_clean(error)
+
+
+def test_a_missing_reference_is_not_found_and_the_message_shows_no_path(fake, folder):
+    error = refused(fake.CompareReference, reference("absent.npz"))
+    assert error.code() is grpc.StatusCode.NOT_FOUND
+    assert error.details() == "no reference named 'absent.npz' in this runner's reference folder"
+    assert str(folder) not in error.details()
+
+
+def test_export_replaces_a_symlink_and_leaves_its_target_alone(fake, folder, tmp_path):
+    target = tmp_path / "target.npz"
+    target.write_bytes(b"precious")
+    (folder / "link.npz").symlink_to(target)
+    fake.ExportReference(reference("link.npz"), timeout=RPC_TIMEOUT_S)
+    assert target.read_bytes() == b"precious"
+    assert not (folder / "link.npz").is_symlink() and (folder / "link.npz").is_file()
+    assert fake.CompareReference(reference("link.npz"), timeout=RPC_TIMEOUT_S).matched
+
+
+def test_compare_does_not_follow_a_symlink(fake, folder, tmp_path):
+    outside = tmp_path / "outside.npz"
+    write_npz(outside, **valid_arrays())
+    (folder / "followed.npz").symlink_to(outside)
+    error = refused(fake.CompareReference, reference("followed.npz"))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "symbolic link" in error.details()
+    assert str(tmp_path) not in error.details()
+
+
+def test_a_fifo_is_refused_at_once_and_the_cpu_stays_free(fake, folder):
+    os.mkfifo(folder / "fifo.npz")
+    started = time.monotonic()
+    error = refused(fake.CompareReference, reference("fifo.npz"), timeout=PROMPT_S * 4)
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "not a regular file" in error.details()
+    assert time.monotonic() - started < PROMPT_S
+    run = fake.Run(pb.RunRequest(
+        model="resnet18", mode=pb.MODE_INFER, batch_size=1, input_shape=SHAPE, warmup_steps=0, measured_steps=2,
+        min_measure_s=0.0, device=pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU),
+    ), timeout=PROMPT_S * 4)
+    phases = [event.progress.phase for event in run if event.WhichOneof("event") == "progress"]
+    assert pb.PHASE_QUEUED not in phases and phases[-1] == pb.PHASE_DONE
+
+
+def test_a_folder_under_the_name_is_refused(fake, folder):
+    (folder / "folder.npz").mkdir()
+    error = refused(fake.CompareReference, reference("folder.npz"))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "not a regular file" in error.details()
+    error = refused(fake.ExportReference, reference("folder.npz"))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert_short_and_clean(error)
+
+
+def malformed_files() -> dict[str, bytes]:
+    def npz(**arrays) -> bytes:
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        return buffer.getvalue()
+
+    valid = npz(**valid_arrays())
+    npy = io.BytesIO()
+    np.save(npy, np.ones(3))
+    pickled = io.BytesIO()
+    np.savez(pickled, input=np.array([{"a": 1}], dtype=object), output=np.ones(2))
+    not_npy = io.BytesIO()
+    with zipfile.ZipFile(not_npy, "w") as archive:
+        archive.writestr("input.npy", b"not an array")
+        archive.writestr("output.npy", b"nor this")
+    return {
+        "garbage": b"\x00garbage" * 100,
+        "empty": b"",
+        "npy": npy.getvalue(),
+        "truncated": valid[: len(valid) // 2],
+        "pickled": pickled.getvalue(),
+        "not_npy": not_npy.getvalue(),
+        "no_output": npz(input=valid_arrays()["input"]),
+        "strings": npz(input=np.array(["a", "b"]), output=np.ones(2)),
+        "wrong_shape": npz(input=np.ones((2, 3, 16, 16), np.float32), output=np.ones((2, 1000), np.float32)),
+    }
+
+
+@pytest.mark.parametrize("kind", list(malformed_files()))
+def test_a_malformed_file_is_an_invalid_argument_with_a_short_reason(fake, folder, kind):
+    (folder / f"malformed-{kind}.npz").write_bytes(malformed_files()[kind])
+    error = refused(fake.CompareReference, reference(f"malformed-{kind}.npz"))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    assert f"'malformed-{kind}.npz'" in error.details()
+    assert_short_and_clean(error)
+
+
+def test_token_ids_outside_the_vocabulary_are_refused(fake, folder):
+    write_npz(folder / "tokens.npz", input=np.full((2, 8), 10**9), output=np.ones((2, 2), np.float32))
+    error = refused(fake.CompareReference, pb.ReferenceRequest(model="bert_base", input_shape=[8], name="tokens.npz"))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "token ids" in error.details()
+
+
+def test_an_oversized_file_is_refused(fake, folder):
+    (folder / "big.npz").write_bytes(b"\x00" * (MAX_BYTES + 1))
+    error = refused(fake.CompareReference, reference("big.npz"))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "--max-reference-bytes" in error.details()
+
+
+def test_a_small_file_that_unpacks_past_the_bound_is_refused(fake, folder):
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, input=np.zeros(MAX_BYTES, np.float32), output=np.zeros(2, np.float32))
+    assert len(buffer.getvalue()) < MAX_BYTES // 10
+    (folder / "bomb.npz").write_bytes(buffer.getvalue())
+    error = refused(fake.CompareReference, reference("bomb.npz"))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "--max-reference-bytes" in error.details()
+
+
+def test_an_export_past_the_bound_writes_nothing(fake, folder):
+    error = refused(fake.ExportReference, reference("too-big.npz", input_shape=[3, 224, 224], batch_size=64))
+    assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED and "--max-reference-bytes" in error.details()
+    assert not (folder / "too-big.npz").exists()
+    assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("rpc", ["ExportReference", "CompareReference"])
+@pytest.mark.parametrize("fields, named", [
+    ({"batch_size": 2**31}, "batch_size must be between 1 and 64"),
+    ({"batch_size": 65}, "batch_size must be between 1 and 64"),
+    ({"seed": 2**40}, "seed must be between 0 and 4294967295"),
+])
+def test_batch_size_and_seed_out_of_range(fake, rpc, fields, named):
+    error = refused(getattr(fake, rpc), reference("in-range.npz", **fields))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and named in error.details(), error.details()
+
+
+def test_cancelled_parity_requests_waiting_for_the_cpu_end_promptly(fake, folder, cpu_held):
+    # More waiting requests than the server has handler threads (8): if a cancelled one kept waiting for the
+    # CPU, they would hold every thread and nothing else would be answered.
+    waiting = [fake.ExportReference.future(reference(f"waiting-{i}.npz")) for i in range(12)]
+    time.sleep(1.0)
+    assert not any(future.done() for future in waiting), "parity work ran beside a CPU run"
+    for future in waiting:
+        future.cancel()
+    started = time.monotonic()
+    fake.Describe(pb.DescribeRequest(), timeout=PROMPT_S)
+    assert time.monotonic() - started < PROMPT_S
+    write_npz(folder / "waiting.npz", **valid_arrays())
+    with_deadline = refused(fake.CompareReference, reference("waiting.npz"), timeout=1.0)
+    assert with_deadline.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_the_wait_for_the_cpu_is_bounded_and_cancellable(monkeypatch, tmp_path):
+    service = RunnerService(FakeBackend(step_time_s=0.0), references=ReferenceFolder(str(tmp_path)))
+    request = ReferenceRequest(model="resnet18", name="bounded.npz", input_shape=tuple(SHAPE))
+    cpu = service._locks.lock(DeviceRef(DeviceKind.CPU))
+    monkeypatch.setattr(service_mod, "CPU_WAIT_LIMIT_S", 0.5)
+    with cpu:
+        with pytest.raises(Unavailable, match="CPU stayed busy"):
+            service.export_reference(request, lambda: False)
+        cancel = threading.Event()
+        threading.Timer(0.3, cancel.set).start()
+        with pytest.raises(Cancelled, match="waiting for the CPU"):
+            service.export_reference(request, cancel.is_set)
+    assert not (tmp_path / "bounded.npz").exists()
+    service.export_reference(request, lambda: False)
+    assert service.compare_reference(request, lambda: False).matched
+
+
+def test_the_default_folder_is_private_and_removed_at_exit(tmp_path):
+    env = {"TMPDIR": str(tmp_path), "FWBENCH_REFERENCE_DIR": ""}
+    with LocalRunner("fake", fake_runner_command(), tmp_path / "fake.log", env=env) as runner:
+        with grpc.insecure_channel(runner.address) as channel:
+            pb_grpc.RunnerStub(channel).ExportReference(reference("private.npz"), timeout=RPC_TIMEOUT_S)
+        [made] = [p for p in tmp_path.iterdir() if p.name.startswith("fwbench-references-")]
+        assert made.stat().st_mode & 0o777 == 0o700
+        assert (made / "private.npz").is_file()
+    assert not made.exists()
+
+
+def test_the_folder_comes_from_the_environment(tmp_path):
+    env = {"FWBENCH_REFERENCE_DIR": str(tmp_path)}
+    with LocalRunner("fake", fake_runner_command(), tmp_path / "fake.log", env=env) as runner:
+        with grpc.insecure_channel(runner.address) as channel:
+            pb_grpc.RunnerStub(channel).ExportReference(reference("from-env.npz"), timeout=RPC_TIMEOUT_S)
+    assert (tmp_path / "from-env.npz").is_file()
+
+
+def test_parity_between_runners_with_different_folders_says_to_share_one(fake_address, tmp_path):
+    other = tmp_path / "other-references"
+    other.mkdir()
+    command = [*fake_runner_command(), "--reference-dir", str(other)]
+    with LocalRunner("fake", command, tmp_path / "other.log") as second:
+        runners = ["--runner", f"torch={second.address}", "--runner", f"tensorflow={fake_address}"]
+        done = fwbench("parity", "--models", "resnet18", *runners, "--out", str(tmp_path / "out"))
+    assert done.returncode == 1, done.stderr
+    assert "NOT_FOUND" in done.stderr and "--reference-dir" in " ".join(done.stderr.split()), done.stderr
+
+
+# --- the real runners, sharing the pool's reference folder ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real(runner_pool):
+    stubs = {}
+    channels = []
+    for name in ("torch", "tensorflow"):
+        channels.append(grpc.insecure_channel(runner_pool.get(name).address))
+        stubs[name] = pb_grpc.RunnerStub(channels[-1])
+    yield stubs, runner_pool.reference_dir
+    for channel in channels:
+        channel.close()
+
+
+def test_torch_refuses_a_huge_batch_before_the_framework_sees_it(real):
+    stubs, _ = real
+    error = refused(stubs["torch"].ExportReference, reference("huge.npz", batch_size=2**31))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "batch_size" in error.details()
+
+
+def test_torch_export_replaces_a_symlink_and_tensorflow_refuses_weights_that_do_not_fit(real, tmp_path):
+    stubs, shared = real
+    target = tmp_path / "target.npz"
+    target.write_bytes(b"precious")
+    (shared / "torch-link.npz").symlink_to(target)
+    stubs["torch"].ExportReference(reference("torch-link.npz"), timeout=RPC_TIMEOUT_S)
+    assert target.read_bytes() == b"precious" and not (shared / "torch-link.npz").is_symlink()
+    assert stubs["tensorflow"].CompareReference(reference("torch-link.npz"), timeout=RPC_TIMEOUT_S).matched
+
+    with np.load(shared / "torch-link.npz") as stored:
+        arrays = {key: stored[key] for key in stored.files}
+    without = {key: value for key, value in arrays.items() if key != "weights/fc.weight"}
+    write_npz(shared / "no-fc.npz", **without)
+    error = refused(stubs["tensorflow"].CompareReference, reference("no-fc.npz"))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "fc.weight" in error.details(), error.details()
+    write_npz(shared / "bad-fc.npz", **{**arrays, "weights/fc.weight": np.ones((3, 3), np.float32)})
+    error = refused(stubs["tensorflow"].CompareReference, reference("bad-fc.npz"))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "do not fit resnet18" in error.details(), error.details()
+    assert_short_and_clean(error)
