@@ -60,6 +60,14 @@ def test_status_for_a_plain_exception_is_internal():
     assert "KeyError" in message and "lost" in message
 
 
+@pytest.mark.parametrize("text", ["x" * 100_000, "\u00e9" * 100_000], ids=["ascii", "two-byte"])
+@pytest.mark.parametrize("exc_type", [InvalidArgument, ValueError], ids=["runner-error", "plain"])
+def test_status_for_cuts_a_huge_message_to_what_grpc_carries(exc_type, text):
+    code, message = status_for(exc_type(text))
+    assert len(message.encode()) <= errors.MAX_MESSAGE_BYTES + len("... (message cut)")
+    assert message.endswith("... (message cut)")
+
+
 # --- the gRPC server, in-process ------------------------------------------------
 
 

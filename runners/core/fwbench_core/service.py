@@ -22,7 +22,7 @@ from .isolation import RunIsolation, stream_from_worker
 from .power import PowerPhase, PowerSample, PowerSampler, energy_summary, source_for
 from .spec import DeviceKind, DeviceRef, ModelConfig, ModelSpec, Phase, Precision, RunConfig, RunnerInfo, RunRequest
 from .timing import Progress, StepBatch, Summary, time_steps, with_device_state
-from .validation import resolve, resolve_model
+from .validation import resolve, resolve_model_config
 
 LOCK_POLL_S = 0.1
 _END = object()
@@ -103,8 +103,7 @@ class RunnerService:
     def model_config(
         self, model: str, shape: Sequence[int], options: Mapping[str, str], batch_size: int = 1, seed: int = 0
     ) -> ModelConfig:
-        spec, input_shape, model_options = resolve_model(model, shape, options, self.backend.models.names())
-        return ModelConfig(spec, input_shape, model_options, batch_size, seed)
+        return resolve_model_config(model, shape, options, self.backend.models.names(), batch_size, seed)
 
     def on_cpu(self, work: Callable[[], T]) -> T:
         """Model inspection and parity work run on the CPU, never beside a CPU run's timings."""

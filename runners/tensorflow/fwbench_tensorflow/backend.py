@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 from fwbench_core.backend import Backend, MemoryReading, Workload
 from fwbench_core.catalog import get_spec
-from fwbench_core.errors import FailedPrecondition, InvalidArgument
+from fwbench_core.errors import FailedPrecondition, InvalidArgument, echoed
 from fwbench_core.spec import (
     Capabilities,
     Compilation,
@@ -244,7 +244,9 @@ class TensorFlowBackend(Backend):
             with np.load(path) as reference:
                 stored = {key: reference[key] for key in reference.files}
         except OSError as exc:
-            raise InvalidArgument(f"path {path!r} cannot be read as a reference .npz file: {exc}") from None
+            raise InvalidArgument(
+                f"path {echoed(path)} cannot be read as a reference .npz file: {exc.strerror or type(exc).__name__}"
+            ) from None
         weights = {key.removeprefix("weights/"): value for key, value in stored.items() if key.startswith("weights/")}
         inputs = _to_keras_layout(config.model, stored["input"])
         expected = stored["output"]
