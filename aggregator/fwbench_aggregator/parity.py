@@ -10,6 +10,7 @@ import pandas as pd
 from fwbench.runner.v1 import runner_pb2 as pb
 
 from .client import RunnerClient, RunnerFailure
+from .paths import safe_component
 from .vocabulary import shape_text
 
 # Trainable parameters may differ this much, each difference explained in the
@@ -31,7 +32,8 @@ class Variant:
 
     @property
     def file_stem(self) -> str:
-        return self.label.replace(" ", "_").replace("=", "-")
+        # Names come from the runner: one safe component, whatever it sent.
+        return safe_component(self.label.replace(" ", "_").replace("=", "-"))
 
 
 def variants(models: list[pb.ModelInfo], names: list[str] | None) -> list[Variant]:
