@@ -26,12 +26,12 @@ from .client import RunnerClient, RunnerFailure
 from .console import Column, err_console, out_console, print_table
 from .frameworks import names as framework_names
 from .launch import StartupSettings, default_venvs
-from .paths import safe_component
 from .options import (
     BatchSizeOption, FrameworksOption, MinMeasureOption, ModelOption, RepetitionsOption, RunnerOption, StepsOption,
     StoreOption, VenvsOption, WarmupOption, WarmupUntilCvOption, compilation_for, every_framework,
     parse_compilation, parse_device, parse_options, parse_power_rate, parse_runners, parse_shape, parse_text,
 )
+from .paths import safe_component
 from .plan import RunSpec, option_pairs
 # The choices come from the contract, as a sweep file's do: one definition of each.
 from .vocabulary import Compilation, device_text, shape_text, to_text

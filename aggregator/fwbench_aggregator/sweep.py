@@ -35,10 +35,9 @@ from typing import Optional
 
 import yaml
 
-from . import stats
+from . import plan, stats
 from .frameworks import names as framework_names
 from .launch import StartupSettings
-from . import plan
 from .plan import DEFAULT_MIN_MEASURE_S, DEFAULT_STEPS, DEFAULT_WARMUP, DEFAULT_WARMUP_UNTIL_CV, RunSpec
 from .vocabulary import DEVICE_FORMS, SHAPE_FORMS, Compilation, Layout, Mode, Precision, is_device, is_shape
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
