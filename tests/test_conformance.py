@@ -265,6 +265,41 @@ def test_unknown_model_is_not_found(stub):
         assert name in error.details()
 
 
+def test_a_huge_model_name_is_not_found_in_a_message_of_bounded_length(stub):
+    # gRPC carries the message in a trailer: repeating a 100 KB name whole would turn NOT_FOUND into RESOURCE_EXHAUSTED.
+    error = run_error(stub, run_request(model="../" * 34_000))
+    assert error.code() == grpc.StatusCode.NOT_FOUND, error.details()
+    assert "../../" in error.details() and "102000 characters" in error.details()
+    assert len(error.details()) < 1000
+    for name in EXPECTED_MODELS:
+        assert name in error.details()
+
+
+@pytest.mark.parametrize("seed", [2**32, 2**64 - 1])
+def test_a_seed_beyond_what_both_frameworks_honour_is_invalid(stub, seed):
+    error = run_error(stub, run_request(seed=seed))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    assert "seed must be between 0 and 4294967295" in error.details()
+
+
+@pytest.mark.parametrize(
+    "method, request_type, streaming",
+    [("InspectModel", pb.InspectRequest, False), ("Run", pb.RunRequest, True)],
+)
+def test_a_model_name_that_is_not_utf8_is_invalid(channel, method, request_type, streaming):
+    # Hand-encoded: field 1 (model, a string), length-delimited, 2 bytes that are not UTF-8.
+    data = b"\x0a\x02\xff\xfe"
+    path = f"/{SERVICE}/{method}"
+    call = (channel.unary_stream if streaming else channel.unary_unary)(path, request_serializer=None, response_deserializer=None)
+    with pytest.raises(grpc.RpcError) as info:
+        response = call(data, timeout=RPC_TIMEOUT_S)
+        if streaming:
+            list(response)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+    assert "UTF-8" in info.value.details()
+    assert request_type.FromString(data[:2] + b"ok").model == "ok", "the hand-encoding must be the model field"
+
+
 @pytest.mark.parametrize("batch_size", [0, 70000])
 def test_batch_size_out_of_range(stub, batch_size):
     error = run_error(stub, run_request(batch_size=batch_size))

@@ -60,6 +60,14 @@ def test_status_for_a_plain_exception_is_internal():
     assert "KeyError" in message and "lost" in message
 
 
+@pytest.mark.parametrize("text", ["x" * 100_000, "\u00e9" * 100_000], ids=["ascii", "two-byte"])
+@pytest.mark.parametrize("exc_type", [InvalidArgument, ValueError], ids=["runner-error", "plain"])
+def test_status_for_cuts_a_huge_message_to_what_grpc_carries(exc_type, text):
+    code, message = status_for(exc_type(text))
+    assert len(message.encode()) <= errors.MAX_MESSAGE_BYTES + len("... (message cut)")
+    assert message.endswith("... (message cut)")
+
+
 # --- the gRPC server, in-process ------------------------------------------------
 
 
@@ -135,6 +143,43 @@ def test_server_unexpected_error_is_internal(serve_backend):
         rpc_run(srv.stub)
     assert info.value.code() == grpc.StatusCode.INTERNAL
     assert "ZeroDivisionError" in info.value.details() and "oops" in info.value.details()
+
+
+# A RunRequest / InspectRequest whose field 1 (model, a string) holds bytes that are not UTF-8: tag 0x0a
+# (field 1, length-delimited), length 2, then 0xff 0xfe.
+NOT_UTF8_MODEL = b"\x0a\x02\xff\xfe"
+
+
+def raw_error(channel, method: str, streaming: bool, data: bytes) -> grpc.RpcError:
+    """Send `data` as it is to a method of the Runner service, as a hostile client can; the error it gets."""
+    path = f"/fwbench.runner.v1.Runner/{method}"
+    call = (channel.unary_stream if streaming else channel.unary_unary)(path, request_serializer=None, response_deserializer=None)
+    with pytest.raises(grpc.RpcError) as info:
+        response = call(data, timeout=10)
+        if streaming:
+            list(response)
+    return info.value
+
+
+@pytest.mark.parametrize("method, streaming", [("InspectModel", False), ("Run", True)])
+def test_a_string_that_is_not_utf8_is_an_invalid_argument(serve_backend, method, streaming):
+    srv = serve_backend(FakeBackend(step_time_s=0.0))
+    error = raw_error(srv.channel, method, streaming, NOT_UTF8_MODEL)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    assert "not valid protobuf" in error.details() and "UTF-8" in error.details()
+    # Valid bytes reach the servicer: the runner serves on.
+    valid = pb.InspectRequest(model="no_such_net").SerializeToString()
+    assert raw_error(srv.channel, method, streaming, valid).code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize("method", ["ExportReference", "CompareReference"])
+def test_reference_requests_take_the_seed_rule_of_runs(serve_backend, method, tmp_path):
+    srv = serve_backend(FakeBackend(step_time_s=0.0))
+    request = pb.ReferenceRequest(model="resnet18", seed=2**32, path=str(tmp_path / "reference.npz"))
+    with pytest.raises(grpc.RpcError) as info:
+        getattr(srv.stub, method)(request, timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "seed must be between 0 and 4294967295" in info.value.details()
 
 
 def test_server_graceful_stop_finishes_the_run_in_flight():

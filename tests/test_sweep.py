@@ -108,12 +108,14 @@ def test_shorthand_shapes_and_options_apply_to_every_model(tmp_path):
 
 
 def test_shorthand_errors_name_the_field():
-    with pytest.raises(SweepError, match=r"^command line: batch_sizes\[1\]: 'x' is not a batch size; accepted: integers >= 1"):
+    with pytest.raises(SweepError, match=r"^command line: batch_sizes\[1\]: 'x' is not a batch size; accepted: integers from 1 to 65536"):
         sweep_from_options("resnet18", batch_sizes="16,x")
     with pytest.raises(SweepError, match=r"command line: precisions\[0\]: unknown precision 'fp8'; accepted values: fp32, tf32, amp_fp16, amp_bf16"):
         sweep_from_options("resnet18", precisions="fp8")
     with pytest.raises(SweepError, match="command line: options: 'head' is not NAME=VALUE"):
         sweep_from_options("resnet18", options=["head"])
+    with pytest.raises(SweepError, match=r"command line: batch_sizes\[0\]: 4294967296 is not a batch size"):
+        sweep_from_options("resnet18", batch_sizes="4294967296")
 
 
 BASE = "models: [resnet18, bert_tiny]\n"
@@ -124,7 +126,7 @@ BASE = "models: [resnet18, bert_tiny]\n"
     [
         ("batch_sise: [32]\n", 2, "batch_sise", "unknown field 'batch_sise'; accepted fields: runners, models, modes"),
         ("batch_sizes: 32\n", 2, "batch_sizes", "32 is not a list of values"),
-        ("batch_sizes: [16, 0]\n", 2, "batch_sizes[1]", "0 is not a batch size; accepted: integers >= 1"),
+        ("batch_sizes: [16, 0]\n", 2, "batch_sizes[1]", "0 is not a batch size; accepted: integers from 1 to 65536"),
         ("batch_sizes:\n  - 16\n  - -8\n", 4, "batch_sizes[1]", "-8 is not a batch size"),
         ("batch_sizes: [16, true]\n", 2, "batch_sizes[1]", "True is not a batch size"),
         ("batch_sizes: [16, 16]\n", 2, "batch_sizes[1]", "16 is repeated"),
@@ -134,10 +136,10 @@ BASE = "models: [resnet18, bert_tiny]\n"
         ("modes: [train, inference]\n", 2, "modes[1]", "unknown mode 'inference'; accepted values: train, infer"),
         ("precisions: [fp16]\n", 2, "precisions[0]", "unknown precision 'fp16'; accepted values: fp32, tf32, amp_fp16, amp_bf16"),
         ("devices: [cuda]\n", 2, "devices[0]", "'cuda' is not a device; accepted: cpu, gpu, or gpu:N"),
-        ("repetitions: 0\n", 2, "repetitions", "0 is not accepted; accepted: an integer >= 1"),
-        ("steps: ten\n", 2, "steps", "'ten' is not accepted; accepted: an integer >= 1"),
-        ("cooldown_s: -1\n", 2, "cooldown_s", "-1 is not accepted; accepted: a number >= 0"),
-        ("min_measure_s: -1\n", 2, "min_measure_s", "-1 is not accepted; accepted: a number >= 0"),
+        ("repetitions: 0\n", 2, "repetitions", "0 is not accepted; accepted: an integer from 1 to 1000"),
+        ("steps: ten\n", 2, "steps", "'ten' is not accepted; accepted: an integer from 1 to 1000000"),
+        ("cooldown_s: -1\n", 2, "cooldown_s", "-1 is not accepted; accepted: a number from 0 to 3600"),
+        ("min_measure_s: -1\n", 2, "min_measure_s", "-1 is not accepted; accepted: a number from 0 to 86400"),
         ("warmup_until_cv: 5\n", 2, "warmup_until_cv", "5.0 is not a coefficient of variation; accepted: 0 (off) up to below 1"),
         ("layout: nhwc\n", 2, "layout", "unknown layout 'nhwc'; accepted values: channels_first, channels_last"),
         ("compilation: jit\n", 2, "compilation", "unknown compilation 'jit'; accepted values: eager, graph, xla, torch_compile"),
@@ -145,6 +147,16 @@ BASE = "models: [resnet18, bert_tiny]\n"
         ("options:\n  bert_tiny:\n    head: off\n", 4, "options.bert_tiny.head", "False is not an option value"),
         ("options:\n  bert_tiny: mlm\n", 3, "options.bert_tiny", "'mlm' is not a mapping of option to value"),
         ("steps: 10\nsteps: 20\n", 3, "steps", "given twice"),
+        # Numbers the runners (or the wire, or a sane study) cannot take are refused before any runner starts.
+        ("batch_sizes: [16, 4294967296]\n", 2, "batch_sizes[1]", "4294967296 is not a batch size; accepted: integers from 1 to 65536"),
+        ("repetitions: 1000000000\n", 2, "repetitions", "accepted: an integer from 1 to 1000"),
+        ("warmup: 4294967296\n", 2, "warmup", "accepted: an integer from 0 to 10000"),
+        ("steps: 18446744073709551616\n", 2, "steps", "accepted: an integer from 1 to 1000000"),
+        ("min_measure_s: 1.0e+300\n", 2, "min_measure_s", "accepted: a number from 0 to 86400"),
+        ("cooldown_s: .inf\n", 2, "cooldown_s", "accepted: a number from 0 to 3600"),
+        ("warmup_until_cv: .nan\n", 2, "warmup_until_cv", "accepted: a number >= 0"),
+        ("shapes: [3x4294967296x32]\n", 2, "shapes[0]", "'3x4294967296x32' is not a shape; accepted: positive integers"),
+        ("devices: [gpu:4294967296]\n", 2, "devices[0]", "'gpu:4294967296' is not a device"),
     ],
 )
 def test_errors_name_the_file_line_and_field(tmp_path, extra, line, field, message):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 from fwbench.runner.v1 import runner_pb2 as pb
 import pytest
 
 from fwbench_core import wire
 from fwbench_core.catalog import MODEL_SPECS
-from fwbench_core.errors import FailedPrecondition, InvalidArgument, NotFound
+from fwbench_core.errors import ECHO_CHARS, FailedPrecondition, InvalidArgument, NotFound, echoed
 from fwbench_core.spec import (
     Compilation,
     Layout,
@@ -23,7 +25,9 @@ from fwbench_core.spec import (
     RunRequest,
 )
 
-from core_support import CPU, GPU0, expect_error, request, resolve_request
+from fwbench_core.validation import resolve_model_config
+
+from core_support import ALL_MODELS, CPU, GPU0, expect_error, request, resolve_request
 
 
 def test_defaults_are_resolved():
@@ -243,3 +247,42 @@ def test_warmup_until_stable_needs_a_cap_at_least_its_window():
 def test_power_sample_rate_out_of_range_names_the_field():
     message = expect_error(InvalidArgument, request(power_sample_rate_hz=500.0))
     assert "power_sample_rate_hz" in message and "100" in message and "0 turns telemetry off" in message
+
+
+def test_seeds_are_those_both_frameworks_honour():
+    assert resolve_request(request(seed=2**32 - 1)).seed == 2**32 - 1
+    message = expect_error(InvalidArgument, request(seed=2**32))
+    assert "seed" in message and "0" in message and "4294967295" in message
+
+
+def test_inspection_and_parity_configs_take_the_same_seed_and_batch_rules():
+    config = resolve_model_config("resnet18", (), {}, ALL_MODELS, batch_size=2, seed=2**32 - 1)
+    assert (config.batch_size, config.seed) == (2, 2**32 - 1)
+    with pytest.raises(InvalidArgument, match=r"seed must be between 0 and 4294967295"):
+        resolve_model_config("resnet18", (), {}, ALL_MODELS, batch_size=2, seed=2**32)
+    with pytest.raises(InvalidArgument, match=r"batch_size must be between 1 and 65536"):
+        resolve_model_config("resnet18", (), {}, ALL_MODELS, batch_size=2**32 - 1, seed=0)
+
+
+@pytest.mark.parametrize(
+    "error, overrides, echoed_as",
+    [
+        (NotFound, {"model": "x" * 100_000}, "unknown model 'xxx"),
+        (InvalidArgument, {"model": "bert_base", "input_shape": (), "model_options": {"h" * 100_000: "mlm"}}, "model_options has 'hhh"),
+        (InvalidArgument, {"model": "bert_base", "input_shape": (), "model_options": {"head": "m" * 100_000}}, "head='mmm"),
+        (InvalidArgument, {"input_shape": (3,) * 100_000}, "input_shape 3x3x3"),
+    ],
+    ids=["model", "option-name", "option-value", "input-shape"],
+)
+def test_a_huge_request_field_is_echoed_cut(error, overrides, echoed_as):
+    message = expect_error(error, request(**overrides))
+    assert echoed_as in message and re.search(r"\.\.\. \(\d+ characters\)", message), message
+    assert len(message) < 1000, len(message)
+
+
+def test_echoed_text_is_quoted_and_cut():
+    assert echoed("resnet9000") == "'resnet9000'"
+    assert echoed("a\nb") == "'a\\nb'"
+    assert echoed("3x224", quote=False) == "3x224"
+    long = echoed("y" * (ECHO_CHARS + 1))
+    assert long == repr("y" * ECHO_CHARS) + f"... ({ECHO_CHARS + 1} characters)"

@@ -54,14 +54,21 @@ def test_option_enums_are_the_contract_choices(wrapper, choice_enum):
     assert all(member.name == member.value == member for member in choice_enum)
 
 
-@pytest.mark.parametrize("text, accepted", [("3x224x224", True), ("seq=128", True), ("0x3", False), ("3x", False), ("seq:1", False)])
+@pytest.mark.parametrize("text, accepted", [
+    ("3x224x224", True), ("seq=128", True), ("0x3", False), ("3x", False), ("seq:1", False),
+    # The wire carries each side as a uint32.
+    ("3x4294967295", True), ("3x4294967296", False), ("seq=4294967296", False),
+])
 def test_shape_rule(text, accepted):
-    assert bool(vocabulary.SHAPE.fullmatch(text)) is accepted
+    assert vocabulary.is_shape(text) is accepted
 
 
-@pytest.mark.parametrize("text, accepted", [("cpu", True), ("cpu:0", True), ("gpu", True), ("gpu:3", True), ("cpu:1", False), ("cuda", False)])
+@pytest.mark.parametrize("text, accepted", [
+    ("cpu", True), ("cpu:0", True), ("gpu", True), ("gpu:3", True), ("cpu:1", False), ("cuda", False),
+    ("gpu:4294967295", True), ("gpu:4294967296", False),
+])
 def test_device_rule(text, accepted):
-    assert bool(vocabulary.DEVICE.fullmatch(text)) is accepted
+    assert vocabulary.is_device(text) is accepted
 
 
 def test_shapes_and_devices_as_the_contract_writes_them():

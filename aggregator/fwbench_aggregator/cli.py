@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import pandas as pd
 import typer
 from fwbench.runner.v1 import runner_pb2 as pb
+from rich.markup import escape
 
 from . import analysis, plan, plots, runs, stats
 from . import parity as parity_mod
@@ -26,10 +27,11 @@ from .console import Column, err_console, out_console, print_table
 from .frameworks import names as framework_names
 from .launch import StartupSettings, default_venvs
 from .options import (
-    FrameworksOption, MinMeasureOption, RepetitionsOption, RunnerOption, StepsOption, StoreOption, VenvsOption,
-    WarmupOption, WarmupUntilCvOption, compilation_for, every_framework, parse_compilation, parse_device,
-    parse_options, parse_runners, parse_shape,
+    BatchSizeOption, FrameworksOption, MinMeasureOption, ModelOption, RepetitionsOption, RunnerOption, StepsOption,
+    StoreOption, VenvsOption, WarmupOption, WarmupUntilCvOption, compilation_for, every_framework,
+    parse_compilation, parse_device, parse_options, parse_power_rate, parse_runners, parse_shape, parse_text,
 )
+from .paths import safe_component
 from .plan import RunSpec, option_pairs
 # The choices come from the contract, as a sweep file's do: one definition of each.
 from .vocabulary import Compilation, device_text, shape_text, to_text
@@ -83,9 +85,9 @@ def print_comparison(rows: pd.DataFrame, title: str) -> None:
 
 @app.command()
 def compare(
-    model: Annotated[str, typer.Option(help="model name, as `fwbench models` lists them")] = "resnet18",
+    model: ModelOption = "resnet18",
     mode: Annotated[ModeChoice, typer.Option(help="train or infer")] = ModeChoice.train,
-    batch_size: Annotated[int, typer.Option(min=1, help="samples per step")] = 32,
+    batch_size: BatchSizeOption = 32,
     shape: Annotated[
         Optional[str], typer.Option(callback=parse_shape, help="per-sample input shape: 3x224x224, seq=128, audio=16000, 161x400; default: the model's")
     ] = None,
@@ -99,19 +101,19 @@ def compare(
         list[str], typer.Option(callback=parse_compilation, help=f"{', '.join(Compilation.__members__)}, for every runner or as RUNNER=VALUE; default: each framework's default (PyTorch eager, TensorFlow graph)")
     ] = [],
     cudnn_autotune: Annotated[SwitchChoice, typer.Option(help="cuDNN autotuning, the same on every runner")] = SwitchChoice.off,
-    intra_op_threads: Annotated[int, typer.Option(min=1, help="threads within an op, every runner (default: all cores)")] = os.cpu_count() or 1,
-    inter_op_threads: Annotated[int, typer.Option(min=1, help="ops at once, every runner (default: all cores)")] = os.cpu_count() or 1,
+    intra_op_threads: Annotated[int, typer.Option(min=1, max=plan.MAX_THREADS, help="threads within an op, every runner (default: all cores)")] = os.cpu_count() or 1,
+    inter_op_threads: Annotated[int, typer.Option(min=1, max=plan.MAX_THREADS, help="ops at once, every runner (default: all cores)")] = os.cpu_count() or 1,
     warmup: WarmupOption = plan.DEFAULT_WARMUP,
     warmup_until_cv: WarmupUntilCvOption = plan.DEFAULT_WARMUP_UNTIL_CV,
-    stable_window: Annotated[int, typer.Option(min=2, help="steps in the warm-up stability window")] = plan.STABLE_WINDOW,
+    stable_window: Annotated[int, typer.Option(min=2, max=plan.MAX_WARMUP, help="steps in the warm-up stability window")] = plan.STABLE_WINDOW,
     steps: StepsOption = plan.DEFAULT_STEPS,
     min_measure_s: MinMeasureOption = plan.DEFAULT_MIN_MEASURE_S,
-    power_rate_hz: Annotated[float, typer.Option(min=0.0, max=100.0, help="power telemetry samples per second (1-100; 0: off)")] = 20.0,
-    idle_baseline_s: Annotated[float, typer.Option(min=0.0, max=60.0, help="idle power measured before each run")] = 1.0,
-    seed: Annotated[int, typer.Option(min=0)] = 0,
+    power_rate_hz: Annotated[float, typer.Option(callback=parse_power_rate, help="power telemetry samples per second (1-100; 0: off)")] = 20.0,
+    idle_baseline_s: Annotated[float, typer.Option(min=0.0, max=plan.MAX_IDLE_BASELINE_S, help="idle power measured before each run")] = 1.0,
+    seed: Annotated[int, typer.Option(min=0, max=plan.MAX_SEED, help="random seed for weights and inputs, the same on every runner")] = 0,
     repetitions: RepetitionsOption = stats.DEFAULT_REPETITIONS,
-    cooldown_s: Annotated[float, typer.Option(min=0.0, help="seconds to wait between runs")] = 0.0,
-    min_effect: Annotated[float, typer.Option(min=0.0, help="smallest difference a verdict calls real, as a fraction")] = stats.MIN_EFFECT,
+    cooldown_s: Annotated[float, typer.Option(min=0.0, max=plan.MAX_COOLDOWN_S, help="seconds to wait between runs")] = 0.0,
+    min_effect: Annotated[float, typer.Option(min=0.0, max=1.0, help="smallest difference a verdict calls real, as a fraction")] = stats.MIN_EFFECT,
     runner: RunnerOption = [],
     frameworks: FrameworksOption = every_framework(),
     venvs: Annotated[Path, typer.Option(help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")] = None,
@@ -127,7 +129,7 @@ def compare(
         stable_window=stable_window, min_measure_s=min_measure_s, power_rate_hz=power_rate_hz,
         idle_baseline_s=idle_baseline_s,
     )
-    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{model}-{mode.value}-b{batch_size}"
+    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{safe_component(model)}-{mode.value}-b{batch_size}"
     out_dir = out / run_id
     results_store = store_mod.ResultStore(store)
     with ExitStack() as stack:
@@ -162,9 +164,9 @@ def compare(
 
 @app.command()
 def calibrate(
-    model: Annotated[str, typer.Option(help="model name, as `fwbench models` lists them")] = "resnet18",
+    model: ModelOption = "resnet18",
     mode: Annotated[ModeChoice, typer.Option(help="train or infer")] = ModeChoice.train,
-    batch_size: Annotated[int, typer.Option(min=1, help="samples per step")] = 32,
+    batch_size: BatchSizeOption = 32,
     shape: Annotated[Optional[str], typer.Option(callback=parse_shape, help="per-sample input shape; default: the model's")] = None,
     option: Annotated[list[str], typer.Option(callback=parse_options, help="model option NAME=VALUE; repeat for each")] = [],
     precision: Annotated[PrecisionChoice, typer.Option(help="numeric precision")] = PrecisionChoice.fp32,
@@ -282,14 +284,15 @@ def describe(runner: RunnerOption = [], frameworks: FrameworksOption = every_fra
 
 def report_failures(failures: list[RunnerFailure]) -> None:
     for failure in failures:
-        err_console.print(f"[bold red]runner {failure.runner} failed[/]: {failure.code}: {failure.message}")
+        # The message may repeat what the user typed: printed as text, never read as console markup.
+        err_console.print(f"[bold red]runner {failure.runner} failed[/]: {failure.code}: {escape(failure.message)}")
     if failures:
         raise typer.Exit(1)
 
 
 @app.command()
 def parity(
-    models: Annotated[Optional[str], typer.Option(help="comma-separated model names; default: every model both runners list")] = None,
+    models: Annotated[Optional[str], typer.Option(callback=parse_text, help="comma-separated model names; default: every model both runners list")] = None,
     runner: RunnerOption = [],
     venvs: VenvsOption = None,
     out: Annotated[Path, typer.Option(help="folder for parity.csv")] = Path("results"),
@@ -356,13 +359,13 @@ BATCHES_TRIED_WIDTH = 40
 
 @app.command("max-batch")
 def max_batch(
-    model: Annotated[str, typer.Option(help="model name, as `fwbench models` lists them")] = "resnet18",
+    model: ModelOption = "resnet18",
     mode: Annotated[ModeChoice, typer.Option(help="train or infer")] = ModeChoice.train,
     shape: Annotated[Optional[str], typer.Option(callback=parse_shape, help="per-sample input shape; default: the model's")] = None,
     option: Annotated[list[str], typer.Option(callback=parse_options, help="model option NAME=VALUE")] = [],
     precision: Annotated[PrecisionChoice, typer.Option(help="numeric precision")] = PrecisionChoice.fp32,
     device: Annotated[Optional[str], typer.Option(callback=parse_device, help="cpu, gpu or gpu:N")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=65536, help="largest batch to try (on a CPU, device memory is the host's)")] = 4096,
+    limit: Annotated[int, typer.Option(min=1, max=plan.MAX_BATCH_SIZE, help="largest batch to try (on a CPU, device memory is the host's)")] = 4096,
     runner: RunnerOption = [],
     frameworks: FrameworksOption = every_framework(),
     venvs: VenvsOption = None,
@@ -412,11 +415,11 @@ def sweep(
     batch_sizes: Annotated[Optional[str], typer.Option(help="comma-separated, e.g. 1,2,4,8")] = None,
     shapes: Annotated[Optional[str], typer.Option(help="comma-separated shapes, e.g. 3x32x32,3x64x64")] = None,
     precisions: Annotated[Optional[str], typer.Option(help="comma-separated precisions")] = None,
-    repetitions: Annotated[Optional[int], typer.Option(min=1, help=f"runs per runner and point (default {stats.DEFAULT_REPETITIONS})")] = None,
-    warmup: Annotated[Optional[int], typer.Option(min=0, help=f"the most warm-up steps (default {plan.DEFAULT_WARMUP})")] = None,
+    repetitions: Annotated[Optional[int], typer.Option(min=1, max=plan.MAX_REPETITIONS, help=f"runs per runner and point (default {stats.DEFAULT_REPETITIONS})")] = None,
+    warmup: Annotated[Optional[int], typer.Option(min=0, max=plan.MAX_WARMUP, help=f"the most warm-up steps (default {plan.DEFAULT_WARMUP})")] = None,
     warmup_until_cv: Annotated[Optional[float], typer.Option(min=0.0, max=0.99, help=f"warm up until stable within this (default {plan.DEFAULT_WARMUP_UNTIL_CV}; 0: a fixed count)")] = None,
-    steps: Annotated[Optional[int], typer.Option(min=1, help=f"measured steps, at least (default {plan.DEFAULT_STEPS})")] = None,
-    min_measure_s: Annotated[Optional[float], typer.Option(min=0.0, help=f"measured seconds per run, at least (default {plan.DEFAULT_MIN_MEASURE_S})")] = None,
+    steps: Annotated[Optional[int], typer.Option(min=1, max=plan.MAX_STEPS, help=f"measured steps, at least (default {plan.DEFAULT_STEPS})")] = None,
+    min_measure_s: Annotated[Optional[float], typer.Option(min=0.0, max=plan.MAX_MEASURE_S, help=f"measured seconds per run, at least (default {plan.DEFAULT_MIN_MEASURE_S})")] = None,
     store: Annotated[Path, typer.Option(help="the results store (append-only; every completed run is kept)")] = Path("results/store"),
     resume: Annotated[bool, typer.Option(help="skip configurations already in the store")] = False,
     report: Annotated[bool, typer.Option(help="write the HTML report from the store when the sweep ends")] = True,
@@ -461,7 +464,7 @@ def sweep(
         report_mod.print_rows(rows)
         err_console.print(f"report: {path}")
     for failure in failures:
-        err_console.print(f"[red]{failure.runner}: {failure.code}: {failure.message}[/]")
+        err_console.print(f"[red]{failure.runner}: {failure.code}: {escape(failure.message)}[/]")
 
 
 @app.command("report")

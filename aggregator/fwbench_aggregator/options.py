@@ -9,9 +9,22 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import stats
+from . import plan, stats
 from .frameworks import names as framework_names
-from .vocabulary import DEVICE, DEVICE_FORMS, SHAPE, SHAPE_FORMS, Compilation
+from .vocabulary import DEVICE_FORMS, SHAPE_FORMS, Compilation, is_device, is_shape
+
+
+def parse_text(value: Optional[str]) -> Optional[str]:
+    """Text a request carries must be UTF-8; bytes that are not reach Python as lone surrogates."""
+    if value is not None:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise typer.BadParameter("is not UTF-8 text") from None
+    return value
+
+
+ModelOption = Annotated[str, typer.Option(callback=parse_text, help="model name, as `fwbench models` lists them")]
 
 
 def parse_compilation(values: list[str]) -> list[str]:
@@ -37,7 +50,7 @@ def compilation_for(runner: str, values: list[str]) -> Optional[Compilation]:
 
 
 def parse_shape(value: Optional[str]) -> Optional[str]:
-    if value is not None and not SHAPE.fullmatch(value):
+    if value is not None and not is_shape(value):
         raise typer.BadParameter(f"{value!r} is not a shape: give {SHAPE_FORMS}")
     return value
 
@@ -50,7 +63,7 @@ def parse_options(values: list[str]) -> list[str]:
 
 
 def parse_device(value: Optional[str]) -> Optional[str]:
-    if value is not None and not DEVICE.fullmatch(value):
+    if value is not None and not is_device(value):
         raise typer.BadParameter(f"{value!r} is not a device: accepted values are {DEVICE_FORMS}")
     return value
 
@@ -62,8 +75,12 @@ RUNNERS_ENV = "FWBENCH_RUNNERS"
 def parse_runners(values: list[str]) -> list[str]:
     for value in values:
         name, sep, address = value.partition("=")
-        if not sep or not name or not re.fullmatch(r"[^\s:]+:\d+", address):
-            raise typer.BadParameter(f"{value!r} is not NAME=HOST:PORT, e.g. torch=localhost:50051")
+        port = re.fullmatch(r"[^\s:]+:(\d+)", address)
+        if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not port or not 1 <= int(port[1]) <= 65535:
+            raise typer.BadParameter(
+                f"{value!r} is not NAME=HOST:PORT, e.g. torch=localhost:50051 (NAME: letters, digits, '_', '.', '-'; "
+                "PORT: 1 to 65535)"
+            )
     return values
 
 
@@ -93,15 +110,24 @@ FrameworksOption = Annotated[str, typer.Option(callback=parse_frameworks, help="
 VenvsOption = Annotated[Optional[Path], typer.Option(help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")]
 
 
+def parse_power_rate(value: float) -> float:
+    if not (value == 0 or plan.MIN_POWER_RATE_HZ <= value <= plan.MAX_POWER_RATE_HZ):
+        raise typer.BadParameter(
+            f"{value} is neither 0 (off) nor in the range {plan.MIN_POWER_RATE_HZ}<=x<={plan.MAX_POWER_RATE_HZ}."
+        )
+    return value
+
+
+BatchSizeOption = Annotated[int, typer.Option(min=1, max=plan.MAX_BATCH_SIZE, help="samples per step")]
 WarmupOption = Annotated[
-    int, typer.Option(min=0, help="the most warm-up steps (a fixed count with --warmup-until-cv 0 or below --stable-window); excluded from the figures")
+    int, typer.Option(min=0, max=plan.MAX_WARMUP, help="the most warm-up steps (a fixed count with --warmup-until-cv 0 or below --stable-window); excluded from the figures")
 ]
 WarmupUntilCvOption = Annotated[
     float, typer.Option(min=0.0, max=0.99, help="warm up until the last --stable-window steps vary less than this; 0: exactly --warmup steps")
 ]
-StepsOption = Annotated[int, typer.Option(min=1, help="measured steps (at least)")]
-MinMeasureOption = Annotated[float, typer.Option(min=0.0, help="measure for at least this many seconds per run")]
+StepsOption = Annotated[int, typer.Option(min=1, max=plan.MAX_STEPS, help="measured steps (at least)")]
+MinMeasureOption = Annotated[float, typer.Option(min=0.0, max=plan.MAX_MEASURE_S, help="measure for at least this many seconds per run")]
 RepetitionsOption = Annotated[
-    int, typer.Option(min=1, help=f"runs per runner, in counterbalanced order A B B A ...; a verdict needs {stats.MIN_REPETITIONS}")
+    int, typer.Option(min=1, max=plan.MAX_REPETITIONS, help=f"runs per runner, in counterbalanced order A B B A ...; a verdict needs {stats.MIN_REPETITIONS}")
 ]
 StoreOption = Annotated[Path, typer.Option(help="the results store: every run is kept, and noise floors are read from it")]

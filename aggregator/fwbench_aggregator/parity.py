@@ -9,6 +9,7 @@ import pandas as pd
 from fwbench.runner.v1 import runner_pb2 as pb
 
 from .client import RunnerClient, RunnerFailure
+from .paths import CHANGED_MARK, safe_component
 from .vocabulary import shape_text
 
 # Trainable parameters may differ this much, each difference explained in the
@@ -35,8 +36,10 @@ class Variant:
 
     @property
     def reference_name(self) -> str:
-        """The name its reference file has in the runners' shared reference folder."""
-        return "reference-" + self.label.replace(" ", "_").replace("=", "-") + ".npz"
+        """The name its reference file has in the runners' shared reference folder: one safe component
+        (whatever model name the runner sent), in the runner's name alphabet, which has no '~'."""
+        stem = safe_component(self.label.replace(" ", "_").replace("=", "-")).replace(CHANGED_MARK, "-")
+        return f"reference-{stem}.npz"
 
 
 def variants(models: list[pb.ModelInfo], names: list[str] | None) -> list[Variant]:

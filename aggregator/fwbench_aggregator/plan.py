@@ -22,6 +22,20 @@ STABLE_WINDOW = 5
 DEFAULT_STEPS = 20
 DEFAULT_MIN_MEASURE_S = 1.0
 
+# The ranges the runners accept (fwbench_core.validation; tests/test_input_limits.py holds them equal): the
+# command line and sweep files refuse anything outside them before a runner starts.
+MAX_BATCH_SIZE = 65536
+MAX_WARMUP = 10_000
+MAX_STEPS = 1_000_000
+MAX_SEED = 2**32 - 1  # what both frameworks' seeding takes
+MAX_THREADS = 1024
+MAX_MEASURE_S = 86_400.0
+MIN_POWER_RATE_HZ, MAX_POWER_RATE_HZ = 1.0, 100.0  # or 0: telemetry off
+MAX_IDLE_BASELINE_S = 60.0
+# The aggregator's own: more than this is a typing mistake, not a study.
+MAX_REPETITIONS = 1000
+MAX_COOLDOWN_S = 3600.0
+
 
 @dataclass(frozen=True)
 class RunSpec:

@@ -35,11 +35,11 @@ from typing import Optional
 
 import yaml
 
-from . import stats
+from . import plan, stats
 from .frameworks import names as framework_names
 from .launch import StartupSettings
 from .plan import DEFAULT_MIN_MEASURE_S, DEFAULT_STEPS, DEFAULT_WARMUP, DEFAULT_WARMUP_UNTIL_CV, RunSpec
-from .vocabulary import DEVICE, DEVICE_FORMS, SHAPE, SHAPE_FORMS, Compilation, Layout, Mode, Precision
+from .vocabulary import DEVICE_FORMS, SHAPE_FORMS, Compilation, Layout, Mode, Precision, is_device, is_shape
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _OPTION_NAME = re.compile(r"[a-z_]+")
 _OPTION_VALUE = re.compile(r"[A-Za-z0-9_]+")
@@ -190,24 +190,25 @@ def _choice(choices: type[enum.Enum], what: str, fail: Fail) -> Callable[[tuple,
     return check
 
 
-def _pattern(pattern: re.Pattern, what: str, accepted: str, fail: Fail) -> Callable[[tuple, object], str]:
+def _pattern(matches: Callable[[str], object], what: str, accepted: str, fail: Fail) -> Callable[[tuple, object], str]:
     def check(path: tuple, value: object) -> str:
         text = str(value) if _is_int(value) else value
-        if not isinstance(text, str) or not pattern.fullmatch(text):
+        if not isinstance(text, str) or not matches(text):
             fail(path, f"{value!r} is not a {what}; accepted: {accepted}")
         return text
 
     return check
 
 
-def _number(raw: Mapping, name: str, fail: Fail, minimum: float, integer: bool = True):
+def _number(raw: Mapping, name: str, fail: Fail, minimum: float, maximum: float, integer: bool = True):
     if name not in raw:
         return None
     value = raw[name]
     ok = _is_int(value) if integer else (_is_int(value) or (isinstance(value, float) and math.isfinite(value)))
-    if not ok or value < minimum:
+    if not ok or not minimum <= value <= maximum:
         kind = "an integer" if integer else "a number"
-        fail((name,), f"{value!r} is not accepted; accepted: {kind} >= {minimum:g}")
+        bounds = f">= {minimum:.12g}" if maximum == math.inf else f"from {minimum:.12g} to {maximum:.12g}"
+        fail((name,), f"{value!r} is not accepted; accepted: {kind} {bounds}")
     return value
 
 
@@ -220,29 +221,29 @@ def _build(raw: object, fail: Fail) -> Sweep:
     if "models" not in raw:
         fail(("models",), "missing; give the models to run, e.g. models: [resnet18]")
 
-    name_check = _pattern(_NAME, "name", "letters, digits, '_', '.', '-'", fail)
+    name_check = _pattern(_NAME.fullmatch, "name", "letters, digits, '_', '.', '-'", fail)
     models = _list(raw, "models", fail, name_check, "[resnet18]")
     values: dict[str, object] = {"models": models}
     values["runners"] = _list(raw, "runners", fail, name_check, "[torch, tensorflow]")
     values["modes"] = _list(raw, "modes", fail, _choice(Mode, "mode", fail), "[train, infer]")
     values["precisions"] = _list(raw, "precisions", fail, _choice(Precision, "precision", fail), "[fp32, amp_bf16]")
-    values["devices"] = _list(raw, "devices", fail, _pattern(DEVICE, "device", DEVICE_FORMS, fail), "[gpu]")
+    values["devices"] = _list(raw, "devices", fail, _pattern(is_device, "device", DEVICE_FORMS, fail), "[gpu]")
 
     def batch_check(path: tuple, value: object) -> int:
-        if not _is_int(value) or value < 1:
-            fail(path, f"{value!r} is not a batch size; accepted: integers >= 1")
+        if not _is_int(value) or not 1 <= value <= plan.MAX_BATCH_SIZE:
+            fail(path, f"{value!r} is not a batch size; accepted: integers from 1 to {plan.MAX_BATCH_SIZE}")
         return value
 
     values["batch_sizes"] = _list(raw, "batch_sizes", fail, batch_check, "[16, 32]")
-    values["repetitions"] = _number(raw, "repetitions", fail, 1)
-    values["warmup"] = _number(raw, "warmup", fail, 0)
-    values["steps"] = _number(raw, "steps", fail, 1)
-    for name in ("warmup_until_cv", "min_measure_s"):
-        number = _number(raw, name, fail, 0, integer=False)
+    values["repetitions"] = _number(raw, "repetitions", fail, 1, plan.MAX_REPETITIONS)
+    values["warmup"] = _number(raw, "warmup", fail, 0, plan.MAX_WARMUP)
+    values["steps"] = _number(raw, "steps", fail, 1, plan.MAX_STEPS)
+    for name, maximum in (("warmup_until_cv", math.inf), ("min_measure_s", plan.MAX_MEASURE_S)):
+        number = _number(raw, name, fail, 0, maximum, integer=False)
         values[name] = None if number is None else float(number)
     if values["warmup_until_cv"] is not None and values["warmup_until_cv"] >= 1:
         fail(("warmup_until_cv",), f"{values['warmup_until_cv']!r} is not a coefficient of variation; accepted: 0 (off) up to below 1, e.g. 0.05")
-    cooldown_s = _number(raw, "cooldown_s", fail, 0, integer=False)
+    cooldown_s = _number(raw, "cooldown_s", fail, 0, plan.MAX_COOLDOWN_S, integer=False)
     values["cooldown_s"] = None if cooldown_s is None else float(cooldown_s)
 
     def per_model(name: str, example: str) -> Mapping:
@@ -259,11 +260,11 @@ def _build(raw: object, fail: Fail) -> Sweep:
             def in_shapes(where: tuple, problem: str) -> None:
                 fail(("shapes", *where), problem)
 
-            shape_check = _pattern(SHAPE, "shape", SHAPE_FORMS, in_shapes)
+            shape_check = _pattern(is_shape, "shape", SHAPE_FORMS, in_shapes)
             by_model = per_model("shapes", "{resnet18: [3x32x32]}")
             values["shapes"] = {model: _list(by_model, model, in_shapes, shape_check, "[3x32x32]") for model in by_model}
         else:
-            shape_check = _pattern(SHAPE, "shape", SHAPE_FORMS, fail)
+            shape_check = _pattern(is_shape, "shape", SHAPE_FORMS, fail)
             everywhere = _list(raw, "shapes", fail, shape_check, "[3x32x32, seq=128] or {resnet18: [3x32x32]}")
             values["shapes"] = {model: everywhere for model in models}
 

@@ -63,10 +63,23 @@ Compilation = choice_enum(pb.Compilation)
 Switch = choice_enum(pb.Switch)
 
 
-SHAPE = re.compile(r"[1-9]\d*(x[1-9]\d*)*|[a-z]+=[1-9]\d*")
-SHAPE_FORMS = "positive integers joined by 'x', per sample, channels first (3x224x224, 161x400), or NAME=N (seq=128, audio=16000)"
-DEVICE = re.compile(r"cpu(:0)?|gpu(:\d+)?")
-DEVICE_FORMS = "cpu, gpu, or gpu:N (e.g. gpu:1)"
+# The wire carries shape dimensions and device indices as uint32.
+MAX_UINT32 = 2**32 - 1
+_SHAPE = re.compile(r"[1-9]\d*(x[1-9]\d*)*|[a-z]+=[1-9]\d*")
+SHAPE_FORMS = (
+    "positive integers joined by 'x', per sample, channels first (3x224x224, 161x400), or NAME=N (seq=128, "
+    f"audio=16000); each at most {MAX_UINT32}"
+)
+_DEVICE = re.compile(r"cpu(:0)?|gpu(:\d+)?")
+DEVICE_FORMS = f"cpu, gpu, or gpu:N (e.g. gpu:1), N at most {MAX_UINT32}"
+
+
+def is_shape(text: str) -> bool:
+    return bool(_SHAPE.fullmatch(text)) and max(shape_dims(text)) <= MAX_UINT32
+
+
+def is_device(text: str) -> bool:
+    return bool(_DEVICE.fullmatch(text)) and int(indexed_device(text).partition(":")[2]) <= MAX_UINT32
 
 
 def shape_dims(shape: Optional[str]) -> list[int]:

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import grpc
 
+# A request field that an error message repeats is cut to this many characters, so that a huge field makes no
+# huge message.
+ECHO_CHARS = 100
+# Any message that crosses the wire is cut to this many UTF-8 bytes: gRPC sends it in a trailer,
+# percent-encoding each non-ASCII byte (three characters), and a client refuses trailers over 8 to 16 KiB
+# with RESOURCE_EXHAUSTED in place of the real status.
+MAX_MESSAGE_BYTES = 2048
+
 
 class RunnerError(Exception):
     """An error whose message is meant for the user as it is."""
@@ -35,11 +43,26 @@ class Unavailable(RunnerError):
     status = grpc.StatusCode.UNAVAILABLE
 
 
+def echoed(text: str, quote: bool = True) -> str:
+    """Request text as an error message repeats it: quoted (repr, so control characters show) unless
+    `quote` is false, and cut to ECHO_CHARS characters, saying how long it was."""
+    head = text[:ECHO_CHARS]
+    head = repr(head) if quote else head
+    return head if len(text) <= ECHO_CHARS else f"{head}... ({len(text)} characters)"
+
+
+def _bounded(message: str) -> str:
+    encoded = message.encode("utf-8", "replace")
+    if len(encoded) <= MAX_MESSAGE_BYTES:
+        return message
+    return encoded[:MAX_MESSAGE_BYTES].decode("utf-8", "ignore") + "... (message cut)"
+
+
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status code and message a client sees for an exception."""
     if isinstance(exc, RunnerError):
-        return exc.status, str(exc)
-    return grpc.StatusCode.INTERNAL, f"internal error in the runner: {type(exc).__name__}: {exc}"
+        return exc.status, _bounded(str(exc))
+    return grpc.StatusCode.INTERNAL, _bounded(f"internal error in the runner: {type(exc).__name__}: {exc}")
 
 
 def error_from_status(code: grpc.StatusCode, message: str) -> RunnerError:

@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 
 from . import references, wire
 from .backend import Backend
+from .decoding import RequestDecodingInterceptor
 from .errors import status_for
 from .isolation import RunIsolation
 from .service import RunnerService
@@ -101,7 +102,7 @@ def create_server(
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """Build a server for `service` bound to `address` (port 0 picks a free one); returns it, the bound
     port and its health servicer."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), interceptors=[RequestDecodingInterceptor()])
     pb_grpc.add_RunnerServicer_to_server(RunnerServicer(service), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

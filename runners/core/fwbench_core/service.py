@@ -35,7 +35,7 @@ from .spec import (
     RunRequest,
 )
 from .timing import Progress, StepBatch, Summary, time_steps, with_device_state
-from .validation import resolve, resolve_model, resolve_reference
+from .validation import resolve, resolve_model_config, resolve_reference
 
 LOCK_POLL_S = 0.1
 # Work that waits for the CPU (inspection, parity) gives up after this long: the aggregator's own deadline.
@@ -121,8 +121,7 @@ class RunnerService:
     def model_config(
         self, model: str, shape: Sequence[int], options: Mapping[str, str], batch_size: int = 1, seed: int = 0
     ) -> ModelConfig:
-        spec, input_shape, model_options = resolve_model(model, shape, options, self.backend.models.names())
-        return ModelConfig(spec, input_shape, model_options, batch_size, seed)
+        return resolve_model_config(model, shape, options, self.backend.models.names(), batch_size, seed)
 
     def on_cpu(self, work: Callable[[], T], cancelled: Callable[[], bool] = lambda: False) -> T:
         """Model inspection and parity work run on the CPU, never beside a CPU run's timings. The wait for

@@ -6,7 +6,7 @@ import enum
 from collections.abc import Callable, Mapping, Sequence
 
 from .catalog import get_spec
-from .errors import FailedPrecondition, InvalidArgument
+from .errors import FailedPrecondition, InvalidArgument, echoed
 from .power import DEFAULT_RATE_HZ, energy_window_s, validate_rate_hz
 from .spec import (
     Capabilities,
@@ -30,10 +30,11 @@ MAX_BATCH_SIZE = 65536
 # A parity reference holds a batch's input and output: a few samples show the same network.
 DEFAULT_REFERENCE_BATCH_SIZE = 2
 MAX_REFERENCE_BATCH_SIZE = 64
-# keras.utils.set_random_seed takes no larger seed; every runner accepts the same seeds.
-MAX_SEED = 2**32 - 1
 MAX_WARMUP_STEPS = 10_000
 MAX_MEASURED_STEPS = 1_000_000
+# The seeds both frameworks honour: keras.utils.set_random_seed seeds NumPy, which takes 0..2**32-1
+# (torch.manual_seed takes more).
+MAX_SEED = 2**32 - 1
 DEFAULT_MEASURED_STEPS = 20
 # Unless the request says otherwise, warm up until the step time is stable: a fixed handful of steps is
 # too few after compilation or autotuning and too many for a tiny model. The cap bounds a run that never
@@ -64,7 +65,7 @@ def resolve_shape(spec: ModelSpec, shape: Sequence[int]) -> tuple[int, ...]:
         return spec.default_input_shape
     shape = tuple(shape)
     accepted = spec.describe_accepted_shapes()
-    shown = "x".join(map(str, shape))
+    shown = echoed("x".join(map(str, shape)), quote=False)
     if len(shape) != len(spec.default_input_shape):
         raise InvalidArgument(f"input_shape {shown} has rank {len(shape)}; {spec.name} accepts {accepted}")
     if not all(low <= size <= high for size, low, high in zip(shape, spec.min_input_shape, spec.max_input_shape)):
@@ -78,13 +79,13 @@ def resolve_options(spec: ModelSpec, options: Mapping[str, str]) -> dict[str, st
     for name in options:
         if name not in known:
             accepted = ", ".join(known) if known else "none"
-            raise InvalidArgument(f"model_options has {name!r}, which {spec.name} does not take; its options: {accepted}")
+            raise InvalidArgument(f"model_options has {echoed(name)}, which {spec.name} does not take; its options: {accepted}")
     resolved = {}
     for name, option in known.items():
         value = options.get(name, option.default)
         if value not in option.choices:
             raise InvalidArgument(
-                f"model_options {name}={value!r} is not accepted by {spec.name}; accepted values: {', '.join(option.choices)}"
+                f"model_options {name}={echoed(value)} is not accepted by {spec.name}; accepted values: {', '.join(option.choices)}"
             )
         resolved[name] = value
     return resolved
@@ -97,6 +98,16 @@ def resolve_model(
     if spec.name not in model_names:
         raise FailedPrecondition(f"model {spec.name!r} is in the catalog but this runner has no builder for it")
     return spec, resolve_shape(spec, shape), resolve_options(spec, options)
+
+
+def resolve_model_config(
+    model: str, shape: Sequence[int], options: Mapping[str, str], model_names: Sequence[str], batch_size: int, seed: int
+) -> ModelConfig:
+    """The model, batch and seed that inspection and parity checks build, validated as a run's are."""
+    spec, input_shape, model_options = resolve_model(model, shape, options, model_names)
+    return ModelConfig(
+        spec, input_shape, model_options, _in_range("batch_size", batch_size, 1, MAX_BATCH_SIZE), _seed(seed)
+    )
 
 
 def resolve_device(requested: DeviceRef | None, devices: Sequence[Device]) -> Device:
@@ -114,6 +125,10 @@ def _in_range(field: str, value: int, low: int, high: int) -> int:
     if not low <= value <= high:
         raise InvalidArgument(f"{field} must be between {low} and {high}, got {value}")
     return value
+
+
+def _seed(seed: int) -> int:
+    return _in_range("seed", seed, 0, MAX_SEED)
 
 
 def _refuse_unless(value: enum.Enum, supported: frozenset, field: str, device: Device, framework: str) -> None:
@@ -211,7 +226,7 @@ def resolve(
         device=device,
         warmup_steps=_in_range("warmup_steps", warmup, 0, MAX_WARMUP_STEPS),
         measured_steps=_in_range("measured_steps", measured, 1, MAX_MEASURED_STEPS),
-        seed=_in_range("seed", request.seed, 0, MAX_SEED),
+        seed=_seed(request.seed),
         model_options=model_options,
         layout=layout,
         compilation=compilation,
@@ -238,4 +253,4 @@ def resolve_reference(request: ReferenceRequest, model_names: Sequence[str]) -> 
             f"batch_size must be between 1 and {MAX_REFERENCE_BATCH_SIZE} for a reference "
             f"(0 means {DEFAULT_REFERENCE_BATCH_SIZE}), got {batch_size}"
         )
-    return ModelConfig(spec, input_shape, model_options, batch_size, _in_range("seed", request.seed, 0, MAX_SEED))
+    return ModelConfig(spec, input_shape, model_options, batch_size, _seed(request.seed))
