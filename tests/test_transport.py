@@ -126,11 +126,12 @@ def test_a_bare_runner_listens_on_loopback_only(start, monkeypatch):
     assert connects("127.0.0.1", port) and not connects("127.0.0.2", port)
 
 
-def test_a_runner_told_to_listen_everywhere_answers_on_every_address(start):
+def test_a_runner_told_to_listen_everywhere_answers_on_every_address_and_warns_when_unguarded(start):
     # The control for the test above: the probe on 127.0.0.2 does see a wildcard listener.
     runner = start("--address", "0.0.0.0:0")
     port = int(runner.address.rsplit(":", 1)[1])
     assert connects("127.0.0.2", port)
+    assert "anyone who reaches it can drive the runner" in runner.log_path.read_text()
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
@@ -373,10 +374,11 @@ def test_the_cli_without_the_token_names_the_token_option(guarded_runner, pki):
         (lambda p: ["--tls-cert", str(p.client_cert)], "--tls-cert and --tls-key go together"),
         (lambda p: ["--tls-ca", "/no/such/ca.pem"], "--tls-ca"),
         (lambda p: ["--tls-ca", str(p.token_file)], "holds no PEM CA certificate"),
+        (lambda p: ["--token-file", str(p.ca)], "holds no token"),
     ],
-    ids=["cert-without-key", "missing-ca", "ca-not-pem"],
+    ids=["cert-without-key", "missing-ca", "ca-not-pem", "not-a-token"],
 )
-def test_the_cli_refuses_unusable_tls_options_before_contacting_a_runner(pki, args, expected):
+def test_the_cli_refuses_unusable_access_options_before_contacting_a_runner(pki, args, expected):
     done = fwbench("describe", "--runner", "fake=127.0.0.1:9", *args(pki))
     assert done.returncode == 2
     assert expected in done.stderr

@@ -5,6 +5,7 @@ refusal is explained here, naming the options to check."""
 from __future__ import annotations
 
 import collections
+import re
 import secrets
 import ssl
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ TLS_CERT_ENV = "FWBENCH_TLS_CERT"
 TLS_KEY_ENV = "FWBENCH_TLS_KEY"
 TOKEN_FILE_ENV = "FWBENCH_TOKEN_FILE"
 TOKEN_METADATA = "authorization"
+# A token travels as a gRPC metadata value: printable ASCII without spaces.
+TOKEN_CHARACTERS = re.compile(r"[\x21-\x7e]+")
 
 # The runner's side of the contract (fwbench_core.access, which the aggregator does not install): the
 # environment that configures a runner's access. An embedded runner gets its token in RUNNER_TOKEN_ENV, and
@@ -63,8 +66,8 @@ class Transport:
                 "unencrypted PEM private key"
             ) from None
         token = token_file.read_text(errors="replace").strip() if token_file else None
-        if token_file and not token:
-            raise ValueError(f"--token-file {token_file} holds no token")
+        if token_file and not TOKEN_CHARACTERS.fullmatch(token):
+            raise ValueError(f"--token-file {token_file} holds no token: one word of printable ASCII characters")
         return cls(*(path.read_bytes() if path else None for path in (tls_ca, tls_cert, tls_key)), token)
 
     @property

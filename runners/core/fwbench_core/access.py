@@ -78,6 +78,9 @@ class Access:
 
     def bind(self, server: grpc.Server, address: str) -> int:
         """Listen on `address` (port 0 picks a free one); the port, or SystemExit naming the address."""
+        if not self.tls and not self.token and not address.startswith(LOOPBACK_HOSTS):
+            log.warning("%s is not loopback and the runner has neither TLS nor a token: anyone who reaches it can "
+                        "drive the runner (see --tls-cert and --token-file)", address)
         try:
             port = server.add_secure_port(address, self.tls) if self.tls else server.add_insecure_port(address)
         except RuntimeError:
@@ -89,11 +92,7 @@ class Access:
             )
         return port
 
-    def describe(self, host: str) -> str:
-        """For the start-up log; warns where anyone who reaches `host` could drive the runner."""
-        if not self.tls and not self.token and not host.startswith(LOOPBACK_HOSTS):
-            log.warning("%s is not loopback and the runner has neither TLS nor a token: anyone who reaches it can "
-                        "drive the runner (see --tls-cert and --token-file)", host)
+    def describe(self) -> str:
         mode = "TLS with client certificates" if self.client_certificates else "TLS" if self.tls else "plaintext"
         return f"{mode}, {'token required' if self.token else 'no token'}"
 

@@ -176,8 +176,8 @@ def serve(
     # One line on stdout tells a parent process (the aggregator) where we listen.
     framework = service.backend.framework
     print(json.dumps({"event": "listening", "framework": framework, "address": f"{host}:{port}"}), flush=True)
-    log.info("%s runner listening on %s:%d (%s), run isolation %s", framework, host, port,
-             access.describe(host), args.run_isolation)
+    log.info("%s runner listening on %s:%d (%s), run isolation %s", framework, host, port, access.describe(),
+             args.run_isolation)
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
