@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     env = os.environ
     parser.add_argument(
         "--tls-cert", default=env.get(TLS_CERT_ENV) or None, metavar="PEM",
-        help=f"serve TLS with this certificate chain (with --tls-key; default: ${TLS_CERT_ENV}); default: plaintext",
+        help=f"serve TLS with this certificate chain and --tls-key (default: ${TLS_CERT_ENV}; none: plaintext)",
     )
     parser.add_argument("--tls-key", default=env.get(TLS_KEY_ENV) or None, metavar="PEM",
                         help=f"the private key of --tls-cert (default: ${TLS_KEY_ENV})")
