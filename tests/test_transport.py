@@ -209,6 +209,11 @@ def test_a_tls_client_names_tls_against_a_plaintext_runner(start, pki):
     assert "TLS handshake failed" in failure.message and "serves TLS" in failure.message
 
 
+def test_a_runner_lost_during_a_call_is_not_blamed_on_tls():
+    message = Transport().explain(grpc.StatusCode.UNAVAILABLE, "Stream removed (Socket closed)")
+    assert message == "runner unreachable (Stream removed (Socket closed))"
+
+
 @pytest.fixture(scope="module")
 def mtls_runner(start, pki) -> str:
     return start(*pki.server_flags(client_ca=True), transport=pki.transport(client=True)).address
@@ -382,3 +387,4 @@ def test_the_cli_refuses_unusable_access_options_before_contacting_a_runner(pki,
     done = fwbench("describe", "--runner", "fake=127.0.0.1:9", *args(pki))
     assert done.returncode == 2
     assert expected in done.stderr
+

@@ -92,8 +92,9 @@ class Transport:
             return details
         if any(mark in details for mark in ("Tls handshake", "Ssl handshake", "SSL_ERROR")):
             return f"TLS handshake failed: check {TLS_OPTIONS}, and that the runner serves TLS ({details})"
-        if "Socket closed" in details:
-            # All a client sees when the runner ends the handshake: plaintext to TLS, or no certificate it trusts.
+        if "failed to connect" in details and "Socket closed" in details:
+            # All a client sees when the runner ends the handshake: plaintext to TLS, or no certificate it trusts
+            # (a runner that dies during a call says "Stream removed").
             return f"runner unreachable ({details}); {self._closed_hint()}"
         return f"runner unreachable ({details})"
 

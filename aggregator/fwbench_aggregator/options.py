@@ -78,16 +78,16 @@ RunnerOption = Annotated[
 
 
 # How to reach the runners named with --runner (README, "A runner on a remote GPU host").
-_PEM = dict(exists=True, dir_okay=False, readable=True)
+_READABLE_FILE = dict(exists=True, dir_okay=False, readable=True)
 TlsCaOption = Annotated[Optional[Path], typer.Option(
-    envvar=TLS_CA_ENV, **_PEM, help="talk TLS to the --runner runners, trusting this CA (PEM) to have signed their certificates",
+    envvar=TLS_CA_ENV, **_READABLE_FILE, help="talk TLS to the --runner runners, trusting this CA (PEM) to have signed their certificates",
 )]
 TlsCertOption = Annotated[Optional[Path], typer.Option(
-    envvar=TLS_CERT_ENV, **_PEM, help="this client's certificate chain (PEM), for runners that require one; with --tls-key",
+    envvar=TLS_CERT_ENV, **_READABLE_FILE, help="this client's certificate chain (PEM), for runners that require one; with --tls-key",
 )]
-TlsKeyOption = Annotated[Optional[Path], typer.Option(envvar=TLS_KEY_ENV, **_PEM, help="the private key (PEM) of --tls-cert")]
+TlsKeyOption = Annotated[Optional[Path], typer.Option(envvar=TLS_KEY_ENV, **_READABLE_FILE, help="the private key (PEM) of --tls-cert")]
 TokenFileOption = Annotated[Optional[Path], typer.Option(
-    envvar=TOKEN_FILE_ENV, **_PEM, help="a file holding the token the --runner runners require",
+    envvar=TOKEN_FILE_ENV, **_READABLE_FILE, help="a file holding the token the --runner runners require",
 )]
 
 
