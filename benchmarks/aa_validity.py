@@ -27,6 +27,7 @@ from tempfile import TemporaryDirectory
 import numpy as np
 from fwbench_aggregator import plan, results, stats
 from scipy.stats import mannwhitneyu
+from fwbench_aggregator.connection import EMBEDDED
 from fwbench_aggregator.runs import run_medians_by_runner, start_embedded
 from fwbench_aggregator.launch import default_venvs
 from fwbench_aggregator.vocabulary import Mode, Precision
@@ -97,7 +98,7 @@ def main() -> int:
             ).to_request()
             rounds, steps = [], None
             for _ in range(2):
-                done, medians, failed = run_medians_by_runner(twins, request, args.repetitions)
+                done, medians, failed = run_medians_by_runner(twins, EMBEDDED, request, args.repetitions)
                 if failed:
                     break
                 steps = results.steps_frame("aa", done)

@@ -28,8 +28,9 @@ from .frameworks import names as framework_names
 from .launch import StartupSettings, default_venvs
 from .options import (
     BatchSizeOption, FrameworksOption, MinMeasureOption, ModelOption, RepetitionsOption, RunnerOption, StepsOption,
-    StoreOption, VenvsOption, WarmupOption, WarmupUntilCvOption, compilation_for, every_framework,
-    parse_compilation, parse_device, parse_options, parse_power_rate, parse_runners, parse_shape, parse_text,
+    StoreOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption, WarmupOption,
+    WarmupUntilCvOption, compilation_for, every_framework, parse_compilation, parse_device, parse_options,
+    parse_power_rate, parse_runners, parse_shape, parse_text, runner_transport,
 )
 from .paths import safe_component
 from .plan import RunSpec, option_pairs
@@ -115,12 +116,17 @@ def compare(
     cooldown_s: Annotated[float, typer.Option(min=0.0, max=plan.MAX_COOLDOWN_S, help="seconds to wait between runs")] = 0.0,
     min_effect: Annotated[float, typer.Option(min=0.0, max=1.0, help="smallest difference a verdict calls real, as a fraction")] = stats.MIN_EFFECT,
     runner: RunnerOption = [],
+    tls_ca: TlsCaOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    token_file: TokenFileOption = None,
     frameworks: FrameworksOption = every_framework(),
     venvs: Annotated[Path, typer.Option(help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")] = None,
     out: Annotated[Path, typer.Option(help="folder to write results into; each comparison gets a subfolder")] = Path("results"),
     store: Annotated[Optional[Path], typer.Option(help="the results store: every run is kept, and noise floors are read from it (default: OUT/store)")] = None,
 ) -> None:
     """Run one model at one batch size and shape on every runner, and compare them."""
+    transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     store = store or out / "store"
     startup = StartupSettings(intra_op_threads, inter_op_threads, cudnn_autotune.value)
     spec = RunSpec(
@@ -135,7 +141,9 @@ def compare(
     with ExitStack() as stack:
         endpoints, failures = runs.resolve_endpoints(runner, frameworks, venvs, out_dir / "logs", stack, startup)
         requests = {name: replace(spec, compilation=compilation_for(name, compilation)).to_request() for name in endpoints}
-        results, run_failures = runs.run_comparison(endpoints, requests, repetitions, cooldown_s, results_store, run_id)
+        results, run_failures = runs.run_comparison(
+            endpoints, transport, requests, repetitions, cooldown_s, results_store, run_id
+        )
         failures += run_failures
 
     frames = {
@@ -180,6 +188,10 @@ def calibrate(
     runner: Annotated[
         list[str], typer.Option(callback=parse_runners, help="NAME=HOST:PORT, each NAME twice: two instances of one runner. Default: start two of each embedded runner")
     ] = [],
+    tls_ca: TlsCaOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    token_file: TokenFileOption = None,
     frameworks: FrameworksOption = every_framework(),
     venvs: Annotated[Optional[Path], typer.Option(help="folder holding the embedded runners' environments")] = None,
     store: StoreOption = Path("results/store"),
@@ -187,6 +199,7 @@ def calibrate(
     """Measure the noise floor: each runner against a second instance of itself (A/A), for one configuration.
     The floor is the smallest difference this host resolves there; it is stored, and `compare` and `report`
     call no difference below it."""
+    transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     pairs: dict[str, list[str]] = {}
     for value in runner:
         name, _, address = value.partition("=")
@@ -211,7 +224,7 @@ def calibrate(
             failures += more
             pairs = {name: [first[name], second[name]] for name in first if name in second}
         for name, addresses in pairs.items():
-            calibration, run_failures = runs.calibrate_twins(name, addresses, request, repetitions, results_store, run_id)
+            calibration, run_failures = runs.calibrate_twins(name, addresses, transport, request, repetitions, results_store, run_id)
             failures += run_failures
             if calibration is None:
                 continue
@@ -231,8 +244,17 @@ def calibrate(
 
 
 @app.command()
-def models(runner: RunnerOption = [], frameworks: FrameworksOption = every_framework(), venvs: VenvsOption = None) -> None:
+def models(
+    runner: RunnerOption = [],
+    tls_ca: TlsCaOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    token_file: TokenFileOption = None,
+    frameworks: FrameworksOption = every_framework(),
+    venvs: VenvsOption = None,
+) -> None:
     """List every runner's models: task, default and minimum input shape, trainable parameters."""
+    transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     columns = [
         Column("runner", key=True), Column("model", key=True), Column("task"), Column("input"), Column("default shape"),
         Column("min shape"), Column("max shape"), Column("options"), Column("parameters", numeric=True),
@@ -248,14 +270,23 @@ def models(runner: RunnerOption = [], frameworks: FrameworksOption = every_frame
                 f"{m.parameter_count:,}",
             ))
 
-    failures = runs.each_runner(runner, frameworks, venvs, add_rows)
+    failures = runs.each_runner(runner, frameworks, venvs, transport, add_rows)
     print_table(columns, rows, "models")
     report_failures(failures)
 
 
 @app.command()
-def describe(runner: RunnerOption = [], frameworks: FrameworksOption = every_framework(), venvs: VenvsOption = None) -> None:
+def describe(
+    runner: RunnerOption = [],
+    tls_ca: TlsCaOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    token_file: TokenFileOption = None,
+    frameworks: FrameworksOption = every_framework(),
+    venvs: VenvsOption = None,
+) -> None:
     """Show each runner's framework, versions, devices and precisions."""
+    transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     columns = [
         Column("runner", key=True), Column("address"), Column("framework"), Column("version"), Column("python"),
         Column("CUDA"), Column("cuDNN"), Column("runner version"), Column("protocol"), Column("devices"),
@@ -277,7 +308,7 @@ def describe(runner: RunnerOption = [], frameworks: FrameworksOption = every_fra
             "\n".join(f"{key}={value}" for key, value in sorted(info.options.items())),
         ))
 
-    failures = runs.each_runner(runner, frameworks, venvs, show)
+    failures = runs.each_runner(runner, frameworks, venvs, transport, show)
     print_table(columns, rows, "runners")
     report_failures(failures)
 
@@ -294,6 +325,10 @@ def report_failures(failures: list[RunnerFailure]) -> None:
 def parity(
     models: Annotated[Optional[str], typer.Option(callback=parse_text, help="comma-separated model names; default: every model both runners list")] = None,
     runner: RunnerOption = [],
+    tls_ca: TlsCaOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    token_file: TokenFileOption = None,
     venvs: VenvsOption = None,
     out: Annotated[Path, typer.Option(help="folder for parity.csv")] = Path("results"),
 ) -> None:
@@ -301,6 +336,7 @@ def parity(
     parameters, FLOPs, output shapes, and, where the other runner can load the reference's weights, the same
     output for the same input. The weights pass through the runners' reference folder: the runners started here
     share a temporary one; runners given with --runner must be started with one shared --reference-dir."""
+    transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     pair = reference_name, other_name = tuple(framework_names()[:2])
     names = [name for name in models.split(",") if name] if models else None
     run_dir = out / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-parity")
@@ -311,8 +347,8 @@ def parity(
         shared = StartupSettings(reference_dir=stack.enter_context(TemporaryDirectory(prefix="fwbench-references-")))
         endpoints, failures = runs.resolve_endpoints(runner, ",".join(pair), venvs, run_dir / "logs", stack, shared)
         if set(pair) <= endpoints.keys():
-            reference = stack.enter_context(RunnerClient(reference_name, endpoints[reference_name]))
-            other = stack.enter_context(RunnerClient(other_name, endpoints[other_name]))
+            reference = stack.enter_context(RunnerClient(reference_name, endpoints[reference_name], transport))
+            other = stack.enter_context(RunnerClient(other_name, endpoints[other_name], transport))
             known = [m.name for m in reference.list_models()]
             unknown = sorted(set(names or []) - set(known))
             if unknown:
@@ -367,10 +403,15 @@ def max_batch(
     device: Annotated[Optional[str], typer.Option(callback=parse_device, help="cpu, gpu or gpu:N")] = None,
     limit: Annotated[int, typer.Option(min=1, max=plan.MAX_BATCH_SIZE, help="largest batch to try (on a CPU, device memory is the host's)")] = 4096,
     runner: RunnerOption = [],
+    tls_ca: TlsCaOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    token_file: TokenFileOption = None,
     frameworks: FrameworksOption = every_framework(),
     venvs: VenvsOption = None,
 ) -> None:
     """The largest batch each runner fits in device memory: doubling, then bisection on RESOURCE_EXHAUSTED."""
+    transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     # One step answers "does it fit": no warm-up, no minimum window, no power.
     request = RunSpec(
         model, mode, 1, shape, precision, device, warmup=0, steps=1, model_options=option_pairs(option), power_rate_hz=0,
@@ -381,7 +422,7 @@ def max_batch(
     with ExitStack() as stack, TemporaryDirectory() as logs:
         endpoints, failures = runs.resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
         for name, address in endpoints.items():
-            client = stack.enter_context(RunnerClient(name, address))
+            client = stack.enter_context(RunnerClient(name, address, transport))
 
             def fits(batch: int, client=client) -> bool:
                 request.batch_size = batch
@@ -424,9 +465,14 @@ def sweep(
     resume: Annotated[bool, typer.Option(help="skip configurations already in the store")] = False,
     report: Annotated[bool, typer.Option(help="write the HTML report from the store when the sweep ends")] = True,
     runner: RunnerOption = [],
+    tls_ca: TlsCaOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    token_file: TokenFileOption = None,
     venvs: VenvsOption = None,
 ) -> None:
     """Run a whole study, one run at a time, each stored the moment it completes; Ctrl-C keeps every finished run."""
+    transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     try:
         if file is not None:
             study = sweep_mod.load_sweep(file)
@@ -453,7 +499,7 @@ def sweep(
     with ExitStack() as stack:
         names = ",".join(sorted({c.runner for _, c in pending}))
         endpoints, failures = (runs.resolve_endpoints(runner, names, venvs, store / "logs", stack, startup) if pending else ({}, []))
-        run_failures, interrupted = runs.run_sweep(pending, endpoints, startup, results_store, study.cooldown_s)
+        run_failures, interrupted = runs.run_sweep(pending, endpoints, transport, startup, results_store, study.cooldown_s)
         failures += run_failures
     done = len(results_store.keys())
     if interrupted:

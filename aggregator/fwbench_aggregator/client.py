@@ -9,6 +9,8 @@ import grpc
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 
+from .connection import Transport
+
 DESCRIBE_TIMEOUT_S = 30.0
 # Counting parameters builds every model once, which is slow for large models on a CPU.
 LIST_MODELS_TIMEOUT_S = 600.0
@@ -24,12 +26,8 @@ class RunnerFailure(Exception):
         self.message = message
 
     @classmethod
-    def from_rpc(cls, runner: str, error: grpc.RpcError) -> "RunnerFailure":
-        code = error.code()
-        message = error.details() or ""
-        if code is grpc.StatusCode.UNAVAILABLE:
-            message = f"runner unreachable ({message})"
-        return cls(runner, code.name, message)
+    def from_rpc(cls, runner: str, error: grpc.RpcError, transport: Transport = Transport()) -> "RunnerFailure":
+        return cls(runner, error.code().name, transport.explain(error.code(), error.details() or ""))
 
 
 @dataclass
@@ -45,10 +43,11 @@ class RunResult:
 
 
 class RunnerClient:
-    def __init__(self, name: str, address: str) -> None:
+    def __init__(self, name: str, address: str, transport: Transport = Transport()) -> None:
         self.name = name
         self.address = address
-        self._channel = grpc.insecure_channel(address)
+        self.transport = transport
+        self._channel = transport.channel(address)
         self._stub = pb_grpc.RunnerStub(self._channel)
 
     def close(self) -> None:
@@ -80,7 +79,7 @@ class RunnerClient:
         try:
             return method(request, timeout=timeout_s)
         except grpc.RpcError as error:
-            raise RunnerFailure.from_rpc(self.name, error) from None
+            raise RunnerFailure.from_rpc(self.name, error, self.transport) from None
 
     def run(
         self,
@@ -104,7 +103,7 @@ class RunnerClient:
                 elif kind == "summary":
                     result.summary = event.summary
         except grpc.RpcError as error:
-            raise RunnerFailure.from_rpc(self.name, error) from None
+            raise RunnerFailure.from_rpc(self.name, error, self.transport) from None
         except BaseException:
             # Ctrl-C (or any other way out): cancel the call, so the runner stops between
             # steps and frees the device instead of running on for nobody.

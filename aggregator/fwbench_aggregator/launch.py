@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from .connection import Transport
 from .frameworks import frameworks
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -63,9 +64,9 @@ def embedded_command(framework: str, venvs: Path, settings: StartupSettings = St
     return [str(python), "-m", declared[framework].module, "--address", "127.0.0.1:0", *settings.flags()]
 
 
-def wait_until_serving(address: str, timeout_s: float) -> None:
+def wait_until_serving(address: str, timeout_s: float, transport: Transport = Transport()) -> None:
     deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(address) as channel:
+    with transport.channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
             try:
@@ -87,6 +88,7 @@ class LocalRunner:
     command: list[str]
     log_path: Path | None = None
     env: dict[str, str] | None = None
+    transport: Transport = Transport()  # how to reach it once it listens
     process: subprocess.Popen | None = None
     address: str = ""
 
@@ -103,7 +105,7 @@ class LocalRunner:
             log.close()
         self.address = self._read_address(timeout_s)
         try:
-            wait_until_serving(self.address, timeout_s)
+            wait_until_serving(self.address, timeout_s, self.transport)
         except RunnerStartError:
             self.stop()
             raise

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import plan, stats
+from .connection import EMBEDDED, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TOKEN_FILE_ENV, Transport
 from .frameworks import names as framework_names
 from .vocabulary import DEVICE_FORMS, SHAPE_FORMS, Compilation, is_device, is_shape
 
@@ -91,6 +92,33 @@ RunnerOption = Annotated[
         help=f"NAME=HOST:PORT of a running runner; repeat for each (or ${RUNNERS_ENV}, space-separated). Default: start the embedded runners",
     ),
 ]
+
+
+# How to reach the runners named with --runner (README, "A runner on a remote GPU host").
+_READABLE_FILE = dict(exists=True, dir_okay=False, readable=True)
+TlsCaOption = Annotated[Optional[Path], typer.Option(
+    envvar=TLS_CA_ENV, **_READABLE_FILE, help="talk TLS to the --runner runners, trusting this CA (PEM) to have signed their certificates",
+)]
+TlsCertOption = Annotated[Optional[Path], typer.Option(
+    envvar=TLS_CERT_ENV, **_READABLE_FILE, help="this client's certificate chain (PEM), for runners that require one; with --tls-key",
+)]
+TlsKeyOption = Annotated[Optional[Path], typer.Option(envvar=TLS_KEY_ENV, **_READABLE_FILE, help="the private key (PEM) of --tls-cert")]
+TokenFileOption = Annotated[Optional[Path], typer.Option(
+    envvar=TOKEN_FILE_ENV, **_READABLE_FILE, help="a file holding the token the --runner runners require",
+)]
+
+
+def runner_transport(
+    runner: list[str], tls_ca: Optional[Path], tls_cert: Optional[Path], tls_key: Optional[Path], token_file: Optional[Path]
+) -> Transport:
+    """How to reach the runners: those named with --runner as the options say, the embedded ones with the
+    token they were started with."""
+    if not runner:
+        return EMBEDDED
+    try:
+        return Transport.from_files(tls_ca, tls_cert, tls_key, token_file)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
 
 
 def parse_frameworks(value: str) -> str:

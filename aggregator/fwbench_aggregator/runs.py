@@ -24,6 +24,7 @@ from . import analysis, stats
 from . import results as results_mod
 from . import store as store_mod
 from .client import RunnerClient, RunnerFailure, RunResult
+from .connection import EMBEDDED, Transport, embedded_runner_env
 from .console import err_console
 from .launch import LocalRunner, RunnerStartError, StartupSettings, default_venvs, embedded_command
 from .scheduler import device_group, run_grouped
@@ -34,13 +35,17 @@ from .vocabulary import indexed_device, shape_dims, shape_text, to_text
 def start_embedded(
     frameworks: list[str], venvs: Path, log_dir: Path, stack: ExitStack, settings: StartupSettings = StartupSettings()
 ) -> tuple[dict, list]:
-    """Start each framework's runner locally, all at once; returns their addresses and the failures."""
+    """Start each framework's runner locally, all at once, requiring EMBEDDED's token; returns their addresses
+    and the failures."""
     log_dir.mkdir(parents=True, exist_ok=True)
     failures: list[RunnerFailure] = []
     runners: dict[str, LocalRunner] = {}
     for name in frameworks:
         try:
-            runners[name] = LocalRunner(name, embedded_command(name, venvs, settings), log_dir / f"{name}-runner.log")
+            runners[name] = LocalRunner(
+                name, embedded_command(name, venvs, settings), log_dir / f"{name}-runner.log",
+                env=embedded_runner_env(), transport=EMBEDDED,
+            )
         except RunnerStartError as error:
             failures.append(RunnerFailure(name, "UNAVAILABLE", str(error)))
     addresses: dict[str, str] = {}
@@ -67,7 +72,8 @@ def resolve_endpoints(
 
 
 def run_all(
-    endpoints: dict[str, str], requests: dict[str, pb.RunRequest], repetitions: int = 1, cooldown_s: float = 0.0
+    endpoints: dict[str, str], requests: dict[str, pb.RunRequest], transport: Transport, repetitions: int = 1,
+    cooldown_s: float = 0.0,
 ) -> tuple[list[RunResult], list[RunnerFailure]]:
     """Run the request on each runner, one after the other (they may share a device), repetition after
     repetition in counterbalanced order (A B, B A, ...) so that drift favours neither. A runner that fails
@@ -92,7 +98,7 @@ def run_all(
                 progress.update(task, description=f"{label}: {phase}", completed=p.steps_done, total=p.steps_total)
 
             try:
-                with RunnerClient(name, endpoints[name]) as client:
+                with RunnerClient(name, endpoints[name], transport) as client:
                     results.append(client.run(requests[name], on_progress, repetition))
             except RunnerFailure as failure:
                 failures.append(failure)
@@ -113,14 +119,15 @@ def store_run(results_store: store_mod.ResultStore, key: str, config: dict, resu
 
 
 def each_runner(
-    runner: list[str], frameworks: str, venvs: Optional[Path], visit: Callable[[str, str, RunnerClient], None]
+    runner: list[str], frameworks: str, venvs: Optional[Path], transport: Transport,
+    visit: Callable[[str, str, RunnerClient], None],
 ) -> list[RunnerFailure]:
     """Call `visit(name, address, client)` for every runner, started or named; returns the runners that failed."""
     with ExitStack() as stack, TemporaryDirectory() as logs:
         endpoints, failures = resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
         for name, address in endpoints.items():
             try:
-                with RunnerClient(name, address) as client:
+                with RunnerClient(name, address, transport) as client:
                     visit(name, address, client)
             except RunnerFailure as failure:
                 failures.append(failure)
@@ -140,10 +147,10 @@ class RunnerFacts(NamedTuple):
     options: dict[str, str]  # its Describe options: which machine, which GPUs
 
 
-def runner_facts(name: str, address: str) -> RunnerFacts:
+def runner_facts(name: str, address: str, transport: Transport) -> RunnerFacts:
     """The runner's default device; for a failed run, the runner, framework, device and shape a
     successful one would have reported; and its Describe options."""
-    with RunnerClient(name, address) as client:
+    with RunnerClient(name, address, transport) as client:
         info = client.describe()
     gpus = [d for d in info.devices if d.kind == pb.DEVICE_KIND_GPU]
     default_device = f"gpu:{gpus[0].index}" if gpus else "cpu:0"
@@ -151,7 +158,7 @@ def runner_facts(name: str, address: str) -> RunnerFacts:
     @functools.cache
     def default_shapes() -> dict[str, str]:
         # Listing models builds each once on the runner: only worth it once a run has failed.
-        with RunnerClient(name, address) as client:
+        with RunnerClient(name, address, transport) as client:
             return {m.name: shape_text(m.default_input_shape) for m in client.list_models()}
 
     def columns(model: str, device: Optional[str], shape: Optional[str]) -> dict:
@@ -167,11 +174,11 @@ def runner_facts(name: str, address: str) -> RunnerFacts:
 
 
 def run_comparison(
-    endpoints: dict[str, str], requests: dict[str, pb.RunRequest], repetitions: int, cooldown_s: float,
-    results_store: store_mod.ResultStore, run_id: str,
+    endpoints: dict[str, str], transport: Transport, requests: dict[str, pb.RunRequest], repetitions: int,
+    cooldown_s: float, results_store: store_mod.ResultStore, run_id: str,
 ) -> tuple[list[RunResult], list[RunnerFailure]]:
     """`compare`'s runs: every runner, counterbalanced, each completed run added to the store."""
-    results, failures = run_all(endpoints, requests, repetitions, cooldown_s)
+    results, failures = run_all(endpoints, requests, transport, repetitions, cooldown_s)
     for result in results:
         request = requests[result.runner]
         config = {"compare": run_id, **MessageToDict(request), "runner": result.runner, "repetition": result.repetition}
@@ -186,11 +193,11 @@ class Calibration(NamedTuple):
 
 
 def run_medians_by_runner(
-    endpoints: dict[str, str], request: pb.RunRequest, repetitions: int
+    endpoints: dict[str, str], transport: Transport, request: pb.RunRequest, repetitions: int
 ) -> tuple[list[RunResult], dict[str, list[float]], list[RunnerFailure]]:
     """The same request on every runner, counterbalanced: the results and each runner's per-run median
     step times (what an A/A comparison compares)."""
-    results, failures = run_all(endpoints, {name: request for name in endpoints}, repetitions)
+    results, failures = run_all(endpoints, {name: request for name in endpoints}, transport, repetitions)
     if failures:
         return results, {}, failures
     runs = analysis.run_values(results_mod.summary_frame("a-a", results, []), results_mod.steps_frame("a-a", results))
@@ -199,12 +206,12 @@ def run_medians_by_runner(
 
 
 def calibrate_twins(
-    name: str, addresses: Sequence[str], request: pb.RunRequest, repetitions: int,
+    name: str, addresses: Sequence[str], transport: Transport, request: pb.RunRequest, repetitions: int,
     results_store: store_mod.ResultStore, run_id: str,
 ) -> tuple[Optional[Calibration], list[RunnerFailure]]:
     """Two instances of one runner against each other (A/A), and the noise floor that gives, stored."""
     twins = {name: addresses[0], f"{name}-2": addresses[1]}
-    results, medians, failures = run_medians_by_runner(twins, request, repetitions)
+    results, medians, failures = run_medians_by_runner(twins, transport, request, repetitions)
     if failures:
         return None, failures
     comparison = stats.compare(name, medians[name], f"{name}-2", medians[f"{name}-2"])
@@ -230,12 +237,12 @@ def pending_runs(
 
 
 def run_sweep(
-    pending: Sequence[tuple[str, Configuration]], endpoints: dict[str, str], startup: StartupSettings,
+    pending: Sequence[tuple[str, Configuration]], endpoints: dict[str, str], transport: Transport, startup: StartupSettings,
     results_store: store_mod.ResultStore, cooldown_s: float,
 ) -> tuple[list[RunnerFailure], bool]:
     """Every pending run, those sharing a machine and device one after the other, each stored the moment it
     completes (a repeatable failure too); returns the failures and whether Ctrl-C interrupted the sweep."""
-    facts = {name: runner_facts(name, address) for name, address in endpoints.items()}
+    facts = {name: runner_facts(name, address, transport) for name, address in endpoints.items()}
     failures: list[RunnerFailure] = []
     store_lock = threading.Lock()
     active: set[RunnerClient] = set()
@@ -249,7 +256,7 @@ def run_sweep(
             progress.update(overall, description=f"{c.runner} {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1}")
             request = c.run_spec(startup).to_request()
             config = c.key_fields()
-            client = RunnerClient(c.runner, endpoints[c.runner])
+            client = RunnerClient(c.runner, endpoints[c.runner], transport)
             active.add(client)
             try:
                 result = client.run(request, repetition=c.repetition)

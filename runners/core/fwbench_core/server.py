@@ -19,6 +19,7 @@ from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from . import access as access_mod
 from . import references, wire
 from .backend import Backend
 from .decoding import RequestDecodingInterceptor
@@ -30,7 +31,8 @@ from .spec import RunnerSettings, Switch
 log = logging.getLogger("fwbench.runner")
 
 ADDRESS_ENV = "FWBENCH_RUNNER_ADDRESS"
-DEFAULT_ADDRESS = "0.0.0.0:50051"
+# Loopback: another host reaches a runner only when told to listen there (see access.py for who may talk).
+DEFAULT_ADDRESS = "127.0.0.1:50051"
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Runner"].full_name
 STOP_GRACE_S = 10.0
 
@@ -98,20 +100,21 @@ class RunnerServicer(pb_grpc.RunnerServicer):
 
 
 def create_server(
-    service: RunnerService, address: str, max_workers: int = 8
+    service: RunnerService, address: str, max_workers: int = 8, access: access_mod.Access = access_mod.Access()
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
-    """Build a server for `service` bound to `address` (port 0 picks a free one); returns it, the bound
-    port and its health servicer."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), interceptors=[RequestDecodingInterceptor()])
+    """Build a server for `service` bound to `address` (port 0 picks a free one) with `access` (plaintext and
+    no token by default); returns it, the bound port and its health servicer."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers),
+        interceptors=[*access.interceptors(), RequestDecodingInterceptor()], options=access_mod.SERVER_OPTIONS,
+    )
     pb_grpc.add_RunnerServicer_to_server(RunnerServicer(service), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
     )
-    port = server.add_insecure_port(address)
-    if port == 0:
-        raise SystemExit(f"cannot bind {address}")
+    port = access.bind(server, address)
     for service in ("", SERVICE_NAME):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
     return server, port, health_servicer
@@ -128,7 +131,8 @@ def serve(
     parser.add_argument(
         "--address",
         default=os.environ.get(ADDRESS_ENV, DEFAULT_ADDRESS),
-        help=f"host:port to listen on; port 0 picks a free port (default: ${ADDRESS_ENV} or {DEFAULT_ADDRESS})",
+        help=f"host:port to listen on; port 0 picks a free port; 0.0.0.0:PORT listens on every interface, for "
+        f"other hosts (default: ${ADDRESS_ENV} or {DEFAULT_ADDRESS}, this host only)",
     )
     cores = os.cpu_count() or 1
     parser.add_argument(
@@ -148,12 +152,17 @@ def serve(
         f"(default for this runner: {default_isolation.value})",
     )
     references.add_arguments(parser)
+    access_mod.add_arguments(parser)
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = parser.parse_args(argv)
     reference_folder = references.folder_from_arguments(parser, args)
     for flag in ("intra_op_threads", "inter_op_threads"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+    try:
+        access = access_mod.from_args(args)
+    except access_mod.AccessError as error:
+        parser.error(str(error))
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     settings = RunnerSettings(args.intra_op_threads, args.inter_op_threads, Switch(args.cudnn_autotune))
@@ -162,13 +171,14 @@ def serve(
         backend_factory(), isolation=RunIsolation(args.run_isolation), make_backend=backend_factory,
         references=reference_folder,
     )
-    server, port, health_servicer = create_server(service, args.address)
+    server, port, health_servicer = create_server(service, args.address, access=access)
     server.start()
     host = args.address.rsplit(":", 1)[0]
     # One line on stdout tells a parent process (the aggregator) where we listen.
     framework = service.backend.framework
     print(json.dumps({"event": "listening", "framework": framework, "address": f"{host}:{port}"}), flush=True)
-    log.info("%s runner listening on %s:%d, run isolation %s", framework, host, port, args.run_isolation)
+    log.info("%s runner listening on %s:%d (%s), run isolation %s", framework, host, port, access.describe(),
+             args.run_isolation)
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
