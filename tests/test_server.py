@@ -173,9 +173,9 @@ def test_a_string_that_is_not_utf8_is_an_invalid_argument(serve_backend, method,
 
 
 @pytest.mark.parametrize("method", ["ExportReference", "CompareReference"])
-def test_reference_requests_take_the_seed_rule_of_runs(serve_backend, method, tmp_path):
+def test_reference_requests_take_the_seed_rule_of_runs(serve_backend, method):
     srv = serve_backend(FakeBackend(step_time_s=0.0))
-    request = pb.ReferenceRequest(model="resnet18", seed=2**32, path=str(tmp_path / "reference.npz"))
+    request = pb.ReferenceRequest(model="resnet18", seed=2**32, name="reference.npz")
     with pytest.raises(grpc.RpcError) as info:
         getattr(srv.stub, method)(request, timeout=10)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -149,9 +149,9 @@ class RunnerService:
     def export_reference(self, request: ReferenceRequest, cancelled: Callable[[], bool]) -> ReferenceReport:
         """Build the model, run a random input, and store weights, input and output as reference `name`:
         computed under the CPU lock, written after it is released."""
-        folder = self._reference_folder()
         check_name(request.name)
         config = resolve_reference(request, self.backend.models.names())
+        folder = self._reference_folder()
         arrays, report = self.on_cpu(lambda: self.backend.export_reference(config), cancelled)
         folder.write(request.name, arrays)
         return report
@@ -159,9 +159,9 @@ class RunnerService:
     def compare_reference(self, request: ReferenceRequest, cancelled: Callable[[], bool]) -> ReferenceReport:
         """Load reference `name` into this runner's model and compare outputs: the file is read before the
         CPU lock is taken, so no file can hold the CPU."""
-        folder = self._reference_folder()
         check_name(request.name)
         config = resolve_reference(request, self.backend.models.names())
+        folder = self._reference_folder()
         arrays = folder.read(request.name)
         check_input_fits(request.name, arrays["input"], config)
         return self.on_cpu(lambda: self.backend.compare_reference(config, arrays), cancelled)
