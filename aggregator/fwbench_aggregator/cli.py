@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import pandas as pd
 import typer
 from fwbench.runner.v1 import runner_pb2 as pb
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from . import analysis, plan, plots, runs, stats
 from . import parity as parity_mod
@@ -229,26 +230,49 @@ def calibrate(
 
 
 @app.command()
-def models(runner: RunnerOption = [], frameworks: FrameworksOption = every_framework(), venvs: VenvsOption = None) -> None:
-    """List every runner's models: task, default and minimum input shape, trainable parameters."""
+def models(
+    runner: RunnerOption = [], frameworks: FrameworksOption = every_framework(), venvs: VenvsOption = None,
+    parameters: Annotated[bool, typer.Option(
+        "--parameters", help="count each model's trainable parameters too (default shape and options): the runner "
+        "builds every model on its CPU, tens of seconds",
+    )] = False,
+) -> None:
+    """List every runner's models: task, default, minimum and maximum input shape, options; with --parameters,
+    trainable parameters."""
     columns = [
         Column("runner", key=True), Column("model", key=True), Column("task"), Column("input"), Column("default shape"),
-        Column("min shape"), Column("max shape"), Column("options"), Column("parameters", numeric=True),
+        Column("min shape"), Column("max shape"), Column("options"),
+        *([Column("parameters", numeric=True)] if parameters else []),
     ]
     rows = []
 
     def add_rows(name: str, address: str, client: RunnerClient) -> None:
-        for m in client.list_models():
+        listed = client.list_models()
+        counts = parameter_counts(name, client, [m.name for m in listed]) if parameters else {}
+        for m in listed:
             rows.append((
                 name, m.name, to_text(pb.Task, m.task), m.input_convention,
                 shape_text(m.default_input_shape), shape_text(m.min_input_shape), shape_text(m.max_input_shape),
                 " ".join(f"{o.name}={'|'.join(o.choices)}" for o in m.options),
-                f"{m.parameter_count:,}",
+                *([f"{counts[m.name]:,}"] if parameters else []),
             ))
 
     failures = runs.each_runner(runner, frameworks, venvs, add_rows)
     print_table(columns, rows, "models")
     report_failures(failures)
+
+
+def parameter_counts(name: str, client: RunnerClient, models: list[str]) -> dict[str, int]:
+    """Each model's trainable parameters as the runner's InspectModel counts them, one model at a time."""
+    counts = {}
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=err_console, transient=True) as progress:
+        task = progress.add_task(f"{name}: counting parameters", total=len(models))
+        for model in models:
+            progress.update(task, description=f"{name}: building {model}")
+            counts[model] = client.inspect(model).parameter_count
+            progress.advance(task)
+    return counts
 
 
 @app.command()
@@ -363,7 +387,7 @@ def max_batch(
     frameworks: FrameworksOption = every_framework(),
     venvs: VenvsOption = None,
 ) -> None:
-    """The largest batch each runner fits in device memory: doubling, then bisection on RESOURCE_EXHAUSTED."""
+    """The largest batch each runner fits in device memory: doubling, then bisection on out-of-memory refusals."""
     # One step answers "does it fit": no warm-up, no minimum window, no power.
     request = RunSpec(
         model, mode, 1, shape, precision, device, warmup=0, steps=1, model_options=option_pairs(option), power_rate_hz=0,
@@ -381,9 +405,9 @@ def max_batch(
                 try:
                     client.run(request)
                 except RunnerFailure as failure:
-                    if failure.code == "RESOURCE_EXHAUSTED":
+                    if failure.out_of_memory:
                         return False
-                    raise
+                    raise  # a busy runner, or any other refusal, says nothing about the batch
                 return True
 
             search = BatchSearch(fits, limit=limit)

@@ -127,9 +127,10 @@ def each_runner(
     return failures
 
 
-# Failures that belong to the configuration and would repeat: stored, so --resume skips them and
-# reports mark them. An unreachable runner or an internal error is not stored: a resume retries it.
-REPEATABLE_FAILURES = {"RESOURCE_EXHAUSTED", "INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND"}
+# Failures that belong to the configuration and would repeat, with running out of memory: stored, so --resume
+# skips them and reports mark them. A busy or unreachable runner, or an internal error, is not stored: a resume
+# retries it.
+REPEATABLE_FAILURES = {"INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND"}
 
 
 class RunnerFacts(NamedTuple):
@@ -150,7 +151,7 @@ def runner_facts(name: str, address: str) -> RunnerFacts:
 
     @functools.cache
     def default_shapes() -> dict[str, str]:
-        # Listing models builds each once on the runner: only worth it once a run has failed.
+        # Asked only once a run has failed.
         with RunnerClient(name, address) as client:
             return {m.name: shape_text(m.default_input_shape) for m in client.list_models()}
 
@@ -255,7 +256,7 @@ def run_sweep(
                 result = client.run(request, repetition=c.repetition)
             except RunnerFailure as failure:
                 failures.append(failure)
-                if failure.code in REPEATABLE_FAILURES and not stop.is_set():
+                if (failure.code in REPEATABLE_FAILURES or failure.out_of_memory) and not stop.is_set():
                     # Where the run would have been: the device and shape a success would report.
                     where = facts[c.runner].failure_columns(c.model, c.device, c.shape)
                     with store_lock:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import suppress
 from typing import Any, TypeVar
 
-from .errors import RunnerError, error_from_status, status_for
+from .errors import RunnerError, error_from_status, reason_for, status_for
 from .spec import DeviceKind, DeviceRef
 
 log = logging.getLogger("fwbench.runner.worker")
@@ -42,8 +42,8 @@ def stream_from_worker(
 
     `work`, `args` and the items must pickle. The client's cancellation, or a caller that stops
     listening, sets `stop` in the worker, which stops the run between steps. An error in the worker
-    arrives as a RunnerError with the same gRPC status and message. Returns only once the worker has
-    exited, so that the device is free when the caller releases its lock.
+    arrives as a RunnerError with the same gRPC status, message and reason. Returns only once the worker
+    has exited, so that the device is free when the caller releases its lock.
     """
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
@@ -96,8 +96,8 @@ def _worker_main(work, args, sender, stop, log_level: int) -> None:
     except Exception as error:
         if not isinstance(error, RunnerError):
             log.exception("run failed in the worker process")
-        # The status and message cross the process boundary; a framework's exception may not pickle.
-        sender.send((_ERROR, status_for(error)))
+        # The status, message and reason cross the process boundary; a framework's exception may not pickle.
+        sender.send((_ERROR, (*status_for(error), reason_for(error))))
     else:
         sender.send((_END, None))
     finally:

@@ -21,9 +21,9 @@ from grpc_reflection.v1alpha import reflection
 
 from . import wire
 from .backend import Backend
-from .errors import InvalidArgument, status_for
+from .errors import InvalidArgument, status_for, trailing_metadata_for
 from .isolation import RunIsolation
-from .service import RunnerService
+from .service import DEFAULT_MAX_QUEUED_REQUESTS, RunnerService
 from .spec import RunnerSettings, Switch
 
 log = logging.getLogger("fwbench.runner")
@@ -32,6 +32,8 @@ ADDRESS_ENV = "FWBENCH_RUNNER_ADDRESS"
 DEFAULT_ADDRESS = "0.0.0.0:50051"
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Runner"].full_name
 STOP_GRACE_S = 10.0
+# Server threads beyond the work limit: Describe, ListModels, health checks and reflection always find one.
+QUICK_REQUEST_THREADS = 4
 
 
 class RunnerServicer(pb_grpc.RunnerServicer):
@@ -44,11 +46,7 @@ class RunnerServicer(pb_grpc.RunnerServicer):
         return wire.describe_to_wire(self._service.info, self._service.precisions(), self._service.backend.capabilities)
 
     def ListModels(self, request, context):
-        try:
-            models = self._service.list_models()
-        except Exception as exc:
-            self._abort(context, exc)
-        return pb.ListModelsResponse(models=[wire.model_to_wire(spec, count) for spec, count in models])
+        return pb.ListModelsResponse(models=[wire.model_to_wire(spec) for spec in self._service.list_models()])
 
     def InspectModel(self, request, context):
         try:
@@ -85,26 +83,23 @@ class RunnerServicer(pb_grpc.RunnerServicer):
             for event in run:
                 yield wire.event_to_wire(event, self._service.info)
         except Exception as exc:
-            failure = status_for(exc)
-            if failure[0] is grpc.StatusCode.INTERNAL:
-                log.exception("run failed")
+            failure = exc
         if failure is not None:
-            context.abort(*failure)
+            self._abort(context, failure)
 
     @staticmethod
     def _abort(context, exc: Exception):
         code, message = status_for(exc)
         if code is grpc.StatusCode.INTERNAL:
-            log.exception("request failed")
+            log.error("request failed", exc_info=exc)
+        context.set_trailing_metadata(trailing_metadata_for(exc))
         context.abort(code, message)
 
 
-def create_server(
-    service: RunnerService, address: str, max_workers: int = 8
-) -> tuple[grpc.Server, int, health.HealthServicer]:
+def create_server(service: RunnerService, address: str) -> tuple[grpc.Server, int, health.HealthServicer]:
     """Build a server for `service` bound to `address` (port 0 picks a free one); returns it, the bound
     port and its health servicer."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=service.work_limit.limit + QUICK_REQUEST_THREADS))
     pb_grpc.add_RunnerServicer_to_server(RunnerServicer(service), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -149,9 +144,14 @@ def serve(
         "exit gives all its device memory back; 'process-on-gpu' a fresh process for GPU runs only "
         f"(default for this runner: {default_isolation.value})",
     )
+    parser.add_argument(
+        "--max-queued-requests", type=int, default=DEFAULT_MAX_QUEUED_REQUESTS,
+        help="runs, inspections and reference exports and comparisons held at once, running or waiting for their "
+        f"device; one more is refused as busy (RESOURCE_EXHAUSTED) (default {DEFAULT_MAX_QUEUED_REQUESTS})",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = parser.parse_args(argv)
-    for flag in ("intra_op_threads", "inter_op_threads"):
+    for flag in ("intra_op_threads", "inter_op_threads", "max_queued_requests"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -159,7 +159,8 @@ def serve(
     settings = RunnerSettings(args.intra_op_threads, args.inter_op_threads, Switch(args.cudnn_autotune))
     backend_factory = functools.partial(make_backend, settings)
     service = RunnerService(
-        backend_factory(), isolation=RunIsolation(args.run_isolation), make_backend=backend_factory
+        backend_factory(), isolation=RunIsolation(args.run_isolation), make_backend=backend_factory,
+        max_queued_requests=args.max_queued_requests,
     )
     server, port, health_servicer = create_server(service, args.address)
     server.start()
