@@ -6,7 +6,9 @@ from __future__ import annotations
 import enum
 import logging
 import multiprocessing
+import os
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from typing import Any, TypeVar
@@ -90,6 +92,7 @@ def _worker_main(work, args, sender, stop, log_level: int) -> None:
     # Ctrl-C reaches the whole process group; the parent decides when the run stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=log_level, format=WORKER_LOG_FORMAT)
+    threading.Thread(target=_exit_when_runner_ends, name="fwbench-runner-watch", daemon=True).start()
     try:
         for item in work(*args, stop.is_set):
             sender.send((_ITEM, item))
@@ -102,3 +105,11 @@ def _worker_main(work, args, sender, stop, log_level: int) -> None:
         sender.send((_END, None))
     finally:
         sender.close()
+
+
+def _exit_when_runner_ends() -> None:
+    """A runner that ends in any way, kill -9 included, takes its worker with it: nobody would read the run.
+    (A daemonic worker is ended only by a runner that exits normally.)"""
+    multiprocessing.parent_process().join()
+    log.warning("the runner that started this worker has ended: the run ends with it")
+    os._exit(1)

@@ -12,6 +12,7 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent import futures
+from contextlib import suppress
 
 import grpc
 from fwbench.runner.v1 import runner_pb2 as pb
@@ -32,6 +33,7 @@ ADDRESS_ENV = "FWBENCH_RUNNER_ADDRESS"
 DEFAULT_ADDRESS = "0.0.0.0:50051"
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Runner"].full_name
 STOP_GRACE_S = 10.0
+STDIN_FD = 0
 # Server threads beyond the work limit: Describe, ListModels, health checks and reflection always find one.
 QUICK_REQUEST_THREADS = 4
 
@@ -149,6 +151,11 @@ def serve(
         help="runs, inspections and reference exports and comparisons held at once, running or waiting for their "
         f"device; one more is refused as busy (RESOURCE_EXHAUSTED) (default {DEFAULT_MAX_QUEUED_REQUESTS})",
     )
+    parser.add_argument(
+        "--exit-with-parent", action="store_true",
+        help="stop gracefully once standard input closes: a parent that holds the only write end of a pipe on "
+        "it (the aggregator) takes the runner with it however it ends, kill -9 included",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = parser.parse_args(argv)
     for flag in ("intra_op_threads", "inter_op_threads", "max_queued_requests"):
@@ -173,7 +180,17 @@ def serve(
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    if args.exit_with_parent:
+        threading.Thread(target=_set_at_stdin_end, args=(stop,), name="fwbench-parent-watch", daemon=True).start()
     stop.wait()
     log.info("stopping: finishing in-flight requests for up to %.0f s", STOP_GRACE_S)
     health_servicer.enter_graceful_shutdown()
     server.stop(grace=STOP_GRACE_S).wait()
+
+
+def _set_at_stdin_end(stop: threading.Event) -> None:
+    with suppress(OSError):  # no standard input at all ends it too
+        while os.read(STDIN_FD, 4096):
+            pass
+    log.info("standard input closed: the parent process has ended")
+    stop.set()
