@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from contextlib import ExitStack
 from dataclasses import replace
@@ -14,6 +15,7 @@ import pandas as pd
 import typer
 from fwbench.runner.v1 import runner_pb2 as pb
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from typer.core import TyperGroup
 
 from . import analysis, plan, plots, runs, stats
 from . import parity as parity_mod
@@ -39,7 +41,36 @@ from .vocabulary import Mode as ModeChoice
 from .vocabulary import Precision as PrecisionChoice
 from .vocabulary import Switch as SwitchChoice
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt, so that both end a command the same way: the runs
+    in flight cancelled, finished runs kept, runners stopped."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
+def interrupted_status(interrupt: KeyboardInterrupt) -> int:
+    """The shell's exit status for a command ended by a signal, 128 + its number: Ctrl-C 130, SIGTERM 143."""
+    return 128 + (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
+
+
+class Commands(TyperGroup):
+    """Every command ends on SIGTERM as on Ctrl-C, with the signal's exit status."""
+
+    def invoke(self, ctx):
+        signal.signal(signal.SIGTERM, _terminate)
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as interrupt:
+            status = interrupted_status(interrupt)
+            err_console.print(f"[bold yellow]interrupted by {signal.Signals(status - 128).name}[/]: runs in flight "
+                              "cancelled, finished runs kept, runners stopped")
+            raise typer.Exit(status) from None
+
+
+app = typer.Typer(cls=Commands, add_completion=False, no_args_is_help=True, help=__doc__)
 
 
 def _energy_cells(row) -> tuple[str, str]:
@@ -443,7 +474,8 @@ def sweep(
     runner: RunnerOption = [],
     venvs: VenvsOption = None,
 ) -> None:
-    """Run a whole study, one run at a time, each stored the moment it completes; Ctrl-C keeps every finished run."""
+    """Run a whole study, one run at a time, each stored the moment it completes; Ctrl-C or SIGTERM keeps every
+    finished run."""
     try:
         if file is not None:
             study = sweep_mod.load_sweep(file)
@@ -466,16 +498,15 @@ def sweep(
         raise typer.BadParameter(f"{store} already holds {c.runner} {c.model}; use --resume to skip what is done", param_hint="--store")
     err_console.print(f"{len(pending)} runs to do, {len(done_before)} already in {store}")
     failures: list[RunnerFailure] = []
-    interrupted = False
     with ExitStack() as stack:
         names = ",".join(sorted({c.runner for _, c in pending}))
         endpoints, failures = (runs.resolve_endpoints(runner, names, venvs, store / "logs", stack, startup) if pending else ({}, []))
         run_failures, interrupted = runs.run_sweep(pending, endpoints, startup, results_store, study.cooldown_s)
         failures += run_failures
     done = len(results_store.keys())
-    if interrupted:
+    if interrupted is not None:
         err_console.print(f"[bold yellow]interrupted[/]: the run in flight was cancelled; {done} runs are kept in {store}")
-        raise typer.Exit(130)
+        raise typer.Exit(interrupted_status(interrupted))
     if report and done:
         rows, path = report_mod.write_store_report(results_store, store / "report")
         report_mod.print_rows(rows)
