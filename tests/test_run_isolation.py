@@ -305,7 +305,7 @@ def test_tensorflow_in_a_worker_refuses_cancels_and_runs_as_in_process(tensorflo
     # One test, so that CI starts TensorFlow worker processes twice, not four times.
     default_options = tensorflow_default.Describe(pb.DescribeRequest(), timeout=RUN_TIMEOUT_S).options
     assert default_options["run_isolation"] == "process-on-gpu"
-    code, details = rpc_error(tensorflow_in_worker, rpc_request(input_shape=[3, 2, 2]))
+    code, details, _ = rpc_error(tensorflow_in_worker, rpc_request(input_shape=[3, 2, 2]))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "input_shape" in details
     cancel_after_first_steps(tensorflow_in_worker)
     in_worker_events = list(tensorflow_in_worker.Run(rpc_request(), timeout=NEXT_RUN_TIMEOUT_S))
