@@ -130,6 +130,17 @@ def test_models_and_describe_take_runners_from_the_environment_and_name_the_unre
     assert "runner tensorflow failed" in done.stderr and "unreachable" in done.stderr
 
 
+def test_models_lists_at_once_and_counts_parameters_on_request(fake_runner):
+    from fwbench_core.fake import fake_parameter_count
+
+    listed = fwbench("models", "--runner", f"fake={fake_runner}")
+    assert listed.returncode == 0, listed.stderr
+    assert "resnet18" in listed.stdout and "parameters" not in listed.stdout
+    counted = fwbench("models", "--parameters", "--runner", f"fake={fake_runner}")
+    assert counted.returncode == 0, counted.stderr
+    assert "parameters" in counted.stdout and f"{fake_parameter_count('resnet18'):,}" in counted.stdout
+
+
 def test_an_80_column_terminal_gets_every_figure_whole(tmp_path, fake_runner):
     done = fwbench(
         "compare", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1", "--steps", "3", *QUICK,

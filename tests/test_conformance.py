@@ -7,6 +7,7 @@ the whole suite runs in a few minutes on a small CPU machine.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -38,7 +39,7 @@ WARMUP = 1
 MEASURED = 3
 
 RPC_TIMEOUT_S = 30
-LIST_TIMEOUT_S = 300
+INSPECT_TIMEOUT_S = 300
 RUN_TIMEOUT_S = 180
 # The first of two runs on one device: long enough (~0.5 s on the fake runner)
 # that it still holds the device when the second request arrives.
@@ -133,7 +134,7 @@ def test_describe(runner, stub):
 
 
 def test_list_models(stub):
-    models = stub.ListModels(pb.ListModelsRequest(), timeout=LIST_TIMEOUT_S).models
+    models = stub.ListModels(pb.ListModelsRequest(), timeout=RPC_TIMEOUT_S).models
     assert [m.name for m in models] == EXPECTED_MODELS
     for m in models:
         spec = MODEL_SPECS[m.name]
@@ -145,32 +146,34 @@ def test_list_models(stub):
         assert [(o.name, list(o.choices), o.default) for o in m.options] == [
             (o.name, list(o.choices), o.default) for o in spec.options
         ], m.name
-        assert m.parameter_count > 0, m.name
 
 
-def parameter_counts(runner_pool) -> dict[str, dict[str, int]]:
-    """Each real runner's models and their trainable parameters, as ListModels reports them."""
-    counts = {}
-    for name in REAL_RUNNERS:
-        with grpc.insecure_channel(runner_pool.get(name).address) as ch:
-            models = pb_grpc.RunnerStub(ch).ListModels(pb.ListModelsRequest(), timeout=LIST_TIMEOUT_S).models
-        counts[name] = {m.name: m.parameter_count for m in models}
-    return counts
+@functools.cache
+def inspected_parameters(address: str, model: str) -> int:
+    """A model's trainable parameters as the runner's InspectModel counts them, at the small shape the runs use."""
+    with grpc.insecure_channel(address) as ch:
+        request = pb.InspectRequest(model=model, input_shape=small_shape(model))
+        report = pb_grpc.RunnerStub(ch).InspectModel(request, timeout=INSPECT_TIMEOUT_S)
+    assert report.model == model and list(report.input_shape) == small_shape(model)
+    return report.parameter_count
 
 
 def test_real_runners_list_the_same_models(runner_pool):
-    for name, models in parameter_counts(runner_pool).items():
-        assert sorted(models) == EXPECTED_MODELS, name
+    for name in REAL_RUNNERS:
+        with grpc.insecure_channel(runner_pool.get(name).address) as ch:
+            models = pb_grpc.RunnerStub(ch).ListModels(pb.ListModelsRequest(), timeout=RPC_TIMEOUT_S).models
+        assert sorted(m.name for m in models) == EXPECTED_MODELS, name
 
 
 def test_real_runners_build_models_of_the_same_size(runner_pool):
     # The frameworks' builders are meant to be the same networks; a different
     # count of trainable parameters means they are not.
-    (reference, reference_counts), *others = parameter_counts(runner_pool).items()
-    for name, counts in others:
-        assert counts.keys() == reference_counts.keys(), name
-        for model, reference_count in reference_counts.items():
-            assert counts[model] == pytest.approx(reference_count, rel=PARAMETER_TOLERANCE), (name, model)
+    reference, *others = (runner_pool.get(name).address for name in REAL_RUNNERS)
+    for model in EXPECTED_MODELS:
+        reference_count = inspected_parameters(reference, model)
+        assert reference_count > 0, model
+        for other in others:
+            assert inspected_parameters(other, model) == pytest.approx(reference_count, rel=PARAMETER_TOLERANCE), model
 
 
 # --- a run, event by event ---------------------------------------------------
@@ -180,7 +183,6 @@ def test_real_runners_build_models_of_the_same_size(runner_pool):
 @pytest.mark.parametrize("model", EXPECTED_MODELS)
 def test_run_streams_config_steps_progress_and_summary(runner, stub, model, mode):
     info = stub.Describe(pb.DescribeRequest(), timeout=RPC_TIMEOUT_S)
-    listed = {m.name: m for m in stub.ListModels(pb.ListModelsRequest(), timeout=LIST_TIMEOUT_S).models}
     # precision left unset: the runner must resolve it to fp32.
     shape = small_shape(model)
     events = run_events(stub, run_request(model=model, mode=mode, input_shape=shape))
@@ -202,8 +204,8 @@ def test_run_streams_config_steps_progress_and_summary(runner, stub, model, mode
     assert config.framework == info.framework == runner.name
     assert config.framework_version == info.framework_version
     assert config.parameter_count > 0
-    # The catalog's models pool globally or have fixed-size embeddings: the count does not depend on the input size.
-    assert config.parameter_count == listed[model].parameter_count
+    # A run counts its model's parameters as InspectModel does.
+    assert config.parameter_count == inspected_parameters(runner.address, model)
 
     # Step timings: every index once, warm-up flagged, times positive and in order.
     steps = step_timings(events)

@@ -20,7 +20,7 @@ from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator import launch
 
 from fwbench_core.backend import MemoryReading
-from fwbench_core.errors import Cancelled, InvalidArgument, RunnerError, status_for
+from fwbench_core.errors import REASON_KEY, Cancelled, InvalidArgument, RunnerError, reason_for, status_for
 from fwbench_core.fake import FakeBackend, FakeWorkload
 from fwbench_core.isolation import RunIsolation
 from fwbench_core.service import RunnerService
@@ -155,6 +155,7 @@ def test_worker_errors_keep_their_status_and_message(error, where, code):
         list(service.run(small(), lambda: False))
     assert status_for(in_process.value) == status_for(in_thread.value)
     assert status_for(in_process.value)[0] == code
+    assert reason_for(in_process.value) == reason_for(in_thread.value)  # out of memory stays out of memory
     assert_device_free(service)
 
 
@@ -211,10 +212,11 @@ def outline(events: list[pb.RunEvent]) -> dict:
     }
 
 
-def rpc_error(stub, request: pb.RunRequest) -> tuple[grpc.StatusCode, str]:
+def rpc_error(stub, request: pb.RunRequest) -> tuple[grpc.StatusCode, str, str]:
+    """The status code, message and reason (trailing metadata) of a run that fails."""
     with pytest.raises(grpc.RpcError) as info:
         list(stub.Run(request, timeout=RUN_TIMEOUT_S))
-    return info.value.code(), info.value.details()
+    return info.value.code(), info.value.details(), dict(info.value.trailing_metadata()).get(REASON_KEY, "")
 
 
 # A run that would take this long unless cancelled; the run after it must end well within it.
@@ -265,16 +267,16 @@ def test_fake_run_in_a_worker_gives_what_an_in_process_run_gives(fake_in_worker,
 
 
 @pytest.mark.parametrize(
-    "overrides, code",
+    "overrides, code, reason",
     [
-        ({"batch_size": 0}, grpc.StatusCode.INVALID_ARGUMENT),
+        ({"batch_size": 0}, grpc.StatusCode.INVALID_ARGUMENT, ""),
         # The fake device cannot hold 4096 images of 3x1024x1024 floats: the worker runs out of memory.
-        ({"batch_size": 4096, "input_shape": [3, 1024, 1024]}, grpc.StatusCode.RESOURCE_EXHAUSTED),
+        ({"batch_size": 4096, "input_shape": [3, 1024, 1024]}, grpc.StatusCode.RESOURCE_EXHAUSTED, "out-of-memory"),
     ],
 )
-def test_fake_errors_in_a_worker_have_the_in_process_status(fake_in_worker, fake_in_thread, overrides, code):
+def test_fake_errors_in_a_worker_have_the_in_process_status(fake_in_worker, fake_in_thread, overrides, code, reason):
     in_worker_error = rpc_error(fake_in_worker, rpc_request(**overrides))
-    assert in_worker_error[0] == code
+    assert in_worker_error[0] == code and in_worker_error[2] == reason
     assert in_worker_error == rpc_error(fake_in_thread, rpc_request(**overrides))
 
 
@@ -303,7 +305,7 @@ def test_tensorflow_in_a_worker_refuses_cancels_and_runs_as_in_process(tensorflo
     # One test, so that CI starts TensorFlow worker processes twice, not four times.
     default_options = tensorflow_default.Describe(pb.DescribeRequest(), timeout=RUN_TIMEOUT_S).options
     assert default_options["run_isolation"] == "process-on-gpu"
-    code, details = rpc_error(tensorflow_in_worker, rpc_request(input_shape=[3, 2, 2]))
+    code, details, _ = rpc_error(tensorflow_in_worker, rpc_request(input_shape=[3, 2, 2]))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "input_shape" in details
     cancel_after_first_steps(tensorflow_in_worker)
     in_worker_events = list(tensorflow_in_worker.Run(rpc_request(), timeout=NEXT_RUN_TIMEOUT_S))
@@ -317,7 +319,7 @@ def test_tensorflow_in_a_worker_refuses_cancels_and_runs_as_in_process(tensorflo
 # Runs in the TensorFlow environment. Two fake GPUs; every call that sets memory growth or hides the
 # GPUs, and the one that creates TensorFlow's device context (which maps GPU memory), recorded in order.
 # The backend is built as the server and every worker process build it, the service as the server
-# builds it by default (GPU runs in workers), then it does what ListModels does for a model.
+# builds it by default (GPU runs in workers), then it does what InspectModel does for a model.
 MEMORY_GROWTH_PROBE = """
 import functools
 import json
@@ -359,7 +361,7 @@ from fwbench_tensorflow.backend import TensorFlowBackend
 make_backend = functools.partial(TensorFlowBackend, RunnerSettings(1, 1))
 service = RunnerService(make_backend(), isolation=RunIsolation.PROCESS_ON_GPU, make_backend=make_backend)
 calls.append(["devices", [str(device.ref) for device in service.info.devices]])
-service.on_cpu(lambda: service.backend.count_parameters("resnet18"))
+service.on_cpu(lambda: service.backend.inspect(service.model_config("resnet18", (3, 32, 32), {})))
 print(json.dumps(calls))
 """
 

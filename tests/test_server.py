@@ -17,13 +17,18 @@ from fwbench_core import errors, healthcheck
 from fwbench_core.backend import Backend
 from fwbench_core.catalog import MODEL_SPECS
 from fwbench_core.errors import (
+    REASON_KEY,
+    Busy,
     Cancelled,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    OutOfMemory,
     ResourceExhausted,
     RunnerError,
     Unavailable,
+    error_from_status,
+    reason_for,
     status_for,
 )
 from fwbench_core.fake import FakeBackend
@@ -39,6 +44,8 @@ STATUS_TABLE = {
     NotFound: grpc.StatusCode.NOT_FOUND,
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    OutOfMemory: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Busy: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Cancelled: grpc.StatusCode.CANCELLED,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
 }
@@ -52,6 +59,14 @@ def test_status_table_covers_every_error_kind():
 @pytest.mark.parametrize("kind", list(STATUS_TABLE), ids=lambda k: k.__name__)
 def test_status_for_runner_errors(kind):
     assert status_for(kind("what the user reads")) == (STATUS_TABLE[kind], "what the user reads")
+
+
+@pytest.mark.parametrize("kind", list(STATUS_TABLE), ids=lambda k: k.__name__)
+def test_an_error_rebuilt_from_its_status_and_reason_is_of_its_kind(kind):
+    # How an error crosses from a worker process: a busy runner never reads as out of memory.
+    error = kind("what the user reads")
+    rebuilt = error_from_status(*status_for(error), reason_for(error))
+    assert type(rebuilt) is kind and str(rebuilt) == "what the user reads"
 
 
 def test_status_for_a_plain_exception_is_internal():
@@ -121,6 +136,7 @@ def test_server_out_of_memory_in_build_is_resource_exhausted(serve_backend):
         rpc_run(srv.stub)
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "cannot allocate" in info.value.details()
+    assert dict(info.value.trailing_metadata())[REASON_KEY] == "out-of-memory"
     assert backend.released == 1
     backend.build_error = None
     assert rpc_run(srv.stub)[-1].summary.measured_steps == 2
@@ -143,6 +159,7 @@ def test_server_unexpected_error_is_internal(serve_backend):
         rpc_run(srv.stub)
     assert info.value.code() == grpc.StatusCode.INTERNAL
     assert "ZeroDivisionError" in info.value.details() and "oops" in info.value.details()
+    assert REASON_KEY not in dict(info.value.trailing_metadata())
 
 
 # A RunRequest / InspectRequest whose field 1 (model, a string) holds bytes that are not UTF-8: tag 0x0a

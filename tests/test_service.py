@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from fwbench_core.device_state import DeviceStateReader
-from fwbench_core.errors import Cancelled, ResourceExhausted
+from fwbench_core.errors import Busy, Cancelled, OutOfMemory
 from fwbench_core.fake import FakeBackend
 from fwbench_core.service import Resolved, RunnerService
 from fwbench_core.spec import DeviceKind, DeviceRef, Phase
@@ -49,6 +49,30 @@ def test_second_run_on_a_busy_device_is_queued_and_can_be_cancelled():
     assert_device_free(service)
 
 
+def test_work_beyond_the_limit_is_refused_as_busy_until_a_request_ends():
+    service = RunnerService(RecordingBackend(), max_queued_requests=2)
+    first = service.run(small(), lambda: False)
+    assert next(first) == Progress(Phase.BUILD, 0, 3)
+    second = service.run(small(), lambda: False)
+    assert next(second) == Progress(Phase.QUEUED, 0, 3)
+    with pytest.raises(Busy, match=r"busy: 1 running and 1 waiting, its limit of 2 requests .*; retry later"):
+        next(service.run(small(), lambda: False))
+    with pytest.raises(Busy):
+        service.on_cpu(lambda: None)  # an inspection is work too
+    assert isinstance(list(first)[-1], Summary)
+    assert service.on_cpu(lambda: "inspected") == "inspected"
+    assert isinstance(list(second)[-1], Summary)
+    assert_device_free(service)
+
+
+def test_list_models_waits_for_nothing():
+    service = RunnerService(RecordingBackend(), max_queued_requests=1)
+    run = service.run(small(), lambda: False)
+    next(run)  # the CPU is taken and the limit reached
+    assert [spec.name for spec in service.list_models()] == sorted(service.backend.models.names())
+    run.close()
+
+
 def test_abandoned_run_releases_the_device():
     # gRPC drops the generator of a run whose client went away: closing it must free the device.
     service = RunnerService(RecordingBackend())
@@ -64,7 +88,7 @@ def test_service_out_of_memory_becomes_resource_exhausted(where):
     oom = MemoryError("device full")
     backend = RecordingBackend(**{f"{where}_error": oom})
     service = RunnerService(backend)
-    with pytest.raises(ResourceExhausted) as info:
+    with pytest.raises(OutOfMemory) as info:
         list(service.run(small(batch_size=8), lambda: False))
     message = str(info.value)
     assert "device full" in message and "batch_size 8" in message and "3x32x32" in message

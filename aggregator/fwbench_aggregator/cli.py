@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from contextlib import ExitStack
 from dataclasses import replace
@@ -14,6 +15,8 @@ import pandas as pd
 import typer
 from fwbench.runner.v1 import runner_pb2 as pb
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from typer.core import TyperGroup
 
 from . import analysis, plan, plots, runs, stats
 from . import parity as parity_mod
@@ -41,7 +44,36 @@ from .vocabulary import Mode as ModeChoice
 from .vocabulary import Precision as PrecisionChoice
 from .vocabulary import Switch as SwitchChoice
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt, so that both end a command the same way: the runs
+    in flight cancelled, finished runs kept, runners stopped."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
+def interrupted_status(interrupt: KeyboardInterrupt) -> int:
+    """The shell's exit status for a command ended by a signal, 128 + its number: Ctrl-C 130, SIGTERM 143."""
+    return 128 + (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
+
+
+class Commands(TyperGroup):
+    """Every command ends on SIGTERM as on Ctrl-C, with the signal's exit status."""
+
+    def invoke(self, ctx):
+        signal.signal(signal.SIGTERM, _terminate)
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as interrupt:
+            status = interrupted_status(interrupt)
+            err_console.print(f"[bold yellow]interrupted by {signal.Signals(status - 128).name}[/]: runs in flight "
+                              "cancelled, finished runs kept, runners stopped")
+            raise typer.Exit(status) from None
+
+
+app = typer.Typer(cls=Commands, add_completion=False, no_args_is_help=True, help=__doc__)
 
 
 def _energy_cells(row) -> tuple[str, str]:
@@ -252,27 +284,48 @@ def models(
     token_file: TokenFileOption = None,
     frameworks: FrameworksOption = every_framework(),
     venvs: VenvsOption = None,
+    parameters: Annotated[bool, typer.Option(
+        "--parameters", help="count each model's trainable parameters too (default shape and options): the runner "
+        "builds every model on its CPU, tens of seconds",
+    )] = False,
 ) -> None:
-    """List every runner's models: task, default and minimum input shape, trainable parameters."""
+    """List every runner's models: task, default, minimum and maximum input shape, options; with --parameters,
+    trainable parameters."""
     transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     columns = [
         Column("runner", key=True), Column("model", key=True), Column("task"), Column("input"), Column("default shape"),
-        Column("min shape"), Column("max shape"), Column("options"), Column("parameters", numeric=True),
+        Column("min shape"), Column("max shape"), Column("options"),
+        *([Column("parameters", numeric=True)] if parameters else []),
     ]
     rows = []
 
     def add_rows(name: str, address: str, client: RunnerClient) -> None:
-        for m in client.list_models():
+        listed = client.list_models()
+        counts = parameter_counts(name, client, [m.name for m in listed]) if parameters else {}
+        for m in listed:
             rows.append((
                 name, m.name, to_text(pb.Task, m.task), m.input_convention,
                 shape_text(m.default_input_shape), shape_text(m.min_input_shape), shape_text(m.max_input_shape),
                 " ".join(f"{o.name}={'|'.join(o.choices)}" for o in m.options),
-                f"{m.parameter_count:,}",
+                *([f"{counts[m.name]:,}"] if parameters else []),
             ))
 
     failures = runs.each_runner(runner, frameworks, venvs, transport, add_rows)
     print_table(columns, rows, "models")
     report_failures(failures)
+
+
+def parameter_counts(name: str, client: RunnerClient, models: list[str]) -> dict[str, int]:
+    """Each model's trainable parameters as the runner's InspectModel counts them, one model at a time."""
+    counts = {}
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=err_console, transient=True) as progress:
+        task = progress.add_task(f"{name}: counting parameters", total=len(models))
+        for model in models:
+            progress.update(task, description=f"{name}: building {model}")
+            counts[model] = client.inspect(model).parameter_count
+            progress.advance(task)
+    return counts
 
 
 @app.command()
@@ -410,7 +463,7 @@ def max_batch(
     frameworks: FrameworksOption = every_framework(),
     venvs: VenvsOption = None,
 ) -> None:
-    """The largest batch each runner fits in device memory: doubling, then bisection on RESOURCE_EXHAUSTED."""
+    """The largest batch each runner fits in device memory: doubling, then bisection on out-of-memory refusals."""
     transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     # One step answers "does it fit": no warm-up, no minimum window, no power.
     request = RunSpec(
@@ -429,9 +482,9 @@ def max_batch(
                 try:
                     client.run(request)
                 except RunnerFailure as failure:
-                    if failure.code == "RESOURCE_EXHAUSTED":
+                    if failure.out_of_memory:
                         return False
-                    raise
+                    raise  # a busy runner, or any other refusal, says nothing about the batch
                 return True
 
             search = BatchSearch(fits, limit=limit)
@@ -471,7 +524,8 @@ def sweep(
     token_file: TokenFileOption = None,
     venvs: VenvsOption = None,
 ) -> None:
-    """Run a whole study, one run at a time, each stored the moment it completes; Ctrl-C keeps every finished run."""
+    """Run a whole study, one run at a time, each stored the moment it completes; Ctrl-C or SIGTERM keeps every
+    finished run."""
     transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     try:
         if file is not None:
@@ -495,16 +549,15 @@ def sweep(
         raise typer.BadParameter(f"{store} already holds {c.runner} {c.model}; use --resume to skip what is done", param_hint="--store")
     err_console.print(f"{len(pending)} runs to do, {len(done_before)} already in {store}")
     failures: list[RunnerFailure] = []
-    interrupted = False
     with ExitStack() as stack:
         names = ",".join(sorted({c.runner for _, c in pending}))
         endpoints, failures = (runs.resolve_endpoints(runner, names, venvs, store / "logs", stack, startup) if pending else ({}, []))
         run_failures, interrupted = runs.run_sweep(pending, endpoints, transport, startup, results_store, study.cooldown_s)
         failures += run_failures
     done = len(results_store.keys())
-    if interrupted:
+    if interrupted is not None:
         err_console.print(f"[bold yellow]interrupted[/]: the run in flight was cancelled; {done} runs are kept in {store}")
-        raise typer.Exit(130)
+        raise typer.Exit(interrupted_status(interrupted))
     if report and done:
         rows, path = report_mod.write_store_report(results_store, store / "report")
         report_mod.print_rows(rows)

@@ -11,23 +11,37 @@ from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 
 from .connection import Transport
 
+# A runner answers these at once, however busy it is.
 DESCRIBE_TIMEOUT_S = 30.0
-# Counting parameters builds every model once, which is slow for large models on a CPU.
-LIST_MODELS_TIMEOUT_S = 600.0
+LIST_MODELS_TIMEOUT_S = 30.0
+# These build a model on the runner's CPU, and may wait for its runs there: slow for large models.
+BUILD_TIMEOUT_S = 600.0
+# Why a runner refused with RESOURCE_EXHAUSTED, in its trailing metadata (runner.proto).
+REASON_KEY = "fwbench-reason"
+OUT_OF_MEMORY = "out-of-memory"
 
 
 class RunnerFailure(Exception):
     """A runner could not be reached or refused a request; the message names the runner."""
 
-    def __init__(self, runner: str, code: str, message: str) -> None:
+    def __init__(self, runner: str, code: str, message: str, reason: str = "") -> None:
         super().__init__(f"{runner}: {code}: {message}")
         self.runner = runner
         self.code = code
         self.message = message
+        self.reason = reason
+
+    @property
+    def out_of_memory(self) -> bool:
+        """The runner's device ran out of memory: a smaller batch or input may fit. A runner that is busy,
+        or gRPC's own RESOURCE_EXHAUSTED (a message over its size limit), is not this."""
+        return self.code == "RESOURCE_EXHAUSTED" and self.reason == OUT_OF_MEMORY
 
     @classmethod
     def from_rpc(cls, runner: str, error: grpc.RpcError, transport: Transport = Transport()) -> "RunnerFailure":
-        return cls(runner, error.code().name, transport.explain(error.code(), error.details() or ""))
+        code = error.code()
+        reason = dict(error.trailing_metadata() or ()).get(REASON_KEY, "")
+        return cls(runner, code.name, transport.explain(code, error.details() or ""), reason)
 
 
 @dataclass
@@ -67,13 +81,13 @@ class RunnerClient:
 
     def inspect(self, model: str, input_shape=(), model_options=None) -> pb.ModelReport:
         request = pb.InspectRequest(model=model, input_shape=input_shape, model_options=model_options or {})
-        return self._call(self._stub.InspectModel, request, LIST_MODELS_TIMEOUT_S)
+        return self._call(self._stub.InspectModel, request, BUILD_TIMEOUT_S)
 
     def export_reference(self, request: pb.ReferenceRequest) -> pb.ReferenceReport:
-        return self._call(self._stub.ExportReference, request, LIST_MODELS_TIMEOUT_S)
+        return self._call(self._stub.ExportReference, request, BUILD_TIMEOUT_S)
 
     def compare_reference(self, request: pb.ReferenceRequest) -> pb.ReferenceReport:
-        return self._call(self._stub.CompareReference, request, LIST_MODELS_TIMEOUT_S)
+        return self._call(self._stub.CompareReference, request, BUILD_TIMEOUT_S)
 
     def _call(self, method, request, timeout_s: float):
         try:

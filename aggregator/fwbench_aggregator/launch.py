@@ -23,6 +23,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 VENVS_ENV = "FWBENCH_VENVS"
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
+# The runner stops once its standard input closes: we hold the only write end, so it ends with us, kill -9 included.
+EXIT_WITH_PARENT_FLAG = "--exit-with-parent"
 
 
 class RunnerStartError(RuntimeError):
@@ -95,7 +97,8 @@ class LocalRunner:
     def start(self, timeout_s: float = START_TIMEOUT_S) -> str:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.process = subprocess.Popen(
-            self.command,
+            [*self.command, EXIT_WITH_PARENT_FLAG],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
             env={**os.environ, **(self.env or {})},

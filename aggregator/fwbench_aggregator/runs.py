@@ -73,11 +73,11 @@ def resolve_endpoints(
 
 def run_all(
     endpoints: dict[str, str], requests: dict[str, pb.RunRequest], transport: Transport, repetitions: int = 1,
-    cooldown_s: float = 0.0,
+    cooldown_s: float = 0.0, on_result: Callable[[RunResult], None] = lambda result: None,
 ) -> tuple[list[RunResult], list[RunnerFailure]]:
     """Run the request on each runner, one after the other (they may share a device), repetition after
     repetition in counterbalanced order (A B, B A, ...) so that drift favours neither. A runner that fails
-    is named once and left out of later repetitions."""
+    is named once and left out of later repetitions. `on_result` gets each run the moment it completes."""
     results, failures = [], []
     failed: set[str] = set()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -100,6 +100,7 @@ def run_all(
             try:
                 with RunnerClient(name, endpoints[name], transport) as client:
                     results.append(client.run(requests[name], on_progress, repetition))
+                on_result(results[-1])
             except RunnerFailure as failure:
                 failures.append(failure)
                 failed.add(name)
@@ -134,9 +135,10 @@ def each_runner(
     return failures
 
 
-# Failures that belong to the configuration and would repeat: stored, so --resume skips them and
-# reports mark them. An unreachable runner or an internal error is not stored: a resume retries it.
-REPEATABLE_FAILURES = {"RESOURCE_EXHAUSTED", "INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND"}
+# Failures that belong to the configuration and would repeat, with running out of memory: stored, so --resume
+# skips them and reports mark them. A busy or unreachable runner, or an internal error, is not stored: a resume
+# retries it.
+REPEATABLE_FAILURES = {"INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND"}
 
 
 class RunnerFacts(NamedTuple):
@@ -157,7 +159,7 @@ def runner_facts(name: str, address: str, transport: Transport) -> RunnerFacts:
 
     @functools.cache
     def default_shapes() -> dict[str, str]:
-        # Listing models builds each once on the runner: only worth it once a run has failed.
+        # Asked only once a run has failed.
         with RunnerClient(name, address, transport) as client:
             return {m.name: shape_text(m.default_input_shape) for m in client.list_models()}
 
@@ -177,13 +179,14 @@ def run_comparison(
     endpoints: dict[str, str], transport: Transport, requests: dict[str, pb.RunRequest], repetitions: int,
     cooldown_s: float, results_store: store_mod.ResultStore, run_id: str,
 ) -> tuple[list[RunResult], list[RunnerFailure]]:
-    """`compare`'s runs: every runner, counterbalanced, each completed run added to the store."""
-    results, failures = run_all(endpoints, requests, transport, repetitions, cooldown_s)
-    for result in results:
+    """`compare`'s runs: every runner, counterbalanced, each run added to the store the moment it completes."""
+
+    def store(result: RunResult) -> None:
         request = requests[result.runner]
         config = {"compare": run_id, **MessageToDict(request), "runner": result.runner, "repetition": result.repetition}
         store_run(results_store, store_mod.run_key(config), config, result, request)
-    return results, failures
+
+    return run_all(endpoints, requests, transport, repetitions, cooldown_s, store)
 
 
 class Calibration(NamedTuple):
@@ -239,9 +242,10 @@ def pending_runs(
 def run_sweep(
     pending: Sequence[tuple[str, Configuration]], endpoints: dict[str, str], transport: Transport, startup: StartupSettings,
     results_store: store_mod.ResultStore, cooldown_s: float,
-) -> tuple[list[RunnerFailure], bool]:
+) -> tuple[list[RunnerFailure], Optional[KeyboardInterrupt]]:
     """Every pending run, those sharing a machine and device one after the other, each stored the moment it
-    completes (a repeatable failure too); returns the failures and whether Ctrl-C interrupted the sweep."""
+    completes (a repeatable failure too); returns the failures and the interrupt (Ctrl-C, or the CLI's
+    SIGTERM) that stopped the sweep, if one did."""
     facts = {name: runner_facts(name, address, transport) for name, address in endpoints.items()}
     failures: list[RunnerFailure] = []
     store_lock = threading.Lock()
@@ -262,7 +266,7 @@ def run_sweep(
                 result = client.run(request, repetition=c.repetition)
             except RunnerFailure as failure:
                 failures.append(failure)
-                if failure.code in REPEATABLE_FAILURES and not stop.is_set():
+                if (failure.code in REPEATABLE_FAILURES or failure.out_of_memory) and not stop.is_set():
                     # Where the run would have been: the device and shape a success would report.
                     where = facts[c.runner].failure_columns(c.model, c.device, c.shape)
                     with store_lock:
@@ -282,9 +286,9 @@ def run_sweep(
         ]
         try:
             run_grouped(jobs, run_one, stop, between=lambda: time.sleep(cooldown_s))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as interrupt:
             # Closing the channels cancels the runs in flight: each runner stops between steps.
             for client in list(active):
                 client.close()
-            return failures, True
-    return failures, False
+            return failures, interrupt
+    return failures, None

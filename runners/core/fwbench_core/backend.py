@@ -70,10 +70,6 @@ class Backend(abc.ABC):
         """Seed, build the model, optimizer and random inputs on the device, ready to step."""
 
     @abc.abstractmethod
-    def count_parameters(self, model_name: str) -> int:
-        """Trainable parameters of the model at its default input shape."""
-
-    @abc.abstractmethod
     def inspect(self, config: ModelConfig) -> ModelReport:
         """Build the model on the CPU; count its trainable parameters and per-sample forward FLOPs
         (2 x multiply-accumulates of convolutions and matrix products, nothing else) and its output shape."""

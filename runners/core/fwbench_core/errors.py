@@ -11,12 +11,16 @@ ECHO_CHARS = 100
 # percent-encoding each non-ASCII byte (three characters), and a client refuses trailers over 8 to 16 KiB
 # with RESOURCE_EXHAUSTED in place of the real status.
 MAX_MESSAGE_BYTES = 2048
+# Trailing metadata that says why a request was refused, where the status code alone cannot (runner.proto):
+# a client tells a batch too large for the device from a runner that is merely busy.
+REASON_KEY = "fwbench-reason"
 
 
 class RunnerError(Exception):
     """An error whose message is meant for the user as it is."""
 
     status = grpc.StatusCode.INTERNAL
+    reason = ""  # sent as REASON_KEY where set
 
 
 class InvalidArgument(RunnerError):
@@ -33,6 +37,14 @@ class FailedPrecondition(RunnerError):
 
 class ResourceExhausted(RunnerError):
     status = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class OutOfMemory(ResourceExhausted):
+    reason = "out-of-memory"
+
+
+class Busy(ResourceExhausted):
+    reason = "busy"
 
 
 class Cancelled(RunnerError):
@@ -65,7 +77,22 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, _bounded(f"internal error in the runner: {type(exc).__name__}: {exc}")
 
 
-def error_from_status(code: grpc.StatusCode, message: str) -> RunnerError:
-    """The error kind a status code stands for: an error that crossed a process boundary as its status."""
-    kinds = {kind.status: kind for kind in RunnerError.__subclasses__()}
-    return kinds.get(code, RunnerError)(message)
+def reason_for(exc: BaseException) -> str:
+    return exc.reason if isinstance(exc, RunnerError) else ""
+
+
+def trailing_metadata_for(exc: BaseException) -> tuple[tuple[str, str], ...]:
+    """What a client reads beside the status code: the reason, where the error has one."""
+    reason = reason_for(exc)
+    return ((REASON_KEY, reason),) if reason else ()
+
+
+def _kinds(base: type[RunnerError] = RunnerError):
+    for kind in base.__subclasses__():
+        yield kind
+        yield from _kinds(kind)
+
+
+def error_from_status(code: grpc.StatusCode, message: str, reason: str = "") -> RunnerError:
+    """The error kind a status code and reason stand for: an error that crossed a process boundary as them."""
+    return next((kind for kind in _kinds() if (kind.status, kind.reason) == (code, reason)), RunnerError)(message)

@@ -102,9 +102,6 @@ class FakeBackend(Backend):
     def build(self, config: RunConfig) -> Workload:
         return FakeWorkload(config, self.step_time_s)
 
-    def count_parameters(self, model_name: str) -> int:
-        return fake_parameter_count(model_name)
-
     def inspect(self, config: ModelConfig) -> ModelReport:
         parameters = fake_parameter_count(config.model.name)
         return ModelReport(parameters, 2 * parameters, "fake: twice the made-up parameter count", (config.head.outputs,), 0.0)

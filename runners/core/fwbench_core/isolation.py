@@ -6,12 +6,14 @@ from __future__ import annotations
 import enum
 import logging
 import multiprocessing
+import os
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from typing import Any, TypeVar
 
-from .errors import RunnerError, error_from_status, status_for
+from .errors import RunnerError, error_from_status, reason_for, status_for
 from .spec import DeviceKind, DeviceRef
 
 log = logging.getLogger("fwbench.runner.worker")
@@ -42,8 +44,8 @@ def stream_from_worker(
 
     `work`, `args` and the items must pickle. The client's cancellation, or a caller that stops
     listening, sets `stop` in the worker, which stops the run between steps. An error in the worker
-    arrives as a RunnerError with the same gRPC status and message. Returns only once the worker has
-    exited, so that the device is free when the caller releases its lock.
+    arrives as a RunnerError with the same gRPC status, message and reason. Returns only once the worker
+    has exited, so that the device is free when the caller releases its lock.
     """
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
@@ -90,15 +92,24 @@ def _worker_main(work, args, sender, stop, log_level: int) -> None:
     # Ctrl-C reaches the whole process group; the parent decides when the run stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=log_level, format=WORKER_LOG_FORMAT)
+    threading.Thread(target=_exit_when_runner_ends, name="fwbench-runner-watch", daemon=True).start()
     try:
         for item in work(*args, stop.is_set):
             sender.send((_ITEM, item))
     except Exception as error:
         if not isinstance(error, RunnerError):
             log.exception("run failed in the worker process")
-        # The status and message cross the process boundary; a framework's exception may not pickle.
-        sender.send((_ERROR, status_for(error)))
+        # The status, message and reason cross the process boundary; a framework's exception may not pickle.
+        sender.send((_ERROR, (*status_for(error), reason_for(error))))
     else:
         sender.send((_END, None))
     finally:
         sender.close()
+
+
+def _exit_when_runner_ends() -> None:
+    """A runner that ends in any way, kill -9 included, takes its worker with it: nobody would read the run.
+    (A daemonic worker is ended only by a runner that exits normally.)"""
+    multiprocessing.parent_process().join()
+    log.warning("the runner that started this worker has ended: the run ends with it")
+    os._exit(1)

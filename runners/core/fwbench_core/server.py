@@ -12,6 +12,7 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent import futures
+from contextlib import suppress
 
 import grpc
 from fwbench.runner.v1 import runner_pb2 as pb
@@ -23,9 +24,9 @@ from . import access as access_mod
 from . import references, wire
 from .backend import Backend
 from .decoding import RequestDecodingInterceptor
-from .errors import status_for
+from .errors import status_for, trailing_metadata_for
 from .isolation import RunIsolation
-from .service import RunnerService
+from .service import DEFAULT_MAX_QUEUED_REQUESTS, RunnerService
 from .spec import RunnerSettings, Switch
 
 log = logging.getLogger("fwbench.runner")
@@ -35,6 +36,9 @@ ADDRESS_ENV = "FWBENCH_RUNNER_ADDRESS"
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Runner"].full_name
 STOP_GRACE_S = 10.0
+STDIN_FD = 0
+# Server threads beyond the work limit: Describe, ListModels, health checks and reflection always find one.
+QUICK_REQUEST_THREADS = 4
 
 
 class RunnerServicer(pb_grpc.RunnerServicer):
@@ -47,11 +51,7 @@ class RunnerServicer(pb_grpc.RunnerServicer):
         return wire.describe_to_wire(self._service.info, self._service.precisions(), self._service.backend.capabilities)
 
     def ListModels(self, request, context):
-        try:
-            models = self._service.list_models()
-        except Exception as exc:
-            self._abort(context, exc)
-        return pb.ListModelsResponse(models=[wire.model_to_wire(spec, count) for spec, count in models])
+        return pb.ListModelsResponse(models=[wire.model_to_wire(spec) for spec in self._service.list_models()])
 
     def InspectModel(self, request, context):
         try:
@@ -85,27 +85,26 @@ class RunnerServicer(pb_grpc.RunnerServicer):
             for event in run:
                 yield wire.event_to_wire(event, self._service.info)
         except Exception as exc:
-            failure = status_for(exc)
-            if failure[0] is grpc.StatusCode.INTERNAL:
-                log.exception("run failed")
+            failure = exc
         if failure is not None:
-            context.abort(*failure)
+            self._abort(context, failure)
 
     @staticmethod
     def _abort(context, exc: Exception):
         code, message = status_for(exc)
         if code is grpc.StatusCode.INTERNAL:
-            log.exception("request failed")
+            log.error("request failed", exc_info=exc)
+        context.set_trailing_metadata(trailing_metadata_for(exc))
         context.abort(code, message)
 
 
 def create_server(
-    service: RunnerService, address: str, max_workers: int = 8, access: access_mod.Access = access_mod.Access()
+    service: RunnerService, address: str, access: access_mod.Access = access_mod.Access()
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """Build a server for `service` bound to `address` (port 0 picks a free one) with `access` (plaintext and
     no token by default); returns it, the bound port and its health servicer."""
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers),
+        futures.ThreadPoolExecutor(max_workers=service.work_limit.limit + QUICK_REQUEST_THREADS),
         interceptors=[*access.interceptors(), RequestDecodingInterceptor()], options=access_mod.SERVER_OPTIONS,
     )
     pb_grpc.add_RunnerServicer_to_server(RunnerServicer(service), server)
@@ -151,12 +150,22 @@ def serve(
         "exit gives all its device memory back; 'process-on-gpu' a fresh process for GPU runs only "
         f"(default for this runner: {default_isolation.value})",
     )
+    parser.add_argument(
+        "--max-queued-requests", type=int, default=DEFAULT_MAX_QUEUED_REQUESTS,
+        help="runs, inspections and reference exports and comparisons held at once, running or waiting for their "
+        f"device; one more is refused as busy (RESOURCE_EXHAUSTED) (default {DEFAULT_MAX_QUEUED_REQUESTS})",
+    )
+    parser.add_argument(
+        "--exit-with-parent", action="store_true",
+        help="stop gracefully once standard input closes: a parent that holds the only write end of a pipe on "
+        "it (the aggregator) takes the runner with it however it ends, kill -9 included",
+    )
     references.add_arguments(parser)
     access_mod.add_arguments(parser)
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = parser.parse_args(argv)
     reference_folder = references.folder_from_arguments(parser, args)
-    for flag in ("intra_op_threads", "inter_op_threads"):
+    for flag in ("intra_op_threads", "inter_op_threads", "max_queued_requests"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     try:
@@ -170,6 +179,7 @@ def serve(
     service = RunnerService(
         backend_factory(), isolation=RunIsolation(args.run_isolation), make_backend=backend_factory,
         references=reference_folder,
+        max_queued_requests=args.max_queued_requests,
     )
     server, port, health_servicer = create_server(service, args.address, access=access)
     server.start()
@@ -183,8 +193,18 @@ def serve(
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    if args.exit_with_parent:
+        threading.Thread(target=_set_at_stdin_end, args=(stop,), name="fwbench-parent-watch", daemon=True).start()
     stop.wait()
     log.info("stopping: finishing in-flight requests for up to %.0f s", STOP_GRACE_S)
     health_servicer.enter_graceful_shutdown()
     server.stop(grace=STOP_GRACE_S).wait()
     reference_folder.close()
+
+
+def _set_at_stdin_end(stop: threading.Event) -> None:
+    with suppress(OSError):  # no standard input at all ends it too
+        while os.read(STDIN_FD, 4096):
+            pass
+    log.info("standard input closed: the parent process has ended")
+    stop.set()

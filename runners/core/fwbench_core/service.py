@@ -6,6 +6,7 @@ import functools
 import gc
 import os
 import threading
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from queue import Queue
 import time
@@ -17,7 +18,7 @@ from typing import TypeVar, Union
 from .backend import Backend, Workload
 from .catalog import MODEL_SPECS
 from .device_state import DeviceStateReader
-from .errors import Cancelled, FailedPrecondition, ResourceExhausted, Unavailable
+from .errors import Busy, Cancelled, FailedPrecondition, OutOfMemory, Unavailable
 from .isolation import RunIsolation, stream_from_worker
 from .power import PowerPhase, PowerSample, PowerSampler, energy_summary, source_for
 from .references import ReferenceFolder, check_input_fits, check_name
@@ -40,6 +41,9 @@ from .validation import resolve, resolve_model_config, resolve_reference
 LOCK_POLL_S = 0.1
 # Work that waits for the CPU (inspection, parity) gives up after this long: the aggregator's own deadline.
 CPU_WAIT_LIMIT_S = 600.0
+# Work requests (runs, inspections, reference exports and comparisons) a runner holds at once, running or
+# waiting for their device, unless --max-queued-requests says otherwise.
+DEFAULT_MAX_QUEUED_REQUESTS = 8
 _END = object()
 T = TypeVar("T")
 
@@ -72,6 +76,37 @@ class DeviceLocks:
         with self._guard:
             return self._locks[ref]
 
+    def held(self) -> int:
+        with self._guard:
+            return sum(lock.locked() for lock in self._locks.values())
+
+
+class WorkLimit:
+    """At most `limit` work requests at once, running or waiting; one more is refused at once as busy. Each
+    holds a gRPC server thread while it lasts: the limit keeps threads free for Describe, ListModels and health."""
+
+    def __init__(self, limit: int, running: Callable[[], int]) -> None:
+        self.limit = limit
+        self._running = running
+        self._guard = threading.Lock()
+        self._held = 0
+
+    @contextmanager
+    def admit(self) -> Iterator[None]:
+        with self._guard:
+            if self._held >= self.limit:
+                running = min(self._running(), self._held)
+                raise Busy(
+                    f"the runner is busy: {running} running and {self._held - running} waiting, its limit of "
+                    f"{self.limit} requests (--max-queued-requests); retry later"
+                )
+            self._held += 1
+        try:
+            yield
+        finally:
+            with self._guard:
+                self._held -= 1
+
 
 class RunnerService:
     def __init__(
@@ -82,6 +117,7 @@ class RunnerService:
         make_backend: Callable[[], Backend] | None = None,
         device_states: Callable[[DeviceRef], DeviceStateReader] = DeviceStateReader,
         references: ReferenceFolder | None = None,
+        max_queued_requests: int = DEFAULT_MAX_QUEUED_REQUESTS,
     ) -> None:
         """`make_backend` builds the same backend afresh in a worker process: it must pickle (a class,
         or functools.partial of one), and is needed for every isolation but THREAD. `references`: the folder
@@ -104,19 +140,15 @@ class RunnerService:
             backend.stay_off_gpus()
         self._clock = clock
         self._locks = DeviceLocks()
-        self._parameter_counts: dict[str, int] = {}
+        self.work_limit = WorkLimit(max_queued_requests, self._locks.held)
 
     def precisions(self) -> list[Precision]:
         supported = set().union(*(self.backend.capabilities(d).precisions for d in self.info.devices))
         return [p for p in Precision if p in supported]
 
-    def list_models(self) -> list[tuple[ModelSpec, int]]:
-        return [(MODEL_SPECS[name], self._parameter_count(name)) for name in self.backend.models.names()]
-
-    def _parameter_count(self, name: str) -> int:
-        if name not in self._parameter_counts:
-            self._parameter_counts[name] = self.on_cpu(lambda: self.backend.count_parameters(name))
-        return self._parameter_counts[name]
+    def list_models(self) -> list[ModelSpec]:
+        """From the catalog alone: never waits for a device or builds a model."""
+        return [MODEL_SPECS[name] for name in self.backend.models.names()]
 
     def model_config(
         self, model: str, shape: Sequence[int], options: Mapping[str, str], batch_size: int = 1, seed: int = 0
@@ -126,20 +158,23 @@ class RunnerService:
     def on_cpu(self, work: Callable[[], T], cancelled: Callable[[], bool] = lambda: False) -> T:
         """Model inspection and parity work run on the CPU, never beside a CPU run's timings. The wait for
         the CPU ends when `cancelled` says so, or after CPU_WAIT_LIMIT_S."""
-        lock = self._locks.lock(DeviceRef(DeviceKind.CPU))
-        give_up_at = time.monotonic() + CPU_WAIT_LIMIT_S
-        while True:
-            if cancelled():
-                raise Cancelled("cancelled by the client while waiting for the CPU")
-            if lock.acquire(timeout=LOCK_POLL_S):
-                break
-            if time.monotonic() > give_up_at:
-                raise Unavailable(f"the CPU stayed busy with another run for {CPU_WAIT_LIMIT_S:.0f} s; try again later")
-        try:
-            return self._framework.submit(work).result()
-        finally:
-            gc.collect()
-            lock.release()
+        with self.work_limit.admit():
+            lock = self._locks.lock(DeviceRef(DeviceKind.CPU))
+            give_up_at = time.monotonic() + CPU_WAIT_LIMIT_S
+            while True:
+                if cancelled():
+                    raise Cancelled("cancelled by the client while waiting for the CPU")
+                if lock.acquire(timeout=LOCK_POLL_S):
+                    break
+                if time.monotonic() > give_up_at:
+                    raise Unavailable(
+                        f"the CPU stayed busy with another run for {CPU_WAIT_LIMIT_S:.0f} s; try again later"
+                    )
+            try:
+                return self._framework.submit(work).result()
+            finally:
+                gc.collect()
+                lock.release()
 
     def _reference_folder(self) -> ReferenceFolder:
         if self._references is None:
@@ -176,19 +211,20 @@ class RunnerService:
             request, self.info.devices, self.backend.capabilities, self.backend.models.names(), self.backend.framework
         )
         total = config.warmup_steps + config.measured_steps
-        lock = self._locks.lock(config.device.ref)
-        if not lock.acquire(blocking=False):
-            yield Progress(Phase.QUEUED, 0, total)
-            while not lock.acquire(timeout=LOCK_POLL_S):
-                if cancelled():
-                    raise Cancelled(f"run of {config.model.name} cancelled while waiting for {config.device.ref}")
-        try:
-            if self.isolation.in_worker(config.device.ref):
-                yield from stream_from_worker(_run_in_fresh_service, (self._make_backend, config, total), cancelled)
-            else:
-                yield from self._on_framework_thread(lambda stop: self._run_locked(config, total, stop), cancelled)
-        finally:
-            lock.release()
+        with self.work_limit.admit():
+            lock = self._locks.lock(config.device.ref)
+            if not lock.acquire(blocking=False):
+                yield Progress(Phase.QUEUED, 0, total)
+                while not lock.acquire(timeout=LOCK_POLL_S):
+                    if cancelled():
+                        raise Cancelled(f"run of {config.model.name} cancelled while waiting for {config.device.ref}")
+            try:
+                if self.isolation.in_worker(config.device.ref):
+                    yield from stream_from_worker(_run_in_fresh_service, (self._make_backend, config, total), cancelled)
+                else:
+                    yield from self._on_framework_thread(lambda stop: self._run_locked(config, total, stop), cancelled)
+            finally:
+                lock.release()
 
     def _on_framework_thread(
         self, events: Callable[[Callable[[], bool]], Iterator[RunEvent]], cancelled: Callable[[], bool]
@@ -289,7 +325,7 @@ class RunnerService:
             raise user_error
         if out_of_memory:
             shape = "x".join(map(str, config.input_shape))
-            raise ResourceExhausted(
+            raise OutOfMemory(
                 f"out of memory on {config.device.ref} running {config.model.name} {config.mode.value} "
                 f"at batch_size {config.batch_size}, input_shape {shape}: {out_of_memory}; "
                 "try a smaller batch_size or input_shape"

@@ -124,14 +124,13 @@ def describe_to_wire(info: RunnerInfo, precisions: list[Precision], capabilities
     )
 
 
-def model_to_wire(spec: ModelSpec, parameter_count: int) -> pb.ModelInfo:
+def model_to_wire(spec: ModelSpec) -> pb.ModelInfo:
     return pb.ModelInfo(
         name=spec.name,
         task=enum_to_wire(spec.task),
         default_input_shape=spec.default_input_shape,
         min_input_shape=spec.min_input_shape,
         input_convention=spec.input_convention,
-        parameter_count=parameter_count,
         max_input_shape=spec.max_input_shape,
         variable_dims=spec.variable_dims,
         options=[pb.ModelOption(name=o.name, choices=o.choices, default=o.default) for o in spec.options],

@@ -10,7 +10,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 from fwbench_core.backend import Backend, MemoryReading, Workload
-from fwbench_core.catalog import get_spec
 from fwbench_core.errors import FailedPrecondition, InvalidArgument
 from fwbench_core.spec import (
     Capabilities,
@@ -209,14 +208,6 @@ class TensorFlowBackend(Backend):
 
     def build(self, config: RunConfig) -> Workload:
         return TensorFlowWorkload(config)
-
-    def count_parameters(self, model_name: str) -> int:
-        spec = get_spec(model_name)
-        with tf.device("/CPU:0"):
-            model = MODELS.builder(model_name).build(spec, keras_input_shape(spec, spec.default_input_shape), {})
-        count = count_trainable(model)
-        keras.backend.clear_session()
-        return count
 
     def inspect(self, config: ModelConfig) -> ModelReport:
         keras.utils.set_random_seed(config.seed)

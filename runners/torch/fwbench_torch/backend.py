@@ -8,7 +8,6 @@ import numpy as np
 import torch
 import torchvision
 from fwbench_core.backend import Backend, MemoryReading, Workload
-from fwbench_core.catalog import get_spec
 from fwbench_core.errors import InvalidArgument
 from fwbench_core.spec import (
     Capabilities,
@@ -181,10 +180,6 @@ class TorchBackend(Backend):
 
     def build(self, config: RunConfig) -> Workload:
         return TorchWorkload(config)
-
-    def count_parameters(self, model_name: str) -> int:
-        spec = get_spec(model_name)
-        return count_trainable(MODELS.builder(model_name)(spec, spec.default_input_shape, {}))
 
     def inspect(self, config: ModelConfig) -> ModelReport:
         started = time.perf_counter()
