@@ -259,17 +259,21 @@ def test_batch_size_and_seed_out_of_range(fake, rpc, fields, named):
 
 
 def test_cancelled_parity_requests_waiting_for_the_cpu_end_promptly(fake, folder, cpu_held):
-    # More waiting requests than the server has handler threads (8): if a cancelled one kept waiting for the
-    # CPU, they would hold every thread and nothing else would be answered.
-    waiting = [fake.ExportReference.future(reference(f"waiting-{i}.npz")) for i in range(12)]
+    # The CPU run and these fill the runner's queue (--max-queued-requests, 8): if a cancelled request kept
+    # waiting for the CPU, its place would stay taken and every later request would be refused as busy.
+    waiting = [fake.ExportReference.future(reference(f"waiting-{i}.npz")) for i in range(7)]
     time.sleep(1.0)
     assert not any(future.done() for future in waiting), "parity work ran beside a CPU run"
+    busy = refused(fake.ExportReference, reference("one-more.npz"))
+    assert busy.code() is grpc.StatusCode.RESOURCE_EXHAUSTED and "busy" in busy.details()
     for future in waiting:
         future.cancel()
     started = time.monotonic()
     fake.Describe(pb.DescribeRequest(), timeout=PROMPT_S)
     assert time.monotonic() - started < PROMPT_S
+    time.sleep(1.0)
     write_npz(folder / "waiting.npz", **valid_arrays())
+    # Admitted again (the cancelled ones left the queue), so it waits for the CPU until its deadline.
     with_deadline = refused(fake.CompareReference, reference("waiting.npz"), timeout=1.0)
     assert with_deadline.code() is grpc.StatusCode.DEADLINE_EXCEEDED
 
