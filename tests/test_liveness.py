@@ -25,6 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from fwbench_core.errors import REASON_KEY
 from fwbench_core.fake import STEP_TIME_ENV
+from fwbench_core.server import OPEN_STREAMS
 from fwbench_core.service import DEFAULT_MAX_QUEUED_REQUESTS
 
 from test_cli import fwbench
@@ -115,6 +116,39 @@ def test_a_full_queue_leaves_health_describe_and_list_models_answering_and_refus
                     raise
                 time.sleep(0.1)
         assert events[-1].summary.measured_steps == 2
+
+
+def test_open_health_watches_beside_a_full_queue_leave_the_quick_requests_answering(tmp_path):
+    with slow_fake(tmp_path) as runner, grpc.insecure_channel(runner.address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        calls = open_runs(pb_grpc.RunnerStub(channel), DEFAULT_MAX_QUEUED_REQUESTS)
+        watches = []
+        try:
+            for _ in range(OPEN_STREAMS):
+                watches.append(health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=300))
+                assert next(watches[-1]).status == health_pb2.HealthCheckResponse.SERVING
+            code, message, reason = refusal(
+                lambda: next(health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=30))
+            )
+            assert (code, reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "busy"), message
+            assert_answers_at_once(channel)
+            watches.pop().cancel()
+            # A closed watch gives its place back.
+            deadline = time.monotonic() + GONE_WITHIN_S
+            while True:
+                try:
+                    watches.append(health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=300))
+                    assert next(watches[-1]).status == health_pb2.HealthCheckResponse.SERVING
+                    break
+                except grpc.RpcError as error:
+                    watches.pop()
+                    if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+            assert_answers_at_once(channel)
+        finally:
+            for call in [*calls, *watches]:
+                call.cancel()
 
 
 def test_max_batch_does_not_take_a_busy_runner_for_a_full_device(tmp_path):

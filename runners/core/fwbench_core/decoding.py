@@ -10,14 +10,7 @@ from __future__ import annotations
 import grpc
 from google.protobuf.message import DecodeError
 
-# Per (request streaming, response streaming): the handler's behaviour attribute and how to make one.
-_HANDLER_KINDS = {
-    (False, False): ("unary_unary", grpc.unary_unary_rpc_method_handler),
-    (False, True): ("unary_stream", grpc.unary_stream_rpc_method_handler),
-    (True, False): ("stream_unary", grpc.stream_unary_rpc_method_handler),
-    (True, True): ("stream_stream", grpc.stream_stream_rpc_method_handler),
-}
-
+from .handlers import rebuilt
 
 class _Undecodable:
     def __init__(self, error: DecodeError) -> None:
@@ -67,10 +60,5 @@ class RequestDecodingInterceptor(grpc.ServerInterceptor):
         handler = continuation(handler_call_details)
         if handler is None or handler.request_deserializer is None:
             return handler
-        attribute, make = _HANDLER_KINDS[handler.request_streaming, handler.response_streaming]
         check = _checking_each if handler.request_streaming else _checking_one
-        return make(
-            check(getattr(handler, attribute)),
-            request_deserializer=_decoding(handler.request_deserializer),
-            response_serializer=handler.response_serializer,
-        )
+        return rebuilt(handler, check, request_deserializer=_decoding(handler.request_deserializer))

@@ -28,6 +28,7 @@ from .errors import status_for, trailing_metadata_for
 from .isolation import RunIsolation
 from .service import DEFAULT_MAX_QUEUED_REQUESTS, RunnerService
 from .spec import RunnerSettings, Switch
+from .streams import OpenStreamLimit
 
 log = logging.getLogger("fwbench.runner")
 
@@ -39,6 +40,8 @@ STOP_GRACE_S = 10.0
 STDIN_FD = 0
 # Server threads beyond the work limit: Describe, ListModels, health checks and reflection always find one.
 QUICK_REQUEST_THREADS = 4
+# Of those, at most this many may be held by open health watches and reflection streams.
+OPEN_STREAMS = 2
 
 
 class RunnerServicer(pb_grpc.RunnerServicer):
@@ -105,7 +108,12 @@ def create_server(
     no token by default); returns it, the bound port and its health servicer."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=service.work_limit.limit + QUICK_REQUEST_THREADS),
-        interceptors=[*access.interceptors(), RequestDecodingInterceptor()], options=access_mod.SERVER_OPTIONS,
+        interceptors=[
+            *access.interceptors(),
+            OpenStreamLimit(OPEN_STREAMS, exempt=frozenset({f"/{SERVICE_NAME}/Run"})),
+            RequestDecodingInterceptor(),
+        ],
+        options=access_mod.SERVER_OPTIONS,
     )
     pb_grpc.add_RunnerServicer_to_server(RunnerServicer(service), server)
     health_servicer = health.HealthServicer()
