@@ -87,6 +87,12 @@ def trailing_metadata_for(exc: BaseException) -> tuple[tuple[str, str], ...]:
     return ((REASON_KEY, reason),) if reason else ()
 
 
+def abort(context, exc: BaseException) -> None:
+    """End a gRPC call with `exc`'s status, message and reason."""
+    context.set_trailing_metadata(trailing_metadata_for(exc))
+    context.abort(*status_for(exc))
+
+
 def _kinds(base: type[RunnerError] = RunnerError):
     for kind in base.__subclasses__():
         yield kind

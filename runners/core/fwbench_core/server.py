@@ -24,7 +24,7 @@ from . import access as access_mod
 from . import references, wire
 from .backend import Backend
 from .decoding import RequestDecodingInterceptor
-from .errors import status_for, trailing_metadata_for
+from .errors import abort, status_for
 from .isolation import RunIsolation
 from .service import DEFAULT_MAX_QUEUED_REQUESTS, RunnerService
 from .spec import RunnerSettings, Switch
@@ -94,11 +94,9 @@ class RunnerServicer(pb_grpc.RunnerServicer):
 
     @staticmethod
     def _abort(context, exc: Exception):
-        code, message = status_for(exc)
-        if code is grpc.StatusCode.INTERNAL:
+        if status_for(exc)[0] is grpc.StatusCode.INTERNAL:
             log.error("request failed", exc_info=exc)
-        context.set_trailing_metadata(trailing_metadata_for(exc))
-        context.abort(code, message)
+        abort(context, exc)
 
 
 def create_server(

@@ -160,16 +160,7 @@ class RunnerService:
         the CPU ends when `cancelled` says so, or after CPU_WAIT_LIMIT_S."""
         with self.work_limit.admit():
             lock = self._locks.lock(DeviceRef(DeviceKind.CPU))
-            give_up_at = time.monotonic() + CPU_WAIT_LIMIT_S
-            while True:
-                if cancelled():
-                    raise Cancelled("cancelled by the client while waiting for the CPU")
-                if lock.acquire(timeout=LOCK_POLL_S):
-                    break
-                if time.monotonic() > give_up_at:
-                    raise Unavailable(
-                        f"the CPU stayed busy with another run for {CPU_WAIT_LIMIT_S:.0f} s; try again later"
-                    )
+            _wait_for(lock, cancelled, "cancelled by the client while waiting for the CPU", CPU_WAIT_LIMIT_S)
             try:
                 return self._framework.submit(work).result()
             finally:
@@ -215,9 +206,7 @@ class RunnerService:
             lock = self._locks.lock(config.device.ref)
             if not lock.acquire(blocking=False):
                 yield Progress(Phase.QUEUED, 0, total)
-                while not lock.acquire(timeout=LOCK_POLL_S):
-                    if cancelled():
-                        raise Cancelled(f"run of {config.model.name} cancelled while waiting for {config.device.ref}")
+                _wait_for(lock, cancelled, f"run of {config.model.name} cancelled while waiting for {config.device.ref}")
             try:
                 if self.isolation.in_worker(config.device.ref):
                     yield from stream_from_worker(_run_in_fresh_service, (self._make_backend, config, total), cancelled)
@@ -330,6 +319,21 @@ class RunnerService:
                 f"at batch_size {config.batch_size}, input_shape {shape}: {out_of_memory}; "
                 "try a smaller batch_size or input_shape"
             )
+
+
+def _wait_for(
+    lock: threading.Lock, cancelled: Callable[[], bool], cancelled_message: str, limit_s: float | None = None
+) -> None:
+    """Take `lock`, polling `cancelled` while waiting; with `limit_s` (the CPU wait of inspection and parity),
+    give up after that long."""
+    give_up_at = None if limit_s is None else time.monotonic() + limit_s
+    while True:
+        if cancelled():
+            raise Cancelled(cancelled_message)
+        if lock.acquire(timeout=LOCK_POLL_S):
+            return
+        if give_up_at is not None and time.monotonic() > give_up_at:
+            raise Unavailable(f"the CPU stayed busy with another run for {limit_s:.0f} s; try again later")
 
 
 def _run_in_fresh_service(

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import grpc
 
-from .errors import Busy, status_for, trailing_metadata_for
+from .errors import Busy, abort
 from .handlers import rebuilt
 
 
@@ -32,12 +32,10 @@ class OpenStreamLimit(grpc.ServerInterceptor):
     def _limited(self, behaviour):
         def handle(request, context) -> Iterator:
             if not self._enter():
-                refusal = Busy(
+                abort(context, Busy(
                     f"the runner is busy: {self.limit} streams (health watches, reflection) are open, its "
                     "limit; close one or retry later"
-                )
-                context.set_trailing_metadata(trailing_metadata_for(refusal))
-                context.abort(*status_for(refusal))
+                ))
             try:
                 yield from behaviour(request, context)
             finally:
