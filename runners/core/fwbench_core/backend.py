@@ -49,8 +49,15 @@ class Workload(abc.ABC):
         """The last step as the device timed it (CUDA events), after synchronize; None where it cannot."""
         return None
 
+    def agree(self, votes: tuple[int, ...]) -> tuple[int, ...]:
+        """Each vote summed over every worker process of a distributed run (config.place.world_size of
+        them), by a collective that runs between steps, outside their timings: how the ranks decide
+        together when a phase ends or the run is cancelled. A one-process run: the votes themselves."""
+        return votes
+
     def close(self) -> None:
-        """Drop references to device memory; the core collects garbage afterwards."""
+        """Drop references to device memory (and leave a distributed run's process group); the core
+        collects garbage afterwards."""
 
 
 class Backend(abc.ABC):
@@ -84,6 +91,14 @@ class Backend(abc.ABC):
         The core has read the arrays and checked that `input` and `output` are there and that the input fits
         `config`; weights that do not fit the model are an InvalidArgument."""
         raise FailedPrecondition(f"the {self.framework} runner cannot load reference weights")
+
+    def worker_processes(self, config: RunConfig) -> int:
+        """Worker processes this runner starts for a distributed run (one per device under DDP)."""
+        return 1
+
+    def prepare_worker(self, config: RunConfig) -> None:
+        """First thing in a distributed run's fresh worker process, before any framework op: process-wide
+        settings the run needs (TensorFlow: logical CPU devices, TF_CONFIG)."""
 
     def user_error(self, exc: BaseException) -> RunnerError | None:
         """A framework exception that the request caused and the user can fix, as the error to return."""

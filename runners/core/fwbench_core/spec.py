@@ -44,6 +44,14 @@ class DeviceKind(enum.Enum):
     GPU = "gpu"
 
 
+class Strategy(enum.Enum):
+    SINGLE = "single"                                # one device, one process
+    DP = "dp"                                        # torch.nn.DataParallel: one process, two or more GPUs
+    DDP = "ddp"                                      # torch DistributedDataParallel: one process per device
+    MIRRORED = "mirrored"                            # tf MirroredStrategy: one process, the runner's devices
+    MULTI_WORKER_MIRRORED = "multi_worker_mirrored"  # tf MultiWorkerMirroredStrategy: one process per runner
+
+
 class Task(enum.Enum):
     VISION = "vision"
     NLP = "nlp"
@@ -110,6 +118,33 @@ class Capabilities:
     inter_op_threads: int
     # PyTorch can change its intra-op thread count between runs; TensorFlow cannot.
     intra_op_threads_adjustable: bool = False
+    # How a run may spread over several devices or runners on this kind of device, and the strategy a request
+    # that names none gets on several devices of one runner, and across runners.
+    strategies: frozenset[Strategy] = frozenset({Strategy.SINGLE})
+    parallel_strategy: Strategy = Strategy.SINGLE
+    multi_node_strategy: Strategy = Strategy.SINGLE
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A runner's part in a job that spans several runners (machines)."""
+
+    node_rank: int
+    node_count: int
+    endpoints: tuple[str, ...]  # HOST:PORT per runner in node_rank order: the frameworks' rendezvous addresses
+
+
+@dataclass(frozen=True)
+class WorkerPlace:
+    """One worker process's part in a distributed run, set by the core in each worker it starts."""
+
+    local_rank: int  # among this runner's worker processes
+    rank: int  # among every worker process of the job
+    world_size: int  # worker processes in the job: what a collective counts
+    # HOST:PORT of the job's rendezvous: PyTorch's c10d TCP store, hosted by rank 0.
+    rendezvous: str
+    # HOST:PORT of every runner's worker in node order (TensorFlow's TF_CONFIG cluster); empty on one runner.
+    workers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -216,6 +251,10 @@ class RunRequest:
     min_measure_s: float | None = None
     power_sample_rate_hz: float | None = None
     idle_baseline_s: float | None = None
+    strategy: Strategy | None = None
+    devices: tuple[DeviceRef, ...] = ()  # several devices of this runner; then `device` is None
+    cluster: Cluster | None = None
+    distributed_timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -241,10 +280,48 @@ class RunConfig:
     min_measure_s: float = 0.0
     power_sample_rate_hz: float = 0.0  # 0: telemetry off
     idle_baseline_s: float = 0.0
+    strategy: Strategy = Strategy.SINGLE
+    devices: tuple[Device, ...] = ()  # every device of this runner in the run; () means (device,)
+    cluster: Cluster | None = None
+    distributed_timeout_s: float = 0.0
+    place: WorkerPlace | None = None  # set in each worker process of a distributed run
 
     @property
     def head(self) -> Head:
         return self.model.head(self.model_options)
+
+    @property
+    def run_devices(self) -> tuple[Device, ...]:
+        return self.devices or (self.device,)
+
+    @property
+    def node_count(self) -> int:
+        return self.cluster.node_count if self.cluster else 1
+
+    @property
+    def world_size(self) -> int:
+        """Replicas in the whole job: devices per runner times runners."""
+        return len(self.run_devices) * self.node_count
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.batch_size * self.world_size
+
+    @property
+    def distributed(self) -> bool:
+        return self.strategy is not Strategy.SINGLE
+
+    @property
+    def process_devices(self) -> tuple[Device, ...]:
+        """The devices one worker process drives: its own under DDP, else all of this runner's."""
+        if self.strategy is Strategy.DDP and self.place is not None:
+            return (self.run_devices[self.place.local_rank],)
+        return self.run_devices
+
+    @property
+    def samples_per_step(self) -> int:
+        """Samples one worker process steps: the per-device batch on each device it drives."""
+        return self.batch_size * len(self.process_devices)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,8 @@ class StepSample:
     start_s: float
     step_time_s: float
     device_time_s: float | None = None
+    # A distributed step: each worker process's own time, in local rank order; step_time_s is the slowest.
+    rank_step_time_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class Summary:
     device_before: DeviceState | None = None  # read as the run took the device, before the build
     device_after: DeviceState | None = None  # read after the last step, before the model is released
     device_flags: tuple[str, ...] = ()  # how the device or host was not quiet around the run
+    straggler_spread: float | None = None  # median (slowest - fastest rank) / slowest over measured steps
 
 
 def with_device_state(summary: Summary, ref: DeviceRef, before: DeviceState, after: DeviceState) -> Summary:

@@ -19,9 +19,11 @@ from .power import EnergySummary, PowerPhase, PowerSample
 from .service import PowerBatch, Resolved, RunEvent
 from .sysinfo import manifest_options
 from .spec import (
+    Cluster,
     Compilation,
     Device,
     Layout,
+    Strategy,
     Switch,
     WarmupUntilStable,
     DeviceKind,
@@ -52,6 +54,7 @@ _PROTO_ENUMS = {
     Layout: (pb.Layout, "LAYOUT"),
     Compilation: (pb.Compilation, "COMPILATION"),
     Switch: (pb.Switch, "SWITCH"),
+    Strategy: (pb.Strategy, "STRATEGY"),
 }
 
 
@@ -91,6 +94,7 @@ def _capabilities_as_options(service_info: RunnerInfo, capabilities) -> dict[str
             ("layouts", can.layouts),
             ("compilations", can.compilations),
             ("cudnn_autotune", can.cudnn_autotune),
+            ("strategies", can.strategies),
         ):
             options[f"{device.ref}.{field}"] = ",".join(m.value for m in type(next(iter(values))) if m in values)
         options[f"{device.ref}.default_compilation"] = can.default_compilation.value
@@ -173,6 +177,27 @@ def reference_report_to_wire(name: str, report: ReferenceReport) -> pb.Reference
     )
 
 
+def _devices_from_wire(request: pb.RunRequest) -> tuple[DeviceRef, ...]:
+    refs = []
+    for number, selector in enumerate(request.devices):
+        kind = enum_from_wire(DeviceKind, selector.kind, f"devices[{number}].kind")
+        if kind is None:
+            raise InvalidArgument(f"devices[{number}].kind must be set; accepted values: cpu, gpu")
+        refs.append(DeviceRef(kind, selector.index))
+    return tuple(refs)
+
+
+def _cluster_from_wire(request: pb.RunRequest) -> Cluster | None:
+    if not request.HasField("cluster"):
+        return None
+    c = request.cluster
+    return Cluster(node_rank=c.node_rank, node_count=c.node_count, endpoints=tuple(c.endpoints))
+
+
+def cluster_to_wire(cluster: Cluster) -> pb.Cluster:
+    return pb.Cluster(node_rank=cluster.node_rank, node_count=cluster.node_count, endpoints=cluster.endpoints)
+
+
 def run_request_from_wire(request: pb.RunRequest) -> RunRequest:
     device = None
     if request.HasField("device"):
@@ -199,6 +224,10 @@ def run_request_from_wire(request: pb.RunRequest) -> RunRequest:
         min_measure_s=request.min_measure_s if request.HasField("min_measure_s") else None,
         power_sample_rate_hz=request.power_sample_rate_hz if request.HasField("power_sample_rate_hz") else None,
         idle_baseline_s=request.idle_baseline_s if request.HasField("idle_baseline_s") else None,
+        strategy=enum_from_wire(Strategy, request.strategy, "strategy"),
+        devices=_devices_from_wire(request),
+        cluster=_cluster_from_wire(request),
+        distributed_timeout_s=request.distributed_timeout_s if request.HasField("distributed_timeout_s") else None,
     )
 
 
@@ -275,6 +304,7 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
                         start_s=s.start_s,
                         step_time_s=s.step_time_s,
                         device_time_s=s.device_time_s,
+                        rank_step_time_s=s.rank_step_time_s,
                     )
                     for s in event.steps
                 ]
@@ -316,6 +346,12 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
                     else None
                 ),
                 min_measure_s=c.min_measure_s,
+                strategy=enum_to_wire(c.strategy),
+                devices=[device_to_wire(d) for d in c.run_devices],
+                world_size=c.world_size,
+                global_batch_size=c.global_batch_size,
+                cluster=cluster_to_wire(c.cluster) if c.cluster else None,
+                distributed_timeout_s=c.distributed_timeout_s,
             )
         )
     if isinstance(event, Summary):
@@ -333,6 +369,7 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
             timer_disagreement=event.timer_disagreement,
             flags=event.flags,
             device_flags=event.device_flags,
+            straggler_spread=event.straggler_spread,
         )
         _memory_to_wire(summary, event.peak_memory)
         if event.energy is not None:
