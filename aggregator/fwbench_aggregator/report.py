@@ -380,14 +380,23 @@ def scaling_plot(scaling: pd.DataFrame, out_dir: Path, key: str = "scaling") -> 
     panels = (("throughput_samples_per_s", "samples/s (job)"), ("scaling_efficiency", "efficiency (÷ N × one device)"))
     figure, axes_list = _series_grid(len(series) * len(panels), ncols_max=len(panels))
     for s, (values, frame) in enumerate(series):
-        label = " ".join(str(v) for c, v in zip(SCALING_COLUMNS, values) if v != "" and c != "model_options")
+        config = dict(zip(SCALING_COLUMNS, values))
+        label = " ".join(f"batch {v}/device" if c == "batch_size" else str(v)
+                         for c, v in config.items() if v != "" and c != "model_options")
+        # Each strategy's line starts at its one-device baseline; a baseline that has such lines is not drawn alone.
+        spread = set(frame.loc[frame["world_size"] > 1, "runner_name"])
+        lines = frame[~((frame["strategy"] == "single") & frame["runner_name"].isin(spread))]
         for p, (column, ylabel) in enumerate(panels):
             axes = axes_list[s * len(panels) + p]
-            for runner, own in frame.groupby("runner", sort=True):
+            for runner, own in lines.groupby("runner", sort=True):
                 points = own.dropna(subset=[column]).groupby("world_size")[column].mean()
+                baseline = own["baseline_throughput_samples_per_s"].dropna()
+                if 1 not in points.index and len(baseline):
+                    one = baseline.iloc[0] if column == "throughput_samples_per_s" else 1.0
+                    points = pd.concat([pd.Series([one], index=[1]), points])
                 if len(points):
                     axes.plot(points.index, points.values, marker="o", color=colours[runner], label=runner)
-            sizes = sorted(set(frame["world_size"]))
+            sizes = sorted({1, *frame["world_size"]})
             axes.set_xticks(sizes, [str(n) for n in sizes])
             axes.set_xlabel("devices (world size)")
             axes.set_ylabel(ylabel)
