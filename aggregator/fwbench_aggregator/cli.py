@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from typer.core import TyperGroup
 
-from . import analysis, plan, plots, runs, stats
+from . import analysis, jobs, plan, plots, runs, stats
 from . import parity as parity_mod
 from . import report as report_mod
 from . import results as results_mod
@@ -505,12 +505,11 @@ def max_batch(
     with ExitStack() as stack, TemporaryDirectory() as logs:
         endpoints, failures = runs.resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
         for name, address in endpoints.items():
-            client = stack.enter_context(RunnerClient(name, address, transport))
 
-            def fits(batch: int, client=client) -> bool:
+            def fits(batch: int, name=name, address=address) -> bool:
                 request.batch_size = batch
                 try:
-                    client.run(request)
+                    jobs.run_job(name, address, transport, request)
                 except RunnerFailure as failure:
                     if failure.out_of_memory:
                         return False
