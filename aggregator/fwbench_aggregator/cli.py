@@ -101,6 +101,13 @@ def print_comparison(rows: pd.DataFrame, title: str) -> None:
         )
         for row in ran.itertuples()
     ]
+    if (ran["world_size"] > 1).any():
+        # A distributed run: its replicas and how far its slowest rank trailed the fastest.
+        headers = (*headers, "devices", "straggler spread")
+        figures = [
+            (*cells, str(row.world_size), "–" if pd.isna(row.straggler_spread) else f"{row.straggler_spread:.1%}")
+            for cells, row in zip(figures, ran.itertuples())
+        ]
     columns = [Column("runner", key=True), Column("version", key=True), *(Column(h, numeric=True) for h in headers)]
     print_table(columns, [(*runner, *row) for runner, row in zip(runners, figures)], title)
     for row in rows.itertuples():
