@@ -545,6 +545,7 @@ def sweep(
     batch_sizes: Annotated[Optional[str], typer.Option(help="comma-separated, e.g. 1,2,4,8")] = None,
     shapes: Annotated[Optional[str], typer.Option(help="comma-separated shapes, e.g. 3x32x32,3x64x64")] = None,
     precisions: Annotated[Optional[str], typer.Option(help="comma-separated precisions")] = None,
+    strategies: Annotated[Optional[str], typer.Option(help="comma-separated strategies, each for every runner (a sweep file can give them per runner, and lists of devices)")] = None,
     repetitions: Annotated[Optional[int], typer.Option(min=1, max=plan.MAX_REPETITIONS, help=f"runs per runner and point (default {stats.DEFAULT_REPETITIONS})")] = None,
     warmup: Annotated[Optional[int], typer.Option(min=0, max=plan.MAX_WARMUP, help=f"the most warm-up steps (default {plan.DEFAULT_WARMUP})")] = None,
     warmup_until_cv: Annotated[Optional[float], typer.Option(min=0.0, max=0.99, help=f"warm up until stable within this (default {plan.DEFAULT_WARMUP_UNTIL_CV}; 0: a fixed count)")] = None,
@@ -568,7 +569,7 @@ def sweep(
             study = sweep_mod.load_sweep(file)
         elif models:
             study = sweep_mod.sweep_from_options(
-                models, batch_sizes=batch_sizes, shapes=shapes, modes=modes, precisions=precisions,
+                models, batch_sizes=batch_sizes, shapes=shapes, modes=modes, precisions=precisions, strategies=strategies,
                 repetitions=repetitions, warmup=warmup, steps=steps, warmup_until_cv=warmup_until_cv,
                 min_measure_s=min_measure_s,
             )
