@@ -172,6 +172,8 @@ def _config_label(values: dict, varying: Iterable[str], skip: Iterable[str] = ()
         value = values[column]
         if column == "batch_size":
             parts.append(f"batch {value}")
+        elif column in ("world_size", "nodes"):
+            parts.append(f"{value} {'devices' if column == 'world_size' else 'runners'}")
         elif value != "":
             parts.append(str(value))
     return " ".join(parts)
