@@ -171,6 +171,8 @@ class StrategyWorkload(Workload):
         self.is_gpu = config.device.ref.kind is DeviceKind.GPU
         keras.utils.set_random_seed(config.seed)
         tf.config.experimental.enable_tensor_float_32_execution(config.precision is Precision.TF32)
+        for gpu in self._gpus():
+            tf.config.experimental.reset_memory_stats(gpu)
         keras.mixed_precision.set_global_policy(MIXED_POLICIES.get(config.precision, "float32"))
         try:
             with self.strategy.scope():
@@ -263,10 +265,17 @@ class StrategyWorkload(Workload):
                 raise
             raise lost from None
 
+    def _gpus(self) -> list[str]:
+        """The replicas' GPUs as TensorFlow's memory statistics name them (GPU:N, numbered among visible GPUs)."""
+        if not self.is_gpu:
+            return []
+        specs = [tf.DeviceSpec.from_string(name) for name in self.strategy.extended.worker_devices]
+        return [f"GPU:{spec.device_index}" for spec in specs]
+
     def peak_memory(self) -> MemoryReading:
         if self.is_gpu:
-            peaks = [tf.config.experimental.get_memory_info(f"GPU:{d.ref.index}")["peak"] for d in self.config.run_devices]
-            return MemoryReading(max(peaks), "tf get_memory_info peak (the largest of the run's GPUs)")
+            peaks = [tf.config.experimental.get_memory_info(gpu)["peak"] for gpu in self._gpus()]
+            return MemoryReading(max(peaks), "tf get_memory_info peak (the largest of this process's GPUs)")
         return MemoryReading(process_peak_rss_bytes(), "process peak RSS (whole worker process, CPU)")
 
     def close(self) -> None:

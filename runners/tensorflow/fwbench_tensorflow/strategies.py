@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import tensorflow as tf
-from fwbench_core.errors import Unavailable
+from fwbench_core.errors import Aborted
 from fwbench_core.spec import DeviceKind, RunConfig, Strategy
 
 # What a run's strategy lets a TensorFlow runner do on CPU and on GPU alike.
 STRATEGIES = frozenset({Strategy.SINGLE, Strategy.MIRRORED, Strategy.MULTI_WORKER_MIRRORED})
-# The messages of TensorFlow's errors that mean a peer worker is unreachable, gone or too slow.
+# TensorFlow's errors of a collective whose peer worker is gone (unreachable, reset) or too slow (its timeout).
 _PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)
+# gRPC's details in them: which worker the failed call went to, and what gRPC said.
+_REMOTE_TASK = re.compile(r"remote target /job:worker/replica:\d+/task:(\d+)")
+_GRPC_MESSAGE = re.compile(r'grpc_message:"([^"]+)"')
+_HEADERS = {"Graph execution error:"}
 
 
 def configure_worker(config: RunConfig) -> None:
@@ -58,20 +63,25 @@ def make_strategy(config: RunConfig) -> tf.distribute.Strategy:
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 
-def peer_error(config: RunConfig, error: BaseException) -> Unavailable | None:
-    """A collective that failed because another worker of the job is gone or silent, as an error naming the
-    job's workers; None for any other error."""
+def peer_error(config: RunConfig, error: BaseException) -> Aborted | None:
+    """A collective that failed because another TF worker of the job died, left or stalled (longer than
+    distributed_timeout_s), as the run's error naming that worker where TensorFlow says which; None for any
+    other error."""
     if config.strategy is not Strategy.MULTI_WORKER_MIRRORED or not isinstance(error, _PEER_ERRORS):
         return None
-    workers = tf_config(config)["cluster"]["worker"] if config.cluster else ["this runner"]
-    me = workers[config.cluster.node_rank] if config.cluster else "this runner"
-    return Unavailable(
-        f"MultiWorkerMirroredStrategy worker {me} (node rank {config.cluster.node_rank if config.cluster else 0}) "
-        f"lost its peers among {', '.join(workers)}: a worker died, was unreachable, or was silent for longer "
-        f"than distributed_timeout_s ({config.distributed_timeout_s:g} s): {first_line(error)}"
-    )
+    text = str(error)
+    workers = tf_config(config)["cluster"]["worker"] if config.cluster else []
+    remote = _REMOTE_TASK.search(text)
+    peer = ""
+    if remote and int(remote[1]) < len(workers):
+        peer = f" (TensorFlow worker {workers[int(remote[1])]}, node rank {remote[1]})"
+    return Aborted(f"a collective failed: another rank of the job failed, left or stalled{peer}: {reason(text)}")
 
 
-def first_line(error: BaseException) -> str:
-    text = getattr(error, "message", None) or str(error)
-    return (text.strip().splitlines() or [type(error).__name__])[0][:300]
+def reason(text: str) -> str:
+    """The line of a TensorFlow error that says what happened: its first but the generic headers."""
+    grpc_message = _GRPC_MESSAGE.search(text)
+    if grpc_message:
+        return grpc_message[1]
+    lines = [line.strip() for line in text.splitlines() if line.strip() and line.strip() not in _HEADERS]
+    return (lines[0] if lines else "no details")[:300]
