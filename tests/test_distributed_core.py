@@ -77,6 +77,8 @@ def test_merge_step_takes_the_slowest_rank_and_keeps_each_ranks_time():
     assert step.rank_step_time_s == (0.2, 0.3)
     assert merge_step([a, StepSample(3, False, 10.0, 0.1, 0.25)]).device_time_s == 0.25
     assert straggler_spread([step, merge_step([a, a])]) == pytest.approx((1 / 3 + 0) / 2)
+    alone = merge_step([a])
+    assert alone.rank_step_time_s == () and straggler_spread([alone]) is None
 
 
 def test_ddp_on_two_cpu_workers_is_one_run_of_merged_steps():

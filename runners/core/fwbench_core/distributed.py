@@ -187,13 +187,18 @@ def merge_step(samples: Sequence[StepSample]) -> StepSample:
         start_s=min(s.start_s for s in samples),
         step_time_s=max(s.step_time_s for s in samples),
         device_time_s=None if None in device_times else max(device_times),
-        rank_step_time_s=tuple(s.step_time_s for s in samples),
+        # One process has no ranks to tell apart (runner.proto): its step is the rank's.
+        rank_step_time_s=tuple(s.step_time_s for s in samples) if len(samples) > 1 else (),
     )
 
 
 def straggler_spread(steps: Sequence[StepSample]) -> float | None:
-    """Median over steps of (slowest - fastest rank) / slowest."""
-    spreads = [(max(s.rank_step_time_s) - min(s.rank_step_time_s)) / max(s.rank_step_time_s) for s in steps if s.rank_step_time_s]
+    """Median over steps of (slowest - fastest rank) / slowest; None where each step has one rank."""
+    spreads = [
+        (max(s.rank_step_time_s) - min(s.rank_step_time_s)) / max(s.rank_step_time_s)
+        for s in steps
+        if len(s.rank_step_time_s) > 1
+    ]
     return statistics.median(spreads) if spreads else None
 
 
