@@ -9,6 +9,8 @@ gives the noise floor as `fwbench calibrate` does, and a second, independent rou
 
     # CPU (the embedded runners; starts two instances of --framework):
     .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu
+    # A distributed run against itself: two DDP workers per instance
+    .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu --devices cpu:0,cpu:1 --strategy ddp
     # GPU (two runners already running, e.g. ../shared/gpu/on_gpu.sh starts a and b):
     python benchmarks/aa_validity.py --grid gpu --runner a=127.0.0.1:50051 --runner b=127.0.0.1:50052
 """
@@ -30,7 +32,7 @@ from scipy.stats import mannwhitneyu
 from fwbench_aggregator.connection import EMBEDDED
 from fwbench_aggregator.runs import run_medians_by_runner, start_embedded
 from fwbench_aggregator.launch import default_venvs
-from fwbench_aggregator.vocabulary import Mode, Precision
+from fwbench_aggregator.vocabulary import Mode, Precision, Strategy
 
 GRIDS = {
     # The configurations where pooled-step statistics went wrong on an H100 (launch-bound small batches
@@ -65,6 +67,8 @@ def main() -> int:
     parser.add_argument("--min-measure-s", type=float, default=plan.DEFAULT_MIN_MEASURE_S)
     parser.add_argument("--warmup", type=int, default=plan.DEFAULT_WARMUP)
     parser.add_argument("--steps", type=int, default=plan.DEFAULT_STEPS)
+    parser.add_argument("--devices", help="several devices of each instance, e.g. cpu:0,cpu:1: a distributed run")
+    parser.add_argument("--strategy", choices=[s.value for s in Strategy], help="default: the runner's own")
     args = parser.parse_args()
     grid = GRIDS[args.grid]
     models = (args.models or grid["models"]).split(",")
@@ -84,7 +88,8 @@ def main() -> int:
                 return 1
             addresses = [first[args.framework], second[args.framework]]
         twins = dict(zip(("a", "b"), addresses))
-        print(f"A/A {args.grid} grid: {args.mode}, {args.repetitions} runs per instance per round, "
+        where = f" on {args.devices} ({args.strategy or 'default strategy'})" if args.devices else ""
+        print(f"A/A {args.grid} grid{where}: {args.mode}, {args.repetitions} runs per instance per round, "
               f"windows of at least {args.min_measure_s} s and {args.steps} steps")
         header = f"{'configuration':<34} {'a ms':>8} {'b ms':>8} {'ratio':>6} {'99% interval':>15} {'resolves':>8} {'floor':>7}  verdict"
         print(header)
@@ -93,8 +98,10 @@ def main() -> int:
         for model, batch_size, precision in itertools.product(models, batch_sizes, precisions):
             shape = grid["shapes"].get(model)
             request = plan.RunSpec(
-                model, Mode(args.mode), batch_size, shape, Precision(precision), grid["device"], warmup=args.warmup,
-                steps=args.steps, min_measure_s=args.min_measure_s,
+                model, Mode(args.mode), batch_size, shape, Precision(precision),
+                None if args.devices else grid["device"], warmup=args.warmup, steps=args.steps,
+                min_measure_s=args.min_measure_s, devices=args.devices,
+                strategy=Strategy(args.strategy) if args.strategy else None,
             ).to_request()
             rounds, steps = [], None
             for _ in range(2):
@@ -125,7 +132,9 @@ def main() -> int:
         print(f"\nwrong verdicts: {wrong} of {n} ({wrong / n:.1%}); without the noise floor: {wrong_without_floor} of {n} "
               f"({wrong_without_floor / n:.1%}); the old pooled-steps statistic on the same runs: {wrong_pooled} of {n} "
               f"({wrong_pooled / n:.1%})")
-        print(f"noise floor: median {floors[len(floors) // 2]:.1%}, range {floors[0]:.1%} to {floors[-1]:.1%}; "
+        floor_text = (f"median {floors[len(floors) // 2]:.1%}, range {floors[0]:.1%} to {floors[-1]:.1%}" if floors
+                      else f"not measured (a floor needs {stats.MIN_REPETITIONS} runs per instance)")
+        print(f"noise floor: {floor_text}; "
               f"smallest difference the runs resolve: median {resolvable[len(resolvable) // 2]:.1%}, "
               f"range {resolvable[0]:.1%} to {resolvable[-1]:.1%}")
         print(f"wall time {time.perf_counter() - started:.0f} s")

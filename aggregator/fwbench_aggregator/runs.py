@@ -206,8 +206,11 @@ def run_medians_by_runner(
     results, failures = run_all(endpoints, {name: request for name in endpoints}, transport, repetitions)
     if failures:
         return results, {}, failures
-    runs = analysis.run_values(results_mod.summary_frame("a-a", results, []), results_mod.steps_frame("a-a", results))
-    medians = {name: group.tolist() for name, group in runs.groupby("runner")["median_step_time_s"]}
+    summary = results_mod.summary_frame("a-a", results, [])
+    runs = analysis.run_values(summary, results_mod.steps_frame("a-a", results))
+    # Rows are labelled with the strategy ("a ddp"); the caller knows its runners by name.
+    names = dict(analysis.normalised(summary)[["runner", "runner_name"]].itertuples(index=False))
+    medians = {names[label]: group.tolist() for label, group in runs.groupby("runner")["median_step_time_s"]}
     return results, medians, []
 
 
