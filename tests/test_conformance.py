@@ -597,3 +597,37 @@ def test_a_batch_the_framework_cannot_train_is_a_clear_error_and_the_runner_goes
     else:
         assert of_kind(events, "summary")
     assert of_kind(run_events(stub, run_request(measured_steps=1)), "summary")
+
+
+# --- distributed runs -------------------------------------------------------
+
+TWO_CPUS = [pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU, index=0), pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU, index=1)]
+
+
+def test_strategies_a_runner_does_not_advertise_are_refused_naming_those_it_supports(runner, stub):
+    info = stub.Describe(pb.DescribeRequest(), timeout=RPC_TIMEOUT_S)
+    supported = advertised(info, "strategies")
+    assert "single" in supported, f"{runner.name} advertises no single-device strategy"
+    for value in sorted(set(vocabulary.choices(pb.Strategy)) - supported):
+        request = run_request(device=None, devices=TWO_CPUS, strategy=vocabulary.from_text(pb.Strategy, value))
+        error = run_error(stub, request)
+        assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, (value, error.details())
+        assert f"strategy {value} is not supported" in error.details() and "supports" in error.details()
+
+
+def test_two_cpu_devices_run_the_runners_data_parallel_strategy_over_the_global_batch(runner, stub):
+    info = stub.Describe(pb.DescribeRequest(), timeout=RPC_TIMEOUT_S)
+    events = run_events(stub, run_request(device=None, devices=TWO_CPUS, mode=pb.MODE_TRAIN, warmup_steps=1))
+    config = of_kind(events, "config")[0]
+    assert vocabulary.to_text(pb.Strategy, config.strategy) in advertised(info, "strategies") - {"single"}
+    assert (config.world_size, config.global_batch_size) == (2, 2 * BATCH)
+    assert [(d.kind, d.index) for d in config.devices] == [(pb.DEVICE_KIND_CPU, 0), (pb.DEVICE_KIND_CPU, 1)]
+    summary = of_kind(events, "summary")[0]
+    measured = [s.step_time_s for s in step_timings(events) if not s.warmup]
+    assert summary.measured_steps == len(measured) == MEASURED
+    assert summary.throughput_samples_per_s == pytest.approx(2 * BATCH * len(measured) / sum(measured), rel=1e-6)
+
+
+def test_a_device_named_twice_is_invalid(stub):
+    error = run_error(stub, run_request(device=None, devices=[TWO_CPUS[0], TWO_CPUS[0]]))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "names cpu:0 twice" in error.details()
