@@ -31,6 +31,7 @@ FRAMEWORKS = shipped()
 RUNNERS = tuple(f.name for f in FRAMEWORKS)
 DOCKERFILES = (*(f"{f.folder}/Dockerfile" for f in FRAMEWORKS), "aggregator/Dockerfile")
 BASE_IMAGES = ROOT / "tests" / "containers" / "base_images.sh"
+SECOND_NODES = {name: f"{name}-node1" for name in RUNNERS}  # compose.nodes.yaml's second runner of each
 
 # The second TensorFlow version the swap test rebuilds on, with an older protobuf major than the
 # first one's: the runner's stubs must be generated for whatever protobuf the image carries.
@@ -92,7 +93,9 @@ def test_compose_file_follows_the_compose_specification():
 
 
 @pytest.mark.parametrize(
-    "overrides", [["compose.cpu.yaml"], ["compose.ports.yaml"], ["compose.cpu.yaml", "compose.ports.yaml"]]
+    "overrides",
+    [["compose.cpu.yaml"], ["compose.ports.yaml"], ["compose.cpu.yaml", "compose.ports.yaml"],
+     ["compose.cpu.yaml", "compose.nodes.yaml"], ["compose.cpu.yaml", "compose.ports.yaml", "compose.nodes.yaml"]],
 )
 def test_overrides_merge_into_a_file_that_follows_the_specification(tmp_path, overrides):
     merged = tmp_path / "merged.yaml"
@@ -145,6 +148,25 @@ def test_aggregator_waits_for_every_runner_to_be_healthy_and_writes_to_the_host(
     }
     assert [v["target"] for v in service["volumes"]] == ["/results"]
     assert service["environment"]["FWBENCH_RUNNERS"] == " ".join(f"{name}={name}:50051" for name in RUNNERS)
+
+
+def test_nodes_override_adds_a_second_runner_per_framework_that_publishes_nothing():
+    config = compose_config("compose.cpu.yaml", "compose.ports.yaml", "compose.nodes.yaml")
+    services = config["services"]
+    for name in RUNNERS:
+        first, second = services[name], services[SECOND_NODES[name]]
+        # The same runner under another name, on the internal network only: the rendezvous ports stay there.
+        assert {k: v for k, v in first.items() if k not in ("networks", "ports")} == {
+            k: v for k, v in second.items() if k != "networks"
+        }
+        assert list(second["networks"]) == ["runners"] and "ports" not in second
+        assert "deploy" not in compose_config("compose.nodes.yaml")["services"][SECOND_NODES[name]]
+    aggregator = services["aggregator"]
+    assert set(aggregator["depends_on"]) == {*RUNNERS, *SECOND_NODES.values()}
+    # Each framework is one job across its two runners, node 0 first.
+    assert aggregator["environment"]["FWBENCH_RUNNERS"] == " ".join(
+        f"{name}={name}:50051,{SECOND_NODES[name]}:50051" for name in RUNNERS
+    )
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS, ids=RUNNERS)
