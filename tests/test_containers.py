@@ -43,6 +43,11 @@ UID = 1000  # the non-root user compose runs every service as (FWBENCH_UID in .e
 BUILD_TIMEOUT_S = 1800
 UP_TIMEOUT_S = 600
 RUN_TIMEOUT_S = 600
+# One job per framework across its two runner containers (compose.nodes.yaml), one CPU device each.
+DISTRIBUTED_STRATEGIES = {"torch": "ddp", "tensorflow": "multi_worker_mirrored"}
+DISTRIBUTED_RUN = ["--model", "mobilenet_v2", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "2", "--steps", "5",
+                   "--min-measure-s", "0", "--repetitions", "1", "--devices", "cpu:0",
+                   *(arg for name, strategy in DISTRIBUTED_STRATEGIES.items() for arg in ("--strategy", f"{name}={strategy}"))]
 SMALL_RUN = ["--model", "resnet18", "--batch-size", "2", "--shape", "3x64x64", "--warmup", "2", "--steps", "5",
              "--min-measure-s", "0", "--repetitions", "1"]
 
@@ -248,18 +253,26 @@ class Stack:
         container = self.compose("ps", "-q", service).stdout.strip()
         return run(["docker", "inspect", "--format", "{{.State.Health.Status}}", container]).stdout.strip()
 
-    def aggregator(self, *args: str) -> subprocess.CompletedProcess:
-        return self.compose("--profile", "aggregator", "run", "--rm", "aggregator", *args)
+    def aggregator(self, *args: str, files: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+        """`fwbench ARGS` in the aggregator's container; `files`: Compose files besides the stack's."""
+        return self.compose(*(arg for f in files for arg in ("-f", f)), "--profile", "aggregator", "run", "--rm",
+                            "aggregator", *args)
 
-    def newest_comparison(self) -> tuple[Path, pd.DataFrame]:
-        folder = max((p.parent for p in self.results_dir.glob("*/comparison.csv")), key=lambda p: p.stat().st_mtime)
-        return folder, pd.read_csv(folder / "comparison.csv")
+    def processes(self, service: str) -> list[str]:
+        """The command lines running in a service's container, its health probes left out."""
+        container = self.compose("ps", "-q", service).stdout.strip()
+        rows = run(["docker", "top", container, "-o", "pid,args"]).stdout.splitlines()[1:]
+        commands = (row.split(maxsplit=1)[1] for row in rows)
+        return [command for command in commands if "fwbench_core.healthcheck" not in command]
 
-    def leftovers(self) -> list[str]:
-        label = f"label=com.docker.compose.project={PROJECT}"
-        containers = run(["docker", "ps", "-aq", "--filter", label]).stdout.split()
-        networks = run(["docker", "network", "ls", "-q", "--filter", label]).stdout.split()
-        return containers + networks
+    def listening_ports(self, service: str) -> set[int]:
+        """The TCP ports the runner's user listens on in a service's container (read from /proc/net)."""
+        table = self.compose("exec", "-T", service, "cat", "/proc/net/tcp", "/proc/net/tcp6").stdout
+        rows = [line.split() for line in table.splitlines()]
+        # A socket's row: "N: LOCAL_HEX_ADDRESS:HEX_PORT REMOTE STATE ... UID ..."; state 0A is LISTEN. The
+        # headers start "sl"; Docker's embedded DNS listens in the container too, as root.
+        return {int(row[1].rsplit(":", 1)[1], 16) for row in rows
+                if row[0] != "sl" and row[3] == "0A" and row[7] == str(UID)}
 
 
 def docker_engine_problem() -> str | None:
@@ -342,6 +355,29 @@ def test_host_aggregator_reaches_the_published_runners(stack):
                 "--runner", f"torch=127.0.0.1:{stack.ports['torch']}",
                 "--runner", f"tensorflow=127.0.0.1:{stack.ports['tensorflow']}"], timeout=RUN_TIMEOUT_S)
     assert stack.torch_version in done.stdout and stack.tensorflow_version in done.stdout
+
+
+@pytest.mark.containers
+def test_one_job_spans_two_runner_containers_per_framework(stack):
+    """torch DDP and TensorFlow MultiWorkerMirrored, each across two runner containers as two machines:
+    the frameworks' own rendezvous over the compose network, then nothing left in any container."""
+    nodes = ("compose.nodes.yaml",)
+    stack.compose("-f", *nodes, "up", "-d", "--wait", "--wait-timeout", str(UP_TIMEOUT_S - 60),
+                  *SECOND_NODES.values(), timeout=UP_TIMEOUT_S)
+    try:
+        stack.aggregator("compare", *DISTRIBUTED_RUN, "--out", "/results", files=nodes)
+        folder, _ = stack.newest_comparison()
+        summary = pd.read_csv(folder / "summary.csv").set_index("framework")
+        for name, strategy in DISTRIBUTED_STRATEGIES.items():
+            run_summary = summary.loc[name]
+            assert run_summary["status"] == "ok", run_summary.get("error")
+            assert run_summary["strategy"] == strategy
+            assert (run_summary["world_size"], run_summary["nodes"], run_summary["global_batch_size"]) == (2, 2, 4)
+        for service in (*RUNNERS, *SECOND_NODES.values()):
+            assert not [line for line in stack.processes(service) if "spawn_main" in line], "a worker is left"
+            assert stack.listening_ports(service) == {50051}, f"{service} left a rendezvous port bound"
+    finally:
+        stack.compose("-f", *nodes, "rm", "--stop", "--force", *SECOND_NODES.values(), check=False)
 
 
 @pytest.mark.containers
