@@ -17,13 +17,16 @@ import pandas as pd
 
 from . import stats
 
-CONFIG_COLUMNS = ("model", "model_options", "mode", "batch_size", "input_shape", "precision", "device")
+# world_size and nodes belong to a configuration: a run on two devices is never pooled with one on one device, nor
+# two devices of one runner with one device on each of two runners. batch_size is per device.
+CONFIG_COLUMNS = ("model", "model_options", "mode", "batch_size", "input_shape", "precision", "device", "world_size", "nodes")
+INTEGER_COLUMNS = ("batch_size", "world_size", "nodes")
 # The configuration less its batch size: one line per runner across batch sizes.
 SERIES_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c != "batch_size")
 RUN_COLUMNS = (*CONFIG_COLUMNS, "runner", "repetition")
 
 ROW_COLUMNS = (
-    *CONFIG_COLUMNS, "runner", "framework", "framework_version", "container_image", "status", "runs", "failed_runs", "steps",
+    *CONFIG_COLUMNS, "runner", "runner_name", "strategy", "global_batch_size", "straggler_spread", "framework", "framework_version", "container_image", "status", "runs", "failed_runs", "steps",
     "median_step_ms", "p5_step_ms", "p95_step_ms", "run_spread", "ms_per_sample", "throughput_samples_per_s",
     "energy_per_sample_j", "mean_power_w", "energy_runs", "energy_status",
     "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "p_value", "resolvable", "noise_floor",
@@ -44,16 +47,29 @@ def failure_verdict(error: str) -> str:
     return f"failed: {text[:200]}{'…' if len(text) > 200 else ''}"
 
 
+def entry_label(runner: str, strategy: str) -> str:
+    """A row's identity: the runner, and its strategy where it spreads over several devices ("torch ddp")."""
+    return runner if strategy in ("", "single") else f"{runner} {strategy}"
+
+
 def normalised(frame: pd.DataFrame | None) -> pd.DataFrame:
-    """Configuration columns present and comparable: missing strings become "", batch sizes integers."""
+    """Configuration columns present and comparable: missing strings become "", counts integers (a run
+    before distributed runs existed: one device, one runner). `runner` becomes the row's identity, runner and
+    strategy (entry_label); `runner_name` keeps the runner alone."""
     frame = pd.DataFrame() if frame is None else frame.copy()
-    for column in (*CONFIG_COLUMNS, "runner"):
+    for column in (*CONFIG_COLUMNS, "runner", "strategy"):
         if column not in frame:
             frame[column] = pd.NA
-    for column in (*CONFIG_COLUMNS, "runner"):
-        if column != "batch_size":
+    for column in (*CONFIG_COLUMNS, "runner", "strategy"):
+        if column not in INTEGER_COLUMNS:
             frame[column] = frame[column].astype(object).where(frame[column].notna(), "").astype(str)
     frame["batch_size"] = pd.to_numeric(frame["batch_size"], errors="coerce").fillna(0).astype(int)
+    for column in ("world_size", "nodes"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").fillna(1).astype(int)
+    frame["strategy"] = frame["strategy"].replace("", "single")
+    if "runner_name" not in frame:
+        frame["runner_name"] = frame["runner"]
+    frame["runner"] = [entry_label(r, s) for r, s in zip(frame["runner_name"], frame["strategy"])]
     if "repetition" in frame:
         frame["repetition"] = pd.to_numeric(frame["repetition"], errors="coerce").fillna(0).astype(int)
     return frame
@@ -136,7 +152,8 @@ def comparison_rows(
     rows = []
     for config, runs in summary.groupby(list(CONFIG_COLUMNS), sort=False):
         config_values = dict(zip(CONFIG_COLUMNS, config))
-        batch_size = int(config_values["batch_size"])
+        # Throughput counts the job's samples: the per-device batch on every device of every runner.
+        batch_size = int(config_values["batch_size"]) * int(config_values["world_size"])
         config_rows = []
         for runner, own in runs.groupby("runner", sort=False):
             ok, failed = own[own["status"] == "ok"], own[own["status"] != "ok"]
@@ -146,6 +163,10 @@ def comparison_rows(
             row = {
                 **config_values,
                 "runner": runner,
+                "runner_name": _first(own["runner_name"]),
+                "strategy": _first(own["strategy"]),
+                "global_batch_size": batch_size,
+                "straggler_spread": float(spread.median()) if len((spread := _numbers(ok, "straggler_spread"))) else math.nan,
                 "framework": _first(own.get("framework", pd.Series(dtype=object))),
                 "framework_version": _first(own.get("framework_version", pd.Series(dtype=object))),
                 "container_image": _first(own.get("container_image", pd.Series(dtype=object))),
@@ -182,7 +203,8 @@ def comparison_rows(
         return table
     table["_failed"] = table["status"] != "ok"
     table = table.sort_values(
-        ["model", "model_options", "mode", "device", "precision", "input_shape", "batch_size", "_failed", "ratio_to_fastest", "runner"],
+        ["model", "model_options", "mode", "device", "precision", "input_shape", "batch_size", "world_size", "nodes", "_failed",
+         "ratio_to_fastest", "runner"],
         kind="stable",
     ).drop(columns="_failed")
     return table.reset_index(drop=True)
@@ -224,3 +246,84 @@ def calibration_row(config: dict, framework: str, comparison: stats.Comparison) 
         "runs": min(comparison.runs_faster, comparison.runs_slower), "aa_ratio": comparison.ratio,
         "aa_ci_low": comparison.ci_low, "aa_ci_high": comparison.ci_high, "noise_floor": stats.noise_floor(comparison),
     }
+
+
+# Scaling: a configuration less its world size (and runner count), one line per runner and strategy.
+SCALING_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c not in ("world_size", "nodes"))
+SCALING_ROW_COLUMNS = (
+    *SCALING_COLUMNS, "runner", "runner_name", "strategy", "world_size", "nodes", "runs", "throughput_samples_per_s",
+    "baseline_throughput_samples_per_s", "scaling_efficiency", "straggler_spread", "efficiency_note",
+)
+
+
+def _throughputs(frame: pd.DataFrame) -> np.ndarray:
+    return pd.to_numeric(frame["throughput_samples_per_s"], errors="coerce").dropna().to_numpy(dtype=float)
+
+
+def scaling_rows(summary: pd.DataFrame) -> pd.DataFrame:
+    """Throughput against world size per runner, strategy and configuration, and the scaling efficiency:
+    throughput on N devices / (N x the same runner's throughput on one device), at the same per-device batch.
+    Throughputs are geometric means over runs (the unit of evidence is the run). The one-device baseline is
+    the runner's `single` runs, else its world-size-1 runs of the same strategy; where neither exists the
+    efficiency is empty and efficiency_note says why."""
+    summary = normalised(summary)
+    if summary.empty or "throughput_samples_per_s" not in summary:
+        return pd.DataFrame(columns=SCALING_ROW_COLUMNS)
+    ok = summary[summary.get("status", pd.Series("ok", index=summary.index)).fillna("failed") == "ok"]
+    rows = []
+    for config, runs in ok.groupby(list(SCALING_COLUMNS), sort=False):
+        for (runner_name, strategy, world_size, nodes), own in runs.groupby(
+            ["runner_name", "strategy", "world_size", "nodes"], sort=True
+        ):
+            values = _throughputs(own)
+            if not values.size:
+                continue
+            one = runs[(runs["runner_name"] == runner_name) & (runs["world_size"] == 1)]
+            single = one[one["strategy"] == "single"]
+            baseline_runs = _throughputs(single if len(single) else one[one["strategy"] == strategy])
+            throughput = stats.geometric_mean(values)
+            row = {
+                **dict(zip(SCALING_COLUMNS, config)), "runner": entry_label(runner_name, strategy),
+                "runner_name": runner_name, "strategy": strategy, "world_size": int(world_size), "nodes": int(nodes),
+                "runs": int(values.size), "throughput_samples_per_s": throughput,
+                "straggler_spread": float(spread.median()) if len(spread := _numbers(own, "straggler_spread")) else math.nan,
+                "baseline_throughput_samples_per_s": math.nan, "scaling_efficiency": math.nan, "efficiency_note": "",
+            }
+            if baseline_runs.size:
+                baseline = stats.geometric_mean(baseline_runs)
+                row.update(baseline_throughput_samples_per_s=baseline,
+                           scaling_efficiency=throughput / (int(world_size) * baseline))
+            else:
+                row["efficiency_note"] = (
+                    f"no one-device run of {runner_name} at this configuration (same per-device batch); "
+                    "run it with --device or one entry of --devices"
+                )
+            rows.append(row)
+    return pd.DataFrame(rows, columns=SCALING_ROW_COLUMNS)
+
+
+def has_scaling(scaling: pd.DataFrame) -> bool:
+    """Whether some configuration ran at more than one world size: a scaling table says something."""
+    if scaling.empty:
+        return False
+    sizes = scaling.groupby(list(SCALING_COLUMNS), sort=False)["world_size"].nunique()
+    return bool((sizes > 1).any())
+
+
+def strategy_pairs(rows: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
+    """The studies' head-to-head tables from comparison rows: per configuration and world size, the
+    throughput of each runner using `first` and of each using `second`, and second / first."""
+    columns = [*CONFIG_COLUMNS, "runner_a", "throughput_a", "runner_b", "throughput_b", "ratio_b_to_a"]
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    ran = rows[(rows["status"] == "ok") & rows["throughput_samples_per_s"].notna()]
+    table = []
+    for config, frame in ran.groupby(list(CONFIG_COLUMNS), sort=False):
+        for a in frame[frame["strategy"] == first].itertuples(index=False):
+            for b in frame[frame["strategy"] == second].itertuples(index=False):
+                table.append({
+                    **dict(zip(CONFIG_COLUMNS, config)), "runner_a": a.runner, "throughput_a": a.throughput_samples_per_s,
+                    "runner_b": b.runner, "throughput_b": b.throughput_samples_per_s,
+                    "ratio_b_to_a": b.throughput_samples_per_s / a.throughput_samples_per_s,
+                })
+    return pd.DataFrame(table, columns=columns)

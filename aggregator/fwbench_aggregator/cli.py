@@ -30,10 +30,11 @@ from .console import Column, err_console, out_console, print_table
 from .frameworks import names as framework_names
 from .launch import StartupSettings, default_venvs
 from .options import (
-    BatchSizeOption, FrameworksOption, MinMeasureOption, ModelOption, RepetitionsOption, RunnerOption, StepsOption,
-    StoreOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption, WarmupOption,
-    WarmupUntilCvOption, compilation_for, every_framework, parse_compilation, parse_device, parse_options,
-    parse_power_rate, parse_runners, parse_shape, parse_text, runner_transport,
+    BatchSizeOption, DevicesOption, DistributedTimeoutOption, FrameworksOption, MinMeasureOption, ModelOption,
+    RendezvousPortOption, RepetitionsOption, RunnerOption, StepsOption, StoreOption, StrategyOption, TlsCaOption,
+    TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption, WarmupOption, WarmupUntilCvOption, compilation_for,
+    every_framework, parse_compilation, parse_device, parse_options, parse_power_rate, parse_runners, parse_shape,
+    parse_text, runner_transport, strategy_for,
 )
 from .paths import safe_component
 from .plan import RunSpec, option_pairs
@@ -133,6 +134,8 @@ def compare(
     compilation: Annotated[
         list[str], typer.Option(callback=parse_compilation, help=f"{', '.join(Compilation.__members__)}, for every runner or as RUNNER=VALUE; default: each framework's default (PyTorch eager, TensorFlow graph)")
     ] = [],
+    strategy: StrategyOption = [],
+    devices: DevicesOption = None,
     cudnn_autotune: Annotated[SwitchChoice, typer.Option(help="cuDNN autotuning, the same on every runner")] = SwitchChoice.off,
     intra_op_threads: Annotated[int, typer.Option(min=1, max=plan.MAX_THREADS, help="threads within an op, every runner (default: all cores)")] = os.cpu_count() or 1,
     inter_op_threads: Annotated[int, typer.Option(min=1, max=plan.MAX_THREADS, help="ops at once, every runner (default: all cores)")] = os.cpu_count() or 1,
@@ -148,6 +151,8 @@ def compare(
     cooldown_s: Annotated[float, typer.Option(min=0.0, max=plan.MAX_COOLDOWN_S, help="seconds to wait between runs")] = 0.0,
     min_effect: Annotated[float, typer.Option(min=0.0, max=1.0, help="smallest difference a verdict calls real, as a fraction")] = stats.MIN_EFFECT,
     runner: RunnerOption = [],
+    rendezvous_port: RendezvousPortOption = None,
+    distributed_timeout_s: DistributedTimeoutOption = None,
     tls_ca: TlsCaOption = None,
     tls_cert: TlsCertOption = None,
     tls_key: TlsKeyOption = None,
@@ -157,24 +162,30 @@ def compare(
     out: Annotated[Path, typer.Option(help="folder to write results into; each comparison gets a subfolder")] = Path("results"),
     store: Annotated[Optional[Path], typer.Option(help="the results store: every run is kept, and noise floors are read from it (default: OUT/store)")] = None,
 ) -> None:
-    """Run one model at one batch size and shape on every runner, and compare them."""
+    """Run one model at one batch size and shape on every runner, and compare them. With --devices, or a
+    runner given several addresses (one job across machines), each runner runs data-parallel."""
     transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
+    if device and devices:
+        raise typer.BadParameter("give one device with --device or several with --devices, not both", param_hint="--devices")
     store = store or out / "store"
     startup = StartupSettings(intra_op_threads, inter_op_threads, cudnn_autotune.value)
     spec = RunSpec(
         model, mode, batch_size, shape, precision, device, layout, warmup=warmup, steps=steps, seed=seed,
         model_options=option_pairs(option), startup=startup, warmup_until_cv=warmup_until_cv,
         stable_window=stable_window, min_measure_s=min_measure_s, power_rate_hz=power_rate_hz,
-        idle_baseline_s=idle_baseline_s,
+        idle_baseline_s=idle_baseline_s, devices=devices, distributed_timeout_s=distributed_timeout_s,
     )
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{safe_component(model)}-{mode.value}-b{batch_size}"
     out_dir = out / run_id
     results_store = store_mod.ResultStore(store)
     with ExitStack() as stack:
         endpoints, failures = runs.resolve_endpoints(runner, frameworks, venvs, out_dir / "logs", stack, startup)
-        requests = {name: replace(spec, compilation=compilation_for(name, compilation)).to_request() for name in endpoints}
+        requests = {
+            name: replace(spec, compilation=compilation_for(name, compilation), strategy=strategy_for(name, strategy)).to_request()
+            for name in endpoints
+        }
         results, run_failures = runs.run_comparison(
-            endpoints, transport, requests, repetitions, cooldown_s, results_store, run_id
+            endpoints, transport, requests, repetitions, cooldown_s, results_store, run_id, rendezvous_port
         )
         failures += run_failures
 
@@ -187,9 +198,17 @@ def compare(
         rows = analysis.comparison_rows(frames["summary"], frames["steps"], results_store.load("calibration"), min_effect)
         frames["comparison"] = rows
         shape_shown = shape_text(results[0].config.input_shape)
-        print_comparison(
-            rows, f"{model} {mode.value}, batch {batch_size}, {shape_shown}, {precision.value}, {results[0].config.device.name}"
-        )
+        where = results[0].config.device.name
+        if any(r.config.world_size > 1 for r in results):
+            where += "; " + ", ".join(
+                f"{r.runner}: {len(r.config.devices)} device(s) x {max(1, r.config.cluster.node_count)} runner(s)"
+                for r in {r.runner: r for r in results}.values()
+            )
+        print_comparison(rows, f"{model} {mode.value}, batch {batch_size} per device, {shape_shown}, {precision.value}, {where}")
+        scaling = scaling_of(rows, results_store)
+        if not scaling.empty:
+            frames["scaling"] = scaling
+            report_mod.print_scaling(scaling)
     written = results_mod.write_results(out_dir, frames)
     if not frames["power"].empty:
         written += plots.power_timeline(frames["power"], out_dir)
@@ -200,6 +219,15 @@ def compare(
             err_console.print(f"[yellow]{r.runner} #{r.repetition + 1}: {flag}[/]")
     err_console.print(f"results: {', '.join(str(p) for p in written)}; every run also in {store}")
     report_failures(failures)
+
+
+def scaling_of(rows: pd.DataFrame, results_store: store_mod.ResultStore) -> pd.DataFrame:
+    """The scaling rows of these configurations over every run the store holds, where they ran at more than
+    one world size (e.g. the user ran them on one device before); else empty."""
+    scaling = analysis.scaling_rows(results_store.load("summary"))
+    mine = rows[list(analysis.SCALING_COLUMNS)].drop_duplicates()
+    scaling = scaling.merge(mine, on=list(analysis.SCALING_COLUMNS)) if not scaling.empty else scaling
+    return scaling if analysis.has_scaling(scaling) else scaling.iloc[0:0]
 
 
 @app.command()
@@ -235,6 +263,8 @@ def calibrate(
     pairs: dict[str, list[str]] = {}
     for value in runner:
         name, _, address = value.partition("=")
+        if "," in address:
+            raise typer.BadParameter(f"{value!r}: calibrate compares two single runners, not jobs across machines", param_hint="--runner")
         pairs.setdefault(name, []).append(address)
     uneven = sorted(name for name, addresses in pairs.items() if len(addresses) != 2)
     if uneven:

@@ -3,6 +3,7 @@ naming the accepted values, and the options several commands share."""
 
 from __future__ import annotations
 
+import enum
 import re
 from pathlib import Path
 from typing import Annotated, Optional
@@ -12,7 +13,7 @@ import typer
 from . import plan, stats
 from .connection import EMBEDDED, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TOKEN_FILE_ENV, Transport
 from .frameworks import names as framework_names
-from .vocabulary import DEVICE_FORMS, SHAPE_FORMS, Compilation, is_device, is_shape
+from .vocabulary import DEVICE_FORMS, DEVICES_FORMS, SHAPE_FORMS, Compilation, Strategy, devices_problem, is_device, is_shape
 
 
 def parse_text(value: Optional[str]) -> Optional[str]:
@@ -28,26 +29,87 @@ def parse_text(value: Optional[str]) -> Optional[str]:
 ModelOption = Annotated[str, typer.Option(callback=parse_text, help="model name, as `fwbench models` lists them")]
 
 
-def parse_compilation(values: list[str]) -> list[str]:
-    for value in values:
-        setting = value.partition("=")[2] if "=" in value else value
-        if setting not in Compilation.__members__:
-            raise typer.BadParameter(
-                f"{value!r}: give VALUE for every runner or RUNNER=VALUE for one; accepted values: {', '.join(Compilation.__members__)}"
-            )
-    return values
+def _per_runner_parser(choices: type[enum.Enum]):
+    """A callback for an option given as VALUE (every runner) or RUNNER=VALUE (one), repeatable."""
+
+    def parse(values: list[str]) -> list[str]:
+        for value in values:
+            setting = value.partition("=")[2] if "=" in value else value
+            if setting not in choices.__members__:
+                raise typer.BadParameter(
+                    f"{value!r}: give VALUE for every runner or RUNNER=VALUE for one; accepted values: {', '.join(choices.__members__)}"
+                )
+        return values
+
+    return parse
 
 
-def compilation_for(runner: str, values: list[str]) -> Optional[Compilation]:
-    """The compilation asked for this runner: RUNNER=VALUE wins over a plain VALUE; None leaves its default."""
+def _for_runner(runner: str, values: list[str], choices: type[enum.Enum]):
+    """The value asked for this runner: RUNNER=VALUE wins over a plain VALUE; None leaves its default."""
     chosen = None
     for value in values:
         name, sep, setting = value.partition("=")
         if not sep:
             chosen = chosen or value
         elif name == runner:
-            return Compilation(setting)
-    return chosen and Compilation(chosen)
+            return choices(setting)
+    return chosen and choices(chosen)
+
+
+parse_compilation = _per_runner_parser(Compilation)
+parse_strategy = _per_runner_parser(Strategy)
+
+
+def compilation_for(runner: str, values: list[str]) -> Optional[Compilation]:
+    return _for_runner(runner, values, Compilation)
+
+
+def strategy_for(runner: str, values: list[str]) -> Optional[Strategy]:
+    return _for_runner(runner, values, Strategy)
+
+
+StrategyOption = Annotated[
+    list[str],
+    typer.Option(
+        callback=parse_strategy,
+        help=f"{', '.join(Strategy.__members__)}, for every runner or as RUNNER=VALUE; default: single on one device, "
+        "else each framework's data-parallel strategy (PyTorch ddp, TensorFlow mirrored; across runners ddp and "
+        "multi_worker_mirrored)",
+    ),
+]
+
+
+def parse_devices(value: Optional[str]) -> Optional[str]:
+    problem = value is not None and devices_problem(value)
+    if problem:
+        raise typer.BadParameter(f"{value!r}: {problem}; accepted: {DEVICES_FORMS}")
+    return value
+
+
+DevicesOption = Annotated[
+    Optional[str],
+    typer.Option(
+        callback=parse_devices,
+        help="several devices of each runner for one run, e.g. gpu:0,gpu:1 or cpu:0,cpu:1 (instead of --device); "
+        "--batch-size is per device, the job's global batch is it times the devices of every runner",
+    ),
+]
+RendezvousPortOption = Annotated[
+    Optional[int],
+    typer.Option(
+        min=1, max=65535,
+        help="first port of a job across runners (--runner NAME=HOST1:PORT,HOST2:PORT): node i's rendezvous "
+        "endpoint is HOST_i:PORT+i; default: free ports of this host when every host is loopback, else 29500",
+    ),
+]
+DistributedTimeoutOption = Annotated[
+    Optional[float],
+    typer.Option(
+        min=plan.MIN_DISTRIBUTED_TIMEOUT_S, max=plan.MAX_DISTRIBUTED_TIMEOUT_S,
+        help="the longest a rank waits for the others (rendezvous, collectives) or stays silent before the run "
+        "fails naming it; default: the runners' (120 s)",
+    ),
+]
 
 
 def parse_shape(value: Optional[str]) -> Optional[str]:
@@ -75,11 +137,16 @@ RUNNERS_ENV = "FWBENCH_RUNNERS"
 
 def parse_runners(values: list[str]) -> list[str]:
     for value in values:
-        name, sep, address = value.partition("=")
-        port = re.fullmatch(r"[^\s:]+:(\d+)", address)
-        if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not port or not 1 <= int(port[1]) <= 65535:
+        name, sep, addresses = value.partition("=")
+        ports = [re.fullmatch(r"[^\s:,]+:(\d+)", address) for address in addresses.split(",")]
+        if (
+            not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name)
+            or not all(port and 1 <= int(port[1]) <= 65535 for port in ports)
+            or len(set(addresses.split(","))) < len(ports)
+        ):
             raise typer.BadParameter(
-                f"{value!r} is not NAME=HOST:PORT, e.g. torch=localhost:50051 (NAME: letters, digits, '_', '.', '-'; "
+                f"{value!r} is not NAME=HOST:PORT, e.g. torch=localhost:50051, or NAME=HOST:PORT,HOST:PORT,... for one "
+                "job across machines, each address once, in node rank order (NAME: letters, digits, '_', '.', '-'; "
                 "PORT: 1 to 65535)"
             )
     return values
@@ -89,7 +156,7 @@ RunnerOption = Annotated[
     list[str],
     typer.Option(
         callback=parse_runners, envvar=RUNNERS_ENV,
-        help=f"NAME=HOST:PORT of a running runner; repeat for each (or ${RUNNERS_ENV}, space-separated). Default: start the embedded runners",
+        help=f"NAME=HOST:PORT of a running runner, or NAME=HOST:PORT,HOST:PORT,... for one job across machines (one runner per machine, node rank in this order); repeat for each (or ${RUNNERS_ENV}, space-separated). Default: start the embedded runners",
     ),
 ]
 
@@ -146,7 +213,7 @@ def parse_power_rate(value: float) -> float:
     return value
 
 
-BatchSizeOption = Annotated[int, typer.Option(min=1, max=plan.MAX_BATCH_SIZE, help="samples per step")]
+BatchSizeOption = Annotated[int, typer.Option(min=1, max=plan.MAX_BATCH_SIZE, help="samples per step on each device (the global batch of a distributed run is this times its devices)")]
 WarmupOption = Annotated[
     int, typer.Option(min=0, max=plan.MAX_WARMUP, help="the most warm-up steps (a fixed count with --warmup-until-cv 0 or below --stable-window); excluded from the figures")
 ]

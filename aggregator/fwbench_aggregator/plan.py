@@ -9,7 +9,7 @@ from typing import Optional
 from fwbench.runner.v1 import runner_pb2 as pb
 
 from .launch import StartupSettings
-from .vocabulary import Compilation, Layout, Mode, Precision, device_kind_index, from_text, shape_dims
+from .vocabulary import Compilation, Layout, Mode, Precision, Strategy, device_kind_index, from_text, shape_dims
 
 
 # Measurement windows by default, for sweeps and `compare` alike. A run warms up until its step time is
@@ -32,6 +32,7 @@ MAX_THREADS = 1024
 MAX_MEASURE_S = 86_400.0
 MIN_POWER_RATE_HZ, MAX_POWER_RATE_HZ = 1.0, 100.0  # or 0: telemetry off
 MAX_IDLE_BASELINE_S = 60.0
+MIN_DISTRIBUTED_TIMEOUT_S, MAX_DISTRIBUTED_TIMEOUT_S = 1.0, 3600.0
 # The aggregator's own: more than this is a typing mistake, not a study.
 MAX_REPETITIONS = 1000
 MAX_COOLDOWN_S = 3600.0
@@ -59,8 +60,17 @@ class RunSpec:
     min_measure_s: Optional[float] = DEFAULT_MIN_MEASURE_S
     power_rate_hz: Optional[float] = None
     idle_baseline_s: Optional[float] = None
+    strategy: Optional[Strategy] = None  # None: single on one device, else the runner's data-parallel one
+    devices: Optional[str] = None  # several devices of each runner, "cpu:0,cpu:1"; then `device` is None
+    distributed_timeout_s: Optional[float] = None
+
+    @property
+    def device_count(self) -> int:
+        """Devices of each runner the run uses."""
+        return len(self.devices.split(",")) if self.devices else 1
 
     def to_request(self) -> pb.RunRequest:
+        """The request for a runner; every node of a job across runners gets it with its own cluster (jobs.py)."""
         request = pb.RunRequest(
             model=self.model,
             mode=from_text(pb.Mode, self.mode.value),
@@ -91,6 +101,13 @@ class RunSpec:
             request.power_sample_rate_hz = self.power_rate_hz
         if self.idle_baseline_s is not None:
             request.idle_baseline_s = self.idle_baseline_s
+        if self.strategy:
+            request.strategy = from_text(pb.Strategy, self.strategy.value)
+        for device in self.devices.split(",") if self.devices else ():
+            kind, index = device_kind_index(device)
+            request.devices.add(kind=kind, index=index)
+        if self.distributed_timeout_s is not None:
+            request.distributed_timeout_s = self.distributed_timeout_s
         return request
 
 

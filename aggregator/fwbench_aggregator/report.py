@@ -28,7 +28,10 @@ import pandas as pd  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from . import stats  # noqa: E402
-from .analysis import CONFIG_COLUMNS, SERIES_COLUMNS, comparison_rows, flagged_verdict, is_out_of_memory  # noqa: E402
+from .analysis import (  # noqa: E402
+    CONFIG_COLUMNS, SCALING_COLUMNS, SERIES_COLUMNS, comparison_rows, flagged_verdict, has_scaling, is_out_of_memory,
+    scaling_rows, strategy_pairs,
+)
 from .console import Column, print_table  # noqa: E402
 
 # Runner colours; red is kept for the missing (failed) markers so they cannot be mistaken for a runner.
@@ -46,12 +49,14 @@ def failure_label(error: str) -> str:
 
 DISPLAY_COLUMNS = {
     "model": "model", "model_options": "options", "mode": "mode", "batch_size": "batch", "input_shape": "input",
-    "precision": "precision", "device": "device", "runner": "runner", "framework_version": "version",
+    "precision": "precision", "device": "device", "world_size": "devices", "nodes": "runners", "runner": "runner",
+    "framework_version": "version",
     "runs": "runs", "median_step_ms": "median ms", "run_spread": "run spread", "ms_per_sample": "ms/sample",
     "throughput_samples_per_s": "samples/s", "energy_per_sample_j": "J/sample", "mean_power_w": "mean W",
-    "ratio_to_fastest": "× fastest", "noise_floor": "noise floor", "verdict": "verdict",
+    "ratio_to_fastest": "× fastest", "noise_floor": "noise floor", "straggler_spread": "straggler spread",
+    "verdict": "verdict",
 }
-PERCENT_COLUMNS = ("run_spread", "noise_floor")
+PERCENT_COLUMNS = ("run_spread", "noise_floor", "straggler_spread", "scaling_efficiency")
 
 
 def _cell(value, column: str = "") -> str:
@@ -92,7 +97,7 @@ def to_markdown(frame: pd.DataFrame) -> str:
 
 # Terminal layout of the displayed columns: figures right-aligned; the configuration and runner name
 # each row; the verdict is prose that wraps.
-_NUMERIC = ("batch", "median ms", "ms/sample", "samples/s", "J/sample", "mean W", "× fastest")
+_NUMERIC = ("batch", "devices", "runners", "median ms", "ms/sample", "samples/s", "J/sample", "mean W", "× fastest")
 _KEYS = tuple(DISPLAY_COLUMNS[c] for c in (*CONFIG_COLUMNS, "runner"))
 VERDICT_WIDTH = 32
 
@@ -324,6 +329,113 @@ def make_plots(rows: pd.DataFrame, out_dir: Path) -> list[PlotResult]:
     return results
 
 
+# ---------------------------------------------------------------------------------------------- scaling
+
+SCALING_DISPLAY = {
+    **{c: DISPLAY_COLUMNS[c] for c in SCALING_COLUMNS}, "runner": "runner", "world_size": "devices", "nodes": "runners",
+    "runs": "runs", "throughput_samples_per_s": "samples/s", "baseline_throughput_samples_per_s": "samples/s on 1",
+    "scaling_efficiency": "efficiency", "straggler_spread": "straggler spread", "efficiency_note": "note",
+}
+# The studies' head-to-head tables: (key, title, first strategy, second strategy).
+STRATEGY_TABLES = (
+    ("dp-vs-ddp", "DataParallel vs DistributedDataParallel", "dp", "ddp"),
+    ("ddp-vs-mirrored", "DistributedDataParallel vs MirroredStrategy", "ddp", "mirrored"),
+)
+
+
+def scaling_display(scaling: pd.DataFrame) -> pd.DataFrame:
+    shown = scaling[list(SCALING_DISPLAY)].copy()
+    for column in shown:
+        shown[column] = [_cell(v, column) for v in shown[column]]
+    return shown.rename(columns=SCALING_DISPLAY)
+
+
+def pairs_display(pairs: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
+    shown = pd.DataFrame({
+        **{DISPLAY_COLUMNS[c]: pairs[c].astype(str) for c in CONFIG_COLUMNS},
+        first: pairs["runner_a"], f"{first} samples/s": [_cell(v) for v in pairs["throughput_a"]],
+        second: pairs["runner_b"], f"{second} samples/s": [_cell(v) for v in pairs["throughput_b"]],
+        "ratio": [_cell(v, "ratio_to_fastest") for v in pairs["ratio_b_to_a"]],
+    })
+    return shown
+
+
+def print_scaling(scaling: pd.DataFrame, console=None) -> None:
+    """Throughput against devices and the scaling efficiency, one section per configuration."""
+    shown = scaling_display(scaling)
+    columns = [Column(c, numeric=c in _NUMERIC or c in ("efficiency", "samples/s on 1", "straggler spread"),
+                      key=c in _KEYS, wrap_at=VERDICT_WIDTH if c == "note" else None) for c in shown.columns]
+    groups = [tuple(r) for r in scaling[list(SCALING_COLUMNS)].itertuples(index=False)]
+    print_table(columns, list(shown.itertuples(index=False)), "scaling: throughput against devices", console, groups=groups)
+
+
+def scaling_plot(scaling: pd.DataFrame, out_dir: Path, key: str = "scaling") -> PlotResult:
+    """Per configuration: throughput and scaling efficiency against devices, one line per runner and strategy."""
+    title = "Throughput and scaling efficiency against devices"
+    if not has_scaling(scaling):
+        return PlotResult(key, title, reason="no configuration ran at more than one number of devices")
+    colours = _runner_colours(scaling)
+    series = [(values, frame) for values, frame in scaling.groupby(list(SCALING_COLUMNS), sort=True)
+              if frame["world_size"].nunique() > 1]
+    panels = (("throughput_samples_per_s", "samples/s (job)"), ("scaling_efficiency", "efficiency (÷ N × one device)"))
+    figure, axes_list = _series_grid(len(series) * len(panels), ncols_max=len(panels))
+    for s, (values, frame) in enumerate(series):
+        config = dict(zip(SCALING_COLUMNS, values))
+        label = " ".join(f"batch {v}/device" if c == "batch_size" else str(v)
+                         for c, v in config.items() if v != "" and c != "model_options")
+        # Each strategy's line starts at its one-device baseline; a baseline that has such lines is not drawn alone.
+        spread = set(frame.loc[frame["world_size"] > 1, "runner_name"])
+        lines = frame[~((frame["strategy"] == "single") & frame["runner_name"].isin(spread))]
+        for p, (column, ylabel) in enumerate(panels):
+            axes = axes_list[s * len(panels) + p]
+            for runner, own in lines.groupby("runner", sort=True):
+                points = own.dropna(subset=[column]).groupby("world_size")[column].mean()
+                baseline = own["baseline_throughput_samples_per_s"].dropna()
+                if 1 not in points.index and len(baseline):
+                    one = baseline.iloc[0] if column == "throughput_samples_per_s" else 1.0
+                    points = pd.concat([pd.Series([one], index=[1]), points])
+                if len(points):
+                    axes.plot(points.index, points.values, marker="o", color=colours[runner], label=runner)
+            sizes = sorted({1, *frame["world_size"]})
+            axes.set_xticks(sizes, [str(n) for n in sizes])
+            axes.set_xlabel("devices (world size)")
+            axes.set_ylabel(ylabel)
+            if column == "scaling_efficiency":
+                axes.axhline(1.0, color="#333333", linewidth=0.8, linestyle="--")
+            axes.set_ylim(bottom=0)
+            axes.set_title(label, fontsize=9)
+            axes.grid(True, alpha=0.3)
+            axes.legend(fontsize=8, loc="best")
+    figure.suptitle(title)
+    figure.tight_layout()
+    return PlotResult(key, title, _save(figure, out_dir, key))
+
+
+def scaling_tables(rows: pd.DataFrame, scaling: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+    """(key, title, displayed table) of the studies' tables that have data: DP vs DDP, DDP vs MirroredStrategy,
+    and efficiency against devices."""
+    tables = []
+    for key, title, first, second in STRATEGY_TABLES:
+        pairs = strategy_pairs(rows, first, second)
+        if not pairs.empty:
+            tables.append((key, f"{title} ({second} samples/s ÷ {first})", pairs_display(pairs, first, second)))
+    if has_scaling(scaling):
+        tables.append(("efficiency", "Scaling efficiency against devices", scaling_display(scaling)))
+    return tables
+
+
+def write_scaling(rows: pd.DataFrame, scaling: pd.DataFrame, out_dir: Path) -> tuple[list[tuple[str, str, pd.DataFrame]], list[Path]]:
+    """scaling.csv (every column) and scaling.md (the studies' tables), where any has data."""
+    tables = scaling_tables(rows, scaling)
+    if not tables:
+        return tables, []
+    csv_path, md_path = out_dir / "scaling.csv", out_dir / "scaling.md"
+    scaling.to_csv(csv_path, index=False)
+    md_path.write_text("".join(f"## {title}\n\n{to_markdown(shown)}\n" for _, title, shown in tables)
+                       + ("![scaling](plots/scaling.png)\n" if has_scaling(scaling) else ""))
+    return tables, [csv_path, md_path]
+
+
 # ------------------------------------------------------------------------------------------- the report
 
 _CSS = """
@@ -339,7 +451,7 @@ pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }
 .skipped { color: #666; }
 """
 
-_NUMERIC = {"batch", "runs", "median ms", "run spread", "ms/sample", "samples/s", "J/sample", "mean W", "× fastest", "noise floor"}
+_NUMERIC = {"batch", "devices", "runners", "efficiency", "samples/s on 1", "ratio", "runs", "median ms", "run spread", "ms/sample", "samples/s", "J/sample", "mean W", "× fastest", "noise floor"}
 
 
 def _table_html(shown: pd.DataFrame, failed: Iterable[bool] | None = None) -> str:
@@ -393,7 +505,10 @@ def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(table).rename(columns=DISPLAY_COLUMNS)
 
 
-def render_html(summary: pd.DataFrame, rows: pd.DataFrame, plots: list[PlotResult], manifest: dict | None) -> str:
+def render_html(
+    summary: pd.DataFrame, rows: pd.DataFrame, plots: list[PlotResult], manifest: dict | None,
+    tables: list[tuple[str, str, pd.DataFrame]] = (),
+) -> str:
     e = html.escape
     status = summary["status"] if "status" in summary else pd.Series(["ok"] * len(summary))
     n_ok, n_failed = int((status == "ok").sum()), int((status != "ok").sum())
@@ -423,6 +538,14 @@ def render_html(summary: pd.DataFrame, rows: pd.DataFrame, plots: list[PlotResul
     if skipped:
         parts.append("<h3>Plots not drawn</h3><ul class=\"skipped\">"
                      + "".join(f"<li>{e(p.title)}: {e(p.reason)}</li>" for p in skipped) + "</ul>")
+    if tables:
+        parts.append("<h2>Strategies and scaling</h2>")
+        parts.append("<p>Batch sizes are per device; throughput counts the job's samples (the per-device batch on every "
+                     "device of every runner) over the slowest rank's step time. Efficiency is the throughput on N "
+                     "devices over N times the same runner's on one device, at the same per-device batch.</p>")
+        for _, title, shown in tables:
+            parts.append(f"<h3>{e(title)}</h3>")
+            parts.append(_table_html(shown))
     parts.append("<h2>Verdicts</h2>")
     parts.append(_table_html(verdict_table(rows).astype(str)) if not rows.empty else "<p>No runs.</p>")
     parts.append("<h2>Comparison</h2>")
@@ -452,8 +575,11 @@ def write_report(
     rows = comparison_rows(summary, steps, calibration)
     write_tables(rows, out_dir)
     plots = make_plots(rows, out_dir / "plots")
+    scaling = scaling_rows(summary)
+    plots.append(scaling_plot(scaling, out_dir / "plots"))
+    tables, _ = write_scaling(rows, scaling, out_dir)
     path = out_dir / "report.html"
-    path.write_text(render_html(summary, rows, plots, manifest), encoding="utf-8")
+    path.write_text(render_html(summary, rows, plots, manifest, tables), encoding="utf-8")
     return path
 
 

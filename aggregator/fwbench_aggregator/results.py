@@ -30,6 +30,12 @@ def _config_columns(run_id: str, result: RunResult) -> dict:
         "input_shape": shape_text(c.input_shape),
         "precision": to_text(pb.Precision, c.precision),
         "device": device_text(device),
+        # A distributed run: the strategy, every device of each runner, the runners, the job's replicas.
+        "strategy": to_text(pb.Strategy, c.strategy) if c.strategy else "single",
+        "devices": ",".join(device_text(d) for d in c.devices) or device_text(device),
+        "nodes": c.cluster.node_count if c.HasField("cluster") else 1,
+        "world_size": c.world_size or 1,
+        "global_batch_size": c.global_batch_size or c.batch_size,
         "model_options": ";".join(f"{k}={v}" for k, v in sorted(c.model_options.items())),
         "repetition": result.repetition,
     }
@@ -39,7 +45,7 @@ def steps_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
     """One row per step (warm-up steps included, flagged), for every successful run."""
     rows = [
         {**_config_columns(run_id, r), "step_index": s.index, "warmup": s.warmup, "start_s": s.start_s,
-         "step_time_s": s.step_time_s}
+         "step_time_s": s.step_time_s, "rank_step_time_s": " ".join(f"{t:.9g}" for t in s.rank_step_time_s)}
         for r in results
         for s in r.steps
     ]
@@ -108,6 +114,7 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
                 "median_step_time_s": s.median_step_time_s,
                 "p95_step_time_s": s.p95_step_time_s,
                 "throughput_samples_per_s": s.throughput_samples_per_s,
+                "straggler_spread": _optional(s, "straggler_spread"),
                 "peak_memory_bytes": s.peak_memory_bytes if s.HasField("peak_memory_bytes") else None,
                 "peak_memory_source": s.peak_memory_source,
                 "time_to_first_step_s": s.time_to_first_step_s,

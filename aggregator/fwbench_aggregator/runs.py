@@ -20,7 +20,7 @@ from google.protobuf.json_format import MessageToDict
 import pandas as pd
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from . import analysis, stats
+from . import analysis, jobs, stats
 from . import results as results_mod
 from . import store as store_mod
 from .client import RunnerClient, RunnerFailure, RunResult
@@ -74,10 +74,12 @@ def resolve_endpoints(
 def run_all(
     endpoints: dict[str, str], requests: dict[str, pb.RunRequest], transport: Transport, repetitions: int = 1,
     cooldown_s: float = 0.0, on_result: Callable[[RunResult], None] = lambda result: None,
+    rendezvous_port: Optional[int] = None,
 ) -> tuple[list[RunResult], list[RunnerFailure]]:
     """Run the request on each runner, one after the other (they may share a device), repetition after
     repetition in counterbalanced order (A B, B A, ...) so that drift favours neither. A runner that fails
-    is named once and left out of later repetitions. `on_result` gets each run the moment it completes."""
+    is named once and left out of later repetitions. `on_result` gets each run the moment it completes. A
+    runner given several addresses runs each request as one job across them (jobs.py)."""
     results, failures = [], []
     failed: set[str] = set()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -98,8 +100,8 @@ def run_all(
                 progress.update(task, description=f"{label}: {phase}", completed=p.steps_done, total=p.steps_total)
 
             try:
-                with RunnerClient(name, endpoints[name], transport) as client:
-                    results.append(client.run(requests[name], on_progress, repetition))
+                results.append(jobs.run_job(name, endpoints[name], transport, requests[name], on_progress, repetition,
+                                            rendezvous_port))
                 on_result(results[-1])
             except RunnerFailure as failure:
                 failures.append(failure)
@@ -123,10 +125,11 @@ def each_runner(
     runner: list[str], frameworks: str, venvs: Optional[Path], transport: Transport,
     visit: Callable[[str, str, RunnerClient], None],
 ) -> list[RunnerFailure]:
-    """Call `visit(name, address, client)` for every runner, started or named; returns the runners that failed."""
+    """Call `visit(name, address, client)` for every runner (every node of a job across runners), started or
+    named; returns the runners that failed."""
     with ExitStack() as stack, TemporaryDirectory() as logs:
         endpoints, failures = resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
-        for name, address in endpoints.items():
+        for name, address in ((n, a) for n, job in endpoints.items() for a in jobs.addresses_of(job)):
             try:
                 with RunnerClient(name, address, transport) as client:
                     visit(name, address, client)
@@ -177,7 +180,7 @@ def runner_facts(name: str, address: str, transport: Transport) -> RunnerFacts:
 
 def run_comparison(
     endpoints: dict[str, str], transport: Transport, requests: dict[str, pb.RunRequest], repetitions: int,
-    cooldown_s: float, results_store: store_mod.ResultStore, run_id: str,
+    cooldown_s: float, results_store: store_mod.ResultStore, run_id: str, rendezvous_port: Optional[int] = None,
 ) -> tuple[list[RunResult], list[RunnerFailure]]:
     """`compare`'s runs: every runner, counterbalanced, each run added to the store the moment it completes."""
 
@@ -186,7 +189,7 @@ def run_comparison(
         config = {"compare": run_id, **MessageToDict(request), "runner": result.runner, "repetition": result.repetition}
         store_run(results_store, store_mod.run_key(config), config, result, request)
 
-    return run_all(endpoints, requests, transport, repetitions, cooldown_s, store)
+    return run_all(endpoints, requests, transport, repetitions, cooldown_s, store, rendezvous_port)
 
 
 class Calibration(NamedTuple):
@@ -246,7 +249,7 @@ def run_sweep(
     """Every pending run, those sharing a machine and device one after the other, each stored the moment it
     completes (a repeatable failure too); returns the failures and the interrupt (Ctrl-C, or the CLI's
     SIGTERM) that stopped the sweep, if one did."""
-    facts = {name: runner_facts(name, address, transport) for name, address in endpoints.items()}
+    facts = {name: runner_facts(name, jobs.addresses_of(address)[0], transport) for name, address in endpoints.items()}
     failures: list[RunnerFailure] = []
     store_lock = threading.Lock()
     active: set[RunnerClient] = set()
@@ -260,32 +263,36 @@ def run_sweep(
             progress.update(overall, description=f"{c.runner} {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1}")
             request = c.run_spec(startup).to_request()
             config = c.key_fields()
-            client = RunnerClient(c.runner, endpoints[c.runner], transport)
-            active.add(client)
             try:
-                result = client.run(request, repetition=c.repetition)
+                result = jobs.run_job(c.runner, endpoints[c.runner], transport, request, repetition=c.repetition, active=active)
             except RunnerFailure as failure:
                 failures.append(failure)
                 if (failure.code in REPEATABLE_FAILURES or failure.out_of_memory) and not stop.is_set():
-                    # Where the run would have been: the device and shape a success would report.
-                    where = facts[c.runner].failure_columns(c.model, c.device, c.shape)
+                    # Where the run would have been: the device, shape and spread a success would report.
+                    nodes = len(jobs.addresses_of(endpoints[c.runner]))
+                    where = {
+                        **facts[c.runner].failure_columns(c.model, (c.devices or "").split(",")[0] or c.device, c.shape),
+                        "strategy": c.strategy.value if c.strategy else "", "devices": c.devices or "", "nodes": nodes,
+                        "world_size": nodes * (len(c.devices.split(",")) if c.devices else 1),
+                    }
                     with store_lock:
                         results_store.append_failure(key, config, failure.code, failure.message, columns=where)
             else:
                 with store_lock:
                     store_run(results_store, key, config, result, request)
-            finally:
-                active.discard(client)
-                client.close()
             progress.advance(overall)
 
-        jobs = [
-            (device_group(endpoints[c.runner], c.device or facts[c.runner].default_device, facts[c.runner].options), (key, c))
-            for key, c in pending
-            if c.runner in endpoints
-        ]
+        # A run on several devices or runners shares devices with the others: then a machine runs one at a time.
+        whole_machines = any(c.devices or "," in endpoints.get(c.runner, "") for _, c in pending)
+
+        def group(c: Configuration) -> tuple[str, str]:
+            address = jobs.addresses_of(endpoints[c.runner])[0]
+            machine, device = device_group(address, c.device or facts[c.runner].default_device, facts[c.runner].options)
+            return (machine, "") if whole_machines else (machine, device)
+
+        grouped = [(group(c), (key, c)) for key, c in pending if c.runner in endpoints]
         try:
-            run_grouped(jobs, run_one, stop, between=lambda: time.sleep(cooldown_s))
+            run_grouped(grouped, run_one, stop, between=lambda: time.sleep(cooldown_s))
         except KeyboardInterrupt as interrupt:
             # Closing the channels cancels the runs in flight: each runner stops between steps.
             for client in list(active):

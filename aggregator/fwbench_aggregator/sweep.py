@@ -6,7 +6,8 @@
     batch_sizes: [16, 32, 64]           # default: [32]
     shapes: [3x32x32, 3x64x64]          # or per model: {resnet18: [3x32x32], bert_tiny: [seq=128]}; default: the model's
     precisions: [fp32, amp_bf16]        # default: [fp32]
-    devices: [gpu]                      # default: the runner's first GPU, else its CPU
+    devices: [gpu:0, "gpu:0,gpu:1"]     # one device, or several of each runner for one run; default: its first GPU, else its CPU
+    strategies: [ddp, mirrored]         # or per runner: {torch: [dp, ddp], tensorflow: [mirrored]}; default: the runner's
     repetitions: 6                      # runs per runner and point; default: 6 (a verdict needs 3)
     warmup: 50                          # the most warm-up steps; default: 50
     warmup_until_cv: 0.05               # warm up until the last 5 steps vary less; 0 (or warmup < 5): `warmup` steps
@@ -39,7 +40,10 @@ from . import plan, stats
 from .frameworks import names as framework_names
 from .launch import StartupSettings
 from .plan import DEFAULT_MIN_MEASURE_S, DEFAULT_STEPS, DEFAULT_WARMUP, DEFAULT_WARMUP_UNTIL_CV, RunSpec
-from .vocabulary import DEVICE_FORMS, SHAPE_FORMS, Compilation, Layout, Mode, Precision, is_device, is_shape
+from .vocabulary import (
+    DEVICE_FORMS, DEVICES_FORMS, SHAPE_FORMS, Compilation, Layout, Mode, Precision, Strategy, devices_problem, is_device,
+    is_shape,
+)
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _OPTION_NAME = re.compile(r"[a-z_]+")
 _OPTION_VALUE = re.compile(r"[A-Za-z0-9_]+")
@@ -47,6 +51,7 @@ _OPTION_VALUE = re.compile(r"[A-Za-z0-9_]+")
 FIELDS = (
     "runners", "models", "modes", "batch_sizes", "shapes", "precisions", "devices", "repetitions",
     "warmup", "warmup_until_cv", "steps", "min_measure_s", "options", "layout", "compilation", "cooldown_s",
+    "strategies",
 )
 
 
@@ -79,13 +84,16 @@ class Configuration:
     steps: int = DEFAULT_STEPS
     warmup_until_cv: float = DEFAULT_WARMUP_UNTIL_CV
     min_measure_s: float = DEFAULT_MIN_MEASURE_S
+    strategy: Optional[Strategy] = None
+    devices: Optional[str] = None  # several devices of the runner, "cpu:0,cpu:1"; then `device` is None
 
     def run_spec(self, startup: StartupSettings) -> RunSpec:
         """The run this configuration asks of its runner, with the runners' startup settings."""
         return RunSpec(
             self.model, self.mode, self.batch_size, self.shape, self.precision, self.device, self.layout,
             self.compilation, self.warmup, self.steps, model_options=self.model_options, startup=startup,
-            warmup_until_cv=self.warmup_until_cv, min_measure_s=self.min_measure_s,
+            warmup_until_cv=self.warmup_until_cv, min_measure_s=self.min_measure_s, strategy=self.strategy,
+            devices=self.devices,
         )
 
     def key_fields(self, **settings: object) -> dict[str, object]:
@@ -107,6 +115,9 @@ class Configuration:
                 "min_measure_s": self.min_measure_s, **settings,
             },
             "repetition": self.repetition,
+            # Only where set: the keys of runs stored before distributed runs existed stay the same.
+            **({"strategy": self.strategy.value} if self.strategy else {}),
+            **({"devices": self.devices} if self.devices else {}),
         }
 
 
@@ -128,21 +139,30 @@ class Sweep:
     layout: Optional[Layout] = None
     compilation: dict[str, Compilation] = field(default_factory=dict)  # per runner; absent: the runner's default
     cooldown_s: float = 0.0
+    strategies: dict[str, tuple[Strategy, ...]] = field(default_factory=dict)  # per runner; absent: its default
 
     def configurations(self) -> list[Configuration]:
-        """The grid, model outermost, then mode, batch size, shape, precision, device; within each
-        point, repetition after repetition, the runners counterbalanced (A B B A ...)."""
+        """The grid, model outermost, then mode, batch size, shape, precision, device, strategy; within each
+        point, repetition after repetition, the runners counterbalanced (A B B A ...). A runner's strategies
+        pair with each devices entry (a strategy the devices cannot run fails as a stored refusal)."""
         out = []
+        strategy_count = max((len(v) for v in self.strategies.values()), default=1)
         for model in self.models:
-            points = itertools.product(self.modes, self.batch_sizes, self.shapes.get(model, (None,)), self.precisions, self.devices)
-            for mode, batch_size, shape, precision, device in points:
+            points = itertools.product(
+                self.modes, self.batch_sizes, self.shapes.get(model, (None,)), self.precisions, self.devices, range(strategy_count)
+            )
+            for mode, batch_size, shape, precision, device, s in points:
                 for repetition, runner in counterbalanced(self.runners, self.repetitions):
+                    own = self.strategies.get(runner, (None,))
+                    if s >= len(own):
+                        continue
+                    several = device is not None and "," in device
                     out.append(
                         Configuration(
-                            runner, model, mode, batch_size, shape, precision, device, repetition,
+                            runner, model, mode, batch_size, shape, precision, None if several else device, repetition,
                             tuple(sorted(self.options.get(model, {}).items())), self.layout,
                             self.compilation.get(runner), self.warmup, self.steps, self.warmup_until_cv,
-                            self.min_measure_s,
+                            self.min_measure_s, own[s], device if several else None,
                         )
                     )
         return out
@@ -227,7 +247,15 @@ def _build(raw: object, fail: Fail) -> Sweep:
     values["runners"] = _list(raw, "runners", fail, name_check, "[torch, tensorflow]")
     values["modes"] = _list(raw, "modes", fail, _choice(Mode, "mode", fail), "[train, infer]")
     values["precisions"] = _list(raw, "precisions", fail, _choice(Precision, "precision", fail), "[fp32, amp_bf16]")
-    values["devices"] = _list(raw, "devices", fail, _pattern(is_device, "device", DEVICE_FORMS, fail), "[gpu]")
+    def device_check(path: tuple, value: object) -> str:
+        if isinstance(value, str) and "," in value:
+            problem = devices_problem(value)
+            if problem:
+                fail(path, f"{value!r}: {problem}; accepted: {DEVICES_FORMS}")
+            return value
+        return _pattern(is_device, "device", f"{DEVICE_FORMS}; or several: {DEVICES_FORMS}", fail)(path, value)
+
+    values["devices"] = _list(raw, "devices", fail, device_check, '[cpu, "cpu:0,cpu:1"]')
 
     def batch_check(path: tuple, value: object) -> int:
         if not _is_int(value) or not 1 <= value <= plan.MAX_BATCH_SIZE:
@@ -298,6 +326,21 @@ def _build(raw: object, fail: Fail) -> Sweep:
             values["compilation"] = {runner: compilation_check(("compilation", runner), value) for runner, value in given.items()}
         else:
             values["compilation"] = {runner: compilation_check(("compilation",), given) for runner in runners}
+
+    if raw.get("strategies") is not None:
+        given = raw["strategies"]
+        strategy_check = _choice(Strategy, "strategy", fail)
+        if isinstance(given, Mapping):
+            for runner in given:
+                if runner not in runners:
+                    fail(("strategies", runner), f"{runner!r} is not one of this sweep's runners; accepted: {', '.join(runners)}")
+            values["strategies"] = {
+                runner: _list(given, runner, lambda where, problem: fail(("strategies", *where), problem), strategy_check, "[ddp]")
+                for runner in given
+            }
+        else:
+            everywhere = _list(raw, "strategies", fail, strategy_check, "[ddp, mirrored] or {torch: [dp, ddp]}")
+            values["strategies"] = {runner: everywhere for runner in runners}
 
     return Sweep(**{name: value for name, value in values.items() if value is not None})
 
@@ -406,6 +449,7 @@ def sweep_from_options(
     layout: Optional[str] = None,
     compilation: str | Mapping[str, str] | None = None,
     cooldown_s: Optional[float] = None,
+    strategies: Sequence[str] | str | Mapping[str, Sequence[str]] | None = None,
 ) -> Sweep:
     """The same sweep as a file would give, from command-line values: lists as sequences or as
     comma-separated text ("16,32,64"); None leaves a field's default. `options` is a mapping of model to
@@ -424,6 +468,7 @@ def sweep_from_options(
         "repetitions": repetitions, "warmup": warmup, "steps": steps, "warmup_until_cv": warmup_until_cv,
         "min_measure_s": min_measure_s, "options": options,
         "layout": layout, "compilation": compilation, "cooldown_s": cooldown_s,
+        "strategies": strategies if isinstance(strategies, Mapping) else _split(strategies),
     }
 
     def fail(where: tuple, problem: str) -> None:

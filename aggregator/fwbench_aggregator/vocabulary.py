@@ -61,6 +61,7 @@ Precision = choice_enum(pb.Precision)
 Layout = choice_enum(pb.Layout)
 Compilation = choice_enum(pb.Compilation)
 Switch = choice_enum(pb.Switch)
+Strategy = choice_enum(pb.Strategy)
 
 
 # The wire carries shape dimensions and device indices as uint32.
@@ -72,6 +73,29 @@ SHAPE_FORMS = (
 )
 _DEVICE = re.compile(r"cpu(:0)?|gpu(:\d+)?")
 DEVICE_FORMS = f"cpu, gpu, or gpu:N (e.g. gpu:1), N at most {MAX_UINT32}"
+
+
+# One entry of a --devices list: a kind and an explicit index (cpu:1 is a second CPU worker).
+_LISTED_DEVICE = re.compile(r"(cpu|gpu):(\d+)")
+DEVICES_FORMS = (
+    "a comma-separated list of KIND:N of one kind, each once, e.g. gpu:0,gpu:1 or cpu:0,cpu:1 (several CPU devices "
+    f"are CPU workers for PyTorch, logical CPU devices for TensorFlow); N at most {MAX_UINT32}"
+)
+
+
+def devices_problem(text: str) -> Optional[str]:
+    """Why `text` is not a devices list (DEVICES_FORMS); None where it is one."""
+    entries = text.split(",")
+    for entry in entries:
+        match = _LISTED_DEVICE.fullmatch(entry)
+        if not match or int(match[2]) > MAX_UINT32:
+            return f"{entry!r} is not KIND:N"
+    if len({e.split(":")[0] for e in entries}) > 1:
+        return "it mixes CPU and GPU devices"
+    repeated = next((e for i, e in enumerate(entries) if e in entries[:i]), None)
+    if repeated:
+        return f"it names {repeated} twice"
+    return None
 
 
 def is_shape(text: str) -> bool:

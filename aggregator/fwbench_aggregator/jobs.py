@@ -1,0 +1,202 @@
+"""A job across several runners (machines): one runner name given several addresses (--runner
+torch=hostA:50051,hostB:50051). Every node gets the same request with its own place in the cluster, all start
+together, and their streams are merged into one RunResult, as a runner merges its own worker processes: a step
+of the job ends when its slowest rank ends.
+
+A node that fails fails the job: the others are cancelled at once, so that none is left waiting in a collective.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import statistics
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from contextlib import ExitStack
+from typing import Optional
+
+import numpy as np
+from fwbench.runner.v1 import runner_pb2 as pb
+
+from .client import RunnerClient, RunnerFailure, RunResult
+from .connection import Transport
+
+# torchrun's MASTER_PORT default: the first rendezvous port where hosts other than this one take part.
+DEFAULT_RENDEZVOUS_PORT = 29500
+
+
+def addresses_of(address: str) -> list[str]:
+    """"hostA:50051,hostB:50051" -> one address per node, in node rank order."""
+    return address.split(",")
+
+
+def _host(address: str) -> str:
+    return address.rsplit(":", 1)[0]
+
+
+def is_loopback(host: str) -> bool:
+    if host.strip("[]") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _free_ports(count: int) -> list[int]:
+    """Distinct ports of this host that are free now (held open together, so that none repeats)."""
+    with ExitStack() as stack:
+        sockets = []
+        for _ in range(count):
+            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+
+
+def clusters(addresses: Sequence[str], rendezvous_port: Optional[int] = None) -> list[Optional[pb.Cluster]]:
+    """Each node's place in the job: node i's rendezvous endpoint is its host at port + i (torch's store listens
+    on the first, each TensorFlow worker on its own). Where every host is this one and no port is given, free
+    ports are picked. [None] for a runner on its own."""
+    if len(addresses) == 1:
+        return [None]
+    hosts = [_host(a) for a in addresses]
+    if rendezvous_port is None and all(is_loopback(h) for h in hosts):
+        ports = _free_ports(len(hosts))
+    else:
+        first = rendezvous_port or DEFAULT_RENDEZVOUS_PORT
+        ports = [first + i for i in range(len(hosts))]
+    endpoints = [f"{host}:{port}" for host, port in zip(hosts, ports)]
+    return [pb.Cluster(node_rank=i, node_count=len(hosts), endpoints=endpoints) for i in range(len(hosts))]
+
+
+def node_request(request: pb.RunRequest, cluster: Optional[pb.Cluster]) -> pb.RunRequest:
+    if cluster is None:
+        return request
+    node = pb.RunRequest()
+    node.CopyFrom(request)
+    node.cluster.CopyFrom(cluster)
+    return node
+
+
+def run_job(
+    name: str, address: str, transport: Transport, request: pb.RunRequest,
+    on_progress: Callable[[pb.Progress], None] = lambda progress: None, repetition: int = 0,
+    rendezvous_port: Optional[int] = None, active: Optional[set] = None,
+) -> RunResult:
+    """The request on the runner at `address`, or on every node of a job (a comma list of addresses) at once,
+    merged. A node's failure cancels the others and is raised naming the node; so does Ctrl-C. `active` holds
+    the clients while they run, for a caller whose Ctrl-C arrives in another thread to close."""
+    addresses = addresses_of(address)
+    active = set() if active is None else active
+    clients = [RunnerClient(name, a, transport) for a in addresses]
+    active.update(clients)
+    try:
+        if len(addresses) == 1:
+            return clients[0].run(request, on_progress, repetition)
+        return _run_nodes(name, address, clients, request, on_progress, repetition, rendezvous_port)
+    finally:
+        active.difference_update(clients)
+        for client in clients:
+            client.close()
+
+
+def _run_nodes(
+    name: str, address: str, clients: Sequence[RunnerClient], request: pb.RunRequest,
+    on_progress: Callable[[pb.Progress], None], repetition: int, rendezvous_port: Optional[int],
+) -> RunResult:
+    addresses = addresses_of(address)
+    places = clusters(addresses, rendezvous_port)
+
+    def run_node(rank: int) -> RunResult:
+        report = on_progress if rank == 0 else (lambda progress: None)
+        try:
+            return clients[rank].run(node_request(request, places[rank]), report, repetition)
+        except RunnerFailure as failure:
+            raise RunnerFailure(name, failure.code, f"node {rank} ({addresses[rank]}): {failure.message}", failure.reason) from None
+
+    pool = ThreadPoolExecutor(max_workers=len(addresses), thread_name_prefix=f"{name}-node")
+    try:
+        futures = [pool.submit(run_node, rank) for rank in range(len(addresses))]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = next((f for f in futures if f in done and f.exception() is not None), None)
+        if failed is not None:
+            raise failed.exception()
+        return merge(name, address, [f.result() for f in futures])
+    finally:
+        # Closing a channel ends its call (after a node's failure, or Ctrl-C): every other node stops its ranks
+        # and frees its devices instead of waiting for a peer that is gone.
+        for client in clients:
+            client.close()
+        pool.shutdown(wait=True)
+
+
+def _rank_times(step: pb.StepTiming) -> list[float]:
+    return list(step.rank_step_time_s) or [step.step_time_s]
+
+
+def merge_steps(node_steps: Sequence[Sequence[pb.StepTiming]]) -> list[pb.StepTiming]:
+    """Per step index (those every node reported): step_time_s the slowest node's, rank_step_time_s every
+    rank's in node order; warm-up and start from node 0."""
+    by_index = [{s.index: s for s in steps} for steps in node_steps]
+    merged = []
+    for first in node_steps[0]:
+        steps = [own.get(first.index) for own in by_index]
+        if any(s is None for s in steps):
+            continue
+        step = pb.StepTiming(
+            index=first.index, warmup=first.warmup, start_s=first.start_s,
+            step_time_s=max(s.step_time_s for s in steps),
+            rank_step_time_s=[t for s in steps for t in _rank_times(s)],
+        )
+        if all(s.HasField("device_time_s") for s in steps):
+            step.device_time_s = max(s.device_time_s for s in steps)
+        merged.append(step)
+    return merged
+
+
+def straggler_spread(steps: Sequence[pb.StepTiming]) -> Optional[float]:
+    """Median over the measured steps of (slowest - fastest rank) / slowest; None with one rank."""
+    spreads = [
+        (max(times) - min(times)) / max(times)
+        for times in (list(s.rank_step_time_s) for s in steps if not s.warmup)
+        if len(times) > 1 and max(times) > 0
+    ]
+    return statistics.median(spreads) if spreads else None
+
+
+def merge(name: str, address: str, results: Sequence[RunResult]) -> RunResult:
+    """One RunResult of the job from its nodes' (node rank order): node 0's configuration, the steps merged,
+    the summary recomputed from them."""
+    head = results[0]
+    steps = merge_steps([r.steps for r in results])
+    measured = [s.step_time_s for s in steps if not s.warmup]
+    summaries = [r.summary for r in results]
+    summary = pb.Summary()
+    summary.CopyFrom(head.summary)
+    if measured:
+        summary.measured_steps = len(measured)
+        summary.median_step_time_s = statistics.median(measured)
+        summary.mean_step_time_s = statistics.fmean(measured)
+        summary.p95_step_time_s = float(np.percentile(measured, 95))
+        summary.throughput_samples_per_s = head.config.global_batch_size * len(measured) / sum(measured)
+    spread = straggler_spread(steps)
+    if spread is None:
+        summary.ClearField("straggler_spread")
+    else:
+        summary.straggler_spread = spread
+    peaks = [s for s in summaries if s.HasField("peak_memory_bytes")]
+    if peaks:
+        summary.peak_memory_bytes = max(s.peak_memory_bytes for s in peaks)
+    summary.time_to_first_step_s = max(s.time_to_first_step_s for s in summaries)
+    summary.started_at_unix_s = min(s.started_at_unix_s for s in summaries)
+    summary.finished_at_unix_s = max(s.finished_at_unix_s for s in summaries)
+    for field in ("flags", "device_flags"):
+        union = list(dict.fromkeys(flag for s in summaries for flag in getattr(s, field)))
+        summary.ClearField(field)
+        getattr(summary, field).extend(union)
+    return RunResult(
+        name, address, head.runner_info, head.repetition, head.config, steps,
+        [p for r in results for p in r.power], summary,
+    )
