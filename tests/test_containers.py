@@ -373,9 +373,17 @@ def test_one_job_spans_two_runner_containers_per_framework(stack):
             assert run_summary["status"] == "ok", run_summary.get("error")
             assert run_summary["strategy"] == strategy
             assert (run_summary["world_size"], run_summary["nodes"], run_summary["global_batch_size"]) == (2, 2, 4)
-        for service in (*RUNNERS, *SECOND_NODES.values()):
-            assert not [line for line in stack.processes(service) if "spawn_main" in line], "a worker is left"
-            assert stack.listening_ports(service) == {50051}, f"{service} left a rendezvous port bound"
+        steps = pd.read_csv(folder / "steps.csv", dtype={"rank_step_time_s": str})
+        # Every step of each job carries both containers' times, the step's being the slower one.
+        for step in steps.itertuples():
+            rank_times = [float(t) for t in step.rank_step_time_s.split()]
+            assert len(rank_times) == 2 and step.step_time_s == pytest.approx(max(rank_times), rel=1e-6)
+        for framework in FRAMEWORKS:
+            for service in (framework.name, SECOND_NODES[framework.name]):
+                # The runner alone (with multiprocessing's resource tracker, which lives as long as it does).
+                left = [p for p in stack.processes(service) if "multiprocessing.resource_tracker" not in p]
+                assert left == [f"python3 -m {framework.module}"], f"{service} left a worker process"
+                assert stack.listening_ports(service) == {50051}, f"{service} left a rendezvous port bound"
     finally:
         stack.compose("-f", *nodes, "rm", "--stop", "--force", *SECOND_NODES.values(), check=False)
 
