@@ -55,6 +55,12 @@ class Unavailable(RunnerError):
     status = grpc.StatusCode.UNAVAILABLE
 
 
+class Aborted(RunnerError):
+    """A distributed run lost a rank: one died, failed, or went silent."""
+
+    status = grpc.StatusCode.ABORTED
+
+
 def echoed(text: str, quote: bool = True) -> str:
     """Request text as an error message repeats it: quoted (repr, so control characters show) unless
     `quote` is false, and cut to ECHO_CHARS characters, saying how long it was."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import time
 from collections.abc import Mapping
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from .backend import Backend, MemoryReading, Workload
 from .catalog import MODEL_SPECS
+from .errors import Aborted, Unavailable
 from .registry import ModelRegistry
 from .spec import (
     Capabilities,
@@ -29,11 +31,16 @@ from .spec import (
     RunConfig,
     RunnerInfo,
     RunnerSettings,
+    Strategy,
     Switch,
+    WorkerPlace,
 )
 from .sysinfo import cpu_device, python_version
 
 STEP_TIME_ENV = "FWBENCH_FAKE_STEP_TIME_S"
+# The distributed rank whose steps hang (take HANG_S): how tests make a rank go silent.
+HANG_RANK_ENV = "FWBENCH_FAKE_HANG_RANK"
+HANG_S = 3600.0
 # A run whose inputs would exceed this many bytes fails as out of memory.
 MEMORY_LIMIT_BYTES = 1 << 34
 # The same sums in the same process: anything but float32 rounding is a wrong reference.
@@ -55,6 +62,56 @@ def fake_output(inputs: np.ndarray, outputs: int) -> np.ndarray:
     return np.repeat(means, outputs, axis=1)
 
 
+class SocketSum:
+    """The fake's collective, for distributed runs without a framework: rank 0 hosts a socket at the
+    rendezvous and sums every rank's votes; the others connect to it. Only the fake needs one."""
+
+    def __init__(self, place: WorkerPlace, timeout_s: float) -> None:
+        self.place = place
+        host, port = place.rendezvous.rsplit(":", 1)
+        give_up_s = time.monotonic() + timeout_s
+        if place.rank == 0:
+            with socket.create_server((host, int(port))) as server:
+                server.settimeout(timeout_s)
+                try:
+                    self.peers = [server.accept()[0].makefile("rw") for _ in range(place.world_size - 1)]
+                except TimeoutError:
+                    raise Unavailable(f"rendezvous at {place.rendezvous}: not every rank joined within {timeout_s:g} s") from None
+            return
+        while True:
+            try:
+                self.peers = [socket.create_connection((host, int(port)), timeout=timeout_s).makefile("rw")]
+                return
+            except OSError:
+                if time.monotonic() > give_up_s:
+                    raise Unavailable(f"rendezvous at {place.rendezvous} did not answer within {timeout_s:g} s") from None
+                time.sleep(0.05)
+
+    def sum(self, votes: tuple[int, ...]) -> tuple[int, ...]:
+        if self.place.rank:
+            self._send(self.peers[0], votes)
+            return self._read(self.peers[0])
+        total = [sum(column) for column in zip(votes, *(self._read(peer) for peer in self.peers))]
+        for peer in self.peers:
+            self._send(peer, total)
+        return tuple(total)
+
+    @staticmethod
+    def _send(peer, votes) -> None:
+        peer.write(",".join(map(str, votes)) + "\n")
+        peer.flush()
+
+    def _read(self, peer) -> tuple[int, ...]:
+        line = peer.readline()
+        if not line:
+            raise Aborted(f"rank {self.place.rank}: a peer rank left the job")
+        return tuple(map(int, line.split(",")))
+
+    def close(self) -> None:
+        for peer in self.peers:
+            peer.close()
+
+
 class FakeWorkload(Workload):
     def __init__(self, config: RunConfig, step_time_s: float) -> None:
         input_bytes = 4 * config.batch_size * math.prod(config.input_shape)
@@ -63,6 +120,16 @@ class FakeWorkload(Workload):
         self.parameter_count = fake_parameter_count(config.model.name)
         self.step_time_s = step_time_s
         self.peak_bytes = input_bytes
+        self.collective = SocketSum(config.place, config.distributed_timeout_s) if config.place else None
+        if config.place and config.place.rank == int(os.environ.get(HANG_RANK_ENV, "-1")):
+            self.step_time_s = HANG_S
+
+    def agree(self, votes: tuple[int, ...]) -> tuple[int, ...]:
+        return self.collective.sum(votes) if self.collective else votes
+
+    def close(self) -> None:
+        if self.collective:
+            self.collective.close()
 
     def train_step(self) -> None:
         time.sleep(self.step_time_s)
@@ -97,7 +164,13 @@ class FakeBackend(Backend):
             cudnn_autotune=frozenset({Switch.OFF}),
             intra_op_threads=self.settings.intra_op_threads,
             inter_op_threads=self.settings.inter_op_threads,
+            strategies=frozenset({Strategy.SINGLE, Strategy.DDP}),
+            parallel_strategy=Strategy.DDP,
+            multi_node_strategy=Strategy.DDP,
         )
+
+    def worker_processes(self, config: RunConfig) -> int:
+        return len(config.run_devices) if config.strategy is Strategy.DDP else 1
 
     def build(self, config: RunConfig) -> Workload:
         return FakeWorkload(config, self.step_time_s)

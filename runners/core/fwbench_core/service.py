@@ -18,6 +18,7 @@ from typing import TypeVar, Union
 from .backend import Backend, Workload
 from .catalog import MODEL_SPECS
 from .device_state import DeviceStateReader
+from .distributed import run_distributed
 from .errors import Busy, Cancelled, FailedPrecondition, OutOfMemory, Unavailable
 from .isolation import RunIsolation, stream_from_worker
 from .power import PowerPhase, PowerSample, PowerSampler, energy_summary, source_for
@@ -202,18 +203,34 @@ class RunnerService:
             request, self.info.devices, self.backend.capabilities, self.backend.models.names(), self.backend.framework
         )
         total = config.warmup_steps + config.measured_steps
+        if config.distributed and self._make_backend is None:
+            raise FailedPrecondition("this runner cannot start worker processes: it runs no distributed strategy")
         with self.work_limit.admit():
-            lock = self._locks.lock(config.device.ref)
-            if not lock.acquire(blocking=False):
-                yield Progress(Phase.QUEUED, 0, total)
-                _wait_for(lock, cancelled, f"run of {config.model.name} cancelled while waiting for {config.device.ref}")
+            # Every device of the run, in one fixed order so that two runs never wait for each other; CPU
+            # workers share the one CPU, so every cpu:N takes the cpu:0 lock.
+            refs = sorted({_lock_ref(device.ref) for device in config.run_devices}, key=lambda r: (r.kind.value, r.index))
+            locks = [self._locks.lock(ref) for ref in refs]
+            taken: list[threading.Lock] = []
+            queued = False
             try:
-                if self.isolation.in_worker(config.device.ref):
+                for ref, lock in zip(refs, locks):
+                    if not lock.acquire(blocking=False):
+                        if not queued:
+                            yield Progress(Phase.QUEUED, 0, total)
+                            queued = True
+                        _wait_for(lock, cancelled, f"run of {config.model.name} cancelled while waiting for {ref}")
+                    taken.append(lock)
+                if config.distributed:
+                    workers = self.backend.worker_processes(config)
+                    for event in run_distributed(_run_rank, self._make_backend, config, workers, total, cancelled):
+                        yield replace(event, config=config) if isinstance(event, Resolved) else event
+                elif self.isolation.in_worker(config.device.ref):
                     yield from stream_from_worker(_run_in_fresh_service, (self._make_backend, config, total), cancelled)
                 else:
                     yield from self._on_framework_thread(lambda stop: self._run_locked(config, total, stop), cancelled)
             finally:
-                lock.release()
+                for lock in taken:
+                    lock.release()
 
     def _on_framework_thread(
         self, events: Callable[[Callable[[], bool]], Iterator[RunEvent]], cancelled: Callable[[], bool]
@@ -336,6 +353,26 @@ def _wait_for(
             raise Unavailable(f"the CPU stayed busy with another run for {limit_s:.0f} s; try again later")
 
 
+def _lock_ref(ref: DeviceRef) -> DeviceRef:
+    return DeviceRef(DeviceKind.CPU) if ref.kind is DeviceKind.CPU else ref
+
+
+def runner_device_states() -> Callable[[DeviceRef], DeviceStateReader]:
+    """How a worker process reads device state: the runner that spawned it is this run's own process too, so
+    its CPU time (streaming the run's events) is no other process's, and its GPU context is not another user."""
+    return functools.partial(DeviceStateReader, pid=os.getppid())
+
+
+def _run_rank(
+    make_backend: Callable[[], Backend], config: RunConfig, total: int, cancelled: Callable[[], bool]
+) -> Iterator[RunEvent]:
+    """One rank of a distributed run, in its worker process: the backend's process-wide preparation first, then
+    the very run path of an in-process run."""
+    backend = make_backend()
+    backend.prepare_worker(config)
+    yield from RunnerService(backend, device_states=runner_device_states())._run_locked(config, total, cancelled)
+
+
 def _run_in_fresh_service(
     make_backend: Callable[[], Backend], config: RunConfig, total: int, cancelled: Callable[[], bool]
 ) -> Iterator[RunEvent]:
@@ -343,7 +380,4 @@ def _run_in_fresh_service(
     The worker's only thread does all its framework work."""
     if cancelled():
         raise Cancelled(f"run of {config.model.name} cancelled by the client before it started")
-    # The runner that spawned this worker is this run's own process too: its CPU time (streaming the
-    # run's events) is no other process's, and its GPU context is not another user of the device.
-    runner = functools.partial(DeviceStateReader, pid=os.getppid())
-    yield from RunnerService(make_backend(), device_states=runner)._run_locked(config, total, cancelled)
+    yield from RunnerService(make_backend(), device_states=runner_device_states())._run_locked(config, total, cancelled)

@@ -139,6 +139,15 @@ def summarize(
     )
 
 
+def _agree(workload: Workload, config: RunConfig, phase_ends: bool, cancel: bool, steps_done: int) -> bool:
+    """Between steps, outside their timings: the phase ends once every rank says so, and the run is cancelled
+    once any rank was told to stop, so that every rank runs the same steps and none waits in a collective."""
+    ends, cancels = workload.agree((int(phase_ends), int(cancel)))
+    if cancels:
+        raise Cancelled(f"run of {config.model.name} cancelled by the client after {steps_done} steps")
+    return ends == config.place.world_size
+
+
 def time_steps(
     workload: Workload,
     config: RunConfig,
@@ -166,10 +175,14 @@ def time_steps(
     yield Progress(Phase.WARMUP if warming else Phase.MEASURE, 0, total)
     last_flush_s = clock()
     index = 0
-    while warming or len(measured) < target or measured_s < min_measure_s:
+    # Ends once the measuring phase has, as every rank agreed for a distributed run.
+    measuring_ends = False
+    while not measuring_ends:
         if len(measured) >= MAX_MEASURED_STEPS:
             break
-        if cancelled():
+        # A distributed run's ranks learn of a cancellation together, in the agreement after a step: one that
+        # stopped here alone would leave the others waiting in the next step's collective.
+        if config.place is None and cancelled():
             raise Cancelled(f"run of {config.model.name} cancelled by the client after {index} steps")
         start_s = clock()
         step()
@@ -190,6 +203,8 @@ def time_steps(
             if device_s is not None:
                 device_times.append(device_s)
             phase_ends = len(measured) >= target and measured_s >= min_measure_s
+        if config.place is not None:
+            phase_ends = _agree(workload, config, phase_ends, cancelled(), index)
         if phase_ends or end_s - last_flush_s >= FLUSH_INTERVAL_S:
             yield StepBatch(tuple(pending))
             pending = []
