@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import torchvision
 from fwbench_core.backend import Backend, MemoryReading, Workload
-from fwbench_core.errors import InvalidArgument
+from fwbench_core.errors import InvalidArgument, RunnerError
 from fwbench_core.spec import (
     Capabilities,
     Compilation,
@@ -26,12 +26,14 @@ from fwbench_core.spec import (
     ReferenceReport,
     RunConfig,
     RunnerInfo,
+    Strategy,
 )
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, process_peak_rss_bytes, python_version
 from torch.utils.flop_counter import FlopCounterMode
 
 from .models import MODELS
 from .objectives import loss, random_inputs, random_targets
+from .parallel import all_sum, join_process_group, leave_process_group, peer_failure, wrap
 
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
@@ -65,17 +67,26 @@ def build_model(config: RunConfig | ModelConfig) -> torch.nn.Module:
 
 class TorchWorkload(Workload):
     def __init__(self, config: RunConfig) -> None:
-        self.device = torch_device(config.device)
+        # Under DDP this process's own device; under DataParallel the first of its GPUs, where batches start.
+        self.device = torch_device(config.process_devices[0])
         self.is_gpu = self.device.type == "cuda"
         self.head = config.head
-        torch.manual_seed(config.seed)
+        self.in_process_group = config.strategy is Strategy.DDP
+        if self.in_process_group:
+            join_process_group(config, self.device)
+        torch.manual_seed(config.seed)  # the same weights on every rank
         apply_settings(config)
+        if self.in_process_group and not self.is_gpu:
+            # The CPU workers share the run's threads rather than each taking them all.
+            torch.set_num_threads(max(1, config.intra_op_threads // len(config.run_devices)))
         if self.is_gpu:
             torch.cuda.reset_peak_memory_stats(self.device)
         memory_format = torch.channels_last if config.layout is Layout.CHANNELS_LAST else torch.contiguous_format
         model = build_model(config).to(self.device, memory_format=memory_format)
         self.parameter_count = count_trainable(model)
-        self.inputs = random_inputs(config.model, config.batch_size, config.input_shape, self.device)
+        if config.place is not None:
+            torch.manual_seed(config.seed + config.place.rank)  # different inputs on every rank
+        self.inputs = random_inputs(config.model, config.samples_per_step, config.input_shape, self.device)
         if config.layout is not None:
             self.inputs = self.inputs.contiguous(memory_format=memory_format)
         self.autocast = torch.autocast(self.device.type, dtype=AUTOCAST_DTYPES.get(config.precision), enabled=config.precision in AUTOCAST_DTYPES)
@@ -86,6 +97,7 @@ class TorchWorkload(Workload):
             self.optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
         else:
             model.eval()
+        model = wrap(model, config, self.device)
         self.model = torch.compile(model) if config.compilation is Compilation.TORCH_COMPILE else model
         if config.mode is Mode.TRAIN:
             self.targets = random_targets(self.head, self._output_like())
@@ -133,8 +145,14 @@ class TorchWorkload(Workload):
             return MemoryReading(torch.cuda.max_memory_allocated(self.device), "torch.cuda.max_memory_allocated")
         return MemoryReading(process_peak_rss_bytes(), "process peak RSS (whole runner process, CPU)")
 
+    def agree(self, votes: tuple[int, ...]) -> tuple[int, ...]:
+        return all_sum(votes, self.device) if self.in_process_group else votes
+
     def close(self) -> None:
+        in_process_group = self.in_process_group
         self.__dict__.clear()
+        if in_process_group:
+            leave_process_group()
 
 
 class TorchBackend(Backend):
@@ -176,7 +194,14 @@ class TorchBackend(Backend):
             intra_op_threads=self.settings.intra_op_threads,
             inter_op_threads=self.settings.inter_op_threads,
             intra_op_threads_adjustable=True,
+            # DataParallel is a GPU feature; DDP runs gloo CPU workers as well as NCCL GPU ones.
+            strategies=frozenset({Strategy.SINGLE, Strategy.DP, Strategy.DDP} if gpu else {Strategy.SINGLE, Strategy.DDP}),
+            parallel_strategy=Strategy.DDP,
+            multi_node_strategy=Strategy.DDP,
         )
+
+    def worker_processes(self, config: RunConfig) -> int:
+        return len(config.run_devices) if config.strategy is Strategy.DDP else 1
 
     def build(self, config: RunConfig) -> Workload:
         return TorchWorkload(config)
@@ -211,7 +236,10 @@ class TorchBackend(Backend):
         arrays = {"input": inputs.numpy(), "output": output.numpy(), **weights}
         return arrays, ReferenceReport(output_shape=tuple(output.shape))
 
-    def user_error(self, exc: BaseException) -> InvalidArgument | None:
+    def user_error(self, exc: BaseException) -> RunnerError | None:
+        failure = peer_failure(exc)
+        if failure is not None:
+            return failure
         if isinstance(exc, ValueError) and "Expected more than 1 value per channel when training" in str(exc):
             return InvalidArgument(
                 "batch_size and input_shape leave one value per channel in a BatchNorm layer, which PyTorch "

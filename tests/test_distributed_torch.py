@@ -1,0 +1,228 @@
+"""PyTorch's distributed strategies through real torch runners over gRPC on loopback: DDP with two gloo workers
+on the CPU, two runner processes as two "machines" of one job, a rank killed mid-run, a machine that never
+starts, the client's cancellation, refused requests; and the gradients really synchronised."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from fwbench.runner.v1 import runner_pb2 as pb
+from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from fwbench_aggregator import launch
+
+RUN_TIMEOUT_S = 180
+# A rank that fails is noticed at once (its pipe closes); the runner then stops the others (a stop request,
+# SIGTERM and SIGKILL 3 s and 2 s apart) and answers: well within this.
+FAULT_BOUND_S = 20
+# The rendezvous and every collective give up after this; the runner calls a rank silent 5 s later.
+SHORT_TIMEOUT_S = 5.0
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def runners(tmp_path_factory):
+    """Two torch runners, each a "machine": (LocalRunner, stub) pairs."""
+    logs = tmp_path_factory.mktemp("distributed-torch-logs")
+    started = []
+    try:
+        for name in ("torch-a", "torch-b"):
+            local = launch.LocalRunner(name, launch.embedded_command("torch", launch.default_venvs()), logs / f"{name}.log")
+            local.start()
+            started.append(local)
+        channels = [grpc.insecure_channel(local.address) for local in started]
+        yield [(local, pb_grpc.RunnerStub(channel)) for local, channel in zip(started, channels)]
+        for channel in channels:
+            channel.close()
+    finally:
+        for local in started:
+            local.stop()
+
+
+def workers_of(runner: launch.LocalRunner) -> list[int]:
+    """The runner's worker processes (children that multiprocessing spawned), by pid."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                command = cmdline.read()
+        except OSError:
+            continue
+        if parent == runner.process.pid and b"spawn_main" in command:
+            pids.append(int(entry))
+    return sorted(pids)
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind(runners):
+    yield
+    for local, _ in runners:
+        assert workers_of(local) == [], f"{local.name} left worker processes"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def assert_port_free(port: int) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", port))
+
+
+def cpus(count: int) -> list[pb.DeviceSelector]:
+    return [pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU, index=i) for i in range(count)]
+
+
+def ddp_request(**overrides) -> pb.RunRequest:
+    fields = dict(
+        model="mobilenet_v2", mode=pb.MODE_TRAIN, batch_size=2, input_shape=[3, 32, 32], warmup_steps=1,
+        measured_steps=3, min_measure_s=0.0, devices=cpus(2), strategy=pb.STRATEGY_DDP, distributed_timeout_s=60.0,
+    )
+    fields.update(overrides)
+    return pb.RunRequest(**fields)
+
+
+def of_kind(events, kind: str) -> list:
+    return [getattr(e, kind) for e in events if e.WhichOneof("event") == kind]
+
+
+def run_error(stub, request: pb.RunRequest) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as info:
+        list(stub.Run(request, timeout=RUN_TIMEOUT_S))
+    return info.value
+
+
+def test_ddp_with_two_gloo_workers_is_one_run_with_each_ranks_step_times(runners):
+    (_, stub), _ = runners
+    events = list(stub.Run(ddp_request(), timeout=RUN_TIMEOUT_S))
+    (config,) = of_kind(events, "config")
+    assert config.strategy == pb.STRATEGY_DDP
+    assert (config.world_size, config.global_batch_size, config.batch_size) == (2, 4, 2)
+    assert [(d.kind, d.index) for d in config.devices] == [(pb.DEVICE_KIND_CPU, 0), (pb.DEVICE_KIND_CPU, 1)]
+    steps = [s for batch in of_kind(events, "steps") for s in batch.steps]
+    assert [(s.index, s.warmup) for s in steps] == [(0, True), (1, False), (2, False), (3, False)]
+    for step in steps:
+        assert len(step.rank_step_time_s) == 2 and step.step_time_s == max(step.rank_step_time_s)
+    summary = events[-1].summary
+    assert summary.measured_steps == 3 and summary.HasField("straggler_spread")
+    assert summary.throughput_samples_per_s == pytest.approx(4 * 3 / sum(s.step_time_s for s in steps[1:]), rel=1e-6)
+
+
+def test_two_runners_form_one_ddp_job(runners):
+    endpoints = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    results: dict[int, object] = {}
+
+    def node(rank: int, stub) -> None:
+        request = ddp_request(devices=cpus(1), cluster=pb.Cluster(node_rank=rank, node_count=2, endpoints=endpoints))
+        try:
+            results[rank] = list(stub.Run(request, timeout=RUN_TIMEOUT_S))
+        except grpc.RpcError as error:
+            results[rank] = error
+
+    threads = [threading.Thread(target=node, args=(rank, stub)) for rank, (_, stub) in enumerate(runners)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for rank in (0, 1):
+        events = results[rank]
+        assert isinstance(events, list), f"node {rank}: {events}"
+        (config,) = of_kind(events, "config")
+        assert (config.world_size, config.global_batch_size, config.cluster.node_rank) == (2, 4, rank)
+        assert events[-1].summary.measured_steps == 3
+
+
+def test_a_killed_rank_fails_the_run_naming_it_and_leaves_nothing_behind(runners):
+    (local, stub), _ = runners
+    port = free_port()
+    # A job of one runner whose rendezvous port the test knows, to check that it is freed.
+    cluster = pb.Cluster(node_rank=0, node_count=1, endpoints=[f"127.0.0.1:{port}"])
+    call = stub.Run(ddp_request(measured_steps=100_000, cluster=cluster), timeout=RUN_TIMEOUT_S)
+    for event in call:
+        if event.WhichOneof("event") == "steps":
+            break
+    victim = workers_of(local)[-1]
+    os.kill(victim, signal.SIGKILL)
+    killed_s = time.monotonic()
+    with pytest.raises(grpc.RpcError) as info:
+        for _ in call:
+            pass
+    assert time.monotonic() - killed_s < FAULT_BOUND_S
+    assert info.value.code() == grpc.StatusCode.ABORTED, info.value.details()
+    assert f"(pid {victim}) exited with code -9" in info.value.details()
+    assert workers_of(local) == []
+    assert_port_free(port)
+
+
+def test_a_machine_that_never_starts_fails_the_run_within_the_timeout(runners):
+    (local, stub), _ = runners
+    port = free_port()
+    endpoints = [f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}"]
+    request = ddp_request(
+        devices=cpus(1), cluster=pb.Cluster(node_rank=0, node_count=2, endpoints=endpoints),
+        distributed_timeout_s=SHORT_TIMEOUT_S,
+    )
+    started_s = time.monotonic()
+    error = run_error(stub, request)
+    # Spawning the worker and importing torch come before the rendezvous starts to count.
+    assert time.monotonic() - started_s < SHORT_TIMEOUT_S + FAULT_BOUND_S + 15
+    assert error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED), error.details()
+    assert error.details().startswith("rank 0: ")
+    assert "is every runner of the job started and reachable?" in error.details()
+    assert workers_of(local) == []
+    assert_port_free(port)
+
+
+def test_cancelling_a_ddp_run_stops_every_rank(runners):
+    (local, stub), _ = runners
+    call = stub.Run(ddp_request(measured_steps=100_000), timeout=RUN_TIMEOUT_S)
+    for event in call:
+        if event.WhichOneof("event") == "steps":
+            assert len(workers_of(local)) == 2
+            call.cancel()
+            break
+    cancelled_s = time.monotonic()
+    while workers_of(local) and time.monotonic() - cancelled_s < FAULT_BOUND_S:
+        time.sleep(0.1)
+    assert workers_of(local) == []
+    # The CPU is free again: the next run is not left waiting.
+    assert list(stub.Run(ddp_request(), timeout=RUN_TIMEOUT_S))[-1].summary.measured_steps == 3
+
+
+def test_requests_the_devices_cannot_run_are_refused(runners):
+    (_, stub), _ = runners
+    error = run_error(stub, ddp_request(strategy=pb.STRATEGY_DP))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error.details().startswith("strategy dp is not supported on CPU devices")
+    assert "supports ddp for 2 CPU devices" in error.details()
+    error = run_error(stub, ddp_request(devices=[cpus(1)[0], cpus(1)[0]]))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "cpu:0 twice" in error.details()
+
+
+@pytest.mark.parametrize("strategy, synchronised", [("ddp", True), ("single", False)])
+def test_after_one_step_every_ddp_rank_holds_the_same_weights(strategy, synchronised):
+    python = launch.default_venvs() / "torch" / "bin" / "python"
+    done = subprocess.run(
+        [str(python), str(HERE / "torch_one_ddp_step.py"), strategy, str(free_port())],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    distance = json.loads(done.stdout.splitlines()[-1])
+    assert distance["before"] == 0.0 and distance["inputs_differ"] and distance["moved"] > 0
+    # Without DDP the ranks' different inputs move their weights apart: the check can fail.
+    assert (distance["after"] == 0.0) is synchronised
