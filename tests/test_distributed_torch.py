@@ -168,6 +168,34 @@ def test_a_killed_rank_fails_the_run_naming_it_and_leaves_nothing_behind(runners
     assert_port_free(port)
 
 
+def test_a_rank_killed_on_one_machine_fails_the_job_on_both(runners):
+    endpoints = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    calls = [
+        stub.Run(
+            ddp_request(devices=cpus(1), measured_steps=100_000, cluster=pb.Cluster(node_rank=rank, node_count=2, endpoints=endpoints)),
+            timeout=RUN_TIMEOUT_S,
+        )
+        for rank, (_, stub) in enumerate(runners)
+    ]
+    for call in calls:
+        for event in call:
+            if event.WhichOneof("event") == "steps":
+                break
+    (victim,) = workers_of(runners[1][0])
+    os.kill(victim, signal.SIGKILL)
+    killed_s = time.monotonic()
+    errors = []
+    for call in calls:
+        with pytest.raises(grpc.RpcError) as info:
+            for _ in call:
+                pass
+        errors.append(info.value)
+    assert time.monotonic() - killed_s < FAULT_BOUND_S
+    assert [error.code() for error in errors] == [grpc.StatusCode.ABORTED] * 2, [e.details() for e in errors]
+    assert errors[0].details().startswith("rank 0: a collective failed: another rank of the job failed")
+    assert errors[1].details().startswith(f"rank 1 (pid {victim}) exited with code -9")
+
+
 def test_a_machine_that_never_starts_fails_the_run_within_the_timeout(runners):
     (local, stub), _ = runners
     port = free_port()

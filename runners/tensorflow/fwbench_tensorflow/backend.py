@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 import keras
 import numpy as np
@@ -29,12 +30,14 @@ from fwbench_core.spec import (
     ReferenceReport,
     RunConfig,
     RunnerInfo,
+    Strategy,
 )
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, process_peak_rss_bytes, python_version
 
 from .flops import FLOPS_METHOD, forward_flops
 from .models import MODELS
 from .objectives import keras_input_shape, loss, random_inputs, random_targets
+from .strategies import STRATEGIES, configure_worker, make_strategy, peer_error
 
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
@@ -105,13 +108,7 @@ class TensorFlowWorkload(Workload):
         self._last = None
 
     def _output_shape(self) -> tuple[int, ...]:
-        """Targets need the output's shape; only CTC's (frames) is not known without a forward pass."""
-        batch = self.inputs.shape[0]
-        if self.head.objective is Objective.CLASSIFY:
-            return (batch,)
-        if self.head.objective is Objective.TOKEN_CE:
-            return (batch, self.inputs.shape[1])
-        return tuple(self.model(self.inputs, training=False).shape)
+        return output_shape(self.head, self.model, self.inputs)
 
     def _train_graph(self):
         with tf.GradientTape() as tape:
@@ -145,6 +142,141 @@ class TensorFlowWorkload(Workload):
             device = self.device_name.lstrip("/")
             return MemoryReading(tf.config.experimental.get_memory_info(device)["peak"], "tf get_memory_info peak")
         return MemoryReading(process_peak_rss_bytes(), "process peak RSS (whole runner process, CPU)")
+
+    def close(self) -> None:
+        self.__dict__.clear()
+
+
+def output_shape(head, model: keras.Model, inputs: tf.Tensor) -> tuple[int, ...]:
+    """Targets need the output's shape; only CTC's (frames) is not known without a forward pass."""
+    batch = inputs.shape[0]
+    if head.objective is Objective.CLASSIFY:
+        return (batch,)
+    if head.objective is Objective.TOKEN_CE:
+        return (batch, inputs.shape[1])
+    return tuple(model(inputs, training=False).shape)
+
+
+class StrategyWorkload(Workload):
+    """A run under a tf.distribute strategy: the model, optimizer and their variables mirrored on every replica
+    (identical weights, from the seed), each replica stepping config.batch_size samples of its own (seeded by
+    its global replica id), and the gradients summed across replicas by the strategy's all-reduce."""
+
+    def __init__(self, config: RunConfig) -> None:
+        # First: MultiWorkerMirroredStrategy configures the collective runtime, which only works before it starts.
+        self.strategy = make_strategy(config)
+        self.local_replicas = len(self.strategy.extended.worker_devices)
+        self.config = config
+        self.head = config.head
+        self.is_gpu = config.device.ref.kind is DeviceKind.GPU
+        keras.utils.set_random_seed(config.seed)
+        tf.config.experimental.enable_tensor_float_32_execution(config.precision is Precision.TF32)
+        for gpu in self._gpus():
+            tf.config.experimental.reset_memory_stats(gpu)
+        keras.mixed_precision.set_global_policy(MIXED_POLICIES.get(config.precision, "float32"))
+        try:
+            with self.strategy.scope():
+                self.model = build_model(config)
+                if config.mode is Mode.TRAIN:
+                    optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
+                    if config.precision is Precision.AMP_FP16:
+                        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+                    self.optimizer = optimizer
+                    self.optimizer.build(self.model.trainable_variables)
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+        self.inputs = self.strategy.experimental_distribute_values_from_function(self._replica_inputs)
+        if config.mode is Mode.TRAIN:
+            self.targets = self.strategy.experimental_distribute_values_from_function(self._replica_targets)
+        self.parameter_count = count_trainable(self.model)
+        self._train = compiled(self._train_graph, config.compilation)
+        self._infer = compiled(self._infer_graph, config.compilation)
+        self._last = None
+
+    def _replica_seed(self, context: tf.distribute.experimental.ValueContext) -> str:
+        """Seed the replica's random inputs with seed + its replica id across the job, on its own device."""
+        tf.random.set_seed(self.config.seed + context.replica_id_in_sync_group)
+        return self.strategy.extended.worker_devices[context.replica_id_in_sync_group % self.local_replicas]
+
+    def _replica_inputs(self, context) -> tf.Tensor:
+        with tf.device(self._replica_seed(context)):
+            return random_inputs(self.config.model, self.config.batch_size, self.config.input_shape)
+
+    def _replica_targets(self, context) -> tf.Tensor:
+        device = self._replica_seed(context)
+        inputs = self.strategy.experimental_local_results(self.inputs)[0]
+        with tf.device(device):
+            return random_targets(self.head, output_shape(self.head, self.model, inputs))
+
+    def _replica_train(self, inputs, targets):
+        with tf.GradientTape() as tape:
+            output = tf.cast(self.model(inputs, training=True), tf.float32)
+            # The optimizer sums the replicas' gradients: each replica's share of the global mean loss.
+            value = loss(self.head, output, targets) / self.strategy.num_replicas_in_sync
+            scaled = self.optimizer.scale_loss(value)
+        variables = self.model.trainable_variables
+        self.optimizer.apply(tape.gradient(scaled, variables), variables)
+        return value
+
+    def _train_graph(self):
+        return self.strategy.run(self._replica_train, args=(self.inputs, self.targets))
+
+    def _infer_graph(self):
+        return self.strategy.run(lambda inputs: self.model(inputs, training=False), args=(self.inputs,))
+
+    def train_step(self) -> None:
+        with self._peers():
+            self._last = self._train()
+
+    def infer_step(self) -> None:
+        with self._peers():
+            self._last = self._infer()
+
+    def synchronize(self) -> None:
+        with self._peers():
+            if self.is_gpu:
+                tf.test.experimental.sync_devices()
+            else:
+                for value in self.strategy.experimental_local_results(self._last):
+                    value.numpy()
+
+    def agree(self, votes: tuple[int, ...]) -> tuple[int, ...]:
+        if self.config.strategy is not Strategy.MULTI_WORKER_MIRRORED:
+            return votes  # one process: nothing to agree with
+
+        def vote(context):
+            # Each worker process votes once, through its first local replica; the others add zeros.
+            first = context.replica_id_in_sync_group % self.local_replicas == 0
+            return tf.constant(votes if first else [0] * len(votes), tf.int32)
+
+        with self._peers():
+            per_replica = self.strategy.experimental_distribute_values_from_function(vote)
+            total = self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            return tuple(int(value) for value in total.numpy())
+
+    @contextmanager
+    def _peers(self) -> Iterator[None]:
+        """A collective that failed because another worker is gone, as an error naming the workers."""
+        try:
+            yield
+        except Exception as error:
+            lost = peer_error(self.config, error)
+            if lost is None:
+                raise
+            raise lost from None
+
+    def _gpus(self) -> list[str]:
+        """The replicas' GPUs as TensorFlow's memory statistics name them (GPU:N, numbered among visible GPUs)."""
+        if not self.is_gpu:
+            return []
+        specs = [tf.DeviceSpec.from_string(name) for name in self.strategy.extended.worker_devices]
+        return [f"GPU:{spec.device_index}" for spec in specs]
+
+    def peak_memory(self) -> MemoryReading:
+        if self.is_gpu:
+            peaks = [tf.config.experimental.get_memory_info(gpu)["peak"] for gpu in self._gpus()]
+            return MemoryReading(max(peaks), "tf get_memory_info peak (the largest of this process's GPUs)")
+        return MemoryReading(process_peak_rss_bytes(), "process peak RSS (whole worker process, CPU)")
 
     def close(self) -> None:
         self.__dict__.clear()
@@ -204,9 +336,17 @@ class TensorFlowBackend(Backend):
             cudnn_autotune=frozenset({self.settings.cudnn_autotune}) if gpu else frozenset({Switch.OFF}),
             intra_op_threads=self.settings.intra_op_threads,
             inter_op_threads=self.settings.inter_op_threads,
+            strategies=STRATEGIES,
+            parallel_strategy=Strategy.MIRRORED,
+            multi_node_strategy=Strategy.MULTI_WORKER_MIRRORED,
         )
 
+    def prepare_worker(self, config: RunConfig) -> None:
+        configure_worker(config)
+
     def build(self, config: RunConfig) -> Workload:
+        if config.distributed:
+            return StrategyWorkload(config)
         return TensorFlowWorkload(config)
 
     def inspect(self, config: ModelConfig) -> ModelReport:
