@@ -96,20 +96,36 @@ class _Node(pb_grpc.RunnerServicer):
             context.abort(grpc.StatusCode.ABORTED, "rank 1 died (exit code -9)")
         context.add_callback(self.cancelled.set)
         yield pb.RunEvent(config=pb.ResolvedConfig(model="mlp"))
+        yield pb.RunEvent(progress=pb.Progress(phase=pb.PHASE_MEASURE, steps_done=1, steps_total=3))
         deadline = time.monotonic() + 30
         while context.is_active() and time.monotonic() < deadline:
             time.sleep(0.02)
 
 
-@pytest.fixture
-def two_nodes():
-    servers, nodes, addresses = [], [_Node(False), _Node(True)], []
+def _serve(nodes: list[_Node]):
+    servers, addresses = [], []
     for node in nodes:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         pb_grpc.add_RunnerServicer_to_server(node, server)
         addresses.append(f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}")
         server.start()
         servers.append(server)
+    return servers, addresses
+
+
+@pytest.fixture
+def two_nodes():
+    nodes = [_Node(False), _Node(True)]
+    servers, addresses = _serve(nodes)
+    yield nodes, addresses
+    for server in servers:
+        server.stop(grace=None)
+
+
+@pytest.fixture
+def two_healthy_nodes():
+    nodes = [_Node(False), _Node(False)]
+    servers, addresses = _serve(nodes)
     yield nodes, addresses
     for server in servers:
         server.stop(grace=None)
@@ -130,3 +146,14 @@ def test_a_failing_node_fails_the_job_naming_it_and_cancels_the_others(two_nodes
     assert (first.cluster.node_rank, second.cluster.node_rank) == (0, 1)
     assert first.cluster.node_count == 2 and list(first.cluster.endpoints) == list(second.cluster.endpoints)
     assert first.model == second.model == "mlp"
+
+
+def test_an_interrupt_cancels_every_node(two_healthy_nodes):
+    nodes, addresses = two_healthy_nodes
+
+    def interrupt(progress: pb.Progress) -> None:
+        raise KeyboardInterrupt  # as Ctrl-C arrives while node 0 reports progress
+
+    with pytest.raises(KeyboardInterrupt):
+        jobs.run_job("torch", ",".join(addresses), Transport(), pb.RunRequest(model="mlp"), interrupt)
+    assert all(node.cancelled.wait(5) for node in nodes), "a node's run was left running"

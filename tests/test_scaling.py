@@ -102,3 +102,14 @@ def test_no_scaling_plot_or_tables_without_a_second_world_size(tmp_path):
     plot = report.scaling_plot(scaling, tmp_path)
     assert plot.path is None and "more than one number of devices" in plot.reason
     assert report.scaling_tables(analysis.comparison_rows(_summary(_run("torch", "single", 1, 100.0)), pd.DataFrame()), scaling) == []
+
+
+def test_the_console_scaling_table_names_the_configuration_once(tmp_path):
+    from rich.console import Console
+
+    summary = _summary(_run("torch", "single", 1, 100.0), _run("torch", "ddp", 2, 180.0))
+    console = Console(width=200, record=True)
+    report.print_scaling(analysis.scaling_rows(summary), console)
+    text = console.export_text()
+    assert "scaling: throughput against devices (mlp, train, batch 8 per device, 32, fp32, cpu:0)" in text
+    assert "torch ddp" in text and "90.0%" in text and "note" not in text

@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from typer.core import TyperGroup
 
-from . import analysis, plan, plots, runs, stats
+from . import analysis, jobs, plan, plots, runs, stats
 from . import parity as parity_mod
 from . import report as report_mod
 from . import results as results_mod
@@ -101,6 +101,13 @@ def print_comparison(rows: pd.DataFrame, title: str) -> None:
         )
         for row in ran.itertuples()
     ]
+    if (ran["world_size"] > 1).any():
+        # A distributed run: its replicas and how far its slowest rank trailed the fastest.
+        headers = (*headers, "devices", "straggler spread")
+        figures = [
+            (*cells, str(row.world_size), "–" if pd.isna(row.straggler_spread) else f"{row.straggler_spread:.1%}")
+            for cells, row in zip(figures, ran.itertuples())
+        ]
     columns = [Column("runner", key=True), Column("version", key=True), *(Column(h, numeric=True) for h in headers)]
     print_table(columns, [(*runner, *row) for runner, row in zip(runners, figures)], title)
     for row in rows.itertuples():
@@ -505,12 +512,11 @@ def max_batch(
     with ExitStack() as stack, TemporaryDirectory() as logs:
         endpoints, failures = runs.resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
         for name, address in endpoints.items():
-            client = stack.enter_context(RunnerClient(name, address, transport))
 
-            def fits(batch: int, client=client) -> bool:
+            def fits(batch: int, name=name, address=address) -> bool:
                 request.batch_size = batch
                 try:
-                    client.run(request)
+                    jobs.run_job(name, address, transport, request)
                 except RunnerFailure as failure:
                     if failure.out_of_memory:
                         return False
@@ -539,6 +545,7 @@ def sweep(
     batch_sizes: Annotated[Optional[str], typer.Option(help="comma-separated, e.g. 1,2,4,8")] = None,
     shapes: Annotated[Optional[str], typer.Option(help="comma-separated shapes, e.g. 3x32x32,3x64x64")] = None,
     precisions: Annotated[Optional[str], typer.Option(help="comma-separated precisions")] = None,
+    strategies: Annotated[Optional[str], typer.Option(help="comma-separated strategies, each for every runner (a sweep file can give them per runner, and lists of devices)")] = None,
     repetitions: Annotated[Optional[int], typer.Option(min=1, max=plan.MAX_REPETITIONS, help=f"runs per runner and point (default {stats.DEFAULT_REPETITIONS})")] = None,
     warmup: Annotated[Optional[int], typer.Option(min=0, max=plan.MAX_WARMUP, help=f"the most warm-up steps (default {plan.DEFAULT_WARMUP})")] = None,
     warmup_until_cv: Annotated[Optional[float], typer.Option(min=0.0, max=0.99, help=f"warm up until stable within this (default {plan.DEFAULT_WARMUP_UNTIL_CV}; 0: a fixed count)")] = None,
@@ -562,7 +569,7 @@ def sweep(
             study = sweep_mod.load_sweep(file)
         elif models:
             study = sweep_mod.sweep_from_options(
-                models, batch_sizes=batch_sizes, shapes=shapes, modes=modes, precisions=precisions,
+                models, batch_sizes=batch_sizes, shapes=shapes, modes=modes, precisions=precisions, strategies=strategies,
                 repetitions=repetitions, warmup=warmup, steps=steps, warmup_until_cv=warmup_until_cv,
                 min_measure_s=min_measure_s,
             )

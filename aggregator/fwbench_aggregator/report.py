@@ -172,6 +172,8 @@ def _config_label(values: dict, varying: Iterable[str], skip: Iterable[str] = ()
         value = values[column]
         if column == "batch_size":
             parts.append(f"batch {value}")
+        elif column in ("world_size", "nodes"):
+            parts.append(f"{value} {'devices' if column == 'world_size' else 'runners'}")
         elif value != "":
             parts.append(str(value))
     return " ".join(parts)
@@ -361,12 +363,21 @@ def pairs_display(pairs: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
 
 
 def print_scaling(scaling: pd.DataFrame, console=None) -> None:
-    """Throughput against devices and the scaling efficiency, one section per configuration."""
-    shown = scaling_display(scaling)
+    """Throughput against devices and the scaling efficiency; the configuration columns that vary only."""
+    scaling = scaling.sort_values([*SCALING_COLUMNS, "runner_name", "world_size", "nodes", "strategy"], kind="stable")
+    same = [c for c in SCALING_COLUMNS if scaling[c].nunique() <= 1]
+    title = "scaling: throughput against devices"
+    if same and len(scaling):
+        first = scaling.iloc[0]
+        title += " (" + ", ".join(f"batch {first[c]} per device" if c == "batch_size" else str(first[c])
+                                  for c in same if first[c] != "") + ")"
+    shown = scaling_display(scaling).drop(columns=[SCALING_DISPLAY[c] for c in same])
+    if not (scaling["efficiency_note"] != "").any():
+        shown = shown.drop(columns="note")
     columns = [Column(c, numeric=c in _NUMERIC or c in ("efficiency", "samples/s on 1", "straggler spread"),
                       key=c in _KEYS, wrap_at=VERDICT_WIDTH if c == "note" else None) for c in shown.columns]
     groups = [tuple(r) for r in scaling[list(SCALING_COLUMNS)].itertuples(index=False)]
-    print_table(columns, list(shown.itertuples(index=False)), "scaling: throughput against devices", console, groups=groups)
+    print_table(columns, list(shown.itertuples(index=False)), title, console, groups=groups)
 
 
 def scaling_plot(scaling: pd.DataFrame, out_dir: Path, key: str = "scaling") -> PlotResult:
