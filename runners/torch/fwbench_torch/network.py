@@ -1,7 +1,8 @@
 """Which network interface gloo uses. Left to itself, gloo takes the address this host's name resolves to; on a
 host with several networks (a container on two Compose networks, a cluster node with a management and a data
 network) that can be one the other ranks cannot reach, and the job hangs until its timeout. The interface
-through which this host reaches the rendezvous is one every rank of the job can reach it through."""
+through which this host reaches another runner of the job is one that runner can reach it through. (Not the
+route to the rendezvous: node 0 hosts it, and its own name may resolve, there, to any of its networks.)"""
 
 from __future__ import annotations
 
@@ -53,11 +54,13 @@ def interface_of(address: str) -> str | None:
     return next((name for _, name in socket.if_nameindex() if _ipv4_of(name) == address), None)
 
 
-def choose_gloo_interface(rendezvous: str) -> None:
-    """Have gloo use the interface that reaches the rendezvous host, unless the user chose one."""
+def choose_gloo_interface(rendezvous: str, endpoints: tuple[str, ...] = (), node_rank: int = 0) -> None:
+    """Have gloo use the interface that reaches another runner of the job (`endpoints`, in node order; this
+    one is `node_rank`), or on one runner the rendezvous (loopback), unless the user chose one."""
     if GLOO_INTERFACE_ENV in os.environ:
         return
-    local = route_to(rendezvous)
+    peer = next((endpoint for node, endpoint in enumerate(endpoints) if node != node_rank), rendezvous)
+    local = route_to(peer)
     interface = local and interface_of(local)
     if interface:
         os.environ[GLOO_INTERFACE_ENV] = interface

@@ -19,7 +19,7 @@ def join_process_group(config: RunConfig, device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     else:
-        choose_gloo_interface(place.rendezvous)
+        choose_gloo_interface(place.rendezvous, place.workers, config.cluster.node_rank if config.cluster else 0)
     try:
         dist.init_process_group(
             "nccl" if device.type == "cuda" else "gloo",
