@@ -274,6 +274,16 @@ class Stack:
         return {int(row[1].rsplit(":", 1)[1], 16) for row in rows
                 if row[0] != "sl" and row[3] == "0A" and row[7] == str(UID)}
 
+    def newest_comparison(self) -> tuple[Path, pd.DataFrame]:
+        folder = max((p.parent for p in self.results_dir.glob("*/comparison.csv")), key=lambda p: p.stat().st_mtime)
+        return folder, pd.read_csv(folder / "comparison.csv")
+
+    def leftovers(self) -> list[str]:
+        label = f"label=com.docker.compose.project={PROJECT}"
+        containers = run(["docker", "ps", "-aq", "--filter", label]).stdout.split()
+        networks = run(["docker", "network", "ls", "-q", "--filter", label]).stdout.split()
+        return containers + networks
+
 
 def docker_engine_problem() -> str | None:
     """Why no Docker engine can be used here, or None when one answers."""
