@@ -218,6 +218,7 @@ class Stack:
         self.torchvision_version = pinned("runners/torch/requirements.txt", "torchvision")
         self.tensorflow_version = pinned("runners/tensorflow/requirements.txt", "tensorflow")
         self.ports = {"torch": free_port(), "tensorflow": free_port()}
+        self.overrides: tuple[str, ...] = ()  # Compose files a test adds to the stack's
         self.variables = {
             "TORCH_BASE_IMAGE": "fwbench-ci/pytorch",
             "TORCH_TAG": self.torch_version,
@@ -233,8 +234,8 @@ class Stack:
         }
 
     def compose(self, *args: str, timeout: float = RUN_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess:
-        command = [TOOLS / "docker-compose", "-p", PROJECT, "-f", "compose.yaml", "-f", "compose.cpu.yaml",
-                   "-f", "compose.ports.yaml", *args]
+        files = ("compose.yaml", "compose.cpu.yaml", "compose.ports.yaml", *self.overrides)
+        command = [TOOLS / "docker-compose", "-p", PROJECT, *(arg for f in files for arg in ("-f", f)), *args]
         return run(command, timeout=timeout, env=compose_env(**self.variables), check=check)
 
     def make_base_images(self) -> None:
@@ -253,10 +254,8 @@ class Stack:
         container = self.compose("ps", "-q", service).stdout.strip()
         return run(["docker", "inspect", "--format", "{{.State.Health.Status}}", container]).stdout.strip()
 
-    def aggregator(self, *args: str, files: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-        """`fwbench ARGS` in the aggregator's container; `files`: Compose files besides the stack's."""
-        return self.compose(*(arg for f in files for arg in ("-f", f)), "--profile", "aggregator", "run", "--rm",
-                            "aggregator", *args)
+    def aggregator(self, *args: str) -> subprocess.CompletedProcess:
+        return self.compose("--profile", "aggregator", "run", "--rm", "aggregator", *args)
 
     def processes(self, service: str) -> list[str]:
         """The command lines running in a service's container, its health probes left out."""
@@ -371,11 +370,11 @@ def test_host_aggregator_reaches_the_published_runners(stack):
 def test_one_job_spans_two_runner_containers_per_framework(stack):
     """torch DDP and TensorFlow MultiWorkerMirrored, each across two runner containers as two machines:
     the frameworks' own rendezvous over the compose network, then nothing left in any container."""
-    nodes = ("compose.nodes.yaml",)
-    stack.compose("-f", *nodes, "up", "-d", "--wait", "--wait-timeout", str(UP_TIMEOUT_S - 60),
-                  *SECOND_NODES.values(), timeout=UP_TIMEOUT_S)
+    stack.overrides = ("compose.nodes.yaml",)
     try:
-        stack.aggregator("compare", *DISTRIBUTED_RUN, "--out", "/results", files=nodes)
+        stack.compose("up", "-d", "--wait", "--wait-timeout", str(UP_TIMEOUT_S - 60), *SECOND_NODES.values(),
+                      timeout=UP_TIMEOUT_S)
+        stack.aggregator("compare", *DISTRIBUTED_RUN, "--out", "/results")
         folder, _ = stack.newest_comparison()
         summary = pd.read_csv(folder / "summary.csv").set_index("framework")
         for name, strategy in DISTRIBUTED_STRATEGIES.items():
@@ -395,7 +394,8 @@ def test_one_job_spans_two_runner_containers_per_framework(stack):
                 assert left == [f"python3 -m {framework.module}"], f"{service} left a worker process"
                 assert stack.listening_ports(service) == {50051}, f"{service} left a rendezvous port bound"
     finally:
-        stack.compose("-f", *nodes, "rm", "--stop", "--force", *SECOND_NODES.values(), check=False)
+        stack.compose("rm", "--stop", "--force", *SECOND_NODES.values(), check=False)
+        stack.overrides = ()
 
 
 @pytest.mark.containers
