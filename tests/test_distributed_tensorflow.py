@@ -24,6 +24,8 @@ RUN_TIMEOUT_S = 240
 # connection is reset); the runner then stops the others (a stop request, SIGTERM and SIGKILL 3 s and 2 s
 # apart) and answers: well within this.
 FAULT_BOUND_S = 30
+# A run that waits for a machine that never starts is given this long.
+SHORT_TIMEOUT_S = 5.0
 HERE = Path(__file__).parent
 
 
@@ -211,3 +213,20 @@ def test_after_one_mirrored_step_every_replica_holds_the_same_weights():
     # The replicas' own gradients differ (each saw its own inputs): only the all-reduce keeps them equal.
     assert result["gradients_differ"] > 0
     assert result["after"] == 0.0
+
+
+def test_a_machine_that_never_starts_fails_the_run_within_the_timeout(runners):
+    (local, stub), _ = runners
+    port = free_port()
+    endpoints = [f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}"]
+    started_s = time.monotonic()
+    error = run_error(stub, mwms_request(0, endpoints, distributed_timeout_s=SHORT_TIMEOUT_S))
+    # TensorFlow waits for every worker of TF_CONFIG without a bound of its own (its coordination service's
+    # register timeout does not cover this wait, and the wait holds the interpreter): the runner calls the rank
+    # silent after distributed_timeout_s and a margin, and stops it (SIGKILL at the latest).
+    assert time.monotonic() - started_s < SHORT_TIMEOUT_S + FAULT_BOUND_S
+    assert error.code() == grpc.StatusCode.ABORTED, error.details()
+    assert error.details().startswith("rank 0 (pid ")
+    assert "sent nothing for" in error.details()
+    assert workers_of(local) == []
+    assert_port_free(port)
