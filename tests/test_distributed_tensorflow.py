@@ -230,3 +230,11 @@ def test_a_machine_that_never_starts_fails_the_run_within_the_timeout(runners):
     assert "sent nothing for" in error.details()
     assert workers_of(local) == []
     assert_port_free(port)
+
+
+def test_xla_under_a_strategy_on_cpu_devices_is_refused(runners):
+    (local, stub), _ = runners
+    error = run_error(stub, tf_request(compilation=pb.COMPILATION_XLA))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error.details()
+    assert "compilation xla cannot run strategy mirrored on CPU devices" in error.details()
+    assert workers_of(local) == []
