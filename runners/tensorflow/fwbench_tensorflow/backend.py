@@ -202,19 +202,18 @@ class StrategyWorkload(Workload):
         self._infer = compiled(self._infer_graph, outer)
         self._last = None
 
-    def _replica_seed(self, context: tf.distribute.experimental.ValueContext) -> str:
-        """Seed the replica's random inputs with seed + its replica id across the job, on its own device."""
-        tf.random.set_seed(self.config.seed + context.replica_id_in_sync_group)
+    def _replica_device(self, context: tf.distribute.experimental.ValueContext) -> str:
         return self.strategy.extended.worker_devices[context.replica_id_in_sync_group % self.local_replicas]
 
     def _replica_inputs(self, context) -> tf.Tensor:
-        with tf.device(self._replica_seed(context)):
+        """The replica's own inputs, seeded by seed + its replica id across the job, on its device."""
+        tf.random.set_seed(self.config.seed + context.replica_id_in_sync_group)
+        with tf.device(self._replica_device(context)):
             return random_inputs(self.config.model, self.config.batch_size, self.config.input_shape)
 
     def _replica_targets(self, context) -> tf.Tensor:
-        device = self._replica_seed(context)
         inputs = self.strategy.experimental_local_results(self.inputs)[0]
-        with tf.device(device):
+        with tf.device(self._replica_device(context)):
             return random_targets(self.head, output_shape(self.head, self.model, inputs))
 
     def _replica_train(self, inputs, targets):
