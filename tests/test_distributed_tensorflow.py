@@ -238,3 +238,25 @@ def test_xla_under_a_strategy_on_cpu_devices_is_refused(runners):
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error.details()
     assert "compilation xla cannot run strategy mirrored on CPU devices" in error.details()
     assert workers_of(local) == []
+
+
+def test_cancelling_one_machine_of_a_job_stops_every_rank(runners):
+    endpoints = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    calls = [
+        stub.Run(mwms_request(rank, endpoints, measured_steps=100_000), timeout=RUN_TIMEOUT_S)
+        for rank, (_, stub) in enumerate(runners)
+    ]
+    for call in calls:
+        for event in call:
+            if event.WhichOneof("event") == "steps":
+                break
+    calls[0].cancel()
+    cancelled_s = time.monotonic()
+    # The ranks agree between steps: node 0's rank votes to cancel, so node 1's rank stops too.
+    with pytest.raises(grpc.RpcError) as info:
+        for _ in calls[1]:
+            pass
+    assert info.value.code() == grpc.StatusCode.CANCELLED, info.value.details()
+    assert time.monotonic() - cancelled_s < FAULT_BOUND_S
+    while any(workers_of(local) for local, _ in runners) and time.monotonic() - cancelled_s < FAULT_BOUND_S:
+        time.sleep(0.1)
