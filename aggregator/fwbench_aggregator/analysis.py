@@ -89,6 +89,12 @@ def _joined(values) -> str:
     return " | ".join(dict.fromkeys(str(v) for v in values if isinstance(v, str) and v))
 
 
+def _straggler_spread(runs: pd.DataFrame) -> float:
+    """The median of the runs' straggler spreads; none with one rank, where there is no straggler."""
+    spread = _numbers(runs[runs["world_size"] > 1], "straggler_spread")
+    return float(spread.median()) if len(spread) else math.nan
+
+
 def run_values(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """One row per successful run: its configuration, runner, repetition and median step time (from
     its measured steps; from the summary where the steps were not kept)."""
@@ -166,7 +172,7 @@ def comparison_rows(
                 "runner_name": _first(own["runner_name"]),
                 "strategy": _first(own["strategy"]),
                 "global_batch_size": batch_size,
-                "straggler_spread": float(spread.median()) if len((spread := _numbers(ok, "straggler_spread"))) else math.nan,
+                "straggler_spread": _straggler_spread(ok),
                 "framework": _first(own.get("framework", pd.Series(dtype=object))),
                 "framework_version": _first(own.get("framework_version", pd.Series(dtype=object))),
                 "container_image": _first(own.get("container_image", pd.Series(dtype=object))),
@@ -257,17 +263,21 @@ SCALING_ROW_COLUMNS = (
 
 
 def _throughputs(frame: pd.DataFrame) -> np.ndarray:
-    return pd.to_numeric(frame["throughput_samples_per_s"], errors="coerce").dropna().to_numpy(dtype=float)
+    """Each run's throughput as comparison_rows counts it: the job's samples per its median step time."""
+    median_s = pd.to_numeric(frame["median_step_time_s"], errors="coerce")
+    samples = frame["batch_size"] * frame["world_size"]
+    return (samples / median_s).replace([np.inf, -np.inf], np.nan).dropna().to_numpy(dtype=float)
 
 
 def scaling_rows(summary: pd.DataFrame) -> pd.DataFrame:
     """Throughput against world size per runner, strategy and configuration, and the scaling efficiency:
     throughput on N devices / (N x the same runner's throughput on one device), at the same per-device batch.
-    Throughputs are geometric means over runs (the unit of evidence is the run). The one-device baseline is
+    Throughputs are geometric means over runs (the unit of evidence is the run), each run's the job's samples per
+    its median step time, as in comparison_rows. The one-device baseline is
     the runner's `single` runs, else its world-size-1 runs of the same strategy; where neither exists the
     efficiency is empty and efficiency_note says why."""
     summary = normalised(summary)
-    if summary.empty or "throughput_samples_per_s" not in summary:
+    if summary.empty or "median_step_time_s" not in summary:
         return pd.DataFrame(columns=SCALING_ROW_COLUMNS)
     ok = summary[summary.get("status", pd.Series("ok", index=summary.index)).fillna("failed") == "ok"]
     rows = []
@@ -286,7 +296,7 @@ def scaling_rows(summary: pd.DataFrame) -> pd.DataFrame:
                 **dict(zip(SCALING_COLUMNS, config)), "runner": entry_label(runner_name, strategy),
                 "runner_name": runner_name, "strategy": strategy, "world_size": int(world_size), "nodes": int(nodes),
                 "runs": int(values.size), "throughput_samples_per_s": throughput,
-                "straggler_spread": float(spread.median()) if len(spread := _numbers(own, "straggler_spread")) else math.nan,
+                "straggler_spread": _straggler_spread(own),
                 "baseline_throughput_samples_per_s": math.nan, "scaling_efficiency": math.nan, "efficiency_note": "",
             }
             if baseline_runs.size:
