@@ -1,6 +1,6 @@
 """Write every file that lists the runners, from the one runner list (aggregator/fwbench_aggregator/frameworks.toml):
-each runner's Dockerfile (from runners/Dockerfile.in) and compose.yaml, compose.ports.yaml and
-compose.cpu.yaml. A Dockerfile's default base image is the one .env names.
+each runner's Dockerfile (from runners/Dockerfile.in) and compose.yaml, compose.ports.yaml,
+compose.cpu.yaml and compose.nodes.yaml. A Dockerfile's default base image is the one .env names.
 
     python3 scripts/generate_runner_files.py          # write them
     python3 scripts/generate_runner_files.py --check  # exit 1, naming each file that is out of date
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,6 +22,18 @@ from fwbench_aggregator.frameworks import Framework, shipped  # noqa: E402
 GENERATED = "# Generated from aggregator/fwbench_aggregator/frameworks.toml by scripts/generate_runner_files.py: edit those, not this file.\n"
 RUNNER_PORT = 50051  # every runner listens on it inside its container
 REFERENCE_DIR = "/var/lib/fwbench/references"  # every runner's parity reference folder, made by its image
+SECOND_NODE = "node1"  # compose.nodes.yaml's second runner of FRAMEWORK is the service FRAMEWORK-node1
+
+# What every runner service has, in compose.yaml (the x-runner anchor, with the GPUs) and in
+# compose.nodes.yaml (written out: an anchor does not reach across files).
+RUNNER_COMMON = """\
+  restart: unless-stopped
+  user: "${FWBENCH_UID:?set FWBENCH_UID in .env}:${FWBENCH_GID:?set FWBENCH_GID in .env}"
+  networks: [runners]
+  volumes:
+    # Parity checks pass weight files from one runner to the other, by name, in this shared folder.
+    - "references:{reference_dir}"
+"""
 
 COMPOSE_HEAD = """\
 # The runners, each in its own framework image, on this host's NVIDIA GPUs:
@@ -33,12 +46,7 @@ name: fwbench
 # Every image here is built from this repository (pull_policy: build), never pulled: a registry image
 # that happened to share a name would otherwise be run instead.
 x-runner: &runner
-  restart: unless-stopped
-  user: "${FWBENCH_UID:?set FWBENCH_UID in .env}:${FWBENCH_GID:?set FWBENCH_GID in .env}"
-  networks: [runners]
-  volumes:
-    # Parity checks pass weight files from one runner to the other, by name, in this shared folder.
-    - "references:{reference_dir}"
+{runner_common}\
   deploy:
     resources:
       reservations:
@@ -51,8 +59,8 @@ services:
 """
 
 RUNNER_SERVICE = """\
-  {name}:
-    <<: *runner
+  {service}:
+{fields}\
     image: "${{FWBENCH_IMAGE_PREFIX:?set FWBENCH_IMAGE_PREFIX in .env}}/{name}-runner:${{{var}_TAG:?set {var}_TAG in .env}}"
     pull_policy: build
     build:
@@ -105,6 +113,18 @@ PORTS_HEAD = """\
 services:
 """
 
+NODES_HEAD = """\
+# A second runner of each framework, as a second machine on the compose network, for one job across two
+# runners (node ranks in the order the aggregator names them). On one host it is a CPU exercise: two runners
+# of one host would share its GPUs, so the second ones reserve none.
+#   docker compose -f compose.yaml -f compose.cpu.yaml -f compose.nodes.yaml up -d --wait
+#   docker compose -f compose.yaml -f compose.cpu.yaml -f compose.nodes.yaml run --rm aggregator \\
+#       compare --devices cpu:0 --model resnet18 --shape 3x64x64
+# The rendezvous (torch's c10d store on the first runner's port 29500, TensorFlow's workers on 29500 and
+# 29501, torch's gloo on ports of its choosing) stays on the internal network: nothing is published.
+services:
+"""
+
 CPU_HEAD = """\
 # For hosts without NVIDIA GPUs: the runners run on the CPU.
 #   docker compose -f compose.yaml -f compose.cpu.yaml up -d --wait
@@ -144,15 +164,37 @@ def dockerfile(framework: Framework, env: dict[str, str]) -> str:
     return text
 
 
+def runner_service(framework: Framework, service: str, fields: str) -> str:
+    """A runner of this framework's image, as the service named `service`, with `fields` besides its image."""
+    return RUNNER_SERVICE.format(service=service, fields=fields, name=framework.name, var=variable(framework),
+                                 folder=framework.folder, reference_dir=REFERENCE_DIR)
+
+
+def depends_on(names: list[str]) -> str:
+    return "\n".join(f"      {name}: {{condition: service_healthy}}" for name in names)
+
+
 def compose(frameworks: list[Framework]) -> str:
-    services = "".join(
-        RUNNER_SERVICE.format(name=f.name, var=variable(f), folder=f.folder, reference_dir=REFERENCE_DIR)
-        for f in frameworks
-    )
-    depends_on = "\n".join(f"      {f.name}: {{condition: service_healthy}}" for f in frameworks)
+    services = "".join(runner_service(f, f.name, "    <<: *runner\n") for f in frameworks)
     runners = " ".join(f"{f.name}={f.name}:{RUNNER_PORT}" for f in frameworks)
-    head = COMPOSE_HEAD.replace("{reference_dir}", REFERENCE_DIR)
-    return GENERATED + head + services + COMPOSE_TAIL.format(depends_on=depends_on, runners=runners)
+    head = COMPOSE_HEAD.replace("{runner_common}", RUNNER_COMMON).replace("{reference_dir}", REFERENCE_DIR)
+    return GENERATED + head + services + COMPOSE_TAIL.format(
+        depends_on=depends_on([f.name for f in frameworks]), runners=runners
+    )
+
+
+def second_node(framework: Framework) -> str:
+    return f"{framework.name}-{SECOND_NODE}"
+
+
+def compose_nodes(frameworks: list[Framework]) -> str:
+    fields = textwrap.indent(RUNNER_COMMON.replace("{reference_dir}", REFERENCE_DIR), "  ")
+    services = "".join(runner_service(f, second_node(f), fields) for f in frameworks)
+    # One job per framework across both runners: the aggregator's runners become comma-separated pairs.
+    runners = " ".join(f"{f.name}={f.name}:{RUNNER_PORT},{second_node(f)}:{RUNNER_PORT}" for f in frameworks)
+    aggregator = (f"  aggregator:\n    depends_on:\n{depends_on([second_node(f) for f in frameworks])}\n"
+                  f'    environment:\n      FWBENCH_RUNNERS: "{runners}"\n')
+    return GENERATED + NODES_HEAD + services + aggregator
 
 
 def compose_ports(frameworks: list[Framework]) -> str:
@@ -176,6 +218,7 @@ def generated_files() -> dict[Path, str]:
     files[ROOT / "compose.yaml"] = compose(frameworks)
     files[ROOT / "compose.ports.yaml"] = compose_ports(frameworks)
     files[ROOT / "compose.cpu.yaml"] = compose_cpu(frameworks)
+    files[ROOT / "compose.nodes.yaml"] = compose_nodes(frameworks)
     return files
 
 

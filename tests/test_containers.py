@@ -31,6 +31,7 @@ FRAMEWORKS = shipped()
 RUNNERS = tuple(f.name for f in FRAMEWORKS)
 DOCKERFILES = (*(f"{f.folder}/Dockerfile" for f in FRAMEWORKS), "aggregator/Dockerfile")
 BASE_IMAGES = ROOT / "tests" / "containers" / "base_images.sh"
+SECOND_NODES = {name: f"{name}-node1" for name in RUNNERS}  # compose.nodes.yaml's second runner of each
 
 # The second TensorFlow version the swap test rebuilds on, with an older protobuf major than the
 # first one's: the runner's stubs must be generated for whatever protobuf the image carries.
@@ -42,6 +43,11 @@ UID = 1000  # the non-root user compose runs every service as (FWBENCH_UID in .e
 BUILD_TIMEOUT_S = 1800
 UP_TIMEOUT_S = 600
 RUN_TIMEOUT_S = 600
+# One job per framework across its two runner containers (compose.nodes.yaml), one CPU device each.
+DISTRIBUTED_STRATEGIES = {"torch": "ddp", "tensorflow": "multi_worker_mirrored"}
+DISTRIBUTED_RUN = ["--model", "mobilenet_v2", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "2", "--steps", "5",
+                   "--min-measure-s", "0", "--repetitions", "1", "--devices", "cpu:0",
+                   *(arg for name, strategy in DISTRIBUTED_STRATEGIES.items() for arg in ("--strategy", f"{name}={strategy}"))]
 SMALL_RUN = ["--model", "resnet18", "--batch-size", "2", "--shape", "3x64x64", "--warmup", "2", "--steps", "5",
              "--min-measure-s", "0", "--repetitions", "1"]
 
@@ -92,7 +98,9 @@ def test_compose_file_follows_the_compose_specification():
 
 
 @pytest.mark.parametrize(
-    "overrides", [["compose.cpu.yaml"], ["compose.ports.yaml"], ["compose.cpu.yaml", "compose.ports.yaml"]]
+    "overrides",
+    [["compose.cpu.yaml"], ["compose.ports.yaml"], ["compose.cpu.yaml", "compose.ports.yaml"],
+     ["compose.cpu.yaml", "compose.nodes.yaml"], ["compose.cpu.yaml", "compose.ports.yaml", "compose.nodes.yaml"]],
 )
 def test_overrides_merge_into_a_file_that_follows_the_specification(tmp_path, overrides):
     merged = tmp_path / "merged.yaml"
@@ -147,6 +155,25 @@ def test_aggregator_waits_for_every_runner_to_be_healthy_and_writes_to_the_host(
     assert service["environment"]["FWBENCH_RUNNERS"] == " ".join(f"{name}={name}:50051" for name in RUNNERS)
 
 
+def test_nodes_override_adds_a_second_runner_per_framework_that_publishes_nothing():
+    config = compose_config("compose.cpu.yaml", "compose.ports.yaml", "compose.nodes.yaml")
+    services = config["services"]
+    for name in RUNNERS:
+        first, second = services[name], services[SECOND_NODES[name]]
+        # The same runner under another name, on the internal network only: the rendezvous ports stay there.
+        assert {k: v for k, v in first.items() if k not in ("networks", "ports")} == {
+            k: v for k, v in second.items() if k != "networks"
+        }
+        assert list(second["networks"]) == ["runners"] and "ports" not in second
+        assert "deploy" not in compose_config("compose.nodes.yaml")["services"][SECOND_NODES[name]]
+    aggregator = services["aggregator"]
+    assert set(aggregator["depends_on"]) == {*RUNNERS, *SECOND_NODES.values()}
+    # Each framework is one job across its two runners, node 0 first.
+    assert aggregator["environment"]["FWBENCH_RUNNERS"] == " ".join(
+        f"{name}={name}:50051,{SECOND_NODES[name]}:50051" for name in RUNNERS
+    )
+
+
 @pytest.mark.parametrize("framework", FRAMEWORKS, ids=RUNNERS)
 def test_dockerfile_default_base_image_is_the_one_env_names(framework):
     # Two places name the official image: the Dockerfile (plain docker build) and .env (compose).
@@ -191,6 +218,7 @@ class Stack:
         self.torchvision_version = pinned("runners/torch/requirements.txt", "torchvision")
         self.tensorflow_version = pinned("runners/tensorflow/requirements.txt", "tensorflow")
         self.ports = {"torch": free_port(), "tensorflow": free_port()}
+        self.overrides: tuple[str, ...] = ()  # Compose files a test adds to the stack's
         self.variables = {
             "TORCH_BASE_IMAGE": "fwbench-ci/pytorch",
             "TORCH_TAG": self.torch_version,
@@ -206,8 +234,8 @@ class Stack:
         }
 
     def compose(self, *args: str, timeout: float = RUN_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess:
-        command = [TOOLS / "docker-compose", "-p", PROJECT, "-f", "compose.yaml", "-f", "compose.cpu.yaml",
-                   "-f", "compose.ports.yaml", *args]
+        files = ("compose.yaml", "compose.cpu.yaml", "compose.ports.yaml", *self.overrides)
+        command = [TOOLS / "docker-compose", "-p", PROJECT, *(arg for f in files for arg in ("-f", f)), *args]
         return run(command, timeout=timeout, env=compose_env(**self.variables), check=check)
 
     def make_base_images(self) -> None:
@@ -228,6 +256,22 @@ class Stack:
 
     def aggregator(self, *args: str) -> subprocess.CompletedProcess:
         return self.compose("--profile", "aggregator", "run", "--rm", "aggregator", *args)
+
+    def processes(self, service: str) -> list[str]:
+        """The command lines running in a service's container, its health probes left out."""
+        container = self.compose("ps", "-q", service).stdout.strip()
+        rows = run(["docker", "top", container, "-o", "pid,args"]).stdout.splitlines()[1:]
+        commands = (row.split(maxsplit=1)[1] for row in rows)
+        return [command for command in commands if "fwbench_core.healthcheck" not in command]
+
+    def listening_ports(self, service: str) -> set[int]:
+        """The TCP ports the runner's user listens on in a service's container (read from /proc/net)."""
+        table = self.compose("exec", "-T", service, "cat", "/proc/net/tcp", "/proc/net/tcp6").stdout
+        rows = [line.split() for line in table.splitlines()]
+        # A socket's row: "N: LOCAL_HEX_ADDRESS:HEX_PORT REMOTE STATE ... UID ..."; state 0A is LISTEN. The
+        # headers start "sl"; Docker's embedded DNS listens in the container too, as root.
+        return {int(row[1].rsplit(":", 1)[1], 16) for row in rows
+                if row[0] != "sl" and row[3] == "0A" and row[7] == str(UID)}
 
     def newest_comparison(self) -> tuple[Path, pd.DataFrame]:
         folder = max((p.parent for p in self.results_dir.glob("*/comparison.csv")), key=lambda p: p.stat().st_mtime)
@@ -320,6 +364,38 @@ def test_host_aggregator_reaches_the_published_runners(stack):
                 "--runner", f"torch=127.0.0.1:{stack.ports['torch']}",
                 "--runner", f"tensorflow=127.0.0.1:{stack.ports['tensorflow']}"], timeout=RUN_TIMEOUT_S)
     assert stack.torch_version in done.stdout and stack.tensorflow_version in done.stdout
+
+
+@pytest.mark.containers
+def test_one_job_spans_two_runner_containers_per_framework(stack):
+    """torch DDP and TensorFlow MultiWorkerMirrored, each across two runner containers as two machines:
+    the frameworks' own rendezvous over the compose network, then nothing left in any container."""
+    stack.overrides = ("compose.nodes.yaml",)
+    try:
+        stack.compose("up", "-d", "--wait", "--wait-timeout", str(UP_TIMEOUT_S - 60), *SECOND_NODES.values(),
+                      timeout=UP_TIMEOUT_S)
+        stack.aggregator("compare", *DISTRIBUTED_RUN, "--out", "/results")
+        folder, _ = stack.newest_comparison()
+        summary = pd.read_csv(folder / "summary.csv").set_index("framework")
+        for name, strategy in DISTRIBUTED_STRATEGIES.items():
+            run_summary = summary.loc[name]
+            assert run_summary["status"] == "ok", run_summary.get("error")
+            assert run_summary["strategy"] == strategy
+            assert (run_summary["world_size"], run_summary["nodes"], run_summary["global_batch_size"]) == (2, 2, 4)
+        steps = pd.read_csv(folder / "steps.csv", dtype={"rank_step_time_s": str})
+        # Every step of each job carries both containers' times, the step's being the slower one.
+        for step in steps.itertuples():
+            rank_times = [float(t) for t in step.rank_step_time_s.split()]
+            assert len(rank_times) == 2 and step.step_time_s == pytest.approx(max(rank_times), rel=1e-6)
+        for framework in FRAMEWORKS:
+            for service in (framework.name, SECOND_NODES[framework.name]):
+                # The runner alone (with multiprocessing's resource tracker, which lives as long as it does).
+                left = [p for p in stack.processes(service) if "multiprocessing.resource_tracker" not in p]
+                assert left == [f"python3 -m {framework.module}"], f"{service} left a worker process"
+                assert stack.listening_ports(service) == {50051}, f"{service} left a rendezvous port bound"
+    finally:
+        stack.compose("rm", "--stop", "--force", *SECOND_NODES.values(), check=False)
+        stack.overrides = ()
 
 
 @pytest.mark.containers

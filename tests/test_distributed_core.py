@@ -9,15 +9,24 @@ import signal
 import socket
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
-from fwbench_core.distributed import POWER_FLAG, STOP_GRACE_S, TERMINATE_GRACE_S, merge_step, straggler_spread
+from fwbench_core.distributed import (
+    POWER_FLAG,
+    STOP_GRACE_S,
+    TERMINATE_GRACE_S,
+    merge_step,
+    straggler_spread,
+    worker_places,
+)
 from fwbench_core.errors import Aborted, Cancelled, FailedPrecondition, InvalidArgument, OutOfMemory, Unavailable
 from fwbench_core.fake import HANG_RANK_ENV, FakeBackend
 from fwbench_core.service import Resolved, RunnerService
 from fwbench_core.spec import Cluster, DeviceKind, DeviceRef, Mode, Phase, RunRequest, Strategy
 from fwbench_core.timing import Progress, StepBatch, StepSample, Summary
+from fwbench_core.validation import resolve
 
 STEP_TIME_S = 0.01
 # A stopped run's workers are gone within the stop bounds; the rest is spawning and reading pipes.
@@ -43,6 +52,11 @@ def ddp_request(**overrides) -> RunRequest:
     )
     fields.update(overrides)
     return RunRequest(**fields)
+
+
+def service_config(request: RunRequest):
+    backend = make_fake()
+    return resolve(request, backend.runner_info().devices, backend.capabilities, backend.models.names(), "fake")
 
 
 def spawned_workers() -> list[int]:
@@ -79,6 +93,17 @@ def test_merge_step_takes_the_slowest_rank_and_keeps_each_ranks_time():
     assert straggler_spread([step, merge_step([a, a])]) == pytest.approx((1 / 3 + 0) / 2)
     alone = merge_step([a])
     assert alone.rank_step_time_s == () and straggler_spread([alone]) is None
+
+
+def test_each_worker_gets_its_global_rank_and_the_jobs_rendezvous():
+    endpoints = ("10.0.0.1:29500", "10.0.0.2:29500", "10.0.0.3:29500")
+    config = replace(service_config(ddp_request()), cluster=Cluster(2, 3, endpoints))
+    places = worker_places(config, 2)
+    assert [(p.local_rank, p.rank, p.world_size) for p in places] == [(0, 4, 6), (1, 5, 6)]
+    assert {(p.rendezvous, p.workers) for p in places} == {("10.0.0.1:29500", endpoints)}
+    (alone,) = worker_places(service_config(ddp_request(devices=cpus(1))), 1)
+    assert (alone.rank, alone.world_size, alone.workers) == (0, 1, ())
+    assert alone.rendezvous.startswith("127.0.0.1:")
 
 
 def test_ddp_on_two_cpu_workers_is_one_run_of_merged_steps():

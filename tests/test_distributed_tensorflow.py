@@ -24,6 +24,8 @@ RUN_TIMEOUT_S = 240
 # connection is reset); the runner then stops the others (a stop request, SIGTERM and SIGKILL 3 s and 2 s
 # apart) and answers: well within this.
 FAULT_BOUND_S = 30
+# A run that waits for a machine that never starts is given this long.
+SHORT_TIMEOUT_S = 5.0
 HERE = Path(__file__).parent
 
 
@@ -212,3 +214,50 @@ def test_after_one_mirrored_step_every_replica_holds_the_same_weights():
     # The replicas' own gradients differ (each saw its own inputs): only the all-reduce keeps them equal.
     assert result["gradients_differ"] > 0
     assert result["after"] == 0.0
+
+
+def test_a_machine_that_never_starts_fails_the_run_within_the_timeout(runners):
+    (local, stub), _ = runners
+    port = free_port()
+    endpoints = [f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}"]
+    started_s = time.monotonic()
+    error = run_error(stub, mwms_request(0, endpoints, distributed_timeout_s=SHORT_TIMEOUT_S))
+    # TensorFlow waits for every worker of TF_CONFIG without a bound of its own (its coordination service's
+    # register timeout does not cover this wait, and the wait holds the interpreter): the runner calls the rank
+    # silent after distributed_timeout_s and a margin, and stops it (SIGKILL at the latest).
+    assert time.monotonic() - started_s < SHORT_TIMEOUT_S + FAULT_BOUND_S
+    assert error.code() == grpc.StatusCode.ABORTED, error.details()
+    assert error.details().startswith("rank 0 (pid ")
+    assert "sent nothing for" in error.details()
+    assert workers_of(local) == []
+    assert_port_free(port)
+
+
+def test_xla_under_a_strategy_on_cpu_devices_is_refused(runners):
+    (local, stub), _ = runners
+    error = run_error(stub, tf_request(compilation=pb.COMPILATION_XLA))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error.details()
+    assert "compilation xla cannot run strategy mirrored on CPU devices" in error.details()
+    assert workers_of(local) == []
+
+
+def test_cancelling_one_machine_of_a_job_stops_every_rank(runners):
+    endpoints = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    calls = [
+        stub.Run(mwms_request(rank, endpoints, measured_steps=100_000), timeout=RUN_TIMEOUT_S)
+        for rank, (_, stub) in enumerate(runners)
+    ]
+    for call in calls:
+        for event in call:
+            if event.WhichOneof("event") == "steps":
+                break
+    calls[0].cancel()
+    cancelled_s = time.monotonic()
+    # The ranks agree between steps: node 0's rank votes to cancel, so node 1's rank stops too.
+    with pytest.raises(grpc.RpcError) as info:
+        for _ in calls[1]:
+            pass
+    assert info.value.code() == grpc.StatusCode.CANCELLED, info.value.details()
+    assert time.monotonic() - cancelled_s < FAULT_BOUND_S
+    while any(workers_of(local) for local, _ in runners) and time.monotonic() - cancelled_s < FAULT_BOUND_S:
+        time.sleep(0.1)

@@ -18,6 +18,7 @@ from fwbench_core.backend import Backend
 from fwbench_core.catalog import MODEL_SPECS
 from fwbench_core.errors import (
     REASON_KEY,
+    Aborted,
     Busy,
     Cancelled,
     FailedPrecondition,
@@ -48,6 +49,7 @@ STATUS_TABLE = {
     Busy: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Cancelled: grpc.StatusCode.CANCELLED,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
+    Aborted: grpc.StatusCode.ABORTED,
 }
 
 

@@ -163,7 +163,12 @@ class StrategyWorkload(Workload):
     its global replica id), and the gradients summed across replicas by the strategy's all-reduce."""
 
     def __init__(self, config: RunConfig) -> None:
-        # First: MultiWorkerMirroredStrategy configures the collective runtime, which only works before it starts.
+        if config.compilation is Compilation.XLA and config.device.ref.kind is DeviceKind.CPU:
+            raise FailedPrecondition(
+                f"compilation xla cannot run strategy {config.strategy.value} on CPU devices: TensorFlow's XLA has "
+                "no collectives on CPUs; use compilation graph or eager"
+            )
+        # First TensorFlow op: MultiWorkerMirroredStrategy configures the collective runtime, only possible before it starts.
         self.strategy = make_strategy(config)
         self.local_replicas = len(self.strategy.extended.worker_devices)
         self.config = config
@@ -189,23 +194,26 @@ class StrategyWorkload(Workload):
         if config.mode is Mode.TRAIN:
             self.targets = self.strategy.experimental_distribute_values_from_function(self._replica_targets)
         self.parameter_count = count_trainable(self.model)
-        self._train = compiled(self._train_graph, config.compilation)
-        self._infer = compiled(self._infer_graph, config.compilation)
+        # XLA compiles what one replica runs, on its device; the strategy's step around it stays a graph.
+        self._replica_step = compiled(self._replica_train, config.compilation)
+        self._replica_forward = compiled(self._forward, config.compilation)
+        outer = Compilation.EAGER if config.compilation is Compilation.EAGER else Compilation.GRAPH
+        self._train = compiled(self._train_graph, outer)
+        self._infer = compiled(self._infer_graph, outer)
         self._last = None
 
-    def _replica_seed(self, context: tf.distribute.experimental.ValueContext) -> str:
-        """Seed the replica's random inputs with seed + its replica id across the job, on its own device."""
-        tf.random.set_seed(self.config.seed + context.replica_id_in_sync_group)
+    def _replica_device(self, context: tf.distribute.experimental.ValueContext) -> str:
         return self.strategy.extended.worker_devices[context.replica_id_in_sync_group % self.local_replicas]
 
     def _replica_inputs(self, context) -> tf.Tensor:
-        with tf.device(self._replica_seed(context)):
+        """The replica's own inputs, seeded by seed + its replica id across the job, on its device."""
+        tf.random.set_seed(self.config.seed + context.replica_id_in_sync_group)
+        with tf.device(self._replica_device(context)):
             return random_inputs(self.config.model, self.config.batch_size, self.config.input_shape)
 
     def _replica_targets(self, context) -> tf.Tensor:
-        device = self._replica_seed(context)
         inputs = self.strategy.experimental_local_results(self.inputs)[0]
-        with tf.device(device):
+        with tf.device(self._replica_device(context)):
             return random_targets(self.head, output_shape(self.head, self.model, inputs))
 
     def _replica_train(self, inputs, targets):
@@ -218,11 +226,14 @@ class StrategyWorkload(Workload):
         self.optimizer.apply(tape.gradient(scaled, variables), variables)
         return value
 
+    def _forward(self, inputs):
+        return self.model(inputs, training=False)
+
     def _train_graph(self):
-        return self.strategy.run(self._replica_train, args=(self.inputs, self.targets))
+        return self.strategy.run(self._replica_step, args=(self.inputs, self.targets))
 
     def _infer_graph(self):
-        return self.strategy.run(lambda inputs: self.model(inputs, training=False), args=(self.inputs,))
+        return self.strategy.run(self._replica_forward, args=(self.inputs,))
 
     def train_step(self) -> None:
         with self._peers():

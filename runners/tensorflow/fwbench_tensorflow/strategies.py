@@ -42,6 +42,7 @@ def configure_worker(config: RunConfig) -> None:
     if config.strategy is Strategy.MULTI_WORKER_MIRRORED and config.cluster is not None:
         os.environ["TF_CONFIG"] = json.dumps(tf_config(config))
     else:
+        # The run's cluster is the request's alone, never one the runner's environment happened to carry.
         os.environ.pop("TF_CONFIG", None)
 
 

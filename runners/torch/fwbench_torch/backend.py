@@ -79,8 +79,10 @@ class TorchWorkload(Workload):
         if self.in_process_group and not self.is_gpu:
             # The CPU workers share the run's threads rather than each taking them all.
             torch.set_num_threads(max(1, config.intra_op_threads // len(config.run_devices)))
-        if self.is_gpu:
-            torch.cuda.reset_peak_memory_stats(self.device)
+        # DataParallel replicates the model on every GPU of the run; the peak is the fullest one.
+        self.gpus = [torch_device(d) for d in config.process_devices] if self.is_gpu else []
+        for gpu in self.gpus:
+            torch.cuda.reset_peak_memory_stats(gpu)
         memory_format = torch.channels_last if config.layout is Layout.CHANNELS_LAST else torch.contiguous_format
         model = build_model(config).to(self.device, memory_format=memory_format)
         self.parameter_count = count_trainable(model)
@@ -134,15 +136,16 @@ class TorchWorkload(Workload):
             self.events[1].record()
 
     def synchronize(self) -> None:
-        if self.is_gpu:
-            torch.cuda.synchronize(self.device)
+        for gpu in self.gpus:
+            torch.cuda.synchronize(gpu)
 
     def device_time_s(self) -> float | None:
         return self.events[0].elapsed_time(self.events[1]) / 1e3 if self.events else None
 
     def peak_memory(self) -> MemoryReading:
         if self.is_gpu:
-            return MemoryReading(torch.cuda.max_memory_allocated(self.device), "torch.cuda.max_memory_allocated")
+            peak_bytes = max(torch.cuda.max_memory_allocated(gpu) for gpu in self.gpus)
+            return MemoryReading(peak_bytes, "torch.cuda.max_memory_allocated")
         return MemoryReading(process_peak_rss_bytes(), "process peak RSS (whole runner process, CPU)")
 
     def agree(self, votes: tuple[int, ...]) -> tuple[int, ...]:

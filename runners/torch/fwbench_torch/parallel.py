@@ -10,12 +10,16 @@ import torch.distributed as dist
 from fwbench_core.errors import Aborted, Unavailable
 from fwbench_core.spec import RunConfig, Strategy
 
+from .network import choose_gloo_interface
+
 
 def join_process_group(config: RunConfig, device: torch.device) -> None:
     """Join the job's process group; a rendezvous that fails within distributed_timeout_s is Unavailable."""
     place = config.place
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    else:
+        choose_gloo_interface(place.rendezvous, place.workers, config.cluster.node_rank if config.cluster else 0)
     try:
         dist.init_process_group(
             "nccl" if device.type == "cuda" else "gloo",

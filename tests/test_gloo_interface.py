@@ -1,0 +1,41 @@
+"""gloo's network interface in a DDP worker on the CPU: the one that reaches the job's rendezvous, unless the user
+chose one. Left to gloo, a host with several networks (a container on two Compose networks) may offer the other
+ranks an address they cannot reach, and the job hangs (tests/test_containers.py runs that case)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from fwbench_aggregator import launch
+
+CHOSEN = """\
+import os, sys
+from fwbench_torch import network
+network.choose_gloo_interface(sys.argv[1], tuple(sys.argv[3:]), int(sys.argv[2]))
+print(os.environ.get("GLOO_SOCKET_IFNAME"))
+"""
+
+
+def chosen_interface(rendezvous: str, endpoints: tuple[str, ...] = (), node_rank: int = 0, **env: str) -> str:
+    python = launch.default_venvs() / "torch" / "bin" / "python"
+    clean = {k: v for k, v in os.environ.items() if k != "GLOO_SOCKET_IFNAME"}
+    done = subprocess.run([str(python), "-c", CHOSEN, rendezvous, str(node_rank), *endpoints], env={**clean, **env},
+                          capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout.strip()
+
+
+def test_on_one_runner_gloo_uses_the_interface_that_reaches_the_rendezvous():
+    assert chosen_interface("127.0.0.1:29500") == "lo"
+    assert chosen_interface("[::1]:29500") == "lo"
+
+
+def test_across_runners_gloo_uses_the_interface_that_reaches_another_runner():
+    # Node 0 routes to node 1 (here loopback), never to its own endpoint, whose address may be on any network.
+    assert chosen_interface("no-such-host.invalid:29500", ("no-such-host.invalid:29500", "127.0.0.1:29501"), 0) == "lo"
+    assert chosen_interface("127.0.0.1:29500", ("127.0.0.1:29500", "no-such-host.invalid:29501"), 1) == "lo"
+
+
+def test_an_interface_the_user_chose_stands_and_an_unknown_host_changes_nothing():
+    assert chosen_interface("127.0.0.1:29500", GLOO_SOCKET_IFNAME="eth7") == "eth7"
+    assert chosen_interface("no-such-host.invalid:29500") == "None"
