@@ -28,6 +28,8 @@ from fwbench_core.spec import Cluster, DeviceKind, DeviceRef, Mode, Phase, RunRe
 from fwbench_core.timing import Progress, StepBatch, StepSample, Summary
 from fwbench_core.validation import resolve
 
+from distributed_support import spawned_children
+
 STEP_TIME_S = 0.01
 # A stopped run's workers are gone within the stop bounds; the rest is spawning and reading pipes.
 STOP_BOUND_S = STOP_GRACE_S + TERMINATE_GRACE_S + 5.0
@@ -61,20 +63,7 @@ def service_config(request: RunRequest):
 
 def spawned_workers() -> list[int]:
     """This process's children that multiprocessing spawned to run something (not its resource tracker)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                command = cmdline.read()
-        except OSError:
-            continue
-        if parent == os.getpid() and b"spawn_main" in command:
-            pids.append(int(entry))
-    return sorted(pids)
+    return spawned_children(os.getpid())
 
 
 @pytest.fixture(autouse=True)

@@ -16,8 +16,9 @@ from pathlib import Path
 import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
-from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator import launch
+
+from distributed_support import free_port, spawned_children, two_runners
 
 RUN_TIMEOUT_S = 240
 # A worker that dies is noticed at once (its pipe closes) and its peer's next collective fails at once (the
@@ -33,38 +34,13 @@ HERE = Path(__file__).parent
 def runners(tmp_path_factory):
     """Two TensorFlow runners, each a "machine": (LocalRunner, stub) pairs."""
     logs = tmp_path_factory.mktemp("distributed-tensorflow-logs")
-    started = []
-    try:
-        for name in ("tensorflow-a", "tensorflow-b"):
-            command = launch.embedded_command("tensorflow", launch.default_venvs())
-            local = launch.LocalRunner(name, command, logs / f"{name}.log")
-            local.start()
-            started.append(local)
-        channels = [grpc.insecure_channel(local.address) for local in started]
-        yield [(local, pb_grpc.RunnerStub(channel)) for local, channel in zip(started, channels)]
-        for channel in channels:
-            channel.close()
-    finally:
-        for local in started:
-            local.stop()
+    with two_runners("tensorflow", logs) as pairs:
+        yield pairs
 
 
 def workers_of(runner: launch.LocalRunner) -> list[int]:
     """The runner's worker processes (children that multiprocessing spawned), by pid."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                command = cmdline.read()
-        except OSError:
-            continue
-        if parent == runner.process.pid and b"spawn_main" in command:
-            pids.append(int(entry))
-    return sorted(pids)
+    return spawned_children(runner.process.pid)
 
 
 @pytest.fixture(autouse=True)
@@ -72,12 +48,6 @@ def nothing_left_behind(runners):
     yield
     for local, _ in runners:
         assert workers_of(local) == [], f"{local.name} left worker processes"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def assert_port_free(port: int) -> None:
@@ -166,7 +136,9 @@ def test_two_runners_form_one_multi_worker_mirrored_job(runners):
         assert_port_free(int(port.rsplit(":", 1)[1]))
 
 
-def test_a_worker_killed_on_one_machine_fails_the_job_on_both_naming_it(runners):
+def endless_job_measuring(runners) -> tuple[list, list[str]]:
+    """A multi_worker_mirrored job over both runners that would run for ever, once both have sent steps: its
+    calls and endpoints."""
     endpoints = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     calls = [
         stub.Run(mwms_request(rank, endpoints, measured_steps=100_000), timeout=RUN_TIMEOUT_S)
@@ -176,6 +148,11 @@ def test_a_worker_killed_on_one_machine_fails_the_job_on_both_naming_it(runners)
         for event in call:
             if event.WhichOneof("event") == "steps":
                 break
+    return calls, endpoints
+
+
+def test_a_worker_killed_on_one_machine_fails_the_job_on_both_naming_it(runners):
+    calls, endpoints = endless_job_measuring(runners)
     (victim,) = workers_of(runners[1][0])
     os.kill(victim, signal.SIGKILL)
     killed_s = time.monotonic()
@@ -242,15 +219,7 @@ def test_xla_under_a_strategy_on_cpu_devices_is_refused(runners):
 
 
 def test_cancelling_one_machine_of_a_job_stops_every_rank(runners):
-    endpoints = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
-    calls = [
-        stub.Run(mwms_request(rank, endpoints, measured_steps=100_000), timeout=RUN_TIMEOUT_S)
-        for rank, (_, stub) in enumerate(runners)
-    ]
-    for call in calls:
-        for event in call:
-            if event.WhichOneof("event") == "steps":
-                break
+    calls, _ = endless_job_measuring(runners)
     calls[0].cancel()
     cancelled_s = time.monotonic()
     # The ranks agree between steps: node 0's rank votes to cancel, so node 1's rank stops too.

@@ -16,8 +16,9 @@ from pathlib import Path
 import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
-from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator import launch
+
+from distributed_support import free_port, spawned_children, two_runners
 
 RUN_TIMEOUT_S = 180
 # A rank that fails is noticed at once (its pipe closes); the runner then stops the others (a stop request,
@@ -32,37 +33,13 @@ HERE = Path(__file__).parent
 def runners(tmp_path_factory):
     """Two torch runners, each a "machine": (LocalRunner, stub) pairs."""
     logs = tmp_path_factory.mktemp("distributed-torch-logs")
-    started = []
-    try:
-        for name in ("torch-a", "torch-b"):
-            local = launch.LocalRunner(name, launch.embedded_command("torch", launch.default_venvs()), logs / f"{name}.log")
-            local.start()
-            started.append(local)
-        channels = [grpc.insecure_channel(local.address) for local in started]
-        yield [(local, pb_grpc.RunnerStub(channel)) for local, channel in zip(started, channels)]
-        for channel in channels:
-            channel.close()
-    finally:
-        for local in started:
-            local.stop()
+    with two_runners("torch", logs) as pairs:
+        yield pairs
 
 
 def workers_of(runner: launch.LocalRunner) -> list[int]:
     """The runner's worker processes (children that multiprocessing spawned), by pid."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                command = cmdline.read()
-        except OSError:
-            continue
-        if parent == runner.process.pid and b"spawn_main" in command:
-            pids.append(int(entry))
-    return sorted(pids)
+    return spawned_children(runner.process.pid)
 
 
 @pytest.fixture(autouse=True)
@@ -70,12 +47,6 @@ def nothing_left_behind(runners):
     yield
     for local, _ in runners:
         assert workers_of(local) == [], f"{local.name} left worker processes"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def assert_port_free(port: int) -> None:

@@ -67,6 +67,16 @@ def build_model(config: RunConfig | ModelConfig) -> keras.Model:
     return MODELS.builder(config.model.name).build(config.model, shape, config.model_options)
 
 
+def built_optimizer(config: RunConfig, model: keras.Model) -> keras.optimizers.Optimizer:
+    """The training optimizer, its variables built (under the caller's device or strategy scope)."""
+    optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
+    if config.precision is Precision.AMP_FP16:
+        # fp16 gradients underflow without loss scaling; bf16 needs none.
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    optimizer.build(model.trainable_variables)
+    return optimizer
+
+
 MIXED_POLICIES = {Precision.AMP_FP16: "mixed_float16", Precision.AMP_BF16: "mixed_bfloat16"}
 
 
@@ -94,12 +104,7 @@ class TensorFlowWorkload(Workload):
                 self.inputs = random_inputs(config.model, config.batch_size, config.input_shape)
                 if config.mode is Mode.TRAIN:
                     self.targets = random_targets(self.head, self._output_shape())
-                    optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
-                    if config.precision is Precision.AMP_FP16:
-                        # fp16 gradients underflow without loss scaling; bf16 needs none.
-                        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-                    self.optimizer = optimizer
-                    self.optimizer.build(self.model.trainable_variables)
+                    self.optimizer = built_optimizer(config, self.model)
         finally:
             keras.mixed_precision.set_global_policy("float32")
         self.parameter_count = count_trainable(self.model)
@@ -183,11 +188,7 @@ class StrategyWorkload(Workload):
             with self.strategy.scope():
                 self.model = build_model(config)
                 if config.mode is Mode.TRAIN:
-                    optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
-                    if config.precision is Precision.AMP_FP16:
-                        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-                    self.optimizer = optimizer
-                    self.optimizer.build(self.model.trainable_variables)
+                    self.optimizer = built_optimizer(config, self.model)
         finally:
             keras.mixed_precision.set_global_policy("float32")
         self.inputs = self.strategy.experimental_distribute_values_from_function(self._replica_inputs)
