@@ -320,9 +320,7 @@ def _build(raw: object, fail: Fail) -> Sweep:
         given = raw["compilation"]
         compilation_check = _choice(Compilation, "compilation", fail)
         if isinstance(given, Mapping):
-            for runner in given:
-                if runner not in runners:
-                    fail(("compilation", runner), f"{runner!r} is not one of this sweep's runners; accepted: {', '.join(runners)}")
+            _check_runners("compilation", given, runners, fail)
             values["compilation"] = {runner: compilation_check(("compilation", runner), value) for runner, value in given.items()}
         else:
             values["compilation"] = {runner: compilation_check(("compilation",), given) for runner in runners}
@@ -331,9 +329,7 @@ def _build(raw: object, fail: Fail) -> Sweep:
         given = raw["strategies"]
         strategy_check = _choice(Strategy, "strategy", fail)
         if isinstance(given, Mapping):
-            for runner in given:
-                if runner not in runners:
-                    fail(("strategies", runner), f"{runner!r} is not one of this sweep's runners; accepted: {', '.join(runners)}")
+            _check_runners("strategies", given, runners, fail)
             values["strategies"] = {
                 runner: _list(given, runner, lambda where, problem: fail(("strategies", *where), problem), strategy_check, "[ddp]")
                 for runner in given
@@ -343,6 +339,13 @@ def _build(raw: object, fail: Fail) -> Sweep:
             values["strategies"] = {runner: everywhere for runner in runners}
 
     return Sweep(**{name: value for name, value in values.items() if value is not None})
+
+
+def _check_runners(field: str, given: Mapping, runners: tuple[str, ...], fail) -> None:
+    """A per-runner setting names only this sweep's runners."""
+    for runner in given:
+        if runner not in runners:
+            fail((field, runner), f"{runner!r} is not one of this sweep's runners; accepted: {', '.join(runners)}")
 
 
 # Locating a path in the YAML node tree, for the line number.
