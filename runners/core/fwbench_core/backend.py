@@ -28,6 +28,16 @@ class Workload(abc.ABC):
     """One model with its optimizer and random inputs, built on the run's device."""
 
     parameter_count: int
+    # The first step traces or compiles the step function for its input shape (a graph, XLA, torch.compile):
+    # the run reports it, as that first warm-up step is then far longer than the others.
+    first_step_traces: bool = False
+
+    def reuse(self, config: RunConfig) -> bool:
+        """Make this workload what a fresh build for `config` would be, without building: `config` differs from
+        the one it was built for only in batch size and measurement settings (RunConfig.reuses). Weights,
+        optimizer state and random generators as the seed gives them, inputs and targets for the batch size.
+        False where it cannot (the default): the core then closes it and builds afresh."""
+        return False
 
     @abc.abstractmethod
     def train_step(self) -> None:

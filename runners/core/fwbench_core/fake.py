@@ -112,14 +112,19 @@ class SocketSum:
             peer.close()
 
 
+def _input_bytes(config: RunConfig) -> int:
+    input_bytes = 4 * config.batch_size * math.prod(config.input_shape)
+    if input_bytes > MEMORY_LIMIT_BYTES:
+        raise MemoryError(f"fake device: cannot allocate {input_bytes} bytes for the inputs")
+    return input_bytes
+
+
 class FakeWorkload(Workload):
     def __init__(self, config: RunConfig, step_time_s: float) -> None:
-        input_bytes = 4 * config.batch_size * math.prod(config.input_shape)
-        if input_bytes > MEMORY_LIMIT_BYTES:
-            raise MemoryError(f"fake device: cannot allocate {input_bytes} bytes for the inputs")
+        self.peak_bytes = _input_bytes(config)
         self.parameter_count = fake_parameter_count(config.model.name)
         self.step_time_s = step_time_s
-        self.peak_bytes = input_bytes
+        self.steps_taken = 0  # the fake's state: what a reused workload must start from afresh
         self.collective = SocketSum(config.place, config.distributed_timeout_s) if config.place else None
         if config.place and config.place.rank == int(os.environ.get(HANG_RANK_ENV, "-1")):
             self.step_time_s = HANG_S
@@ -131,10 +136,17 @@ class FakeWorkload(Workload):
         if self.collective:
             self.collective.close()
 
+    def reuse(self, config: RunConfig) -> bool:
+        self.peak_bytes = _input_bytes(config)
+        self.steps_taken = 0
+        return True
+
     def train_step(self) -> None:
+        self.steps_taken += 1
         time.sleep(self.step_time_s)
 
     def infer_step(self) -> None:
+        self.steps_taken += 1
         time.sleep(self.step_time_s)
 
     def synchronize(self) -> None:
@@ -151,6 +163,7 @@ class FakeBackend(Backend):
     def __init__(self, settings: RunnerSettings | None = None, step_time_s: float | None = None) -> None:
         self.settings = settings or RunnerSettings(1, 1)
         self.step_time_s = float(os.environ.get(STEP_TIME_ENV, "0.002")) if step_time_s is None else step_time_s
+        self.builds = 0  # workloads built, not reused: what tests of reuse count
 
     def runner_info(self) -> RunnerInfo:
         return RunnerInfo("fake", "0.0", python_version(), (cpu_device(),))
@@ -173,6 +186,7 @@ class FakeBackend(Backend):
         return len(config.run_devices) if config.strategy is Strategy.DDP else 1
 
     def build(self, config: RunConfig) -> Workload:
+        self.builds += 1
         return FakeWorkload(config, self.step_time_s)
 
     def inspect(self, config: ModelConfig) -> ModelReport:

@@ -56,6 +56,14 @@ class Resolved:
 
 
 @dataclass(frozen=True)
+class Kept:
+    """The workload of the last in-process run, kept for a next run under the same reuse key."""
+
+    workload: Workload
+    config: RunConfig
+
+
+@dataclass(frozen=True)
 class PowerBatch:
     samples: tuple[PowerSample, ...]
 
@@ -142,6 +150,8 @@ class RunnerService:
         self._clock = clock
         self._locks = DeviceLocks()
         self.work_limit = WorkLimit(max_queued_requests, self._locks.held)
+        # Only the framework thread reads or sets it.
+        self._kept: Kept | None = None
 
     def precisions(self) -> list[Precision]:
         supported = set().union(*(self.backend.capabilities(d).precisions for d in self.info.devices))
@@ -163,7 +173,7 @@ class RunnerService:
             lock = self._locks.lock(DeviceRef(DeviceKind.CPU))
             _wait_for(lock, cancelled, "cancelled by the client while waiting for the CPU", CPU_WAIT_LIMIT_S)
             try:
-                return self._framework.submit(work).result()
+                return self._framework.submit(self._without_kept, work).result()
             finally:
                 gc.collect()
                 lock.release()
@@ -227,7 +237,8 @@ class RunnerService:
                 elif self.isolation.in_worker(config.device.ref):
                     yield from stream_from_worker(_run_in_fresh_service, (self._make_backend, config, total), cancelled)
                 else:
-                    yield from self._on_framework_thread(lambda stop: self._run_locked(config, total, stop), cancelled)
+                    run = lambda stop: self._run_locked(config, total, stop, keep=True)  # noqa: E731
+                    yield from self._on_framework_thread(run, cancelled)
             finally:
                 for lock in taken:
                     lock.release()
@@ -263,9 +274,37 @@ class RunnerService:
             abandoned.set()
             done.result()  # the device is released only once the run has really stopped
 
-    def _run_locked(self, config: RunConfig, total: int, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
+    def _drop_kept(self) -> None:
+        """Close the kept workload and return its memory to the device."""
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            kept.workload.close()
+            del kept
+            gc.collect()
+            self.backend.release_memory()
+
+    def _without_kept(self, work: Callable[[], T]) -> T:
+        """Other work on the framework thread frees the kept workload first: it may reset framework state."""
+        self._drop_kept()
+        return work()
+
+    def _take_kept(self, config: RunConfig) -> Workload | None:
+        """The kept workload where `config` may reuse it; any other is freed, before the run reads the device."""
+        if self._kept is not None and config.reuses(self._kept.config):
+            workload, self._kept = self._kept.workload, None
+            return workload
+        self._drop_kept()
+        return None
+
+    def _run_locked(
+        self, config: RunConfig, total: int, cancelled: Callable[[], bool], keep: bool = False
+    ) -> Iterator[RunEvent]:
+        """One run on this thread. With `keep` (an in-process single-device run) a run that completes under a
+        reuse key keeps its workload for the next run, and a run under the same key reuses the kept one."""
         started_at_unix_s = time.time()
-        workload: Workload | None = None
+        workload = self._take_kept(config)
+        reused = False
+        completed = False
         sampler = self._power_sampler(config)
         out_of_memory = ""
         user_error = None
@@ -281,7 +320,15 @@ class RunnerService:
                     time.sleep(min(LOCK_POLL_S, max(0.0, idle_until_s - self._clock())))
             build_started_s = self._clock()
             yield Progress(Phase.BUILD, 0, total)
-            workload = self.backend.build(config)
+            if workload is not None:
+                reused = workload.reuse(config)
+                if not reused:
+                    workload.close()
+                    workload = None
+                    gc.collect()
+                    self.backend.release_memory()
+            if workload is None:
+                workload = self.backend.build(config)
             yield Resolved(config, workload.parameter_count)
             steps = time_steps(
                 workload,
@@ -294,6 +341,7 @@ class RunnerService:
             for event in steps:
                 if isinstance(event, Summary):
                     event = with_device_state(event, config.device.ref, device_before, states.read())
+                    event = replace(event, build_reused=reused, first_step_traced=workload.first_step_traces)
                 if sampler is None:
                     yield event
                     continue
@@ -311,6 +359,7 @@ class RunnerService:
                 yield event
                 if isinstance(event, StepBatch):
                     yield PowerBatch(tuple(sampler.drain()))
+            completed = True
         except Exception as exc:
             # Keep only the text or a fresh error: the exception's traceback holds
             # the tensors that filled the device, and they must go before the next run.
@@ -322,11 +371,15 @@ class RunnerService:
             states.close()
             if sampler is not None:
                 sampler.stop()
-            if workload is not None:
-                workload.close()
+            if keep and completed and config.reuse_key and not config.end_reuse:
+                # Kept whole: no collection or cache release, which the next run would only have to undo.
+                self._kept = Kept(workload, config)
+            else:
+                if workload is not None:
+                    workload.close()
+                gc.collect()
+                self.backend.release_memory()
             workload = None
-            gc.collect()
-            self.backend.release_memory()
         if user_error is not None:
             raise user_error
         if out_of_memory:

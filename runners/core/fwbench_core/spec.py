@@ -7,7 +7,7 @@ value added on one side and not the other fails its test instead of drifting.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 class Mode(enum.Enum):
@@ -255,6 +255,8 @@ class RunRequest:
     devices: tuple[DeviceRef, ...] = ()  # several devices of this runner; then `device` is None
     cluster: Cluster | None = None
     distributed_timeout_s: float | None = None
+    reuse_key: str = ""  # keep the workload for a next run with this key; "": build afresh, keep nothing
+    end_reuse: bool = False  # the last run under reuse_key: free the workload afterwards
 
 
 @dataclass(frozen=True)
@@ -285,10 +287,25 @@ class RunConfig:
     cluster: Cluster | None = None
     distributed_timeout_s: float = 0.0
     place: WorkerPlace | None = None  # set in each worker process of a distributed run
+    reuse_key: str = ""
+    end_reuse: bool = False
 
     @property
     def head(self) -> Head:
         return self.model.head(self.model_options)
+
+    def reuses(self, kept: RunConfig) -> bool:
+        """Whether this run may step the workload kept from run `kept`: the same non-empty reuse key, and the
+        same configuration but for the batch size and the measurement settings."""
+        if not self.reuse_key or self.reuse_key != kept.reuse_key:
+            return False
+        measurement = dict(
+            batch_size=self.batch_size, warmup_steps=self.warmup_steps, measured_steps=self.measured_steps,
+            warmup_until_stable=self.warmup_until_stable, min_measure_s=self.min_measure_s,
+            power_sample_rate_hz=self.power_sample_rate_hz, idle_baseline_s=self.idle_baseline_s,
+            end_reuse=self.end_reuse,
+        )
+        return replace(kept, **measurement) == self
 
     @property
     def run_devices(self) -> tuple[Device, ...]:

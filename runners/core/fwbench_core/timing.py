@@ -67,6 +67,8 @@ class Summary:
     device_after: DeviceState | None = None  # read after the last step, before the model is released
     device_flags: tuple[str, ...] = ()  # how the device or host was not quiet around the run
     straggler_spread: float | None = None  # median (slowest - fastest rank) / slowest over measured steps
+    build_reused: bool = False  # stepped a workload kept from the previous run (RunRequest.reuse_key)
+    first_step_traced: bool = False  # the first step traced or compiled the step function for this input shape
 
 
 def with_device_state(summary: Summary, ref: DeviceRef, before: DeviceState, after: DeviceState) -> Summary:

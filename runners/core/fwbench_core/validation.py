@@ -65,6 +65,7 @@ MAX_NODES = 1024
 # cpu:0 .. cpu:N-1 name N CPU workers (PyTorch) or logical CPU devices (TensorFlow): as many as the host
 # has cores, and two on any host, so that a distributed run can be tried anywhere.
 MIN_CPU_WORKERS = 2
+MAX_REUSE_KEY_LENGTH = 128
 _ENDPOINT = re.compile(r"[A-Za-z0-9_.:\[\]-]+:(\d{1,5})")
 
 
@@ -337,6 +338,8 @@ def resolve(
     if not 0.0 <= idle_baseline_s <= MAX_IDLE_BASELINE_S:
         raise InvalidArgument(f"idle_baseline_s must be between 0 and {MAX_IDLE_BASELINE_S}, got {idle_baseline_s}")
     return RunConfig(
+        reuse_key=resolve_reuse_key(request.reuse_key),
+        end_reuse=request.end_reuse,
         model=spec,
         mode=request.mode,
         batch_size=batch_size,
@@ -363,6 +366,15 @@ def resolve(
         cluster=cluster,
         distributed_timeout_s=timeout_s if distributed else 0.0,
     )
+
+
+def resolve_reuse_key(key: str) -> str:
+    if len(key) > MAX_REUSE_KEY_LENGTH or not all(" " <= character <= "~" for character in key):
+        raise InvalidArgument(
+            f"reuse_key {echoed(key)} is not accepted: printable ASCII (space to '~'), at most "
+            f"{MAX_REUSE_KEY_LENGTH} characters; empty builds every run afresh"
+        )
+    return key
 
 
 def resolve_reference(request: ReferenceRequest, model_names: Sequence[str]) -> ModelConfig:

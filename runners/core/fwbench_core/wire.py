@@ -228,6 +228,8 @@ def run_request_from_wire(request: pb.RunRequest) -> RunRequest:
         devices=_devices_from_wire(request),
         cluster=_cluster_from_wire(request),
         distributed_timeout_s=request.distributed_timeout_s if request.HasField("distributed_timeout_s") else None,
+        reuse_key=request.reuse_key,
+        end_reuse=request.end_reuse,
     )
 
 
@@ -370,6 +372,8 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
             flags=event.flags,
             device_flags=event.device_flags,
             straggler_spread=event.straggler_spread,
+            build_reused=event.build_reused,
+            first_step_traced=event.first_step_traced,
         )
         _memory_to_wire(summary, event.peak_memory)
         if event.energy is not None:
