@@ -6,11 +6,15 @@ measurement settings alone; anything else, a failure or a cancellation frees it 
 
 from __future__ import annotations
 
+import json
+import subprocess
 import threading
+from pathlib import Path
 
 import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
+from fwbench_aggregator import frameworks, launch
 
 from fwbench_core.errors import Cancelled, InvalidArgument, OutOfMemory
 from fwbench_core.server import create_server
@@ -19,7 +23,11 @@ from fwbench_core.spec import Mode
 from fwbench_core.timing import StepBatch, Summary
 from fwbench_core.validation import MAX_REUSE_KEY_LENGTH
 
+from conftest import REAL_RUNNERS
 from core_support import RecordingBackend, expect_error, request, resolve_request, small
+
+HERE = Path(__file__).parent
+FRAMEWORK_TIMEOUT_S = 180
 
 
 def summary_of(service: RunnerService, run) -> Summary:
@@ -165,3 +173,20 @@ def test_reuse_over_grpc_reports_it_in_the_summary():
             assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "reuse_key" in info.value.details()
     finally:
         server.stop(None).wait(5)
+
+
+@pytest.mark.parametrize("framework", REAL_RUNNERS)
+def test_a_reused_workload_equals_a_fresh_build_at_the_new_batch_size(framework):
+    """Weights, optimizer state, inputs and targets, and the weights after a training step: the same numbers."""
+    environment = next(f.environment for f in frameworks.shipped() if f.name == framework)
+    python = launch.default_venvs() / environment / "bin" / "python"
+    done = subprocess.run([str(python), str(HERE / "reuse_equals_fresh.py"), framework], capture_output=True, text=True,
+                          timeout=FRAMEWORK_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["reused"] is True
+    assert {name: result[name] for name in ("state", "inputs", "targets", "after_step")} == {
+        "state": 0.0, "inputs": 0.0, "targets": 0.0, "after_step": 0.0
+    }
+    # TensorFlow's default (graph) traces its step again for the new shape; PyTorch eager traces nothing.
+    assert result["first_step_traces"] is (framework == "tensorflow")

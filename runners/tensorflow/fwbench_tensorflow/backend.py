@@ -98,19 +98,49 @@ class TensorFlowWorkload(Workload):
             tf.config.experimental.reset_memory_stats(f"GPU:{config.device.ref.index}")
         # Keras reads the precision policy when layers are made, so it is set for the build only.
         keras.mixed_precision.set_global_policy(MIXED_POLICIES.get(config.precision, "float32"))
+        self.optimizer = None
         try:
             with tf.device(self.device_name):
                 self.model = build_model(config)
-                self.inputs = random_inputs(config.model, config.batch_size, config.input_shape)
                 if config.mode is Mode.TRAIN:
-                    self.targets = random_targets(self.head, self._output_shape())
                     self.optimizer = built_optimizer(config, self.model)
         finally:
             keras.mixed_precision.set_global_policy("float32")
         self.parameter_count = count_trainable(self.model)
+        # A traced step function is specific to its input shape: graph and XLA trace (and compile) again in the
+        # first step of every fresh build and of every reuse at a new batch size.
+        self.first_step_traces = config.compilation is not Compilation.EAGER
+        self.initial_values = None
+        if config.reuse_key:
+            # What a reuse restores: every variable of the model (seed generators included) and of the optimizer.
+            variables = [*self.model.variables, *(self.optimizer.variables if self.optimizer else ())]
+            self.initial_values = [(variable, variable.numpy()) for variable in variables]
+        self._start(config)
+
+    def _start(self, config: RunConfig) -> None:
+        """Inputs and targets for `config`'s batch size, and new step functions for them to trace. The inputs
+        come from the seed alone (TensorFlow's op seeds restart with it), so a reuse makes a fresh build's."""
+        tf.random.set_seed(config.seed)
+        with tf.device(self.device_name):
+            self.inputs = random_inputs(config.model, config.batch_size, config.input_shape)
+            if config.mode is Mode.TRAIN:
+                self.targets = random_targets(self.head, self._output_shape())
+        # New functions: a traced one holds the inputs it was traced with.
         self._train = compiled(self._train_graph, config.compilation)
         self._infer = compiled(self._infer_graph, config.compilation)
         self._last = None
+
+    def reuse(self, config: RunConfig) -> bool:
+        if self.initial_values is None:
+            return False
+        self.inputs = self.targets = self._train = self._infer = None  # freed before the new batch's are made
+        tf.config.experimental.enable_tensor_float_32_execution(config.precision is Precision.TF32)
+        if self.is_gpu:
+            tf.config.experimental.reset_memory_stats(f"GPU:{config.device.ref.index}")
+        for variable, value in self.initial_values:
+            variable.assign(value)
+        self._start(config)
+        return True
 
     def _output_shape(self) -> tuple[int, ...]:
         return output_shape(self.head, self.model, self.inputs)
@@ -195,6 +225,7 @@ class StrategyWorkload(Workload):
         if config.mode is Mode.TRAIN:
             self.targets = self.strategy.experimental_distribute_values_from_function(self._replica_targets)
         self.parameter_count = count_trainable(self.model)
+        self.first_step_traces = config.compilation is not Compilation.EAGER
         # XLA compiles what one replica runs, on its device; the strategy's step around it stays a graph.
         self._replica_step = compiled(self._replica_train, config.compilation)
         self._replica_forward = compiled(self._forward, config.compilation)

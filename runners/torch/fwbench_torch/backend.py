@@ -83,28 +83,61 @@ class TorchWorkload(Workload):
         self.gpus = [torch_device(d) for d in config.process_devices] if self.is_gpu else []
         for gpu in self.gpus:
             torch.cuda.reset_peak_memory_stats(gpu)
-        memory_format = torch.channels_last if config.layout is Layout.CHANNELS_LAST else torch.contiguous_format
-        model = build_model(config).to(self.device, memory_format=memory_format)
+        self.memory_format = torch.channels_last if config.layout is Layout.CHANNELS_LAST else torch.contiguous_format
+        model = build_model(config).to(self.device, memory_format=self.memory_format)
         self.parameter_count = count_trainable(model)
+        # torch.compile would compile again for a new batch size, or mark the batch dimension dynamic and
+        # compile code for any size: either way not what a fresh build measures. Eager only, one device.
+        self.reusable = bool(config.reuse_key) and not config.distributed and config.compilation is Compilation.EAGER
+        self.first_step_traces = config.compilation is Compilation.TORCH_COMPILE
+        if self.reusable:
+            # What a reuse restores: the initial weights, and the generators as they stood for the inputs.
+            self.initial_state = {name: value.detach().clone() for name, value in model.state_dict().items()}
+            self.generators_after_build = self._generators()
         if config.place is not None:
             torch.manual_seed(config.seed + config.place.rank)  # different inputs on every rank
+        self.autocast = torch.autocast(self.device.type, dtype=AUTOCAST_DTYPES.get(config.precision), enabled=config.precision in AUTOCAST_DTYPES)
+        if config.mode is Mode.TRAIN:
+            model.train()
+        else:
+            model.eval()
+        self.module = model
+        model = wrap(model, config, self.device)
+        self.model = torch.compile(model) if config.compilation is Compilation.TORCH_COMPILE else model
+        self._start(config)
+        # On a GPU each step is also timed by CUDA events, to cross-check the wall clock.
+        self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if self.is_gpu else None
+
+    def _start(self, config: RunConfig) -> None:
+        """Inputs, a new optimizer and the targets for `config`'s batch size, from the generators as they stand."""
         self.inputs = random_inputs(config.model, config.samples_per_step, config.input_shape, self.device)
         if config.layout is not None:
-            self.inputs = self.inputs.contiguous(memory_format=memory_format)
-        self.autocast = torch.autocast(self.device.type, dtype=AUTOCAST_DTYPES.get(config.precision), enabled=config.precision in AUTOCAST_DTYPES)
+            self.inputs = self.inputs.contiguous(memory_format=self.memory_format)
         # fp16 gradients underflow without loss scaling; bf16 needs none.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.precision is Precision.AMP_FP16)
         if config.mode is Mode.TRAIN:
-            model.train()
-            self.optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
-        else:
-            model.eval()
-        model = wrap(model, config, self.device)
-        self.model = torch.compile(model) if config.compilation is Compilation.TORCH_COMPILE else model
-        if config.mode is Mode.TRAIN:
+            self.optimizer = torch.optim.SGD(self.module.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
             self.targets = random_targets(self.head, self._output_like())
-        # On a GPU each step is also timed by CUDA events, to cross-check the wall clock.
-        self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if self.is_gpu else None
+
+    def _generators(self) -> tuple[torch.Tensor, ...]:
+        return (torch.get_rng_state(), *(torch.cuda.get_rng_state(self.device) for _ in self.gpus))
+
+    def reuse(self, config: RunConfig) -> bool:
+        if not self.reusable:
+            return False
+        self.inputs = self.targets = self.optimizer = None  # freed before the new batch's are made
+        apply_settings(config)
+        for gpu in self.gpus:
+            torch.cuda.reset_peak_memory_stats(gpu)
+        self.module.load_state_dict(self.initial_state)
+        for parameter in self.module.parameters():
+            parameter.grad = None
+        cpu_state, *gpu_state = self.generators_after_build
+        torch.set_rng_state(cpu_state)
+        for state in gpu_state:
+            torch.cuda.set_rng_state(state, self.device)
+        self._start(config)
+        return True
 
     def _output_like(self) -> torch.Tensor:
         """Targets need the output's shape; only CTC's (frames) is not known without a forward pass."""
