@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench_aggregator import stats
+from scipy import stats as scipy_stats
 from fwbench_aggregator.client import RunnerClient
 from fwbench_aggregator.stats import compare, describe, noise_floor
 
@@ -147,3 +148,26 @@ def test_a_a_the_same_runner_twice_is_no_significant_difference(runner_pool):
                         "second", [fake_run_median(client) for _ in range(n)]) for _ in range(trials)]
     client.close()
     assert not [c.verdict for c in verdicts if c.significant]
+
+
+def test_geometric_interval_is_a_t_interval_on_the_logs_and_needs_three_runs():
+    values = [0.99, 1.0, 1.01, 1.02]
+    interval = stats.geometric_interval(values)
+    logs = np.log(values)
+    half = scipy_stats.t.ppf(0.995, 3) * logs.std(ddof=1) / 2.0
+    assert interval.value == pytest.approx(stats.geometric_mean(values))
+    assert interval.low == pytest.approx(interval.value * np.exp(-half))
+    assert interval.high == pytest.approx(interval.value * np.exp(half))
+    assert interval.resolved
+    two = stats.geometric_interval([1.0, 1.1])
+    assert not two.resolved and np.isnan(two.low) and two.value == pytest.approx(np.sqrt(1.1))
+
+
+def test_trend_gives_the_rank_correlation_and_the_ratio_per_doubling():
+    sizes = [1, 1, 2, 2, 4, 4, 8, 8]
+    halving = [1.0, 1.01, 0.5, 0.505, 0.25, 0.2525, 0.125, 0.12625]
+    found = stats.trend(sizes, halving)
+    assert found.direction == "falls" and found.spearman_rho < -0.9 and found.spearman_p < stats.ALPHA
+    assert found.ratio_per_doubling == pytest.approx(0.5, rel=1e-6) and found.points == 8
+    assert stats.trend(sizes, [2.0 / v for v in halving]).direction == "rises"
+    assert stats.trend([1, 2, 4], [1.0, 1.0, 1.0]).direction == "no significant trend"

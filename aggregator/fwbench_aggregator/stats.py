@@ -146,3 +146,58 @@ def noise_floor(calibration: Comparison) -> float:
     inside it could be the instances' own offset plus the runs' spread, so no verdict calls it."""
     # The ratio is slower over faster, so the interval's upper end is its far end.
     return calibration.ci_high - 1.0 if calibration.enough_runs else math.nan
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A geometric mean over runs and its confidence interval (NaN bounds with fewer than MIN_REPETITIONS runs)."""
+
+    value: float
+    low: float
+    high: float
+    runs: int
+
+    @property
+    def resolved(self) -> bool:
+        return self.runs >= MIN_REPETITIONS and not math.isnan(self.high)
+
+
+def geometric_interval(values: Sequence[float]) -> Interval:
+    """The geometric mean of per-run values with its CONFIDENCE interval from a t-interval on their logs:
+    the same model of run offsets (log-normal) that compare() tests with."""
+    logs = np.log(np.asarray(values, dtype=float))
+    centre = float(np.exp(logs.mean()))
+    if logs.size < MIN_REPETITIONS:
+        return Interval(centre, math.nan, math.nan, int(logs.size))
+    half_width = float(stats.t.ppf(1 - ALPHA / 2, logs.size - 1) * logs.std(ddof=1) / math.sqrt(logs.size))
+    return Interval(centre, centre * math.exp(-half_width), centre * math.exp(half_width), int(logs.size))
+
+
+@dataclass(frozen=True)
+class Trend:
+    """How per-run values move with a size: a rank correlation and a log-log slope, each with its p-value."""
+
+    spearman_rho: float
+    spearman_p: float
+    ratio_per_doubling: float  # 2**slope of log(value) on log2(size): 0.8 means 20% less per doubling
+    slope_p: float
+    points: int
+
+    @property
+    def direction(self) -> str:
+        """'falls', 'rises' or 'no significant trend', by the rank correlation at ALPHA."""
+        if math.isnan(self.spearman_p) or self.spearman_p >= ALPHA:
+            return "no significant trend"
+        return "falls" if self.spearman_rho < 0 else "rises"
+
+
+def trend(sizes: Sequence[float], values: Sequence[float]) -> Trend:
+    """Spearman's rank correlation of per-run values against sizes (monotone, no model assumed), and the
+    regression of log value on log2 size (how much each doubling changes it). Every run is one point."""
+    x, y = np.asarray(sizes, dtype=float), np.asarray(values, dtype=float)
+    if np.unique(x).size < 2 or np.unique(y).size < 2:
+        return Trend(math.nan, math.nan, math.nan, math.nan, int(x.size))
+    rank = stats.spearmanr(x, y)
+    fit = stats.linregress(np.log2(x), np.log(y))
+    # log value = a + slope * log2 size: one doubling multiplies the value by exp(slope).
+    return Trend(float(rank.statistic), float(rank.pvalue), math.exp(fit.slope), float(fit.pvalue), int(x.size))
