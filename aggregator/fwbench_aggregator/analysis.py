@@ -30,7 +30,7 @@ ROW_COLUMNS = (
     "median_step_ms", "p5_step_ms", "p95_step_ms", "run_spread", "ms_per_sample", "throughput_samples_per_s",
     "energy_per_sample_j", "mean_power_w", "energy_runs", "energy_status",
     "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "p_value", "resolvable", "noise_floor",
-    "verdict", "flagged", "error",
+    "verdict", "significant", "flagged", "error",
 )
 
 
@@ -138,7 +138,8 @@ def comparison_rows(
     says why the others could not. ratio_to_fastest divides by the fastest runner's median_step_ms.
     verdict: "fastest" for the fastest, stats.compare's verdict (fastest against this one, over runs)
     for the others, "out of memory" / "failed: ..." for a runner whose every run failed, "only runner"
-    where no other runner ran the configuration. flagged: why a run of this row was not on a quiet device.
+    where no other runner ran the configuration; significant: whether that verdict called this runner
+    slower. flagged: why a run of this row was not on a quiet device.
     """
     summary = normalised(summary)
     if "status" not in summary:
@@ -224,7 +225,7 @@ def _judge(config_rows: list[dict], floors: dict[tuple, float], config: tuple, m
     floor = max(known) if known else math.nan
     for row in config_rows:
         row.update(ratio_to_fastest=math.nan, ratio_ci_low=math.nan, ratio_ci_high=math.nan, p_value=math.nan,
-                   resolvable=math.nan, noise_floor=floor)
+                   resolvable=math.nan, noise_floor=floor, significant=False)
     if not ran:
         return
     fastest = min(ran, key=lambda r: r["median_step_ms"])
@@ -237,7 +238,7 @@ def _judge(config_rows: list[dict], floors: dict[tuple, float], config: tuple, m
         c = stats.compare(fastest["runner"], fastest["_medians"], row["runner"], row["_medians"],
                           min_effect=min_effect, noise_floor=floor)
         row.update(ratio_ci_low=c.ci_low, ratio_ci_high=c.ci_high, p_value=c.p_value, resolvable=c.resolvable,
-                   verdict=c.verdict)
+                   verdict=c.verdict, significant=c.significant)
 
 
 def flagged_verdict(verdict: str, flagged: object) -> str:
