@@ -81,7 +81,7 @@ def rows(frames):
 def built(frames, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     manifest = {"run_id": "r1", "runners": {"torch": {"describe": {"framework_version": "9.9"}}}}
-    return report.write_report(*frames, manifest, out)
+    return report.write_report(*frames, manifest, out)[0]
 
 
 def pick(rows, runner, model, mode, batch, device):
@@ -257,7 +257,7 @@ def test_inference_oom_marked_against_batch_size(tmp_path):
 
 def test_plot_without_data_is_skipped_with_its_reason(tmp_path):
     summary, steps = build_frames(devices={"cpu:0": 8.0}, oom=None, power=False)
-    path = report.write_report(summary, steps, None, tmp_path)
+    path, _ = report.write_report(summary, steps, None, tmp_path)
     plots = {p.key: p for p in report.make_plots(analysis.comparison_rows(summary, steps), tmp_path / "again")}
     assert plots["infer-gpu-relative"].path is None
     assert plots["infer-gpu-relative"].reason == "no GPU inference runs in these results"
@@ -287,6 +287,27 @@ def elements_of(text: str) -> list[tuple[str, dict]]:
 
 def parsed(path: Path) -> list[tuple[str, dict]]:
     return elements_of(path.read_text(encoding="utf-8"))
+
+
+def test_findings_open_the_report_and_the_study_tables_follow_the_plots(built):
+    page = built.read_text()
+    assert page.index("<h2>Findings</h2>") < page.index("<h2>Plots</h2>") < page.index("<h2>Optimal batch size</h2>")
+    # torch is 30% faster on resnet18 everywhere and equal on bert: the findings count that, over runs.
+    assert "<b>Training time.</b> torch was faster in 6 of 11 configurations (by 29% to 31%)" in page
+    assert "<b>Scaling over devices.</b> Not measured" in page
+    for title in ("Batch size and time per sample", "Hardware efficiency"):
+        assert f"<h2>{title}</h2>" in page
+    folder = built.parent
+    assert (folder / "findings.md").read_text().startswith("# Findings\n\n- Training time: torch was faster")
+    optimal = pd.read_csv(folder / "optimal_batch.csv")
+    # tensorflow's bert training ran out of memory at batch 4: its optimum is the largest batch that fits.
+    bert = optimal[(optimal.runner == "tensorflow") & (optimal.model == "bert") & (optimal["mode"] == "train")
+                   & (optimal.device == "gpu:0")].iloc[0]
+    assert bert.best_batch == 2 and bert.fit_note == "out of memory from batch 4; best at the largest batch that fits"
+    trend = pd.read_csv(folder / "batch_trend.csv")
+    assert set(trend.loc[trend["batches"] == "1, 2, 4", "trend"]) == {"falls"}
+    efficiency = pd.read_csv(folder / "hardware_efficiency.csv")
+    assert efficiency["efficiency_note"].str.contains("no FLOP count stored").all()
 
 
 def test_report_is_self_contained(built):

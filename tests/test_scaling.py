@@ -85,7 +85,7 @@ def test_the_report_holds_the_strategy_tables_and_the_scaling_plot(tmp_path):
         _run("torch", "single", 1, 100.0), _run("torch", "ddp", 2, 180.0), _run("torch", "dp", 2, 120.0),
         _run("tensorflow", "single", 1, 90.0), _run("tensorflow", "mirrored", 2, 150.0),
     )
-    path = report.write_report(summary, pd.DataFrame(), None, tmp_path)
+    path, _ = report.write_report(summary, pd.DataFrame(), None, tmp_path)
     page = path.read_text()
     for title in ("DataParallel vs DistributedDataParallel", "DistributedDataParallel vs MirroredStrategy",
                   "Scaling efficiency against devices", "Throughput and scaling efficiency against devices"):

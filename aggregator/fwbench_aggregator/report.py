@@ -26,13 +26,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
+from rich.markup import escape  # noqa: E402
 
-from . import stats  # noqa: E402
+from . import stats, studies  # noqa: E402
 from .analysis import (  # noqa: E402
     CONFIG_COLUMNS, SCALING_COLUMNS, SERIES_COLUMNS, comparison_rows, flagged_verdict, has_scaling, is_out_of_memory,
     scaling_rows, strategy_pairs,
 )
-from .console import Column, print_table  # noqa: E402
+from .console import Column, out_console, print_table  # noqa: E402
 
 # Runner colours; red is kept for the missing (failed) markers so they cannot be mistaken for a runner.
 RUNNER_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf")
@@ -216,18 +217,26 @@ def _relative_bars(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colo
     axes.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=8)
     axes.set_ylabel("median step time ÷ fastest runner's")
     axes.set_ylim(bottom=0)
-    axes.set_title(title)
+    axes.set_title(f"{title}\n{studies.verdict_counts(rows).headline()}", fontsize=10)
     _legend(axes, colours, runners, bool(result.missing))
     figure.tight_layout()
     result.path = _save(figure, out_dir, key)
     return result
 
 
-def _legend(axes, colours: dict[str, str], runners: list[str], with_missing: bool, lines: bool = False) -> None:
+# Marks on a line against batch size: (key, matplotlib marker, legend label).
+BATCH_MARKS = (("best", "*", "highest throughput"), ("budget", "D", "largest batch under the latency budget"))
+
+
+def _legend(axes, colours: dict[str, str], runners: list[str], with_missing: bool, lines: bool = False,
+            marks: Iterable[str] = ()) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     handles = [Line2D([], [], color=colours[r], marker="o", label=r) if lines else Patch(color=colours[r], label=r) for r in runners]
+    handles += [Line2D([], [], marker=marker, color="#333333", linestyle="none", markersize=9, label=label,
+                       markerfacecolor="#333333" if key == "best" else "none") for key, marker, label in BATCH_MARKS
+                if key in marks]
     if with_missing:
         handles.append(Line2D([], [], marker="x", color=MISSING_COLOUR, linestyle="none", markeredgewidth=2.5,
                               label="did not run (OOM / failed)"))
@@ -251,9 +260,27 @@ def _series_grid(n: int, ncols_max: int = 3, panel=(4.6, 3.6)):
     return figure, list(axes.flat[:n])
 
 
+def batch_marks(optimal: pd.DataFrame) -> dict[tuple, dict[str, int]]:
+    """(series..., runner) -> {"best": batch, "budget": batch}: where studies.optimal_batches put the optimum (only
+    where the runs resolve it) and the largest batch under the latency budget."""
+    marks: dict[tuple, dict[str, int]] = {}
+    for row in optimal.itertuples(index=False):
+        key = tuple(getattr(row, c) for c in studies.SERIES_KEY)
+        own = {}
+        if str(row.optimal_status).startswith("best"):
+            own["best"] = int(row.best_batch)
+        if not pd.isna(row.budget_batch):
+            own["budget"] = int(row.budget_batch)
+        if own:
+            marks[key] = own
+    return marks
+
+
 def _against_batch(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colours: dict[str, str],
-                   panels: list[tuple[str, str]]) -> PlotResult:
-    """One panel per (series, quantity): a line per runner over batch size, missing points marked."""
+                   panels: list[tuple[str, str]], marks: dict[tuple, dict[str, int]] | None = None) -> PlotResult:
+    """One panel per (series, quantity): a line per runner over batch size (a log-2 axis), missing points marked,
+    and `marks` (batch_marks) drawn on the runners' lines."""
+    marks = marks or {}
     result = PlotResult(key, title)
     series = list(rows.groupby(list(SERIES_COLUMNS), sort=True))
     varying = _varying(rows, SERIES_COLUMNS)
@@ -268,6 +295,14 @@ def _against_batch(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colo
                 ran = own[(own["status"] == "ok") & own[column].notna()]
                 if len(ran):
                     axes.plot(ran["batch_size"], ran[column], marker="o", color=colours[runner], label=runner)
+                for mark, batch in marks.get((*values, runner), {}).items():
+                    point = ran[ran["batch_size"] == batch]
+                    marker = dict((k, m) for k, m, _ in BATCH_MARKS)[mark]
+                    # The budget's diamond is hollow and larger, so a star on the same batch shows through.
+                    best = mark == "best"
+                    axes.plot(point["batch_size"], point[column], marker=marker, markersize=15 if best else 17,
+                              color=colours[runner], markerfacecolor=colours[runner] if best else "none",
+                              markeredgecolor="#222222", markeredgewidth=1.0 if best else 2.0, linestyle="none", zorder=4)
                 for row in own[own["status"] != "ok"].itertuples(index=False):
                     mark = failure_label(row.error)
                     _mark_missing(axes, row.batch_size, mark)
@@ -283,15 +318,17 @@ def _against_batch(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colo
             axes.set_ylabel(ylabel)
             axes.set_title(label, fontsize=9)
             axes.grid(True, alpha=0.3)
-            _legend(axes, colours, runners, bool((frame["status"] != "ok").any()), lines=True)
+            shown = {m for runner in runners for m in marks.get((*values, runner), {})}
+            _legend(axes, colours, runners, bool((frame["status"] != "ok").any()), lines=True, marks=shown)
     figure.suptitle(title)
     figure.tight_layout()
     result.path = _save(figure, out_dir, key)
     return result
 
 
-def make_plots(rows: pd.DataFrame, out_dir: Path) -> list[PlotResult]:
-    """The five plots, in PLOT_QUESTIONS order; a question with no data is skipped with its reason."""
+def make_plots(rows: pd.DataFrame, out_dir: Path, optimal: pd.DataFrame | None = None) -> list[PlotResult]:
+    """The five plots, in PLOT_QUESTIONS order; a question with no data is skipped with its reason. `optimal`
+    (studies.optimal_batches) marks the optimal and within-budget batches on the inference plot."""
     titles = dict(PLOT_QUESTIONS)
     results = []
     if rows.empty:
@@ -318,7 +355,9 @@ def make_plots(rows: pd.DataFrame, out_dir: Path) -> list[PlotResult]:
     if infer.empty or not (infer["status"] == "ok").any():
         results.append(PlotResult(key, titles[key], reason="no successful inference runs in these results"))
     else:
-        results.append(_against_batch(infer, key, titles[key], out_dir, colours, [("ms_per_sample", "median ms per sample")]))
+        marks = batch_marks(optimal) if optimal is not None else {}
+        results.append(_against_batch(infer, key, titles[key], out_dir, colours, [("ms_per_sample", "median ms per sample")],
+                                      marks))
 
     key = "power-vs-batch"
     has_power = rows.groupby(list(SERIES_COLUMNS), sort=False)["mean_power_w"].transform(lambda v: v.notna().any())
@@ -447,6 +486,121 @@ def write_scaling(rows: pd.DataFrame, scaling: pd.DataFrame, out_dir: Path) -> t
     return tables, [csv_path, md_path]
 
 
+# ---------------------------------------------------------------------------------------------- studies
+
+_SERIES_DISPLAY = {c: DISPLAY_COLUMNS[c] for c in (*studies.SERIES_KEY,)}
+
+
+def _figure(value, digits: int = 3) -> str:
+    return "–" if value is None or pd.isna(value) else f"{value:.{digits}g}"
+
+
+def optimal_display(optimal: pd.DataFrame) -> pd.DataFrame:
+    """The optimal-batch table as shown: the optimum only where the runs resolve it, else what is missing."""
+    budget = optimal["latency_budget_ms"].notna().any() if len(optimal) else False
+    rows = []
+    for r in optimal.itertuples(index=False):
+        resolved = str(r.optimal_status).startswith("best")
+        batch = f"{r.best_batch}" + (f" (≈ {r.within_noise})" if r.within_noise else "") if resolved else "–"
+        interval = f" [{_figure(r.best_throughput_low)}, {_figure(r.best_throughput_high)}]" if resolved else ""
+        row = {**{DISPLAY_COLUMNS[c]: str(getattr(r, c)) for c in studies.SERIES_KEY},
+               "batches": r.batches, "runs/batch": str(r.runs_per_batch), "optimal batch": batch,
+               "samples/s": _figure(r.best_throughput_samples_per_s, 4) + interval if resolved else "–",
+               "status": r.optimal_status, "fit": r.fit_note or "–"}
+        if budget:
+            under = "–" if pd.isna(r.budget_batch) else f"{int(r.budget_batch)} ({_figure(r.budget_step_ms)} ms)"
+            row.update({f"≤ {r.latency_budget_ms:g} ms": under, "budget note": r.budget_note or "–"})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def trend_display(trends: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame([
+        {**{DISPLAY_COLUMNS[c]: str(getattr(r, c)) for c in studies.SERIES_KEY}, "batches": r.batches, "runs": str(r.runs),
+         "trend": r.trend, "Spearman ρ": _figure(r.spearman_rho, 2), "p": _figure(r.spearman_p, 2),
+         "× per doubling": _figure(r.ratio_per_doubling), "flattens past": "–" if pd.isna(r.flattens_at_batch) else str(int(r.flattens_at_batch)),
+         "note": r.flatten_note if isinstance(r.flatten_note, str) and r.flatten_note else "–"}
+        for r in trends.itertuples(index=False)
+    ])
+
+
+def efficiency_display(efficiency: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame([
+        {**{DISPLAY_COLUMNS[c]: str(getattr(r, c)) for c in (*CONFIG_COLUMNS, "runner")},
+         "GFLOP/sample": _figure(r.forward_flops / 1e9, 4), "achieved TFLOP/s": _figure(r.achieved_flops_per_s / 1e12),
+         "device name": r.device_name or "–", "peak TFLOP/s": _figure(r.peak_flops_per_s / 1e12),
+         "MFU": "–" if pd.isna(r.mfu) else f"{r.mfu:.1%}", "note": r.efficiency_note or "–"}
+        for r in efficiency.itertuples(index=False)
+    ])
+
+
+@dataclass
+class Studies:
+    """What studies.py answers for one report: its tables, and one finding per question."""
+    optimal: pd.DataFrame
+    trends: pd.DataFrame
+    efficiency: pd.DataFrame
+    findings: list[studies.Finding]
+
+    def tables(self) -> list[tuple[str, str, str, pd.DataFrame]]:
+        """(file stem, title, explanation, displayed table) of each study table that has rows."""
+        explained = (
+            ("optimal_batch", "Optimal batch size", self.optimal, optimal_display,
+             "Per runner and series: the batch with the highest throughput among those that ran (so fit), with its "
+             f"{stats.CONFIDENCE:.0%} interval over runs; ≈ lists batches the runs cannot tell from it. 'fit' says where "
+             "the batches that fit end (fwbench max-batch, or out-of-memory runs). With --latency-budget-ms: the largest "
+             "batch whose step time's interval ends under the budget."),
+            ("batch_trend", "Batch size and time per sample", self.trends, trend_display,
+             f"Does time per sample fall as the batch grows? Spearman's rank correlation over every run (significant at "
+             f"p < {stats.ALPHA:g}), the log-log slope as the factor per doubling, and the batch past which each doubling "
+             f"gains less than {studies.FLATTEN_GAIN:.0%}."),
+            ("hardware_efficiency", "Hardware efficiency", self.efficiency, efficiency_display,
+             f"Achieved FLOP/s: forward FLOPs per sample (as the runner counted them) × the job's samples per step "
+             f"(× {studies.TRAIN_FLOPS_FACTOR:g} for training) over the median step time. MFU: that over the device's "
+             "published dense peak for the precision (fwbench_aggregator/peaks.py), where it is known."),
+        )
+        return [(stem, title, text, show(frame)) for stem, title, frame, show, text in explained if len(frame)]
+
+
+def study_results(summary: pd.DataFrame, steps: pd.DataFrame, rows: pd.DataFrame, scaling: pd.DataFrame,
+                  max_batch: pd.DataFrame | None = None, model_facts: pd.DataFrame | None = None,
+                  latency_budget_ms: float | None = None) -> Studies:
+    trends = studies.batch_trends(summary, steps)
+    return Studies(
+        optimal=studies.optimal_batches(summary, steps, max_batch, latency_budget_ms),
+        trends=trends,
+        efficiency=studies.hardware_efficiency(rows, summary, model_facts),
+        findings=studies.findings(rows, summary, steps, trends, scaling),
+    )
+
+
+def _finding_text(finding: studies.Finding) -> str:
+    return f"{finding.question}: {finding.sentence}" + (f" [FLAGGED: {finding.flagged}]" if finding.flagged else "")
+
+
+def write_studies(results: Studies, out_dir: Path) -> list[Path]:
+    """findings.md (the findings, then each study table) and one CSV per study table, every column."""
+    written = []
+    for stem, frame in (("optimal_batch", results.optimal), ("batch_trend", results.trends),
+                        ("hardware_efficiency", results.efficiency)):
+        if len(frame):
+            frame.to_csv(out_dir / f"{stem}.csv", index=False)
+            written.append(out_dir / f"{stem}.csv")
+    text = "# Findings\n\n" + "".join(f"- {_finding_text(f)}\n" for f in results.findings)
+    text += "".join(f"\n## {title}\n\n{explanation}\n\n{to_markdown(shown)}" for _, title, explanation, shown in results.tables())
+    (out_dir / "findings.md").write_text(text)
+    return [*written, out_dir / "findings.md"]
+
+
+def print_findings(findings: list[studies.Finding], console=None) -> None:
+    """The findings as the terminal shows them after the comparison table."""
+    console = console or out_console
+    console.print("[bold]findings[/]")
+    for finding in findings:
+        flag = f" [bold yellow]FLAGGED: {escape(finding.flagged)}[/]" if finding.flagged else ""
+        console.print(f"- [bold]{escape(finding.question)}[/]: {escape(finding.sentence)}{flag}", highlight=False)
+
+
 # ------------------------------------------------------------------------------------------- the report
 
 _CSS = """
@@ -460,6 +614,8 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 0.4em 0; }
 pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }
 .skipped { color: #666; }
+ul.findings li { margin: 0.3em 0; }
+.flagged { color: #a00000; font-weight: bold; }
 """
 
 _NUMERIC = {"batch", "devices", "runners", "efficiency", "samples/s on 1", "ratio", "runs", "median ms", "run spread", "ms/sample", "samples/s", "J/sample", "mean W", "× fastest", "noise floor"}
@@ -516,9 +672,19 @@ def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(table).rename(columns=DISPLAY_COLUMNS)
 
 
+def _findings_html(findings: list[studies.Finding]) -> str:
+    e = html.escape
+    items = "".join(
+        f"<li><b>{e(f.question)}.</b> {e(f.sentence)}"
+        + (f' <span class="flagged">FLAGGED: {e(f.flagged)}</span>' if f.flagged else "") + "</li>"
+        for f in findings
+    )
+    return f'<h2>Findings</h2><ul class="findings">{items}</ul>'
+
+
 def render_html(
     summary: pd.DataFrame, rows: pd.DataFrame, plots: list[PlotResult], manifest: dict | None,
-    tables: list[tuple[str, str, pd.DataFrame]] = (),
+    tables: list[tuple[str, str, pd.DataFrame]] = (), study: Studies | None = None,
 ) -> str:
     e = html.escape
     status = summary["status"] if "status" in summary else pd.Series(["ok"] * len(summary))
@@ -535,6 +701,7 @@ def render_html(
         f"ratio reaches {stats.MIN_EFFECT:.0%} and the configuration's noise floor (the far end of an A/A comparison "
         "measured by <code>fwbench calibrate</code>; – where not measured). Verdicts marked FLAGGED had a run on a "
         "device that was not quiet (another process, throttled clocks, a busy host).</p>",
+        *([_findings_html(study.findings)] if study else []),
         "<h2>Plots</h2>",
     ]
     for plot in plots:
@@ -549,6 +716,9 @@ def render_html(
     if skipped:
         parts.append("<h3>Plots not drawn</h3><ul class=\"skipped\">"
                      + "".join(f"<li>{e(p.title)}: {e(p.reason)}</li>" for p in skipped) + "</ul>")
+    for _, title, explanation, shown in study.tables() if study else ():
+        parts.append(f"<h2>{e(title)}</h2><p>{e(explanation)}</p>")
+        parts.append(_table_html(shown))
     if tables:
         parts.append("<h2>Strategies and scaling</h2>")
         parts.append("<p>Batch sizes are per device; throughput counts the job's samples (the per-device batch on every "
@@ -576,28 +746,34 @@ def render_html(
 
 
 def write_report(
-    summary: pd.DataFrame, steps: pd.DataFrame, manifest: dict | None, out_dir: Path, calibration: pd.DataFrame | None = None
-) -> Path:
+    summary: pd.DataFrame, steps: pd.DataFrame, manifest: dict | None, out_dir: Path, calibration: pd.DataFrame | None = None,
+    max_batch: pd.DataFrame | None = None, model_facts: pd.DataFrame | None = None, latency_budget_ms: float | None = None,
+) -> tuple[Path, Studies]:
     """report.html in out_dir: one self-contained file (plots inline as base64 PNG, CSS inline, no scripts, no
-    external references). Beside it: comparison.csv/.md/.html, and the plots as PNG files under plots/."""
+    external references), the findings at its top. Beside it: comparison.csv/.md/.html, findings.md and the study
+    tables' CSVs, and the plots as PNG files under plots/. Returns its path and the study results."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = summary if summary is not None else pd.DataFrame()
     rows = comparison_rows(summary, steps, calibration)
     write_tables(rows, out_dir)
-    plots = make_plots(rows, out_dir / "plots")
     scaling = scaling_rows(summary)
+    study = study_results(summary, steps, rows, scaling, max_batch, model_facts, latency_budget_ms)
+    write_studies(study, out_dir)
+    plots = make_plots(rows, out_dir / "plots", study.optimal)
     plots.append(scaling_plot(scaling, out_dir / "plots"))
     tables, _ = write_scaling(rows, scaling, out_dir)
     path = out_dir / "report.html"
-    path.write_text(render_html(summary, rows, plots, manifest, tables), encoding="utf-8")
-    return path
+    path.write_text(render_html(summary, rows, plots, manifest, tables, study), encoding="utf-8")
+    return path, study
 
 
-def write_store_report(results_store, out_dir: Path) -> tuple[pd.DataFrame, Path]:
-    """The report over everything a results store holds: its rows (to print) and report.html's path."""
+def write_store_report(results_store, out_dir: Path, latency_budget_ms: float | None = None) -> tuple[pd.DataFrame, Path, Studies]:
+    """The report over everything a results store holds (runs, noise floors, max-batch searches, FLOP counts):
+    its rows and study results (to print) and report.html's path."""
     summary, steps = results_store.load("summary"), results_store.load("steps")
     calibration = results_store.load("calibration")
     manifests = {key: results_store.manifest(key) for key in sorted(results_store.keys())}
-    path = write_report(summary, steps, manifests, out_dir, calibration)
-    return comparison_rows(summary, steps, calibration), path
+    path, study = write_report(summary, steps, manifests, out_dir, calibration, results_store.load("max_batch"),
+                               results_store.load("model_facts"), latency_budget_ms)
+    return comparison_rows(summary, steps, calibration), path, study
