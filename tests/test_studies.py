@@ -121,6 +121,10 @@ def test_no_trend_is_called_where_there_is_none_and_too_few_batches_are_not_test
     two = frame(run_rows("torch", {1: 0.010, 2: 0.012}))
     row = studies.batch_trends(two, NO_STEPS).iloc[0]
     assert row.trend == "not tested: 2 batch size(s), a trend needs 3" and math.isnan(row.spearman_p)
+    # A perfect fall over one run per batch: scipy's p-value for three points would call it; the runs cannot.
+    once = frame(run_rows("torch", {1: 0.010, 2: 0.012, 4: 0.016}, offsets=(1.0,)))
+    row = studies.batch_trends(once, NO_STEPS).iloc[0]
+    assert row.trend == "not tested: fewer than 3 runs per batch (a trend needs 3)" and math.isnan(row.spearman_p)
 
 
 def facts(runner: str, forward_flops: float) -> dict:
@@ -162,8 +166,10 @@ def test_findings_say_who_won_with_confidence_and_what_is_not_measured():
     assert found["Training time"].sentence == (
         "torch was faster in 2 of 3 configurations (by 25% to 30%); 1 could not be told apart (99% confidence, over runs)."
     )
-    assert found["CPU inference"].sentence.startswith("no runner was faster with confidence in any of 1 configurations")
-    assert "1 had too few runs for a verdict (need 3 per runner)" in found["CPU inference"].sentence
+    assert found["CPU inference"].sentence == (
+        "Not resolved: each of the 1 configurations has fewer than 3 runs per runner, and a verdict needs 3 "
+        "(run more repetitions)."
+    )
     assert found["GPU inference"].sentence == "Not measured: no GPU inference configuration ran on two or more runners."
     assert found["Batch size and inference time per sample"].sentence.startswith("Not tested")
     assert found["Power and energy"].sentence.startswith("Not measured: no run has a power reading")

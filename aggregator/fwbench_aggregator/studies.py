@@ -198,19 +198,22 @@ def batch_trends(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         if len(batches) < 3:
             rows.append({**row, "trend": f"not tested: {len(batches)} batch size(s), a trend needs 3"})
             continue
+        fewest_runs = int(own.groupby("batch_size").size().min())
+        if fewest_runs < stats.MIN_REPETITIONS:
+            # One run per batch is one observation per batch: a rank correlation over so few says nothing.
+            rows.append({**row, "trend": f"not tested: {TOO_FEW_RUNS} (a trend needs {stats.MIN_REPETITIONS})"})
+            continue
         fit = stats.trend(own["batch_size"], own["time_per_sample_s"])
         means = [stats.geometric_mean(own.loc[own["batch_size"] == b, "time_per_sample_s"]) for b in batches]
         row.update(spearman_rho=fit.spearman_rho, spearman_p=fit.spearman_p, ratio_per_doubling=fit.ratio_per_doubling,
                    slope_p=fit.slope_p, trend=fit.direction)
-        row.update(_flattening(batches, means, own.groupby("batch_size").size().min()))
+        row.update(_flattening(batches, means))
         rows.append(row)
     return pd.DataFrame(rows, columns=TREND_COLUMNS)
 
 
-def _flattening(batches: list[int], means: list[float], fewest_runs: int) -> dict:
+def _flattening(batches: list[int], means: list[float]) -> dict:
     """The smallest batch from which every further doubling gains less than FLATTEN_GAIN in time per sample."""
-    if fewest_runs < stats.MIN_REPETITIONS:
-        return {"flattens_at_batch": math.nan, "flatten_note": f"not judged: {TOO_FEW_RUNS}"}
     # Gain per doubling between neighbours, so that a grid of 1, 4, 16 reads like one of 1, 2, 4.
     gains = [1.0 - (means[i + 1] / means[i]) ** (1.0 / math.log2(batches[i + 1] / batches[i]))
              for i in range(len(batches) - 1)]
@@ -364,6 +367,10 @@ def _time_finding(question: str, rows: pd.DataFrame, what: str) -> Finding:
         rest.append(f"{counts.unresolved} could not be told apart")
     if counts.too_few_runs:
         rest.append(f"{counts.too_few_runs} had too few runs for a verdict (need {stats.MIN_REPETITIONS} per runner)")
+    if counts.too_few_runs == counts.configurations:
+        return Finding(question, f"Not resolved: each of the {counts.configurations} configurations has fewer than "
+                                 f"{stats.MIN_REPETITIONS} runs per runner, and a verdict needs {stats.MIN_REPETITIONS} "
+                                 "(run more repetitions).")
     if not wins:
         wins = [f"no runner was faster with confidence in any of {counts.configurations} configurations"]
     sentence = "; ".join(wins) + (f"; {', '.join(rest)}" if rest else "") + OVER_RUNS
@@ -375,7 +382,8 @@ def _trend_finding(trends: pd.DataFrame) -> Finding:
     question = "Batch size and inference time per sample"
     tested = trends[(trends["mode"] == "infer") & trends["spearman_p"].notna()] if not trends.empty else trends
     if tested.empty:
-        return Finding(question, "Not tested: no inference series ran at three or more batch sizes.")
+        return Finding(question, f"Not tested: no inference series ran at three or more batch sizes with at least "
+                                 f"{stats.MIN_REPETITIONS} runs each.")
     falls = tested[tested["trend"] == "falls"]
     rises = tested[tested["trend"] == "rises"]
     sentence = (f"Time per sample fell as the batch grew in {len(falls)} of {len(tested)} series"
