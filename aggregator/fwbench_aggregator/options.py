@@ -102,6 +102,14 @@ RendezvousPortOption = Annotated[
         "endpoint is HOST_i:PORT+i; default: free ports of this host when every host is loopback, else 29500",
     ),
 ]
+LatencyBudgetOption = Annotated[
+    Optional[float],
+    typer.Option(
+        min=0.001, max=3_600_000.0,
+        help="a serving latency budget in ms: the report names, per runner and series, the largest batch whose step "
+        "time stays under it (at 99% confidence over runs)",
+    ),
+]
 DistributedTimeoutOption = Annotated[
     Optional[float],
     typer.Option(
