@@ -45,15 +45,23 @@ def test_a_valid_file_expands_counterbalanced(tmp_path):
     configurations = sweep.configurations()
     # resnet18: 2 modes x 2 batches x 2 shapes; bert_tiny: 2 modes x 2 batches x 1 shape; x 2 repetitions x 2 runners.
     assert len(configurations) == (8 + 4) * 2 * 2
-    # A B B A at every point: each runner's average place in the order is the same.
-    assert [c.runner for c in configurations] == ["torch", "tensorflow", "tensorflow", "torch"] * 12
-    first = configurations[:4]
-    assert [(c.runner, c.repetition) for c in first] == [("torch", 0), ("tensorflow", 0), ("tensorflow", 1), ("torch", 1)]
-    assert {(c.model, c.mode, c.batch_size, c.shape) for c in first} == {("resnet18", Mode.train, 16, "3x32x32")}
+    # A B B A at every point, each runner's turn its batch sizes in order: each runner's average place is the same.
+    assert [c.runner for c in configurations] == (["torch"] * 2 + ["tensorflow"] * 4 + ["torch"] * 2) * 6
+    first = configurations[:8]
+    assert [(c.runner, c.repetition, c.batch_size) for c in first] == [
+        ("torch", 0, 16), ("torch", 0, 32), ("tensorflow", 0, 16), ("tensorflow", 0, 32),
+        ("tensorflow", 1, 16), ("tensorflow", 1, 32), ("torch", 1, 16), ("torch", 1, 32),
+    ]
+    assert {(c.model, c.mode, c.shape) for c in first} == {("resnet18", Mode.train, "3x32x32")}
+    # One build per runner and repetition: a chain's batch sizes share a reuse key, no two chains do.
+    chains = [c.reuse_chain for c in first]
+    assert chains[0::2] == chains[1::2] and len(set(chains)) == 4 and all(chains)
+    assert len({c.reuse_chain for c in configurations}) == len(configurations) // 2
     assert first[0] == Configuration(
-        "torch", "resnet18", Mode.train, 16, "3x32x32", Precision.fp32, "gpu", 0, (), None, "torch_compile", 3, 10
+        "torch", "resnet18", Mode.train, 16, "3x32x32", Precision.fp32, "gpu", 0, (), None, "torch_compile", 3, 10,
+        reuse_chain=chains[0],
     )
-    assert first[1].compilation is None  # tensorflow keeps its default
+    assert first[2].compilation is None  # tensorflow keeps its default
     assert (first[0].warmup_until_cv, first[0].min_measure_s) == (DEFAULT_WARMUP_UNTIL_CV, DEFAULT_MIN_MEASURE_S)
     bert = [c for c in configurations if c.model == "bert_tiny"]
     assert {c.shape for c in bert} == {"seq=128"} and {c.model_options for c in bert} == {(("head", "mlm"),)}
@@ -81,6 +89,21 @@ def test_defaults_are_long_enough_windows_and_enough_runs_to_call_a_verdict(tmp_
         "settings": {"warmup_steps": 50, "warmup_until_cv": 0.05, "measured_steps": 20, "min_measure_s": 1.0},
         "repetition": 0,
     }
+
+
+def test_reuse_chains_leave_the_store_keys_and_can_be_turned_off(tmp_path):
+    chained = load_sweep(write(tmp_path, SWEEP)).configurations()
+    fresh = load_sweep(write(tmp_path, SWEEP + "reuse_builds: false\n")).configurations()
+    assert {c.reuse_chain for c in fresh} == {""}
+    # The same runs in the same order, under the same store keys: a store written before chains existed resumes.
+    assert [c.key_fields() for c in chained] == [c.key_fields() for c in fresh]
+    assert "reuse" not in str(chained[0].key_fields())
+    # One batch size: nothing to share.
+    single = sweep_from_options("resnet18", batch_sizes="8", repetitions=2).configurations()
+    assert {c.reuse_chain for c in single} == {""}
+    spec = chained[0].run_spec(StartupSettings(), "sweep-chain", end_reuse=True).to_request()
+    assert (spec.reuse_key, spec.end_reuse) == ("sweep-chain", True)
+    assert chained[0].run_spec(StartupSettings()).to_request().reuse_key == ""
 
 
 def test_shorthands_give_the_same_grid_as_the_file(tmp_path):
@@ -147,6 +170,7 @@ BASE = "models: [resnet18, bert_tiny]\n"
         ("options:\n  bert_tiny:\n    head: off\n", 4, "options.bert_tiny.head", "False is not an option value"),
         ("options:\n  bert_tiny: mlm\n", 3, "options.bert_tiny", "'mlm' is not a mapping of option to value"),
         ("steps: 10\nsteps: 20\n", 3, "steps", "given twice"),
+        ("reuse_builds: yes please\n", 2, "reuse_builds", "'yes please' is not accepted; accepted: true or false"),
         # Numbers the runners (or the wire, or a sane study) cannot take are refused before any runner starts.
         ("batch_sizes: [16, 4294967296]\n", 2, "batch_sizes[1]", "4294967296 is not a batch size; accepted: integers from 1 to 65536"),
         ("repetitions: 1000000000\n", 2, "repetitions", "accepted: an integer from 1 to 1000"),

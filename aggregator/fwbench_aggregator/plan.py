@@ -63,6 +63,10 @@ class RunSpec:
     strategy: Optional[Strategy] = None  # None: single on one device, else the runner's data-parallel one
     devices: Optional[str] = None  # several devices of each runner, "cpu:0,cpu:1"; then `device` is None
     distributed_timeout_s: Optional[float] = None
+    # Runs under one key share one build on their runner, which restarts it for each (RunRequest.reuse_key);
+    # end_reuse marks the chain's last run, after which the runner frees it. "": a fresh build.
+    reuse_key: str = ""
+    end_reuse: bool = False
 
     @property
     def device_count(self) -> int:
@@ -84,6 +88,8 @@ class RunSpec:
             cudnn_autotune=from_text(pb.Switch, self.startup.cudnn_autotune),
             intra_op_threads=self.startup.intra_op_threads,
             inter_op_threads=self.startup.inter_op_threads,
+            reuse_key=self.reuse_key,
+            end_reuse=self.end_reuse,
         )
         if self.layout:
             request.layout = from_text(pb.Layout, self.layout.value)

@@ -125,6 +125,10 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
                 "cudnn_autotune": to_text(pb.Switch, c.cudnn_autotune),
                 "intra_op_threads": c.intra_op_threads,
                 "inter_op_threads": c.inter_op_threads,
+                # Built once for several batch sizes (a sweep's reuse chain), and whether the first warm-up
+                # step traced the step function for this shape (TensorFlow graph/XLA: every batch size).
+                "build_reused": s.build_reused,
+                "first_step_traced": s.first_step_traced,
                 "warmup_steps_run": s.warmup_steps_run,
                 "warmup_stable": s.warmup_stable,
                 "min_measure_s": c.min_measure_s,

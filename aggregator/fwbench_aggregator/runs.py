@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -257,6 +258,10 @@ def run_sweep(
     store_lock = threading.Lock()
     active: set[RunnerClient] = set()
     stop = threading.Event()
+    # This sweep's own chain keys (two sweeps on one runner never share a build), and each chain's last pending run,
+    # after which its runner frees the build instead of holding it while another runner uses the device.
+    session = uuid.uuid4().hex[:8]
+    chain_ends = {c.reuse_chain: key for key, c in pending if c.reuse_chain}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err_console) as progress:
         overall = progress.add_task("sweep", total=len(pending))
@@ -264,7 +269,8 @@ def run_sweep(
         def run_one(job: tuple[str, Configuration]) -> None:
             key, c = job
             progress.update(overall, description=f"{c.runner} {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1}")
-            request = c.run_spec(startup).to_request()
+            reuse_key = f"{session}-{c.reuse_chain}" if c.reuse_chain else ""
+            request = c.run_spec(startup, reuse_key, end_reuse=chain_ends.get(c.reuse_chain) == key).to_request()
             config = c.key_fields()
             try:
                 result = jobs.run_job(c.runner, endpoints[c.runner], transport, request, repetition=c.repetition, active=active)

@@ -17,10 +17,14 @@
     layout: channels_last               # default: the runner's
     compilation: eager                  # or per runner: {torch: torch_compile, tensorflow: xla}
     cooldown_s: 10                      # seconds between runs; default: 0
+    reuse_builds: true                  # a runner's batch sizes of one repetition share one build; default: true
 
 Every mistake is reported as a SweepError naming the file, the line, the field and what is accepted.
-The grid expands with the frameworks interleaved: for each point and each repetition, every runner in
-turn (A, B, A, B, ...), so that drift over a long sweep favours neither.
+The grid expands with the frameworks interleaved: for each point (less its batch size) and each repetition,
+every runner in turn (A, B, B, A, ...), so that drift over a long sweep favours neither; each runner's turn
+runs the batch sizes one after the other. With reuse_builds they are one chain that builds the model once
+(RunRequest.reuse_key): each run restarts from the seed's weights and makes its own inputs, and TensorFlow
+traces its step again for every batch size. Repetitions never share a build, so runs stay independent.
 """
 
 from __future__ import annotations
@@ -30,13 +34,13 @@ import itertools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
 import yaml
 
-from . import plan, stats
+from . import plan, stats, store
 from .frameworks import names as framework_names
 from .launch import StartupSettings
 from .plan import DEFAULT_MIN_MEASURE_S, DEFAULT_STEPS, DEFAULT_WARMUP, DEFAULT_WARMUP_UNTIL_CV, RunSpec
@@ -51,7 +55,7 @@ _OPTION_VALUE = re.compile(r"[A-Za-z0-9_]+")
 FIELDS = (
     "runners", "models", "modes", "batch_sizes", "shapes", "precisions", "devices", "repetitions",
     "warmup", "warmup_until_cv", "steps", "min_measure_s", "options", "layout", "compilation", "cooldown_s",
-    "strategies",
+    "strategies", "reuse_builds",
 )
 
 
@@ -86,14 +90,17 @@ class Configuration:
     min_measure_s: float = DEFAULT_MIN_MEASURE_S
     strategy: Optional[Strategy] = None
     devices: Optional[str] = None  # several devices of the runner, "cpu:0,cpu:1"; then `device` is None
+    # The runs that share one build: this runner, this point less its batch size, this repetition; "" for none.
+    # Not part of the store key: it changes how a run is prepared, not what it measures.
+    reuse_chain: str = ""
 
-    def run_spec(self, startup: StartupSettings) -> RunSpec:
-        """The run this configuration asks of its runner, with the runners' startup settings."""
+    def run_spec(self, startup: StartupSettings, reuse_key: str = "", end_reuse: bool = False) -> RunSpec:
+        """The run this configuration asks of its runner, with the runners' startup settings and its chain's key."""
         return RunSpec(
             self.model, self.mode, self.batch_size, self.shape, self.precision, self.device, self.layout,
             self.compilation, self.warmup, self.steps, model_options=self.model_options, startup=startup,
             warmup_until_cv=self.warmup_until_cv, min_measure_s=self.min_measure_s, strategy=self.strategy,
-            devices=self.devices,
+            devices=self.devices, reuse_key=reuse_key, end_reuse=end_reuse,
         )
 
     def key_fields(self, **settings: object) -> dict[str, object]:
@@ -140,31 +147,38 @@ class Sweep:
     compilation: dict[str, Compilation] = field(default_factory=dict)  # per runner; absent: the runner's default
     cooldown_s: float = 0.0
     strategies: dict[str, tuple[Strategy, ...]] = field(default_factory=dict)  # per runner; absent: its default
+    reuse_builds: bool = True
 
     def configurations(self) -> list[Configuration]:
-        """The grid, model outermost, then mode, batch size, shape, precision, device, strategy; within each
-        point, repetition after repetition, the runners counterbalanced (A B B A ...). A runner's strategies
-        pair with each devices entry (a strategy the devices cannot run fails as a stored refusal)."""
+        """The grid, model outermost, then mode, shape, precision, device, strategy; within each point,
+        repetition after repetition, the runners counterbalanced (A B B A ...), and each runner's repetition
+        its batch sizes in order: one reuse chain with reuse_builds. A runner's strategies pair with each
+        devices entry (a strategy the devices cannot run fails as a stored refusal)."""
         out = []
         strategy_count = max((len(v) for v in self.strategies.values()), default=1)
         for model in self.models:
             points = itertools.product(
-                self.modes, self.batch_sizes, self.shapes.get(model, (None,)), self.precisions, self.devices, range(strategy_count)
+                self.modes, self.shapes.get(model, (None,)), self.precisions, self.devices, range(strategy_count)
             )
-            for mode, batch_size, shape, precision, device, s in points:
+            for mode, shape, precision, device, s in points:
                 for repetition, runner in counterbalanced(self.runners, self.repetitions):
                     own = self.strategies.get(runner, (None,))
                     if s >= len(own):
                         continue
                     several = device is not None and "," in device
-                    out.append(
+                    chain = [
                         Configuration(
                             runner, model, mode, batch_size, shape, precision, None if several else device, repetition,
                             tuple(sorted(self.options.get(model, {}).items())), self.layout,
                             self.compilation.get(runner), self.warmup, self.steps, self.warmup_until_cv,
                             self.min_measure_s, own[s], device if several else None,
                         )
-                    )
+                        for batch_size in self.batch_sizes
+                    ]
+                    if self.reuse_builds and len(chain) > 1:
+                        key = store.run_key({**chain[0].key_fields(), "batch_size": None})
+                        chain = [replace(c, reuse_chain=key) for c in chain]
+                    out.extend(chain)
         return out
 
 
@@ -273,6 +287,10 @@ def _build(raw: object, fail: Fail) -> Sweep:
         fail(("warmup_until_cv",), f"{values['warmup_until_cv']!r} is not a coefficient of variation; accepted: 0 (off) up to below 1, e.g. 0.05")
     cooldown_s = _number(raw, "cooldown_s", fail, 0, plan.MAX_COOLDOWN_S, integer=False)
     values["cooldown_s"] = None if cooldown_s is None else float(cooldown_s)
+    if "reuse_builds" in raw:
+        if not isinstance(raw["reuse_builds"], bool):
+            fail(("reuse_builds",), f"{raw['reuse_builds']!r} is not accepted; accepted: true or false")
+        values["reuse_builds"] = raw["reuse_builds"]
 
     def per_model(name: str, example: str) -> Mapping:
         given = raw[name]
@@ -453,6 +471,7 @@ def sweep_from_options(
     compilation: str | Mapping[str, str] | None = None,
     cooldown_s: Optional[float] = None,
     strategies: Sequence[str] | str | Mapping[str, Sequence[str]] | None = None,
+    reuse_builds: Optional[bool] = None,
 ) -> Sweep:
     """The same sweep as a file would give, from command-line values: lists as sequences or as
     comma-separated text ("16,32,64"); None leaves a field's default. `options` is a mapping of model to
@@ -472,6 +491,7 @@ def sweep_from_options(
         "min_measure_s": min_measure_s, "options": options,
         "layout": layout, "compilation": compilation, "cooldown_s": cooldown_s,
         "strategies": strategies if isinstance(strategies, Mapping) else _split(strategies),
+        "reuse_builds": reuse_builds,
     }
 
     def fail(where: tuple, problem: str) -> None:
