@@ -217,11 +217,16 @@ def test_repetitions_interleave_runners_and_give_a_verdict(tmp_path, fake_runner
     assert len(ResultStore(tmp_path / "store").load("summary")) == 8
 
 
-def test_max_batch_finds_the_largest_batch_by_out_of_memory(fake_runner):
+def test_max_batch_finds_the_largest_batch_by_out_of_memory(fake_runner, tmp_path):
     # The fake device holds 2**34 bytes of inputs: 85 samples of 3x4096x4096 float32.
-    done = fwbench("max-batch", "--mode", "infer", "--shape", "3x4096x4096", "--limit", "1024", "--runner", f"fake={fake_runner}")
+    done = fwbench("max-batch", "--mode", "infer", "--shape", "3x4096x4096", "--limit", "1024", "--runner", f"fake={fake_runner}",
+                   "--store", str(tmp_path / "store"))
     assert done.returncode == 0, done.stderr
     assert "│ 85 " in done.stdout and "128 (OOM)" in done.stdout
+    from fwbench_aggregator.store import ResultStore
+    (row,) = ResultStore(tmp_path / "store").load("max_batch").to_dict("records")
+    assert (row["largest_batch"], row["limit"], row["capped"]) == (85, 1024, False)
+    assert "128 (OOM)" in row["batches_tried"]
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from contextlib import ExitStack
 from dataclasses import replace
@@ -499,8 +500,10 @@ def max_batch(
     token_file: TokenFileOption = None,
     frameworks: FrameworksOption = every_framework(),
     venvs: VenvsOption = None,
+    store: Annotated[Path, typer.Option(help="the results store: each runner's search is kept there (frame max_batch)")] = Path("results/store"),
 ) -> None:
-    """The largest batch each runner fits in device memory: doubling, then bisection on out-of-memory refusals."""
+    """The largest batch each runner fits in device memory: doubling, then bisection on out-of-memory refusals.
+    Each runner's result is stored, to line up with a sweep's runs of the same configuration."""
     transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     # One step answers "does it fit": no warm-up, no minimum window, no power.
     request = RunSpec(
@@ -509,9 +512,11 @@ def max_batch(
     ).to_request()
     rows = []
     failures: list[RunnerFailure] = []
+    results_store = store_mod.ResultStore(store)
     with ExitStack() as stack, TemporaryDirectory() as logs:
         endpoints, failures = runs.resolve_endpoints(runner, frameworks, venvs, Path(logs), stack)
         for name, address in endpoints.items():
+            searched_at_unix_s = time.time()
 
             def fits(batch: int, name=name, address=address) -> bool:
                 request.batch_size = batch
@@ -527,13 +532,36 @@ def max_batch(
             with err_console.status(f"{name}: searching"):
                 try:
                     largest = search.largest()
+                    # The configuration as a run's summary row names it (results.py), defaults resolved, so that
+                    # the result lines up with runs of it: the runner's default device and shape, every option.
+                    facts = runs.runner_facts(name, jobs.addresses_of(address)[0], transport)
+                    where = facts.failure_columns(model, device, shape)
+                    with RunnerClient(name, jobs.addresses_of(address)[0], transport) as client:
+                        (listed,) = [m for m in client.list_models() if m.name == model]  # the search found it
                 except RunnerFailure as failure:
                     failures.append(failure)
                     continue
             tried = ", ".join(f"{b}{'' if ok else ' (OOM)'}" for b, ok in sorted(search.tried.items()))
             rows.append((name, "none fits" if largest is None else str(largest), tried))
+            defaults = {o.name: o.default for o in listed.options}
+            searched = {
+                "model": model,
+                "model_options": ";".join(f"{k}={v}" for k, v in sorted({**defaults, **dict(option_pairs(option))}.items())),
+                "mode": mode.value, "input_shape": where["input_shape"], "precision": precision.value,
+                "device": where["device"], "runner": name,
+            }
+            row = {
+                **searched, "framework": where["framework"], "framework_version": where["framework_version"],
+                "largest_batch": -1 if largest is None else largest, "limit": limit, "capped": largest == limit,
+                "batches_tried": tried, "searched_at_unix_s": searched_at_unix_s,
+            }
+            config = {"max_batch": searched_at_unix_s, **searched, "limit": limit}
+            manifest = {"command": sys.argv, "runner_address": address, "runner_options": facts.options}
+            results_store.append(store_mod.run_key(config), config, {"max_batch": pd.DataFrame([row])}, manifest)
     columns = [Column("runner", key=True), Column("largest batch"), Column("batches tried", wrap_at=BATCHES_TRIED_WIDTH)]
     print_table(columns, rows, f"largest batch: {model} {mode.value}, {precision.value}")
+    if rows:
+        err_console.print(f"stored in {store}")
     report_failures(failures)
 
 
