@@ -57,6 +57,11 @@ def test_a_sweep_over_one_and_two_cpu_devices_reports_ddp_against_mirrored_with_
     assert done.returncode == 0, done.stdout + done.stderr
     summary = ResultStore(store).load("summary")
     assert (summary["status"] == "ok").all(), summary[["runner", "error"]]
+    # Each framework counted the model's forward FLOPs once, for the report's FLOP/s: the same network, the same count.
+    facts = ResultStore(store).load("model_facts").set_index("framework")
+    assert sorted(facts.index) == ["tensorflow", "torch"] and (facts["input_shape"] == "3x32x32").all()
+    assert facts.loc["torch", "forward_flops"] > 0
+    assert facts.loc["tensorflow", "forward_flops"] == pytest.approx(facts.loc["torch", "forward_flops"], rel=0.01)
     two = summary[summary["world_size"] == 2].set_index("runner")
     assert set(two.index) == {"torch", "tensorflow"}
     assert two.loc["torch", "strategy"] == "ddp" and two.loc["tensorflow", "strategy"] == "mirrored"

@@ -62,7 +62,11 @@ def test_killed_mid_sweep_keeps_every_completed_run_and_resume_finishes(tmp_path
     done = fwbench(*args, "--resume")
     assert done.returncode == 0, done.stderr
     assert f"{24 - len(kept)} runs to do, {len(kept)} already in" in done.stderr
-    assert len(store.keys()) == 24
+    assert store.load("summary")["run_key"].nunique() == 24
+    # Completed, the sweep counted each runner's models' FLOPs, those the killed sweep ran too.
+    facts = store.load("model_facts")
+    assert sorted(zip(facts["runner"], facts["model"])) == [
+        ("first", "mobilenet_v2"), ("first", "resnet18"), ("second", "mobilenet_v2"), ("second", "resnet18")]
     assert (tmp_path / "store" / "report" / "report.html").exists()
 
 

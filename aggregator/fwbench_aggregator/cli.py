@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from typer.core import TyperGroup
 
-from . import analysis, jobs, plan, plots, runs, stats
+from . import analysis, jobs, model_facts, plan, plots, runs, stats
 from . import parity as parity_mod
 from . import report as report_mod
 from . import results as results_mod
@@ -196,12 +196,14 @@ def compare(
             endpoints, transport, requests, repetitions, cooldown_s, results_store, run_id, rendezvous_port
         )
         failures += run_failures
+        frames = {
+            "steps": results_mod.steps_frame(run_id, results),
+            "summary": results_mod.summary_frame(run_id, results, failures),
+            "power": results_mod.power_frame(run_id, results),
+        }
+        # While the runners are up: their count of each model's FLOPs, for the report's FLOP/s and MFU.
+        model_facts.record_model_facts(endpoints, transport, results_store, frames["summary"])
 
-    frames = {
-        "steps": results_mod.steps_frame(run_id, results),
-        "summary": results_mod.summary_frame(run_id, results, failures),
-        "power": results_mod.power_frame(run_id, results),
-    }
     if results:
         rows = analysis.comparison_rows(frames["summary"], frames["steps"], results_store.load("calibration"), min_effect)
         frames["comparison"] = rows
@@ -619,6 +621,12 @@ def sweep(
         endpoints, failures = (runs.resolve_endpoints(runner, names, venvs, store / "logs", stack, startup) if pending else ({}, []))
         run_failures, interrupted = runs.run_sweep(pending, endpoints, transport, startup, results_store, study.cooldown_s)
         failures += run_failures
+        if interrupted is None and pending:
+            # While the runners are up: their count of each model's FLOPs, for the report's FLOP/s and MFU.
+            summary = results_store.load("summary")
+            # The whole study's runs: those a killed sweep completed have no facts yet.
+            ran = summary[summary["run_key"].isin({key for key, _ in pending + done_before})] if not summary.empty else summary
+            model_facts.record_model_facts(endpoints, transport, results_store, ran)
     done = len(results_store.keys())
     if interrupted is not None:
         err_console.print(f"[bold yellow]interrupted[/]: the run in flight was cancelled; {done} runs are kept in {store}")

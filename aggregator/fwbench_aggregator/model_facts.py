@@ -1,0 +1,85 @@
+"""Each model's forward FLOPs per sample and parameters, as the runner that ran it counts them (InspectModel),
+kept in the results store as frame `model_facts`: with them a report turns step times into achieved FLOP/s.
+
+One entry per (runner, framework version, model, model options, input shape), keyed by those fields, so a
+model already inspected is never inspected again. Inspecting builds the model on the runner's CPU (0.1-2 s)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import pandas as pd
+from rich.markup import escape
+
+from . import jobs
+from . import store as store_mod
+from .client import RunnerClient, RunnerFailure
+from .connection import Transport
+from .console import err_console
+from .vocabulary import shape_dims
+
+FRAME = "model_facts"
+# What identifies a fact; summary frames hold these columns for every successful run.
+IDENTITY = ("runner", "framework", "framework_version", "model", "model_options", "input_shape")
+
+
+def fact_key(identity: Mapping[str, str]) -> str:
+    return store_mod.run_key({FRAME: {name: identity[name] for name in IDENTITY}})
+
+
+def _options(text: str) -> dict[str, str]:
+    """"head=mlm;size=base" (as results.py writes model_options) -> {"head": "mlm", "size": "base"}."""
+    return dict(pair.split("=", 1) for pair in text.split(";") if pair)
+
+
+def missing_facts(summary: pd.DataFrame, results_store: store_mod.ResultStore) -> list[dict[str, str]]:
+    """The distinct identities of the summary's successful runs that the store holds no fact for."""
+    ran = summary[summary["status"] == "ok"] if "status" in summary else summary.iloc[0:0]
+    if ran.empty:
+        return []  # failed runs' rows may lack the identity's columns
+    ran = ran[list(IDENTITY)].fillna("").astype(str).drop_duplicates()
+    return [identity for identity in ran.to_dict("records") if not results_store.has(fact_key(identity))]
+
+
+def record_model_facts(
+    endpoints: Mapping[str, str], transport: Transport, results_store: store_mod.ResultStore, summary: pd.DataFrame,
+) -> list[str]:
+    """Inspect, on its runner, each model of the summary's successful runs that the store has no fact for, and
+    store the fact; returns the keys stored. A runner that cannot inspect one is warned about and skipped:
+    the runs are stored already, and only this model's FLOPs are missing from the report."""
+    stored = []
+    versions: dict[str, str] = {}
+    with err_console.status("counting model FLOPs") as status:
+        for identity in missing_facts(summary, results_store):
+            runner, model = identity["runner"], identity["model"]
+            if runner not in endpoints:
+                continue
+            address = jobs.addresses_of(endpoints[runner])[0]  # a job across machines: its first node
+            status.update(f"{runner}: counting the FLOPs of {model} {identity['input_shape']}")
+            try:
+                with RunnerClient(runner, address, transport) as client:
+                    if runner not in versions:
+                        versions[runner] = client.describe().framework_version
+                    if versions[runner] != identity["framework_version"]:
+                        continue  # run by another version of the framework: not this runner's to count
+                    report = client.inspect(model, shape_dims(identity["input_shape"]), _options(identity["model_options"]))
+            except RunnerFailure as failure:
+                err_console.print(f"[yellow]warning: {runner} could not inspect {escape(model)}, so its FLOPs are not "
+                                  f"stored[/]: {failure.code}: {escape(failure.message)}")
+                continue
+            key = fact_key(identity)
+            row = {**identity, "forward_flops": float(report.forward_flops), "parameter_count": int(report.parameter_count),
+                   "flops_method": report.flops_method}
+            manifest = {"address": address, "build_time_s": report.build_time_s, "inspected_at_unix_s": time.time(),
+                        "output_shape": list(report.output_shape)}
+            try:
+                results_store.append(key, {FRAME: identity}, {FRAME: pd.DataFrame([row])}, manifest)
+            except ValueError:
+                if not results_store.has(key):
+                    raise
+                continue  # another sweep into this store inspected it first
+            stored.append(key)
+    if stored:
+        err_console.print(f"forward FLOPs of {len(stored)} model(s) stored in {results_store.root}")
+    return stored
