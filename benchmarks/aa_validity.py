@@ -9,6 +9,8 @@ gives the noise floor as `fwbench calibrate` does, and a second, independent rou
 
     # CPU (the embedded runners; starts two instances of --framework):
     .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu
+    # As a sweep runs them: each instance's batch sizes of one repetition one after the other, sharing one build
+    .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu --sweep-order --reuse-builds
     # A distributed run against itself: two DDP workers per instance
     .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu --devices cpu:0,cpu:1 --strategy ddp
     # GPU (two runners already running, e.g. ../shared/gpu/on_gpu.sh starts a and b):
@@ -22,15 +24,19 @@ import itertools
 import math
 import sys
 import time
+import uuid
 from contextlib import ExitStack
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
 import numpy as np
-from fwbench_aggregator import plan, results, stats
+from fwbench.runner.v1 import runner_pb2 as pb
+from fwbench_aggregator import jobs, plan, results, stats
 from scipy.stats import mannwhitneyu
+from fwbench_aggregator.client import RunnerFailure, RunResult
 from fwbench_aggregator.connection import EMBEDDED
-from fwbench_aggregator.runs import run_medians_by_runner, start_embedded
+from fwbench_aggregator.runs import medians_by_runner, run_medians_by_runner, start_embedded
+from fwbench_aggregator.sweep import counterbalanced
 from fwbench_aggregator.launch import default_venvs
 from fwbench_aggregator.vocabulary import Mode, Precision, Strategy
 
@@ -54,6 +60,28 @@ def pooled_steps_says_different(steps) -> bool:
     return bool(mannwhitneyu(a, b).pvalue < 0.01 and ratio > 1 + stats.MIN_EFFECT)
 
 
+Round = tuple[dict[str, list[float]], list[RunResult]]  # each instance's run medians, and the runs
+
+
+def sweep_round(twins: dict[str, str], requests: dict[int, pb.RunRequest], repetitions: int, reuse_builds: bool
+                ) -> tuple[dict[int, Round], list[RunnerFailure]]:
+    """One round in a sweep's order: the instances counterbalanced over repetitions (A B B A ...), each
+    repetition's batch sizes one after the other; with `reuse_builds` they share one build (a chain), which no
+    other repetition shares. Per batch size: each instance's run medians and the runs."""
+    runs: dict[int, list[RunResult]] = {batch: [] for batch in requests}
+    session = uuid.uuid4().hex[:8]
+    for repetition, name in counterbalanced(list(twins), repetitions):
+        for number, (batch, request) in enumerate(requests.items()):
+            if reuse_builds:
+                request = pb.RunRequest(reuse_key=f"{session}-{name}-{repetition}", end_reuse=number == len(requests) - 1)
+                request.MergeFrom(requests[batch])
+            try:
+                runs[batch].append(jobs.run_job(name, twins[name], EMBEDDED, request, repetition=repetition))
+            except RunnerFailure as failure:
+                return {}, [failure]
+    return {batch: (medians_by_runner(done), done) for batch, done in runs.items()}, []
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", choices=GRIDS, default="cpu")
@@ -69,7 +97,13 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=plan.DEFAULT_STEPS)
     parser.add_argument("--devices", help="several devices of each instance, e.g. cpu:0,cpu:1: a distributed run")
     parser.add_argument("--strategy", choices=[s.value for s in Strategy], help="default: the runner's own")
+    parser.add_argument("--sweep-order", action="store_true",
+                        help="run each instance's batch sizes of one repetition one after the other, as a sweep does")
+    parser.add_argument("--reuse-builds", action="store_true",
+                        help="with --sweep-order: those runs share one build (RunRequest.reuse_key), as a sweep's do")
     args = parser.parse_args()
+    if args.reuse_builds and not args.sweep_order:
+        parser.error("--reuse-builds needs --sweep-order: a build is shared by one repetition's batch sizes")
     grid = GRIDS[args.grid]
     models = (args.models or grid["models"]).split(",")
     batch_sizes = [int(b) for b in (args.batch_sizes or grid["batch_sizes"]).split(",")]
@@ -89,38 +123,48 @@ def main() -> int:
             addresses = [first[args.framework], second[args.framework]]
         twins = dict(zip(("a", "b"), addresses))
         where = f" on {args.devices} ({args.strategy or 'default strategy'})" if args.devices else ""
+        order = (f", sweep order with {'reused' if args.reuse_builds else 'fresh'} builds" if args.sweep_order
+                 else ", each batch size on its own with fresh builds")
         print(f"A/A {args.grid} grid{where}: {args.mode}, {args.repetitions} runs per instance per round, "
-              f"windows of at least {args.min_measure_s} s and {args.steps} steps")
+              f"windows of at least {args.min_measure_s} s and {args.steps} steps{order}")
         header = f"{'configuration':<34} {'a ms':>8} {'b ms':>8} {'ratio':>6} {'99% interval':>15} {'resolves':>8} {'floor':>7}  verdict"
         print(header)
         outcomes = []
         started = time.perf_counter()
-        for model, batch_size, precision in itertools.product(models, batch_sizes, precisions):
-            shape = grid["shapes"].get(model)
-            request = plan.RunSpec(
-                model, Mode(args.mode), batch_size, shape, Precision(precision),
-                None if args.devices else grid["device"], warmup=args.warmup, steps=args.steps,
-                min_measure_s=args.min_measure_s, devices=args.devices,
-                strategy=Strategy(args.strategy) if args.strategy else None,
-            ).to_request()
-            rounds, steps = [], None
+        for model, precision in itertools.product(models, precisions):
+            requests = {
+                batch_size: plan.RunSpec(
+                    model, Mode(args.mode), batch_size, grid["shapes"].get(model), Precision(precision),
+                    None if args.devices else grid["device"], warmup=args.warmup, steps=args.steps,
+                    min_measure_s=args.min_measure_s, devices=args.devices,
+                    strategy=Strategy(args.strategy) if args.strategy else None,
+                ).to_request()
+                for batch_size in batch_sizes
+            }
+            # Per batch size, both rounds: each instance's run medians, and the runs.
+            rounds: dict[int, list[Round]] = {batch_size: [] for batch_size in batch_sizes}
+            failed = []
             for _ in range(2):
-                done, medians, failed = run_medians_by_runner(twins, EMBEDDED, request, args.repetitions)
+                if args.sweep_order:
+                    by_batch, failed = sweep_round(twins, requests, args.repetitions, args.reuse_builds)
+                else:
+                    by_batch = {}
+                    for batch_size, request in requests.items():
+                        done, medians, failed = run_medians_by_runner(twins, EMBEDDED, request, args.repetitions)
+                        if failed:
+                            break
+                        by_batch[batch_size] = (medians, done)
                 if failed:
                     break
-                steps = results.steps_frame("aa", done)
-                rounds.append((medians["a"], medians["b"]))
-            label = f"{model} b{batch_size} {precision}"
-            if len(rounds) < 2:
-                print(f"{label:<34} failed: {failed[0].code}: {failed[0].message[:80]}")
+                for batch_size, outcome in by_batch.items():
+                    rounds[batch_size].append(outcome)
+            if failed:
+                print(f"{model} {precision:<28} failed: {failed[0].code}: {failed[0].message[:80]}")
                 continue
-            floor = stats.noise_floor(stats.compare("a", rounds[0][0], "b", rounds[0][1]))
-            verdict = stats.compare("a", rounds[1][0], "b", rounds[1][1], noise_floor=floor)
-            without_floor = stats.compare("a", rounds[1][0], "b", rounds[1][1])
-            outcomes.append((verdict, without_floor, floor, pooled_steps_says_different(steps)))
-            a_ms, b_ms = (stats.geometric_mean(values) * 1e3 for values in rounds[1])
-            print(f"{label:<34} {a_ms:8.3f} {b_ms:8.3f} {verdict.ratio:6.3f} [{verdict.ci_low:.3f}, {verdict.ci_high:.3f}] "
-                  f"{verdict.resolvable:8.1%} {floor:7.1%}  {'WRONG: ' if verdict.significant else ''}{verdict.verdict}")
+            for batch_size in batch_sizes:
+                (calibration, _), (verdict_round, done) = rounds[batch_size]
+                label = f"{model} b{batch_size} {precision}"
+                outcomes.append(judge(label, calibration, verdict_round, results.steps_frame("aa", done)))
         if not outcomes:
             return 1
         wrong = sum(v.significant for v, _, _, _ in outcomes)
@@ -139,6 +183,18 @@ def main() -> int:
               f"range {resolvable[0]:.1%} to {resolvable[-1]:.1%}")
         print(f"wall time {time.perf_counter() - started:.0f} s")
     return 0
+
+
+def judge(label: str, calibration: dict[str, list[float]], verdict_round: dict[str, list[float]], steps) -> tuple:
+    """The noise floor from the calibration round, the verdict of the second with and without it, and the old
+    pooled-steps statistic on the second round's steps; printed as one row."""
+    floor = stats.noise_floor(stats.compare("a", calibration["a"], "b", calibration["b"]))
+    verdict = stats.compare("a", verdict_round["a"], "b", verdict_round["b"], noise_floor=floor)
+    without_floor = stats.compare("a", verdict_round["a"], "b", verdict_round["b"])
+    a_ms, b_ms = (stats.geometric_mean(verdict_round[twin]) * 1e3 for twin in ("a", "b"))
+    print(f"{label:<34} {a_ms:8.3f} {b_ms:8.3f} {verdict.ratio:6.3f} [{verdict.ci_low:.3f}, {verdict.ci_high:.3f}] "
+          f"{verdict.resolvable:8.1%} {floor:7.1%}  {'WRONG: ' if verdict.significant else ''}{verdict.verdict}", flush=True)
+    return verdict, without_floor, floor, pooled_steps_says_different(steps)
 
 
 if __name__ == "__main__":

@@ -207,12 +207,16 @@ def run_medians_by_runner(
     results, failures = run_all(endpoints, {name: request for name in endpoints}, transport, repetitions)
     if failures:
         return results, {}, failures
-    summary = results_mod.summary_frame("a-a", results, [])
-    runs = analysis.run_values(summary, results_mod.steps_frame("a-a", results))
+    return results, medians_by_runner(results), []
+
+
+def medians_by_runner(results: Sequence[RunResult]) -> dict[str, list[float]]:
+    """Each runner's per-run median step times, in repetition order, from the results of one configuration."""
+    summary = results_mod.summary_frame("a-a", list(results), [])
+    runs = analysis.run_values(summary, results_mod.steps_frame("a-a", list(results)))
     # Rows are labelled with the strategy ("a ddp"); the caller knows its runners by name.
     names = dict(analysis.normalised(summary)[["runner", "runner_name"]].itertuples(index=False))
-    medians = {names[label]: group.tolist() for label, group in runs.groupby("runner")["median_step_time_s"]}
-    return results, medians, []
+    return {names[label]: group.tolist() for label, group in runs.groupby("runner")["median_step_time_s"]}
 
 
 def calibrate_twins(
