@@ -109,6 +109,9 @@ def test_resume_sees_done_and_failed_runs(tmp_path):
     statuses = reopened.configs().set_index("run_key")["status"]
     assert statuses[run_key(configs[1])] == "failed" and statuses[run_key(configs[0])] == "ok"
     assert reopened.manifest(run_key(configs[1]))["code"] == "RESOURCE_EXHAUSTED"
+    # What else a store keeps (a max-batch search, a FLOP count) is no run.
+    reopened.append("facts", {"model_facts": "resnet18"}, {"model_facts": pd.DataFrame([{"forward_flops": 1.0}])}, {})
+    assert reopened.run_keys() == {run_key(configs[0]), run_key(configs[1])} and "facts" in reopened.keys()
 
 
 def _dead_pid() -> int:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
 import pytest
 from fwbench_aggregator.store import ResultStore
 
@@ -84,6 +85,30 @@ def test_report_works_from_the_store_alone(tmp_path, slow_fake):
     assert done.returncode == 0, done.stderr
     html = (tmp_path / "report" / "report.html").read_text()
     assert "data:image/png;base64," in html and "resnet18" in html
+
+
+def test_the_report_answers_the_studies_questions_from_the_store(tmp_path, slow_fake):
+    """Three runs per batch of a fake whose every step takes 20 ms: time per sample falls with the batch, the
+    largest batch is the best, and every batch is under a 60 ms budget."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text("runners: [first, second]\nmodels: [resnet18]\nmodes: [infer]\nbatch_sizes: [1, 2, 4]\n"
+                    "shapes: [3x32x32]\nwarmup: 1\nsteps: 3\nmin_measure_s: 0\nrepetitions: 3\n")
+    store = tmp_path / "store"
+    address = slow_fake
+    sweep = fwbench("sweep", str(path), "--store", str(store), "--runner", f"first={address}",
+                    "--runner", f"second={address}", "--no-report")
+    assert sweep.returncode == 0, sweep.stderr
+    done = fwbench("report", "--store", str(store), "--latency-budget-ms", "60")
+    assert done.returncode == 0, done.stderr
+    assert "findings" in done.stdout and "Time per sample fell as the batch grew in 2 of 2 series" in " ".join(done.stdout.split())
+    optimal = pd.read_csv(store / "report" / "optimal_batch.csv")
+    assert list(optimal["best_batch"]) == [4, 4] and list(optimal["budget_batch"]) == [4, 4]
+    page = (store / "report" / "report.html").read_text()
+    assert page.index("<h2>Findings</h2>") < page.index("<h2>Optimal batch size</h2>")
+    assert "≤ 60 ms" in page
+    # The fake counts FLOPs too: achieved FLOP/s for each runner, and no MFU on a CPU.
+    efficiency = pd.read_csv(store / "report" / "hardware_efficiency.csv")
+    assert (efficiency["achieved_flops_per_s"] > 0).all() and efficiency["mfu"].isna().all()
 
 
 def test_a_bad_sweep_file_names_the_line_and_field(tmp_path):

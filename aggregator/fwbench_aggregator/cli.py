@@ -31,7 +31,8 @@ from .console import Column, err_console, out_console, print_table
 from .frameworks import names as framework_names
 from .launch import StartupSettings, default_venvs
 from .options import (
-    BatchSizeOption, DevicesOption, DistributedTimeoutOption, FrameworksOption, MinMeasureOption, ModelOption,
+    BatchSizeOption, DevicesOption, DistributedTimeoutOption, FrameworksOption, LatencyBudgetOption, MinMeasureOption,
+    ModelOption,
     RendezvousPortOption, RepetitionsOption, RunnerOption, StepsOption, StoreOption, StrategyOption, TlsCaOption,
     TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption, WarmupOption, WarmupUntilCvOption, compilation_for,
     every_framework, parse_compilation, parse_device, parse_options, parse_power_rate, parse_runners, parse_shape,
@@ -584,6 +585,7 @@ def sweep(
     store: Annotated[Path, typer.Option(help="the results store (append-only; every completed run is kept)")] = Path("results/store"),
     resume: Annotated[bool, typer.Option(help="skip configurations already in the store")] = False,
     report: Annotated[bool, typer.Option(help="write the HTML report from the store when the sweep ends")] = True,
+    latency_budget_ms: LatencyBudgetOption = None,
     runner: RunnerOption = [],
     tls_ca: TlsCaOption = None,
     tls_cert: TlsCertOption = None,
@@ -627,14 +629,12 @@ def sweep(
             # The whole study's runs: those a killed sweep completed have no facts yet.
             ran = summary[summary["run_key"].isin({key for key, _ in pending + done_before})] if not summary.empty else summary
             model_facts.record_model_facts(endpoints, transport, results_store, ran)
-    done = len(results_store.keys())
+    done = len(results_store.run_keys())
     if interrupted is not None:
         err_console.print(f"[bold yellow]interrupted[/]: the run in flight was cancelled; {done} runs are kept in {store}")
         raise typer.Exit(interrupted_status(interrupted))
     if report and done:
-        rows, path = report_mod.write_store_report(results_store, store / "report")
-        report_mod.print_rows(rows)
-        err_console.print(f"report: {path}")
+        show_store_report(results_store, store / "report", latency_budget_ms)
     for failure in failures:
         err_console.print(f"[red]{failure.runner}: {failure.code}: {escape(failure.message)}[/]")
 
@@ -643,11 +643,18 @@ def sweep(
 def report_command(
     store: Annotated[Path, typer.Option(help="the results store a sweep wrote")] = Path("results/store"),
     out: Annotated[Optional[Path], typer.Option(help="folder for report.html, tables and plots (default: STORE/report)")] = None,
+    latency_budget_ms: LatencyBudgetOption = None,
 ) -> None:
     """Tables, plots, verdicts and the manifest from the store alone: no runner is needed."""
     results_store = store_mod.ResultStore(store)
-    if not results_store.keys():
+    if not results_store.run_keys():
         raise typer.BadParameter(f"{store} holds no runs", param_hint="--store")
-    rows, path = report_mod.write_store_report(results_store, out or store / "report")
+    show_store_report(results_store, out or store / "report", latency_budget_ms)
+
+
+def show_store_report(results_store: store_mod.ResultStore, out: Path, latency_budget_ms: Optional[float]) -> None:
+    """Write the store's report, then print its comparison table and findings and where the report is."""
+    rows, path, study = report_mod.write_store_report(results_store, out, latency_budget_ms)
     report_mod.print_rows(rows)
+    report_mod.print_findings(study.findings)
     err_console.print(f"report: {path}")

@@ -101,6 +101,11 @@ class ResultStore:
             return set()
         return {p.name for p in self.runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")}
 
+    def run_keys(self) -> set[str]:
+        """The keys that hold a run, completed or failed (a summary frame): not a calibration, a max-batch search
+        or a model's FLOP count, which are kept here too."""
+        return {key for key in self.keys() if (self.runs_dir / key / "summary.parquet").exists()}
+
     def has(self, key: str) -> bool:
         return not key.startswith(".") and (self.runs_dir / key).is_dir()
 
