@@ -100,7 +100,10 @@ class RunnerClient:
         request: pb.RunRequest,
         on_progress: Callable[[pb.Progress], None] = lambda progress: None,
         repetition: int = 0,
+        on_summary: Callable[[RunResult], None] = lambda result: None,
     ) -> RunResult:
+        """The run's events collected; `on_summary` gets the complete result as its summary (the last event)
+        arrives, while the runner still frees the run's memory before it ends the call."""
         result = RunResult(self.name, self.address, self.describe(), repetition)
         stream = self._stub.Run(request)
         try:
@@ -116,6 +119,7 @@ class RunnerClient:
                     result.power.extend(event.power.samples)
                 elif kind == "summary":
                     result.summary = event.summary
+                    on_summary(result)
         except grpc.RpcError as error:
             raise RunnerFailure.from_rpc(self.name, error, self.transport) from None
         except BaseException:

@@ -84,18 +84,23 @@ def run_job(
     name: str, address: str, transport: Transport, request: pb.RunRequest,
     on_progress: Callable[[pb.Progress], None] = lambda progress: None, repetition: int = 0,
     rendezvous_port: Optional[int] = None, active: Optional[set] = None,
+    on_summary: Callable[[RunResult], None] = lambda result: None,
 ) -> RunResult:
     """The request on the runner at `address`, or on every node of a job (a comma list of addresses) at once,
     merged. A node's failure cancels the others and is raised naming the node; so does Ctrl-C. `active` holds
-    the clients while they run, for a caller whose Ctrl-C arrives in another thread to close."""
+    the clients while they run, for a caller whose Ctrl-C arrives in another thread to close. `on_summary` gets
+    the complete result: on one runner as its summary arrives (while the runner still cleans up), for a job
+    once merged."""
     addresses = addresses_of(address)
     active = set() if active is None else active
     clients = [RunnerClient(name, a, transport) for a in addresses]
     active.update(clients)
     try:
         if len(addresses) == 1:
-            return clients[0].run(request, on_progress, repetition)
-        return _run_nodes(name, address, clients, request, on_progress, repetition, rendezvous_port)
+            return clients[0].run(request, on_progress, repetition, on_summary)
+        result = _run_nodes(name, address, clients, request, on_progress, repetition, rendezvous_port)
+        on_summary(result)
+        return result
     finally:
         active.difference_update(clients)
         for client in clients:

@@ -276,11 +276,19 @@ def run_sweep(
             reuse_key = f"{session}-{c.reuse_chain}" if c.reuse_chain else ""
             request = c.run_spec(startup, reuse_key, end_reuse=chain_ends.get(c.reuse_chain) == key).to_request()
             config = c.key_fields()
+            def store(result: RunResult) -> None:
+                # Written as the summary arrives, while the runner frees the run's memory: off the gap between runs,
+                # and still stored before the next run starts.
+                with store_lock:
+                    store_run(results_store, key, config, result, request)
+
             try:
-                result = jobs.run_job(c.runner, endpoints[c.runner], transport, request, repetition=c.repetition, active=active)
+                jobs.run_job(c.runner, endpoints[c.runner], transport, request, repetition=c.repetition, active=active,
+                             on_summary=store)
             except RunnerFailure as failure:
                 failures.append(failure)
-                if (failure.code in REPEATABLE_FAILURES or failure.out_of_memory) and not stop.is_set():
+                stored = results_store.has(key)  # the call failed after its summary arrived: the run is kept
+                if (failure.code in REPEATABLE_FAILURES or failure.out_of_memory) and not stop.is_set() and not stored:
                     # Where the run would have been: the device, shape and spread a success would report.
                     nodes = len(jobs.addresses_of(endpoints[c.runner]))
                     where = {
@@ -290,9 +298,6 @@ def run_sweep(
                     }
                     with store_lock:
                         results_store.append_failure(key, config, failure.code, failure.message, columns=where)
-            else:
-                with store_lock:
-                    store_run(results_store, key, config, result, request)
             progress.advance(overall)
 
         # A run on several devices or runners shares devices with the others: then a machine runs one at a time.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import logging
 import os
@@ -187,6 +188,9 @@ def serve(
         references=reference_folder,
         max_queued_requests=args.max_queued_requests,
     )
+    # What exists now (the framework's modules and the backend) lives as long as the process: kept out of the
+    # collections after every run, which otherwise scanned it each time (0.15 s in a torch or TensorFlow runner).
+    gc.freeze()
     server, port, health_servicer = create_server(service, args.address, access=access)
     server.start()
     host = args.address.rsplit(":", 1)[0]

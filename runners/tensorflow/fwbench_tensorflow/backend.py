@@ -450,7 +450,8 @@ class TensorFlowBackend(Backend):
         return isinstance(exc, (tf.errors.ResourceExhaustedError, MemoryError))
 
     def release_memory(self) -> None:
-        keras.backend.clear_session()
+        # The core has just collected garbage: Keras need not collect again.
+        keras.backend.clear_session(free_memory=False)
 
     def stay_off_gpus(self) -> None:
         # The GPUs stay listed (Describe reads the physical devices); TensorFlow just never opens them here.
