@@ -80,6 +80,16 @@ def test_another_key_or_configuration_frees_the_kept_workload_before_building(se
     assert backend.workloads[0].closed == 1 and backend.released >= 1
 
 
+def test_a_workload_that_cannot_be_reused_is_freed_and_built_afresh():
+    backend = RecordingBackend()
+    service = RunnerService(backend)
+    summary_of(service, small(batch_size=1, reuse_key="chain"))
+    backend.workloads[0].reuse = lambda config: False  # as torch.compile's, or a backend without reuse
+    summary = summary_of(service, small(batch_size=2, reuse_key="chain"))
+    assert len(backend.workloads) == 2 and not summary.build_reused
+    assert backend.workloads[0].closed == 1 and backend.released == 1
+
+
 def test_measurement_settings_may_differ_within_a_chain():
     kept = resolve_request(request(reuse_key="k", batch_size=1))
     longer = resolve_request(

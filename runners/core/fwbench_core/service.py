@@ -274,14 +274,17 @@ class RunnerService:
             abandoned.set()
             done.result()  # the device is released only once the run has really stopped
 
+    def _free(self, workload: Workload | None) -> None:
+        """Close a workload and return its memory to the device."""
+        if workload is not None:
+            workload.close()
+        gc.collect()
+        self.backend.release_memory()
+
     def _drop_kept(self) -> None:
-        """Close the kept workload and return its memory to the device."""
-        kept, self._kept = self._kept, None
-        if kept is not None:
-            kept.workload.close()
-            del kept
-            gc.collect()
-            self.backend.release_memory()
+        if self._kept is not None:
+            workload, self._kept = self._kept.workload, None
+            self._free(workload)
 
     def _without_kept(self, work: Callable[[], T]) -> T:
         """Other work on the framework thread frees the kept workload first: it may reset framework state."""
@@ -323,10 +326,8 @@ class RunnerService:
             if workload is not None:
                 reused = workload.reuse(config)
                 if not reused:
-                    workload.close()
+                    self._free(workload)
                     workload = None
-                    gc.collect()
-                    self.backend.release_memory()
             if workload is None:
                 workload = self.backend.build(config)
             yield Resolved(config, workload.parameter_count)
@@ -375,10 +376,7 @@ class RunnerService:
                 # Kept whole: no collection or cache release, which the next run would only have to undo.
                 self._kept = Kept(workload, config)
             else:
-                if workload is not None:
-                    workload.close()
-                gc.collect()
-                self.backend.release_memory()
+                self._free(workload)
             workload = None
         if user_error is not None:
             raise user_error
