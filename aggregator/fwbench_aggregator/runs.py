@@ -52,13 +52,20 @@ def start_embedded(
     addresses: dict[str, str] = {}
     with ThreadPoolExecutor(max_workers=max(1, len(runners))) as pool:
         started = {name: pool.submit(runner.start) for name, runner in runners.items()}
+        stack.callback(stop_all, list(runners.values()))
         for name, future in started.items():
-            stack.callback(runners[name].stop)
             try:
                 addresses[name] = future.result()
             except RunnerStartError as error:
                 failures.append(RunnerFailure(name, "UNAVAILABLE", str(error)))
     return addresses, failures
+
+
+def stop_all(runners: Sequence[LocalRunner]) -> None:
+    """Stop the runners at once: each takes a while to exit (TensorFlow's longest), and none waits for another."""
+    with ThreadPoolExecutor(max_workers=max(1, len(runners))) as pool:
+        for stopping in [pool.submit(runner.stop) for runner in runners]:
+            stopping.result()
 
 
 def resolve_endpoints(

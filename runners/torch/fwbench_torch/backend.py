@@ -91,8 +91,9 @@ class TorchWorkload(Workload):
         self.reusable = bool(config.reuse_key) and not config.distributed and config.compilation is Compilation.EAGER
         self.first_step_traces = config.compilation is Compilation.TORCH_COMPILE
         if self.reusable:
-            # What a reuse restores: the initial weights, and the generators as they stood for the inputs.
-            self.initial_state = {name: value.detach().clone() for name, value in model.state_dict().items()}
+            # What a reuse restores: the initial weights (a host copy, taking no device memory from the run),
+            # and the generators as they stood for the inputs.
+            self.initial_state = {name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()}
             self.generators_after_build = self._generators()
         if config.place is not None:
             torch.manual_seed(config.seed + config.place.rank)  # different inputs on every rank
