@@ -111,6 +111,23 @@ def test_the_report_answers_the_studies_questions_from_the_store(tmp_path, slow_
     assert (efficiency["achieved_flops_per_s"] > 0).all() and efficiency["mfu"].isna().all()
 
 
+@pytest.mark.parametrize("flag, reused", [((), [False, True]), (("--no-reuse-builds",), [False, False])])
+def test_the_command_line_sweep_shares_builds_unless_told_not_to(tmp_path, slow_fake, flag, reused):
+    store = tmp_path / "store"
+    done = fwbench("sweep", "--models", "resnet18", "--modes", "infer", "--batch-sizes", "1,2", "--shapes", "3x32x32",
+                   "--repetitions", "1", "--warmup", "1", "--steps", "2", "--min-measure-s", "0", "--store", str(store),
+                   "--runner", f"first={slow_fake}", "--no-report", *flag)
+    assert done.returncode == 0, done.stderr
+    assert ResultStore(store).load("summary").sort_values("batch_size")["build_reused"].tolist() == reused
+
+
+def test_a_sweep_runner_without_an_address_is_refused_before_any_run(tmp_path, slow_fake):
+    args = sweep_args(tmp_path, slow_fake, steps=2)
+    done = fwbench(*args[:-2], "--no-report")  # the file names first and second; only first has an address
+    assert done.returncode == 2 and "second have no address" in " ".join(done.stderr.split())
+    assert not (tmp_path / "store").exists() or not ResultStore(tmp_path / "store").run_keys()
+
+
 def test_a_bad_sweep_file_names_the_line_and_field(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("models: [resnet18]\nbatch_sizes: [1, -2]\n")

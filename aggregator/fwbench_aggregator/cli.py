@@ -582,6 +582,10 @@ def sweep(
     warmup_until_cv: Annotated[Optional[float], typer.Option(min=0.0, max=0.99, help=f"warm up until stable within this (default {plan.DEFAULT_WARMUP_UNTIL_CV}; 0: a fixed count)")] = None,
     steps: Annotated[Optional[int], typer.Option(min=1, max=plan.MAX_STEPS, help=f"measured steps, at least (default {plan.DEFAULT_STEPS})")] = None,
     min_measure_s: Annotated[Optional[float], typer.Option(min=0.0, max=plan.MAX_MEASURE_S, help=f"measured seconds per run, at least (default {plan.DEFAULT_MIN_MEASURE_S})")] = None,
+    reuse_builds: Annotated[Optional[bool], typer.Option(
+        "--reuse-builds/--no-reuse-builds",
+        help="a runner's batch sizes of one repetition share one build, each run restarted from the seed (default: on)",
+    )] = None,
     store: Annotated[Path, typer.Option(help="the results store (append-only; every completed run is kept)")] = Path("results/store"),
     resume: Annotated[bool, typer.Option(help="skip configurations already in the store")] = False,
     report: Annotated[bool, typer.Option(help="write the HTML report from the store when the sweep ends")] = True,
@@ -596,19 +600,24 @@ def sweep(
     """Run a whole study, one run at a time, each stored the moment it completes; Ctrl-C or SIGTERM keeps every
     finished run."""
     transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
+    given = [value.split("=", 1)[0] for value in runner]
     try:
         if file is not None:
             study = sweep_mod.load_sweep(file)
         elif models:
             study = sweep_mod.sweep_from_options(
-                models, batch_sizes=batch_sizes, shapes=shapes, modes=modes, precisions=precisions, strategies=strategies,
+                models, runners=given or None, batch_sizes=batch_sizes, shapes=shapes, modes=modes, precisions=precisions, strategies=strategies,
                 repetitions=repetitions, warmup=warmup, steps=steps, warmup_until_cv=warmup_until_cv,
-                min_measure_s=min_measure_s,
+                min_measure_s=min_measure_s, reuse_builds=reuse_builds,
             )
         else:
             raise typer.BadParameter("give a sweep file or at least --models", param_hint="FILE / --models")
     except sweep_mod.SweepError as error:
         raise typer.BadParameter(str(error)) from None
+    unreachable = [name for name in study.runners if given and name not in given]
+    if unreachable:
+        raise typer.BadParameter(f"the sweep's runner(s) {', '.join(unreachable)} have no address; give each as "
+                                 f"NAME=HOST:PORT, or list only {', '.join(given)} in its runners", param_hint="--runner")
     results_store = store_mod.ResultStore(store)
     results_store.clean_partials()
     startup = StartupSettings()
