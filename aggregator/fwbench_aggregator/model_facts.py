@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 from rich.markup import escape
@@ -46,40 +47,66 @@ def record_model_facts(
     endpoints: Mapping[str, str], transport: Transport, results_store: store_mod.ResultStore, summary: pd.DataFrame,
 ) -> list[str]:
     """Inspect, on its runner, each model of the summary's successful runs that the store has no fact for, and
-    store the fact; returns the keys stored. A runner that cannot inspect one is warned about and skipped:
-    the runs are stored already, and only this model's FLOPs are missing from the report."""
-    stored = []
-    versions: dict[str, str] = {}
-    with err_console.status("counting model FLOPs") as status:
-        for identity in missing_facts(summary, results_store):
-            runner, model = identity["runner"], identity["model"]
-            if runner not in endpoints:
-                continue
-            address = jobs.addresses_of(endpoints[runner])[0]  # a job across machines: its first node
-            status.update(f"{runner}: counting the FLOPs of {model} {identity['input_shape']}")
-            try:
-                with RunnerClient(runner, address, transport) as client:
-                    if runner not in versions:
-                        versions[runner] = client.describe().framework_version
-                    if versions[runner] != identity["framework_version"]:
-                        continue  # run by another version of the framework: not this runner's to count
-                    report = client.inspect(model, shape_dims(identity["input_shape"]), _options(identity["model_options"]))
-            except RunnerFailure as failure:
-                err_console.print(f"[yellow]warning: {runner} could not inspect {escape(model)}, so its FLOPs are not "
-                                  f"stored[/]: {failure.code}: {escape(failure.message)}")
-                continue
-            key = fact_key(identity)
-            row = {**identity, "forward_flops": float(report.forward_flops), "parameter_count": int(report.parameter_count),
-                   "flops_method": report.flops_method}
-            manifest = {"address": address, "build_time_s": report.build_time_s, "inspected_at_unix_s": time.time(),
-                        "output_shape": list(report.output_shape)}
-            try:
-                results_store.append(key, {FRAME: identity}, {FRAME: pd.DataFrame([row])}, manifest)
-            except ValueError:
-                if not results_store.has(key):
-                    raise
-                continue  # another sweep into this store inspected it first
-            stored.append(key)
+    store the fact; returns the keys stored. The runners inspect at once (after the runs, nothing is timed). A
+    runner that cannot inspect one is warned about and skipped: the runs are stored already, and only this
+    model's FLOPs are missing from the report."""
+    by_runner: dict[str, list[dict[str, str]]] = {}
+    for identity in missing_facts(summary, results_store):
+        if identity["runner"] in endpoints:
+            by_runner.setdefault(identity["runner"], []).append(identity)
+    if not by_runner:
+        return []
+    with err_console.status(f"counting model FLOPs on {', '.join(by_runner)}"), ThreadPoolExecutor(len(by_runner)) as pool:
+        # A job across machines is inspected on its first node.
+        done = [pool.submit(_record_runner, runner, jobs.addresses_of(endpoints[runner])[0], identities, transport,
+                            results_store) for runner, identities in by_runner.items()]
+        stored = [key for future in done for key in future.result()]
     if stored:
         err_console.print(f"forward FLOPs of {len(stored)} model(s) stored in {results_store.root}")
     return stored
+
+
+def _record_runner(
+    runner: str, address: str, identities: list[dict[str, str]], transport: Transport, results_store: store_mod.ResultStore,
+) -> list[str]:
+    """One runner's inspections, one model after the other (it takes its CPU lock for each)."""
+    stored = []
+    try:
+        with RunnerClient(runner, address, transport) as client:
+            version = client.describe().framework_version
+            for identity in identities:
+                if version != identity["framework_version"]:
+                    continue  # run by another version of the framework: not this runner's to count
+                model = identity["model"]
+                try:
+                    report = client.inspect(model, shape_dims(identity["input_shape"]), _options(identity["model_options"]))
+                except RunnerFailure as failure:
+                    _warn(runner, model, failure)
+                    continue
+                key = _store(results_store, identity, report, address)
+                if key:
+                    stored.append(key)
+    except RunnerFailure as failure:
+        _warn(runner, ", ".join(sorted({i["model"] for i in identities})), failure)
+    return stored
+
+
+def _warn(runner: str, models: str, failure: RunnerFailure) -> None:
+    err_console.print(f"[yellow]warning: {runner} could not inspect {escape(models)}, so its FLOPs are not "
+                      f"stored[/]: {failure.code}: {escape(failure.message)}")
+
+
+def _store(results_store: store_mod.ResultStore, identity: dict[str, str], report, address: str) -> str | None:
+    """The fact as one store entry; its key, or None where another sweep into this store stored it first."""
+    key = fact_key(identity)
+    row = {**identity, "forward_flops": float(report.forward_flops), "parameter_count": int(report.parameter_count),
+           "flops_method": report.flops_method}
+    manifest = {"address": address, "build_time_s": report.build_time_s, "inspected_at_unix_s": time.time(),
+                "output_shape": list(report.output_shape)}
+    try:
+        results_store.append(key, {FRAME: identity}, {FRAME: pd.DataFrame([row])}, manifest)
+    except ValueError:
+        if not results_store.has(key):
+            raise
+        return None
+    return key
