@@ -283,6 +283,7 @@ def run_sweep(
             reuse_key = f"{session}-{c.reuse_chain}" if c.reuse_chain else ""
             request = c.run_spec(startup, reuse_key, end_reuse=chain_ends.get(c.reuse_chain) == key).to_request()
             config = c.key_fields()
+
             def store(result: RunResult) -> None:
                 # Written as the summary arrives, while the runner frees the run's memory: off the gap between runs,
                 # and still stored before the next run starts.
