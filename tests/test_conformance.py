@@ -631,3 +631,22 @@ def test_two_cpu_devices_run_the_runners_data_parallel_strategy_over_the_global_
 def test_a_device_named_twice_is_invalid(stub):
     error = run_error(stub, run_request(device=None, devices=[TWO_CPUS[0], TWO_CPUS[0]]))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "names cpu:0 twice" in error.details()
+
+
+# --- a sweep's shared build ---------------------------------------------------
+
+
+def test_a_reuse_chain_builds_once_and_its_last_run_frees_the_build(runner, stub):
+    key = f"conformance-{runner.name}"
+
+    def summary(batch_size: int, **fields) -> pb.Summary:
+        events = run_events(stub, run_request(mode=pb.MODE_TRAIN, batch_size=batch_size, reuse_key=key, **fields))
+        assert of_kind(events, "config")[0].batch_size == batch_size
+        return summary_of(events)
+
+    first, last = summary(BATCH), summary(2 * BATCH, end_reuse=True)
+    assert (first.build_reused, last.build_reused) == (False, True)
+    # A new batch size traces the step again exactly where a fresh build would.
+    assert last.first_step_traced == first.first_step_traced
+    # The chain's last run freed the build: the same key starts from a fresh one.
+    assert summary(BATCH, end_reuse=True).build_reused is False
