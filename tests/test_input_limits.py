@@ -109,6 +109,7 @@ def test_the_command_line_takes_the_ranges_the_runners_take():
     assert plan.MAX_MEASURE_S == validation.MAX_MEASURE_S
     assert plan.MAX_IDLE_BASELINE_S == validation.MAX_IDLE_BASELINE_S
     assert plan.MAX_DISTRIBUTED_TIMEOUT_S == validation.MAX_DISTRIBUTED_TIMEOUT_S
+    assert plan.MAX_NODES == validation.MAX_NODES
     assert (plan.MIN_POWER_RATE_HZ, plan.MAX_POWER_RATE_HZ) == (sampler.MIN_RATE_HZ, sampler.MAX_RATE_HZ)
 
 

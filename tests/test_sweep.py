@@ -106,6 +106,19 @@ def test_reuse_chains_leave_the_store_keys_and_can_be_turned_off(tmp_path):
     assert chained[0].run_spec(StartupSettings()).to_request().reuse_key == ""
 
 
+def test_nodes_are_a_point_of_the_grid_and_join_the_key_only_above_one(tmp_path):
+    one = load_sweep(write(tmp_path, SWEEP)).configurations()
+    both = load_sweep(write(tmp_path, SWEEP + "nodes: [1, 2]\n")).configurations()
+    assert len(both) == 2 * len(one) and {c.nodes for c in both} == {1, 2}
+    single = [c for c in both if c.nodes == 1]
+    assert [run_key(c.key_fields()) for c in single] == [run_key(c.key_fields()) for c in one]
+    spanning = [c for c in both if c.nodes == 2]
+    assert all(c.key_fields()["nodes"] == 2 for c in spanning)
+    # The runs that must share a machine: every runner, batch size and repetition of one point.
+    assert len({c.family() for c in one}) == len({(c.model, c.mode, c.shape, c.precision, c.device) for c in one})
+    assert {c.family() for c in single}.isdisjoint({c.family() for c in spanning})
+
+
 def test_shorthands_give_the_same_grid_as_the_file(tmp_path):
     from_file = load_sweep(write(tmp_path, SWEEP))
     from_options = sweep_from_options(
@@ -181,6 +194,8 @@ BASE = "models: [resnet18, bert_tiny]\n"
         ("warmup_until_cv: .nan\n", 2, "warmup_until_cv", "accepted: a number >= 0"),
         ("shapes: [3x4294967296x32]\n", 2, "shapes[0]", "'3x4294967296x32' is not a shape; accepted: positive integers"),
         ("devices: [gpu:4294967296]\n", 2, "devices[0]", "'gpu:4294967296' is not a device"),
+        ("nodes: [1, 0]\n", 2, "nodes[1]", "0 is not a number of machines; accepted: integers from 1 to 1024"),
+        ("nodes: 2\n", 2, "nodes", "2 is not a list of values; write a non-empty list, e.g. nodes: [1, 2]"),
     ],
 )
 def test_errors_name_the_file_line_and_field(tmp_path, extra, line, field, message):

@@ -32,6 +32,7 @@ MAX_THREADS = 1024
 MAX_MEASURE_S = 86_400.0
 MIN_POWER_RATE_HZ, MAX_POWER_RATE_HZ = 1.0, 100.0  # or 0: telemetry off
 MAX_IDLE_BASELINE_S = 60.0
+MAX_NODES = 1024  # machines one run spans
 MIN_DISTRIBUTED_TIMEOUT_S, MAX_DISTRIBUTED_TIMEOUT_S = 1.0, 3600.0
 # The aggregator's own: more than this is a typing mistake, not a study.
 MAX_REPETITIONS = 1000

@@ -8,6 +8,7 @@
     precisions: [fp32, amp_bf16]        # default: [fp32]
     devices: [gpu:0, "gpu:0,gpu:1"]     # one device, or several of each runner for one run; default: its first GPU, else its CPU
     strategies: [ddp, mirrored]         # or per runner: {torch: [dp, ddp], tensorflow: [mirrored]}; default: the runner's
+    nodes: [1, 2]                       # machines one run spans (a Slurm allocation's, fwbench slurm); default: [1]
     repetitions: 6                      # runs per runner and point; default: 6 (a verdict needs 3)
     warmup: 50                          # the most warm-up steps; default: 50
     warmup_until_cv: 0.05               # warm up until the last 5 steps vary less; 0 (or warmup < 5): `warmup` steps
@@ -55,7 +56,7 @@ _OPTION_VALUE = re.compile(r"[A-Za-z0-9_]+")
 FIELDS = (
     "runners", "models", "modes", "batch_sizes", "shapes", "precisions", "devices", "repetitions",
     "warmup", "warmup_until_cv", "steps", "min_measure_s", "options", "layout", "compilation", "cooldown_s",
-    "strategies", "reuse_builds",
+    "strategies", "reuse_builds", "nodes",
 )
 
 
@@ -90,6 +91,7 @@ class Configuration:
     min_measure_s: float = DEFAULT_MIN_MEASURE_S
     strategy: Optional[Strategy] = None
     devices: Optional[str] = None  # several devices of the runner, "cpu:0,cpu:1"; then `device` is None
+    nodes: int = 1  # machines the run spans: one job across that many nodes of a Slurm allocation
     # The runs that share one build: this runner, this point less its batch size, this repetition; "" for none.
     # Not part of the store key: it changes how a run is prepared, not what it measures.
     reuse_chain: str = ""
@@ -125,7 +127,15 @@ class Configuration:
             # Only where set: the keys of runs stored before distributed runs existed stay the same.
             **({"strategy": self.strategy.value} if self.strategy else {}),
             **({"devices": self.devices} if self.devices else {}),
+            **({"nodes": self.nodes} if self.nodes > 1 else {}),
         }
+
+    def family(self) -> tuple:
+        """What the runs that must share a machine have in common: everything but the runner, its strategy, the
+        batch size and the repetition. A comparison's runs all run on one machine, so a difference between nodes is never
+        reported as one between frameworks, and a reuse chain stays on the runner that holds its build."""
+        return (self.model, self.model_options, self.mode, self.shape, self.precision, self.device, self.devices,
+                self.layout, self.nodes)
 
 
 @dataclass(frozen=True)
@@ -148,6 +158,7 @@ class Sweep:
     cooldown_s: float = 0.0
     strategies: dict[str, tuple[Strategy, ...]] = field(default_factory=dict)  # per runner; absent: its default
     reuse_builds: bool = True
+    nodes: tuple[int, ...] = (1,)
 
     def configurations(self) -> list[Configuration]:
         """The grid, model outermost, then mode, shape, precision, device, strategy; within each point,
@@ -158,9 +169,10 @@ class Sweep:
         strategy_count = max((len(v) for v in self.strategies.values()), default=1)
         for model in self.models:
             points = itertools.product(
-                self.modes, self.shapes.get(model, (None,)), self.precisions, self.devices, range(strategy_count)
+                self.modes, self.shapes.get(model, (None,)), self.precisions, self.devices, self.nodes,
+                range(strategy_count),
             )
-            for mode, shape, precision, device, s in points:
+            for mode, shape, precision, device, nodes, s in points:
                 for repetition, runner in counterbalanced(self.runners, self.repetitions):
                     own = self.strategies.get(runner, (None,))
                     if s >= len(own):
@@ -171,7 +183,7 @@ class Sweep:
                             runner, model, mode, batch_size, shape, precision, None if several else device, repetition,
                             tuple(sorted(self.options.get(model, {}).items())), self.layout,
                             self.compilation.get(runner), self.warmup, self.steps, self.warmup_until_cv,
-                            self.min_measure_s, own[s], device if several else None,
+                            self.min_measure_s, own[s], device if several else None, nodes,
                         )
                         for batch_size in self.batch_sizes
                     ]
@@ -277,6 +289,13 @@ def _build(raw: object, fail: Fail) -> Sweep:
         return value
 
     values["batch_sizes"] = _list(raw, "batch_sizes", fail, batch_check, "[16, 32]")
+
+    def nodes_check(path: tuple, value: object) -> int:
+        if not _is_int(value) or not 1 <= value <= plan.MAX_NODES:
+            fail(path, f"{value!r} is not a number of machines; accepted: integers from 1 to {plan.MAX_NODES}")
+        return value
+
+    values["nodes"] = _list(raw, "nodes", fail, nodes_check, "[1, 2]")
     values["repetitions"] = _number(raw, "repetitions", fail, 1, plan.MAX_REPETITIONS)
     values["warmup"] = _number(raw, "warmup", fail, 0, plan.MAX_WARMUP)
     values["steps"] = _number(raw, "steps", fail, 1, plan.MAX_STEPS)
