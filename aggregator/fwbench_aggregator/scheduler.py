@@ -64,3 +64,70 @@ def run_grouped(
         raise
     if errors:
         raise errors[0]
+
+
+def run_pooled(
+    units: Sequence[tuple[Hashable, list[Job]]],
+    workers: Sequence[tuple[Hashable, Hashable]],
+    run_one: Callable[[Hashable, Job], bool],
+    stop: threading.Event,
+    between: Callable[[], None] = lambda: None,
+) -> list[Job]:
+    """Units of jobs spread over a pool of workers (one per machine and lane): each (lane, jobs) unit runs whole
+    on one worker of its lane, its jobs in order, and a free worker takes the next unit waiting in its lane.
+    `workers` are (worker, lane). `run_one(worker, job)` returns False when the worker is lost (its machine
+    gone): the worker takes no more, and the unit's jobs after that one wait for another worker of the lane.
+    Returns the jobs no worker was left to run (and those not started once `stop` was set)."""
+    queues: dict[Hashable, list[list[Job]]] = {}
+    for lane, jobs in units:
+        queues.setdefault(lane, []).append(list(jobs))
+    busy = {lane: 0 for lane in queues}
+    lock = threading.Condition()
+    errors: list[BaseException] = []
+
+    def work(worker: Hashable, lane: Hashable) -> None:
+        ran_before = False
+        while not stop.is_set():
+            with lock:
+                while not queues.get(lane) and busy.get(lane, 0) and not stop.is_set():
+                    lock.wait(JOIN_POLL_S)  # a lost worker may yet hand back a unit
+                if not queues.get(lane) or stop.is_set():
+                    return
+                jobs = queues[lane].pop(0)
+                busy[lane] += 1
+            try:
+                for number, job in enumerate(jobs):
+                    if stop.is_set():
+                        with lock:
+                            queues[lane].insert(0, jobs[number:])
+                        return
+                    if ran_before:
+                        between()
+                    ran_before = True
+                    if not run_one(worker, job):
+                        with lock:
+                            if jobs[number + 1:]:
+                                queues[lane].insert(0, jobs[number + 1:])
+                        return
+            except BaseException as error:  # surfaced in the caller's thread below
+                errors.append(error)
+                stop.set()
+                return
+            finally:
+                with lock:
+                    busy[lane] -= 1
+                    lock.notify_all()
+
+    threads = [threading.Thread(target=work, args=pair, daemon=True) for pair in workers if pair[1] in queues]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(JOIN_POLL_S)
+    except KeyboardInterrupt:
+        stop.set()
+        raise
+    if errors:
+        raise errors[0]
+    return [job for lane_units in queues.values() for jobs in lane_units for job in jobs]
