@@ -42,6 +42,9 @@ class Transport:
     tls_cert: bytes | None = None
     tls_key: bytes | None = None
     token: str | None = None
+    # Seconds between keepalive pings on an idle or streaming connection; None: none. A runner on a machine that
+    # vanishes (a cluster node that fails) sends no TCP reset: without pings a call to it would wait for ever.
+    keepalive_s: float | None = None
 
     @classmethod
     def from_files(
@@ -75,10 +78,17 @@ class Transport:
         return self.tls_ca is not None or self.tls_cert is not None
 
     def channel(self, address: str) -> grpc.Channel:
+        options = [] if self.keepalive_s is None else [
+            ("grpc.keepalive_time_ms", int(self.keepalive_s * 1000)),
+            ("grpc.keepalive_timeout_ms", int(self.keepalive_s * 1000)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+        ]
         if self.tls:
-            channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(self.tls_ca, self.tls_key, self.tls_cert))
+            credentials = grpc.ssl_channel_credentials(self.tls_ca, self.tls_key, self.tls_cert)
+            channel = grpc.secure_channel(address, credentials, options=options)
         else:
-            channel = grpc.insecure_channel(address)
+            channel = grpc.insecure_channel(address, options=options)
         # An interceptor, not call credentials: gRPC sends those over TLS only, and a token must work without.
         return grpc.intercept_channel(channel, BearerToken(self.token)) if self.token else channel
 

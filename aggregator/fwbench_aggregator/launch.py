@@ -53,8 +53,11 @@ class StartupSettings:
         ]
 
 
-def embedded_command(framework: str, venvs: Path, settings: StartupSettings = StartupSettings()) -> list[str]:
-    """The command that starts a framework's runner from its own environment under `venvs`."""
+def embedded_command(
+    framework: str, venvs: Path, settings: StartupSettings = StartupSettings(), address: str = "127.0.0.1:0"
+) -> list[str]:
+    """The command that starts a framework's runner from its own environment under `venvs`, listening on
+    `address` (port 0: a free one it picks)."""
     declared = frameworks()
     if framework not in declared:
         raise RunnerStartError(f"no embedded runner for {framework!r}; known: {', '.join(declared)}")
@@ -63,7 +66,7 @@ def embedded_command(framework: str, venvs: Path, settings: StartupSettings = St
         raise RunnerStartError(
             f"the {framework} runner environment is missing ({python}); run scripts/setup_envs.sh first"
         )
-    return [str(python), "-m", declared[framework].module, "--address", "127.0.0.1:0", *settings.flags()]
+    return [str(python), "-m", declared[framework].module, "--address", address, *settings.flags()]
 
 
 def wait_until_serving(address: str, timeout_s: float, transport: Transport = Transport()) -> None:

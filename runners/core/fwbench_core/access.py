@@ -37,8 +37,16 @@ TOKEN_METADATA = "authorization"
 MIN_TOKEN_CHARS = 16
 # A token travels as a gRPC metadata value: printable ASCII without spaces.
 TOKEN_CHARACTERS = re.compile(r"[\x21-\x7e]+")
-# Without this gRPC sets SO_REUSEPORT, and a second runner on a port in use would silently share it.
-SERVER_OPTIONS = (("grpc.so_reuseport", 0),)
+# Without so_reuseport 0, gRPC sets SO_REUSEPORT, and a second runner on a port in use would silently share it.
+# The ping settings accept a client's keepalive pings every few seconds, also between calls (gRPC's default
+# answers pings more often than every 5 minutes with "too many pings" and closes the connection): an aggregator
+# on a cluster pings its runners so that a node that vanishes without a TCP reset is noticed in seconds.
+SERVER_OPTIONS = (
+    ("grpc.so_reuseport", 0),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 1000),
+    ("grpc.http2.max_ping_strikes", 0),
+)
 LOOPBACK_HOSTS = ("127.", "[::1]", "localhost")
 
 
