@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TOOLS = Path(sys.executable).parent  # hadolint, check-jsonschema and docker-compose come with the test environment
 FRAMEWORKS = shipped()
 RUNNERS = tuple(f.name for f in FRAMEWORKS)
-DOCKERFILES = (*(f"{f.folder}/Dockerfile" for f in FRAMEWORKS), "aggregator/Dockerfile")
+DOCKERFILES = (*(f"{f.folder}/Dockerfile" for f in FRAMEWORKS), "aggregator/Dockerfile", "tests/slurm/Dockerfile")
 BASE_IMAGES = ROOT / "tests" / "containers" / "base_images.sh"
 SECOND_NODES = {name: f"{name}-node1" for name in RUNNERS}  # compose.nodes.yaml's second runner of each
 
