@@ -128,6 +128,14 @@ def test_a_sweep_runner_without_an_address_is_refused_before_any_run(tmp_path, s
     assert not (tmp_path / "store").exists() or not ResultStore(tmp_path / "store").run_keys()
 
 
+def test_runs_across_nodes_are_refused_without_a_cluster(tmp_path):
+    path = tmp_path / "study.yaml"
+    path.write_text("models: [resnet18]\nstrategies: [ddp]\nnodes: [1, 2]\n")
+    done = fwbench("sweep", str(path), "--store", str(tmp_path / "store"))
+    assert done.returncode == 2 and "fwbench slurm" in " ".join(done.stderr.split())
+    assert not (tmp_path / "store").exists()
+
+
 def test_a_bad_sweep_file_names_the_line_and_field(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("models: [resnet18]\nbatch_sizes: [1, -2]\n")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import time
 from contextlib import ExitStack
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Annotated, Optional
@@ -21,6 +22,7 @@ from typer.core import TyperGroup
 
 from . import analysis, jobs, model_facts, plan, plots, runs, stats
 from . import parity as parity_mod
+from . import slurm as slurm_mod
 from . import report as report_mod
 from . import results as results_mod
 from . import store as store_mod
@@ -29,7 +31,7 @@ from .batch_search import BatchSearch
 from .client import RunnerClient, RunnerFailure
 from .console import Column, err_console, out_console, print_table
 from .frameworks import names as framework_names
-from .launch import StartupSettings, default_venvs
+from .launch import RunnerStartError, StartupSettings, default_venvs, embedded_command
 from .options import (
     BatchSizeOption, DevicesOption, DistributedTimeoutOption, FrameworksOption, LatencyBudgetOption, MinMeasureOption,
     ModelOption,
@@ -618,6 +620,12 @@ def sweep(
     if unreachable:
         raise typer.BadParameter(f"the sweep's runner(s) {', '.join(unreachable)} have no address; give each as "
                                  f"NAME=HOST:PORT, or list only {', '.join(given)} in its runners", param_hint="--runner")
+    spanning = sorted({c.nodes for c in study.configurations() if c.nodes > 1})
+    if spanning:
+        raise typer.BadParameter(
+            f"nodes: {spanning} spreads a run over several machines: run the study on a Slurm allocation with "
+            "`fwbench slurm`, or give a runner its machines as --runner NAME=HOST:PORT,HOST:PORT (every run of it "
+            "then spans them) and leave nodes out", param_hint="nodes")
     results_store = store_mod.ResultStore(store)
     results_store.clean_partials()
     startup = StartupSettings()
@@ -646,6 +654,105 @@ def sweep(
         show_store_report(results_store, store / "report", latency_budget_ms)
     for failure in failures:
         err_console.print(f"[red]{failure.runner}: {failure.code}: {escape(failure.message)}[/]")
+
+
+@app.command("slurm")
+def slurm_command(
+    file: Annotated[Path, typer.Argument(help="the study: a sweep file (YAML)")],
+    store: Annotated[Path, typer.Option(help="the results store, on the file system every node shares")] = Path("results/store"),
+    nodes: Annotated[int, typer.Option(min=1, max=plan.MAX_NODES, help="nodes to allocate")] = 1,
+    partition: Annotated[Optional[str], typer.Option(help="Slurm partition (default: the cluster's)")] = None,
+    account: Annotated[Optional[str], typer.Option(help="Slurm account to charge")] = None,
+    time_limit: Annotated[Optional[str], typer.Option("--time", help="the job's time limit, as sbatch takes it: 30, 4:00:00, 1-12")] = None,
+    gpus_per_node: Annotated[int, typer.Option(min=0, max=64, help="GPUs to allocate on each node (0: a CPU study)")] = 0,
+    runner_per_gpu: Annotated[Optional[bool], typer.Option(
+        "--runner-per-gpu/--runner-per-node",
+        help="start each framework's runner once per GPU (each its own place for the study's runs) or once per node "
+        "(all its GPUs). Default: per GPU, unless a run spans several devices or nodes",
+    )] = None,
+    exclusive: Annotated[bool, typer.Option("--exclusive/--shared-nodes", help="the nodes to this job alone (default), or shared with other jobs")] = True,
+    sbatch_option: Annotated[list[str], typer.Option(help="a further sbatch option, e.g. --sbatch-option=--qos=long; repeat for each")] = [],
+    resume: Annotated[bool, typer.Option(help="run only what the store does not hold yet")] = False,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait for the job to end, and exit with its status")] = False,
+    rendezvous_port: Annotated[int, typer.Option(min=1, max=65535, help="first rendezvous port of a run across nodes (node i uses PORT + i)")] = jobs.DEFAULT_RENDEZVOUS_PORT,
+    report: Annotated[bool, typer.Option(help="write the HTML report from the store when the study ends")] = True,
+    latency_budget_ms: LatencyBudgetOption = None,
+    venvs: VenvsOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="write the batch script and show it; submit nothing")] = False,
+) -> None:
+    """Run a study on a Slurm cluster: one job of NODES nodes, each node's runners started by srun, the study's
+    runs spread over them, every run stored the moment it completes. A node that fails ends its run in flight
+    (named, and left for --resume); the study goes on with the others."""
+    try:
+        study = sweep_mod.load_sweep(file)
+    except sweep_mod.SweepError as error:
+        raise typer.BadParameter(str(error)) from None
+    configurations = study.configurations()
+    widest = max(c.nodes for c in configurations)
+    if widest > nodes:
+        raise typer.BadParameter(f"the study's nodes reach {widest}, but the job asks for {nodes}: give --nodes {widest} or more", param_hint="--nodes")
+    venvs = (venvs or default_venvs()).absolute()
+    for name in study.runners:
+        try:
+            embedded_command(name, venvs)
+        except RunnerStartError as error:
+            raise typer.BadParameter(f"{error}; the environments must be on the file system every node shares", param_hint="--venvs") from None
+    store = store.absolute()
+    results_store = store_mod.ResultStore(store)
+    pending, done_before = runs.pending_runs(configurations, results_store, StartupSettings())
+    if done_before and not resume:
+        _, c = done_before[0]
+        raise typer.BadParameter(f"{store} already holds {c.runner} {c.model}; use --resume to skip what is done", param_hint="--store")
+    if not pending:
+        err_console.print(f"nothing to do: {store} holds all {len(done_before)} runs of the study")
+        return
+    # A runner per GPU sees one GPU, its gpu:0: runs across devices or nodes, or on a named GPU, need one per node.
+    whole = any(c.devices or c.nodes > 1 or (c.device or "gpu").split(":")[-1] not in ("gpu", "cpu", "0")
+                for c in configurations)
+    if runner_per_gpu and whole:
+        raise typer.BadParameter("the study has runs across several devices or nodes, or on a named GPU: they need a "
+                                 "runner that sees all of a node's GPUs; give --runner-per-node", param_hint="--runner-per-gpu")
+    options = slurm_mod.SlurmOptions(nodes, partition, account, time_limit, gpus_per_node, exclusive, tuple(sbatch_option))
+    submission = slurm_mod.Submission(
+        store=str(store), frameworks=list(study.runners), venvs=str(venvs), slurm=asdict(options),
+        runner_per_gpu=(gpus_per_node > 1 and not whole) if runner_per_gpu is None else runner_per_gpu,
+        rendezvous_port=rendezvous_port, report=report, latency_budget_ms=latency_budget_ms,
+    )
+    if not dry_run:
+        try:
+            slurm_mod.command("sbatch")
+        except slurm_mod.SlurmError as error:
+            raise typer.BadParameter(str(error), param_hint="Slurm") from None
+    folder = slurm_mod.prepare(file, store, options, submission)
+    err_console.print(f"{len(pending)} runs to do, {len(done_before)} already in {store}; batch script: {folder / 'job.sh'}")
+    if dry_run:
+        out_console.print((folder / "job.sh").read_text(), markup=False, highlight=False)
+        return
+    try:
+        job_id = slurm_mod.submit(folder)
+    except slurm_mod.SlurmError as error:
+        raise typer.BadParameter(str(error), param_hint="Slurm") from None
+    if not wait:
+        err_console.print(f"follow it with: squeue -j {job_id}; the report goes to {store / 'report'} when it ends")
+        return
+    record = folder / f"job-{job_id}" / "job.json"
+    status = slurm_mod.wait_for(job_id, record)
+    if record.exists():
+        slurm_mod.print_record(json.loads(record.read_text()))
+    if status:
+        raise typer.Exit(status)
+
+
+@app.command("slurm-job", hidden=True)
+def slurm_job(folder: Annotated[Path, typer.Argument(help="the submission folder fwbench slurm wrote")]) -> None:
+    """Inside the allocation (the batch script): the runners on every node, then the study."""
+    raise typer.Exit(slurm_mod.run_job(folder))
+
+
+@app.command("slurm-node", hidden=True)
+def slurm_node(run_dir: Annotated[Path, typer.Argument(help="the job's folder")]) -> None:
+    """On one node (an srun step): its runners, until the job ends."""
+    raise typer.Exit(slurm_mod.serve_node(run_dir))
 
 
 @app.command("report")

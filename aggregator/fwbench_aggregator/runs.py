@@ -433,8 +433,6 @@ def run_sweep_on_pool(
 
         def run_on_slot(slot_name: str, job: tuple[str, Configuration]) -> bool:
             slot = slots[slot_name]
-            if node_gone(slot.node):
-                return False
             failure = sweep.run(*job, slot.endpoints[job[1].runner], context={**pool.context, "run_nodes": [slot.node]}, stop=stop)
             return failure is None or not lost_run(failure, job[1], [slot.node])
 
@@ -443,7 +441,7 @@ def run_sweep_on_pool(
         workers = [(slot.name, lane_name) for slot in pool.slots for lane_name in {lane(u[0][1]) for u in single}]
         try:
             left = run_pooled([(lane(u[0][1]), u) for u in single], workers, run_on_slot, stop,
-                              between=lambda: time.sleep(cooldown_s))
+                              between=lambda: time.sleep(cooldown_s), available=lambda name: slots[name].node not in gone)
             for key, c in spanning:
                 if stop.is_set():
                     left.append((key, c))

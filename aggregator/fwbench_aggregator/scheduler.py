@@ -72,11 +72,13 @@ def run_pooled(
     run_one: Callable[[Hashable, Job], bool],
     stop: threading.Event,
     between: Callable[[], None] = lambda: None,
+    available: Callable[[Hashable], bool] = lambda worker: True,
 ) -> list[Job]:
     """Units of jobs spread over a pool of workers (one per machine and lane): each (lane, jobs) unit runs whole
     on one worker of its lane, its jobs in order, and a free worker takes the next unit waiting in its lane.
     `workers` are (worker, lane). `run_one(worker, job)` returns False when the worker is lost (its machine
-    gone): the worker takes no more, and the unit's jobs after that one wait for another worker of the lane.
+    gone): the worker takes no more, and the unit's jobs after that one wait for another worker of the lane;
+    so do the unit's jobs not yet started when `available(worker)` turns False (another lane found it gone).
     Returns the jobs no worker was left to run (and those not started once `stop` was set)."""
     queues: dict[Hashable, list[list[Job]]] = {}
     for lane, jobs in units:
@@ -97,7 +99,7 @@ def run_pooled(
                 busy[lane] += 1
             try:
                 for number, job in enumerate(jobs):
-                    if stop.is_set():
+                    if stop.is_set() or not available(worker):
                         with lock:
                             queues[lane].insert(0, jobs[number:])
                         return
