@@ -5,15 +5,19 @@ runners on loopback; tests/test_slurm.py does the same on a real Slurm cluster."
 
 from __future__ import annotations
 
+import signal
 import threading
+import time
 
 import pytest
 from fwbench_aggregator import jobs, runs
 from fwbench_aggregator.connection import Transport
-from fwbench_aggregator.launch import LocalRunner, StartupSettings, fake_runner_command
+from fwbench_aggregator.launch import LocalRunner, RunnerStartError, StartupSettings, fake_runner_command, wait_until_serving
+from fwbench_aggregator.plan import RunSpec
 from fwbench_aggregator.scheduler import run_pooled
 from fwbench_aggregator.store import ResultStore
 from fwbench_aggregator.sweep import sweep_from_options
+from fwbench_aggregator.vocabulary import Mode, Precision
 
 RUNNERS = ("first", "second")
 
@@ -62,7 +66,13 @@ def pool_of(machines) -> runs.Pool:
 
     def lost(node):
         code = machines[node].process.poll()
-        return None if code is None else f"its runner exited ({code})"
+        if code is not None:
+            return f"its runner exited ({code})"
+        try:
+            wait_until_serving(machines[node].address, 2.0)
+        except RunnerStartError:
+            return "its runner does not answer"
+        return None
 
     return runs.Pool(slots, lost, {"cluster": {"job_id": "42"}})
 
@@ -72,8 +82,10 @@ def study():
                               runners=",".join(RUNNERS), repetitions=2, warmup=1, steps=2, min_measure_s=0.3)
 
 
-def run_study(tmp_path, machines, kill_during: int | None = None, monkeypatch=None):
-    """The study's pending runs on the pool; with `kill_during`, node2's runner is killed during that call to it."""
+def run_study(tmp_path, machines, kill_during: int | None = None, monkeypatch=None, how=signal.SIGKILL,
+              transport: Transport = Transport()):
+    """The study's pending runs on the pool; with `kill_during`, node2's runner gets the signal `how` during that
+    call to it."""
     if kill_during is not None:
         real_run_job, calls = jobs.run_job, []
 
@@ -81,13 +93,13 @@ def run_study(tmp_path, machines, kill_during: int | None = None, monkeypatch=No
             if address == machines["node2"].address:
                 calls.append(address)
                 if len(calls) == kill_during:
-                    threading.Timer(0.15, machines["node2"].process.kill).start()
+                    threading.Timer(0.15, machines["node2"].process.send_signal, (how,)).start()
             return real_run_job(name, address, *args, **kwargs)
 
         monkeypatch.setattr(jobs, "run_job", run_job)
     store = ResultStore(tmp_path / "store")
     pending, done = runs.pending_runs(study().configurations(), store, StartupSettings())
-    failures, left, interrupted = runs.run_sweep_on_pool(pending, pool_of(machines), Transport(), StartupSettings(), store, 0.0)
+    failures, left, interrupted = runs.run_sweep_on_pool(pending, pool_of(machines), transport, StartupSettings(), store, 0.0)
     assert interrupted is None
     return pending, done, failures, left, store
 
@@ -123,3 +135,26 @@ def test_a_machine_lost_mid_run_is_named_the_rest_finish_elsewhere_and_a_resume_
     again, done, failures, left, store = run_study(tmp_path, machines)
     assert len(again) == 1 and len(done) == len(pending) - 1 and not failures and not left
     assert len(store.run_keys()) == len(pending) and store.run_keys() >= kept
+
+
+def test_a_machine_that_goes_silent_without_closing_its_connections_is_noticed_by_keepalive(tmp_path, machines, monkeypatch):
+    """A frozen machine (here: its runner stopped with SIGSTOP) sends no reset, as a node that loses power or its
+    network; the pings notice it within seconds, where the call would otherwise wait for ever."""
+    started = time.monotonic()
+    try:
+        pending, _, failures, left, store = run_study(tmp_path, machines, kill_during=2, monkeypatch=monkeypatch,
+                                                      how=signal.SIGSTOP, transport=Transport(keepalive_s=1.0))
+    finally:
+        machines["node2"].process.send_signal(signal.SIGCONT)
+    [failure] = failures
+    assert "node node2 lost" in failure.message and "does not answer" in failure.message
+    assert len(store.run_keys()) == len(pending) - 1 and not left
+    assert time.monotonic() - started < 30
+
+
+def test_a_runner_answers_pings_through_a_long_run_without_closing_the_connection(machines):
+    """Pings twice a second, as fast as a cluster's aggregator might send them, never end a healthy run."""
+    request = RunSpec("resnet18", Mode.infer, 1, "3x32x32", Precision.fp32, None, None, warmup=1, steps=2,
+                      min_measure_s=4.0).to_request()
+    result = jobs.run_job("first", machines["node1"].address, Transport(keepalive_s=0.5), request)
+    assert result.summary.measured_steps > 2

@@ -83,6 +83,8 @@ class Transport:
             ("grpc.keepalive_timeout_ms", int(self.keepalive_s * 1000)),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.max_pings_without_data", 0),
+            # gRPC waits this long for any ping's answer whatever keepalive_timeout says (default 60 s).
+            ("grpc.http2.ping_timeout_ms", int(self.keepalive_s * 1000)),
         ]
         if self.tls:
             credentials = grpc.ssl_channel_credentials(self.tls_ca, self.tls_key, self.tls_cert)
