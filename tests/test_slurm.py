@@ -1,8 +1,8 @@
 """`fwbench slurm` on a real Slurm: Debian's slurmctld, slurmd and munge in containers (tests/slurm/), one
 controller (the login node) and two CPU compute nodes, the project and the store mounted at the same paths on
 all three as a cluster's shared file system. A small study runs over both nodes; then a node is killed in the
-middle of a second study, which finishes on the other node, and a second job resumes it. Skipped, saying so
-in capitals, where no Docker engine answers."""
+middle of a second study, which finishes on the other node, and a second job resumes it; a requeued job
+resumes by itself. Skipped, saying so in capitals, where no Docker engine answers."""
 
 from __future__ import annotations
 
@@ -124,6 +124,34 @@ def test_a_node_killed_mid_study_is_named_the_other_finishes_and_a_resume_runs_o
     assert set(store.run_keys()) >= kept and len(store.run_keys()) == expected
     assert len(store.load("summary")) == expected, "no run is stored twice"
     assert job_records(store_dir)[-1]["runs_done_before"] == expected - 1
+
+
+def test_a_preempted_job_requeued_by_slurm_resumes_by_itself_repeating_nothing(cluster):
+    study, store_dir = cluster.shared / "requeue.yaml", cluster.shared / "requeue-store"
+    study.write_text("runners: [torch]\nmodels: [resnet18]\nbatch_sizes: [1, 2]\nshapes: [3x32x32, 3x48x48]\n"
+                     f"repetitions: 2\nmin_measure_s: 1.5\n{RUN_FIELDS}")
+    submitted = subprocess.Popen(
+        fwbench_slurm(cluster, str(study), "--store", str(store_dir), "--nodes", "2", "--sbatch-option=--requeue", "--wait"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while len(_placed(store_dir)) < 2:
+        assert submitted.poll() is None and time.monotonic() < deadline, "the job stored no runs"
+        time.sleep(0.2)
+    [job_id] = cluster.exec(["squeue", "--noheader", "--format=%i"]).stdout.split()
+    cluster.exec(["scontrol", "requeue", job_id], check=True)  # what pre-emption with requeue does
+    # Slurm holds a requeued job back for two minutes (its nodes may need cleaning); these need none. The hold is
+    # set once the job's steps have ended and it is pending again.
+    while "JobState=PENDING" not in cluster.exec(["scontrol", "--oneliner", "show", "job", job_id]).stdout:
+        assert time.monotonic() < deadline, "the requeued job never went back to pending"
+        time.sleep(0.5)
+    cluster.exec(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
+    stdout, stderr = submitted.communicate(timeout=JOB_TIMEOUT_S)
+    done = subprocess.CompletedProcess(submitted.args, submitted.returncode, stdout, stderr)
+    assert done.returncode == 0, explain(done, store_dir)
+    store = ResultStore(store_dir)
+    assert len(store.run_keys()) == 8 and len(store.load("summary")) == 8, "every run once"
+    first, again = job_records(store_dir)
+    assert again["runs_done_before"] >= 2 and first["job_id"] == again["job_id"] == job_id
 
 
 def _placed(store_dir: Path) -> dict[str, set[str]]:

@@ -735,9 +735,9 @@ def slurm_command(
     if not wait:
         err_console.print(f"follow it with: squeue -j {job_id}; the report goes to {store / 'report'} when it ends")
         return
-    record = folder / f"job-{job_id}" / "job.json"
-    status = slurm_mod.wait_for(job_id, record)
-    if record.exists():
+    status = slurm_mod.wait_for(folder, job_id)
+    record = slurm_mod.record_of(folder, job_id)
+    if record is not None:
         slurm_mod.print_record(json.loads(record.read_text()))
     if status:
         raise typer.Exit(status)

@@ -12,6 +12,7 @@ store and the environments live on the cluster's shared file system, at the same
     STORE/slurm/<submission>/job-<job id>/nodes/<node>.json each node's runners, as it registered them
     STORE/slurm/<submission>/job-<job id>/logs/             each node's step and runners
     STORE/slurm/<submission>/job-<job id>/job.json          the job: nodes, nodes lost, runs done, failed, left
+    STORE/slurm/<submission>/job-<job id>-restart<n>/       the same for the n-th start of a requeued job
 """
 
 from __future__ import annotations
@@ -143,7 +144,13 @@ def submit(folder: Path) -> str:
     return job_id
 
 
-def wait_for(job_id: str, record: Path) -> int:
+def record_of(folder: Path, job_id: str) -> Optional[Path]:
+    """The job's record (its last start's, if it was requeued), once it has written one."""
+    records = sorted(folder.glob(f"job-{job_id}*/job.json"), key=lambda path: path.stat().st_mtime)
+    return records[-1] if records else None
+
+
+def wait_for(folder: Path, job_id: str) -> int:
     """Wait until the job ends; its exit status. `scontrol show job` every few seconds (sbatch --wait backs off
     to 32 s between looks); a job Slurm has already forgotten is judged by the record it wrote."""
     while True:
@@ -158,7 +165,8 @@ def wait_for(job_id: str, record: Path) -> int:
         if state != "COMPLETED":
             err_console.print(f"[bold red]Slurm job {job_id} ended {state}[/] (exit code {fields.get('ExitCode', '?')})")
         return int(status) or (1 if state != "COMPLETED" or signal_number not in ("", "0") else 0)
-    return 0 if record.exists() and not json.loads(record.read_text())["left"] else 1
+    record = record_of(folder, job_id)
+    return 0 if record is not None and not json.loads(record.read_text())["left"] else 1
 
 
 def hostnames(nodelist: str) -> list[str]:
@@ -249,7 +257,10 @@ def run_job(folder: Path) -> int:
     if not job_id or not nodelist:
         raise SlurmError("fwbench slurm-job runs inside a Slurm allocation (sbatch job.sh); SLURM_JOB_ID is not set")
     nodes = hostnames(nodelist)
-    run_dir = folder / f"job-{job_id}"
+    # A requeued job (pre-empted with --requeue) starts again under its id: each start gets a folder of its own,
+    # so no node reads the last start's registrations or stop file, and resumes from the store by itself.
+    restart = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    run_dir = folder / (f"job-{job_id}" + (f"-restart{restart}" if restart else ""))
     study = sweep_mod.load_sweep(folder / "study.yaml")
     results_store = store_mod.ResultStore(Path(submission.store))
     results_store.clean_partials()
