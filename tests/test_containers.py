@@ -294,13 +294,18 @@ def docker_engine_problem() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def skip_without_docker_engine(tests: str) -> None:
+    """Skip, loudly (a warning in the summary as well as the skip), where no Docker engine answers."""
     problem = docker_engine_problem()
     if problem:
-        message = f"NO DOCKER ENGINE, CONTAINER TESTS NOT RUN: {problem}"
+        message = f"NO DOCKER ENGINE, {tests} TESTS NOT RUN: {problem}"
         warnings.warn(message)
         pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    skip_without_docker_engine("CONTAINER")
     results_dir = tmp_path_factory.mktemp("container-results")
     shutil.chown(results_dir, UID, UID)
     stack = Stack(results_dir)

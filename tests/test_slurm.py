@@ -10,13 +10,12 @@ import json
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import pytest
 from fwbench_aggregator.store import ResultStore
 from slurm import cluster as slurm_cluster
-from test_containers import docker_engine_problem
+from test_containers import skip_without_docker_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 FWBENCH = ROOT / ".venvs" / "aggregator" / "bin" / "fwbench"
@@ -27,11 +26,7 @@ RUN_FIELDS = "modes: [infer]\nwarmup: 1\nwarmup_until_cv: 0\nsteps: 3\n"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    problem = docker_engine_problem()
-    if problem:
-        message = f"NO DOCKER ENGINE, SLURM TESTS NOT RUN: {problem}"
-        warnings.warn(message)
-        pytest.skip(message)
+    skip_without_docker_engine("SLURM")
     shared = tmp_path_factory.mktemp("slurm-shared")
     prefix = slurm_cluster.python_prefix_of(Path(sys.executable))
     with slurm_cluster.Cluster("fwbench-slurm-test", ROOT, prefix, [shared]) as started:

@@ -52,18 +52,7 @@ def run_grouped(
                 stop.set()
                 return
 
-    threads = [threading.Thread(target=work, args=(group_jobs,), daemon=True) for group_jobs in groups.values()]
-    for thread in threads:
-        thread.start()
-    try:
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(JOIN_POLL_S)
-    except KeyboardInterrupt:
-        stop.set()
-        raise
-    if errors:
-        raise errors[0]
+    _run_threads([threading.Thread(target=work, args=(jobs,), daemon=True) for jobs in groups.values()], stop, errors)
 
 
 def run_pooled(
@@ -120,7 +109,14 @@ def run_pooled(
                     busy[lane] -= 1
                     lock.notify_all()
 
-    threads = [threading.Thread(target=work, args=pair, daemon=True) for pair in workers if pair[1] in queues]
+    _run_threads([threading.Thread(target=work, args=pair, daemon=True) for pair in workers if pair[1] in queues],
+                 stop, errors)
+    return [job for lane_units in queues.values() for jobs in lane_units for job in jobs]
+
+
+def _run_threads(threads: list[threading.Thread], stop: threading.Event, errors: list[BaseException]) -> None:
+    """Start the threads and wait for them all, in short joins so that Ctrl-C reaches this thread (and sets
+    `stop` for them); then raise the first error a thread met."""
     for thread in threads:
         thread.start()
     try:
@@ -132,4 +128,3 @@ def run_pooled(
         raise
     if errors:
         raise errors[0]
-    return [job for lane_units in queues.values() for jobs in lane_units for job in jobs]
