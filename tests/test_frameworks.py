@@ -68,13 +68,27 @@ def test_an_extra_declaration_adds_a_framework_and_a_repeated_name_is_refused(tm
         frameworks.names()
 
 
-def test_a_sweep_runs_every_declared_framework_by_default(fake_framework):
-    assert sweep.sweep_from_options("resnet18").runners == (*(f.name for f in frameworks.shipped()), "fake")
+def test_a_sweep_runs_every_framework_compared_by_default(fake_framework):
+    by_default = tuple(f.name for f in frameworks.shipped() if f.compared_by_default)
+    assert by_default[:2] == ("torch", "tensorflow"), "the comparison this product is for"
+    assert sweep.sweep_from_options("resnet18").runners == (*by_default, "fake")
+
+
+def test_a_framework_not_compared_by_default_runs_only_when_named(tmp_path, monkeypatch):
+    path = tmp_path / "opt-in.toml"
+    path.write_text(FAKE_DECLARATION + "compared_by_default = false\n")
+    monkeypatch.setenv(frameworks.EXTRA_ENV, str(path))
+    assert "fake" in frameworks.names() and "fake" not in frameworks.default_names()
+    assert "fake" not in sweep.sweep_from_options("resnet18").runners
+    assert "fake" in sweep.sweep_from_options("resnet18", runners="torch,fake").runners
+    path.write_text(FAKE_DECLARATION + "compared_by_default = 'no'\n")
+    with pytest.raises(frameworks.FrameworkListError, match=r"\[fake\] compared_by_default = 'no'; accepted values: true, false"):
+        frameworks.names()
 
 
 def test_a_third_framework_runs_through_the_cli_with_no_other_edit(tmp_path, fake_framework):
     help_text = fwbench("compare", "--help", env={**fake_framework, "COLUMNS": "250"}).stdout
-    assert ",".join(frameworks.names()) in help_text  # the default: every declared framework, the fake included
+    assert ",".join(frameworks.default_names()) in help_text  # the default: those compared by default, the fake included
 
     listed = fwbench("models", "--frameworks", "fake", env=fake_framework)
     assert listed.returncode == 0, listed.stderr

@@ -30,7 +30,6 @@ from . import sweep as sweep_mod
 from .batch_search import BatchSearch
 from .client import RunnerClient, RunnerFailure
 from .console import Column, err_console, out_console, print_table
-from .frameworks import names as framework_names
 from .launch import RunnerStartError, StartupSettings, default_venvs, embedded_command
 from .options import (
     BatchSizeOption, DevicesOption, DistributedTimeoutOption, FrameworksOption, LatencyBudgetOption, MinMeasureOption,
@@ -426,41 +425,54 @@ def parity(
     tls_key: TlsKeyOption = None,
     token_file: TokenFileOption = None,
     venvs: VenvsOption = None,
+    frameworks: FrameworksOption = every_framework(),
     out: Annotated[Path, typer.Option(help="folder for parity.csv")] = Path("results"),
 ) -> None:
-    """Show that the first two declared runners (torch, the reference, and TensorFlow) build the same networks:
-    parameters, FLOPs, output shapes, and, where the other runner can load the reference's weights, the same
-    output for the same input. The weights pass through the runners' reference folder: the runners started here
-    share a temporary one; runners given with --runner must be started with one shared --reference-dir."""
+    """Show that the runners build the same networks as the first one, the reference (torch by default, against
+    TensorFlow; --frameworks torch,tensorflow,jax adds JAX): parameters, FLOPs, output shapes, and, where a
+    runner can load the reference's weights, the same output for the same input. The weights pass through the
+    runners' reference folder: the runners started here share a temporary one; runners given with --runner must
+    be started with one shared --reference-dir."""
     transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
-    pair = reference_name, other_name = tuple(framework_names()[:2])
+    reference_name, *other_names = frameworks.split(",")
+    if not other_names:
+        raise typer.BadParameter(f"{frameworks!r}: give the reference and at least one runner to check against it",
+                                 param_hint="--frameworks")
     names = [name for name in models.split(",") if name] if models else None
     run_dir = out / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-parity")
     failures: list[RunnerFailure] = []
-    table = None
+    tables = []
     with ExitStack() as stack:
         # Entered before the runners start, so it is removed only after they stop.
         shared = StartupSettings(reference_dir=stack.enter_context(TemporaryDirectory(prefix="fwbench-references-")))
-        endpoints, failures = runs.resolve_endpoints(runner, ",".join(pair), venvs, run_dir / "logs", stack, shared)
-        if set(pair) <= endpoints.keys():
+        endpoints, failures = runs.resolve_endpoints(runner, frameworks, venvs, run_dir / "logs", stack, shared)
+        if reference_name in endpoints:
             reference = stack.enter_context(RunnerClient(reference_name, endpoints[reference_name], transport))
-            other = stack.enter_context(RunnerClient(other_name, endpoints[other_name], transport))
             known = [m.name for m in reference.list_models()]
             unknown = sorted(set(names or []) - set(known))
             if unknown:
                 raise typer.BadParameter(f"unknown model(s) {unknown}; known models: {', '.join(known)}", param_hint="--models")
-            with err_console.status("checking parity") as status:
-                try:
-                    table = parity_mod.parity_table(
-                        reference, other, names, lambda v: status.update(f"checking {v.label}")
-                    )
-                except RunnerFailure as failure:
-                    failures.append(failure)
-    if table is not None:
+            for other_name in other_names:
+                if other_name not in endpoints:
+                    continue
+                other = stack.enter_context(RunnerClient(other_name, endpoints[other_name], transport))
+                with err_console.status(f"checking parity with {other_name}") as status:
+                    try:
+                        table = parity_mod.parity_table(
+                            reference, other, names, lambda v: status.update(f"checking {v.label} on {other_name}")
+                        )
+                    except RunnerFailure as failure:
+                        failures.append(failure)
+                        continue
+                print_parity(table, reference_name, other_name)
+                if table.attrs["only_reference"]:
+                    err_console.print(f"{other_name} builds no {', '.join(table.attrs['only_reference'])}: not checked")
+                tables.append(table.assign(other=other_name))
+    if tables:
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / "parity.csv"
+        table = pd.concat(tables, ignore_index=True)
         table.to_csv(path, index=False)
-        print_parity(table, reference_name, other_name)
         err_console.print(f"results: {path}")
         if (table["verdict"] != "same").any():
             err_console.print("[bold red]some models differ between the runners[/]")

@@ -32,6 +32,7 @@ class Framework:
     host_port: Optional[int] = None
     image_check: tuple[str, ...] = ()
     image_env: tuple[tuple[str, str], ...] = ()  # environment variables its image sets
+    compared_by_default: bool = True  # started and swept when the user names no frameworks
 
     @property
     def requirements(self) -> str:
@@ -51,10 +52,18 @@ def _read(path: Path) -> list[Framework]:
                 name, table["module"], table["folder"], table.get("environment", name),
                 table.get("host_port"), tuple(table.get("image_check", ())),
                 tuple((key, str(value)) for key, value in table.get("image_env", {}).items()),
+                _flag(table, "compared_by_default", path, name),
             ))
         except (KeyError, TypeError) as error:
             raise FrameworkListError(f"{path}: [{name}] lacks or misstates {error}; give module and folder") from None
     return out
+
+
+def _flag(table: dict, key: str, path: Path, name: str) -> bool:
+    value = table.get(key, True)
+    if not isinstance(value, bool):
+        raise FrameworkListError(f"{path}: [{name}] {key} = {value!r}; accepted values: true, false")
+    return value
 
 
 def frameworks() -> dict[str, Framework]:
@@ -71,6 +80,12 @@ def frameworks() -> dict[str, Framework]:
 
 def names() -> list[str]:
     return list(frameworks())
+
+
+def default_names() -> list[str]:
+    """The frameworks a command starts, and a sweep compares, when the user names none: torch against
+    TensorFlow, the comparison this product is for; a further framework is added by naming it."""
+    return [name for name, framework in frameworks().items() if framework.compared_by_default]
 
 
 def shipped() -> list[Framework]:

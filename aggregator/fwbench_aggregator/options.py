@@ -12,6 +12,7 @@ import typer
 
 from . import plan, stats
 from .connection import EMBEDDED, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TOKEN_FILE_ENV, Transport
+from .frameworks import default_names as default_framework_names
 from .frameworks import names as framework_names
 from .vocabulary import DEVICE_FORMS, DEVICES_FORMS, SHAPE_FORMS, Compilation, Strategy, devices_problem, is_device, is_shape
 
@@ -205,11 +206,12 @@ def parse_frameworks(value: str) -> str:
 
 
 def every_framework() -> str:
-    """The embedded runners a command starts by default: every declared framework."""
-    return ",".join(framework_names())
+    """The embedded runners a command starts by default: every framework compared by default."""
+    return ",".join(default_framework_names())
 
 
-FrameworksOption = Annotated[str, typer.Option(callback=parse_frameworks, help="embedded runners to start, comma-separated")]
+FrameworksOption = Annotated[str, typer.Option(
+    callback=parse_frameworks, help=f"embedded runners to start, comma-separated, of: {', '.join(framework_names())}")]
 VenvsOption = Annotated[Optional[Path], typer.Option(help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")]
 
 

@@ -107,12 +107,19 @@ def parity_table(
     names: list[str] | None,
     on_variant: Callable[[Variant], None] = lambda v: None,
 ) -> pd.DataFrame:
-    listed = {name: [m.name for m in client.list_models()] for name, client in ((reference.name, reference), (other.name, other))}
-    if sorted(listed[reference.name]) != sorted(listed[other.name]):
-        only = set(listed[reference.name]) ^ set(listed[other.name])
-        raise RunnerFailure(other.name, "FAILED_PRECONDITION", f"the runners list different models: {sorted(only)}")
+    """Every model both runners list (or those of `names`), checked. A model the reference lists and the other
+    does not is named in the table's attrs["only_reference"]: a further framework may build a subset; asked for
+    by name, it is an error."""
+    reference_models = reference.list_models()
+    listed = {m.name for m in other.list_models()}
+    lacking = [name for name in names or [] if name not in listed]
+    if lacking:
+        raise RunnerFailure(other.name, "FAILED_PRECONDITION",
+                            f"lists no model {', '.join(lacking)}; it has: {', '.join(sorted(listed))}")
     rows = []
-    for variant in variants(reference.list_models(), names):
+    for variant in variants([m for m in reference_models if m.name in listed], names):
         on_variant(variant)
         rows.append(check_variant(variant, reference, other))
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    table.attrs["only_reference"] = sorted(m.name for m in reference_models if m.name not in listed)
+    return table

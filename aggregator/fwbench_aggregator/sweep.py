@@ -1,6 +1,6 @@
 """Sweeps: a grid of benchmark configurations, described in YAML or by command-line shorthands.
 
-    runners: [torch, tensorflow]        # default: every declared framework (frameworks.toml)
+    runners: [torch, tensorflow]        # default: those frameworks.toml compares by default (torch, tensorflow)
     models: [resnet18, bert_tiny]       # required
     modes: [train, infer]               # default: [train]
     batch_sizes: [16, 32, 64]           # default: [32]
@@ -42,7 +42,7 @@ from typing import Optional
 import yaml
 
 from . import plan, stats, store
-from .frameworks import names as framework_names
+from .frameworks import default_names as default_framework_names
 from .launch import StartupSettings
 from .plan import DEFAULT_MIN_MEASURE_S, DEFAULT_STEPS, DEFAULT_WARMUP, DEFAULT_WARMUP_UNTIL_CV, RunSpec
 from .vocabulary import (
@@ -141,7 +141,7 @@ class Configuration:
 @dataclass(frozen=True)
 class Sweep:
     models: tuple[str, ...]
-    runners: tuple[str, ...] = field(default_factory=lambda: tuple(framework_names()))  # default: every declared framework
+    runners: tuple[str, ...] = field(default_factory=lambda: tuple(default_framework_names()))
     modes: tuple[Mode, ...] = (Mode.train,)
     batch_sizes: tuple[int, ...] = (32,)
     shapes: dict[str, tuple[Optional[str], ...]] = field(default_factory=dict)  # per model; absent: (None,)
@@ -352,7 +352,7 @@ def _build(raw: object, fail: Fail) -> Sweep:
     if raw.get("layout") is not None:
         values["layout"] = _choice(Layout, "layout", fail)(("layout",), raw["layout"])
 
-    runners = values["runners"] or tuple(framework_names())
+    runners = values["runners"] or tuple(default_framework_names())
     if raw.get("compilation") is not None:
         given = raw["compilation"]
         compilation_check = _choice(Compilation, "compilation", fail)
