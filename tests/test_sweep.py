@@ -76,15 +76,15 @@ def test_a_valid_file_expands_counterbalanced(tmp_path):
 
 def test_defaults_are_long_enough_windows_and_enough_runs_to_call_a_verdict(tmp_path):
     configurations = load_sweep(write(tmp_path, "models: [resnet18]\n")).configurations()
-    # Every declared framework, in the order aggregator/fwbench_aggregator/frameworks.toml lists them, each run
+    # Every framework compared by default, in the order aggregator/fwbench_aggregator/frameworks.toml lists them, each run
     # as often as a verdict needs.
-    assert len(configurations) == len(frameworks.names()) * DEFAULT_REPETITIONS
+    assert len(configurations) == len(frameworks.default_names()) * DEFAULT_REPETITIONS
     assert DEFAULT_REPETITIONS >= MIN_REPETITIONS
-    assert configurations[:len(frameworks.names())] == [
-        Configuration(name, "resnet18", Mode.train, 32, None, Precision.fp32, None, 0) for name in frameworks.names()
+    assert configurations[:len(frameworks.default_names())] == [
+        Configuration(name, "resnet18", Mode.train, 32, None, Precision.fp32, None, 0) for name in frameworks.default_names()
     ]
     assert configurations[0].key_fields() == {
-        "runner": frameworks.names()[0], "model": "resnet18", "model_options": {}, "mode": "train", "batch_size": 32,
+        "runner": frameworks.default_names()[0], "model": "resnet18", "model_options": {}, "mode": "train", "batch_size": 32,
         "input_shape": None, "precision": "fp32", "device": None, "layout": None, "compilation": None,
         "settings": {"warmup_steps": 50, "warmup_until_cv": 0.05, "measured_steps": 20, "min_measure_s": 1.0},
         "repetition": 0,
@@ -178,8 +178,8 @@ BASE = "models: [resnet18, bert_tiny]\n"
         ("min_measure_s: -1\n", 2, "min_measure_s", "-1 is not accepted; accepted: a number from 0 to 86400"),
         ("warmup_until_cv: 5\n", 2, "warmup_until_cv", "5.0 is not a coefficient of variation; accepted: 0 (off) up to below 1"),
         ("layout: nhwc\n", 2, "layout", "unknown layout 'nhwc'; accepted values: channels_first, channels_last"),
-        ("compilation: jit\n", 2, "compilation", "unknown compilation 'jit'; accepted values: eager, graph, xla, torch_compile"),
-        ("compilation: {jax: xla}\n", 2, "compilation.jax", f"'jax' is not one of this sweep's runners; accepted: {', '.join(frameworks.names())}"),
+        ("compilation: jit\n", 2, "compilation", "unknown compilation 'jit'; accepted values: eager, graph, xla, torch_compile, torchscript, onnxruntime"),
+        ("compilation: {jax: xla}\n", 2, "compilation.jax", f"'jax' is not one of this sweep's runners; accepted: {', '.join(frameworks.default_names())}"),
         ("options:\n  bert_tiny:\n    head: off\n", 4, "options.bert_tiny.head", "False is not an option value"),
         ("options:\n  bert_tiny: mlm\n", 3, "options.bert_tiny", "'mlm' is not a mapping of option to value"),
         ("steps: 10\nsteps: 20\n", 3, "steps", "given twice"),

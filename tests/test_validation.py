@@ -12,6 +12,7 @@ from fwbench_core.catalog import MODEL_SPECS
 from fwbench_core.errors import ECHO_CHARS, FailedPrecondition, InvalidArgument, NotFound, echoed
 from fwbench_core.spec import (
     Compilation,
+    CompilationLimits,
     Layout,
     Switch,
     WarmupUntilStable,
@@ -23,11 +24,13 @@ from fwbench_core.spec import (
     Objective,
     Precision,
     RunRequest,
+    RunnerInfo,
+    Strategy,
 )
 
 from fwbench_core.validation import resolve_model_config
 
-from core_support import ALL_MODELS, CPU, GPU0, expect_error, request, resolve_request
+from core_support import ALL_MODELS, CPU, GPU0, capabilities_with, expect_error, request, resolve_request
 
 
 def test_defaults_are_resolved():
@@ -286,3 +289,57 @@ def test_echoed_text_is_quoted_and_cut():
     assert echoed("3x224", quote=False) == "3x224"
     long = echoed("y" * (ECHO_CHARS + 1))
     assert long == repr("y" * ECHO_CHARS) + f"... ({ECHO_CHARS + 1} characters)"
+
+
+# --- compilations that run less than their device (torch's onnxruntime: inference, fp32, NCHW, one device) ---
+
+INFER_FP32_NCHW = CompilationLimits(
+    modes=frozenset({Mode.INFER}),
+    precisions=frozenset({Precision.FP32}),
+    layouts=frozenset({Layout.CHANNELS_FIRST}),
+    strategies=frozenset({Strategy.SINGLE}),
+)
+LIMITED = dict(
+    compilations=frozenset({Compilation.EAGER, Compilation.ONNXRUNTIME}),
+    default_compilation=Compilation.EAGER,
+    layouts=frozenset(Layout),
+    compilation_limits={Compilation.ONNXRUNTIME: INFER_FP32_NCHW},
+)
+
+
+def test_a_compilation_for_inference_only_refuses_training_naming_the_compilations_that_train():
+    message = expect_error(InvalidArgument, request(mode=Mode.TRAIN, compilation=Compilation.ONNXRUNTIME), **LIMITED)
+    assert message.startswith("compilation onnxruntime runs mode infer only, not mode train")
+    assert message.endswith("compilations for mode train on the test runner: eager")
+
+
+def test_a_precision_the_compilation_cannot_run_is_refused_naming_those_it_can():
+    precisions = lambda device: frozenset({Precision.FP32, Precision.AMP_BF16})  # noqa: E731
+    message = expect_error(
+        FailedPrecondition, request(mode=Mode.INFER, compilation=Compilation.ONNXRUNTIME, precision=Precision.AMP_BF16),
+        precisions=precisions, **LIMITED,
+    )
+    assert message == (
+        "precision amp_bf16 is not supported with compilation onnxruntime by the test runner; supported with it: fp32"
+    )
+
+
+def test_an_unset_layout_gives_way_to_one_the_compilation_takes_and_an_explicit_one_is_refused():
+    config = resolve_request(request(mode=Mode.INFER, compilation=Compilation.ONNXRUNTIME), **LIMITED)
+    assert config.layout is Layout.CHANNELS_FIRST
+    assert resolve_request(request(mode=Mode.INFER), **LIMITED).layout is Layout.CHANNELS_LAST
+    message = expect_error(
+        FailedPrecondition,
+        request(mode=Mode.INFER, compilation=Compilation.ONNXRUNTIME, layout=Layout.CHANNELS_LAST), **LIMITED,
+    )
+    assert "layout channels_last is not supported with compilation onnxruntime" in message
+    assert message.endswith("supported with it: channels_first")
+
+
+def test_compilation_limits_are_advertised_per_device():
+    options = wire._capabilities_as_options(
+        RunnerInfo("test", "1", "3.11", (CPU,)), capabilities_with(lambda device: frozenset({Precision.FP32}), **LIMITED)
+    )
+    assert options["cpu:0.onnxruntime.modes"] == "infer"
+    assert options["cpu:0.onnxruntime.layouts"] == "channels_first"
+    assert "cpu:0.eager.modes" not in options

@@ -31,6 +31,9 @@ class Workload(abc.ABC):
     # The first step traces or compiles the step function for its input shape (a graph, XLA, torch.compile):
     # the run reports it, as that first warm-up step is then far longer than the others.
     first_step_traces: bool = False
+    # How the workload was built where the configuration leaves a choice (e.g. "torchscript (scripted)"): the
+    # run's summary lists them among its flags.
+    notes: tuple[str, ...] = ()
 
     def reuse(self, config: RunConfig) -> bool:
         """Make this workload what a fresh build for `config` would be, without building: `config` differs from

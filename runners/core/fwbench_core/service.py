@@ -342,7 +342,12 @@ class RunnerService:
             for event in steps:
                 if isinstance(event, Summary):
                     event = with_device_state(event, config.device.ref, device_before, states.read())
-                    event = replace(event, build_reused=reused, first_step_traced=workload.first_step_traces)
+                    event = replace(
+                        event,
+                        build_reused=reused,
+                        first_step_traced=workload.first_step_traces,
+                        flags=(*event.flags, *workload.notes),
+                    )
                 if sampler is None:
                     yield event
                     continue

@@ -32,6 +32,8 @@ class Compilation(enum.Enum):
     GRAPH = "graph"
     XLA = "xla"
     TORCH_COMPILE = "torch_compile"
+    TORCHSCRIPT = "torchscript"
+    ONNXRUNTIME = "onnxruntime"
 
 
 class Switch(enum.Enum):
@@ -106,6 +108,16 @@ class RunnerSettings:
 
 
 @dataclass(frozen=True)
+class CompilationLimits:
+    """What a run under one compilation may use, beyond what its device honours (Capabilities)."""
+
+    modes: frozenset[Mode] = frozenset(Mode)
+    precisions: frozenset[Precision] = frozenset(Precision)
+    layouts: frozenset[Layout] = frozenset(Layout)
+    strategies: frozenset[Strategy] = frozenset(Strategy)
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a runner can honour exactly on one device; anything else is refused, never approximated."""
 
@@ -123,6 +135,8 @@ class Capabilities:
     strategies: frozenset[Strategy] = frozenset({Strategy.SINGLE})
     parallel_strategy: Strategy = Strategy.SINGLE
     multi_node_strategy: Strategy = Strategy.SINGLE
+    # Compilations that run less than the device does (e.g. inference only); the others have no limits.
+    compilation_limits: dict[Compilation, CompilationLimits] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from .power import DEFAULT_RATE_HZ, energy_window_s, validate_rate_hz
 from .spec import (
     Capabilities,
     Cluster,
+    Compilation,
+    CompilationLimits,
     Device,
     DeviceKind,
     DeviceRef,
@@ -249,6 +251,19 @@ def _refuse_unless(value: enum.Enum, supported: frozenset, field: str, device: D
         )
 
 
+def _limits(can: Capabilities, compilation: Compilation) -> CompilationLimits:
+    return can.compilation_limits.get(compilation, CompilationLimits())
+
+
+def _refuse_with(value: enum.Enum, supported: frozenset, field: str, compilation: Compilation, framework: str) -> None:
+    if value not in supported:
+        names = ", ".join(member.value for member in type(value) if member in supported)
+        raise FailedPrecondition(
+            f"{field} {value.value} is not supported with compilation {compilation.value} by the {framework} runner; "
+            f"supported with it: {names}"
+        )
+
+
 def _threads(field: str, requested: int, configured: int, adjustable: bool, framework: str) -> int:
     if requested in (0, configured):
         return configured
@@ -295,15 +310,31 @@ def resolve(
 
     precision = request.precision or DEFAULT_PRECISION
     _refuse_unless(precision, can.precisions, "precision", device, framework)
+    compilation = request.compilation or can.default_compilation
+    _refuse_unless(compilation, can.compilations, "compilation", device, framework)
+    limits = _limits(can, compilation)
+    if request.mode not in limits.modes:
+        modes = ", ".join(m.value for m in Mode if m in limits.modes)
+        others = ", ".join(
+            c.value for c in Compilation if c in can.compilations and request.mode in _limits(can, c).modes
+        )
+        raise InvalidArgument(
+            f"compilation {compilation.value} runs mode {modes} only, not mode {request.mode.value}; "
+            f"compilations for mode {request.mode.value} on the {framework} runner: {others}"
+        )
+    _refuse_with(precision, limits.precisions, "precision", compilation, framework)
+    _refuse_with(strategy, limits.strategies, "strategy", compilation, framework)
     if spec.input_kind is InputKind.IMAGE:
-        layout = request.layout or DEFAULT_LAYOUT
+        # Unset, a layout the compilation cannot take gives way to one it can.
+        allowed = can.layouts & limits.layouts
+        fallback = next(member for member in Layout if member in allowed)
+        layout = request.layout or (DEFAULT_LAYOUT if DEFAULT_LAYOUT in allowed else fallback)
         _refuse_unless(layout, can.layouts, "layout", device, framework)
+        _refuse_with(layout, limits.layouts, "layout", compilation, framework)
     elif request.layout is not None:
         raise InvalidArgument(f"layout applies to image models only; {spec.name} takes {spec.input_convention} input")
     else:
         layout = None
-    compilation = request.compilation or can.default_compilation
-    _refuse_unless(compilation, can.compilations, "compilation", device, framework)
     autotune = request.cudnn_autotune or Switch.OFF
     _refuse_unless(autotune, can.cudnn_autotune, "cudnn_autotune", device, framework)
 

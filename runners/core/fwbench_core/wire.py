@@ -83,8 +83,14 @@ def _stable_from_wire(request: pb.RunRequest) -> WarmupUntilStable | None:
     return WarmupUntilStable(rule.cv_threshold, rule.window or WarmupUntilStable.window)
 
 
+def _joined(values: frozenset) -> str:
+    """Enum members in their declaration order: "fp32,amp_bf16"."""
+    return ",".join(m.value for m in type(next(iter(values))) if m in values)
+
+
 def _capabilities_as_options(service_info: RunnerInfo, capabilities) -> dict[str, str]:
-    """Each device's settings, for the manifest: "cpu:0.precisions": "fp32,amp_bf16", ..."""
+    """Each device's settings, for the manifest: "cpu:0.precisions": "fp32,amp_bf16", ..., and what a compilation
+    with limits runs there: "cpu:0.onnxruntime.modes": "infer", ..."""
     gpus = sum(device.ref.kind is DeviceKind.GPU for device in service_info.devices)
     options = {**service_info.options, **manifest_options(gpus)}
     for device in service_info.devices:
@@ -96,8 +102,16 @@ def _capabilities_as_options(service_info: RunnerInfo, capabilities) -> dict[str
             ("cudnn_autotune", can.cudnn_autotune),
             ("strategies", can.strategies),
         ):
-            options[f"{device.ref}.{field}"] = ",".join(m.value for m in type(next(iter(values))) if m in values)
+            options[f"{device.ref}.{field}"] = _joined(values)
         options[f"{device.ref}.default_compilation"] = can.default_compilation.value
+        for compilation, limits in can.compilation_limits.items():
+            for field, values in (
+                ("modes", limits.modes),
+                ("precisions", limits.precisions),
+                ("layouts", limits.layouts),
+                ("strategies", limits.strategies),
+            ):
+                options[f"{device.ref}.{compilation.value}.{field}"] = _joined(values)
         options["intra_op_threads"] = str(can.intra_op_threads)
         options["inter_op_threads"] = str(can.inter_op_threads)
     return options

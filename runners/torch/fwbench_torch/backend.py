@@ -31,8 +31,10 @@ from fwbench_core.spec import (
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, process_peak_rss_bytes, python_version
 from torch.utils.flop_counter import FlopCounterMode
 
+from .compilation import torchscript, torchscript_note
 from .models import MODELS
 from .objectives import loss, random_inputs, random_targets
+from .onnx_runtime import ONNXRUNTIME_LIMITS, OnnxRuntimeWorkload
 from .parallel import all_sum, join_process_group, leave_process_group, peer_failure, wrap
 
 LEARNING_RATE = 0.01
@@ -66,7 +68,7 @@ def build_model(config: RunConfig | ModelConfig) -> torch.nn.Module:
 
 
 class TorchWorkload(Workload):
-    def __init__(self, config: RunConfig) -> None:
+    def __init__(self, config: RunConfig, script_failures: dict[tuple, str]) -> None:
         # Under DDP this process's own device; under DataParallel the first of its GPUs, where batches start.
         self.device = torch_device(config.process_devices[0])
         self.is_gpu = self.device.type == "cuda"
@@ -87,9 +89,11 @@ class TorchWorkload(Workload):
         model = build_model(config).to(self.device, memory_format=self.memory_format)
         self.parameter_count = count_trainable(model)
         # torch.compile would compile again for a new batch size, or mark the batch dimension dynamic and
-        # compile code for any size: either way not what a fresh build measures. Eager only, one device.
+        # compile code for any size: either way not what a fresh build measures; a trace may hold the batch size
+        # too. Eager only, one device.
         self.reusable = bool(config.reuse_key) and not config.distributed and config.compilation is Compilation.EAGER
-        self.first_step_traces = config.compilation is Compilation.TORCH_COMPILE
+        # TorchScript's profiling executor records the shapes of the first call and optimizes the graph for them.
+        self.first_step_traces = config.compilation in (Compilation.TORCH_COMPILE, Compilation.TORCHSCRIPT)
         if self.reusable:
             # What a reuse restores: the initial weights (a host copy, taking no device memory from the run),
             # and the generators as they stood for the inputs.
@@ -102,6 +106,17 @@ class TorchWorkload(Workload):
             model.train()
         else:
             model.eval()
+        self.inputs = self._inputs(config)
+        # TorchScript shares a class's optimized graph between the modules of that class, and one optimized while
+        # training saves tensors for backward, which inference mode's tensors refuse: no_grad has none.
+        self.no_autograd = torch.no_grad if config.compilation is Compilation.TORCHSCRIPT else torch.inference_mode
+        if config.compilation is Compilation.TORCHSCRIPT:
+            # Trained in place: a scripted or traced module holds the original's parameters.
+            key = (config.model.name, tuple(sorted(config.model_options.items())))
+            model, failure = torchscript(model, self.inputs, script_failures.get(key))
+            if failure is not None:
+                script_failures[key] = failure
+            self.notes = (torchscript_note(failure),)
         self.module = model
         model = wrap(model, config, self.device)
         self.model = torch.compile(model) if config.compilation is Compilation.TORCH_COMPILE else model
@@ -109,11 +124,13 @@ class TorchWorkload(Workload):
         # On a GPU each step is also timed by CUDA events, to cross-check the wall clock.
         self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if self.is_gpu else None
 
+    def _inputs(self, config: RunConfig) -> torch.Tensor:
+        """Inputs for `config`'s batch size, from the generators as they stand."""
+        inputs = random_inputs(config.model, config.samples_per_step, config.input_shape, self.device)
+        return inputs.contiguous(memory_format=self.memory_format) if config.layout is not None else inputs
+
     def _start(self, config: RunConfig) -> None:
-        """Inputs, a new optimizer and the targets for `config`'s batch size, from the generators as they stand."""
-        self.inputs = random_inputs(config.model, config.samples_per_step, config.input_shape, self.device)
-        if config.layout is not None:
-            self.inputs = self.inputs.contiguous(memory_format=self.memory_format)
+        """A new optimizer and targets for the inputs, from the generators as they stand."""
         # fp16 gradients underflow without loss scaling; bf16 needs none.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.precision is Precision.AMP_FP16)
         if config.mode is Mode.TRAIN:
@@ -137,6 +154,7 @@ class TorchWorkload(Workload):
         torch.set_rng_state(cpu_state)
         for state in gpu_state:
             torch.cuda.set_rng_state(state, self.device)
+        self.inputs = self._inputs(config)
         self._start(config)
         return True
 
@@ -164,7 +182,7 @@ class TorchWorkload(Workload):
     def infer_step(self) -> None:
         if self.events:
             self.events[0].record()
-        with torch.inference_mode(), self.autocast:
+        with self.no_autograd(), self.autocast:
             self.model(self.inputs)
         if self.events:
             self.events[1].record()
@@ -198,6 +216,8 @@ class TorchBackend(Backend):
 
     def __init__(self, settings: RunnerSettings) -> None:
         self.settings = settings
+        # Why torch.jit.script failed, per model and options, in this process (see torchscript).
+        self.script_failures: dict[tuple, str] = {}
         # The inter-op pool can only be sized before it first runs work.
         torch.set_num_interop_threads(settings.inter_op_threads)
         torch.set_num_threads(settings.intra_op_threads)
@@ -225,8 +245,11 @@ class TorchBackend(Backend):
             # TF32 and fp16 autocast are GPU features; bf16 autocast runs on both.
             precisions=frozenset(Precision) if gpu else frozenset({Precision.FP32, Precision.AMP_BF16}),
             layouts=frozenset(Layout),
-            compilations=frozenset({Compilation.EAGER, Compilation.TORCH_COMPILE}),
+            compilations=frozenset(
+                {Compilation.EAGER, Compilation.TORCH_COMPILE, Compilation.TORCHSCRIPT, Compilation.ONNXRUNTIME}
+            ),
             default_compilation=Compilation.EAGER,
+            compilation_limits={Compilation.ONNXRUNTIME: ONNXRUNTIME_LIMITS},
             cudnn_autotune=frozenset(Switch) if gpu else frozenset({Switch.OFF}),
             intra_op_threads=self.settings.intra_op_threads,
             inter_op_threads=self.settings.inter_op_threads,
@@ -241,7 +264,9 @@ class TorchBackend(Backend):
         return len(config.run_devices) if config.strategy is Strategy.DDP else 1
 
     def build(self, config: RunConfig) -> Workload:
-        return TorchWorkload(config)
+        if config.compilation is Compilation.ONNXRUNTIME:
+            return OnnxRuntimeWorkload(config, build_model)
+        return TorchWorkload(config, self.script_failures)
 
     def inspect(self, config: ModelConfig) -> ModelReport:
         started = time.perf_counter()
