@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 from fwbench_core.backend import Backend, MemoryReading, Workload
 from fwbench_core.errors import FailedPrecondition, InvalidArgument
+from fwbench_core.onnx_runtime import onnxruntime_limits
 from fwbench_core.spec import (
     Capabilities,
     Compilation,
@@ -37,6 +38,7 @@ from fwbench_core.sysinfo import cpu_device, gpu_driver_version, process_peak_rs
 from .flops import FLOPS_METHOD, forward_flops
 from .models import MODELS
 from .objectives import keras_input_shape, loss, random_inputs, random_targets
+from .onnx_runtime import onnxruntime_workload
 from .strategies import STRATEGIES, configure_worker, make_strategy, peer_error
 
 LEARNING_RATE = 0.01
@@ -374,8 +376,10 @@ class TensorFlowBackend(Backend):
             # The models are built channels-last (TensorFlow's CPU convolutions take no other); on a GPU
             # TensorFlow's layout optimizer may still run them as NCHW.
             layouts=frozenset({Layout.CHANNELS_LAST}),
-            compilations=frozenset({Compilation.EAGER, Compilation.GRAPH, Compilation.XLA}),
+            compilations=frozenset({Compilation.EAGER, Compilation.GRAPH, Compilation.XLA, Compilation.ONNXRUNTIME}),
             default_compilation=Compilation.GRAPH,
+            # tf2onnx converts the channels-last Keras model as it is.
+            compilation_limits={Compilation.ONNXRUNTIME: onnxruntime_limits(Layout.CHANNELS_LAST)},
             cudnn_autotune=frozenset({self.settings.cudnn_autotune}) if gpu else frozenset({Switch.OFF}),
             intra_op_threads=self.settings.intra_op_threads,
             inter_op_threads=self.settings.inter_op_threads,
@@ -388,6 +392,8 @@ class TensorFlowBackend(Backend):
         configure_worker(config)
 
     def build(self, config: RunConfig) -> Workload:
+        if config.compilation is Compilation.ONNXRUNTIME:
+            return onnxruntime_workload(config, build_model)
         if config.distributed:
             return StrategyWorkload(config)
         return TensorFlowWorkload(config)

@@ -9,6 +9,7 @@ import torch
 import torchvision
 from fwbench_core.backend import Backend, MemoryReading, Workload
 from fwbench_core.errors import InvalidArgument, RunnerError
+from fwbench_core.onnx_runtime import onnxruntime_limits
 from fwbench_core.spec import (
     Capabilities,
     Compilation,
@@ -34,7 +35,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from .compilation import torchscript, torchscript_note
 from .models import MODELS
 from .objectives import loss, random_inputs, random_targets
-from .onnx_runtime import ONNXRUNTIME_LIMITS, OnnxRuntimeWorkload
+from .onnx_runtime import onnxruntime_workload
 from .parallel import all_sum, join_process_group, leave_process_group, peer_failure, wrap
 
 LEARNING_RATE = 0.01
@@ -249,7 +250,8 @@ class TorchBackend(Backend):
                 {Compilation.EAGER, Compilation.TORCH_COMPILE, Compilation.TORCHSCRIPT, Compilation.ONNXRUNTIME}
             ),
             default_compilation=Compilation.EAGER,
-            compilation_limits={Compilation.ONNXRUNTIME: ONNXRUNTIME_LIMITS},
+            # torch.onnx.export's graph takes NCHW images.
+            compilation_limits={Compilation.ONNXRUNTIME: onnxruntime_limits(Layout.CHANNELS_FIRST)},
             cudnn_autotune=frozenset(Switch) if gpu else frozenset({Switch.OFF}),
             intra_op_threads=self.settings.intra_op_threads,
             inter_op_threads=self.settings.inter_op_threads,
@@ -265,7 +267,7 @@ class TorchBackend(Backend):
 
     def build(self, config: RunConfig) -> Workload:
         if config.compilation is Compilation.ONNXRUNTIME:
-            return OnnxRuntimeWorkload(config, build_model)
+            return onnxruntime_workload(config, build_model)
         return TorchWorkload(config, self.script_failures)
 
     def inspect(self, config: ModelConfig) -> ModelReport:
