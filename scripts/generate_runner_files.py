@@ -39,6 +39,7 @@ COMPOSE_HEAD = """\
 # The runners, each in its own framework image, on this host's NVIDIA GPUs:
 #   docker compose up -d --wait                      # build if needed, start, wait until healthy
 #   docker compose run --rm aggregator compare --model resnet50 --batch-size 64
+# A runner not compared by default starts with its profile: docker compose --profile jax up -d --wait
 # Hosts without a GPU add the CPU override: -f compose.yaml -f compose.cpu.yaml.
 # Image tags and the results folder come from .env; see the README, "Containers".
 name: fwbench
@@ -175,11 +176,17 @@ def depends_on(names: list[str]) -> str:
 
 
 def compose(frameworks: list[Framework]) -> str:
-    services = "".join(runner_service(f, f.name, "    <<: *runner\n") for f in frameworks)
-    runners = " ".join(f"{f.name}={f.name}:{RUNNER_PORT}" for f in frameworks)
+    # A framework not compared by default starts only with its profile (docker compose --profile NAME up), and
+    # the aggregator's default runners are those compared by default.
+    services = "".join(
+        runner_service(f, f.name, "    <<: *runner\n" + ("" if f.compared_by_default else f"    profiles: [{f.name}]\n"))
+        for f in frameworks
+    )
+    compared = [f for f in frameworks if f.compared_by_default]
+    runners = " ".join(f"{f.name}={f.name}:{RUNNER_PORT}" for f in compared)
     head = COMPOSE_HEAD.replace("{runner_common}", RUNNER_COMMON).replace("{reference_dir}", REFERENCE_DIR)
     return GENERATED + head + services + COMPOSE_TAIL.format(
-        depends_on=depends_on([f.name for f in frameworks]), runners=runners
+        depends_on=depends_on([f.name for f in compared]), runners=runners
     )
 
 
@@ -188,6 +195,7 @@ def second_node(framework: Framework) -> str:
 
 
 def compose_nodes(frameworks: list[Framework]) -> str:
+    frameworks = [f for f in frameworks if f.compared_by_default]
     fields = textwrap.indent(RUNNER_COMMON.replace("{reference_dir}", REFERENCE_DIR), "  ")
     services = "".join(runner_service(f, second_node(f), fields) for f in frameworks)
     # One job per framework across both runners: the aggregator's runners become comma-separated pairs.

@@ -29,9 +29,13 @@ ROOT = Path(__file__).resolve().parent.parent
 TOOLS = Path(sys.executable).parent  # hadolint, check-jsonschema and docker-compose come with the test environment
 FRAMEWORKS = shipped()
 RUNNERS = tuple(f.name for f in FRAMEWORKS)
+# The runners `docker compose up` starts and the aggregator's service compares; the others start with their
+# profile (docker compose --profile jax up).
+COMPARED = tuple(f.name for f in FRAMEWORKS if f.compared_by_default)
+OPT_IN = tuple(f.name for f in FRAMEWORKS if not f.compared_by_default)
 DOCKERFILES = (*(f"{f.folder}/Dockerfile" for f in FRAMEWORKS), "aggregator/Dockerfile", "tests/slurm/Dockerfile")
 BASE_IMAGES = ROOT / "tests" / "containers" / "base_images.sh"
-SECOND_NODES = {name: f"{name}-node1" for name in RUNNERS}  # compose.nodes.yaml's second runner of each
+SECOND_NODES = {name: f"{name}-node1" for name in COMPARED}  # compose.nodes.yaml's second runner of each
 
 # The second TensorFlow version the swap test rebuilds on, with an older protobuf major than the
 # first one's: the runner's stubs must be generated for whatever protobuf the image carries.
@@ -77,8 +81,9 @@ def compose_env(**overrides: str) -> dict[str, str]:
     return {**keep, **overrides}
 
 
-def compose_config(*files: str) -> dict:
-    args = [TOOLS / "docker-compose", "--profile", "aggregator"]
+def compose_config(*files: str, profiles: tuple[str, ...] = OPT_IN) -> dict:
+    """The merged configuration, every runner's profile active unless `profiles` says otherwise."""
+    args = [TOOLS / "docker-compose", "--profile", "aggregator", *(arg for p in profiles for arg in ("--profile", p))]
     for name in ("compose.yaml", *files):
         args += ["-f", name]
     return yaml.safe_load(run([*args, "config"], env=compose_env()).stdout)
@@ -149,16 +154,22 @@ def test_cpu_override_drops_only_the_gpu_reservation():
 def test_aggregator_waits_for_every_runner_to_be_healthy_and_writes_to_the_host():
     service = compose_config()["services"]["aggregator"]
     assert {name: dep["condition"] for name, dep in service["depends_on"].items()} == {
-        name: "service_healthy" for name in RUNNERS
+        name: "service_healthy" for name in COMPARED
     }
     assert [v["target"] for v in service["volumes"]] == ["/results"]
-    assert service["environment"]["FWBENCH_RUNNERS"] == " ".join(f"{name}={name}:50051" for name in RUNNERS)
+    assert service["environment"]["FWBENCH_RUNNERS"] == " ".join(f"{name}={name}:50051" for name in COMPARED)
+
+
+def test_a_runner_not_compared_by_default_starts_only_with_its_profile():
+    assert set(compose_config(profiles=())["services"]) == {*COMPARED, "aggregator"}
+    for name in OPT_IN:
+        assert compose_config(profiles=(name,))["services"][name]["profiles"] == [name]
 
 
 def test_nodes_override_adds_a_second_runner_per_framework_that_publishes_nothing():
     config = compose_config("compose.cpu.yaml", "compose.ports.yaml", "compose.nodes.yaml")
     services = config["services"]
-    for name in RUNNERS:
+    for name in COMPARED:
         first, second = services[name], services[SECOND_NODES[name]]
         # The same runner under another name, on the internal network only: the rendezvous ports stay there.
         assert {k: v for k, v in first.items() if k not in ("networks", "ports")} == {
@@ -167,10 +178,10 @@ def test_nodes_override_adds_a_second_runner_per_framework_that_publishes_nothin
         assert list(second["networks"]) == ["runners"] and "ports" not in second
         assert "deploy" not in compose_config("compose.nodes.yaml")["services"][SECOND_NODES[name]]
     aggregator = services["aggregator"]
-    assert set(aggregator["depends_on"]) == {*RUNNERS, *SECOND_NODES.values()}
+    assert set(aggregator["depends_on"]) == {*COMPARED, *SECOND_NODES.values()}
     # Each framework is one job across its two runners, node 0 first.
     assert aggregator["environment"]["FWBENCH_RUNNERS"] == " ".join(
-        f"{name}={name}:50051,{SECOND_NODES[name]}:50051" for name in RUNNERS
+        f"{name}={name}:50051,{SECOND_NODES[name]}:50051" for name in COMPARED
     )
 
 
@@ -319,7 +330,7 @@ def stack(tmp_path_factory):
 
 @pytest.mark.containers
 def test_both_runners_come_up_healthy_as_a_non_root_user(stack):
-    for service in RUNNERS:
+    for service in COMPARED:
         assert stack.health(service) == "healthy"
         assert stack.compose("exec", "-T", service, "id", "-u").stdout.strip() == str(UID)
         image_user = run(["docker", "image", "inspect", "--format", "{{.Config.User}}", stack.image(service)]).stdout
@@ -328,7 +339,7 @@ def test_both_runners_come_up_healthy_as_a_non_root_user(stack):
 
 @pytest.mark.containers
 def test_the_runner_layer_moves_no_package_of_the_base_image(stack):
-    for service in RUNNERS:
+    for service in COMPARED:
         listing = run(["docker", "run", "--rm", "--entrypoint", "sh", stack.image(service), "-c",
                        "cat /opt/fwbench/base-packages.txt; echo ---; cat /opt/fwbench/packages.txt"]).stdout
         base, final = (set(part.split()) for part in listing.split("---"))
@@ -344,7 +355,7 @@ def test_aggregator_container_compares_both_runner_containers(stack):
     assert set(rows.index) == {"torch", "tensorflow"}
     assert rows.loc["torch", "framework_version"].startswith(stack.torch_version)
     assert rows.loc["tensorflow", "framework_version"] == stack.tensorflow_version
-    for service in RUNNERS:  # the compose services are named after their frameworks
+    for service in COMPARED:  # the compose services are named after their frameworks
         assert rows.loc[service, "container_image"] == stack.image(service)
         assert rows.loc[service, "median_step_ms"] > 0
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -392,7 +403,7 @@ def test_one_job_spans_two_runner_containers_per_framework(stack):
         for step in steps.itertuples():
             rank_times = [float(t) for t in step.rank_step_time_s.split()]
             assert len(rank_times) == 2 and step.step_time_s == pytest.approx(max(rank_times), rel=1e-6)
-        for framework in FRAMEWORKS:
+        for framework in (f for f in FRAMEWORKS if f.compared_by_default):
             for service in (framework.name, SECOND_NODES[framework.name]):
                 # The runner alone (with multiprocessing's resource tracker, which lives as long as it does).
                 left = [p for p in stack.processes(service) if "multiprocessing.resource_tracker" not in p]

@@ -1,4 +1,5 @@
-"""Both real runners build the same networks: shown by the runners themselves, at each model's default shape."""
+"""Every real runner builds the same networks as the torch runner: shown by the runners themselves, at each
+model's default shape."""
 
 from __future__ import annotations
 
@@ -8,8 +9,13 @@ from fwbench_aggregator.parity import FLOPS_TOLERANCE, PARAMETER_TOLERANCE, Vari
 from fwbench_core.catalog import MODEL_SPECS
 from fwbench_core.spec import HEAD_OPTION
 
-# Models whose TensorFlow definition loads PyTorch's weights: their outputs must agree numerically.
-NUMERIC_PARITY = {"resnet18", "mobilenet_v2", "vgg16", "bert_base", "lstm_lm", "deepspeech2", "wav2vec2_base"}
+from conftest import REAL_RUNNERS
+
+# Per runner, the models whose definition loads PyTorch's weights: their outputs must agree numerically.
+NUMERIC_PARITY = {
+    "tensorflow": {"resnet18", "mobilenet_v2", "vgg16", "bert_base", "lstm_lm", "deepspeech2", "wav2vec2_base"},
+    "jax": set(MODEL_SPECS),
+}
 
 
 def all_variants() -> list[Variant]:
@@ -21,23 +27,26 @@ def all_variants() -> list[Variant]:
 
 
 @pytest.fixture(scope="module")
-def clients(runner_pool):
-    torch = RunnerClient("torch", runner_pool.get("torch").address)
-    tensorflow = RunnerClient("tensorflow", runner_pool.get("tensorflow").address)
-    yield torch, tensorflow
-    torch.close()
-    tensorflow.close()
+def torch_client(runner_pool):
+    with RunnerClient("torch", runner_pool.get("torch").address) as client:
+        yield client
+
+
+@pytest.fixture(scope="module", params=[name for name in REAL_RUNNERS if name != "torch"])
+def other_client(request, runner_pool):
+    with RunnerClient(request.param, runner_pool.get(request.param).address) as client:
+        yield client
 
 
 @pytest.mark.parametrize("variant", all_variants(), ids=lambda v: v.label.replace(" ", "-"))
-def test_same_network_in_both_runners(variant, clients):
-    row = check_variant(variant, *clients)
+def test_same_network_in_both_runners(variant, torch_client, other_client):
+    row = check_variant(variant, torch_client, other_client)
     assert row["params_gap"] <= PARAMETER_TOLERANCE, row
     assert row["flops_gap"] <= FLOPS_TOLERANCE, row
     assert row["flops_torch"] > 0 and row["params_torch"] > 0, row
     assert row["outputs_equal"], row
     spec = MODEL_SPECS[variant.model]
     assert row["input_shape"] == "x".join(map(str, spec.default_input_shape))
-    if variant.model in NUMERIC_PARITY:
+    if variant.model in NUMERIC_PARITY[other_client.name]:
         assert row["numeric"] == "match", row
     assert row["verdict"] == "same", row

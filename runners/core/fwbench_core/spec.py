@@ -50,7 +50,8 @@ class Strategy(enum.Enum):
     SINGLE = "single"                                # one device, one process
     DP = "dp"                                        # torch.nn.DataParallel: one process, two or more GPUs
     DDP = "ddp"                                      # torch DistributedDataParallel: one process per device
-    MIRRORED = "mirrored"                            # tf MirroredStrategy: one process, the runner's devices
+    MIRRORED = "mirrored"                            # one process, the runner's devices, weights replicated:
+                                                     # tf MirroredStrategy; JAX: the batch sharded over a mesh
     MULTI_WORKER_MIRRORED = "multi_worker_mirrored"  # tf MultiWorkerMirroredStrategy: one process per runner
 
 

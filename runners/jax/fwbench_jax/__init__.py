@@ -1,0 +1,1 @@
+"""fwbench runner for JAX."""

@@ -1,0 +1,408 @@
+"""The JAX side of a run: a Flax model, an Optax optimizer, random inputs, jitted steps."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import jaxlib
+import numpy as np
+import optax
+from flax import traverse_util
+from fwbench_core.backend import Backend, MemoryReading, Workload
+from fwbench_core.errors import InvalidArgument
+from fwbench_core.spec import (
+    Capabilities,
+    Compilation,
+    Device,
+    DeviceKind,
+    DeviceRef,
+    Head,
+    InputKind,
+    Layout,
+    Mode,
+    ModelConfig,
+    ModelReport,
+    Precision,
+    ReferenceReport,
+    RunConfig,
+    RunnerInfo,
+    RunnerSettings,
+    Strategy,
+    Switch,
+)
+from fwbench_core.validation import cpu_worker_limit
+from fwbench_core.sysinfo import cpu_device, gpu_driver_version, process_peak_rss_bytes, python_version
+
+from .flops import FLOPS_METHOD, forward_flops
+from .models import MODELS
+from .models.speech import WEIGHT_NORM_G, WEIGHT_NORM_V
+from .objectives import jax_input_shape, loss, random_inputs, random_targets
+
+LEARNING_RATE = 0.01
+MOMENTUM = 0.9
+# On max |jax - torch| / max |torch| over the whole output: fp32 through two
+# different kernel libraries agrees to about 1e-6 per layer.
+REFERENCE_TOLERANCE = 1e-4
+# Dynamic loss scaling for fp16 training, with torch.amp.GradScaler's defaults: start at 2**16, halve
+# on a step whose gradients overflow (and skip its update), double after 2000 steps without overflow.
+INITIAL_LOSS_SCALE = 2.0**16
+LOSS_SCALE_GROWTH_INTERVAL = 2000
+
+# Mixed precision: activations and matrix products in the compute type, parameters kept in float32.
+COMPUTE_DTYPES = {Precision.AMP_FP16: jnp.float16, Precision.AMP_BF16: jnp.bfloat16}
+# float32 matrix products and convolutions: exact fp32 ("highest"), or TF32 on the GPU's tensor cores.
+# The default ("default") lets XLA pick lower precision on GPUs, which no precision setting here means.
+MATMUL_PRECISIONS = {Precision.TF32: "tensorfloat32"}
+STRICT_FP32 = "highest"
+# nn.LSTM's and nn.GRU's parameters, which the Flax recurrent layers keep under PyTorch's names.
+RECURRENT_PARAMETERS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+
+
+def gpu_devices() -> list:
+    try:
+        return jax.devices("gpu")
+    except RuntimeError:  # no GPU backend: PyPI's CPU-only jaxlib, or no usable GPU
+        return []
+
+
+def jax_device(device: Device):
+    if device.ref.kind is DeviceKind.GPU:
+        return gpu_devices()[device.ref.index]
+    return jax.devices("cpu")[device.ref.index]
+
+
+def count_parameters(params) -> int:
+    return int(sum(np.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(params)))
+
+
+def build_module(config: RunConfig | ModelConfig, dtype: Any = jnp.float32) -> flax.linen.Module:
+    return MODELS.builder(config.model.name).build(config.model, config.model_options, dtype)
+
+
+def sample_spec(config: RunConfig | ModelConfig, batch_size: int) -> jax.ShapeDtypeStruct:
+    shape = (batch_size, *jax_input_shape(config.model, config.input_shape))
+    dtype = jnp.int32 if config.model.input_kind is InputKind.TOKENS else jnp.float32
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def initial_variables(shapes, seed: int, init_std: float | None) -> dict:
+    """Variables of the shapes given, drawn on the host by NumPy from the seed, as the PyTorch runner starts
+    them. With init_std (transformers): every matrix and embedding normal(0, init_std). Otherwise PyTorch's
+    defaults: convolutions He normal over fan-out (torchvision's), linear layers uniform within 1/sqrt(fan-in),
+    embeddings standard normal, recurrent layers' parameters uniform within 1/sqrt(hidden). Other biases zero, norms'
+    scales one, BatchNorm statistics zero mean and unit variance. Flax's own initialisers would run as one
+    XLA kernel per distinct parameter shape, each compiled first: tens of seconds per build on a small CPU."""
+    rng = np.random.default_rng(seed)
+    flat = traverse_util.flatten_dict(shapes)
+    # A recurrent layer's hidden size, read from its (gates x hidden, hidden) recurrent matrix.
+    hidden = {path[:-1]: leaf.shape[1] for path, leaf in flat.items() if path[-1].startswith("weight_hh")}
+    values = {}
+    for path, leaf in flat.items():
+        shape, name = leaf.shape, path[-1]
+        if init_std is not None and name in ("kernel", "embedding"):
+            value = rng.normal(0.0, init_std, shape)
+        elif name == "kernel" and len(shape) == 4:  # (kh, kw, in, out)
+            value = rng.normal(0.0, np.sqrt(2.0 / (shape[0] * shape[1] * shape[3])), shape)
+        elif name == "embedding":
+            value = rng.normal(0.0, 1.0, shape)
+        elif name.startswith(RECURRENT_PARAMETERS):
+            bound = 1.0 / np.sqrt(hidden[path[:-1]])
+            value = rng.uniform(-bound, bound, shape)
+        elif name in ("kernel", WEIGHT_NORM_V):  # (in, out), (kernel, in, out), or PyTorch's (out, in, kernel)
+            fan_in = np.prod(shape[1:]) if name == WEIGHT_NORM_V else np.prod(shape[:-1])
+            bound = 1.0 / np.sqrt(fan_in)
+            value = rng.uniform(-bound, bound, shape)
+        elif name in ("scale", "var"):
+            value = np.ones(shape)
+        else:  # biases, BatchNorm means
+            value = np.zeros(shape)
+        values[path] = value.astype(np.float32)
+    for path in values:
+        if path[-1] == WEIGHT_NORM_G:  # weight norm starts as the identity: g = |v| over all but the kernel dimension
+            direction = values[(*path[:-1], WEIGHT_NORM_V)]
+            values[path] = np.sqrt(np.sum(direction * direction, axis=(0, 1), keepdims=True))
+    return traverse_util.unflatten_dict(values)
+
+
+def variable_shapes(module: flax.linen.Module, sample: jax.ShapeDtypeStruct) -> dict:
+    """The module's variables as shapes: nothing is computed."""
+    return jax.eval_shape(lambda x: module.init(jax.random.key(0), x, train=False), sample)
+
+
+def all_finite(tree) -> jax.Array:
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(tree)]))
+
+
+def make_train_step(module: flax.linen.Module, optimizer: optax.GradientTransformation, head: Head, loss_scaling: bool):
+    """One training step as a pure function of (state, inputs, targets) -> (state, loss)."""
+
+    def step(state: dict, inputs: jax.Array, targets: jax.Array):
+        rng, dropout = jax.random.split(state["rng"])
+        scale = state["loss_scale"] if loss_scaling else 1.0
+
+        def objective(params):
+            logits, updated = module.apply(
+                {"params": params, "batch_stats": state["batch_stats"]}, inputs, train=True,
+                rngs={"dropout": dropout}, mutable=["batch_stats"],
+            )
+            value = loss(head, logits, targets)
+            return value * scale, (value, updated.get("batch_stats", {}))
+
+        grads, (value, batch_stats) = jax.grad(objective, has_aux=True)(state["params"])
+        new = dict(state, rng=rng, batch_stats=batch_stats)
+        if loss_scaling:
+            grads = jax.tree_util.tree_map(lambda grad: grad / scale, grads)
+        updates, new["opt_state"] = optimizer.update(grads, state["opt_state"], state["params"])
+        new["params"] = optax.apply_updates(state["params"], updates)
+        if loss_scaling:
+            finite = all_finite(grads)
+            for key in ("params", "opt_state"):  # an overflowing step changes no weight
+                new[key] = jax.tree_util.tree_map(lambda fresh, old: jnp.where(finite, fresh, old), new[key], state[key])
+            good_steps = jnp.where(finite, state["good_steps"] + 1, 0)
+            grow = good_steps >= LOSS_SCALE_GROWTH_INTERVAL
+            new["loss_scale"] = jnp.where(finite, jnp.where(grow, scale * 2, scale), scale / 2)
+            new["good_steps"] = jnp.where(grow, 0, good_steps)
+        return new, value
+
+    return step
+
+
+class JaxWorkload(Workload):
+    def __init__(self, config: RunConfig) -> None:
+        self.devices = [jax_device(device) for device in config.run_devices]
+        self.module = build_module(config, COMPUTE_DTYPES.get(config.precision, jnp.float32))
+        self.shapes = variable_shapes(self.module, sample_spec(config, 1))
+        self.parameter_count = count_parameters(self.shapes["params"])
+        # jax.jit traces and compiles the step for its input shapes in the first step of every fresh build and
+        # of every reuse (which makes new step functions).
+        self.first_step_traces = config.compilation is Compilation.XLA
+        self._start(config)
+
+    def _start(self, config: RunConfig) -> None:
+        """Weights, optimizer state, inputs and targets as the seed gives them for `config`'s batch size, and
+        new step functions. The host draws the weights afresh: a step gives its state's buffers to the next."""
+        # Read when a step is traced (jit) or dispatched (eager): set for this run's steps.
+        jax.config.update("jax_default_matmul_precision", MATMUL_PRECISIONS.get(config.precision, STRICT_FP32))
+        variables = initial_variables(self.shapes, config.seed, MODELS.builder(config.model.name).init_std)
+        params, batch_stats = variables["params"], variables.get("batch_stats", {})
+        input_key, target_key, dropout_key = jax.random.split(jax.random.key(config.seed), 3)
+        # Under MIRRORED, one global batch split across the devices (the batch size is per device) and the
+        # weights replicated on each: XLA sums the gradients across devices (and BatchNorm's statistics are the
+        # global batch's). One device: everything on it.
+        mesh = jax.sharding.Mesh(np.array(self.devices), ("batch",))
+        replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        batched = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
+        with jax.default_device(self.devices[0]):
+            inputs = random_inputs(input_key, config.model, config.samples_per_step, config.input_shape)
+        jit = config.compilation is Compilation.XLA
+        self._last = None
+        if config.mode is Mode.TRAIN:
+            optimizer = optax.sgd(LEARNING_RATE, momentum=MOMENTUM)
+            state = dict(params=params, batch_stats=batch_stats, opt_state=optimizer.init(params), rng=dropout_key)
+            loss_scaling = config.precision is Precision.AMP_FP16  # fp16 gradients underflow without it; bf16's do not
+            if loss_scaling:
+                state.update(loss_scale=jnp.float32(INITIAL_LOSS_SCALE), good_steps=jnp.int32(0))
+            output_shape = jax.eval_shape(partial(self.module.apply, train=False), self.shapes, inputs).shape
+            targets = random_targets(target_key, config.head, output_shape)
+            self.state = jax.device_put(state, replicated)
+            self.inputs, self.targets = jax.device_put((inputs, targets), batched)
+            step = make_train_step(self.module, optimizer, config.head, loss_scaling)
+            # The old state's buffers are given to the new one: no second copy of the weights per step.
+            self._train = jax.jit(step, donate_argnums=0, out_shardings=replicated) if jit else step
+        else:
+            self.variables = jax.device_put({"params": params, "batch_stats": batch_stats}, replicated)
+            self.inputs = jax.device_put(inputs, batched)
+
+            def forward(variables, x):
+                return self.module.apply(variables, x, train=False)
+
+            self._infer = jax.jit(forward) if jit else forward
+
+    def reuse(self, config: RunConfig) -> bool:
+        # Freed before the new batch's are made.
+        self.state = self.variables = self.inputs = self.targets = self._last = None
+        self._start(config)
+        return True
+
+    def train_step(self) -> None:
+        self.state, value = self._train(self.state, self.inputs, self.targets)
+        # Eager steps run op by op: the last weight update may end after the loss.
+        self._last = (self.state, value)
+
+    def infer_step(self) -> None:
+        self._last = self._infer(self.variables, self.inputs)
+
+    def synchronize(self) -> None:
+        jax.block_until_ready(self._last)
+
+    def peak_memory(self) -> MemoryReading:
+        peaks = [(device.memory_stats() or {}).get("peak_bytes_in_use") for device in self.devices]
+        if None not in peaks:
+            # JAX cannot reset it: the process's peak, which is the run's in a run's own worker process.
+            return MemoryReading(max(peaks), "jax memory_stats peak_bytes_in_use, the largest of the run's devices (since the process started)")
+        return MemoryReading(process_peak_rss_bytes(), "process peak RSS (whole runner process, CPU)")
+
+    def close(self) -> None:
+        self.__dict__.clear()
+
+
+def _torch_value(collection: str, leaf: str, torch_prefix: str, weights: Mapping[str, np.ndarray]) -> tuple[str, np.ndarray]:
+    """The PyTorch tensor behind one Flax variable, in Flax's layout."""
+    roles = {("batch_stats", "mean"): "running_mean", ("batch_stats", "var"): "running_var", ("params", "scale"): "weight",
+             ("params", "bias"): "bias", ("params", "kernel"): "weight", ("params", "embedding"): "weight"}
+    # A parameter of no layer (BERT's decoder_bias) has PyTorch's name.
+    name = roles.get((collection, leaf), leaf)
+    key = f"{torch_prefix}.{name}" if torch_prefix else name
+    value = weights[key]
+    if leaf == "kernel":
+        # Convolutions (out, in, kh, kw) -> (kh, kw, in, out), depthwise ones included, (out, in, k) -> (k, in, out);
+        # linear (out, in) -> (in, out).
+        value = value.transpose(*range(2, value.ndim), 1, 0)
+    return key, value
+
+
+def load_torch_weights(variables_shapes, weights: Mapping[str, np.ndarray], model: str) -> dict:
+    """Flax variables from PyTorch's (NumPy arrays keyed by parameter name): Flax modules are named as
+    PyTorch's, so the module path joined by dots is the PyTorch name; every PyTorch tensor must be used."""
+    loaded, used = {}, set()
+    for path, shape in traverse_util.flatten_dict(variables_shapes).items():
+        collection, *modules, leaf = path
+        try:
+            key, value = _torch_value(collection, leaf, ".".join(modules), weights)
+        except KeyError as missing:
+            raise InvalidArgument(f"the reference lacks the weight {missing.args[0]!r} that {model} needs") from None
+        if value.shape != shape.shape:
+            raise InvalidArgument(
+                f"the reference's weights do not fit {model}: {key} has shape {value.shape}, the model needs {shape.shape}"
+            )
+        loaded[path] = jnp.asarray(value, jnp.float32)
+        used.add(key)
+    unused = sorted(set(weights) - used)
+    if unused:
+        raise InvalidArgument(f"the reference's weights do not fit {model}: tensors with no Flax variable: {', '.join(unused[:8])}")
+    return traverse_util.unflatten_dict(loaded)
+
+
+class JaxBackend(Backend):
+    framework = "jax"
+    models = MODELS
+
+    def __init__(self, settings: RunnerSettings) -> None:
+        cores = os.cpu_count() or 1
+        if (settings.intra_op_threads, settings.inter_op_threads) != (cores, cores):
+            # XLA's CPU runtime sizes its thread pool by the cores and has no setting for it.
+            raise ValueError(
+                f"the JAX runner uses every core ({cores}) within and across ops; it cannot run with "
+                f"--intra-op-threads {settings.intra_op_threads} --inter-op-threads {settings.inter_op_threads}"
+            )
+        self.settings = settings
+        # Read when JAX starts its CPU backend: cpu:0 to cpu:N-1 are XLA host devices, as many as the core lets
+        # a run name, so that a MIRRORED run can spread over several.
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={cpu_worker_limit()}".strip()
+        # Read when JAX starts its GPU backend, so before any JAX op: XLA's autotuner picks the convolution
+        # (cuDNN) and matrix product algorithms by timing them, as cuDNN autotuning does in the other runners.
+        if settings.cudnn_autotune is Switch.OFF:
+            os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_autotune_level=0".strip()
+
+    def runner_info(self) -> RunnerInfo:
+        driver = gpu_driver_version()
+        devices = [cpu_device()]
+        for index, gpu in enumerate(gpu_devices()):
+            devices.append(Device(DeviceRef(DeviceKind.GPU, index), gpu.device_kind, 0, driver))
+        return RunnerInfo(
+            framework=self.framework,
+            framework_version=jax.__version__,
+            python_version=python_version(),
+            devices=tuple(devices),
+            options={
+                "jaxlib_version": jaxlib.__version__,
+                "flax_version": flax.__version__,
+                "optax_version": optax.__version__,
+                "xla_python_client_preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "default"),
+            },
+        )
+
+    def capabilities(self, device: Device) -> Capabilities:
+        gpu = device.ref.kind is DeviceKind.GPU
+        return Capabilities(
+            # TF32 and fp16 mixed precision are GPU features; bf16 runs on both.
+            precisions=frozenset(Precision) if gpu else frozenset({Precision.FP32, Precision.AMP_BF16}),
+            # Flax's convolutions take NHWC; XLA may still pick another layout on a GPU.
+            layouts=frozenset({Layout.CHANNELS_LAST}),
+            # Eager: the step's operations dispatched one by one; XLA: the step jitted (JAX's usual way).
+            compilations=frozenset({Compilation.EAGER, Compilation.XLA}),
+            default_compilation=Compilation.XLA,
+            cudnn_autotune=frozenset({self.settings.cudnn_autotune}) if gpu else frozenset({Switch.OFF}),
+            intra_op_threads=self.settings.intra_op_threads,
+            inter_op_threads=self.settings.inter_op_threads,
+            # Data parallel in one process over this runner's devices (jit over a device mesh); not across runners.
+            strategies=frozenset({Strategy.SINGLE, Strategy.MIRRORED}),
+            parallel_strategy=Strategy.MIRRORED,
+        )
+
+    def build(self, config: RunConfig) -> Workload:
+        return JaxWorkload(config)
+
+    def inspect(self, config: ModelConfig) -> ModelReport:
+        # Shapes only: nothing is computed, so no device is needed.
+        started = time.perf_counter()
+        module = build_module(config)
+        sample = sample_spec(config, 1)
+        variables = variable_shapes(module, sample)
+        build_time_s = time.perf_counter() - started
+
+        def forward(variables, x):
+            return module.apply(variables, x, train=False)
+
+        output = jax.eval_shape(forward, variables, sample)
+        return ModelReport(
+            parameter_count=count_parameters(variables["params"]),
+            forward_flops=forward_flops(forward, variables, sample),
+            flops_method=FLOPS_METHOD,
+            output_shape=tuple(output.shape[1:]),
+            build_time_s=build_time_s,
+        )
+
+    def compare_reference(self, config: ModelConfig, arrays: Mapping[str, np.ndarray]) -> ReferenceReport:
+        weights = {key.removeprefix("weights/"): value for key, value in arrays.items() if key.startswith("weights/")}
+        inputs = arrays["input"]
+        if config.model.input_kind is InputKind.IMAGE:
+            inputs = inputs.transpose(0, 2, 3, 1)  # stored in PyTorch's NCHW
+        expected = arrays["output"]
+        module = build_module(config)
+        cpu = jax.devices("cpu")[0]
+        shapes = variable_shapes(module, sample_spec(config, 1))
+        with jax.default_device(cpu), jax.default_matmul_precision(STRICT_FP32):
+            variables = load_torch_weights(shapes, weights, config.model.name)
+            output = np.asarray(jax.jit(lambda v, x: module.apply(v, x, train=False))(variables, jnp.asarray(inputs)))
+        if output.shape != expected.shape:
+            return ReferenceReport(output_shape=tuple(output.shape), tolerance=REFERENCE_TOLERANCE)
+        max_abs = float(np.max(np.abs(output - expected)))
+        max_rel = max_abs / max(float(np.max(np.abs(expected))), np.finfo(np.float32).tiny)
+        return ReferenceReport(
+            output_shape=tuple(output.shape),
+            compared_values=int(expected.size),
+            max_abs_diff=max_abs,
+            max_rel_diff=max_rel,
+            tolerance=REFERENCE_TOLERANCE,
+            matched=max_rel <= REFERENCE_TOLERANCE,
+        )
+
+    def is_out_of_memory(self, exc: BaseException) -> bool:
+        # XLA reports a failed allocation as a JaxRuntimeError: RESOURCE_EXHAUSTED, or INTERNAL when it fails
+        # while dispatching a computation ("Out of memory allocating N bytes").
+        if isinstance(exc, MemoryError):
+            return True
+        message = str(exc)
+        return isinstance(exc, jax.errors.JaxRuntimeError) and ("RESOURCE_EXHAUSTED" in message or "Out of memory" in message)
+
+    def release_memory(self) -> None:
+        # Compiled steps hold no buffers, but their cache would grow with every new shape.
+        jax.clear_caches()
