@@ -3,11 +3,12 @@ two training steps, then is reused at batch size 3; a second workload is built a
 (as JSON) whether the reuse happened and how far apart the two are: their state (weights and optimizer), inputs
 and targets, and the weights after one more training step of each.
 
-Usage: python reuse_equals_fresh.py torch|tensorflow"""
+Usage: python reuse_equals_fresh.py torch|tensorflow|jax"""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import numpy as np
@@ -29,6 +30,15 @@ def tensorflow_arrays(workload) -> dict[str, list[np.ndarray]]:
     return {"state": state, "inputs": [workload.inputs.numpy()], "targets": [workload.targets.numpy()]}
 
 
+def jax_arrays(workload) -> dict[str, list[np.ndarray]]:
+    import jax
+
+    # The dropout key is a typed key array, no numbers; it comes from the seed as the inputs do.
+    state = {name: workload.state[name] for name in ("params", "batch_stats", "opt_state")}
+    return {"state": [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(state)],
+            "inputs": [np.asarray(workload.inputs)], "targets": [np.asarray(workload.targets)]}
+
+
 def largest_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
         return float("inf")
@@ -37,15 +47,21 @@ def largest_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
 
 
 def main(framework: str) -> None:
+    threads = 1
     if framework == "torch":
         from fwbench_torch.backend import TorchBackend as Backend
 
         arrays = torch_arrays
+    elif framework == "jax":
+        from fwbench_jax.backend import JaxBackend as Backend
+
+        arrays = jax_arrays
+        threads = os.cpu_count() or 1  # XLA's CPU runtime takes every core; the runner refuses fewer
     else:
         from fwbench_tensorflow.backend import TensorFlowBackend as Backend
 
         arrays = tensorflow_arrays
-    backend = Backend(RunnerSettings(1, 1))
+    backend = Backend(RunnerSettings(threads, threads))
 
     def config(batch_size: int):
         request = RunRequest(model="resnet18", mode=Mode.TRAIN, batch_size=batch_size, input_shape=SHAPE, seed=7,
