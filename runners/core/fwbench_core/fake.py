@@ -18,6 +18,7 @@ import numpy as np
 from .backend import Backend, MemoryReading, Workload
 from .catalog import MODEL_SPECS
 from .errors import Aborted, Unavailable
+from .references import compared_outputs
 from .registry import ModelRegistry
 from .spec import (
     Capabilities,
@@ -205,18 +206,7 @@ class FakeBackend(Backend):
 
     def compare_reference(self, config: ModelConfig, arrays: Mapping[str, np.ndarray]) -> ReferenceReport:
         output, expected = fake_output(arrays["input"], config.head.outputs), arrays["output"]
-        if output.shape != expected.shape:
-            return ReferenceReport(output_shape=output.shape)
-        max_abs = float(np.max(np.abs(output - expected), initial=0.0))
-        max_rel = max_abs / max(float(np.max(np.abs(expected), initial=0.0)), np.finfo(np.float32).tiny)
-        return ReferenceReport(
-            output_shape=output.shape,
-            compared_values=int(expected.size),
-            max_abs_diff=max_abs,
-            max_rel_diff=max_rel,
-            tolerance=REFERENCE_TOLERANCE,
-            matched=max_rel <= REFERENCE_TOLERANCE,
-        )
+        return compared_outputs(output, expected, REFERENCE_TOLERANCE)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
-from .spec import InputKind, ModelConfig
+from .spec import InputKind, ModelConfig, ReferenceReport
 
 REFERENCE_DIR_ENV = "FWBENCH_REFERENCE_DIR"
 DEFAULT_MAX_REFERENCE_BYTES = 1 << 30  # VGG-16's weights alone take 553 MB
@@ -170,6 +170,23 @@ class ReferenceFolder:
             if temporary is not None:
                 os.unlink(temporary)
             os.close(folder)
+
+
+def compared_outputs(output: np.ndarray, expected: np.ndarray, tolerance: float) -> ReferenceReport:
+    """A runner's output for a reference's input against the reference's output: max |output - expected| over
+    max |expected| across the whole output, matched within `tolerance`; outputs of another shape match nothing."""
+    if output.shape != expected.shape:
+        return ReferenceReport(output_shape=tuple(output.shape), tolerance=tolerance)
+    max_abs = float(np.max(np.abs(output - expected), initial=0.0))
+    max_rel = max_abs / max(float(np.max(np.abs(expected), initial=0.0)), np.finfo(np.float32).tiny)
+    return ReferenceReport(
+        output_shape=tuple(output.shape),
+        compared_values=int(expected.size),
+        max_abs_diff=max_abs,
+        max_rel_diff=max_rel,
+        tolerance=tolerance,
+        matched=max_rel <= tolerance,
+    )
 
 
 def check_input_fits(name: str, stored: np.ndarray, config: ModelConfig) -> None:

@@ -17,6 +17,7 @@ import optax
 from flax import traverse_util
 from fwbench_core.backend import Backend, MemoryReading, Workload
 from fwbench_core.errors import InvalidArgument
+from fwbench_core.references import compared_outputs
 from fwbench_core.spec import (
     Capabilities,
     Compilation,
@@ -382,18 +383,7 @@ class JaxBackend(Backend):
         with jax.default_device(cpu), jax.default_matmul_precision(STRICT_FP32):
             variables = load_torch_weights(shapes, weights, config.model.name)
             output = np.asarray(jax.jit(lambda v, x: module.apply(v, x, train=False))(variables, jnp.asarray(inputs)))
-        if output.shape != expected.shape:
-            return ReferenceReport(output_shape=tuple(output.shape), tolerance=REFERENCE_TOLERANCE)
-        max_abs = float(np.max(np.abs(output - expected)))
-        max_rel = max_abs / max(float(np.max(np.abs(expected))), np.finfo(np.float32).tiny)
-        return ReferenceReport(
-            output_shape=tuple(output.shape),
-            compared_values=int(expected.size),
-            max_abs_diff=max_abs,
-            max_rel_diff=max_rel,
-            tolerance=REFERENCE_TOLERANCE,
-            matched=max_rel <= REFERENCE_TOLERANCE,
-        )
+        return compared_outputs(output, expected, REFERENCE_TOLERANCE)
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         # XLA reports a failed allocation as a JaxRuntimeError: RESOURCE_EXHAUSTED, or INTERNAL when it fails

@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 from fwbench_core.backend import Backend, MemoryReading, Workload
 from fwbench_core.errors import FailedPrecondition, InvalidArgument
+from fwbench_core.references import compared_outputs
 from fwbench_core.onnx_runtime import onnxruntime_limits
 from fwbench_core.spec import (
     Capabilities,
@@ -439,18 +440,7 @@ class TensorFlowBackend(Backend):
                 output = model(tf.constant(inputs), training=False).numpy()
         finally:
             keras.backend.clear_session()
-        if output.shape != expected.shape:
-            return ReferenceReport(output_shape=tuple(output.shape), tolerance=REFERENCE_TOLERANCE)
-        max_abs = float(np.max(np.abs(output - expected)))
-        max_rel = max_abs / max(float(np.max(np.abs(expected))), np.finfo(np.float32).tiny)
-        return ReferenceReport(
-            output_shape=tuple(output.shape),
-            compared_values=int(expected.size),
-            max_abs_diff=max_abs,
-            max_rel_diff=max_rel,
-            tolerance=REFERENCE_TOLERANCE,
-            matched=max_rel <= REFERENCE_TOLERANCE,
-        )
+        return compared_outputs(output, expected, REFERENCE_TOLERANCE)
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         return isinstance(exc, (tf.errors.ResourceExhaustedError, MemoryError))
