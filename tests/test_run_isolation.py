@@ -123,6 +123,10 @@ class GpuShyBackend(FakeBackend):
     def stay_off_gpus(self) -> None:
         self.kept_off_gpus = True
 
+    def runner_info(self):
+        self.listed_off_gpus = self.kept_off_gpus
+        return super().runner_info()
+
 
 @pytest.mark.parametrize(
     "isolation, kept_off",
@@ -132,6 +136,8 @@ def test_the_server_stays_off_gpus_whose_runs_go_to_workers(isolation, kept_off)
     backend = GpuShyBackend()
     RunnerService(backend, isolation=isolation, make_backend=GpuShyBackend)
     assert backend.kept_off_gpus is kept_off
+    # Before the devices are listed: listing them in JAX would open every GPU.
+    assert backend.listed_off_gpus is kept_off
 
 
 def test_isolation_needs_a_backend_factory():

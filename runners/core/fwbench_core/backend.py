@@ -126,4 +126,5 @@ class Backend(abc.ABC):
 
     def stay_off_gpus(self) -> None:
         """This process will run nothing on a GPU (worker processes run its GPU runs): keep the framework
-        from taking GPU memory or a GPU context here. Called at start-up, before any framework op."""
+        from taking GPU memory or a GPU context here. Called at start-up, before any framework op and
+        before runner_info, which still lists the GPUs."""

@@ -142,11 +142,12 @@ class RunnerService:
         # every thread that runs ops its own worker team; with more workers than cores, libgomp spins
         # less and every op slows by about 20%, for good, once a second gRPC handler thread has run torch.
         self._framework = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fwbench-framework")
+        if isolation.in_worker(DeviceRef(DeviceKind.GPU)):
+            # A context held here would keep memory, and idle clocks and power high, on every GPU. Before
+            # runner_info, which must then list the GPUs without opening them.
+            backend.stay_off_gpus()
         info = backend.runner_info()
         self.info: RunnerInfo = replace(info, options={**info.options, "run_isolation": isolation.value})
-        if isolation.in_worker(DeviceRef(DeviceKind.GPU)):
-            # A context held here would keep memory, and idle clocks and power high, on every GPU.
-            backend.stay_off_gpus()
         self._clock = clock
         self._locks = DeviceLocks()
         self.work_limit = WorkLimit(max_queued_requests, self._locks.held)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from functools import partial
@@ -71,6 +73,25 @@ def gpu_devices() -> list:
         return jax.devices("gpu")
     except RuntimeError:  # no GPU backend: PyPI's CPU-only jaxlib, or no usable GPU
         return []
+
+
+# Prints the names of the GPUs JAX sees, one a line (none without a GPU backend).
+GPU_LISTING = (
+    "import jax\n"
+    "try:\n    print('\\n'.join(d.device_kind for d in jax.devices('gpu')))\n"
+    "except RuntimeError:\n    pass\n"
+)
+
+
+def gpu_names_apart() -> list[str]:
+    """The names of the GPUs JAX sees, read in a short-lived process: starting JAX's GPU backend in this one
+    would open a context, holding memory, on every GPU for the runner's life."""
+    if not gpu_driver_version():  # no NVIDIA driver: no GPU to list, and no second JAX start-up to pay
+        return []
+    done = subprocess.run([sys.executable, "-c", GPU_LISTING], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"listing JAX's GPUs failed: {done.stderr.strip()[-2000:]}")
+    return done.stdout.splitlines()
 
 
 def jax_device(device: Device):
@@ -304,6 +325,7 @@ class JaxBackend(Backend):
                 f"--intra-op-threads {settings.intra_op_threads} --inter-op-threads {settings.inter_op_threads}"
             )
         self.settings = settings
+        self._off_gpus = False  # stay_off_gpus was called
         # Read when JAX starts its CPU backend: cpu:0 to cpu:N-1 are XLA host devices, as many as the core lets
         # a run name, so that a MIRRORED run can spread over several.
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={cpu_worker_limit()}".strip()
@@ -315,8 +337,9 @@ class JaxBackend(Backend):
     def runner_info(self) -> RunnerInfo:
         driver = gpu_driver_version()
         devices = [cpu_device()]
-        for index, gpu in enumerate(gpu_devices()):
-            devices.append(Device(DeviceRef(DeviceKind.GPU, index), gpu.device_kind, 0, driver))
+        names = gpu_names_apart() if self._off_gpus else [gpu.device_kind for gpu in gpu_devices()]
+        for index, name in enumerate(names):
+            devices.append(Device(DeviceRef(DeviceKind.GPU, index), name, 0, driver))
         return RunnerInfo(
             framework=self.framework,
             framework_version=jax.__version__,
@@ -327,6 +350,8 @@ class JaxBackend(Backend):
                 "flax_version": flax.__version__,
                 "optax_version": optax.__version__,
                 "xla_python_client_preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "default"),
+                # Flags change what XLA compiles (NVIDIA's image sets its own): part of what was measured.
+                "xla_flags": os.environ.get("XLA_FLAGS", ""),
             },
         )
 
@@ -392,6 +417,11 @@ class JaxBackend(Backend):
             return True
         message = str(exc)
         return isinstance(exc, jax.errors.JaxRuntimeError) and ("RESOURCE_EXHAUSTED" in message or "Out of memory" in message)
+
+    def stay_off_gpus(self) -> None:
+        # JAX starts no backend but the CPU's here; the worker processes, started afresh, see every GPU.
+        jax.config.update("jax_platforms", "cpu")
+        self._off_gpus = True
 
     def release_memory(self) -> None:
         # Compiled steps hold no buffers, but their cache would grow with every new shape.
