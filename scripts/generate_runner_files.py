@@ -110,6 +110,7 @@ PORTS_HEAD = """\
 # Publish the runners on this host's loopback, to drive them with the fwbench CLI from the host:
 #   docker compose -f compose.yaml -f compose.ports.yaml up -d --wait
 #   fwbench compare {runner_flags} --model resnet50
+# (a runner not compared by default with its profile: --profile {opt_in} up, and its --runner too).
 # An internal network publishes nothing, so the runners join a second, ordinary one.
 services:
 """
@@ -177,13 +178,14 @@ def depends_on(names: list[str]) -> str:
 
 def compose(frameworks: list[Framework]) -> str:
     # A framework not compared by default starts only with its profile (docker compose --profile NAME up), and
-    # the aggregator's default runners are those compared by default.
+    # the aggregator waits for those compared by default only. Its runner list names every runner: a command
+    # uses one not compared by default where --frameworks names it (options.runners_in_use).
     services = "".join(
         runner_service(f, f.name, "    <<: *runner\n" + ("" if f.compared_by_default else f"    profiles: [{f.name}]\n"))
         for f in frameworks
     )
     compared = [f for f in frameworks if f.compared_by_default]
-    runners = " ".join(f"{f.name}={f.name}:{RUNNER_PORT}" for f in compared)
+    runners = " ".join(f"{f.name}={f.name}:{RUNNER_PORT}" for f in frameworks)
     head = COMPOSE_HEAD.replace("{runner_common}", RUNNER_COMMON).replace("{reference_dir}", REFERENCE_DIR)
     return GENERATED + head + services + COMPOSE_TAIL.format(
         depends_on=depends_on([f.name for f in compared]), runners=runners
@@ -195,24 +197,29 @@ def second_node(framework: Framework) -> str:
 
 
 def compose_nodes(frameworks: list[Framework]) -> str:
-    frameworks = [f for f in frameworks if f.compared_by_default]
+    paired = [f for f in frameworks if f.compared_by_default]
     fields = textwrap.indent(RUNNER_COMMON.replace("{reference_dir}", REFERENCE_DIR), "  ")
-    services = "".join(runner_service(f, second_node(f), fields) for f in frameworks)
-    # One job per framework across both runners: the aggregator's runners become comma-separated pairs.
-    runners = " ".join(f"{f.name}={f.name}:{RUNNER_PORT},{second_node(f)}:{RUNNER_PORT}" for f in frameworks)
-    aggregator = (f"  aggregator:\n    depends_on:\n{depends_on([second_node(f) for f in frameworks])}\n"
+    services = "".join(runner_service(f, second_node(f), fields) for f in paired)
+    # One job per framework across both runners: the aggregator's runners become comma-separated pairs (the
+    # others keep their one runner).
+    runners = " ".join(
+        f"{f.name}={f.name}:{RUNNER_PORT}" + (f",{second_node(f)}:{RUNNER_PORT}" if f in paired else "")
+        for f in frameworks
+    )
+    aggregator = (f"  aggregator:\n    depends_on:\n{depends_on([second_node(f) for f in paired])}\n"
                   f'    environment:\n      FWBENCH_RUNNERS: "{runners}"\n')
     return GENERATED + NODES_HEAD + services + aggregator
 
 
 def compose_ports(frameworks: list[Framework]) -> str:
-    flags = " ".join(f"--runner {f.name}=127.0.0.1:{f.host_port}" for f in frameworks)
+    flags = " ".join(f"--runner {f.name}=127.0.0.1:{f.host_port}" for f in frameworks if f.compared_by_default)
+    opt_in = next((f.name for f in frameworks if not f.compared_by_default), "NAME")
     services = "".join(
         f"  {f.name}:\n    networks: [runners, published]\n"
         f'    ports: ["127.0.0.1:${{{variable(f)}_RUNNER_PORT:-{f.host_port}}}:{RUNNER_PORT}"]\n'
         for f in frameworks
     )
-    return GENERATED + PORTS_HEAD.format(runner_flags=flags) + services + "\nnetworks:\n  published: {}\n"
+    return GENERATED + PORTS_HEAD.format(runner_flags=flags, opt_in=opt_in) + services + "\nnetworks:\n  published: {}\n"
 
 
 def compose_cpu(frameworks: list[Framework]) -> str:

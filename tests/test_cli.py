@@ -130,6 +130,19 @@ def test_models_and_describe_take_runners_from_the_environment_and_name_the_unre
     assert "runner tensorflow failed" in done.stderr and "unreachable" in done.stderr
 
 
+def test_a_listed_runner_not_compared_by_default_is_used_only_where_named(fake_runner):
+    # compose.yaml's $FWBENCH_RUNNERS names every runner Compose can start, the JAX one (opt-in) included,
+    # up or not: the default commands leave it out, --frameworks adds it, and --runner always uses it.
+    env = {"FWBENCH_RUNNERS": f"fake={fake_runner} jax={unused_address()}"}
+    default = fwbench("models", env=env)
+    assert default.returncode == 0, default.stderr
+    assert "fake" in default.stdout and "jax" not in default.stderr
+    for args in (["--frameworks", "torch,tensorflow,jax"], ["--runner", f"jax={unused_address()}"]):
+        named = fwbench("models", *args, env=env)
+        assert named.returncode == 1
+        assert "runner jax failed" in named.stderr and "unreachable" in named.stderr
+
+
 def test_models_lists_at_once_and_counts_parameters_on_request(fake_runner):
     from fwbench_core.fake import fake_parameter_count
 

@@ -3,9 +3,9 @@
 The static checks (hadolint, the Compose specification's schema, what the overrides merge into) run
 everywhere. The end-to-end tests need a Docker engine and no registry: the framework base images are
 made here (tests/containers/base_images.sh: debootstrap, `docker import`, the framework from PyPI),
-then the project's own Dockerfiles and compose.yaml build and start everything, the aggregator's
-container benchmarks both runners' containers, and one runner is rebuilt on a second framework
-version. Where no Docker engine answers they are skipped, and the skip says so in capitals.
+then the project's own Dockerfiles and compose.yaml build and start everything (the JAX runner with its
+profile), the aggregator's container benchmarks the runners' containers, and one runner is rebuilt on a
+second framework version. Where no Docker engine answers they are skipped, and the skip says so in capitals.
 """
 
 from __future__ import annotations
@@ -157,7 +157,8 @@ def test_aggregator_waits_for_every_runner_to_be_healthy_and_writes_to_the_host(
         name: "service_healthy" for name in COMPARED
     }
     assert [v["target"] for v in service["volumes"]] == ["/results"]
-    assert service["environment"]["FWBENCH_RUNNERS"] == " ".join(f"{name}={name}:50051" for name in COMPARED)
+    # Every runner, so that --frameworks can name one not compared by default; the default commands skip it.
+    assert service["environment"]["FWBENCH_RUNNERS"] == " ".join(f"{name}={name}:50051" for name in RUNNERS)
 
 
 def test_a_runner_not_compared_by_default_starts_only_with_its_profile():
@@ -179,9 +180,9 @@ def test_nodes_override_adds_a_second_runner_per_framework_that_publishes_nothin
         assert "deploy" not in compose_config("compose.nodes.yaml")["services"][SECOND_NODES[name]]
     aggregator = services["aggregator"]
     assert set(aggregator["depends_on"]) == {*COMPARED, *SECOND_NODES.values()}
-    # Each framework is one job across its two runners, node 0 first.
+    # Each framework is one job across its two runners, node 0 first; the others keep their one runner.
     assert aggregator["environment"]["FWBENCH_RUNNERS"] == " ".join(
-        f"{name}={name}:50051,{SECOND_NODES[name]}:50051" for name in COMPARED
+        f"{name}={name}:50051" + (f",{SECOND_NODES[name]}:50051" if name in SECOND_NODES else "") for name in RUNNERS
     )
 
 
@@ -228,25 +229,29 @@ class Stack:
         self.torch_version = pinned("runners/torch/requirements.txt", "torch")
         self.torchvision_version = pinned("runners/torch/requirements.txt", "torchvision")
         self.tensorflow_version = pinned("runners/tensorflow/requirements.txt", "tensorflow")
-        self.ports = {"torch": free_port(), "tensorflow": free_port()}
+        self.jax_version = pinned("runners/jax/requirements.txt", "jax")
+        self.ports = {name: free_port() for name in RUNNERS}
         self.overrides: tuple[str, ...] = ()  # Compose files a test adds to the stack's
         self.variables = {
             "TORCH_BASE_IMAGE": "fwbench-ci/pytorch",
             "TORCH_TAG": self.torch_version,
             "TENSORFLOW_BASE_IMAGE": "fwbench-ci/tensorflow",
             "TENSORFLOW_TAG": self.tensorflow_version,
+            "JAX_BASE_IMAGE": "fwbench-ci/jax",
+            "JAX_TAG": self.jax_version,
             "AGGREGATOR_BASE_IMAGE": "fwbench-ci/python:3.11",
             "FWBENCH_IMAGE_PREFIX": IMAGE_PREFIX,
             "FWBENCH_RESULTS_DIR": str(results_dir),
             "FWBENCH_UID": str(UID),
             "FWBENCH_GID": str(UID),
-            "TORCH_RUNNER_PORT": str(self.ports["torch"]),
-            "TENSORFLOW_RUNNER_PORT": str(self.ports["tensorflow"]),
+            **{f"{name.upper()}_RUNNER_PORT": str(port) for name, port in self.ports.items()},
         }
 
     def compose(self, *args: str, timeout: float = RUN_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess:
         files = ("compose.yaml", "compose.cpu.yaml", "compose.ports.yaml", *self.overrides)
-        command = [TOOLS / "docker-compose", "-p", PROJECT, *(arg for f in files for arg in ("-f", f)), *args]
+        # Every runner's profile: the stack runs all of them, and `down` leaves none behind.
+        profiles = (arg for name in OPT_IN for arg in ("--profile", name))
+        command = [TOOLS / "docker-compose", "-p", PROJECT, *(arg for f in files for arg in ("-f", f)), *profiles, *args]
         return run(command, timeout=timeout, env=compose_env(**self.variables), check=check)
 
     def make_base_images(self) -> None:
@@ -256,10 +261,13 @@ class Stack:
             timeout=BUILD_TIMEOUT_S)
         version, packages = SECOND_TENSORFLOW
         run(["bash", BASE_IMAGES, "tensorflow", version, *packages], timeout=BUILD_TIMEOUT_S)
+        # Like NVIDIA's JAX image: JAX with Flax and optax (here the CPU build, which PyPI's jax is).
+        run(["bash", BASE_IMAGES, "jax", self.jax_version, f"jax=={self.jax_version}",
+             *(f"{name}=={pinned('runners/jax/requirements.txt', name)}" for name in ("jaxlib", "flax", "optax"))],
+            timeout=BUILD_TIMEOUT_S)
 
     def image(self, service: str) -> str:
-        tag = {"torch": "TORCH_TAG", "tensorflow": "TENSORFLOW_TAG"}
-        return f"{IMAGE_PREFIX}/{service}-runner:{self.variables[tag[service]]}"
+        return f"{IMAGE_PREFIX}/{service}-runner:{self.variables[f'{service.upper()}_TAG']}"
 
     def health(self, service: str) -> str:
         container = self.compose("ps", "-q", service).stdout.strip()
@@ -329,8 +337,8 @@ def stack(tmp_path_factory):
 
 
 @pytest.mark.containers
-def test_both_runners_come_up_healthy_as_a_non_root_user(stack):
-    for service in COMPARED:
+def test_every_runner_comes_up_healthy_as_a_non_root_user(stack):
+    for service in RUNNERS:
         assert stack.health(service) == "healthy"
         assert stack.compose("exec", "-T", service, "id", "-u").stdout.strip() == str(UID)
         image_user = run(["docker", "image", "inspect", "--format", "{{.Config.User}}", stack.image(service)]).stdout
@@ -339,7 +347,7 @@ def test_both_runners_come_up_healthy_as_a_non_root_user(stack):
 
 @pytest.mark.containers
 def test_the_runner_layer_moves_no_package_of_the_base_image(stack):
-    for service in COMPARED:
+    for service in RUNNERS:
         listing = run(["docker", "run", "--rm", "--entrypoint", "sh", stack.image(service), "-c",
                        "cat /opt/fwbench/base-packages.txt; echo ---; cat /opt/fwbench/packages.txt"]).stdout
         base, final = (set(part.split()) for part in listing.split("---"))
@@ -348,14 +356,15 @@ def test_the_runner_layer_moves_no_package_of_the_base_image(stack):
 
 
 @pytest.mark.containers
-def test_aggregator_container_compares_both_runner_containers(stack):
-    stack.aggregator("compare", *SMALL_RUN, "--out", "/results")
+def test_aggregator_container_compares_the_runner_containers_it_is_told_to(stack):
+    stack.aggregator("compare", *SMALL_RUN, "--frameworks", ",".join(RUNNERS), "--out", "/results")
     folder, table = stack.newest_comparison()
     rows = table.set_index("framework")
-    assert set(rows.index) == {"torch", "tensorflow"}
+    assert set(rows.index) == set(RUNNERS)
     assert rows.loc["torch", "framework_version"].startswith(stack.torch_version)
     assert rows.loc["tensorflow", "framework_version"] == stack.tensorflow_version
-    for service in COMPARED:  # the compose services are named after their frameworks
+    assert rows.loc["jax", "framework_version"] == stack.jax_version
+    for service in RUNNERS:  # the compose services are named after their frameworks
         assert rows.loc[service, "container_image"] == stack.image(service)
         assert rows.loc[service, "median_step_ms"] > 0
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -367,19 +376,19 @@ def test_aggregator_container_compares_both_runner_containers(stack):
 
 
 @pytest.mark.containers
-def test_parity_exchanges_weights_between_the_two_containers(stack):
-    stack.aggregator("parity", "--models", "resnet18", "--out", "/results")
+def test_parity_exchanges_weights_between_the_containers(stack):
+    stack.aggregator("parity", "--models", "resnet18", "--frameworks", ",".join(RUNNERS), "--out", "/results")
     parity = pd.read_csv(next(stack.results_dir.glob("*-parity/parity.csv")))
-    assert len(parity) == 1
-    assert parity["verdict"].iloc[0] == "same", parity.to_dict("records")
+    assert set(parity["other"]) == set(RUNNERS[1:])  # each against the first, through the shared volume
+    assert set(parity["verdict"]) == {"same"}, parity.to_dict("records")
 
 
 @pytest.mark.containers
 def test_host_aggregator_reaches_the_published_runners(stack):
-    done = run([TOOLS / "fwbench", "describe",
-                "--runner", f"torch=127.0.0.1:{stack.ports['torch']}",
-                "--runner", f"tensorflow=127.0.0.1:{stack.ports['tensorflow']}"], timeout=RUN_TIMEOUT_S)
+    done = run([TOOLS / "fwbench", "describe", *(f"--runner={name}=127.0.0.1:{port}" for name, port in stack.ports.items())],
+               timeout=RUN_TIMEOUT_S)
     assert stack.torch_version in done.stdout and stack.tensorflow_version in done.stdout
+    assert stack.jax_version in done.stdout
 
 
 @pytest.mark.containers
@@ -428,6 +437,7 @@ def test_a_new_tensorflow_tag_rebuilds_its_runner_and_results_report_it(stack):
         stack.aggregator("compare", *SMALL_RUN, "--out", "/results")
         _, table = stack.newest_comparison()
         rows = table.set_index("framework")
+        assert set(rows.index) == set(COMPARED)  # a default comparison leaves the JAX runner out, though it is up
         assert rows.loc["tensorflow", "framework_version"] == version
         assert rows.loc["tensorflow", "container_image"] == f"{IMAGE_PREFIX}/tensorflow-runner:{version}"
         assert rows.loc["torch", "framework_version"].startswith(stack.torch_version)

@@ -4,6 +4,7 @@ naming the accepted values, and the options several commands share."""
 from __future__ import annotations
 
 import enum
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Optional
@@ -140,7 +141,8 @@ def parse_device(value: Optional[str]) -> Optional[str]:
     return value
 
 
-# Where the runners already run (compose.yaml sets it in the aggregator's container).
+# Where the runners already run (compose.yaml sets it in the aggregator's container, naming every runner
+# Compose can start; runners_in_use picks the ones a command compares).
 RUNNERS_ENV = "FWBENCH_RUNNERS"
 
 
@@ -159,6 +161,17 @@ def parse_runners(values: list[str]) -> list[str]:
                 "PORT: 1 to 65535)"
             )
     return values
+
+
+def runners_in_use(runner: list[str], frameworks: str) -> list[str]:
+    """The runners a command uses: every one named with --runner; of those $FWBENCH_RUNNERS lists, a runner
+    of a framework not compared by default (jax) only where --frameworks names it, as if it were embedded,
+    so that one list can name every runner Compose can start."""
+    if runner != os.environ.get(RUNNERS_ENV, "").split():
+        return runner
+    opt_in = set(framework_names()) - set(default_framework_names())
+    wanted = set(frameworks.split(","))
+    return [value for value in runner if value.split("=", 1)[0] not in opt_in - wanted]
 
 
 RunnerOption = Annotated[
@@ -211,7 +224,8 @@ def every_framework() -> str:
 
 
 FrameworksOption = Annotated[str, typer.Option(
-    callback=parse_frameworks, help=f"embedded runners to start, comma-separated, of: {', '.join(framework_names())}")]
+    callback=parse_frameworks,
+    help=f"the runners to compare, comma-separated, of: {', '.join(framework_names())} (embedded ones started, or those ${RUNNERS_ENV} lists; --runner names its own)")]
 VenvsOption = Annotated[Optional[Path], typer.Option(help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")]
 
 

@@ -28,6 +28,7 @@ from .client import RunnerClient, RunnerFailure, RunResult
 from .connection import EMBEDDED, Transport, embedded_runner_env
 from .console import err_console
 from .launch import LocalRunner, RunnerStartError, StartupSettings, default_venvs, embedded_command
+from .options import runners_in_use
 from .scheduler import device_group, run_grouped, run_pooled
 from .sweep import Configuration, counterbalanced
 from .vocabulary import indexed_device, shape_dims, shape_text, to_text
@@ -72,9 +73,10 @@ def resolve_endpoints(
     runner: list[str], frameworks: str, venvs: Optional[Path], log_dir: Path, stack: ExitStack,
     settings: StartupSettings = StartupSettings(),
 ) -> tuple[dict[str, str], list[RunnerFailure]]:
-    """The runners given as NAME=HOST:PORT, or else the embedded ones, started now."""
+    """The runners given as NAME=HOST:PORT (those in use: options.runners_in_use), or else the embedded ones,
+    started now."""
     if runner:
-        return dict(value.split("=", 1) for value in runner), []
+        return dict(value.split("=", 1) for value in runners_in_use(runner, frameworks)), []
     err_console.print(f"starting the embedded runners: {frameworks}")
     return start_embedded(frameworks.split(","), venvs or default_venvs(), log_dir, stack, settings)
 

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Make the base images CI builds the runner images on. CI's Docker engine can
-# pull nothing, so instead of pytorch/pytorch and tensorflow/tensorflow we make
-# a Debian root filesystem with debootstrap, load it with `docker import`, and
-# install Python and the framework from PyPI on top, the way the official
-# images carry them (system Python, the framework in its site-packages).
+# pull nothing, so instead of pytorch/pytorch, tensorflow/tensorflow and
+# nvcr.io/nvidia/jax we make a Debian root filesystem with debootstrap, load it
+# with `docker import`, and install Python and the framework from PyPI on top,
+# the way the official images carry them (system Python, the framework in its
+# site-packages; NVIDIA's JAX image ships Flax and optax beside JAX).
 #
 #   base_images.sh python                      -> fwbench-ci/python:3.11
 #   base_images.sh torch VERSION PACKAGES...   -> fwbench-ci/pytorch:VERSION
 #   base_images.sh tensorflow VERSION PACKAGES... -> fwbench-ci/tensorflow:VERSION
+#   base_images.sh jax VERSION PACKAGES...     -> fwbench-ci/jax:VERSION
 #
 # An image whose recipe (this script and its arguments) did not change is kept.
 set -euo pipefail
@@ -64,5 +66,6 @@ case "${1:-}" in
   python) make_python ;;
   torch) shift; make_framework pytorch "$@" ;;
   tensorflow) shift; make_framework tensorflow "$@" ;;
-  *) echo "usage: $0 python | torch VERSION PACKAGES... | tensorflow VERSION PACKAGES..." >&2; exit 2 ;;
+  jax) shift; make_framework jax "$@" ;;
+  *) echo "usage: $0 python | torch|tensorflow|jax VERSION PACKAGES..." >&2; exit 2 ;;
 esac
