@@ -11,6 +11,8 @@ gives the noise floor as `fwbench calibrate` does, and a second, independent rou
     .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu
     # As a sweep runs them: each instance's batch sizes of one repetition one after the other, sharing one build
     .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu --sweep-order --reuse-builds
+    # Another execution mode: TorchScript, or ONNX Runtime (inference)
+    .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu --compilation onnxruntime
     # A distributed run against itself: two DDP workers per instance
     .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu --devices cpu:0,cpu:1 --strategy ddp
     # GPU (two runners already running, e.g. ../shared/gpu/on_gpu.sh starts a and b):
@@ -38,7 +40,7 @@ from fwbench_aggregator.connection import EMBEDDED
 from fwbench_aggregator.runs import medians_by_runner, run_medians_by_runner, start_embedded
 from fwbench_aggregator.sweep import counterbalanced
 from fwbench_aggregator.launch import default_venvs
-from fwbench_aggregator.vocabulary import Mode, Precision, Strategy
+from fwbench_aggregator.vocabulary import Compilation, Mode, Precision, Strategy
 
 GRIDS = {
     # The configurations where pooled-step statistics went wrong on an H100 (launch-bound small batches
@@ -91,6 +93,7 @@ def main() -> int:
     parser.add_argument("--batch-sizes", help="comma-separated; default: the grid's")
     parser.add_argument("--precisions", help="comma-separated; default: the grid's")
     parser.add_argument("--mode", default="infer", choices=("train", "infer"))
+    parser.add_argument("--compilation", choices=list(Compilation.__members__), help="default: the runner's own")
     parser.add_argument("--repetitions", type=int, default=stats.DEFAULT_REPETITIONS)
     parser.add_argument("--min-measure-s", type=float, default=plan.DEFAULT_MIN_MEASURE_S)
     parser.add_argument("--warmup", type=int, default=plan.DEFAULT_WARMUP)
@@ -125,7 +128,8 @@ def main() -> int:
         where = f" on {args.devices} ({args.strategy or 'default strategy'})" if args.devices else ""
         order = (f", sweep order with {'reused' if args.reuse_builds else 'fresh'} builds" if args.sweep_order
                  else ", each batch size on its own with fresh builds")
-        print(f"A/A {args.grid} grid{where}: {args.mode}, {args.repetitions} runs per instance per round, "
+        compiled = f", {args.compilation}" if args.compilation else ""
+        print(f"A/A {args.grid} grid{where}: {args.mode}{compiled}, {args.repetitions} runs per instance per round, "
               f"windows of at least {args.min_measure_s} s and {args.steps} steps{order}")
         header = f"{'configuration':<34} {'a ms':>8} {'b ms':>8} {'ratio':>6} {'99% interval':>15} {'resolves':>8} {'floor':>7}  verdict"
         print(header)
@@ -138,6 +142,7 @@ def main() -> int:
                     None if args.devices else grid["device"], warmup=args.warmup, steps=args.steps,
                     min_measure_s=args.min_measure_s, devices=args.devices,
                     strategy=Strategy(args.strategy) if args.strategy else None,
+                    compilation=Compilation[args.compilation] if args.compilation else None,
                 ).to_request()
                 for batch_size in batch_sizes
             }
