@@ -355,6 +355,9 @@ def test_nvml_without_a_driver_is_unavailable_with_the_nvml_error():
     summary = energy_summary([], source_reasons=sampler.reasons)
     assert summary.energy_j is None and summary.sample_count == 0
     assert "Driver Not Loaded" in summary.reasons["window_s"]
+    # One cause for no counter and no power readings: the energy's reason says it once.
+    assert summary.reasons["energy_j"].count("Driver Not Loaded") == 1
+    assert summary.reasons["energy_j"].startswith("no energy counter and fewer than two power readings")
     assert_every_none_is_explained(summary)
 
 

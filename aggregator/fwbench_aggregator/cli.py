@@ -122,9 +122,10 @@ def print_comparison(rows: pd.DataFrame, title: str) -> None:
             f"noise floor: {floor.iloc[0]:.1%} (fwbench calibrate)" if len(floor)
             else "noise floor: not measured for this configuration; `fwbench calibrate` with the same options measures it"
         )
-    for row in ran.itertuples():
-        if row.energy_status:
-            out_console.print(f"energy ({row.runner}): {row.energy_status}")
+    # Runners on one host mostly share why energy is missing (no RAPL domain readable): said once for all.
+    statuses = ran[ran["energy_status"].fillna("") != ""].groupby("energy_status", sort=False)["runner"]
+    for status, runners_with_it in statuses:
+        out_console.print(f"energy ({', '.join(runners_with_it)}): {status}")
 
 
 @app.command()

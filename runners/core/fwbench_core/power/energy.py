@@ -117,8 +117,9 @@ def energy_summary(
     counter_energy_j = None
     counter_span_s = None
     counter_stalled = False  # the device has a counter, and it did not advance: no energy figure at all
+    counter_why = power_why = None  # why the source had no counter, or no power readings
     if len(counted) < 2:
-        why = source_reasons.get("energy_j") or source_why
+        why = counter_why = source_reasons.get("energy_j") or source_why
         missing(
             "counter_energy_j",
             f"no energy counter: {why}" if why else f"fewer than two energy counter readings in the {phase.value} window",
@@ -146,7 +147,7 @@ def energy_summary(
     integrated_span_s = None
     mean_power_w = None
     if len(powered) < 2 or powered[-1][0] <= powered[0][0]:
-        why = source_reasons.get("power_w") or source_why
+        why = power_why = source_reasons.get("power_w") or source_why
         text = f"fewer than two power readings in the {phase.value} window"
         missing("integrated_energy_j", f"{text}: {why}" if why else text)
         missing("mean_power_w", reasons["integrated_energy_j"])
@@ -200,7 +201,10 @@ def energy_summary(
         energy_j, energy_source, energy_span_s = integrated_energy_j, "integrated", integrated_span_s
     else:
         energy_j = energy_source = energy_span_s = None
-        reasons.setdefault("energy_j", f"{reasons['counter_energy_j']}; {reasons['integrated_energy_j']}")
+        both = (f"no energy counter and fewer than two power readings in the {phase.value} window: {counter_why}"
+                if counter_why and counter_why == power_why  # one cause (no RAPL domain readable, say): said once
+                else f"{reasons['counter_energy_j']}; {reasons['integrated_energy_j']}")
+        reasons.setdefault("energy_j", both)
         missing("energy_source", reasons["energy_j"])
 
     idle_power_w = None
