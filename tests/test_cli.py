@@ -134,13 +134,18 @@ def test_models_and_describe_take_runners_from_the_environment_and_name_the_unre
     assert "runner tensorflow failed" in done.stderr and "unreachable" in done.stderr
 
 
-def test_a_listed_runner_not_compared_by_default_is_used_only_where_named(fake_runner):
+def test_a_listed_runner_not_compared_by_default_is_used_only_where_named(tmp_path, fake_runner):
     # compose.yaml's $FWBENCH_RUNNERS names every runner Compose can start, the JAX one (opt-in) included,
     # up or not: the default commands leave it out, --frameworks adds it, and --runner always uses it.
     env = {"FWBENCH_RUNNERS": f"fake={fake_runner} jax={unused_address()}"}
     default = fwbench("models", env=env)
     assert default.returncode == 0, default.stderr
     assert "fake" in default.stdout and "jax" not in default.stderr
+    sweep = fwbench("sweep", "--models", "resnet18", "--modes", "infer", "--batch-sizes", "1", "--shapes", "3x32x32",
+                    "--warmup", "0", "--steps", "1", *QUICK, "--store", str(tmp_path / "store"), "--no-report", env=env)
+    assert sweep.returncode == 0, sweep.stderr
+    from fwbench_aggregator.store import ResultStore
+    assert set(ResultStore(tmp_path / "store").load("summary")["runner"]) == {"fake"}
     for args in (["--frameworks", "torch,tensorflow,jax"], ["--runner", f"jax={unused_address()}"]):
         named = fwbench("models", *args, env=env)
         assert named.returncode == 1

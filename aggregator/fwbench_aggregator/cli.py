@@ -37,7 +37,7 @@ from .options import (
     RendezvousPortOption, RepetitionsOption, RunnerOption, StepsOption, StoreOption, StrategyOption, TlsCaOption,
     TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption, WarmupOption, WarmupUntilCvOption, compilation_for,
     every_framework, parse_compilation, parse_device, parse_options, parse_power_rate, parse_runners, parse_shape,
-    parse_text, runner_transport, strategy_for,
+    parse_text, runner_transport, runners_in_use, strategy_for,
 )
 from .paths import safe_component
 from .plan import RunSpec, option_pairs
@@ -615,7 +615,8 @@ def sweep(
     """Run a whole study, one run at a time, each stored the moment it completes; Ctrl-C or SIGTERM keeps every
     finished run."""
     transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
-    given = [value.split("=", 1)[0] for value in runner]
+    # A sweep without a file compares the runners given, as `compare` would (an opt-in one only where named).
+    given = [value.split("=", 1)[0] for value in runners_in_use(runner, every_framework())]
     try:
         if file is not None:
             study = sweep_mod.load_sweep(file)
@@ -629,10 +630,11 @@ def sweep(
             raise typer.BadParameter("give a sweep file or at least --models", param_hint="FILE / --models")
     except sweep_mod.SweepError as error:
         raise typer.BadParameter(str(error)) from None
-    unreachable = [name for name in study.runners if given and name not in given]
+    reachable = [value.split("=", 1)[0] for value in runners_in_use(runner, ",".join(study.runners))]
+    unreachable = [name for name in study.runners if runner and name not in reachable]
     if unreachable:
         raise typer.BadParameter(f"the sweep's runner(s) {', '.join(unreachable)} have no address; give each as "
-                                 f"NAME=HOST:PORT, or list only {', '.join(given)} in its runners", param_hint="--runner")
+                                 f"NAME=HOST:PORT, or list only {', '.join(reachable)} in its runners", param_hint="--runner")
     spanning = sorted({c.nodes for c in study.configurations() if c.nodes > 1})
     if spanning:
         raise typer.BadParameter(
