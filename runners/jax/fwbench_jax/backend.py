@@ -86,8 +86,6 @@ GPU_LISTING = (
 def gpu_names_apart() -> list[str]:
     """The names of the GPUs JAX sees, read in a short-lived process: starting JAX's GPU backend in this one
     would open a context, holding memory, on every GPU for the runner's life."""
-    if not gpu_driver_version():  # no NVIDIA driver: no GPU to list, and no second JAX start-up to pay
-        return []
     done = subprocess.run([sys.executable, "-c", GPU_LISTING], capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"listing JAX's GPUs failed: {done.stderr.strip()[-2000:]}")
@@ -337,7 +335,10 @@ class JaxBackend(Backend):
     def runner_info(self) -> RunnerInfo:
         driver = gpu_driver_version()
         devices = [cpu_device()]
-        names = gpu_names_apart() if self._off_gpus else [gpu.device_kind for gpu in gpu_devices()]
+        if not self._off_gpus:
+            names = [gpu.device_kind for gpu in gpu_devices()]
+        else:  # without an NVIDIA driver there is no GPU to list, and no second JAX start-up to pay
+            names = gpu_names_apart() if driver else []
         for index, name in enumerate(names):
             devices.append(Device(DeviceRef(DeviceKind.GPU, index), name, 0, driver))
         return RunnerInfo(
