@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job on the embedded default (no GPU, no Docker): set up the three
-# environments, then compare PyTorch and TensorFlow training resnet18 on the CPU.
+# The main job on the embedded default (no GPU, no Docker): set up the runner
+# and aggregator environments, then compare PyTorch and TensorFlow training
+# resnet18 on the CPU.
 # Extra arguments go to `fwbench compare` (e.g. --mode infer --batch-size 16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
