@@ -5,7 +5,7 @@ One entry here plus one builder per framework adds a model.
 
 from __future__ import annotations
 
-from .errors import NotFound, echoed
+from .errors import NotFound, did_you_mean, echoed
 from .spec import Head, InputKind, ModelSpec, Objective, Task
 
 IMAGENET_CLASSES = 1000
@@ -92,4 +92,4 @@ def get_spec(name: str) -> ModelSpec:
         return MODEL_SPECS[name]
     except KeyError:
         known = ", ".join(sorted(MODEL_SPECS))
-        raise NotFound(f"unknown model {echoed(name)}; known models: {known}") from None
+        raise NotFound(f"unknown model {echoed(name)}{did_you_mean(name, MODEL_SPECS)}; known models: {known}") from None

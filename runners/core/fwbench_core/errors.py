@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 import grpc
 
 # A request field that an error message repeats is cut to this many characters, so that a huge field makes no
@@ -59,6 +61,13 @@ class Aborted(RunnerError):
     """A distributed run lost a rank: one died, failed, or went silent."""
 
     status = grpc.StatusCode.ABORTED
+
+
+def did_you_mean(text: str, choices) -> str:
+    """" (did you mean resnet18?)" where an accepted value is close to the slip, else "": an aside to follow the
+    refused value in a message."""
+    found = difflib.get_close_matches(str(text), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {found[0]}?)" if found else ""
 
 
 def echoed(text: str, quote: bool = True) -> str:

@@ -80,6 +80,13 @@ class RunnerServicer(pb_grpc.RunnerServicer):
             self._abort(context, exc)
         return wire.reference_report_to_wire(request.name, report)
 
+    def CheckRun(self, request, context):
+        try:
+            config = self._service.check(wire.run_request_from_wire(request))
+        except Exception as exc:
+            self._abort(context, exc)
+        return wire.config_to_wire(config, self._service.info)
+
     def Run(self, request, context):
         cancelled = threading.Event()
         context.add_callback(cancelled.set)

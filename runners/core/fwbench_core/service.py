@@ -209,13 +209,18 @@ class RunnerService:
             return None
         return PowerSampler(source_for(config.device.ref), config.power_sample_rate_hz, clock=self._clock)
 
-    def run(self, request: RunRequest, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
+    def check(self, request: RunRequest) -> RunConfig:
+        """The run `request` asks for, every default resolved, or the error Run would refuse it with."""
         config = resolve(
             request, self.info.devices, self.backend.capabilities, self.backend.models.names(), self.backend.framework
         )
-        total = config.warmup_steps + config.measured_steps
         if config.distributed and self._make_backend is None:
             raise FailedPrecondition("this runner cannot start worker processes: it runs no distributed strategy")
+        return config
+
+    def run(self, request: RunRequest, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
+        config = self.check(request)
+        total = config.warmup_steps + config.measured_steps
         with self.work_limit.admit():
             # Every device of the run, in one fixed order so that two runs never wait for each other; CPU
             # workers share the one CPU, so every cpu:N takes the cpu:0 lock.

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 from .catalog import get_spec
-from .errors import FailedPrecondition, InvalidArgument, echoed
+from .errors import FailedPrecondition, InvalidArgument, did_you_mean, echoed
 from .power import DEFAULT_RATE_HZ, energy_window_s, validate_rate_hz
 from .spec import (
     Capabilities,
@@ -94,13 +94,15 @@ def resolve_options(spec: ModelSpec, options: Mapping[str, str]) -> dict[str, st
     for name in options:
         if name not in known:
             accepted = ", ".join(known) if known else "none"
-            raise InvalidArgument(f"model_options has {echoed(name)}, which {spec.name} does not take; its options: {accepted}")
+            raise InvalidArgument(f"model_options has {echoed(name)}, which {spec.name} does not take{did_you_mean(name, known)}; "
+                                  f"its options: {accepted}")
     resolved = {}
     for name, option in known.items():
         value = options.get(name, option.default)
         if value not in option.choices:
             raise InvalidArgument(
-                f"model_options {name}={echoed(value)} is not accepted by {spec.name}; accepted values: {', '.join(option.choices)}"
+                f"model_options {name}={echoed(value)} is not accepted by {spec.name}{did_you_mean(value, option.choices)}; "
+                f"accepted values: {', '.join(option.choices)}"
             )
         resolved[name] = value
     return resolved

@@ -19,26 +19,9 @@ from .power import EnergySummary, PowerPhase, PowerSample
 from .service import PowerBatch, Resolved, RunEvent
 from .sysinfo import manifest_options
 from .spec import (
-    Cluster,
-    Compilation,
-    Device,
-    Layout,
-    Strategy,
-    Switch,
+    Cluster, Compilation, Device, DeviceKind, DeviceRef, Layout, Mode, ModelConfig, ModelReport, ModelSpec, Phase,
+    Precision, ReferenceReport, ReferenceRequest, RunConfig, RunnerInfo, RunRequest, Strategy, Switch, Task,
     WarmupUntilStable,
-    DeviceKind,
-    DeviceRef,
-    Mode,
-    ModelConfig,
-    ModelReport,
-    ModelSpec,
-    Phase,
-    Precision,
-    ReferenceReport,
-    ReferenceRequest,
-    RunnerInfo,
-    RunRequest,
-    Task,
 )
 from .timing import Progress, StepBatch, Summary
 
@@ -335,41 +318,7 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
             )
         )
     if isinstance(event, Resolved):
-        c = event.config
-        return pb.RunEvent(
-            config=pb.ResolvedConfig(
-                model=c.model.name,
-                mode=enum_to_wire(c.mode),
-                batch_size=c.batch_size,
-                input_shape=c.input_shape,
-                precision=enum_to_wire(c.precision),
-                device=device_to_wire(c.device),
-                warmup_steps=c.warmup_steps,
-                measured_steps=c.measured_steps,
-                seed=c.seed,
-                framework=info.framework,
-                framework_version=info.framework_version,
-                parameter_count=event.parameter_count,
-                model_options=c.model_options,
-                layout=enum_to_wire(c.layout) if c.layout else pb.LAYOUT_UNSPECIFIED,
-                compilation=enum_to_wire(c.compilation),
-                cudnn_autotune=enum_to_wire(c.cudnn_autotune),
-                intra_op_threads=c.intra_op_threads,
-                inter_op_threads=c.inter_op_threads,
-                warmup_until_stable=(
-                    pb.WarmupUntilStable(cv_threshold=c.warmup_until_stable.cv_threshold, window=c.warmup_until_stable.window)
-                    if c.warmup_until_stable
-                    else None
-                ),
-                min_measure_s=c.min_measure_s,
-                strategy=enum_to_wire(c.strategy),
-                devices=[device_to_wire(d) for d in c.run_devices],
-                world_size=c.world_size,
-                global_batch_size=c.global_batch_size,
-                cluster=cluster_to_wire(c.cluster) if c.cluster else None,
-                distributed_timeout_s=c.distributed_timeout_s,
-            )
-        )
+        return pb.RunEvent(config=config_to_wire(event.config, info, event.parameter_count))
     if isinstance(event, Summary):
         summary = pb.Summary(
             measured_steps=event.measured_steps,
@@ -398,3 +347,40 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
             summary.device_after.CopyFrom(device_state_to_wire(event.device_after))
         return pb.RunEvent(summary=summary)
     raise TypeError(f"no wire form for {type(event).__name__}")
+
+
+def config_to_wire(c: RunConfig, info: RunnerInfo, parameter_count: int = 0) -> pb.ResolvedConfig:
+    """A resolved run as the contract has it: a run's first event, and CheckRun's answer (no parameter count there:
+    counting needs a build)."""
+    return pb.ResolvedConfig(
+        model=c.model.name,
+        mode=enum_to_wire(c.mode),
+        batch_size=c.batch_size,
+        input_shape=c.input_shape,
+        precision=enum_to_wire(c.precision),
+        device=device_to_wire(c.device),
+        warmup_steps=c.warmup_steps,
+        measured_steps=c.measured_steps,
+        seed=c.seed,
+        framework=info.framework,
+        framework_version=info.framework_version,
+        model_options=c.model_options,
+        layout=enum_to_wire(c.layout) if c.layout else pb.LAYOUT_UNSPECIFIED,
+        compilation=enum_to_wire(c.compilation),
+        cudnn_autotune=enum_to_wire(c.cudnn_autotune),
+        intra_op_threads=c.intra_op_threads,
+        inter_op_threads=c.inter_op_threads,
+        warmup_until_stable=(
+            pb.WarmupUntilStable(cv_threshold=c.warmup_until_stable.cv_threshold, window=c.warmup_until_stable.window)
+            if c.warmup_until_stable
+            else None
+        ),
+        min_measure_s=c.min_measure_s,
+        strategy=enum_to_wire(c.strategy),
+        devices=[device_to_wire(d) for d in c.run_devices],
+        world_size=c.world_size,
+        global_batch_size=c.global_batch_size,
+        cluster=cluster_to_wire(c.cluster) if c.cluster else None,
+        distributed_timeout_s=c.distributed_timeout_s,
+        parameter_count=parameter_count,
+    )
