@@ -33,14 +33,19 @@ from tempfile import TemporaryDirectory
 
 import numpy as np
 from fwbench.runner.v1 import runner_pb2 as pb
-from fwbench_aggregator import jobs, plan, results, stats
+from fwbench_aggregator.run import jobs
+from fwbench_aggregator.analyse import stats
+from fwbench_aggregator.plan.spec import DEFAULT_REPETITIONS
+from fwbench_aggregator.plan import spec as plan
+from fwbench_aggregator.store import records as results
 from scipy.stats import mannwhitneyu
-from fwbench_aggregator.client import RunnerFailure, RunResult
-from fwbench_aggregator.connection import EMBEDDED
-from fwbench_aggregator.runs import medians_by_runner, run_medians_by_runner, start_embedded
-from fwbench_aggregator.sweep import counterbalanced
-from fwbench_aggregator.launch import default_venvs
-from fwbench_aggregator.vocabulary import Compilation, Mode, Precision, Strategy
+from fwbench_aggregator.run.client import RunnerFailure, RunResult
+from fwbench_aggregator.run.connection import EMBEDDED
+from fwbench_aggregator.app.calibrate import medians_by_runner, run_medians_by_runner
+from fwbench_aggregator.plan.study import counterbalanced
+from fwbench_aggregator.run.runners import start_embedded
+from fwbench_aggregator.run.launch import default_venvs
+from fwbench_aggregator.base.vocabulary import Compilation, Mode, Precision, Strategy
 
 GRIDS = {
     # The configurations where pooled-step statistics went wrong on an H100 (launch-bound small batches
@@ -94,7 +99,7 @@ def main() -> int:
     parser.add_argument("--precisions", help="comma-separated; default: the grid's")
     parser.add_argument("--mode", default="infer", choices=("train", "infer"))
     parser.add_argument("--compilation", choices=list(Compilation.__members__), help="default: the runner's own")
-    parser.add_argument("--repetitions", type=int, default=stats.DEFAULT_REPETITIONS)
+    parser.add_argument("--repetitions", type=int, default=DEFAULT_REPETITIONS)
     parser.add_argument("--min-measure-s", type=float, default=plan.DEFAULT_MIN_MEASURE_S)
     parser.add_argument("--warmup", type=int, default=plan.DEFAULT_WARMUP)
     parser.add_argument("--steps", type=int, default=plan.DEFAULT_STEPS)

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 import yaml
-from fwbench_aggregator import plan
-from fwbench_aggregator.store import ResultStore
+from fwbench_aggregator.plan import spec as plan
+from fwbench_aggregator.store.results_store import ResultStore
 
 
 def main() -> int:

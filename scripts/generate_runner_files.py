@@ -1,4 +1,4 @@
-"""Write every file that lists the runners, from the one runner list (aggregator/fwbench_aggregator/frameworks.toml):
+"""Write every file that lists the runners, from the one runner list (aggregator/fwbench_aggregator/base/frameworks.toml):
 each runner's Dockerfile (from runners/Dockerfile.in) and compose.yaml, compose.ports.yaml,
 compose.cpu.yaml and compose.nodes.yaml. A Dockerfile's default base image is the one .env names.
 
@@ -17,9 +17,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "aggregator"))
-from fwbench_aggregator.frameworks import Framework, shipped  # noqa: E402
+from fwbench_aggregator.base.frameworks import Framework, shipped  # noqa: E402
 
-GENERATED = "# Generated from aggregator/fwbench_aggregator/frameworks.toml by scripts/generate_runner_files.py: edit those, not this file.\n"
+GENERATED = "# Generated from aggregator/fwbench_aggregator/base/frameworks.toml by scripts/generate_runner_files.py: edit those, not this file.\n"
 RUNNER_PORT = 50051  # every runner listens on it inside its container
 REFERENCE_DIR = "/var/lib/fwbench/references"  # every runner's parity reference folder, made by its image
 SECOND_NODE = "node1"  # compose.nodes.yaml's second runner of FRAMEWORK is the service FRAMEWORK-node1
@@ -41,7 +41,7 @@ COMPOSE_HEAD = """\
 #   docker compose run --rm aggregator compare --model resnet50 --batch-size 64
 # A runner not compared by default starts with its profile: docker compose --profile jax up -d --wait
 # Hosts without a GPU add the CPU override: -f compose.yaml -f compose.cpu.yaml.
-# Image tags and the results folder come from .env; see the README, "Containers".
+# Image tags and the results folder come from .env; see docs/containers.md.
 name: fwbench
 
 # Every image here is built from this repository (pull_policy: build), never pulled: a registry image

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Create the embedded environments, one per runner that aggregator/fwbench_aggregator/frameworks.toml
-# declares and the aggregator's, under .venvs/ (or $FWBENCH_VENVS). The frameworks
-# never share one.
+# Create the embedded environments under .venvs/ (or $FWBENCH_VENVS): the aggregator's, and one per runner that
+# aggregator/fwbench_aggregator/base/frameworks.toml declares. The frameworks never share one.
+#   setup_envs.sh                 every framework's
+#   setup_envs.sh --default       those a comparison starts when the user names none (the main job's)
+#   setup_envs.sh NAME ...        the named frameworks' (the aggregator makes one so the first time it is named)
 # Re-running is cheap: an environment whose inputs did not change is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +37,19 @@ setup_env() {
 }
 
 # The runner list, as NAME ENVIRONMENT FOLDER lines (the reader needs only the standard library).
-runners=$("$python" aggregator/fwbench_aggregator/frameworks.py)
+wanted=("$@")
+if [ "${1:-}" = --default ]; then
+  runners=$("$python" aggregator/fwbench_aggregator/base/frameworks.py --default)
+  wanted=()
+else
+  runners=$("$python" aggregator/fwbench_aggregator/base/frameworks.py)
+fi
+if [ ${#wanted[@]} -gt 0 ]; then
+  runners=$(while read -r name rest; do
+    for w in "${wanted[@]}"; do [ "$w" = "$name" ] && echo "$name $rest"; done
+  done <<< "$runners")
+  [ -n "$runners" ] || { echo "setup_envs.sh: no framework named ${wanted[*]}; known: $("$python" aggregator/fwbench_aggregator/base/frameworks.py | cut -d' ' -f1 | tr '\n' ' ')" >&2; exit 2; }
+fi
 
 # The installs download in parallel; each writes its own log.
 pids=()

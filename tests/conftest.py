@@ -2,7 +2,7 @@
 
 The tests run in the aggregator's environment (no framework). The real runners
 are started as subprocesses from their own environments (.venvs/torch,
-.venvs/tensorflow, or $FWBENCH_VENVS) through fwbench_aggregator.launch, exactly
+.venvs/tensorflow, or $FWBENCH_VENVS) through fwbench_aggregator.run.launch, exactly
 as the aggregator starts them; the fake runner runs from this environment.
 
 A missing runner environment is a failure, not a skip: CI always builds them.
@@ -18,22 +18,10 @@ import pytest
 
 
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator import frameworks, launch
+from fwbench_aggregator.run import launch
+from support.runners import FAKE_STEP_TIME_S, RUNNER_PARAMS
 
-# The real runners are the shipped frameworks (aggregator/fwbench_aggregator/frameworks.toml).
-REAL_RUNNERS = tuple(f.name for f in frameworks.shipped())
-RUNNER_NAMES = ("fake", *REAL_RUNNERS)
-
-# The fake runner's steps sleep this long: long enough that a run of a few dozen
-# steps keeps the device busy while a second request arrives.
-FAKE_STEP_TIME_S = "0.01"
 LOG_TAIL_CHARS = 3000
-
-
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "containers: builds images and runs docker compose (tens of minutes); deselect with -m 'not containers'"
-    )
 
 
 class Runner(NamedTuple):
@@ -110,7 +98,7 @@ def runner_pool(runner_logs, tmp_path_factory):
     pool.stop_all()
 
 
-@pytest.fixture(scope="session", params=RUNNER_NAMES)
+@pytest.fixture(scope="session", params=RUNNER_PARAMS)
 def runner(request, runner_pool) -> Runner:
     """(name, address) of a running runner; each is started once per session."""
     return runner_pool.get(request.param)
@@ -125,3 +113,11 @@ def channel(runner):
 @pytest.fixture(scope="session")
 def stub(channel) -> pb_grpc.RunnerStub:
     return pb_grpc.RunnerStub(channel)
+
+
+@pytest.fixture(scope="module")
+def fake_runner(tmp_path_factory):
+    """The address of a fake runner of this module's own."""
+    runner = launch.LocalRunner("fake", launch.fake_runner_command(), tmp_path_factory.mktemp("logs") / "fake.log")
+    with runner:
+        yield runner.address

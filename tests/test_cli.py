@@ -2,44 +2,31 @@
 
 from __future__ import annotations
 
-import os
 import re
 import statistics
-import subprocess
-import sys
-import time
 
 import pandas as pd
 import pytest
-from fwbench_aggregator.launch import LocalRunner, fake_runner_command
+from support.cli import fwbench, only_run_dir
+
+# Every test here runs the command line end to end in subprocesses: seconds each.
+pytestmark = pytest.mark.slow
+from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
 
 WARMUP, STEPS = 2, 4
 # Explicit small settings keep these tests fast; the defaults (1 s windows, 6 runs a runner) are for users.
 QUICK = ("--min-measure-s", "0", "--repetitions", "1")
 
 
-def fwbench(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "fwbench_aggregator", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-    )
-
-
-def only_run_dir(out):
-    (run_dir,) = [p for p in out.iterdir() if p.is_dir() and p.name != "store"]
-    return run_dir
-
-
+@pytest.mark.frameworks
 def test_compare_both_real_runners_prints_table_and_writes_files(tmp_path):
     done = fwbench(
         "compare", "--model", "resnet18", "--mode", "train", "--batch-size", "2", "--shape", "3x32x32",
         "--warmup", str(WARMUP), "--steps", str(STEPS), *QUICK, "--out", str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
-    for expected in ("torch", "tensorflow", "median ms", "× fastest", "1.000", "verdict: "):
+    for expected in ("torch", "tensorflow", "median ms", "× fastest", "1.000", "verdict: ", "layout channels_last",
+                     "compilation: "):
         assert expected in done.stdout
     run_dir = only_run_dir(tmp_path)
     for name in ("steps.csv", "steps.parquet", "summary.csv", "summary.parquet"):
@@ -65,42 +52,13 @@ def test_compare_both_real_runners_prints_table_and_writes_files(tmp_path):
         else:
             assert row["energy_status"].startswith("unavailable: ") and len(row["energy_status"]) > 20
             assert pd.isna(row["energy_j"]) and pd.isna(row["energy_per_sample_j"])
-    assert "J/sample" in done.stdout
+    # Energy columns where some runner measured energy; else the reason, once.
+    assert ("J/sample" in done.stdout) == (summary["energy_status"] == "ok").any()
     missing = set(summary.loc[summary["energy_status"] != "ok", "energy_status"])
     if len(missing) == 1:  # one reason (no RAPL domain readable, say), said once for both runners
         assert done.stdout.count("energy (") == 1
         assert re.search(r"energy \((torch, tensorflow|tensorflow, torch)\)", done.stdout)  # the faster first
     assert (run_dir / "power.parquet").exists()
-
-
-@pytest.mark.parametrize(
-    ("args", "names"),
-    [
-        (["--shape", "3x22a"], ["--shape", "3x224x224"]),
-        (["--shape", "0x32x32"], ["--shape"]),
-        (["--batch-size", "0"], ["--batch-size", "greater than or equal to 1"]),
-        (["--mode", "fly"], ["--mode", "train", "infer"]),
-        (["--device", "tpu"], ["--device", "gpu:N"]),
-        (["--runner", "torch"], ["--runner", "NAME=HOST:PORT"]),
-        (["--shape", "seq=12x"], ["--shape", "seq=128"]),
-        (["--option", "head"], ["--option", "NAME=VALUE"]),
-    ],
-)
-def test_bad_input_is_rejected_before_any_runner_is_contacted(tmp_path, args, names):
-    started = time.monotonic()
-    done = fwbench("compare", *args, "--out", str(tmp_path), "--venvs", str(tmp_path / "no-venvs"))
-    assert done.returncode == 2
-    for name in names:
-        assert name in done.stderr
-    assert not any(tmp_path.iterdir()), "nothing may be written for a rejected command"
-    assert time.monotonic() - started < 30
-
-
-@pytest.fixture(scope="module")
-def fake_runner(tmp_path_factory):
-    runner = LocalRunner("fake", fake_runner_command(), tmp_path_factory.mktemp("logs") / "fake.log")
-    with runner:
-        yield runner.address
 
 
 def unused_address() -> str:
@@ -144,7 +102,7 @@ def test_a_listed_runner_not_compared_by_default_is_used_only_where_named(tmp_pa
     sweep = fwbench("sweep", "--models", "resnet18", "--modes", "infer", "--batch-sizes", "1", "--shapes", "3x32x32",
                     "--warmup", "0", "--steps", "1", *QUICK, "--store", str(tmp_path / "store"), "--no-report", env=env)
     assert sweep.returncode == 0, sweep.stderr
-    from fwbench_aggregator.store import ResultStore
+    from fwbench_aggregator.store.results_store import ResultStore
     assert set(ResultStore(tmp_path / "store").load("summary")["runner"]) == {"fake"}
     for args in (["--frameworks", "torch,tensorflow,jax"], ["--runner", f"jax={unused_address()}"]):
         named = fwbench("models", *args, env=env)
@@ -170,16 +128,23 @@ def test_an_80_column_terminal_gets_every_figure_whole(tmp_path, fake_runner):
     )
     assert done.returncode == 0, done.stderr
     assert "…" not in done.stdout
-    for header in ("median ms", "× fastest", "J/sample", "mean W"):
+    for header in ("median ms", "(of runs)", "p5–p95 ms", "(of steps)", "× fastest"):
         assert header in done.stdout
+    # No power readings on this CPU: no energy columns, and the reason said once.
+    assert "J/sample" not in done.stdout and done.stdout.count("energy (fake): unavailable") == 1
+    assert max(len(line) for line in done.stdout.splitlines()) <= 80
     summary = pd.read_csv(only_run_dir(tmp_path) / "summary.csv")
     assert f"{summary['median_step_time_s'].iloc[0] * 1e3:.2f}" in done.stdout
 
 
-def test_runner_errors_reach_the_user_with_their_status(tmp_path, fake_runner):
-    done = fwbench("compare", "--model", "resnet9000", "--batch-size", "2", "--runner", f"fake={fake_runner}", "--out", str(tmp_path))
-    assert done.returncode == 1
-    assert "NOT_FOUND" in done.stderr and "resnet18" in done.stderr
+def test_a_refused_request_is_named_before_anything_runs_and_writes_nothing(tmp_path, fake_runner):
+    done = fwbench("compare", "--model", "resnet9000", "--batch-size", "2", "--runner", f"fake={fake_runner}",
+                   "--runner", f"other={fake_runner}", "--out", str(tmp_path))
+    assert done.returncode == 2
+    # Both runners refuse alike: one line names them both, with the closest model.
+    assert re.search(r"fake, other: unknown model 'resnet9000' \(did you mean resnet\d+\?\)", " ".join(done.stderr.split()))
+    assert "nothing was run" in done.stderr
+    assert not any(tmp_path.iterdir()), "a comparison that never ran writes no results folder"
 
 
 def test_model_options_and_named_shapes_reach_the_runner(tmp_path, fake_runner):
@@ -195,14 +160,17 @@ def test_model_options_and_named_shapes_reach_the_runner(tmp_path, fake_runner):
 
 def test_a_bad_model_option_is_named_by_the_runner(tmp_path, fake_runner):
     done = fwbench("compare", "--model", "bert_base", "--option", "head=qa", "--runner", f"fake={fake_runner}", "--out", str(tmp_path))
-    assert done.returncode == 1
-    assert "INVALID_ARGUMENT" in done.stderr and "classification, mlm" in done.stderr
+    assert done.returncode == 2
+    assert "head='qa' is not accepted by bert_base" in done.stderr and "classification, mlm" in done.stderr
 
 
+@pytest.mark.frameworks
 def test_parity_command_against_both_real_runners(tmp_path):
     done = fwbench("parity", "--models", "resnet18", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
-    assert "11,689,512 / 11,689,512" in done.stdout and "match" in done.stdout and "same" in done.stdout
+    # One figure where both runners count the same, "a / b" where they differ.
+    assert "11,689,512" in done.stdout and "11,689,512 /" not in done.stdout
+    assert "match" in done.stdout and "same" in done.stdout
     table = pd.read_csv(only_run_dir(tmp_path) / "parity.csv")
     assert table.loc[0, "model"] == "resnet18" and table.loc[0, "verdict"] == "same"
     assert table.loc[0, "flops_torch"] == table.loc[0, "flops_tensorflow"] > 0
@@ -220,7 +188,7 @@ def test_repetitions_interleave_runners_and_give_a_verdict(tmp_path, fake_runner
         "--runner", f"first={fake_runner}", "--runner", f"second={fake_runner}", "--out", str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
-    assert re.search(r"verdict: (first|second): no significant difference", done.stdout), done.stdout
+    assert re.search(r"verdict: no significant difference", done.stdout), done.stdout
     run_dir = only_run_dir(tmp_path)
     summary = pd.read_parquet(run_dir / "summary.parquet")
     # Interleaved: first, second, first, second, ...
@@ -235,7 +203,7 @@ def test_repetitions_interleave_runners_and_give_a_verdict(tmp_path, fake_runner
     steps = pd.read_parquet(run_dir / "steps.parquet")
     assert sorted(steps["repetition"].unique()) == [0, 1, 2, 3]
     # Every run went through the store too, so `fwbench report` sees it.
-    from fwbench_aggregator.store import ResultStore
+    from fwbench_aggregator.store.results_store import ResultStore
     assert len(ResultStore(tmp_path / "store").load("summary")) == 8
 
 
@@ -244,8 +212,8 @@ def test_max_batch_finds_the_largest_batch_by_out_of_memory(fake_runner, tmp_pat
     done = fwbench("max-batch", "--mode", "infer", "--shape", "3x4096x4096", "--limit", "1024", "--runner", f"fake={fake_runner}",
                    "--store", str(tmp_path / "store"))
     assert done.returncode == 0, done.stderr
-    assert "│ 85 " in done.stdout and "128 (OOM)" in done.stdout
-    from fwbench_aggregator.store import ResultStore
+    assert re.search(r"│ fake +│ +85 │", done.stdout) and "128 (OOM)" in done.stdout
+    from fwbench_aggregator.store.results_store import ResultStore
     (row,) = ResultStore(tmp_path / "store").load("max_batch").to_dict("records")
     assert (row["largest_batch"], row["limit"], row["capped"]) == (85, 1024, False)
     assert "128 (OOM)" in row["batches_tried"]
@@ -265,7 +233,7 @@ def test_calibrate_stores_a_noise_floor_that_compare_and_report_use(tmp_path, fa
                    "--runner", f"fake={second_fake_runner}", "--store", str(store))
     assert done.returncode == 0, done.stderr
     assert "noise floor" in done.stdout and "A/A ratio" in done.stdout
-    from fwbench_aggregator.store import ResultStore
+    from fwbench_aggregator.store.results_store import ResultStore
     (floor,) = ResultStore(store).load("calibration").to_dict("records")
     assert floor["framework"] == "fake" and floor["runs"] == 3 and floor["input_shape"] == "3x32x32"
     assert floor["noise_floor"] == pytest.approx(floor["aa_ci_high"] - 1) and floor["noise_floor"] >= 0
@@ -273,7 +241,7 @@ def test_calibrate_stores_a_noise_floor_that_compare_and_report_use(tmp_path, fa
     done = fwbench("compare", *config, "--repetitions", "3", "--runner", f"a={fake_runner}",
                    "--runner", f"b={second_fake_runner}", "--out", str(tmp_path), "--store", str(store))
     assert done.returncode == 0, done.stderr
-    assert f"noise floor: {floor['noise_floor']:.1%} (fwbench calibrate)" in done.stdout
+    assert f"noise floor: {floor['noise_floor']:.1%} (from fwbench calibrate)" in done.stdout
     comparison = pd.read_parquet(only_run_dir(tmp_path) / "comparison.parquet")
     assert (comparison["noise_floor"] == floor["noise_floor"]).all()
     assert "verdict: " in done.stdout and "faster by" not in done.stdout

@@ -15,19 +15,21 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator import frameworks, launch, vocabulary
+from fwbench_aggregator.base import frameworks, vocabulary
+from fwbench_aggregator.run import launch
 from fwbench_core.catalog import MODEL_SPECS
 from fwbench_core.wire import enum_to_wire
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from conftest import REAL_RUNNERS
+from support.runners import REAL_RUNNERS
 
 EXPECTED_MODELS = sorted(MODEL_SPECS)
 PROTOCOL = "fwbench.runner.v1"
@@ -102,6 +104,7 @@ def summary_of(events) -> pb.Summary:
 # --- the environments themselves -------------------------------------------
 
 
+@pytest.mark.frameworks
 @pytest.mark.parametrize("framework", REAL_RUNNERS)
 def test_runner_environment_exists(framework):
     # Fails (never skips) when CI forgot to build a runner's environment.
@@ -158,6 +161,7 @@ def inspected_parameters(address: str, model: str) -> int:
     return report.parameter_count
 
 
+@pytest.mark.frameworks
 def test_real_runners_list_the_same_models(runner_pool):
     for name in REAL_RUNNERS:
         with grpc.insecure_channel(runner_pool.get(name).address) as ch:
@@ -165,6 +169,7 @@ def test_real_runners_list_the_same_models(runner_pool):
         assert sorted(m.name for m in models) == EXPECTED_MODELS, name
 
 
+@pytest.mark.frameworks
 def test_real_runners_build_models_of_the_same_size(runner_pool):
     # The frameworks' builders are meant to be the same networks; a different
     # count of trainable parameters means they are not.
@@ -265,6 +270,32 @@ def test_unknown_model_is_not_found(stub):
     assert "no_such_net" in error.details()
     for name in EXPECTED_MODELS:
         assert name in error.details()
+
+
+def test_check_run_resolves_what_run_would_run_without_running_it(stub):
+    request = run_request(measured_steps=1)
+    started = time.monotonic()
+    checked = stub.CheckRun(request, timeout=RPC_TIMEOUT_S)
+    assert time.monotonic() - started < 5, "CheckRun builds nothing"
+    config = of_kind(run_events(stub, request), "config")[0]
+    # The same configuration a run resolves, less the parameter count, which needs a build.
+    assert checked.parameter_count == 0 and config.parameter_count > 0
+    config.parameter_count = 0
+    assert checked == config
+
+
+@pytest.mark.parametrize("fields, code, says", [
+    ({"model": "resnet81"}, grpc.StatusCode.NOT_FOUND, "unknown model 'resnet81' (did you mean resnet18?)"),
+    ({"precision": pb.PRECISION_AMP_FP16}, grpc.StatusCode.FAILED_PRECONDITION, "precision amp_fp16 is not supported"),
+    ({"batch_size": 0}, grpc.StatusCode.INVALID_ARGUMENT, "batch_size"),
+])
+def test_check_run_refuses_what_run_refuses_with_the_same_status(stub, fields, code, says):
+    request = run_request(**fields)
+    with pytest.raises(grpc.RpcError) as checked:
+        stub.CheckRun(request, timeout=RPC_TIMEOUT_S)
+    ran = run_error(stub, request)
+    assert checked.value.code() == ran.code() == code, checked.value.details()
+    assert checked.value.details() == ran.details() and says in ran.details()
 
 
 def test_a_huge_model_name_is_not_found_in_a_message_of_bounded_length(stub):

@@ -6,7 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from test_cli import fake_runner, fwbench, only_run_dir  # noqa: F401 (fake_runner is a fixture)
+from support.cli import fwbench, only_run_dir
+
+# Every test here runs the command line, runners or generated requests end to end: seconds each.
+pytestmark = pytest.mark.slow
 
 NARROW, WIDE = "80", "250"
 SWEEP = """\
@@ -32,12 +35,17 @@ def figures(text: str) -> set[str]:
     }
 
 
-def assert_whole_in_80_columns(narrow: str, wide: str) -> None:
+def assert_whole_in_80_columns(narrow: str, wide: str, wide_shows_more: bool = False) -> None:
+    """Nothing cut, nothing past 80 columns, and every figure of the wide table in the narrow one (or, where a wide
+    terminal shows more columns, every narrow figure in the wide one)."""
     assert "…" not in narrow
     assert max(len(line) for line in narrow.splitlines()) <= int(NARROW)
     shown = figures(wide)
     assert shown, "the wide table shows no figure: nothing was compared"
-    assert shown <= figures(narrow), sorted(shown - figures(narrow))
+    if wide_shows_more:
+        assert figures(narrow) <= shown, sorted(figures(narrow) - shown)
+    else:
+        assert shown <= figures(narrow), sorted(shown - figures(narrow))
 
 
 def both_widths(*args: str) -> tuple[str, str]:
@@ -56,7 +64,16 @@ def both_widths(*args: str) -> tuple[str, str]:
 ])
 def test_runner_tables(fake_runner, command, tmp_path):
     store = ["--store", str(tmp_path / "store")] if command[0] == "max-batch" else []  # not the user's results/store
-    assert_whole_in_80_columns(*both_widths(*command, "--runner", f"fake={fake_runner}", *store))
+    # A wide terminal's models table adds each model's shape range.
+    assert_whole_in_80_columns(*both_widths(*command, "--runner", f"fake={fake_runner}", *store),
+                               wide_shows_more=command == ["models"])
+
+
+def test_models_is_one_row_per_model_naming_the_runners_that_build_it(fake_runner):
+    narrow, _ = both_widths("models", "--runner", f"fake={fake_runner}", "--runner", f"other={fake_runner}")
+    rows = [line for line in narrow.splitlines() if line.startswith("│") and line.split("│")[1].strip()]
+    assert len(rows) == 13 and all(line.rstrip("│ ").endswith("all") for line in rows)
+    assert len(narrow.splitlines()) < 40
 
 
 def test_parity_table(fake_runner, tmp_path):

@@ -17,13 +17,13 @@ import shutil
 import socket
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from support.docker import skip_without_docker_engine
 import yaml
-from fwbench_aggregator.frameworks import shipped
+from fwbench_aggregator.base.frameworks import shipped
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = Path(sys.executable).parent  # hadolint, check-jsonschema and docker-compose come with the test environment
@@ -301,25 +301,6 @@ class Stack:
         containers = run(["docker", "ps", "-aq", "--filter", label]).stdout.split()
         networks = run(["docker", "network", "ls", "-q", "--filter", label]).stdout.split()
         return containers + networks
-
-
-def docker_engine_problem() -> str | None:
-    """Why no Docker engine can be used here, or None when one answers."""
-    if shutil.which("docker") is None:
-        return "the docker command is not installed"
-    done = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=60)
-    if done.returncode != 0 or not done.stdout.strip():
-        return f"`docker info` failed: {(done.stderr or done.stdout).strip()[:500]}"
-    return None
-
-
-def skip_without_docker_engine(tests: str) -> None:
-    """Skip, loudly (a warning in the summary as well as the skip), where no Docker engine answers."""
-    problem = docker_engine_problem()
-    if problem:
-        message = f"NO DOCKER ENGINE, {tests} TESTS NOT RUN: {problem}"
-        warnings.warn(message)
-        pytest.skip(message)
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,13 @@ import time
 
 import pandas as pd
 import pytest
-from fwbench_aggregator import launch
-from fwbench_aggregator.store import ResultStore
+from fwbench_aggregator.run import launch
+from fwbench_aggregator.store.results_store import ResultStore
 
-from test_cli import fwbench, only_run_dir
+from support.cli import fwbench, only_run_dir
+
+# Every test here runs the command line and runner processes end to end: seconds each.
+pytestmark = pytest.mark.slow
 
 # The smallest work that is still a real network: a tiny MobileNetV2 step on a 32x32 image, two per device.
 TINY = ("--model", "mobilenet_v2", "--shape", "3x32x32", "--batch-size", "2", "--warmup", "1", "--steps", "3",
@@ -49,6 +52,7 @@ def framework_runners(tmp_path):
             runner.stop()
 
 
+@pytest.mark.frameworks
 def test_a_sweep_over_one_and_two_cpu_devices_reports_ddp_against_mirrored_with_efficiency(tmp_path, framework_runners):
     sweep_file = tmp_path / "sweep.yaml"
     sweep_file.write_text(SWEEP)
@@ -95,6 +99,7 @@ def two_machines(request, tmp_path):
             runner.stop()
 
 
+@pytest.mark.frameworks
 def test_one_job_across_two_runner_processes_merges_every_rank(tmp_path, two_machines):
     name, addresses = two_machines
     done = fwbench("compare", *TINY, "--runner", f"{name}={','.join(addresses)}", "--out", str(tmp_path), timeout=600)

@@ -28,7 +28,7 @@ from fwbench_core.spec import Cluster, DeviceKind, DeviceRef, Mode, Phase, RunRe
 from fwbench_core.timing import Progress, StepBatch, StepSample, Summary
 from fwbench_core.validation import resolve
 
-from distributed_support import spawned_children
+from support.distributed import spawned_children
 
 STEP_TIME_S = 0.01
 # A stopped run's workers are gone within the stop bounds; the rest is spawning and reading pipes.
@@ -166,6 +166,7 @@ def test_a_rank_that_dies_aborts_the_run_naming_it_and_stops_the_others():
     assert time.monotonic() - killed_s < STOP_BOUND_S
 
 
+@pytest.mark.slow
 def test_a_silent_rank_aborts_the_run_after_the_timeout(monkeypatch):
     monkeypatch.setenv(HANG_RANK_ENV, "1")
     started_s = time.monotonic()

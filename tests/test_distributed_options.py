@@ -8,11 +8,11 @@ import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from typer.testing import CliRunner
 
-from fwbench_aggregator import sweep
+from fwbench_aggregator.plan import study_file as sweep
 from fwbench_aggregator.cli import app
-from fwbench_aggregator.options import strategy_for
-from fwbench_aggregator.plan import RunSpec
-from fwbench_aggregator.vocabulary import Strategy
+from fwbench_aggregator.plan.spec import per_runner
+from fwbench_aggregator.plan.spec import RunSpec
+from fwbench_aggregator.base.vocabulary import Strategy
 
 REFUSED = [
     (["--strategy", "horovod"], "--strategy", "accepted values: single, dp, ddp, mirrored, multi_worker_mirrored"),
@@ -40,9 +40,9 @@ def test_a_bad_distributed_option_exits_2_naming_it_and_the_accepted_forms(tmp_p
 
 def test_strategy_per_runner_wins_over_one_for_all():
     values = ["ddp", "tensorflow=mirrored"]
-    assert strategy_for("torch", values) is Strategy.ddp
-    assert strategy_for("tensorflow", values) is Strategy.mirrored
-    assert strategy_for("torch", []) is None
+    assert per_runner("torch", values, Strategy) is Strategy.ddp
+    assert per_runner("tensorflow", values, Strategy) is Strategy.mirrored
+    assert per_runner("torch", [], Strategy) is None
 
 
 def test_a_run_spec_writes_strategy_devices_and_timeout_into_the_request():

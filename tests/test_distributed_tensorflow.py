@@ -16,9 +16,12 @@ from pathlib import Path
 import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
-from fwbench_aggregator import launch
+from fwbench_aggregator.run import launch
 
-from distributed_support import free_port, spawned_children, two_runners
+from support.distributed import free_port, spawned_children, two_runners
+
+# Every test here runs a real framework runner.
+pytestmark = pytest.mark.frameworks
 
 RUN_TIMEOUT_S = 240
 # A worker that dies is noticed at once (its pipe closes) and its peer's next collective fails at once (the

@@ -8,7 +8,7 @@ from fwbench_core.errors import FailedPrecondition, InvalidArgument
 from fwbench_core.spec import Cluster, Device, DeviceKind, DeviceRef, Strategy
 from fwbench_core.validation import DEFAULT_DISTRIBUTED_TIMEOUT_S, cpu_worker_limit
 
-from core_support import CPU, GPU0, expect_error, request, resolve_request
+from support.core import CPU, GPU0, expect_error, request, resolve_request
 
 GPU1 = Device(DeviceRef(DeviceKind.GPU, 1), "Test GPU", 1 << 30, "1.0")
 TWO_GPUS = (CPU, GPU0, GPU1)

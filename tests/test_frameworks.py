@@ -1,4 +1,4 @@
-"""The runner list: declared once (aggregator/fwbench_aggregator/frameworks.toml), read by launching, the command line,
+"""The runner list: declared once (aggregator/fwbench_aggregator/base/frameworks.toml), read by launching, the command line,
 sweeps, setup_envs.sh and the tests, and the source of each runner's Dockerfile and the Compose files.
 A third framework, the fake backend declared in a file of its own, runs through the CLI with no other
 edit."""
@@ -10,9 +10,11 @@ import sys
 
 import pandas as pd
 import pytest
-from fwbench_aggregator import frameworks, launch, sweep
+from fwbench_aggregator.base import frameworks
+from fwbench_aggregator.run import launch
+from fwbench_aggregator.plan import study_file as sweep
 
-from test_cli import fwbench, only_run_dir
+from support.cli import fwbench, only_run_dir
 
 FAKE_DECLARATION = """\
 [fake]
@@ -50,7 +52,7 @@ def test_the_checked_in_dockerfiles_and_compose_files_are_generated_from_the_lis
 
 def test_shell_scripts_read_the_same_list():
     done = subprocess.run(
-        [sys.executable, "aggregator/fwbench_aggregator/frameworks.py"],
+        [sys.executable, "aggregator/fwbench_aggregator/base/frameworks.py"],
         cwd=launch.REPO_ROOT, capture_output=True, text=True, timeout=60, check=True,
     )
     assert done.stdout.splitlines() == [f"{f.name} {f.environment} {f.folder}" for f in frameworks.shipped()]
@@ -86,6 +88,7 @@ def test_a_framework_not_compared_by_default_runs_only_when_named(tmp_path, monk
         frameworks.names()
 
 
+@pytest.mark.frameworks
 def test_a_third_framework_runs_through_the_cli_with_no_other_edit(tmp_path, fake_framework):
     help_text = fwbench("compare", "--help", env={**fake_framework, "COLUMNS": "250"}).stdout
     assert ",".join(frameworks.default_names()) in help_text  # the default: those compared by default, the fake included

@@ -4,10 +4,15 @@ ranks an address they cannot reach, and the job hangs (tests/test_containers.py 
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import subprocess
 
-from fwbench_aggregator import launch
+from fwbench_aggregator.run import launch
+
+# Every test here runs a real framework runner.
+pytestmark = pytest.mark.frameworks
 
 CHOSEN = """\
 import os, sys

@@ -1,7 +1,7 @@
 """Generated hostile requests against live runners, over real gRPC.
 
 Whatever a client sends in Run, InspectModel, ExportReference and CompareReference, the runner answers
-with a status from the README's table, keeps serving (health, Describe within a second), and creates no
+with a status from the table in docs/architecture.md, keeps serving (health, Describe within a second), and creates no
 file outside its reference folder.
 
 The fake runner gets the whole space (its steps only sleep). The torch runner gets every hostile value
@@ -19,19 +19,22 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator import launch
+from fwbench_aggregator.run import launch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import FAKE_STEP_TIME_S
+from support.runners import FAKE_STEP_TIME_S
+
+# Every test here runs the command line, runners or generated requests end to end: seconds each.
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 UINT32 = 2**32 - 1
 UINT64 = 2**64 - 1
 CALL_TIMEOUT_S = 20.0
 SERVING_WITHIN_S = 1.0
-# The README's status table, and a client deadline for a valid run that would go on for hours.
+# The status table in docs/architecture.md, and a client deadline for a valid run that would go on for hours.
 DOCUMENTED = {
     grpc.StatusCode.OK,
     grpc.StatusCode.INVALID_ARGUMENT,
@@ -191,7 +194,7 @@ class LiveRunner:
         self.process.stop()
 
 
-@pytest.fixture(scope="module", params=["fake", "torch"])
+@pytest.fixture(scope="module", params=["fake", pytest.param("torch", marks=pytest.mark.frameworks)])
 def live(request, tmp_path_factory):
     runner = LiveRunner(request.param, tmp_path_factory.mktemp(f"hostile-{request.param}"))
     untracked_before = untracked_files()

@@ -9,16 +9,17 @@ import subprocess
 import sys
 
 import pytest
+from fwbench_aggregator.app.compare import run_id_for
+from fwbench_aggregator.plan.spec import RunSpec
 from typer.testing import CliRunner
 
-from fwbench_aggregator import plan
+from fwbench_aggregator.plan import spec as plan
 from fwbench_aggregator.cli import app
-from fwbench_aggregator.launch import LocalRunner, fake_runner_command
-from fwbench_aggregator.paths import CHANGED_MARK, MAX_COMPONENT_CHARS, safe_component
+from fwbench_aggregator.base.paths import CHANGED_MARK, MAX_COMPONENT_CHARS, safe_component
 from fwbench_core import validation
 from fwbench_core.power import sampler
 
-from test_cli import fwbench
+from support.cli import fwbench, fwbench_in_process
 
 TOO_BIG_FOR_UINT32 = str(2**32)
 TOO_BIG_FOR_UINT64 = str(2**64)
@@ -113,6 +114,7 @@ def test_the_command_line_takes_the_ranges_the_runners_take():
     assert (plan.MIN_POWER_RATE_HZ, plan.MAX_POWER_RATE_HZ) == (sampler.MIN_RATE_HZ, sampler.MAX_RATE_HZ)
 
 
+@pytest.mark.slow
 def test_a_model_name_that_is_not_utf8_exits_2(tmp_path):
     # Bytes that are not UTF-8 reach Python as lone surrogates, which no request can carry.
     done = subprocess.run(
@@ -123,6 +125,28 @@ def test_a_model_name_that_is_not_utf8_exits_2(tmp_path):
     assert done.returncode == 2, done.stderr[-2000:]
     assert "--model" in done.stderr and "not UTF-8" in done.stderr and "Traceback" not in done.stderr
     assert not any(tmp_path.iterdir())
+
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["--shape", "3x22a"], ["--shape", "3x224x224"]),
+        (["--shape", "0x32x32"], ["--shape"]),
+        (["--batch-size", "0"], ["--batch-size", "greater than or equal to 1"]),
+        (["--mode", "fly"], ["--mode", "train", "infer"]),
+        (["--device", "tpu"], ["--device", "gpu:N"]),
+        (["--runner", "torch"], ["--runner", "NAME=HOST:PORT"]),
+        (["--shape", "seq=12x"], ["--shape", "seq=128"]),
+        (["--option", "head"], ["--option", "NAME=VALUE"]),
+    ],
+)
+def test_bad_input_is_rejected_before_any_runner_is_contacted(tmp_path, args, names):
+    done = fwbench_in_process("compare", *args, "--out", str(tmp_path), "--venvs", str(tmp_path / "no-venvs"))
+    assert done.exit_code == 2, done.output
+    for name in names:
+        assert name in done.output
+    assert not any(tmp_path.iterdir()), "nothing may be written for a rejected command"
 
 
 # --- user text as file names -----------------------------------------------------
@@ -160,25 +184,22 @@ def test_the_readme_example_of_a_safe_name():
 # --- a hostile model name, end to end --------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def fake_runner(tmp_path_factory):
-    runner = LocalRunner("fake", fake_runner_command(), tmp_path_factory.mktemp("logs") / "fake.log")
-    with runner:
-        yield runner.address
-
-
 @pytest.mark.parametrize(
     "model", ["../../etc/passwd", "../" * 34_000, "[/bold]resnet[red]"], ids=["traversal", "100KB", "console-markup"]
 )
-def test_a_hostile_model_name_gets_the_runners_not_found_and_writes_only_under_out(tmp_path, fake_runner, model):
+@pytest.mark.slow
+def test_a_hostile_model_name_is_refused_before_anything_runs_and_writes_nothing(tmp_path, fake_runner, model):
     out = tmp_path / "a" / "b" / "out"
     done = fwbench("compare", "--model", model, "--batch-size", "2", "--runner", f"fake={fake_runner}", "--out", str(out))
-    # README: a runner that refuses the request is named, and the exit status is 1.
-    assert done.returncode == 1, done.stderr[-3000:]
+    # docs/usage.md: a request a runner refuses is named before anything runs, and the exit status is 2.
+    assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
-    assert "NOT_FOUND" in done.stderr and "known models" in done.stderr and "resnet18" in done.stderr
+    assert "known models" in done.stderr and "resnet18" in done.stderr
     assert len(done.stderr) < 5000, "the runner's message repeats the name cut"
-    written = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert written and all(out in p.parents for p in written), written
-    (run_dir,) = [p for p in out.iterdir() if p.is_dir() and p.name != "store"]
-    assert CHANGED_MARK in run_dir.name and len(run_dir.name) < 120
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()], "nothing is written for a comparison that never ran"
+
+
+@pytest.mark.parametrize("model", ["../../etc/passwd", "../" * 34_000, "[/bold]resnet[red]"])
+def test_a_hostile_model_name_makes_one_safe_results_folder_name(model):
+    name = run_id_for(RunSpec(model))
+    assert "/" not in name and CHANGED_MARK in name and len(name) < 120

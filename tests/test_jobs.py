@@ -13,9 +13,9 @@ import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 
-from fwbench_aggregator import jobs
-from fwbench_aggregator.client import RunnerFailure, RunResult
-from fwbench_aggregator.connection import Transport
+from fwbench_aggregator.run import jobs
+from fwbench_aggregator.run.client import RunnerFailure, RunResult
+from fwbench_aggregator.run.connection import Transport
 
 
 def _result(node_rank: int, rank_times: list[list[float]], warmup: int = 1, peak: int | None = None, flags=()) -> RunResult:

@@ -18,9 +18,9 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator import frameworks
-from fwbench_aggregator.launch import LocalRunner, fake_runner_command
-from fwbench_aggregator.store import ResultStore
+from fwbench_aggregator.base import frameworks
+from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
+from fwbench_aggregator.store.results_store import ResultStore
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from fwbench_core.errors import REASON_KEY
@@ -28,7 +28,10 @@ from fwbench_core.fake import STEP_TIME_ENV
 from fwbench_core.server import OPEN_STREAMS
 from fwbench_core.service import DEFAULT_MAX_QUEUED_REQUESTS
 
-from test_cli import fwbench
+from support.cli import fwbench
+
+# Every test here runs the command line, runners or generated requests end to end: seconds each.
+pytestmark = pytest.mark.slow
 
 # What the runner promises for Describe, ListModels and health, however busy it is.
 QUICK_ANSWER_S = 1.0
@@ -216,7 +219,9 @@ def assert_all_end(pids: list[int], what: str) -> None:
 def start_fwbench(tmp_path: Path, *args: str, **popen) -> subprocess.Popen:
     declaration = tmp_path / "two-fakes.toml"
     declaration.write_text(TWO_FAKES)
-    env = {**os.environ, "COLUMNS": "200", frameworks.EXTRA_ENV: str(declaration), STEP_TIME_ENV: SLOW_STEP_S}
+    # TMPDIR: a comparison keeps its runners' logs in a temporary folder until it has run; here, under tmp_path.
+    env = {**os.environ, "COLUMNS": "200", frameworks.EXTRA_ENV: str(declaration), STEP_TIME_ENV: SLOW_STEP_S,
+           "TMPDIR": str(tmp_path)}
     return subprocess.Popen([sys.executable, "-m", "fwbench_aggregator", *args], env=env, **popen)
 
 

@@ -4,9 +4,13 @@ with the runs of the same configuration; a repeated search adds a row."""
 from __future__ import annotations
 
 import pandas as pd
-from fwbench_aggregator.store import ResultStore
+import pytest
+from fwbench_aggregator.store.results_store import ResultStore
 
-from test_cli import fake_runner, fwbench  # noqa: F401 (fake_runner is a fixture)
+from support.cli import fwbench
+
+# Every test here runs the command line, runners or generated requests end to end: seconds each.
+pytestmark = pytest.mark.slow
 
 # The columns a max_batch row shares with a summary row of the same configuration.
 JOIN = ["model", "model_options", "mode", "input_shape", "precision", "device", "runner"]
@@ -14,6 +18,7 @@ COLUMNS = [*JOIN, "framework", "framework_version", "largest_batch", "limit", "c
            "searched_at_unix_s"]
 
 
+@pytest.mark.frameworks
 def test_both_real_runners_store_their_largest_batch(tmp_path):
     store = tmp_path / "store"
     done = fwbench("max-batch", "--model", "mobilenet_v2", "--mode", "infer", "--shape", "3x32x32", "--limit", "4",

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from fwbench_aggregator.client import RunnerClient
-from fwbench_aggregator.connection import Transport
-from fwbench_aggregator.model_facts import FRAME, record_model_facts
-from fwbench_aggregator.store import ResultStore
+from fwbench_aggregator.run.client import RunnerClient
+from fwbench_aggregator.run.connection import Transport
+from fwbench_aggregator.app.facts import record_model_facts
+from fwbench_aggregator.store.schema import MODEL_FACTS_FRAME as FRAME
+from fwbench_aggregator.store.results_store import ResultStore
 
-from test_cli import fake_runner, fwbench  # noqa: F401 (fake_runner is a fixture)
+from support.cli import fwbench
+from support.progress import RecordingProgress
 
 COLUMNS = ["run_key", "runner", "framework", "framework_version", "model", "model_options", "input_shape",
            "forward_flops", "parameter_count", "flops_method"]
@@ -27,7 +29,7 @@ def fake_version(fake_runner):  # noqa: F811
         return client.describe().framework_version
 
 
-def test_each_model_that_ran_is_inspected_once(tmp_path, fake_runner, fake_version, capsys):  # noqa: F811
+def test_each_model_that_ran_is_inspected_once(tmp_path, fake_runner, fake_version):  # noqa: F811
     store = ResultStore(tmp_path / "store")
     summary = pd.DataFrame([
         summary_row("resnet18", version=fake_version, batch_size=1),
@@ -44,18 +46,18 @@ def test_each_model_that_ran_is_inspected_once(tmp_path, fake_runner, fake_versi
     assert sorted(facts.index) == ["bert_base", "resnet18"]
     assert facts.loc["bert_base", "model_options"] == "head=mlm" and facts.loc["bert_base", "input_shape"] == "128"
     assert (facts["forward_flops"] > 0).all() and (facts["parameter_count"] > 0).all() and facts["flops_method"].all()
-    assert "forward FLOPs of 2 model(s) stored" in capsys.readouterr().err
     # Known now: nothing is inspected again.
     assert record_model_facts({"fake": fake_runner}, Transport(), store, summary) == []
     assert len(store.load(FRAME)) == 2
 
 
-def test_a_failed_inspection_warns_and_goes_on(tmp_path, fake_runner, fake_version, capsys):  # noqa: F811
+def test_a_failed_inspection_warns_and_goes_on(tmp_path, fake_runner, fake_version):  # noqa: F811
     store = ResultStore(tmp_path / "store")
     summary = pd.DataFrame([summary_row("resnet9000", version=fake_version), summary_row("resnet18", version=fake_version)])
-    assert len(record_model_facts({"fake": fake_runner}, Transport(), store, summary)) == 1
-    err = capsys.readouterr().err
-    assert "warning: fake could not inspect resnet9000" in err and "NOT_FOUND" in err
+    progress = RecordingProgress()
+    assert len(record_model_facts({"fake": fake_runner}, Transport(), store, summary, progress)) == 1
+    (warning,) = progress.warnings()
+    assert warning.startswith("fake could not inspect resnet9000, so its FLOPs are not stored") and "NOT_FOUND" in warning
     assert list(store.load(FRAME)["model"]) == ["resnet18"]
 
 
@@ -79,6 +81,7 @@ repetitions: 1
 """
 
 
+@pytest.mark.slow
 def test_a_sweep_stores_the_facts_of_its_models_and_a_resumed_one_does_not_inspect_again(tmp_path, fake_runner):  # noqa: F811
     path, store = tmp_path / "sweep.yaml", tmp_path / "store"
     args = ["sweep", str(path), "--store", str(store), "--runner", f"first={fake_runner}", "--no-report"]

@@ -4,12 +4,16 @@ model's default shape."""
 from __future__ import annotations
 
 import pytest
-from fwbench_aggregator.client import RunnerClient
-from fwbench_aggregator.parity import FLOPS_TOLERANCE, PARAMETER_TOLERANCE, Variant, check_variant
+from fwbench_aggregator.run.client import RunnerClient
+from fwbench_aggregator.analyse.parity import FLOPS_TOLERANCE, PARAMETER_TOLERANCE, judged
+from fwbench_aggregator.run.parity import Variant, gather_variant
 from fwbench_core.catalog import MODEL_SPECS
 from fwbench_core.spec import HEAD_OPTION
 
-from conftest import REAL_RUNNERS
+from support.runners import REAL_RUNNERS
+
+# Every test here runs a real framework runner.
+pytestmark = pytest.mark.frameworks
 
 # Per runner, the models whose definition loads PyTorch's weights: their outputs must agree numerically.
 NUMERIC_PARITY = {
@@ -40,7 +44,7 @@ def other_client(request, runner_pool):
 
 @pytest.mark.parametrize("variant", all_variants(), ids=lambda v: v.label.replace(" ", "-"))
 def test_same_network_in_both_runners(variant, torch_client, other_client):
-    row = check_variant(variant, torch_client, other_client)
+    row = judged([gather_variant(variant, torch_client, other_client)], "torch", other_client.name).iloc[0].to_dict()
     assert row["params_gap"] <= PARAMETER_TOLERANCE, row
     assert row["flops_gap"] <= FLOPS_TOLERANCE, row
     assert row["flops_torch"] > 0 and row["params_torch"] > 0, row

@@ -2,8 +2,8 @@
 
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
-from fwbench_aggregator.peaks import PRECISIONS, peak_flops
-from fwbench_aggregator.vocabulary import choices
+from fwbench_aggregator.analyse.peaks import PRECISIONS, peak_flops
+from fwbench_aggregator.base.vocabulary import choices
 
 T = 1e12
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
-from fwbench_aggregator.plots import power_timeline
+from fwbench_aggregator.present.plots import power_timeline
 from PIL import Image
 
 

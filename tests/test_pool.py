@@ -10,14 +10,19 @@ import threading
 import time
 
 import pytest
-from fwbench_aggregator import jobs, runs
-from fwbench_aggregator.connection import Transport
-from fwbench_aggregator.launch import LocalRunner, RunnerStartError, StartupSettings, fake_runner_command, wait_until_serving
-from fwbench_aggregator.plan import RunSpec
-from fwbench_aggregator.scheduler import run_pooled
-from fwbench_aggregator.store import ResultStore
-from fwbench_aggregator.sweep import sweep_from_options
-from fwbench_aggregator.vocabulary import Mode, Precision
+from fwbench_aggregator.run import jobs
+from fwbench_aggregator.app.study import pending_runs, store_callbacks
+from fwbench_aggregator.run.study import Pool, Slot, run_sweep_on_pool
+from fwbench_aggregator.run.connection import Transport
+from fwbench_aggregator.run.launch import LocalRunner, RunnerStartError, StartupSettings, fake_runner_command, wait_until_serving
+from fwbench_aggregator.plan.spec import RunSpec
+from fwbench_aggregator.run.scheduler import run_pooled
+from fwbench_aggregator.store.results_store import ResultStore
+from fwbench_aggregator.plan.study_file import sweep_from_options
+from fwbench_aggregator.base.vocabulary import Mode, Precision
+
+# Every test here runs the command line, runners or generated requests end to end: seconds each.
+pytestmark = pytest.mark.slow
 
 RUNNERS = ("first", "second")
 
@@ -61,8 +66,8 @@ def machines(tmp_path):
         runner.stop()
 
 
-def pool_of(machines) -> runs.Pool:
-    slots = [runs.Slot(node, node, {name: runner.address for name in RUNNERS}) for node, runner in machines.items()]
+def pool_of(machines) -> Pool:
+    slots = [Slot(node, node, {name: runner.address for name in RUNNERS}) for node, runner in machines.items()]
 
     def lost(node):
         code = machines[node].process.poll()
@@ -74,7 +79,7 @@ def pool_of(machines) -> runs.Pool:
             return "its runner does not answer"
         return None
 
-    return runs.Pool(slots, lost, {"cluster": {"job_id": "42"}})
+    return Pool(slots, lost, {"cluster": {"job_id": "42"}})
 
 
 def study():
@@ -98,8 +103,9 @@ def run_study(tmp_path, machines, kill_during: int | None = None, monkeypatch=No
 
         monkeypatch.setattr(jobs, "run_job", run_job)
     store = ResultStore(tmp_path / "store")
-    pending, done = runs.pending_runs(study().configurations(), store, StartupSettings())
-    failures, left, interrupted = runs.run_sweep_on_pool(pending, pool_of(machines), transport, StartupSettings(), store, 0.0)
+    pending, done = pending_runs(study().configurations(), store, StartupSettings())
+    failures, left, interrupted = run_sweep_on_pool(pending, pool_of(machines), transport, StartupSettings(),
+                                                    *store_callbacks(store), 0.0)
     assert interrupted is None
     return pending, done, failures, left, store
 

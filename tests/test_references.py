@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator.launch import LocalRunner, fake_runner_command
+from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
 from fwbench_core import service as service_mod
 from fwbench_core.errors import Cancelled, Unavailable
 from fwbench_core.fake import FakeBackend
@@ -27,7 +27,7 @@ from fwbench_core.references import ReferenceFolder
 from fwbench_core.service import RunnerService
 from fwbench_core.spec import DeviceKind, DeviceRef, ReferenceRequest
 
-from test_cli import fwbench
+from support.cli import fwbench
 
 MAX_BYTES = 4_000_000  # the test runner's --max-reference-bytes
 SHAPE = [3, 32, 32]
@@ -340,12 +340,14 @@ def real(runner_pool):
         channel.close()
 
 
+@pytest.mark.frameworks
 def test_torch_refuses_a_huge_batch_before_the_framework_sees_it(real):
     stubs, _ = real
     error = refused(stubs["torch"].ExportReference, reference("huge.npz", batch_size=2**31))
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "batch_size" in error.details()
 
 
+@pytest.mark.frameworks
 def test_torch_export_replaces_a_symlink_and_tensorflow_refuses_weights_that_do_not_fit(real, tmp_path):
     stubs, shared = real
     target = tmp_path / "target.npz"

@@ -15,7 +15,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from fwbench_aggregator import analysis, report
+from fwbench_aggregator.analyse.comparison import comparison_rows
+from fwbench_aggregator.analyse.results import analysed
+from fwbench_aggregator.present import plots as plotting
+from fwbench_aggregator.present.display import display_frame
+from fwbench_aggregator.present.report import write_report
+from fwbench_aggregator.present.terminal import print_series
+from fwbench_aggregator.store.schema import COMPARISON_COLUMNS, CONFIG_COLUMNS
 from PIL import Image
 from rich.console import Console
 
@@ -27,6 +33,11 @@ MEASURED, WARMUP, REPETITIONS = 30, 3, 3
 OOM = ("tensorflow", "bert", "train", 4, "gpu:0")
 OOM_ERROR = "RESOURCE_EXHAUSTED: OOM when allocating tensor with shape[4,12,128,128]"
 CONFIGS = len(MODELS) * 2 * len(BATCHES) * len(DEVICES)
+
+
+def write(summary, steps, manifest, out, **analysis):
+    """The report of these frames: analysed once, then written."""
+    return write_report(analysed(summary, steps, **analysis), summary, manifest, out)
 
 
 def slowdown(runner: str, model: str) -> float:
@@ -74,14 +85,14 @@ def frames():
 
 @pytest.fixture(scope="module")
 def rows(frames):
-    return analysis.comparison_rows(*frames)
+    return comparison_rows(*frames)
 
 
 @pytest.fixture(scope="module")
 def built(frames, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     manifest = {"run_id": "r1", "runners": {"torch": {"describe": {"framework_version": "9.9"}}}}
-    return report.write_report(*frames, manifest, out)[0]
+    return write(*frames, manifest, out)
 
 
 def pick(rows, runner, model, mode, batch, device):
@@ -96,8 +107,8 @@ def pick(rows, runner, model, mode, batch, device):
 
 def test_one_row_per_configuration_and_runner(rows):
     assert len(rows) == CONFIGS * len(RUNNERS)
-    assert not rows.duplicated(list(analysis.CONFIG_COLUMNS) + ["runner"]).any()
-    assert set(analysis.ROW_COLUMNS) <= set(rows.columns)
+    assert not rows.duplicated(list(CONFIG_COLUMNS) + ["runner"]).any()
+    assert set(COMPARISON_COLUMNS) <= set(rows.columns)
 
 
 def test_figures_are_per_run_first_then_over_runs_without_warmup(frames, rows):
@@ -122,7 +133,7 @@ def test_a_difference_below_the_calibrated_noise_floor_is_not_called(frames):
               "precision": "fp32", "device": "gpu:0"}
     calibration = pd.DataFrame([{**config, "framework": "tensorflow", "noise_floor": 0.40},
                                 {**config, "framework": "torch", "noise_floor": 0.10}])
-    rows = analysis.comparison_rows(*frames, calibration=calibration)
+    rows = comparison_rows(*frames, calibration=calibration)
     slow = pick(rows, "tensorflow", "resnet18", "train", 2, "gpu:0")
     # The larger of the two runners' floors counts: 30% is inside tensorflow's 40%.
     assert slow.noise_floor == 0.40 and "below the noise floor, 40.0%" in slow.verdict
@@ -130,26 +141,28 @@ def test_a_difference_below_the_calibrated_noise_floor_is_not_called(frames):
     assert np.isnan(elsewhere.noise_floor) and elsewhere.verdict.startswith("torch faster by")
 
 
+@pytest.mark.slow  # writes a whole report, plots included
 def test_a_run_on_a_busy_device_flags_its_verdict_in_every_table(frames, tmp_path):
     summary, steps = frames
     summary = summary.copy()
     busy = (summary.runner == "tensorflow") & (summary.model == "resnet18") & (summary.batch_size == 1)
     summary["device_flags"] = ""
     summary.loc[busy & (summary.repetition == 1), "device_flags"] = "another process used the device"
-    rows = analysis.comparison_rows(summary, steps)
+    rows = comparison_rows(summary, steps)
     row = pick(rows, "tensorflow", "resnet18", "infer", 1, "gpu:0")
-    assert row.flagged == "another process used the device"
+    # Each kind of flag once, with how many of the row's runs it concerns.
+    assert row.flagged == "another process used the device in 1 of 3 runs"
     assert pick(rows, "tensorflow", "resnet18", "infer", 2, "gpu:0").flagged == ""
-    shown = report.display_frame(rows)
-    assert shown["verdict"].str.contains(r"\[FLAGGED: another process used the device\]").sum() == 4
-    report.write_report(summary, steps, None, tmp_path)
-    assert "[FLAGGED: another process used the device]" in (tmp_path / "comparison.md").read_text()
+    shown = display_frame(rows)
+    assert shown["verdict"].str.contains(r"\[FLAGGED: another process used the device in 1 of 3 runs\]").sum() == 4
+    write(summary, steps, None, tmp_path)
+    assert "[FLAGGED: another process used the device in 1 of 3 runs]" in (tmp_path / "comparison.md").read_text()
     assert "FLAGGED: another process used the device" in (tmp_path / "report.html").read_text()
 
 
 def test_too_few_runs_say_so_instead_of_a_verdict(frames):
     summary, steps = frames
-    rows = analysis.comparison_rows(summary[summary.repetition < 2], steps[steps.repetition < 2])
+    rows = comparison_rows(summary[summary.repetition < 2], steps[steps.repetition < 2])
     slow = pick(rows, "tensorflow", "resnet18", "train", 2, "gpu:0")
     assert slow.verdict.startswith("too few repetitions to call (ratio 1.") and "2 and 2 runs, need 3" in slow.verdict
 
@@ -184,7 +197,7 @@ def test_other_failures_and_energy(rows):
     summary, steps = build_frames()
     summary.loc[(summary.runner == "torch") & (summary.model == "bert") & (summary.batch_size == 1), ["status", "error"]] = ["failed", "INTERNAL: segfault in kernel"]
     steps = steps[~((steps.runner == "torch") & (steps.model == "bert") & (steps.batch_size == 1))]
-    changed = analysis.comparison_rows(summary, steps)
+    changed = comparison_rows(summary, steps)
     row = pick(changed, "torch", "bert", "infer", 1, "cpu:0")
     assert row.verdict == "failed: INTERNAL: segfault in kernel"
     assert pick(changed, "tensorflow", "bert", "infer", 1, "cpu:0").verdict == "fastest"
@@ -196,7 +209,7 @@ def test_other_failures_and_energy(rows):
 def test_failure_without_configuration_is_kept(frames):
     summary, steps = frames
     bare = pd.DataFrame([{"runner": "jax", "status": "failed", "error": "UNAVAILABLE: connection refused"}])
-    rows = analysis.comparison_rows(pd.concat([summary, bare], ignore_index=True), steps)
+    rows = comparison_rows(pd.concat([summary, bare], ignore_index=True), steps)
     jax = rows[rows.runner == "jax"]
     assert len(jax) == 1 and jax.iloc[0].verdict.startswith("failed: UNAVAILABLE")
 
@@ -204,6 +217,7 @@ def test_failure_without_configuration_is_kept(frames):
 # ------------------------------------------------------------------------------------- table outputs
 
 
+@pytest.mark.slow  # writes a whole report, plots included
 def test_table_files_and_terminal(rows, built):
     out = built.parent
     csv = pd.read_csv(out / "comparison.csv")
@@ -214,14 +228,14 @@ def test_table_files_and_terminal(rows, built):
     assert all(line.count(" | ") == markdown[0].count(" | ") for line in markdown[2:])
     assert "out of memory" in (out / "comparison.html").read_text()
     console = Console(record=True, width=250)
-    report.print_rows(rows, console=console)
+    print_series(rows, console=console)
     text = console.export_text()
     assert "out of memory" in text and "torch faster by" in text
 
 
 # ------------------------------------------------------------------------------------------------ plots
 
-MISSING_RGB = tuple(int(report.MISSING_COLOUR[i:i + 2], 16) for i in (1, 3, 5))
+MISSING_RGB = tuple(int(plotting.MISSING_COLOUR[i:i + 2], 16) for i in (1, 3, 5))
 
 
 def red_pixels(path: Path) -> int:
@@ -230,9 +244,10 @@ def red_pixels(path: Path) -> int:
     return int((np.abs(pixels - MISSING_RGB).sum(axis=2) < 40).sum())
 
 
+@pytest.mark.slow  # writes a whole report, plots included
 def test_each_question_has_its_plot_and_oom_is_marked(rows, tmp_path):
-    plots = {p.key: p for p in report.make_plots(rows, tmp_path)}
-    assert list(plots) == [key for key, _ in report.PLOT_QUESTIONS]
+    plots = {p.key: p for p in plotting.make_plots(rows, tmp_path)}
+    assert list(plots) == [key for key, _ in plotting.PLOT_QUESTIONS]
     for plot in plots.values():
         assert plot.path is not None and plot.path.is_file(), plot.reason
         with Image.open(plot.path) as image:
@@ -246,19 +261,21 @@ def test_each_question_has_its_plot_and_oom_is_marked(rows, tmp_path):
         assert plots[key].missing == [] and red_pixels(plots[key].path) == 0, key
 
 
+@pytest.mark.slow  # writes a whole report, plots included
 def test_inference_oom_marked_against_batch_size(tmp_path):
-    rows = analysis.comparison_rows(*build_frames(oom=("torch", "resnet18", "infer", 4, "cpu:0")))
-    plots = {p.key: p for p in report.make_plots(rows, tmp_path)}
+    rows = comparison_rows(*build_frames(oom=("torch", "resnet18", "infer", 4, "cpu:0")))
+    plots = {p.key: p for p in plotting.make_plots(rows, tmp_path)}
     for key in ("infer-cpu-relative", "infer-time-per-sample"):
         assert [(m.runner, m.label) for m in plots[key].missing] == [("torch", "OOM")], key
         assert red_pixels(plots[key].path) > 30, key
     assert plots["infer-gpu-relative"].missing == []
 
 
+@pytest.mark.slow  # writes a whole report, plots included
 def test_plot_without_data_is_skipped_with_its_reason(tmp_path):
     summary, steps = build_frames(devices={"cpu:0": 8.0}, oom=None, power=False)
-    path, _ = report.write_report(summary, steps, None, tmp_path)
-    plots = {p.key: p for p in report.make_plots(analysis.comparison_rows(summary, steps), tmp_path / "again")}
+    path = write(summary, steps, None, tmp_path)
+    plots = {p.key: p for p in plotting.make_plots(comparison_rows(summary, steps), tmp_path / "again")}
     assert plots["infer-gpu-relative"].path is None
     assert plots["infer-gpu-relative"].reason == "no GPU inference runs in these results"
     assert plots["power-vs-batch"].path is None and "no power readings" in plots["power-vs-batch"].reason
@@ -289,6 +306,7 @@ def parsed(path: Path) -> list[tuple[str, dict]]:
     return elements_of(path.read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow  # writes a whole report, plots included
 def test_findings_open_the_report_and_the_study_tables_follow_the_plots(built):
     page = built.read_text()
     assert page.index("<h2>Findings</h2>") < page.index("<h2>Plots</h2>") < page.index("<h2>Optimal batch size</h2>")
@@ -310,11 +328,12 @@ def test_findings_open_the_report_and_the_study_tables_follow_the_plots(built):
     assert efficiency["efficiency_note"].str.contains("no FLOP count stored").all()
 
 
+@pytest.mark.slow  # writes a whole report, plots included
 def test_report_is_self_contained(built):
     text = built.read_text(encoding="utf-8")
     tags = parsed(built)
     images = [attrs for tag, attrs in tags if tag == "img"]
-    assert len(images) == len(report.PLOT_QUESTIONS)
+    assert len(images) == len(plotting.PLOT_QUESTIONS)
     for attrs in images:
         assert attrs["src"].startswith("data:image/png;base64,")
         png = base64.b64decode(attrs["src"].split(",", 1)[1])
@@ -325,7 +344,7 @@ def test_report_is_self_contained(built):
     assert not [attrs for _, attrs in tags if "href" in attrs or ("src" in attrs and not attrs["src"].startswith("data:"))]
     for phrase in ("torch faster by", "out of memory", "RESOURCE_EXHAUSTED", "&quot;run_id&quot;: &quot;r1&quot;", "3.12.1"):
         assert phrase in text, phrase
-    assert {p.name for p in (built.parent / "plots").iterdir()} == {f"{key}.png" for key, _ in report.PLOT_QUESTIONS}
+    assert {p.name for p in (built.parent / "plots").iterdir()} == {f"{key}.png" for key, _ in plotting.PLOT_QUESTIONS}
 
 
 # --------------------------------------------------------------------------------- in a real browser
@@ -361,6 +380,7 @@ PROBE = """<script>window.addEventListener('load', () => {
 });</script></body>"""
 
 
+@pytest.mark.browser
 def test_report_renders_in_headless_chromium(built, tmp_path):
     browser = chromium()
     probed = tmp_path / "probed.html"
@@ -368,9 +388,9 @@ def test_report_renders_in_headless_chromium(built, tmp_path):
     dom = run_browser(browser, tmp_path / "profile-dom", "--dump-dom", probed.as_uri())
     tags = elements_of(dom)
     images = [attrs for tag, attrs in tags if tag == "img"]
-    assert len(images) == len(report.PLOT_QUESTIONS) and all(a["src"].startswith("data:image/png") for a in images)
+    assert len(images) == len(plotting.PLOT_QUESTIONS) and all(a["src"].startswith("data:image/png") for a in images)
     body = next(attrs for tag, attrs in tags if tag == "body")
-    assert body.get("data-decoded-images") == str(len(report.PLOT_QUESTIONS)), f"decoded: {body.get('data-decoded-images')}"
+    assert body.get("data-decoded-images") == str(len(plotting.PLOT_QUESTIONS)), f"decoded: {body.get('data-decoded-images')}"
 
     shot = tmp_path / "report.png"
     run_browser(browser, tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1200,3000", built.as_uri())
@@ -379,6 +399,6 @@ def test_report_renders_in_headless_chromium(built, tmp_path):
     assert pixels.shape[:2] == (3000, 1200)
     assert (pixels.sum(axis=2) < 700).mean() > 0.02, "the screenshot is (nearly) blank"
     # The first runner's bar colour appears only inside the plots: the images were painted.
-    first = tuple(int(report.RUNNER_COLOURS[0][i:i + 2], 16) for i in (1, 3, 5))
+    first = tuple(int(plotting.RUNNER_COLOURS[0][i:i + 2], 16) for i in (1, 3, 5))
     assert (np.abs(pixels - first).sum(axis=2) < 30).sum() > 500, "no plot pixels in the screenshot"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from fwbench.runner.v1 import runner_pb2 as pb
-from fwbench_aggregator.client import RunResult
-from fwbench_aggregator.results import summary_frame
+from fwbench_aggregator.run.client import RunResult
+from fwbench_aggregator.store.records import summary_frame
 
 
 def result(before: pb.DeviceState, after: pb.DeviceState, flags: list[str]) -> RunResult:

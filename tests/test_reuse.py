@@ -14,7 +14,8 @@ from pathlib import Path
 import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
-from fwbench_aggregator import frameworks, launch
+from fwbench_aggregator.base import frameworks
+from fwbench_aggregator.run import launch
 
 from fwbench_core.errors import Cancelled, InvalidArgument, OutOfMemory
 from fwbench_core.server import create_server
@@ -23,8 +24,8 @@ from fwbench_core.spec import Mode
 from fwbench_core.timing import StepBatch, Summary
 from fwbench_core.validation import MAX_REUSE_KEY_LENGTH
 
-from conftest import REAL_RUNNERS
-from core_support import RecordingBackend, expect_error, request, resolve_request, small
+from support.runners import REAL_RUNNERS
+from support.core import RecordingBackend, expect_error, request, resolve_request, small
 
 HERE = Path(__file__).parent
 FRAMEWORK_TIMEOUT_S = 180
@@ -185,6 +186,7 @@ def test_reuse_over_grpc_reports_it_in_the_summary():
         server.stop(None).wait(5)
 
 
+@pytest.mark.frameworks
 @pytest.mark.parametrize("framework", REAL_RUNNERS)
 def test_a_reused_workload_equals_a_fresh_build_at_the_new_batch_size(framework):
     """Weights, optimizer state, inputs and targets, and the weights after a training step: the same numbers."""

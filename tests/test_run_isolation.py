@@ -17,7 +17,7 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator import launch
+from fwbench_aggregator.run import launch
 
 from fwbench_core.backend import MemoryReading
 from fwbench_core.errors import REASON_KEY, Cancelled, InvalidArgument, RunnerError, reason_for, status_for
@@ -28,7 +28,7 @@ from fwbench_core.spec import DeviceKind, DeviceRef, Mode, Phase, RunRequest
 from fwbench_core.timing import Progress, StepBatch
 
 # The session's in-process fake runner steps this long; the worker one matches it, so that their runs compare.
-from conftest import FAKE_STEP_TIME_S
+from support.runners import FAKE_STEP_TIME_S
 
 RUN_TIMEOUT_S = 120
 
@@ -307,6 +307,7 @@ def tensorflow_default(runner_pool):
         yield pb_grpc.RunnerStub(channel)
 
 
+@pytest.mark.frameworks
 def test_tensorflow_in_a_worker_refuses_cancels_and_runs_as_in_process(tensorflow_in_worker, tensorflow_default):
     # One test, so that CI starts TensorFlow worker processes twice, not four times.
     default_options = tensorflow_default.Describe(pb.DescribeRequest(), timeout=RUN_TIMEOUT_S).options
@@ -372,6 +373,7 @@ print(json.dumps(calls))
 """
 
 
+@pytest.mark.frameworks
 def test_tensorflow_sets_memory_growth_and_hides_gpus_from_the_server_before_the_first_gpu_context():
     python = launch.default_venvs() / "tensorflow" / "bin" / "python"
     done = subprocess.run([str(python), "-c", MEMORY_GROWTH_PROBE], capture_output=True, text=True, timeout=300)

@@ -3,7 +3,7 @@
 import threading
 import time
 
-from fwbench_aggregator.scheduler import device_group, run_grouped
+from fwbench_aggregator.run.scheduler import device_group, run_grouped
 
 
 def test_same_device_serialised_different_devices_in_parallel():

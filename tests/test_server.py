@@ -8,7 +8,7 @@ import socket
 import threading
 
 from fwbench.runner.v1 import runner_pb2 as pb, runner_pb2_grpc as pb_grpc
-from fwbench_aggregator import launch
+from fwbench_aggregator.run import launch
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 import pytest
@@ -36,7 +36,7 @@ from fwbench_core.fake import FakeBackend
 from fwbench_core.server import create_server
 from fwbench_core.service import RunnerService
 
-from core_support import RecordingBackend
+from support.core import RecordingBackend
 
 
 STATUS_TABLE = {

@@ -13,7 +13,7 @@ from fwbench_core.service import Resolved, RunnerService
 from fwbench_core.spec import DeviceKind, DeviceRef, Phase
 from fwbench_core.timing import Progress, StepBatch, Summary
 
-from core_support import RecordingBackend, request, small
+from support.core import RecordingBackend, request, small
 
 
 def assert_device_free(service: RunnerService) -> None:

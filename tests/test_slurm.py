@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from fwbench_aggregator.store import ResultStore
+from fwbench_aggregator.store.results_store import ResultStore
 from slurm import cluster as slurm_cluster
-from test_containers import skip_without_docker_engine
+from support.docker import skip_without_docker_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 FWBENCH = ROOT / ".venvs" / "aggregator" / "bin" / "fwbench"
@@ -57,6 +57,7 @@ def explain(done: subprocess.CompletedProcess, store_dir: Path) -> str:
     return f"exit {done.returncode}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}\n{outputs}"
 
 
+@pytest.mark.slurm
 def test_a_study_runs_over_both_nodes_and_as_one_job_across_them_both_frameworks(cluster):
     study, store_dir = cluster.shared / "both.yaml", cluster.shared / "both-store"
     # Each point on one node, then each as one job across both: ranks, world size and rendezvous from the allocation.
@@ -84,6 +85,7 @@ def test_a_study_runs_over_both_nodes_and_as_one_job_across_them_both_frameworks
     assert cluster.exec(["squeue", "--noheader"]).stdout.strip() == ""
 
 
+@pytest.mark.slurm
 def test_a_node_killed_mid_study_is_named_the_other_finishes_and_a_resume_runs_only_what_is_missing(cluster):
     study, store_dir = cluster.shared / "kill.yaml", cluster.shared / "kill-store"
     # Four points of four runs (2 repetitions x 2 batch sizes), each run 1.5 s or more: a node is mid-point when
@@ -121,6 +123,7 @@ def test_a_node_killed_mid_study_is_named_the_other_finishes_and_a_resume_runs_o
     assert job_records(store_dir)[-1]["runs_done_before"] == expected - 1
 
 
+@pytest.mark.slurm
 def test_a_preempted_job_requeued_by_slurm_resumes_by_itself_repeating_nothing(cluster):
     study, store_dir = cluster.shared / "requeue.yaml", cluster.shared / "requeue-store"
     study.write_text("runners: [torch]\nmodels: [resnet18]\nbatch_sizes: [1, 2]\nshapes: [3x32x32, 3x48x48]\n"
@@ -156,6 +159,7 @@ def _placed(store_dir: Path) -> dict[str, set[str]]:
         return {}
 
 
+@pytest.mark.slow
 def test_without_slurm_the_command_says_so_and_submits_nothing(tmp_path):
     study = tmp_path / "study.yaml"
     study.write_text("runners: [torch]\nmodels: [resnet18]\n")
@@ -165,6 +169,7 @@ def test_without_slurm_the_command_says_so_and_submits_nothing(tmp_path):
     assert not (tmp_path / "store").exists()
 
 
+@pytest.mark.frameworks  # the study's runner environments must exist, as on a cluster's shared file system
 def test_dry_run_shows_the_batch_script_with_the_options(tmp_path):
     study = tmp_path / "study.yaml"
     study.write_text("runners: [torch]\nmodels: [resnet18]\n")
@@ -181,6 +186,7 @@ def test_dry_run_shows_the_batch_script_with_the_options(tmp_path):
     assert json.loads((folder / "submission.json").read_text())["runner_per_gpu"] is True
 
 
+@pytest.mark.slow
 def test_a_study_wider_than_the_allocation_is_refused_naming_nodes(tmp_path):
     study = tmp_path / "study.yaml"
     study.write_text("runners: [torch]\nmodels: [resnet18]\nstrategies: [ddp]\nnodes: [1, 4]\n")

@@ -1,7 +1,7 @@
 """The aggregator's statistics, against a model of how runs really vary: each run carries an offset of its
 own (a process, a moment of the host, a GPU's launch queue) on top of the jitter of its steps.
 
-The noise regimes are the ones measured (README, "Verdicts"): GPU-bound configurations whose runs differ by
+The noise regimes are the ones measured (docs/verdict.md): GPU-bound configurations whose runs differ by
 under 1%, steady CPU runs by about 3% (torch resnet18 infer b2 on 2 cores: per-run medians 15.25, 14.47,
 15.21 ms), and launch-bound GPU configurations (resnet50 b1/b4 on an H100, 3.0 to 5.0 ms between runs)
 by 12% to 20%.
@@ -14,10 +14,11 @@ import math
 import numpy as np
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
-from fwbench_aggregator import stats
+from fwbench_aggregator.analyse import stats
+from fwbench_aggregator.plan.spec import DEFAULT_REPETITIONS
 from scipy import stats as scipy_stats
-from fwbench_aggregator.client import RunnerClient
-from fwbench_aggregator.stats import compare, describe, noise_floor
+from fwbench_aggregator.run.client import RunnerClient
+from fwbench_aggregator.analyse.stats import compare, describe, noise_floor
 
 TRIALS = 400
 STEPS = 30
@@ -52,7 +53,7 @@ def test_describe_matches_numpy():
 @pytest.mark.parametrize("run_spread", RUN_SPREADS)
 def test_a_a_gives_a_wrong_verdict_in_at_most_5_percent_of_trials(run_spread):
     rng = np.random.default_rng(2026)
-    n = stats.DEFAULT_REPETITIONS
+    n = DEFAULT_REPETITIONS
     wrong = [
         c.verdict
         for c in (compare("a", run_medians(rng, n, 0.004, run_spread), "b", run_medians(rng, n, 0.004, run_spread))
@@ -79,7 +80,7 @@ def test_pooling_steps_is_what_made_a_a_verdicts_wrong():
 @pytest.mark.parametrize("run_spread", RUN_SPREADS)
 def test_a_true_difference_of_twice_the_noise_floor_is_found_in_90_percent_of_trials(run_spread):
     rng = np.random.default_rng(11)
-    n = stats.DEFAULT_REPETITIONS
+    n = DEFAULT_REPETITIONS
     found, floors = 0, []
     trials = TRIALS // 2
     for _ in range(trials):
@@ -94,7 +95,7 @@ def test_a_true_difference_of_twice_the_noise_floor_is_found_in_90_percent_of_tr
 
 def test_default_repetitions_call_a_real_ten_percent_difference_when_runs_differ_by_3_percent():
     rng = np.random.default_rng(7)
-    n = stats.DEFAULT_REPETITIONS
+    n = DEFAULT_REPETITIONS
     found = 0
     for _ in range(200):
         c = compare("torch", run_medians(rng, n, 0.02, 0.03), "tensorflow", run_medians(rng, n, 0.022, 0.03))

@@ -14,7 +14,9 @@ import time
 
 import pandas as pd
 import pytest
-from fwbench_aggregator.store import ResultStore, run_key
+from fwbench_aggregator.plan.keys import run_key
+from fwbench_aggregator.store.results_store import ResultStore
+from fwbench_aggregator.store.schema import STORE_FORMAT
 
 CONFIG = {
     "runner": "torch", "model": "resnet18", "model_options": {"head": "mlm"}, "mode": "train", "batch_size": 32,
@@ -152,7 +154,8 @@ WRITER = textwrap.dedent(
     """
     import sys, time
     import numpy as np, pandas as pd
-    from fwbench_aggregator.store import ResultStore, run_key
+    from fwbench_aggregator.plan.keys import run_key
+    from fwbench_aggregator.store.results_store import ResultStore
 
     store, writer = ResultStore(sys.argv[1]), int(sys.argv[2])
     rows = 50_000
@@ -170,6 +173,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_killed_writer_never_corrupts_the_store(tmp_path):
     seed = random.randrange(2**32)
     rng = random.Random(seed)
@@ -194,7 +198,7 @@ def test_a_killed_writer_never_corrupts_the_store(tmp_path):
         folder = tmp_path / "runs" / key
         config = json.loads((folder / "config.json").read_text())
         assert run_key(config) == key
-        assert json.loads((folder / "manifest.json").read_text()) == {"n": config["n"]}
+        assert json.loads((folder / "manifest.json").read_text()) == {"n": config["n"], "store_format": STORE_FORMAT}
         assert len(pd.read_parquet(folder / "steps.parquet")) == 50_000
         assert len(pd.read_parquet(folder / "power.parquet")) == 50_000
         assert pd.read_parquet(folder / "summary.parquet")["status"].tolist() == ["ok"]

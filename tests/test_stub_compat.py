@@ -8,17 +8,18 @@ calls the Runner service across the two protobuf generations.
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
 import venv
-from pathlib import Path
 
 import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator.launch import REPO_ROOT, LocalRunner
+from fwbench_aggregator.run.launch import REPO_ROOT, LocalRunner
 from fwbench_core.catalog import MODEL_SPECS
+
+# Every test here runs the command line, runners or generated requests end to end: seconds each.
+pytestmark = pytest.mark.slow
 
 OLD_PROTOBUF = "protobuf<5"
 

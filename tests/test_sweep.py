@@ -5,13 +5,15 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from fwbench_aggregator import frameworks
-from fwbench_aggregator.launch import StartupSettings
-from fwbench_aggregator.store import run_key
-from fwbench_aggregator.plan import DEFAULT_MIN_MEASURE_S, DEFAULT_WARMUP_UNTIL_CV
-from fwbench_aggregator.stats import DEFAULT_REPETITIONS, MIN_REPETITIONS
-from fwbench_aggregator.sweep import Configuration, SweepError, load_sweep, sweep_from_options
-from fwbench_aggregator.vocabulary import Mode, Precision
+from fwbench_aggregator.base import frameworks
+from fwbench_aggregator.run.launch import StartupSettings
+from fwbench_aggregator.plan.keys import run_key
+from fwbench_aggregator.plan.spec import DEFAULT_MIN_MEASURE_S, DEFAULT_WARMUP_UNTIL_CV
+from fwbench_aggregator.analyse.stats import MIN_REPETITIONS
+from fwbench_aggregator.plan.spec import DEFAULT_REPETITIONS
+from fwbench_aggregator.plan.study import Configuration
+from fwbench_aggregator.plan.study_file import SweepError, load_sweep, sweep_from_options
+from fwbench_aggregator.base.vocabulary import Mode, Precision
 
 SWEEP = """\
 # a small grid
@@ -76,7 +78,7 @@ def test_a_valid_file_expands_counterbalanced(tmp_path):
 
 def test_defaults_are_long_enough_windows_and_enough_runs_to_call_a_verdict(tmp_path):
     configurations = load_sweep(write(tmp_path, "models: [resnet18]\n")).configurations()
-    # Every framework compared by default, in the order aggregator/fwbench_aggregator/frameworks.toml lists them, each run
+    # Every framework compared by default, in the order aggregator/fwbench_aggregator/base/frameworks.toml lists them, each run
     # as often as a verdict needs.
     assert len(configurations) == len(frameworks.default_names()) * DEFAULT_REPETITIONS
     assert DEFAULT_REPETITIONS >= MIN_REPETITIONS
@@ -160,7 +162,7 @@ BASE = "models: [resnet18, bert_tiny]\n"
 @pytest.mark.parametrize(
     ("extra", "line", "field", "message"),
     [
-        ("batch_sise: [32]\n", 2, "batch_sise", "unknown field 'batch_sise'; accepted fields: runners, models, modes"),
+        ("batch_sise: [32]\n", 2, "batch_sise", "unknown field 'batch_sise' (did you mean batch_sizes?); accepted fields: runners, models, modes"),
         ("batch_sizes: 32\n", 2, "batch_sizes", "32 is not a list of values"),
         ("batch_sizes: [16, 0]\n", 2, "batch_sizes[1]", "0 is not a batch size; accepted: integers from 1 to 65536"),
         ("batch_sizes:\n  - 16\n  - -8\n", 4, "batch_sizes[1]", "-8 is not a batch size"),
@@ -169,16 +171,16 @@ BASE = "models: [resnet18, bert_tiny]\n"
         ("shapes: [3x32x32, 3x0x32]\n", 2, "shapes[1]", "'3x0x32' is not a shape; accepted: positive integers joined by 'x'"),
         ("shapes:\n  resnet18: [3x32x32]\n  bert_tiny: [seq:128]\n", 4, "shapes.bert_tiny[0]", "'seq:128' is not a shape; accepted:"),
         ("shapes:\n  vgg11: [3x32x32]\n", 3, "shapes.vgg11", "'vgg11' is not one of this sweep's models; accepted: resnet18, bert_tiny"),
-        ("modes: [train, inference]\n", 2, "modes[1]", "unknown mode 'inference'; accepted values: train, infer"),
-        ("precisions: [fp16]\n", 2, "precisions[0]", "unknown precision 'fp16'; accepted values: fp32, tf32, amp_fp16, amp_bf16"),
+        ("modes: [train, inference]\n", 2, "modes[1]", "unknown mode 'inference' (did you mean infer?); accepted values: train, infer"),
+        ("precisions: [fp16]\n", 2, "precisions[0]", "unknown precision 'fp16' (did you mean amp_fp16?); accepted values: fp32, tf32, amp_fp16, amp_bf16"),
         ("devices: [cuda]\n", 2, "devices[0]", "'cuda' is not a device; accepted: cpu, gpu, or gpu:N"),
         ("repetitions: 0\n", 2, "repetitions", "0 is not accepted; accepted: an integer from 1 to 1000"),
         ("steps: ten\n", 2, "steps", "'ten' is not accepted; accepted: an integer from 1 to 1000000"),
         ("cooldown_s: -1\n", 2, "cooldown_s", "-1 is not accepted; accepted: a number from 0 to 3600"),
         ("min_measure_s: -1\n", 2, "min_measure_s", "-1 is not accepted; accepted: a number from 0 to 86400"),
         ("warmup_until_cv: 5\n", 2, "warmup_until_cv", "5.0 is not a coefficient of variation; accepted: 0 (off) up to below 1"),
-        ("layout: nhwc\n", 2, "layout", "unknown layout 'nhwc'; accepted values: channels_first, channels_last"),
-        ("compilation: jit\n", 2, "compilation", "unknown compilation 'jit'; accepted values: eager, graph, xla, torch_compile, torchscript, onnxruntime"),
+        ("layout: nhwc\n", 2, "layout", "unknown layout 'nhwc' (did you mean channels_last?); accepted values: channels_first, channels_last"),
+        ("compilation: jit\n", 2, "compilation", "unknown compilation 'jit' (did you mean xla?); accepted values: eager, graph, xla, torch_compile, torchscript, onnxruntime"),
         ("compilation: {jax: xla}\n", 2, "compilation.jax", f"'jax' is not one of this sweep's runners; accepted: {', '.join(frameworks.default_names())}"),
         ("options:\n  bert_tiny:\n    head: off\n", 4, "options.bert_tiny.head", "False is not an option value"),
         ("options:\n  bert_tiny: mlm\n", 3, "options.bert_tiny", "'mlm' is not a mapping of option to value"),

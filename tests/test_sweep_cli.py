@@ -10,9 +10,12 @@ import time
 
 import pandas as pd
 import pytest
-from fwbench_aggregator.store import ResultStore
+from fwbench_aggregator.store.results_store import ResultStore
 
-from test_cli import fwbench
+from support.cli import fwbench
+
+# Every test here runs the command line, runners or generated requests end to end: seconds each.
+pytestmark = pytest.mark.slow
 
 SWEEP = """\
 runners: [first, second]
@@ -30,7 +33,7 @@ repetitions: 1
 @pytest.fixture()
 def slow_fake(tmp_path_factory):
     """A fake runner whose steps take 20 ms, so a sweep is still running when it is killed."""
-    from fwbench_aggregator.launch import LocalRunner, fake_runner_command
+    from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
 
     runner = LocalRunner("fake", fake_runner_command(), tmp_path_factory.mktemp("logs") / "fake.log",
                          env={"FWBENCH_FAKE_STEP_TIME_S": "0.02"})
@@ -124,7 +127,8 @@ def test_the_command_line_sweep_shares_builds_unless_told_not_to(tmp_path, slow_
 def test_a_sweep_runner_without_an_address_is_refused_before_any_run(tmp_path, slow_fake):
     args = sweep_args(tmp_path, slow_fake, steps=2)
     done = fwbench(*args[:-2], "--no-report")  # the file names first and second; only first has an address
-    assert done.returncode == 2 and "second have no address" in " ".join(done.stderr.split())
+    # The file is checked against the runners given before anything runs.
+    assert done.returncode == 2 and "unknown runner 'second'; accepted: first" in " ".join(done.stderr.split())
     assert not (tmp_path / "store").exists() or not ResultStore(tmp_path / "store").run_keys()
 
 
@@ -178,8 +182,9 @@ def test_out_of_memory_is_stored_as_a_marked_missing_point_and_resume_skips_it(t
     path.write_text("runners: [fake]\nmodels: [resnet18]\nmodes: [infer]\nbatch_sizes: [1, 200]\nshapes: [3x4096x4096]\nwarmup: 0\nsteps: 2\nmin_measure_s: 0\nrepetitions: 1\n")
     args = ["sweep", str(path), "--store", str(tmp_path / "store"), "--runner", f"fake={slow_fake}"]
     done = fwbench(*args)
+    # Running out of memory is a result, not a failure: stored, marked, and the exit status 0.
     assert done.returncode == 0, done.stderr
-    assert "RESOURCE_EXHAUSTED" in done.stderr
+    assert "1 run(s) of fake ran out of memory" in " ".join(done.stderr.split())
     summary = ResultStore(tmp_path / "store").load("summary").set_index("batch_size")
     assert summary.loc[1, "status"] == "ok" and summary.loc[200, "status"] == "failed"
     assert summary.loc[200, "device"] == summary.loc[1, "device"] == "cpu:0"
@@ -187,3 +192,32 @@ def test_out_of_memory_is_stored_as_a_marked_missing_point_and_resume_skips_it(t
     assert "out of memory" in (tmp_path / "store" / "report" / "report.html").read_text().lower()
     again = fwbench(*args, "--resume")
     assert "0 runs to do, 2 already in" in again.stderr
+
+
+def test_a_study_a_runner_refuses_runs_nothing_stores_nothing_and_says_why(tmp_path, slow_fake):
+    path = tmp_path / "typo.yaml"
+    path.write_text("runners: [first, second]\nmodels: [resnet18, resnt50]\nmodes: [infer]\nbatch_sizes: [1, 2]\n"
+                    "shapes: [3x32x32]\nwarmup: 0\nsteps: 1\nmin_measure_s: 0\nrepetitions: 1\n")
+    done = fwbench("sweep", str(path), "--store", str(tmp_path / "store"), "--runner", f"first={slow_fake}",
+                   "--runner", f"second={slow_fake}")
+    assert done.returncode == 2, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "the study cannot run, and nothing was run" in said
+    assert "first, second: unknown model 'resnt50' (did you mean resnet50?)" in said
+    # A refused request is no run: nothing stored, so a corrected study (or a resume) runs every configuration.
+    assert not ResultStore(tmp_path / "store").run_keys()
+
+
+def test_an_unreachable_runner_fails_the_study_and_a_resume_runs_its_runs(tmp_path, slow_fake):
+    gone = "127.0.0.1:9"  # the discard port: nothing serves gRPC there
+    args = sweep_args(tmp_path, slow_fake, steps=1)
+    args[args.index(f"second={slow_fake}")] = f"second={gone}"
+    done = fwbench(*args, "--no-report")
+    assert done.returncode == 1, done.stderr
+    assert "runner second failed" in done.stderr and "UNAVAILABLE" in done.stderr
+    stored = ResultStore(tmp_path / "store").load("summary")
+    assert set(stored["runner"]) == {"first"} and (stored["status"] == "ok").all()
+    args[args.index(f"second={gone}")] = f"second={slow_fake}"
+    again = fwbench(*args, "--no-report", "--resume")
+    assert again.returncode == 0, again.stderr
+    assert f"{len(stored)} runs to do, {len(stored)} already in" in " ".join(again.stderr.split())

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from fwbench_aggregator import jobs, runs
-from fwbench_aggregator.connection import Transport
-from fwbench_aggregator.launch import LocalRunner, StartupSettings, fake_runner_command
-from fwbench_aggregator.store import ResultStore
-from fwbench_aggregator.sweep import sweep_from_options
+from fwbench_aggregator.run import jobs
+from fwbench_aggregator.app.study import pending_runs, store_callbacks
+from fwbench_aggregator.run.study import run_sweep
+from fwbench_aggregator.run.connection import Transport
+from fwbench_aggregator.run.launch import LocalRunner, StartupSettings, fake_runner_command
+from fwbench_aggregator.store.results_store import ResultStore
+from fwbench_aggregator.plan.study_file import sweep_from_options
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +36,9 @@ def run(tmp_path, sweep, address, monkeypatch, skip: int = 0):
 
     monkeypatch.setattr(jobs, "run_job", recording_run_job)
     store = ResultStore(tmp_path / "store")
-    pending, _ = runs.pending_runs(sweep.configurations(), store, StartupSettings())
-    failures, interrupted = runs.run_sweep(pending[skip:], {"first": address, "second": address}, Transport(),
-                                           StartupSettings(), store, 0.0)
+    pending, _ = pending_runs(sweep.configurations(), store, StartupSettings())
+    failures, interrupted = run_sweep(pending[skip:], {"first": address, "second": address}, Transport(),
+                                      StartupSettings(), *store_callbacks(store), 0.0)
     assert not failures and interrupted is None
     return sent, store
 

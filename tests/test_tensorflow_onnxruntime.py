@@ -11,9 +11,12 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator import launch
+from fwbench_aggregator.run import launch
 
-from test_torch_compilations import MEASURED, refusal, run
+from support.requests import MEASURED, refusal, run
+
+# Every test here runs a real framework runner.
+pytestmark = pytest.mark.frameworks
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,15 @@ three embedded runners itself, stores every run, and its report compares all thr
 
 from __future__ import annotations
 
-import pandas as pd
-from fwbench_aggregator.store import ResultStore
+import pytest
 
-from test_cli import fwbench
+import pandas as pd
+from fwbench_aggregator.store.results_store import ResultStore
+
+from support.cli import fwbench
+
+# Every test here runs a real framework runner.
+pytestmark = pytest.mark.frameworks
 
 THREE = ("torch", "tensorflow", "jax")
 SWEEP = f"""\

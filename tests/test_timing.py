@@ -10,7 +10,7 @@ from fwbench_core.errors import Cancelled
 from fwbench_core.spec import WarmupUntilStable, Mode, Phase
 from fwbench_core.timing import Progress, StepBatch, Summary, time_steps
 
-from core_support import FakeClock, ScriptedWorkload, config_for, drive, request, resolve_request
+from support.core import FakeClock, ScriptedWorkload, config_for, drive, request, resolve_request
 
 
 def test_timing_loop_exact_times_and_summary():

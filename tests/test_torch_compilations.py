@@ -9,38 +9,21 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator import launch
+from fwbench_aggregator.run import launch
 from fwbench_core.errors import FailedPrecondition
 from fwbench_core.onnx_runtime import provider_for
 from fwbench_core.spec import Device, DeviceKind, DeviceRef
 
-RUN_TIMEOUT_S = 300
-MEASURED = 2
-CPU = pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU, index=0)
+from support.requests import CPU, MEASURED, refusal, run
+
+# Every test here runs a real framework runner.
+pytestmark = pytest.mark.frameworks
 
 
 @pytest.fixture(scope="module")
 def torch_stub(runner_pool):
     with grpc.insecure_channel(runner_pool.get("torch").address) as channel:
         yield pb_grpc.RunnerStub(channel)
-
-
-def run(stub, **fields) -> tuple[pb.ResolvedConfig, pb.Summary]:
-    request = dict(
-        model="resnet18", mode=pb.MODE_INFER, batch_size=2, input_shape=[3, 32, 32], device=CPU, warmup_steps=1,
-        measured_steps=MEASURED, min_measure_s=0.0, power_sample_rate_hz=0.0, seed=1,
-    )
-    request.update(fields)
-    events = list(stub.Run(pb.RunRequest(**request), timeout=RUN_TIMEOUT_S))
-    (config,) = [e.config for e in events if e.WhichOneof("event") == "config"]
-    (summary,) = [e.summary for e in events if e.WhichOneof("event") == "summary"]
-    return config, summary
-
-
-def refusal(stub, **fields) -> grpc.RpcError:
-    with pytest.raises(grpc.RpcError) as info:
-        run(stub, **fields)
-    return info.value
 
 
 @pytest.mark.parametrize("mode", [pb.MODE_TRAIN, pb.MODE_INFER], ids=["train", "infer"])

@@ -14,13 +14,15 @@ import pytest
 import trustme
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator import connection
-from fwbench_aggregator.client import RunnerClient, RunnerFailure
-from fwbench_aggregator.connection import Transport
-from fwbench_aggregator.launch import LocalRunner, fake_runner_command
+from fwbench_aggregator.run import connection
+from fwbench_aggregator.run.client import RunnerClient, RunnerFailure
+from fwbench_aggregator.run.connection import Transport
+from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
 from fwbench_core import access, server
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from support.cli import fwbench
 
 RPC_TIMEOUT_S = 30
 START_TIMEOUT_S = 120
@@ -324,14 +326,6 @@ def test_the_health_probe_speaks_tls_to_a_tls_runner_with_client_certificates(mt
 # --- the CLI -------------------------------------------------------------------------------------
 
 
-def fwbench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("FWBENCH_")}
-    return subprocess.run(
-        [sys.executable, "-m", "fwbench_aggregator", *args], capture_output=True, text=True, timeout=300,
-        env={**clean, "COLUMNS": "200", **(env or {})},
-    )
-
-
 @pytest.fixture(scope="module")
 def guarded_runner(start, pki) -> str:
     """Mutual TLS and a token: everything at once."""
@@ -339,35 +333,39 @@ def guarded_runner(start, pki) -> str:
     return start(*pki.server_flags(client_ca=True), "--token-file", str(pki.token_file), transport=transport).address
 
 
+@pytest.mark.slow
 def test_the_cli_reaches_a_guarded_runner_with_its_options(guarded_runner, pki):
     done = fwbench(
         "describe", "--runner", f"fake={guarded_runner}", "--tls-ca", str(pki.ca), "--tls-cert", str(pki.client_cert),
-        "--tls-key", str(pki.client_key), "--token-file", str(pki.token_file),
+        "--tls-key", str(pki.client_key), "--token-file", str(pki.token_file), clean=True,
     )
     assert done.returncode == 0, done.stderr
     assert "fake" in done.stdout and guarded_runner in done.stdout
 
 
+@pytest.mark.slow
 def test_the_cli_reads_its_options_from_the_environment(guarded_runner, pki):
     env = {
         "FWBENCH_RUNNERS": f"fake={guarded_runner}", "FWBENCH_TLS_CA": str(pki.ca), "FWBENCH_TLS_CERT": str(pki.client_cert),
         "FWBENCH_TLS_KEY": str(pki.client_key), "FWBENCH_TOKEN_FILE": str(pki.token_file),
     }
-    done = fwbench("models", env=env)
+    done = fwbench("models", env=env, clean=True)
     assert done.returncode == 0, done.stderr
     assert "resnet18" in done.stdout
 
 
+@pytest.mark.slow
 def test_the_cli_without_tls_options_names_them(guarded_runner):
-    done = fwbench("describe", "--runner", f"fake={guarded_runner}")
+    done = fwbench("describe", "--runner", f"fake={guarded_runner}", clean=True)
     assert done.returncode == 1
     assert "runner fake failed" in done.stderr and "--tls-ca" in done.stderr
 
 
+@pytest.mark.slow
 def test_the_cli_without_the_token_names_the_token_option(guarded_runner, pki):
     done = fwbench(
         "describe", "--runner", f"fake={guarded_runner}", "--tls-ca", str(pki.ca), "--tls-cert", str(pki.client_cert),
-        "--tls-key", str(pki.client_key),
+        "--tls-key", str(pki.client_key), clean=True,
     )
     assert done.returncode == 1
     assert "UNAUTHENTICATED" in done.stderr and "needs a token" in done.stderr and "--token-file" in done.stderr
@@ -383,8 +381,9 @@ def test_the_cli_without_the_token_names_the_token_option(guarded_runner, pki):
     ],
     ids=["cert-without-key", "missing-ca", "ca-not-pem", "not-a-token"],
 )
+@pytest.mark.slow
 def test_the_cli_refuses_unusable_access_options_before_contacting_a_runner(pki, args, expected):
-    done = fwbench("describe", "--runner", "fake=127.0.0.1:9", *args(pki))
+    done = fwbench("describe", "--runner", "fake=127.0.0.1:9", *args(pki), clean=True)
     assert done.returncode == 2
     assert expected in done.stderr
 

@@ -30,7 +30,7 @@ from fwbench_core.spec import (
 
 from fwbench_core.validation import resolve_model_config
 
-from core_support import ALL_MODELS, CPU, GPU0, capabilities_with, expect_error, request, resolve_request
+from support.core import ALL_MODELS, CPU, GPU0, capabilities_with, expect_error, request, resolve_request
 
 
 def test_defaults_are_resolved():

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
-from fwbench_aggregator import vocabulary
-from fwbench_aggregator.launch import StartupSettings
-from fwbench_aggregator.plan import RunSpec, option_pairs
+from fwbench_aggregator.base import vocabulary
+from fwbench_aggregator.run.launch import StartupSettings
+from fwbench_aggregator.plan.spec import RunSpec, option_pairs
 
 PROTO_ENUMS = [pb.DESCRIPTOR.enum_types_by_name[name] for name in sorted(pb.DESCRIPTOR.enum_types_by_name)]
 

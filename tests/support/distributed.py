@@ -11,7 +11,7 @@ from pathlib import Path
 
 import grpc
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator import launch
+from fwbench_aggregator.run import launch
 
 
 @contextmanager

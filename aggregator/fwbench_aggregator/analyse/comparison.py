@@ -1,6 +1,6 @@
 """The one place where runs become figures and verdicts: every table, file, report and plot reads these rows.
 
-Input: the `summary` and `steps` frames (one row per run, one row per step; results.py builds them, the
+Input: the `summary` and `steps` frames (one row per run, one row per step; store.records builds them, the
 store concatenates them) and, where `fwbench calibrate` measured it, the `calibration` frame (one noise
 floor per configuration and framework). Output: one row per configuration and runner.
 
@@ -15,23 +15,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from . import stats
-
-# world_size and nodes belong to a configuration: a run on two devices is never pooled with one on one device, nor
-# two devices of one runner with one device on each of two runners. batch_size is per device.
-CONFIG_COLUMNS = ("model", "model_options", "mode", "batch_size", "input_shape", "precision", "device", "world_size", "nodes")
-INTEGER_COLUMNS = ("batch_size", "world_size", "nodes")
-# The configuration less its batch size: one line per runner across batch sizes.
-SERIES_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c != "batch_size")
-RUN_COLUMNS = (*CONFIG_COLUMNS, "runner", "repetition")
-
-ROW_COLUMNS = (
-    *CONFIG_COLUMNS, "runner", "runner_name", "strategy", "global_batch_size", "straggler_spread", "framework", "framework_version", "container_image", "status", "runs", "failed_runs", "steps",
-    "median_step_ms", "p5_step_ms", "p95_step_ms", "run_spread", "ms_per_sample", "throughput_samples_per_s",
-    "energy_per_sample_j", "mean_power_w", "energy_runs", "energy_status",
-    "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "p_value", "resolvable", "noise_floor",
-    "verdict", "significant", "flagged", "error",
+from ..store.schema import (
+    CALIBRATION_COLUMNS, COMPARISON_COLUMNS, CONFIG_COLUMNS, INTEGER_COLUMNS, RUN_COLUMNS, SETTINGS_COLUMNS,
 )
+from . import stats
 
 
 def is_out_of_memory(error: str) -> bool:
@@ -85,11 +72,28 @@ def _numbers(frame: pd.DataFrame, column: str) -> pd.Series:
     return pd.to_numeric(frame[column], errors="coerce").dropna() if column in frame else pd.Series(dtype=float)
 
 
+def flag_summary(device_flags: pd.Series, runs: int) -> str:
+    """Why a row's runs were not on a quiet device, each kind once with how many runs it concerns: "host busy in 3
+    of 6 runs". A run's flags are " | "-separated, each "kind: details"."""
+    counts: dict[str, int] = {}
+    for text in device_flags.dropna():
+        for kind in dict.fromkeys(flag.split(": ", 1)[0].strip() for flag in str(text).split(" | ") if flag.strip()):
+            counts[kind] = counts.get(kind, 0) + 1
+    return "; ".join(f"{kind} in {n} of {runs} runs" for kind, n in counts.items())
+
+
 def _joined(values) -> str:
     return " | ".join(dict.fromkeys(str(v) for v in values if isinstance(v, str) and v))
 
 
-def _straggler_spread(runs: pd.DataFrame) -> float:
+def _joined_settings(values: pd.Series | None) -> str:
+    """A setting over a row's runs: its one value, or every value it took (" | "), "" where never reported."""
+    if values is None:
+        return ""
+    return " | ".join(dict.fromkeys(str(v) for v in values.dropna() if str(v) != ""))
+
+
+def straggler_spread_of(runs: pd.DataFrame) -> float:
     """The median of the runs' straggler spreads; none with one rank, where there is no straggler."""
     spread = _numbers(runs[runs["world_size"] > 1], "straggler_spread")
     return float(spread.median()) if len(spread) else math.nan
@@ -151,9 +155,9 @@ def comparison_rows(
         {key: group["step_time_s"].to_numpy(dtype=float) for key, group in measured.groupby([*CONFIG_COLUMNS, "runner"], sort=False)}
         if "step_time_s" in measured else {}
     )
-    per_run = run_values(summary, steps)
+    runs_frame = run_values(summary, steps)
     run_medians = {key: group["median_step_time_s"].to_numpy(dtype=float)
-                   for key, group in per_run.groupby([*CONFIG_COLUMNS, "runner"], sort=False)}
+                   for key, group in runs_frame.groupby([*CONFIG_COLUMNS, "runner"], sort=False)}
     floors = noise_floors(calibration)
 
     rows = []
@@ -173,10 +177,11 @@ def comparison_rows(
                 "runner_name": _first(own["runner_name"]),
                 "strategy": _first(own["strategy"]),
                 "global_batch_size": batch_size,
-                "straggler_spread": _straggler_spread(ok),
+                "straggler_spread": straggler_spread_of(ok),
                 "framework": _first(own.get("framework", pd.Series(dtype=object))),
                 "framework_version": _first(own.get("framework_version", pd.Series(dtype=object))),
                 "container_image": _first(own.get("container_image", pd.Series(dtype=object))),
+                **{setting: _joined_settings(ok.get(setting)) for setting in SETTINGS_COLUMNS},
                 "runs": int(len(ok)),
                 "failed_runs": int(len(failed)),
                 "steps": int(times.size),
@@ -184,7 +189,7 @@ def comparison_rows(
                 "mean_power_w": float(power.mean()) if len(power) else math.nan,
                 "energy_runs": int(len(energy)),
                 "energy_status": _joined(s for s in ok.get("energy_status", pd.Series(dtype=object)) if s != "ok"),
-                "flagged": _joined(ok.get("device_flags", pd.Series(dtype=object))),
+                "flagged": flag_summary(ok.get("device_flags", pd.Series(dtype=object)), len(ok)),
                 "error": _joined(failed.get("error", pd.Series(dtype=object)).fillna("")),
                 "_medians": medians,
             }
@@ -205,7 +210,7 @@ def comparison_rows(
         _judge(config_rows, floors, config, min_effect)
         rows += config_rows
 
-    table = pd.DataFrame(rows, columns=[*ROW_COLUMNS, "_medians"]).drop(columns="_medians")
+    table = pd.DataFrame(rows, columns=[*COMPARISON_COLUMNS, "_medians"]).drop(columns="_medians")
     if table.empty:
         return table
     table["_failed"] = table["status"] != "ok"
@@ -247,94 +252,30 @@ def flagged_verdict(verdict: str, flagged: object) -> str:
 
 
 def calibration_row(config: dict, framework: str, comparison: stats.Comparison) -> dict:
-    """What `fwbench calibrate` stores for one configuration and framework."""
-    return {
+    """What `fwbench calibrate` stores for one configuration and framework (schema.CALIBRATION_COLUMNS)."""
+    row = {
         **{c: config[c] for c in CONFIG_COLUMNS}, "framework": framework,
         "runs": min(comparison.runs_faster, comparison.runs_slower), "aa_ratio": comparison.ratio,
         "aa_ci_low": comparison.ci_low, "aa_ci_high": comparison.ci_high, "noise_floor": stats.noise_floor(comparison),
     }
+    return {column: row[column] for column in CALIBRATION_COLUMNS}
 
 
-# Scaling: a configuration less its world size (and runner count), one line per runner and strategy.
-SCALING_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c not in ("world_size", "nodes"))
-SCALING_ROW_COLUMNS = (
-    *SCALING_COLUMNS, "runner", "runner_name", "strategy", "world_size", "nodes", "runs", "throughput_samples_per_s",
-    "baseline_throughput_samples_per_s", "scaling_efficiency", "straggler_spread", "efficiency_note",
-)
-
-
-def _throughputs(frame: pd.DataFrame) -> np.ndarray:
-    """Each run's throughput as comparison_rows counts it: the job's samples per its median step time."""
-    median_s = pd.to_numeric(frame["median_step_time_s"], errors="coerce")
-    samples = frame["batch_size"] * frame["world_size"]
-    return (samples / median_s).replace([np.inf, -np.inf], np.nan).dropna().to_numpy(dtype=float)
-
-
-def scaling_rows(summary: pd.DataFrame) -> pd.DataFrame:
-    """Throughput against world size per runner, strategy and configuration, and the scaling efficiency:
-    throughput on N devices / (N x the same runner's throughput on one device), at the same per-device batch.
-    Throughputs are geometric means over runs (the unit of evidence is the run), each run's the job's samples per
-    its median step time, as in comparison_rows. The one-device baseline is
-    the runner's `single` runs, else its world-size-1 runs of the same strategy; where neither exists the
-    efficiency is empty and efficiency_note says why."""
-    summary = normalised(summary)
-    if summary.empty or "median_step_time_s" not in summary:
-        return pd.DataFrame(columns=SCALING_ROW_COLUMNS)
-    ok = summary[summary.get("status", pd.Series("ok", index=summary.index)).fillna("failed") == "ok"]
-    rows = []
-    for config, runs in ok.groupby(list(SCALING_COLUMNS), sort=False):
-        for (runner_name, strategy, world_size, nodes), own in runs.groupby(
-            ["runner_name", "strategy", "world_size", "nodes"], sort=True
-        ):
-            values = _throughputs(own)
-            if not values.size:
-                continue
-            one = runs[(runs["runner_name"] == runner_name) & (runs["world_size"] == 1)]
-            single = one[one["strategy"] == "single"]
-            baseline_runs = _throughputs(single if len(single) else one[one["strategy"] == strategy])
-            throughput = stats.geometric_mean(values)
-            row = {
-                **dict(zip(SCALING_COLUMNS, config)), "runner": entry_label(runner_name, strategy),
-                "runner_name": runner_name, "strategy": strategy, "world_size": int(world_size), "nodes": int(nodes),
-                "runs": int(values.size), "throughput_samples_per_s": throughput,
-                "straggler_spread": _straggler_spread(own),
-                "baseline_throughput_samples_per_s": math.nan, "scaling_efficiency": math.nan, "efficiency_note": "",
-            }
-            if baseline_runs.size:
-                baseline = stats.geometric_mean(baseline_runs)
-                row.update(baseline_throughput_samples_per_s=baseline,
-                           scaling_efficiency=throughput / (int(world_size) * baseline))
-            else:
-                row["efficiency_note"] = (
-                    f"no one-device run of {runner_name} at this configuration (same per-device batch); "
-                    "run it with --device or one entry of --devices"
-                )
-            rows.append(row)
-    return pd.DataFrame(rows, columns=SCALING_ROW_COLUMNS)
-
-
-def has_scaling(scaling: pd.DataFrame) -> bool:
-    """Whether some configuration ran at more than one world size: a scaling table says something."""
-    if scaling.empty:
-        return False
-    sizes = scaling.groupby(list(SCALING_COLUMNS), sort=False)["world_size"].nunique()
-    return bool((sizes > 1).any())
-
-
-def strategy_pairs(rows: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
-    """The studies' head-to-head tables from comparison rows: per configuration and world size, the
-    throughput of each runner using `first` and of each using `second`, and second / first."""
-    columns = [*CONFIG_COLUMNS, "runner_a", "throughput_a", "runner_b", "throughput_b", "ratio_b_to_a"]
-    if rows.empty:
-        return pd.DataFrame(columns=columns)
-    ran = rows[(rows["status"] == "ok") & rows["throughput_samples_per_s"].notna()]
-    table = []
-    for config, frame in ran.groupby(list(CONFIG_COLUMNS), sort=False):
-        for a in frame[frame["strategy"] == first].itertuples(index=False):
-            for b in frame[frame["strategy"] == second].itertuples(index=False):
-                table.append({
-                    **dict(zip(CONFIG_COLUMNS, config)), "runner_a": a.runner, "throughput_a": a.throughput_samples_per_s,
-                    "runner_b": b.runner, "throughput_b": b.throughput_samples_per_s,
-                    "ratio_b_to_a": b.throughput_samples_per_s / a.throughput_samples_per_s,
-                })
-    return pd.DataFrame(table, columns=columns)
+def per_run(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per successful run: analysis.run_values's median step time, and from it the run's throughput and
+    time per sample over the job's samples (batch per device x devices), its runner's name, device name and
+    energy per sample."""
+    runs = run_values(summary, steps)
+    if runs.empty:
+        return runs.assign(runner_name="", device_name="", time_per_sample_s=np.nan, throughput_samples_per_s=np.nan,
+                           energy_per_sample_j=np.nan)
+    extra = [c for c in ("runner_name", "device_name", "energy_per_sample_j") if c in normalised(summary)]
+    facts = normalised(summary)[[*RUN_COLUMNS, *extra]].drop_duplicates(list(RUN_COLUMNS))
+    runs = runs.merge(facts, on=list(RUN_COLUMNS), how="left")
+    for column, default in (("device_name", ""), ("energy_per_sample_j", np.nan)):
+        if column not in runs:
+            runs[column] = default
+    samples = runs["batch_size"] * runs["world_size"]
+    runs["time_per_sample_s"] = runs["median_step_time_s"] / samples
+    runs["throughput_samples_per_s"] = samples / runs["median_step_time_s"]
+    return runs

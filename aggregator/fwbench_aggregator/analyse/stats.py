@@ -18,19 +18,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 CONFIDENCE = 0.99
 ALPHA = 1.0 - CONFIDENCE
 # Below this many runs a side a verdict is not attempted: with two, the t-test has one or two degrees
 # of freedom and cannot call anything short of a several-fold difference.
 MIN_REPETITIONS = 3
-# Runs per runner by default. With six a side and a per-run spread of 3% (a GPU-bound or steady CPU
-# configuration), the resolvable difference is about 6%, so a real 10% difference is called.
-DEFAULT_REPETITIONS = 6
 # Nor is a difference smaller than this called, however tight: two runs of the same code on one
 # machine can differ by about 1% (clocks, caches, placement), which says nothing about the frameworks.
 MIN_EFFECT = 0.02
+
+
+def _scipy_stats():
+    """scipy.stats, imported when a test is first computed: it takes about a second to import, which every command
+    would otherwise pay at start-up, those that compute nothing included."""
+    from scipy import stats
+
+    return stats
 
 
 def describe(step_times_s: Sequence[float], batch_size: int) -> dict[str, float]:
@@ -129,7 +133,7 @@ def compare(
         # Identical runs on each side (a timer's resolution, a fake runner): nothing varies to test.
         p_value, half_width = (1.0 if difference == 0.0 else 0.0), 0.0
     else:
-        welch = stats.ttest_ind(log_slow, log_fast, equal_var=False)
+        welch = _scipy_stats().ttest_ind(log_slow, log_fast, equal_var=False)
         interval = welch.confidence_interval(CONFIDENCE)
         p_value, half_width = float(welch.pvalue), float(interval.high - interval.low) / 2
     significant = p_value < ALPHA and ratio - 1.0 >= partial.threshold
@@ -169,7 +173,7 @@ def geometric_interval(values: Sequence[float]) -> Interval:
     centre = float(np.exp(logs.mean()))
     if logs.size < MIN_REPETITIONS:
         return Interval(centre, math.nan, math.nan, int(logs.size))
-    half_width = float(stats.t.ppf(1 - ALPHA / 2, logs.size - 1) * logs.std(ddof=1) / math.sqrt(logs.size))
+    half_width = float(_scipy_stats().t.ppf(1 - ALPHA / 2, logs.size - 1) * logs.std(ddof=1) / math.sqrt(logs.size))
     return Interval(centre, centre * math.exp(-half_width), centre * math.exp(half_width), int(logs.size))
 
 
@@ -197,6 +201,7 @@ def trend(sizes: Sequence[float], values: Sequence[float]) -> Trend:
     x, y = np.asarray(sizes, dtype=float), np.asarray(values, dtype=float)
     if np.unique(x).size < 2 or np.unique(y).size < 2:
         return Trend(math.nan, math.nan, math.nan, math.nan, int(x.size))
+    stats = _scipy_stats()
     rank = stats.spearmanr(x, y)
     fit = stats.linregress(np.log2(x), np.log(y))
     # log value = a + slope * log2 size: one doubling multiplies the value by exp(slope).

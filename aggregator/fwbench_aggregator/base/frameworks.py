@@ -94,7 +94,11 @@ def shipped() -> list[Framework]:
 
 
 if __name__ == "__main__":
-    # For shell scripts (setup_envs.sh), which run before any environment exists: this module needs
-    # only the standard library. One line per shipped framework: NAME ENVIRONMENT FOLDER.
+    # For shell scripts (setup_envs.sh), which run before any environment exists: this module needs only the
+    # standard library. One line per shipped framework: NAME ENVIRONMENT FOLDER; with --default, only those a
+    # comparison starts when the user names none.
+    import sys
+
     for framework in shipped():
-        print(framework.name, framework.environment, framework.folder)
+        if framework.compared_by_default or "--default" not in sys.argv[1:]:
+            print(framework.name, framework.environment, framework.folder)

@@ -1,15 +1,17 @@
 """What one run asks of a runner, as one value: `compare`, `max-batch` and every point of a sweep
-describe their runs as a RunSpec, and only RunSpec.to_request writes the contract's RunRequest."""
+describe their runs as a RunSpec, and only RunSpec.to_request writes the contract's RunRequest. The settings
+a runner fixes when it starts (StartupSettings), the measurement defaults and the accepted ranges live here too."""
 
 from __future__ import annotations
 
+import enum
+import os
 from dataclasses import dataclass
 from typing import Optional
 
 from fwbench.runner.v1 import runner_pb2 as pb
 
-from .launch import StartupSettings
-from .vocabulary import Compilation, Layout, Mode, Precision, Strategy, device_kind_index, from_text, shape_dims
+from ..base.vocabulary import Compilation, Layout, Mode, Precision, Strategy, device_kind_index, from_text, shape_dims
 
 
 # Measurement windows by default, for sweeps and `compare` alike. A run warms up until its step time is
@@ -34,9 +36,30 @@ MIN_POWER_RATE_HZ, MAX_POWER_RATE_HZ = 1.0, 100.0  # or 0: telemetry off
 MAX_IDLE_BASELINE_S = 60.0
 MAX_NODES = 1024  # machines one run spans
 MIN_DISTRIBUTED_TIMEOUT_S, MAX_DISTRIBUTED_TIMEOUT_S = 1.0, 3600.0
+# Runs per runner by default. With six a side and a per-run spread of 3% (a GPU-bound or steady CPU
+# configuration), the resolvable difference is about 6%, so a real 10% difference is called.
+DEFAULT_REPETITIONS = 6
 # The aggregator's own: more than this is a typing mistake, not a study.
 MAX_REPETITIONS = 1000
 MAX_COOLDOWN_S = 3600.0
+
+
+@dataclass(frozen=True)
+class StartupSettings:
+    """What a runner fixes when it starts; the aggregator starts every embedded runner with the same."""
+
+    intra_op_threads: int = os.cpu_count() or 1
+    inter_op_threads: int = os.cpu_count() or 1
+    cudnn_autotune: str = "off"
+    reference_dir: str = ""  # the parity reference folder they share; empty: each its own private one
+
+    def flags(self) -> list[str]:
+        return [
+            "--intra-op-threads", str(self.intra_op_threads),
+            "--inter-op-threads", str(self.inter_op_threads),
+            "--cudnn-autotune", self.cudnn_autotune,
+            *(["--reference-dir", self.reference_dir] if self.reference_dir else []),
+        ]
 
 
 @dataclass(frozen=True)
@@ -116,6 +139,19 @@ class RunSpec:
         if self.distributed_timeout_s is not None:
             request.distributed_timeout_s = self.distributed_timeout_s
         return request
+
+
+def per_runner(runner: str, values: list[str], choices: type[enum.Enum]) -> Optional[enum.Enum]:
+    """The value of a setting given as VALUE (every runner) or RUNNER=VALUE (one), for this runner: RUNNER=VALUE wins
+    over a plain VALUE; None leaves its default."""
+    chosen = None
+    for value in values:
+        name, sep, setting = value.partition("=")
+        if not sep:
+            chosen = chosen or value
+        elif name == runner:
+            return choices(setting)
+    return chosen and choices(chosen)
 
 
 def option_pairs(options: list[str]) -> tuple[tuple[str, str], ...]:

@@ -15,6 +15,7 @@ from typing import Optional
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 out_console = Console()
 err_console = Console(stderr=True)
@@ -35,12 +36,13 @@ def natural_width(console: Console, view: Table) -> int:
     return console.measure(view, options=console.options.update(max_width=_UNBOUNDED_WIDTH)).maximum
 
 
-def _row_per_entity(title, columns, rows, styles, groups) -> Table:
-    view = Table(title=title)
+def _row_per_entity(columns, rows, styles, groups) -> Table:
+    view = Table()
     for column in columns:
+        # Prose wraps at its width, and a word longer than that folds: never cut to an ellipsis.
         view.add_column(
             column.header, justify="right" if column.numeric else "left",
-            no_wrap=column.wrap_at is None, max_width=column.wrap_at,
+            no_wrap=column.wrap_at is None, max_width=column.wrap_at, overflow="fold",
         )
     for i, row in enumerate(rows):
         last_of_group = groups is not None and (i + 1 == len(rows) or groups[i + 1] != groups[i])
@@ -48,26 +50,26 @@ def _row_per_entity(title, columns, rows, styles, groups) -> Table:
     return view
 
 
-def _column_per_entity(title, columns, rows, styles, groups) -> Table:
-    view = Table(title=title)
+def _column_per_entity(columns, rows, styles, groups) -> Table:
+    view = Table()
     view.add_column("", no_wrap=True)
     keys = [i for i, column in enumerate(columns) if column.key]
     for row, style in zip(rows, styles):
         view.add_column("\n".join(row[i] for i in keys), justify="right", no_wrap=True, style=style)
     for i, column in enumerate(columns):
         if not column.key:
-            view.add_row(column.header, *(row[i] for row in rows))
+            view.add_row(column.header.replace("\n", " "), *(row[i] for row in rows))
     return view
 
 
-def _stacked(title, columns, rows, styles, groups) -> Table:
-    view = Table(title=title, show_header=False)
+def _stacked(columns, rows, styles, groups) -> Table:
+    view = Table(show_header=False)
     view.add_column("field", no_wrap=True, style="bold")
     # A value longer than the line folds onto the next: wrapped, never cut.
     view.add_column("value", overflow="fold")
     for row, style in zip(rows, styles):
         for i, (column, cell) in enumerate(zip(columns, row)):
-            view.add_row(column.header, cell, style=style, end_section=i + 1 == len(columns))
+            view.add_row(column.header.replace("\n", " "), cell, style=style, end_section=i + 1 == len(columns))
     return view
 
 
@@ -79,14 +81,17 @@ def print_table(
     styles: Optional[Sequence[Optional[str]]] = None,
     groups: Optional[Sequence[Hashable]] = None,
 ) -> None:
-    """Print one row of `cells` per entity in the first layout that fits the console's width.
-    `styles`: a rich style per entity (None: plain); `groups`: a key per entity, the row-per-entity
-    layout drawing a rule where it changes (every configuration of a report its own section)."""
+    """Print one row of `cells` per entity in the first layout that fits the console's width, under its title
+    (left-aligned lines, which wrap at the console's width rather than the table's). `styles`: a rich style per
+    entity (None: plain); `groups`: a key per entity, the row-per-entity layout drawing a rule where it changes
+    (every configuration of a report its own section)."""
     console = console or out_console
     styles = list(styles or [None] * len(rows))
     layouts = (_row_per_entity, _column_per_entity, _stacked)
     for layout in layouts:
-        view = layout(title, columns, rows, styles, groups)
+        view = layout(columns, rows, styles, groups)
         if layout is layouts[-1] or natural_width(console, view) <= console.width:
             break
+    if title:
+        console.print(Text(title, style="bold"))
     console.print(view)

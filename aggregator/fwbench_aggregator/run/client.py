@@ -14,6 +14,7 @@ from .connection import Transport
 # A runner answers these at once, however busy it is.
 DESCRIBE_TIMEOUT_S = 30.0
 LIST_MODELS_TIMEOUT_S = 30.0
+CHECK_RUN_TIMEOUT_S = 30.0
 # These build a model on the runner's CPU, and may wait for its runs there: slow for large models.
 BUILD_TIMEOUT_S = 600.0
 # Why a runner refused with RESOURCE_EXHAUSTED, in its trailing metadata (runner.proto).
@@ -78,6 +79,10 @@ class RunnerClient:
 
     def list_models(self) -> list[pb.ModelInfo]:
         return list(self._call(self._stub.ListModels, pb.ListModelsRequest(), LIST_MODELS_TIMEOUT_S).models)
+
+    def check_run(self, request: pb.RunRequest) -> pb.ResolvedConfig:
+        """The run the runner would run for `request`, or RunnerFailure with the status Run would refuse it with."""
+        return self._call(self._stub.CheckRun, request, CHECK_RUN_TIMEOUT_S)
 
     def inspect(self, model: str, input_shape=(), model_options=None) -> pb.ModelReport:
         request = pb.InspectRequest(model=model, input_shape=input_shape, model_options=model_options or {})

@@ -15,10 +15,13 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from ..base.frameworks import frameworks
+from ..base.progress import Progress
+from ..plan.spec import StartupSettings
 from .connection import Transport
-from .frameworks import frameworks
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
+SETUP_SCRIPT = REPO_ROOT / "scripts" / "setup_envs.sh"
 
 VENVS_ENV = "FWBENCH_VENVS"
 START_TIMEOUT_S = 120.0
@@ -35,24 +38,6 @@ def default_venvs() -> Path:
     return Path(os.environ.get(VENVS_ENV, REPO_ROOT / ".venvs"))
 
 
-@dataclass(frozen=True)
-class StartupSettings:
-    """What a runner fixes when it starts; the aggregator starts every embedded runner with the same."""
-
-    intra_op_threads: int = os.cpu_count() or 1
-    inter_op_threads: int = os.cpu_count() or 1
-    cudnn_autotune: str = "off"
-    reference_dir: str = ""  # the parity reference folder they share; empty: each its own private one
-
-    def flags(self) -> list[str]:
-        return [
-            "--intra-op-threads", str(self.intra_op_threads),
-            "--inter-op-threads", str(self.inter_op_threads),
-            "--cudnn-autotune", self.cudnn_autotune,
-            *(["--reference-dir", self.reference_dir] if self.reference_dir else []),
-        ]
-
-
 def embedded_command(
     framework: str, venvs: Path, settings: StartupSettings = StartupSettings(), address: str = "127.0.0.1:0"
 ) -> list[str]:
@@ -61,12 +46,30 @@ def embedded_command(
     declared = frameworks()
     if framework not in declared:
         raise RunnerStartError(f"no embedded runner for {framework!r}; known: {', '.join(declared)}")
-    python = venvs / declared[framework].environment / "bin" / "python"
+    python = environment_python(framework, venvs)
     if not python.exists():
         raise RunnerStartError(
-            f"the {framework} runner environment is missing ({python}); run scripts/setup_envs.sh first"
+            f"the {framework} runner environment is missing ({python}); run scripts/setup_envs.sh {framework} first"
         )
     return [str(python), "-m", declared[framework].module, "--address", address, *settings.flags()]
+
+
+def environment_python(framework: str, venvs: Path) -> Path:
+    return venvs / frameworks()[framework].environment / "bin" / "python"
+
+
+def ensure_environment(framework: str, venvs: Path, progress: Progress = Progress()) -> None:
+    """Create a framework's embedded environment the first time it is named: set-up makes only those the default
+    comparison needs, so that the first verdict comes sooner. Only from a checkout (scripts/setup_envs.sh); a
+    failure is left to embedded_command to report."""
+    if framework not in frameworks() or environment_python(framework, venvs).exists() or not SETUP_SCRIPT.exists():
+        return
+    progress.note(f"creating the {framework} environment under {venvs} (its first use; a few minutes)")
+    done = subprocess.run(["bash", str(SETUP_SCRIPT), framework], env={**os.environ, VENVS_ENV: str(venvs)},
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RunnerStartError(f"creating the {framework} environment failed (scripts/setup_envs.sh {framework}):\n"
+                               f"{(done.stdout + done.stderr)[-2000:]}")
 
 
 def wait_until_serving(address: str, timeout_s: float, transport: Transport = Transport()) -> None:
@@ -127,10 +130,16 @@ class LocalRunner:
         if not line or not line[0]:
             code = self.process.poll()
             self.stop()
-            where = f"; its log: {self.log_path}" if self.log_path else ""
             state = f"exited with code {code}" if code is not None else f"did not start within {timeout_s:.0f} s"
-            raise RunnerStartError(f"{self.name} runner {state}{where}")
+            raise RunnerStartError(f"{self.name} runner {state}{self._log_tail()}")
         return json.loads(line[0])["address"]
+
+    def _log_tail(self, lines: int = 12) -> str:
+        """The end of its log, for a failure message: the log itself may be in a temporary folder."""
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        tail = self.log_path.read_text(errors="replace").splitlines()[-lines:]
+        return f"; its log ({self.log_path}) ends:\n" + "\n".join(f"    {line}" for line in tail) if tail else ""
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:

@@ -1,21 +1,18 @@
-"""The parity table: evidence, from the runners themselves, that two runners build the same network."""
+"""Parity's evidence, from the runners themselves: each runner's count of a model's parameters and FLOPs and its
+output shape, and, where one runner can load the other's weights, their outputs for the same input. Judging it
+is analyse.parity's."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import pandas as pd
 from fwbench.runner.v1 import runner_pb2 as pb
 
+from ..base.paths import CHANGED_MARK, safe_component
+from ..base.vocabulary import shape_text
 from .client import RunnerClient, RunnerFailure
-from .paths import CHANGED_MARK, safe_component
-from .vocabulary import shape_text
 
-# Trainable parameters may differ this much, each difference explained in the
-# model's docstring (a bias a builder adds, a BatchNorm without scale).
-PARAMETER_TOLERANCE = 0.005
-FLOPS_TOLERANCE = 0.01
 # The runners fwbench starts share a folder it makes; runners named with --runner are the user's to start so.
 SHARED_FOLDER_HINT = (
     "runners given as --runner NAME=HOST:PORT must share one reference folder: start both with the same "
@@ -53,14 +50,11 @@ def variants(models: list[pb.ModelInfo], names: list[str] | None) -> list[Varian
     return out
 
 
-def _relative_gap(a: int, b: int) -> float:
-    return abs(a - b) / max(a, b, 1)
-
-
-def check_variant(variant: Variant, reference: RunnerClient, other: RunnerClient) -> dict:
+def gather_variant(variant: Variant, reference: RunnerClient, other: RunnerClient) -> dict:
     """Inspect the model on both runners and, where the other runner can load the reference's
     weights, compare outputs on the same input. The weights go from one runner to the other as a named
-    file in the reference folder they share."""
+    file in the reference folder they share. One row: each runner's figures, and "numeric": match, MISMATCH or
+    not checked (the other runner cannot load the reference's weights)."""
     row: dict = {"model": variant.label}
     reports = {}
     for client in (reference, other):
@@ -70,11 +64,7 @@ def check_variant(variant: Variant, reference: RunnerClient, other: RunnerClient
         row[f"flops_{client.name}"] = report.forward_flops
         row[f"output_{client.name}"] = shape_text(report.output_shape)
         row[f"build_s_{client.name}"] = report.build_time_s
-    ref, oth = reports[reference.name], reports[other.name]
-    row["input_shape"] = shape_text(ref.input_shape)
-    row["params_gap"] = _relative_gap(ref.parameter_count, oth.parameter_count)
-    row["flops_gap"] = _relative_gap(ref.forward_flops, oth.forward_flops)
-    row["outputs_equal"] = list(ref.output_shape) == list(oth.output_shape)
+    row["input_shape"] = shape_text(reports[reference.name].input_shape)
 
     request = pb.ReferenceRequest(model=variant.model, model_options=variant.options, name=variant.reference_name)
     try:
@@ -91,25 +81,17 @@ def check_variant(variant: Variant, reference: RunnerClient, other: RunnerClient
         row["numeric"] = "match" if compared.matched else "MISMATCH"
         row["max_rel_diff"] = compared.max_rel_diff
 
-    same = (
-        row["params_gap"] <= PARAMETER_TOLERANCE
-        and row["flops_gap"] <= FLOPS_TOLERANCE
-        and row["outputs_equal"]
-        and row["numeric"] != "MISMATCH"
-    )
-    row["verdict"] = "same" if same else "DIFFERENT"
     return row
 
 
-def parity_table(
+def gather(
     reference: RunnerClient,
     other: RunnerClient,
     names: list[str] | None,
     on_variant: Callable[[Variant], None] = lambda v: None,
-) -> pd.DataFrame:
-    """Every model both runners list (or those of `names`), checked. A model the reference lists and the other
-    does not is named in the table's attrs["only_reference"]: a further framework may build a subset; asked for
-    by name, it is an error."""
+) -> tuple[list[dict], list[str]]:
+    """Every model both runners list (or those of `names`), gathered; and the models the reference lists and the
+    other does not (a further framework may build a subset; asked for by name, it is an error)."""
     reference_models = reference.list_models()
     listed = {m.name for m in other.list_models()}
     lacking = [name for name in names or [] if name not in listed]
@@ -119,7 +101,5 @@ def parity_table(
     rows = []
     for variant in variants([m for m in reference_models if m.name in listed], names):
         on_variant(variant)
-        rows.append(check_variant(variant, reference, other))
-    table = pd.DataFrame(rows)
-    table.attrs["only_reference"] = sorted(m.name for m in reference_models if m.name not in listed)
-    return table
+        rows.append(gather_variant(variant, reference, other))
+    return rows, sorted(m.name for m in reference_models if m.name not in listed)

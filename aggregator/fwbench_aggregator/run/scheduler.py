@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TypeVar
 
-from .vocabulary import indexed_device
+from ..base.vocabulary import indexed_device
 
 Job = TypeVar("Job")
 JOIN_POLL_S = 0.2

@@ -2,9 +2,10 @@
 
 `fwbench slurm` checks the study, writes a submission folder in the store (the batch script, a copy of the study,
 the options, the runners' token) and submits the script with sbatch. In the allocation the script runs
-`fwbench slurm-job`, which starts one srun step per node (`fwbench slurm-node`: that node's runners, one per
-framework, or one per framework and GPU), waits until every node has registered its runners' addresses in the
-job's folder, runs the study over the nodes (runs.run_sweep_on_pool) into the store, and stops the steps. The
+`fwbench slurm-job` (app.slurm.run_job), which starts one srun step per node (`fwbench slurm-node`: that node's
+runners, one per framework, or one per framework and GPU), waits until every node has registered its runners'
+addresses in the job's folder, runs the study over the nodes (run.study.run_sweep_on_pool) into the store, and
+stops the steps. The
 store and the environments live on the cluster's shared file system, at the same path on every node.
 
     STORE/slurm/<submission>/job.sh, study.yaml, submission.json, token
@@ -33,12 +34,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
-from . import model_facts, runs
-from . import store as store_mod
-from . import sweep as sweep_mod
+from ..plan.spec import StartupSettings
 from .connection import RUNNER_ACCESS_ENVS, RUNNER_TOKEN_ENV, Transport
-from .console import err_console
-from .launch import START_TIMEOUT_S, LocalRunner, RunnerStartError, StartupSettings, embedded_command, wait_until_serving
+from .launch import START_TIMEOUT_S, LocalRunner, RunnerStartError, embedded_command
+from .runners import stop_all
 
 FOLDER = "slurm"
 # Pings every few seconds: a node that vanishes is noticed within two of them (connection.Transport).
@@ -140,7 +139,6 @@ def submit(folder: Path) -> str:
     job_id = done.stdout.strip().split(";")[0]
     if done.returncode != 0 or not job_id.isdigit():
         raise SlurmError(f"sbatch refused the job (exit {done.returncode}): {(done.stdout + ' ' + done.stderr).strip()}")
-    err_console.print(f"submitted Slurm job {job_id}; its output: {folder / f'slurm-{job_id}.out'}")
     return job_id
 
 
@@ -150,9 +148,10 @@ def record_of(folder: Path, job_id: str) -> Optional[Path]:
     return records[-1] if records else None
 
 
-def wait_for(folder: Path, job_id: str) -> int:
-    """Wait until the job ends; its exit status. `scontrol show job` every few seconds (sbatch --wait backs off
-    to 32 s between looks); a job Slurm has already forgotten is judged by the record it wrote."""
+def wait_for(folder: Path, job_id: str) -> tuple[int, str]:
+    """Wait until the job ends; its exit status and, where Slurm still knows it, how it ended ("" where it ended
+    COMPLETED or Slurm has forgotten it). `scontrol show job` every few seconds (sbatch --wait backs off to 32 s
+    between looks); a job Slurm has already forgotten is judged by the record it wrote."""
     while True:
         done = subprocess.run([command("scontrol"), "--oneliner", "show", "job", job_id], capture_output=True, text=True, check=False)
         fields = dict(item.split("=", 1) for item in done.stdout.split() if "=" in item)
@@ -162,11 +161,10 @@ def wait_for(folder: Path, job_id: str) -> int:
         time.sleep(WAIT_POLL_S)
     if state in FINISHED_STATES:
         status, _, signal_number = fields.get("ExitCode", "1:0").partition(":")
-        if state != "COMPLETED":
-            err_console.print(f"[bold red]Slurm job {job_id} ended {state}[/] (exit code {fields.get('ExitCode', '?')})")
-        return int(status) or (1 if state != "COMPLETED" or signal_number not in ("", "0") else 0)
+        ended = "" if state == "COMPLETED" else f"Slurm job {job_id} ended {state} (exit code {fields.get('ExitCode', '?')})"
+        return int(status) or (1 if state != "COMPLETED" or signal_number not in ("", "0") else 0), ended
     record = record_of(folder, job_id)
-    return 0 if record is not None and not json.loads(record.read_text())["left"] else 1
+    return (0 if record is not None and not json.loads(record.read_text())["left"] else 1), ""
 
 
 def hostnames(nodelist: str) -> list[str]:
@@ -248,90 +246,6 @@ def job_context(job_id: str, nodes: list[str], submission: Submission) -> dict:
                       "runner_per_gpu": submission.runner_per_gpu}}
 
 
-def run_job(folder: Path) -> int:
-    """The batch script's body: runners on every node, the study over them, the store written. Exit status 0
-    when every run is done or stored as a repeatable failure, 1 when runs are left for a resume."""
-    submission = Submission.read(folder)
-    job_id = os.environ.get("SLURM_JOB_ID")
-    nodelist = os.environ.get("SLURM_JOB_NODELIST")
-    if not job_id or not nodelist:
-        raise SlurmError("fwbench slurm-job runs inside a Slurm allocation (sbatch job.sh); SLURM_JOB_ID is not set")
-    nodes = hostnames(nodelist)
-    # A requeued job (pre-empted with --requeue) starts again under its id: each start gets a folder of its own,
-    # so no node reads the last start's registrations or stop file, and resumes from the store by itself.
-    restart = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-    run_dir = folder / (f"job-{job_id}" + (f"-restart{restart}" if restart else ""))
-    study = sweep_mod.load_sweep(folder / "study.yaml")
-    results_store = store_mod.ResultStore(Path(submission.store))
-    results_store.clean_partials()
-    # The runners' start-up settings, the same on every node: the batch node's core count stands for the
-    # allocation's (a run's key records them).
-    startup = StartupSettings()
-    pending, done_before = runs.pending_runs(study.configurations(), results_store, startup)
-    err_console.print(f"Slurm job {job_id} on {', '.join(nodes)}: {len(pending)} runs to do, {len(done_before)} already "
-                      f"in {submission.store}")
-    record = {"job_id": job_id, "nodes": nodes, "lost": {}, "failures": [], "left": [], "runs_done_before": len(done_before)}
-    if not pending:
-        write_record(run_dir, record)
-        return 0
-    transport = Transport(token=(folder / "token").read_text().strip(), keepalive_s=KEEPALIVE_S)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "startup.json").write_text(json.dumps(asdict(startup)))
-    steps = NodeSteps(run_dir, nodes, submission.slurm.get("gpus_per_node", 0))
-    interrupted = None
-    try:
-        registered, missing = wait_for_nodes(steps, nodes)
-        for node, why in missing.items():
-            err_console.print(f"[bold red]node {node} is left out[/]: {why}")
-        record["lost"].update(missing)
-        slots = [runs.Slot(slot["slot"], node, slot["endpoints"]) for node in nodes if node in registered
-                 for slot in registered[node]["slots"]]
-        if not slots:
-            record["left"] = [key for key, _ in pending]
-            return 1
-
-        def lost(node: str) -> Optional[str]:
-            if node in missing:
-                return missing[node]
-            if steps.ended(node) is not None:
-                return f"its srun step ended (exit {steps.ended(node)}): the node failed or was pre-empted"
-            for slot in (s for s in slots if s.node == node):
-                for address in slot.endpoints.values():
-                    try:
-                        wait_until_serving(address, LIVENESS_TIMEOUT_S, transport)
-                    except RunnerStartError:
-                        return f"its runner at {address} does not answer"
-            return None
-
-        pool = runs.Pool(slots, lost, job_context(job_id, nodes, submission), submission.rendezvous_port)
-        failures, left, interrupted = runs.run_sweep_on_pool(pending, pool, transport, startup, results_store, study.cooldown_s)
-        for failure in failures:
-            err_console.print(f"[red]{failure.runner}: {failure.code}: {failure.message}[/]")
-        record["failures"] = [{"runner": f.runner, "code": f.code, "message": f.message} for f in failures]
-        record["left"] = [key for key, _ in left]
-        record["lost"].update({node: why for node in nodes if node not in record["lost"] and (why := lost(node))})
-        if interrupted is None:
-            live = next((s for s in slots if s.node not in record["lost"]), None)
-            if live is not None:
-                summary = results_store.load("summary")
-                keys = {key for key, _ in pending + done_before}
-                ran = summary[summary["run_key"].isin(keys)] if not summary.empty else summary
-                model_facts.record_model_facts(live.endpoints, transport, results_store, ran)
-    finally:
-        steps.stop()
-        write_record(run_dir, record)
-    if interrupted is not None:
-        return 128 + signal.SIGTERM
-    undone = [key for key, _ in pending if not results_store.has(key)]
-    if submission.report and results_store.run_keys():
-        from .cli import show_store_report
-        show_store_report(results_store, Path(submission.store) / "report", submission.latency_budget_ms)
-    if undone:
-        err_console.print(f"[bold yellow]{len(undone)} runs are not done[/]: submit again with --resume to run them")
-        return 1
-    return 0
-
-
 def write_record(run_dir: Path, record: dict) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "job.json").write_text(json.dumps(record, indent=2, sort_keys=True))
@@ -387,17 +301,5 @@ def serve_node(run_dir: Path) -> int:
         while not stop.is_set() and not (run_dir / STOP_FILE).exists():
             stop.wait(POLL_S)
     finally:
-        runs.stop_all(list(runners.values()))
+        stop_all(list(runners.values()))
     return 1 if failures else 0
-
-
-
-def print_record(record: dict) -> None:
-    """The job's account, as `fwbench slurm --wait` shows it once the job has ended."""
-    err_console.print(f"Slurm job {record['job_id']} on {', '.join(record['nodes'])}")
-    for node, why in record["lost"].items():
-        err_console.print(f"[bold red]node {node} lost[/]: {why}")
-    for failure in record["failures"]:
-        err_console.print(f"[red]{failure['runner']}: {failure['code']}: {failure['message']}[/]")
-    if record["left"]:
-        err_console.print(f"[bold yellow]{len(record['left'])} runs left[/] for a resume (--resume)")

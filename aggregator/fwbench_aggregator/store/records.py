@@ -1,4 +1,5 @@
-"""Turning run results into pandas tables, the comparison table, and files on disk."""
+"""Run results as frames (their columns are schema's), the manifest that makes them auditable, and a comparison's
+files on disk."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import pandas as pd
 from fwbench.runner.v1 import runner_pb2 as pb
 from google.protobuf.json_format import MessageToDict
 
-from .client import RunnerFailure, RunResult
-from .vocabulary import device_text, shape_text, to_text
+from ..base.vocabulary import device_text, shape_text, to_text
+from ..run.client import RunnerFailure, RunResult
+from .results_store import ResultStore
+from .schema import ENERGY_FIELDS, POWER_COLUMNS, POWER_FIELDS, STEPS_COLUMNS, SUMMARY_COLUMNS
 
 
 def _config_columns(run_id: str, result: RunResult) -> dict:
@@ -49,14 +52,8 @@ def steps_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
         for r in results
         for s in r.steps
     ]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=STEPS_COLUMNS)
 
-
-POWER_FIELDS = ("power_w", "energy_j", "gpu_util_pct", "memory_util_pct", "memory_used_bytes", "sm_clock_mhz", "temperature_c")
-ENERGY_FIELDS = (
-    "energy_j", "counter_energy_j", "integrated_energy_j", "energy_disagreement", "mean_power_w", "peak_power_w",
-    "idle_power_w", "energy_above_idle_j", "energy_per_sample_j", "energy_above_idle_per_sample_j", "achieved_rate_hz",
-)
 
 
 def _optional(message, name: str):
@@ -77,7 +74,7 @@ def power_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
         for r in results
         for p in r.power
     ]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=POWER_COLUMNS)
 
 
 def _energy_columns(summary: pb.Summary) -> dict:
@@ -161,7 +158,7 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
         )
     for f in failures:
         rows.append({"run_id": run_id, "runner": f.runner, "status": "failed", "error": f"{f.code}: {f.message}"})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
 def write_results(out_dir: Path, frames: dict[str, pd.DataFrame]) -> list[Path]:
@@ -201,3 +198,21 @@ def manifest(run_id: str, results: list[RunResult], requests: dict[str, pb.RunRe
         "aggregator_host": {"platform": platform.platform(), "python": platform.python_version(), "node": platform.node()},
         "runners": runners,
     }
+
+
+def store_result(results_store: ResultStore, key: str, config: dict, result: RunResult, request: pb.RunRequest,
+                 context: dict | None = None) -> None:
+    """Append one completed run to the store: its steps, summary, power samples and manifest (with `context`, e.g.
+    the cluster allocation it ran on)."""
+    frames = {
+        "steps": steps_frame(key, [result]),
+        "summary": summary_frame(key, [result], []),
+        "power": power_frame(key, [result]),
+    }
+    results_store.append(key, config, frames, {**manifest(key, [result], {result.runner: request}), **(context or {})})
+
+
+def store_out_of_memory(results_store: ResultStore, key: str, config: dict, failure: RunnerFailure, columns: dict,
+                        context: dict | None = None) -> None:
+    """Append a run that ran out of memory: a fact about its configuration that a resume would only repeat."""
+    results_store.append_failure(key, config, failure.code, failure.message, manifest=context, columns=columns)

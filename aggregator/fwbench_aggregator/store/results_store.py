@@ -17,13 +17,16 @@ Why a folder of Parquet files per run, rather than one growing file or a databas
   (`SELECT * FROM read_parquet('<root>/runs/[0-9a-f]*/steps.parquet', union_by_name=true)`), pyarrow
   (`pyarrow.dataset.dataset(glob.glob('<root>/runs/[0-9a-f]*/steps.parquet'), format='parquet')`).
 - Resumable: the key is a hash of the configuration, so a sweep asks `has(key)` and skips what is done.
-  A run that failed (out of memory, a refused setting) is stored too, with a summary whose status
-  is "failed": resuming does not retry it, and reports show it as a missing point.
+  A run that ran out of memory is stored too, with a summary whose status is "failed": resuming does
+  not retry it, and reports show it as a missing point. A refused request is no run and is not stored.
+- Versioned: every run's manifest records the store format that wrote it (schema.STORE_FORMAT), and
+  `<root>/store.json` the newest format written into the store; readers migrate older runs
+  (migrations.py) and refuse a store from a newer fwbench by name. A record superseded by a rerun is
+  moved aside into `<root>/aside/`, never deleted.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -35,18 +38,16 @@ from pathlib import Path
 
 import pandas as pd
 
-KEY_LENGTH = 16
+from .migrations import FORMAT_KEY, check_readable, is_refusal_record, migrated, run_format
+from .schema import STORE_FORMAT
+
+STORE_FILE = "store.json"
+ASIDE_FOLDER = "aside"
+
 PARTIAL_PREFIX = ".partial-"
 _KEY_PATTERN = re.compile(r"[0-9A-Za-z_-]+")
 _FRAME_NAME_PATTERN = re.compile(r"[a-z_][a-z0-9_]*")
 _RESERVED_NAMES = {"config", "manifest"}
-
-
-def run_key(config: Mapping[str, object]) -> str:
-    """A stable key for a configuration: the first 16 hex digits of the sha256 of its canonical JSON
-    (keys sorted, no spaces). Every field of `config` counts; tuples and lists hash alike."""
-    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:KEY_LENGTH]
 
 
 def _flat_value(value: object) -> object:
@@ -93,37 +94,58 @@ class ResultStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.runs_dir = self.root / "runs"
+        self._manifests: dict[str, dict] = {}
+        check_readable(self.format(), str(self.root))
 
-    # Reading: only complete runs, that is folders without a leading dot.
+    def format(self) -> int:
+        """The newest store format written into this store (1 for a store from before formats were recorded)."""
+        path = self.root / STORE_FILE
+        if not path.exists():
+            return 1 if self.runs_dir.is_dir() and any(self.runs_dir.iterdir()) else STORE_FORMAT
+        return int(json.loads(path.read_text()).get(FORMAT_KEY, 1))
+
+    # Reading: only complete runs, that is folders without a leading dot, less old records of refusals.
 
     def keys(self) -> set[str]:
         if not self.runs_dir.is_dir():
             return set()
-        return {p.name for p in self.runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")}
+        found = {p.name for p in self.runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")}
+        return {key for key in found if not is_refusal_record(self.manifest(key))}
 
     def run_keys(self) -> set[str]:
-        """The keys that hold a run, completed or failed (a summary frame): not a calibration, a max-batch search
-        or a model's FLOP count, which are kept here too."""
+        """The keys that hold a run, completed or out of memory (a summary frame): not a calibration, a max-batch
+        search or a model's FLOP count, which are kept here too."""
         return {key for key in self.keys() if (self.runs_dir / key / "summary.parquet").exists()}
 
     def has(self, key: str) -> bool:
+        """Whether a run (or other entry) is stored under `key`; an old record of a refused request is none."""
+        return not key.startswith(".") and (self.runs_dir / key).is_dir() and not is_refusal_record(self.manifest(key))
+
+    def occupied(self, key: str) -> bool:
+        """Whether a folder holds `key`, whatever it holds: a rerun must first set a superseded record aside."""
         return not key.startswith(".") and (self.runs_dir / key).is_dir()
 
     def config(self, key: str) -> dict:
         return json.loads((self.runs_dir / key / "config.json").read_text())
 
     def manifest(self, key: str) -> dict:
-        return json.loads((self.runs_dir / key / "manifest.json").read_text())
+        if key not in self._manifests:
+            path = self.runs_dir / key / "manifest.json"
+            manifest = json.loads(path.read_text()) if path.exists() else {}
+            check_readable(run_format(manifest), f"run {key} of {self.root}")
+            self._manifests[key] = manifest
+        return self._manifests[key]
 
     def load(self, name: str) -> pd.DataFrame:
-        """Frame `name` of every complete run, concatenated (runs in key order); empty if none has it."""
+        """Frame `name` of every complete run, in the current format, concatenated (runs in key order); empty if
+        none has it."""
         frames = []
         for key in sorted(self.keys()):
             path = self.runs_dir / key / f"{name}.parquet"
             if path.exists():
                 frame = pd.read_parquet(path)
                 if not frame.empty:
-                    frames.append(frame)
+                    frames.append(migrated(name, frame, self.manifest(key)))
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     def configs(self) -> pd.DataFrame:
@@ -150,11 +172,12 @@ class ResultStore:
         for name in frames:
             if not _FRAME_NAME_PATTERN.fullmatch(name) or name in _RESERVED_NAMES:
                 raise ValueError(f"{name!r} is not a frame name: lower-case letters, digits and '_', not config or manifest")
-        if self.has(key):
+        if self.occupied(key):
             raise ValueError(f"run {key} is already stored in {self.runs_dir}; the store is append-only")
         config_text = json.dumps(dict(config), indent=2, sort_keys=True, allow_nan=False)
-        manifest_text = json.dumps(dict(manifest), indent=2, sort_keys=True, default=str)
+        manifest_text = json.dumps({**manifest, FORMAT_KEY: STORE_FORMAT}, indent=2, sort_keys=True, default=str)
         self.runs_dir.mkdir(parents=True, exist_ok=True)
+        self._record_format()
         partial = Path(tempfile.mkdtemp(prefix=f"{PARTIAL_PREFIX}{key}-{os.getpid()}-", dir=self.runs_dir))
         try:
             _write_synced(partial / "config.json", lambda f: f.write(config_text.encode()))
@@ -179,12 +202,31 @@ class ResultStore:
         _fsync_dir(self.runs_dir)
         return final
 
+    def _record_format(self) -> None:
+        """store.json says the newest format written here; written once per format, atomically."""
+        if self.format() >= STORE_FORMAT and (self.root / STORE_FILE).exists():
+            return
+        partial = self.root / f".{STORE_FILE}-{os.getpid()}"
+        partial.write_text(json.dumps({FORMAT_KEY: STORE_FORMAT}) + "\n")
+        os.replace(partial, self.root / STORE_FILE)
+
+    def set_aside(self, key: str, why: str) -> Path:
+        """Move the record under `key` out of the store's runs into aside/, with a note saying why: never deleted,
+        no longer read, and the key free for a rerun."""
+        aside = self.root / ASIDE_FOLDER
+        aside.mkdir(parents=True, exist_ok=True)
+        target = aside / f"{key}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
+        os.rename(self.runs_dir / key, target)
+        (target / "aside.txt").write_text(why + "\n")
+        self._manifests.pop(key, None)
+        return target
+
     def append_failure(
         self, key: str, config: Mapping[str, object], code: str, message: str,
         manifest: Mapping | None = None, columns: Mapping[str, object] | None = None,
     ) -> Path:
-        """Record a run that could not complete (e.g. RESOURCE_EXHAUSTED, INVALID_ARGUMENT) as a run whose
-        one summary row has status "failed": resuming skips it and reports show it as a missing point.
+        """Record a run that ran out of memory as a run whose one summary row has status "failed": resuming skips
+        it and reports show it as a missing point.
         The row holds the configuration (mappings as "k=v;k=v"); `columns` adds or overrides columns, e.g.
         the resolved input_shape and device, so the row lines up with the successful runs' rows."""
         row = {"run_key": key, **_flat(config), **(columns or {})}

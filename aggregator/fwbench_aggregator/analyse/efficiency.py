@@ -1,0 +1,75 @@
+"""Hardware efficiency: achieved FLOP/s from the runners' own FLOP counts, and model FLOP utilisation against the
+device's published peak where it is known."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import pandas as pd
+
+from ..store.schema import CONFIG_COLUMNS, EFFICIENCY_COLUMNS
+from . import stats
+from .comparison import normalised
+from .peaks import peak_flops
+
+# A training step is about three forward passes: the forward, and the backward's two products per layer.
+TRAIN_FLOPS_FACTOR = 3.0
+
+
+def _device_names(summary: pd.DataFrame) -> dict[tuple, str]:
+    summary = normalised(summary)
+    if "device_name" not in summary:
+        return {}
+    named = summary[summary["device_name"].astype(str).str.len() > 0].drop_duplicates([*CONFIG_COLUMNS, "runner"])
+    return {tuple(r[:-1]): str(r[-1]) for r in named[[*CONFIG_COLUMNS, "runner", "device_name"]].itertuples(index=False)}
+
+
+def _forward_flops(model_facts: Optional[pd.DataFrame]) -> dict[tuple, float]:
+    """(runner name, model, options, shape) -> forward FLOPs per sample, as the runner counted them."""
+    if model_facts is None or model_facts.empty:
+        return {}
+    facts = model_facts.copy()
+    for column in ("runner", "model", "model_options", "input_shape"):
+        facts[column] = facts[column].astype(object).where(facts[column].notna(), "").astype(str)
+    return {(r.runner, r.model, r.model_options, r.input_shape): float(r.forward_flops)
+            for r in facts.itertuples(index=False) if r.forward_flops and r.forward_flops > 0}
+
+
+def hardware_efficiency(rows: pd.DataFrame, summary: pd.DataFrame, model_facts: Optional[pd.DataFrame]) -> pd.DataFrame:
+    """Per comparison row that ran: achieved FLOP/s (forward FLOPs per sample x the job's samples, x3 for
+    training, over the median step time) and, where the device's peak for the precision is known, the model FLOP
+    utilisation against that peak times the job's devices."""
+    if rows.empty:
+        return pd.DataFrame(columns=EFFICIENCY_COLUMNS)
+    flops = _forward_flops(model_facts)
+    names = _device_names(summary)
+    table = []
+    for row in rows[(rows["status"] == "ok") & rows["median_step_ms"].notna()].itertuples(index=False):
+        config = tuple(getattr(row, c) for c in CONFIG_COLUMNS)
+        out = {**dict(zip(CONFIG_COLUMNS, config)), "runner": row.runner, "runs": row.runs,
+               "device_name": names.get((*config, row.runner), ""), "forward_flops": math.nan,
+               "flops_per_step": math.nan, "achieved_flops_per_s": math.nan, "peak_flops_per_s": math.nan,
+               "peak_entry": "", "mfu": math.nan}
+        forward = flops.get((row.runner_name, row.model, row.model_options, row.input_shape))
+        notes = []
+        if forward is None:
+            notes.append("no FLOP count stored for this model and shape (a sweep or compare inspects it)")
+        else:
+            per_step = forward * row.global_batch_size * (TRAIN_FLOPS_FACTOR if row.mode == "train" else 1.0)
+            out.update(forward_flops=forward, flops_per_step=per_step,
+                       achieved_flops_per_s=per_step / (row.median_step_ms / 1e3))
+        peak = peak_flops(out["device_name"], row.precision) if str(row.device).startswith("gpu") else None
+        if peak is None:
+            notes.append("no peak known for a CPU" if str(row.device).startswith("cpu")
+                         else f"no peak known for {out['device_name'] or 'this device'} at {row.precision}")
+        else:
+            devices = int(row.world_size) * int(row.nodes)
+            out.update(peak_flops_per_s=peak.flops_per_s * devices, peak_entry=peak.entry)
+            if forward is not None:
+                out["mfu"] = out["achieved_flops_per_s"] / out["peak_flops_per_s"]
+        if row.runs < stats.MIN_REPETITIONS:
+            notes.append(f"{row.runs} run(s): the step time behind it is not resolved")
+        out["efficiency_note"] = "; ".join(notes)
+        table.append(out)
+    return pd.DataFrame(table, columns=EFFICIENCY_COLUMNS)

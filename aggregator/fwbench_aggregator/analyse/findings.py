@@ -1,0 +1,181 @@
+"""One finding per question of the published studies, generated from the data: training time, GPU and CPU
+inference, the batch trend, power and energy, scaling. Each sentence says only what the runs resolve."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ..store.schema import CONFIG_COLUMNS
+from . import stats
+from .comparison import per_run
+from .scaling import has_scaling
+from .trends import FLATTEN_GAIN
+
+
+@dataclass(frozen=True)
+class VerdictCount:
+    """How one question's configurations came out: per runner, those it won with confidence, and the rest."""
+
+    configurations: int
+    wins: dict[str, list[float]]  # runner -> the margins (ratio - 1) of the configurations it won
+    unresolved: int  # enough runs, but the difference was not called
+    too_few_runs: int
+    flagged: int  # configurations with a run on a device that was not quiet
+
+    def headline(self) -> str:
+        """'torch faster in 5, tensorflow in 2, 1 not resolved': what a plot's title says."""
+        parts = [f"{runner} faster in {len(margins)}" for runner, margins in self._ranked()]
+        if self.unresolved:
+            parts.append(f"{self.unresolved} not resolved")
+        if self.too_few_runs:
+            parts.append(f"{self.too_few_runs} with too few runs")
+        return ", ".join(parts) or "no verdict"
+
+    def _ranked(self) -> list[tuple[str, list[float]]]:
+        return sorted(self.wins.items(), key=lambda item: (-len(item[1]), item[0]))
+
+
+def verdict_counts(rows: pd.DataFrame) -> VerdictCount:
+    """Per configuration with two or more runners that ran: the fastest runner wins it where every other runner's
+    verdict called it significantly slower."""
+    wins: dict[str, list[float]] = {}
+    configurations = unresolved = too_few = flagged = 0
+    if rows.empty:
+        return VerdictCount(0, wins, 0, 0, 0)
+    for _, frame in rows.groupby(list(CONFIG_COLUMNS), sort=False):
+        ran = frame[(frame["status"] == "ok") & frame["median_step_ms"].notna()]
+        if len(ran) < 2:
+            continue
+        configurations += 1
+        flagged += bool((ran["flagged"].astype(str) != "").any())
+        others = ran[ran["verdict"] != "fastest"]
+        if (others["runs"] < stats.MIN_REPETITIONS).any() or int(ran["runs"].min()) < stats.MIN_REPETITIONS:
+            too_few += 1
+        elif others["significant"].astype(bool).all():
+            winner = ran.loc[ran["verdict"] == "fastest", "runner"].iloc[0]
+            wins.setdefault(winner, []).append(float(others["ratio_to_fastest"].min()) - 1.0)
+        else:
+            unresolved += 1
+    return VerdictCount(configurations, wins, unresolved, too_few, flagged)
+
+
+@dataclass(frozen=True)
+class Finding:
+    question: str
+    sentence: str
+    flagged: str = ""  # why a verdict behind it is not trustworthy; "" where none
+
+
+OVER_RUNS = f" ({stats.CONFIDENCE:.0%} confidence, over runs)."
+
+
+def _range(margins: list[float]) -> str:
+    low, high = min(margins), max(margins)
+    return f"by {low:.0%}" if round(low, 2) == round(high, 2) else f"by {low:.0%} to {high:.0%}"
+
+
+def _time_finding(question: str, rows: pd.DataFrame, what: str) -> Finding:
+    counts = verdict_counts(rows)
+    if not counts.configurations:
+        return Finding(question, f"Not measured: no {what} configuration ran on two or more runners.")
+    wins = [f"{runner} was faster in {len(m)} of {counts.configurations} configurations ({_range(m)})"
+            for runner, m in counts._ranked()]
+    rest = []
+    if counts.unresolved:
+        rest.append(f"{counts.unresolved} could not be told apart")
+    if counts.too_few_runs:
+        rest.append(f"{counts.too_few_runs} had too few runs for a verdict (need {stats.MIN_REPETITIONS} per runner)")
+    if counts.too_few_runs == counts.configurations:
+        return Finding(question, f"Not resolved: each of the {counts.configurations} configurations has fewer than "
+                                 f"{stats.MIN_REPETITIONS} runs per runner, and a verdict needs {stats.MIN_REPETITIONS} "
+                                 "(run more repetitions).")
+    if not wins:
+        wins = [f"no runner was faster with confidence in any of {counts.configurations} configurations"]
+    sentence = "; ".join(wins) + (f"; {', '.join(rest)}" if rest else "") + OVER_RUNS
+    flagged = f"{counts.flagged} configuration(s) had a run on a device that was not quiet" if counts.flagged else ""
+    return Finding(question, sentence, flagged)
+
+
+def _trend_finding(trends: pd.DataFrame) -> Finding:
+    question = "Batch size and inference time per sample"
+    tested = trends[(trends["mode"] == "infer") & trends["spearman_p"].notna()] if not trends.empty else trends
+    if tested.empty:
+        return Finding(question, f"Not tested: no inference series ran at three or more batch sizes with at least "
+                                 f"{stats.MIN_REPETITIONS} runs each.")
+    falls = tested[tested["trend"] == "falls"]
+    rises = tested[tested["trend"] == "rises"]
+    sentence = (f"Time per sample fell as the batch grew in {len(falls)} of {len(tested)} series"
+                + (f", rose in {len(rises)}" if len(rises) else "")
+                + f" (Spearman's rank correlation over runs, p < {stats.ALPHA:g})")
+    flat = tested.dropna(subset=["flattens_at_batch"])
+    if len(flat):
+        points = [f"{r.model} {r.runner} {r.device} past {int(r.flattens_at_batch)}" for r in flat.head(4).itertuples(index=False)]
+        sentence += f"; doubling it gained less than {FLATTEN_GAIN:.0%} " + ", ".join(points) + (", …" if len(flat) > 4 else "")
+    return Finding(question, sentence + ".")
+
+
+def _energy_finding(summary: pd.DataFrame, steps: pd.DataFrame) -> Finding:
+    question = "Power and energy"
+    runs = per_run(summary, steps).dropna(subset=["energy_per_sample_j"])
+    if runs.empty:
+        return Finding(question, "Not measured: no run has a power reading (CPUs have none here; on a GPU, telemetry "
+                                 "was off or unreadable).")
+    wins: dict[str, int] = {}
+    configurations = unresolved = 0
+    for _, frame in runs.groupby(list(CONFIG_COLUMNS), sort=False):
+        per_runner = {r: g["energy_per_sample_j"].to_numpy() for r, g in frame.groupby("runner")}
+        if len(per_runner) < 2:
+            continue
+        configurations += 1
+        ranked = sorted(per_runner, key=lambda r: stats.geometric_mean(per_runner[r]))
+        best = ranked[0]
+        if all(stats.compare(best, per_runner[best], r, per_runner[r]).significant for r in ranked[1:]):
+            wins[best] = wins.get(best, 0) + 1
+        else:
+            unresolved += 1
+    if not configurations:
+        return Finding(question, "Energy per sample was measured for one runner only: nothing to compare.")
+    parts = [f"{runner} used less energy per sample in {n} of {configurations} configurations"
+             for runner, n in sorted(wins.items(), key=lambda i: -i[1])]
+    if not wins:
+        parts = [f"no runner used less energy per sample with confidence in any of {configurations} configurations"]
+    elif unresolved:
+        parts.append(f"{unresolved} could not be told apart")
+    return Finding(question, "; ".join(parts) + OVER_RUNS)
+
+
+def _scaling_finding(scaling: pd.DataFrame) -> Finding:
+    question = "Scaling over devices"
+    if not has_scaling(scaling):
+        return Finding(question, "Not measured: no configuration ran at more than one number of devices.")
+    spread = scaling[(scaling["world_size"] > 1) & scaling["scaling_efficiency"].notna()]
+    if spread.empty:
+        return Finding(question, "Not measured: no one-device baseline at the same per-device batch.")
+    resolved = spread[spread["runs"] >= stats.MIN_REPETITIONS]
+    shown = resolved if len(resolved) else spread
+    best = shown.loc[shown["scaling_efficiency"].idxmax()]
+    worst = shown.loc[shown["scaling_efficiency"].idxmin()]
+    sentence = (f"Scaling efficiency ranged from {worst.scaling_efficiency:.0%} ({worst.runner}, {worst.world_size} devices) "
+                f"to {best.scaling_efficiency:.0%} ({best.runner}, {best.world_size} devices) over {len(shown)} configuration(s)")
+    if resolved.empty:
+        sentence += f"; from fewer than {stats.MIN_REPETITIONS} runs each, so not resolved"
+    return Finding(question, sentence + ".")
+
+
+def findings(
+    rows: pd.DataFrame, summary: pd.DataFrame, steps: pd.DataFrame, trends: pd.DataFrame, scaling: pd.DataFrame,
+) -> list[Finding]:
+    """One finding per question of the studies, generated from the data: training time, GPU inference, CPU
+    inference, the batch trend, power and energy, and scaling."""
+    kinds = rows["device"].astype(str).str.split(":").str[0] if not rows.empty else pd.Series(dtype=str)
+    infer = rows["mode"] == "infer" if not rows.empty else pd.Series(dtype=bool)
+    return [
+        _time_finding("Training time", rows[rows["mode"] == "train"] if not rows.empty else rows, "training"),
+        _time_finding("GPU inference", rows[infer & (kinds == "gpu")] if not rows.empty else rows, "GPU inference"),
+        _time_finding("CPU inference", rows[infer & (kinds == "cpu")] if not rows.empty else rows, "CPU inference"),
+        _trend_finding(trends),
+        _energy_finding(summary, steps),
+        _scaling_finding(scaling),
+    ]

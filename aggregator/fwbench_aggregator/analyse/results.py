@@ -1,0 +1,46 @@
+"""Everything the analysis says about a set of runs, computed once: the comparison rows, scaling, the studies'
+tables and the findings. Reports, terminal tables and plots all read one Analysis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import pandas as pd
+
+from . import stats
+from .comparison import comparison_rows
+from .efficiency import hardware_efficiency
+from .findings import Finding, findings
+from .optimal import optimal_batches
+from .scaling import scaling_rows
+from .trends import batch_trends
+
+
+@dataclass(frozen=True)
+class Analysis:
+    rows: pd.DataFrame  # one per configuration and runner (comparison_rows)
+    scaling: pd.DataFrame
+    optimal: pd.DataFrame
+    trends: pd.DataFrame
+    efficiency: pd.DataFrame
+    findings: list[Finding]
+
+
+def analysed(
+    summary: pd.DataFrame, steps: pd.DataFrame, calibration: Optional[pd.DataFrame] = None,
+    max_batch: Optional[pd.DataFrame] = None, model_facts: Optional[pd.DataFrame] = None,
+    latency_budget_ms: Optional[float] = None, min_effect: float = stats.MIN_EFFECT,
+) -> Analysis:
+    summary = summary if summary is not None else pd.DataFrame()
+    rows = comparison_rows(summary, steps, calibration, min_effect)
+    scaling = scaling_rows(summary)
+    trends = batch_trends(summary, steps)
+    return Analysis(
+        rows=rows,
+        scaling=scaling,
+        optimal=optimal_batches(summary, steps, max_batch, latency_budget_ms),
+        trends=trends,
+        efficiency=hardware_efficiency(rows, summary, model_facts),
+        findings=findings(rows, summary, steps, trends, scaling),
+    )

@@ -1,0 +1,91 @@
+"""Throughput against devices: scaling efficiency per runner and strategy, and the studies' head-to-head tables
+(DataParallel against DistributedDataParallel, DDP against MirroredStrategy)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..store.schema import CONFIG_COLUMNS, SCALING_COLUMNS, SCALING_KEY_COLUMNS, STRATEGY_PAIR_COLUMNS
+from . import stats
+from .comparison import straggler_spread_of, entry_label, normalised
+
+
+
+def _throughputs(frame: pd.DataFrame) -> np.ndarray:
+    """Each run's throughput as comparison_rows counts it: the job's samples per its median step time."""
+    median_s = pd.to_numeric(frame["median_step_time_s"], errors="coerce")
+    samples = frame["batch_size"] * frame["world_size"]
+    return (samples / median_s).replace([np.inf, -np.inf], np.nan).dropna().to_numpy(dtype=float)
+
+
+def scaling_rows(summary: pd.DataFrame) -> pd.DataFrame:
+    """Throughput against world size per runner, strategy and configuration, and the scaling efficiency:
+    throughput on N devices / (N x the same runner's throughput on one device), at the same per-device batch.
+    Throughputs are geometric means over runs (the unit of evidence is the run), each run's the job's samples per
+    its median step time, as in comparison_rows. The one-device baseline is
+    the runner's `single` runs, else its world-size-1 runs of the same strategy; where neither exists the
+    efficiency is empty and efficiency_note says why."""
+    summary = normalised(summary)
+    if summary.empty or "median_step_time_s" not in summary:
+        return pd.DataFrame(columns=SCALING_COLUMNS)
+    ok = summary[summary.get("status", pd.Series("ok", index=summary.index)).fillna("failed") == "ok"]
+    rows = []
+    for config, runs in ok.groupby(list(SCALING_KEY_COLUMNS), sort=False):
+        for (runner_name, strategy, world_size, nodes), own in runs.groupby(
+            ["runner_name", "strategy", "world_size", "nodes"], sort=True
+        ):
+            values = _throughputs(own)
+            if not values.size:
+                continue
+            one = runs[(runs["runner_name"] == runner_name) & (runs["world_size"] == 1)]
+            single = one[one["strategy"] == "single"]
+            baseline_runs = _throughputs(single if len(single) else one[one["strategy"] == strategy])
+            throughput = stats.geometric_mean(values)
+            row = {
+                **dict(zip(SCALING_KEY_COLUMNS, config)), "runner": entry_label(runner_name, strategy),
+                "runner_name": runner_name, "strategy": strategy, "world_size": int(world_size), "nodes": int(nodes),
+                "runs": int(values.size), "throughput_samples_per_s": throughput,
+                "straggler_spread": straggler_spread_of(own),
+                "baseline_throughput_samples_per_s": math.nan, "scaling_efficiency": math.nan, "efficiency_note": "",
+            }
+            if baseline_runs.size:
+                baseline = stats.geometric_mean(baseline_runs)
+                row.update(baseline_throughput_samples_per_s=baseline,
+                           scaling_efficiency=throughput / (int(world_size) * baseline))
+            else:
+                row["efficiency_note"] = (
+                    f"no one-device run of {runner_name} at this configuration (same per-device batch); "
+                    "run it with --device or one entry of --devices"
+                )
+            rows.append(row)
+    return pd.DataFrame(rows, columns=SCALING_COLUMNS)
+
+
+def has_scaling(scaling: pd.DataFrame) -> bool:
+    """Whether some configuration ran at more than one world size: a scaling table says something."""
+    if scaling.empty:
+        return False
+    sizes = scaling.groupby(list(SCALING_KEY_COLUMNS), sort=False)["world_size"].nunique()
+    return bool((sizes > 1).any())
+
+
+def strategy_pairs(rows: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
+    """The studies' head-to-head tables from comparison rows: per configuration and world size, the
+    throughput of each runner using `first` and of each using `second`, and second / first."""
+    columns = list(STRATEGY_PAIR_COLUMNS)
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    ran = rows[(rows["status"] == "ok") & rows["throughput_samples_per_s"].notna()]
+    table = []
+    for config, frame in ran.groupby(list(CONFIG_COLUMNS), sort=False):
+        for a in frame[frame["strategy"] == first].itertuples(index=False):
+            for b in frame[frame["strategy"] == second].itertuples(index=False):
+                table.append({
+                    **dict(zip(CONFIG_COLUMNS, config)), "runner_a": a.runner, "throughput_a": a.throughput_samples_per_s,
+                    "runner_b": b.runner, "throughput_b": b.throughput_samples_per_s,
+                    "ratio_b_to_a": b.throughput_samples_per_s / a.throughput_samples_per_s,
+                })
+    return pd.DataFrame(table, columns=columns)

@@ -1,0 +1,132 @@
+"""Calibrate: each runner against a second instance of itself (A/A) for one configuration. The far end of that
+comparison's interval is the noise floor: the smallest difference this host resolves there, stored, and applied by
+every later comparison of the configuration."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import NamedTuple, Optional
+
+import pandas as pd
+from fwbench.runner.v1 import runner_pb2 as pb
+from google.protobuf.json_format import MessageToDict
+
+from ..analyse import stats
+from ..analyse.comparison import calibration_row, normalised, run_values
+from ..base.progress import Progress
+from ..plan.keys import run_key
+from ..plan.spec import RunSpec
+from ..run.client import RunnerFailure, RunResult
+from ..run.connection import Transport
+from ..run.execute import run_all
+from ..run.launch import default_venvs
+from ..run.runners import start_embedded
+from ..store import records
+from ..store.results_store import ResultStore
+from . import preflight
+from .errors import UsageError
+from .runners import RunnerChoice
+
+
+class Calibration(NamedTuple):
+    runner: str
+    row: dict  # analyse.comparison.calibration_row: what the store keeps
+    comparison: stats.Comparison
+    run_spread: float  # the larger of the two instances'
+
+
+@dataclass
+class CalibrateResult:
+    calibrations: list[Calibration] = field(default_factory=list)
+    failures: list[RunnerFailure] = field(default_factory=list)
+
+
+def twin_pairs(given: Sequence[str]) -> dict[str, list[str]]:
+    """NAME=HOST:PORT values, each name given exactly twice: name -> its two addresses."""
+    pairs: dict[str, list[str]] = {}
+    for value in given:
+        name, _, address = value.partition("=")
+        if "," in address:
+            raise UsageError(f"{value!r}: calibrate compares two single runners, not jobs across machines", "--runner")
+        pairs.setdefault(name, []).append(address)
+    uneven = sorted(name for name, addresses in pairs.items() if len(addresses) != 2)
+    if uneven:
+        raise UsageError(f"{', '.join(uneven)}: give each runner exactly twice, NAME=HOST:PORT of two instances", "--runner")
+    return pairs
+
+
+def medians_by_runner(results: Sequence[RunResult]) -> dict[str, list[float]]:
+    """Each runner's per-run median step times, in repetition order, from the results of one configuration."""
+    summary = records.summary_frame("a-a", list(results), [])
+    runs = run_values(summary, records.steps_frame("a-a", list(results)))
+    # Rows are labelled with the strategy ("a ddp"); the caller knows its runners by name.
+    names = dict(normalised(summary)[["runner", "runner_name"]].itertuples(index=False))
+    return {names[label]: group.tolist() for label, group in runs.groupby("runner")["median_step_time_s"]}
+
+
+def run_medians_by_runner(
+    endpoints: dict[str, str], transport: Transport, request: pb.RunRequest, repetitions: int,
+    progress: Progress = Progress(),
+) -> tuple[list[RunResult], dict[str, list[float]], list[RunnerFailure]]:
+    """The same request on every runner, counterbalanced: the results and each runner's per-run median
+    step times (what an A/A comparison compares)."""
+    results, failures = run_all(endpoints, {name: request for name in endpoints}, transport, repetitions,
+                                progress=progress)
+    if failures:
+        return results, {}, failures
+    return results, medians_by_runner(results), []
+
+
+def calibrate_twins(name: str, addresses: Sequence[str], transport: Transport, request: pb.RunRequest,
+                    repetitions: int, results_store: ResultStore, run_id: str,
+                    progress: Progress = Progress()) -> tuple[Optional[Calibration], list[RunnerFailure]]:
+    """Two instances of one runner against each other (A/A), and the noise floor that gives, stored."""
+    twins = {name: addresses[0], f"{name}-2": addresses[1]}
+    results, medians, failures = run_medians_by_runner(twins, transport, request, repetitions, progress)
+    if failures:
+        return None, failures
+    comparison = stats.compare(name, medians[name], f"{name}-2", medians[f"{name}-2"])
+    summary = records.summary_frame(run_id, results, [])
+    row = calibration_row(normalised(summary).iloc[0].to_dict(), results[0].runner_info.framework, comparison)
+    key = run_key({"calibration": run_id, "runner": name})
+    results_store.append(key, {"calibration": run_id, "runner": name, **MessageToDict(request)},
+                         {"calibration": pd.DataFrame([row])},
+                         records.manifest(key, results, {twin: request for twin in twins}))
+    return Calibration(name, row, comparison, max(stats.run_spread(medians[twin]) for twin in twins)), []
+
+
+def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Path,
+              progress: Progress = Progress()) -> CalibrateResult:
+    """The noise floor of `spec` for each runner: twins given (each name twice), else two embedded instances of
+    each framework started here."""
+    pairs = twin_pairs(runners.given)
+    request = spec.to_request()
+    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-calibrate-{spec.model}-{spec.mode.value}-b{spec.batch_size}"
+    result = CalibrateResult()
+    with ExitStack() as stack, TemporaryDirectory() as logs:
+        if not pairs:
+            frameworks = runners.frameworks.split(",")
+            venvs = runners.venvs or default_venvs()
+            progress.note(f"starting two instances of each embedded runner: {', '.join(frameworks)}")
+            first, result.failures = start_embedded(frameworks, venvs, Path(logs) / "a", stack, spec.startup, progress)
+            second, more = start_embedded(frameworks, venvs, Path(logs) / "b", stack, spec.startup, progress)
+            result.failures += more
+            pairs = {name: [first[name], second[name]] for name in first if name in second}
+        _, unreachable = preflight.checked({name: addresses[0] for name, addresses in pairs.items()},
+                                           runners.transport, {name: request for name in pairs}, "the calibration")
+        result.failures += unreachable
+        results_store = ResultStore(store)
+        for name, addresses in pairs.items():
+            if name in {f.runner for f in unreachable}:
+                continue
+            calibration, failures = calibrate_twins(name, addresses, runners.transport, request, repetitions,
+                                                    results_store, run_id, progress)
+            result.failures += failures
+            if calibration is not None:
+                result.calibrations.append(calibration)
+    return result

@@ -1,0 +1,127 @@
+"""Compare: one model at one batch size and shape on every runner, repetition after repetition, every run stored the
+moment it completes, then the figures and verdicts, the results folder and the power plots."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+from fwbench.runner.v1 import runner_pb2 as pb
+from google.protobuf.json_format import MessageToDict
+
+from ..analyse import stats
+from ..analyse.comparison import comparison_rows
+from ..analyse.scaling import has_scaling, scaling_rows
+from ..base.paths import safe_component
+from ..base.progress import Progress
+from ..base.vocabulary import Compilation, Strategy
+from ..plan.keys import run_key
+from ..plan.spec import DEFAULT_REPETITIONS, RunSpec, per_runner
+from ..present.plots import power_timeline
+from ..run.client import RunnerFailure, RunResult
+from ..run.execute import run_all
+from ..store import records
+from ..store.results_store import ResultStore
+from ..store.schema import SCALING_KEY_COLUMNS
+from . import preflight
+from .facts import record_model_facts
+from .runners import RunnerChoice, runners_for
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    spec: RunSpec  # the run every runner gets, but for its compilation and strategy
+    runners: RunnerChoice
+    compilation: tuple[str, ...] = ()  # VALUE for every runner, or RUNNER=VALUE
+    strategy: tuple[str, ...] = ()
+    repetitions: int = DEFAULT_REPETITIONS
+    cooldown_s: float = 0.0
+    min_effect: float = stats.MIN_EFFECT
+    rendezvous_port: Optional[int] = None
+    out: Path = Path("results")
+    store: Optional[Path] = None  # default: OUT/store
+
+
+@dataclass
+class CompareResult:
+    run_id: str
+    store: Path
+    run_dir: Optional[Path] = None  # None where nothing ran
+    rows: pd.DataFrame = field(default_factory=pd.DataFrame)  # analyse.comparison rows
+    scaling: pd.DataFrame = field(default_factory=pd.DataFrame)  # where the store has other world sizes of it
+    resolved: dict[str, pb.ResolvedConfig] = field(default_factory=dict)  # each runner's run, as it resolved it
+    results: list[RunResult] = field(default_factory=list)
+    failures: list[RunnerFailure] = field(default_factory=list)
+
+
+def run_id_for(spec: RunSpec) -> str:
+    return (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            + f"-{safe_component(spec.model)}-{spec.mode.value}-b{spec.batch_size}")
+
+
+def requests_for(names, request: CompareRequest) -> dict[str, pb.RunRequest]:
+    return {
+        name: replace(request.spec, compilation=per_runner(name, list(request.compilation), Compilation),
+                      strategy=per_runner(name, list(request.strategy), Strategy)).to_request()
+        for name in names
+    }
+
+
+def compare(request: CompareRequest, progress: Progress = Progress()) -> CompareResult:
+    """Every runner checked first (a mistake refuses the comparison before anything runs, with a UsageError), then
+    run counterbalanced; a runner that fails is named in the result's failures and the others' results kept."""
+    store = request.store or request.out / "store"
+    result = CompareResult(run_id_for(request.spec), store)
+    run_dir = request.out / result.run_id
+    with runners_for(request.runners, progress, request.spec.startup) as runners:
+        result.failures += runners.failures
+        requests = requests_for(runners.endpoints, request)
+        result.resolved, unreachable = preflight.checked(runners.endpoints, runners.transport, requests)
+        result.failures += unreachable
+        requests = {name: r for name, r in requests.items() if name not in {f.runner for f in unreachable}}
+        if not requests:
+            return result
+        results_store = ResultStore(store)
+
+        def keep(run: RunResult) -> None:
+            sent = requests[run.runner]
+            config = {"compare": result.run_id, **MessageToDict(sent), "runner": run.runner, "repetition": run.repetition}
+            records.store_result(results_store, run_key(config), config, run, sent)
+
+        endpoints = {name: runners.endpoints[name] for name in requests}
+        result.results, failures = run_all(endpoints, requests, runners.transport, request.repetitions,
+                                           request.cooldown_s, keep, request.rendezvous_port, progress)
+        result.failures += failures
+        if not result.results:
+            return result
+        frames = {
+            "steps": records.steps_frame(result.run_id, result.results),
+            "summary": records.summary_frame(result.run_id, result.results, result.failures),
+            "power": records.power_frame(result.run_id, result.results),
+        }
+        record_model_facts(endpoints, runners.transport, results_store, frames["summary"], progress)
+        runners.keep_logs(run_dir / "logs")
+    result.run_dir = run_dir
+    result.rows = comparison_rows(frames["summary"], frames["steps"], results_store.load("calibration"),
+                                  request.min_effect)
+    frames["comparison"] = result.rows
+    result.scaling = scaling_of(result.rows, results_store)
+    if not result.scaling.empty:
+        frames["scaling"] = result.scaling
+    records.write_results(run_dir, frames)
+    if not frames["power"].empty:
+        power_timeline(frames["power"], run_dir)
+    records.write_manifest(run_dir, result.run_id, result.results, requests)
+    return result
+
+
+def scaling_of(rows: pd.DataFrame, results_store: ResultStore) -> pd.DataFrame:
+    """The scaling rows of these configurations over every run the store holds, where they ran at more than
+    one world size (e.g. the user ran them on one device before); else empty."""
+    scaling = scaling_rows(results_store.load("summary"))
+    mine = rows[list(SCALING_KEY_COLUMNS)].drop_duplicates()
+    scaling = scaling.merge(mine, on=list(SCALING_KEY_COLUMNS)) if not scaling.empty else scaling
+    return scaling if has_scaling(scaling) else scaling.iloc[0:0]

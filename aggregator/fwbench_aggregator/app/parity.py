@@ -1,0 +1,83 @@
+"""Parity: evidence that the runners build the same networks as the first one, the reference: parameters, FLOPs,
+output shapes and, where a runner can load the reference's weights, the same output for the same input. The weights
+pass through the runners' reference folder: runners started here share a temporary one."""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import NamedTuple, Optional
+
+import pandas as pd
+
+from ..analyse.parity import judged
+from ..base.progress import Progress
+from ..base.suggest import did_you_mean
+from ..plan.spec import StartupSettings
+from ..run.client import RunnerClient, RunnerFailure
+from ..run.parity import gather
+from .errors import UsageError
+from .runners import RunnerChoice, runners_for
+
+
+class ParityTable(NamedTuple):
+    reference: str
+    other: str
+    table: pd.DataFrame  # analyse.parity.judged
+    only_reference: list[str]  # models the other runner does not build: not checked
+
+
+@dataclass
+class ParityResult:
+    tables: list[ParityTable] = field(default_factory=list)
+    path: Optional[Path] = None  # parity.csv
+    failures: list[RunnerFailure] = field(default_factory=list)
+
+    @property
+    def differ(self) -> bool:
+        return any((t.table["verdict"] != "same").any() for t in self.tables if len(t.table))
+
+
+def parity(runners: RunnerChoice, models: Optional[list[str]], out: Path, progress: Progress = Progress()) -> ParityResult:
+    reference_name, *other_names = runners.frameworks.split(",")
+    if not other_names:
+        raise UsageError(f"{runners.frameworks!r}: give the reference and at least one runner to check against it",
+                         "--frameworks")
+    result = ParityResult()
+    run_dir = out / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-parity")
+    with ExitStack() as stack:
+        # Entered before the runners start, so that it is removed only after they stop.
+        shared = StartupSettings(reference_dir=stack.enter_context(TemporaryDirectory(prefix="fwbench-references-")))
+        found = stack.enter_context(runners_for(runners, progress, shared))
+        result.failures += found.failures
+        if reference_name not in found.endpoints:
+            return result
+        reference = stack.enter_context(RunnerClient(reference_name, found.endpoints[reference_name], found.transport))
+        known = [m.name for m in reference.list_models()]
+        unknown = sorted(set(models or []) - set(known))
+        if unknown:
+            hints = "".join(did_you_mean(name, known) for name in unknown)
+            raise UsageError(f"unknown model(s) {', '.join(unknown)}{hints}; known models: {', '.join(known)}", "--models")
+        for other_name in other_names:
+            if other_name not in found.endpoints:
+                continue
+            other = stack.enter_context(RunnerClient(other_name, found.endpoints[other_name], found.transport))
+            task = progress.add_task(f"checking parity with {other_name}")
+            try:
+                rows, only_reference = gather(reference, other, models, lambda v: progress.update(
+                    task, description=f"checking {v.label} on {other_name}"))
+            except RunnerFailure as failure:
+                result.failures.append(failure)
+                continue
+            finally:
+                progress.remove_task(task)
+            result.tables.append(ParityTable(reference_name, other_name, judged(rows, reference_name, other_name),
+                                             only_reference))
+    if result.tables:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        result.path = run_dir / "parity.csv"
+        pd.concat([t.table.assign(other=t.other) for t in result.tables], ignore_index=True).to_csv(result.path, index=False)
+    return result

@@ -1,0 +1,35 @@
+"""Report: tables, plots, verdicts and the manifest from a results store alone; no runner is needed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..analyse.results import Analysis, analysed
+from ..present.report import write_report
+from ..store.results_store import ResultStore
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    analysis: Analysis
+    path: Path  # report.html
+
+
+def store_report(results_store: ResultStore, out: Path, latency_budget_ms: Optional[float] = None) -> ReportResult:
+    """The analysis of everything the store holds (runs, noise floors, max-batch searches, FLOP counts), computed
+    once, and the report written from it into `out`."""
+    summary = results_store.load("summary")
+    analysis = analysed(summary, results_store.load("steps"), results_store.load("calibration"),
+                        results_store.load("max_batch"), results_store.load("model_facts"), latency_budget_ms)
+    manifests = {key: results_store.manifest(key) for key in sorted(results_store.keys())}
+    return ReportResult(analysis, write_report(analysis, summary, manifests, out))
+
+
+def report(store: Path, out: Optional[Path] = None, latency_budget_ms: Optional[float] = None) -> ReportResult:
+    results_store = ResultStore(store)
+    if not results_store.run_keys():
+        raise UsageError(f"{store} holds no runs", "--store")
+    return store_report(results_store, out or store / "report", latency_budget_ms)

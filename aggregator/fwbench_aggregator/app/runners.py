@@ -1,0 +1,69 @@
+"""The runners a use case talks to: given as NAME=HOST:PORT or started here (embedded), their logs kept with the
+results once something ran, and how they are reached."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Optional
+
+from ..base.progress import Progress
+from ..plan.spec import StartupSettings
+from ..run.client import RunnerFailure
+from ..run.connection import EMBEDDED, Transport
+from ..run.runners import resolve_endpoints
+
+
+@dataclass(frozen=True)
+class RunnerChoice:
+    """Which runners the user chose, and how to reach them."""
+
+    given: tuple[str, ...] = ()  # NAME=HOST:PORT[,HOST:PORT...]; empty: start the embedded ones
+    frameworks: str = ""  # the embedded runners to start, comma-separated
+    venvs: Optional[Path] = None
+    transport: Transport = EMBEDDED
+
+    @property
+    def embedded(self) -> bool:
+        return not self.given
+
+
+@dataclass
+class Runners:
+    """The runners in use: their addresses, those that could not be started or reached, and their logs."""
+
+    endpoints: dict[str, str]
+    failures: list[RunnerFailure]
+    transport: Transport
+    log_dir: Optional[Path] = None
+    kept_logs: list[Path] = field(default_factory=list)
+
+    def keep_logs(self, folder: Path) -> None:
+        """Copy the embedded runners' logs into `folder` (a results folder, once something ran there)."""
+        if self.log_dir is None or not self.log_dir.is_dir():
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        for log in sorted(self.log_dir.glob("*.log")):
+            shutil.copy2(log, folder / log.name)
+            self.kept_logs.append(folder / log.name)
+
+
+@contextmanager
+def runners_for(choice: RunnerChoice, progress: Progress = Progress(), settings: StartupSettings = StartupSettings(),
+                log_dir: Optional[Path] = None) -> Iterator[Runners]:
+    """The chosen runners, started where embedded (their logs in `log_dir`, else a temporary folder), stopped when
+    the block ends."""
+    with ExitStack() as stack:
+        logs = log_dir or Path(stack.enter_context(TemporaryDirectory(prefix="fwbench-logs-")))
+        endpoints, failures = resolve_endpoints(list(choice.given), choice.frameworks, choice.venvs, logs, stack,
+                                                settings, progress)
+        yield Runners(endpoints, failures, choice.transport, logs if choice.embedded else None)
+
+
+def names_of(given: Sequence[str]) -> list[str]:
+    """The runner names of NAME=HOST:PORT values."""
+    return [value.split("=", 1)[0] for value in given]

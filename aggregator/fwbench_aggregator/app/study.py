@@ -1,0 +1,137 @@
+"""A study (fwbench sweep): a grid of configurations checked on every runner first, then run one at a time per
+device, each run stored the moment it completes, resumable from the store; then the report over the store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from fwbench.runner.v1 import runner_pb2 as pb
+
+from ..base.progress import Progress
+from ..plan.spec import StartupSettings
+from ..plan.study import Configuration, Sweep
+from ..run.client import RunnerFailure, RunResult
+from ..run.connection import Transport
+from ..run.study import StoreFailure, StoreRun, run_sweep
+from ..store import records
+from ..store.results_store import ResultStore
+from . import preflight
+from .errors import UsageError
+from .facts import record_model_facts
+from .report import ReportResult, store_report
+from .runners import RunnerChoice, runners_for
+
+Pending = list[tuple[str, Configuration]]
+
+
+@dataclass(frozen=True)
+class StudyRequest:
+    sweep: Sweep
+    runners: RunnerChoice
+    store: Path = Path("results/store")
+    resume: bool = False
+    report: bool = True
+    latency_budget_ms: Optional[float] = None
+
+
+@dataclass
+class StudyResult:
+    store: Path
+    to_do: int = 0
+    done_before: int = 0
+    failures: list[RunnerFailure] = field(default_factory=list)
+    # Runs that ran out of memory: stored as such (a report's missing points), not failures of the study.
+    out_of_memory: list[RunnerFailure] = field(default_factory=list)
+    interrupted: Optional[KeyboardInterrupt] = None
+    stored: int = 0  # runs the store holds once the study ends
+    report: Optional[ReportResult] = None
+
+
+def pending_runs(configurations: Sequence[Configuration], results_store: ResultStore,
+                 startup: StartupSettings) -> tuple[Pending, Pending]:
+    """(key, configuration) of the runs still to do, and of those the store already holds."""
+    pending, done = [], []
+    for c in configurations:
+        key = c.store_key(startup)
+        (done if results_store.has(key) else pending).append((key, c))
+    return pending, done
+
+
+def refuse_unless_resuming(done_before: Pending, store: Path, resume: bool) -> None:
+    if done_before and not resume:
+        _, c = done_before[0]
+        raise UsageError(f"{store} already holds {c.runner} {c.model}; use --resume to skip what is done", "--store")
+
+
+def set_aside_superseded(pending: Pending, results_store: ResultStore) -> None:
+    """A pending run whose key holds an old record (a refusal an older fwbench stored as a run) is rerun: the record
+    is moved aside first, never deleted."""
+    for key, _ in pending:
+        if results_store.occupied(key):
+            results_store.set_aside(key, "an older fwbench stored a refused request as a run; rerun by a resume")
+
+
+def check_study(pending: Pending, endpoints: dict[str, str], transport: Transport,
+                startup: StartupSettings) -> list[RunnerFailure]:
+    """Every distinct request of the study asked of its runner before anything runs (preflight.checked); a refused
+    one refuses the study, naming each configuration's problem."""
+    requests: dict[tuple[str, bytes], tuple[str, pb.RunRequest]] = {}
+    for _, c in pending:
+        if c.runner in endpoints:
+            request = c.run_spec(startup).to_request()
+            requests.setdefault((c.runner, request.SerializeToString(deterministic=True)), (c.runner, request))
+    _, failures = preflight.check_all(endpoints, transport, list(requests.values()), "the study")
+    return failures
+
+
+def store_callbacks(results_store: ResultStore) -> tuple[StoreRun, StoreFailure]:
+    """What a study's runs are stored with: a completed run's frames, or its running out of memory, under its key."""
+
+    def store(key: str, c: Configuration, run: RunResult, sent: pb.RunRequest, context: dict) -> None:
+        records.store_result(results_store, key, c.key_fields(), run, sent, context)
+
+    def store_failure(key: str, c: Configuration, failure: RunnerFailure, columns: dict, context: dict) -> None:
+        records.store_out_of_memory(results_store, key, c.key_fields(), failure, columns, context)
+
+    return store, store_failure
+
+
+def stored_summaries(results_store: ResultStore, keys: Iterable[str]):
+    summary = results_store.load("summary")
+    return summary[summary["run_key"].isin(set(keys))] if not summary.empty else summary
+
+
+def study(request: StudyRequest, progress: Progress = Progress()) -> StudyResult:
+    """Run every pending run of the study into the store (a UsageError where the store holds runs of it and this is
+    no resume, or a runner refuses part of it); then count the models' FLOPs and write the report."""
+    results_store = ResultStore(request.store)
+    results_store.clean_partials()
+    startup = StartupSettings()
+    pending, done_before = pending_runs(request.sweep.configurations(), results_store, startup)
+    refuse_unless_resuming(done_before, request.store, request.resume)
+    result = StudyResult(request.store, len(pending), len(done_before))
+    progress.note(f"{len(pending)} runs to do, {len(done_before)} already in {request.store}")
+    if pending:
+        names = ",".join(sorted({c.runner for _, c in pending}))
+        choice = RunnerChoice(request.runners.given, names, request.runners.venvs, request.runners.transport)
+        with runners_for(choice, progress, startup, request.store / "logs") as runners:
+            result.failures += runners.failures
+            result.failures += check_study(pending, runners.endpoints, runners.transport, startup)
+            set_aside_superseded(pending, results_store)
+            reachable = {name: address for name, address in runners.endpoints.items()
+                         if name not in {f.runner for f in result.failures}}
+            failures, result.interrupted = run_sweep(pending, reachable, runners.transport, startup,
+                                                     *store_callbacks(results_store), request.sweep.cooldown_s, progress)
+            result.out_of_memory = [f for f in failures if f.out_of_memory]
+            result.failures += [f for f in failures if not f.out_of_memory]
+            if result.interrupted is None:
+                # The whole study's runs: those a killed study completed have no FLOP counts yet.
+                ran = stored_summaries(results_store, [key for key, _ in pending + done_before])
+                record_model_facts(reachable, runners.transport, results_store, ran, progress)
+    result.stored = len(results_store.run_keys())
+    if request.report and result.stored and result.interrupted is None:
+        result.report = store_report(results_store, request.store / "report", request.latency_budget_ms)
+    return result

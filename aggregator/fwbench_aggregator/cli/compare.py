@@ -1,0 +1,131 @@
+"""fwbench compare and fwbench calibrate: one configuration on every runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..analyse import stats
+from ..app.calibrate import calibrate as calibrate_use_case
+from ..app.compare import CompareRequest
+from ..app.compare import compare as compare_use_case
+from ..app.runners import RunnerChoice
+from ..plan import spec as plan
+from ..plan.spec import RunSpec, StartupSettings, option_pairs
+from ..present import terminal
+from . import app
+from .common import report_failures, run, usage_error
+from .options import (
+    CPU_COUNT, BatchSizeOption, CompilationOption, CooldownOption, CudnnAutotuneOption, DeviceOption, DevicesOption,
+    DistributedTimeoutOption, FrameworksOption, IdleBaselineOption, LayoutOption, MinEffectOption, MinMeasureOption,
+    ModelOption, ModelOptionsOption, ModeOption, PowerRateOption, PrecisionOption, RendezvousPortOption,
+    RepetitionsOption, RunnerOption, SeedOption, ShapeOption, StableWindowOption, StepsOption, StoreOption,
+    StrategyOption, ThreadsOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption,
+    WarmupOption, WarmupUntilCvOption, every_framework, parse_runners, runner_transport,
+)
+
+
+@app.command()
+def compare(
+    model: ModelOption = "resnet18",
+    mode: ModeOption = "train",
+    batch_size: BatchSizeOption = 32,
+    shape: ShapeOption = None,
+    option: ModelOptionsOption = [],
+    precision: PrecisionOption = "fp32",
+    device: DeviceOption = None,
+    layout: LayoutOption = None,
+    compilation: CompilationOption = [],
+    strategy: StrategyOption = [],
+    devices: DevicesOption = None,
+    cudnn_autotune: CudnnAutotuneOption = "off",
+    intra_op_threads: ThreadsOption = CPU_COUNT,
+    inter_op_threads: ThreadsOption = CPU_COUNT,
+    warmup: WarmupOption = plan.DEFAULT_WARMUP,
+    warmup_until_cv: WarmupUntilCvOption = plan.DEFAULT_WARMUP_UNTIL_CV,
+    stable_window: StableWindowOption = plan.STABLE_WINDOW,
+    steps: StepsOption = plan.DEFAULT_STEPS,
+    min_measure_s: MinMeasureOption = plan.DEFAULT_MIN_MEASURE_S,
+    power_rate_hz: PowerRateOption = 20.0,
+    idle_baseline_s: IdleBaselineOption = 1.0,
+    seed: SeedOption = 0,
+    repetitions: RepetitionsOption = plan.DEFAULT_REPETITIONS,
+    cooldown_s: CooldownOption = 0.0,
+    min_effect: MinEffectOption = stats.MIN_EFFECT,
+    runner: RunnerOption = [],
+    rendezvous_port: RendezvousPortOption = None,
+    distributed_timeout_s: DistributedTimeoutOption = None,
+    tls_ca: TlsCaOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    token_file: TokenFileOption = None,
+    frameworks: FrameworksOption = every_framework(),
+    venvs: VenvsOption = None,
+    out: Annotated[Path, typer.Option(help="folder to write results into; each comparison gets a subfolder")] = Path("results"),
+    store: Annotated[Optional[Path], typer.Option(
+        help="the results store: every run is kept, and noise floors are read from it (default: OUT/store)")] = None,
+) -> None:
+    """Run one model at one batch size and shape on every runner, and compare them.
+
+    With --devices, or a runner given several addresses (one job across machines), each runner runs data-parallel.
+    Every runner is asked first whether it can run the request; a mistake stops the comparison before anything
+    runs.
+    """
+    transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
+    if device and devices:
+        raise usage_error("give one device with --device or several with --devices, not both")
+    startup = StartupSettings(intra_op_threads, inter_op_threads, cudnn_autotune.value)
+    spec = RunSpec(
+        model, mode, batch_size, shape, precision, device, layout, warmup=warmup, steps=steps, seed=seed,
+        model_options=option_pairs(option), startup=startup, warmup_until_cv=warmup_until_cv,
+        stable_window=stable_window, min_measure_s=min_measure_s, power_rate_hz=power_rate_hz,
+        idle_baseline_s=idle_baseline_s, devices=devices, distributed_timeout_s=distributed_timeout_s,
+    )
+    request = CompareRequest(spec, RunnerChoice(tuple(runner), frameworks, venvs, transport), tuple(compilation),
+                             tuple(strategy), repetitions, cooldown_s, min_effect, rendezvous_port, out, store)
+    result = run(lambda progress: compare_use_case(request, progress))
+    terminal.print_compare(result.rows, result.run_dir, result.store, result.scaling, result.results)
+    report_failures(result.failures)
+
+
+@app.command()
+def calibrate(
+    model: ModelOption = "resnet18",
+    mode: ModeOption = "train",
+    batch_size: BatchSizeOption = 32,
+    shape: ShapeOption = None,
+    option: ModelOptionsOption = [],
+    precision: PrecisionOption = "fp32",
+    device: DeviceOption = None,
+    layout: LayoutOption = None,
+    warmup: WarmupOption = plan.DEFAULT_WARMUP,
+    warmup_until_cv: WarmupUntilCvOption = plan.DEFAULT_WARMUP_UNTIL_CV,
+    steps: StepsOption = plan.DEFAULT_STEPS,
+    min_measure_s: MinMeasureOption = plan.DEFAULT_MIN_MEASURE_S,
+    repetitions: RepetitionsOption = plan.DEFAULT_REPETITIONS,
+    runner: Annotated[list[str], typer.Option(
+        callback=parse_runners,
+        help="NAME=HOST:PORT, each NAME twice: two instances of one runner. Default: start two of each embedded runner",
+    )] = [],
+    tls_ca: TlsCaOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    token_file: TokenFileOption = None,
+    frameworks: FrameworksOption = every_framework(),
+    venvs: VenvsOption = None,
+    store: StoreOption = Path("results/store"),
+) -> None:
+    """Measure the noise floor: each runner against a second instance of itself (A/A), for one configuration.
+
+    The floor is the smallest difference this host resolves there; it is stored, and `compare` and `report` call no
+    difference below it.
+    """
+    transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
+    spec = RunSpec(model, mode, batch_size, shape, precision, device, layout, warmup=warmup, steps=steps,
+                   model_options=option_pairs(option), warmup_until_cv=warmup_until_cv, min_measure_s=min_measure_s)
+    choice = RunnerChoice(tuple(runner), frameworks, venvs, transport)
+    result = run(lambda progress: calibrate_use_case(spec, choice, repetitions, store, progress))
+    terminal.print_calibrations(result.calibrations, f"{model} {mode.value}, batch {batch_size}, {precision.value}", store)
+    report_failures(result.failures)

@@ -1,0 +1,129 @@
+"""fwbench models, describe, parity and max-batch: what the runners are, what they build, that they build it alike,
+and how large a batch fits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..app.max_batch import max_batch as max_batch_use_case
+from ..app.parity import parity as parity_use_case
+from ..app.runner_info import describe as describe_use_case
+from ..app.runner_info import list_models
+from ..app.runners import RunnerChoice
+from ..plan import spec as plan
+from ..plan.spec import RunSpec, option_pairs
+from ..present import listings
+from . import app
+from .common import report_failures, run
+from .options import (
+    DeviceOption, FrameworksOption, ModelOption, ModelOptionsOption, ModeOption, PrecisionOption, RunnerOption,
+    ShapeOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption, every_framework, parse_text,
+    runner_transport,
+)
+
+
+def _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs) -> RunnerChoice:
+    return RunnerChoice(tuple(runner), frameworks, venvs, runner_transport(runner, tls_ca, tls_cert, tls_key, token_file))
+
+
+@app.command()
+def models(
+    runner: RunnerOption = [],
+    tls_ca: TlsCaOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    token_file: TokenFileOption = None,
+    frameworks: FrameworksOption = every_framework(),
+    venvs: VenvsOption = None,
+    parameters: Annotated[bool, typer.Option(
+        "--parameters", help="count each model's trainable parameters too (default shape and options): the runner "
+        "builds every model on its CPU, tens of seconds",
+    )] = False,
+) -> None:
+    """List the models, one row each: task, default input, options, and the runners that build it."""
+    choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs)
+    listing = run(lambda progress: list_models(choice, parameters, progress))
+    listings.print_models(listing.models, listing.runners, parameters)
+    report_failures(listing.failures)
+
+
+@app.command()
+def describe(
+    runner: RunnerOption = [],
+    tls_ca: TlsCaOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    token_file: TokenFileOption = None,
+    frameworks: FrameworksOption = every_framework(),
+    venvs: VenvsOption = None,
+) -> None:
+    """Show each runner's framework, versions, devices and precisions."""
+    choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs)
+    described, failures = run(lambda progress: describe_use_case(choice, progress))
+    listings.print_descriptions(described)
+    report_failures(failures)
+
+
+@app.command()
+def parity(
+    models: Annotated[Optional[str], typer.Option(
+        callback=parse_text, help="comma-separated model names; default: every model both runners list")] = None,
+    runner: RunnerOption = [],
+    tls_ca: TlsCaOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    token_file: TokenFileOption = None,
+    venvs: VenvsOption = None,
+    frameworks: FrameworksOption = every_framework(),
+    out: Annotated[Path, typer.Option(help="folder for parity.csv")] = Path("results"),
+) -> None:
+    """Show that the runners build the same networks as the first one, the reference.
+
+    Torch is the reference by default, against TensorFlow; --frameworks torch,tensorflow,jax adds JAX. Checked:
+    parameters, FLOPs, output shapes, and, where a runner can load the reference's weights, the same output for the
+    same input. The weights pass through the runners' reference folder: the runners started here share a temporary
+    one; runners given with --runner must be started with one shared --reference-dir.
+    """
+    choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs)
+    names = [name for name in models.split(",") if name] if models else None
+    result = run(lambda progress: parity_use_case(choice, names, out, progress))
+    listings.print_parity(result.tables, result.path)
+    report_failures(result.failures)
+    if result.differ:
+        raise typer.Exit(1)
+
+
+@app.command("max-batch")
+def max_batch(
+    model: ModelOption = "resnet18",
+    mode: ModeOption = "train",
+    shape: ShapeOption = None,
+    option: ModelOptionsOption = [],
+    precision: PrecisionOption = "fp32",
+    device: DeviceOption = None,
+    limit: Annotated[int, typer.Option(
+        min=1, max=plan.MAX_BATCH_SIZE, help="largest batch to try (on a CPU, device memory is the host's)")] = 4096,
+    runner: RunnerOption = [],
+    tls_ca: TlsCaOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    token_file: TokenFileOption = None,
+    frameworks: FrameworksOption = every_framework(),
+    venvs: VenvsOption = None,
+    store: Annotated[Path, typer.Option(
+        help="the results store: each runner's search is kept there (frame max_batch)")] = Path("results/store"),
+) -> None:
+    """The largest batch each runner fits in device memory: doubling, then bisection on out-of-memory refusals.
+
+    Each runner's result is stored, to line up with a sweep's runs of the same configuration.
+    """
+    choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs)
+    # One step answers "does it fit": no warm-up, no minimum window, no power.
+    spec = RunSpec(model, mode, 1, shape, precision, device, warmup=0, steps=1, model_options=option_pairs(option),
+                   power_rate_hz=0, min_measure_s=0.0)
+    result = run(lambda progress: max_batch_use_case(spec, limit, choice, store, progress))
+    listings.print_max_batch(result.searches, f"{model} {mode.value}, {precision.value}", store)
+    report_failures(result.failures)

@@ -1,0 +1,113 @@
+"""fwbench sweep and fwbench report: a whole study into a results store, and the report over any store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..app.report import report as report_use_case
+from ..app.runners import RunnerChoice, names_of
+from ..app.study import StudyRequest
+from ..app.study import study as study_use_case
+from ..base.frameworks import names as framework_names
+from ..plan import spec as plan
+from ..plan.study_file import load_sweep, sweep_from_options
+from ..present import terminal
+from ..run.runners import runners_in_use
+from . import app
+from .common import interrupted_status, report_failures, run, usage_error
+from .options import (
+    LatencyBudgetOption, RunnerOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption,
+    every_framework, runner_transport,
+)
+
+
+@app.command()
+def sweep(
+    file: Annotated[Optional[Path], typer.Argument(help="a sweep file (YAML); or use the options below")] = None,
+    models: Annotated[Optional[str], typer.Option(help="comma-separated models")] = None,
+    modes: Annotated[Optional[str], typer.Option(help="comma-separated: train, infer")] = None,
+    batch_sizes: Annotated[Optional[str], typer.Option(help="comma-separated, e.g. 1,2,4,8")] = None,
+    shapes: Annotated[Optional[str], typer.Option(help="comma-separated shapes, e.g. 3x32x32,3x64x64")] = None,
+    precisions: Annotated[Optional[str], typer.Option(help="comma-separated precisions")] = None,
+    strategies: Annotated[Optional[str], typer.Option(
+        help="comma-separated strategies, each for every runner (a sweep file can give them per runner, and lists of "
+        "devices)")] = None,
+    repetitions: Annotated[Optional[int], typer.Option(
+        min=1, max=plan.MAX_REPETITIONS, help=f"runs per runner and point (default {plan.DEFAULT_REPETITIONS})")] = None,
+    warmup: Annotated[Optional[int], typer.Option(
+        min=0, max=plan.MAX_WARMUP, help=f"the most warm-up steps (default {plan.DEFAULT_WARMUP})")] = None,
+    warmup_until_cv: Annotated[Optional[float], typer.Option(
+        min=0.0, max=0.99,
+        help=f"warm up until stable within this (default {plan.DEFAULT_WARMUP_UNTIL_CV}; 0: a fixed count)")] = None,
+    steps: Annotated[Optional[int], typer.Option(
+        min=1, max=plan.MAX_STEPS, help=f"measured steps, at least (default {plan.DEFAULT_STEPS})")] = None,
+    min_measure_s: Annotated[Optional[float], typer.Option(
+        min=0.0, max=plan.MAX_MEASURE_S,
+        help=f"measured seconds per run, at least (default {plan.DEFAULT_MIN_MEASURE_S})")] = None,
+    reuse_builds: Annotated[Optional[bool], typer.Option(
+        "--reuse-builds/--no-reuse-builds",
+        help="a runner's batch sizes of one repetition share one build, each run restarted from the seed (default: on)",
+    )] = None,
+    store: Annotated[Path, typer.Option(help="the results store (append-only; every completed run is kept)")] = Path("results/store"),
+    resume: Annotated[bool, typer.Option(help="skip configurations already in the store")] = False,
+    report: Annotated[bool, typer.Option(help="write the HTML report from the store when the sweep ends")] = True,
+    latency_budget_ms: LatencyBudgetOption = None,
+    runner: RunnerOption = [],
+    tls_ca: TlsCaOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    token_file: TokenFileOption = None,
+    venvs: VenvsOption = None,
+) -> None:
+    """Run a whole study, one run at a time per device, each stored the moment it completes.
+
+    Ctrl-C or SIGTERM keeps every finished run; --resume runs what the store lacks.
+    """
+    transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
+    # A sweep without a file compares the runners given, as `compare` would (an opt-in one only where named).
+    given = names_of(runners_in_use(runner, every_framework()))
+    accepted = names_of(runner) if runner else framework_names()
+    if file is not None:
+        study = run(lambda progress: load_sweep(file, accepted))
+    elif models:
+        study = run(lambda progress: sweep_from_options(
+            models, runners=given or None, batch_sizes=batch_sizes, shapes=shapes, modes=modes, precisions=precisions,
+            strategies=strategies, repetitions=repetitions, warmup=warmup, steps=steps, warmup_until_cv=warmup_until_cv,
+            min_measure_s=min_measure_s, reuse_builds=reuse_builds, runner_names=accepted))
+    else:
+        raise usage_error("give a sweep file or at least --models")
+    reachable = names_of(runners_in_use(runner, ",".join(study.runners)))
+    unreachable = [name for name in study.runners if runner and name not in reachable]
+    if unreachable:
+        raise usage_error(f"the sweep's runner(s) {', '.join(unreachable)} have no address; give each as "
+                          f"--runner NAME=HOST:PORT, or list only {', '.join(reachable)} in its runners")
+    spanning = sorted({c.nodes for c in study.configurations() if c.nodes > 1})
+    if spanning:
+        raise usage_error(
+            f"nodes: {spanning} spreads a run over several machines: run the study on a Slurm allocation with "
+            "`fwbench slurm`, or give a runner its machines as --runner NAME=HOST:PORT,HOST:PORT (every run of it "
+            "then spans them) and leave nodes out")
+    request = StudyRequest(study, RunnerChoice(tuple(runner), "", venvs, transport), store, resume, report,
+                           latency_budget_ms)
+    result = run(lambda progress: study_use_case(request, progress))
+    if result.interrupted is not None:
+        terminal.print_interrupted(result.stored, store)
+        raise typer.Exit(interrupted_status(result.interrupted))
+    if result.report is not None:
+        terminal.print_report(result.report.analysis, result.report.path)
+    terminal.print_out_of_memory(result.out_of_memory)
+    report_failures(result.failures)
+
+
+@app.command("report")
+def report_command(
+    store: Annotated[Path, typer.Option(help="the results store a sweep wrote")] = Path("results/store"),
+    out: Annotated[Optional[Path], typer.Option(help="folder for report.html, tables and plots (default: STORE/report)")] = None,
+    latency_budget_ms: LatencyBudgetOption = None,
+) -> None:
+    """Tables, plots, verdicts and the manifest from the store alone: no runner is needed."""
+    result = run(lambda progress: report_use_case(store, out, latency_budget_ms))
+    terminal.print_report(result.analysis, result.path)

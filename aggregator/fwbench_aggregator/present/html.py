@@ -1,0 +1,148 @@
+"""The report as one self-contained HTML page: plots inline as base64 PNG, CSS inline, no scripts, no external
+references."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from ..analyse import stats
+from ..analyse.findings import Finding
+from ..analyse.results import Analysis
+from ..store.schema import CONFIG_COLUMNS, VERSION_COLUMNS
+from .display import NUMERIC_HEADERS, display_frame, verdict_table
+from .plots import PlotResult
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.8em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; font-size: 0.82em; margin: 0.5em 0; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; vertical-align: top; }
+th { background: #f0f0f0; }
+tr.failed td { color: #a00000; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+img { max-width: 100%; border: 1px solid #ddd; margin: 0.4em 0; }
+pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }
+.skipped { color: #666; }
+ul.findings li { margin: 0.3em 0; }
+.flagged { color: #a00000; font-weight: bold; }
+"""
+
+
+
+def table_html(shown: pd.DataFrame, failed: Iterable[bool] | None = None) -> str:
+    e = html.escape
+    failed = list(failed) if failed is not None else [False] * len(shown)
+    head = "".join(f"<th>{e(str(c))}</th>" for c in shown.columns)
+    body = []
+    for is_failed, values in zip(failed, shown.itertuples(index=False)):
+        cells = "".join(
+            f'<td class="num">{e(str(v))}</td>' if c in NUMERIC_HEADERS else f"<td>{e(str(v))}</td>"
+            for c, v in zip(shown.columns, values)
+        )
+        body.append(f'<tr class="failed">{cells}</tr>' if is_failed else f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def standalone_html(title: str, body: str) -> str:
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n{body}\n</body></html>\n"
+    )
+
+
+def _png_data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def _versions_html(summary: pd.DataFrame) -> str:
+    present = [c for c in VERSION_COLUMNS if c in summary]
+    if "status" in summary:
+        summary = summary[summary["status"] == "ok"]
+    if not present or summary.empty:
+        return "<p>No successful runs to describe.</p>"
+    versions = summary[present].astype(object).where(summary[present].notna(), "").astype(str).drop_duplicates()
+    return table_html(versions.sort_values(present).reset_index(drop=True))
+
+
+
+def _findings_html(findings: list[Finding]) -> str:
+    e = html.escape
+    items = "".join(
+        f"<li><b>{e(f.question)}.</b> {e(f.sentence)}"
+        + (f' <span class="flagged">FLAGGED: {e(f.flagged)}</span>' if f.flagged else "") + "</li>"
+        for f in findings
+    )
+    return f'<h2>Findings</h2><ul class="findings">{items}</ul>'
+
+
+def render_html(
+    summary: pd.DataFrame, analysis: Analysis, plots: list[PlotResult], manifest: dict | None,
+    tables: list[tuple[str, str, pd.DataFrame]] = (), study_tables: list[tuple[str, str, str, pd.DataFrame]] = (),
+) -> str:
+    """One self-contained page: findings, plots, the studies' tables, scaling, verdicts, the comparison, failed runs,
+    the runners and the manifest."""
+    e = html.escape
+    rows = analysis.rows
+    status = summary["status"] if "status" in summary else pd.Series(["ok"] * len(summary))
+    n_ok, n_failed = int((status == "ok").sum()), int((status != "ok").sum())
+    parts = [
+        "<h1>fwbench comparison report</h1>",
+        f"<p>Generated {e(datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))} from {n_ok + n_failed} runs "
+        f"({n_ok} ok, {n_failed} failed); {rows[list(CONFIG_COLUMNS)].drop_duplicates().shape[0] if not rows.empty else 0} configurations, "
+        f"runners: {e(', '.join(sorted(set(rows['runner']))) if not rows.empty else 'none')}.</p>",
+        "<p>The unit of evidence is the run: each run's median step time is one value, a runner's time is the "
+        "geometric mean of its runs' values, and a verdict compares the fastest runner of a configuration with each "
+        f"other one by Welch's t-test on the log run values ({stats.CONFIDENCE:.0%} interval, at least "
+        f"{stats.MIN_REPETITIONS} runs a side). A difference is called only where the interval excludes none and the "
+        f"ratio reaches {stats.MIN_EFFECT:.0%} and the configuration's noise floor (the far end of an A/A comparison "
+        "measured by <code>fwbench calibrate</code>; – where not measured). Verdicts marked FLAGGED had a run on a "
+        "device that was not quiet (another process, throttled clocks, a busy host).</p>",
+        _findings_html(analysis.findings),
+        "<h2>Plots</h2>",
+    ]
+    for plot in plots:
+        if plot.path is None:
+            continue
+        parts.append(f"<h3>{e(plot.title)}</h3>")
+        parts.append(f'<img src="{_png_data_uri(plot.path)}" alt="{e(plot.title)}">')
+        if plot.missing:
+            marks = "; ".join(f"{m.runner} {m.config}: {m.label}" for m in plot.missing)
+            parts.append(f"<p class=\"skipped\">Marked ✕ (did not run): {e(marks)}</p>")
+    skipped = [p for p in plots if p.path is None]
+    if skipped:
+        parts.append("<h3>Plots not drawn</h3><ul class=\"skipped\">"
+                     + "".join(f"<li>{e(p.title)}: {e(p.reason)}</li>" for p in skipped) + "</ul>")
+    for _, title, explanation, shown in study_tables:
+        parts.append(f"<h2>{e(title)}</h2><p>{e(explanation)}</p>")
+        parts.append(table_html(shown))
+    if tables:
+        parts.append("<h2>Strategies and scaling</h2>")
+        parts.append("<p>Batch sizes are per device; throughput counts the job's samples (the per-device batch on every "
+                     "device of every runner) over the slowest rank's step time. Efficiency is the throughput on N "
+                     "devices over N times the same runner's on one device, at the same per-device batch.</p>")
+        for _, title, shown in tables:
+            parts.append(f"<h3>{e(title)}</h3>")
+            parts.append(table_html(shown))
+    parts.append("<h2>Verdicts</h2>")
+    parts.append(table_html(verdict_table(rows).astype(str)) if not rows.empty else "<p>No runs.</p>")
+    parts.append("<h2>Comparison</h2>")
+    parts.append(table_html(display_frame(rows), rows["status"] != "ok") if not rows.empty else "<p>No runs.</p>")
+    failed = rows[rows["status"] != "ok"] if not rows.empty else rows
+    if not failed.empty:
+        parts.append("<h2>Failed runs</h2>")
+        parts.append(table_html(failed[[*CONFIG_COLUMNS, "runner", "failed_runs", "error"]].astype(str), [True] * len(failed)))
+    parts.append("<h2>Runners</h2>")
+    parts.append(_versions_html(summary))
+    parts.append("<h2>Manifest</h2>")
+    if manifest:
+        parts.append(f"<pre>{e(json.dumps(manifest, indent=2, sort_keys=True, default=str))}</pre>")
+    else:
+        parts.append("<p>No manifest given.</p>")
+    return standalone_html("fwbench comparison report", "\n".join(parts))

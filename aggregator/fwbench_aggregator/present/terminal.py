@@ -1,0 +1,233 @@
+"""What a comparison, a study's report and a calibration print: tables that fit the terminal (80 columns and up),
+the settings that are the same on every runner in the title, and each fact said once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+from rich.markup import escape
+
+from ..analyse.comparison import flagged_verdict, is_out_of_memory
+from ..analyse.findings import Finding
+from ..analyse.results import Analysis
+from ..run.client import RunnerFailure, RunResult
+from ..store.schema import SCALING_KEY_COLUMNS, SERIES_COLUMNS, SETTINGS_COLUMNS
+from .console import Column, err_console, out_console, print_table
+from .display import KEY_HEADERS, NUMERIC_HEADERS, SCALING_DISPLAY, cell, scaling_display
+
+VERDICT_WIDTH = 34
+SETTING_NAMES = {"layout": "layout", "compilation": "compilation", "cudnn_autotune": "cuDNN autotune"}
+
+
+def _ms(value: float) -> str:
+    return "–" if pd.isna(value) else f"{value:.2f}"
+
+
+def configuration_title(row: pd.Series, with_batch: bool = True) -> str:
+    """'resnet18 train · batch 8 · 3x64x64 · fp32 · cpu:0': what every runner of a configuration shares."""
+    parts = [f"{row['model']}" + (f" ({row['model_options']})" if row["model_options"] else ""), str(row["mode"])]
+    if with_batch:
+        parts.append(f"batch {row['batch_size']}" + (" per device" if int(row["world_size"]) > 1 else ""))
+    parts += [str(row["input_shape"]), str(row["precision"]), str(row["device"])]
+    if int(row["world_size"]) > 1:
+        parts.append(f"{row['world_size']} devices over {row['nodes']} runner(s)")
+    return " · ".join(p for p in parts if p)
+
+
+def settings_title(rows: pd.DataFrame) -> str:
+    """The runners' settings that decide a verdict: one value where every runner used the same, else each runner's
+    ('compilation: torch eager, tensorflow graph')."""
+    ran = rows[rows["status"] == "ok"]
+    if ran.empty:
+        return ""
+    parts = []
+    threads = {(r.runner, f"{r.intra_op_threads}/{r.inter_op_threads}") for r in ran.itertuples() if r.intra_op_threads}
+    columns = [c for c in SETTINGS_COLUMNS if c in SETTING_NAMES and (c != "cudnn_autotune" or _on_gpu(ran))]
+    for column in columns:
+        values = {r["runner"]: str(r[column]) for _, r in ran.iterrows() if str(r[column])}
+        if not values:
+            continue
+        if len(set(values.values())) == 1:
+            parts.append(f"{SETTING_NAMES[column]} {next(iter(values.values()))}")
+        else:
+            parts.append(f"{SETTING_NAMES[column]}: " + ", ".join(f"{runner} {value}" for runner, value in values.items()))
+    if threads:
+        values = {value for _, value in threads}
+        parts.append(f"threads {values.pop()} (intra/inter-op)" if len(values) == 1
+                     else "threads: " + ", ".join(f"{runner} {value}" for runner, value in sorted(threads)))
+    return " · ".join(parts)
+
+
+def _on_gpu(rows: pd.DataFrame) -> bool:
+    return rows["device"].astype(str).str.startswith("gpu").any()
+
+
+def run_flags(results: Sequence[RunResult]) -> dict[str, list[str]]:
+    """Each warning a runner raised about its figures, with the runs it concerns: said once, not once per run."""
+    flags: dict[str, list[str]] = {}
+    for r in results:
+        for flag in r.summary.flags:
+            flags.setdefault(flag, []).append(f"{r.runner} #{r.repetition + 1}")
+    return flags
+
+
+def print_compare(rows: pd.DataFrame, run_dir: Path | None, store: Path, scaling: pd.DataFrame,
+                  results: Sequence[RunResult]) -> None:
+    """One configuration's rows: the table, each runner's verdict, the noise floor, energy, flags, where it is."""
+    if rows.empty:
+        return
+    ran = rows[rows["status"] == "ok"]
+    energy = ran["energy_per_sample_j"].notna().any()
+    distributed = (ran["world_size"] > 1).any()
+    columns = [
+        Column("runner", key=True), Column("version", key=True), Column("runs", numeric=True),
+        Column("median ms\n(of runs)", numeric=True), Column("p5–p95 ms\n(of steps)", numeric=True),
+        Column("run\nspread", numeric=True), Column("samples/s", numeric=True), Column("× fastest", numeric=True),
+        *([Column("J/sample", numeric=True), Column("mean W", numeric=True)] if energy else []),
+        *([Column("devices", numeric=True), Column("straggler\nspread", numeric=True)] if distributed else []),
+    ]
+    table = []
+    for r in ran.itertuples():
+        table.append((
+            r.runner, str(r.framework_version), str(r.runs), _ms(r.median_step_ms),
+            f"{_ms(r.p5_step_ms)}–{_ms(r.p95_step_ms)}", cell(r.run_spread, "run_spread"),
+            f"{r.throughput_samples_per_s:.1f}", f"{r.ratio_to_fastest:.3f}",
+            *((cell(r.energy_per_sample_j, "energy_per_sample_j"), cell(r.mean_power_w)) if energy else ()),
+            *((str(r.world_size), cell(r.straggler_spread, "straggler_spread")) if distributed else ()),
+        ))
+    first = rows.iloc[0]
+    settings = settings_title(rows)
+    print_table(columns, table, configuration_title(first) + (f"\n{settings}" if settings else ""))
+    _print_verdicts(rows)
+    if not scaling.empty:
+        print_scaling(scaling)
+    for flag, runs in run_flags(results).items():
+        err_console.print(f"[yellow]{escape(', '.join(runs))}: {escape(flag)}[/]", highlight=False)
+    if run_dir is not None:
+        err_console.print(f"results: {run_dir} (every run also in {store})", highlight=False)
+
+
+def _print_verdicts(rows: pd.DataFrame) -> None:
+    ran = rows[rows["status"] == "ok"]
+    judged = rows[~rows["verdict"].isin(["fastest", "only runner"])]
+    for r in judged.itertuples():
+        who = "" if len(rows) == 2 else f" ({r.runner})"
+        out_console.print(f"verdict{who}: {escape(flagged_verdict(r.verdict, r.flagged))}", highlight=False)
+    if len(ran) > 1:
+        floor = ran["noise_floor"].dropna()
+        out_console.print(f"noise floor: {floor.iloc[0]:.1%} (from fwbench calibrate)" if len(floor) else
+                          "noise floor: not measured here; `fwbench calibrate` with the same options measures it",
+                          highlight=False)
+    # Runners on one host mostly share why energy is missing (no RAPL domain readable): said once for all.
+    missing = ran[ran["energy_status"].fillna("") != ""].groupby("energy_status", sort=False)["runner"]
+    for status, runners in missing:
+        out_console.print(f"energy ({', '.join(runners)}): {escape(status)}", highlight=False)
+
+
+def series_table(rows: pd.DataFrame) -> tuple[list[Column], list[tuple], list]:
+    """One series (a configuration less its batch size): a row per batch, a column per runner (median ms of its
+    runs, or why it has none), the runs, and the verdict."""
+    runners = list(dict.fromkeys(rows["runner"]))
+    columns = [Column("batch", numeric=True, key=True), *(Column(f"{runner}\nms", numeric=True) for runner in runners),
+               Column("runs", numeric=True), Column("verdict", wrap_at=VERDICT_WIDTH)]
+    table, styles = [], []
+    for batch, own in rows.groupby("batch_size", sort=True):
+        by_runner = {r.runner: r for r in own.itertuples()}
+        figures = []
+        for runner in runners:
+            r = by_runner.get(runner)
+            if r is None:
+                figures.append("–")
+            elif r.status != "ok":
+                figures.append("OOM" if is_out_of_memory(r.error) else "failed")
+            else:
+                figures.append(_ms(r.median_step_ms))
+        counts = sorted({int(r.runs) for r in own.itertuples() if r.status == "ok"})
+        judged = [r for r in own.itertuples() if r.verdict not in ("fastest", "only runner")]
+        verdicts = [flagged_verdict(r.verdict, r.flagged) if len(runners) == 2 else
+                    f"{r.runner}: {flagged_verdict(r.verdict, r.flagged)}" for r in judged]
+        table.append((str(batch), *figures, "/".join(map(str, counts)) or "0", "; ".join(verdicts) or "–"))
+        styles.append("red" if (own["status"] != "ok").any() else None)
+    return columns, table, styles
+
+
+def print_series(rows: pd.DataFrame, console=None) -> None:
+    """Every configuration of a study, one table per series (its constant columns in the title)."""
+    console = console or out_console
+    if rows.empty:
+        console.print("no runs")
+        return
+    for _, series in rows.groupby(list(SERIES_COLUMNS), sort=False):
+        columns, table, styles = series_table(series)
+        title = configuration_title(series.iloc[0], with_batch=False)
+        settings = settings_title(series)
+        print_table(columns, table, title + (f"\n{settings}" if settings else ""), console, styles=styles)
+
+
+def print_scaling(scaling: pd.DataFrame, console=None) -> None:
+    """Throughput against devices and the scaling efficiency; the configuration columns that vary only."""
+    scaling = scaling.sort_values([*SCALING_KEY_COLUMNS, "runner_name", "world_size", "nodes", "strategy"], kind="stable")
+    same = [c for c in SCALING_KEY_COLUMNS if scaling[c].nunique() <= 1]
+    title = "scaling: throughput against devices"
+    if same and len(scaling):
+        first = scaling.iloc[0]
+        title += " (" + ", ".join(f"batch {first[c]} per device" if c == "batch_size" else str(first[c])
+                                  for c in same if first[c] != "") + ")"
+    shown = scaling_display(scaling).drop(columns=[SCALING_DISPLAY[c] for c in same])
+    if not (scaling["efficiency_note"] != "").any():
+        shown = shown.drop(columns="note")
+    columns = [Column(c, numeric=c in NUMERIC_HEADERS, key=c in KEY_HEADERS, wrap_at=VERDICT_WIDTH if c == "note" else None)
+               for c in shown.columns]
+    groups = [tuple(r) for r in scaling[list(SCALING_KEY_COLUMNS)].itertuples(index=False)]
+    print_table(columns, list(shown.itertuples(index=False)), title, console, groups=groups)
+
+
+def print_findings(findings: Sequence[Finding], console=None) -> None:
+    """The findings as the terminal shows them after the comparison tables."""
+    console = console or out_console
+    console.print("[bold]findings[/]")
+    for finding in findings:
+        flag = f" [bold yellow]FLAGGED: {escape(finding.flagged)}[/]" if finding.flagged else ""
+        console.print(f"- [bold]{escape(finding.question)}[/]: {escape(finding.sentence)}{flag}", highlight=False)
+
+
+def print_report(analysis: Analysis, path: Path) -> None:
+    print_series(analysis.rows)
+    if not analysis.scaling.empty and (analysis.scaling["world_size"] > 1).any():
+        print_scaling(analysis.scaling)
+    print_findings(analysis.findings)
+    err_console.print(f"report: {path}", highlight=False)
+
+
+def print_out_of_memory(failures: Sequence[RunnerFailure]) -> None:
+    if failures:
+        runners = ", ".join(dict.fromkeys(f.runner for f in failures))
+        err_console.print(f"[yellow]{len(failures)} run(s) of {escape(runners)} ran out of memory: stored, and marked in "
+                          "the report as missing points[/]", highlight=False)
+
+
+def print_interrupted(stored: int, store: Path) -> None:
+    err_console.print(f"[bold yellow]interrupted[/]: the run in flight was cancelled; {stored} runs are kept in "
+                      f"{escape(str(store))}")
+
+
+def print_calibrations(calibrations: Sequence, title: str, store: Path) -> None:
+    """Each runner's A/A comparison: `calibrations` hold runner, row (the stored calibration), comparison and
+    run_spread."""
+    columns = [Column("runner", key=True), *(Column(h, numeric=True) for h in
+                                             ("runs", "A/A ratio", "99% interval", "run spread", "noise floor"))]
+    table = []
+    for c in calibrations:
+        enough = c.comparison.enough_runs
+        table.append((
+            c.runner, str(c.row["runs"]), f"{c.comparison.ratio:.3f}",
+            f"[{c.comparison.ci_low:.3f}, {c.comparison.ci_high:.3f}]" if enough else "–", f"{c.run_spread:.1%}",
+            f"{c.row['noise_floor']:.1%}" if enough else "too few runs",
+        ))
+    print_table(columns, table, f"noise floor: {title}")
+    out_console.print(
+        "A difference below a runner's noise floor is what two instances of that runner already show on this host: "
+        f"`fwbench compare` and `fwbench report` with the store {escape(str(store))} call it no significant difference.",
+        highlight=False)

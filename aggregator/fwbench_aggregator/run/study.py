@@ -1,0 +1,226 @@
+"""A study's runs: those sharing a machine and device one after the other, different devices at once, on one
+host's runners or spread over a cluster's machines. Each completed run goes to the caller's `store` callback the
+moment its summary arrives; a run that ran out of memory goes to `store_failure` (a fact about the configuration
+that would repeat); any other failure is returned, for the caller to report and a resume to retry."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Optional
+
+from fwbench.runner.v1 import runner_pb2 as pb
+
+from ..base.progress import Progress
+from ..base.vocabulary import indexed_device
+from ..plan.spec import StartupSettings
+from ..plan.study import Configuration
+from . import jobs
+from .client import RunnerClient, RunnerFailure, RunResult
+from .connection import Transport
+from .runners import runner_facts
+from .scheduler import device_group, run_grouped, run_pooled
+
+# (key, configuration, result, request, context): a completed run, to be stored.
+StoreRun = Callable[[str, Configuration, RunResult, pb.RunRequest, dict], None]
+# (key, configuration, failure, columns, context): a run that ran out of memory, to be stored as such; the columns
+# say where it would have run (the device, shape and spread a success would report).
+StoreFailure = Callable[[str, Configuration, RunnerFailure, dict, dict], None]
+
+
+class Slot(NamedTuple):
+    """A place in a pool of machines where a study's runs go: one runner of each framework on one node (or on
+    one GPU of it)."""
+
+    name: str  # "node1", or "node1/gpu:0" for runners that see one GPU each
+    node: str  # the machine: it fails as a whole
+    endpoints: dict[str, str]  # framework -> address
+
+
+class Pool(NamedTuple):
+    """The machines of a cluster allocation (slurm.py), and how to tell that one is gone."""
+
+    slots: list[Slot]
+    lost: Callable[[str], Optional[str]]  # node -> why it is gone, or None while it serves
+    context: dict  # added to every run's manifest (the allocation's job, nodes and options), with "run_nodes"
+    rendezvous_port: Optional[int] = None
+
+
+class _Sweep:
+    """What every run of a sweep shares, whichever scheduler places it: the runners' facts, the store callbacks
+    (under a lock), the reuse chains, the progress, the clients in flight and the failures."""
+
+    def __init__(self, pending, transport: Transport, startup: StartupSettings, store: StoreRun,
+                 store_failure: StoreFailure, first_endpoints: dict[str, str], progress: Progress) -> None:
+        self.transport, self.startup, self.progress = transport, startup, progress
+        self.store, self.store_failure = store, store_failure
+        self.facts = {name: runner_facts(name, jobs.addresses_of(address)[0], transport)
+                      for name, address in first_endpoints.items()}
+        self.failures: list[RunnerFailure] = []
+        self.store_lock = threading.Lock()
+        self.active: set[RunnerClient] = set()
+        # This sweep's own chain keys (two sweeps on one runner never share a build), and each chain's last pending
+        # run, after which its runner frees the build instead of holding it while another runner uses the device.
+        self.session = uuid.uuid4().hex[:8]
+        self.chain_ends = {c.reuse_chain: key for key, c in pending if c.reuse_chain}
+        self.overall = progress.add_task("study", total=len(pending))
+
+    def run(self, key: str, c: Configuration, address: str, rendezvous_port: Optional[int] = None,
+            context: Optional[dict] = None, stop: Optional[threading.Event] = None) -> Optional[RunnerFailure]:
+        """One run on `address` (a comma list: a job across machines), stored the moment it completes, or its
+        failure, stored where it would repeat; returns the failure."""
+        self.progress.update(self.overall, description=f"{c.runner} {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1}")
+        reuse_key = f"{self.session}-{c.reuse_chain}" if c.reuse_chain else ""
+        request = c.run_spec(self.startup, reuse_key, end_reuse=self.chain_ends.get(c.reuse_chain) == key).to_request()
+        stored = []
+
+        def store(result: RunResult) -> None:
+            # Written as the summary arrives, while the runner frees the run's memory: off the gap between runs,
+            # and still stored before the next run starts.
+            with self.store_lock:
+                self.store(key, c, result, request, context or {})
+            stored.append(key)
+
+        try:
+            jobs.run_job(c.runner, address, self.transport, request, repetition=c.repetition, active=self.active,
+                         on_summary=store, rendezvous_port=rendezvous_port)
+            return None
+        except RunnerFailure as failure:
+            self.failures.append(failure)
+            stopping = stop is not None and stop.is_set()
+            # Only running out of memory is a fact about the configuration that a rerun would repeat; a refusal or
+            # an unreachable runner is not stored, so that a resume runs it again. A call that failed after its
+            # summary arrived has its run stored already.
+            if failure.out_of_memory and not stopping and not stored:
+                # Where the run would have been: the device, shape and spread a success would report.
+                nodes = len(jobs.addresses_of(address))
+                where = {
+                    **self.facts[c.runner].failure_columns(c.model, (c.devices or "").split(",")[0] or c.device, c.shape),
+                    "strategy": c.strategy.value if c.strategy else "", "devices": c.devices or "", "nodes": nodes,
+                    "world_size": nodes * (len(c.devices.split(",")) if c.devices else 1),
+                }
+                with self.store_lock:
+                    self.store_failure(key, c, failure, where, context or {})
+            return failure
+        finally:
+            self.progress.advance(self.overall)
+
+    def cancel_in_flight(self) -> None:
+        # Closing the channels cancels the runs in flight: each runner stops between steps.
+        for client in list(self.active):
+            client.close()
+
+
+def run_sweep(
+    pending: Sequence[tuple[str, Configuration]], endpoints: dict[str, str], transport: Transport, startup: StartupSettings,
+    store: StoreRun, store_failure: StoreFailure, cooldown_s: float, progress: Progress = Progress(),
+) -> tuple[list[RunnerFailure], Optional[KeyboardInterrupt]]:
+    """Every pending run, those sharing a machine and device one after the other, each stored the moment it
+    completes (a repeatable failure too); returns the failures and the interrupt (Ctrl-C, or the CLI's
+    SIGTERM) that stopped the sweep, if one did."""
+    stop = threading.Event()
+    sweep = _Sweep(pending, transport, startup, store, store_failure, endpoints, progress)
+    # A run on several devices or runners shares devices with the others: then a machine runs one at a time.
+    whole_machines = any(c.devices or "," in endpoints.get(c.runner, "") for _, c in pending)
+
+    def group(c: Configuration) -> tuple[str, str]:
+        address = jobs.addresses_of(endpoints[c.runner])[0]
+        facts = sweep.facts[c.runner]
+        machine, device = device_group(address, c.device or facts.default_device, facts.options)
+        return (machine, "") if whole_machines else (machine, device)
+
+    grouped = [(group(c), (key, c)) for key, c in pending if c.runner in endpoints]
+    try:
+        run_grouped(grouped, lambda job: sweep.run(*job, endpoints[job[1].runner], stop=stop), stop,
+                    between=lambda: time.sleep(cooldown_s))
+    except KeyboardInterrupt as interrupt:
+        sweep.cancel_in_flight()
+        return sweep.failures, interrupt
+    return sweep.failures, None
+
+
+def units_of(pending: Sequence[tuple[str, Configuration]]) -> list[list[tuple[str, Configuration]]]:
+    """The sweep's runs cut where the family changes (Configuration.family): each unit runs whole on one machine."""
+    units: list[list[tuple[str, Configuration]]] = []
+    for key, c in pending:
+        if units and units[-1][-1][1].family() == c.family():
+            units[-1].append((key, c))
+        else:
+            units.append([(key, c)])
+    return units
+
+
+def run_sweep_on_pool(
+    pending: Sequence[tuple[str, Configuration]], pool: Pool, transport: Transport, startup: StartupSettings,
+    store: StoreRun, store_failure: StoreFailure, cooldown_s: float, progress: Progress = Progress(),
+) -> tuple[list[RunnerFailure], list[tuple[str, Configuration]], Optional[KeyboardInterrupt]]:
+    """A sweep over a cluster's machines: each unit (one point's runs, every runner and repetition) on one machine,
+    the units spread over the machines, a machine's devices at once as on one; then the runs that span several
+    machines, one at a time across the first live ones. A run that fails because its machine is gone is a failure
+    naming the machine (not stored: a resume runs it again), and the rest goes on without that machine. Returns
+    the failures, the runs left undone (no machine left for them) and the interrupt, if any."""
+    stop = threading.Event()
+    gone: dict[str, str] = {}
+    gone_lock = threading.Lock()
+    slots = {slot.name: slot for slot in pool.slots}
+
+    def node_gone(node: str) -> Optional[str]:
+        with gone_lock:
+            if node not in gone:
+                why = pool.lost(node)
+                if why is None:
+                    return None
+                gone[node] = why
+                progress.note(f"node {node} is gone ({why}): the study goes on without it", "error")
+            return gone[node]
+
+    def lost_run(failure: RunnerFailure, c: Configuration, nodes: Sequence[str]) -> bool:
+        """Whether the failure is a machine's loss; if so, it is restated naming the machine."""
+        lost = [(node, why) for node in nodes if (why := node_gone(node))]
+        if not lost:
+            return False
+        node, why = lost[0]
+        sweep.failures.remove(failure)
+        sweep.failures.append(RunnerFailure(
+            c.runner, failure.code,
+            f"node {node} lost during {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1} ({why}); "
+            f"the run is not stored, and a resume (--resume) runs it: {failure.message}", failure.reason))
+        return True
+
+    sweep = _Sweep(pending, transport, startup, store, store_failure, pool.slots[0].endpoints, progress)
+    whole_machines = any(c.devices or c.nodes > 1 for _, c in pending)
+
+    def lane(c: Configuration) -> str:
+        return "" if whole_machines else indexed_device(c.device or sweep.facts[c.runner].default_device)
+
+    def run_on_slot(slot_name: str, job: tuple[str, Configuration]) -> bool:
+        slot = slots[slot_name]
+        failure = sweep.run(*job, slot.endpoints[job[1].runner], context={**pool.context, "run_nodes": [slot.node]}, stop=stop)
+        return failure is None or not lost_run(failure, job[1], [slot.node])
+
+    single = [unit for unit in units_of(pending) if unit[0][1].nodes == 1]
+    spanning = [run for unit in units_of(pending) if unit[0][1].nodes > 1 for run in unit]
+    workers = [(slot.name, lane_name) for slot in pool.slots for lane_name in {lane(u[0][1]) for u in single}]
+    try:
+        left = run_pooled([(lane(u[0][1]), u) for u in single], workers, run_on_slot, stop,
+                          between=lambda: time.sleep(cooldown_s), available=lambda name: slots[name].node not in gone)
+        for key, c in spanning:
+            if stop.is_set():
+                left.append((key, c))
+                continue
+            live = [slot for slot in pool.slots if not node_gone(slot.node)]
+            if len(live) < c.nodes:
+                left.append((key, c))
+                continue
+            chosen = live[:c.nodes]
+            address = ",".join(slot.endpoints[c.runner] for slot in chosen)
+            nodes = [slot.node for slot in chosen]
+            failure = sweep.run(key, c, address, pool.rendezvous_port, {**pool.context, "run_nodes": nodes}, stop)
+            if failure is not None:
+                lost_run(failure, c, nodes)
+    except KeyboardInterrupt as interrupt:
+        sweep.cancel_in_flight()
+        return sweep.failures, [], interrupt
+    return sweep.failures, left, None

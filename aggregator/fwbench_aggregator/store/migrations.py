@@ -1,0 +1,67 @@
+"""Reading runs stored by older fwbench versions: each step brings one store format's frames to the next, so that
+old stores keep reading and every reader sees the current columns (schema.STORE_FORMAT says what each format is).
+
+A run records its format in its manifest ("store_format"); runs from before formats were recorded are format 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import pandas as pd
+
+from .schema import STORE_FORMAT
+
+FORMAT_KEY = "store_format"
+UNVERSIONED = 1
+RUN_FRAMES = ("steps", "summary", "power")
+
+
+class StoreFormatError(ValueError):
+    """A store or run written by a newer fwbench than this one: the message names the store and both formats."""
+
+
+def run_format(manifest: Mapping) -> int:
+    return int(manifest.get(FORMAT_KEY, UNVERSIONED))
+
+
+def check_readable(version: int, where: str) -> None:
+    if version > STORE_FORMAT:
+        raise StoreFormatError(
+            f"{where} was written by a newer fwbench (store format {version}); this fwbench reads store formats up to "
+            f"{STORE_FORMAT}: update fwbench to read it"
+        )
+
+
+def _distributed_columns(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFrame:
+    """Format 1 -> 2: runs from before distributed runs ran on one device of one runner, with no strategy."""
+    if name not in RUN_FRAMES:
+        return frame
+    frame = frame.copy()
+    for column, value in (("strategy", "single"), ("nodes", 1), ("world_size", 1)):
+        if column not in frame:
+            frame[column] = value
+    if "devices" not in frame and "device" in frame:
+        frame["devices"] = frame["device"]
+    if "global_batch_size" not in frame and "batch_size" in frame:
+        frame["global_batch_size"] = frame["batch_size"]
+    return frame
+
+
+# From format N to N + 1: (frame name, frame, the run's manifest) -> frame.
+STEPS: dict[int, Callable[[str, pd.DataFrame, Mapping], pd.DataFrame]] = {1: _distributed_columns}
+
+
+def migrated(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFrame:
+    """One run's frame `name` in the current format."""
+    for version in range(run_format(manifest), STORE_FORMAT):
+        frame = STEPS[version](name, frame, manifest)
+    return frame
+
+
+def is_refusal_record(manifest: Mapping) -> bool:
+    """Format 1 stored a refused request (unknown model, unsupported setting) as a failed run, so that a resume
+    skipped it for ever. Only running out of memory is a fact about a configuration: such a record is no run, and a
+    resume runs it again (keeping the old record aside)."""
+    return (run_format(manifest) == UNVERSIONED and manifest.get("status") == "failed"
+            and manifest.get("code") != "RESOURCE_EXHAUSTED")

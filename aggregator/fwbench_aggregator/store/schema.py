@@ -1,0 +1,120 @@
+"""The columns of every frame, in one place: those a run stores (steps, summary, power, and the store's other
+frames) and those the analysis derives (comparison, scaling, studies). Builders write exactly these columns, and a
+test holds them to it; readers name a column through the groups here, not through literals of their own.
+
+STORE_FORMAT is the version of what the store writes, recorded with every run (store.migrations reads older ones):
+  1  (no version recorded) runs before distributed runs: no strategy, devices, nodes, world_size or
+     global_batch_size columns; OOM and refused requests both stored as failed runs
+  2  every run records the store format; the distributed columns are always written
+"""
+
+from __future__ import annotations
+
+STORE_FORMAT = 2
+
+# --- what identifies a run's configuration ----------------------------------------------------------------------
+
+# world_size and nodes belong to a configuration: a run on two devices is never pooled with one on one device, nor
+# two devices of one runner with one device on each of two runners. batch_size is per device.
+CONFIG_COLUMNS = ("model", "model_options", "mode", "batch_size", "input_shape", "precision", "device", "world_size", "nodes")
+INTEGER_COLUMNS = ("batch_size", "world_size", "nodes")
+# The configuration less its batch size: one line per runner across batch sizes.
+SERIES_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c != "batch_size")
+RUN_COLUMNS = (*CONFIG_COLUMNS, "runner", "repetition")
+# A configuration less its world size (and runner count): one scaling line per runner and strategy.
+SCALING_KEY_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c not in ("world_size", "nodes"))
+
+# Every row of steps, summary and power starts with these: the run and its configuration as the runner resolved it.
+RUN_IDENTITY_COLUMNS = (
+    "run_id", "runner", "framework", "framework_version", "container_image", "model", "mode", "batch_size",
+    "input_shape", "precision", "device", "strategy", "devices", "nodes", "world_size", "global_batch_size",
+    "model_options", "repetition",
+)
+
+# --- frames a run stores -------------------------------------------------------------------------------------------
+
+STEPS_COLUMNS = (*RUN_IDENTITY_COLUMNS, "step_index", "warmup", "start_s", "step_time_s", "rank_step_time_s")
+
+# A telemetry sample's readings; unreadable ones are empty, never zero.
+POWER_FIELDS = ("power_w", "energy_j", "gpu_util_pct", "memory_util_pct", "memory_used_bytes", "sm_clock_mhz", "temperature_c")
+POWER_COLUMNS = (*RUN_IDENTITY_COLUMNS, "time_s", "phase", "telemetry_device", "power_source", *POWER_FIELDS)
+
+# The run's energy over its measured window, from the runner's EnergySummary.
+ENERGY_FIELDS = (
+    "energy_j", "counter_energy_j", "integrated_energy_j", "energy_disagreement", "mean_power_w", "peak_power_w",
+    "idle_power_w", "energy_above_idle_j", "energy_per_sample_j", "energy_above_idle_per_sample_j", "achieved_rate_hz",
+)
+ENERGY_COLUMNS = (*ENERGY_FIELDS, "energy_source", "power_samples", "energy_status", "energy_unavailable", "energy_notes")
+# What the runner fixed for the run: the settings a verdict depends on beyond the configuration.
+SETTINGS_COLUMNS = ("layout", "compilation", "cudnn_autotune", "intra_op_threads", "inter_op_threads")
+# The device and host as the run found them.
+DEVICE_STATE_COLUMNS = (
+    "flags", "device_flags", "free_memory_before_bytes", "total_memory_bytes", "other_gpu_processes_max",
+    "other_cpu_busy_cores", "load_avg_1m_before", "load_avg_1m_after", "sm_clock_min_mhz", "max_sm_clock_mhz",
+    "throttle_reasons",
+)
+RUNNER_COLUMNS = ("runner_address", "python_version", "cuda_version", "cudnn_version", "runner_version", "runner_options")
+SUMMARY_COLUMNS = (
+    *RUN_IDENTITY_COLUMNS, "status", "error", "device_name", "warmup_steps", "measured_steps", "seed", "parameter_count",
+    "mean_step_time_s", "median_step_time_s", "p95_step_time_s", "throughput_samples_per_s", "straggler_spread",
+    "peak_memory_bytes", "peak_memory_source", "time_to_first_step_s", "started_at_unix_s", "finished_at_unix_s",
+    *SETTINGS_COLUMNS, "build_reused", "first_step_traced", "warmup_steps_run", "warmup_stable", "min_measure_s",
+    "timer_disagreement", *DEVICE_STATE_COLUMNS, *ENERGY_COLUMNS, *RUNNER_COLUMNS,
+)
+# A run that ran out of memory is stored as a summary row of its configuration with these.
+FAILURE_COLUMNS = ("status", "error_code", "error")
+
+# --- the store's other frames --------------------------------------------------------------------------------------
+
+# fwbench calibrate: one noise floor per configuration and framework.
+CALIBRATION_COLUMNS = (*CONFIG_COLUMNS, "framework", "runs", "aa_ratio", "aa_ci_low", "aa_ci_high", "noise_floor")
+# fwbench max-batch: one search per runner and configuration.
+MAX_BATCH_KEY_COLUMNS = ("model", "model_options", "mode", "input_shape", "precision", "device", "runner")
+MAX_BATCH_COLUMNS = (
+    *MAX_BATCH_KEY_COLUMNS, "framework", "framework_version", "largest_batch", "limit", "capped", "batches_tried",
+    "searched_at_unix_s",
+)
+# Each model's FLOPs as the runner that ran it counts them, once per identity.
+MODEL_FACTS_FRAME = "model_facts"
+MODEL_FACT_IDENTITY = ("runner", "framework", "framework_version", "model", "model_options", "input_shape")
+MODEL_FACTS_COLUMNS = (*MODEL_FACT_IDENTITY, "forward_flops", "parameter_count", "flops_method")
+
+# Every frame a store holds, by the name of its Parquet file.
+STORED_FRAMES = {
+    "steps": STEPS_COLUMNS, "summary": SUMMARY_COLUMNS, "power": POWER_COLUMNS, "calibration": CALIBRATION_COLUMNS,
+    "max_batch": MAX_BATCH_COLUMNS, MODEL_FACTS_FRAME: MODEL_FACTS_COLUMNS,
+}
+
+# --- frames the analysis derives ----------------------------------------------------------------------------------
+
+# One row per configuration and runner (analyse.comparison).
+COMPARISON_COLUMNS = (
+    *CONFIG_COLUMNS, "runner", "runner_name", "strategy", "global_batch_size", "straggler_spread", "framework",
+    "framework_version", "container_image", *SETTINGS_COLUMNS, "status", "runs", "failed_runs", "steps",
+    "median_step_ms", "p5_step_ms", "p95_step_ms", "run_spread", "ms_per_sample", "throughput_samples_per_s",
+    "energy_per_sample_j", "mean_power_w", "energy_runs", "energy_status",
+    "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "p_value", "resolvable", "noise_floor",
+    "verdict", "significant", "flagged", "error",
+)
+SCALING_COLUMNS = (
+    *SCALING_KEY_COLUMNS, "runner", "runner_name", "strategy", "world_size", "nodes", "runs", "throughput_samples_per_s",
+    "baseline_throughput_samples_per_s", "scaling_efficiency", "straggler_spread", "efficiency_note",
+)
+STRATEGY_PAIR_COLUMNS = (*CONFIG_COLUMNS, "runner_a", "throughput_a", "runner_b", "throughput_b", "ratio_b_to_a")
+SERIES_KEY = (*SERIES_COLUMNS, "runner")
+OPTIMAL_COLUMNS = (
+    *SERIES_KEY, "batches", "runs_per_batch", "best_batch", "best_throughput_samples_per_s", "best_throughput_low",
+    "best_throughput_high", "within_noise", "optimal_status", "out_of_memory_batches", "largest_fitting_batch",
+    "fit_note", "latency_budget_ms", "budget_batch", "budget_step_ms", "budget_note",
+)
+TREND_COLUMNS = (
+    *SERIES_KEY, "batches", "runs", "spearman_rho", "spearman_p", "ratio_per_doubling", "slope_p", "trend",
+    "flattens_at_batch", "flatten_note",
+)
+EFFICIENCY_COLUMNS = (
+    *CONFIG_COLUMNS, "runner", "runs", "forward_flops", "flops_per_step", "achieved_flops_per_s", "device_name",
+    "peak_flops_per_s", "peak_entry", "mfu", "efficiency_note",
+)
+# The report's table of runners: what ran where.
+VERSION_COLUMNS = ("runner", "framework", "framework_version", "runner_version", "python_version", "cuda_version",
+                   "cudnn_version", "device", "device_name", "compilation", "runner_options")

@@ -1,0 +1,40 @@
+"""Running the fwbench command line as a user does: a subprocess, its output captured."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+
+def fwbench(*args: str, timeout: float = 600, env: dict[str, str] | None = None, columns: int = 200,
+            clean: bool = False) -> subprocess.CompletedProcess:
+    """The command as a subprocess, its output captured; `clean` drops every FWBENCH_ variable of this process's
+    environment (runners, TLS files, tokens), so that only `env` configures it."""
+    inherited = {k: v for k, v in os.environ.items() if not (clean and k.startswith("FWBENCH_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "fwbench_aggregator", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**inherited, "COLUMNS": str(columns), **(env or {})},
+    )
+
+
+def only_run_dir(out):
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir() and p.name != "store"]
+    return run_dir
+
+
+def fwbench_in_process(*args: str, columns: int = 200):
+    """The command run in this process (typer's runner): for mistakes refused before any runner is contacted, at a
+    fraction of a subprocess's start-up. Its `output` holds stdout and stderr together."""
+    return CliRunner().invoke(_app(), list(args), env={"COLUMNS": str(columns)})
+
+
+def _app():
+    from fwbench_aggregator.cli import app
+
+    return app
