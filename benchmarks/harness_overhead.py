@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from fwbench_core.catalog import load_catalog
 from fwbench_core.server import create_server
 from fwbench_core.service import RunnerService
 from fwbench_core.spec import DeviceKind, DeviceRef, Mode, RunnerSettings, RunRequest
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         info.devices,
         backend.capabilities,
-        backend.models.names(),
+        load_catalog(backend.models),
         backend.framework,
     )
 

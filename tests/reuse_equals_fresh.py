@@ -12,6 +12,7 @@ import os
 import sys
 
 import numpy as np
+from fwbench_core.catalog import load_catalog
 from fwbench_core.spec import Mode, RunnerSettings, RunRequest
 from fwbench_core.validation import resolve
 
@@ -66,7 +67,7 @@ def main(framework: str) -> None:
     def config(batch_size: int):
         request = RunRequest(model="resnet18", mode=Mode.TRAIN, batch_size=batch_size, input_shape=SHAPE, seed=7,
                              reuse_key="chain")
-        return resolve(request, backend.runner_info().devices, backend.capabilities, backend.models.names(), framework)
+        return resolve(request, backend.runner_info().devices, backend.capabilities, load_catalog(backend.models), framework)
 
     reused = backend.build(config(2))
     for _ in range(2):

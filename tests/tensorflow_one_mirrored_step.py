@@ -13,6 +13,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from fwbench_core.catalog import load_catalog
 from fwbench_core.spec import DeviceKind, DeviceRef, Mode, RunnerSettings, RunRequest, Strategy, WorkerPlace  # noqa: E402
 from fwbench_core.validation import resolve  # noqa: E402
 
@@ -56,7 +57,7 @@ def main() -> None:
         model="resnet18", mode=Mode.TRAIN, batch_size=2, input_shape=(3, 32, 32),
         devices=(DeviceRef(DeviceKind.CPU, 0), DeviceRef(DeviceKind.CPU, 1)), strategy=Strategy.MIRRORED,
     )
-    config = resolve(request, backend.runner_info().devices, backend.capabilities, backend.models.names(), "tensorflow")
+    config = resolve(request, backend.runner_info().devices, backend.capabilities, load_catalog(backend.models), "tensorflow")
     config = replace(config, place=WorkerPlace(0, 0, 1, "127.0.0.1:1"))
     backend.prepare_worker(config)
     workload = backend.build(config)

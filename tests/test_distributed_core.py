@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 
+from fwbench_core.catalog import load_catalog
 from fwbench_core.distributed import (
     POWER_FLAG,
     STOP_GRACE_S,
@@ -58,7 +59,7 @@ def ddp_request(**overrides) -> RunRequest:
 
 def service_config(request: RunRequest):
     backend = make_fake()
-    return resolve(request, backend.runner_info().devices, backend.capabilities, backend.models.names(), "fake")
+    return resolve(request, backend.runner_info().devices, backend.capabilities, load_catalog(backend.models), "fake")
 
 
 def spawned_workers() -> list[int]:

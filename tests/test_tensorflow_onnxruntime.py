@@ -44,6 +44,7 @@ def test_onnxruntime_refuses_training_naming_the_compilations_that_train(tensorf
 
 UNCONVERTED_OP_CHECK = """
 import keras
+from fwbench_core.catalog import load_catalog
 from fwbench_core.errors import FailedPrecondition
 from fwbench_core.spec import Compilation, DeviceKind, DeviceRef, Mode, RunRequest, RunnerSettings
 from fwbench_core.validation import resolve
@@ -53,7 +54,7 @@ from fwbench_tensorflow.onnx_runtime import onnxruntime_workload
 backend = TensorFlowBackend(RunnerSettings(1, 1))
 request = RunRequest("resnet18", Mode.INFER, 2, (3, 32, 32), compilation=Compilation.ONNXRUNTIME,
                      device=DeviceRef(DeviceKind.CPU, 0))
-config = resolve(request, backend.runner_info().devices, backend.capabilities, backend.models.names())
+config = resolve(request, backend.runner_info().devices, backend.capabilities, load_catalog(backend.models))
 # A small stand-in for bert_base and gpt2_small: Keras's exact GELU is written with Erfc.
 exact_gelu = lambda config: keras.Sequential(
     [keras.Input((32, 32, 3)), keras.layers.Flatten(), keras.layers.Dense(4, activation="gelu")]
@@ -74,6 +75,7 @@ def test_a_model_tf2onnx_cannot_convert_is_refused_naming_the_op():
 
 SAME_OUTPUT_CHECK = """
 import keras
+from fwbench_core.catalog import load_catalog
 from fwbench_core.spec import Compilation, DeviceKind, DeviceRef, Mode, RunRequest, RunnerSettings
 from fwbench_core.validation import resolve
 from fwbench_tensorflow.backend import TensorFlowBackend, build_model
@@ -81,7 +83,7 @@ from fwbench_tensorflow.backend import TensorFlowBackend, build_model
 backend = TensorFlowBackend(RunnerSettings(1, 1))
 request = RunRequest("mobilenet_v2", Mode.INFER, 2, (3, 32, 32), compilation=Compilation.ONNXRUNTIME, seed=3,
                      device=DeviceRef(DeviceKind.CPU, 0))
-config = resolve(request, backend.runner_info().devices, backend.capabilities, backend.models.names())
+config = resolve(request, backend.runner_info().devices, backend.capabilities, load_catalog(backend.models))
 workload = backend.build(config)
 inputs = workload.inputs.numpy()
 (converted,) = workload.session.run(None, {workload.session.get_inputs()[0].name: inputs})

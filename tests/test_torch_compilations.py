@@ -120,6 +120,7 @@ def test_torchscript_trains_under_ddp_on_two_cpu_workers(torch_stub):
 
 SAME_OUTPUT_CHECK = """
 import torch
+from fwbench_core.catalog import load_catalog
 from fwbench_core.spec import Compilation, DeviceKind, DeviceRef, Mode, RunRequest, RunnerSettings
 from fwbench_core.validation import resolve
 from fwbench_torch.backend import TorchBackend, build_model
@@ -127,7 +128,7 @@ from fwbench_torch.backend import TorchBackend, build_model
 backend = TorchBackend(RunnerSettings(1, 1))
 request = RunRequest("resnet18", Mode.INFER, 2, (3, 32, 32), compilation=Compilation.ONNXRUNTIME, seed=3,
                      device=DeviceRef(DeviceKind.CPU, 0))
-config = resolve(request, backend.runner_info().devices, backend.capabilities, backend.models.names())
+config = resolve(request, backend.runner_info().devices, backend.capabilities, load_catalog(backend.models))
 workload = backend.build(config)
 inputs = workload.inputs.numpy()
 (exported,) = workload.session.run(None, {workload.session.get_inputs()[0].name: inputs})

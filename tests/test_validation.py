@@ -8,7 +8,7 @@ from fwbench.runner.v1 import runner_pb2 as pb
 import pytest
 
 from fwbench_core import wire
-from fwbench_core.catalog import MODEL_SPECS
+from fwbench_core.catalog import MODEL_SPECS, Catalog
 from fwbench_core.errors import ECHO_CHARS, FailedPrecondition, InvalidArgument, NotFound, echoed
 from fwbench_core.spec import (
     Compilation,
@@ -78,9 +78,10 @@ def test_unknown_model_lists_known_models():
         assert name in message
 
 
-def test_model_without_a_builder():
-    message = expect_error(FailedPrecondition, request(model="resnet18"), models=["mobilenet_v2"])
-    assert "resnet18" in message
+def test_a_declared_model_this_runner_does_not_build_says_why():
+    catalog = Catalog({"mobilenet_v2": MODEL_SPECS["mobilenet_v2"]}, {"resnet18": "plug-in /m/resnet18 has no build_test.py"})
+    message = expect_error(FailedPrecondition, request(model="resnet18"), models=catalog)
+    assert "'resnet18' is not served by this runner: plug-in /m/resnet18 has no build_test.py" in message
 
 
 def test_model_options_default_and_choice():

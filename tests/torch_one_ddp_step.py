@@ -10,6 +10,7 @@ import json
 import multiprocessing
 import sys
 
+from fwbench_core.catalog import load_catalog
 from fwbench_core.spec import DeviceKind, DeviceRef, Mode, RunnerSettings, RunRequest, Strategy, WorkerPlace
 from fwbench_core.validation import resolve
 
@@ -33,7 +34,7 @@ def rank_main(strategy: str, port: int, rank: int, results) -> None:
         devices=(DeviceRef(DeviceKind.CPU, 0), DeviceRef(DeviceKind.CPU, 1)), strategy=Strategy.DDP,
         distributed_timeout_s=30.0,
     )
-    config = resolve(request, backend.runner_info().devices, backend.capabilities, backend.models.names(), "torch")
+    config = resolve(request, backend.runner_info().devices, backend.capabilities, load_catalog(backend.models), "torch")
     # Without DDP: the same per-rank seeds and inputs, each rank on its own.
     place = WorkerPlace(rank, rank, WORLD_SIZE, f"127.0.0.1:{port}")
     if strategy == "single":

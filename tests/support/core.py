@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fwbench_core.backend import MemoryReading, Workload
-from fwbench_core.catalog import MODEL_SPECS
+from fwbench_core.catalog import MODEL_SPECS, Catalog
 from fwbench_core.fake import FakeBackend, FakeWorkload
 from fwbench_core.spec import (
     Capabilities,
@@ -27,7 +27,7 @@ from fwbench_core.validation import resolve
 CPU = Device(DeviceRef(DeviceKind.CPU, 0), "cpu: test")
 GPU0 = Device(DeviceRef(DeviceKind.GPU, 0), "Test GPU", 1 << 30, "1.0")
 FP32_ONLY = lambda device: frozenset({Precision.FP32})  # noqa: E731
-ALL_MODELS = sorted(MODEL_SPECS)
+ALL_MODELS = Catalog(dict(MODEL_SPECS), {})
 
 
 def capabilities_with(precisions, **overrides):

@@ -1,22 +1,31 @@
-"""A framework's model builders, keyed by the catalog's names."""
+"""A framework's model builders: the built-ins it registers by name, and how it builds a plug-in."""
 
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar
+from pathlib import Path
+from types import ModuleType
+from typing import Callable, Generic, Optional, TypeVar
 
-from .catalog import MODEL_SPECS
+from .plugins import plugin_builder
+from .spec import BUILT_IN, ModelSpec
 
-Builder = TypeVar("Builder", bound=Callable)
+Builder = TypeVar("Builder")
+# Turns a plug-in's builder module (build_<framework>.py) into the framework's builder; raises PluginError
+# naming what the module lacks.
+PluginBuilder = Callable[[ModuleType, Path], Builder]
 
 
 class ModelRegistry(Generic[Builder]):
-    def __init__(self, framework: str) -> None:
+    def __init__(self, framework: str, make_plugin_builder: Optional[PluginBuilder] = None) -> None:
         self.framework = framework
+        self.make_plugin_builder = make_plugin_builder
         self._builders: dict[str, Builder] = {}
 
     def register(self, name: str) -> Callable[[Builder], Builder]:
+        from .catalog import MODEL_SPECS  # the catalog reads plug-ins through this module
+
         if name not in MODEL_SPECS:
-            raise ValueError(f"{self.framework}: {name!r} has no entry in fwbench_core.catalog.MODEL_SPECS")
+            raise ValueError(f"{self.framework}: {name!r} has no declaration in fwbench_core/builtin_models")
         if name in self._builders:
             raise ValueError(f"{self.framework}: model {name!r} is registered twice")
 
@@ -27,7 +36,13 @@ class ModelRegistry(Generic[Builder]):
         return add
 
     def names(self) -> list[str]:
+        """The built-in models this framework builds."""
         return sorted(self._builders)
 
-    def builder(self, name: str) -> Builder:
-        return self._builders[name]
+    def builder(self, spec: ModelSpec) -> Builder:
+        """How to build `spec`: a built-in's registered builder, or its plug-in folder's."""
+        if spec.source.built_in:
+            return self._builders[spec.name]
+        if self.make_plugin_builder is None:
+            raise ValueError(f"{self.framework}: builds no plug-in ({spec.name} from {spec.source}; not {BUILT_IN})")
+        return plugin_builder(self.framework, spec, self.make_plugin_builder)

@@ -22,7 +22,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from . import access as access_mod
-from . import references, wire
+from . import plugins, references, wire
 from .backend import Backend
 from .decoding import RequestDecodingInterceptor
 from .errors import abort, status_for
@@ -52,7 +52,10 @@ class RunnerServicer(pb_grpc.RunnerServicer):
         self._service = service
 
     def Describe(self, request, context):
-        return wire.describe_to_wire(self._service.info, self._service.precisions(), self._service.backend.capabilities)
+        return wire.describe_to_wire(
+            self._service.info, self._service.precisions(), self._service.backend.capabilities,
+            self._service.catalog.plugins,
+        )
 
     def ListModels(self, request, context):
         return pb.ListModelsResponse(models=[wire.model_to_wire(spec) for spec in self._service.list_models()])
@@ -174,6 +177,12 @@ def serve(
         help="stop gracefully once standard input closes: a parent that holds the only write end of a pipe on "
         "it (the aggregator) takes the runner with it however it ends, kill -9 included",
     )
+    parser.add_argument(
+        plugins.MODELS_DIR_FLAG, dest="models_dir", action="append", default=[], metavar="DIR",
+        help="a folder of model plug-ins (one folder per model with model.toml and build_<framework>.py), or one "
+        f"plug-in; repeatable. ${plugins.MODELS_DIR_ENV} (folders joined by '{os.pathsep}') and installed packages' "
+        f"'{plugins.ENTRY_POINT_GROUP}' entry points add more",
+    )
     references.add_arguments(parser)
     access_mod.add_arguments(parser)
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -194,7 +203,13 @@ def serve(
         backend_factory(), isolation=RunIsolation(args.run_isolation), make_backend=backend_factory,
         references=reference_folder,
         max_queued_requests=args.max_queued_requests,
+        plugins=plugins.locations(args.models_dir),
     )
+    for report in service.catalog.plugins:
+        if report.error:
+            log.warning("model plug-in %s (%s) not served: %s", report.folder, report.origin, report.error)
+        else:
+            log.info("model plug-in %s (%s): %s", report.folder, report.origin, ", ".join(report.models) or "no model")
     # What exists now (the framework's modules and the backend) lives as long as the process: kept out of the
     # collections after every run, which otherwise scanned it each time (0.15 s in a torch or TensorFlow runner).
     gc.freeze()

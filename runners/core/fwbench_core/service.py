@@ -16,11 +16,12 @@ from dataclasses import dataclass, replace
 from typing import TypeVar, Union
 
 from .backend import Backend, Workload
-from .catalog import MODEL_SPECS
+from .catalog import Catalog, load_catalog
 from .device_state import DeviceStateReader
 from .distributed import run_distributed
 from .errors import Busy, Cancelled, FailedPrecondition, OutOfMemory, Unavailable
 from .isolation import RunIsolation, stream_from_worker
+from .plugins import PluginLocation
 from .power import PowerPhase, PowerSample, PowerSampler, energy_summary, source_for
 from .references import ReferenceFolder, check_input_fits, check_name
 from .spec import (
@@ -127,10 +128,12 @@ class RunnerService:
         device_states: Callable[[DeviceRef], DeviceStateReader] = DeviceStateReader,
         references: ReferenceFolder | None = None,
         max_queued_requests: int = DEFAULT_MAX_QUEUED_REQUESTS,
+        plugins: Sequence[PluginLocation] = (),
     ) -> None:
         """`make_backend` builds the same backend afresh in a worker process: it must pickle (a class,
         or functools.partial of one), and is needed for every isolation but THREAD. `references`: the folder
-        of parity references; without one, ExportReference and CompareReference are refused."""
+        of parity references; without one, ExportReference and CompareReference are refused. `plugins`: where
+        the runner's model plug-ins are (its own configuration, never a request's)."""
         if isolation is not RunIsolation.THREAD and make_backend is None:
             raise ValueError(f"run isolation {isolation.value!r} needs make_backend to build the worker's backend")
         self.backend = backend
@@ -148,6 +151,8 @@ class RunnerService:
             backend.stay_off_gpus()
         info = backend.runner_info()
         self.info: RunnerInfo = replace(info, options={**info.options, "run_isolation": isolation.value})
+        # After stay_off_gpus: a plug-in's builder module is imported here, and must open no GPU either.
+        self.catalog: Catalog = load_catalog(backend.models, plugins)
         self._clock = clock
         self._locks = DeviceLocks()
         self.work_limit = WorkLimit(max_queued_requests, self._locks.held)
@@ -160,12 +165,12 @@ class RunnerService:
 
     def list_models(self) -> list[ModelSpec]:
         """From the catalog alone: never waits for a device or builds a model."""
-        return [MODEL_SPECS[name] for name in self.backend.models.names()]
+        return [self.catalog.specs[name] for name in self.catalog.names()]
 
     def model_config(
         self, model: str, shape: Sequence[int], options: Mapping[str, str], batch_size: int = 1, seed: int = 0
     ) -> ModelConfig:
-        return resolve_model_config(model, shape, options, self.backend.models.names(), batch_size, seed)
+        return resolve_model_config(model, shape, options, self.catalog, batch_size, seed)
 
     def on_cpu(self, work: Callable[[], T], cancelled: Callable[[], bool] = lambda: False) -> T:
         """Model inspection and parity work run on the CPU, never beside a CPU run's timings. The wait for
@@ -188,7 +193,7 @@ class RunnerService:
         """Build the model, run a random input, and store weights, input and output as reference `name`:
         computed under the CPU lock, written after it is released."""
         check_name(request.name)
-        config = resolve_reference(request, self.backend.models.names())
+        config = resolve_reference(request, self.catalog)
         folder = self._reference_folder()
         arrays, report = self.on_cpu(lambda: self.backend.export_reference(config), cancelled)
         folder.write(request.name, arrays)
@@ -198,7 +203,7 @@ class RunnerService:
         """Load reference `name` into this runner's model and compare outputs: the file is read before the
         CPU lock is taken, so no file can hold the CPU."""
         check_name(request.name)
-        config = resolve_reference(request, self.backend.models.names())
+        config = resolve_reference(request, self.catalog)
         folder = self._reference_folder()
         arrays = folder.read(request.name)
         check_input_fits(request.name, arrays["input"], config)
@@ -212,7 +217,7 @@ class RunnerService:
     def check(self, request: RunRequest) -> RunConfig:
         """The run `request` asks for, every default resolved, or the error Run would refuse it with."""
         config = resolve(
-            request, self.info.devices, self.backend.capabilities, self.backend.models.names(), self.backend.framework
+            request, self.info.devices, self.backend.capabilities, self.catalog, self.backend.framework
         )
         if config.distributed and self._make_backend is None:
             raise FailedPrecondition("this runner cannot start worker processes: it runs no distributed strategy")

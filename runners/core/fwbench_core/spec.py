@@ -198,6 +198,23 @@ class ModelOption:
 
 
 HEAD_OPTION = "head"
+BUILT_IN = "built-in"
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model comes from: fwbench itself, or a plug-in folder (its declaration and builders)."""
+
+    origin: str = BUILT_IN  # or how the runner was pointed at the folder: "--models-dir", "entry point NAME"...
+    folder: str = ""  # the plug-in's folder; "" for a built-in, whose builders are the runner's own
+    content_hash: str = ""  # "sha256:..." over the plug-in's files: which version of the user's model ran
+
+    @property
+    def built_in(self) -> bool:
+        return not self.folder
+
+    def __str__(self) -> str:
+        return BUILT_IN if self.built_in else f"{self.folder} ({self.origin})"
 
 
 @dataclass(frozen=True)
@@ -219,6 +236,8 @@ class ModelSpec:
     max_input_shape: tuple[int, ...]
     heads: tuple[tuple[str, Head], ...]
     vocab_size: int = 0  # token ids are drawn below this (TOKENS inputs)
+    description: str = ""
+    source: ModelSource = ModelSource()
 
     @property
     def variable_dims(self) -> tuple[int, ...]:

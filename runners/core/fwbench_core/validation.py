@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 
-from .catalog import get_spec
+from .catalog import Catalog
 from .errors import FailedPrecondition, InvalidArgument, did_you_mean, echoed
 from .power import DEFAULT_RATE_HZ, energy_window_s, validate_rate_hz
 from .spec import (
@@ -109,19 +109,17 @@ def resolve_options(spec: ModelSpec, options: Mapping[str, str]) -> dict[str, st
 
 
 def resolve_model(
-    model: str, shape: Sequence[int], options: Mapping[str, str], model_names: Sequence[str]
+    model: str, shape: Sequence[int], options: Mapping[str, str], catalog: Catalog
 ) -> tuple[ModelSpec, tuple[int, ...], dict[str, str]]:
-    spec = get_spec(model)
-    if spec.name not in model_names:
-        raise FailedPrecondition(f"model {spec.name!r} is in the catalog but this runner has no builder for it")
+    spec = catalog.spec(model)
     return spec, resolve_shape(spec, shape), resolve_options(spec, options)
 
 
 def resolve_model_config(
-    model: str, shape: Sequence[int], options: Mapping[str, str], model_names: Sequence[str], batch_size: int, seed: int
+    model: str, shape: Sequence[int], options: Mapping[str, str], catalog: Catalog, batch_size: int, seed: int
 ) -> ModelConfig:
     """The model, batch and seed that inspection and parity checks build, validated as a run's are."""
-    spec, input_shape, model_options = resolve_model(model, shape, options, model_names)
+    spec, input_shape, model_options = resolve_model(model, shape, options, catalog)
     return ModelConfig(
         spec, input_shape, model_options, _in_range("batch_size", batch_size, 1, MAX_BATCH_SIZE), _seed(seed)
     )
@@ -290,12 +288,12 @@ def resolve(
     request: RunRequest,
     devices: Sequence[Device],
     capabilities: Callable[[Device], Capabilities],
-    model_names: Sequence[str],
+    catalog: Catalog,
     framework: str = "this",
 ) -> RunConfig:
     """Validate `request` and fill in defaults; raises a RunnerError naming the field."""
     spec, input_shape, model_options = resolve_model(
-        request.model, request.input_shape, request.model_options, model_names
+        request.model, request.input_shape, request.model_options, catalog
     )
     if request.mode is None:
         raise InvalidArgument(f"mode must be set; accepted values: {_choices(Mode)}")
@@ -410,10 +408,10 @@ def resolve_reuse_key(key: str) -> str:
     return key
 
 
-def resolve_reference(request: ReferenceRequest, model_names: Sequence[str]) -> ModelConfig:
+def resolve_reference(request: ReferenceRequest, catalog: Catalog) -> ModelConfig:
     """The model a parity reference is exported or compared for; raises a RunnerError naming the field."""
     spec, input_shape, model_options = resolve_model(
-        request.model, request.input_shape, request.model_options, model_names
+        request.model, request.input_shape, request.model_options, catalog
     )
     batch_size = request.batch_size or DEFAULT_REFERENCE_BATCH_SIZE
     if not 1 <= batch_size <= MAX_REFERENCE_BATCH_SIZE:

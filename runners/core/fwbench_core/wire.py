@@ -15,6 +15,7 @@ from . import PROTOCOL, RUNNER_VERSION
 from .backend import MemoryReading
 from .device_state import DeviceState
 from .errors import InvalidArgument
+from .plugins import PluginReport
 from .power import EnergySummary, PowerPhase, PowerSample
 from .service import PowerBatch, Resolved, RunEvent
 from .sysinfo import manifest_options
@@ -110,7 +111,16 @@ def device_to_wire(device: Device) -> pb.Device:
     )
 
 
-def describe_to_wire(info: RunnerInfo, precisions: list[Precision], capabilities) -> pb.DescribeResponse:
+def plugin_to_wire(report: PluginReport) -> pb.ModelPlugin:
+    return pb.ModelPlugin(
+        folder=report.folder, origin=report.origin, models=report.models, content_hash=report.content_hash,
+        error=report.error,
+    )
+
+
+def describe_to_wire(
+    info: RunnerInfo, precisions: list[Precision], capabilities, plugins: tuple[PluginReport, ...] = ()
+) -> pb.DescribeResponse:
     return pb.DescribeResponse(
         framework=info.framework,
         framework_version=info.framework_version,
@@ -122,6 +132,7 @@ def describe_to_wire(info: RunnerInfo, precisions: list[Precision], capabilities
         options=_capabilities_as_options(info, capabilities),
         runner_version=RUNNER_VERSION,
         protocol=PROTOCOL,
+        plugins=[plugin_to_wire(report) for report in plugins],
     )
 
 
@@ -135,6 +146,10 @@ def model_to_wire(spec: ModelSpec) -> pb.ModelInfo:
         max_input_shape=spec.max_input_shape,
         variable_dims=spec.variable_dims,
         options=[pb.ModelOption(name=o.name, choices=o.choices, default=o.default) for o in spec.options],
+        description=spec.description,
+        source_folder=spec.source.folder,
+        source_origin=spec.source.origin,
+        content_hash=spec.source.content_hash,
     )
 
 

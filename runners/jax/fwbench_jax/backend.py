@@ -103,7 +103,7 @@ def count_parameters(params) -> int:
 
 
 def build_module(config: RunConfig | ModelConfig, dtype: Any = jnp.float32) -> flax.linen.Module:
-    return MODELS.builder(config.model.name).build(config.model, config.model_options, dtype)
+    return MODELS.builder(config.model).build(config.model, config.model_options, dtype)
 
 
 def sample_spec(config: RunConfig | ModelConfig, batch_size: int) -> jax.ShapeDtypeStruct:
@@ -210,7 +210,7 @@ class JaxWorkload(Workload):
         new step functions. The host draws the weights afresh: a step gives its state's buffers to the next."""
         # Read when a step is traced (jit) or dispatched (eager): set for this run's steps.
         jax.config.update("jax_default_matmul_precision", MATMUL_PRECISIONS.get(config.precision, STRICT_FP32))
-        variables = initial_variables(self.shapes, config.seed, MODELS.builder(config.model.name).init_std)
+        variables = initial_variables(self.shapes, config.seed, MODELS.builder(config.model).init_std)
         params, batch_stats = variables["params"], variables.get("batch_stats", {})
         input_key, target_key, dropout_key = jax.random.split(jax.random.key(config.seed), 3)
         # Under MIRRORED, one global batch split across the devices (the batch size is per device) and the

@@ -67,7 +67,7 @@ def count_trainable(model: keras.Model) -> int:
 
 def build_model(config: RunConfig | ModelConfig) -> keras.Model:
     shape = keras_input_shape(config.model, config.input_shape)
-    return MODELS.builder(config.model.name).build(config.model, shape, config.model_options)
+    return MODELS.builder(config.model).build(config.model, shape, config.model_options)
 
 
 def built_optimizer(config: RunConfig, model: keras.Model) -> keras.optimizers.Optimizer:
@@ -419,7 +419,7 @@ class TensorFlowBackend(Backend):
         return report
 
     def compare_reference(self, config: ModelConfig, arrays: Mapping[str, np.ndarray]) -> ReferenceReport:
-        load = MODELS.builder(config.model.name).load_torch_weights
+        load = MODELS.builder(config.model).load_torch_weights
         if load is None:
             raise FailedPrecondition(f"{config.model.name} has no loader for PyTorch weights in the TensorFlow runner")
         weights = {key.removeprefix("weights/"): value for key, value in arrays.items() if key.startswith("weights/")}

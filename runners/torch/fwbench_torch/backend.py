@@ -65,7 +65,7 @@ def count_trainable(model: torch.nn.Module) -> int:
 
 
 def build_model(config: RunConfig | ModelConfig) -> torch.nn.Module:
-    return MODELS.builder(config.model.name)(config.model, config.input_shape, config.model_options)
+    return MODELS.builder(config.model)(config.model, config.input_shape, config.model_options)
 
 
 class TorchWorkload(Workload):

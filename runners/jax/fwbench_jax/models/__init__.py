@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import flax.linen as nn
 import jax.numpy as jnp
+from fwbench_core.plugins import PluginError, builder_attribute
 from fwbench_core.registry import ModelRegistry
 from fwbench_core.spec import ModelSpec
 
@@ -29,6 +30,16 @@ class FlaxModel:
     init_std: float | None = None
 
 
-MODELS: ModelRegistry = ModelRegistry("jax")
+def plugin_builder(module, folder) -> FlaxModel:
+    """A plug-in's build_jax.py: build(spec, options, dtype) -> flax.linen.Module, submodules named as
+    PyTorch's (how parity loads PyTorch's weights); optionally init_std, as FlaxModel's."""
+    build = builder_attribute(module, folder, "jax", "build", "spec, options, dtype")
+    init_std = getattr(module, "init_std", None)
+    if init_std is not None and (isinstance(init_std, bool) or not isinstance(init_std, (int, float)) or init_std <= 0):
+        raise PluginError(f"{folder}/build_jax.py: init_std must be a positive number or None, not {init_std!r}")
+    return FlaxModel(build, init_std)
+
+
+MODELS: ModelRegistry = ModelRegistry("jax", plugin_builder)
 
 from . import speech, text, vision  # noqa: E402,F401  (each registers its models)

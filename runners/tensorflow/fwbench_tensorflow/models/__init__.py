@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import keras
 import numpy as np
+from fwbench_core.plugins import PluginError, builder_attribute
 from fwbench_core.registry import ModelRegistry
 from fwbench_core.spec import ModelSpec
 
@@ -29,6 +30,16 @@ class KerasModel:
     load_torch_weights: Callable[[keras.Model, TorchWeights], None] | None = None
 
 
-MODELS: ModelRegistry = ModelRegistry("tensorflow")
+def plugin_builder(module, folder) -> KerasModel:
+    """A plug-in's build_tensorflow.py: build(spec, input_shape, options) -> keras.Model, input_shape in Keras'
+    layout; optionally load_torch_weights(model, weights), which parity needs to compare outputs."""
+    build = builder_attribute(module, folder, "tensorflow", "build", "spec, input_shape, options")
+    load = getattr(module, "load_torch_weights", None)
+    if load is not None and not callable(load):
+        raise PluginError(f"{folder}/build_tensorflow.py: load_torch_weights must be a function (model, weights)")
+    return KerasModel(build, load)
+
+
+MODELS: ModelRegistry = ModelRegistry("tensorflow", plugin_builder)
 
 from . import speech, text, vision  # noqa: E402,F401  (each registers its models)

@@ -1,0 +1,147 @@
+"""A model's declaration (`model.toml`): what it accepts and outputs, the same for every framework.
+
+Built-in models and users' plug-ins are declared alike and read here, so both pass the same rules. Field names
+are ModelSpec's; every error names the file, the field and what the field accepts.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from .errors import did_you_mean
+from .spec import Head, InputKind, ModelSpec, ModelSource, Objective, Task
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - runner images older than Python 3.11
+    import tomli as tomllib
+
+DECLARATION_FILE = "model.toml"
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,63}")
+# A sample's dimension may be this large at most: bigger is a typo, not a model.
+MAX_DIMENSION = 1 << 24
+# The conventions each input kind's runners understand (images are converted to each framework's layout).
+CONVENTIONS = {InputKind.IMAGE: "CxHxW", InputKind.TOKENS: "seq", InputKind.AUDIO: "audio", InputKind.SPECTROGRAM: "FxT"}
+REQUIRED = ("name", "task", "input_kind", "default_input_shape", "min_input_shape", "max_input_shape", "heads")
+OPTIONAL = ("input_convention", "vocab_size", "description")
+HEAD_FIELDS = ("name", "objective", "outputs")
+
+
+class DeclarationError(ValueError):
+    """A model.toml that breaks a rule; the message names the file and the field."""
+
+
+def _choices(enum_type) -> str:
+    return ", ".join(member.value for member in enum_type)
+
+
+class _Reader:
+    def __init__(self, path: Path, table: dict) -> None:
+        self.path, self.table = path, table
+
+    def fail(self, field: str, problem: str) -> DeclarationError:
+        return DeclarationError(f"{self.path}: {field}: {problem}")
+
+    def enum(self, field: str, enum_type, value=None):
+        value = self.table.get(field) if value is None else value
+        try:
+            return enum_type(value)
+        except ValueError:
+            raise self.fail(
+                field, f"{value!r} is not accepted{did_you_mean(value, [m.value for m in enum_type])}; "
+                f"accepted values: {_choices(enum_type)}"
+            ) from None
+
+    def shape(self, field: str) -> tuple[int, ...]:
+        value = self.table[field]
+        if (
+            not isinstance(value, list) or not value
+            or not all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= MAX_DIMENSION for d in value)
+        ):
+            raise self.fail(field, f"{value!r} is not a shape; a list of whole numbers from 1 to {MAX_DIMENSION}, e.g. [3, 32, 32]")
+        return tuple(value)
+
+    def integer(self, field: str, value, low: int) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= MAX_DIMENSION:
+            raise self.fail(field, f"{value!r} is not accepted; a whole number from {low} to {MAX_DIMENSION}")
+        return value
+
+
+def _heads(reader: _Reader) -> tuple[tuple[str, Head], ...]:
+    heads = reader.table["heads"]
+    if not isinstance(heads, list) or not heads or not all(isinstance(h, dict) for h in heads):
+        raise reader.fail("heads", "needs one [[heads]] table or more, each with name, objective and outputs")
+    parsed: list[tuple[str, Head]] = []
+    for index, head in enumerate(heads):
+        field = f"heads[{index}]"
+        unknown = sorted(set(head) - set(HEAD_FIELDS))
+        missing = [name for name in HEAD_FIELDS if name not in head]
+        if unknown or missing:
+            problem = f"missing {', '.join(missing)}" if missing else f"unknown field {unknown[0]!r}{did_you_mean(unknown[0], HEAD_FIELDS)}"
+            raise reader.fail(field, f"{problem}; a head has exactly: {', '.join(HEAD_FIELDS)}")
+        name = head["name"]
+        if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+            raise reader.fail(f"{field}.name", f"{name!r} is not a name: lower-case letters, digits and _, starting with a letter")
+        if name in dict(parsed):
+            raise reader.fail(f"{field}.name", f"{name!r} names two heads")
+        objective = reader.enum(f"{field}.objective", Objective, head["objective"])
+        parsed.append((name, Head(objective, reader.integer(f"{field}.outputs", head["outputs"], 1))))
+    return tuple(parsed)
+
+
+def parse_declaration(path: Path, text: str, source: ModelSource) -> ModelSpec:
+    """The ModelSpec that `text` (the contents of `path`) declares; DeclarationError where it breaks a rule."""
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise DeclarationError(f"{path}: not valid TOML: {error}") from None
+    reader = _Reader(path, table)
+    unknown = sorted(set(table) - set(REQUIRED) - set(OPTIONAL))
+    if unknown:
+        raise reader.fail(unknown[0], f"unknown field{did_you_mean(unknown[0], REQUIRED + OPTIONAL)}; fields: {', '.join(REQUIRED + OPTIONAL)}")
+    missing = [name for name in REQUIRED if name not in table]
+    if missing:
+        raise reader.fail(missing[0], f"missing; a declaration needs {', '.join(REQUIRED)}")
+    name = table["name"]
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise reader.fail("name", f"{name!r} is not a model name: lower-case letters, digits and _, starting with a letter, at most 64")
+    task = reader.enum("task", Task)
+    input_kind = reader.enum("input_kind", InputKind)
+    convention = table.get("input_convention", CONVENTIONS[input_kind])
+    if convention != CONVENTIONS[input_kind]:
+        raise reader.fail("input_convention", f"{convention!r} is not accepted for {input_kind.value} inputs; accepted: {CONVENTIONS[input_kind]!r}")
+    default, low, high = (reader.shape(f) for f in ("default_input_shape", "min_input_shape", "max_input_shape"))
+    rank = len(convention.split("x"))
+    for field, shape in (("default_input_shape", default), ("min_input_shape", low), ("max_input_shape", high)):
+        if len(shape) != rank:
+            raise reader.fail(field, f"{list(shape)} has {len(shape)} dimensions; {convention} has {rank}")
+    if not all(a <= b <= c for a, b, c in zip(low, default, high)):
+        raise reader.fail("default_input_shape", f"{list(default)} must lie within min_input_shape {list(low)} and max_input_shape {list(high)}, dimension by dimension")
+    vocab_size = table.get("vocab_size", 0)
+    if input_kind is InputKind.TOKENS:
+        vocab_size = reader.integer("vocab_size", vocab_size, 2)
+    elif vocab_size:
+        raise reader.fail("vocab_size", f"only token inputs draw ids below a vocabulary; {input_kind.value} inputs take none")
+    description = table.get("description", "")
+    if not isinstance(description, str):
+        raise reader.fail("description", "must be a string")
+    return ModelSpec(
+        name=name, task=task, input_kind=input_kind, input_convention=convention, default_input_shape=default,
+        min_input_shape=low, max_input_shape=high, heads=_heads(reader), vocab_size=vocab_size,
+        description=description, source=source,
+    )
+
+
+def read_declaration(folder: Path, source: ModelSource) -> ModelSpec:
+    """The declaration in `folder`; its name must be the folder's, so a listing and a path never disagree."""
+    path = folder / DECLARATION_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise DeclarationError(f"{path}: cannot be read: {error}") from None
+    spec = parse_declaration(path, text, source)
+    if spec.name != folder.name:
+        raise DeclarationError(f"{path}: name: {spec.name!r} differs from its folder's name {folder.name!r}; they must be the same")
+    return spec
