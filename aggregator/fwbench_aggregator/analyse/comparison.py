@@ -16,9 +16,10 @@ import numpy as np
 import pandas as pd
 
 from ..store.schema import (
-    CALIBRATION_COLUMNS, COMPARISON_COLUMNS, CONFIG_COLUMNS, INTEGER_COLUMNS, RUN_COLUMNS, SETTINGS_COLUMNS,
+    BUILT_IN, CALIBRATION_COLUMNS, COMPARISON_COLUMNS, CONFIG_COLUMNS, INTEGER_COLUMNS, RUN_COLUMNS, SETTINGS_COLUMNS,
 )
 from . import stats
+from .parity import PARITY_CHECKED, parity_status
 
 
 def is_out_of_memory(error: str) -> bool:
@@ -133,6 +134,7 @@ def comparison_rows(
     steps: pd.DataFrame,
     calibration: pd.DataFrame | None = None,
     min_effect: float = stats.MIN_EFFECT,
+    parity: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per configuration and runner, over all that runner's runs of it.
 
@@ -143,7 +145,8 @@ def comparison_rows(
     verdict: "fastest" for the fastest, stats.compare's verdict (fastest against this one, over runs)
     for the others, "out of memory" / "failed: ..." for a runner whose every run failed, "only runner"
     where no other runner ran the configuration; significant: whether that verdict called this runner
-    slower. flagged: why a run of this row was not on a quiet device.
+    slower. flagged: why a run of this row was not on a quiet device. model_source and model_hash: which model
+    ran (a plug-in's folder and hash); parity: for a plug-in, what `fwbench parity` showed (the `parity` frame).
     """
     summary = normalised(summary)
     if "status" not in summary:
@@ -208,6 +211,7 @@ def comparison_rows(
             row["ms_per_sample"] = row["median_step_ms"] / batch_size if batch_size else math.nan
             config_rows.append(row)
         _judge(config_rows, floors, config, min_effect)
+        _mark_source(config_rows, runs, parity)
         rows += config_rows
 
     table = pd.DataFrame(rows, columns=[*COMPARISON_COLUMNS, "_medians"]).drop(columns="_medians")
@@ -220,6 +224,16 @@ def comparison_rows(
         kind="stable",
     ).drop(columns="_failed")
     return table.reset_index(drop=True)
+
+
+def _mark_source(config_rows: list[dict], runs: pd.DataFrame, checks: pd.DataFrame | None) -> None:
+    """Which model a configuration's runs ran, and the parity evidence for it, on every row of it, in place."""
+    source = str(_first(runs.get("model_source", pd.Series(dtype=object)), BUILT_IN))
+    model_hash = str(_first(runs.get("model_hash", pd.Series(dtype=object))))
+    runners = sorted({r["runner_name"] for r in config_rows})
+    status = parity_status(config_rows[0]["model"], model_hash, source, runners, checks)
+    for row in config_rows:
+        row.update(model_source=source, model_hash=model_hash, parity=status)
 
 
 def _judge(config_rows: list[dict], floors: dict[tuple, float], config: tuple, min_effect: float) -> None:
@@ -246,9 +260,11 @@ def _judge(config_rows: list[dict], floors: dict[tuple, float], config: tuple, m
                    verdict=c.verdict, significant=c.significant)
 
 
-def flagged_verdict(verdict: str, flagged: object) -> str:
-    """The verdict as every table shows it: marked where a run was not on a quiet device."""
-    return f"{verdict} [FLAGGED: {flagged}]" if isinstance(flagged, str) and flagged else str(verdict)
+def flagged_verdict(verdict: str, flagged: object, parity: object = "") -> str:
+    """The verdict as every table shows it: marked where a run was not on a quiet device, and for a plug-in model
+    whose runners were not shown to build the same network, with what parity showed."""
+    text = f"{verdict} [FLAGGED: {flagged}]" if isinstance(flagged, str) and flagged else str(verdict)
+    return f"{text} ({parity})" if isinstance(parity, str) and parity and parity != PARITY_CHECKED else text
 
 
 def calibration_row(config: dict, framework: str, comparison: stats.Comparison) -> dict:

@@ -31,9 +31,10 @@ def analysed(
     summary: pd.DataFrame, steps: pd.DataFrame, calibration: Optional[pd.DataFrame] = None,
     max_batch: Optional[pd.DataFrame] = None, model_facts: Optional[pd.DataFrame] = None,
     latency_budget_ms: Optional[float] = None, min_effect: float = stats.MIN_EFFECT,
+    parity: Optional[pd.DataFrame] = None,
 ) -> Analysis:
     summary = summary if summary is not None else pd.DataFrame()
-    rows = comparison_rows(summary, steps, calibration, min_effect)
+    rows = comparison_rows(summary, steps, calibration, min_effect, parity)
     scaling = scaling_rows(summary)
     trends = batch_trends(summary, steps)
     return Analysis(

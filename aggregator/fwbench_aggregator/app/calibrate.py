@@ -108,13 +108,14 @@ def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Pat
     request = spec.to_request()
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-calibrate-{spec.model}-{spec.mode.value}-b{spec.batch_size}"
     result = CalibrateResult()
+    startup = runners.startup(spec.startup)
     with ExitStack() as stack, TemporaryDirectory() as logs:
         if not pairs:
             frameworks = runners.frameworks.split(",")
             venvs = runners.venvs or default_venvs()
             progress.note(f"starting two instances of each embedded runner: {', '.join(frameworks)}")
-            first, result.failures = start_embedded(frameworks, venvs, Path(logs) / "a", stack, spec.startup, progress)
-            second, more = start_embedded(frameworks, venvs, Path(logs) / "b", stack, spec.startup, progress)
+            first, result.failures = start_embedded(frameworks, venvs, Path(logs) / "a", stack, startup, progress)
+            second, more = start_embedded(frameworks, venvs, Path(logs) / "b", stack, startup, progress)
             result.failures += more
             pairs = {name: [first[name], second[name]] for name in first if name in second}
         _, unreachable = preflight.checked({name: addresses[0] for name, addresses in pairs.items()},

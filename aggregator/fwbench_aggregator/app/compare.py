@@ -25,7 +25,7 @@ from ..run.client import RunnerFailure, RunResult
 from ..run.execute import run_all
 from ..store import records
 from ..store.results_store import ResultStore
-from ..store.schema import SCALING_KEY_COLUMNS
+from ..store.schema import PARITY_FRAME, SCALING_KEY_COLUMNS
 from . import preflight
 from .facts import record_model_facts
 from .runners import RunnerChoice, runners_for
@@ -106,7 +106,7 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
         runners.keep_logs(run_dir / "logs")
     result.run_dir = run_dir
     result.rows = comparison_rows(frames["summary"], frames["steps"], results_store.load("calibration"),
-                                  request.min_effect)
+                                  request.min_effect, results_store.load(PARITY_FRAME))
     frames["comparison"] = result.rows
     result.scaling = scaling_of(result.rows, results_store)
     if not result.scaling.empty:

@@ -9,6 +9,7 @@ from typing import Optional
 from ..analyse.results import Analysis, analysed
 from ..present.report import write_report
 from ..store.results_store import ResultStore
+from ..store.schema import PARITY_FRAME
 from .errors import UsageError
 
 
@@ -23,7 +24,8 @@ def store_report(results_store: ResultStore, out: Path, latency_budget_ms: Optio
     once, and the report written from it into `out`."""
     summary = results_store.load("summary")
     analysis = analysed(summary, results_store.load("steps"), results_store.load("calibration"),
-                        results_store.load("max_batch"), results_store.load("model_facts"), latency_budget_ms)
+                        results_store.load("max_batch"), results_store.load("model_facts"), latency_budget_ms,
+                        parity=results_store.load(PARITY_FRAME))
     manifests = {key: results_store.manifest(key) for key in sorted(results_store.keys())}
     return ReportResult(analysis, write_report(analysis, summary, manifests, out))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Optional
@@ -16,6 +16,7 @@ from ..plan.spec import StartupSettings
 from ..run.client import RunnerFailure
 from ..run.connection import EMBEDDED, Transport
 from ..run.runners import resolve_endpoints
+from .errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -26,10 +27,22 @@ class RunnerChoice:
     frameworks: str = ""  # the embedded runners to start, comma-separated
     venvs: Optional[Path] = None
     transport: Transport = EMBEDDED
+    models_dirs: tuple[str, ...] = ()  # plug-in folders for the embedded runners
 
     @property
     def embedded(self) -> bool:
         return not self.given
+
+    def startup(self, settings: StartupSettings) -> StartupSettings:
+        """`settings` for the embedded runners, with the plug-in folders the user chose added; a UsageError where
+        the user chose plug-in folders for runners fwbench does not start."""
+        if self.given and self.models_dirs:
+            raise UsageError(
+                "--models-dir applies to the runners fwbench starts; a runner given with --runner loads model "
+                "plug-ins from its own configuration only: start it with --models-dir or $FWBENCH_MODELS_DIR",
+                hint="--models-dir",
+            )
+        return replace(settings, models_dirs=(*settings.models_dirs, *self.models_dirs))
 
 
 @dataclass
@@ -60,7 +73,7 @@ def runners_for(choice: RunnerChoice, progress: Progress = Progress(), settings:
     with ExitStack() as stack:
         logs = log_dir or Path(stack.enter_context(TemporaryDirectory(prefix="fwbench-logs-")))
         endpoints, failures = resolve_endpoints(list(choice.given), choice.frameworks, choice.venvs, logs, stack,
-                                                settings, progress)
+                                                choice.startup(settings), progress)
         yield Runners(endpoints, failures, choice.transport, logs if choice.embedded else None)
 
 

@@ -70,7 +70,7 @@ def submit(request: SlurmRequest) -> Submitted:
         except RunnerStartError as error:
             raise UsageError(f"{error}; the environments must be on the file system every node shares", "--venvs") from None
     store = request.store.absolute()
-    pending, done_before = pending_runs(configurations, ResultStore(store), StartupSettings())
+    pending, done_before = pending_runs(configurations, ResultStore(store), StartupSettings(models_dirs=study.models_dirs))
     refuse_unless_resuming(done_before, store, request.resume)
     if not pending:
         return Submitted(store, 0, len(done_before))
@@ -82,7 +82,7 @@ def submit(request: SlurmRequest) -> Submitted:
     submission = slurm_run.Submission(
         store=str(store), frameworks=list(study.runners), venvs=str(venvs), slurm=asdict(request.options),
         runner_per_gpu=per_gpu, rendezvous_port=request.rendezvous_port, report=request.report,
-        latency_budget_ms=request.latency_budget_ms,
+        latency_budget_ms=request.latency_budget_ms, study_folder=str(Path(request.study_file).resolve().parent),
     )
     if not request.dry_run:
         try:
@@ -119,12 +119,12 @@ def run_job(folder: Path, progress: Progress = Progress()) -> JobResult:
     # so no node reads the last start's registrations or stop file, and resumes from the store by itself.
     restart = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
     run_dir = folder / (f"job-{job_id}" + (f"-restart{restart}" if restart else ""))
-    study = load_sweep(folder / "study.yaml")
+    study = load_sweep(folder / "study.yaml", base=Path(submission.study_folder) if submission.study_folder else None)
     results_store = ResultStore(Path(submission.store))
     results_store.clean_partials()
     # The runners' start-up settings, the same on every node: the batch node's core count stands for the
     # allocation's (a run's key records them).
-    startup = StartupSettings()
+    startup = StartupSettings(models_dirs=study.models_dirs)
     pending, done_before = pending_runs(study.configurations(), results_store, startup)
     progress.note(f"Slurm job {job_id} on {', '.join(nodes)}: {len(pending)} runs to do, {len(done_before)} already "
                   f"in {submission.store}")

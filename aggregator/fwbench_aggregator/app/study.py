@@ -4,7 +4,7 @@ device, each run stored the moment it completes, resumable from the store; then 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -109,14 +109,14 @@ def study(request: StudyRequest, progress: Progress = Progress()) -> StudyResult
     no resume, or a runner refuses part of it); then count the models' FLOPs and write the report."""
     results_store = ResultStore(request.store)
     results_store.clean_partials()
-    startup = StartupSettings()
+    startup = StartupSettings(models_dirs=request.sweep.models_dirs)
     pending, done_before = pending_runs(request.sweep.configurations(), results_store, startup)
     refuse_unless_resuming(done_before, request.store, request.resume)
     result = StudyResult(request.store, len(pending), len(done_before))
     progress.note(f"{len(pending)} runs to do, {len(done_before)} already in {request.store}")
     if pending:
         names = ",".join(sorted({c.runner for _, c in pending}))
-        choice = RunnerChoice(request.runners.given, names, request.runners.venvs, request.runners.transport)
+        choice = replace(request.runners, frameworks=names)
         with runners_for(choice, progress, startup, request.store / "logs") as runners:
             result.failures += runners.failures
             result.failures += check_study(pending, runners.endpoints, runners.transport, startup)

@@ -19,8 +19,8 @@ from . import app
 from .common import report_failures, run, usage_error
 from .options import (
     CPU_COUNT, BatchSizeOption, CompilationOption, CooldownOption, CudnnAutotuneOption, DeviceOption, DevicesOption,
-    DistributedTimeoutOption, FrameworksOption, IdleBaselineOption, LayoutOption, MinEffectOption, MinMeasureOption,
-    ModelOption, ModelOptionsOption, ModeOption, PowerRateOption, PrecisionOption, RendezvousPortOption,
+    AllowDifferentModelsOption, DistributedTimeoutOption, FrameworksOption, IdleBaselineOption, LayoutOption, MinEffectOption, MinMeasureOption,
+    ModelOption, ModelOptionsOption, ModelsDirOption, ModeOption, PowerRateOption, PrecisionOption, RendezvousPortOption,
     RepetitionsOption, RunnerOption, SeedOption, ShapeOption, StableWindowOption, StepsOption, StoreOption,
     StrategyOption, ThreadsOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption,
     WarmupOption, WarmupUntilCvOption, every_framework, parse_runners, runner_transport,
@@ -63,6 +63,8 @@ def compare(
     token_file: TokenFileOption = None,
     frameworks: FrameworksOption = every_framework(),
     venvs: VenvsOption = None,
+    models_dir: ModelsDirOption = [],
+    allow_different_models: AllowDifferentModelsOption = False,
     out: Annotated[Path, typer.Option(help="folder to write results into; each comparison gets a subfolder")] = Path("results"),
     store: Annotated[Optional[Path], typer.Option(
         help="the results store: every run is kept, and noise floors are read from it (default: OUT/store)")] = None,
@@ -83,8 +85,9 @@ def compare(
         stable_window=stable_window, min_measure_s=min_measure_s, power_rate_hz=power_rate_hz,
         idle_baseline_s=idle_baseline_s, devices=devices, distributed_timeout_s=distributed_timeout_s,
     )
-    request = CompareRequest(spec, RunnerChoice(tuple(runner), frameworks, venvs, transport), tuple(compilation),
-                             tuple(strategy), repetitions, cooldown_s, min_effect, rendezvous_port, out, store)
+    choice = RunnerChoice(tuple(runner), frameworks, venvs, transport, tuple(map(str, models_dir)))
+    request = CompareRequest(spec, choice, tuple(compilation), tuple(strategy), repetitions, cooldown_s, min_effect,
+                             rendezvous_port, out, store, allow_different_models)
     result = run(lambda progress: compare_use_case(request, progress))
     terminal.print_compare(result.rows, result.run_dir, result.store, result.scaling, result.results)
     report_failures(result.failures)
@@ -115,6 +118,7 @@ def calibrate(
     token_file: TokenFileOption = None,
     frameworks: FrameworksOption = every_framework(),
     venvs: VenvsOption = None,
+    models_dir: ModelsDirOption = [],
     store: StoreOption = Path("results/store"),
 ) -> None:
     """Measure the noise floor: each runner against a second instance of itself (A/A), for one configuration.
@@ -125,7 +129,7 @@ def calibrate(
     transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     spec = RunSpec(model, mode, batch_size, shape, precision, device, layout, warmup=warmup, steps=steps,
                    model_options=option_pairs(option), warmup_until_cv=warmup_until_cv, min_measure_s=min_measure_s)
-    choice = RunnerChoice(tuple(runner), frameworks, venvs, transport)
+    choice = RunnerChoice(tuple(runner), frameworks, venvs, transport, tuple(map(str, models_dir)))
     result = run(lambda progress: calibrate_use_case(spec, choice, repetitions, store, progress))
     terminal.print_calibrations(result.calibrations, f"{model} {mode.value}, batch {batch_size}, {precision.value}", store)
     report_failures(result.failures)

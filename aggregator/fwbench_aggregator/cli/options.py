@@ -211,6 +211,14 @@ FrameworksOption = Annotated[str, typer.Option(
     callback=parse_frameworks,
     help=f"the runners to compare, comma-separated, of: {', '.join(framework_names())} (embedded ones started, or "
     f"those ${RUNNERS_ENV} lists; --runner names its own)")]
+ModelsDirOption = Annotated[list[Path], typer.Option(
+    "--models-dir", exists=True, file_okay=False, resolve_path=True,
+    help="a folder of your own models (plug-ins: a folder per model with model.toml and build_<framework>.py; "
+    "docs/your-model.md), loaded by the runners fwbench starts; repeatable. Runners you start yourself take "
+    "their own --models-dir or $FWBENCH_MODELS_DIR")]
+AllowDifferentModelsOption = Annotated[bool, typer.Option(
+    "--allow-different-models",
+    help="compare a plug-in model whose runners build it with different parameter counts (not the same network)")]
 VenvsOption = Annotated[Optional[Path], typer.Option(
     help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")]
 

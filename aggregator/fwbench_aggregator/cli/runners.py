@@ -19,14 +19,15 @@ from ..present import listings
 from . import app
 from .common import report_failures, run
 from .options import (
-    DeviceOption, FrameworksOption, ModelOption, ModelOptionsOption, ModeOption, PrecisionOption, RunnerOption,
+    DeviceOption, FrameworksOption, ModelOption, ModelOptionsOption, ModelsDirOption, ModeOption, PrecisionOption, RunnerOption,
     ShapeOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption, every_framework, parse_text,
     runner_transport,
 )
 
 
-def _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs) -> RunnerChoice:
-    return RunnerChoice(tuple(runner), frameworks, venvs, runner_transport(runner, tls_ca, tls_cert, tls_key, token_file))
+def _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs, models_dir) -> RunnerChoice:
+    return RunnerChoice(tuple(runner), frameworks, venvs, runner_transport(runner, tls_ca, tls_cert, tls_key, token_file),
+                        tuple(map(str, models_dir)))
 
 
 @app.command()
@@ -38,13 +39,14 @@ def models(
     token_file: TokenFileOption = None,
     frameworks: FrameworksOption = every_framework(),
     venvs: VenvsOption = None,
+    models_dir: ModelsDirOption = [],
     parameters: Annotated[bool, typer.Option(
         "--parameters", help="count each model's trainable parameters too (default shape and options): the runner "
         "builds every model on its CPU, tens of seconds",
     )] = False,
 ) -> None:
     """List the models, one row each: task, default input, options, and the runners that build it."""
-    choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs)
+    choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs, models_dir)
     listing = run(lambda progress: list_models(choice, parameters, progress))
     listings.print_models(listing.models, listing.runners, parameters)
     report_failures(listing.failures)
@@ -59,9 +61,10 @@ def describe(
     token_file: TokenFileOption = None,
     frameworks: FrameworksOption = every_framework(),
     venvs: VenvsOption = None,
+    models_dir: ModelsDirOption = [],
 ) -> None:
     """Show each runner's framework, versions, devices and precisions."""
-    choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs)
+    choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs, models_dir)
     described, failures = run(lambda progress: describe_use_case(choice, progress))
     listings.print_descriptions(described)
     report_failures(failures)
@@ -78,6 +81,7 @@ def parity(
     token_file: TokenFileOption = None,
     venvs: VenvsOption = None,
     frameworks: FrameworksOption = every_framework(),
+    models_dir: ModelsDirOption = [],
     out: Annotated[Path, typer.Option(help="folder for parity.csv")] = Path("results"),
 ) -> None:
     """Show that the runners build the same networks as the first one, the reference.
@@ -87,7 +91,7 @@ def parity(
     same input. The weights pass through the runners' reference folder: the runners started here share a temporary
     one; runners given with --runner must be started with one shared --reference-dir.
     """
-    choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs)
+    choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs, models_dir)
     names = [name for name in models.split(",") if name] if models else None
     result = run(lambda progress: parity_use_case(choice, names, out, progress))
     listings.print_parity(result.tables, result.path)
@@ -113,6 +117,7 @@ def max_batch(
     token_file: TokenFileOption = None,
     frameworks: FrameworksOption = every_framework(),
     venvs: VenvsOption = None,
+    models_dir: ModelsDirOption = [],
     store: Annotated[Path, typer.Option(
         help="the results store: each runner's search is kept there (frame max_batch)")] = Path("results/store"),
 ) -> None:
@@ -120,7 +125,7 @@ def max_batch(
 
     Each runner's result is stored, to line up with a sweep's runs of the same configuration.
     """
-    choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs)
+    choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs, models_dir)
     # One step answers "does it fit": no warm-up, no minimum window, no power.
     spec = RunSpec(model, mode, 1, shape, precision, device, warmup=0, steps=1, model_options=option_pairs(option),
                    power_rate_hz=0, min_measure_s=0.0)

@@ -19,7 +19,7 @@ from ..run.runners import runners_in_use
 from . import app
 from .common import interrupted_status, report_failures, run, usage_error
 from .options import (
-    LatencyBudgetOption, RunnerOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption,
+    LatencyBudgetOption, ModelsDirOption, RunnerOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption,
     every_framework, runner_transport,
 )
 
@@ -61,6 +61,7 @@ def sweep(
     tls_key: TlsKeyOption = None,
     token_file: TokenFileOption = None,
     venvs: VenvsOption = None,
+    models_dir: ModelsDirOption = [],
 ) -> None:
     """Run a whole study, one run at a time per device, each stored the moment it completes.
 
@@ -90,7 +91,8 @@ def sweep(
             f"nodes: {spanning} spreads a run over several machines: run the study on a Slurm allocation with "
             "`fwbench slurm`, or give a runner its machines as --runner NAME=HOST:PORT,HOST:PORT (every run of it "
             "then spans them) and leave nodes out")
-    request = StudyRequest(study, RunnerChoice(tuple(runner), "", venvs, transport), store, resume, report,
+    choice = RunnerChoice(tuple(runner), "", venvs, transport, tuple(map(str, models_dir)))
+    request = StudyRequest(study, choice, store, resume, report,
                            latency_budget_ms)
     result = run(lambda progress: study_use_case(request, progress))
     if result.interrupted is not None:

@@ -52,6 +52,7 @@ class StartupSettings:
     inter_op_threads: int = os.cpu_count() or 1
     cudnn_autotune: str = "off"
     reference_dir: str = ""  # the parity reference folder they share; empty: each its own private one
+    models_dirs: tuple[str, ...] = ()  # folders of model plug-ins every runner loads
 
     def flags(self) -> list[str]:
         return [
@@ -59,6 +60,7 @@ class StartupSettings:
             "--inter-op-threads", str(self.inter_op_threads),
             "--cudnn-autotune", self.cudnn_autotune,
             *(["--reference-dir", self.reference_dir] if self.reference_dir else []),
+            *(flag for folder in self.models_dirs for flag in ("--models-dir", folder)),
         ]
 
 

@@ -139,6 +139,7 @@ class Sweep:
     strategies: dict[str, tuple[Strategy, ...]] = field(default_factory=dict)  # per runner; absent: its default
     reuse_builds: bool = True
     nodes: tuple[int, ...] = (1,)
+    models_dirs: tuple[str, ...] = ()  # folders of model plug-ins the runners fwbench starts load
 
     def configurations(self) -> list[Configuration]:
         """The grid, model outermost, then mode, shape, precision, device, strategy; within each point,

@@ -33,7 +33,7 @@ _OPTION_VALUE = re.compile(r"[A-Za-z0-9_]+")
 FIELDS = (
     "runners", "models", "modes", "batch_sizes", "shapes", "precisions", "devices", "repetitions",
     "warmup", "warmup_until_cv", "steps", "min_measure_s", "options", "layout", "compilation", "cooldown_s",
-    "strategies", "reuse_builds", "nodes",
+    "strategies", "reuse_builds", "nodes", "models_dir",
 )
 
 
@@ -49,7 +49,27 @@ def _device(checker: Checker) -> Check:
     return check
 
 
-def _build(raw: object, checker: Checker, runner_names: Optional[Sequence[str]]) -> Sweep:
+def _models_dirs(raw: Mapping, base: Path, checker: Checker) -> tuple[str, ...]:
+    """models_dir: a folder of model plug-ins, or a list of them, relative to the sweep file's folder."""
+    value = raw["models_dir"]
+    folders = value if isinstance(value, list) else [value]
+    found = []
+    for index, folder in enumerate(folders):
+        path = ("models_dir", index) if isinstance(value, list) else ("models_dir",)
+        if not isinstance(folder, str) or not folder:
+            checker.attempt(lambda path=path, folder=folder: checker.fail(
+                path, f"{folder!r} is not a folder; accepted: a path, or a list of paths, relative to the sweep file"))
+            continue
+        resolved = (base / folder).resolve()
+        if not resolved.is_dir():
+            checker.attempt(lambda path=path, folder=folder, resolved=resolved: checker.fail(
+                path, f"{folder!r} is not a folder ({resolved}); give a folder of model plug-ins (docs/your-model.md)"))
+            continue
+        found.append(str(resolved))
+    return tuple(found)
+
+
+def _build(raw: object, checker: Checker, runner_names: Optional[Sequence[str]], base: Path = Path(".")) -> Sweep:
     """The study from its raw fields; raises SweepError with every problem found."""
     if not isinstance(raw, Mapping):
         checker.attempt(lambda: checker.fail((), f"a sweep is a mapping of fields; accepted fields: {', '.join(FIELDS)}"))
@@ -162,6 +182,9 @@ def _build(raw: object, checker: Checker, runner_names: Optional[Sequence[str]])
         strategy_check = choice(Strategy, "strategy", checker)
         field("strategies", lambda: _per_runner(raw, "strategies", runners, checker, strategy_check, listed=True))
 
+    if raw.get("models_dir") is not None:
+        values["models_dirs"] = _models_dirs(raw, base, checker)
+
     if checker.problems:
         raise SweepError(checker.problems)
     return Sweep(**{name: value for name, value in values.items() if value is not None})
@@ -238,9 +261,10 @@ def _duplicate_keys(node: yaml.Node, path: Path_ = ()) -> list[tuple[Path_, yaml
     return found
 
 
-def load_sweep(path: Path, runner_names: Optional[Sequence[str]] = None) -> Sweep:
+def load_sweep(path: Path, runner_names: Optional[Sequence[str]] = None, base: Optional[Path] = None) -> Sweep:
     """Read and check a sweep file; a SweepError lists every mistake with its file, line and field. With
-    `runner_names`, the file's runners must be among them."""
+    `runner_names`, the file's runners must be among them. Relative paths in it (models_dir) are read from `base`,
+    default the file's folder."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -260,7 +284,7 @@ def load_sweep(path: Path, runner_names: Optional[Sequence[str]] = None) -> Swee
     if repeated:
         raise SweepError([Problem(f"{path}, line {key.start_mark.line + 1}", field_name(where), "given twice; give each field once")
                           for where, key in repeated])
-    return _build(raw, checker, runner_names)
+    return _build(raw, checker, runner_names, base or path.parent)
 
 
 def _split(value: object, convert: Callable[[str], object] = str) -> object:

@@ -50,7 +50,7 @@ def display_frame(rows: pd.DataFrame) -> pd.DataFrame:
     for column in shown:
         shown[column] = [cell(v, column) for v in shown[column]]
     if "verdict" in shown and "flagged" in rows:
-        shown["verdict"] = [flagged_verdict(v, f) for v, f in zip(shown["verdict"], rows["flagged"])]
+        shown["verdict"] = [flagged_verdict(v, f, c) for v, f, c in zip(shown["verdict"], rows["flagged"], rows.get("parity", [""] * len(rows)))]
     return shown.rename(columns=DISPLAY_COLUMNS)
 
 
@@ -143,7 +143,7 @@ def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
     table = []
     for config, frame in rows.groupby(list(CONFIG_COLUMNS), sort=False):
         fastest = frame[frame["verdict"].isin(["fastest", "only runner"])]["runner"].tolist()
-        others = [f"{r.runner}: {flagged_verdict(r.verdict, r.flagged)}" for r in frame.itertuples(index=False)
+        others = [f"{r.runner}: {flagged_verdict(r.verdict, r.flagged, getattr(r, 'parity', ''))}" for r in frame.itertuples(index=False)
                   if r.runner not in fastest]
         table.append({**dict(zip(CONFIG_COLUMNS, config)), "fastest": ", ".join(fastest) or "–",
                       "verdicts": "; ".join(others) or "–"})

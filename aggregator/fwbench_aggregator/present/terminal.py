@@ -114,7 +114,7 @@ def _print_verdicts(rows: pd.DataFrame) -> None:
     judged = rows[~rows["verdict"].isin(["fastest", "only runner"])]
     for r in judged.itertuples():
         who = "" if len(rows) == 2 else f" ({r.runner})"
-        out_console.print(f"verdict{who}: {escape(flagged_verdict(r.verdict, r.flagged))}", highlight=False)
+        out_console.print(f"verdict{who}: {escape(flagged_verdict(r.verdict, r.flagged, getattr(r, 'parity', '')))}", highlight=False)
     if len(ran) > 1:
         floor = ran["noise_floor"].dropna()
         out_console.print(f"noise floor: {floor.iloc[0]:.1%} (from fwbench calibrate)" if len(floor) else
@@ -146,8 +146,8 @@ def series_table(rows: pd.DataFrame) -> tuple[list[Column], list[tuple], list]:
                 figures.append(_ms(r.median_step_ms))
         counts = sorted({int(r.runs) for r in own.itertuples() if r.status == "ok"})
         judged = [r for r in own.itertuples() if r.verdict not in ("fastest", "only runner")]
-        verdicts = [flagged_verdict(r.verdict, r.flagged) if len(runners) == 2 else
-                    f"{r.runner}: {flagged_verdict(r.verdict, r.flagged)}" for r in judged]
+        verdicts = [flagged_verdict(r.verdict, r.flagged, getattr(r, 'parity', '')) if len(runners) == 2 else
+                    f"{r.runner}: {flagged_verdict(r.verdict, r.flagged, getattr(r, 'parity', ''))}" for r in judged]
         table.append((str(batch), *figures, "/".join(map(str, counts)) or "0", "; ".join(verdicts) or "–"))
         styles.append("red" if (own["status"] != "ok").any() else None)
     return columns, table, styles

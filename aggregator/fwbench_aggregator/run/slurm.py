@@ -92,6 +92,7 @@ class Submission:
     rendezvous_port: int = 29500
     report: bool = True
     latency_budget_ms: Optional[float] = None
+    study_folder: str = ""  # where the user's sweep file was: its relative models_dir is read from there
 
     @classmethod
     def read(cls, folder: Path) -> "Submission":

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 
 import pandas as pd
 
-from .schema import STORE_FORMAT
+from .schema import BUILT_IN, STORE_FORMAT
 
 FORMAT_KEY = "store_format"
 UNVERSIONED = 1
@@ -48,8 +48,21 @@ def _distributed_columns(name: str, frame: pd.DataFrame, manifest: Mapping) -> p
     return frame
 
 
+def _model_source_columns(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFrame:
+    """Format 2 -> 3: runs from before model plug-ins ran a built-in model."""
+    if name != "summary":
+        return frame
+    frame = frame.copy()
+    for column, value in (("model_source", BUILT_IN), ("model_hash", "")):
+        if column not in frame:
+            frame[column] = value
+    return frame
+
+
 # From format N to N + 1: (frame name, frame, the run's manifest) -> frame.
-STEPS: dict[int, Callable[[str, pd.DataFrame, Mapping], pd.DataFrame]] = {1: _distributed_columns}
+STEPS: dict[int, Callable[[str, pd.DataFrame, Mapping], pd.DataFrame]] = {
+    1: _distributed_columns, 2: _model_source_columns,
+}
 
 
 def migrated(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFrame:

@@ -15,7 +15,7 @@ from google.protobuf.json_format import MessageToDict
 from ..base.vocabulary import device_text, shape_text, to_text
 from ..run.client import RunnerFailure, RunResult
 from .results_store import ResultStore
-from .schema import ENERGY_FIELDS, POWER_COLUMNS, POWER_FIELDS, STEPS_COLUMNS, SUMMARY_COLUMNS
+from .schema import BUILT_IN, ENERGY_FIELDS, POWER_COLUMNS, POWER_FIELDS, STEPS_COLUMNS, SUMMARY_COLUMNS
 
 
 def _config_columns(run_id: str, result: RunResult) -> dict:
@@ -154,6 +154,8 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
                 "cudnn_version": info.cudnn_version,
                 "runner_version": info.runner_version,
                 "runner_options": ";".join(f"{k}={v}" for k, v in sorted(info.options.items())),
+                "model_source": c.model_source or BUILT_IN,
+                "model_hash": c.model_content_hash,
             }
         )
     for f in failures:

@@ -6,11 +6,12 @@ STORE_FORMAT is the version of what the store writes, recorded with every run (s
   1  (no version recorded) runs before distributed runs: no strategy, devices, nodes, world_size or
      global_batch_size columns; OOM and refused requests both stored as failed runs
   2  every run records the store format; the distributed columns are always written
+  3  a run's summary says which model ran: model_source ("built-in" or a plug-in's folder) and model_hash
 """
 
 from __future__ import annotations
 
-STORE_FORMAT = 2
+STORE_FORMAT = 3
 
 # --- what identifies a run's configuration ----------------------------------------------------------------------
 
@@ -53,13 +54,16 @@ DEVICE_STATE_COLUMNS = (
     "other_cpu_busy_cores", "load_avg_1m_before", "load_avg_1m_after", "sm_clock_min_mhz", "max_sm_clock_mhz",
     "throttle_reasons",
 )
+# Which model ran: "built-in", or a plug-in's folder and the hash of its files (which version of the user's model).
+MODEL_SOURCE_COLUMNS = ("model_source", "model_hash")
+BUILT_IN = "built-in"
 RUNNER_COLUMNS = ("runner_address", "python_version", "cuda_version", "cudnn_version", "runner_version", "runner_options")
 SUMMARY_COLUMNS = (
     *RUN_IDENTITY_COLUMNS, "status", "error", "device_name", "warmup_steps", "measured_steps", "seed", "parameter_count",
     "mean_step_time_s", "median_step_time_s", "p95_step_time_s", "throughput_samples_per_s", "straggler_spread",
     "peak_memory_bytes", "peak_memory_source", "time_to_first_step_s", "started_at_unix_s", "finished_at_unix_s",
     *SETTINGS_COLUMNS, "build_reused", "first_step_traced", "warmup_steps_run", "warmup_stable", "min_measure_s",
-    "timer_disagreement", *DEVICE_STATE_COLUMNS, *ENERGY_COLUMNS, *RUNNER_COLUMNS,
+    "timer_disagreement", *DEVICE_STATE_COLUMNS, *ENERGY_COLUMNS, *RUNNER_COLUMNS, *MODEL_SOURCE_COLUMNS,
 )
 # A run that ran out of memory is stored as a summary row of its configuration with these.
 FAILURE_COLUMNS = ("status", "error_code", "error")
@@ -79,10 +83,14 @@ MODEL_FACTS_FRAME = "model_facts"
 MODEL_FACT_IDENTITY = ("runner", "framework", "framework_version", "model", "model_options", "input_shape")
 MODEL_FACTS_COLUMNS = (*MODEL_FACT_IDENTITY, "forward_flops", "parameter_count", "flops_method")
 
+# fwbench parity: one row per model variant and pair of runners, with the plug-in's hash it checked.
+PARITY_FRAME = "parity"
+PARITY_COLUMNS = ("model", "variant", "model_hash", "reference_runner", "runner", "verdict", "numeric", "checked_at_unix_s")
+
 # Every frame a store holds, by the name of its Parquet file.
 STORED_FRAMES = {
     "steps": STEPS_COLUMNS, "summary": SUMMARY_COLUMNS, "power": POWER_COLUMNS, "calibration": CALIBRATION_COLUMNS,
-    "max_batch": MAX_BATCH_COLUMNS, MODEL_FACTS_FRAME: MODEL_FACTS_COLUMNS,
+    "max_batch": MAX_BATCH_COLUMNS, MODEL_FACTS_FRAME: MODEL_FACTS_COLUMNS, PARITY_FRAME: PARITY_COLUMNS,
 }
 
 # --- frames the analysis derives ----------------------------------------------------------------------------------
@@ -94,7 +102,7 @@ COMPARISON_COLUMNS = (
     "median_step_ms", "p5_step_ms", "p95_step_ms", "run_spread", "ms_per_sample", "throughput_samples_per_s",
     "energy_per_sample_j", "mean_power_w", "energy_runs", "energy_status",
     "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "p_value", "resolvable", "noise_floor",
-    "verdict", "significant", "flagged", "error",
+    "verdict", "significant", "flagged", "error", *MODEL_SOURCE_COLUMNS, "parity",
 )
 SCALING_COLUMNS = (
     *SCALING_KEY_COLUMNS, "runner", "runner_name", "strategy", "world_size", "nodes", "runs", "throughput_samples_per_s",

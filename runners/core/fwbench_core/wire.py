@@ -398,4 +398,6 @@ def config_to_wire(c: RunConfig, info: RunnerInfo, parameter_count: int = 0) -> 
         cluster=cluster_to_wire(c.cluster) if c.cluster else None,
         distributed_timeout_s=c.distributed_timeout_s,
         parameter_count=parameter_count,
+        model_source=str(c.model.source),
+        model_content_hash=c.model.source.content_hash,
     )
