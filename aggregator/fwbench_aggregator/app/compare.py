@@ -43,6 +43,7 @@ class CompareRequest:
     rendezvous_port: Optional[int] = None
     out: Path = Path("results")
     store: Optional[Path] = None  # default: OUT/store
+    allow_different_models: bool = False  # a plug-in whose runners build different parameter counts
 
 
 @dataclass
@@ -84,6 +85,7 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
         requests = {name: r for name, r in requests.items() if name not in {f.runner for f in unreachable}}
         if not requests:
             return result
+        preflight.same_network(runners.endpoints, runners.transport, requests, request.allow_different_models)
         results_store = ResultStore(store)
 
         def keep(run: RunResult) -> None:

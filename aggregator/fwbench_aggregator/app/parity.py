@@ -18,7 +18,10 @@ from ..base.progress import Progress
 from ..base.suggest import did_you_mean
 from ..plan.spec import StartupSettings
 from ..run.client import RunnerClient, RunnerFailure
+from ..plan.keys import run_key
 from ..run.parity import gather
+from ..store.results_store import ResultStore
+from ..store.schema import PARITY_COLUMNS, PARITY_FRAME
 from .errors import UsageError
 from .runners import RunnerChoice, runners_for
 
@@ -41,7 +44,23 @@ class ParityResult:
         return any((t.table["verdict"] != "same").any() for t in self.tables if len(t.table))
 
 
-def parity(runners: RunnerChoice, models: Optional[list[str]], out: Path, progress: Progress = Progress()) -> ParityResult:
+def store_checks(results_store: ResultStore, tables: list[ParityTable], hashes: dict[str, str]) -> None:
+    """Each checked variant as a row of the store's parity frame, so that a comparison or report of a plug-in says
+    whether its runners were shown to build the same network (at the plug-in's hash)."""
+    checked_at = time.time()
+    for t in tables:
+        for row in t.table.itertuples(index=False):
+            model = row.model.split(" ", 1)[0]
+            entry = {"model": model, "variant": row.model, "model_hash": hashes.get(model, ""),
+                     "reference_runner": t.reference, "runner": t.other, "verdict": row.verdict,
+                     "numeric": row.numeric, "checked_at_unix_s": checked_at}
+            key = run_key({PARITY_FRAME: entry})
+            results_store.append(key, {PARITY_FRAME: {k: entry[k] for k in ("model", "variant", "model_hash")}},
+                                 {PARITY_FRAME: pd.DataFrame([entry], columns=PARITY_COLUMNS)}, {})
+
+
+def parity(runners: RunnerChoice, models: Optional[list[str]], out: Path, progress: Progress = Progress(),
+           store: Optional[Path] = None) -> ParityResult:
     reference_name, *other_names = runners.frameworks.split(",")
     if not other_names:
         raise UsageError(f"{runners.frameworks!r}: give the reference and at least one runner to check against it",
@@ -56,7 +75,9 @@ def parity(runners: RunnerChoice, models: Optional[list[str]], out: Path, progre
         if reference_name not in found.endpoints:
             return result
         reference = stack.enter_context(RunnerClient(reference_name, found.endpoints[reference_name], found.transport))
-        known = [m.name for m in reference.list_models()]
+        listed = reference.list_models()
+        known = [m.name for m in listed]
+        hashes = {m.name: m.content_hash for m in listed}
         unknown = sorted(set(models or []) - set(known))
         if unknown:
             hints = "".join(did_you_mean(name, known) for name in unknown)
@@ -77,6 +98,8 @@ def parity(runners: RunnerChoice, models: Optional[list[str]], out: Path, progre
             result.tables.append(ParityTable(reference_name, other_name, judged(rows, reference_name, other_name),
                                              only_reference))
     if result.tables:
+        if store is not None:
+            store_checks(ResultStore(store), result.tables, hashes)
         run_dir.mkdir(parents=True, exist_ok=True)
         result.path = run_dir / "parity.csv"
         pd.concat([t.table.assign(other=t.other) for t in result.tables], ignore_index=True).to_csv(result.path, index=False)

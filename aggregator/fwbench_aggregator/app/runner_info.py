@@ -9,7 +9,7 @@ from fwbench.runner.v1 import runner_pb2 as pb
 from ..base.progress import Progress
 from ..base.vocabulary import shape_text, to_text
 from ..run.client import RunnerClient, RunnerFailure
-from ..run.listing import ListedModel
+from ..run.listing import ListedModel, PluginProblem
 from ..run.runners import each_runner
 from .runners import RunnerChoice, runners_for
 
@@ -19,6 +19,7 @@ class ModelList:
     models: list[ListedModel] = field(default_factory=list)
     runners: list[str] = field(default_factory=list)  # every runner that answered
     failures: list[RunnerFailure] = field(default_factory=list)
+    plugin_problems: list[PluginProblem] = field(default_factory=list)  # plug-ins a runner did not load
 
 
 def list_models(runners: RunnerChoice, parameters: bool = False, progress: Progress = Progress()) -> ModelList:
@@ -31,6 +32,7 @@ def list_models(runners: RunnerChoice, parameters: bool = False, progress: Progr
         if name in listing.runners:
             return  # a job across machines: its first node answers for it
         listing.runners.append(name)
+        listing.plugin_problems += [PluginProblem(name, p.folder, p.error) for p in client.describe().plugins if p.error]
         models = client.list_models()
         counts = _parameter_counts(name, client, [m.name for m in models], progress) if parameters else {}
         for m in models:
@@ -38,6 +40,7 @@ def list_models(runners: RunnerChoice, parameters: bool = False, progress: Progr
                 m.name, to_text(pb.Task, m.task), m.input_convention, shape_text(m.default_input_shape),
                 shape_text(m.min_input_shape), shape_text(m.max_input_shape),
                 " ".join(f"{o.name}={'|'.join(o.choices)}" for o in m.options),
+                source=m.source_folder, origin=m.source_origin, content_hash=m.content_hash,
             ))
             entry.runners.append(name)
             if m.name in counts:

@@ -48,7 +48,7 @@ def models(
     """List the models, one row each: task, default input, options, and the runners that build it."""
     choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs, models_dir)
     listing = run(lambda progress: list_models(choice, parameters, progress))
-    listings.print_models(listing.models, listing.runners, parameters)
+    listings.print_models(listing.models, listing.runners, parameters, listing.plugin_problems)
     report_failures(listing.failures)
 
 
@@ -83,6 +83,9 @@ def parity(
     frameworks: FrameworksOption = every_framework(),
     models_dir: ModelsDirOption = [],
     out: Annotated[Path, typer.Option(help="folder for parity.csv")] = Path("results"),
+    store: Annotated[Path, typer.Option(
+        help="the results store: each check is kept there, so that a comparison of a plug-in model says whether its "
+        "runners were shown to build the same network")] = Path("results/store"),
 ) -> None:
     """Show that the runners build the same networks as the first one, the reference.
 
@@ -93,7 +96,7 @@ def parity(
     """
     choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs, models_dir)
     names = [name for name in models.split(",") if name] if models else None
-    result = run(lambda progress: parity_use_case(choice, names, out, progress))
+    result = run(lambda progress: parity_use_case(choice, names, out, progress, store))
     listings.print_parity(result.tables, result.path)
     report_failures(result.failures)
     if result.differ:

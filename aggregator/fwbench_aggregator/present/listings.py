@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from ..base.vocabulary import device_text, to_text
 from ..run.client import RunnerFailure
-from ..run.listing import ListedModel
+from ..run.listing import ListedModel, PluginProblem
 from .console import Column, err_console, out_console, print_table
 
 # Wider than this, the models table shows each model's shape range too.
@@ -22,10 +22,12 @@ WIDE = 120
 BATCHES_TRIED_WIDTH = 40
 
 
-def print_models(models: Sequence[ListedModel], runners: Sequence[str], parameters: bool) -> None:
+def print_models(models: Sequence[ListedModel], runners: Sequence[str], parameters: bool,
+                 plugin_problems: Sequence[PluginProblem] = ()) -> None:
     """One row per model: its task, default input, options, and the runners that build it ("all" where every runner
     does); with --parameters, its trainable parameters (each runner's where they differ), in place of the task and
-    options on a narrow terminal. A wide one adds the input's convention and range."""
+    options on a narrow terminal. A wide one adds the input's convention and range. A plug-in's name is marked *,
+    its folder said below the table, and so is every plug-in a runner did not load, with why."""
     wide = out_console.width >= WIDE
     described = wide or not parameters
     columns = [
@@ -38,13 +40,20 @@ def print_models(models: Sequence[ListedModel], runners: Sequence[str], paramete
     for m in models:
         counts = sorted(set(m.parameters.values()))
         table.append((
-            m.name, *((m.task,) if described else ()), m.default_shape,
+            m.name + (" *" if m.source else ""), *((m.task,) if described else ()), m.default_shape,
             *((m.input_convention, m.min_shape, m.max_shape) if wide else ()),
             *((m.options.replace("|", ", ") or "–",) if described else ()),
             "all" if set(m.runners) >= set(runners) and len(runners) > 1 else ", ".join(m.runners),
             *((" / ".join(f"{c:,}" for c in counts) or "–",) if parameters else ()),
         ))
     print_table(columns, table, f"models of {', '.join(runners)}" if runners else "models")
+    for m in models:
+        if m.source:
+            out_console.print(f"* {m.name}: plug-in {m.source} ({m.origin}, {m.content_hash[:19]})", highlight=False,
+                              soft_wrap=True)
+    for problem in plugin_problems:
+        err_console.print(f"[yellow]{escape(problem.runner)}: plug-in {escape(problem.folder)} not loaded: "
+                          f"{escape(problem.error)}[/]", highlight=False)
 
 
 def print_descriptions(described: Sequence) -> None:
@@ -80,6 +89,9 @@ def print_parity(tables: Sequence, path: Optional[Path]) -> None:
                 " / ".join(f"{f:.3f}" for f in sorted(flops)), " / ".join(sorted(outputs)), numeric, row["verdict"],
             ))
         print_table(columns, rows, f"parity: {other} against {reference} (a / b where they differ)")
+        for row in t.table.to_dict("records"):
+            if row.get("numeric_note"):
+                err_console.print(f"{row['model']}: outputs not compared: {row['numeric_note']}", highlight=False)
         if t.only_reference:
             err_console.print(f"{other} builds no {', '.join(t.only_reference)}: not checked", highlight=False)
     if path is not None:

@@ -18,3 +18,15 @@ class ListedModel:
     options: str  # "head=classification|mlm"
     runners: list[str] = field(default_factory=list)
     parameters: dict[str, int] = field(default_factory=dict)  # runner -> trainable parameters, where counted
+    source: str = ""  # a plug-in's folder; "" for a built-in
+    origin: str = ""  # how the runner was pointed at the plug-in
+    content_hash: str = ""
+
+
+@dataclass(frozen=True)
+class PluginProblem:
+    """A model plug-in a runner did not load, and why."""
+
+    runner: str
+    folder: str
+    error: str

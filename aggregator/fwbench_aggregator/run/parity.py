@@ -76,9 +76,11 @@ def gather_variant(variant: Variant, reference: RunnerClient, other: RunnerClien
         if failure.code != "FAILED_PRECONDITION":
             raise
         row["numeric"] = "not checked"
+        row["numeric_note"] = failure.message
         row["max_rel_diff"] = None
     else:
         row["numeric"] = "match" if compared.matched else "MISMATCH"
+        row["numeric_note"] = ""
         row["max_rel_diff"] = compared.max_rel_diff
 
     return row

@@ -121,6 +121,8 @@ def parse_declaration(path: Path, text: str, source: ModelSource) -> ModelSpec:
         raise reader.fail("default_input_shape", f"{list(default)} must lie within min_input_shape {list(low)} and max_input_shape {list(high)}, dimension by dimension")
     vocab_size = table.get("vocab_size", 0)
     if input_kind is InputKind.TOKENS:
+        if "vocab_size" not in table:
+            raise reader.fail("vocab_size", f"missing; token inputs draw ids below a vocabulary size, a whole number from 2 to {MAX_DIMENSION}")
         vocab_size = reader.integer("vocab_size", vocab_size, 2)
     elif vocab_size:
         raise reader.fail("vocab_size", f"only token inputs draw ids below a vocabulary; {input_kind.value} inputs take none")

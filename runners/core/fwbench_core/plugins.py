@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 
 from .declaration import DECLARATION_FILE, DeclarationError, read_declaration
+from .errors import FailedPrecondition
 from .spec import ModelSource, ModelSpec
 
 MODELS_DIR_ENV = "FWBENCH_MODELS_DIR"
@@ -29,8 +30,9 @@ MAX_PLUGIN_FILES = 1000
 MAX_PLUGIN_BYTES = 64 << 20
 
 
-class PluginError(Exception):
-    """A plug-in that cannot be served; the message says which file and why."""
+class PluginError(FailedPrecondition):
+    """A plug-in that cannot be served; the message says which file and why. Over the wire (a run's worker that
+    finds the plug-in changed): FAILED_PRECONDITION, the runner's configuration being what must change."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class PluginLocation:
 
     path: Path
     origin: str
+    error: str = ""  # why it could not even be found (an entry point that fails to load)
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,15 @@ def locations(models_dirs: Sequence[str] = (), environ=os.environ, entry_points:
     found += [PluginLocation(Path(d), MODELS_DIR_ENV) for d in environ.get(MODELS_DIR_ENV, "").split(os.pathsep) if d]
     if entry_points:
         found += _entry_point_locations()
-    return found
+    # One folder named twice (a flag and the variable) is read once: else it would clash with itself.
+    seen: set[Path] = set()
+    unique = []
+    for location in found:
+        key = location.path.resolve() if not location.error else location.path
+        if key not in seen:
+            seen.add(key)
+            unique.append(location)
+    return unique
 
 
 def _entry_point_locations() -> list[PluginLocation]:
@@ -74,7 +85,8 @@ def _entry_point_locations() -> list[PluginLocation]:
             module = entry.load()
             found.append(PluginLocation(Path(module.__file__).parent, origin))
         except Exception as error:  # noqa: BLE001 - a broken package must not stop the runner
-            found.append(PluginLocation(Path(f"<{entry.value}>"), f"{origin}: {type(error).__name__}: {error}"))
+            found.append(PluginLocation(Path(entry.value), origin, f"entry point {entry.name} ({entry.value}) failed to "
+                                        f"load: {type(error).__name__}: {error}"))
     return found
 
 
@@ -115,10 +127,16 @@ def content_hash(folder: Path) -> str:
 
 
 def import_builder(folder: Path, framework: str, model: str) -> ModuleType:
-    """The plug-in's builder module for `framework`, imported under a name of its own, so that two plug-ins'
-    modules never share one and none shadows a framework."""
+    """The plug-in's builder module for `framework`, imported as a module of a package of its own (the folder), so
+    that two plug-ins' modules never share a name, none shadows a framework, and a builder imports the folder's
+    other files relatively (`from . import layers`)."""
     path = folder / builder_file(framework)
-    name = f"fwbench_plugin_{model}_{framework}"
+    package = f"fwbench_plugin_{model}"
+    if package not in sys.modules:
+        holder = ModuleType(package)
+        holder.__path__ = [str(folder)]
+        sys.modules[package] = holder
+    name = f"{package}.build_{framework}"
     module_spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
@@ -156,6 +174,9 @@ def load_plugins(
     loaded = LoadedPlugins({}, {}, {}, ())
     reports = []
     for location in where:
+        if location.error:
+            reports.append(PluginReport(str(location.path), location.origin, error=location.error))
+            continue
         try:
             folders = plugin_folders(location)
         except PluginError as error:
@@ -183,8 +204,9 @@ def _load_one(framework, folder, origin, taken, make_builder, loaded: LoadedPlug
     taken[name] = str(source)
     if make_builder is not None:
         if not (folder / builder_file(framework)).is_file():
-            loaded.not_offered[name] = f"plug-in {folder} has no {builder_file(framework)}, so the {framework} runner does not build it"
-            return PluginReport(str(folder), origin, (), source.content_hash)
+            why = f"plug-in {folder} has no {builder_file(framework)}, so the {framework} runner does not build it"
+            loaded.not_offered[name] = why
+            return PluginReport(str(folder), origin, (name,), source.content_hash, error=why)
         try:
             loaded.builders[name] = _builders.setdefault(
                 (str(folder.resolve()), framework, source.content_hash),
