@@ -22,6 +22,7 @@ from fwbench_aggregator.base.frameworks import Framework, shipped  # noqa: E402
 GENERATED = "# Generated from aggregator/fwbench_aggregator/base/frameworks.toml by scripts/generate_runner_files.py: edit those, not this file.\n"
 RUNNER_PORT = 50051  # every runner listens on it inside its container
 REFERENCE_DIR = "/var/lib/fwbench/references"  # every runner's parity reference folder, made by its image
+MODELS_DIR = "/models"  # where every runner finds the host's model plug-ins
 SECOND_NODE = "node1"  # compose.nodes.yaml's second runner of FRAMEWORK is the service FRAMEWORK-node1
 
 # What every runner service has, in compose.yaml (the x-runner anchor, with the GPUs) and in
@@ -33,6 +34,8 @@ RUNNER_COMMON = """\
   volumes:
     # Parity checks pass weight files from one runner to the other, by name, in this shared folder.
     - "references:{reference_dir}"
+    # Your model plug-ins (docs/your-model.md), read-only: every runner loads them at start-up.
+    - "${FWBENCH_MODELS_DIR:-./models}:{models_dir}:ro"
 """
 
 COMPOSE_HEAD = """\
@@ -72,6 +75,7 @@ RUNNER_SERVICE = """\
     environment:
       FWBENCH_IMAGE: "${{FWBENCH_IMAGE_PREFIX}}/{name}-runner:${{{var}_TAG}}"
       FWBENCH_REFERENCE_DIR: "{reference_dir}"
+      FWBENCH_MODELS_DIR: "{models_dir}"
 
 """
 
@@ -169,7 +173,7 @@ def dockerfile(framework: Framework, env: dict[str, str]) -> str:
 def runner_service(framework: Framework, service: str, fields: str) -> str:
     """A runner of this framework's image, as the service named `service`, with `fields` besides its image."""
     return RUNNER_SERVICE.format(service=service, fields=fields, name=framework.name, var=variable(framework),
-                                 folder=framework.folder, reference_dir=REFERENCE_DIR)
+                                 folder=framework.folder, reference_dir=REFERENCE_DIR, models_dir=MODELS_DIR)
 
 
 def depends_on(names: list[str]) -> str:
@@ -186,7 +190,8 @@ def compose(frameworks: list[Framework]) -> str:
     )
     compared = [f for f in frameworks if f.compared_by_default]
     runners = " ".join(f"{f.name}={f.name}:{RUNNER_PORT}" for f in frameworks)
-    head = COMPOSE_HEAD.replace("{runner_common}", RUNNER_COMMON).replace("{reference_dir}", REFERENCE_DIR)
+    common = RUNNER_COMMON.replace("{reference_dir}", REFERENCE_DIR).replace("{models_dir}", MODELS_DIR)
+    head = COMPOSE_HEAD.replace("{runner_common}", common)
     return GENERATED + head + services + COMPOSE_TAIL.format(
         depends_on=depends_on([f.name for f in compared]), runners=runners
     )
@@ -198,7 +203,7 @@ def second_node(framework: Framework) -> str:
 
 def compose_nodes(frameworks: list[Framework]) -> str:
     paired = [f for f in frameworks if f.compared_by_default]
-    fields = textwrap.indent(RUNNER_COMMON.replace("{reference_dir}", REFERENCE_DIR), "  ")
+    fields = textwrap.indent(RUNNER_COMMON.replace("{reference_dir}", REFERENCE_DIR).replace("{models_dir}", MODELS_DIR), "  ")
     services = "".join(runner_service(f, second_node(f), fields) for f in paired)
     # One job per framework across both runners: the aggregator's runners become comma-separated pairs (the
     # others keep their one runner).

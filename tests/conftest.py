@@ -19,7 +19,7 @@ import pytest
 
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator.run import launch
-from support.runners import FAKE_STEP_TIME_S, RUNNER_PARAMS
+from support.runners import EXAMPLE_MODELS, FAKE_STEP_TIME_S, RUNNER_PARAMS
 
 LOG_TAIL_CHARS = 3000
 
@@ -39,7 +39,7 @@ def _log_tail(path: Path) -> str:
 
 class RunnerPool:
     """Starts each runner the first time a test asks for it and keeps it for the session; all of them share
-    one reference folder, as parity needs."""
+    one reference folder, as parity needs, and serve the example model plug-ins."""
 
     def __init__(self, log_dir: Path, reference_dir: Path) -> None:
         self.log_dir = log_dir
@@ -61,9 +61,10 @@ class RunnerPool:
         log_path = self.log_path(name)
         failure = None
         try:
-            settings = launch.StartupSettings(reference_dir=str(self.reference_dir))
+            settings = launch.StartupSettings(reference_dir=str(self.reference_dir), models_dirs=(str(EXAMPLE_MODELS),))
             if name == "fake":
-                command = [*launch.fake_runner_command(), "--reference-dir", settings.reference_dir]
+                command = [*launch.fake_runner_command(), "--reference-dir", settings.reference_dir,
+                           "--models-dir", str(EXAMPLE_MODELS)]
                 env = {"FWBENCH_FAKE_STEP_TIME_S": FAKE_STEP_TIME_S}
             else:
                 command = launch.embedded_command(name, launch.default_venvs(), settings)

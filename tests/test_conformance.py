@@ -24,12 +24,12 @@ from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator.base import frameworks, vocabulary
 from fwbench_aggregator.run import launch
-from fwbench_core.catalog import MODEL_SPECS
 from fwbench_core.wire import enum_to_wire
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from support.runners import REAL_RUNNERS
+from support.runners import SERVED_SPECS as MODEL_SPECS
 
 EXPECTED_MODELS = sorted(MODEL_SPECS)
 PROTOCOL = "fwbench.runner.v1"

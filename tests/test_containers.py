@@ -131,10 +131,19 @@ def test_runners_share_one_reference_volume_at_the_folder_they_are_told_and_thei
     assert "references" in config["volumes"]
     for framework in FRAMEWORKS:
         service = config["services"][framework.name]
-        [volume] = service["volumes"]
-        assert volume["type"] == "volume" and volume["source"] == "references"
+        [volume] = [v for v in service["volumes"] if v["type"] == "volume"]
+        assert volume["source"] == "references"
         assert service["environment"]["FWBENCH_REFERENCE_DIR"] == volume["target"]
         assert f"install -d -m 1777 {volume['target']}" in (ROOT / framework.folder / "Dockerfile").read_text()
+
+
+def test_every_runner_reads_the_hosts_model_plugins_read_only_at_the_folder_it_is_told():
+    config = compose_config()
+    for framework in FRAMEWORKS:
+        service = config["services"][framework.name]
+        [mount] = [v for v in service["volumes"] if v["type"] == "bind"]
+        assert mount["source"] == str(ROOT / "models") and mount.get("read_only") is True
+        assert service["environment"]["FWBENCH_MODELS_DIR"] == mount["target"]
 
 
 def test_every_image_is_built_here_and_never_pulled():
@@ -242,6 +251,8 @@ class Stack:
             "AGGREGATOR_BASE_IMAGE": "fwbench-ci/python:3.11",
             "FWBENCH_IMAGE_PREFIX": IMAGE_PREFIX,
             "FWBENCH_RESULTS_DIR": str(results_dir),
+            # Every runner container serves the example model plug-ins, mounted from the host.
+            "FWBENCH_MODELS_DIR": str(ROOT / "examples" / "models"),
             "FWBENCH_UID": str(UID),
             "FWBENCH_GID": str(UID),
             **{f"{name.upper()}_RUNNER_PORT": str(port) for name, port in self.ports.items()},
@@ -362,6 +373,22 @@ def test_parity_exchanges_weights_between_the_containers(stack):
     parity = pd.read_csv(next(stack.results_dir.glob("*-parity/parity.csv")))
     assert set(parity["other"]) == set(RUNNERS[1:])  # each against the first, through the shared volume
     assert set(parity["verdict"]) == {"same"}, parity.to_dict("records")
+
+
+@pytest.mark.containers
+def test_a_model_plugin_on_the_host_is_compared_and_checked_in_every_runner_container(stack):
+    listing = stack.aggregator("models", "--frameworks", ",".join(RUNNERS)).stdout
+    assert re.search(r"tiny_cnn \*.*\ball\b", listing), listing
+    assert "tiny_cnn: plug-in /models/tiny_cnn (FWBENCH_MODELS_DIR, sha256:" in listing
+    stack.aggregator("parity", "--models", "tiny_cnn", "--frameworks", ",".join(RUNNERS), "--out", "/results",
+                     "--store", "/results/store")
+    stack.aggregator("compare", "--model", "tiny_cnn", *SMALL_RUN[2:], "--frameworks", ",".join(RUNNERS),
+                     "--out", "/results")
+    _, table = stack.newest_comparison()
+    assert set(table["model"]) == {"tiny_cnn"} and set(table["framework"]) == set(RUNNERS)
+    assert set(table["model_source"]) == {"/models/tiny_cnn (FWBENCH_MODELS_DIR)"}
+    assert table["model_hash"].str.startswith("sha256:").all() and table["model_hash"].nunique() == 1
+    assert set(table["parity"]) == {"parity checked"}, table[["runner", "parity"]]
 
 
 @pytest.mark.containers

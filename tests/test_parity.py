@@ -1,5 +1,5 @@
 """Every real runner builds the same networks as the torch runner: shown by the runners themselves, at each
-model's default shape."""
+model's default shape, for the built-ins and the example plug-ins alike."""
 
 from __future__ import annotations
 
@@ -7,17 +7,18 @@ import pytest
 from fwbench_aggregator.run.client import RunnerClient
 from fwbench_aggregator.analyse.parity import FLOPS_TOLERANCE, PARAMETER_TOLERANCE, judged
 from fwbench_aggregator.run.parity import Variant, gather_variant
-from fwbench_core.catalog import MODEL_SPECS
 from fwbench_core.spec import HEAD_OPTION
 
-from support.runners import REAL_RUNNERS
+from support.runners import EXAMPLE_PLUGINS, REAL_RUNNERS
+from support.runners import SERVED_SPECS as MODEL_SPECS
 
 # Every test here runs a real framework runner.
 pytestmark = pytest.mark.frameworks
 
 # Per runner, the models whose definition loads PyTorch's weights: their outputs must agree numerically.
 NUMERIC_PARITY = {
-    "tensorflow": {"resnet18", "mobilenet_v2", "vgg16", "bert_base", "lstm_lm", "deepspeech2", "wav2vec2_base"},
+    "tensorflow": {"resnet18", "mobilenet_v2", "vgg16", "bert_base", "lstm_lm", "deepspeech2", "wav2vec2_base",
+                   *EXAMPLE_PLUGINS},
     "jax": set(MODEL_SPECS),
 }
 
