@@ -13,7 +13,8 @@ from fwbench.runner.v1 import runner_pb2 as pb
 from ..base.progress import Progress
 from ..plan.spec import StartupSettings
 from ..plan.study import Configuration, Sweep
-from ..run.client import RunnerFailure, RunResult
+from ..run import jobs
+from ..run.client import RunnerClient, RunnerFailure, RunResult
 from ..run.connection import Transport
 from ..run.study import StoreFailure, StoreRun, run_sweep
 from ..store import records
@@ -87,6 +88,27 @@ def check_study(pending: Pending, endpoints: dict[str, str], transport: Transpor
     return failures
 
 
+def refuse_changed_plugins(endpoints: dict[str, str], transport: Transport, results_store: ResultStore,
+                           done_before: Pending) -> None:
+    """A resume whose plug-in models changed since the store's runs of them (another content hash) is refused: the
+    runs of two versions of a model would be pooled into one verdict."""
+    stored = stored_summaries(results_store, [key for key, _ in done_before])
+    if stored.empty or "model_hash" not in stored:
+        return
+    stored = stored[stored["model_hash"].fillna("") != ""]
+    for name, address in endpoints.items():
+        with RunnerClient(name, jobs.addresses_of(address)[0], transport) as client:
+            now = {m.name: m.content_hash for m in client.list_models() if m.source_folder}
+        mine = stored[stored["runner"] == name]
+        for model, then in mine.groupby("model")["model_hash"]:
+            changed = sorted(set(then) - {now.get(model)})
+            if changed:
+                raise UsageError(
+                    f"plug-in {model} changed since this store's runs of it on {name} ({changed[0][:19]} then, "
+                    f"{(now.get(model) or 'none')[:19]} now): a resume would pool two versions of the model; restore "
+                    "the plug-in, or run the study into a new --store", "--store")
+
+
 def store_callbacks(results_store: ResultStore) -> tuple[StoreRun, StoreFailure]:
     """What a study's runs are stored with: a completed run's frames, or its running out of memory, under its key."""
 
@@ -120,6 +142,7 @@ def study(request: StudyRequest, progress: Progress = Progress()) -> StudyResult
         with runners_for(choice, progress, startup, request.store / "logs") as runners:
             result.failures += runners.failures
             result.failures += check_study(pending, runners.endpoints, runners.transport, startup)
+            refuse_changed_plugins(runners.endpoints, runners.transport, results_store, done_before)
             set_aside_superseded(pending, results_store)
             reachable = {name: address for name, address in runners.endpoints.items()
                          if name not in {f.runner for f in result.failures}}

@@ -68,6 +68,10 @@ def print_descriptions(described: Sequence) -> None:
             ("runner", f"{info.runner_version} ({info.protocol})"), ("devices", "\n".join(devices)),
             ("precisions", ", ".join(to_text(pb.Precision, p) for p in info.precisions)),
             ("options", "\n".join(f"{key}={value}" for key, value in sorted(info.options.items()))),
+            *((("plug-ins", "\n".join(
+                f"{p.folder} ({p.origin}): " + (f"NOT LOADED: {p.error}" if p.error else
+                                               f"{', '.join(p.models)}, {p.content_hash[:19]}")
+                for p in info.plugins)),) if info.plugins else ()),
         ]
         print_table([Column("field", key=True), Column("value", wrap_at=60)], fields, f"runner {d.name}")
 

@@ -10,6 +10,7 @@ import pandas as pd
 from rich.markup import escape
 
 from ..analyse.comparison import flagged_verdict, is_out_of_memory
+from ..analyse.parity import PARITY_DIFFERENT, PARITY_NOT_CHECKED
 from ..analyse.findings import Finding
 from ..analyse.results import Analysis
 from ..run.client import RunnerFailure, RunResult
@@ -115,6 +116,11 @@ def _print_verdicts(rows: pd.DataFrame) -> None:
     for r in judged.itertuples():
         who = "" if len(rows) == 2 else f" ({r.runner})"
         out_console.print(f"verdict{who}: {escape(flagged_verdict(r.verdict, r.flagged, getattr(r, 'parity', '')))}", highlight=False)
+    unproven = rows[rows.get("parity", pd.Series("", index=rows.index)).isin([PARITY_NOT_CHECKED, PARITY_DIFFERENT])]
+    if len(unproven):
+        model = unproven.iloc[0]["model"]
+        out_console.print(f"parity: {model} is a plug-in whose runners were not shown to build the same network; "
+                          f"`fwbench parity --models {model}` (with the same --models-dir) checks it", highlight=False)
     if len(ran) > 1:
         floor = ran["noise_floor"].dropna()
         out_console.print(f"noise floor: {floor.iloc[0]:.1%} (from fwbench calibrate)" if len(floor) else

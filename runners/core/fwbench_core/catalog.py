@@ -44,7 +44,8 @@ class Catalog:
         if name in self.not_offered:
             raise FailedPrecondition(f"model {name!r} is not served by this runner: {self.not_offered[name]}")
         raise NotFound(
-            f"unknown model {echoed(name)}{did_you_mean(name, self.specs)}; known models: {', '.join(self.names())}"
+            f"unknown model {echoed(name)}{did_you_mean(name, self.specs)}; known models: {', '.join(self.names())} "
+            "(a model of your own is a plug-in folder the runner loads with --models-dir: docs/your-model.md)"
         )
 
 
