@@ -13,6 +13,8 @@ gives the noise floor as `fwbench calibrate` does, and a second, independent rou
     .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu --sweep-order --reuse-builds
     # Another execution mode: TorchScript, or ONNX Runtime (inference)
     .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu --compilation onnxruntime
+    # A model of your own (a plug-in folder, docs/your-model.md), at its default shape unless --shape says
+    .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu --models-dir examples/models --models tiny_cnn
     # A distributed run against itself: two DDP workers per instance
     .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu --devices cpu:0,cpu:1 --strategy ddp
     # GPU (two runners already running, e.g. ../shared/gpu/on_gpu.sh starts a and b):
@@ -35,7 +37,7 @@ import numpy as np
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench_aggregator.run import jobs
 from fwbench_aggregator.analyse import stats
-from fwbench_aggregator.plan.spec import DEFAULT_REPETITIONS
+from fwbench_aggregator.plan.spec import DEFAULT_REPETITIONS, StartupSettings
 from fwbench_aggregator.plan import spec as plan
 from fwbench_aggregator.store import records as results
 from scipy.stats import mannwhitneyu
@@ -95,6 +97,9 @@ def main() -> int:
     parser.add_argument("--runner", action="append", default=[], help="NAME=HOST:PORT, twice: two instances of one runner")
     parser.add_argument("--framework", default="torch", help="embedded runner to start twice when no --runner is given")
     parser.add_argument("--models", help="comma-separated; default: the grid's")
+    parser.add_argument("--models-dir", action="append", default=[],
+                        help="a folder of model plug-ins the embedded runners load (repeatable)")
+    parser.add_argument("--shape", help="every model's input shape; default: the grid's for its models, else the model's")
     parser.add_argument("--batch-sizes", help="comma-separated; default: the grid's")
     parser.add_argument("--precisions", help="comma-separated; default: the grid's")
     parser.add_argument("--mode", default="infer", choices=("train", "infer"))
@@ -123,8 +128,9 @@ def main() -> int:
             if len(addresses) != 2:
                 parser.error("give --runner exactly twice: two instances of one runner")
         else:
-            first, failures = start_embedded([args.framework], default_venvs(), Path(logs) / "a", stack)
-            second, more = start_embedded([args.framework], default_venvs(), Path(logs) / "b", stack)
+            startup = StartupSettings(models_dirs=tuple(str(Path(d).resolve()) for d in args.models_dir))
+            first, failures = start_embedded([args.framework], default_venvs(), Path(logs) / "a", stack, startup)
+            second, more = start_embedded([args.framework], default_venvs(), Path(logs) / "b", stack, startup)
             if failures or more:
                 print(*(f.message for f in failures + more), sep="\n", file=sys.stderr)
                 return 1
@@ -143,7 +149,7 @@ def main() -> int:
         for model, precision in itertools.product(models, precisions):
             requests = {
                 batch_size: plan.RunSpec(
-                    model, Mode(args.mode), batch_size, grid["shapes"].get(model), Precision(precision),
+                    model, Mode(args.mode), batch_size, args.shape or grid["shapes"].get(model), Precision(precision),
                     None if args.devices else grid["device"], warmup=args.warmup, steps=args.steps,
                     min_measure_s=args.min_measure_s, devices=args.devices,
                     strategy=Strategy(args.strategy) if args.strategy else None,
