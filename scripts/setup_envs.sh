@@ -27,7 +27,9 @@ setup_env() {
   rm -rf "$env"
   "$python" -m venv "$env"
   "$env/bin/python" -m pip install -q --upgrade pip
-  "$env/bin/python" -m pip install -q -r "$requirements"
+  # --no-compile: byte-compiling every module of torch and TensorFlow took a third of the set-up (2 min 45 s ->
+  # 1 min 39 s for the main job's environments from a warm pip cache); Python compiles what it imports, once.
+  "$env/bin/python" -m pip install -q --no-compile -r "$requirements"
   local packages=()
   for pyproject in "$@"; do packages+=(-e "$(dirname "$pyproject")"); done
   "$env/bin/python" -m pip install -q --no-deps "${packages[@]}"
