@@ -84,7 +84,7 @@ def test_a_sweep_of_a_plugin_is_stored_and_reported_and_a_resume_after_it_change
     assert len(ResultStore(store).load("summary")) == len(summary)
 
 
-def test_a_plugin_whose_runners_build_different_networks_is_refused_unless_allowed(tmp_path, my_models):
+def test_a_plugin_whose_runners_build_different_networks_is_refused_by_compare_and_sweep(tmp_path, my_models):
     builder = my_models / "tiny_cnn" / "build_tensorflow.py"
     # One more output unit in TensorFlow's classifier only: a different network with the same declaration.
     builder.write_text(builder.read_text().replace("spec.head(options).outputs", "spec.head(options).outputs + 1", 1))
@@ -93,3 +93,8 @@ def test_a_plugin_whose_runners_build_different_networks_is_refused_unless_allow
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "different trainable parameter counts" in refused.stderr and "--allow-different-models" in refused.stderr
     assert not (tmp_path / "r").exists() or not any(p.name != "store" for p in (tmp_path / "r").iterdir())
+    sweep_file = tmp_path / "study.yaml"
+    sweep_file.write_text(SWEEP)
+    swept = fwbench("sweep", str(sweep_file), "--store", str(tmp_path / "store"))
+    assert swept.returncode == 2 and "different trainable parameter counts" in swept.stderr, swept.stdout + swept.stderr
+    assert ResultStore(tmp_path / "store").load("summary").empty

@@ -36,6 +36,7 @@ class StudyRequest:
     resume: bool = False
     report: bool = True
     latency_budget_ms: Optional[float] = None
+    allow_different_models: bool = False  # a plug-in whose runners build different parameter counts
 
 
 @dataclass
@@ -86,6 +87,20 @@ def check_study(pending: Pending, endpoints: dict[str, str], transport: Transpor
             requests.setdefault((c.runner, request.SerializeToString(deterministic=True)), (c.runner, request))
     _, failures = preflight.check_all(endpoints, transport, list(requests.values()), "the study")
     return failures
+
+
+def check_same_networks(pending: Pending, endpoints: dict[str, str], transport: Transport, startup: StartupSettings,
+                        allow_different: bool) -> None:
+    """preflight.same_network for every model, shape and options of the study that more than one runner runs."""
+    points: dict[tuple, dict[str, pb.RunRequest]] = {}
+    for _, c in pending:
+        if c.runner in endpoints:
+            request = c.run_spec(startup).to_request()
+            point = (request.model, tuple(request.input_shape), tuple(sorted(request.model_options.items())))
+            points.setdefault(point, {}).setdefault(c.runner, request)
+    for requests in points.values():
+        if len(requests) > 1:
+            preflight.same_network(endpoints, transport, requests, allow_different)
 
 
 def refuse_changed_plugins(endpoints: dict[str, str], transport: Transport, results_store: ResultStore,
@@ -142,6 +157,7 @@ def study(request: StudyRequest, progress: Progress = Progress()) -> StudyResult
         with runners_for(choice, progress, startup, request.store / "logs") as runners:
             result.failures += runners.failures
             result.failures += check_study(pending, runners.endpoints, runners.transport, startup)
+            check_same_networks(pending, runners.endpoints, runners.transport, startup, request.allow_different_models)
             refuse_changed_plugins(runners.endpoints, runners.transport, results_store, done_before)
             set_aside_superseded(pending, results_store)
             reachable = {name: address for name, address in runners.endpoints.items()

@@ -19,8 +19,8 @@ from ..run.runners import runners_in_use
 from . import app
 from .common import interrupted_status, report_failures, run, usage_error
 from .options import (
-    LatencyBudgetOption, ModelsDirOption, RunnerOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption,
-    every_framework, runner_transport,
+    AllowDifferentModelsOption, LatencyBudgetOption, ModelsDirOption, RunnerOption, TlsCaOption, TlsCertOption,
+    TlsKeyOption, TokenFileOption, VenvsOption, every_framework, runner_transport,
 )
 
 
@@ -62,6 +62,7 @@ def sweep(
     token_file: TokenFileOption = None,
     venvs: VenvsOption = None,
     models_dir: ModelsDirOption = [],
+    allow_different_models: AllowDifferentModelsOption = False,
 ) -> None:
     """Run a whole study, one run at a time per device, each stored the moment it completes.
 
@@ -92,8 +93,7 @@ def sweep(
             "`fwbench slurm`, or give a runner its machines as --runner NAME=HOST:PORT,HOST:PORT (every run of it "
             "then spans them) and leave nodes out")
     choice = RunnerChoice(tuple(runner), "", venvs, transport, tuple(map(str, models_dir)))
-    request = StudyRequest(study, choice, store, resume, report,
-                           latency_budget_ms)
+    request = StudyRequest(study, choice, store, resume, report, latency_budget_ms, allow_different_models)
     result = run(lambda progress: study_use_case(request, progress))
     if result.interrupted is not None:
         terminal.print_interrupted(result.stored, store)
