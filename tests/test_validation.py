@@ -12,6 +12,7 @@ from fwbench_core.catalog import MODEL_SPECS, Catalog
 from fwbench_core.errors import ECHO_CHARS, FailedPrecondition, InvalidArgument, NotFound, echoed
 from fwbench_core.spec import (
     Compilation,
+    Profile,
     CompilationLimits,
     Layout,
     Switch,
@@ -213,6 +214,17 @@ def test_settings_defaults_are_explicit():
     assert config.cudnn_autotune is Switch.OFF
     assert (config.intra_op_threads, config.inter_op_threads) == (2, 2)
     assert resolve_request(request(model="bert_base", input_shape=(16,))).layout is None
+
+
+def test_the_native_profile_takes_the_frameworks_own_layout_and_equal_the_same_for_every_runner():
+    both = dict(layouts=frozenset(Layout), native_layout=Layout.CHANNELS_FIRST)
+    assert resolve_request(request(), **both).layout is Layout.CHANNELS_LAST
+    assert resolve_request(request(profile=Profile.EQUAL), **both).profile is Profile.EQUAL
+    native = resolve_request(request(profile=Profile.NATIVE), **both)
+    assert (native.layout, native.profile, native.compilation) == (Layout.CHANNELS_FIRST, Profile.NATIVE, Compilation.GRAPH)
+    # A setting the request names is used under either profile; a layout the device lacks gives way.
+    assert resolve_request(request(profile=Profile.NATIVE, layout=Layout.CHANNELS_LAST), **both).layout is Layout.CHANNELS_LAST
+    assert resolve_request(request(profile=Profile.NATIVE), native_layout=Layout.CHANNELS_FIRST).layout is Layout.CHANNELS_LAST
 
 
 def test_layout_is_for_image_models_only():

@@ -10,7 +10,7 @@ from fwbench_core.backend import MemoryReading
 from fwbench_core.device_state import DeviceState
 from fwbench_core.errors import InvalidArgument
 from fwbench_core.fake import FakeBackend
-from fwbench_core.spec import Compilation, Layout, Strategy, Switch, DeviceKind, Mode, Phase, Precision, Task
+from fwbench_core.spec import Compilation, DeviceKind, Layout, Mode, Phase, Precision, Profile, Strategy, Switch, Task
 from fwbench_core.timing import Summary
 
 
@@ -24,6 +24,7 @@ CORE_TO_PROTO = {
     Compilation: (pb.Compilation, "COMPILATION"),
     Switch: (pb.Switch, "SWITCH"),
     Strategy: (pb.Strategy, "STRATEGY"),
+    Profile: (pb.Profile, "PROFILE"),
 }
 
 

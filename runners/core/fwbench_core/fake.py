@@ -175,6 +175,8 @@ class FakeBackend(Backend):
             layouts=frozenset(Layout),
             compilations=frozenset({Compilation.EAGER}),
             default_compilation=Compilation.EAGER,
+            # As PyTorch's: so that the NATIVE profile is seen to differ from EQUAL on the fake runner too.
+            native_layout=Layout.CHANNELS_FIRST,
             cudnn_autotune=frozenset({Switch.OFF}),
             intra_op_threads=self.settings.intra_op_threads,
             inter_op_threads=self.settings.inter_op_threads,

@@ -36,6 +36,13 @@ class Compilation(enum.Enum):
     ONNXRUNTIME = "onnxruntime"
 
 
+class Profile(enum.Enum):
+    """How the settings a request leaves unset are chosen: the same on every runner, or each framework's own."""
+
+    EQUAL = "equal"
+    NATIVE = "native"
+
+
 class Switch(enum.Enum):
     OFF = "off"
     ON = "on"
@@ -125,7 +132,7 @@ class Capabilities:
     precisions: frozenset[Precision]
     layouts: frozenset[Layout]
     compilations: frozenset[Compilation]
-    default_compilation: Compilation
+    default_compilation: Compilation  # the framework's own, under every profile
     cudnn_autotune: frozenset[Switch]
     intra_op_threads: int
     inter_op_threads: int
@@ -138,6 +145,8 @@ class Capabilities:
     multi_node_strategy: Strategy = Strategy.SINGLE
     # Compilations that run less than the device does (e.g. inference only); the others have no limits.
     compilation_limits: dict[Compilation, CompilationLimits] = field(default_factory=dict)
+    # The image layout the framework uses out of the box on this device: the NATIVE profile's.
+    native_layout: Layout = Layout.CHANNELS_LAST
 
 
 @dataclass(frozen=True)
@@ -291,6 +300,7 @@ class RunRequest:
     distributed_timeout_s: float | None = None
     reuse_key: str = ""  # keep the workload for a next run with this key; "": build afresh, keep nothing
     end_reuse: bool = False  # the last run under reuse_key: free the workload afterwards
+    profile: Profile | None = None
 
 
 @dataclass(frozen=True)
@@ -323,6 +333,7 @@ class RunConfig:
     place: WorkerPlace | None = None  # set in each worker process of a distributed run
     reuse_key: str = ""
     end_reuse: bool = False
+    profile: Profile = Profile.EQUAL
 
     @property
     def head(self) -> Head:

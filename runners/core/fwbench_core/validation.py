@@ -24,6 +24,7 @@ from .spec import (
     ModelSpec,
     Mode,
     Precision,
+    Profile,
     ReferenceRequest,
     RunConfig,
     RunRequest,
@@ -308,6 +309,7 @@ def resolve(
     if not 1.0 <= timeout_s <= MAX_DISTRIBUTED_TIMEOUT_S:
         raise InvalidArgument(f"distributed_timeout_s must be between 1 and {MAX_DISTRIBUTED_TIMEOUT_S:.0f}, got {timeout_s}")
 
+    profile = request.profile or Profile.EQUAL
     precision = request.precision or DEFAULT_PRECISION
     _refuse_unless(precision, can.precisions, "precision", device, framework)
     compilation = request.compilation or can.default_compilation
@@ -328,7 +330,8 @@ def resolve(
         # Unset, a layout the compilation cannot take gives way to one it can.
         allowed = can.layouts & limits.layouts
         fallback = next(member for member in Layout if member in allowed)
-        layout = request.layout or (DEFAULT_LAYOUT if DEFAULT_LAYOUT in allowed else fallback)
+        preferred = can.native_layout if profile is Profile.NATIVE else DEFAULT_LAYOUT
+        layout = request.layout or (preferred if preferred in allowed else fallback)
         _refuse_unless(layout, can.layouts, "layout", device, framework)
         _refuse_with(layout, limits.layouts, "layout", compilation, framework)
     elif request.layout is not None:
@@ -371,6 +374,7 @@ def resolve(
     return RunConfig(
         reuse_key=resolve_reuse_key(request.reuse_key),
         end_reuse=request.end_reuse,
+        profile=profile,
         model=spec,
         mode=request.mode,
         batch_size=batch_size,

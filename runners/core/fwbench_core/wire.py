@@ -21,7 +21,7 @@ from .service import PowerBatch, Resolved, RunEvent
 from .sysinfo import manifest_options
 from .spec import (
     Cluster, Compilation, Device, DeviceKind, DeviceRef, Layout, Mode, ModelConfig, ModelReport, ModelSpec, Phase,
-    Precision, ReferenceReport, ReferenceRequest, RunConfig, RunnerInfo, RunRequest, Strategy, Switch, Task,
+    Precision, Profile, ReferenceReport, ReferenceRequest, RunConfig, RunnerInfo, RunRequest, Strategy, Switch, Task,
     WarmupUntilStable,
 )
 from .timing import Progress, StepBatch, Summary
@@ -39,6 +39,7 @@ _PROTO_ENUMS = {
     Compilation: (pb.Compilation, "COMPILATION"),
     Switch: (pb.Switch, "SWITCH"),
     Strategy: (pb.Strategy, "STRATEGY"),
+    Profile: (pb.Profile, "PROFILE"),
 }
 
 
@@ -242,6 +243,7 @@ def run_request_from_wire(request: pb.RunRequest) -> RunRequest:
         distributed_timeout_s=request.distributed_timeout_s if request.HasField("distributed_timeout_s") else None,
         reuse_key=request.reuse_key,
         end_reuse=request.end_reuse,
+        profile=enum_from_wire(Profile, request.profile, "profile"),
     )
 
 
@@ -400,4 +402,5 @@ def config_to_wire(c: RunConfig, info: RunnerInfo, parameter_count: int = 0) -> 
         parameter_count=parameter_count,
         model_source=str(c.model.source),
         model_content_hash=c.model.source.content_hash,
+        profile=enum_to_wire(c.profile),
     )

@@ -250,6 +250,8 @@ class TorchBackend(Backend):
                 {Compilation.EAGER, Compilation.TORCH_COMPILE, Compilation.TORCHSCRIPT, Compilation.ONNXRUNTIME}
             ),
             default_compilation=Compilation.EAGER,
+            # PyTorch's tensors are NCHW unless a user converts them (memory_format=torch.channels_last).
+            native_layout=Layout.CHANNELS_FIRST,
             # torch.onnx.export's graph takes NCHW images.
             compilation_limits={Compilation.ONNXRUNTIME: onnxruntime_limits(Layout.CHANNELS_FIRST)},
             cudnn_autotune=frozenset(Switch) if gpu else frozenset({Switch.OFF}),
