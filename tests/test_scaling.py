@@ -116,5 +116,5 @@ def test_the_console_scaling_table_names_the_configuration_once(tmp_path):
     console = Console(width=200, record=True)
     print_scaling(scaling_rows(summary), console)
     text = console.export_text()
-    assert "scaling: throughput against devices (mlp, train, batch 8 per device, 32, fp32, cpu:0)" in text
+    assert "scaling: throughput against devices (mlp, train, batch 8 per device, 32, fp32, cpu:0, equal profile)" in text
     assert "torch ddp" in text and "90.0%" in text and "note" not in text

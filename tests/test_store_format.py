@@ -62,6 +62,9 @@ def test_an_old_store_reads_in_the_current_format(tmp_path):
     assert (summary["devices"] == "cpu:0").all() and (summary["global_batch_size"] == 8).all()
     rows = comparison_rows(summary, pd.DataFrame())
     assert rows.iloc[0]["runs"] == 3 and rows.iloc[0]["world_size"] == 1
+    # Before plug-ins and settings profiles: a built-in model under the equal profile.
+    assert (summary["profile"] == "equal").all() and (summary["model_source"] == "built-in").all()
+    assert (summary["model_hash"] == "").all() and rows.iloc[0]["profile"] == "equal"
 
 
 def test_appending_to_an_old_store_keeps_its_runs_readable_and_records_the_newer_format(tmp_path):

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..store.schema import (
-    BUILT_IN, CALIBRATION_COLUMNS, COMPARISON_COLUMNS, CONFIG_COLUMNS, INTEGER_COLUMNS, RUN_COLUMNS, SETTINGS_COLUMNS,
+    BUILT_IN, CALIBRATION_COLUMNS, DEFAULT_PROFILE, COMPARISON_COLUMNS, CONFIG_COLUMNS, INTEGER_COLUMNS, RUN_COLUMNS, SETTINGS_COLUMNS,
 )
 from . import stats
 from .parity import PARITY_CHECKED, parity_status
@@ -55,6 +55,7 @@ def normalised(frame: pd.DataFrame | None) -> pd.DataFrame:
     for column in ("world_size", "nodes"):
         frame[column] = pd.to_numeric(frame[column], errors="coerce").fillna(1).astype(int)
     frame["strategy"] = frame["strategy"].replace("", "single")
+    frame["profile"] = frame["profile"].replace("", DEFAULT_PROFILE)
     if "runner_name" not in frame:
         frame["runner_name"] = frame["runner"]
     frame["runner"] = [entry_label(r, s) for r, s in zip(frame["runner_name"], frame["strategy"])]

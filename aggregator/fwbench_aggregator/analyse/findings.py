@@ -164,11 +164,49 @@ def _scaling_finding(scaling: pd.DataFrame) -> Finding:
     return Finding(question, sentence + ".")
 
 
+def _winner(frame: pd.DataFrame) -> str | None:
+    """The runner every other runner of one configuration was called slower than, or None."""
+    ran = frame[(frame["status"] == "ok") & frame["median_step_ms"].notna()]
+    others = ran[ran["verdict"] != "fastest"]
+    if len(ran) < 2 or not others["significant"].astype(bool).all():
+        return None
+    return str(ran.loc[ran["verdict"] == "fastest", "runner"].iloc[0])
+
+
+def profile_disagreements(rows: pd.DataFrame) -> list[str]:
+    """The configurations whose verdict under one settings profile names another runner faster than under another:
+    where "it depends" on the settings, each called with confidence."""
+    if rows.empty or rows["profile"].nunique() < 2:
+        return []
+    found = []
+    without_profile = [c for c in CONFIG_COLUMNS if c != "profile"]
+    for config, frame in rows.groupby(without_profile, sort=False):
+        winners = {profile: _winner(own) for profile, own in frame.groupby("profile", sort=False)}
+        called = {profile: winner for profile, winner in winners.items() if winner}
+        if len(set(called.values())) > 1:
+            values = dict(zip(without_profile, config))
+            under = ", ".join(f"{winner} under {profile}" for profile, winner in called.items())
+            found.append(f"{values['model']} {values['mode']} batch {values['batch_size']} {values['input_shape']}: "
+                         f"{under}")
+    return found
+
+
+def _profile_finding(rows: pd.DataFrame) -> Finding:
+    question = "Settings profiles"
+    if rows.empty or rows["profile"].nunique() < 2:
+        return Finding(question, "Not compared: every configuration ran under one settings profile.")
+    disagreements = profile_disagreements(rows)
+    if not disagreements:
+        return Finding(question, "No configuration's verdict names another runner faster under another profile.")
+    return Finding(question, "The faster runner depends on the profile in " + f"{len(disagreements)} configuration(s): "
+                   + "; ".join(disagreements) + ".")
+
+
 def findings(
     rows: pd.DataFrame, summary: pd.DataFrame, steps: pd.DataFrame, trends: pd.DataFrame, scaling: pd.DataFrame,
 ) -> list[Finding]:
     """One finding per question of the studies, generated from the data: training time, GPU inference, CPU
-    inference, the batch trend, power and energy, and scaling."""
+    inference, the batch trend, power and energy, scaling, and whether the settings profile changes a verdict."""
     kinds = rows["device"].astype(str).str.split(":").str[0] if not rows.empty else pd.Series(dtype=str)
     infer = rows["mode"] == "infer" if not rows.empty else pd.Series(dtype=bool)
     return [
@@ -178,4 +216,5 @@ def findings(
         _trend_finding(trends),
         _energy_finding(summary, steps),
         _scaling_finding(scaling),
+        _profile_finding(rows),
     ]

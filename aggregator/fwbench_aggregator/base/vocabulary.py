@@ -60,6 +60,7 @@ Mode = choice_enum(pb.Mode)
 Precision = choice_enum(pb.Precision)
 Layout = choice_enum(pb.Layout)
 Compilation = choice_enum(pb.Compilation)
+Profile = choice_enum(pb.Profile)
 Switch = choice_enum(pb.Switch)
 Strategy = choice_enum(pb.Strategy)
 

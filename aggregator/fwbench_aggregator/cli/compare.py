@@ -20,7 +20,8 @@ from .common import report_failures, run, usage_error
 from .options import (
     CPU_COUNT, BatchSizeOption, CompilationOption, CooldownOption, CudnnAutotuneOption, DeviceOption, DevicesOption,
     AllowDifferentModelsOption, DistributedTimeoutOption, FrameworksOption, IdleBaselineOption, LayoutOption, MinEffectOption, MinMeasureOption,
-    ModelOption, ModelOptionsOption, ModelsDirOption, ModeOption, PowerRateOption, PrecisionOption, RendezvousPortOption,
+    ModelOption, ModelOptionsOption, ModelsDirOption, ModeOption, PowerRateOption, PrecisionOption, ProfileOption,
+    RendezvousPortOption,
     RepetitionsOption, RunnerOption, SeedOption, ShapeOption, StableWindowOption, StepsOption, StoreOption,
     StrategyOption, ThreadsOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption,
     WarmupOption, WarmupUntilCvOption, every_framework, parse_runners, runner_transport,
@@ -36,6 +37,7 @@ def compare(
     option: ModelOptionsOption = [],
     precision: PrecisionOption = "fp32",
     device: DeviceOption = None,
+    profile: ProfileOption = "equal",
     layout: LayoutOption = None,
     compilation: CompilationOption = [],
     strategy: StrategyOption = [],
@@ -83,7 +85,7 @@ def compare(
         model, mode, batch_size, shape, precision, device, layout, warmup=warmup, steps=steps, seed=seed,
         model_options=option_pairs(option), startup=startup, warmup_until_cv=warmup_until_cv,
         stable_window=stable_window, min_measure_s=min_measure_s, power_rate_hz=power_rate_hz,
-        idle_baseline_s=idle_baseline_s, devices=devices, distributed_timeout_s=distributed_timeout_s,
+        idle_baseline_s=idle_baseline_s, devices=devices, distributed_timeout_s=distributed_timeout_s, profile=profile,
     )
     choice = RunnerChoice(tuple(runner), frameworks, venvs, transport, tuple(map(str, models_dir)))
     request = CompareRequest(spec, choice, tuple(compilation), tuple(strategy), repetitions, cooldown_s, min_effect,
@@ -102,6 +104,7 @@ def calibrate(
     option: ModelOptionsOption = [],
     precision: PrecisionOption = "fp32",
     device: DeviceOption = None,
+    profile: ProfileOption = "equal",
     layout: LayoutOption = None,
     warmup: WarmupOption = plan.DEFAULT_WARMUP,
     warmup_until_cv: WarmupUntilCvOption = plan.DEFAULT_WARMUP_UNTIL_CV,
@@ -128,7 +131,8 @@ def calibrate(
     """
     transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     spec = RunSpec(model, mode, batch_size, shape, precision, device, layout, warmup=warmup, steps=steps,
-                   model_options=option_pairs(option), warmup_until_cv=warmup_until_cv, min_measure_s=min_measure_s)
+                   model_options=option_pairs(option), warmup_until_cv=warmup_until_cv, min_measure_s=min_measure_s,
+                   profile=profile)
     choice = RunnerChoice(tuple(runner), frameworks, venvs, transport, tuple(map(str, models_dir)))
     result = run(lambda progress: calibrate_use_case(spec, choice, repetitions, store, progress))
     terminal.print_calibrations(result.calibrations, f"{model} {mode.value}, batch {batch_size}, {precision.value}", store)

@@ -16,8 +16,8 @@ from ..base.frameworks import default_names as default_framework_names
 from ..base.frameworks import names as framework_names
 from ..base.suggest import did_you_mean
 from ..base.vocabulary import (
-    DEVICE_FORMS, DEVICES_FORMS, SHAPE_FORMS, Compilation, Layout, Mode, Precision, Strategy, Switch, devices_problem,
-    is_device, is_shape,
+    DEVICE_FORMS, DEVICES_FORMS, SHAPE_FORMS, Compilation, Layout, Mode, Precision, Profile, Strategy, Switch,
+    devices_problem, is_device, is_shape,
 )
 from ..plan import spec as plan
 from ..run.connection import EMBEDDED, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TOKEN_FILE_ENV, Transport
@@ -211,6 +211,10 @@ FrameworksOption = Annotated[str, typer.Option(
     callback=parse_frameworks,
     help=f"the runners to compare, comma-separated, of: {', '.join(framework_names())} (embedded ones started, or "
     f"those ${RUNNERS_ENV} lists; --runner names its own)")]
+ProfileOption = Annotated[str, typer.Option(
+    callback=_choice(Profile, "profile"), metavar=_metavar(Profile),
+    help="how every setting you leave unset is chosen: equal (the same on every runner: images channels_last) or "
+    "native (each framework's own out-of-the-box choice: PyTorch channels_first); docs/usage.md#profiles")]
 ModelsDirOption = Annotated[list[Path], typer.Option(
     "--models-dir", exists=True, file_okay=False, resolve_path=True,
     help="a folder of your own models (plug-ins: a folder per model with model.toml and build_<framework>.py; "

@@ -32,6 +32,8 @@ def sweep(
     batch_sizes: Annotated[Optional[str], typer.Option(help="comma-separated, e.g. 1,2,4,8")] = None,
     shapes: Annotated[Optional[str], typer.Option(help="comma-separated shapes, e.g. 3x32x32,3x64x64")] = None,
     precisions: Annotated[Optional[str], typer.Option(help="comma-separated precisions")] = None,
+    profiles: Annotated[Optional[str], typer.Option(
+        help="comma-separated settings profiles: equal (default), native; docs/usage.md#profiles")] = None,
     strategies: Annotated[Optional[str], typer.Option(
         help="comma-separated strategies, each for every runner (a sweep file can give them per runner, and lists of "
         "devices)")] = None,
@@ -78,7 +80,7 @@ def sweep(
         study = run(lambda progress: sweep_from_options(
             models, runners=given or None, batch_sizes=batch_sizes, shapes=shapes, modes=modes, precisions=precisions,
             strategies=strategies, repetitions=repetitions, warmup=warmup, steps=steps, warmup_until_cv=warmup_until_cv,
-            min_measure_s=min_measure_s, reuse_builds=reuse_builds, runner_names=accepted))
+            min_measure_s=min_measure_s, reuse_builds=reuse_builds, runner_names=accepted, profiles=profiles))
     else:
         raise usage_error("give a sweep file or at least --models")
     reachable = names_of(runners_in_use(runner, ",".join(study.runners)))

@@ -11,7 +11,9 @@ from typing import Optional
 
 from fwbench.runner.v1 import runner_pb2 as pb
 
-from ..base.vocabulary import Compilation, Layout, Mode, Precision, Strategy, device_kind_index, from_text, shape_dims
+from ..base.vocabulary import (
+    Compilation, Layout, Mode, Precision, Profile, Strategy, device_kind_index, from_text, shape_dims,
+)
 
 
 # Measurement windows by default, for sweeps and `compare` alike. A run warms up until its step time is
@@ -88,6 +90,7 @@ class RunSpec:
     idle_baseline_s: Optional[float] = None
     strategy: Optional[Strategy] = None  # None: single on one device, else the runner's data-parallel one
     devices: Optional[str] = None  # several devices of each runner, "cpu:0,cpu:1"; then `device` is None
+    profile: Optional[Profile] = None  # how the runner fills what is left unset; None: equal
     distributed_timeout_s: Optional[float] = None
     # Runs under one key share one build on their runner, which restarts it for each (RunRequest.reuse_key);
     # end_reuse marks the chain's last run, after which the runner frees it. "": a fresh build.
@@ -119,6 +122,8 @@ class RunSpec:
         )
         if self.layout:
             request.layout = from_text(pb.Layout, self.layout.value)
+        if self.profile:
+            request.profile = from_text(pb.Profile, self.profile.value)
         if self.compilation:
             request.compilation = from_text(pb.Compilation, self.compilation.value)
         if self.device:

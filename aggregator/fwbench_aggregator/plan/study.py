@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from ..base.frameworks import default_names as default_framework_names
-from ..base.vocabulary import Compilation, Layout, Mode, Precision, Strategy
+from ..base.vocabulary import Compilation, Layout, Mode, Precision, Profile, Strategy
 from .keys import run_key
 from .spec import (
     DEFAULT_MIN_MEASURE_S, DEFAULT_REPETITIONS, DEFAULT_STEPS, DEFAULT_WARMUP, DEFAULT_WARMUP_UNTIL_CV, RunSpec,
@@ -66,6 +66,7 @@ class Configuration:
     strategy: Optional[Strategy] = None
     devices: Optional[str] = None  # several devices of the runner, "cpu:0,cpu:1"; then `device` is None
     nodes: int = 1  # machines the run spans: one job across that many nodes of a Slurm allocation
+    profile: Optional[Profile] = None  # None: equal
     # The runs that share one build: this runner, this point less its batch size, this repetition; "" for none.
     # Not part of the store key: it changes how a run is prepared, not what it measures.
     reuse_chain: str = ""
@@ -76,7 +77,7 @@ class Configuration:
             self.model, self.mode, self.batch_size, self.shape, self.precision, self.device, self.layout,
             self.compilation, self.warmup, self.steps, model_options=self.model_options, startup=startup,
             warmup_until_cv=self.warmup_until_cv, min_measure_s=self.min_measure_s, strategy=self.strategy,
-            devices=self.devices, reuse_key=reuse_key, end_reuse=end_reuse,
+            devices=self.devices, reuse_key=reuse_key, end_reuse=end_reuse, profile=self.profile,
         )
 
     def key_fields(self, **settings: object) -> dict[str, object]:
@@ -102,6 +103,7 @@ class Configuration:
             **({"strategy": self.strategy.value} if self.strategy else {}),
             **({"devices": self.devices} if self.devices else {}),
             **({"nodes": self.nodes} if self.nodes > 1 else {}),
+            **({"profile": self.profile.value} if self.profile and self.profile.value != "equal" else {}),
         }
 
     def store_key(self, startup: StartupSettings) -> str:
@@ -115,7 +117,7 @@ class Configuration:
         batch size and the repetition. A comparison's runs all run on one machine, so a difference between nodes is never
         reported as one between frameworks, and a reuse chain stays on the runner that holds its build."""
         return (self.model, self.model_options, self.mode, self.shape, self.precision, self.device, self.devices,
-                self.layout, self.nodes)
+                self.layout, self.nodes, self.profile)
 
 
 @dataclass(frozen=True)
@@ -140,9 +142,10 @@ class Sweep:
     reuse_builds: bool = True
     nodes: tuple[int, ...] = (1,)
     models_dirs: tuple[str, ...] = ()  # folders of model plug-ins the runners fwbench starts load
+    profiles: tuple[Optional[Profile], ...] = (None,)  # None: the default, equal
 
     def configurations(self) -> list[Configuration]:
-        """The grid, model outermost, then mode, shape, precision, device, strategy; within each point,
+        """The grid, model outermost, then mode, shape, precision, device, strategy, profile; within each point,
         repetition after repetition, the runners counterbalanced (A B B A ...), and each runner's repetition
         its batch sizes in order: one reuse chain with reuse_builds. A runner's strategies pair with each
         devices entry (a strategy the devices cannot run is refused before the study runs)."""
@@ -151,9 +154,9 @@ class Sweep:
         for model in self.models:
             points = itertools.product(
                 self.modes, self.shapes.get(model, (None,)), self.precisions, self.devices, self.nodes,
-                range(strategy_count),
+                range(strategy_count), self.profiles,
             )
-            for mode, shape, precision, device, nodes, s in points:
+            for mode, shape, precision, device, nodes, s, profile in points:
                 for repetition, runner in counterbalanced(self.runners, self.repetitions):
                     own = self.strategies.get(runner, (None,))
                     if s >= len(own):
@@ -164,7 +167,7 @@ class Sweep:
                             runner, model, mode, batch_size, shape, precision, None if several else device, repetition,
                             tuple(sorted(self.options.get(model, {}).items())), self.layout,
                             self.compilation.get(runner), self.warmup, self.steps, self.warmup_until_cv,
-                            self.min_measure_s, own[s], device if several else None, nodes,
+                            self.min_measure_s, own[s], device if several else None, nodes, profile,
                         )
                         for batch_size in self.batch_sizes
                     ]

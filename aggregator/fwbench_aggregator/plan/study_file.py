@@ -17,7 +17,7 @@ import yaml
 from ..base.frameworks import default_names as default_framework_names
 from ..base.suggest import did_you_mean
 from ..base.vocabulary import (
-    DEVICE_FORMS, DEVICES_FORMS, SHAPE_FORMS, Compilation, Layout, Mode, Precision, Strategy, devices_problem,
+    DEVICE_FORMS, DEVICES_FORMS, SHAPE_FORMS, Compilation, Layout, Mode, Precision, Profile, Strategy, devices_problem,
     is_device, is_shape,
 )
 from .spec import MAX_BATCH_SIZE, MAX_COOLDOWN_S, MAX_MEASURE_S, MAX_NODES, MAX_REPETITIONS, MAX_STEPS, MAX_WARMUP
@@ -33,7 +33,7 @@ _OPTION_VALUE = re.compile(r"[A-Za-z0-9_]+")
 FIELDS = (
     "runners", "models", "modes", "batch_sizes", "shapes", "precisions", "devices", "repetitions",
     "warmup", "warmup_until_cv", "steps", "min_measure_s", "options", "layout", "compilation", "cooldown_s",
-    "strategies", "reuse_builds", "nodes", "models_dir",
+    "strategies", "reuse_builds", "nodes", "models_dir", "profiles",
 )
 
 
@@ -97,6 +97,7 @@ def _build(raw: object, checker: Checker, runner_names: Optional[Sequence[str]],
     field("runners", lambda: checked_list(raw, "runners", checker, runner_check, "[torch, tensorflow]"))
     field("modes", lambda: checked_list(raw, "modes", checker, choice(Mode, "mode", checker), "[train, infer]"))
     field("precisions", lambda: checked_list(raw, "precisions", checker, choice(Precision, "precision", checker), "[fp32, amp_bf16]"))
+    field("profiles", lambda: checked_list(raw, "profiles", checker, choice(Profile, "profile", checker), "[equal, native]"))
     field("devices", lambda: checked_list(raw, "devices", checker, _device(checker), '[cpu, "cpu:0,cpu:1"]'))
     field("batch_sizes", lambda: checked_list(raw, "batch_sizes", checker,
                                        integer_in(1, MAX_BATCH_SIZE, "a batch size", checker), "[16, 32]"))
@@ -323,6 +324,7 @@ def sweep_from_options(
     strategies: Sequence[str] | str | Mapping[str, Sequence[str]] | None = None,
     reuse_builds: Optional[bool] = None,
     runner_names: Optional[Sequence[str]] = None,
+    profiles: Sequence[str] | str | None = None,
 ) -> Sweep:
     """The same sweep as a file would give, from command-line values: lists as sequences or as
     comma-separated text ("16,32,64"); None leaves a field's default. `options` is a mapping of model to
@@ -342,7 +344,7 @@ def sweep_from_options(
         "min_measure_s": min_measure_s, "options": options,
         "layout": layout, "compilation": compilation, "cooldown_s": cooldown_s,
         "strategies": strategies if isinstance(strategies, Mapping) else _split(strategies),
-        "reuse_builds": reuse_builds,
+        "reuse_builds": reuse_builds, "profiles": _split(profiles),
     }
     checker = Checker(lambda where: "command line")
     return _build({name: value for name, value in given.items() if value is not None}, checker, runner_names)

@@ -17,7 +17,8 @@ NUMERIC_HEADERS = {
 }
 DISPLAY_COLUMNS = {
     "model": "model", "model_options": "options", "mode": "mode", "batch_size": "batch", "input_shape": "input",
-    "precision": "precision", "device": "device", "world_size": "devices", "nodes": "runners", "runner": "runner",
+    "precision": "precision", "device": "device", "world_size": "devices", "nodes": "runners", "profile": "profile",
+    "runner": "runner",
     "framework_version": "version",
     "runs": "runs", "median_step_ms": "median ms", "run_spread": "run spread", "ms_per_sample": "ms/sample",
     "throughput_samples_per_s": "samples/s", "energy_per_sample_j": "J/sample", "mean_power_w": "mean W",

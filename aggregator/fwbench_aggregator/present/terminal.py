@@ -26,14 +26,24 @@ def _ms(value: float) -> str:
     return "–" if pd.isna(value) else f"{value:.2f}"
 
 
+def _title_part(column: str, value) -> str:
+    """A configuration column's value as a title names it."""
+    if column == "batch_size":
+        return f"batch {value} per device"
+    return f"{value} profile" if column == "profile" else str(value)
+
+
 def configuration_title(row: pd.Series, with_batch: bool = True) -> str:
-    """'resnet18 train · batch 8 · 3x64x64 · fp32 · cpu:0': what every runner of a configuration shares."""
+    """'resnet18 train · batch 8 · 3x64x64 · fp32 · cpu:0 · equal profile': what every runner of a configuration
+    shares."""
     parts = [f"{row['model']}" + (f" ({row['model_options']})" if row["model_options"] else ""), str(row["mode"])]
     if with_batch:
         parts.append(f"batch {row['batch_size']}" + (" per device" if int(row["world_size"]) > 1 else ""))
     parts += [str(row["input_shape"]), str(row["precision"]), str(row["device"])]
     if int(row["world_size"]) > 1:
         parts.append(f"{row['world_size']} devices over {row['nodes']} runner(s)")
+    if row.get("profile"):
+        parts.append(_title_part("profile", row["profile"]))
     return " · ".join(p for p in parts if p)
 
 
@@ -115,7 +125,9 @@ def _print_verdicts(rows: pd.DataFrame) -> None:
     judged = rows[~rows["verdict"].isin(["fastest", "only runner"])]
     for r in judged.itertuples():
         who = "" if len(rows) == 2 else f" ({r.runner})"
-        out_console.print(f"verdict{who}: {escape(flagged_verdict(r.verdict, r.flagged, getattr(r, 'parity', '')))}", highlight=False)
+        under = f" ({r.profile} profile)" if getattr(r, "profile", "") else ""
+        out_console.print(f"verdict{who}{under}: {escape(flagged_verdict(r.verdict, r.flagged, getattr(r, 'parity', '')))}",
+                          highlight=False)
     unproven = rows[rows.get("parity", pd.Series("", index=rows.index)).isin([PARITY_NOT_CHECKED, PARITY_DIFFERENT])]
     if len(unproven):
         model = unproven.iloc[0]["model"]
@@ -179,8 +191,7 @@ def print_scaling(scaling: pd.DataFrame, console=None) -> None:
     title = "scaling: throughput against devices"
     if same and len(scaling):
         first = scaling.iloc[0]
-        title += " (" + ", ".join(f"batch {first[c]} per device" if c == "batch_size" else str(first[c])
-                                  for c in same if first[c] != "") + ")"
+        title += " (" + ", ".join(_title_part(c, first[c]) for c in same if first[c] != "") + ")"
     shown = scaling_display(scaling).drop(columns=[SCALING_DISPLAY[c] for c in same])
     if not (scaling["efficiency_note"] != "").any():
         shown = shown.drop(columns="note")

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 
 import pandas as pd
 
-from .schema import BUILT_IN, STORE_FORMAT
+from .schema import BUILT_IN, DEFAULT_PROFILE, STORE_FORMAT
 
 FORMAT_KEY = "store_format"
 UNVERSIONED = 1
@@ -49,13 +49,15 @@ def _distributed_columns(name: str, frame: pd.DataFrame, manifest: Mapping) -> p
 
 
 def _model_source_columns(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFrame:
-    """Format 2 -> 3: runs from before model plug-ins ran a built-in model."""
-    if name != "summary":
-        return frame
+    """Format 2 -> 3: runs from before model plug-ins ran a built-in model, and runs and calibrations from before
+    settings profiles ran under the equal one."""
     frame = frame.copy()
-    for column, value in (("model_source", BUILT_IN), ("model_hash", "")):
-        if column not in frame:
-            frame[column] = value
+    if name in (*RUN_FRAMES, "calibration") and "profile" not in frame:
+        frame["profile"] = DEFAULT_PROFILE
+    if name == "summary":
+        for column, value in (("model_source", BUILT_IN), ("model_hash", "")):
+            if column not in frame:
+                frame[column] = value
     return frame
 
 

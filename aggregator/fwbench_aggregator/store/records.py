@@ -15,7 +15,7 @@ from google.protobuf.json_format import MessageToDict
 from ..base.vocabulary import device_text, shape_text, to_text
 from ..run.client import RunnerFailure, RunResult
 from .results_store import ResultStore
-from .schema import BUILT_IN, ENERGY_FIELDS, POWER_COLUMNS, POWER_FIELDS, STEPS_COLUMNS, SUMMARY_COLUMNS
+from .schema import BUILT_IN, DEFAULT_PROFILE, ENERGY_FIELDS, POWER_COLUMNS, POWER_FIELDS, STEPS_COLUMNS, SUMMARY_COLUMNS
 
 
 def _config_columns(run_id: str, result: RunResult) -> dict:
@@ -41,6 +41,7 @@ def _config_columns(run_id: str, result: RunResult) -> dict:
         "global_batch_size": c.global_batch_size or c.batch_size,
         "model_options": ";".join(f"{k}={v}" for k, v in sorted(c.model_options.items())),
         "repetition": result.repetition,
+        "profile": to_text(pb.Profile, c.profile) if c.profile else DEFAULT_PROFILE,
     }
 
 

@@ -6,7 +6,8 @@ STORE_FORMAT is the version of what the store writes, recorded with every run (s
   1  (no version recorded) runs before distributed runs: no strategy, devices, nodes, world_size or
      global_batch_size columns; OOM and refused requests both stored as failed runs
   2  every run records the store format; the distributed columns are always written
-  3  a run's summary says which model ran: model_source ("built-in" or a plug-in's folder) and model_hash
+  3  a run's summary says which model ran: model_source ("built-in" or a plug-in's folder) and model_hash; every
+     run's frames and the calibrations say its settings profile (equal before profiles)
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ STORE_FORMAT = 3
 
 # world_size and nodes belong to a configuration: a run on two devices is never pooled with one on one device, nor
 # two devices of one runner with one device on each of two runners. batch_size is per device.
-CONFIG_COLUMNS = ("model", "model_options", "mode", "batch_size", "input_shape", "precision", "device", "world_size", "nodes")
+# profile too: runs under one profile are never pooled with runs under another.
+CONFIG_COLUMNS = (
+    "model", "model_options", "mode", "batch_size", "input_shape", "precision", "device", "world_size", "nodes", "profile",
+)
+DEFAULT_PROFILE = "equal"
 INTEGER_COLUMNS = ("batch_size", "world_size", "nodes")
 # The configuration less its batch size: one line per runner across batch sizes.
 SERIES_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c != "batch_size")
@@ -29,7 +34,7 @@ SCALING_KEY_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c not in ("world_size",
 RUN_IDENTITY_COLUMNS = (
     "run_id", "runner", "framework", "framework_version", "container_image", "model", "mode", "batch_size",
     "input_shape", "precision", "device", "strategy", "devices", "nodes", "world_size", "global_batch_size",
-    "model_options", "repetition",
+    "model_options", "repetition", "profile",
 )
 
 # --- frames a run stores -------------------------------------------------------------------------------------------
