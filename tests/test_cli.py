@@ -25,7 +25,7 @@ def test_compare_both_real_runners_prints_table_and_writes_files(tmp_path):
         "--warmup", str(WARMUP), "--steps", str(STEPS), *QUICK, "--out", str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
-    for expected in ("torch", "tensorflow", "median ms", "× fastest", "1.000", "verdict: ", "layout channels_last",
+    for expected in ("torch", "tensorflow", "median ms", "× fastest", "1.000", "verdict (equal profile): ", "layout channels_last",
                      "compilation: "):
         assert expected in done.stdout
     run_dir = only_run_dir(tmp_path)
@@ -188,7 +188,7 @@ def test_repetitions_interleave_runners_and_give_a_verdict(tmp_path, fake_runner
         "--runner", f"first={fake_runner}", "--runner", f"second={fake_runner}", "--out", str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
-    assert re.search(r"verdict: no significant difference", done.stdout), done.stdout
+    assert re.search(r"verdict \(equal profile\): no significant difference", done.stdout), done.stdout
     run_dir = only_run_dir(tmp_path)
     summary = pd.read_parquet(run_dir / "summary.parquet")
     # Interleaved: first, second, first, second, ...
@@ -244,7 +244,7 @@ def test_calibrate_stores_a_noise_floor_that_compare_and_report_use(tmp_path, fa
     assert f"noise floor: {floor['noise_floor']:.1%} (from fwbench calibrate)" in done.stdout
     comparison = pd.read_parquet(only_run_dir(tmp_path) / "comparison.parquet")
     assert (comparison["noise_floor"] == floor["noise_floor"]).all()
-    assert "verdict: " in done.stdout and "faster by" not in done.stdout
+    assert "verdict (equal profile): " in done.stdout and "faster by" not in done.stdout
     done = fwbench("report", "--store", str(store))
     assert done.returncode == 0, done.stderr
     assert "noise floor" in (store / "report" / "report.html").read_text()

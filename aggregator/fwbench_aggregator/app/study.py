@@ -157,11 +157,11 @@ def study(request: StudyRequest, progress: Progress = Progress()) -> StudyResult
         with runners_for(choice, progress, startup, request.store / "logs") as runners:
             result.failures += runners.failures
             result.failures += check_study(pending, runners.endpoints, runners.transport, startup)
-            check_same_networks(pending, runners.endpoints, runners.transport, startup, request.allow_different_models)
-            refuse_changed_plugins(runners.endpoints, runners.transport, results_store, done_before)
-            set_aside_superseded(pending, results_store)
             reachable = {name: address for name, address in runners.endpoints.items()
                          if name not in {f.runner for f in result.failures}}
+            check_same_networks(pending, reachable, runners.transport, startup, request.allow_different_models)
+            refuse_changed_plugins(reachable, runners.transport, results_store, done_before)
+            set_aside_superseded(pending, results_store)
             failures, result.interrupted = run_sweep(pending, reachable, runners.transport, startup,
                                                      *store_callbacks(results_store), request.sweep.cooldown_s, progress)
             result.out_of_memory = [f for f in failures if f.out_of_memory]
