@@ -155,7 +155,6 @@ class LoadedPlugins:
     """What a runner serves from its plug-ins."""
 
     specs: dict[str, ModelSpec]
-    builders: dict[str, object]
     not_offered: dict[str, str]  # declared models this runner does not build, and why
     reports: tuple[PluginReport, ...]
 
@@ -171,7 +170,7 @@ def load_plugins(
     builder (raising PluginError where the module lacks what it needs); None: a runner that needs no builder
     module (the fake runner) serves every declared model."""
     taken = dict(taken)
-    loaded = LoadedPlugins({}, {}, {}, ())
+    loaded = LoadedPlugins({}, {}, ())
     reports = []
     for location in where:
         if location.error:
@@ -207,11 +206,10 @@ def _load_one(framework, folder, origin, taken, make_builder, loaded: LoadedPlug
             why = f"plug-in {folder} has no {builder_file(framework)}, so the {framework} runner does not build it"
             loaded.not_offered[name] = why
             return PluginReport(str(folder), origin, (name,), source.content_hash, error=why)
+        key = (source.folder, framework, source.content_hash)
         try:
-            loaded.builders[name] = _builders.setdefault(
-                (str(folder.resolve()), framework, source.content_hash),
-                make_builder(import_builder(folder, framework, name), folder),
-            )
+            if key not in _builders:  # imported once a process, where one location repeats another's folder
+                _builders[key] = make_builder(import_builder(folder, framework, name), folder)
         except PluginError as error:
             loaded.not_offered[name] = f"plug-in {folder} failed to load: {error}"
             return PluginReport(str(folder), origin, (name,), source.content_hash, error=str(error))
