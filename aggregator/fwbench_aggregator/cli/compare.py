@@ -8,9 +8,12 @@ from typing import Annotated, Optional
 import typer
 
 from ..analyse import stats
+from ..base.suggest import did_you_mean
 from ..app.calibrate import calibrate as calibrate_use_case
 from ..app.compare import CompareRequest
 from ..app.compare import compare as compare_use_case
+from ..app.factors import DEFAULT_FACTORS, FACTORS
+from ..app.factors import factors as factors_use_case
 from ..app.runners import RunnerChoice
 from ..plan import spec as plan
 from ..plan.spec import RunSpec, StartupSettings, option_pairs
@@ -136,4 +139,51 @@ def calibrate(
     choice = RunnerChoice(tuple(runner), frameworks, venvs, transport, tuple(map(str, models_dir)))
     result = run(lambda progress: calibrate_use_case(spec, choice, repetitions, store, progress))
     terminal.print_calibrations(result.calibrations, f"{model} {mode.value}, batch {batch_size}, {precision.value}", store)
+    report_failures(result.failures)
+
+
+def _parse_factors(value: str) -> str:
+    unknown = [name for name in value.split(",") if name not in FACTORS]
+    if unknown or not value:
+        hints = "".join(did_you_mean(name, FACTORS) for name in unknown)
+        raise typer.BadParameter(f"unknown factor(s) {', '.join(map(repr, unknown)) or repr(value)}{hints}; accepted "
+                                 f"values: {', '.join(FACTORS)}")
+    return value
+
+
+@app.command()
+def factors(
+    model: ModelOption = "resnet18",
+    mode: ModeOption = "train",
+    batch_size: BatchSizeOption = 32,
+    shape: ShapeOption = None,
+    option: ModelOptionsOption = [],
+    precision: PrecisionOption = "fp32",
+    device: DeviceOption = None,
+    vary: Annotated[str, typer.Option(
+        "--factors", callback=_parse_factors,
+        help=f"the settings to change one at a time, comma-separated, of: {', '.join(FACTORS)}")] = ",".join(DEFAULT_FACTORS),
+    warmup: WarmupOption = plan.DEFAULT_WARMUP,
+    steps: StepsOption = plan.DEFAULT_STEPS,
+    min_measure_s: MinMeasureOption = plan.DEFAULT_MIN_MEASURE_S,
+    repetitions: RepetitionsOption = plan.DEFAULT_REPETITIONS,
+    runner: RunnerOption = [],
+    tls_ca: TlsCaOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    token_file: TokenFileOption = None,
+    frameworks: FrameworksOption = every_framework(),
+    venvs: VenvsOption = None,
+    models_dir: ModelsDirOption = [],
+    out: Annotated[Path, typer.Option(help="folder to write the runs and the factor table into")] = Path("results"),
+) -> None:
+    """What each setting does to each runner: one configuration under the equal profile, then each other value of
+    each factor the runner accepts, one setting changed at a time, each compared with that runner's own baseline
+    over runs. A value a runner refuses is named with its reason."""
+    transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
+    spec = RunSpec(model, mode, batch_size, shape, precision, device, warmup=warmup, steps=steps,
+                   model_options=option_pairs(option), min_measure_s=min_measure_s)
+    choice = RunnerChoice(tuple(runner), frameworks, venvs, transport, tuple(map(str, models_dir)))
+    result = run(lambda progress: factors_use_case(spec, choice, tuple(vary.split(",")), repetitions, out, progress))
+    terminal.print_factors(result.effects, f"{model} {mode.value}, batch {batch_size}, {precision.value}", result.run_dir)
     report_failures(result.failures)

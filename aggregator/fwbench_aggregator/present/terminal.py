@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Optional
 
 import pandas as pd
 from rich.markup import escape
@@ -248,3 +249,13 @@ def print_calibrations(calibrations: Sequence, title: str, store: Path) -> None:
         "A difference below a runner's noise floor is what two instances of that runner already show on this host: "
         f"`fwbench compare` and `fwbench report` with the store {escape(str(store))} call it no significant difference.",
         highlight=False)
+
+
+def print_factors(effects: Sequence, title: str, run_dir: Optional[Path]) -> None:
+    """Each factor's effect on each runner: one setting changed from the baseline (app.factors.FactorEffect)."""
+    columns = [Column("factor", key=True), Column("runner"), Column("change", wrap_at=24),
+               Column("effect", wrap_at=VERDICT_WIDTH)]
+    table = [(e.factor, e.runner, f"{e.baseline} → {e.value}", e.effect) for e in effects]
+    print_table(columns, table, f"factors: {title}, one setting changed at a time")
+    if run_dir is not None:
+        err_console.print(f"results: {run_dir}", highlight=False)

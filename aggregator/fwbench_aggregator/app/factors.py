@@ -1,0 +1,160 @@
+"""Factors: what each setting does to each runner, one setting changed at a time from the configuration as the
+equal profile runs it, so that a verdict's "it depends" becomes a table ("layout: torch 1.28x slower in
+channels_last [1.20, 1.37]; tensorflow: channels_first not supported on the CPU").
+
+Each runner is asked first (CheckRun) which other value of each factor it can run; then every runner's baseline and
+variants run one after the other, counterbalanced over the repetitions; each variant is compared with its own
+runner's baseline over runs, with the same statistics as a comparison between runners. The runs and the table are
+written to a results folder of their own, not to the store: a variant is no runner of a comparison."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+from fwbench.runner.v1 import runner_pb2 as pb
+
+from ..analyse import stats
+from ..base.progress import Progress
+from ..base.vocabulary import to_text
+from ..plan.spec import DEFAULT_REPETITIONS, RunSpec
+from ..run import jobs
+from ..run.client import RunnerClient, RunnerFailure, RunResult
+from ..run.execute import run_all
+from ..store import records
+from .calibrate import medians_by_runner
+from .preflight import REFUSALS, checked
+from .runners import RunnerChoice, runners_for
+
+# Each factor: the request field it sets and the contract's enum of its values.
+FACTORS = {"layout": pb.Layout, "compilation": pb.Compilation, "precision": pb.Precision, "cudnn_autotune": pb.Switch}
+DEFAULT_FACTORS = ("layout", "compilation", "precision")
+BASELINE = "baseline"
+
+
+@dataclass(frozen=True)
+class FactorEffect:
+    """One runner's variant against its own baseline: measured, or why the runner cannot run it."""
+
+    runner: str
+    factor: str
+    baseline: str  # the factor's value in the baseline run, as the runner resolved it
+    value: str
+    comparison: Optional[stats.Comparison] = None  # None where not run
+    not_supported: str = ""  # the runner's reason, where it refused the variant
+
+    @property
+    def effect(self) -> str:
+        """'1.28x slower [1.20, 1.37]' (the variant against the baseline), or what the runs could not tell."""
+        if self.not_supported:
+            return f"not supported: {self.not_supported}"
+        c = self.comparison
+        if c is None:
+            return "not run"
+        if not c.significant:
+            return c.verdict
+        slower = c.slower == self.value
+        low, high = (c.ci_low, c.ci_high) if slower else (1 / c.ci_high, 1 / c.ci_low)
+        ratio = c.ratio if slower else 1 / c.ratio
+        return f"{ratio:.2f}x {'slower' if slower else 'faster'} [{low:.2f}, {high:.2f}]"
+
+
+@dataclass
+class FactorsResult:
+    effects: list[FactorEffect] = field(default_factory=list)
+    results: list[RunResult] = field(default_factory=list)
+    failures: list[RunnerFailure] = field(default_factory=list)
+    run_dir: Optional[Path] = None  # None where nothing ran
+
+
+def _entry(runner: str, factor: str = "", value: str = "") -> str:
+    """The name a run goes by: the runner's baseline, or one variant of it."""
+    return f"{runner}/{BASELINE}" if not factor else f"{runner}/{factor}={value}"
+
+
+def _variant(request: pb.RunRequest, factor: str, number: int) -> pb.RunRequest:
+    variant = pb.RunRequest()
+    variant.CopyFrom(request)
+    setattr(variant, factor, number)
+    return variant
+
+
+def _candidates(client: RunnerClient, baseline: pb.RunRequest, resolved: pb.ResolvedConfig, factors: tuple[str, ...]
+                ) -> tuple[dict[tuple[str, str], pb.RunRequest], list[FactorEffect]]:
+    """The variants this runner accepts (factor, value) -> request, and those it refuses, with its reason."""
+    accepted, refused = {}, []
+    for factor in factors:
+        enum = FACTORS[factor]
+        current = getattr(resolved, factor)
+        for name, number in enum.items():
+            if number in (0, current):
+                continue
+            value = to_text(enum, number)
+            request = _variant(baseline, factor, number)
+            try:
+                client.check_run(request)
+            except RunnerFailure as failure:
+                if failure.code not in REFUSALS:
+                    raise
+                refused.append(FactorEffect(client.name, factor, to_text(enum, current), value,
+                                            not_supported=failure.message))
+                continue
+            accepted[(factor, value)] = request
+    return accepted, refused
+
+
+def effects_frame(effects: list[FactorEffect]) -> pd.DataFrame:
+    return pd.DataFrame([
+        {"factor": e.factor, "runner": e.runner, "baseline": e.baseline, "value": e.value, "effect": e.effect,
+         "ratio": None if e.comparison is None else e.comparison.ratio,
+         "faster": None if e.comparison is None else e.comparison.faster,
+         "ci_low": None if e.comparison is None else e.comparison.ci_low,
+         "ci_high": None if e.comparison is None else e.comparison.ci_high,
+         "significant": bool(e.comparison and e.comparison.significant), "not_supported": e.not_supported}
+        for e in effects
+    ])
+
+
+def factors(spec: RunSpec, runners: RunnerChoice, chosen: tuple[str, ...] = DEFAULT_FACTORS,
+            repetitions: int = DEFAULT_REPETITIONS, out: Path = Path("results"),
+            progress: Progress = Progress()) -> FactorsResult:
+    """Each runner's baseline (the spec as the equal profile runs it) and each other value of each chosen factor it
+    accepts, run counterbalanced; each variant's effect against its runner's baseline, written under `out`."""
+    result = FactorsResult()
+    baseline = spec.to_request()
+    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-factors-{spec.model}-{spec.mode.value}-b{spec.batch_size}"
+    with runners_for(runners, progress, spec.startup) as found:
+        result.failures += found.failures
+        resolved, unreachable = checked(found.endpoints, found.transport, {name: baseline for name in found.endpoints},
+                                        "the baseline")
+        result.failures += unreachable
+        endpoints, requests, variants = {}, {}, {}
+        for name, config in resolved.items():
+            with RunnerClient(name, jobs.addresses_of(found.endpoints[name])[0], found.transport) as client:
+                accepted, refused = _candidates(client, baseline, config, chosen)
+            result.effects += refused
+            endpoints[_entry(name)], requests[_entry(name)] = found.endpoints[name], baseline
+            for (factor, value), request in accepted.items():
+                entry = _entry(name, factor, value)
+                endpoints[entry], requests[entry] = found.endpoints[name], request
+                variants[entry] = (name, factor, to_text(FACTORS[factor], getattr(config, factor)), value)
+        result.results, failures = run_all(endpoints, requests, found.transport, repetitions, progress=progress)
+        result.failures += failures
+    medians = medians_by_runner(result.results) if result.results else {}
+    for entry, (runner, factor, base_value, value) in variants.items():
+        base, own = medians.get(_entry(runner)), medians.get(entry)
+        comparison = stats.compare(base_value, base, value, own) if base and own else None
+        result.effects.append(FactorEffect(runner, factor, base_value, value, comparison))
+    result.effects.sort(key=lambda e: (list(FACTORS).index(e.factor), e.runner, e.not_supported != "", e.value))
+    if result.results:
+        result.run_dir = out / run_id
+        records.write_results(result.run_dir, {
+            "steps": records.steps_frame(run_id, result.results),
+            "summary": records.summary_frame(run_id, result.results, result.failures),
+            "factors": effects_frame(result.effects),
+        })
+        records.write_manifest(result.run_dir, run_id, result.results, requests)
+    return result
