@@ -11,6 +11,8 @@ gives the noise floor as `fwbench calibrate` does, and a second, independent rou
     .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu
     # As a sweep runs them: each instance's batch sizes of one repetition one after the other, sharing one build
     .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu --sweep-order --reuse-builds
+    # Under the native profile (each framework's own layout: PyTorch channels_first)
+    .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu --profile native
     # Another execution mode: TorchScript, or ONNX Runtime (inference)
     .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu --compilation onnxruntime
     # A model of your own (a plug-in folder, docs/your-model.md), at its default shape unless --shape says
@@ -47,7 +49,7 @@ from fwbench_aggregator.app.calibrate import medians_by_runner, run_medians_by_r
 from fwbench_aggregator.plan.study import counterbalanced
 from fwbench_aggregator.run.runners import start_embedded
 from fwbench_aggregator.run.launch import default_venvs
-from fwbench_aggregator.base.vocabulary import Compilation, Mode, Precision, Strategy
+from fwbench_aggregator.base.vocabulary import Compilation, Mode, Precision, Profile, Strategy
 
 GRIDS = {
     # The configurations where pooled-step statistics went wrong on an H100 (launch-bound small batches
@@ -104,6 +106,8 @@ def main() -> int:
     parser.add_argument("--precisions", help="comma-separated; default: the grid's")
     parser.add_argument("--mode", default="infer", choices=("train", "infer"))
     parser.add_argument("--compilation", choices=list(Compilation.__members__), help="default: the runner's own")
+    parser.add_argument("--profile", choices=list(Profile.__members__), default="equal",
+                        help="how the settings left unset are chosen (docs/usage.md#profiles)")
     parser.add_argument("--repetitions", type=int, default=DEFAULT_REPETITIONS)
     parser.add_argument("--min-measure-s", type=float, default=plan.DEFAULT_MIN_MEASURE_S)
     parser.add_argument("--warmup", type=int, default=plan.DEFAULT_WARMUP)
@@ -139,7 +143,7 @@ def main() -> int:
         where = f" on {args.devices} ({args.strategy or 'default strategy'})" if args.devices else ""
         order = (f", sweep order with {'reused' if args.reuse_builds else 'fresh'} builds" if args.sweep_order
                  else ", each batch size on its own with fresh builds")
-        compiled = f", {args.compilation}" if args.compilation else ""
+        compiled = (f", {args.compilation}" if args.compilation else "") + f", {args.profile} profile"
         print(f"A/A {args.grid} grid{where}: {args.mode}{compiled}, {args.repetitions} runs per instance per round, "
               f"windows of at least {args.min_measure_s} s and {args.steps} steps{order}")
         header = f"{'configuration':<34} {'a ms':>8} {'b ms':>8} {'ratio':>6} {'99% interval':>15} {'resolves':>8} {'floor':>7}  verdict"
@@ -154,6 +158,7 @@ def main() -> int:
                     min_measure_s=args.min_measure_s, devices=args.devices,
                     strategy=Strategy(args.strategy) if args.strategy else None,
                     compilation=Compilation[args.compilation] if args.compilation else None,
+                    profile=Profile(args.profile),
                 ).to_request()
                 for batch_size in batch_sizes
             }

@@ -21,7 +21,8 @@ def test_an_effect_reads_as_the_variant_against_its_baseline_with_its_interval()
     assert slower.startswith("1.28x slower [1.2") and slower.endswith("]")
     faster = effect([128.0, 129.0, 127.0, 128.5, 127.5, 128.2], [100.0, 101.0, 99.0, 100.5, 99.5, 100.2])
     assert faster.startswith("0.78x faster [0.7")
-    assert effect([100.0] * 3 + [101.0] * 3, [100.5] * 3 + [100.0] * 3).startswith("no significant difference")
+    unresolved = effect([100.0, 102.0, 98.0, 101.0, 99.0, 100.0], [101.0, 103.0, 99.0, 100.0, 102.0, 101.5])
+    assert unresolved.startswith("not resolved: 1.01x slower [0.9") and "these runs resolve" in unresolved
     refused = FactorEffect("tensorflow", "layout", "channels_last", "channels_first",
                            not_supported="layout channels_first is not supported on cpu:0")
     assert refused.effect == "not supported: layout channels_first is not supported on cpu:0"

@@ -48,18 +48,19 @@ class FactorEffect:
 
     @property
     def effect(self) -> str:
-        """'1.28x slower [1.20, 1.37]' (the variant against the baseline), or what the runs could not tell."""
+        """'1.28x slower [1.20, 1.37]' (the variant's step time over the baseline's, with its interval), or the same
+        marked as not resolved, with what the runs could resolve."""
         if self.not_supported:
             return f"not supported: {self.not_supported}"
         c = self.comparison
         if c is None:
             return "not run"
-        if not c.significant:
+        if not c.enough_runs:
             return c.verdict
         slower = c.slower == self.value
-        low, high = (c.ci_low, c.ci_high) if slower else (1 / c.ci_high, 1 / c.ci_low)
-        ratio = c.ratio if slower else 1 / c.ratio
-        return f"{ratio:.2f}x {'slower' if slower else 'faster'} [{low:.2f}, {high:.2f}]"
+        ratio, low, high = (c.ratio, c.ci_low, c.ci_high) if slower else (1 / c.ratio, 1 / c.ci_high, 1 / c.ci_low)
+        figure = f"{ratio:.2f}x {'slower' if ratio >= 1 else 'faster'} [{low:.2f}, {high:.2f}]"
+        return figure if c.significant else f"not resolved: {figure}; these runs resolve {c.resolvable:.1%}"
 
 
 @dataclass

@@ -252,10 +252,15 @@ def print_calibrations(calibrations: Sequence, title: str, store: Path) -> None:
 
 
 def print_factors(effects: Sequence, title: str, run_dir: Optional[Path]) -> None:
-    """Each factor's effect on each runner: one setting changed from the baseline (app.factors.FactorEffect)."""
-    columns = [Column("factor", key=True), Column("runner"), Column("change", wrap_at=24),
-               Column("effect", wrap_at=VERDICT_WIDTH)]
-    table = [(e.factor, e.runner, f"{e.baseline} → {e.value}", e.effect) for e in effects]
+    """Each factor's effect on each runner, one setting changed from the baseline (app.factors.FactorEffect): a table
+    of what ran, then what each runner refused, with its reason."""
+    columns = [Column("factor", key=True), Column("runner"), Column("change"), Column("effect", wrap_at=VERDICT_WIDTH)]
+    measured = [e for e in effects if not e.not_supported]
+    table = [(e.factor, e.runner, f"{e.baseline} → {e.value}", e.effect) for e in measured]
     print_table(columns, table, f"factors: {title}, one setting changed at a time")
+    for e in effects:
+        if e.not_supported:
+            out_console.print(f"{e.runner} {e.factor} {e.value}: not supported: {escape(e.not_supported)}",
+                              highlight=False)
     if run_dir is not None:
         err_console.print(f"results: {run_dir}", highlight=False)
