@@ -254,7 +254,7 @@ def print_calibrations(calibrations: Sequence, title: str, store: Path) -> None:
 def print_factors(effects: Sequence, title: str, run_dir: Optional[Path]) -> None:
     """Each factor's effect on each runner, one setting changed from the baseline (app.factors.FactorEffect): a table
     of what ran, then what each runner refused, with its reason."""
-    columns = [Column("factor", key=True), Column("runner"), Column("change"), Column("effect", wrap_at=VERDICT_WIDTH)]
+    columns = [Column("factor", key=True), Column("runner"), Column("change", wrap_at=16), Column("effect", wrap_at=28)]
     measured = [e for e in effects if not e.not_supported]
     table = [(e.factor, e.runner, f"{e.baseline} → {e.value}", e.effect) for e in measured]
     print_table(columns, table, f"factors: {title}, one setting changed at a time")
