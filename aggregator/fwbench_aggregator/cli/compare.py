@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 import typer
 
 from ..analyse import stats
-from ..base.suggest import did_you_mean
 from ..app.calibrate import calibrate as calibrate_use_case
 from ..app.compare import CompareRequest
 from ..app.compare import compare as compare_use_case
@@ -27,7 +26,7 @@ from .options import (
     RendezvousPortOption,
     RepetitionsOption, RunnerOption, SeedOption, ShapeOption, StableWindowOption, StepsOption, StoreOption,
     StrategyOption, ThreadsOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption,
-    WarmupOption, WarmupUntilCvOption, every_framework, parse_runners, runner_transport,
+    WarmupOption, WarmupUntilCvOption, checked_names, every_framework, parse_runners, runner_transport,
 )
 
 
@@ -143,12 +142,7 @@ def calibrate(
 
 
 def _parse_factors(value: str) -> str:
-    unknown = [name for name in value.split(",") if name not in FACTORS]
-    if unknown or not value:
-        hints = "".join(did_you_mean(name, FACTORS) for name in unknown)
-        raise typer.BadParameter(f"unknown factor(s) {', '.join(map(repr, unknown)) or repr(value)}{hints}; accepted "
-                                 f"values: {', '.join(FACTORS)}")
-    return value
+    return checked_names(value, list(FACTORS), "factor")
 
 
 @app.command()

@@ -192,14 +192,19 @@ def runner_transport(runner: list[str], tls_ca: Optional[Path], tls_cert: Option
         raise typer.BadParameter(str(error)) from None
 
 
-def parse_frameworks(value: str) -> str:
-    known = framework_names()
+def checked_names(value: str, known, what: str) -> str:
+    """A comma-separated list of names, each one of `known`; refused naming the unknown ones, the closest known
+    name to each, and every known one."""
     unknown = [name for name in value.split(",") if name not in known]
     if unknown or not value:
         hints = "".join(did_you_mean(name, known) for name in unknown)
-        raise typer.BadParameter(f"unknown framework(s) {', '.join(map(repr, unknown)) or repr(value)}{hints}; "
+        raise typer.BadParameter(f"unknown {what}(s) {', '.join(map(repr, unknown)) or repr(value)}{hints}; "
                                  f"accepted values: {', '.join(known)}")
     return value
+
+
+def parse_frameworks(value: str) -> str:
+    return checked_names(value, framework_names(), "framework")
 
 
 def every_framework() -> str:
