@@ -45,7 +45,7 @@ def test_a_sweep_file_lists_profiles_and_each_is_a_run_of_its_own():
 def test_a_misspelt_profile_is_refused_with_the_accepted_ones(tmp_path):
     sweep_file = tmp_path / "s.yaml"
     sweep_file.write_text("models: [resnet18]\nprofiles: [nativ]\n")
-    with pytest.raises(SweepError, match=r"unknown profile 'nativ' \(did you mean native\?\); accepted values: equal, native"):
+    with pytest.raises(SweepError, match=r"unknown profile 'nativ' \(did you mean native\?\); accepted values: equal, native, best"):
         load_sweep(sweep_file)
 
 

@@ -227,6 +227,17 @@ def test_the_native_profile_takes_the_frameworks_own_layout_and_equal_the_same_f
     assert resolve_request(request(profile=Profile.NATIVE), native_layout=Layout.CHANNELS_FIRST).layout is Layout.CHANNELS_LAST
 
 
+def test_native_and_best_take_the_frameworks_own_cudnn_autotuning_where_the_runner_can_set_it():
+    gpu = dict(cudnn_autotune=frozenset(Switch), native_cudnn_autotune=Switch.ON)
+    assert resolve_request(request(), **gpu).cudnn_autotune is Switch.OFF
+    for profile in (Profile.NATIVE, Profile.BEST):
+        assert resolve_request(request(profile=profile), **gpu).cudnn_autotune is Switch.ON
+        assert resolve_request(request(profile=profile, cudnn_autotune=Switch.OFF), **gpu).cudnn_autotune is Switch.OFF
+    # A runner that fixed autotuning at start-up (TensorFlow, JAX) runs native at that setting, not refused.
+    fixed = dict(cudnn_autotune=frozenset({Switch.OFF}), native_cudnn_autotune=Switch.ON)
+    assert resolve_request(request(profile=Profile.NATIVE), **fixed).cudnn_autotune is Switch.OFF
+
+
 def test_layout_is_for_image_models_only():
     message = expect_error(InvalidArgument, request(model="lstm_lm", input_shape=(8,), layout=Layout.CHANNELS_LAST))
     assert "layout" in message and "image models" in message and "lstm_lm" in message

@@ -3,7 +3,7 @@ tables and the findings. Reports, terminal tables and plots all read one Analysi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import pandas as pd
@@ -14,6 +14,7 @@ from .efficiency import hardware_efficiency
 from .findings import Finding, findings
 from .optimal import optimal_batches
 from .scaling import scaling_rows
+from .searches import best_searches, split_searches
 from .trends import batch_trends
 
 
@@ -25,6 +26,7 @@ class Analysis:
     trends: pd.DataFrame
     efficiency: pd.DataFrame
     findings: list[Finding]
+    searches: pd.DataFrame = field(default_factory=pd.DataFrame)  # best profile's searches (analyse.searches)
 
 
 def analysed(
@@ -33,7 +35,8 @@ def analysed(
     latency_budget_ms: Optional[float] = None, min_effect: float = stats.MIN_EFFECT,
     parity: Optional[pd.DataFrame] = None,
 ) -> Analysis:
-    summary = summary if summary is not None else pd.DataFrame()
+    searches = best_searches(summary, steps)
+    (summary, _), (steps, _) = split_searches(summary), split_searches(steps)
     rows = comparison_rows(summary, steps, calibration, min_effect, parity)
     scaling = scaling_rows(summary)
     trends = batch_trends(summary, steps)
@@ -44,4 +47,5 @@ def analysed(
         trends=trends,
         efficiency=hardware_efficiency(rows, summary, model_facts),
         findings=findings(rows, summary, steps, trends, scaling),
+        searches=searches,
     )

@@ -25,8 +25,8 @@ from ..run.client import RunnerFailure, RunResult
 from ..run.execute import run_all
 from ..store import records
 from ..store.results_store import ResultStore
-from ..store.schema import PARITY_FRAME, SCALING_KEY_COLUMNS
-from . import preflight
+from ..store.schema import BEST_SEARCH_PROFILE, PARITY_FRAME, SCALING_KEY_COLUMNS
+from . import best, preflight
 from .facts import record_model_facts
 from .runners import RunnerChoice, runners_for
 
@@ -44,6 +44,7 @@ class CompareRequest:
     out: Path = Path("results")
     store: Optional[Path] = None  # default: OUT/store
     allow_different_models: bool = False  # a plug-in whose runners build different parameter counts
+    search_repetitions: int = best.DEFAULT_SEARCH_REPETITIONS  # the best profile's runs per candidate
 
 
 @dataclass
@@ -56,6 +57,7 @@ class CompareResult:
     resolved: dict[str, pb.ResolvedConfig] = field(default_factory=dict)  # each runner's run, as it resolved it
     results: list[RunResult] = field(default_factory=list)
     failures: list[RunnerFailure] = field(default_factory=list)
+    best: dict[str, best.BestChoice] = field(default_factory=dict)  # under the best profile: each runner's search
 
 
 def run_id_for(spec: RunSpec) -> str:
@@ -88,10 +90,14 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
         preflight.same_network(runners.endpoints, runners.transport, requests, request.allow_different_models)
         results_store = ResultStore(store)
 
-        def keep(run: RunResult) -> None:
-            sent = requests[run.runner]
+        def keep(run: RunResult, sent: Optional[pb.RunRequest] = None, profile: str = "") -> None:
+            sent = sent or requests[run.runner]
             config = {"compare": result.run_id, **MessageToDict(sent), "runner": run.runner, "repetition": run.repetition}
-            records.store_result(results_store, run_key(config), config, run, sent)
+            records.store_result(results_store, run_key(config), config, run, sent, profile=profile)
+
+        if request.spec.profile and request.spec.profile.value == "best":
+            requests = search_best(request, runners, requests, keep, progress, result)
+            result.resolved, _ = preflight.checked(runners.endpoints, runners.transport, requests)
 
         endpoints = {name: runners.endpoints[name] for name in requests}
         result.results, failures = run_all(endpoints, requests, runners.transport, request.repetitions,
@@ -104,6 +110,8 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
             "summary": records.summary_frame(result.run_id, result.results, result.failures),
             "power": records.power_frame(result.run_id, result.results),
         }
+        if any(choice.candidates for choice in result.best.values()):
+            frames["best_search"] = best.search_frame(result.best)
         record_model_facts(endpoints, runners.transport, results_store, frames["summary"], progress)
         runners.keep_logs(run_dir / "logs")
     result.run_dir = run_dir
@@ -118,6 +126,19 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
         power_timeline(frames["power"], run_dir)
     records.write_manifest(run_dir, result.run_id, result.results, requests)
     return result
+
+
+def search_best(request: CompareRequest, runners, baselines: dict[str, pb.RunRequest], keep, progress: Progress,
+                result: CompareResult) -> dict[str, pb.RunRequest]:
+    """Each runner's fastest settings (app.best), its search runs stored under their own profile label; the requests
+    that run the comparison at them."""
+    found = best.search({name: runners.endpoints[name] for name in baselines}, runners.transport, baselines,
+                        request.search_repetitions, progress=progress,
+                        on_result=lambda run, sent: keep(run, sent, BEST_SEARCH_PROFILE))
+    result.best = found.choices
+    result.failures += found.failures
+    failed = {failure.runner for failure in found.failures}
+    return {name: choice.request for name, choice in found.choices.items() if name not in failed}
 
 
 def scaling_of(rows: pd.DataFrame, results_store: ResultStore) -> pd.DataFrame:

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..analyse import stats
+from ..app.best import DEFAULT_SEARCH_REPETITIONS
 from ..app.calibrate import calibrate as calibrate_use_case
 from ..app.compare import CompareRequest
 from ..app.compare import compare as compare_use_case
@@ -24,7 +25,7 @@ from .options import (
     AllowDifferentModelsOption, DistributedTimeoutOption, FrameworksOption, IdleBaselineOption, LayoutOption, MinEffectOption, MinMeasureOption,
     ModelOption, ModelOptionsOption, ModelsDirOption, ModeOption, PowerRateOption, PrecisionOption, ProfileOption,
     RendezvousPortOption,
-    RepetitionsOption, RunnerOption, SeedOption, ShapeOption, StableWindowOption, StepsOption, StoreOption,
+    RepetitionsOption, RunnerOption, SearchRepetitionsOption, SeedOption, ShapeOption, StableWindowOption, StepsOption, StoreOption,
     StrategyOption, ThreadsOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption,
     WarmupOption, WarmupUntilCvOption, checked_names, every_framework, parse_runners, runner_transport,
 )
@@ -56,6 +57,7 @@ def compare(
     idle_baseline_s: IdleBaselineOption = 1.0,
     seed: SeedOption = 0,
     repetitions: RepetitionsOption = plan.DEFAULT_REPETITIONS,
+    search_repetitions: SearchRepetitionsOption = DEFAULT_SEARCH_REPETITIONS,
     cooldown_s: CooldownOption = 0.0,
     min_effect: MinEffectOption = stats.MIN_EFFECT,
     runner: RunnerOption = [],
@@ -91,8 +93,10 @@ def compare(
     )
     choice = RunnerChoice(tuple(runner), frameworks, venvs, transport, tuple(map(str, models_dir)))
     request = CompareRequest(spec, choice, tuple(compilation), tuple(strategy), repetitions, cooldown_s, min_effect,
-                             rendezvous_port, out, store, allow_different_models)
+                             rendezvous_port, out, store, allow_different_models, search_repetitions)
     result = run(lambda progress: compare_use_case(request, progress))
+    if result.best:
+        terminal.print_best_search(result.best)
     terminal.print_compare(result.rows, result.run_dir, result.store, result.scaling, result.results)
     report_failures(result.failures)
 

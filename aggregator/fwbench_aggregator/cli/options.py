@@ -258,6 +258,9 @@ MinMeasureOption = Annotated[float, typer.Option(min=0.0, max=plan.MAX_MEASURE_S
 RepetitionsOption = Annotated[int, typer.Option(
     min=1, max=plan.MAX_REPETITIONS,
     help=f"runs per runner, in counterbalanced order A B B A ...; a verdict needs {stats.MIN_REPETITIONS}")]
+SearchRepetitionsOption = Annotated[int, typer.Option(
+    min=1, max=plan.MAX_REPETITIONS,
+    help="under --profile best: runs of each candidate setting in each runner's search (the same for every runner)")]
 CooldownOption = Annotated[float, typer.Option(min=0.0, max=plan.MAX_COOLDOWN_S, help="seconds to wait between runs")]
 MinEffectOption = Annotated[float, typer.Option(min=0.0, max=1.0, help="smallest difference a verdict calls real, as a fraction")]
 StoreOption = Annotated[Path, typer.Option(help="the results store: every run is kept, and noise floors are read from it")]

@@ -44,6 +44,10 @@ DEFAULT_REPETITIONS = 6
 # The aggregator's own: more than this is a typing mistake, not a study.
 MAX_REPETITIONS = 1000
 MAX_COOLDOWN_S = 3600.0
+# Runs one study plans, counted before the grid expands: a sweep file's max_runs raises the default up to MAX_RUNS
+# (planning 100,000 runs takes about 15 s and the study days; a mistyped grid of millions would exhaust memory).
+DEFAULT_MAX_RUNS = 10_000
+MAX_RUNS = 100_000
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,6 @@ class RunSpec:
             warmup_steps=self.warmup,
             measured_steps=self.steps,
             seed=self.seed,
-            cudnn_autotune=from_text(pb.Switch, self.startup.cudnn_autotune),
             intra_op_threads=self.startup.intra_op_threads,
             inter_op_threads=self.startup.inter_op_threads,
             reuse_key=self.reuse_key,
@@ -124,6 +127,9 @@ class RunSpec:
             request.layout = from_text(pb.Layout, self.layout.value)
         if self.profile:
             request.profile = from_text(pb.Profile, self.profile.value)
+        if not self.profile or self.profile.value == "equal":
+            # The native and best profiles leave autotuning to the runner: its framework's default where it can.
+            request.cudnn_autotune = from_text(pb.Switch, self.startup.cudnn_autotune)
         if self.compilation:
             request.compilation = from_text(pb.Compilation, self.compilation.value)
         if self.device:

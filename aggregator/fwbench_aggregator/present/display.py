@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..analyse.comparison import flagged_verdict
+from ..analyse.searches import SEARCH_KEY
 from ..store.schema import CONFIG_COLUMNS, SCALING_KEY_COLUMNS, SERIES_KEY
 
 # Headers whose cells are figures: right-aligned in every table.
@@ -126,6 +127,15 @@ def trend_display(trends: pd.DataFrame) -> pd.DataFrame:
          "× per doubling": figure(r.ratio_per_doubling), "flattens past": "–" if pd.isna(r.flattens_at_batch) else str(int(r.flattens_at_batch)),
          "note": r.flatten_note if isinstance(r.flatten_note, str) and r.flatten_note else "–"}
         for r in trends.itertuples(index=False)
+    ])
+
+
+def search_display(searches: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame([
+        {**{DISPLAY_COLUMNS[c]: str(getattr(r, c)) for c in SEARCH_KEY}, "runner": r.runner,
+         "candidate": r.candidate, "runs": str(r.runs), "median ms": figure(r.median_step_ms, 4),
+         "chosen": "✓" if r.chosen else ""}
+        for r in searches.itertuples(index=False)
     ])
 
 

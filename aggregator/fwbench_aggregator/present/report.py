@@ -14,8 +14,8 @@ from ..analyse.results import Analysis
 from ..analyse.scaling import has_scaling, strategy_pairs
 from ..analyse.trends import FLATTEN_GAIN
 from .display import (
-    STRATEGY_TABLES, display_frame, efficiency_display, optimal_display, pairs_display, scaling_display, to_markdown,
-    trend_display,
+    STRATEGY_TABLES, display_frame, efficiency_display, optimal_display, pairs_display, scaling_display,
+    search_display, to_markdown, trend_display,
 )
 from .html import render_html, standalone_html, table_html
 from .plots import make_plots, scaling_plot
@@ -69,6 +69,10 @@ def study_tables(analysis: Analysis) -> list[tuple[str, str, str, pd.DataFrame]]
              f"Does time per sample fall as the batch grows? Spearman's rank correlation over every run (significant at "
              f"p < {stats.ALPHA:g}), the log-log slope as the factor per doubling, and the batch past which each doubling "
              f"gains less than {FLATTEN_GAIN:.0%}."),
+            ("best_search", "Best-profile searches", analysis.searches, search_display,
+             "Under the best profile each runner first tries its own settings, one at a time from its native ones, "
+             "each candidate with the same runs; the fastest (chosen) is then compared on fresh runs, reported in the "
+             "comparison under the best profile."),
             ("hardware_efficiency", "Hardware efficiency", analysis.efficiency, efficiency_display,
              f"Achieved FLOP/s: forward FLOPs per sample (as the runner counted them) × the job's samples per step "
              f"(× {TRAIN_FLOPS_FACTOR:g} for training) over the median step time. MFU: that over the device's "
@@ -85,7 +89,7 @@ def write_studies(analysis: Analysis, out_dir: Path) -> list[Path]:
     """findings.md (the findings, then each study table) and one CSV per study table, every column."""
     written = []
     for stem, frame in (("optimal_batch", analysis.optimal), ("batch_trend", analysis.trends),
-                        ("hardware_efficiency", analysis.efficiency)):
+                        ("best_search", analysis.searches), ("hardware_efficiency", analysis.efficiency)):
         if len(frame):
             frame.to_csv(out_dir / f"{stem}.csv", index=False)
             written.append(out_dir / f"{stem}.csv")

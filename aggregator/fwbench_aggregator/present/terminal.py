@@ -20,7 +20,7 @@ from .console import Column, err_console, out_console, print_table
 from .display import KEY_HEADERS, NUMERIC_HEADERS, SCALING_DISPLAY, cell, scaling_display
 
 VERDICT_WIDTH = 34
-SETTING_NAMES = {"layout": "layout", "compilation": "compilation", "cudnn_autotune": "cuDNN autotune"}
+SETTING_NAMES = {"layout": "layout", "compilation": "compilation", "cudnn_autotune": "cuDNN autotune", "tf32": "TF32"}
 
 
 def _ms(value: float) -> str:
@@ -249,6 +249,23 @@ def print_calibrations(calibrations: Sequence, title: str, store: Path) -> None:
         "A difference below a runner's noise floor is what two instances of that runner already show on this host: "
         f"`fwbench compare` and `fwbench report` with the store {escape(str(store))} call it no significant difference.",
         highlight=False)
+
+
+def print_best_search(choices: dict) -> None:
+    """Under the best profile, the settings each runner's search chose (app.best.BestChoice), what it tried and what
+    it could not run, before the comparison at those settings."""
+    for choice in choices.values():
+        out_console.print(f"best settings for {choice.runner}: {escape(choice.summary)}", highlight=False)
+        for candidate in choice.candidates:
+            chosen = " ← chosen" if candidate.settings == choice.settings else ""
+            values = ", ".join(value for _, value in candidate.settings)
+            out_console.print(f"  {escape(values)}: {candidate.step_time_s * 1e3:.2f} ms{chosen}", highlight=False)
+        if choice.refused:
+            out_console.print(f"  not supported here: {escape(choice.not_supported)}", highlight=False)
+        for failure in choice.failed:
+            out_console.print(f"  failed: {escape(failure)}", highlight=False)
+        if choice.fixed:
+            out_console.print(f"  not searched (set on the command line): {', '.join(choice.fixed)}", highlight=False)
 
 
 def print_factors(effects: Sequence, title: str, run_dir: Optional[Path]) -> None:

@@ -121,6 +121,7 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
                 "layout": to_text(pb.Layout, c.layout) if c.layout else "",
                 "compilation": to_text(pb.Compilation, c.compilation),
                 "cudnn_autotune": to_text(pb.Switch, c.cudnn_autotune),
+                "tf32": c.tf32,
                 "intra_op_threads": c.intra_op_threads,
                 "inter_op_threads": c.inter_op_threads,
                 # Built once for several batch sizes (a sweep's reuse chain), and whether the first warm-up
@@ -204,14 +205,17 @@ def manifest(run_id: str, results: list[RunResult], requests: dict[str, pb.RunRe
 
 
 def store_result(results_store: ResultStore, key: str, config: dict, result: RunResult, request: pb.RunRequest,
-                 context: dict | None = None) -> None:
+                 context: dict | None = None, profile: str = "") -> None:
     """Append one completed run to the store: its steps, summary, power samples and manifest (with `context`, e.g.
-    the cluster allocation it ran on)."""
+    the cluster allocation it ran on). `profile` labels runs whose profile is not the request's (a best profile's
+    search runs: never pooled with the comparison they chose the settings for)."""
     frames = {
         "steps": steps_frame(key, [result]),
         "summary": summary_frame(key, [result], []),
         "power": power_frame(key, [result]),
     }
+    if profile:
+        frames = {name: frame.assign(profile=profile) for name, frame in frames.items()}
     results_store.append(key, config, frames, {**manifest(key, [result], {result.runner: request}), **(context or {})})
 
 

@@ -23,6 +23,8 @@ CONFIG_COLUMNS = (
     "model", "model_options", "mode", "batch_size", "input_shape", "precision", "device", "world_size", "nodes", "profile",
 )
 DEFAULT_PROFILE = "equal"
+# The profile label of a best profile's search runs (app.best): stored like any run, never pooled with a comparison.
+BEST_SEARCH_PROFILE = "best-search"
 INTEGER_COLUMNS = ("batch_size", "world_size", "nodes")
 # The configuration less its batch size: one line per runner across batch sizes.
 SERIES_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c != "batch_size")
@@ -52,7 +54,8 @@ ENERGY_FIELDS = (
 )
 ENERGY_COLUMNS = (*ENERGY_FIELDS, "energy_source", "power_samples", "energy_status", "energy_unavailable", "energy_notes")
 # What the runner fixed for the run: the settings a verdict depends on beyond the configuration.
-SETTINGS_COLUMNS = ("layout", "compilation", "cudnn_autotune", "intra_op_threads", "inter_op_threads")
+# tf32: where float32 math may run as TF32 ("" on a device without it, and in runs from before it was recorded).
+SETTINGS_COLUMNS = ("layout", "compilation", "cudnn_autotune", "tf32", "intra_op_threads", "inter_op_threads")
 # The device and host as the run found them.
 DEVICE_STATE_COLUMNS = (
     "flags", "device_flags", "free_memory_before_bytes", "total_memory_bytes", "other_gpu_processes_max",

@@ -39,6 +39,9 @@ from .spec import (
 from .sysinfo import cpu_device, python_version
 
 STEP_TIME_ENV = "FWBENCH_FAKE_STEP_TIME_S"
+# Step times for runs with a given setting, "layout=channels_first:0.001,compilation=eager:0.003" (the first that
+# matches the run wins): how tests plant the fastest settings for a search to find.
+SETTING_STEP_TIME_ENV = "FWBENCH_FAKE_STEP_TIME_BY_SETTING"
 # The distributed rank whose steps hang (take HANG_S): how tests make a rank go silent.
 HANG_RANK_ENV = "FWBENCH_FAKE_HANG_RANK"
 HANG_S = 3600.0
@@ -113,6 +116,17 @@ class SocketSum:
             peer.close()
 
 
+def step_time_for(config: RunConfig, default_s: float) -> float:
+    """The step time SETTING_STEP_TIME_ENV plants for this run's settings, else `default_s`."""
+    for entry in filter(None, os.environ.get(SETTING_STEP_TIME_ENV, "").split(",")):
+        setting, _, seconds = entry.partition(":")
+        field_name, _, value = setting.partition("=")
+        resolved = getattr(config, field_name.strip(), None)
+        if resolved is not None and getattr(resolved, "value", resolved) == value.strip():
+            return float(seconds)
+    return default_s
+
+
 def _input_bytes(config: RunConfig) -> int:
     input_bytes = 4 * config.batch_size * math.prod(config.input_shape)
     if input_bytes > MEMORY_LIMIT_BYTES:
@@ -124,7 +138,8 @@ class FakeWorkload(Workload):
     def __init__(self, config: RunConfig, step_time_s: float) -> None:
         self.peak_bytes = _input_bytes(config)
         self.parameter_count = fake_parameter_count(config.model.name)
-        self.step_time_s = step_time_s
+        self.default_step_time_s = step_time_s
+        self.step_time_s = step_time_for(config, step_time_s)
         self.steps_taken = 0  # the fake's state: what a reused workload must start from afresh
         self.collective = SocketSum(config.place, config.distributed_timeout_s) if config.place else None
         if config.place and config.place.rank == int(os.environ.get(HANG_RANK_ENV, "-1")):
@@ -139,6 +154,7 @@ class FakeWorkload(Workload):
 
     def reuse(self, config: RunConfig) -> bool:
         self.peak_bytes = _input_bytes(config)
+        self.step_time_s = step_time_for(config, self.default_step_time_s)
         self.steps_taken = 0
         return True
 

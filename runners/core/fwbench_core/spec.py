@@ -37,15 +37,29 @@ class Compilation(enum.Enum):
 
 
 class Profile(enum.Enum):
-    """How the settings a request leaves unset are chosen: the same on every runner, or each framework's own."""
+    """How the settings a request leaves unset are chosen: the same on every runner, or each framework's own (BEST:
+    the client's search named the fastest settings; the rest as NATIVE)."""
 
     EQUAL = "equal"
     NATIVE = "native"
+    BEST = "best"
+
+    @property
+    def framework_defaults(self) -> bool:
+        return self is not Profile.EQUAL
 
 
 class Switch(enum.Enum):
     OFF = "off"
     ON = "on"
+
+
+class Tf32(enum.Enum):
+    """Where float32 math may run as TF32 on a GPU's tensor cores."""
+
+    OFF = "off"
+    ON = "on"
+    CONVOLUTIONS = "convolutions only"
 
 
 class DeviceKind(enum.Enum):
@@ -145,8 +159,11 @@ class Capabilities:
     multi_node_strategy: Strategy = Strategy.SINGLE
     # Compilations that run less than the device does (e.g. inference only); the others have no limits.
     compilation_limits: dict[Compilation, CompilationLimits] = field(default_factory=dict)
-    # The image layout the framework uses out of the box on this device: the NATIVE profile's.
+    # The framework's out-of-the-box choices on this device: the NATIVE profile's. TF32 and cuDNN autotuning
+    # matter on GPUs only (a device without TF32 has no Precision.TF32 among its precisions).
     native_layout: Layout = Layout.CHANNELS_LAST
+    native_tf32: Tf32 = Tf32.ON
+    native_cudnn_autotune: Switch = Switch.OFF
 
 
 @dataclass(frozen=True)
@@ -334,6 +351,7 @@ class RunConfig:
     reuse_key: str = ""
     end_reuse: bool = False
     profile: Profile = Profile.EQUAL
+    tf32: Tf32 | None = None  # None: the device has no TF32
 
     @property
     def head(self) -> Head:

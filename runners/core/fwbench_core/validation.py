@@ -30,6 +30,7 @@ from .spec import (
     RunRequest,
     Strategy,
     Switch,
+    Tf32,
     WarmupUntilStable,
 )
 
@@ -285,6 +286,16 @@ def default_min_measure_s(power_sample_rate_hz: float) -> float:
     return max(DEFAULT_MIN_MEASURE_S, energy_window_s(power_sample_rate_hz) + ENERGY_WINDOW_MARGIN_S)
 
 
+def resolve_tf32(precision: Precision, profile: Profile, can: Capabilities) -> Tf32 | None:
+    """TF32 asked for, or strict float32 (the equal profile), or the framework's own default (native, best);
+    None on a device without TF32."""
+    if Precision.TF32 not in can.precisions:
+        return None
+    if precision is Precision.TF32:
+        return Tf32.ON
+    return can.native_tf32 if profile.framework_defaults else Tf32.OFF
+
+
 def resolve(
     request: RunRequest,
     devices: Sequence[Device],
@@ -330,7 +341,7 @@ def resolve(
         # Unset, a layout the compilation cannot take gives way to one it can.
         allowed = can.layouts & limits.layouts
         fallback = next(member for member in Layout if member in allowed)
-        preferred = can.native_layout if profile is Profile.NATIVE else DEFAULT_LAYOUT
+        preferred = can.native_layout if profile.framework_defaults else DEFAULT_LAYOUT
         layout = request.layout or (preferred if preferred in allowed else fallback)
         _refuse_unless(layout, can.layouts, "layout", device, framework)
         _refuse_with(layout, limits.layouts, "layout", compilation, framework)
@@ -338,7 +349,9 @@ def resolve(
         raise InvalidArgument(f"layout applies to image models only; {spec.name} takes {spec.input_convention} input")
     else:
         layout = None
-    autotune = request.cudnn_autotune or Switch.OFF
+    # A runner fixes autotuning at start-up where its framework cannot change it per run: then that setting.
+    native_autotune = next(s for s in (can.native_cudnn_autotune, Switch.OFF, Switch.ON) if s in can.cudnn_autotune)
+    autotune = request.cudnn_autotune or (native_autotune if profile.framework_defaults else Switch.OFF)
     _refuse_unless(autotune, can.cudnn_autotune, "cudnn_autotune", device, framework)
 
     stable = request.warmup_until_stable
@@ -388,6 +401,7 @@ def resolve(
         layout=layout,
         compilation=compilation,
         cudnn_autotune=autotune,
+        tf32=resolve_tf32(precision, profile, can),
         intra_op_threads=_threads(
             "intra_op_threads", request.intra_op_threads, can.intra_op_threads, can.intra_op_threads_adjustable, framework
         ),

@@ -403,4 +403,5 @@ def config_to_wire(c: RunConfig, info: RunnerInfo, parameter_count: int = 0) -> 
         model_source=str(c.model.source),
         model_content_hash=c.model.source.content_hash,
         profile=enum_to_wire(c.profile),
+        tf32=c.tf32.value if c.tf32 else "",
     )

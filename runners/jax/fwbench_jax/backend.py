@@ -39,6 +39,7 @@ from fwbench_core.spec import (
     RunnerSettings,
     Strategy,
     Switch,
+    Tf32,
 )
 from fwbench_core.validation import cpu_worker_limit
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, process_peak_rss_bytes, python_version
@@ -60,10 +61,10 @@ LOSS_SCALE_GROWTH_INTERVAL = 2000
 
 # Mixed precision: activations and matrix products in the compute type, parameters kept in float32.
 COMPUTE_DTYPES = {Precision.AMP_FP16: jnp.float16, Precision.AMP_BF16: jnp.bfloat16}
-# float32 matrix products and convolutions: exact fp32 ("highest"), or TF32 on the GPU's tensor cores.
-# The default ("default") lets XLA pick lower precision on GPUs, which no precision setting here means.
-MATMUL_PRECISIONS = {Precision.TF32: "tensorfloat32"}
+# float32 matrix products and convolutions as the run resolved TF32: exact fp32 ("highest"), or TF32 on the GPU's
+# tensor cores (JAX's own default there); a device without TF32 computes exact fp32.
 STRICT_FP32 = "highest"
+MATMUL_PRECISIONS = {Tf32.ON: "tensorfloat32", Tf32.OFF: STRICT_FP32, None: STRICT_FP32}
 # nn.LSTM's and nn.GRU's parameters, which the Flax recurrent layers keep under PyTorch's names.
 RECURRENT_PARAMETERS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 
@@ -209,7 +210,7 @@ class JaxWorkload(Workload):
         """Weights, optimizer state, inputs and targets as the seed gives them for `config`'s batch size, and
         new step functions. The host draws the weights afresh: a step gives its state's buffers to the next."""
         # Read when a step is traced (jit) or dispatched (eager): set for this run's steps.
-        jax.config.update("jax_default_matmul_precision", MATMUL_PRECISIONS.get(config.precision, STRICT_FP32))
+        jax.config.update("jax_default_matmul_precision", MATMUL_PRECISIONS[config.tf32])
         variables = initial_variables(self.shapes, config.seed, MODELS.builder(config.model).init_std)
         params, batch_stats = variables["params"], variables.get("batch_stats", {})
         input_key, target_key, dropout_key = jax.random.split(jax.random.key(config.seed), 3)
@@ -367,6 +368,9 @@ class JaxBackend(Backend):
             compilations=frozenset({Compilation.EAGER, Compilation.XLA}),
             default_compilation=Compilation.XLA,
             cudnn_autotune=frozenset({self.settings.cudnn_autotune}) if gpu else frozenset({Switch.OFF}),
+            # Out of the box JAX runs float32 matmuls as TF32 on GPUs and XLA autotunes its GPU kernels.
+            native_tf32=Tf32.ON,
+            native_cudnn_autotune=Switch.ON,
             intra_op_threads=self.settings.intra_op_threads,
             inter_op_threads=self.settings.inter_op_threads,
             # Data parallel in one process over this runner's devices (jit over a device mesh); not across runners.

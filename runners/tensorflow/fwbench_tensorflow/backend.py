@@ -17,13 +17,11 @@ from fwbench_core.onnx_runtime import onnxruntime_limits
 from fwbench_core.spec import (
     Capabilities,
     Compilation,
-    Layout,
-    RunnerSettings,
-    Switch,
     Device,
     DeviceKind,
     DeviceRef,
     InputKind,
+    Layout,
     Mode,
     ModelConfig,
     ModelReport,
@@ -32,7 +30,10 @@ from fwbench_core.spec import (
     ReferenceReport,
     RunConfig,
     RunnerInfo,
+    RunnerSettings,
     Strategy,
+    Switch,
+    Tf32,
 )
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, process_peak_rss_bytes, python_version
 
@@ -96,7 +97,7 @@ class TensorFlowWorkload(Workload):
         self.head = config.head
         keras.utils.set_random_seed(config.seed)
         # TensorFlow enables TF32 by default; strict fp32 must turn it off.
-        tf.config.experimental.enable_tensor_float_32_execution(config.precision is Precision.TF32)
+        tf.config.experimental.enable_tensor_float_32_execution(config.tf32 is Tf32.ON)
         if self.is_gpu:
             tf.config.experimental.reset_memory_stats(f"GPU:{config.device.ref.index}")
         # Keras reads the precision policy when layers are made, so it is set for the build only.
@@ -137,7 +138,7 @@ class TensorFlowWorkload(Workload):
         if self.initial_values is None:
             return False
         self.inputs = self.targets = self._train = self._infer = None  # freed before the new batch's are made
-        tf.config.experimental.enable_tensor_float_32_execution(config.precision is Precision.TF32)
+        tf.config.experimental.enable_tensor_float_32_execution(config.tf32 is Tf32.ON)
         if self.is_gpu:
             tf.config.experimental.reset_memory_stats(f"GPU:{config.device.ref.index}")
         for variable, value in self.initial_values:
@@ -213,7 +214,7 @@ class StrategyWorkload(Workload):
         self.head = config.head
         self.is_gpu = config.device.ref.kind is DeviceKind.GPU
         keras.utils.set_random_seed(config.seed)
-        tf.config.experimental.enable_tensor_float_32_execution(config.precision is Precision.TF32)
+        tf.config.experimental.enable_tensor_float_32_execution(config.tf32 is Tf32.ON)
         for gpu in self._gpus():
             tf.config.experimental.reset_memory_stats(gpu)
         keras.mixed_precision.set_global_policy(MIXED_POLICIES.get(config.precision, "float32"))
@@ -382,6 +383,9 @@ class TensorFlowBackend(Backend):
             # tf2onnx converts the channels-last Keras model as it is.
             compilation_limits={Compilation.ONNXRUNTIME: onnxruntime_limits(Layout.CHANNELS_LAST)},
             cudnn_autotune=frozenset({self.settings.cudnn_autotune}) if gpu else frozenset({Switch.OFF}),
+            # Out of the box TensorFlow runs float32 as TF32 and autotunes cuDNN (TF_CUDNN_USE_AUTOTUNE).
+            native_tf32=Tf32.ON,
+            native_cudnn_autotune=Switch.ON,
             intra_op_threads=self.settings.intra_op_threads,
             inter_op_threads=self.settings.inter_op_threads,
             strategies=STRATEGIES,

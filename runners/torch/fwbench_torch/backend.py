@@ -13,12 +13,10 @@ from fwbench_core.onnx_runtime import onnxruntime_limits
 from fwbench_core.spec import (
     Capabilities,
     Compilation,
-    Layout,
-    RunnerSettings,
-    Switch,
     Device,
     DeviceKind,
     DeviceRef,
+    Layout,
     Mode,
     ModelConfig,
     ModelReport,
@@ -27,7 +25,10 @@ from fwbench_core.spec import (
     ReferenceReport,
     RunConfig,
     RunnerInfo,
+    RunnerSettings,
     Strategy,
+    Switch,
+    Tf32,
 )
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, process_peak_rss_bytes, python_version
 from torch.utils.flop_counter import FlopCounterMode
@@ -52,10 +53,10 @@ AUTOCAST_DTYPES = {Precision.AMP_FP16: torch.float16, Precision.AMP_BF16: torch.
 
 def apply_settings(config: RunConfig) -> None:
     """Every process-wide switch a run depends on, set explicitly for each run."""
-    # TF32 is explicit: strict fp32 turns it off for matmuls and convolutions alike.
-    allow_tf32 = config.precision is Precision.TF32
-    torch.backends.cuda.matmul.allow_tf32 = allow_tf32
-    torch.backends.cudnn.allow_tf32 = allow_tf32
+    # TF32 as the run resolved it (strict fp32 turns it off for matmuls and convolutions alike), set every run: a
+    # reused process may hold the last run's.
+    torch.backends.cuda.matmul.allow_tf32 = config.tf32 is Tf32.ON
+    torch.backends.cudnn.allow_tf32 = config.tf32 in (Tf32.ON, Tf32.CONVOLUTIONS)
     torch.backends.cudnn.benchmark = config.cudnn_autotune is Switch.ON
     torch.set_num_threads(config.intra_op_threads)
 
@@ -252,6 +253,9 @@ class TorchBackend(Backend):
             default_compilation=Compilation.EAGER,
             # PyTorch's tensors are NCHW unless a user converts them (memory_format=torch.channels_last).
             native_layout=Layout.CHANNELS_FIRST,
+            # Out of the box, PyTorch lets cuDNN's convolutions use TF32 but not matmuls, and does not autotune.
+            native_tf32=Tf32.CONVOLUTIONS,
+            native_cudnn_autotune=Switch.OFF,
             # torch.onnx.export's graph takes NCHW images.
             compilation_limits={Compilation.ONNXRUNTIME: onnxruntime_limits(Layout.CHANNELS_FIRST)},
             cudnn_autotune=frozenset(Switch) if gpu else frozenset({Switch.OFF}),

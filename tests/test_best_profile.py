@@ -1,0 +1,92 @@
+"""The best profile: each runner's search over its own settings finds the fastest planted in it, is compared there on
+fresh runs, and stores its search runs under their own label; and the native profile's GPU defaults (TF32, cuDNN
+autotuning) per framework."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from fwbench_aggregator.analyse.results import analysed
+from fwbench_aggregator.run import launch
+from fwbench_aggregator.store.results_store import ResultStore
+from fwbench_core.fake import SETTING_STEP_TIME_ENV
+from fwbench_core.spec import Capabilities, Layout, Precision, Profile, Switch, Tf32
+from fwbench_core.validation import resolve_tf32
+
+from support.cli import fwbench, only_run_dir
+
+QUICK = ("--model", "resnet18", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "0", "--steps", "3",
+         "--min-measure-s", "0", "--repetitions", "3")
+
+
+def _runner(tmp_path_factory, name: str, planted: str):
+    return launch.LocalRunner(name, launch.fake_runner_command(), tmp_path_factory.mktemp("logs") / f"{name}.log",
+                              env={SETTING_STEP_TIME_ENV: planted})
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """Two fake runners, each fastest in another layout: "first" in channels_first, "last" in channels_last."""
+    with _runner(tmp_path_factory, "first", "layout=channels_first:0.002,layout=channels_last:0.008") as first, \
+            _runner(tmp_path_factory, "last", "layout=channels_last:0.004,layout=channels_first:0.012") as last:
+        yield {"first": first.address, "last": last.address}
+
+
+@pytest.mark.slow
+def test_each_runner_is_compared_at_the_fastest_settings_its_search_found(tmp_path, planted):
+    done = fwbench("compare", *QUICK, "--profile", "best", "--search-repetitions", "2",
+                   *(f"--runner={name}={address}" for name, address in planted.items()), "--out", str(tmp_path),
+                   columns=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "best settings for first: layout channels_first, compilation eager" in done.stdout
+    assert "best settings for last: layout channels_last, compilation eager" in done.stdout
+    assert "(fastest of 2 candidates, 2 runs each)" in done.stdout
+    assert "not supported here: compilation graph/xla" in done.stdout
+    assert "verdict (best profile): first faster by" in done.stdout
+    run_dir = only_run_dir(tmp_path)
+    table = pd.read_csv(run_dir / "comparison.csv").set_index("runner")
+    assert table.loc["first", "layout"] == "channels_first" and table.loc["last", "layout"] == "channels_last"
+    assert set(table["profile"]) == {"best"} and set(table["runs"]) == {3}
+    search = pd.read_csv(run_dir / "best_search.csv")
+    assert len(search) == 4 and set(search["runs"]) == {2}
+    chosen = search[search["chosen"]].set_index("runner")["layout"].to_dict()
+    assert chosen == {"first": "channels_first", "last": "channels_last"}
+
+    # The search's runs are in the store like any other, under their own label, and never pooled with the
+    # comparison: the store's analysis compares the chosen settings' runs only and lists the search apart.
+    store = ResultStore(tmp_path / "store")
+    summary = store.load("summary")
+    assert sorted(summary["profile"].value_counts().items()) == [("best", 6), ("best-search", 8)]
+    analysis = analysed(summary, store.load("steps"))
+    assert set(analysis.rows["profile"]) == {"best"} and set(analysis.rows["runner"]) == {"first", "last"}
+    assert len(analysis.searches) == 4
+    assert analysis.searches[analysis.searches["chosen"]].set_index("runner")["layout"].to_dict() == chosen
+
+
+@pytest.mark.slow
+def test_a_layout_the_user_fixed_is_not_searched(tmp_path, planted):
+    done = fwbench("compare", *QUICK, "--profile", "best", "--layout", "channels_last", "--search-repetitions", "1",
+                   *(f"--runner={name}={address}" for name, address in planted.items()), "--out", str(tmp_path),
+                   columns=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "not searched (set on the command line): layout" in done.stdout
+    assert set(pd.read_csv(only_run_dir(tmp_path) / "comparison.csv")["layout"]) == {"channels_last"}
+    # Nothing left to search on the fake runner (one compilation, no autotuning): no search runs.
+    assert not (only_run_dir(tmp_path) / "best_search.csv").exists()
+
+
+GPU = frozenset(Precision)
+CPU = frozenset({Precision.FP32, Precision.AMP_BF16})
+
+
+@pytest.mark.parametrize("framework, native", [("torch", Tf32.CONVOLUTIONS), ("tensorflow", Tf32.ON), ("jax", Tf32.ON)])
+def test_tf32_is_strict_under_equal_and_each_frameworks_own_under_native_and_best(framework, native):
+    gpu = Capabilities(precisions=GPU, layouts=frozenset(Layout), compilations=frozenset(), default_compilation=None,
+                       cudnn_autotune=frozenset(Switch), intra_op_threads=1, inter_op_threads=1, native_tf32=native)
+    assert resolve_tf32(Precision.FP32, Profile.EQUAL, gpu) is Tf32.OFF
+    assert resolve_tf32(Precision.FP32, Profile.NATIVE, gpu) is native
+    assert resolve_tf32(Precision.FP32, Profile.BEST, gpu) is native
+    assert resolve_tf32(Precision.TF32, Profile.EQUAL, gpu) is Tf32.ON
+    cpu = Capabilities(precisions=CPU, layouts=frozenset(Layout), compilations=frozenset(), default_compilation=None,
+                       cudnn_autotune=frozenset({Switch.OFF}), intra_op_threads=1, inter_op_threads=1, native_tf32=native)
+    assert resolve_tf32(Precision.FP32, Profile.NATIVE, cpu) is None  # a CPU has no TF32 to allow
