@@ -45,7 +45,8 @@ from fwbench_aggregator.store import records as results
 from scipy.stats import mannwhitneyu
 from fwbench_aggregator.run.client import RunnerFailure, RunResult
 from fwbench_aggregator.run.connection import EMBEDDED
-from fwbench_aggregator.app.calibrate import medians_by_runner, run_medians_by_runner
+from fwbench_aggregator.app.calibrate import run_medians_by_runner
+from fwbench_aggregator.app.medians import medians_by_runner
 from fwbench_aggregator.plan.study import counterbalanced
 from fwbench_aggregator.run.runners import start_embedded
 from fwbench_aggregator.run.launch import default_venvs

@@ -90,3 +90,14 @@ def test_tf32_is_strict_under_equal_and_each_frameworks_own_under_native_and_bes
     cpu = Capabilities(precisions=CPU, layouts=frozenset(Layout), compilations=frozenset(), default_compilation=None,
                        cudnn_autotune=frozenset({Switch.OFF}), intra_op_threads=1, inter_op_threads=1, native_tf32=native)
     assert resolve_tf32(Precision.FP32, Profile.NATIVE, cpu) is None  # a CPU has no TF32 to allow
+
+
+@pytest.mark.slow
+def test_calibrate_under_best_measures_the_floor_at_the_settings_the_search_chose(tmp_path, planted):
+    done = fwbench("calibrate", *QUICK, "--profile", "best", "--search-repetitions", "1",
+                   "--runner", f"first={planted['first']}", "--runner", f"first={planted['first']}",
+                   "--store", str(tmp_path / "store"), columns=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "first: calibrating at its best settings, layout channels_first" in done.stdout + done.stderr
+    floor = ResultStore(tmp_path / "store").load("calibration")
+    assert list(floor["profile"]) == ["best"]

@@ -27,7 +27,7 @@ from ..run import jobs
 from ..run.client import RunnerClient, RunnerFailure, RunResult
 from ..run.connection import Transport
 from ..run.execute import run_all
-from .calibrate import medians_by_runner
+from .medians import medians_by_runner
 from .preflight import REFUSALS
 
 # The settings searched, in order, each with the contract's enum of its values.

@@ -17,7 +17,7 @@ from fwbench.runner.v1 import runner_pb2 as pb
 from google.protobuf.json_format import MessageToDict
 
 from ..analyse import stats
-from ..analyse.comparison import calibration_row, normalised, run_values
+from ..analyse.comparison import calibration_row, normalised
 from ..base.progress import Progress
 from ..plan.keys import run_key
 from ..plan.spec import RunSpec
@@ -29,6 +29,8 @@ from ..run.runners import start_embedded
 from ..store import records
 from ..store.results_store import ResultStore
 from . import preflight
+from .best import DEFAULT_SEARCH_REPETITIONS, search
+from .medians import medians_by_runner
 from .errors import UsageError
 from .runners import RunnerChoice
 
@@ -58,15 +60,6 @@ def twin_pairs(given: Sequence[str]) -> dict[str, list[str]]:
     if uneven:
         raise UsageError(f"{', '.join(uneven)}: give each runner exactly twice, NAME=HOST:PORT of two instances", "--runner")
     return pairs
-
-
-def medians_by_runner(results: Sequence[RunResult]) -> dict[str, list[float]]:
-    """Each runner's per-run median step times, in repetition order, from the results of one configuration."""
-    summary = records.summary_frame("a-a", list(results), [])
-    runs = run_values(summary, records.steps_frame("a-a", list(results)))
-    # Rows are labelled with the strategy ("a ddp"); the caller knows its runners by name.
-    names = dict(normalised(summary)[["runner", "runner_name"]].itertuples(index=False))
-    return {names[label]: group.tolist() for label, group in runs.groupby("runner")["median_step_time_s"]}
 
 
 def run_medians_by_runner(
@@ -101,7 +94,7 @@ def calibrate_twins(name: str, addresses: Sequence[str], transport: Transport, r
 
 
 def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Path,
-              progress: Progress = Progress()) -> CalibrateResult:
+              progress: Progress = Progress(), search_repetitions: int = DEFAULT_SEARCH_REPETITIONS) -> CalibrateResult:
     """The noise floor of `spec` for each runner: twins given (each name twice), else two embedded instances of
     each framework started here."""
     pairs = twin_pairs(runners.given)
@@ -125,7 +118,14 @@ def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Pat
         for name, addresses in pairs.items():
             if name in {f.runner for f in unreachable}:
                 continue
-            calibration, failures = calibrate_twins(name, addresses, runners.transport, request, repetitions,
+            own = request
+            if spec.profile and spec.profile.value == "best":
+                # The floor of the settings a best comparison runs: those this runner's search finds fastest.
+                found = search({name: addresses[0]}, runners.transport, {name: request}, search_repetitions,
+                               progress=progress)
+                own = found.choices[name].request
+                progress.note(f"{name}: calibrating at its best settings, {found.choices[name].summary}")
+            calibration, failures = calibrate_twins(name, addresses, runners.transport, own, repetitions,
                                                     results_store, run_id, progress)
             result.failures += failures
             if calibration is not None:

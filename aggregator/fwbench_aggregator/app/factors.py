@@ -25,7 +25,7 @@ from ..run import jobs
 from ..run.client import RunnerClient, RunnerFailure, RunResult
 from ..run.execute import run_all
 from ..store import records
-from .calibrate import medians_by_runner
+from .medians import medians_by_runner
 from .preflight import REFUSALS, checked
 from .runners import RunnerChoice, runners_for
 

@@ -117,6 +117,7 @@ def calibrate(
     steps: StepsOption = plan.DEFAULT_STEPS,
     min_measure_s: MinMeasureOption = plan.DEFAULT_MIN_MEASURE_S,
     repetitions: RepetitionsOption = plan.DEFAULT_REPETITIONS,
+    search_repetitions: SearchRepetitionsOption = DEFAULT_SEARCH_REPETITIONS,
     runner: Annotated[list[str], typer.Option(
         callback=parse_runners,
         help="NAME=HOST:PORT, each NAME twice: two instances of one runner. Default: start two of each embedded runner",
@@ -140,7 +141,8 @@ def calibrate(
                    model_options=option_pairs(option), warmup_until_cv=warmup_until_cv, min_measure_s=min_measure_s,
                    profile=profile)
     choice = RunnerChoice(tuple(runner), frameworks, venvs, transport, tuple(map(str, models_dir)))
-    result = run(lambda progress: calibrate_use_case(spec, choice, repetitions, store, progress))
+    result = run(lambda progress: calibrate_use_case(spec, choice, repetitions, store, progress,
+                                                        search_repetitions))
     terminal.print_calibrations(result.calibrations, f"{model} {mode.value}, batch {batch_size}, {precision.value}", store)
     report_failures(result.failures)
 
