@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ..base.frameworks import names as framework_names
 from ..base.progress import Progress
 from ..plan.spec import StartupSettings
 from ..plan.study_file import load_sweep
@@ -57,7 +58,7 @@ def _whole_node_runs(configurations) -> bool:
 
 def submit(request: SlurmRequest) -> Submitted:
     """Check the study and the environments, write the submission folder and, unless a dry run, sbatch it."""
-    study = load_sweep(request.study_file)
+    study = load_sweep(request.study_file, framework_names())  # the runners a node can start: the declared frameworks
     configurations = study.configurations()
     widest = max(c.nodes for c in configurations)
     if widest > request.options.nodes:

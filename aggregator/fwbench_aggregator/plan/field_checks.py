@@ -10,6 +10,9 @@ from typing import NamedTuple, NoReturn, Optional
 
 from ..base.suggest import did_you_mean
 
+MAX_ITEMS = 1000  # values in one list: a study's lists are short, and repeats are found in quadratic time
+
+
 class Problem(NamedTuple):
     where: str  # the file and line, or "command line"
     field: str  # e.g. batch_sizes[1]
@@ -73,6 +76,8 @@ def checked_list(raw: Mapping, name: str, checker: Checker, check: Check, exampl
     values = raw[name]
     if not isinstance(values, list) or not values:
         checker.fail(path, f"{values!r} is not a list of values; write a non-empty list, e.g. {name}: {example}")
+    if len(values) > MAX_ITEMS:
+        checker.fail(path, f"{len(values)} values; accepted: at most {MAX_ITEMS}")
     before = len(checker.problems)
     out = [checker.attempt(lambda i=i, value=value: check((*path, i), value)) for i, value in enumerate(values)]
     for i, value in enumerate(out):

@@ -19,6 +19,7 @@
     compilation: eager                  # or per runner: {torch: torch_compile, tensorflow: xla}
     cooldown_s: 10                      # seconds between runs; default: 0
     reuse_builds: true                  # a runner's batch sizes of one repetition share one build; default: true
+    max_runs: 20000                     # the most runs the study may plan; default: 10,000 (at most 100,000)
 
 Files and command-line shorthands are read and checked in study_file.py.
 The grid expands with the frameworks interleaved: for each point (less its batch size) and each repetition,
@@ -143,6 +144,14 @@ class Sweep:
     nodes: tuple[int, ...] = (1,)
     models_dirs: tuple[str, ...] = ()  # folders of model plug-ins the runners fwbench starts load
     profiles: tuple[Optional[Profile], ...] = (None,)  # None: the default, equal
+
+    def run_count(self) -> int:
+        """len(self.configurations()), counted without building them, so that too large a study is refused first."""
+        points = len(self.modes) * len(self.precisions) * len(self.devices) * len(self.nodes) * len(self.profiles)
+        shapes = sum(len(self.shapes.get(model, (None,))) for model in self.models)
+        # Per point and repetition, each runner runs each of its strategies (once where it has none).
+        turns = sum(len(self.strategies.get(runner, (None,))) for runner in self.runners)
+        return shapes * points * turns * self.repetitions * len(self.batch_sizes)
 
     def configurations(self) -> list[Configuration]:
         """The grid, model outermost, then mode, shape, precision, device, strategy, profile; within each point,

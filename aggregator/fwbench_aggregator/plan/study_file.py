@@ -20,11 +20,15 @@ from ..base.vocabulary import (
     DEVICE_FORMS, DEVICES_FORMS, SHAPE_FORMS, Compilation, Layout, Mode, Precision, Profile, Strategy, devices_problem,
     is_device, is_shape,
 )
-from .spec import MAX_BATCH_SIZE, MAX_COOLDOWN_S, MAX_MEASURE_S, MAX_NODES, MAX_REPETITIONS, MAX_STEPS, MAX_WARMUP
+from .spec import (
+    DEFAULT_MAX_RUNS, MAX_BATCH_SIZE, MAX_COOLDOWN_S, MAX_MEASURE_S, MAX_NODES, MAX_REPETITIONS, MAX_RUNS, MAX_STEPS,
+    MAX_WARMUP,
+)
 from .field_checks import (
     Check, Checker, Path_, Problem, Refused, SweepError, checked_list, choice, field_name, integer_in, number, pattern,
 )
 from .study import Sweep
+from .yaml_limits import parse
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _OPTION_NAME = re.compile(r"[a-z_]+")
@@ -33,7 +37,7 @@ _OPTION_VALUE = re.compile(r"[A-Za-z0-9_]+")
 FIELDS = (
     "runners", "models", "modes", "batch_sizes", "shapes", "precisions", "devices", "repetitions",
     "warmup", "warmup_until_cv", "steps", "min_measure_s", "options", "layout", "compilation", "cooldown_s",
-    "strategies", "reuse_builds", "nodes", "models_dir", "profiles",
+    "strategies", "reuse_builds", "nodes", "models_dir", "profiles", "max_runs",
 )
 
 
@@ -107,6 +111,7 @@ def _build(raw: object, checker: Checker, runner_names: Optional[Sequence[str]],
     field("steps", lambda: number(raw, "steps", checker, 1, MAX_STEPS))
     field("min_measure_s", lambda: number(raw, "min_measure_s", checker, 0, MAX_MEASURE_S, integer=False))
     field("cooldown_s", lambda: number(raw, "cooldown_s", checker, 0, MAX_COOLDOWN_S, integer=False))
+    field("max_runs", lambda: number(raw, "max_runs", checker, 1, MAX_RUNS))
 
     def warmup_until_cv() -> Optional[float]:
         value = number(raw, "warmup_until_cv", checker, 0, math.inf, integer=False)
@@ -188,7 +193,16 @@ def _build(raw: object, checker: Checker, runner_names: Optional[Sequence[str]],
 
     if checker.problems:
         raise SweepError(checker.problems)
-    return Sweep(**{name: value for name, value in values.items() if value is not None})
+    limit = values.pop("max_runs") or DEFAULT_MAX_RUNS
+    sweep = Sweep(**{name: value for name, value in values.items() if value is not None})
+    runs = sweep.run_count()  # arithmetic: the grid is never built for a study refused here
+    if runs > limit:
+        raise_to = (f", or raise the limit with max_runs: {runs} in a sweep file" if runs <= MAX_RUNS
+                    else f" (max_runs in a sweep file raises the limit to {MAX_RUNS:,} at most)")
+        checker.attempt(lambda: checker.fail(("max_runs",), f"the study plans {runs:,} runs, more than the limit of "
+                                                            f"{limit:,}; shrink the grid{raise_to}"))
+        raise SweepError(checker.problems)
+    return sweep
 
 
 def _option(model: str, option: object, value: object, checker: Checker) -> str:
@@ -263,21 +277,11 @@ def _duplicate_keys(node: yaml.Node, path: Path_ = ()) -> list[tuple[Path_, yaml
 
 
 def load_sweep(path: Path, runner_names: Optional[Sequence[str]] = None, base: Optional[Path] = None) -> Sweep:
-    """Read and check a sweep file; a SweepError lists every mistake with its file, line and field. With
-    `runner_names`, the file's runners must be among them. Relative paths in it (models_dir) are read from `base`,
-    default the file's folder."""
+    """Read and check a sweep file, within yaml_limits' bounds; a SweepError lists every mistake with its file, line
+    and field. With `runner_names`, the file's runners must be among them. Relative paths in it (models_dir) are read
+    from `base`, default the file's folder."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise SweepError([Problem(str(path), "(file)", f"cannot be read: {error.strerror or error}")]) from None
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{path}, line {mark.line + 1}" if mark else str(path)
-        raise SweepError([Problem(where, "(syntax)", f"not valid YAML: {getattr(error, 'problem', None) or error}")]) from None
+    root, raw = parse(path)
     if root is None:
         raise SweepError([Problem(f"{path}, line 1", "(sweep)", f"the file is empty; accepted fields: {', '.join(FIELDS)}")])
     checker = Checker(lambda where: f"{path}, line {_node_at(root, where).start_mark.line + 1}")

@@ -1,0 +1,172 @@
+"""Hostile sweep files: each is refused in well under a second, with little memory, as a SweepError naming the file,
+field and limit, and through `fwbench sweep` with exit status 2 and a message, never a traceback.
+
+Before the limits (plan/yaml_limits.py, the run count in plan/study_file.py) an alias bomb, a million-entry list or
+a grid of 2000 batch sizes x 1000 shapes ran for over a minute and grew past 1.9 GB on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+
+import pytest
+from fwbench_aggregator.base.frameworks import names as framework_names
+from fwbench_aggregator.base.vocabulary import Strategy
+from fwbench_aggregator.plan.study import Sweep
+from fwbench_aggregator.plan.study_file import SweepError, load_sweep, sweep_from_options
+
+from support.cli import fwbench, fwbench_in_process
+
+# Generous, so that a loaded machine does not flake: the refusals take well under a second.
+QUICK_S = 5.0
+SMALL_BYTES = 64 * 1024 * 1024
+
+
+def _laughs(name: str, depth: int = 9) -> list[str]:
+    """Flow lists of nine aliases of the one before: 9**depth items once expanded."""
+    lists = [f"&{name}0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lists += [f"&{name}{i} [" + ", ".join([f"*{name}{i - 1}"] * 9) + "]" for i in range(1, depth)]
+    return lists
+
+
+def _numbers(count: int) -> str:
+    return "[" + ", ".join(map(str, range(1, count + 1))) + "]"
+
+
+def _shapes(count: int) -> str:
+    return "[" + ", ".join(f"3x{i}x{i}" for i in range(1, count + 1)) + "]"
+
+
+# name: (file content, the field named, words the message must hold)
+HOSTILE = {
+    "anchor bomb at top level": (
+        "models: [resnet18]\n" + "".join(f"lol{i}: {value}\n" for i, value in enumerate(_laughs("a"))),
+        "lol1[0]", ["YAML alias (*a0) is not accepted"]),
+    "anchor bomb in batch_sizes": (
+        "models: [resnet18]\nbatch_sizes: [" + ", ".join(_laughs("b")) + "]\n",
+        "batch_sizes[1][0]", ["YAML alias (*b0) is not accepted"]),
+    "a million batch sizes": (
+        "models: [resnet18]\nbatch_sizes: [" + ", ".join(["1"] * 1_000_000) + "]\n",
+        "(file)", ["larger than 256 KiB"]),
+    "5000 batch sizes": (
+        f"models: [resnet18]\nbatch_sizes: {_numbers(5000)}\n", "batch_sizes", ["more than 1000 entries"]),
+    "2000 batch sizes x 1000 shapes": (
+        f"models: [resnet18]\nbatch_sizes: {_numbers(2000)}\nshapes: {_shapes(1000)}\n",
+        "batch_sizes", ["more than 1000 entries"]),
+    "1000 batch sizes x 1000 shapes": (
+        f"models: [resnet18]\nbatch_sizes: {_numbers(1000)}\nshapes: {_shapes(1000)}\n",
+        "max_runs", ["12,000,000 runs", "limit of 10,000", "max_runs", "100,000"]),
+    "5000 nested brackets": (
+        "models: [resnet18]\nbatch_sizes: " + "[" * 5000 + "1" + "]" * 5000 + "\n",
+        "batch_sizes" + "[0]" * 14, ["nested more than 16 levels deep"]),
+    "not UTF-8": (
+        "models: [resnet18]\n# caf\xe9\n".encode("latin-1"), "(file)", ["not UTF-8", "byte 0xe9 at offset 24"]),
+    "oversize": ("models: [resnet18]\n" + "# padding\n" * 30_000, "(file)", ["larger than 256 KiB"]),
+    "unknown runner": (
+        "models: [resnet18]\nrunners: [evilrunner, pytorch]\n", "runners[0]",
+        ["unknown runner 'evilrunner'", "unknown runner 'pytorch' (did you mean torch?)",
+         f"accepted: {', '.join(framework_names())}"]),
+    "too many values in all": (
+        "models: [resnet18]\n" + "".join(f"x{i}: [1, 2, 3, 4, 5, 6, 7, 8, 9]\n" for i in range(1200)),
+        "x908[6]", ["more than 10000 values in the file"]),
+    "a long number in base 60": (
+        "models: [resnet18]\nrepetitions: " + ":".join(["1"] * 100_000) + "\n",
+        "repetitions", ["a value of 199999 characters; accepted: at most 4096"]),
+    "an impossible date": ("models: [2001-13-45]\n", "(syntax)", ["cannot read '2001-13-45'", "month must be in 1..12"]),
+}
+
+
+def _write(tmp_path, content: str | bytes):
+    path = tmp_path / "hostile.yaml"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return path
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_hostile_file_is_refused_quickly_naming_the_field_and_limit(tmp_path, name):
+    content, field, words = HOSTILE[name]
+    path = _write(tmp_path, content)
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        with pytest.raises(SweepError) as caught:
+            load_sweep(path, framework_names())
+        elapsed = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert elapsed < QUICK_S and peak < SMALL_BYTES, (elapsed, peak)
+    assert caught.value.field == field and caught.value.where.startswith(str(path)), str(caught.value)
+    for word in words:
+        assert word in str(caught.value)
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_fwbench_sweep_refuses_a_hostile_file_with_exit_2_and_no_traceback(tmp_path, name):
+    path = _write(tmp_path, HOSTILE[name][0])
+    start = time.perf_counter()
+    done = fwbench_in_process("sweep", str(path), "--store", str(tmp_path / "store"))
+    assert time.perf_counter() - start < QUICK_S
+    output = " ".join(done.output.split())
+    assert done.exit_code == 2 and "Traceback" not in output, output
+    assert f"Error: {path}" in output and all(" ".join(word.split()) in output for word in HOSTILE[name][2])
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["anchor bomb in batch_sizes", "5000 nested brackets", "not UTF-8", "unknown runner"])
+def test_the_command_in_its_own_process_exits_2_with_a_message(tmp_path, name):
+    path = _write(tmp_path, HOSTILE[name][0])
+    done = fwbench("sweep", str(path), "--store", str(tmp_path / "store"), timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert HOSTILE[name][2][0] in " ".join(done.stderr.split())
+
+
+def test_the_command_line_shorthands_are_bounded_alike():
+    with pytest.raises(SweepError, match=r"^command line: batch_sizes: 2000 values; accepted: at most 1000"):
+        sweep_from_options("resnet18", batch_sizes=",".join(map(str, range(1, 2001))))
+    start = time.perf_counter()
+    with pytest.raises(SweepError, match=r"^command line: max_runs: the study plans 12,000,000 runs, more than the "
+                                         r"limit of 10,000"):
+        sweep_from_options("resnet18", batch_sizes=",".join(map(str, range(1, 1001))), shapes=_shapes(1000)[1:-1])
+    assert time.perf_counter() - start < QUICK_S
+
+
+def test_fwbench_sweep_refuses_too_large_a_grid_of_shorthands(tmp_path):
+    done = fwbench_in_process("sweep", "--models", "resnet18", "--batch-sizes", ",".join(map(str, range(1, 1001))),
+                              "--shapes", "3x32x32,3x64x64", "--store", str(tmp_path / "store"))
+    output = " ".join(done.output.split())
+    assert done.exit_code == 2 and "the study plans 24,000 runs, more than the limit of 10,000" in output, output
+    assert "max_runs: 24000 in a sweep file" in output and not (tmp_path / "store").exists()
+
+
+def test_max_runs_raises_the_limit_up_to_its_own(tmp_path):
+    grid = f"models: [resnet18]\nbatch_sizes: {_numbers(1000)}\nshapes: [3x32x32, 3x64x64]\n"  # 24,000 runs
+    with pytest.raises(SweepError, match="24,000 runs, more than the limit of 20,000; shrink the grid, or raise the "
+                                         "limit with max_runs: 24000 in a sweep file"):
+        load_sweep(_write(tmp_path, grid + "max_runs: 20000\n"))
+    assert load_sweep(_write(tmp_path, grid + "max_runs: 24000\n")).run_count() == 24_000
+    with pytest.raises(SweepError, match=r"max_runs: 1000000 is not accepted; accepted: an integer from 1 to 100000"):
+        load_sweep(_write(tmp_path, grid + "max_runs: 1000000\n"))
+
+
+def test_the_run_count_is_the_grids_length_without_building_it():
+    sweep = Sweep(models=("resnet18", "bert_tiny"), runners=("torch", "tensorflow", "jax"), batch_sizes=(1, 2, 4),
+                  shapes={"resnet18": ("3x32x32", "3x64x64")}, devices=("gpu:0", "gpu:0,gpu:1"), nodes=(1, 2),
+                  strategies={"torch": (Strategy.dp, Strategy.ddp), "tensorflow": (Strategy.mirrored,)}, repetitions=3)
+    assert sweep.run_count() == len(sweep.configurations()) == (2 + 1) * 2 * 2 * (2 + 1 + 1) * 3 * 3
+
+
+def test_a_legitimate_sweep_file_still_loads(tmp_path):
+    path = _write(tmp_path, """\
+runners: [torch, tensorflow]
+models: &models [resnet18, bert_tiny]   # an anchor with no alias is harmless
+modes: [train, infer]
+batch_sizes: [16, 32]
+shapes: {resnet18: [3x32x32], bert_tiny: [seq=128]}
+options: {bert_tiny: {head: mlm}}
+repetitions: 2
+""")
+    sweep = load_sweep(path, framework_names())
+    assert sweep.models == ("resnet18", "bert_tiny") and sweep.run_count() == len(sweep.configurations()) == 32
