@@ -134,7 +134,7 @@ def run_job(folder: Path, progress: Progress = Progress()) -> JobResult:
     if not pending:
         slurm_run.write_record(run_dir, result.record)
         return result
-    set_aside_superseded(pending, results_store)
+    set_aside_superseded(pending, results_store, progress)
     result.status, interrupted = _run_on_nodes(folder, run_dir, submission, nodes, study, pending, done_before,
                                                results_store, startup, result, progress)
     if interrupted:
@@ -193,7 +193,8 @@ def _run_on_nodes(folder, run_dir, submission, nodes, study, pending, done_befor
         pool = Pool(slots, lost, slurm_run.job_context(job_id=record["job_id"], nodes=nodes, submission=submission),
                     submission.rendezvous_port)
         failures, left, interrupted = run_sweep_on_pool(pending, pool, transport, startup,
-                                                        *store_callbacks(results_store), study.cooldown_s, progress)
+                                                        *store_callbacks(results_store, progress), study.cooldown_s,
+                                                        progress)
         result.failures = failures
         record["failures"] = [{"runner": f.runner, "code": f.code, "message": f.message} for f in failures]
         record["left"] = [key for key, _ in left]

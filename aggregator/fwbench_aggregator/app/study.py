@@ -3,7 +3,7 @@ device, each run stored the moment it completes, resumable from the store; then 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
@@ -18,7 +18,8 @@ from ..run.client import RunnerClient, RunnerFailure, RunResult
 from ..run.connection import Transport
 from ..run.study import StoreFailure, StoreRun, run_sweep
 from ..store import records
-from ..store.results_store import ResultStore
+from ..store.lock import StoreBusy, store_lock
+from ..store.results_store import AlreadyStored, ResultStore
 from . import preflight
 from .errors import UsageError
 from .facts import record_model_facts
@@ -68,11 +69,17 @@ def refuse_unless_resuming(done_before: Pending, store: Path, resume: bool) -> N
         raise UsageError(f"{store} already holds {c.runner} {c.model}; use --resume to skip what is done", "--store")
 
 
-def set_aside_superseded(pending: Pending, results_store: ResultStore) -> None:
-    """A pending run whose key holds an old record (a refusal an older fwbench stored as a run) is rerun: the record
-    is moved aside first, never deleted."""
-    for key, _ in pending:
-        if results_store.occupied(key):
+def set_aside_superseded(pending: Pending, results_store: ResultStore, progress: Progress = Progress()) -> None:
+    """A pending run whose key holds a damaged entry (a file that cannot be read) or an old record (a refusal an older
+    fwbench stored as a run) is rerun: the entry is moved aside first, never deleted, and a damaged one named."""
+    taken = [key for key, _ in pending if results_store.occupied(key)]
+    damaged = [key for key in taken if results_store.damage(key)]
+    if damaged:
+        files = "".join(f"\n  {d.path}: {d.reason}" for key in damaged for d in results_store.damage(key))
+        folder = results_store.set_damaged_aside(damaged)
+        progress.note(f"{len(damaged)} damaged run(s) run again; their files are kept in {folder}:{files}", "warning")
+    for key in taken:
+        if key not in damaged:
             results_store.set_aside(key, "an older fwbench stored a refused request as a run; rerun by a resume")
 
 
@@ -124,14 +131,21 @@ def refuse_changed_plugins(endpoints: dict[str, str], transport: Transport, resu
                     "the plug-in, or run the study into a new --store", "--store")
 
 
-def store_callbacks(results_store: ResultStore) -> tuple[StoreRun, StoreFailure]:
-    """What a study's runs are stored with: a completed run's frames, or its running out of memory, under its key."""
+def store_callbacks(results_store: ResultStore, progress: Progress = Progress()) -> tuple[StoreRun, StoreFailure]:
+    """What a study's runs are stored with: a completed run's frames, or its running out of memory, under its key.
+    A key another writer stored first is said, the run kept in the store's duplicates/ (never lost)."""
+
+    def said(write: Callable[[], None]) -> None:
+        try:
+            write()
+        except AlreadyStored as taken:
+            progress.note(str(taken), "warning")
 
     def store(key: str, c: Configuration, run: RunResult, sent: pb.RunRequest, context: dict) -> None:
-        records.store_result(results_store, key, c.key_fields(), run, sent, context)
+        said(lambda: records.store_result(results_store, key, c.key_fields(), run, sent, context))
 
     def store_failure(key: str, c: Configuration, failure: RunnerFailure, columns: dict, context: dict) -> None:
-        records.store_out_of_memory(results_store, key, c.key_fields(), failure, columns, context)
+        said(lambda: records.store_out_of_memory(results_store, key, c.key_fields(), failure, columns, context))
 
     return store, store_failure
 
@@ -143,7 +157,16 @@ def stored_summaries(results_store: ResultStore, keys: Iterable[str]):
 
 def study(request: StudyRequest, progress: Progress = Progress()) -> StudyResult:
     """Run every pending run of the study into the store (a UsageError where the store holds runs of it and this is
-    no resume, or a runner refuses part of it); then count the models' FLOPs and write the report."""
+    no resume, a runner refuses part of it, or another sweep is writing the store); then count the models' FLOPs and
+    write the report. The store's writer lock is held throughout (store.lock)."""
+    try:
+        with store_lock(request.store, progress):
+            return _study(request, progress)
+    except StoreBusy as busy:
+        raise UsageError(str(busy), "--store") from None
+
+
+def _study(request: StudyRequest, progress: Progress) -> StudyResult:
     results_store = ResultStore(request.store)
     results_store.clean_partials()
     startup = StartupSettings(models_dirs=request.sweep.models_dirs)
@@ -161,9 +184,10 @@ def study(request: StudyRequest, progress: Progress = Progress()) -> StudyResult
                          if name not in {f.runner for f in result.failures}}
             check_same_networks(pending, reachable, runners.transport, startup, request.allow_different_models)
             refuse_changed_plugins(reachable, runners.transport, results_store, done_before)
-            set_aside_superseded(pending, results_store)
+            set_aside_superseded(pending, results_store, progress)
             failures, result.interrupted = run_sweep(pending, reachable, runners.transport, startup,
-                                                     *store_callbacks(results_store), request.sweep.cooldown_s, progress)
+                                                     *store_callbacks(results_store, progress),
+                                                     request.sweep.cooldown_s, progress)
             result.out_of_memory = [f for f in failures if f.out_of_memory]
             result.failures += [f for f in failures if not f.out_of_memory]
             if result.interrupted is None:

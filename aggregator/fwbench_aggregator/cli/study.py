@@ -15,6 +15,7 @@ from ..base.frameworks import names as framework_names
 from ..plan import spec as plan
 from ..plan.study_file import load_sweep, sweep_from_options
 from ..present import terminal
+from ..present.health import print_left_out
 from ..run.runners import runners_in_use
 from . import app
 from .common import interrupted_status, report_failures, run, usage_error
@@ -102,6 +103,7 @@ def sweep(
         raise typer.Exit(interrupted_status(result.interrupted))
     if result.report is not None:
         terminal.print_report(result.report.analysis, result.report.path)
+        print_left_out(result.report.left_out)
     terminal.print_out_of_memory(result.out_of_memory)
     report_failures(result.failures)
 
@@ -115,3 +117,4 @@ def report_command(
     """Tables, plots, verdicts and the manifest from the store alone: no runner is needed."""
     result = run(lambda progress: report_use_case(store, out, latency_budget_ms))
     terminal.print_report(result.analysis, result.path)
+    print_left_out(result.left_out)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import html
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -15,6 +15,7 @@ import pandas as pd
 from ..analyse import stats
 from ..analyse.findings import Finding
 from ..analyse.results import Analysis
+from ..store.health import Damage
 from ..store.schema import CONFIG_COLUMNS, VERSION_COLUMNS
 from .display import NUMERIC_HEADERS, display_frame, verdict_table
 from .plots import PlotResult
@@ -82,12 +83,21 @@ def _findings_html(findings: list[Finding]) -> str:
     return f'<h2>Findings</h2><ul class="findings">{items}</ul>'
 
 
+def _left_out_html(left_out: Sequence[Damage]) -> str:
+    items = "".join(f"<li><code>{html.escape(str(d.path))}</code>: {html.escape(d.reason)}</li>" for d in left_out)
+    return ("<h2>Left out: damaged files</h2><p class=\"flagged\">These files of the store cannot be read: the runs "
+            "(or other entries) holding them are left out of this report, whole. <code>fwbench store check</code> "
+            "lists them; <code>fwbench sweep --resume</code> runs a damaged run again, keeping its files in the "
+            f"store's damaged/ folder.</p><ul>{items}</ul>")
+
+
 def render_html(
     summary: pd.DataFrame, analysis: Analysis, plots: list[PlotResult], manifest: dict | None,
     tables: list[tuple[str, str, pd.DataFrame]] = (), study_tables: list[tuple[str, str, str, pd.DataFrame]] = (),
+    left_out: Sequence[Damage] = (),
 ) -> str:
-    """One self-contained page: findings, plots, the studies' tables, scaling, verdicts, the comparison, failed runs,
-    the runners and the manifest."""
+    """One self-contained page: the files left out, findings, plots, the studies' tables, scaling, verdicts, the
+    comparison, failed runs, the runners and the manifest."""
     e = html.escape
     rows = analysis.rows
     status = summary["status"] if "status" in summary else pd.Series(["ok"] * len(summary))
@@ -104,6 +114,7 @@ def render_html(
         f"ratio reaches {stats.MIN_EFFECT:.0%} and the configuration's noise floor (the far end of an A/A comparison "
         "measured by <code>fwbench calibrate</code>; – where not measured). Verdicts marked FLAGGED had a run on a "
         "device that was not quiet (another process, throttled clocks, a busy host).</p>",
+        _left_out_html(left_out) if left_out else "",
         _findings_html(analysis.findings),
         "<h2>Plots</h2>",
     ]

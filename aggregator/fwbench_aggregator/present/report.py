@@ -3,6 +3,7 @@ plots, and report.html holding them all. Everything here renders an Analysis; no
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +14,7 @@ from ..analyse.findings import Finding
 from ..analyse.results import Analysis
 from ..analyse.scaling import has_scaling, strategy_pairs
 from ..analyse.trends import FLATTEN_GAIN
+from ..store.health import Damage
 from .display import (
     STRATEGY_TABLES, display_frame, efficiency_display, optimal_display, pairs_display, scaling_display,
     search_display, to_markdown, trend_display,
@@ -99,10 +101,11 @@ def write_studies(analysis: Analysis, out_dir: Path) -> list[Path]:
     return [*written, out_dir / "findings.md"]
 
 
-def write_report(analysis: Analysis, summary: pd.DataFrame, manifest: dict | None, out_dir: Path) -> Path:
-    """report.html in out_dir: one self-contained file, the findings at its top. Beside it: comparison.csv/.md/.html,
-    findings.md and the study tables' CSVs, scaling.csv/.md where any ran on several devices, and the plots as PNG
-    files under plots/. Returns its path."""
+def write_report(analysis: Analysis, summary: pd.DataFrame, manifest: dict | None, out_dir: Path,
+                 left_out: Sequence[Damage] = ()) -> Path:
+    """report.html in out_dir: one self-contained file, the store's unreadable files it left out (if any) and the
+    findings at its top. Beside it: comparison.csv/.md/.html, findings.md and the study tables' CSVs, scaling.csv/.md
+    where any ran on several devices, and the plots as PNG files under plots/. Returns its path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_tables(analysis.rows, out_dir)
@@ -111,5 +114,6 @@ def write_report(analysis: Analysis, summary: pd.DataFrame, manifest: dict | Non
     plots.append(scaling_plot(analysis.scaling, out_dir / "plots"))
     tables, _ = write_scaling(analysis.rows, analysis.scaling, out_dir)
     path = out_dir / "report.html"
-    path.write_text(render_html(summary, analysis, plots, manifest, tables, study_tables(analysis)), encoding="utf-8")
+    path.write_text(render_html(summary, analysis, plots, manifest, tables, study_tables(analysis), left_out),
+                    encoding="utf-8")
     return path

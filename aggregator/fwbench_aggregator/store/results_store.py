@@ -7,7 +7,9 @@
 Why a folder of Parquet files per run, rather than one growing file or a database:
 - Append-only by construction: a run is written once, into a folder of its own, and never
   rewritten; adding a run touches no existing file, so an old result cannot be damaged by a new one.
-- No writer lock: writers never share a file, so two sweeps may write into one store at once.
+- Writers never share a file: an entry is written once, by one writer. A sweep still holds the store's writer lock
+  (lock.py) from start to end, so that two sweeps do not run the same runs; a write whose key another writer stored
+  first is kept in `<root>/duplicates/`, never dropped.
 - Atomic: a run is written into a hidden sibling folder (`runs/.partial-<key>-<pid>-<n>`), its files
   flushed to disk, then renamed into place with one os.rename, which is atomic on POSIX. A writer
   killed at any moment leaves either the whole run or nothing visible; a leftover `.partial-*`
@@ -23,31 +25,47 @@ Why a folder of Parquet files per run, rather than one growing file or a databas
   `<root>/store.json` the newest format written into the store; readers migrate older runs
   (migrations.py) and refuse a store from a newer fwbench by name. A record superseded by a rerun is
   moved aside into `<root>/aside/`, never deleted.
+- Damage is contained: a file that cannot be read (health.py) leaves its entry out of every read, whole;
+  `damaged()` lists each such file with the reason, and a writer moves a damaged entry in its way into
+  `<root>/damaged/<time>/` before writing the key again.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pandas as pd
 
+from .health import Damage, entry_damage, unreadable
 from .migrations import FORMAT_KEY, check_readable, is_refusal_record, migrated, run_format
 from .schema import STORE_FORMAT
 
 STORE_FILE = "store.json"
 ASIDE_FOLDER = "aside"
+DAMAGED_FOLDER = "damaged"
+DUPLICATES_FOLDER = "duplicates"
 
 PARTIAL_PREFIX = ".partial-"
 _KEY_PATTERN = re.compile(r"[0-9A-Za-z_-]+")
 _FRAME_NAME_PATTERN = re.compile(r"[a-z_][a-z0-9_]*")
 _RESERVED_NAMES = {"config", "manifest"}
+
+
+class AlreadyStored(ValueError):
+    """A key another writer stored first: the store is append-only. `kept` is where this write went instead."""
+
+    def __init__(self, key: str, runs_dir: Path, kept: Path) -> None:
+        super().__init__(f"run {key} is already stored in {runs_dir}; the store is append-only: this write is kept "
+                         f"in {kept}, and not read")
+        self.key, self.kept = key, kept
 
 
 def _flat_value(value: object) -> object:
@@ -78,6 +96,10 @@ def _write_synced(path: Path, write) -> None:
         os.fsync(file.fileno())
 
 
+def _utc_stamp() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -95,22 +117,42 @@ class ResultStore:
         self.root = Path(root)
         self.runs_dir = self.root / "runs"
         self._manifests: dict[str, dict] = {}
+        self._damage: dict[str, list[Damage]] = {}  # an entry's files never change once it is visible
         check_readable(self.format(), str(self.root))
 
     def format(self) -> int:
-        """The newest store format written into this store (1 for a store from before formats were recorded)."""
+        """The newest store format written into this store (1 for a store from before formats were recorded, or
+        whose store.json is damaged: each run's manifest still says its own format)."""
         path = self.root / STORE_FILE
-        if not path.exists():
+        if not path.exists() or self._store_file_damage():
             return 1 if self.runs_dir.is_dir() and any(self.runs_dir.iterdir()) else STORE_FORMAT
         return int(json.loads(path.read_text()).get(FORMAT_KEY, 1))
 
-    # Reading: only complete runs, that is folders without a leading dot, less old records of refusals.
+    # Reading: only complete, readable entries, that is folders without a leading dot whose every file reads, less
+    # old records of refusals.
 
-    def keys(self) -> set[str]:
+    def _folders(self) -> set[str]:
         if not self.runs_dir.is_dir():
             return set()
-        found = {p.name for p in self.runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")}
-        return {key for key in found if not is_refusal_record(self.manifest(key))}
+        return {p.name for p in self.runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")}
+
+    def damage(self, key: str) -> list[Damage]:
+        """The unreadable files of the entry under `key`, each with why; empty where it reads whole."""
+        if key not in self._damage:
+            self._damage[key] = entry_damage(self.runs_dir / key)
+        return self._damage[key]
+
+    def _store_file_damage(self) -> list[Damage]:
+        path = self.root / STORE_FILE
+        why = unreadable(path) if path.exists() else None
+        return [Damage(path, why)] if why else []
+
+    def damaged(self) -> list[Damage]:
+        """Every file of the store that cannot be read, with why: store.json and the entries' files."""
+        return self._store_file_damage() + [d for key in sorted(self._folders()) for d in self.damage(key)]
+
+    def keys(self) -> set[str]:
+        return {key for key in self._folders() if not self.damage(key) and not is_refusal_record(self.manifest(key))}
 
     def run_keys(self) -> set[str]:
         """The keys that hold a run, completed or out of memory (a summary frame): not a calibration, a max-batch
@@ -118,11 +160,13 @@ class ResultStore:
         return {key for key in self.keys() if (self.runs_dir / key / "summary.parquet").exists()}
 
     def has(self, key: str) -> bool:
-        """Whether a run (or other entry) is stored under `key`; an old record of a refused request is none."""
-        return not key.startswith(".") and (self.runs_dir / key).is_dir() and not is_refusal_record(self.manifest(key))
+        """Whether a run (or other entry) is stored under `key`, readable; a damaged entry or an old record of a
+        refused request is none."""
+        return self.occupied(key) and not self.damage(key) and not is_refusal_record(self.manifest(key))
 
     def occupied(self, key: str) -> bool:
-        """Whether a folder holds `key`, whatever it holds: a rerun must first set a superseded record aside."""
+        """Whether a folder holds `key`, whatever it holds: a rerun must first set a superseded or damaged entry
+        aside."""
         return not key.startswith(".") and (self.runs_dir / key).is_dir()
 
     def config(self, key: str) -> dict:
@@ -165,19 +209,41 @@ class ResultStore:
     # Writing.
 
     def append(self, key: str, config: Mapping[str, object], frames: Mapping[str, pd.DataFrame], manifest: Mapping) -> Path:
-        """Write one run atomically and return its folder. Refuses (ValueError) a key already stored:
-        the store is append-only. Each frame gets a leading run_key column if it has none."""
+        """Write one entry atomically and return its folder; a damaged entry under `key` is moved into damaged/
+        first. A key already stored is refused (AlreadyStored, a ValueError): the store is append-only, and what
+        this write holds is kept in duplicates/ instead, never dropped. Each frame gets a leading run_key column if
+        it has none."""
         if not _KEY_PATTERN.fullmatch(key):
             raise ValueError(f"{key!r} is not a run key: letters, digits, '_' and '-' only")
         for name in frames:
             if not _FRAME_NAME_PATTERN.fullmatch(name) or name in _RESERVED_NAMES:
                 raise ValueError(f"{name!r} is not a frame name: lower-case letters, digits and '_', not config or manifest")
-        if self.occupied(key):
-            raise ValueError(f"run {key} is already stored in {self.runs_dir}; the store is append-only")
         config_text = json.dumps(dict(config), indent=2, sort_keys=True, allow_nan=False)
         manifest_text = json.dumps({**manifest, FORMAT_KEY: STORE_FORMAT}, indent=2, sort_keys=True, default=str)
+        if self.occupied(key) and self.damage(key):
+            self.set_damaged_aside([key])
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self._record_format()
+        partial = self._written(key, config_text, manifest_text, frames)
+        final = self.runs_dir / key
+        try:
+            if self.occupied(key):
+                raise FileExistsError(errno.EEXIST, "already stored", str(final))
+            # Onto an existing entry (another writer won the race) this fails too: a stored entry is never empty.
+            os.rename(partial, final)
+        except OSError:
+            if not final.exists():
+                shutil.rmtree(partial, ignore_errors=True)
+                raise
+            raise AlreadyStored(key, self.runs_dir, self._keep_duplicate(partial)) from None
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        _fsync_dir(self.runs_dir)
+        return final
+
+    def _written(self, key: str, config_text: str, manifest_text: str, frames: Mapping[str, pd.DataFrame]) -> Path:
+        """The whole entry in a hidden folder of runs/, flushed to disk; nothing is left where writing fails."""
         partial = Path(tempfile.mkdtemp(prefix=f"{PARTIAL_PREFIX}{key}-{os.getpid()}-", dir=self.runs_dir))
         try:
             _write_synced(partial / "config.json", lambda f: f.write(config_text.encode()))
@@ -188,37 +254,60 @@ class ResultStore:
                     frame.insert(0, "run_key", pd.Series([key] * len(frame), index=frame.index, dtype=object))
                 _write_synced(partial / f"{name}.parquet", lambda f, frame=frame: frame.to_parquet(f, index=False))
             _fsync_dir(partial)
-            final = self.runs_dir / key
-            try:
-                # Onto an existing run (another writer won the race) this fails: a stored run is never empty.
-                os.rename(partial, final)
-            except OSError as error:
-                if final.exists():
-                    raise ValueError(f"run {key} is already stored in {self.runs_dir}; the store is append-only") from error
-                raise
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
-        _fsync_dir(self.runs_dir)
-        return final
+        return partial
+
+    def _keep_duplicate(self, partial: Path) -> Path:
+        folder = self.root / DUPLICATES_FOLDER
+        folder.mkdir(exist_ok=True)
+        target = folder / partial.name.removeprefix(PARTIAL_PREFIX)  # key-pid-suffix: unique
+        os.rename(partial, target)
+        return target
 
     def _record_format(self) -> None:
-        """store.json says the newest format written here; written once per format, atomically."""
-        if self.format() >= STORE_FORMAT and (self.root / STORE_FILE).exists():
+        """store.json says the newest format written here; written once per format, atomically (a damaged one is
+        moved into damaged/ first)."""
+        path = self.root / STORE_FILE
+        damaged = self._store_file_damage()
+        if path.exists() and not damaged and self.format() >= STORE_FORMAT:
             return
+        if damaged:
+            os.rename(path, self._damaged_folder() / STORE_FILE)
         partial = self.root / f".{STORE_FILE}-{os.getpid()}"
         partial.write_text(json.dumps({FORMAT_KEY: STORE_FORMAT}) + "\n")
-        os.replace(partial, self.root / STORE_FILE)
+        os.replace(partial, path)
+
+    def _forget(self, key: str) -> None:
+        self._manifests.pop(key, None)
+        self._damage.pop(key, None)
+
+    def _damaged_folder(self) -> Path:
+        folder = self.root / DAMAGED_FOLDER / _utc_stamp()
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def set_damaged_aside(self, keys: Iterable[str]) -> Path:
+        """Move each damaged entry into damaged/<time>/, with damaged.txt naming its unreadable files and why: never
+        deleted, no longer read, and the key free for a rerun. Returns the folder."""
+        folder = self._damaged_folder()
+        for key in keys:
+            note = "".join(f"{d.path.name}: {d.reason}\n" for d in self.damage(key))
+            os.rename(self.runs_dir / key, folder / key)
+            (folder / key / "damaged.txt").write_text(note)
+            self._forget(key)
+        return folder
 
     def set_aside(self, key: str, why: str) -> Path:
         """Move the record under `key` out of the store's runs into aside/, with a note saying why: never deleted,
         no longer read, and the key free for a rerun."""
         aside = self.root / ASIDE_FOLDER
         aside.mkdir(parents=True, exist_ok=True)
-        target = aside / f"{key}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
+        target = aside / f"{key}-{_utc_stamp()}-{os.getpid()}"
         os.rename(self.runs_dir / key, target)
         (target / "aside.txt").write_text(why + "\n")
-        self._manifests.pop(key, None)
+        self._forget(key)
         return target
 
     def append_failure(
