@@ -101,3 +101,36 @@ def test_calibrate_under_best_measures_the_floor_at_the_settings_the_search_chos
     assert "first: calibrating at its best settings, layout channels_first" in done.stdout + done.stderr
     floor = ResultStore(tmp_path / "store").load("calibration")
     assert list(floor["profile"]) == ["best"]
+
+
+@pytest.mark.slow
+def test_a_sweep_under_best_searches_each_point_once_and_a_resume_keeps_the_stored_choice(tmp_path, planted):
+    sweep = ("sweep", "--models", "resnet18", "--batch-sizes", "2,4", "--shapes", "3x32x32", "--profiles", "best",
+             "--repetitions", "3", "--warmup", "0", "--steps", "3", "--min-measure-s", "0", "--store",
+             str(tmp_path / "store"), *(f"--runner={name}={address}" for name, address in planted.items()))
+    done = fwbench(*sweep, columns=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    store = ResultStore(tmp_path / "store")
+    summary = store.load("summary")
+    measured = summary[summary["profile"] == "best"]
+    # Each runner's runs of each batch size at the layout its search found fastest there.
+    assert measured.groupby("runner")["layout"].unique().map(list).to_dict() == {
+        "first": ["channels_first"], "last": ["channels_last"]}
+    assert len(measured) == 2 * 2 * 3
+    searched = summary[summary["profile"] == "best-search"]
+    assert len(searched) == 2 * 2 * 2 * 2  # batch sizes x runners x candidates x search runs
+    assert "Best-profile searches" in (tmp_path / "store" / "report" / "findings.md").read_text()
+
+    # A resume with runs left to do keeps the settings the stored runs of their point were made with: no new search.
+    keys = sorted(store.run_keys())
+    doomed = measured[measured["repetition"] == 2]["run_key"].tolist()
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for key in doomed:
+        (tmp_path / "store" / "runs" / key).rename(aside / key)
+    again = fwbench(*sweep, "--resume", columns=240)
+    assert again.returncode == 0, again.stdout + again.stderr
+    summary = ResultStore(tmp_path / "store").load("summary")
+    assert len(summary[summary["profile"] == "best-search"]) == len(searched)
+    assert sorted(ResultStore(tmp_path / "store").run_keys()) == keys
+    assert summary[summary["profile"] == "best"].groupby("runner")["layout"].nunique().eq(1).all()

@@ -187,6 +187,16 @@ def test_dry_run_shows_the_batch_script_with_the_options(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_study_under_the_best_profile_is_refused_with_where_to_run_it(tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text("runners: [torch]\nmodels: [resnet18]\nprofiles: [equal, best]\n")
+    done = subprocess.run([str(FWBENCH), "slurm", str(study), "--store", str(tmp_path / "store"), "--dry-run"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "run it with fwbench sweep" in " ".join(done.stderr.split())
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.slow
 def test_a_study_wider_than_the_allocation_is_refused_naming_nodes(tmp_path):
     study = tmp_path / "study.yaml"
     study.write_text("runners: [torch]\nmodels: [resnet18]\nstrategies: [ddp]\nnodes: [1, 4]\n")

@@ -60,6 +60,10 @@ def submit(request: SlurmRequest) -> Submitted:
     """Check the study and the environments, write the submission folder and, unless a dry run, sbatch it."""
     study = load_sweep(request.study_file, framework_names())  # the runners a node can start: the declared frameworks
     configurations = study.configurations()
+    if any(c.profile is not None and c.profile.value == "best" for c in configurations):
+        # The search runs on one node's runners before the study's runs; the job spreads runs over its nodes.
+        raise UsageError("the best profile searches each runner's settings on one machine first: run it with "
+                         "fwbench sweep; fwbench slurm takes the equal and native profiles", "profiles")
     widest = max(c.nodes for c in configurations)
     if widest > request.options.nodes:
         raise UsageError(f"the study's nodes reach {widest}, but the job asks for {request.options.nodes}: give "

@@ -21,6 +21,8 @@ from ..store import records
 from ..store.lock import StoreBusy, store_lock
 from ..store.results_store import AlreadyStored, ResultStore
 from . import preflight
+from .best import DEFAULT_SEARCH_REPETITIONS
+from .best_study import choose_best_settings
 from .errors import UsageError
 from .facts import record_model_facts
 from .report import ReportResult, store_report
@@ -38,6 +40,7 @@ class StudyRequest:
     report: bool = True
     latency_budget_ms: Optional[float] = None
     allow_different_models: bool = False  # a plug-in whose runners build different parameter counts
+    search_repetitions: int = DEFAULT_SEARCH_REPETITIONS  # the best profile's runs per candidate setting
 
 
 @dataclass
@@ -185,6 +188,9 @@ def _study(request: StudyRequest, progress: Progress) -> StudyResult:
             check_same_networks(pending, reachable, runners.transport, startup, request.allow_different_models)
             refuse_changed_plugins(reachable, runners.transport, results_store, done_before)
             set_aside_superseded(pending, results_store, progress)
+            pending, unsearched = choose_best_settings(pending, done_before, results_store, reachable,
+                                                       runners.transport, startup, request.search_repetitions, progress)
+            result.failures += unsearched
             failures, result.interrupted = run_sweep(pending, reachable, runners.transport, startup,
                                                      *store_callbacks(results_store, progress),
                                                      request.sweep.cooldown_s, progress)

@@ -95,6 +95,7 @@ class RunSpec:
     strategy: Optional[Strategy] = None  # None: single on one device, else the runner's data-parallel one
     devices: Optional[str] = None  # several devices of each runner, "cpu:0,cpu:1"; then `device` is None
     profile: Optional[Profile] = None  # how the runner fills what is left unset; None: equal
+    cudnn_autotune: Optional[str] = None  # "on" or "off" for this run (a best profile's choice); None: as startup
     distributed_timeout_s: Optional[float] = None
     # Runs under one key share one build on their runner, which restarts it for each (RunRequest.reuse_key);
     # end_reuse marks the chain's last run, after which the runner frees it. "": a fresh build.
@@ -127,7 +128,9 @@ class RunSpec:
             request.layout = from_text(pb.Layout, self.layout.value)
         if self.profile:
             request.profile = from_text(pb.Profile, self.profile.value)
-        if not self.profile or self.profile.value == "equal":
+        if self.cudnn_autotune:
+            request.cudnn_autotune = from_text(pb.Switch, self.cudnn_autotune)
+        elif not self.profile or self.profile.value == "equal":
             # The native and best profiles leave autotuning to the runner: its framework's default where it can.
             request.cudnn_autotune = from_text(pb.Switch, self.startup.cudnn_autotune)
         if self.compilation:

@@ -68,17 +68,24 @@ class Configuration:
     devices: Optional[str] = None  # several devices of the runner, "cpu:0,cpu:1"; then `device` is None
     nodes: int = 1  # machines the run spans: one job across that many nodes of a Slurm allocation
     profile: Optional[Profile] = None  # None: equal
+    # Under the best profile, the settings its runner's search chose (("layout", "channels_first"), ...): how the run
+    # is made, not part of its key (the point is what the study asked for).
+    settings: tuple[tuple[str, str], ...] = ()
     # The runs that share one build: this runner, this point less its batch size, this repetition; "" for none.
     # Not part of the store key: it changes how a run is prepared, not what it measures.
     reuse_chain: str = ""
 
     def run_spec(self, startup: StartupSettings, reuse_key: str = "", end_reuse: bool = False) -> RunSpec:
         """The run this configuration asks of its runner, with the runners' startup settings and its chain's key."""
+        chosen = dict(self.settings)
         return RunSpec(
-            self.model, self.mode, self.batch_size, self.shape, self.precision, self.device, self.layout,
-            self.compilation, self.warmup, self.steps, model_options=self.model_options, startup=startup,
+            self.model, self.mode, self.batch_size, self.shape, self.precision, self.device,
+            Layout(chosen["layout"]) if "layout" in chosen else self.layout,
+            Compilation(chosen["compilation"]) if "compilation" in chosen else self.compilation,
+            self.warmup, self.steps, model_options=self.model_options, startup=startup,
             warmup_until_cv=self.warmup_until_cv, min_measure_s=self.min_measure_s, strategy=self.strategy,
             devices=self.devices, reuse_key=reuse_key, end_reuse=end_reuse, profile=self.profile,
+            cudnn_autotune=chosen.get("cudnn_autotune"),
         )
 
     def key_fields(self, **settings: object) -> dict[str, object]:
