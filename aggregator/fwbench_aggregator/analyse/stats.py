@@ -27,6 +27,9 @@ MIN_REPETITIONS = 3
 # Nor is a difference smaller than this called, however tight: two runs of the same code on one
 # machine can differ by about 1% (clocks, caches, placement), which says nothing about the frameworks.
 MIN_EFFECT = 0.02
+# Runs that cannot resolve even a twofold difference (resolvable above this) give no verdict at all: their
+# interval, such as [0.000, 8531.503], says only that the host was too noisy.
+TOO_NOISY = 1.0
 
 
 def _scipy_stats():
@@ -65,6 +68,19 @@ def _pct(ratio: float) -> str:
     return f"{(ratio - 1) * 100:.0f}%"
 
 
+def faster_text(ratio: float, low: float, high: float) -> str:
+    """How much faster, to be read at a glance: "faster by 12% [5%, 19%]" up to twice as fast, "4.3x faster
+    [3.2x, 5.8x]" beyond, where percentages such as 329% [215%, 483%] stop meaning much to a reader."""
+    if ratio > 2.0:
+        return f"{ratio:.1f}x faster [{low:.1f}x, {high:.1f}x]"
+    return f"faster by {_pct(ratio)} [{_pct(low)}, {_pct(high)}]"
+
+
+def too_noisy_text(spread: float) -> str:
+    """What to say instead of an interval when the runs resolve nothing short of TOO_NOISY; spread as run_spread's."""
+    return f"too noisy to tell: runs varied {math.expm1(spread):.0%}; rerun on a quiet host"
+
+
 @dataclass(frozen=True)
 class Comparison:
     """The slower runner against the faster one, over their per-run median step times."""
@@ -83,6 +99,8 @@ class Comparison:
     noise_floor: float = math.nan  # measured by calibration for this configuration; NaN where not measured
     min_effect: float = MIN_EFFECT
     significant: bool = False
+    # The level the difference was tested at: ALPHA, or a sequential look's share of it (analyse.sequential).
+    alpha: float = ALPHA
 
     @property
     def enough_runs(self) -> bool:
@@ -103,7 +121,7 @@ class Comparison:
         if self.significant:
             return f"{self.faster} faster by {_pct(self.ratio)} [{_pct(self.ci_low)}, {_pct(self.ci_high)}]"
         interval = f"ratio {self.ratio:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}]"
-        if self.p_value < ALPHA:
+        if self.p_value < self.alpha:
             below = "the noise floor" if self.threshold > self.min_effect else "the minimum effect"
             return f"no significant difference ({interval}: {_pct(self.ratio)} is below {below}, {self.threshold:.1%})"
         return f"no significant difference ({interval}, p={self.p_value:.2g}; these runs resolve {self.resolvable:.1%})"

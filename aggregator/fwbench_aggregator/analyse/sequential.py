@@ -1,0 +1,261 @@
+"""Sequential repetitions: run in rounds (one run per runner each), look at the evidence after every round, and stop
+as soon as the verdict is settled or the budget is spent.
+
+Looking after every round and stopping at p < ALPHA would call a difference between identical runners far more
+often than ALPHA says: each look is another chance for the noise to cross. So the looks share ALPHA between them,
+a group-sequential design with an alpha-spending function (Lan & DeMets 1983, Biometrika 70:659): by the look
+with n of the plan's max_runs runs per runner (information fraction t = n / max_runs) at most alpha(t) of the
+level is spent, whatever happens later. The spending function is Lan & DeMets' Pocock type,
+alpha(t) = ALPHA ln(1 + (e - 1) t). The O'Brien-Fleming type would keep the last look's level near ALPHA, but it
+spends almost nothing early (3e-11 at 3 runs of 20, 5e-5 at 8): a 50% difference between runs that vary by 12%
+then takes a median 8 runs, more than the fixed design's 6, which defeats the point of looking. The Pocock type
+spends a quarter of ALPHA at the first look (5 runs for that difference) and pays at the last, whose level is
+0.17% instead of 1%, yet 20 runs a side at 0.17% resolve a difference 40% smaller than 6 runs at 1% do.
+
+The share of each look becomes a critical value by the recursive integration of Armitage, McPherson & Rowe (1969)
+over the standard normal score process, computed once per plan. Each look then applies its nominal level (the
+two-sided tail of its critical value) to the same Welch t-test on log per-run medians that stats.compare makes:
+the significance-level approach to group sequential t-tests (Jennison & Turnbull, Group Sequential Methods with
+Applications to Clinical Trials, 2000). The interval reported at a look is the Welch interval at that look's
+level: a repeated confidence interval (ibid., chapter 9), which covers the true ratio at every look at once with
+probability 1 - ALPHA (exactly for a known spread, closely for t-tests on a few runs, as the simulations in
+tests/test_sequential.py show), so it stays honest whichever look the procedure stops at. Both verdicts read it
+(Jennison & Turnbull 1993, Biometrics 49:31, equivalence by repeated confidence intervals): a difference when it
+excludes no difference and the ratio reaches the threshold (stats.compare's rule), equivalence when it lies
+inside +-threshold (the minimum effect or the noise floor; two one-sided tests at each look's level). Either
+wrong verdict needs an interval that misses the truth, so together they stay below ALPHA.
+
+A third stop needs no share of ALPHA since it calls nothing: runs so noisy that even the whole budget at their
+spread would not resolve a twofold difference (stats.TOO_NOISY) stop at once as unresolved.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from . import stats
+
+DEFAULT_MAX_RUNS = 20
+_GRID_POINTS = 1001  # odd, for Simpson's rule; four times as many move no look's level by 1e-11
+
+
+def spent(t: np.ndarray | float, alpha: float = stats.ALPHA) -> np.ndarray:
+    """The level spent by information fraction t: Lan & DeMets' Pocock-type spending function."""
+    return alpha * np.log1p((math.e - 1.0) * np.clip(t, 0.0, 1.0))
+
+
+@functools.lru_cache(maxsize=16)
+def critical_values(min_runs: int, max_runs: int, alpha: float = stats.ALPHA) -> np.ndarray:
+    """The two-sided critical z of each look (one per round, min_runs to max_runs runs per runner) such that a
+    standard normal score, watched at those looks with no difference, first crosses by look k with probability
+    spent(t_k). Stopping for equivalence or noise only lowers that probability (the boundaries are non-binding)."""
+    from scipy import optimize, special
+
+    t = np.arange(min_runs, max_runs + 1) / max_runs
+    shares = np.diff(spent(t, alpha), prepend=0.0)
+    critical = [float(-special.ndtri(shares[0] / 2))]
+    # The score S_k = Z_k sqrt(t_k) is Brownian; carry its density over the region that has not crossed yet, as
+    # masses on a grid (density times Simpson weight).
+    grid, weights = _simpson(critical[0] * math.sqrt(t[0]))
+    mass = weights * np.exp(-grid**2 / (2 * t[0])) / math.sqrt(2 * math.pi * t[0])
+    for k in range(1, t.size):
+        step = math.sqrt(t[k] - t[k - 1])
+        critical.append(optimize.brentq(_excess, 0.0, 40.0, args=(math.sqrt(t[k]), grid, mass, step, shares[k]),
+                                        xtol=1e-10))
+        new_grid, weights = _simpson(critical[-1] * math.sqrt(t[k]))
+        kernel = np.exp(-((new_grid[:, None] - grid[None, :]) / step) ** 2 / 2) / (step * math.sqrt(2 * math.pi))
+        grid, mass = new_grid, weights * (kernel @ mass)
+    values = np.asarray(critical)
+    values.setflags(write=False)  # shared by every caller through the cache
+    return values
+
+
+def _excess(c: float, scale: float, grid: np.ndarray, mass: np.ndarray, step: float, share: float) -> float:
+    """How much more than its share the score crosses +-c at this look, having not crossed before."""
+    from scipy import special
+
+    edge = c * scale
+    return float(mass @ (special.ndtr((-edge - grid) / step) + special.ndtr((grid - edge) / step))) - share
+
+
+def _simpson(edge: float) -> tuple[np.ndarray, np.ndarray]:
+    grid = np.linspace(-edge, edge, _GRID_POINTS)
+    weights = np.full(_GRID_POINTS, 2.0)
+    weights[1::2], weights[[0, -1]] = 4.0, 1.0
+    return grid, weights * (grid[1] - grid[0]) / 3
+
+
+@dataclass(frozen=True)
+class SequentialPlan:
+    """When to look and what may be called: a look after every round from min_runs to max_runs runs per runner."""
+
+    min_runs: int = stats.MIN_REPETITIONS
+    max_runs: int = DEFAULT_MAX_RUNS
+    alpha: float = stats.ALPHA
+    min_effect: float = stats.MIN_EFFECT
+    noise_floor: float = math.nan
+
+    def __post_init__(self) -> None:
+        if not stats.MIN_REPETITIONS <= self.min_runs <= self.max_runs:
+            raise ValueError(f"a sequential plan needs {stats.MIN_REPETITIONS} <= min_runs <= max_runs; "
+                             f"got {self.min_runs} and {self.max_runs}")
+        if not 0.0 < self.alpha < 1.0:
+            raise ValueError(f"alpha must lie between 0 and 1; got {self.alpha}")
+
+    @property
+    def threshold(self) -> float:
+        """The smallest difference called real, and the margin equivalence is stated within (as Comparison's)."""
+        return max(self.min_effect, 0.0 if math.isnan(self.noise_floor) else self.noise_floor)
+
+    def level(self, runs: int) -> float:
+        """The nominal two-sided level of the look at `runs` runs per runner (the last look's beyond max_runs)."""
+        from scipy import special
+
+        critical = critical_values(self.min_runs, self.max_runs, self.alpha)
+        return float(2 * special.ndtr(-critical[min(max(runs, self.min_runs), self.max_runs) - self.min_runs]))
+
+
+class _Look(NamedTuple):
+    """One look over many pairs at once, as arrays: b's mean log over a's, the half-width of its interval at the
+    look's level, Welch's p-value, the pooled run spread, and the outcome."""
+
+    difference: np.ndarray
+    half_width: np.ndarray
+    p_value: np.ndarray
+    spread: np.ndarray
+    outcome: np.ndarray
+
+
+def _judge(plan: SequentialPlan, log_a: np.ndarray, log_b: np.ndarray) -> _Look:
+    """Welch's t-test on the last axis (the same as stats.compare's, written out to run over many pairs) and the
+    stopping rule, at the look with the smaller side's number of runs."""
+    from scipy import special
+
+    na, nb = log_a.shape[-1], log_b.shape[-1]
+    runs, level = min(na, nb), plan.level(min(na, nb))
+    difference = log_b.mean(-1) - log_a.mean(-1)
+    var_a, var_b = log_a.var(-1, ddof=1), log_b.var(-1, ddof=1)
+    se_a, se_b = var_a / na, var_b / nb
+    se = np.sqrt(se_a + se_b)
+    still = se == 0.0
+    # Identical runs on each side (a timer's resolution, a fake runner): nothing varies to test, as in stats.compare.
+    safe_se = np.where(still, 1.0, se)
+    df = np.where(still, 1.0, (se_a + se_b) ** 2 / np.where(still, 1.0, se_a**2 / (na - 1) + se_b**2 / (nb - 1)))
+    p_value = np.where(still, np.where(difference == 0.0, 1.0, 0.0),
+                       2 * special.stdtr(df, -np.abs(difference) / safe_se))
+    half_width = np.where(still, 0.0, special.stdtrit(df, 1 - level / 2) * se)
+    spread = np.sqrt((var_a + var_b) / 2)
+    margin = math.log1p(plan.threshold)
+    different = (p_value < level) & (np.abs(difference) >= margin)
+    equivalent = np.abs(difference) + half_width < margin
+    # Projected to the whole budget at the last look's level, these runs' spread would not resolve TOO_NOISY.
+    hopeless = _half_width(spread, plan.max_runs, plan.level(plan.max_runs)) > math.log1p(stats.TOO_NOISY)
+    outcome = np.select(
+        [different, equivalent, (runs >= plan.max_runs) | hopeless],
+        ["different", "equivalent", "unresolved"], "continue",
+    )
+    return _Look(difference, half_width, p_value, spread, outcome)
+
+
+def _half_width(spread: np.ndarray | float, runs: int, level: float) -> np.ndarray | float:
+    """The half-width of a Welch interval on the log ratio with `runs` runs a side of this spread each."""
+    from scipy import special
+
+    return special.stdtrit(2 * runs - 2, 1 - level / 2) * spread * math.sqrt(2 / runs)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one look says: stop or continue, and the comparison at this look (its interval the look's)."""
+
+    outcome: str  # "different", "equivalent", "unresolved" (budget spent, or too noisy to spend it) or "continue"
+    comparison: stats.Comparison
+    runs: int  # per runner, the smaller side's
+    spread: float  # the runs' pooled spread, as stats.run_spread's
+    plan: SequentialPlan
+
+    @property
+    def stop(self) -> bool:
+        return self.outcome != "continue"
+
+    def runs_to_resolve(self, target: float) -> int | float:
+        """About how many more runs per runner would resolve a difference of `target` (0.05 for 5%) at this spread
+        and the last look's level: the t-based half-width formula solved for the runs; inf with no spread measured."""
+        margin = math.log1p(target)
+        if math.isnan(self.spread):
+            return math.inf
+        level = self.plan.level(self.plan.max_runs)
+        low = max(self.runs, 2)
+        # The half-width at `low` over-estimates every later one, so `high` runs are surely enough.
+        high = max(low, math.ceil(2 * (_half_width(self.spread, low, level) / math.sqrt(2 / low) / margin) ** 2))
+        while low < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if _half_width(self.spread, middle, level) <= margin else (middle + 1, high)
+        return max(high - self.runs, 0)
+
+    @property
+    def verdict(self) -> str:
+        c, runs = self.comparison, f"{self.runs} run{'s' if self.runs != 1 else ''}"
+        if self.outcome == "different":
+            return f"{c.faster} {stats.faster_text(c.ratio, c.ci_low, c.ci_high)}"
+        if self.outcome == "equivalent":
+            return (f"{c.faster} and {c.slower} equivalent within {c.threshold:.1%} "
+                    f"[{c.slower} {c.ci_low - 1:+.1%} to {c.ci_high - 1:+.1%}]")
+        if self.outcome == "continue":
+            so_far = f"undecided after {runs} per runner"
+            if math.isnan(c.resolvable):
+                return so_far
+            return f"{so_far}: " + ("too noisy so far" if c.resolvable > stats.TOO_NOISY
+                                    else f"these runs resolve {c.resolvable:.1%}")
+        if c.resolvable > stats.TOO_NOISY:
+            return stats.too_noisy_text(self.spread)
+        return (f"not resolved after {runs} per runner: these runs resolve {c.resolvable:.1%}; about "
+                f"{self.runs_to_resolve(c.threshold)} more runs per runner would resolve {c.threshold:.1%}")
+
+
+def look(
+    plan: SequentialPlan, run_medians_a: Sequence[float], run_medians_b: Sequence[float], name_a: str, name_b: str,
+) -> Decision:
+    """The look after a round: whether these runs settle the verdict, by the plan's stopping rule."""
+    a, b = np.asarray(run_medians_a, dtype=float), np.asarray(run_medians_b, dtype=float)
+    runs = min(a.size, b.size)
+    if runs < 1:
+        raise ValueError(f"a look needs at least one run per runner; got {a.size} and {b.size}")
+    log_a, log_b = np.log(a)[None, :], np.log(b)[None, :]
+    if runs < plan.min_runs:
+        no_test = (log_b.mean() - log_a.mean(), math.nan, math.nan, math.nan, "continue")
+        judged = _Look(*(np.array([value]) for value in no_test))
+    else:
+        judged = _judge(plan, log_a, log_b)
+    difference, half_width, p_value, spread = (float(value[0]) for value in judged[:4])
+    outcome = str(judged.outcome[0])
+    # As stats.compare: the slower over the faster, a first where they tie.
+    (faster, n_faster), (slower, n_slower) = ((name_a, a.size), (name_b, b.size))[:: 1 if difference >= 0 else -1]
+    size = abs(difference)
+    comparison = stats.Comparison(
+        faster, slower, n_faster, n_slower, math.exp(size),
+        ci_low=math.exp(size - half_width), ci_high=math.exp(size + half_width), p_value=p_value,
+        resolvable=math.expm1(half_width), noise_floor=plan.noise_floor, min_effect=plan.min_effect,
+        significant=outcome == "different", alpha=plan.level(runs),
+    )
+    return Decision(outcome, comparison, runs, spread, plan)
+
+
+def simulate(plan: SequentialPlan, run_medians_a: np.ndarray, run_medians_b: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The whole procedure over many pairs at once, each row a pair's max_runs run medians in the order they ran:
+    per pair, the outcome it stopped with, the runs per runner it took, and b's ratio over a at that look. The
+    same rule as look(), for the simulations that show what it guarantees (tests/test_sequential.py)."""
+    log_a, log_b = np.log(np.asarray(run_medians_a, dtype=float)), np.log(np.asarray(run_medians_b, dtype=float))
+    outcome = np.full(log_a.shape[0], "continue", dtype=object)
+    runs, ratio = np.zeros(log_a.shape[0], dtype=int), np.full(log_a.shape[0], math.nan)
+    for n in range(plan.min_runs, plan.max_runs + 1):
+        going = outcome == "continue"
+        judged = _judge(plan, log_a[going, :n], log_b[going, :n])
+        outcome[going], runs[going], ratio[going] = judged.outcome, n, np.exp(judged.difference)
+    return outcome, runs, ratio
