@@ -4,6 +4,7 @@ starts, the client's cancellation, refused requests; and the gradients really sy
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench_aggregator.run import launch
 
-from support.distributed import free_port, spawned_children, two_runners
+from support.distributed import free_port, listening_addresses, spawned_children, two_runners
 
 # Every test here runs a real framework runner.
 pytestmark = pytest.mark.frameworks
@@ -50,6 +51,18 @@ def nothing_left_behind(runners):
     yield
     for local, _ in runners:
         assert workers_of(local) == [], f"{local.name} left worker processes"
+
+
+def until_workers_gone(local: launch.LocalRunner) -> None:
+    stopped_s = time.monotonic()
+    while workers_of(local) and time.monotonic() - stopped_s < FAULT_BOUND_S:
+        time.sleep(0.1)
+    assert workers_of(local) == []
+
+
+def is_loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback  # ::ffff:127.0.0.1 too
 
 
 def assert_port_free(port: int) -> None:
@@ -197,12 +210,24 @@ def test_cancelling_a_ddp_run_stops_every_rank(runners):
             assert len(workers_of(local)) == 2
             call.cancel()
             break
-    cancelled_s = time.monotonic()
-    while workers_of(local) and time.monotonic() - cancelled_s < FAULT_BOUND_S:
-        time.sleep(0.1)
-    assert workers_of(local) == []
+    until_workers_gone(local)
     # The CPU is free again: the next run is not left waiting.
     assert list(stub.Run(ddp_request(), timeout=RUN_TIMEOUT_S))[-1].summary.measured_steps == 3
+
+
+def test_a_ddp_job_on_one_host_listens_on_loopback_only(runners):
+    """c10d's store would listen on every interface, unauthenticated; a job on one host reaches it on loopback."""
+    (local, stub), _ = runners
+    call = stub.Run(ddp_request(measured_steps=100_000), timeout=RUN_TIMEOUT_S)
+    for event in call:
+        if event.WhichOneof("event") == "steps":
+            break
+    listening = [(pid, address) for pid in workers_of(local) for address in listening_addresses(pid)]
+    call.cancel()
+    until_workers_gone(local)
+    assert listening, "rank 0 hosts the job's store while the run lasts: some worker must listen"
+    exposed = [(pid, address) for pid, address in listening if not is_loopback(address[0])]
+    assert exposed == [], f"worker sockets listening beyond loopback: {exposed}; all: {listening}"
 
 
 def test_requests_the_devices_cannot_run_are_refused(runners):

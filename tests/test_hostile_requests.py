@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support.runners import FAKE_STEP_TIME_S
+from support.wire_bytes import delimited_field, varint, varint_field
 
 # Every test here runs the command line, runners or generated requests end to end: seconds each.
 pytestmark = pytest.mark.slow
@@ -208,7 +209,7 @@ def untracked_files() -> str:
                           text=True, check=True).stdout
 
 
-def assert_documented_and_still_serving(live: LiveRunner, call) -> None:
+def assert_documented_and_still_serving(live: LiveRunner, call) -> tuple[grpc.StatusCode, str]:
     try:
         reply = call()
         if hasattr(reply, "__next__"):
@@ -225,6 +226,7 @@ def assert_documented_and_still_serving(live: LiveRunner, call) -> None:
     live.stub.Describe(pb.DescribeRequest(), timeout=SERVING_WITHIN_S)
     assert live.files_outside() == live.outside_before
     assert (live.root / SENTINEL / "target.npz").read_bytes() == b"not yours"
+    return code, details
 
 
 def examples(live: LiveRunner, fake: int, real: int) -> int:
@@ -260,3 +262,36 @@ def test_generated_reference_requests(live):
         assert_documented_and_still_serving(live, lambda: method(request, timeout=CALL_TIMEOUT_S))
 
     check()
+
+
+# A small valid request with one field sent again (the last one counts) as bytes no generated class writes, per
+# case: the method, whether it streams, the bytes, and what the refusal says.
+RUN = pb.RunRequest(model="resnet18", mode=pb.MODE_INFER, batch_size=2, input_shape=[3, 32, 32], warmup_steps=1,
+                    measured_steps=2, min_measure_s=0.0, power_sample_rate_hz=0.0).SerializeToString()
+INSPECT = pb.InspectRequest(model="resnet18", input_shape=[3, 32, 32]).SerializeToString()
+RAW_REQUESTS = {
+    # Protobuf keeps a 32-bit field's low 32 bits: these would arrive as batch size 0, mode 1 (train) and
+    # input_shape [3, 0].
+    "batch_size of 2**40": ("Run", True, RUN + varint_field(3, 2**40), "batch_size is 1099511627776 on the wire"),
+    "mode of 2**32 + 1": ("Run", True, RUN + varint_field(2, 2**32 + 1), "mode is 4294967297 on the wire"),
+    "packed input_shape with 2**33": (
+        "InspectModel", False, INSPECT + delimited_field(2, varint(3) + varint(2**33)),
+        "input_shape is 8589934592 on the wire",
+    ),
+    "corrupt wire": ("Run", True, RUN + b"\xff\xff\xff", "request is not valid protobuf"),
+    "string not UTF-8": ("InspectModel", False, INSPECT + delimited_field(1, b"\xff\xfe"),
+                         "every string field must be UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RAW_REQUESTS))
+def test_raw_requests_are_refused_naming_what_was_sent(live, case):
+    method, streaming, data, said = RAW_REQUESTS[case]
+    path = f"/fwbench.runner.v1.Runner/{method}"
+    call = (live.channel.unary_stream if streaming else live.channel.unary_unary)(
+        path, request_serializer=None, response_deserializer=None
+    )
+    code, details = assert_documented_and_still_serving(live, lambda: call(data, timeout=CALL_TIMEOUT_S))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and said in details, details
+    # The UTF-8 hint only where a string was not UTF-8.
+    assert ("UTF-8" in details) == ("UTF-8" in case), details

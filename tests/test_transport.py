@@ -17,7 +17,7 @@ from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator.run import connection
 from fwbench_aggregator.run.client import RunnerClient, RunnerFailure
 from fwbench_aggregator.run.connection import Transport
-from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
+from fwbench_aggregator.run.launch import LocalRunner, default_venvs, embedded_command, fake_runner_command
 from fwbench_core import access, server
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
@@ -145,6 +145,18 @@ def test_a_second_runner_on_a_port_in_use_fails_at_start_up_naming_it(start, hos
     assert f"{host}:{port}" in second.stderr and "in use" in second.stderr
     assert '"listening"' not in second.stdout
     assert describe(first.address).framework == "fake"  # the first one still serves, alone
+
+
+@pytest.mark.frameworks
+def test_a_torch_runner_refused_at_start_up_ends_with_its_reason(start):
+    # Not followed by the ~30 lines of nanobind "leaked" warnings that triton, loaded with torch, prints at an
+    # interpreter's teardown.
+    port = start().address.rsplit(":", 1)[1]
+    command = embedded_command("torch", default_venvs(), address=f"127.0.0.1:{port}")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1].startswith(f"cannot listen on 127.0.0.1:{port}: the port is in use"), done.stderr
+    assert "leaked" not in done.stderr
 
 
 # --- start-up checks -----------------------------------------------------------------------------

@@ -5,13 +5,15 @@ from __future__ import annotations
 from fwbench.runner.v1 import runner_pb2 as pb
 import pytest
 
-from fwbench_core import wire
+from fwbench_core import decoding, wire
 from fwbench_core.backend import MemoryReading
 from fwbench_core.device_state import DeviceState
 from fwbench_core.errors import InvalidArgument
 from fwbench_core.fake import FakeBackend
 from fwbench_core.spec import Compilation, DeviceKind, Layout, Mode, Phase, Precision, Profile, Strategy, Switch, Task
 from fwbench_core.timing import Summary
+
+from support.wire_bytes import delimited_field, varint, varint_field
 
 
 CORE_TO_PROTO = {
@@ -85,3 +87,28 @@ def test_device_states_and_flags_cross_the_wire_and_unread_fields_stay_unset():
     assert a.HasField("other_cpu_busy_cores") and a.other_cpu_busy_cores == 0.0
     assert list(a.throttle_reasons) == [] and a.reasons["throttle_reasons"] == "NVML: Not Supported"
     assert list(a.notes) == ["a note"]
+
+
+@pytest.mark.parametrize(
+    "data, named",
+    [
+        (varint_field(3, 2**40), "batch_size is 1099511627776 on the wire"),
+        (varint_field(3, 2**32), "batch_size is 4294967296 on the wire"),
+        (delimited_field(4, varint(3) + varint(2**33)), "input_shape is 8589934592 on the wire"),  # packed
+        (delimited_field(6, varint_field(2, 2**36)), "device.index is 68719476736 on the wire"),
+        (varint_field(2, 2**32 + 1), "mode is 4294967297 on the wire"),
+    ],
+)
+def test_a_32_bit_field_sent_more_bits_is_named_with_the_value_sent(data, named):
+    # Protobuf itself decodes these, keeping the low 32 bits: 2**40 would be a batch size of 0.
+    pb.RunRequest.FromString(data)
+    assert decoding.overflowing_field(data, pb.RunRequest.DESCRIPTOR).startswith(named)
+
+
+def test_every_value_a_32_bit_field_holds_passes():
+    data = pb.RunRequest(
+        model="resnet18", batch_size=2**32 - 1, input_shape=[3, 2**32 - 1], device=pb.DeviceSelector(index=2**32 - 1),
+        seed=2**64 - 1, model_options={"head": "mlm"},
+    ).SerializeToString()
+    # A negative enum travels as a 64-bit varint: it fits its field.
+    assert decoding.overflowing_field(data + varint_field(2, 2**64 - 1), pb.RunRequest.DESCRIPTOR) is None

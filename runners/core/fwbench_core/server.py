@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from concurrent import futures
 from contextlib import suppress
+from typing import NoReturn
 
 import grpc
 from fwbench.runner.v1 import runner_pb2 as pb
@@ -140,9 +141,33 @@ def serve(
     make_backend: Callable[[RunnerSettings], Backend],
     argv: list[str] | None = None,
     default_isolation: RunIsolation = RunIsolation.THREAD,
-) -> None:
+) -> NoReturn:
     """Command-line entry point shared by every runner. `make_backend` must pickle (a backend class does):
-    a worker process builds its own backend with it."""
+    a worker process builds its own backend with it. Ends the process once the runner has stopped, or was
+    refused at start (an option or address that cannot work)."""
+    try:
+        _serve(make_backend, argv, default_isolation)
+    except SystemExit as refused:
+        _exit(refused.code)
+    _exit(0)
+
+
+def _exit(code: object) -> NoReturn:
+    """Exit as sys.exit(code) would, but without the interpreter's teardown: there a framework's extension
+    modules free their objects one by one (seconds), and triton's, loaded with torch, print some 30 lines of
+    nanobind "leaked" warnings that bury a refused start's one-line reason. Nothing is lost: in-flight requests
+    had the stop's grace period, and worker processes end with their runner (isolation.py)."""
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+    logging.shutdown()  # flushes every handler
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if code is None else code if isinstance(code, int) else 1)
+
+
+def _serve(
+    make_backend: Callable[[RunnerSettings], Backend], argv: list[str] | None, default_isolation: RunIsolation
+) -> None:
     parser = argparse.ArgumentParser(description="fwbench runner: serves the fwbench.runner.v1.Runner gRPC service")
     parser.add_argument(
         "--address",

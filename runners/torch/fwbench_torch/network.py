@@ -54,6 +54,22 @@ def interface_of(address: str) -> str | None:
     return next((name for _, name in socket.if_nameindex() if _ipv4_of(name) == address), None)
 
 
+def loopback_listener(endpoint: str) -> socket.socket | None:
+    """A socket listening on HOST:PORT where HOST is a loopback address or localhost; else None. A name that
+    resolves to loopback only here (as a host's own name may, in /etc/hosts) does not count: other hosts reach
+    this one at that name elsewhere."""
+    host, _, port = endpoint.rpartition(":")
+    host = host.strip("[]")
+    if host != "localhost":
+        try:
+            if not ipaddress.ip_address(host).is_loopback:
+                return None
+        except ValueError:  # a host name
+            return None
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, int(port)), family=family)
+
+
 def choose_gloo_interface(rendezvous: str, endpoints: tuple[str, ...] = (), node_rank: int = 0) -> None:
     """Have gloo use the interface that reaches another runner of the job (`endpoints`, in node order; this
     one is `node_rank`), or on one runner the rendezvous (loopback), unless the user chose one."""

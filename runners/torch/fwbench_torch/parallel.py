@@ -1,5 +1,10 @@
 """PyTorch's data-parallel strategies: DistributedDataParallel over torch.distributed (NCCL on GPUs, gloo on
-CPUs, the c10d TCP store at the job's rendezvous, as torchrun uses it) and DataParallel over one process's GPUs."""
+CPUs, the c10d TCP store at the job's rendezvous, as torchrun uses it) and DataParallel over one process's GPUs.
+
+c10d's store has no authentication, and its own server listens on every interface whatever address it is given.
+A job whose rendezvous is on loopback (a runner on its own always is; so are runners of one host named as
+127.0.0.1 or localhost) hands rank 0's store a socket bound there instead, so that no other host can reach it;
+across hosts the store listens on every interface of node 0 at the rendezvous port (docs/distributed.md)."""
 
 from __future__ import annotations
 
@@ -8,9 +13,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 from fwbench_core.errors import Aborted, Unavailable
-from fwbench_core.spec import RunConfig, Strategy
+from fwbench_core.spec import RunConfig, Strategy, WorkerPlace
 
-from .network import choose_gloo_interface
+from .network import choose_gloo_interface, loopback_listener
 
 
 def join_process_group(config: RunConfig, device: torch.device) -> None:
@@ -20,19 +25,31 @@ def join_process_group(config: RunConfig, device: torch.device) -> None:
         torch.cuda.set_device(device)
     else:
         choose_gloo_interface(place.rendezvous, place.workers, config.cluster.node_rank if config.cluster else 0)
+    timeout = timedelta(seconds=config.distributed_timeout_s)
     try:
         dist.init_process_group(
             "nccl" if device.type == "cuda" else "gloo",
-            init_method=f"tcp://{place.rendezvous}",
+            store=rendezvous_store(place, timeout),
             rank=place.rank,
             world_size=place.world_size,
-            timeout=timedelta(seconds=config.distributed_timeout_s),
+            timeout=timeout,
         )
-    except (RuntimeError, ValueError) as error:  # torch.distributed's DistError is a RuntimeError
+    except (RuntimeError, ValueError, OSError) as error:  # DistError is a RuntimeError; OSError: a taken port
         raise Unavailable(
             f"rendezvous at {place.rendezvous} failed within distributed_timeout_s ({config.distributed_timeout_s:g} s): "
             f"{first_line(error)}; is every runner of the job started and reachable?"
         ) from None
+
+
+def rendezvous_store(place: WorkerPlace, timeout: timedelta) -> dist.TCPStore:
+    """The job's c10d TCP store, as init_method="tcp://HOST:PORT" would make it: rank 0 hosts it, every rank
+    connects, each waits for the others within `timeout`."""
+    host, _, port = place.rendezvous.rpartition(":")
+    listener = loopback_listener(place.rendezvous) if place.rank == 0 else None
+    return dist.TCPStore(
+        host.strip("[]"), int(port), place.world_size, is_master=place.rank == 0, timeout=timeout,
+        master_listen_fd=listener.detach() if listener else None,  # the store owns and closes it
+    )
 
 
 def wrap(model: torch.nn.Module, config: RunConfig, device: torch.device) -> torch.nn.Module:
