@@ -48,7 +48,7 @@ else
 fi
 if [ ${#wanted[@]} -gt 0 ]; then
   runners=$(while read -r name rest; do
-    for w in "${wanted[@]}"; do [ "$w" = "$name" ] && echo "$name $rest"; done
+    for w in "${wanted[@]}"; do if [ "$w" = "$name" ]; then echo "$name $rest"; fi; done
   done <<< "$runners")
   [ -n "$runners" ] || { echo "setup_envs.sh: no framework named ${wanted[*]}; known: $("$python" aggregator/fwbench_aggregator/base/frameworks.py | cut -d' ' -f1 | tr '\n' ' ')" >&2; exit 2; }
 fi
