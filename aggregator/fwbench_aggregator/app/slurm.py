@@ -19,6 +19,7 @@ from ..run.client import RunnerFailure
 from ..run.connection import Transport
 from ..run.launch import RunnerStartError, default_venvs, embedded_command, wait_until_serving
 from ..run.study import Pool, Slot, run_sweep_on_pool
+from ..store.lock import StoreBusy, store_lock
 from ..store.results_store import ResultStore
 from .errors import UsageError
 from .facts import record_model_facts
@@ -113,8 +114,17 @@ class JobResult:
 
 
 def run_job(folder: Path, progress: Progress = Progress()) -> JobResult:
-    """The batch script's body: runners on every node, the study over them, the store written."""
+    """The batch script's body: runners on every node, the study over them, the store written under the store's
+    writer lock (the batch node is the job's one writer; another sweep on the store waits or refuses it)."""
     submission = slurm_run.Submission.read(folder)
+    try:
+        with store_lock(Path(submission.store), progress):
+            return _run_job(folder, submission, progress)
+    except StoreBusy as busy:
+        raise slurm_run.SlurmError(str(busy)) from None
+
+
+def _run_job(folder: Path, submission: slurm_run.Submission, progress: Progress) -> JobResult:
     job_id = os.environ.get("SLURM_JOB_ID")
     nodelist = os.environ.get("SLURM_JOB_NODELIST")
     if not job_id or not nodelist:
