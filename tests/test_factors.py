@@ -41,6 +41,9 @@ def test_factors_runs_what_each_runner_accepts_and_names_what_it_refuses(tmp_pat
     assert pd.isna(table.loc[("layout", "channels_first"), "not_supported"])
     assert "not supported" in table.loc[("compilation", "xla"), "effect"]
     assert "not supported" in table.loc[("precision", "amp_bf16"), "effect"]
+    # Threads: the fake runner fixes its count at start-up (as TensorFlow does); the refusal says how to change it.
+    threads = table.xs("threads")
+    assert len(threads) >= 1 and threads["not_supported"].str.contains("fixes at start-up").all()
     summary = pd.read_csv(only_run_dir(tmp_path) / "summary.csv")
     assert sorted(summary["runner"].unique()) == ["fake/baseline", "fake/layout=channels_first"]
     assert summary.groupby("runner").size().eq(3).all()

@@ -251,3 +251,12 @@ def test_a_plan_needs_a_verdicts_minimum_of_runs():
         sequential.SequentialPlan(min_runs=6, max_runs=5)
     with pytest.raises(ValueError, match="at least one run"):
         sequential.look(sequential.SequentialPlan(), [], [1.0], "a", "b")
+
+
+def test_futility_ends_a_a_runs_that_no_budget_could_settle_at_the_fixed_designs_cost():
+    # Runs that vary 12% cannot state equivalence within 2% in 20 runs: without futility A/A ran all 20 of them.
+    rng = np.random.default_rng(11)
+    a, b = (run_medians(rng, PAIRS // 4, 0.004, 0.12) for _ in range(2))
+    outcome, runs, _ = sequential.simulate(sequential.SequentialPlan(), a, b)
+    assert np.median(runs) == sequential.FUTILITY_RUNS and np.mean(outcome == "different") <= stats.ALPHA * 1.5
+    assert set(outcome) <= {"different", "unresolved"}

@@ -16,9 +16,11 @@ import numpy as np
 import pandas as pd
 
 from ..store.schema import (
-    BUILT_IN, CALIBRATION_COLUMNS, DEFAULT_PROFILE, COMPARISON_COLUMNS, CONFIG_COLUMNS, INTEGER_COLUMNS, RUN_COLUMNS, SETTINGS_COLUMNS,
+    BUILT_IN, DEFAULT_PROFILE, COMPARISON_COLUMNS, CONFIG_COLUMNS, INTEGER_COLUMNS, RUN_COLUMNS, SETTINGS_COLUMNS,
 )
 from . import stats
+from .floors import Floor, busy_floor_note, config_floor, noise_floors
+from .sequential import SequentialPlan, look
 from .parity import PARITY_CHECKED, parity_status
 
 
@@ -121,15 +123,6 @@ def run_values(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     return runs.dropna(subset=["median_step_time_s"]) if "median_step_time_s" in runs else runs.iloc[0:0]
 
 
-def noise_floors(calibration: pd.DataFrame | None) -> dict[tuple, float]:
-    """(configuration..., framework) -> the largest noise floor calibrated for it."""
-    if calibration is None or calibration.empty:
-        return {}
-    calibration = normalised(calibration)
-    grouped = calibration.groupby([*CONFIG_COLUMNS, "framework"], sort=False)["noise_floor"].max()
-    return {key: float(value) for key, value in grouped.items() if not pd.isna(value)}
-
-
 def comparison_rows(
     summary: pd.DataFrame,
     steps: pd.DataFrame,
@@ -146,7 +139,9 @@ def comparison_rows(
     verdict: "fastest" for the fastest, stats.compare's verdict (fastest against this one, over runs)
     for the others, "out of memory" / "failed: ..." for a runner whose every run failed, "only runner"
     where no other runner ran the configuration; significant: whether that verdict called this runner
-    slower. flagged: why a run of this row was not on a quiet device. model_source and model_hash: which model
+    slower. noise_floor: the calibrated floor applied, noise_floor_source which calibration it is (or "none"),
+    noise_floor_flagged why that calibration's runs were not quiet (analyse.floors: its rule). flagged: why a run of
+    this row was not on a quiet device. model_source and model_hash: which model
     ran (a plug-in's folder and hash); parity: for a plug-in, what `fwbench parity` showed (the `parity` frame).
     """
     summary = normalised(summary)
@@ -162,7 +157,7 @@ def comparison_rows(
     runs_frame = run_values(summary, steps)
     run_medians = {key: group["median_step_time_s"].to_numpy(dtype=float)
                    for key, group in runs_frame.groupby([*CONFIG_COLUMNS, "runner"], sort=False)}
-    floors = noise_floors(calibration)
+    floors = noise_floors(normalised(calibration))
 
     rows = []
     for config, runs in summary.groupby(list(CONFIG_COLUMNS), sort=False):
@@ -195,6 +190,7 @@ def comparison_rows(
                 "energy_status": _joined(s for s in ok.get("energy_status", pd.Series(dtype=object)) if s != "ok"),
                 "flagged": flag_summary(ok.get("device_flags", pd.Series(dtype=object)), len(ok)),
                 "error": _joined(failed.get("error", pd.Series(dtype=object)).fillna("")),
+                "max_repetitions": int(_numbers(ok, "max_repetitions").max()) if len(_numbers(ok, "max_repetitions")) else 0,
                 "_medians": medians,
             }
             if len(ok) and medians.size:
@@ -213,6 +209,10 @@ def comparison_rows(
             config_rows.append(row)
         _judge(config_rows, floors, config, min_effect)
         _mark_source(config_rows, runs, parity)
+        started, finished = _numbers(runs, "started_at_unix_s"), _numbers(runs, "finished_at_unix_s")
+        for row in config_rows:
+            # The configuration's time, every runner's runs from the first start to the last finish.
+            row["wall_s"] = float(finished.max() - started.min()) if len(started) and len(finished) else math.nan
         rows += config_rows
 
     table = pd.DataFrame(rows, columns=[*COMPARISON_COLUMNS, "_medians"]).drop(columns="_medians")
@@ -237,15 +237,16 @@ def _mark_source(config_rows: list[dict], runs: pd.DataFrame, checks: pd.DataFra
         row.update(model_source=source, model_hash=model_hash, parity=status)
 
 
-def _judge(config_rows: list[dict], floors: dict[tuple, float], config: tuple, min_effect: float) -> None:
-    """Ratios and verdicts within one configuration, in place."""
+def _judge(config_rows: list[dict], floors: dict[tuple, Floor], config: tuple, min_effect: float) -> None:
+    """Ratios and verdicts within one configuration, in place; a verdict judged with a flagged noise floor says so
+    (analyse.floors)."""
     ran = [r for r in config_rows if r["status"] == "ok" and not math.isnan(r["median_step_ms"])]
-    frameworks = {r["framework"] for r in ran}
-    known = [floors[(*config, f)] for f in frameworks if (*config, f) in floors]
-    floor = max(known) if known else math.nan
+    applied = config_floor(floors, config, {r["framework"] for r in ran})
+    floor = applied.value
     for row in config_rows:
         row.update(ratio_to_fastest=math.nan, ratio_ci_low=math.nan, ratio_ci_high=math.nan, p_value=math.nan,
-                   resolvable=math.nan, noise_floor=floor, significant=False)
+                   resolvable=math.nan, noise_floor=floor, noise_floor_source=applied.source,
+                   noise_floor_flagged=applied.flagged, significant=False, outcome="")
     if not ran:
         return
     fastest = min(ran, key=lambda r: r["median_step_ms"])
@@ -255,10 +256,25 @@ def _judge(config_rows: list[dict], floors: dict[tuple, float], config: tuple, m
     for row in ran:
         if row is fastest:
             continue
-        c = stats.compare(fastest["runner"], fastest["_medians"], row["runner"], row["_medians"],
-                          min_effect=min_effect, noise_floor=floor)
+        verdict, outcome, c = judged(fastest, row, min_effect, floor)
         row.update(ratio_ci_low=c.ci_low, ratio_ci_high=c.ci_high, p_value=c.p_value, resolvable=c.resolvable,
-                   verdict=c.verdict, significant=c.significant)
+                   verdict=verdict + busy_floor_note(applied), significant=c.significant, outcome=outcome)
+
+
+def judged(fastest: dict, row: dict, min_effect: float, floor: float) -> tuple[str, str, stats.Comparison]:
+    """One runner against the fastest: the verdict, its outcome ("different", "equivalent", "unresolved", or
+    "continue" while a sequential design would look again) and the comparison. Runs made under a sequential design
+    (max_repetitions) are judged by its looks' levels (analyse.sequential), so that stopping early is paid for;
+    a fixed number of runs by stats.compare."""
+    budget = max(fastest["max_repetitions"], row["max_repetitions"])
+    if budget:
+        plan = SequentialPlan(max_runs=max(budget, stats.MIN_REPETITIONS), min_effect=min_effect, noise_floor=floor)
+        decision = look(plan, fastest["_medians"], row["_medians"], fastest["runner"], row["runner"])
+        return decision.verdict, decision.outcome, decision.comparison
+    c = stats.compare(fastest["runner"], fastest["_medians"], row["runner"], row["_medians"], min_effect=min_effect,
+                      noise_floor=floor)
+    inside = c.enough_runs and 1 / (1 + c.threshold) < c.ci_low and c.ci_high < 1 + c.threshold
+    return c.verdict, "different" if c.significant else "equivalent" if inside else "unresolved", c
 
 
 def flagged_verdict(verdict: str, flagged: object, parity: object = "") -> str:
@@ -266,16 +282,6 @@ def flagged_verdict(verdict: str, flagged: object, parity: object = "") -> str:
     whose runners were not shown to build the same network, with what parity showed."""
     text = f"{verdict} [FLAGGED: {flagged}]" if isinstance(flagged, str) and flagged else str(verdict)
     return f"{text} ({parity})" if isinstance(parity, str) and parity and parity != PARITY_CHECKED else text
-
-
-def calibration_row(config: dict, framework: str, comparison: stats.Comparison) -> dict:
-    """What `fwbench calibrate` stores for one configuration and framework (schema.CALIBRATION_COLUMNS)."""
-    row = {
-        **{c: config[c] for c in CONFIG_COLUMNS}, "framework": framework,
-        "runs": min(comparison.runs_faster, comparison.runs_slower), "aa_ratio": comparison.ratio,
-        "aa_ci_low": comparison.ci_low, "aa_ci_high": comparison.ci_high, "noise_floor": stats.noise_floor(comparison),
-    }
-    return {column: row[column] for column in CALIBRATION_COLUMNS}
 
 
 def per_run(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:

@@ -42,6 +42,12 @@ import numpy as np
 from . import stats
 
 DEFAULT_MAX_RUNS = 20
+# Futility: stop unresolved once the whole budget, at the spread seen so far, could neither state equivalence (even
+# for no difference) nor resolve FUTILITY times the difference seen so far, judged from FUTILITY_RUNS runs (the fixed
+# design's) on: more runs would most likely end unresolved too. It calls nothing, so it spends none of ALPHA; it
+# costs a little power (tests/test_sequential.py shows how little).
+FUTILITY = 2.0
+FUTILITY_RUNS = 6
 _GRID_POINTS = 1001  # odd, for Simpson's rule; four times as many move no look's level by 1e-11
 
 
@@ -154,8 +160,12 @@ def _judge(plan: SequentialPlan, log_a: np.ndarray, log_b: np.ndarray) -> _Look:
     margin = math.log1p(plan.threshold)
     different = (p_value < level) & (np.abs(difference) >= margin)
     equivalent = np.abs(difference) + half_width < margin
-    # Projected to the whole budget at the last look's level, these runs' spread would not resolve TOO_NOISY.
-    hopeless = _half_width(spread, plan.max_runs, plan.level(plan.max_runs)) > math.log1p(stats.TOO_NOISY)
+    # Projected to the whole budget at the last look's level, these runs' spread would not resolve TOO_NOISY; or
+    # (futility) it could state equivalence for no difference at all, nor resolve twice the difference seen so far:
+    # more runs would most likely end unresolved as well.
+    projected = _half_width(spread, plan.max_runs, plan.level(plan.max_runs))
+    hopeless = (projected > math.log1p(stats.TOO_NOISY)) | (
+        (projected >= margin) & (projected > FUTILITY * np.abs(difference)) & (runs >= FUTILITY_RUNS))
     outcome = np.select(
         [different, equivalent, (runs >= plan.max_runs) | hopeless],
         ["different", "equivalent", "unresolved"], "continue",
@@ -188,7 +198,7 @@ class Decision:
         """About how many more runs per runner would resolve a difference of `target` (0.05 for 5%) at this spread
         and the last look's level: the t-based half-width formula solved for the runs; inf with no spread measured."""
         margin = math.log1p(target)
-        if math.isnan(self.spread):
+        if math.isnan(self.spread) or margin <= 0.0:  # no spread measured, or no difference to resolve
             return math.inf
         level = self.plan.level(self.plan.max_runs)
         low = max(self.runs, 2)
@@ -215,8 +225,9 @@ class Decision:
                                     else f"these runs resolve {c.resolvable:.1%}")
         if c.resolvable > stats.TOO_NOISY:
             return stats.too_noisy_text(self.spread)
-        return (f"not resolved after {runs} per runner: these runs resolve {c.resolvable:.1%}; about "
-                f"{self.runs_to_resolve(c.threshold)} more runs per runner would resolve {c.threshold:.1%}")
+        more = self.runs_to_resolve(c.threshold)
+        cost = f"; about {more} more runs per runner would resolve {c.threshold:.1%}" if math.isfinite(more) else ""
+        return f"not resolved after {runs} per runner: these runs resolve {c.resolvable:.1%}{cost}"
 
 
 def look(
@@ -242,7 +253,7 @@ def look(
         faster, slower, n_faster, n_slower, math.exp(size),
         ci_low=math.exp(size - half_width), ci_high=math.exp(size + half_width), p_value=p_value,
         resolvable=math.expm1(half_width), noise_floor=plan.noise_floor, min_effect=plan.min_effect,
-        significant=outcome == "different", alpha=plan.level(runs),
+        significant=outcome == "different", alpha=plan.level(runs), spread=spread,
     )
     return Decision(outcome, comparison, runs, spread, plan)
 

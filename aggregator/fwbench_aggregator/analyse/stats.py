@@ -101,6 +101,7 @@ class Comparison:
     significant: bool = False
     # The level the difference was tested at: ALPHA, or a sequential look's share of it (analyse.sequential).
     alpha: float = ALPHA
+    spread: float = math.nan  # the runs' pooled spread (the log per-run medians' standard deviation)
 
     @property
     def enough_runs(self) -> bool:
@@ -119,7 +120,10 @@ class Comparison:
                 f"runs, need {MIN_REPETITIONS} per runner)"
             )
         if self.significant:
-            return f"{self.faster} faster by {_pct(self.ratio)} [{_pct(self.ci_low)}, {_pct(self.ci_high)}]"
+            return f"{self.faster} {faster_text(self.ratio, self.ci_low, self.ci_high)}"
+        if self.resolvable > TOO_NOISY and not math.isnan(self.spread):
+            # An interval such as [0.000, 8531.503] says nothing a reader can use.
+            return too_noisy_text(self.spread)
         interval = f"ratio {self.ratio:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}]"
         if self.p_value < self.alpha:
             below = "the noise floor" if self.threshold > self.min_effect else "the minimum effect"
@@ -159,6 +163,7 @@ def compare(
         fast_name, slow_name, fast.size, slow.size, ratio,
         ci_low=math.exp(difference - half_width), ci_high=math.exp(difference + half_width), p_value=p_value,
         resolvable=math.exp(half_width) - 1.0, noise_floor=noise_floor, min_effect=min_effect, significant=significant,
+        spread=math.sqrt((log_slow.var(ddof=1) + log_fast.var(ddof=1)) / 2),
     )
 
 

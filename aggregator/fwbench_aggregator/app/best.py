@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Optional
 
 import pandas as pd
 from fwbench.runner.v1 import runner_pb2 as pb
@@ -27,6 +28,7 @@ from ..run import jobs
 from ..run.client import RunnerClient, RunnerFailure, RunResult
 from ..run.connection import Transport
 from ..run.execute import run_all
+from ..run.gate import Gate
 from .medians import medians_by_runner
 from .preflight import REFUSALS
 
@@ -72,7 +74,8 @@ class BestChoice:
     def summary(self) -> str:
         """'channels_first, eager, off (fastest of 3 candidates, 2 runs each)'."""
         runs = {len(c.run_medians_s) for c in self.candidates}
-        tried = (f"fastest of {len(self.candidates)} candidates, {runs.pop()} runs each" if len(runs) == 1
+        count = runs.pop() if len(runs) == 1 else 0
+        tried = (f"fastest of {len(self.candidates)} candidates, {count} run{'s' if count != 1 else ''} each" if count
                  else f"fastest of {len(self.candidates)} candidates" if self.candidates
                  else "the only settings it accepts, not measured")
         return f"{', '.join(f'{name} {value}' for name, value in self.settings)} ({tried})"
@@ -120,7 +123,7 @@ def _values(client: RunnerClient, request: pb.RunRequest, setting: str, choice: 
 def search(endpoints: dict[str, str], transport: Transport, baselines: dict[str, pb.RunRequest],
            repetitions: int = DEFAULT_SEARCH_REPETITIONS,
            on_result: Callable[[RunResult, pb.RunRequest], None] = lambda run, sent: None,
-           progress: Progress = Progress()) -> SearchResult:
+           progress: Progress = Progress(), gate: Optional[Gate] = None) -> SearchResult:
     """Each runner's fastest settings, from its baseline (a best-profile request, which the runner accepts) one
     searched setting at a time; each candidate runs `repetitions` times, every runner's candidates interleaved
     (counterbalanced) at each step."""
@@ -151,7 +154,7 @@ def search(endpoints: dict[str, str], transport: Transport, baselines: dict[str,
                     entries[entry], requests[entry], owners[entry] = endpoints[name], request, (name, key)
         if entries:
             runs, failures = run_all(entries, requests, transport, repetitions, progress=progress,
-                                     on_result=lambda run: on_result(run, requests[run.runner]))
+                                     on_result=lambda run: on_result(run, requests[run.runner]), gate=gate)
             result.results += runs
             for failure in failures:  # a candidate that fails is no candidate; the runner searches on
                 name, key = owners[failure.runner]

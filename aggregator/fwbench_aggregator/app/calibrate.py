@@ -1,6 +1,7 @@
 """Calibrate: each runner against a second instance of itself (A/A) for one configuration. The far end of that
 comparison's interval is the noise floor: the smallest difference this host resolves there, stored, and applied by
-every later comparison of the configuration."""
+every later comparison of the configuration. A floor whose runs were not on a quiet device is stored flagged, and
+applied only where no quiet one exists (analyse.floors); --wait-for-quiet makes each run wait for a quiet host."""
 
 from __future__ import annotations
 
@@ -17,13 +18,15 @@ from fwbench.runner.v1 import runner_pb2 as pb
 from google.protobuf.json_format import MessageToDict
 
 from ..analyse import stats
-from ..analyse.comparison import calibration_row, normalised
+from ..analyse.comparison import flag_summary, normalised
+from ..analyse.floors import calibration_row
 from ..base.progress import Progress
 from ..plan.keys import run_key
 from ..plan.spec import RunSpec
 from ..run.client import RunnerFailure, RunResult
 from ..run.connection import Transport
 from ..run.execute import run_all
+from ..run.gate import Gate
 from ..run.launch import default_venvs
 from ..run.runners import start_embedded
 from ..store import records
@@ -37,7 +40,7 @@ from .runners import RunnerChoice
 
 class Calibration(NamedTuple):
     runner: str
-    row: dict  # analyse.comparison.calibration_row: what the store keeps
+    row: dict  # analyse.floors.calibration_row: what the store keeps
     comparison: stats.Comparison
     run_spread: float  # the larger of the two instances'
 
@@ -64,39 +67,48 @@ def twin_pairs(given: Sequence[str]) -> dict[str, list[str]]:
 
 def run_medians_by_runner(
     endpoints: dict[str, str], transport: Transport, request: pb.RunRequest, repetitions: int,
-    progress: Progress = Progress(),
+    progress: Progress = Progress(), gate: Optional[Gate] = None,
 ) -> tuple[list[RunResult], dict[str, list[float]], list[RunnerFailure]]:
-    """The same request on every runner, counterbalanced: the results and each runner's per-run median
-    step times (what an A/A comparison compares)."""
+    """The same request on every runner, counterbalanced, each run through `gate`: the results and each runner's
+    per-run median step times (what an A/A comparison compares)."""
     results, failures = run_all(endpoints, {name: request for name in endpoints}, transport, repetitions,
-                                progress=progress)
+                                progress=progress, gate=gate)
     if failures:
         return results, {}, failures
     return results, medians_by_runner(results), []
 
 
 def calibrate_twins(name: str, addresses: Sequence[str], transport: Transport, request: pb.RunRequest,
-                    repetitions: int, results_store: ResultStore, run_id: str,
-                    progress: Progress = Progress()) -> tuple[Optional[Calibration], list[RunnerFailure]]:
-    """Two instances of one runner against each other (A/A), and the noise floor that gives, stored."""
+                    repetitions: int, results_store: ResultStore, run_id: str, progress: Progress = Progress(),
+                    gate: Optional[Gate] = None) -> tuple[Optional[Calibration], list[RunnerFailure]]:
+    """Two instances of one runner against each other (A/A), and the noise floor that gives, stored with why its
+    runs were not quiet ("" when they were) and what each run waited (the manifest's "passages")."""
     twins = {name: addresses[0], f"{name}-2": addresses[1]}
-    results, medians, failures = run_medians_by_runner(twins, transport, request, repetitions, progress)
+    gate = gate or Gate()
+    results, medians, failures = run_medians_by_runner(twins, transport, request, repetitions, progress, gate)
     if failures:
         return None, failures
     comparison = stats.compare(name, medians[name], f"{name}-2", medians[f"{name}-2"])
     summary = records.summary_frame(run_id, results, [])
-    row = calibration_row(normalised(summary).iloc[0].to_dict(), results[0].runner_info.framework, comparison)
+    row = calibration_row(normalised(summary).iloc[0].to_dict(), results[0].runner_info.framework, comparison,
+                          flag_summary(summary["device_flags"], len(summary)),
+                          float(pd.to_numeric(summary["finished_at_unix_s"]).max()))
     key = run_key({"calibration": run_id, "runner": name})
+    passages = {f"{r.runner} #{r.repetition + 1}": gate.context_of(r.runner, r.repetition) for r in results}
     results_store.append(key, {"calibration": run_id, "runner": name, **MessageToDict(request)},
                          {"calibration": pd.DataFrame([row])},
-                         records.manifest(key, results, {twin: request for twin in twins}))
+                         {**records.manifest(key, results, {twin: request for twin in twins}),
+                          "passages": {run: waited for run, waited in passages.items() if waited}})
     return Calibration(name, row, comparison, max(stats.run_spread(medians[twin]) for twin in twins)), []
 
 
 def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Path,
-              progress: Progress = Progress(), search_repetitions: int = DEFAULT_SEARCH_REPETITIONS) -> CalibrateResult:
+              progress: Progress = Progress(), search_repetitions: int = DEFAULT_SEARCH_REPETITIONS,
+              wait_for_quiet_s: float = 0.0) -> CalibrateResult:
     """The noise floor of `spec` for each runner: twins given (each name twice), else two embedded instances of
-    each framework started here."""
+    each framework started here. Each run holds its device's lock and, with `wait_for_quiet_s`, first waits that
+    long at most for a quiet host (run.gate)."""
+    gate = Gate(wait_for_quiet_s)
     pairs = twin_pairs(runners.given)
     request = spec.to_request()
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-calibrate-{spec.model}-{spec.mode.value}-b{spec.batch_size}"
@@ -126,7 +138,7 @@ def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Pat
                 own = found.choices[name].request
                 progress.note(f"{name}: calibrating at its best settings, {found.choices[name].summary}")
             calibration, failures = calibrate_twins(name, addresses, runners.transport, own, repetitions,
-                                                    results_store, run_id, progress)
+                                                    results_store, run_id, progress, gate)
             result.failures += failures
             if calibration is not None:
                 result.calibrations.append(calibration)

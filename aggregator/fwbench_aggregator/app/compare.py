@@ -19,15 +19,16 @@ from ..base.paths import safe_component
 from ..base.progress import Progress
 from ..base.vocabulary import Compilation, Strategy
 from ..plan.keys import run_key
-from ..plan.spec import DEFAULT_REPETITIONS, RunSpec, per_runner
+from ..plan.spec import RunSpec, per_runner
 from ..present.plots import power_timeline
 from ..run.client import RunnerFailure, RunResult
-from ..run.execute import run_all
+from ..run.gate import Gate
 from ..store import records
 from ..store.results_store import ResultStore
 from ..store.schema import BEST_SEARCH_PROFILE, PARITY_FRAME, SCALING_KEY_COLUMNS
 from . import best, preflight
 from .facts import record_model_facts
+from .rounds import Repetitions, run_rounds
 from .runners import RunnerChoice, runners_for
 
 
@@ -37,7 +38,7 @@ class CompareRequest:
     runners: RunnerChoice
     compilation: tuple[str, ...] = ()  # VALUE for every runner, or RUNNER=VALUE
     strategy: tuple[str, ...] = ()
-    repetitions: int = DEFAULT_REPETITIONS
+    repetitions: Repetitions = Repetitions()  # as many as the verdict needs, by default
     cooldown_s: float = 0.0
     min_effect: float = stats.MIN_EFFECT
     rendezvous_port: Optional[int] = None
@@ -45,6 +46,7 @@ class CompareRequest:
     store: Optional[Path] = None  # default: OUT/store
     allow_different_models: bool = False  # a plug-in whose runners build different parameter counts
     search_repetitions: int = best.DEFAULT_SEARCH_REPETITIONS  # the best profile's runs per candidate
+    wait_for_quiet_s: float = 0.0  # before each run, wait up to this long for a quiet host (run.gate)
 
 
 @dataclass
@@ -58,6 +60,7 @@ class CompareResult:
     results: list[RunResult] = field(default_factory=list)
     failures: list[RunnerFailure] = field(default_factory=list)
     best: dict[str, best.BestChoice] = field(default_factory=dict)  # under the best profile: each runner's search
+    stopped: str = ""  # under --repetitions auto: why the rounds ended ("settled", "run budget", ...)
 
 
 def run_id_for(spec: RunSpec) -> str:
@@ -90,24 +93,31 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
         preflight.same_network(runners.endpoints, runners.transport, requests, request.allow_different_models)
         results_store = ResultStore(store)
 
+        design = request.repetitions.budget if request.repetitions.auto else 0
+        gate = Gate(request.wait_for_quiet_s)
+
         def keep(run: RunResult, sent: Optional[pb.RunRequest] = None, profile: str = "") -> None:
             sent = sent or requests[run.runner]
             config = {"compare": result.run_id, **MessageToDict(sent), "runner": run.runner, "repetition": run.repetition}
-            records.store_result(results_store, run_key(config), config, run, sent, profile=profile)
+            records.store_result(results_store, run_key(config), config, run, sent,
+                                 gate.context_of(run.runner, run.repetition), profile=profile,
+                                 max_repetitions=0 if profile else design)
 
         if request.spec.profile and request.spec.profile.value == "best":
-            requests = search_best(request, runners, requests, keep, progress, result)
+            requests = search_best(request, runners, requests, keep, progress, result, gate)
             result.resolved, _ = preflight.checked(runners.endpoints, runners.transport, requests)
 
         endpoints = {name: runners.endpoints[name] for name in requests}
-        result.results, failures = run_all(endpoints, requests, runners.transport, request.repetitions,
-                                           request.cooldown_s, keep, request.rendezvous_port, progress)
-        result.failures += failures
+        rounds = run_rounds(endpoints, requests, runners.transport, request.repetitions,
+                            results_store.load("calibration"), request.min_effect, request.cooldown_s, keep,
+                            request.rendezvous_port, progress, gate=gate)
+        result.results, result.stopped = rounds.results, rounds.stopped
+        result.failures += rounds.failures
         if not result.results:
             return result
         frames = {
             "steps": records.steps_frame(result.run_id, result.results),
-            "summary": records.summary_frame(result.run_id, result.results, result.failures),
+            "summary": records.summary_frame(result.run_id, result.results, result.failures, design),
             "power": records.power_frame(result.run_id, result.results),
         }
         if any(choice.candidates for choice in result.best.values()):
@@ -129,12 +139,12 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
 
 
 def search_best(request: CompareRequest, runners, baselines: dict[str, pb.RunRequest], keep, progress: Progress,
-                result: CompareResult) -> dict[str, pb.RunRequest]:
+                result: CompareResult, gate: Gate) -> dict[str, pb.RunRequest]:
     """Each runner's fastest settings (app.best), its search runs stored under their own profile label; the requests
     that run the comparison at them."""
     found = best.search({name: runners.endpoints[name] for name in baselines}, runners.transport, baselines,
                         request.search_repetitions, progress=progress,
-                        on_result=lambda run, sent: keep(run, sent, BEST_SEARCH_PROFILE))
+                        on_result=lambda run, sent: keep(run, sent, BEST_SEARCH_PROFILE), gate=gate)
     result.best = found.choices
     result.failures += found.failures
     failed = {failure.runner for failure in found.failures}

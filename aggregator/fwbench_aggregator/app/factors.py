@@ -29,9 +29,12 @@ from .medians import medians_by_runner
 from .preflight import REFUSALS, checked
 from .runners import RunnerChoice, runners_for
 
-# Each factor: the request field it sets and the contract's enum of its values.
-FACTORS = {"layout": pb.Layout, "compilation": pb.Compilation, "precision": pb.Precision, "cudnn_autotune": pb.Switch}
-DEFAULT_FACTORS = ("layout", "compilation", "precision")
+# Each factor: the request field it sets and the contract's enum of its values (threads: a count, the intra-op
+# threads of the runner's framework).
+FACTORS = {"layout": pb.Layout, "compilation": pb.Compilation, "precision": pb.Precision, "cudnn_autotune": pb.Switch,
+           "threads": None}
+DEFAULT_FACTORS = ("layout", "compilation", "precision", "threads")
+THREADS_FIELD = "intra_op_threads"
 BASELINE = "baseline"
 
 
@@ -79,8 +82,19 @@ def _entry(runner: str, factor: str = "", value: str = "") -> str:
 def _variant(request: pb.RunRequest, factor: str, number: int) -> pb.RunRequest:
     variant = pb.RunRequest()
     variant.CopyFrom(request)
-    setattr(variant, factor, number)
+    setattr(variant, THREADS_FIELD if factor == "threads" else factor, number)
     return variant
+
+
+def _values(factor: str, resolved: pb.ResolvedConfig) -> tuple[str, list[tuple[str, int]]]:
+    """The factor's value in the baseline, as text, and each other value to try, (text, number): every other value
+    of an enum; for threads, one thread, half the baseline's and twice it (oversubscribed where the baseline uses
+    every core)."""
+    if factor == "threads":
+        current = resolved.intra_op_threads
+        return str(current), [(str(n), n) for n in sorted({1, current // 2, current * 2} - {0, current})]
+    enum, current = FACTORS[factor], getattr(resolved, factor)
+    return to_text(enum, current), [(to_text(enum, n), n) for _, n in enum.items() if n not in (0, current)]
 
 
 def _candidates(client: RunnerClient, baseline: pb.RunRequest, resolved: pb.ResolvedConfig, factors: tuple[str, ...]
@@ -88,20 +102,15 @@ def _candidates(client: RunnerClient, baseline: pb.RunRequest, resolved: pb.Reso
     """The variants this runner accepts (factor, value) -> request, and those it refuses, with its reason."""
     accepted, refused = {}, []
     for factor in factors:
-        enum = FACTORS[factor]
-        current = getattr(resolved, factor)
-        for name, number in enum.items():
-            if number in (0, current):
-                continue
-            value = to_text(enum, number)
+        current, values = _values(factor, resolved)
+        for value, number in values:
             request = _variant(baseline, factor, number)
             try:
                 client.check_run(request)
             except RunnerFailure as failure:
                 if failure.code not in REFUSALS:
                     raise
-                refused.append(FactorEffect(client.name, factor, to_text(enum, current), value,
-                                            not_supported=failure.message))
+                refused.append(FactorEffect(client.name, factor, current, value, not_supported=failure.message))
                 continue
             accepted[(factor, value)] = request
     return accepted, refused
@@ -141,7 +150,7 @@ def factors(spec: RunSpec, runners: RunnerChoice, chosen: tuple[str, ...] = DEFA
             for (factor, value), request in accepted.items():
                 entry = _entry(name, factor, value)
                 endpoints[entry], requests[entry] = found.endpoints[name], request
-                variants[entry] = (name, factor, to_text(FACTORS[factor], getattr(config, factor)), value)
+                variants[entry] = (name, factor, _values(factor, config)[0], value)
         result.results, failures = run_all(endpoints, requests, found.transport, repetitions, progress=progress)
         result.failures += failures
     medians = medians_by_runner(result.results) if result.results else {}

@@ -16,6 +16,7 @@ from ..plan.study import Configuration, Sweep
 from ..run import jobs
 from ..run.client import RunnerClient, RunnerFailure, RunResult
 from ..run.connection import Transport
+from ..run.gate import Gate
 from ..run.study import StoreFailure, StoreRun, run_sweep
 from ..store import records
 from ..store.lock import StoreBusy, store_lock
@@ -41,6 +42,7 @@ class StudyRequest:
     latency_budget_ms: Optional[float] = None
     allow_different_models: bool = False  # a plug-in whose runners build different parameter counts
     search_repetitions: int = DEFAULT_SEARCH_REPETITIONS  # the best profile's runs per candidate setting
+    wait_for_quiet_s: float = 0.0  # before each run, wait up to this long for a quiet host (run.gate)
 
 
 @dataclass
@@ -193,7 +195,8 @@ def _study(request: StudyRequest, progress: Progress) -> StudyResult:
             result.failures += unsearched
             failures, result.interrupted = run_sweep(pending, reachable, runners.transport, startup,
                                                      *store_callbacks(results_store, progress),
-                                                     request.sweep.cooldown_s, progress)
+                                                     request.sweep.cooldown_s, progress,
+                                                     gate=Gate(request.wait_for_quiet_s))
             result.out_of_memory = [f for f in failures if f.out_of_memory]
             result.failures += [f for f in failures if not f.out_of_memory]
             if result.interrupted is None:

@@ -8,7 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from ..analyse import stats
+from ..analyse.sequential import DEFAULT_MAX_RUNS
 from ..app.best import DEFAULT_SEARCH_REPETITIONS
+from ..app.rounds import Repetitions
 from ..app.calibrate import calibrate as calibrate_use_case
 from ..app.compare import CompareRequest
 from ..app.compare import compare as compare_use_case
@@ -20,12 +22,13 @@ from ..plan.spec import RunSpec, StartupSettings, option_pairs
 from ..present import terminal
 from . import app
 from .common import report_failures, run, usage_error
+from .quiet import WaitForQuietOption
 from .options import (
-    CPU_COUNT, BatchSizeOption, CompilationOption, CooldownOption, CudnnAutotuneOption, DeviceOption, DevicesOption,
+    AUTO, CPU_COUNT, AutoRepetitionsOption, BatchSizeOption, CompilationOption, CooldownOption, CudnnAutotuneOption, DeviceOption, DevicesOption,
     AllowDifferentModelsOption, DistributedTimeoutOption, FrameworksOption, IdleBaselineOption, LayoutOption, MinEffectOption, MinMeasureOption,
-    ModelOption, ModelOptionsOption, ModelsDirOption, ModeOption, PowerRateOption, PrecisionOption, ProfileOption,
+    MaxRepetitionsOption, ModelOption, ModelOptionsOption, ModelsDirOption, ModeOption, PowerRateOption, PrecisionOption, ProfileOption,
     RendezvousPortOption,
-    RepetitionsOption, RunnerOption, SearchRepetitionsOption, SeedOption, ShapeOption, StableWindowOption, StepsOption, StoreOption,
+    RepetitionsOption, RunnerOption, SearchRepetitionsOption, SeedOption, ShapeOption, StableWindowOption, StepsOption, StoreOption, TimeBudgetOption,
     StrategyOption, ThreadsOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption,
     WarmupOption, WarmupUntilCvOption, checked_names, every_framework, parse_runners, runner_transport,
 )
@@ -56,8 +59,11 @@ def compare(
     power_rate_hz: PowerRateOption = 20.0,
     idle_baseline_s: IdleBaselineOption = 1.0,
     seed: SeedOption = 0,
-    repetitions: RepetitionsOption = plan.DEFAULT_REPETITIONS,
+    repetitions: AutoRepetitionsOption = AUTO,
+    max_repetitions: MaxRepetitionsOption = DEFAULT_MAX_RUNS,
+    time_budget_s: TimeBudgetOption = None,
     search_repetitions: SearchRepetitionsOption = DEFAULT_SEARCH_REPETITIONS,
+    wait_for_quiet: WaitForQuietOption = 0.0,
     cooldown_s: CooldownOption = 0.0,
     min_effect: MinEffectOption = stats.MIN_EFFECT,
     runner: RunnerOption = [],
@@ -92,12 +98,14 @@ def compare(
         idle_baseline_s=idle_baseline_s, devices=devices, distributed_timeout_s=distributed_timeout_s, profile=profile,
     )
     choice = RunnerChoice(tuple(runner), frameworks, venvs, transport, tuple(map(str, models_dir)))
-    request = CompareRequest(spec, choice, tuple(compilation), tuple(strategy), repetitions, cooldown_s, min_effect,
-                             rendezvous_port, out, store, allow_different_models, search_repetitions)
+    rounds = Repetitions(None if repetitions == AUTO else int(repetitions), max_repetitions, time_budget_s)
+    request = CompareRequest(spec, choice, tuple(compilation), tuple(strategy), rounds, cooldown_s, min_effect,
+                             rendezvous_port, out, store, allow_different_models, search_repetitions, wait_for_quiet)
     result = run(lambda progress: compare_use_case(request, progress))
     if result.best:
         terminal.print_best_search(result.best)
     terminal.print_compare(result.rows, result.run_dir, result.store, result.scaling, result.results)
+    terminal.print_rounds(result.rows, result.stopped)
     report_failures(result.failures)
 
 
@@ -118,6 +126,7 @@ def calibrate(
     min_measure_s: MinMeasureOption = plan.DEFAULT_MIN_MEASURE_S,
     repetitions: RepetitionsOption = plan.DEFAULT_REPETITIONS,
     search_repetitions: SearchRepetitionsOption = DEFAULT_SEARCH_REPETITIONS,
+    wait_for_quiet: WaitForQuietOption = 0.0,
     runner: Annotated[list[str], typer.Option(
         callback=parse_runners,
         help="NAME=HOST:PORT, each NAME twice: two instances of one runner. Default: start two of each embedded runner",
@@ -142,7 +151,7 @@ def calibrate(
                    profile=profile)
     choice = RunnerChoice(tuple(runner), frameworks, venvs, transport, tuple(map(str, models_dir)))
     result = run(lambda progress: calibrate_use_case(spec, choice, repetitions, store, progress,
-                                                        search_repetitions))
+                                                        search_repetitions, wait_for_quiet))
     terminal.print_calibrations(result.calibrations, f"{model} {mode.value}, batch {batch_size}, {precision.value}", store)
     report_failures(result.failures)
 

@@ -258,6 +258,27 @@ MinMeasureOption = Annotated[float, typer.Option(min=0.0, max=plan.MAX_MEASURE_S
 RepetitionsOption = Annotated[int, typer.Option(
     min=1, max=plan.MAX_REPETITIONS,
     help=f"runs per runner, in counterbalanced order A B B A ...; a verdict needs {stats.MIN_REPETITIONS}")]
+AUTO = "auto"
+
+
+def _auto_or_count(value: Optional[str]) -> Optional[str]:
+    """'auto', or a whole number of runs within the limits."""
+    if value is None or value == AUTO:
+        return value
+    if not value.isdigit() or not 1 <= int(value) <= plan.MAX_REPETITIONS:
+        raise typer.BadParameter(f"{value!r}: accepted values: auto, or a number of runs from 1 to {plan.MAX_REPETITIONS}")
+    return value
+
+
+AutoRepetitionsOption = Annotated[str, typer.Option(
+    callback=_auto_or_count, metavar="auto|N",
+    help="runs per runner, in counterbalanced rounds A B, B A, ...: auto looks after each round and stops once the "
+         "verdict is settled (a difference called, or equivalence within --min-effect), within --max-repetitions and "
+         f"--time-budget-s; N runs exactly N (a verdict needs {stats.MIN_REPETITIONS})")]
+MaxRepetitionsOption = Annotated[int, typer.Option(
+    min=stats.MIN_REPETITIONS, max=plan.MAX_REPETITIONS, help="under --repetitions auto: the most runs per runner")]
+TimeBudgetOption = Annotated[Optional[float], typer.Option(
+    min=0.0, help="under --repetitions auto: stop starting rounds after this many seconds of the configuration's runs")]
 SearchRepetitionsOption = Annotated[int, typer.Option(
     min=1, max=plan.MAX_REPETITIONS,
     help="under --profile best: runs of each candidate setting in each runner's search (the same for every runner)")]

@@ -19,6 +19,7 @@ from ..present.health import print_left_out
 from ..run.runners import runners_in_use
 from . import app
 from .common import interrupted_status, report_failures, run, usage_error
+from .quiet import WaitForQuietOption
 from .options import (
     AllowDifferentModelsOption, LatencyBudgetOption, ModelsDirOption, RunnerOption, TlsCaOption, TlsCertOption,
     TlsKeyOption, TokenFileOption, VenvsOption, every_framework, runner_transport,
@@ -66,6 +67,7 @@ def sweep(
     venvs: VenvsOption = None,
     models_dir: ModelsDirOption = [],
     allow_different_models: AllowDifferentModelsOption = False,
+    wait_for_quiet: WaitForQuietOption = 0.0,
 ) -> None:
     """Run a whole study, one run at a time per device, each stored the moment it completes.
 
@@ -96,7 +98,8 @@ def sweep(
             "`fwbench slurm`, or give a runner its machines as --runner NAME=HOST:PORT,HOST:PORT (every run of it "
             "then spans them) and leave nodes out")
     choice = RunnerChoice(tuple(runner), "", venvs, transport, tuple(map(str, models_dir)))
-    request = StudyRequest(study, choice, store, resume, report, latency_budget_ms, allow_different_models)
+    request = StudyRequest(study, choice, store, resume, report, latency_budget_ms, allow_different_models,
+                           wait_for_quiet_s=wait_for_quiet)
     result = run(lambda progress: study_use_case(request, progress))
     if result.interrupted is not None:
         terminal.print_interrupted(result.stored, store)

@@ -124,8 +124,10 @@ def print_compare(rows: pd.DataFrame, run_dir: Path | None, store: Path, scaling
 def _print_verdicts(rows: pd.DataFrame) -> None:
     ran = rows[rows["status"] == "ok"]
     judged = rows[~rows["verdict"].isin(["fastest", "only runner"])]
+    fastest = ran.loc[ran["ratio_to_fastest"].idxmin(), "runner"] if ran["ratio_to_fastest"].notna().any() else ""
     for r in judged.itertuples():
-        who = "" if len(rows) == 2 else f" ({r.runner})"
+        # Which pair a verdict is about, where there are more than two: it is never the subject of the sentence.
+        who = "" if len(rows) == 2 else f" ({r.runner} vs {fastest})"
         under = f" ({r.profile} profile)" if getattr(r, "profile", "") else ""
         out_console.print(f"verdict{who}{under}: {escape(flagged_verdict(r.verdict, r.flagged, getattr(r, 'parity', '')))}",
                           highlight=False)
@@ -135,14 +137,20 @@ def _print_verdicts(rows: pd.DataFrame) -> None:
         out_console.print(f"parity: {model} is a plug-in whose runners were not shown to build the same network; "
                           f"`fwbench parity --models {model}` (with the same --models-dir) checks it", highlight=False)
     if len(ran) > 1:
-        floor = ran["noise_floor"].dropna()
-        out_console.print(f"noise floor: {floor.iloc[0]:.1%} (from fwbench calibrate)" if len(floor) else
-                          "noise floor: not measured here; `fwbench calibrate` with the same options measures it",
-                          highlight=False)
+        out_console.print(escape(noise_floor_line(ran.iloc[0])), highlight=False)
     # Runners on one host mostly share why energy is missing (no RAPL domain readable): said once for all.
     missing = ran[ran["energy_status"].fillna("") != ""].groupby("energy_status", sort=False)["runner"]
     for status, runners in missing:
         out_console.print(f"energy ({', '.join(runners)}): {escape(status)}", highlight=False)
+
+
+def noise_floor_line(row: pd.Series) -> str:
+    """Which noise floor a configuration's verdicts applied, and which calibration it is (analyse.floors)."""
+    source = str(row.get("noise_floor_source") or "none")
+    if pd.isna(row["noise_floor"]):
+        return "noise floor: not measured here; `fwbench calibrate` with the same options measures it"
+    busy = " [FLAGGED: calibrate again on a quiet host, e.g. with --wait-for-quiet]" if row.get("noise_floor_flagged") else ""
+    return f"noise floor: {row['noise_floor']:.1%} (from fwbench calibrate), {source}{busy}"
 
 
 def series_table(rows: pd.DataFrame) -> tuple[list[Column], list[tuple], list]:
@@ -245,10 +253,30 @@ def print_calibrations(calibrations: Sequence, title: str, store: Path) -> None:
             f"{c.row['noise_floor']:.1%}" if enough else "too few runs",
         ))
     print_table(columns, table, f"noise floor: {title}")
+    for c in calibrations:
+        if c.row.get("flagged"):
+            out_console.print(f"{escape(c.runner)}: [yellow]FLAGGED: its runs were not on a quiet device "
+                              f"({escape(c.row['flagged'])})[/]: compare applies this floor only where no quiet "
+                              "calibration exists, and says so; calibrate again on a quiet host (--wait-for-quiet)",
+                              highlight=False)
     out_console.print(
         "A difference below a runner's noise floor is what two instances of that runner already show on this host: "
         f"`fwbench compare` and `fwbench report` with the store {escape(str(store))} call it no significant difference.",
         highlight=False)
+
+
+def print_rounds(rows: pd.DataFrame, stopped: str) -> None:
+    """Under --repetitions auto, how many runs the verdict took and why the rounds ended."""
+    ran = rows[rows["status"] == "ok"]
+    if not stopped or ran.empty:
+        return
+    why = {"settled": "the verdict was settled", "run budget": "the run budget (--max-repetitions) was spent",
+           "futile": "at these runs' spread the whole budget would most likely leave the verdict unresolved",
+           "time budget": "the time budget (--time-budget-s) was spent",
+           "one runner left": "only one runner was left"}.get(stopped, stopped)
+    runs = "/".join(str(n) for n in ran["runs"])
+    out_console.print(f"runs: {runs} per runner (auto: stopped because {why}; {ran['wall_s'].max():.0f} s)",
+                      highlight=False)
 
 
 def print_best_search(choices: dict) -> None:

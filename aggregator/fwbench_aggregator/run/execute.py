@@ -15,18 +15,23 @@ from ..plan.study import counterbalanced
 from . import jobs
 from .client import RunnerFailure, RunResult
 from .connection import Transport
+from .gate import Gate
 
 
 def run_all(
     endpoints: dict[str, str], requests: dict[str, pb.RunRequest], transport: Transport, repetitions: int = 1,
     cooldown_s: float = 0.0, on_result: Callable[[RunResult], None] = lambda result: None,
     rendezvous_port: Optional[int] = None, progress: Progress = Progress(), first_repetition: int = 0,
+    gate: Optional[Gate] = None,
 ) -> tuple[list[RunResult], list[RunnerFailure]]:
     """Run the request on each runner, one after the other (they may share a device), repetition after
     repetition in counterbalanced order (A B, B A, ...) so that drift favours neither. A runner that fails
     is named once and left out of later repetitions. `on_result` gets each run the moment it completes. A
     runner given several addresses runs each request as one job across them (jobs.py). Repetitions are
-    numbered from `first_repetition` (a later round of the same comparison)."""
+    numbered from `first_repetition` (a later round of the same comparison). Each run passes `gate` first (its
+    device's lock, and a quiet host where asked; default: the lock alone), outside the cool-down; what it waited is
+    in gate.passages before `on_result` gets the run."""
+    gate = gate or Gate()
     results, failures = [], []
     failed: set[str] = set()
     overall = progress.add_task("runs", total=repetitions * len(endpoints))
@@ -46,9 +51,13 @@ def run_all(
                             total=p.steps_total)
 
         try:
-            results.append(jobs.run_job(name, endpoints[name], transport, requests[name], on_progress, repetition,
-                                        rendezvous_port))
-            on_result(results[-1])
+            places = gate.places(name, endpoints[name], transport, requests[name])
+            with gate.passage(places, label, progress) as passage:
+                result = jobs.run_job(name, endpoints[name], transport, requests[name], on_progress, repetition,
+                                      rendezvous_port)
+            gate.passages[(name, repetition)] = passage
+            results.append(result)
+            on_result(result)
         except RunnerFailure as failure:
             failures.append(failure)
             failed.add(name)

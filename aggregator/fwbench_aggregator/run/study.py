@@ -20,6 +20,8 @@ from ..plan.study import Configuration
 from . import jobs
 from .client import RunnerClient, RunnerFailure, RunResult
 from .connection import Transport
+from .device_lock import Stopped
+from .gate import Gate
 from .runners import runner_facts
 from .scheduler import device_group, run_grouped, run_pooled
 
@@ -50,11 +52,14 @@ class Pool(NamedTuple):
 
 class _Sweep:
     """What every run of a sweep shares, whichever scheduler places it: the runners' facts, the store callbacks
-    (under a lock), the reuse chains, the progress, the clients in flight and the failures."""
+    (under a lock), the reuse chains, the progress, the clients in flight, the failures and the gate every run
+    passes (run.gate)."""
 
     def __init__(self, pending, transport: Transport, startup: StartupSettings, store: StoreRun,
-                 store_failure: StoreFailure, first_endpoints: dict[str, str], progress: Progress) -> None:
+                 store_failure: StoreFailure, first_endpoints: dict[str, str], progress: Progress,
+                 gate: Optional[Gate] = None) -> None:
         self.transport, self.startup, self.progress = transport, startup, progress
+        self.gate = gate or Gate()
         self.store, self.store_failure = store, store_failure
         self.facts = {name: runner_facts(name, jobs.addresses_of(address)[0], transport)
                       for name, address in first_endpoints.items()}
@@ -69,23 +74,34 @@ class _Sweep:
 
     def run(self, key: str, c: Configuration, address: str, rendezvous_port: Optional[int] = None,
             context: Optional[dict] = None, stop: Optional[threading.Event] = None) -> Optional[RunnerFailure]:
-        """One run on `address` (a comma list: a job across machines), stored the moment it completes, or its
-        failure, stored where it would repeat; returns the failure."""
-        self.progress.update(self.overall, description=f"{c.runner} {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1}")
+        """One run on `address` (a comma list: a job across machines), once through the gate, stored the moment it
+        completes (with what it waited in its record), or its failure, stored where it would repeat; returns the
+        failure. A run whose wait the sweep's stop ended does not run: a resume runs it."""
+        label = f"{c.runner} {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1}"
+        self.progress.update(self.overall, description=label)
         reuse_key = f"{self.session}-{c.reuse_chain}" if c.reuse_chain else ""
         request = c.run_spec(self.startup, reuse_key, end_reuse=self.chain_ends.get(c.reuse_chain) == key).to_request()
         stored = []
+        record = dict(context or {})
+        stopped = stop.is_set if stop is not None else (lambda: False)
 
         def store(result: RunResult) -> None:
             # Written as the summary arrives, while the runner frees the run's memory: off the gap between runs,
             # and still stored before the next run starts.
             with self.store_lock:
-                self.store(key, c, result, request, context or {})
+                self.store(key, c, result, request, record)
             stored.append(key)
 
         try:
-            jobs.run_job(c.runner, address, self.transport, request, repetition=c.repetition, active=self.active,
-                         on_summary=store, rendezvous_port=rendezvous_port)
+            places = self.gate.places(c.runner, address, self.transport, request)
+            with self.gate.passage(places, label, self.progress, stopped) as passage:
+                if stopped():
+                    return None
+                record.update(passage.context())
+                jobs.run_job(c.runner, address, self.transport, request, repetition=c.repetition, active=self.active,
+                             on_summary=store, rendezvous_port=rendezvous_port)
+            return None
+        except Stopped:
             return None
         except RunnerFailure as failure:
             self.failures.append(failure)
@@ -102,7 +118,7 @@ class _Sweep:
                     "world_size": nodes * (len(c.devices.split(",")) if c.devices else 1),
                 }
                 with self.store_lock:
-                    self.store_failure(key, c, failure, where, context or {})
+                    self.store_failure(key, c, failure, where, record)
             return failure
         finally:
             self.progress.advance(self.overall)
@@ -116,12 +132,13 @@ class _Sweep:
 def run_sweep(
     pending: Sequence[tuple[str, Configuration]], endpoints: dict[str, str], transport: Transport, startup: StartupSettings,
     store: StoreRun, store_failure: StoreFailure, cooldown_s: float, progress: Progress = Progress(),
+    gate: Optional[Gate] = None,
 ) -> tuple[list[RunnerFailure], Optional[KeyboardInterrupt]]:
     """Every pending run, those sharing a machine and device one after the other, each stored the moment it
-    completes (a repeatable failure too); returns the failures and the interrupt (Ctrl-C, or the CLI's
-    SIGTERM) that stopped the sweep, if one did."""
+    completes (a repeatable failure too), each through `gate` (default: its devices' locks); returns the failures
+    and the interrupt (Ctrl-C, or the CLI's SIGTERM) that stopped the sweep, if one did."""
     stop = threading.Event()
-    sweep = _Sweep(pending, transport, startup, store, store_failure, endpoints, progress)
+    sweep = _Sweep(pending, transport, startup, store, store_failure, endpoints, progress, gate)
     # A run on several devices or runners shares devices with the others: then a machine runs one at a time.
     whole_machines = any(c.devices or "," in endpoints.get(c.runner, "") for _, c in pending)
 
@@ -155,6 +172,7 @@ def units_of(pending: Sequence[tuple[str, Configuration]]) -> list[list[tuple[st
 def run_sweep_on_pool(
     pending: Sequence[tuple[str, Configuration]], pool: Pool, transport: Transport, startup: StartupSettings,
     store: StoreRun, store_failure: StoreFailure, cooldown_s: float, progress: Progress = Progress(),
+    gate: Optional[Gate] = None,
 ) -> tuple[list[RunnerFailure], list[tuple[str, Configuration]], Optional[KeyboardInterrupt]]:
     """A sweep over a cluster's machines: each unit (one point's runs, every runner and repetition) on one machine,
     the units spread over the machines, a machine's devices at once as on one; then the runs that span several
@@ -189,7 +207,7 @@ def run_sweep_on_pool(
             f"the run is not stored, and a resume (--resume) runs it: {failure.message}", failure.reason))
         return True
 
-    sweep = _Sweep(pending, transport, startup, store, store_failure, pool.slots[0].endpoints, progress)
+    sweep = _Sweep(pending, transport, startup, store, store_failure, pool.slots[0].endpoints, progress, gate)
     whole_machines = any(c.devices or c.nodes > 1 for _, c in pending)
 
     def lane(c: Configuration) -> str:

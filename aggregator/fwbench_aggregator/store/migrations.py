@@ -6,6 +6,7 @@ A run records its format in its manifest ("store_format"); runs from before form
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 import pandas as pd
@@ -61,9 +62,25 @@ def _model_source_columns(name: str, frame: pd.DataFrame, manifest: Mapping) -> 
     return frame
 
 
+def _quiet_evidence_columns(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFrame:
+    """Format 3 -> 4: calibrations from before they were flagged count as quiet (analyse.floors applies them as
+    before), their date unknown; runs from before --wait-for-quiet waited for nothing, and were a fixed number of
+    runs (max_repetitions 0: judged by stats.compare, not sequential looks)."""
+    frame = frame.copy()
+    if name == "calibration":
+        for column, value in (("flagged", ""), ("calibrated_at_unix_s", math.nan)):
+            if column not in frame:
+                frame[column] = value
+    if name == "summary":
+        for column, value in (("quiet_wait_s", math.nan), ("max_repetitions", 0)):
+            if column not in frame:
+                frame[column] = value
+    return frame
+
+
 # From format N to N + 1: (frame name, frame, the run's manifest) -> frame.
 STEPS: dict[int, Callable[[str, pd.DataFrame, Mapping], pd.DataFrame]] = {
-    1: _distributed_columns, 2: _model_source_columns,
+    1: _distributed_columns, 2: _model_source_columns, 3: _quiet_evidence_columns,
 }
 
 

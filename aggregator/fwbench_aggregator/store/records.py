@@ -4,6 +4,7 @@ files on disk."""
 from __future__ import annotations
 
 import json
+import math
 import platform
 import sys
 from pathlib import Path
@@ -93,8 +94,10 @@ def _energy_columns(summary: pb.Summary) -> dict:
     }
 
 
-def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFailure]) -> pd.DataFrame:
-    """One row per runner: its summary and manifest, or the failure that stopped it."""
+def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFailure],
+                  max_repetitions: int = 0) -> pd.DataFrame:
+    """One row per runner: its summary and manifest, or the failure that stopped it. max_repetitions: the budget of
+    the sequential design the runs were made under (analyse.sequential), 0 for a fixed number of runs."""
     rows = []
     for r in results:
         s, c, info = r.summary, r.config, r.runner_info
@@ -158,6 +161,7 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
                 "runner_options": ";".join(f"{k}={v}" for k, v in sorted(info.options.items())),
                 "model_source": c.model_source or BUILT_IN,
                 "model_hash": c.model_content_hash,
+                "max_repetitions": max_repetitions,
             }
         )
     for f in failures:
@@ -205,13 +209,14 @@ def manifest(run_id: str, results: list[RunResult], requests: dict[str, pb.RunRe
 
 
 def store_result(results_store: ResultStore, key: str, config: dict, result: RunResult, request: pb.RunRequest,
-                 context: dict | None = None, profile: str = "") -> None:
+                 context: dict | None = None, profile: str = "", max_repetitions: int = 0) -> None:
     """Append one completed run to the store: its steps, summary, power samples and manifest (with `context`, e.g.
     the cluster allocation it ran on). `profile` labels runs whose profile is not the request's (a best profile's
     search runs: never pooled with the comparison they chose the settings for)."""
     frames = {
         "steps": steps_frame(key, [result]),
-        "summary": summary_frame(key, [result], []),
+        "summary": summary_frame(key, [result], [], max_repetitions).assign(
+            quiet_wait_s=(context or {}).get("quiet_wait_s", math.nan)),
         "power": power_frame(key, [result]),
     }
     if profile:

@@ -8,11 +8,15 @@ STORE_FORMAT is the version of what the store writes, recorded with every run (s
   2  every run records the store format; the distributed columns are always written
   3  a run's summary says which model ran: model_source ("built-in" or a plug-in's folder) and model_hash; every
      run's frames and the calibrations say its settings profile (equal before profiles)
+  4  a calibration says whether its runs were on a quiet device (flagged, "" before) and when it ran
+     (calibrated_at_unix_s); a run's summary says how long it waited for a quiet host (quiet_wait_s, empty where no
+     wait was asked), and the budget of the sequential design it was made under (max_repetitions, 0 for a fixed
+     number of runs)
 """
 
 from __future__ import annotations
 
-STORE_FORMAT = 3
+STORE_FORMAT = 4
 
 # --- what identifies a run's configuration ----------------------------------------------------------------------
 
@@ -56,7 +60,8 @@ ENERGY_COLUMNS = (*ENERGY_FIELDS, "energy_source", "power_samples", "energy_stat
 # What the runner fixed for the run: the settings a verdict depends on beyond the configuration.
 # tf32: where float32 math may run as TF32 ("" on a device without it, and in runs from before it was recorded).
 SETTINGS_COLUMNS = ("layout", "compilation", "cudnn_autotune", "tf32", "intra_op_threads", "inter_op_threads")
-# The device and host as the run found them.
+# The device and host as the run found them. Beside them, quiet_wait_s: how long the run waited for a quiet host
+# (--wait-for-quiet; run.gate), empty where no wait was asked.
 DEVICE_STATE_COLUMNS = (
     "flags", "device_flags", "free_memory_before_bytes", "total_memory_bytes", "other_gpu_processes_max",
     "other_cpu_busy_cores", "load_avg_1m_before", "load_avg_1m_after", "sm_clock_min_mhz", "max_sm_clock_mhz",
@@ -71,15 +76,21 @@ SUMMARY_COLUMNS = (
     "mean_step_time_s", "median_step_time_s", "p95_step_time_s", "throughput_samples_per_s", "straggler_spread",
     "peak_memory_bytes", "peak_memory_source", "time_to_first_step_s", "started_at_unix_s", "finished_at_unix_s",
     *SETTINGS_COLUMNS, "build_reused", "first_step_traced", "warmup_steps_run", "warmup_stable", "min_measure_s",
-    "timer_disagreement", *DEVICE_STATE_COLUMNS, *ENERGY_COLUMNS, *RUNNER_COLUMNS, *MODEL_SOURCE_COLUMNS,
+    "timer_disagreement", *DEVICE_STATE_COLUMNS, "quiet_wait_s", *ENERGY_COLUMNS, *RUNNER_COLUMNS, *MODEL_SOURCE_COLUMNS,
+    # The budget of the sequential design the run was made under (its verdict's looks), 0 for a fixed number of runs.
+    "max_repetitions",
 )
 # A run that ran out of memory is stored as a summary row of its configuration with these.
 FAILURE_COLUMNS = ("status", "error_code", "error")
 
 # --- the store's other frames --------------------------------------------------------------------------------------
 
-# fwbench calibrate: one noise floor per configuration and framework.
-CALIBRATION_COLUMNS = (*CONFIG_COLUMNS, "framework", "runs", "aa_ratio", "aa_ci_low", "aa_ci_high", "noise_floor")
+# fwbench calibrate: one noise floor per configuration and framework; flagged: why its runs were not on a quiet
+# device ("" when they were), which decides whether a comparison applies it (analyse.floors).
+CALIBRATION_COLUMNS = (
+    *CONFIG_COLUMNS, "framework", "runs", "aa_ratio", "aa_ci_low", "aa_ci_high", "noise_floor", "flagged",
+    "calibrated_at_unix_s",
+)
 # fwbench max-batch: one search per runner and configuration.
 MAX_BATCH_KEY_COLUMNS = ("model", "model_options", "mode", "input_shape", "precision", "device", "runner")
 MAX_BATCH_COLUMNS = (
@@ -109,8 +120,10 @@ COMPARISON_COLUMNS = (
     "framework_version", "container_image", *SETTINGS_COLUMNS, "status", "runs", "failed_runs", "steps",
     "median_step_ms", "p5_step_ms", "p95_step_ms", "run_spread", "ms_per_sample", "throughput_samples_per_s",
     "energy_per_sample_j", "mean_power_w", "energy_runs", "energy_status",
-    "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "p_value", "resolvable", "noise_floor",
-    "verdict", "significant", "flagged", "error", *MODEL_SOURCE_COLUMNS, "parity",
+    "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "p_value", "resolvable", "noise_floor", "noise_floor_source",
+    "noise_floor_flagged",
+    "verdict", "significant", "outcome", "max_repetitions", "wall_s", "flagged", "error", *MODEL_SOURCE_COLUMNS,
+    "parity",
 )
 SCALING_COLUMNS = (
     *SCALING_KEY_COLUMNS, "runner", "runner_name", "strategy", "world_size", "nodes", "runs", "throughput_samples_per_s",

@@ -1,0 +1,86 @@
+"""Noise floors: what `fwbench calibrate` stores for a configuration and framework, and which floor a comparison of
+that configuration applies.
+
+A calibration remembers whether its runs were on a quiet device (`flagged`: why not, from the runs' device_flags,
+"" when they were). The rule, per configuration and framework: a floor calibrated on a quiet device is applied, the
+largest where there are several, and a flagged one beside it is not; a flagged floor is applied only where no quiet
+one exists, and then every verdict it judged says so. Why apply it at all: load between an A/A pair's runs widens
+its interval, so a busy host's floor is mostly the larger one, and applying it errs towards "no significant
+difference", the safe side for a verdict; dropping it would call differences this host was never shown to resolve.
+Over a configuration's frameworks the largest applied floor counts (a difference must clear every runner's noise).
+Each comparison row says which floor it applied (noise_floor_source) and why that one was flagged.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import NamedTuple
+
+import pandas as pd
+
+from ..store.schema import CALIBRATION_COLUMNS, CONFIG_COLUMNS
+from . import stats
+
+
+class Floor(NamedTuple):
+    value: float  # NaN where none applies
+    source: str  # which calibration: "calibrated 2026-11-26 on torch, 6 runs per instance", or "none"
+    flagged: str  # why the applied calibration's runs were not quiet; "" for a quiet one, or none
+
+
+NO_FLOOR = Floor(math.nan, "none", "")
+
+
+def calibration_row(config: dict, framework: str, comparison: stats.Comparison, flagged: str = "",
+                    calibrated_at_unix_s: float = math.nan) -> dict:
+    """What `fwbench calibrate` stores for one configuration and framework (schema.CALIBRATION_COLUMNS): with why
+    its runs were not quiet (comparison.flag_summary), and when it ran."""
+    row = {
+        **{c: config[c] for c in CONFIG_COLUMNS}, "framework": framework,
+        "runs": min(comparison.runs_faster, comparison.runs_slower), "aa_ratio": comparison.ratio,
+        "aa_ci_low": comparison.ci_low, "aa_ci_high": comparison.ci_high, "noise_floor": stats.noise_floor(comparison),
+        "flagged": flagged, "calibrated_at_unix_s": calibrated_at_unix_s,
+    }
+    return {column: row[column] for column in CALIBRATION_COLUMNS}
+
+
+def _source(row: pd.Series) -> str:
+    at = pd.to_numeric(row.get("calibrated_at_unix_s"), errors="coerce")
+    when = time.strftime("%Y-%m-%d", time.gmtime(float(at))) if pd.notna(at) else "(date not recorded)"
+    runs = pd.to_numeric(row.get("runs"), errors="coerce")
+    return f"calibrated {when} on {row['framework']}" + (f", {int(runs)} runs per instance" if pd.notna(runs) else "")
+
+
+def noise_floors(calibration: pd.DataFrame) -> dict[tuple, Floor]:
+    """(configuration..., framework) -> the floor a comparison applies to it, by the rule above. `calibration` is
+    normalised (comparison.normalised); rows from before calibrations were flagged count as quiet."""
+    if calibration.empty or "noise_floor" not in calibration:
+        return {}
+    frame = calibration.assign(
+        noise_floor=pd.to_numeric(calibration["noise_floor"], errors="coerce"),
+        flagged=calibration["flagged"].fillna("").astype(str) if "flagged" in calibration else "",
+    ).dropna(subset=["noise_floor"]).reset_index(drop=True)
+    floors = {}
+    for key, group in frame.groupby([*CONFIG_COLUMNS, "framework"], sort=False):
+        quiet, busy = group[group["flagged"] == ""], group[group["flagged"] != ""]
+        if len(quiet):
+            chosen = quiet.loc[quiet["noise_floor"].idxmax()]
+            aside = f"; not applied: {len(busy)} calibration(s) on a busy host" if len(busy) else ""
+            floors[key] = Floor(float(chosen["noise_floor"]), _source(chosen) + aside, "")
+        else:
+            chosen = busy.loc[busy["noise_floor"].idxmax()]
+            floors[key] = Floor(float(chosen["noise_floor"]), f"{_source(chosen)}, on a busy host "
+                                f"({chosen['flagged']}): applied, as no quiet calibration exists", chosen["flagged"])
+    return floors
+
+
+def config_floor(floors: dict[tuple, Floor], config: tuple, frameworks) -> Floor:
+    """The floor a configuration's verdicts apply: the largest of its frameworks' floors."""
+    known = [floors[(*config, f)] for f in frameworks if (*config, f) in floors]
+    return max(known, key=lambda floor: floor.value) if known else NO_FLOOR
+
+
+def busy_floor_note(floor: Floor) -> str:
+    """What a verdict judged with a flagged floor adds; "" for a quiet floor or none."""
+    return f"; noise floor calibrated on a busy host ({floor.flagged})" if floor.flagged else ""

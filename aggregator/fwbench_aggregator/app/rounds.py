@@ -1,0 +1,98 @@
+"""Repetitions as the evidence needs them (`--repetitions auto`): counterbalanced rounds of one run per runner, a look
+after each (analyse.sequential, through the same comparison rows every table reads), and a stop as soon as every
+runner's verdict against the fastest is settled, the budget of runs is spent, or the time budget is.
+
+A fixed number of runs is the same loop without the looks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Optional
+
+import pandas as pd
+from fwbench.runner.v1 import runner_pb2 as pb
+
+from ..analyse import stats
+from ..analyse.comparison import comparison_rows
+from ..base.progress import Progress
+from ..run.client import RunnerFailure, RunResult
+from ..run.connection import Transport
+from ..run.execute import run_all
+from ..run.gate import Gate
+from ..store import records
+
+
+@dataclass(frozen=True)
+class Repetitions:
+    """A fixed number of runs per runner, or (fixed None) as many as the verdict needs within the budgets."""
+
+    fixed: Optional[int] = None
+    max_runs: int = 20
+    time_budget_s: Optional[float] = None  # the configuration's, over every runner's runs
+
+    @property
+    def auto(self) -> bool:
+        return self.fixed is None
+
+    @property
+    def budget(self) -> int:
+        return self.max_runs if self.auto else int(self.fixed)
+
+
+@dataclass
+class Rounds:
+    results: list[RunResult] = field(default_factory=list)
+    failures: list[RunnerFailure] = field(default_factory=list)
+    stopped: str = ""  # under auto, why the rounds ended: stop_reason's, "time budget" or "one runner left"
+
+
+def stop_reason(rows: pd.DataFrame, runs: int, max_runs: int) -> str:
+    """Why the rounds end after this look ("settled": every verdict against the fastest called a difference or
+    equivalence; "run budget"; "futile": at the runs' spread the whole budget would most likely leave a verdict
+    unresolved, or could not resolve even a twofold difference), or "" while any verdict would look again."""
+    outcomes = set(rows.loc[(rows["status"] == "ok") & (rows["outcome"] != ""), "outcome"])
+    if not outcomes or "continue" in outcomes:
+        return ""
+    if outcomes <= {"different", "equivalent"}:
+        return "settled"
+    return "run budget" if runs >= max_runs else "futile"
+
+
+def run_rounds(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], transport: Transport,
+               repetitions: Repetitions, calibration: Optional[pd.DataFrame], min_effect: float,
+               cooldown_s: float = 0.0, on_result: Callable[[RunResult], None] = lambda run: None,
+               rendezvous_port: Optional[int] = None, progress: Progress = Progress(),
+               clock: Callable[[], float] = time.monotonic, gate: Optional[Gate] = None) -> Rounds:
+    """The runs of one configuration on every runner: all at once where the number is fixed, else round by round
+    until the comparison rows say every verdict is settled, or a budget ends them."""
+    rounds = Rounds()
+    if not repetitions.auto or len(endpoints) < 2:
+        # Nothing to compare with one runner: the fewest runs a figure over runs needs.
+        count = repetitions.budget if not repetitions.auto else stats.MIN_REPETITIONS
+        rounds.results, rounds.failures = run_all(endpoints, requests, transport, count, cooldown_s, on_result,
+                                                  rendezvous_port, progress, gate=gate)
+        return rounds
+    started = clock()
+    alive = dict(endpoints)
+    for number in range(repetitions.max_runs):
+        runs, failures = run_all(alive, requests, transport, 1, cooldown_s, on_result, rendezvous_port, progress,
+                                 first_repetition=number, gate=gate)
+        rounds.results += runs
+        rounds.failures += failures
+        for failure in failures:
+            alive.pop(failure.runner, None)
+        if len(alive) < 2:
+            rounds.stopped = "one runner left"
+            return rounds
+        summary = records.summary_frame("rounds", rounds.results, [], repetitions.max_runs)
+        rows = comparison_rows(summary, records.steps_frame("rounds", rounds.results), calibration, min_effect)
+        rounds.stopped = stop_reason(rows, number + 1, repetitions.max_runs)
+        if rounds.stopped:
+            return rounds
+        if repetitions.time_budget_s is not None and clock() - started >= repetitions.time_budget_s:
+            rounds.stopped = "time budget"
+            return rounds
+    rounds.stopped = "run budget"
+    return rounds

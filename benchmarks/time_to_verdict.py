@@ -1,0 +1,117 @@
+"""Time to a verdict: each configuration of a grid compared twice, side by side in one run, with a fixed number of
+runs (6 per runner, the old default) and with `--repetitions auto` (rounds until the verdict is settled); prints each
+one's verdict, outcome, runs and wall time, then the totals: settled verdicts and time, auto against fixed.
+
+With --aa, the two runners are two instances of one framework (A/A): any "different" outcome is a false verdict,
+and the runs used and the smallest difference resolved say what auto costs where there is nothing to find.
+
+    .venvs/aggregator/bin/python benchmarks/time_to_verdict.py                  # torch against tensorflow, CPU grid
+    .venvs/aggregator/bin/python benchmarks/time_to_verdict.py --aa torch       # torch against itself
+    # GPU: two runners already running (../shared/gpu/on_gpu.sh starts a and b)
+    python benchmarks/time_to_verdict.py --grid gpu --runner a=127.0.0.1:50051 --runner b=127.0.0.1:50052
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+from fwbench_aggregator.app.compare import CompareRequest, compare
+from fwbench_aggregator.app.rounds import Repetitions
+from fwbench_aggregator.app.runners import RunnerChoice
+from fwbench_aggregator.base.vocabulary import Mode, Precision
+from fwbench_aggregator.plan.spec import RunSpec
+from fwbench_aggregator.run.connection import EMBEDDED, Transport
+from fwbench_aggregator.run.launch import default_venvs
+from fwbench_aggregator.run.runners import start_embedded
+
+GRIDS = {
+    # Small CPU configurations: differences from a few percent to several-fold between torch and TensorFlow.
+    "cpu": [("resnet18", "train", 4, "3x64x64"), ("resnet18", "infer", 8, "3x64x64"),
+            ("mobilenet_v2", "train", 8, "3x64x64"), ("mobilenet_v2", "infer", 8, "3x64x64"),
+            ("lstm_lm", "train", 8, "seq=32"), ("lstm_lm", "infer", 8, "seq=32")],
+    "gpu": [("resnet50", "train", 64, None), ("resnet50", "infer", 1, None), ("bert_base", "infer", 16, "seq=128"),
+            ("resnet50", "infer", 256, None)],
+}
+FIXED = 6
+
+
+def verdict_of(rows) -> tuple[str, str, int]:
+    """The non-fastest row's verdict and outcome (the first, with more than two runners), and the runs per runner."""
+    ran = rows[rows["status"] == "ok"]
+    judged = ran[ran["outcome"] != ""]
+    if judged.empty:
+        return "no verdict", "", int(ran["runs"].min()) if len(ran) else 0
+    row = judged.iloc[0]
+    return str(row["verdict"]), str(row["outcome"]), int(ran["runs"].min())
+
+
+def one(spec: RunSpec, choice: RunnerChoice, repetitions: Repetitions, out: Path) -> tuple[str, str, int, float]:
+    started = time.monotonic()
+    result = compare(CompareRequest(spec, choice, repetitions=repetitions, out=out, store=out / "store"))
+    elapsed = time.monotonic() - started
+    if result.rows.empty:
+        return "failed: " + "; ".join(f.message for f in result.failures), "", 0, elapsed
+    return (*verdict_of(result.rows), elapsed)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grid", choices=GRIDS, default="cpu")
+    parser.add_argument("--frameworks", default="torch,tensorflow", help="the two embedded runners to compare")
+    parser.add_argument("--aa", metavar="FRAMEWORK", help="compare two instances of this framework instead (A/A)")
+    parser.add_argument("--runner", action="append", default=[], help="NAME=HOST:PORT, twice: runners already running")
+    parser.add_argument("--max-repetitions", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--min-measure-s", type=float, default=1.0)
+    parser.add_argument("--configurations", type=int, help="only the grid's first N")
+    args = parser.parse_args()
+    grid = GRIDS[args.grid][: args.configurations]
+    totals = {"fixed": [0.0, 0, 0, 0], "auto": [0.0, 0, 0, 0]}  # seconds, settled, runs, false verdicts
+    with ExitStack() as stack, TemporaryDirectory() as scratch:
+        transport: Transport = EMBEDDED
+        if args.runner:
+            given = tuple(args.runner)
+        elif args.aa:
+            first, _ = start_embedded([args.aa], default_venvs(), Path(scratch) / "logs-a", stack)
+            second, _ = start_embedded([args.aa], default_venvs(), Path(scratch) / "logs-b", stack)
+            given = (f"{args.aa}-a={first[args.aa]}", f"{args.aa}-b={second[args.aa]}")
+        else:
+            started, failures = start_embedded(args.frameworks.split(","), default_venvs(), Path(scratch) / "logs", stack)
+            if failures:
+                print("; ".join(f.message for f in failures), file=sys.stderr)
+                return 1
+            given = tuple(f"{name}={address}" for name, address in started.items())
+        choice = RunnerChoice(given, transport=transport)
+        print(f"{'configuration':<30} {'design':<6} {'runs':>4} {'time s':>7}  outcome     verdict")
+        for number, (model, mode, batch, shape) in enumerate(grid):
+            spec = RunSpec(model, Mode(mode), batch, shape, Precision.fp32, warmup=args.warmup, steps=args.steps,
+                           min_measure_s=args.min_measure_s)
+            designs = [("fixed", Repetitions(FIXED)), ("auto", Repetitions(None, args.max_repetitions))]
+            # Alternated, so that a host drifting over the study favours neither design.
+            for name, repetitions in designs if number % 2 == 0 else designs[::-1]:
+                verdict, outcome, runs, seconds = one(spec, choice, repetitions, Path(scratch) / f"{number}-{name}")
+                total = totals[name]
+                total[0] += seconds
+                total[1] += outcome in ("different", "equivalent")
+                total[2] += runs
+                total[3] += bool(args.aa) and outcome == "different"
+                label = f"{model} {mode} b{batch}" + (f" {shape}" if shape else "")
+                print(f"{label:<30} {name:<6} {runs:>4} {seconds:>7.1f}  {outcome or '-':<11} {verdict}", flush=True)
+    print()
+    for name, (seconds, settled, runs, false) in totals.items():
+        line = f"{name:<6} total {seconds:7.1f} s, {settled} of {len(grid)} settled, {runs} runs per runner in all"
+        print(line + (f", {false} false verdicts (A/A)" if args.aa else ""))
+    fixed_s, auto_s = totals["fixed"][0], totals["auto"][0]
+    if fixed_s > 0:
+        print(f"auto / fixed time: {auto_s / fixed_s:.2f} ({1 - auto_s / fixed_s:.0%} of the fixed design's time saved)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
