@@ -134,3 +134,33 @@ def test_a_sweep_under_best_searches_each_point_once_and_a_resume_keeps_the_stor
     assert len(summary[summary["profile"] == "best-search"]) == len(searched)
     assert sorted(ResultStore(tmp_path / "store").run_keys()) == keys
     assert summary[summary["profile"] == "best"].groupby("runner")["layout"].nunique().eq(1).all()
+
+
+class _Runner:
+    """A runner that takes onnxruntime with channels_first images only, as PyTorch's does."""
+
+    def check_run(self, request):
+        from fwbench.runner.v1 import runner_pb2 as pb
+        from fwbench_aggregator.run.client import RunnerFailure
+        layout = request.layout or pb.LAYOUT_CHANNELS_LAST
+        if request.compilation == pb.COMPILATION_ONNXRUNTIME and layout != pb.LAYOUT_CHANNELS_FIRST:
+            raise RunnerFailure("torch", "INVALID_ARGUMENT", "onnxruntime takes channels_first images only")
+        if request.compilation in (pb.COMPILATION_XLA, pb.COMPILATION_GRAPH):
+            raise RunnerFailure("torch", "INVALID_ARGUMENT", "not a PyTorch compilation")
+        return pb.ResolvedConfig(layout=layout, compilation=request.compilation or pb.COMPILATION_EAGER,
+                                 cudnn_autotune=pb.SWITCH_OFF)
+
+
+def test_a_value_that_needs_another_value_of_an_earlier_setting_is_still_a_candidate():
+    from fwbench.runner.v1 import runner_pb2 as pb
+    from fwbench_aggregator.app.best import BestChoice, _values
+    channels_last = pb.RunRequest(model="resnet18", layout=pb.LAYOUT_CHANNELS_LAST)
+    choice = BestChoice("torch", channels_last, ())
+    found = _values(_Runner(), channels_last, "compilation", choice, ("layout",))
+    onnx = [request for key, request in found.items() if ("compilation", "onnxruntime") in key]
+    assert len(onnx) == 1 and onnx[0].layout == pb.LAYOUT_CHANNELS_FIRST
+    assert [(s, v) for s, v, _ in choice.refused] == [("compilation", "graph"), ("compilation", "xla")]
+    # Where the user fixed the layout, nothing else is tried: onnxruntime is refused with the runner's reason.
+    fixed = BestChoice("torch", channels_last, (), fixed=["layout"])
+    assert not any(("compilation", "onnxruntime") in key for key in _values(_Runner(), channels_last, "compilation", fixed))
+    assert ("compilation", "onnxruntime", "onnxruntime takes channels_first images only") in fixed.refused

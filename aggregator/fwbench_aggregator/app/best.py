@@ -100,21 +100,36 @@ def _settings(resolved: pb.ResolvedConfig) -> tuple[tuple[str, str], ...]:
                  if getattr(resolved, name))
 
 
-def _values(client: RunnerClient, request: pb.RunRequest, setting: str, choice: BestChoice
+def _checked(client, request: pb.RunRequest) -> tuple[pb.ResolvedConfig | None, str]:
+    """The runner's resolution of `request`, or None and its reason where it refuses it."""
+    try:
+        return client.check_run(request), ""
+    except RunnerFailure as failure:
+        if failure.code not in REFUSALS:
+            raise
+        return None, failure.message
+
+
+def _values(client, request: pb.RunRequest, setting: str, choice: BestChoice, searched_before: tuple[str, ...] = ()
             ) -> dict[tuple[tuple[str, str], ...], pb.RunRequest]:
     """Each value of `setting` the runner accepts with the other settings as `request` has them, keyed by the
-    settings it resolves to; the refusals go to `choice`."""
+    settings it resolves to; the refusals go to `choice`. A value refused with the settings chosen so far is tried
+    with the other values of the settings searched before it: one setting at a time would miss a value that needs
+    another (PyTorch's onnxruntime takes channels_first images only)."""
     accepted = {}
     for name, number in SEARCHED[setting].items():
         if number == 0:
             continue
         variant = _with(request, setting, number)
-        try:
-            resolved = client.check_run(variant)
-        except RunnerFailure as failure:
-            if failure.code not in REFUSALS:
-                raise
-            choice.refused.append((setting, to_text(SEARCHED[setting], number), failure.message))
+        resolved, reason = _checked(client, variant)
+        alternatives = ((other, value) for other in searched_before for _, value in SEARCHED[other].items() if value)
+        for other, value in alternatives if resolved is None else ():
+            resolved, _ = _checked(client, _with(variant, other, value))
+            if resolved is not None:
+                variant = _with(variant, other, value)
+                break
+        if resolved is None:
+            choice.refused.append((setting, to_text(SEARCHED[setting], number), reason))
             continue
         accepted.setdefault(_settings(resolved), variant)
     return accepted
@@ -140,8 +155,9 @@ def search(endpoints: dict[str, str], transport: Transport, baselines: dict[str,
             if setting in choice.fixed or name in {f.runner for f in result.failures}:
                 continue
             try:
+                before = tuple(s for s in list(SEARCHED)[:list(SEARCHED).index(setting)] if s not in choice.fixed)
                 with RunnerClient(name, jobs.addresses_of(endpoints[name])[0], transport) as client:
-                    options[name] = _values(client, current[name], setting, choice)
+                    options[name] = _values(client, current[name], setting, choice, before)
             except RunnerFailure as failure:  # unreachable: the comparison names it, the others search on
                 result.failures.append(failure)
                 continue
