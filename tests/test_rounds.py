@@ -82,3 +82,9 @@ def test_a_number_of_repetitions_runs_exactly_that_and_a_bad_one_is_refused(tmp_
     assert set(table["runs"]) == {4} and set(table["max_repetitions"]) == {0} and "runs: " not in done.stdout
     refused = fwbench("compare", *QUICK, "--repetitions", "often", "--runner", f"fast={fast}")
     assert refused.returncode == 2 and "accepted values: auto, or a number of runs" in " ".join(refused.stderr.split())
+
+
+def test_a_comparison_where_nothing_ran_prints_no_rounds_line():
+    from fwbench_aggregator.present.terminal import print_rounds
+    print_rounds(pd.DataFrame(), "one runner left")  # every runner failed: no rows, no columns
+    print_rounds(pd.DataFrame({"status": ["failed"], "runs": [0], "wall_s": [float("nan")]}), "one runner left")

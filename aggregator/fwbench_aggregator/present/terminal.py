@@ -267,8 +267,10 @@ def print_calibrations(calibrations: Sequence, title: str, store: Path) -> None:
 
 def print_rounds(rows: pd.DataFrame, stopped: str) -> None:
     """Under --repetitions auto, how many runs the verdict took and why the rounds ended."""
+    if not stopped or rows.empty:
+        return
     ran = rows[rows["status"] == "ok"]
-    if not stopped or ran.empty:
+    if ran.empty:
         return
     why = {"settled": "the verdict was settled", "run budget": "the run budget (--max-repetitions) was spent",
            "futile": "at these runs' spread the whole budget would most likely leave the verdict unresolved",
