@@ -30,7 +30,7 @@ from ..run.connection import Transport
 from ..run.execute import run_all
 from ..run.gate import Gate
 from .medians import medians_by_runner
-from .preflight import REFUSALS
+from .preflight import resolved_or_refusal, with_setting
 
 # The settings searched, in order, each with the contract's enum of its values.
 SEARCHED = {"layout": pb.Layout, "compilation": pb.Compilation, "cudnn_autotune": pb.Switch}
@@ -88,26 +88,9 @@ class SearchResult:
     failures: list[RunnerFailure] = field(default_factory=list)
 
 
-def _with(request: pb.RunRequest, setting: str, number: int) -> pb.RunRequest:
-    variant = pb.RunRequest()
-    variant.CopyFrom(request)
-    setattr(variant, setting, number)
-    return variant
-
-
 def _settings(resolved: pb.ResolvedConfig) -> tuple[tuple[str, str], ...]:
     return tuple((name, to_text(enum, getattr(resolved, name))) for name, enum in SEARCHED.items()
                  if getattr(resolved, name))
-
-
-def _checked(client, request: pb.RunRequest) -> tuple[pb.ResolvedConfig | None, str]:
-    """The runner's resolution of `request`, or None and its reason where it refuses it."""
-    try:
-        return client.check_run(request), ""
-    except RunnerFailure as failure:
-        if failure.code not in REFUSALS:
-            raise
-        return None, failure.message
 
 
 def _values(client, request: pb.RunRequest, setting: str, choice: BestChoice, searched_before: tuple[str, ...] = ()
@@ -120,13 +103,13 @@ def _values(client, request: pb.RunRequest, setting: str, choice: BestChoice, se
     for name, number in SEARCHED[setting].items():
         if number == 0:
             continue
-        variant = _with(request, setting, number)
-        resolved, reason = _checked(client, variant)
+        variant = with_setting(request, setting, number)
+        resolved, reason = resolved_or_refusal(client, variant)
         alternatives = ((other, value) for other in searched_before for _, value in SEARCHED[other].items() if value)
         for other, value in alternatives if resolved is None else ():
-            resolved, _ = _checked(client, _with(variant, other, value))
+            resolved, _ = resolved_or_refusal(client, with_setting(variant, other, value))
             if resolved is not None:
-                variant = _with(variant, other, value)
+                variant = with_setting(variant, other, value)
                 break
         if resolved is None:
             choice.refused.append((setting, to_text(SEARCHED[setting], number), reason))

@@ -26,7 +26,7 @@ from ..run.client import RunnerClient, RunnerFailure, RunResult
 from ..run.execute import run_all
 from ..store import records
 from .medians import medians_by_runner
-from .preflight import REFUSALS, checked
+from .preflight import checked, resolved_or_refusal, with_setting
 from .runners import RunnerChoice, runners_for
 
 # Each factor: the request field it sets and the contract's enum of its values (threads: a count, the intra-op
@@ -79,13 +79,6 @@ def _entry(runner: str, factor: str = "", value: str = "") -> str:
     return f"{runner}/{BASELINE}" if not factor else f"{runner}/{factor}={value}"
 
 
-def _variant(request: pb.RunRequest, factor: str, number: int) -> pb.RunRequest:
-    variant = pb.RunRequest()
-    variant.CopyFrom(request)
-    setattr(variant, THREADS_FIELD if factor == "threads" else factor, number)
-    return variant
-
-
 def _values(factor: str, resolved: pb.ResolvedConfig) -> tuple[str, list[tuple[str, int]]]:
     """The factor's value in the baseline, as text, and each other value to try, (text, number): every other value
     of an enum; for threads, one thread, half the baseline's and twice it (oversubscribed where the baseline uses
@@ -104,13 +97,10 @@ def _candidates(client: RunnerClient, baseline: pb.RunRequest, resolved: pb.Reso
     for factor in factors:
         current, values = _values(factor, resolved)
         for value, number in values:
-            request = _variant(baseline, factor, number)
-            try:
-                client.check_run(request)
-            except RunnerFailure as failure:
-                if failure.code not in REFUSALS:
-                    raise
-                refused.append(FactorEffect(client.name, factor, current, value, not_supported=failure.message))
+            request = with_setting(baseline, THREADS_FIELD if factor == "threads" else factor, number)
+            resolved_variant, reason = resolved_or_refusal(client, request)
+            if resolved_variant is None:
+                refused.append(FactorEffect(client.name, factor, current, value, not_supported=reason))
                 continue
             accepted[(factor, value)] = request
     return accepted, refused

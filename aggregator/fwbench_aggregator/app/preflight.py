@@ -17,6 +17,25 @@ from .errors import UsageError
 REFUSALS = {"INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND", "OUT_OF_RANGE"}
 
 
+def with_setting(request: pb.RunRequest, field: str, value: int) -> pb.RunRequest:
+    """A copy of `request` with one field set: a variant to ask a runner about."""
+    variant = pb.RunRequest()
+    variant.CopyFrom(request)
+    setattr(variant, field, value)
+    return variant
+
+
+def resolved_or_refusal(client: RunnerClient, request: pb.RunRequest) -> tuple[pb.ResolvedConfig | None, str]:
+    """The runner's resolution of `request`, or None and its reason where it refuses it; any other failure (an
+    unreachable runner) is raised."""
+    try:
+        return client.check_run(request), ""
+    except RunnerFailure as failure:
+        if failure.code not in REFUSALS:
+            raise
+        return None, failure.message
+
+
 def check_all(endpoints: Mapping[str, str], transport: Transport, requests: Sequence[tuple[str, pb.RunRequest]],
               what: str) -> tuple[list[pb.ResolvedConfig | None], list[RunnerFailure]]:
     """Each (runner, request)'s resolved configuration (None where the runner is too old to answer CheckRun, or could
