@@ -418,6 +418,50 @@ def test_out_of_memory_then_a_normal_run(stub):
     assert summary_of(events).measured_steps == MEASURED
 
 
+# --- serving scenarios ----------------------------------------------------------
+
+# A small load each runner serves in a second or two on a small CPU: server's 30 queries support p50 and p90
+# (5 and 29 queries needed) but not p99 (299).
+SCENARIOS = {
+    "single_stream": pb.Serving(scenario=pb.SCENARIO_SINGLE_STREAM, query_count=6),
+    "server": pb.Serving(scenario=pb.SCENARIO_SERVER, target_qps=20.0, query_count=30, batch_timeout_ms=5.0),
+    "offline": pb.Serving(scenario=pb.SCENARIO_OFFLINE, query_count=5),
+}
+PERCENTILES = {"p50_latency_s": 0.5, "p90_latency_s": 0.9, "p99_latency_s": 0.99}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_every_scenario_is_served_with_per_query_latencies_and_percentiles_the_queries_support(stub, scenario):
+    asked = SCENARIOS[scenario]
+    events = run_events(stub, run_request(serving=asked))
+    config = of_kind(events, "config")[0]
+    assert config.serving.scenario == asked.scenario and config.serving.query_count == asked.query_count
+    batches = of_kind(events, "queries")
+    assert [b.first_index for b in batches] == [sum(len(b.latency_s) for b in batches[:i]) for i in range(len(batches))]
+    latency_s = [x for b in batches for x in b.latency_s]
+    queue_s = [x for b in batches for x in b.queue_s]
+    assert len(latency_s) == len(queue_s) == asked.query_count
+    assert all(0.0 <= queued < latency for queued, latency in zip(queue_s, latency_s))
+    served = summary_of(events).serving
+    assert served.scenario == asked.scenario and served.query_count == asked.query_count
+    assert served.achieved_qps == pytest.approx(asked.query_count / served.duration_s)
+    samples = asked.query_count * (BATCH if scenario == "single_stream" else 1)
+    assert served.throughput_samples_per_s == pytest.approx(samples / served.duration_s)
+    assert served.mean_latency_s == pytest.approx(statistics.fmean(latency_s))
+    assert max(latency_s) <= served.duration_s + 1e-9
+    measured_steps = [s for s in step_timings(events) if not s.warmup]
+    assert served.mean_batch_queries == pytest.approx(asked.query_count / len(measured_steps))
+    assert 1.0 <= served.mean_batch_queries <= (1 if scenario == "single_stream" else BATCH)
+    for field, quantile in PERCENTILES.items():
+        supported = scenario != "offline" and asked.query_count >= math.ceil(math.log(0.05) / math.log(quantile))
+        assert served.HasField(field) == supported, (field, dict(served.reasons))
+        if supported:
+            percentiles = statistics.quantiles(latency_s, n=100, method="inclusive")  # numpy's default
+            assert getattr(served, field) == pytest.approx(percentiles[round(quantile * 100) - 1])
+        else:
+            assert served.reasons[field]
+
+
 # --- sharing a device, cancelling --------------------------------------------
 
 

@@ -209,3 +209,19 @@ class RecordingReader(DeviceStateReader):
     def close(self):
         self.log.append("close")
         super().close()
+
+
+def test_a_scenario_run_measures_energy_per_real_sample_padding_excluded(monkeypatch):
+    import fwbench_core.service as service_module
+    from fwbench_core.spec import Scenario, Serving
+
+    monkeypatch.setattr(service_module, "source_for", lambda ref: ConstantPowerSource(None))
+    service = RunnerService(FakeBackend(step_time_s=0.005))
+    # Queries arrive ~10 ms apart and a batch of 2 starts at once (no timeout): most steps serve one, padded.
+    serving = Serving(Scenario.SERVER, target_qps=100.0, query_count=150, arrival_seed=3)
+    events = list(service.run(small(serving=serving, idle_baseline_s=0.6), lambda: False))
+    summary = events[-1]
+    assert summary.serving.sample_count == 150 < 2 * summary.measured_steps
+    assert summary.energy.energy_per_sample_j == pytest.approx(summary.energy.energy_j / 150)
+    # The measured window covers the queries (from the scenario's start, before the first arrival), to a sample.
+    assert summary.energy.window_s >= summary.serving.duration_s - 0.1

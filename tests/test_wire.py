@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fwbench.runner.v1 import runner_pb2 as pb
 import pytest
 
@@ -10,9 +12,13 @@ from fwbench_core.backend import MemoryReading
 from fwbench_core.device_state import DeviceState
 from fwbench_core.errors import InvalidArgument
 from fwbench_core.fake import FakeBackend
-from fwbench_core.spec import Compilation, DeviceKind, Layout, Mode, Phase, Precision, Profile, Strategy, Switch, Task
+from fwbench_core.spec import (
+    Compilation, DeviceKind, Layout, Mode, Phase, Precision, Profile, Scenario, Serving, Strategy, Switch, Task,
+)
+from fwbench_core.serving import QueryBatch, ServingSummary
 from fwbench_core.timing import Summary
 
+from support.core import resolve_request
 from support.wire_bytes import delimited_field, varint, varint_field
 
 
@@ -27,6 +33,7 @@ CORE_TO_PROTO = {
     Switch: (pb.Switch, "SWITCH"),
     Strategy: (pb.Strategy, "STRATEGY"),
     Profile: (pb.Profile, "PROFILE"),
+    Scenario: (pb.Scenario, "SCENARIO"),
 }
 
 
@@ -112,3 +119,35 @@ def test_every_value_a_32_bit_field_holds_passes():
     ).SerializeToString()
     # A negative enum travels as a 64-bit varint: it fits its field.
     assert decoding.overflowing_field(data + varint_field(2, 2**64 - 1), pb.RunRequest.DESCRIPTOR) is None
+
+
+def test_a_serving_run_crosses_the_wire_with_unsupported_percentiles_unset():
+    info = FakeBackend().runner_info()
+    serving = ServingSummary(
+        Scenario.SERVER, query_count=30, sample_count=30, duration_s=1.5, achieved_qps=20.0,
+        throughput_samples_per_s=20.0, mean_latency_s=0.01, mean_batch_queries=1.25, target_qps=20.0,
+        p50_latency_s=0.009, p90_latency_s=0.0, reasons={"p99_latency_s": "30 queries cannot support p99"},
+    )
+    summary = Summary(24, 1.0, 1.0, 1.0, 2.0, MemoryReading(None, "n/a"), 0.5, 10.0, 11.0, serving=serving)
+    message = wire.event_to_wire(summary, info).summary.serving
+    assert message.scenario == pb.SCENARIO_SERVER and message.query_count == 30 and message.mean_batch_queries == 1.25
+    assert message.p50_latency_s == 0.009
+    assert message.HasField("p90_latency_s") and message.p90_latency_s == 0.0  # a figure of zero is a figure
+    assert not message.HasField("p99_latency_s") and dict(message.reasons) == serving.reasons
+    assert not wire.event_to_wire(replace(summary, serving=None), info).summary.HasField("serving")
+    queries = wire.event_to_wire(QueryBatch((0.5, 0.25), (0.0, 0.125), 40), info).queries
+    assert (list(queries.latency_s), list(queries.queue_s), queries.first_index) == ([0.5, 0.25], [0.0, 0.125], 40)
+
+
+def test_serving_requests_from_the_wire_and_resolved_back():
+    base = dict(model="resnet18", mode=pb.MODE_INFER, batch_size=2, seed=7)
+    assert wire.run_request_from_wire(pb.RunRequest(**base)).serving is None
+    asked = pb.Serving(scenario=pb.SCENARIO_SERVER, target_qps=50.0, batch_timeout_ms=2.0)
+    request = wire.run_request_from_wire(pb.RunRequest(**base, serving=asked))
+    assert request.serving == Serving(Scenario.SERVER, target_qps=50.0, batch_timeout_ms=2.0)
+    config = resolve_request(request)
+    resolved = wire.config_to_wire(config, FakeBackend().runner_info()).serving
+    assert (resolved.scenario, resolved.target_qps, resolved.batch_timeout_ms) == (pb.SCENARIO_SERVER, 50.0, 2.0)
+    assert resolved.arrival_seed == 7 and resolved.query_count == config.serving.query_count >= 300
+    plain = resolve_request(replace(request, serving=None))
+    assert not wire.config_to_wire(plain, FakeBackend().runner_info()).HasField("serving")

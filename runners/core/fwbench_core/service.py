@@ -37,7 +37,8 @@ from .spec import (
     RunnerInfo,
     RunRequest,
 )
-from .timing import Progress, StepBatch, Summary, time_steps, with_device_state
+from .serving import QueryBatch
+from .timing import Progress, StepBatch, Summary, samples_processed, time_steps, with_device_state
 from .validation import resolve, resolve_model_config, resolve_reference
 
 LOCK_POLL_S = 0.1
@@ -69,7 +70,7 @@ class PowerBatch:
     samples: tuple[PowerSample, ...]
 
 
-RunEvent = Union[Resolved, Progress, StepBatch, PowerBatch, Summary]
+RunEvent = Union[Resolved, Progress, StepBatch, QueryBatch, PowerBatch, Summary]
 
 # The run's phases as the power sampler tags its readings.
 POWER_PHASES = {Phase.WARMUP: PowerPhase.WARMUP, Phase.MEASURE: PowerPhase.MEASURE, Phase.DONE: PowerPhase.AFTER}
@@ -225,7 +226,7 @@ class RunnerService:
 
     def run(self, request: RunRequest, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
         config = self.check(request)
-        total = config.warmup_steps + config.measured_steps
+        total = config.progress_total
         with self.work_limit.admit():
             # Every device of the run, in one fixed order so that two runs never wait for each other; CPU
             # workers share the one CPU, so every cpu:N takes the cpu:0 lock.
@@ -369,7 +370,7 @@ class RunnerService:
                     yield PowerBatch(tuple(sampler.drain()))
                     energy = energy_summary(
                         samples,
-                        samples_processed=config.batch_size * event.measured_steps,
+                        samples_processed=samples_processed(config, event),
                         source_reasons=sampler.reasons,
                     )
                     event = replace(event, energy=replace(energy, missed_slots=sampler.missed_slots))

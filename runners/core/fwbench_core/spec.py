@@ -76,6 +76,14 @@ class Strategy(enum.Enum):
     MULTI_WORKER_MIRRORED = "multi_worker_mirrored"  # tf MultiWorkerMirroredStrategy: one process per runner
 
 
+class Scenario(enum.Enum):
+    """How inference queries reach the model (MLPerf Inference LoadGen's scenarios)."""
+
+    SINGLE_STREAM = "single_stream"  # one query of batch_size samples at a time, each when the previous completes
+    SERVER = "server"                # one-sample queries arriving as a seeded Poisson process, dynamically batched
+    OFFLINE = "offline"              # every query at once, in batches of batch_size
+
+
 class Task(enum.Enum):
     VISION = "vision"
     NLP = "nlp"
@@ -192,6 +200,21 @@ class WorkerPlace:
 class WarmupUntilStable:
     cv_threshold: float
     window: int = 5
+
+
+@dataclass(frozen=True)
+class Serving:
+    """The load of an inference run under a scenario. As requested, 0 means the default; as resolved (RunConfig),
+    query_count and arrival_seed are filled in."""
+
+    scenario: Scenario | None  # None only as requested: a serving message that names no scenario
+    target_qps: float = 0.0  # server: the mean arrival rate
+    query_count: int = 0
+    batch_timeout_ms: float = 0.0  # server with batch_size > 1: the longest the oldest query waits for a batch
+    arrival_seed: int = 0
+    # single_stream with the default count: query_count is a minimum, and the queries last at least this long too
+    # (how long a query takes is only known by running it). Resolved only; never on the wire.
+    min_duration_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -318,6 +341,7 @@ class RunRequest:
     reuse_key: str = ""  # keep the workload for a next run with this key; "": build afresh, keep nothing
     end_reuse: bool = False  # the last run under reuse_key: free the workload afterwards
     profile: Profile | None = None
+    serving: Serving | None = None  # None: back-to-back steps
 
 
 @dataclass(frozen=True)
@@ -352,10 +376,16 @@ class RunConfig:
     end_reuse: bool = False
     profile: Profile = Profile.EQUAL
     tf32: Tf32 | None = None  # None: the device has no TF32
+    serving: Serving | None = None  # None: back-to-back steps
 
     @property
     def head(self) -> Head:
         return self.model.head(self.model_options)
+
+    @property
+    def progress_total(self) -> int:
+        """What a run's progress counts to: warm-up steps, then measured steps or, under a scenario, queries."""
+        return self.warmup_steps + (self.serving.query_count if self.serving else self.measured_steps)
 
     def reuses(self, kept: RunConfig) -> bool:
         """Whether this run may step the workload kept from run `kept`: the same non-empty reuse key, and the
@@ -366,7 +396,7 @@ class RunConfig:
             batch_size=self.batch_size, warmup_steps=self.warmup_steps, measured_steps=self.measured_steps,
             warmup_until_stable=self.warmup_until_stable, min_measure_s=self.min_measure_s,
             power_sample_rate_hz=self.power_sample_rate_hz, idle_baseline_s=self.idle_baseline_s,
-            end_reuse=self.end_reuse,
+            end_reuse=self.end_reuse, serving=self.serving,
         )
         return replace(kept, **measurement) == self
 

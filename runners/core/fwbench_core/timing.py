@@ -11,6 +11,7 @@ from .backend import MemoryReading, Workload
 from .device_state import DeviceState, device_flags
 from .errors import Cancelled
 from .power import EnergySummary
+from .serving import Clock, QueryBatch, ScenarioRun, ServingSummary, SystemClock
 from .spec import DeviceRef, Mode, Phase, RunConfig, WarmupUntilStable
 from .validation import MAX_MEASURED_STEPS
 
@@ -69,6 +70,12 @@ class Summary:
     straggler_spread: float | None = None  # median (slowest - fastest rank) / slowest over measured steps
     build_reused: bool = False  # stepped a workload kept from the previous run (RunRequest.reuse_key)
     first_step_traced: bool = False  # the first step traced or compiled the step function for this input shape
+    serving: ServingSummary | None = None  # set for a run under a scenario
+
+
+def samples_processed(config: RunConfig, summary: Summary) -> int:
+    """Real samples the measured phase served: under a scenario its queries' (padding excluded)."""
+    return summary.serving.sample_count if summary.serving else config.batch_size * summary.measured_steps
 
 
 def with_device_state(summary: Summary, ref: DeviceRef, before: DeviceState, after: DeviceState) -> Summary:
@@ -150,6 +157,40 @@ def _agree(workload: Workload, config: RunConfig, phase_ends: bool, cancel: bool
     return ends == config.place.world_size
 
 
+class _StepTimer:
+    """Runs steps, each timed from its start until the device finished it, and keeps their samples until flushed."""
+
+    def __init__(
+        self, workload: Workload, config: RunConfig, clock: Callable[[], float], build_started_s: float
+    ) -> None:
+        self._step = workload.train_step if config.mode is Mode.TRAIN else workload.infer_step
+        self._synchronize = workload.synchronize
+        self._device_time_s = workload.device_time_s
+        self._clock = clock
+        self._build_started_s = build_started_s
+        self.index = 0
+        self.pending: list[StepSample] = []
+        self.time_to_first_step_s = 0.0
+        self.last_end_s = 0.0
+
+    def run(self, warmup: bool) -> StepSample:
+        start_s = self._clock()
+        self._step()
+        self._synchronize()
+        end_s = self._clock()
+        sample = StepSample(self.index, warmup, start_s, end_s - start_s, self._device_time_s())
+        if self.index == 0:
+            self.time_to_first_step_s = end_s - self._build_started_s
+        self.pending.append(sample)
+        self.index += 1
+        self.last_end_s = end_s
+        return sample
+
+    def flush(self) -> StepBatch:
+        batch, self.pending = StepBatch(tuple(self.pending)), []
+        return batch
+
+
 def time_steps(
     workload: Workload,
     config: RunConfig,
@@ -158,75 +199,90 @@ def time_steps(
     started_at_unix_s: float,
     cancelled: Callable[[], bool],
     clock: Callable[[], float] = time.perf_counter,
-) -> Iterator[StepBatch | Progress | Summary]:
-    """Warm up (by count, or until stable within that count), then measure (at least measured_steps and
-    at least min_measure_s), yielding batches of timings, progress and the summary."""
-    step = workload.train_step if config.mode is Mode.TRAIN else workload.infer_step
-    synchronize = workload.synchronize
-    device_time_s = workload.device_time_s
+    serving_clock: Clock | None = None,
+) -> Iterator[StepBatch | QueryBatch | Progress | Summary]:
+    """Warm up (by count, or until stable within that count), then measure: at least measured_steps and at least
+    min_measure_s, or under a scenario its queries (the waits between them on `serving_clock`, by default real
+    sleeps on `clock`). Yields batches of timings, progress and the summary."""
+    timer = _StepTimer(workload, config, clock, build_started_s)
     warmup_cap, target, min_measure_s = config.warmup_steps, config.measured_steps, config.min_measure_s
     rule = config.warmup_until_stable
-    total = warmup_cap + target
+    total = config.progress_total
     warmup_times: list[float] = []
     measured: list[float] = []
     device_times: list[float] = []
     measured_s = 0.0
-    pending: list[StepSample] = []
-    time_to_first_step_s = 0.0
     warming = warmup_cap > 0
     yield Progress(Phase.WARMUP if warming else Phase.MEASURE, 0, total)
     last_flush_s = clock()
-    index = 0
     # Ends once the measuring phase has, as every rank agreed for a distributed run.
     measuring_ends = False
     while not measuring_ends:
-        if len(measured) >= MAX_MEASURED_STEPS:
+        # Under a scenario, its queries are the measuring phase.
+        if len(measured) >= MAX_MEASURED_STEPS or (config.serving is not None and not warming):
             break
         # A distributed run's ranks learn of a cancellation together, in the agreement after a step: one that
         # stopped here alone would leave the others waiting in the next step's collective.
         if config.place is None and cancelled():
-            raise Cancelled(f"run of {config.model.name} cancelled by the client after {index} steps")
-        start_s = clock()
-        step()
-        synchronize()
-        end_s = clock()
-        step_time_s = end_s - start_s
-        device_s = device_time_s()
-        if index == 0:
-            time_to_first_step_s = end_s - build_started_s
-        pending.append(StepSample(index, warming, start_s, step_time_s, device_s))
-        index += 1
+            raise Cancelled(f"run of {config.model.name} cancelled by the client after {timer.index} steps")
+        sample = timer.run(warming)
         if warming:
-            warmup_times.append(step_time_s)
+            warmup_times.append(sample.step_time_s)
             phase_ends = len(warmup_times) >= warmup_cap or is_stable(warmup_times, rule)
         else:
-            measured.append(step_time_s)
-            measured_s += step_time_s
-            if device_s is not None:
-                device_times.append(device_s)
+            measured.append(sample.step_time_s)
+            measured_s += sample.step_time_s
+            if sample.device_time_s is not None:
+                device_times.append(sample.device_time_s)
             phase_ends = len(measured) >= target and measured_s >= min_measure_s
         if config.place is not None:
-            phase_ends = _agree(workload, config, phase_ends, cancelled(), index)
-        if phase_ends or end_s - last_flush_s >= FLUSH_INTERVAL_S:
-            yield StepBatch(tuple(pending))
-            pending = []
+            phase_ends = _agree(workload, config, phase_ends, cancelled(), timer.index)
+        if phase_ends or timer.last_end_s - last_flush_s >= FLUSH_INTERVAL_S:
+            yield timer.flush()
             measuring_ends = phase_ends and not warming
             warming = warming and not phase_ends
             if not measuring_ends:
-                total = max(total, index + 1)
-                yield Progress(Phase.WARMUP if warming else Phase.MEASURE, index, total)
+                total = max(total, timer.index + 1)
+                yield Progress(Phase.WARMUP if warming else Phase.MEASURE, timer.index, total)
             last_flush_s = clock()
-    if pending:
-        yield StepBatch(tuple(pending))
+    done = timer.index
+    serving = None
+    if config.serving is not None:
+        def run_batch() -> tuple[float, float]:
+            sample = timer.run(False)
+            measured.append(sample.step_time_s)
+            if sample.device_time_s is not None:
+                device_times.append(sample.device_time_s)
+            return sample.start_s, timer.last_end_s
+
+        scenario = ScenarioRun(
+            config.serving, config.batch_size, run_batch, serving_clock or SystemClock(clock), cancelled
+        )
+        # Timings and latencies leave between queries, at most every FLUSH_INTERVAL_S.
+        for queries_done in scenario.batches():
+            if timer.last_end_s - last_flush_s >= FLUSH_INTERVAL_S:
+                yield timer.flush()
+                yield scenario.take()
+                # single_stream's default count is a minimum: it may run past the total.
+                total = max(total, len(warmup_times) + queries_done)
+                yield Progress(Phase.MEASURE, len(warmup_times) + queries_done, total)
+                last_flush_s = clock()
+        serving = scenario.summary()
+        done = len(warmup_times) + serving.query_count
+    if timer.pending:
+        yield timer.flush()
+    if serving is not None and (queries := scenario.take()) is not None:
+        yield queries
     finished_at_unix_s = time.time()
-    yield Progress(Phase.DONE, index, max(total, index))
-    yield summarize(
+    yield Progress(Phase.DONE, done, max(total, done))
+    summary = summarize(
         config,
         measured,
         workload.peak_memory(),
-        time_to_first_step_s,
+        timer.time_to_first_step_s,
         started_at_unix_s,
         finished_at_unix_s,
         warmup_times,
         device_times,
     )
+    yield summary if serving is None else replace(summary, serving=serving)

@@ -18,11 +18,12 @@ from .errors import InvalidArgument
 from .plugins import PluginReport
 from .power import EnergySummary, PowerPhase, PowerSample
 from .service import PowerBatch, Resolved, RunEvent
+from .serving import QueryBatch, ServingSummary
 from .sysinfo import manifest_options
 from .spec import (
     Cluster, Compilation, Device, DeviceKind, DeviceRef, Layout, Mode, ModelConfig, ModelReport, ModelSpec, Phase,
-    Precision, Profile, ReferenceReport, ReferenceRequest, RunConfig, RunnerInfo, RunRequest, Strategy, Switch, Task,
-    WarmupUntilStable,
+    Precision, Profile, ReferenceReport, ReferenceRequest, RunConfig, RunnerInfo, RunRequest, Scenario, Serving,
+    Strategy, Switch, Task, WarmupUntilStable,
 )
 from .timing import Progress, StepBatch, Summary
 
@@ -40,6 +41,7 @@ _PROTO_ENUMS = {
     Switch: (pb.Switch, "SWITCH"),
     Strategy: (pb.Strategy, "STRATEGY"),
     Profile: (pb.Profile, "PROFILE"),
+    Scenario: (pb.Scenario, "SCENARIO"),
 }
 
 
@@ -211,6 +213,46 @@ def cluster_to_wire(cluster: Cluster) -> pb.Cluster:
     return pb.Cluster(node_rank=cluster.node_rank, node_count=cluster.node_count, endpoints=cluster.endpoints)
 
 
+def _serving_from_wire(request: pb.RunRequest) -> Serving | None:
+    if not request.HasField("serving"):
+        return None
+    s = request.serving
+    return Serving(
+        scenario=enum_from_wire(Scenario, s.scenario, "serving.scenario"),
+        target_qps=s.target_qps,
+        query_count=s.query_count,
+        batch_timeout_ms=s.batch_timeout_ms,
+        arrival_seed=s.arrival_seed,
+    )
+
+
+def serving_to_wire(serving: Serving) -> pb.Serving:
+    return pb.Serving(
+        scenario=enum_to_wire(serving.scenario),
+        target_qps=serving.target_qps,
+        query_count=serving.query_count,
+        batch_timeout_ms=serving.batch_timeout_ms,
+        arrival_seed=serving.arrival_seed,
+    )
+
+
+def serving_summary_to_wire(summary: ServingSummary) -> pb.ServingSummary:
+    message = pb.ServingSummary(
+        scenario=enum_to_wire(summary.scenario),
+        query_count=summary.query_count,
+        duration_s=summary.duration_s,
+        achieved_qps=summary.achieved_qps,
+        throughput_samples_per_s=summary.throughput_samples_per_s,
+        mean_latency_s=summary.mean_latency_s,
+        mean_batch_queries=summary.mean_batch_queries,
+        reasons=summary.reasons,
+        target_qps=summary.target_qps,
+    )
+    percentiles = ("p50_latency_s", "p90_latency_s", "p99_latency_s")
+    _optional_fields(message, {name: getattr(summary, name) for name in percentiles})
+    return message
+
+
 def run_request_from_wire(request: pb.RunRequest) -> RunRequest:
     device = None
     if request.HasField("device"):
@@ -244,6 +286,7 @@ def run_request_from_wire(request: pb.RunRequest) -> RunRequest:
         reuse_key=request.reuse_key,
         end_reuse=request.end_reuse,
         profile=enum_from_wire(Profile, request.profile, "profile"),
+        serving=_serving_from_wire(request),
     )
 
 
@@ -326,6 +369,10 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
                 ]
             )
         )
+    if isinstance(event, QueryBatch):
+        return pb.RunEvent(
+            queries=pb.QueryLatencies(latency_s=event.latency_s, queue_s=event.queue_s, first_index=event.first_index)
+        )
     if isinstance(event, PowerBatch):
         return pb.RunEvent(power=pb.PowerSamples(samples=[power_sample_to_wire(s) for s in event.samples]))
     if isinstance(event, Progress):
@@ -362,6 +409,8 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
             summary.device_before.CopyFrom(device_state_to_wire(event.device_before))
         if event.device_after is not None:
             summary.device_after.CopyFrom(device_state_to_wire(event.device_after))
+        if event.serving is not None:
+            summary.serving.CopyFrom(serving_summary_to_wire(event.serving))
         return pb.RunEvent(summary=summary)
     raise TypeError(f"no wire form for {type(event).__name__}")
 
@@ -404,4 +453,5 @@ def config_to_wire(c: RunConfig, info: RunnerInfo, parameter_count: int = 0) -> 
         model_content_hash=c.model.source.content_hash,
         profile=enum_to_wire(c.profile),
         tf32=c.tf32.value if c.tf32 else "",
+        serving=serving_to_wire(c.serving) if c.serving else None,
     )
