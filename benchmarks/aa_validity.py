@@ -5,7 +5,11 @@ verdict was wrong; then the share of wrong verdicts, with and without the noise 
 
 Each configuration runs two rounds, each in counterbalanced order (A B B A ...): a calibration round
 gives the noise floor as `fwbench calibrate` does, and a second, independent round gives the verdict as
-`fwbench compare` would with that floor stored.
+`fwbench compare` would with that floor stored: a fixed number of runs (--repetitions N), or under
+--repetitions auto as many as the sequential design needs (analyse.sequential: a look after every round, within
+--max-repetitions; its calibration round takes the fixed design's default number). --compare-designs runs both
+verdict rounds on every configuration and prints, for each design, the wrong verdicts, the median runs used and
+the smallest difference resolved, side by side.
 
     # CPU (the embedded runners; starts two instances of --framework):
     .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu
@@ -19,6 +23,8 @@ gives the noise floor as `fwbench calibrate` does, and a second, independent rou
     .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu --models-dir examples/models --models tiny_cnn
     # A distributed run against itself: two DDP workers per instance
     .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu --devices cpu:0,cpu:1 --strategy ddp
+    # The sequential design against the fixed one, on the same configurations
+    .venvs/aggregator/bin/python benchmarks/aa_validity.py --grid cpu --compare-designs --repetitions 6
     # GPU (two runners already running, e.g. ../shared/gpu/on_gpu.sh starts a and b):
     python benchmarks/aa_validity.py --grid gpu --runner a=127.0.0.1:50051 --runner b=127.0.0.1:50052
 """
@@ -34,11 +40,14 @@ import uuid
 from contextlib import ExitStack
 from pathlib import Path
 from tempfile import TemporaryDirectory
+from typing import NamedTuple, Optional
 
 import numpy as np
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench_aggregator.run import jobs
 from fwbench_aggregator.analyse import stats
+from fwbench_aggregator.analyse.sequential import DEFAULT_MAX_RUNS, Decision, SequentialPlan, look
+from fwbench_aggregator.run.execute import run_all
 from fwbench_aggregator.plan.spec import DEFAULT_REPETITIONS, StartupSettings
 from fwbench_aggregator.plan import spec as plan
 from fwbench_aggregator.store import records as results
@@ -47,7 +56,7 @@ from fwbench_aggregator.run.client import RunnerFailure, RunResult
 from fwbench_aggregator.run.connection import EMBEDDED
 from fwbench_aggregator.app.calibrate import run_medians_by_runner
 from fwbench_aggregator.app.medians import medians_by_runner
-from fwbench_aggregator.plan.study import counterbalanced
+from fwbench_aggregator.plan.study import AUTO, counterbalanced
 from fwbench_aggregator.run.runners import start_embedded
 from fwbench_aggregator.run.launch import default_venvs
 from fwbench_aggregator.base.vocabulary import Compilation, Mode, Precision, Profile, Strategy
@@ -109,7 +118,13 @@ def main() -> int:
     parser.add_argument("--compilation", choices=list(Compilation.__members__), help="default: the runner's own")
     parser.add_argument("--profile", choices=list(Profile.__members__), default="equal",
                         help="how the settings left unset are chosen (docs/usage.md#profiles)")
-    parser.add_argument("--repetitions", type=int, default=DEFAULT_REPETITIONS)
+    parser.add_argument("--repetitions", type=repetitions_value, default=DEFAULT_REPETITIONS, metavar="auto|N",
+                        help=f"runs per instance per round, or auto: the sequential design (default {DEFAULT_REPETITIONS})")
+    parser.add_argument("--max-repetitions", type=int, default=DEFAULT_MAX_RUNS,
+                        help="under auto: the most runs per instance of a verdict round")
+    parser.add_argument("--compare-designs", action="store_true",
+                        help="both verdict rounds on every configuration: the fixed --repetitions N (default "
+                             f"{DEFAULT_REPETITIONS}) and auto, side by side")
     parser.add_argument("--min-measure-s", type=float, default=plan.DEFAULT_MIN_MEASURE_S)
     parser.add_argument("--warmup", type=int, default=plan.DEFAULT_WARMUP)
     parser.add_argument("--steps", type=int, default=plan.DEFAULT_STEPS)
@@ -122,6 +137,13 @@ def main() -> int:
     args = parser.parse_args()
     if args.reuse_builds and not args.sweep_order:
         parser.error("--reuse-builds needs --sweep-order: a build is shared by one repetition's batch sizes")
+    auto = args.repetitions == AUTO
+    fixed = DEFAULT_REPETITIONS if auto else args.repetitions  # the calibration round's, and the fixed design's
+    designs = ["fixed", "auto"] if args.compare_designs else ["auto" if auto else "fixed"]
+    if "auto" in designs and args.sweep_order:
+        parser.error("--repetitions auto looks after every round of one configuration: give --sweep-order a number")
+    if not stats.MIN_REPETITIONS <= args.max_repetitions <= plan.MAX_REPETITIONS:
+        parser.error(f"--max-repetitions {args.max_repetitions}: accepted: {stats.MIN_REPETITIONS} to {plan.MAX_REPETITIONS}")
     grid = GRIDS[args.grid]
     models = (args.models or grid["models"]).split(",")
     batch_sizes = [int(b) for b in (args.batch_sizes or grid["batch_sizes"]).split(",")]
@@ -145,11 +167,14 @@ def main() -> int:
         order = (f", sweep order with {'reused' if args.reuse_builds else 'fresh'} builds" if args.sweep_order
                  else ", each batch size on its own with fresh builds")
         compiled = (f", {args.compilation}" if args.compilation else "") + f", {args.profile} profile"
-        print(f"A/A {args.grid} grid{where}: {args.mode}{compiled}, {args.repetitions} runs per instance per round, "
-              f"windows of at least {args.min_measure_s} s and {args.steps} steps{order}")
-        header = f"{'configuration':<34} {'a ms':>8} {'b ms':>8} {'ratio':>6} {'99% interval':>15} {'resolves':>8} {'floor':>7}  verdict"
+        runs = " and ".join(f"{fixed} runs" if d == "fixed" else f"auto (at most {args.max_repetitions})" for d in designs)
+        print(f"A/A {args.grid} grid{where}: {args.mode}{compiled}, {runs} per instance per verdict round, "
+              f"{fixed} per calibration round, windows of at least {args.min_measure_s} s and {args.steps} steps{order}")
+        header = (f"{'configuration':<40} {'a ms':>8} {'b ms':>8} {'ratio':>6} {'99% interval':>15} {'resolves':>8} "
+                  f"{'floor':>7} {'runs':>4}  verdict")
         print(header)
-        outcomes = []
+        outcomes: dict[str, list[Outcome]] = {design: [] for design in designs}
+        took_s = {design: 0.0 for design in designs}
         started = time.perf_counter()
         for model, precision in itertools.product(models, precisions):
             requests = {
@@ -163,60 +188,134 @@ def main() -> int:
                 ).to_request()
                 for batch_size in batch_sizes
             }
-            # Per batch size, both rounds: each instance's run medians, and the runs.
-            rounds: dict[int, list[Round]] = {batch_size: [] for batch_size in batch_sizes}
-            failed = []
-            for _ in range(2):
-                if args.sweep_order:
-                    by_batch, failed = sweep_round(twins, requests, args.repetitions, args.reuse_builds)
-                else:
-                    by_batch = {}
-                    for batch_size, request in requests.items():
-                        done, medians, failed = run_medians_by_runner(twins, EMBEDDED, request, args.repetitions)
-                        if failed:
-                            break
-                        by_batch[batch_size] = (medians, done)
+            # A sweep's order runs a round of every batch size at once: the calibration round, then the verdict's.
+            swept, failed = [], None
+            for _ in range(2 if args.sweep_order else 0):
+                by_batch, failed = sweep_round(twins, requests, fixed, args.reuse_builds)
+                swept.append(by_batch)
+            for batch_size, request in requests.items():
                 if failed:
                     break
-                for batch_size, outcome in by_batch.items():
-                    rounds[batch_size].append(outcome)
+                label = f"{model} b{batch_size} {precision}"
+                _, calibration, failed = round_of(twins, request, fixed, swept[0][batch_size] if swept else None)
+                if failed:
+                    break
+                floor = stats.noise_floor(stats.compare("a", calibration["a"], "b", calibration["b"]))
+                for design in designs:
+                    began = time.perf_counter()
+                    if design == "fixed":
+                        done, medians, failed = round_of(twins, request, fixed, swept[1][batch_size] if swept else None)
+                        if not failed:
+                            outcomes[design].append(judge(f"{label} fixed", floor, medians, results.steps_frame("aa", done)))
+                    else:
+                        plan_ = SequentialPlan(max_runs=args.max_repetitions, noise_floor=floor)
+                        decision, medians, failed = sequential_round(twins, request, plan_)
+                        if not failed:
+                            outcomes[design].append(judge_sequential(f"{label} auto", decision, medians))
+                    took_s[design] += time.perf_counter() - began
+                    if failed:
+                        break
+                if failed:
+                    break
             if failed:
                 print(f"{model} {precision:<28} failed: {failed[0].code}: {failed[0].message[:80]}")
-                continue
-            for batch_size in batch_sizes:
-                (calibration, _), (verdict_round, done) = rounds[batch_size]
-                label = f"{model} b{batch_size} {precision}"
-                outcomes.append(judge(label, calibration, verdict_round, results.steps_frame("aa", done)))
-        if not outcomes:
+        if not any(outcomes.values()):
             return 1
-        wrong = sum(v.significant for v, _, _, _ in outcomes)
-        wrong_without_floor = sum(w.significant for _, w, _, _ in outcomes)
-        wrong_pooled = sum(p for _, _, _, p in outcomes)
-        floors = sorted(f for _, _, f, _ in outcomes if not math.isnan(f))
-        resolvable = sorted(v.resolvable for v, _, _, _ in outcomes)
-        n = len(outcomes)
-        print(f"\nwrong verdicts: {wrong} of {n} ({wrong / n:.1%}); without the noise floor: {wrong_without_floor} of {n} "
-              f"({wrong_without_floor / n:.1%}); the old pooled-steps statistic on the same runs: {wrong_pooled} of {n} "
-              f"({wrong_pooled / n:.1%})")
-        floor_text = (f"median {floors[len(floors) // 2]:.1%}, range {floors[0]:.1%} to {floors[-1]:.1%}" if floors
-                      else f"not measured (a floor needs {stats.MIN_REPETITIONS} runs per instance)")
-        print(f"noise floor: {floor_text}; "
-              f"smallest difference the runs resolve: median {resolvable[len(resolvable) // 2]:.1%}, "
-              f"range {resolvable[0]:.1%} to {resolvable[-1]:.1%}")
+        for design in designs:
+            summarise(design, outcomes[design], took_s[design])
         print(f"wall time {time.perf_counter() - started:.0f} s")
     return 0
 
 
-def judge(label: str, calibration: dict[str, list[float]], verdict_round: dict[str, list[float]], steps) -> tuple:
-    """The noise floor from the calibration round, the verdict of the second with and without it, and the old
-    pooled-steps statistic on the second round's steps; printed as one row."""
-    floor = stats.noise_floor(stats.compare("a", calibration["a"], "b", calibration["b"]))
+class Outcome(NamedTuple):
+    wrong: bool  # a difference called between instances of one runner
+    runs: int  # per instance
+    resolvable: float  # the smallest difference these runs resolve
+    floor: float
+    wrong_without_floor: Optional[bool] = None  # the fixed design only: the verdict had no floor been stored
+    wrong_pooled: Optional[bool] = None  # the fixed design only: the old pooled-steps statistic on the same steps
+
+
+def repetitions_value(text: str) -> str | int:
+    if text == AUTO:
+        return AUTO
+    if not text.isdigit() or not 1 <= int(text) <= plan.MAX_REPETITIONS:
+        raise argparse.ArgumentTypeError(f"{text!r}: accepted values: auto, or a number of runs from 1 to "
+                                         f"{plan.MAX_REPETITIONS}")
+    return int(text)
+
+
+def round_of(twins: dict[str, str], request: pb.RunRequest, repetitions: int, swept: Optional[Round]
+             ) -> tuple[list[RunResult], dict[str, list[float]], list[RunnerFailure]]:
+    """One round of a fixed number of runs per instance: run now, or this batch size's of a sweep-order round."""
+    if swept is None:
+        return run_medians_by_runner(twins, EMBEDDED, request, repetitions)
+    medians, done = swept
+    return done, medians, []
+
+
+def sequential_round(twins: dict[str, str], request: pb.RunRequest, plan_: SequentialPlan
+                     ) -> tuple[Optional[Decision], dict[str, list[float]], list[RunnerFailure]]:
+    """Rounds of one run per instance (counterbalanced across rounds) with a look after each, as compare runs
+    under --repetitions auto, until the look stops."""
+    done: list[RunResult] = []
+    for number in range(plan_.max_runs):
+        runs, failed = run_all(twins, {twin: request for twin in twins}, EMBEDDED, 1, first_repetition=number)
+        if failed:
+            return None, {}, failed
+        done += runs
+        medians = medians_by_runner(done)
+        decision = look(plan_, medians["a"], medians["b"], "a", "b")
+        if decision.stop:
+            break
+    return decision, medians, []
+
+
+def _row(label: str, a_ms: float, b_ms: float, c: stats.Comparison, floor: float, runs: int, verdict: str,
+         wrong: bool) -> None:
+    print(f"{label:<40} {a_ms:8.3f} {b_ms:8.3f} {c.ratio:6.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] {c.resolvable:8.1%} "
+          f"{floor:7.1%} {runs:4d}  {'WRONG: ' if wrong else ''}{verdict}", flush=True)
+
+
+def judge(label: str, floor: float, verdict_round: dict[str, list[float]], steps) -> Outcome:
+    """The fixed design: the verdict of the round with the calibration round's floor and without it, and the old
+    pooled-steps statistic on the round's steps; printed as one row."""
     verdict = stats.compare("a", verdict_round["a"], "b", verdict_round["b"], noise_floor=floor)
     without_floor = stats.compare("a", verdict_round["a"], "b", verdict_round["b"])
     a_ms, b_ms = (stats.geometric_mean(verdict_round[twin]) * 1e3 for twin in ("a", "b"))
-    print(f"{label:<34} {a_ms:8.3f} {b_ms:8.3f} {verdict.ratio:6.3f} [{verdict.ci_low:.3f}, {verdict.ci_high:.3f}] "
-          f"{verdict.resolvable:8.1%} {floor:7.1%}  {'WRONG: ' if verdict.significant else ''}{verdict.verdict}", flush=True)
-    return verdict, without_floor, floor, pooled_steps_says_different(steps)
+    runs = min(len(verdict_round["a"]), len(verdict_round["b"]))
+    _row(label, a_ms, b_ms, verdict, floor, runs, verdict.verdict, verdict.significant)
+    return Outcome(verdict.significant, runs, verdict.resolvable, floor, without_floor.significant,
+                   pooled_steps_says_different(steps))
+
+
+def judge_sequential(label: str, decision: Decision, medians: dict[str, list[float]]) -> Outcome:
+    """The sequential design: the verdict its last look gave; printed as one row."""
+    c = decision.comparison
+    wrong = decision.outcome == "different"
+    a_ms, b_ms = (stats.geometric_mean(medians[twin]) * 1e3 for twin in ("a", "b"))
+    _row(label, a_ms, b_ms, c, decision.plan.noise_floor, decision.runs, decision.verdict, wrong)
+    return Outcome(wrong, decision.runs, c.resolvable, decision.plan.noise_floor)
+
+
+def summarise(design: str, outcomes: list[Outcome], took_s: float) -> None:
+    """A design's wrong verdicts, median runs per instance and smallest difference resolved, and its time."""
+    n = len(outcomes)
+    wrong = sum(o.wrong for o in outcomes)
+    resolved = sorted(o.resolvable for o in outcomes if not math.isnan(o.resolvable))
+    resolved_text = (f"median {np.median(resolved):.1%}, smallest {resolved[0]:.1%}" if resolved
+                     else "none (too few runs)")
+    print(f"\n{design}: wrong verdicts {wrong} of {n} ({wrong / n:.1%}); runs per instance: median "
+          f"{np.median([o.runs for o in outcomes]):g}; difference resolved: {resolved_text}; verdict rounds took "
+          f"{took_s:.0f} s")
+    if design == "fixed":
+        without = sum(bool(o.wrong_without_floor) for o in outcomes)
+        pooled = sum(bool(o.wrong_pooled) for o in outcomes)
+        print(f"  without the noise floor: {without} of {n} ({without / n:.1%}); the old pooled-steps statistic on "
+              f"the same runs: {pooled} of {n} ({pooled / n:.1%})")
+    floors = sorted(o.floor for o in outcomes if not math.isnan(o.floor))
+    print("  noise floor: " + (f"median {np.median(floors):.1%}, range {floors[0]:.1%} to {floors[-1]:.1%}" if floors
+                               else f"not measured (a floor needs {stats.MIN_REPETITIONS} runs per instance)"))
 
 
 if __name__ == "__main__":

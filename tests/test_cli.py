@@ -250,6 +250,26 @@ def test_calibrate_stores_a_noise_floor_that_compare_and_report_use(tmp_path, fa
     assert "noise floor" in (store / "report" / "report.html").read_text()
 
 
+def test_calibrate_to_a_precision_adds_runs_until_the_floor_is_known_to_it(tmp_path, fake_runner, second_fake_runner):
+    from fwbench_aggregator.store.results_store import ResultStore
+    config = ("--batch-size", "2", "--shape", "3x32x32", "--warmup", "0", "--steps", "4", "--min-measure-s", "0",
+              "--runner", f"fake={fake_runner}", "--runner", f"fake={second_fake_runner}")
+    done = fwbench("calibrate", *config, "--floor-precision-pct", "60", "--max-repetitions", "12",
+                   "--store", str(tmp_path / "reached"), columns=200)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (floor,) = ResultStore(tmp_path / "reached").load("calibration").to_dict("records")
+    said = re.search(r"fake: the floor is known to ±(\d+)% of itself after (\d+) runs per instance \(asked: ±60%\)",
+                     " ".join(done.stdout.split()))
+    assert said, done.stdout
+    assert int(said[1]) <= 60 and int(said[2]) == floor["runs"] and 3 <= floor["runs"] < 12
+    # A precision the most runs cannot reach: every run is kept, and the shortfall said plainly.
+    done = fwbench("calibrate", *config, "--floor-precision-pct", "1", "--max-repetitions", "4",
+                   "--store", str(tmp_path / "short"), columns=200)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (floor,) = ResultStore(tmp_path / "short").load("calibration").to_dict("records")
+    assert floor["runs"] == 4 and "after the most runs, 4 per instance, not the ±1% asked" in " ".join(done.stdout.split())
+
+
 def test_calibrate_needs_two_instances_of_each_runner(fake_runner):
     done = fwbench("calibrate", "--runner", f"fake={fake_runner}")
     assert done.returncode == 2

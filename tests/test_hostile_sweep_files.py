@@ -56,7 +56,7 @@ HOSTILE = {
         "batch_sizes", ["more than 1000 entries"]),
     "1000 batch sizes x 1000 shapes": (
         f"models: [resnet18]\nbatch_sizes: {_numbers(1000)}\nshapes: {_shapes(1000)}\n",
-        "max_runs", ["12,000,000 runs", "limit of 10,000", "max_runs", "100,000"]),
+        "max_runs", ["40,000,000 runs", "limit of 10,000", "max_runs", "100,000"]),
     "5000 nested brackets": (
         "models: [resnet18]\nbatch_sizes: " + "[" * 5000 + "1" + "]" * 5000 + "\n",
         "batch_sizes" + "[0]" * 14, ["nested more than 16 levels deep"]),
@@ -127,7 +127,7 @@ def test_the_command_line_shorthands_are_bounded_alike():
     with pytest.raises(SweepError, match=r"^command line: batch_sizes: 2000 values; accepted: at most 1000"):
         sweep_from_options("resnet18", batch_sizes=",".join(map(str, range(1, 2001))))
     start = time.perf_counter()
-    with pytest.raises(SweepError, match=r"^command line: max_runs: the study plans 12,000,000 runs, more than the "
+    with pytest.raises(SweepError, match=r"^command line: max_runs: the study plans 40,000,000 runs, more than the "
                                          r"limit of 10,000"):
         sweep_from_options("resnet18", batch_sizes=",".join(map(str, range(1, 1001))), shapes=_shapes(1000)[1:-1])
     assert time.perf_counter() - start < QUICK_S
@@ -137,16 +137,17 @@ def test_fwbench_sweep_refuses_too_large_a_grid_of_shorthands(tmp_path):
     done = fwbench_in_process("sweep", "--models", "resnet18", "--batch-sizes", ",".join(map(str, range(1, 1001))),
                               "--shapes", "3x32x32,3x64x64", "--store", str(tmp_path / "store"))
     output = " ".join(done.output.split())
-    assert done.exit_code == 2 and "the study plans 24,000 runs, more than the limit of 10,000" in output, output
-    assert "max_runs: 24000 in a sweep file" in output and not (tmp_path / "store").exists()
+    assert done.exit_code == 2 and "the study plans 80,000 runs, more than the limit of 10,000" in output, output
+    assert "max_runs: 80000 in a sweep file" in output and not (tmp_path / "store").exists()
 
 
 def test_max_runs_raises_the_limit_up_to_its_own(tmp_path):
-    grid = f"models: [resnet18]\nbatch_sizes: {_numbers(1000)}\nshapes: [3x32x32, 3x64x64]\n"  # 24,000 runs
-    with pytest.raises(SweepError, match="24,000 runs, more than the limit of 20,000; shrink the grid, or raise the "
-                                         "limit with max_runs: 24000 in a sweep file"):
+    # 80,000 runs: under repetitions auto the grid holds the most a point may take (max_repetitions, 20).
+    grid = f"models: [resnet18]\nbatch_sizes: {_numbers(1000)}\nshapes: [3x32x32, 3x64x64]\n"
+    with pytest.raises(SweepError, match="80,000 runs, more than the limit of 20,000; shrink the grid, or raise the "
+                                         "limit with max_runs: 80000 in a sweep file"):
         load_sweep(_write(tmp_path, grid + "max_runs: 20000\n"))
-    assert load_sweep(_write(tmp_path, grid + "max_runs: 24000\n")).run_count() == 24_000
+    assert load_sweep(_write(tmp_path, grid + "max_runs: 80000\n")).run_count() == 80_000
     with pytest.raises(SweepError, match=r"max_runs: 1000000 is not accepted; accepted: an integer from 1 to 100000"):
         load_sweep(_write(tmp_path, grid + "max_runs: 1000000\n"))
 

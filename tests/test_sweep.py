@@ -11,6 +11,7 @@ from fwbench_aggregator.plan.keys import run_key
 from fwbench_aggregator.plan.spec import DEFAULT_MIN_MEASURE_S, DEFAULT_WARMUP_UNTIL_CV
 from fwbench_aggregator.analyse.stats import MIN_REPETITIONS
 from fwbench_aggregator.plan.spec import DEFAULT_REPETITIONS
+from fwbench_aggregator.plan.study import DEFAULT_MAX_REPETITIONS
 from fwbench_aggregator.plan.study import Configuration
 from fwbench_aggregator.plan.study_file import SweepError, load_sweep, sweep_from_options
 from fwbench_aggregator.base.vocabulary import Mode, Precision
@@ -77,10 +78,13 @@ def test_a_valid_file_expands_counterbalanced(tmp_path):
 
 
 def test_defaults_are_long_enough_windows_and_enough_runs_to_call_a_verdict(tmp_path):
-    configurations = load_sweep(write(tmp_path, "models: [resnet18]\n")).configurations()
+    sweep = load_sweep(write(tmp_path, "models: [resnet18]\n"))
+    configurations = sweep.configurations()
     # Every framework compared by default, in the order aggregator/fwbench_aggregator/base/frameworks.toml lists them, each run
-    # as often as a verdict needs.
-    assert len(configurations) == len(frameworks.default_names()) * DEFAULT_REPETITIONS
+    # as often as a verdict needs: under repetitions auto the grid holds the most a point may take, and the sweep's
+    # looks leave out what its verdict does not need (tests/test_sweep_sequential.py).
+    assert sweep.auto and sweep.max_repetitions == DEFAULT_MAX_REPETITIONS
+    assert len(configurations) == len(frameworks.default_names()) * DEFAULT_MAX_REPETITIONS
     assert DEFAULT_REPETITIONS >= MIN_REPETITIONS
     assert configurations[:len(frameworks.default_names())] == [
         Configuration(name, "resnet18", Mode.train, 32, None, Precision.fp32, None, 0) for name in frameworks.default_names()
@@ -174,7 +178,7 @@ BASE = "models: [resnet18, bert_tiny]\n"
         ("modes: [train, inference]\n", 2, "modes[1]", "unknown mode 'inference' (did you mean infer?); accepted values: train, infer"),
         ("precisions: [fp16]\n", 2, "precisions[0]", "unknown precision 'fp16' (did you mean amp_fp16?); accepted values: fp32, tf32, amp_fp16, amp_bf16"),
         ("devices: [cuda]\n", 2, "devices[0]", "'cuda' is not a device; accepted: cpu, gpu, or gpu:N"),
-        ("repetitions: 0\n", 2, "repetitions", "0 is not accepted; accepted: an integer from 1 to 1000"),
+        ("repetitions: 0\n", 2, "repetitions", "0 is not accepted; accepted values: auto, or a number of runs from 1 to 1000"),
         ("steps: ten\n", 2, "steps", "'ten' is not accepted; accepted: an integer from 1 to 1000000"),
         ("cooldown_s: -1\n", 2, "cooldown_s", "-1 is not accepted; accepted: a number from 0 to 3600"),
         ("min_measure_s: -1\n", 2, "min_measure_s", "-1 is not accepted; accepted: a number from 0 to 86400"),
@@ -188,7 +192,7 @@ BASE = "models: [resnet18, bert_tiny]\n"
         ("reuse_builds: yes please\n", 2, "reuse_builds", "'yes please' is not accepted; accepted: true or false"),
         # Numbers the runners (or the wire, or a sane study) cannot take are refused before any runner starts.
         ("batch_sizes: [16, 4294967296]\n", 2, "batch_sizes[1]", "4294967296 is not a batch size; accepted: integers from 1 to 65536"),
-        ("repetitions: 1000000000\n", 2, "repetitions", "accepted: an integer from 1 to 1000"),
+        ("repetitions: 1000000000\n", 2, "repetitions", "accepted values: auto, or a number of runs from 1 to 1000"),
         ("warmup: 4294967296\n", 2, "warmup", "accepted: an integer from 0 to 10000"),
         ("steps: 18446744073709551616\n", 2, "steps", "accepted: an integer from 1 to 1000000"),
         ("min_measure_s: 1.0e+300\n", 2, "min_measure_s", "accepted: a number from 0 to 86400"),

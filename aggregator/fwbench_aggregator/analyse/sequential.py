@@ -38,10 +38,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+import pandas as pd
 
+from ..plan.study import DEFAULT_MAX_REPETITIONS
 from . import stats
 
-DEFAULT_MAX_RUNS = 20
+DEFAULT_MAX_RUNS = DEFAULT_MAX_REPETITIONS
 # Futility: stop unresolved once the whole budget, at the spread seen so far, could neither state equivalence (even
 # for no difference) nor resolve FUTILITY times the difference seen so far, judged from FUTILITY_RUNS runs (the fixed
 # design's) on: more runs would most likely end unresolved too. It calls nothing, so it spends none of ALPHA; it
@@ -226,7 +228,8 @@ class Decision:
         if c.resolvable > stats.TOO_NOISY:
             return stats.too_noisy_text(self.spread)
         more = self.runs_to_resolve(c.threshold)
-        cost = f"; about {more} more runs per runner would resolve {c.threshold:.1%}" if math.isfinite(more) else ""
+        # None more: these runs resolve the threshold already, and the difference seen lies at it.
+        cost = f"; about {more} more runs per runner would resolve {c.threshold:.1%}" if 0 < more < math.inf else ""
         return f"not resolved after {runs} per runner: these runs resolve {c.resolvable:.1%}{cost}"
 
 
@@ -270,3 +273,68 @@ def simulate(plan: SequentialPlan, run_medians_a: np.ndarray, run_medians_b: np.
         judged = _judge(plan, log_a[going, :n], log_b[going, :n])
         outcome[going], runs[going], ratio[going] = judged.outcome, n, np.exp(judged.difference)
     return outcome, runs, ratio
+
+
+def stop_reason(rows: pd.DataFrame, runs: int, max_runs: int) -> str:
+    """Why a configuration's rounds end after this look ("settled": every verdict against the fastest called a
+    difference or equivalence; "run budget"; "futile": at the runs' spread the whole budget would most likely leave a
+    verdict unresolved, or could not resolve even a twofold difference), or "" while any verdict would look again."""
+    outcomes = set(rows.loc[(rows["status"] == "ok") & (rows["outcome"] != ""), "outcome"])
+    if not outcomes or "continue" in outcomes:
+        return ""
+    if outcomes <= {"different", "equivalent"}:
+        return "settled"
+    return "run budget" if runs >= max_runs else "futile"
+
+
+def unsettled(rows: pd.DataFrame) -> pd.DataFrame:
+    """The verdicts runs made under a sequential design (max_repetitions) left unsettled, each with why: "stopped"
+    (its rounds ended before the rule settled it: a time budget ran out, a runner failed, or the sweep was stopped),
+    "run budget" (max_repetitions spent) or "futile" (at its runs' spread the whole budget would most likely not
+    settle it). Comparison rows (analyse.comparison), those judged against the fastest."""
+    if rows.empty:
+        return rows.assign(why=pd.Series(dtype=object))
+    mine = rows[(rows["status"] == "ok") & (rows["max_repetitions"] > 0)
+                & rows["outcome"].isin(["continue", "unresolved"])]
+    why = np.select([mine["outcome"] == "continue", mine["runs"] >= mine["max_repetitions"]],
+                    ["stopped", "run budget"], "futile")
+    return mine.assign(why=why)
+
+
+
+class FloorPrecision(NamedTuple):
+    """How precisely A/A runs pin their noise floor (stats.noise_floor): the floor, the ends of its interval, and its
+    half-width over the floor (0.2: the floor is known within +-20% of itself)."""
+
+    floor: float
+    low: float
+    high: float
+
+    @property
+    def relative(self) -> float:
+        return (self.high - self.low) / 2 / self.floor if self.floor > 0 else math.inf
+
+
+def floor_precision(run_medians_a: Sequence[float], run_medians_b: Sequence[float]) -> FloorPrecision:
+    """The noise floor of two instances' runs (stats.compare's: the far end of the Welch interval on their log ratio,
+    the instances' offset plus t times the runs' spread over their number) and its own interval at stats.CONFIDENCE.
+
+    The floor's uncertainty is that of the runs' spread, the host's fact more runs pin down: the chi-square interval
+    of the pooled variance of the log run medians (scipy.stats.chi2, n_a + n_b - 2 degrees of freedom), carried
+    through the floor's formula with its offset and t held. (The floor's offset and t shrink as runs are added, at the
+    rate its whole sampling spread does, so an interval of the whole floor would never narrow relative to it.)"""
+    from scipy import stats as scipy_stats
+
+    a, b = np.asarray(run_medians_a, dtype=float), np.asarray(run_medians_b, dtype=float)
+    c = stats.compare("a", a, "b", b)
+    if not c.enough_runs:
+        raise ValueError(f"a floor needs {stats.MIN_REPETITIONS} runs per instance; got {a.size} and {b.size}")
+    floor = stats.noise_floor(c)
+    df = a.size + b.size - 2
+    spread = c.spread
+    if not spread > 0:
+        return FloorPrecision(floor, floor, floor)  # nothing varies: the floor is the offset alone
+    offset = math.log(c.ratio)
+    term = math.log1p(floor) - offset  # t times the spread over the runs: the part the spread scales
+    low, high = (term * math.sqrt(df / scipy_stats.chi2.ppf(q, df)) for q in (1 - stats.ALPHA / 2, stats.ALPHA / 2))
+    return FloorPrecision(floor, math.expm1(offset + low), math.expm1(offset + high))

@@ -1,7 +1,11 @@
 """Calibrate: each runner against a second instance of itself (A/A) for one configuration. The far end of that
 comparison's interval is the noise floor: the smallest difference this host resolves there, stored, and applied by
 every later comparison of the configuration. A floor whose runs were not on a quiet device is stored flagged, and
-applied only where no quiet one exists (analyse.floors); --wait-for-quiet makes each run wait for a quiet host."""
+applied only where no quiet one exists (analyse.floors); --wait-for-quiet makes each run wait for a quiet host.
+
+With a target precision (--floor-precision-pct) the twins run in counterbalanced rounds, one run each, until the
+floor's own interval (analyse.sequential.floor_precision) is within that fraction of the floor, or the most runs
+are spent; each calibration says the precision it reached."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from google.protobuf.json_format import MessageToDict
 from ..analyse import stats
 from ..analyse.comparison import flag_summary, normalised
 from ..analyse.floors import calibration_row
+from ..analyse.sequential import DEFAULT_MAX_RUNS, FloorPrecision, floor_precision
 from ..base.progress import Progress
 from ..plan.keys import run_key
 from ..plan.spec import RunSpec
@@ -43,6 +48,20 @@ class Calibration(NamedTuple):
     row: dict  # analyse.floors.calibration_row: what the store keeps
     comparison: stats.Comparison
     run_spread: float  # the larger of the two instances'
+    precision: Optional[FloorPrecision]  # the floor's own interval; None with too few runs
+    target: Optional["FloorTarget"] = None  # the precision asked for, if any
+
+
+@dataclass(frozen=True)
+class FloorTarget:
+    """Run until the floor's interval half-width is within `precision` of the floor (0.25: +-25%), up to max_runs
+    per instance."""
+
+    precision: float
+    max_runs: int = DEFAULT_MAX_RUNS
+
+    def reached(self, precision: Optional[FloorPrecision]) -> bool:
+        return precision is not None and precision.relative <= self.precision
 
 
 @dataclass
@@ -78,14 +97,42 @@ def run_medians_by_runner(
     return results, medians_by_runner(results), []
 
 
+def precision_of(medians: dict[str, list[float]]) -> Optional[FloorPrecision]:
+    a, b = medians.values()
+    return floor_precision(a, b) if min(len(a), len(b)) >= stats.MIN_REPETITIONS else None
+
+
+def medians_to_precision(
+    twins: dict[str, str], transport: Transport, request: pb.RunRequest, target: FloorTarget,
+    progress: Progress = Progress(), gate: Optional[Gate] = None,
+) -> tuple[list[RunResult], dict[str, list[float]], list[RunnerFailure]]:
+    """run_medians_by_runner in rounds of one run per twin (counterbalanced across rounds), until the floor is known
+    to the target precision or the most runs are spent."""
+    results: list[RunResult] = []
+    for number in range(target.max_runs):
+        runs, failures = run_all(twins, {twin: request for twin in twins}, transport, 1, progress=progress,
+                                 first_repetition=number, gate=gate)
+        results += runs
+        if failures:
+            return results, {}, failures
+        if target.reached(precision_of(medians_by_runner(results))):
+            break
+    return results, medians_by_runner(results), []
+
+
 def calibrate_twins(name: str, addresses: Sequence[str], transport: Transport, request: pb.RunRequest,
                     repetitions: int, results_store: ResultStore, run_id: str, progress: Progress = Progress(),
-                    gate: Optional[Gate] = None) -> tuple[Optional[Calibration], list[RunnerFailure]]:
+                    gate: Optional[Gate] = None, target: Optional[FloorTarget] = None,
+                    ) -> tuple[Optional[Calibration], list[RunnerFailure]]:
     """Two instances of one runner against each other (A/A), and the noise floor that gives, stored with why its
-    runs were not quiet ("" when they were) and what each run waited (the manifest's "passages")."""
+    runs were not quiet ("" when they were) and what each run waited (the manifest's "passages"). With a target,
+    as many runs as the floor's precision needs (medians_to_precision), else `repetitions`."""
     twins = {name: addresses[0], f"{name}-2": addresses[1]}
     gate = gate or Gate()
-    results, medians, failures = run_medians_by_runner(twins, transport, request, repetitions, progress, gate)
+    if target is None:
+        results, medians, failures = run_medians_by_runner(twins, transport, request, repetitions, progress, gate)
+    else:
+        results, medians, failures = medians_to_precision(twins, transport, request, target, progress, gate)
     if failures:
         return None, failures
     comparison = stats.compare(name, medians[name], f"{name}-2", medians[f"{name}-2"])
@@ -99,12 +146,13 @@ def calibrate_twins(name: str, addresses: Sequence[str], transport: Transport, r
                          {"calibration": pd.DataFrame([row])},
                          {**records.manifest(key, results, {twin: request for twin in twins}),
                           "passages": {run: waited for run, waited in passages.items() if waited}})
-    return Calibration(name, row, comparison, max(stats.run_spread(medians[twin]) for twin in twins)), []
+    return Calibration(name, row, comparison, max(stats.run_spread(medians[twin]) for twin in twins),
+                       precision_of(medians), target), []
 
 
 def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Path,
               progress: Progress = Progress(), search_repetitions: int = DEFAULT_SEARCH_REPETITIONS,
-              wait_for_quiet_s: float = 0.0) -> CalibrateResult:
+              wait_for_quiet_s: float = 0.0, target: Optional[FloorTarget] = None) -> CalibrateResult:
     """The noise floor of `spec` for each runner: twins given (each name twice), else two embedded instances of
     each framework started here. Each run holds its device's lock and, with `wait_for_quiet_s`, first waits that
     long at most for a quiet host (run.gate)."""
@@ -138,7 +186,7 @@ def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Pat
                 own = found.choices[name].request
                 progress.note(f"{name}: calibrating at its best settings, {found.choices[name].summary}")
             calibration, failures = calibrate_twins(name, addresses, runners.transport, own, repetitions,
-                                                    results_store, run_id, progress, gate)
+                                                    results_store, run_id, progress, gate, target)
             result.failures += failures
             if calibration is not None:
                 result.calibrations.append(calibration)

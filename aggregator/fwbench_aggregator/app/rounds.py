@@ -16,6 +16,7 @@ from fwbench.runner.v1 import runner_pb2 as pb
 
 from ..analyse import stats
 from ..analyse.comparison import comparison_rows
+from ..analyse.sequential import DEFAULT_MAX_RUNS, stop_reason
 from ..base.progress import Progress
 from ..run.client import RunnerFailure, RunResult
 from ..run.connection import Transport
@@ -29,7 +30,7 @@ class Repetitions:
     """A fixed number of runs per runner, or (fixed None) as many as the verdict needs within the budgets."""
 
     fixed: Optional[int] = None
-    max_runs: int = 20
+    max_runs: int = DEFAULT_MAX_RUNS
     time_budget_s: Optional[float] = None  # the configuration's, over every runner's runs
 
     @property
@@ -46,18 +47,6 @@ class Rounds:
     results: list[RunResult] = field(default_factory=list)
     failures: list[RunnerFailure] = field(default_factory=list)
     stopped: str = ""  # under auto, why the rounds ended: stop_reason's, "time budget" or "one runner left"
-
-
-def stop_reason(rows: pd.DataFrame, runs: int, max_runs: int) -> str:
-    """Why the rounds end after this look ("settled": every verdict against the fastest called a difference or
-    equivalence; "run budget"; "futile": at the runs' spread the whole budget would most likely leave a verdict
-    unresolved, or could not resolve even a twofold difference), or "" while any verdict would look again."""
-    outcomes = set(rows.loc[(rows["status"] == "ok") & (rows["outcome"] != ""), "outcome"])
-    if not outcomes or "continue" in outcomes:
-        return ""
-    if outcomes <= {"different", "equivalent"}:
-        return "settled"
-    return "run budget" if runs >= max_runs else "futile"
 
 
 def run_rounds(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], transport: Transport,

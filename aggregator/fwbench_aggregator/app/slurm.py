@@ -27,6 +27,7 @@ from .report import ReportResult, store_report
 from .study import (
     check_study, pending_runs, refuse_unless_resuming, set_aside_superseded, store_callbacks, stored_summaries,
 )
+from .sweep_rounds import looks_for
 
 
 @dataclass(frozen=True)
@@ -206,9 +207,9 @@ def _run_on_nodes(folder, run_dir, submission, nodes, study, pending, done_befor
 
         pool = Pool(slots, lost, slurm_run.job_context(job_id=record["job_id"], nodes=nodes, submission=submission),
                     submission.rendezvous_port)
-        failures, left, interrupted = run_sweep_on_pool(pending, pool, transport, startup,
-                                                        *store_callbacks(results_store, progress), study.cooldown_s,
-                                                        progress)
+        failures, left, interrupted = run_sweep_on_pool(
+            pending, pool, transport, startup, *store_callbacks(results_store, progress, study.design_budget),
+            study.cooldown_s, progress, looks=looks_for(study, pending, done_before, results_store))
         result.failures = failures
         record["failures"] = [{"runner": f.runner, "code": f.code, "message": f.message} for f in failures]
         record["left"] = [key for key, _ in left]

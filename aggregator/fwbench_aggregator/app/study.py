@@ -1,5 +1,7 @@
 """A study (fwbench sweep): a grid of configurations checked on every runner first, then run one at a time per
-device, each run stored the moment it completes, resumable from the store; then the report over the store."""
+device, each run stored the moment it completes, resumable from the store; then the report over the store. Under
+repetitions auto each point stops once its verdict is settled or its share of the time budget is spent
+(app.sweep_rounds)."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from .errors import UsageError
 from .facts import record_model_facts
 from .report import ReportResult, store_report
 from .runners import RunnerChoice, runners_for
+from .sweep_rounds import PointOutcome, looks_for
 
 Pending = list[tuple[str, Configuration]]
 
@@ -56,6 +59,8 @@ class StudyResult:
     interrupted: Optional[KeyboardInterrupt] = None
     stored: int = 0  # runs the store holds once the study ends
     report: Optional[ReportResult] = None
+    auto: bool = False  # repetitions auto: to_do is the most the points may take
+    unresolved: list[PointOutcome] = field(default_factory=list)  # under auto: the points left unsettled, and why
 
 
 def pending_runs(configurations: Sequence[Configuration], results_store: ResultStore,
@@ -136,9 +141,11 @@ def refuse_changed_plugins(endpoints: dict[str, str], transport: Transport, resu
                     "the plug-in, or run the study into a new --store", "--store")
 
 
-def store_callbacks(results_store: ResultStore, progress: Progress = Progress()) -> tuple[StoreRun, StoreFailure]:
-    """What a study's runs are stored with: a completed run's frames, or its running out of memory, under its key.
-    A key another writer stored first is said, the run kept in the store's duplicates/ (never lost)."""
+def store_callbacks(results_store: ResultStore, progress: Progress = Progress(),
+                    max_repetitions: int = 0) -> tuple[StoreRun, StoreFailure]:
+    """What a study's runs are stored with: a completed run's frames (with the budget of the sequential design it was
+    made under, 0 for a fixed number of runs), or its running out of memory, under its key. A key another writer
+    stored first is said, the run kept in the store's duplicates/ (never lost)."""
 
     def said(write: Callable[[], None]) -> None:
         try:
@@ -147,7 +154,8 @@ def store_callbacks(results_store: ResultStore, progress: Progress = Progress())
             progress.note(str(taken), "warning")
 
     def store(key: str, c: Configuration, run: RunResult, sent: pb.RunRequest, context: dict) -> None:
-        said(lambda: records.store_result(results_store, key, c.key_fields(), run, sent, context))
+        said(lambda: records.store_result(results_store, key, c.key_fields(), run, sent, context,
+                                          max_repetitions=max_repetitions))
 
     def store_failure(key: str, c: Configuration, failure: RunnerFailure, columns: dict, context: dict) -> None:
         said(lambda: records.store_out_of_memory(results_store, key, c.key_fields(), failure, columns, context))
@@ -177,8 +185,9 @@ def _study(request: StudyRequest, progress: Progress) -> StudyResult:
     startup = StartupSettings(models_dirs=request.sweep.models_dirs)
     pending, done_before = pending_runs(request.sweep.configurations(), results_store, startup)
     refuse_unless_resuming(done_before, request.store, request.resume)
-    result = StudyResult(request.store, len(pending), len(done_before))
-    progress.note(f"{len(pending)} runs to do, {len(done_before)} already in {request.store}")
+    result = StudyResult(request.store, len(pending), len(done_before), auto=request.sweep.auto)
+    up_to = "up to " if request.sweep.auto else ""
+    progress.note(f"{up_to}{len(pending)} runs to do, {len(done_before)} already in {request.store}")
     if pending:
         names = ",".join(sorted({c.runner for _, c in pending}))
         choice = replace(request.runners, frameworks=names)
@@ -193,10 +202,14 @@ def _study(request: StudyRequest, progress: Progress) -> StudyResult:
             pending, unsearched = choose_best_settings(pending, done_before, results_store, reachable,
                                                        runners.transport, startup, request.search_repetitions, progress)
             result.failures += unsearched
+            looks = looks_for(request.sweep, pending, done_before, results_store, list(reachable))
             failures, result.interrupted = run_sweep(pending, reachable, runners.transport, startup,
-                                                     *store_callbacks(results_store, progress),
+                                                     *store_callbacks(results_store, progress,
+                                                                      request.sweep.design_budget),
                                                      request.sweep.cooldown_s, progress,
-                                                     gate=Gate(request.wait_for_quiet_s))
+                                                     gate=Gate(request.wait_for_quiet_s), looks=looks)
+            if looks is not None and result.interrupted is None:
+                result.unresolved = looks.unresolved()
             result.out_of_memory = [f for f in failures if f.out_of_memory]
             result.failures += [f for f in failures if not f.out_of_memory]
             if result.interrupted is None:
@@ -205,5 +218,6 @@ def _study(request: StudyRequest, progress: Progress) -> StudyResult:
                 record_model_facts(reachable, runners.transport, results_store, ran, progress)
     result.stored = len(results_store.run_keys())
     if request.report and result.stored and result.interrupted is None:
-        result.report = store_report(results_store, request.store / "report", request.latency_budget_ms)
+        result.report = store_report(results_store, request.store / "report", request.latency_budget_ms,
+                                     not_run=[p.label for p in result.unresolved if p.runs == 0])
     return result

@@ -9,7 +9,10 @@
     devices: [gpu:0, "gpu:0,gpu:1"]     # one device, or several of each runner for one run; default: its first GPU, else its CPU
     strategies: [ddp, mirrored]         # or per runner: {torch: [dp, ddp], tensorflow: [mirrored]}; default: the runner's
     nodes: [1, 2]                       # machines one run spans (a Slurm allocation's, fwbench slurm); default: [1]
-    repetitions: 6                      # runs per runner and point; default: 6 (a verdict needs 3)
+    repetitions: auto                   # runs per runner and point: auto (default) looks after every round and stops
+                                        # once the point's verdict is settled; a number runs exactly that many
+    max_repetitions: 20                 # under auto: the most runs per runner and point; default: 20
+    time_budget_s: 3600                 # under auto: the sweep's seconds, spread over its points; default: none
     warmup: 50                          # the most warm-up steps; default: 50
     warmup_until_cv: 0.05               # warm up until the last 5 steps vary less; 0 (or warmup < 5): `warmup` steps
     steps: 20                           # the fewest measured steps; default: 20
@@ -21,7 +24,11 @@
     reuse_builds: true                  # a runner's batch sizes of one repetition share one build; default: true
     max_runs: 20000                     # the most runs the study may plan; default: 10,000 (at most 100,000)
 
-Files and command-line shorthands are read and checked in study_file.py.
+Files and command-line shorthands are read and checked in study_file.py (the repetitions fields here, in
+repetition_fields). Under repetitions auto the grid holds max_repetitions of every point, the most it may run; the
+sweep (app.sweep_rounds) looks after each round of a point and leaves out the rest of it once its verdict is settled,
+by the rule compare uses (app.rounds, analyse.sequential). A point is a configuration less its runner
+(Configuration.point): the runners compared at one model, mode, batch size, shape, precision, device, ... .
 The grid expands with the frameworks interleaved: for each point (less its batch size) and each repetition,
 every runner in turn (A, B, B, A, ...), so that drift over a long sweep favours neither; each runner's turn
 runs the batch sizes one after the other. With reuse_builds they are one chain that builds the model once
@@ -32,17 +39,26 @@ traces its step again for every batch size. Repetitions never share a build, so 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from ..base.frameworks import default_names as default_framework_names
 from ..base.vocabulary import Compilation, Layout, Mode, Precision, Profile, Strategy
+from .field_checks import Checker, is_int, number
 from .keys import run_key
 from .spec import (
-    DEFAULT_MIN_MEASURE_S, DEFAULT_REPETITIONS, DEFAULT_STEPS, DEFAULT_WARMUP, DEFAULT_WARMUP_UNTIL_CV, RunSpec,
+    DEFAULT_MIN_MEASURE_S, DEFAULT_STEPS, DEFAULT_WARMUP, DEFAULT_WARMUP_UNTIL_CV, MAX_REPETITIONS, RunSpec,
     StartupSettings,
 )
+
+AUTO = "auto"
+# Under repetitions auto, the most runs per runner of one configuration (compare's --max-repetitions, a sweep's
+# max_repetitions): analyse.sequential spreads its level over the looks up to it, and says why 20.
+DEFAULT_MAX_REPETITIONS = 20
+# A verdict needs three runs a side (analyse.stats.MIN_REPETITIONS): the smallest budget a sequential design takes.
+MIN_MAX_REPETITIONS = 3
 
 
 @dataclass(frozen=True)
@@ -120,6 +136,11 @@ class Configuration:
         return run_key(self.key_fields(seed=0, intra_op_threads=startup.intra_op_threads,
                                        inter_op_threads=startup.inter_op_threads, cudnn_autotune=startup.cudnn_autotune))
 
+    def point(self) -> "Configuration":
+        """The runners compared at one point of the grid: this configuration less its runner, strategy (the runner
+        label carries it, as a comparison row's does), repetition and how it is made."""
+        return replace(self, runner="", strategy=None, repetition=0, reuse_chain="", settings=())
+
     def family(self) -> tuple:
         """What the runs that must share a machine have in common: everything but the runner, its strategy, the
         batch size and the repetition. A comparison's runs all run on one machine, so a difference between nodes is never
@@ -137,7 +158,9 @@ class Sweep:
     shapes: dict[str, tuple[Optional[str], ...]] = field(default_factory=dict)  # per model; absent: (None,)
     precisions: tuple[Precision, ...] = (Precision.fp32,)
     devices: tuple[Optional[str], ...] = (None,)
-    repetitions: int = DEFAULT_REPETITIONS
+    repetitions: Optional[int] = None  # runs per runner and point; None: auto, as many as the verdict needs
+    max_repetitions: int = DEFAULT_MAX_REPETITIONS  # under auto: the most runs per runner and point
+    time_budget_s: Optional[float] = None  # under auto: the whole sweep's, spread over its points (app.sweep_rounds)
     warmup: int = DEFAULT_WARMUP
     steps: int = DEFAULT_STEPS
     warmup_until_cv: float = DEFAULT_WARMUP_UNTIL_CV
@@ -152,13 +175,27 @@ class Sweep:
     models_dirs: tuple[str, ...] = ()  # folders of model plug-ins the runners fwbench starts load
     profiles: tuple[Optional[Profile], ...] = (None,)  # None: the default, equal
 
+    @property
+    def auto(self) -> bool:
+        return self.repetitions is None
+
+    @property
+    def planned_repetitions(self) -> int:
+        """Runs per runner and point in the grid: the fixed number, or under auto the most a point may take."""
+        return self.max_repetitions if self.repetitions is None else self.repetitions
+
+    @property
+    def design_budget(self) -> int:
+        """What each run stores as the sequential design it was made under: max_repetitions under auto, else 0."""
+        return self.max_repetitions if self.repetitions is None else 0
+
     def run_count(self) -> int:
         """len(self.configurations()), counted without building them, so that too large a study is refused first."""
         points = len(self.modes) * len(self.precisions) * len(self.devices) * len(self.nodes) * len(self.profiles)
         shapes = sum(len(self.shapes.get(model, (None,))) for model in self.models)
         # Per point and repetition, each runner runs each of its strategies (once where it has none).
         turns = sum(len(self.strategies.get(runner, (None,))) for runner in self.runners)
-        return shapes * points * turns * self.repetitions * len(self.batch_sizes)
+        return shapes * points * turns * self.planned_repetitions * len(self.batch_sizes)
 
     def configurations(self) -> list[Configuration]:
         """The grid, model outermost, then mode, shape, precision, device, strategy, profile; within each point,
@@ -173,7 +210,7 @@ class Sweep:
                 range(strategy_count), self.profiles,
             )
             for mode, shape, precision, device, nodes, s, profile in points:
-                for repetition, runner in counterbalanced(self.runners, self.repetitions):
+                for repetition, runner in counterbalanced(self.runners, self.planned_repetitions):
                     own = self.strategies.get(runner, (None,))
                     if s >= len(own):
                         continue
@@ -202,3 +239,35 @@ def counterbalanced(runners: Sequence[str], repetitions: int) -> list[tuple[int,
         for repetition in range(repetitions)
         for runner in (runners if repetition % 2 == 0 else list(reversed(runners)))
     ]
+
+
+def repetition_fields(raw: Mapping, checker: Checker) -> dict[str, object]:
+    """repetitions (auto, or a number of runs), max_repetitions and time_budget_s, checked together: the last two
+    apply under auto only. The fields given, for Sweep."""
+    values: dict[str, object] = {}
+    given = raw.get("repetitions")
+    if given is not None and given != AUTO:
+        if not is_int(given) or not 1 <= given <= MAX_REPETITIONS:
+            checker.attempt(lambda: checker.fail(("repetitions",), f"{given!r} is not accepted; accepted values: "
+                                                                   f"{AUTO}, or a number of runs from 1 to {MAX_REPETITIONS}"))
+        else:
+            values["repetitions"] = given
+    values["max_repetitions"] = checker.attempt(
+        lambda: number(raw, "max_repetitions", checker, MIN_MAX_REPETITIONS, MAX_REPETITIONS))
+    values["time_budget_s"] = checker.attempt(lambda: _time_budget(raw, checker))
+    if is_int(given):
+        for name in ("max_repetitions", "time_budget_s"):
+            if raw.get(name) is not None:
+                checker.attempt(lambda name=name: checker.fail(
+                    (name,), f"applies under repetitions: {AUTO} only, and repetitions is {given}; set repetitions: "
+                             f"{AUTO}, or leave {name} out"))
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _time_budget(raw: Mapping, checker: Checker) -> Optional[float]:
+    value = raw.get("time_budget_s")
+    if value is None:
+        return None
+    if not (is_int(value) or isinstance(value, float)) or not 0 < value < math.inf:
+        checker.fail(("time_budget_s",), f"{value!r} is not accepted; accepted: a number of seconds above 0, e.g. 3600")
+    return float(value)

@@ -8,8 +8,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from typing import NamedTuple, Optional
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import replace
+from typing import NamedTuple, Optional, Protocol
 
 from fwbench.runner.v1 import runner_pb2 as pb
 
@@ -30,6 +31,30 @@ StoreRun = Callable[[str, Configuration, RunResult, pb.RunRequest, dict], None]
 # (key, configuration, failure, columns, context): a run that ran out of memory, to be stored as such; the columns
 # say where it would have run (the device, shape and spread a success would report).
 StoreFailure = Callable[[str, Configuration, RunnerFailure, dict, dict], None]
+
+
+class Looks(Protocol):
+    """Under repetitions auto, what decides whether a point's next round runs (app.sweep_rounds)."""
+
+    def start(self, lanes: Mapping[str, Hashable], parallel: Mapping[Hashable, int],
+              pending: Sequence[tuple[str, Configuration]]) -> None: ...
+
+    def wanted(self, key: str, c: Configuration) -> bool: ...
+
+    def finished(self, key: str, c: Configuration, seconds: float, result: Optional[RunResult], failed: bool) -> None: ...
+
+
+class _Always:
+    """A fixed number of repetitions: every planned run is wanted."""
+
+    def start(self, lanes, parallel, pending) -> None:
+        pass
+
+    def wanted(self, key: str, c: Configuration) -> bool:
+        return True
+
+    def finished(self, key, c, seconds, result, failed) -> None:
+        pass
 
 
 class Slot(NamedTuple):
@@ -57,31 +82,62 @@ class _Sweep:
 
     def __init__(self, pending, transport: Transport, startup: StartupSettings, store: StoreRun,
                  store_failure: StoreFailure, first_endpoints: dict[str, str], progress: Progress,
-                 gate: Optional[Gate] = None) -> None:
+                 gate: Optional[Gate] = None, looks: Optional[Looks] = None, cooldown_s: float = 0.0) -> None:
         self.transport, self.startup, self.progress = transport, startup, progress
         self.gate = gate or Gate()
+        self.looks: Looks = looks or _Always()
+        # The schedulers call `between` before a lane's next job; the wait happens only where that job runs, so
+        # that runs a look leaves out cost no cool-down.
+        self.cooldown_s, self.cooling = cooldown_s, threading.local()
         self.store, self.store_failure = store, store_failure
         self.facts = {name: runner_facts(name, jobs.addresses_of(address)[0], transport)
                       for name, address in first_endpoints.items()}
         self.failures: list[RunnerFailure] = []
         self.store_lock = threading.Lock()
         self.active: set[RunnerClient] = set()
-        # This sweep's own chain keys (two sweeps on one runner never share a build), and each chain's last pending
-        # run, after which its runner frees the build instead of holding it while another runner uses the device.
+        # This sweep's own chain keys (two sweeps on one runner never share a build), and each chain's pending runs
+        # in order: after the last one still wanted its runner frees the build instead of holding it while another
+        # runner uses the device.
         self.session = uuid.uuid4().hex[:8]
-        self.chain_ends = {c.reuse_chain: key for key, c in pending if c.reuse_chain}
+        self.chains: dict[str, list[tuple[str, Configuration]]] = {}
+        for key, c in pending:
+            if c.reuse_chain:
+                self.chains.setdefault(c.reuse_chain, []).append((key, c))
         self.overall = progress.add_task("study", total=len(pending))
+
+    def cool_down_next(self) -> None:
+        self.cooling.due = True
+
+    def _ends_chain(self, key: str, c: Configuration) -> bool:
+        """Whether no run after this one in its reuse chain is still wanted."""
+        chain = self.chains.get(c.reuse_chain, [])
+        later = chain[[k for k, _ in chain].index(key) + 1:] if chain else []
+        return not any(self.looks.wanted(k, other) for k, other in later)
 
     def run(self, key: str, c: Configuration, address: str, rendezvous_port: Optional[int] = None,
             context: Optional[dict] = None, stop: Optional[threading.Event] = None) -> Optional[RunnerFailure]:
         """One run on `address` (a comma list: a job across machines), once through the gate, stored the moment it
         completes (with what it waited in its record), or its failure, stored where it would repeat; returns the
-        failure. A run whose wait the sweep's stop ended does not run: a resume runs it."""
+        failure. A run whose wait the sweep's stop ended does not run: a resume runs it. A run the looks no longer
+        want (its point is settled) is left out, and so is its cool-down."""
+        if not self.looks.wanted(key, c):
+            self.looks.finished(key, c, 0.0, None, False)
+            self.progress.advance(self.overall)
+            return None
+        if getattr(self.cooling, "due", False):
+            self.cooling.due = False
+            time.sleep(self.cooldown_s)
+        started, stored = time.monotonic(), []
+        failure = self._run(key, c, address, rendezvous_port, context, stop, stored)
+        self.looks.finished(key, c, time.monotonic() - started, stored[0] if stored else None, failure is not None)
+        return failure
+
+    def _run(self, key: str, c: Configuration, address: str, rendezvous_port: Optional[int], context: Optional[dict],
+             stop: Optional[threading.Event], stored: list[RunResult]) -> Optional[RunnerFailure]:
         label = f"{c.runner} {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1}"
         self.progress.update(self.overall, description=label)
         reuse_key = f"{self.session}-{c.reuse_chain}" if c.reuse_chain else ""
-        request = c.run_spec(self.startup, reuse_key, end_reuse=self.chain_ends.get(c.reuse_chain) == key).to_request()
-        stored = []
+        request = c.run_spec(self.startup, reuse_key, end_reuse=bool(reuse_key) and self._ends_chain(key, c)).to_request()
         record = dict(context or {})
         stopped = stop.is_set if stop is not None else (lambda: False)
 
@@ -90,7 +146,7 @@ class _Sweep:
             # and still stored before the next run starts.
             with self.store_lock:
                 self.store(key, c, result, request, record)
-            stored.append(key)
+            stored.append(result)
 
         try:
             places = self.gate.places(c.runner, address, self.transport, request)
@@ -132,13 +188,14 @@ class _Sweep:
 def run_sweep(
     pending: Sequence[tuple[str, Configuration]], endpoints: dict[str, str], transport: Transport, startup: StartupSettings,
     store: StoreRun, store_failure: StoreFailure, cooldown_s: float, progress: Progress = Progress(),
-    gate: Optional[Gate] = None,
+    gate: Optional[Gate] = None, looks: Optional[Looks] = None,
 ) -> tuple[list[RunnerFailure], Optional[KeyboardInterrupt]]:
     """Every pending run, those sharing a machine and device one after the other, each stored the moment it
-    completes (a repeatable failure too), each through `gate` (default: its devices' locks); returns the failures
-    and the interrupt (Ctrl-C, or the CLI's SIGTERM) that stopped the sweep, if one did."""
+    completes (a repeatable failure too), each through `gate` (default: its devices' locks), each only while `looks`
+    want it (default: all); returns the failures and the interrupt (Ctrl-C, or the CLI's SIGTERM) that stopped the
+    sweep, if one did."""
     stop = threading.Event()
-    sweep = _Sweep(pending, transport, startup, store, store_failure, endpoints, progress, gate)
+    sweep = _Sweep(pending, transport, startup, store, store_failure, endpoints, progress, gate, looks, cooldown_s)
     # A run on several devices or runners shares devices with the others: then a machine runs one at a time.
     whole_machines = any(c.devices or "," in endpoints.get(c.runner, "") for _, c in pending)
 
@@ -148,10 +205,17 @@ def run_sweep(
         machine, device = device_group(address, c.device or facts.default_device, facts.options)
         return (machine, "") if whole_machines else (machine, device)
 
-    grouped = [(group(c), (key, c)) for key, c in pending if c.runner in endpoints]
+    def lane(c: Configuration) -> Hashable:
+        # Under looks a point's rounds run in one lane, every runner's runs in turn, wherever its runners are.
+        if looks is None:
+            return group(c)
+        return tuple(sorted({group(replace(c, runner=name)) for name in endpoints}))
+
+    grouped = [(lane(c), (key, c)) for key, c in pending if c.runner in endpoints]
+    sweep.looks.start({key: group for group, (key, _) in grouped}, {group: 1 for group, _ in grouped}, pending)
     try:
         run_grouped(grouped, lambda job: sweep.run(*job, endpoints[job[1].runner], stop=stop), stop,
-                    between=lambda: time.sleep(cooldown_s))
+                    between=sweep.cool_down_next)
     except KeyboardInterrupt as interrupt:
         sweep.cancel_in_flight()
         return sweep.failures, interrupt
@@ -172,7 +236,7 @@ def units_of(pending: Sequence[tuple[str, Configuration]]) -> list[list[tuple[st
 def run_sweep_on_pool(
     pending: Sequence[tuple[str, Configuration]], pool: Pool, transport: Transport, startup: StartupSettings,
     store: StoreRun, store_failure: StoreFailure, cooldown_s: float, progress: Progress = Progress(),
-    gate: Optional[Gate] = None,
+    gate: Optional[Gate] = None, looks: Optional[Looks] = None,
 ) -> tuple[list[RunnerFailure], list[tuple[str, Configuration]], Optional[KeyboardInterrupt]]:
     """A sweep over a cluster's machines: each unit (one point's runs, every runner and repetition) on one machine,
     the units spread over the machines, a machine's devices at once as on one; then the runs that span several
@@ -207,7 +271,8 @@ def run_sweep_on_pool(
             f"the run is not stored, and a resume (--resume) runs it: {failure.message}", failure.reason))
         return True
 
-    sweep = _Sweep(pending, transport, startup, store, store_failure, pool.slots[0].endpoints, progress, gate)
+    sweep = _Sweep(pending, transport, startup, store, store_failure, pool.slots[0].endpoints, progress, gate, looks,
+                   cooldown_s)
     whole_machines = any(c.devices or c.nodes > 1 for _, c in pending)
 
     def lane(c: Configuration) -> str:
@@ -221,9 +286,11 @@ def run_sweep_on_pool(
     single = [unit for unit in units_of(pending) if unit[0][1].nodes == 1]
     spanning = [run for unit in units_of(pending) if unit[0][1].nodes > 1 for run in unit]
     workers = [(slot.name, lane_name) for slot in pool.slots for lane_name in {lane(u[0][1]) for u in single}]
+    sweep.looks.start({key: lane(c) for unit in single for key, c in unit},
+                      {lane_name: len(pool.slots) for _, lane_name in workers}, pending)
     try:
         left = run_pooled([(lane(u[0][1]), u) for u in single], workers, run_on_slot, stop,
-                          between=lambda: time.sleep(cooldown_s), available=lambda name: slots[name].node not in gone)
+                          between=sweep.cool_down_next, available=lambda name: slots[name].node not in gone)
         for key, c in spanning:
             if stop.is_set():
                 left.append((key, c))
