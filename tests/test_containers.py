@@ -24,6 +24,7 @@ import pytest
 from support.docker import skip_without_docker_engine
 import yaml
 from fwbench_aggregator.base.frameworks import shipped
+from fwbench_aggregator.store.results_store import ResultStore
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = Path(sys.executable).parent  # hadolint, check-jsonschema and docker-compose come with the test environment
@@ -451,6 +452,47 @@ def test_a_new_tensorflow_tag_rebuilds_its_runner_and_results_report_it(stack):
         assert rows.loc["torch", "framework_version"].startswith(stack.torch_version)
     finally:
         stack.variables["TENSORFLOW_TAG"] = first_version
+
+
+@pytest.mark.containers
+def test_versions_side_by_side_run_through_the_generated_override_and_record_their_digests(stack, tmp_path):
+    """Both TensorFlow versions and torch, one runner container per tag in the stack's Compose project
+    (`fwbench versions up` over the generated override, without GPUs), one tiny study across them, the version
+    report's rows, every image's digests in the results, and everything taken down (docs/versions.md)."""
+    second, _ = SECOND_TENSORFLOW
+    study = tmp_path / "versions.yaml"
+    study.write_text(f"versions: {{tensorflow: ['{second}', '{stack.tensorflow_version}'], torch: ['{stack.torch_version}']}}\n"
+                     "models: [resnet18]\nmodes: [infer]\nbatch_sizes: [2]\nshapes: [3x32x32]\nwarmup: 1\nsteps: 3\n"
+                     "min_measure_s: 0\nrepetitions: 2\n")
+    store = tmp_path / "store"
+    env = {**compose_env(**stack.variables), "COMPOSE_PROJECT_NAME": PROJECT, "FWBENCH_COMPOSE": str(TOOLS / "docker-compose")}
+    labels = [f"tensorflow@{second}", f"tensorflow@{stack.tensorflow_version}", f"torch@{stack.torch_version}"]
+    ours = ["--filter", f"label=com.docker.compose.project={PROJECT}", "--filter", "label=fwbench.runner"]
+    try:
+        up = run([TOOLS / "fwbench", "versions", "up", study, "--store", store, "--cpu"], timeout=BUILD_TIMEOUT_S, env=env)
+        assert [value.split("=")[0] for value in up.stdout.split()[1::2]] == labels
+        listed = run(["docker", "ps", *ours, "--format", "{{.Label \"fwbench.runner\"}}"]).stdout.split()
+        assert sorted(listed) == sorted(labels)
+        sweep = run([TOOLS / "fwbench", "sweep", study, "--store", store, "--no-confirm"], timeout=RUN_TIMEOUT_S, env=env)
+        assert f"tensorflow {second} → {stack.tensorflow_version}: resnet18 infer b2" in " ".join(sweep.stdout.split())
+        changes = pd.read_csv(store / "report" / "version_changes.csv")
+        assert changes[["framework", "version_from", "version_to"]].values.tolist() == [
+            ["tensorflow", second, stack.tensorflow_version]]  # torch ran one version: no pair
+        assert changes["runs_from"].tolist() == [2] and changes["change"].tolist() == ["unresolved"]  # 2 runs decide nothing
+        summary = pd.read_csv(store / "report" / "comparison.csv")
+        assert set(summary["runner"]) == set(labels)
+        runs = ResultStore(store).load("summary").set_index("runner")
+        for label, tag, base in ((labels[0], second, "tensorflow"), (labels[2], stack.torch_version, "pytorch")):
+            own = runs.loc[[label]]
+            framework = label.split("@")[0]
+            assert set(own["container_image"]) == {f"{IMAGE_PREFIX}/{framework}-runner:{tag}"}
+            assert set(own["container_base_image"]) == {f"fwbench-ci/{base}:{tag}"}
+            image_id = run(["docker", "image", "inspect", "--format", "{{.Id}}", f"{IMAGE_PREFIX}/{framework}-runner:{tag}"])
+            assert set(own["image_digest"]) == {image_id.stdout.strip()}
+            assert own["base_image_digest"].str.startswith("sha256:").all()
+    finally:
+        run([TOOLS / "fwbench", "versions", "down", study, "--store", store], env=env, check=False)
+    assert run(["docker", "ps", "-aq", *ours]).stdout.split() == []
 
 
 @pytest.mark.containers

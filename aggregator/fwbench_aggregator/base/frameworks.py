@@ -88,6 +88,16 @@ def default_names() -> list[str]:
     return [name for name, framework in frameworks().items() if framework.compared_by_default]
 
 
+# A runner label, FRAMEWORK@VERSION (torch@2.14.0), names one version of a framework where its name alone would be
+# ambiguous: a study of several versions (plan.versions), an environment per version (.venvs/torch@2.14.0).
+LABEL_SEPARATOR = "@"
+
+
+def framework_of(runner: str) -> str:
+    """The framework a runner name or label names: "torch@2.14.0" -> "torch"; a plain name is itself."""
+    return runner.partition(LABEL_SEPARATOR)[0]
+
+
 def shipped() -> list[Framework]:
     """The frameworks frameworks.toml declares, without any extra declaration file."""
     return _read(FRAMEWORKS_FILE)

@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ..base.frameworks import frameworks
+from ..base.frameworks import LABEL_SEPARATOR, framework_of, frameworks
 from ..base.progress import Progress
 from ..plan.spec import StartupSettings
 from .connection import Transport
@@ -44,18 +44,22 @@ def embedded_command(
     """The command that starts a framework's runner from its own environment under `venvs`, listening on
     `address` (port 0: a free one it picks)."""
     declared = frameworks()
-    if framework not in declared:
-        raise RunnerStartError(f"no embedded runner for {framework!r}; known: {', '.join(declared)}")
+    if framework_of(framework) not in declared:
+        raise RunnerStartError(f"no embedded runner for {framework!r}; known: {', '.join(declared)}, or a label "
+                               "FRAMEWORK@VERSION of one")
     python = environment_python(framework, venvs)
     if not python.exists():
-        raise RunnerStartError(
-            f"the {framework} runner environment is missing ({python}); run scripts/setup_envs.sh {framework} first"
-        )
-    return [str(python), "-m", declared[framework].module, "--address", address, *settings.flags()]
+        name, _, version = framework.partition(LABEL_SEPARATOR)
+        setup = f"scripts/setup_version_env.sh {name} {version}" if version else f"scripts/setup_envs.sh {framework}"
+        raise RunnerStartError(f"the {framework} runner environment is missing ({python}); run {setup} first")
+    return [str(python), "-m", declared[framework_of(framework)].module, "--address", address, *settings.flags()]
 
 
 def environment_python(framework: str, venvs: Path) -> Path:
-    return venvs / frameworks()[framework].environment / "bin" / "python"
+    """Its environment's Python: a framework's own environment, or for a label FRAMEWORK@VERSION the folder of that
+    name (scripts/setup_version_env.sh makes it)."""
+    folder = framework if LABEL_SEPARATOR in framework else frameworks()[framework].environment
+    return venvs / folder / "bin" / "python"
 
 
 def ensure_environment(framework: str, venvs: Path, progress: Progress = Progress()) -> None:

@@ -44,6 +44,8 @@ STEP_TIME_ENV = "FWBENCH_FAKE_STEP_TIME_S"
 SETTING_STEP_TIME_ENV = "FWBENCH_FAKE_STEP_TIME_BY_SETTING"
 # The distributed rank whose steps hang (take HANG_S): how tests make a rank go silent.
 HANG_RANK_ENV = "FWBENCH_FAKE_HANG_RANK"
+FRAMEWORK_ENV = "FWBENCH_FAKE_FRAMEWORK"
+FRAMEWORK_VERSION_ENV = "FWBENCH_FAKE_FRAMEWORK_VERSION"
 HANG_S = 3600.0
 # A run whose inputs would exceed this many bytes fails as out of memory.
 MEMORY_LIMIT_BYTES = 1 << 34
@@ -183,7 +185,9 @@ class FakeBackend(Backend):
         self.builds = 0  # workloads built, not reused: what tests of reuse count
 
     def runner_info(self) -> RunnerInfo:
-        return RunnerInfo("fake", "0.0", python_version(), (cpu_device(),))
+        # Which framework and version it reports: how tests stand two versions of one framework side by side.
+        return RunnerInfo(os.environ.get(FRAMEWORK_ENV, "fake"), os.environ.get(FRAMEWORK_VERSION_ENV, "0.0"),
+                          python_version(), (cpu_device(),))
 
     def capabilities(self, device: Device) -> Capabilities:
         return Capabilities(

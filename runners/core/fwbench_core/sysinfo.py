@@ -31,9 +31,12 @@ def python_version() -> str:
     return platform.python_version()
 
 
-# Set in a runner's container: its own image (by compose.yaml) and the framework image it was built on (by its Dockerfile).
+# Set in a runner's container: its own image (by compose.yaml) and the framework image it was built on (by its Dockerfile);
+# the digests of both by `fwbench versions up`, which reads them with `docker image inspect` (docs/versions.md).
 IMAGE_ENV = "FWBENCH_IMAGE"
 BASE_IMAGE_ENV = "FWBENCH_BASE_IMAGE"
+IMAGE_DIGEST_ENV = "FWBENCH_IMAGE_DIGEST"
+BASE_IMAGE_DIGEST_ENV = "FWBENCH_BASE_IMAGE_DIGEST"
 
 
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
@@ -52,7 +55,8 @@ def manifest_options(gpu_count: int) -> dict[str, str]:
     """What the results' manifest needs beyond versions: the machine, the container image, GPU
     identities, clocks and power limits."""
     options = {"host_id": host_id(), "cpu_model": cpu_model_name(), "cpu_count": str(os.cpu_count())}
-    for option, env in (("container_image", IMAGE_ENV), ("container_base_image", BASE_IMAGE_ENV)):
+    for option, env in (("container_image", IMAGE_ENV), ("container_base_image", BASE_IMAGE_ENV),
+                        ("image_digest", IMAGE_DIGEST_ENV), ("base_image_digest", BASE_IMAGE_DIGEST_ENV)):
         if os.environ.get(env):
             options[option] = os.environ[env]
     options.update(_nvml_details(gpu_count))

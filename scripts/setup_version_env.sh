@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Make an embedded environment for one pinned version of a framework: .venvs/FRAMEWORK@VERSION (or under
+# $FWBENCH_VENVS), from that framework's requirements.txt with its pin replaced. fwbench starts the runner labelled
+# FRAMEWORK@VERSION from it: a sweep file's `versions: {FRAMEWORK: [VERSION, ...], embedded: true}`, or
+# `--frameworks FRAMEWORK@VERSION` (docs/versions.md).
+#   setup_version_env.sh torch 2.8.0 torchvision==0.23.0   # torch's pin, and every pin that must move with it
+#   setup_version_env.sh tensorflow 2.20.0 keras==3.10.0
+# A pin not in the requirements is refused by name. Re-running is cheap: an unchanged environment is kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+python=${PYTHON:-python3}
+if [ $# -lt 2 ]; then
+  echo "usage: $0 FRAMEWORK VERSION [PACKAGE==VERSION ...]" >&2
+  exit 2
+fi
+framework=$1 version=$2
+shift 2
+line=$("$python" aggregator/fwbench_aggregator/base/frameworks.py | awk -v name="$framework" '$1 == name')
+if [ -z "$line" ]; then
+  echo "setup_version_env.sh: no framework named $framework; known: $("$python" aggregator/fwbench_aggregator/base/frameworks.py | cut -d' ' -f1 | tr '\n' ' ')" >&2
+  exit 2
+fi
+read -r _ _ folder <<< "$line"
+venvs=${FWBENCH_VENVS:-$root/.venvs}
+env=$venvs/$framework@$version
+mkdir -p "$venvs"
+
+# The framework's requirements with each given pin in place of its own (the framework's package is named as it).
+requirements=$env.requirements.txt
+"$python" - "$folder/requirements.txt" "$framework==$version" "$@" > "$requirements" <<'PY'
+import re
+import sys
+
+path, *pins = sys.argv[1:]
+wanted = {}
+for pin in pins:
+    name, sep, _ = pin.partition("==")
+    if not sep or not name:
+        sys.exit(f"{pin!r} is not PACKAGE==VERSION")
+    wanted[name.lower()] = pin
+lines = open(path).read().splitlines()
+for line in lines:
+    name = re.split(r"[=<>!~\[; ]", line.strip(), maxsplit=1)[0].lower()
+    print(wanted.pop(name, line) if name and not line.lstrip().startswith("#") else line)
+if wanted:
+    sys.exit(f"{', '.join(wanted)} is not pinned in {path}; accepted: the packages it pins")
+PY
+
+stamp=$(cat "$requirements" runners/core/pyproject.toml "$folder/pyproject.toml" protos/generate.py \
+  protos/install_stubs.sh protos/fwbench/runner/v1/*.proto "$0" | sha256sum | cut -d' ' -f1)
+if [ -f "$env/.fwbench-stamp" ] && [ "$(cat "$env/.fwbench-stamp")" = "$stamp" ]; then
+  echo "[$framework@$version] up to date ($env)"
+  exit 0
+fi
+echo "[$framework@$version] installing into $env"
+rm -rf "$env"
+"$python" -m venv "$env"
+"$env/bin/python" -m pip install -q --upgrade pip
+"$env/bin/python" -m pip install -q --no-compile -r "$requirements"
+"$env/bin/python" -m pip install -q --no-deps -e runners/core -e "$folder"
+sh protos/install_stubs.sh "$env/bin/python"
+echo "$stamp" > "$env/.fwbench-stamp"
+echo "[$framework@$version] ready: fwbench starts the runner labelled $framework@$version from it"
