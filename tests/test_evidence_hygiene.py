@@ -34,7 +34,7 @@ from fwbench_aggregator.store.schema import CALIBRATION_COLUMNS
 from support.cli import fwbench, only_run_dir
 
 CONFIG = {"model": "resnet18", "model_options": "", "mode": "train", "batch_size": 2, "input_shape": "3x32x32",
-          "precision": "fp32", "device": "cpu:0", "world_size": 1, "nodes": 1, "profile": "equal"}
+          "precision": "fp32", "device": "cpu:0", "world_size": 1, "nodes": 1, "profile": "equal", "serving": ""}
 BUSY = "host busy in 4 of 12 runs"
 NOV_26 = 1795651200.0  # 2026-11-26 UTC
 

@@ -63,6 +63,7 @@ Compilation = choice_enum(pb.Compilation)
 Profile = choice_enum(pb.Profile)
 Switch = choice_enum(pb.Switch)
 Strategy = choice_enum(pb.Strategy)
+Scenario = choice_enum(pb.Scenario)
 
 
 # The wire carries shape dimensions and device indices as uint32.
@@ -128,6 +129,19 @@ def device_kind_index(device: str) -> tuple[int, int]:
     """"gpu:1" -> (DEVICE_KIND_GPU, 1)."""
     kind, _, index = indexed_device(device).partition(":")
     return from_text(pb.DeviceKind, kind), int(index)
+
+
+def serving_text(serving) -> str:
+    """A run's load (a resolved Serving) as results name it: "" for back-to-back batches, "single_stream",
+    "offline", "server 200 qps" or "server 200 qps, batch timeout 5 ms"."""
+    if not serving.scenario:
+        return ""
+    text = to_text(pb.Scenario, serving.scenario)
+    if serving.scenario == pb.SCENARIO_SERVER:
+        text += f" {serving.target_qps:g} qps"
+        if serving.batch_timeout_ms:
+            text += f", batch timeout {serving.batch_timeout_ms:g} ms"
+    return text
 
 
 def device_text(ref) -> str:

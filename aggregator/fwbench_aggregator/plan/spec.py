@@ -12,7 +12,7 @@ from typing import Optional
 from fwbench.runner.v1 import runner_pb2 as pb
 
 from ..base.vocabulary import (
-    Compilation, Layout, Mode, Precision, Profile, Strategy, device_kind_index, from_text, shape_dims,
+    Compilation, Layout, Mode, Precision, Profile, Scenario, Strategy, device_kind_index, from_text, shape_dims,
 )
 
 
@@ -38,6 +38,9 @@ MIN_POWER_RATE_HZ, MAX_POWER_RATE_HZ = 1.0, 100.0  # or 0: telemetry off
 MAX_IDLE_BASELINE_S = 60.0
 MAX_NODES = 1024  # machines one run spans
 MIN_DISTRIBUTED_TIMEOUT_S, MAX_DISTRIBUTED_TIMEOUT_S = 1.0, 3600.0
+MAX_TARGET_QPS = 1e6  # a serving load: queries per second (> 0)
+MAX_QUERIES = 1_000_000  # measured queries of one run under a scenario
+MAX_BATCH_TIMEOUT_MS = 60_000.0
 # Runs per runner by default. With six a side and a per-run spread of 3% (a GPU-bound or steady CPU
 # configuration), the resolvable difference is about 6%, so a real 10% difference is called.
 DEFAULT_REPETITIONS = 6
@@ -101,6 +104,13 @@ class RunSpec:
     # end_reuse marks the chain's last run, after which the runner frees it. "": a fresh build.
     reuse_key: str = ""
     end_reuse: bool = False
+    # Inference under a scenario (RunRequest.serving); None: back-to-back batches. query_count 0 and arrival_seed 0
+    # leave the runner's defaults (its query count; the run's seed).
+    scenario: Optional[Scenario] = None
+    target_qps: Optional[float] = None  # server only
+    query_count: int = 0
+    batch_timeout_ms: Optional[float] = None  # server with batch_size > 1
+    arrival_seed: int = 0
 
     @property
     def device_count(self) -> int:
@@ -154,6 +164,12 @@ class RunSpec:
             request.devices.add(kind=kind, index=index)
         if self.distributed_timeout_s is not None:
             request.distributed_timeout_s = self.distributed_timeout_s
+        if self.scenario:
+            request.serving.scenario = from_text(pb.Scenario, self.scenario.value)
+            request.serving.target_qps = self.target_qps or 0.0
+            request.serving.query_count = self.query_count
+            request.serving.batch_timeout_ms = self.batch_timeout_ms or 0.0
+            request.serving.arrival_seed = self.arrival_seed
         return request
 
 

@@ -55,6 +55,7 @@ class RunResult:
     steps: list[pb.StepTiming] = field(default_factory=list)
     power: list[pb.PowerSample] = field(default_factory=list)
     summary: pb.Summary | None = None
+    queries: list[pb.QueryLatencies] = field(default_factory=list)  # under a scenario: the latencies as streamed
 
 
 class RunnerClient:
@@ -122,6 +123,8 @@ class RunnerClient:
                     on_progress(event.progress)
                 elif kind == "power":
                     result.power.extend(event.power.samples)
+                elif kind == "queries":
+                    result.queries.append(event.queries)
                 elif kind == "summary":
                     result.summary = event.summary
                     on_summary(result)

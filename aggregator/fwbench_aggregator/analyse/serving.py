@@ -1,0 +1,166 @@
+"""Serving runs become figures and verdicts: for a configuration under a scenario, each runner's per-run latency
+percentiles (p50, p90, p99; offline: throughput), the ratio between runners of each with its interval over runs, and
+the verdict, by the same statistics as step times (comparison.judged, stats.compare: a run's percentile is its value,
+as a run's median step time is).
+
+A percentile the run's queries could not support (the runner's order-statistic rule, runner.proto) is empty in the
+summary with its reason; a runner with such a run gets no figure for that percentile, and the row says why instead
+of a ratio. A latency budget is judged on the p99 of the runs: met where its interval over runs ends under the budget,
+missed where it starts above, within the noise where it straddles it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from ..store.schema import CONFIG_COLUMNS, RUN_COLUMNS, SERVING_COMPARISON_COLUMNS, SERVING_PERCENTILES, SERVING_SUMMARY_COLUMNS
+from . import stats
+from .comparison import judged, normalised
+
+THROUGHPUT = "throughput"  # the figure of an offline run
+BUDGET_PERCENTILE = "p99"
+
+
+def latency_column(percentile: str) -> str:
+    """"p99" -> "p99_latency_s", the summary's column of each run's value."""
+    return f"{percentile}_latency_s"
+
+
+def serving_runs(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per successful run under a scenario: its configuration, runner, repetition and serving figures
+    (store.schema's SERVING_SUMMARY_COLUMNS); empty where no run had a scenario (or the store predates scenarios)."""
+    runs = normalised(summary)
+    if runs.empty or "scenario" not in runs:
+        return pd.DataFrame(columns=[*RUN_COLUMNS, *SERVING_SUMMARY_COLUMNS])
+    ok = runs[(runs.get("status", pd.Series("ok", index=runs.index)).fillna("failed") == "ok")
+              & runs["scenario"].fillna("").astype(str).ne("")]
+    ok = ok.assign(repetition=ok["repetition"] if "repetition" in ok else 0)
+    ok = ok[[*RUN_COLUMNS, *(c for c in (*SERVING_SUMMARY_COLUMNS, "max_repetitions") if c in ok)]].copy()
+    numeric = [c for c in (*SERVING_SUMMARY_COLUMNS, "max_repetitions") if c not in ("scenario", "serving_unavailable")]
+    for column in numeric:
+        ok[column] = pd.to_numeric(ok[column], errors="coerce") if column in ok else np.nan
+    ok["serving_unavailable"] = ok.get("serving_unavailable", pd.Series("", index=ok.index)).fillna("").astype(str)
+    return ok.reset_index(drop=True)
+
+
+def unavailable_reason(runs: pd.DataFrame, column: str) -> str:
+    """Why some of these runs have no `column`: the runners' reasons, each once ("needs 299 queries, got 120")."""
+    reasons = []
+    for text in runs["serving_unavailable"]:
+        for part in str(text).split("; "):
+            name, _, why = part.partition(": ")
+            if name == column and why:
+                reasons.append(why)
+    return "; ".join(dict.fromkeys(reasons)) or "not reported"
+
+
+def _figures(scenario: str) -> tuple[str, ...]:
+    return (THROUGHPUT,) if scenario == "offline" else SERVING_PERCENTILES
+
+
+def _row(config: dict, runner: str, own: pd.DataFrame, figure: str) -> dict:
+    """One runner's figure over its runs; _values holds the per-run values that are compared (seconds per query, or
+    seconds per sample offline: lower is better either way), empty where a run could not support the figure."""
+    row = {**config, "runner": runner, "scenario": own["scenario"].iloc[0], "target_qps": own["target_qps"].iloc[0],
+           "figure": figure, "runs": len(own), "queries": int(own["query_count"].sum()),
+           "achieved_qps": stats.geometric_mean(own["achieved_qps"]) if (own["achieved_qps"] > 0).all() else math.nan,
+           "latency_ms": math.nan, "throughput_samples_per_s": math.nan, "verdict": "",
+           # The sequential design the runs were made under, if any: its looks' levels judge them (comparison.judged).
+           "max_repetitions": int(own["max_repetitions"].fillna(0).max())}
+    if figure == THROUGHPUT:
+        values = own["serving_throughput_samples_per_s"].to_numpy(dtype=float)
+        supported = values[np.isfinite(values) & (values > 0)]
+        if supported.size == values.size:
+            row["throughput_samples_per_s"] = stats.geometric_mean(supported)
+            row["_values"] = 1.0 / supported
+        else:
+            row["_values"], row["verdict"] = np.array([]), "no throughput reported"
+        return row
+    column = latency_column(figure)
+    values = own[column].to_numpy(dtype=float)
+    supported = values[np.isfinite(values) & (values > 0)]
+    if supported.size == values.size:
+        row["latency_ms"] = stats.geometric_mean(supported) * 1e3
+        row["_values"] = supported
+    else:
+        missing = own[~(np.isfinite(values) & (values > 0))]
+        row["_values"] = np.array([])
+        row["verdict"] = (f"not supported by {len(missing)} of {len(own)} runs ({unavailable_reason(missing, column)}): "
+                          "not compared")
+    return row
+
+
+def _judge(rows: list[dict], min_effect: float) -> None:
+    """Ratios and verdicts among one figure's supported runners, in place: the best (lowest latency, highest
+    throughput) against each other, with comparison.judged's statistics over runs."""
+    for row in rows:
+        row.update(ratio_to_best=math.nan, ratio_ci_low=math.nan, ratio_ci_high=math.nan, p_value=math.nan,
+                   significant=False)
+    ranked = [r for r in rows if r["_values"].size]
+    if not ranked:
+        return
+    best = min(ranked, key=lambda r: stats.geometric_mean(r["_values"]))
+    for row in ranked:
+        row["ratio_to_best"] = stats.geometric_mean(row["_values"]) / stats.geometric_mean(best["_values"])
+    best["verdict"] = "best" if len(rows) > 1 else "only runner"
+    for row in ranked:
+        if row is best:
+            continue
+        # No calibrated floor applies: calibrations measure step times, not percentiles under a load.
+        verdict, _, c = judged({**best, "_medians": best["_values"]}, {**row, "_medians": row["_values"]},
+                               min_effect, math.nan)
+        row.update(ratio_ci_low=c.ci_low, ratio_ci_high=c.ci_high, p_value=c.p_value, significant=c.significant,
+                   verdict=verdict)
+
+
+def budget_status(p99_s: np.ndarray, budget_ms: float) -> str:
+    """Whether the runs' p99 meets the budget, at the interval over runs: "meets" (its interval ends under it),
+    "misses" (starts above), "within noise", or why it cannot be told."""
+    if p99_s.size == 0:
+        return "p99 not supported by the query count: not shown to meet it"
+    interval = stats.geometric_interval(p99_s * 1e3)
+    if not interval.resolved:
+        return f"too few runs to tell ({interval.runs}; need {stats.MIN_REPETITIONS})"
+    if interval.high < budget_ms:
+        return "meets"
+    return "misses" if interval.low > budget_ms else "within noise"
+
+
+def serving_rows(summary: pd.DataFrame, min_effect: float = stats.MIN_EFFECT,
+                 latency_budget_ms: Optional[float] = None) -> pd.DataFrame:
+    """One row per configuration under a scenario, runner and figure (p50, p90, p99; offline: throughput), with
+    the ratio to the best runner, its interval over runs and the verdict (SERVING_COMPARISON_COLUMNS)."""
+    runs = serving_runs(summary)
+    rows = []
+    for config, own_config in runs.groupby(list(CONFIG_COLUMNS), sort=False):
+        config_values = dict(zip(CONFIG_COLUMNS, config))
+        for figure in _figures(str(own_config["scenario"].iloc[0])):
+            figure_rows = [_row(config_values, runner, own, figure) for runner, own in own_config.groupby("runner", sort=True)]
+            _judge(figure_rows, min_effect)
+            for row in figure_rows:
+                judged_budget = latency_budget_ms is not None and figure == BUDGET_PERCENTILE
+                row["latency_budget_ms"] = latency_budget_ms if judged_budget else math.nan
+                row["budget_status"] = budget_status(row["_values"], latency_budget_ms) if judged_budget else ""
+            rows += figure_rows
+    return pd.DataFrame(rows, columns=list(SERVING_COMPARISON_COLUMNS))
+
+
+def load_curve(summary: pd.DataFrame) -> pd.DataFrame:
+    """The server runs as latency against offered load: per configuration less its load, runner and target_qps, the
+    geometric mean over runs of each percentile (NaN where a run could not support it) and the runs."""
+    runs = serving_runs(summary)
+    runs = runs[runs["scenario"] == "server"]
+    series = [c for c in CONFIG_COLUMNS if c != "serving"]
+    columns = [*series, "runner", "target_qps", "runs", *(latency_column(p) for p in SERVING_PERCENTILES)]
+    rows = []
+    for key, own in runs.groupby([*series, "runner", "target_qps"], sort=True):
+        row = dict(zip([*series, "runner", "target_qps"], key), runs=len(own))
+        for percentile in SERVING_PERCENTILES:
+            values = own[latency_column(percentile)].to_numpy(dtype=float)
+            row[latency_column(percentile)] = stats.geometric_mean(values) if np.isfinite(values).all() else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows, columns=columns)

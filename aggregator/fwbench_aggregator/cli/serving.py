@@ -1,0 +1,120 @@
+"""Serving on the command line: the load options' rules (shared by `compare --scenario` and `serve-capacity`) and
+`fwbench serve-capacity`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..app.runners import RunnerChoice
+from ..app.serve_capacity import DEFAULT_RESOLUTION, MAX_RESOLUTION, MIN_RESOLUTION, CapacityRequest
+from ..app.serve_capacity import serve_capacity as serve_capacity_use_case
+from ..base.vocabulary import Mode, Scenario
+from ..plan import spec as plan
+from ..plan.serving_fields import Load, load_problem
+from ..plan.spec import RunSpec, option_pairs
+from ..present import serving as present
+from ..store.schema import SERVING_PERCENTILES
+from . import app
+from .common import report_failures, run, usage_error
+from .options import (
+    CPU_COUNT, BatchSizeOption, parse_target_qps, BatchTimeoutOption, DeviceOption, FrameworksOption, LatencyBudgetOption, MinMeasureOption,
+    ModelOption, ModelOptionsOption, ModelsDirOption, PrecisionOption, QueriesOption, RunnerOption, SeedOption,
+    ShapeOption, StoreOption, ThreadsOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption,
+    VenvsOption, WarmupOption, every_framework, runner_transport,
+)
+
+OPTION_NAMES = {"scenario": "--scenario", "target_qps": "--target-qps", "queries": "--queries",
+                "batch_timeout_ms": "--batch-timeout-ms"}
+
+
+def checked_load(mode: Mode, scenario: Optional[Scenario], target_qps: Optional[float], queries: Optional[int],
+                 batch_timeout_ms: Optional[float], latency_budget_ms: Optional[float] = None) -> Optional[Load]:
+    """The load the options ask for, or None for back-to-back batches; a usage error (exit 2) naming the option
+    where they cannot run."""
+    if scenario is None:
+        given = [name for name, value in (("--target-qps", target_qps), ("--queries", queries),
+                                          ("--batch-timeout-ms", batch_timeout_ms),
+                                          ("--latency-budget-ms", latency_budget_ms)) if value is not None]
+        if given:
+            raise usage_error(f"{given[0]} applies to a serving scenario: add --scenario (single_stream, server or "
+                              "offline) with --mode infer")
+        return None
+    load = Load(scenario, target_qps, queries or 0, batch_timeout_ms)
+    problem = load_problem(mode, load, OPTION_NAMES)
+    if problem:
+        raise usage_error(problem)
+    return load
+
+
+PercentileOption = Annotated[str, typer.Option(
+    help=f"the latency percentile the budget bounds, one of {', '.join(SERVING_PERCENTILES)}")]
+RateOption = Annotated[float, typer.Option(
+    callback=parse_target_qps, help="the first load to try, queries per second; the search doubles it until one misses")]
+ResolutionOption = Annotated[float, typer.Option(
+    min=MIN_RESOLUTION, max=MAX_RESOLUTION,
+    help="stop bisecting when the highest load that met the budget and the lowest that missed it are this close, "
+    "as a fraction")]
+
+
+@app.command("serve-capacity")
+def serve_capacity(
+    latency_budget_ms: LatencyBudgetOption = None,
+    model: ModelOption = "resnet18",
+    batch_size: BatchSizeOption = 1,
+    shape: ShapeOption = None,
+    option: ModelOptionsOption = [],
+    precision: PrecisionOption = "fp32",
+    device: DeviceOption = None,
+    percentile: PercentileOption = "p99",
+    start_qps: RateOption = 10.0,
+    max_qps: Annotated[float, typer.Option(
+        callback=parse_target_qps, help="the highest load to try: a runner that meets the budget there has at least "
+        "this capacity")] = 10_000.0,
+    repetitions: Annotated[int, typer.Option(
+        min=1, max=plan.MAX_REPETITIONS, help="runs per probe: a load meets the budget only where every run does")] = 1,
+    resolution: ResolutionOption = DEFAULT_RESOLUTION,
+    queries: QueriesOption = None,
+    batch_timeout_ms: BatchTimeoutOption = None,
+    warmup: WarmupOption = 10,
+    min_measure_s: MinMeasureOption = 0.0,
+    seed: SeedOption = 0,
+    intra_op_threads: ThreadsOption = CPU_COUNT,
+    inter_op_threads: ThreadsOption = CPU_COUNT,
+    runner: RunnerOption = [],
+    tls_ca: TlsCaOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    token_file: TokenFileOption = None,
+    frameworks: FrameworksOption = every_framework(),
+    venvs: VenvsOption = None,
+    models_dir: ModelsDirOption = [],
+    store: StoreOption = Path("results/store"),
+) -> None:
+    """Each runner's capacity under the server scenario: the highest offered load (queries per second) whose latency
+    percentile stays under --latency-budget-ms, by a geometric bracket from --start-qps then bisection to
+    --resolution, each probe a real run, stored.
+
+    A percentile the probe's queries cannot support counts as not meeting the budget, and the probe says why.
+    """
+    if latency_budget_ms is None:
+        raise usage_error("missing; give the latency budget in ms, e.g. --latency-budget-ms 20", "--latency-budget-ms")
+    if percentile not in SERVING_PERCENTILES:
+        raise usage_error(f"{percentile!r} is not a percentile; accepted values: {', '.join(SERVING_PERCENTILES)}",
+                          "--percentile")
+    if start_qps >= max_qps:
+        raise usage_error(f"--start-qps ({start_qps:g}) must be below --max-qps ({max_qps:g})", "--start-qps")
+    load = checked_load(Mode.infer, Scenario.server, start_qps, queries, batch_timeout_ms)
+    spec = RunSpec(model, Mode.infer, batch_size, shape, precision, device, warmup=warmup, seed=seed,
+                   model_options=option_pairs(option), startup=plan.StartupSettings(intra_op_threads, inter_op_threads),
+                   min_measure_s=min_measure_s, power_rate_hz=0.0, idle_baseline_s=0.0, scenario=load.scenario,
+                   target_qps=start_qps, query_count=load.query_count, batch_timeout_ms=batch_timeout_ms)
+    choice = RunnerChoice(tuple(runner), frameworks, venvs, runner_transport(runner, tls_ca, tls_cert, tls_key, token_file),
+                          tuple(map(str, models_dir)))
+    request = CapacityRequest(spec, choice, latency_budget_ms, percentile, start_qps, max_qps, resolution, store,
+                              repetitions)
+    result = run(lambda progress: serve_capacity_use_case(request, progress))
+    present.print_capacities(result.searches, percentile, latency_budget_ms, resolution, store)
+    report_failures(result.failures)
