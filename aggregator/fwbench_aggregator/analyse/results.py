@@ -15,6 +15,7 @@ from .findings import Finding, findings
 from .optimal import optimal_batches
 from .scaling import scaling_rows
 from .searches import best_searches, split_searches
+from .serving import load_curve, serving_rows
 from .trends import batch_trends
 
 
@@ -27,13 +28,16 @@ class Analysis:
     efficiency: pd.DataFrame
     findings: list[Finding]
     searches: pd.DataFrame = field(default_factory=pd.DataFrame)  # best profile's searches (analyse.searches)
+    serving: pd.DataFrame = field(default_factory=pd.DataFrame)  # runs under a scenario (analyse.serving)
+    load_curve: pd.DataFrame = field(default_factory=pd.DataFrame)  # server runs: latency against offered load
+    capacities: pd.DataFrame = field(default_factory=pd.DataFrame)  # serve-capacity's searches, as stored
 
 
 def analysed(
     summary: pd.DataFrame, steps: pd.DataFrame, calibration: Optional[pd.DataFrame] = None,
     max_batch: Optional[pd.DataFrame] = None, model_facts: Optional[pd.DataFrame] = None,
     latency_budget_ms: Optional[float] = None, min_effect: float = stats.MIN_EFFECT,
-    parity: Optional[pd.DataFrame] = None,
+    parity: Optional[pd.DataFrame] = None, capacities: Optional[pd.DataFrame] = None,
 ) -> Analysis:
     searches = best_searches(summary, steps)
     (summary, _), (steps, _) = split_searches(summary), split_searches(steps)
@@ -48,4 +52,7 @@ def analysed(
         efficiency=hardware_efficiency(rows, summary, model_facts),
         findings=findings(rows, summary, steps, trends, scaling),
         searches=searches,
+        serving=serving_rows(summary, min_effect, latency_budget_ms),
+        load_curve=load_curve(summary),
+        capacities=pd.DataFrame() if capacities is None else capacities,
     )

@@ -15,6 +15,7 @@ from google.protobuf.json_format import MessageToDict
 from ..analyse import stats
 from ..analyse.comparison import comparison_rows
 from ..analyse.scaling import has_scaling, scaling_rows
+from ..analyse.serving import serving_rows
 from ..base.paths import safe_component
 from ..base.progress import Progress
 from ..base.vocabulary import Compilation, Strategy
@@ -47,6 +48,7 @@ class CompareRequest:
     allow_different_models: bool = False  # a plug-in whose runners build different parameter counts
     search_repetitions: int = best.DEFAULT_SEARCH_REPETITIONS  # the best profile's runs per candidate
     wait_for_quiet_s: float = 0.0  # before each run, wait up to this long for a quiet host (run.gate)
+    latency_budget_ms: Optional[float] = None  # under a scenario: whether each runner's p99 meets it
 
 
 @dataclass
@@ -61,6 +63,7 @@ class CompareResult:
     failures: list[RunnerFailure] = field(default_factory=list)
     best: dict[str, best.BestChoice] = field(default_factory=dict)  # under the best profile: each runner's search
     stopped: str = ""  # under --repetitions auto: why the rounds ended ("settled", "run budget", ...)
+    serving: pd.DataFrame = field(default_factory=pd.DataFrame)  # under a scenario: analyse.serving rows
 
 
 def run_id_for(spec: RunSpec) -> str:
@@ -120,6 +123,8 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
             "summary": records.summary_frame(result.run_id, result.results, result.failures, design),
             "power": records.power_frame(result.run_id, result.results),
         }
+        if any(r.queries for r in result.results):
+            frames["queries"] = records.queries_frame(result.run_id, result.results)
         if any(choice.candidates for choice in result.best.values()):
             frames["best_search"] = best.search_frame(result.best)
         record_model_facts(endpoints, runners.transport, results_store, frames["summary"], progress)
@@ -128,6 +133,9 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
     result.rows = comparison_rows(frames["summary"], frames["steps"], results_store.load("calibration"),
                                   request.min_effect, results_store.load(PARITY_FRAME))
     frames["comparison"] = result.rows
+    result.serving = serving_rows(frames["summary"], request.min_effect, request.latency_budget_ms)
+    if not result.serving.empty:
+        frames["serving"] = result.serving
     result.scaling = scaling_of(result.rows, results_store)
     if not result.scaling.empty:
         frames["scaling"] = result.scaling

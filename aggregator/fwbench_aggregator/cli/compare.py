@@ -11,6 +11,7 @@ from ..analyse import stats
 from ..analyse.sequential import DEFAULT_MAX_RUNS
 from ..app.best import DEFAULT_SEARCH_REPETITIONS
 from ..app.rounds import Repetitions
+from ..app.calibrate import FloorTarget
 from ..app.calibrate import calibrate as calibrate_use_case
 from ..app.compare import CompareRequest
 from ..app.compare import compare as compare_use_case
@@ -20,9 +21,11 @@ from ..app.runners import RunnerChoice
 from ..plan import spec as plan
 from ..plan.spec import RunSpec, StartupSettings, option_pairs
 from ..present import terminal
+from ..present.serving import print_serving
 from . import app
 from .common import report_failures, run, usage_error
 from .quiet import WaitForQuietOption
+from .serving import checked_load
 from .options import (
     AUTO, CPU_COUNT, AutoRepetitionsOption, BatchSizeOption, CompilationOption, CooldownOption, CudnnAutotuneOption, DeviceOption, DevicesOption,
     AllowDifferentModelsOption, DistributedTimeoutOption, FrameworksOption, IdleBaselineOption, LayoutOption, MinEffectOption, MinMeasureOption,
@@ -30,7 +33,8 @@ from .options import (
     RendezvousPortOption,
     RepetitionsOption, RunnerOption, SearchRepetitionsOption, SeedOption, ShapeOption, StableWindowOption, StepsOption, StoreOption, TimeBudgetOption,
     StrategyOption, ThreadsOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption,
-    WarmupOption, WarmupUntilCvOption, checked_names, every_framework, parse_runners, runner_transport,
+    WarmupOption, WarmupUntilCvOption, checked_names, every_framework, parse_runner_addresses, runner_transport,
+    BatchTimeoutOption, LatencyBudgetOption, QueriesOption, ScenarioOption, TargetQpsOption,
 )
 
 
@@ -59,6 +63,11 @@ def compare(
     power_rate_hz: PowerRateOption = 20.0,
     idle_baseline_s: IdleBaselineOption = 1.0,
     seed: SeedOption = 0,
+    scenario: ScenarioOption = None,
+    target_qps: TargetQpsOption = None,
+    queries: QueriesOption = None,
+    batch_timeout_ms: BatchTimeoutOption = None,
+    latency_budget_ms: LatencyBudgetOption = None,
     repetitions: AutoRepetitionsOption = AUTO,
     max_repetitions: MaxRepetitionsOption = DEFAULT_MAX_RUNS,
     time_budget_s: TimeBudgetOption = None,
@@ -91,21 +100,27 @@ def compare(
     if device and devices:
         raise usage_error("give one device with --device or several with --devices, not both")
     startup = StartupSettings(intra_op_threads, inter_op_threads, cudnn_autotune.value)
+    load = checked_load(mode, scenario, target_qps, queries, batch_timeout_ms, latency_budget_ms)
     spec = RunSpec(
         model, mode, batch_size, shape, precision, device, layout, warmup=warmup, steps=steps, seed=seed,
         model_options=option_pairs(option), startup=startup, warmup_until_cv=warmup_until_cv,
         stable_window=stable_window, min_measure_s=min_measure_s, power_rate_hz=power_rate_hz,
         idle_baseline_s=idle_baseline_s, devices=devices, distributed_timeout_s=distributed_timeout_s, profile=profile,
+        **({"scenario": load.scenario, "target_qps": load.target_qps, "query_count": load.query_count,
+            "batch_timeout_ms": load.batch_timeout_ms} if load else {}),
     )
     choice = RunnerChoice(tuple(runner), frameworks, venvs, transport, tuple(map(str, models_dir)))
     rounds = Repetitions(None if repetitions == AUTO else int(repetitions), max_repetitions, time_budget_s)
     request = CompareRequest(spec, choice, tuple(compilation), tuple(strategy), rounds, cooldown_s, min_effect,
-                             rendezvous_port, out, store, allow_different_models, search_repetitions, wait_for_quiet)
+                             rendezvous_port, out, store, allow_different_models, search_repetitions, wait_for_quiet,
+                             latency_budget_ms)
     result = run(lambda progress: compare_use_case(request, progress))
     if result.best:
         terminal.print_best_search(result.best)
     terminal.print_compare(result.rows, result.run_dir, result.store, result.scaling, result.results)
     terminal.print_rounds(result.rows, result.stopped)
+    if not result.serving.empty:
+        print_serving(result.serving)
     report_failures(result.failures)
 
 
@@ -125,10 +140,17 @@ def calibrate(
     steps: StepsOption = plan.DEFAULT_STEPS,
     min_measure_s: MinMeasureOption = plan.DEFAULT_MIN_MEASURE_S,
     repetitions: RepetitionsOption = plan.DEFAULT_REPETITIONS,
+    floor_precision_pct: Annotated[Optional[float], typer.Option(
+        min=1.0, max=1000.0, metavar="P",
+        help="instead of --repetitions: add runs, a round at a time, until the floor's own 99% interval is within "
+             "P% of the floor, up to --max-repetitions")] = None,
+    max_repetitions: Annotated[int, typer.Option(
+        min=stats.MIN_REPETITIONS, max=plan.MAX_REPETITIONS,
+        help="under --floor-precision-pct: the most runs per instance")] = DEFAULT_MAX_RUNS,
     search_repetitions: SearchRepetitionsOption = DEFAULT_SEARCH_REPETITIONS,
     wait_for_quiet: WaitForQuietOption = 0.0,
     runner: Annotated[list[str], typer.Option(
-        callback=parse_runners,
+        callback=parse_runner_addresses,
         help="NAME=HOST:PORT, each NAME twice: two instances of one runner. Default: start two of each embedded runner",
     )] = [],
     tls_ca: TlsCaOption = None,
@@ -150,8 +172,9 @@ def calibrate(
                    model_options=option_pairs(option), warmup_until_cv=warmup_until_cv, min_measure_s=min_measure_s,
                    profile=profile)
     choice = RunnerChoice(tuple(runner), frameworks, venvs, transport, tuple(map(str, models_dir)))
+    target = FloorTarget(floor_precision_pct / 100, max_repetitions) if floor_precision_pct is not None else None
     result = run(lambda progress: calibrate_use_case(spec, choice, repetitions, store, progress,
-                                                        search_repetitions, wait_for_quiet))
+                                                        search_repetitions, wait_for_quiet, target))
     terminal.print_calibrations(result.calibrations, f"{model} {mode.value}, batch {batch_size}, {precision.value}", store)
     report_failures(result.failures)
 

@@ -13,13 +13,16 @@ import typer
 
 from ..analyse import stats
 from ..base.frameworks import default_names as default_framework_names
+from ..base.frameworks import framework_of
 from ..base.frameworks import names as framework_names
 from ..base.suggest import did_you_mean
 from ..base.vocabulary import (
-    DEVICE_FORMS, DEVICES_FORMS, SHAPE_FORMS, Compilation, Layout, Mode, Precision, Profile, Strategy, Switch,
-    devices_problem, is_device, is_shape,
+    DEVICE_FORMS, DEVICES_FORMS, SHAPE_FORMS, Compilation, Layout, Mode, Precision, Profile, Scenario, Strategy,
+    Switch, devices_problem, is_device, is_shape,
 )
 from ..plan import spec as plan
+from ..plan.serving_fields import TARGET_QPS_RANGE, target_qps_ok
+from ..plan.versions import is_runner_name
 from ..run.connection import EMBEDDED, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TOKEN_FILE_ENV, Transport
 from ..run.runners import RUNNERS_ENV
 
@@ -106,8 +109,31 @@ RendezvousPortOption = Annotated[Optional[int], typer.Option(
     "HOST_i:PORT+i; default: free ports of this host when every host is loopback, else 29500")]
 LatencyBudgetOption = Annotated[Optional[float], typer.Option(
     min=0.001, max=3_600_000.0,
-    help="a serving latency budget in ms: the report names, per runner and series, the largest batch whose step time "
-    "stays under it (at 99% confidence over runs)")]
+    help="a serving latency budget in ms, the longest a query may take: under a scenario, whether each runner's p99 "
+    "stays under it (serve-capacity: the highest load whose chosen percentile does); for back-to-back batches, the "
+    "largest batch whose step time does (at 99% confidence over runs)")]
+ScenarioOption = Annotated[Optional[str], typer.Option(
+    callback=_choice(Scenario, "scenario"), metavar=_metavar(Scenario),
+    help="serve inference queries under a load (MLPerf LoadGen's scenarios; docs/serving.md): single_stream (one query "
+    "after another), server (Poisson arrivals at --target-qps), offline (every query at once); default: back-to-back "
+    "batches")]
+
+
+def parse_target_qps(value: Optional[float]) -> Optional[float]:
+    if value is not None and not target_qps_ok(value):
+        raise typer.BadParameter(f"{value!r} is not accepted; accepted: {TARGET_QPS_RANGE} (queries per second)")
+    return value
+
+
+TargetQpsOption = Annotated[Optional[float], typer.Option(
+    callback=parse_target_qps, help="--scenario server: the mean arrival rate, queries per second (Poisson, seeded: "
+    "every runner sees the same arrivals)")]
+QueriesOption = Annotated[Optional[int], typer.Option(
+    min=1, max=plan.MAX_QUERIES, help="measured queries per run under a scenario; default: the runner's (single_stream "
+    "and server: at least 300 and at least --min-measure-s; offline: 8 batches). p99 needs 299 queries")]
+BatchTimeoutOption = Annotated[Optional[float], typer.Option(
+    min=0.0, max=plan.MAX_BATCH_TIMEOUT_MS, help="--scenario server with --batch-size above 1: the longest the oldest "
+    "query waits for a batch to fill (dynamic batching, the same rule on every runner)")]
 DistributedTimeoutOption = Annotated[Optional[float], typer.Option(
     min=plan.MIN_DISTRIBUTED_TIMEOUT_S, max=plan.MAX_DISTRIBUTED_TIMEOUT_S,
     help="the longest a rank waits for the others (rendezvous, collectives) or stays silent before the run fails "
@@ -146,18 +172,28 @@ DeviceOption = Annotated[Optional[str], typer.Option(
 
 
 def parse_runners(values: list[str]) -> list[str]:
+    """NAME=HOST:PORT values, each name once (two runners under one name would be pooled as one)."""
+    names = [value.partition("=")[0] for value in values]
+    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if twice is not None:
+        raise typer.BadParameter(f"runner {twice!r} is given twice; give each runner (or FRAMEWORK@VERSION label) once")
+    return parse_runner_addresses(values)
+
+
+def parse_runner_addresses(values: list[str]) -> list[str]:
+    """NAME=HOST:PORT values, a name possibly repeated (calibrate's two instances of one runner)."""
     for value in values:
         name, sep, addresses = value.partition("=")
         ports = [re.fullmatch(r"[^\s:,]+:(\d+)", address) for address in addresses.split(",")]
         if (
-            not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name)
+            not sep or not is_runner_name(name)
             or not all(port and 1 <= int(port[1]) <= 65535 for port in ports)
             or len(set(addresses.split(","))) < len(ports)
         ):
             raise typer.BadParameter(
                 f"{value!r} is not NAME=HOST:PORT, e.g. torch=localhost:50051, or NAME=HOST:PORT,HOST:PORT,... for one "
-                "job across machines, each address once, in node rank order (NAME: letters, digits, '_', '.', '-'; "
-                "PORT: 1 to 65535)"
+                "job across machines, each address once, in node rank order (NAME: letters, digits, '_', '.', '-', or a "
+                "label FRAMEWORK@VERSION such as torch@2.14.0; PORT: 1 to 65535)"
             )
     return values
 
@@ -204,7 +240,9 @@ def checked_names(value: str, known, what: str) -> str:
 
 
 def parse_frameworks(value: str) -> str:
-    return checked_names(value, framework_names(), "framework")
+    """Declared frameworks, or labels FRAMEWORK@VERSION of them: a runner from .venvs/FRAMEWORK@VERSION."""
+    labels = [n for n in value.split(",") if is_runner_name(n) and n != framework_of(n) and framework_of(n) in framework_names()]
+    return checked_names(value, [*framework_names(), *labels], "framework")
 
 
 def every_framework() -> str:
@@ -275,6 +313,10 @@ AutoRepetitionsOption = Annotated[str, typer.Option(
     help="runs per runner, in counterbalanced rounds A B, B A, ...: auto looks after each round and stops once the "
          "verdict is settled (a difference called, or equivalence within --min-effect), within --max-repetitions and "
          f"--time-budget-s; N runs exactly N (a verdict needs {stats.MIN_REPETITIONS})")]
+SweepRepetitionsOption = Annotated[Optional[str], typer.Option(
+    callback=_auto_or_count, metavar="auto|N",
+    help="runs per runner and point, in counterbalanced rounds: auto (default) looks after each round of a point and "
+         "stops it once its verdict is settled, within --max-repetitions and --time-budget-s; N runs exactly N")]
 MaxRepetitionsOption = Annotated[int, typer.Option(
     min=stats.MIN_REPETITIONS, max=plan.MAX_REPETITIONS, help="under --repetitions auto: the most runs per runner")]
 TimeBudgetOption = Annotated[Optional[float], typer.Option(

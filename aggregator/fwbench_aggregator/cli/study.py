@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,8 +12,10 @@ from ..app.report import report as report_use_case
 from ..app.runners import RunnerChoice, names_of
 from ..app.study import StudyRequest
 from ..app.study import study as study_use_case
+from ..app.sweep_rounds import budget_text
 from ..base.frameworks import names as framework_names
 from ..plan import spec as plan
+from ..plan.study import DEFAULT_MAX_REPETITIONS, MIN_MAX_REPETITIONS
 from ..plan.study_file import load_sweep, sweep_from_options
 from ..present import terminal
 from ..present.health import print_left_out
@@ -20,9 +23,10 @@ from ..run.runners import runners_in_use
 from . import app
 from .common import interrupted_status, report_failures, run, usage_error
 from .quiet import WaitForQuietOption
+from .versions import ConfirmOption, after_version_study, print_store_versions, sweep_matrix, version_runners
 from .options import (
-    AllowDifferentModelsOption, LatencyBudgetOption, ModelsDirOption, RunnerOption, TlsCaOption, TlsCertOption,
-    TlsKeyOption, TokenFileOption, VenvsOption, every_framework, runner_transport,
+    AUTO, AllowDifferentModelsOption, LatencyBudgetOption, ModelsDirOption, RunnerOption, TlsCaOption, TlsCertOption,
+    SweepRepetitionsOption, TlsKeyOption, TokenFileOption, VenvsOption, every_framework, runner_transport,
 )
 
 
@@ -39,8 +43,13 @@ def sweep(
     strategies: Annotated[Optional[str], typer.Option(
         help="comma-separated strategies, each for every runner (a sweep file can give them per runner, and lists of "
         "devices)")] = None,
-    repetitions: Annotated[Optional[int], typer.Option(
-        min=1, max=plan.MAX_REPETITIONS, help=f"runs per runner and point (default {plan.DEFAULT_REPETITIONS})")] = None,
+    repetitions: SweepRepetitionsOption = None,
+    max_repetitions: Annotated[Optional[int], typer.Option(
+        min=MIN_MAX_REPETITIONS, max=plan.MAX_REPETITIONS,
+        help=f"under --repetitions auto: the most runs per runner and point (default {DEFAULT_MAX_REPETITIONS})")] = None,
+    time_budget_s: Annotated[Optional[float], typer.Option(
+        help="under repetitions auto: the sweep's seconds, spread over its points (each gets an "
+        "equal share of what is left); also over a sweep file's time_budget_s")] = None,
     warmup: Annotated[Optional[int], typer.Option(
         min=0, max=plan.MAX_WARMUP, help=f"the most warm-up steps (default {plan.DEFAULT_WARMUP})")] = None,
     warmup_until_cv: Annotated[Optional[float], typer.Option(
@@ -68,6 +77,7 @@ def sweep(
     models_dir: ModelsDirOption = [],
     allow_different_models: AllowDifferentModelsOption = False,
     wait_for_quiet: WaitForQuietOption = 0.0,
+    confirm: ConfirmOption = True,
 ) -> None:
     """Run a whole study, one run at a time per device, each stored the moment it completes.
 
@@ -79,13 +89,25 @@ def sweep(
     accepted = names_of(runner) if runner else framework_names()
     if file is not None:
         study = run(lambda progress: load_sweep(file, accepted))
+        if time_budget_s is not None:
+            if not time_budget_s > 0:
+                raise usage_error(f"--time-budget-s {time_budget_s:g}: accepted: a number of seconds above 0")
+            if not study.auto:
+                raise usage_error(f"--time-budget-s applies under repetitions: auto only, and {file} fixes "
+                                  f"repetitions: {study.repetitions}; set repetitions: auto there, or leave the option out")
+            study = replace(study, time_budget_s=time_budget_s)
     elif models:
+        count = int(repetitions) if repetitions not in (None, AUTO) else repetitions
         study = run(lambda progress: sweep_from_options(
             models, runners=given or None, batch_sizes=batch_sizes, shapes=shapes, modes=modes, precisions=precisions,
-            strategies=strategies, repetitions=repetitions, warmup=warmup, steps=steps, warmup_until_cv=warmup_until_cv,
-            min_measure_s=min_measure_s, reuse_builds=reuse_builds, runner_names=accepted, profiles=profiles))
+            strategies=strategies, repetitions=count, max_repetitions=max_repetitions, time_budget_s=time_budget_s,
+            warmup=warmup, steps=steps, warmup_until_cv=warmup_until_cv, min_measure_s=min_measure_s,
+            reuse_builds=reuse_builds, runner_names=accepted, profiles=profiles))
     else:
         raise usage_error("give a sweep file or at least --models")
+    matrix = sweep_matrix(file)  # a version study reaches its containers' published ports unless told otherwise
+    runner = version_runners(matrix, runner)
+    transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     reachable = names_of(runners_in_use(runner, ",".join(study.runners)))
     unreachable = [name for name in study.runners if runner and name not in reachable]
     if unreachable:
@@ -107,7 +129,11 @@ def sweep(
     if result.report is not None:
         terminal.print_report(result.report.analysis, result.report.path)
         print_left_out(result.report.left_out)
+    terminal.print_unresolved([f"{p.label}: {budget_text(p)}" + "".join(f"; {v}" for v in p.verdicts)
+                               for p in result.unresolved], store)
     terminal.print_out_of_memory(result.out_of_memory)
+    if matrix.versions:
+        result.failures = after_version_study(request, matrix, confirm, result.failures)
     report_failures(result.failures)
 
 
@@ -116,8 +142,14 @@ def report_command(
     store: Annotated[Path, typer.Option(help="the results store a sweep wrote")] = Path("results/store"),
     out: Annotated[Optional[Path], typer.Option(help="folder for report.html, tables and plots (default: STORE/report)")] = None,
     latency_budget_ms: LatencyBudgetOption = None,
+    versions: Annotated[bool, typer.Option(
+        "--versions", help="the version report instead: each framework version against the previous one, per "
+        "configuration (versions.html; docs/versions.md)")] = False,
 ) -> None:
     """Tables, plots, verdicts and the manifest from the store alone: no runner is needed."""
+    if versions:
+        print_store_versions(store, out)
+        return
     result = run(lambda progress: report_use_case(store, out, latency_budget_ms))
     terminal.print_report(result.analysis, result.path)
     print_left_out(result.left_out)

@@ -21,13 +21,15 @@ from ..base.vocabulary import (
     is_device, is_shape,
 )
 from .spec import (
-    DEFAULT_MAX_RUNS, MAX_BATCH_SIZE, MAX_COOLDOWN_S, MAX_MEASURE_S, MAX_NODES, MAX_REPETITIONS, MAX_RUNS, MAX_STEPS,
+    DEFAULT_MAX_RUNS, MAX_BATCH_SIZE, MAX_COOLDOWN_S, MAX_MEASURE_S, MAX_NODES, MAX_RUNS, MAX_STEPS,
     MAX_WARMUP,
 )
 from .field_checks import (
     Check, Checker, Path_, Problem, Refused, SweepError, checked_list, choice, field_name, integer_in, number, pattern,
 )
-from .study import Sweep
+from .serving_fields import SWEEP_FIELDS as SERVING_FIELDS, sweep_loads, with_loads
+from .study import Sweep, repetition_fields
+from .versions import RUNNER_NAME_FORMS, is_runner_name, study_runners
 from .yaml_limits import parse
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -35,9 +37,10 @@ _OPTION_NAME = re.compile(r"[a-z_]+")
 _OPTION_VALUE = re.compile(r"[A-Za-z0-9_]+")
 
 FIELDS = (
-    "runners", "models", "modes", "batch_sizes", "shapes", "precisions", "devices", "repetitions",
+    "runners", "models", "modes", "batch_sizes", "shapes", "precisions", "devices", "repetitions", "max_repetitions",
+    "time_budget_s",
     "warmup", "warmup_until_cv", "steps", "min_measure_s", "options", "layout", "compilation", "cooldown_s",
-    "strategies", "reuse_builds", "nodes", "models_dir", "profiles", "max_runs",
+    "strategies", "reuse_builds", "nodes", "models_dir", "profiles", "max_runs", "versions", *SERVING_FIELDS,
 )
 
 
@@ -92,13 +95,15 @@ def _build(raw: object, checker: Checker, runner_names: Optional[Sequence[str]],
     accepted_runners = list(runner_names) if runner_names is not None else None
 
     def runner_check(path: Path_, value: object) -> str:
-        name = name_check(path, value)
+        name = pattern(is_runner_name, "runner name", RUNNER_NAME_FORMS, checker)(path, value)
         if accepted_runners is not None and name not in accepted_runners:
             checker.fail(path, f"unknown runner {name!r}{did_you_mean(name, accepted_runners)}; accepted: "
                                f"{', '.join(accepted_runners)}")
         return name
 
     field("runners", lambda: checked_list(raw, "runners", checker, runner_check, "[torch, tensorflow]"))
+    if raw.get("versions") is not None:  # a runner per version (plan.versions), after those listed
+        field("runners", lambda: study_runners(raw, checker, values["runners"]))
     field("modes", lambda: checked_list(raw, "modes", checker, choice(Mode, "mode", checker), "[train, infer]"))
     field("precisions", lambda: checked_list(raw, "precisions", checker, choice(Precision, "precision", checker), "[fp32, amp_bf16]"))
     field("profiles", lambda: checked_list(raw, "profiles", checker, choice(Profile, "profile", checker), "[equal, native]"))
@@ -106,7 +111,7 @@ def _build(raw: object, checker: Checker, runner_names: Optional[Sequence[str]],
     field("batch_sizes", lambda: checked_list(raw, "batch_sizes", checker,
                                        integer_in(1, MAX_BATCH_SIZE, "a batch size", checker), "[16, 32]"))
     field("nodes", lambda: checked_list(raw, "nodes", checker, integer_in(1, MAX_NODES, "a number of machines", checker), "[1, 2]"))
-    field("repetitions", lambda: number(raw, "repetitions", checker, 1, MAX_REPETITIONS))
+    values.update(repetition_fields(raw, checker))
     field("warmup", lambda: number(raw, "warmup", checker, 0, MAX_WARMUP))
     field("steps", lambda: number(raw, "steps", checker, 1, MAX_STEPS))
     field("min_measure_s", lambda: number(raw, "min_measure_s", checker, 0, MAX_MEASURE_S, integer=False))
@@ -190,11 +195,12 @@ def _build(raw: object, checker: Checker, runner_names: Optional[Sequence[str]],
 
     if raw.get("models_dir") is not None:
         values["models_dirs"] = _models_dirs(raw, base, checker)
+    loads = checker.attempt(lambda: sweep_loads(raw, checker, values["modes"]))
 
     if checker.problems:
         raise SweepError(checker.problems)
     limit = values.pop("max_runs") or DEFAULT_MAX_RUNS
-    sweep = Sweep(**{name: value for name, value in values.items() if value is not None})
+    sweep = with_loads(Sweep(**{name: value for name, value in values.items() if value is not None}), loads)
     runs = sweep.run_count()  # arithmetic: the grid is never built for a study refused here
     if runs > limit:
         raise_to = (f", or raise the limit with max_runs: {runs} in a sweep file" if runs <= MAX_RUNS
@@ -316,7 +322,9 @@ def sweep_from_options(
     precisions: Sequence[str] | str | None = None,
     devices: Sequence[str] | str | None = None,
     runners: Sequence[str] | str | None = None,
-    repetitions: Optional[int] = None,
+    repetitions: int | str | None = None,  # a number, or "auto"
+    max_repetitions: Optional[int] = None,
+    time_budget_s: Optional[float] = None,
     warmup: Optional[int] = None,
     steps: Optional[int] = None,
     warmup_until_cv: Optional[float] = None,
@@ -344,7 +352,8 @@ def sweep_from_options(
         "models": _split(models), "batch_sizes": _split(batch_sizes, int), "modes": _split(modes),
         "precisions": _split(precisions), "devices": _split(devices), "runners": _split(runners),
         "shapes": shapes if isinstance(shapes, Mapping) else _split(shapes),
-        "repetitions": repetitions, "warmup": warmup, "steps": steps, "warmup_until_cv": warmup_until_cv,
+        "repetitions": repetitions, "max_repetitions": max_repetitions, "time_budget_s": time_budget_s,
+        "warmup": warmup, "steps": steps, "warmup_until_cv": warmup_until_cv,
         "min_measure_s": min_measure_s, "options": options,
         "layout": layout, "compilation": compilation, "cooldown_s": cooldown_s,
         "strategies": strategies if isinstance(strategies, Mapping) else _split(strategies),

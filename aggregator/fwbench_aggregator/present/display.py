@@ -19,7 +19,7 @@ NUMERIC_HEADERS = {
 DISPLAY_COLUMNS = {
     "model": "model", "model_options": "options", "mode": "mode", "batch_size": "batch", "input_shape": "input",
     "precision": "precision", "device": "device", "world_size": "devices", "nodes": "runners", "profile": "profile",
-    "runner": "runner",
+    "serving": "serving", "runner": "runner",
     "framework_version": "version",
     "runs": "runs", "median_step_ms": "median ms", "run_spread": "run spread", "ms_per_sample": "ms/sample",
     "throughput_samples_per_s": "samples/s", "energy_per_sample_j": "J/sample", "mean_power_w": "mean W",
@@ -49,6 +49,8 @@ def display_frame(rows: pd.DataFrame) -> pd.DataFrame:
     """The rows as text, columns renamed for reading: what the terminal, Markdown and HTML tables show.
     A verdict whose runs were not on a quiet device says so."""
     shown = rows[[c for c in DISPLAY_COLUMNS if c in rows]].copy()
+    if "serving" in shown and not shown["serving"].fillna("").astype(str).ne("").any():
+        shown = shown.drop(columns="serving")  # no run under a scenario: back-to-back batches need no column
     for column in shown:
         shown[column] = [cell(v, column) for v in shown[column]]
     if "verdict" in shown and "flagged" in rows:

@@ -94,7 +94,7 @@ def _left_out_html(left_out: Sequence[Damage]) -> str:
 def render_html(
     summary: pd.DataFrame, analysis: Analysis, plots: list[PlotResult], manifest: dict | None,
     tables: list[tuple[str, str, pd.DataFrame]] = (), study_tables: list[tuple[str, str, str, pd.DataFrame]] = (),
-    left_out: Sequence[Damage] = (),
+    left_out: Sequence[Damage] = (), unresolved: Sequence[str] = (), serving: str = "",
 ) -> str:
     """One self-contained page: the files left out, findings, plots, the studies' tables, scaling, verdicts, the
     comparison, failed runs, the runners and the manifest."""
@@ -116,6 +116,8 @@ def render_html(
         "device that was not quiet (another process, throttled clocks, a busy host).</p>",
         _left_out_html(left_out) if left_out else "",
         _findings_html(analysis.findings),
+        ("<h2>Points left unresolved</h2><ul>" + "".join(f"<li>{e(line)}</li>" for line in unresolved) + "</ul>")
+        if unresolved else "",
         "<h2>Plots</h2>",
     ]
     for plot in plots:
@@ -133,6 +135,7 @@ def render_html(
     for _, title, explanation, shown in study_tables:
         parts.append(f"<h2>{e(title)}</h2><p>{e(explanation)}</p>")
         parts.append(table_html(shown))
+    parts.append(serving)  # the Serving section (present.serving), where runs had a scenario
     if tables:
         parts.append("<h2>Strategies and scaling</h2>")
         parts.append("<p>Batch sizes are per device; throughput counts the job's samples (the per-device batch on every "

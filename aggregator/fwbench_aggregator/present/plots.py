@@ -14,6 +14,7 @@ import pandas as pd
 from ..analyse.comparison import is_out_of_memory
 from ..analyse.findings import verdict_counts
 from ..analyse.scaling import has_scaling
+from ..base.paths import safe_component
 from ..store.schema import CONFIG_COLUMNS, SCALING_KEY_COLUMNS, SERIES_COLUMNS, SERIES_KEY
 
 
@@ -352,3 +353,46 @@ def power_timeline(power: pd.DataFrame, out_dir: Path) -> list[Path]:
         pyplot().close(figure)
         written.append(path)
     return written
+
+
+def version_plot(versions: list[str], series: dict, model: str, out_dir: Path) -> PlotResult:
+    """A model's step time against framework version, one line per configuration (analyse.versions.plot_series: each
+    version's position among `versions`, in release order; ms with the interval over runs as error bars)."""
+    key, title = f"versions-{safe_component(model)}", f"{model}: step time against framework version"
+    if not series:
+        return PlotResult(key, title, reason="no configuration of this model ran on several versions")
+    figure, axes = pyplot().subplots(figsize=(7.5, 4.2))
+    for index, (label, (positions, ms, low, high)) in enumerate(series.items()):
+        axes.errorbar(positions, ms, yerr=None if pd.isna(low).all() else [ms - low, high - ms], marker="o", capsize=3,
+                      label=label, color=RUNNER_COLOURS[index % len(RUNNER_COLOURS)])
+    axes.set_xticks(range(len(versions)), versions)
+    axes.set(xlabel="framework version (release order)", ylabel="median step time (ms), geometric mean over runs")
+    axes.set_ylim(bottom=0)
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize=8, loc="best")
+    axes.set_title(title, fontsize=10)
+    figure.tight_layout()
+    return PlotResult(key, title, _save(figure, out_dir, key))
+
+
+def latency_load_plot(curve: pd.DataFrame, out_dir: Path, key: str = "serving-latency-vs-load") -> PlotResult:
+    """Per configuration less its load: each runner's p50 (solid), p90 (dashed) and p99 (dotted) against the offered
+    load (analyse.serving.load_curve); a percentile a load's runs could not support is left out of its line."""
+    title = "Serving: latency percentiles against offered load"
+    if curve.empty:
+        return PlotResult(key, title, reason="no runs under the server scenario in these results")
+    colours, keys = _runner_colours(curve), [c for c in SERIES_COLUMNS if c != "serving"]
+    series = list(curve.groupby(keys))
+    figure, axes_list = _series_grid(len(series))
+    for axes, (_, frame) in zip(axes_list, series):
+        for runner, own in frame.groupby("runner"):
+            for percentile, style in (("p50", "-"), ("p90", "--"), ("p99", ":")):
+                points = own.dropna(subset=[f"{percentile}_latency_s"])
+                axes.plot(points["target_qps"], points[f"{percentile}_latency_s"] * 1e3, linestyle=style, marker="o",
+                          color=colours[runner], label=f"{runner} {percentile}")
+        axes.set(xlabel="offered load (queries/s)", ylabel="latency (ms)", ylim=(0, None),
+                 title=_config_label(frame.iloc[0].to_dict(), _varying(curve, keys)))
+        axes.legend(fontsize=7)
+    figure.suptitle(title)
+    figure.tight_layout()
+    return PlotResult(key, title, _save(figure, out_dir, key))

@@ -13,6 +13,7 @@ from ..analyse.efficiency import TRAIN_FLOPS_FACTOR
 from ..analyse.findings import Finding
 from ..analyse.results import Analysis
 from ..analyse.scaling import has_scaling, strategy_pairs
+from ..analyse.sequential import unsettled
 from ..analyse.trends import FLATTEN_GAIN
 from ..store.health import Damage
 from .display import (
@@ -20,7 +21,9 @@ from .display import (
     search_display, to_markdown, trend_display,
 )
 from .html import render_html, standalone_html, table_html
-from .plots import make_plots, scaling_plot
+from .plots import latency_load_plot, make_plots, scaling_plot
+from .serving import serving_section_html
+from .terminal import configuration_title
 
 def write_tables(rows: pd.DataFrame, out_dir: Path, stem: str = "comparison") -> list[Path]:
     """comparison.csv (every column, full precision), comparison.md and comparison.html (as displayed)."""
@@ -87,8 +90,21 @@ def finding_text(finding: Finding) -> str:
     return f"{finding.question}: {finding.sentence}" + (f" [FLAGGED: {finding.flagged}]" if finding.flagged else "")
 
 
-def write_studies(analysis: Analysis, out_dir: Path) -> list[Path]:
-    """findings.md (the findings, then each study table) and one CSV per study table, every column."""
+def unresolved_lines(rows: pd.DataFrame, not_run: Sequence[str] = ()) -> list[str]:
+    """The points a sequential design left unsettled (analyse.sequential.unsettled), each with why, and the points a
+    sweep's time budget left without runs."""
+    why = {"stopped": "its rounds stopped before the verdict settled (a time budget ran out, a runner failed, or the "
+                      "sweep was stopped); `fwbench sweep --resume` runs more",
+           "run budget": "the run budget (max_repetitions) was spent",
+           "futile": "at its runs' spread the whole run budget would most likely not settle it"}
+    lines = [f"{configuration_title(r)}: {r['runner']}: {r['verdict']} ({why[r['why']]})"
+             for _, r in unsettled(rows).iterrows()]
+    return lines + [f"{label}: not run: the time budget was spent before it started" for label in not_run]
+
+
+def write_studies(analysis: Analysis, out_dir: Path, not_run: Sequence[str] = ()) -> list[Path]:
+    """findings.md (the findings, the points left unresolved, then each study table) and one CSV per study table,
+    every column."""
     written = []
     for stem, frame in (("optimal_batch", analysis.optimal), ("batch_trend", analysis.trends),
                         ("best_search", analysis.searches), ("hardware_efficiency", analysis.efficiency)):
@@ -96,24 +112,31 @@ def write_studies(analysis: Analysis, out_dir: Path) -> list[Path]:
             frame.to_csv(out_dir / f"{stem}.csv", index=False)
             written.append(out_dir / f"{stem}.csv")
     text = "# Findings\n\n" + "".join(f"- {finding_text(f)}\n" for f in analysis.findings)
+    unresolved = unresolved_lines(analysis.rows, not_run)
+    if unresolved:
+        text += "\n## Points left unresolved\n\n" + "".join(f"- {line}\n" for line in unresolved)
     text += "".join(f"\n## {title}\n\n{explanation}\n\n{to_markdown(shown)}" for _, title, explanation, shown in study_tables(analysis))
     (out_dir / "findings.md").write_text(text)
     return [*written, out_dir / "findings.md"]
 
 
 def write_report(analysis: Analysis, summary: pd.DataFrame, manifest: dict | None, out_dir: Path,
-                 left_out: Sequence[Damage] = ()) -> Path:
+                 left_out: Sequence[Damage] = (), not_run: Sequence[str] = ()) -> Path:
     """report.html in out_dir: one self-contained file, the store's unreadable files it left out (if any) and the
     findings at its top. Beside it: comparison.csv/.md/.html, findings.md and the study tables' CSVs, scaling.csv/.md
     where any ran on several devices, and the plots as PNG files under plots/. Returns its path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_tables(analysis.rows, out_dir)
-    write_studies(analysis, out_dir)
+    write_studies(analysis, out_dir, not_run)
     plots = make_plots(analysis.rows, out_dir / "plots", analysis.optimal)
     plots.append(scaling_plot(analysis.scaling, out_dir / "plots"))
     tables, _ = write_scaling(analysis.rows, analysis.scaling, out_dir)
+    if len(analysis.serving):
+        analysis.serving.to_csv(out_dir / "serving.csv", index=False)
+    serving = serving_section_html(analysis.serving, analysis.capacities,
+                                   latency_load_plot(analysis.load_curve, out_dir / "plots"))
     path = out_dir / "report.html"
-    path.write_text(render_html(summary, analysis, plots, manifest, tables, study_tables(analysis), left_out),
-                    encoding="utf-8")
+    path.write_text(render_html(summary, analysis, plots, manifest, tables, study_tables(analysis), left_out,
+                                unresolved_lines(analysis.rows, not_run), serving), encoding="utf-8")
     return path

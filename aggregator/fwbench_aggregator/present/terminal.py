@@ -243,7 +243,8 @@ def print_calibrations(calibrations: Sequence, title: str, store: Path) -> None:
     """Each runner's A/A comparison: `calibrations` hold runner, row (the stored calibration), comparison and
     run_spread."""
     columns = [Column("runner", key=True), *(Column(h, numeric=True) for h in
-                                             ("runs", "A/A ratio", "99% interval", "run spread", "noise floor"))]
+                                             ("runs", "A/A ratio", "99% interval", "run spread", "noise floor",
+                                              "floor\nknown to"))]
     table = []
     for c in calibrations:
         enough = c.comparison.enough_runs
@@ -251,9 +252,17 @@ def print_calibrations(calibrations: Sequence, title: str, store: Path) -> None:
             c.runner, str(c.row["runs"]), f"{c.comparison.ratio:.3f}",
             f"[{c.comparison.ci_low:.3f}, {c.comparison.ci_high:.3f}]" if enough else "–", f"{c.run_spread:.1%}",
             f"{c.row['noise_floor']:.1%}" if enough else "too few runs",
+            f"±{c.precision.relative:.0%}" if c.precision is not None else "–",
         ))
     print_table(columns, table, f"noise floor: {title}")
     for c in calibrations:
+        if c.target is not None and not c.target.reached(c.precision):
+            out_console.print(f"{escape(c.runner)}: [yellow]the floor is known to ±{c.precision.relative:.0%} of itself "
+                              f"after the most runs, {c.row['runs']} per instance, not the ±{c.target.precision:.0%} "
+                              "asked[/]: raise --max-repetitions, or calibrate on a quieter host", highlight=False)
+        elif c.target is not None:
+            out_console.print(f"{escape(c.runner)}: the floor is known to ±{c.precision.relative:.0%} of itself after "
+                              f"{c.row['runs']} runs per instance (asked: ±{c.target.precision:.0%})", highlight=False)
         if c.row.get("flagged"):
             out_console.print(f"{escape(c.runner)}: [yellow]FLAGGED: its runs were not on a quiet device "
                               f"({escape(c.row['flagged'])})[/]: compare applies this floor only where no quiet "
@@ -279,6 +288,17 @@ def print_rounds(rows: pd.DataFrame, stopped: str) -> None:
     runs = "/".join(str(n) for n in ran["runs"])
     out_console.print(f"runs: {runs} per runner (auto: stopped because {why}; {ran['wall_s'].max():.0f} s)",
                       highlight=False)
+
+
+def print_unresolved(lines: Sequence[str], store: Path) -> None:
+    """Under repetitions auto, the points a sweep left unsettled, each with why (app.sweep_rounds)."""
+    if not lines:
+        return
+    out_console.print(f"[bold]left unresolved[/] ({len(lines)} point(s); their runs are kept in {escape(str(store))}: "
+                      "`fwbench sweep --resume` with a larger time_budget_s or max_repetitions continues them):",
+                      highlight=False)
+    for line in lines:
+        out_console.print(f"- {escape(line)}", highlight=False)
 
 
 def print_best_search(choices: dict) -> None:

@@ -13,10 +13,13 @@ import pandas as pd
 from fwbench.runner.v1 import runner_pb2 as pb
 from google.protobuf.json_format import MessageToDict
 
-from ..base.vocabulary import device_text, shape_text, to_text
+from ..base.vocabulary import device_text, serving_text, shape_text, to_text
 from ..run.client import RunnerFailure, RunResult
 from .results_store import ResultStore
-from .schema import BUILT_IN, DEFAULT_PROFILE, ENERGY_FIELDS, POWER_COLUMNS, POWER_FIELDS, STEPS_COLUMNS, SUMMARY_COLUMNS
+from .schema import (
+    BUILT_IN, DEFAULT_PROFILE, ENERGY_FIELDS, POWER_COLUMNS, POWER_FIELDS, QUERIES_COLUMNS, QUERIES_FRAME, SERVING_PERCENTILES,
+    STEPS_COLUMNS, SUMMARY_COLUMNS, IMAGE_COLUMNS,
+)
 
 
 def _config_columns(run_id: str, result: RunResult) -> dict:
@@ -43,6 +46,7 @@ def _config_columns(run_id: str, result: RunResult) -> dict:
         "model_options": ";".join(f"{k}={v}" for k, v in sorted(c.model_options.items())),
         "repetition": result.repetition,
         "profile": to_text(pb.Profile, c.profile) if c.profile else DEFAULT_PROFILE,
+        "serving": serving_text(c.serving),
     }
 
 
@@ -55,6 +59,36 @@ def steps_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
         for s in r.steps
     ]
     return pd.DataFrame(rows, columns=STEPS_COLUMNS)
+
+
+def queries_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
+    """One row per measured query of every run under a scenario, by its index among the run's queries."""
+    rows = [
+        {**_config_columns(run_id, r), "query_index": q.first_index + i, "latency_s": latency_s, "queue_s": queue_s}
+        for r in results
+        for q in r.queries
+        for i, (latency_s, queue_s) in enumerate(zip(q.latency_s, q.queue_s))
+    ]
+    return pd.DataFrame(rows, columns=QUERIES_COLUMNS).sort_values(["run_id", "runner", "repetition", "query_index"],
+                                                                  kind="stable", ignore_index=True)
+
+
+def _serving_columns(config: pb.ResolvedConfig, summary: pb.Summary) -> dict:
+    """A run under a scenario: its load as resolved and the runner's serving figures; a figure the run could not
+    support is empty, its reason in serving_unavailable. Empty for back-to-back batches."""
+    if not summary.HasField("serving"):
+        return {}
+    s = summary.serving
+    return {
+        "scenario": to_text(pb.Scenario, s.scenario),
+        "target_qps": s.target_qps if s.scenario == pb.SCENARIO_SERVER else None,
+        "batch_timeout_ms": config.serving.batch_timeout_ms,
+        "query_count": s.query_count, "duration_s": s.duration_s, "achieved_qps": s.achieved_qps,
+        "serving_throughput_samples_per_s": s.throughput_samples_per_s,
+        **{f"{p}_latency_s": _optional(s, f"{p}_latency_s") for p in SERVING_PERCENTILES},
+        "mean_latency_s": s.mean_latency_s, "mean_batch_queries": s.mean_batch_queries,
+        "serving_unavailable": "; ".join(f"{k}: {v}" for k, v in sorted(s.reasons.items())),
+    }
 
 
 
@@ -159,9 +193,12 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
                 "cudnn_version": info.cudnn_version,
                 "runner_version": info.runner_version,
                 "runner_options": ";".join(f"{k}={v}" for k, v in sorted(info.options.items())),
+                # A container's base image and both digests, as its image reports them (docs/versions.md).
+                **{column: info.options.get(column, "") for column in IMAGE_COLUMNS},
                 "model_source": c.model_source or BUILT_IN,
                 "model_hash": c.model_content_hash,
                 "max_repetitions": max_repetitions,
+                **_serving_columns(c, s),
             }
         )
     for f in failures:
@@ -219,6 +256,8 @@ def store_result(results_store: ResultStore, key: str, config: dict, result: Run
             quiet_wait_s=(context or {}).get("quiet_wait_s", math.nan)),
         "power": power_frame(key, [result]),
     }
+    if result.queries:
+        frames[QUERIES_FRAME] = queries_frame(key, [result])
     if profile:
         frames = {name: frame.assign(profile=profile) for name, frame in frames.items()}
     results_store.append(key, config, frames, {**manifest(key, [result], {result.runner: request}), **(context or {})})

@@ -23,8 +23,11 @@ STORE_FORMAT = 4
 # world_size and nodes belong to a configuration: a run on two devices is never pooled with one on one device, nor
 # two devices of one runner with one device on each of two runners. batch_size is per device.
 # profile too: runs under one profile are never pooled with runs under another.
+# serving: the load of a run under a scenario (base.vocabulary.serving_text: "server 200 qps"), "" for back-to-back
+# batches; runs at one load are never pooled with runs at another (stores from before scenarios read "").
 CONFIG_COLUMNS = (
     "model", "model_options", "mode", "batch_size", "input_shape", "precision", "device", "world_size", "nodes", "profile",
+    "serving",
 )
 DEFAULT_PROFILE = "equal"
 # The profile label of a best profile's search runs (app.best): stored like any run, never pooled with a comparison.
@@ -40,7 +43,7 @@ SCALING_KEY_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c not in ("world_size",
 RUN_IDENTITY_COLUMNS = (
     "run_id", "runner", "framework", "framework_version", "container_image", "model", "mode", "batch_size",
     "input_shape", "precision", "device", "strategy", "devices", "nodes", "world_size", "global_batch_size",
-    "model_options", "repetition", "profile",
+    "model_options", "repetition", "profile", "serving",
 )
 
 # --- frames a run stores -------------------------------------------------------------------------------------------
@@ -70,15 +73,27 @@ DEVICE_STATE_COLUMNS = (
 # Which model ran: "built-in", or a plug-in's folder and the hash of its files (which version of the user's model).
 MODEL_SOURCE_COLUMNS = ("model_source", "model_hash")
 BUILT_IN = "built-in"
+# A run under a scenario (the runner's ServingSummary; empty for back-to-back batches): the load as resolved, its
+# figures, and serving_unavailable, why a figure is empty ("p99_latency_s: ..."; the percentile evidence rule).
+SERVING_PERCENTILES = ("p50", "p90", "p99")
+SERVING_FIELDS = (
+    "query_count", "duration_s", "achieved_qps", "serving_throughput_samples_per_s",
+    *(f"{p}_latency_s" for p in SERVING_PERCENTILES), "mean_latency_s", "mean_batch_queries",
+)
+SERVING_SUMMARY_COLUMNS = ("scenario", "target_qps", "batch_timeout_ms", *SERVING_FIELDS, "serving_unavailable")
 RUNNER_COLUMNS = ("runner_address", "python_version", "cuda_version", "cudnn_version", "runner_version", "runner_options")
+# A runner container's image beyond its tag (container_image): the base image it was built on, and the digests of
+# both, which tell two builds of one tag apart ("" outside containers, and where the image does not report them).
+IMAGE_COLUMNS = ("container_base_image", "image_digest", "base_image_digest")
 SUMMARY_COLUMNS = (
     *RUN_IDENTITY_COLUMNS, "status", "error", "device_name", "warmup_steps", "measured_steps", "seed", "parameter_count",
     "mean_step_time_s", "median_step_time_s", "p95_step_time_s", "throughput_samples_per_s", "straggler_spread",
     "peak_memory_bytes", "peak_memory_source", "time_to_first_step_s", "started_at_unix_s", "finished_at_unix_s",
     *SETTINGS_COLUMNS, "build_reused", "first_step_traced", "warmup_steps_run", "warmup_stable", "min_measure_s",
-    "timer_disagreement", *DEVICE_STATE_COLUMNS, "quiet_wait_s", *ENERGY_COLUMNS, *RUNNER_COLUMNS, *MODEL_SOURCE_COLUMNS,
+    "timer_disagreement", *DEVICE_STATE_COLUMNS, "quiet_wait_s", *ENERGY_COLUMNS, *RUNNER_COLUMNS, *IMAGE_COLUMNS,
+    *MODEL_SOURCE_COLUMNS,
     # The budget of the sequential design the run was made under (its verdict's looks), 0 for a fixed number of runs.
-    "max_repetitions",
+    "max_repetitions", *SERVING_SUMMARY_COLUMNS,
 )
 # A run that ran out of memory is stored as a summary row of its configuration with these.
 FAILURE_COLUMNS = ("status", "error_code", "error")
@@ -97,6 +112,16 @@ MAX_BATCH_COLUMNS = (
     *MAX_BATCH_KEY_COLUMNS, "framework", "framework_version", "largest_batch", "limit", "capped", "batches_tried",
     "searched_at_unix_s",
 )
+# A run under a scenario: one row per measured query, in arrival order (the runner's QueryLatencies), so that any
+# percentile can be recomputed.
+QUERIES_FRAME = "queries"
+QUERIES_COLUMNS = (*RUN_IDENTITY_COLUMNS, "query_index", "latency_s", "queue_s")
+# fwbench serve-capacity: one search per runner and configuration; its probes are stored as runs.
+SERVE_CAPACITY_FRAME = "serve_capacity"
+SERVE_CAPACITY_COLUMNS = (
+    *MAX_BATCH_KEY_COLUMNS, "batch_size", "framework", "framework_version", "percentile", "latency_budget_ms",
+    "capacity_qps", "resolution", "capacity_note", "probes", "searched_at_unix_s",
+)
 # Each model's FLOPs as the runner that ran it counts them, once per identity.
 MODEL_FACTS_FRAME = "model_facts"
 MODEL_FACT_IDENTITY = ("runner", "framework", "framework_version", "model", "model_options", "input_shape")
@@ -110,6 +135,7 @@ PARITY_COLUMNS = ("model", "variant", "model_hash", "reference_runner", "runner"
 STORED_FRAMES = {
     "steps": STEPS_COLUMNS, "summary": SUMMARY_COLUMNS, "power": POWER_COLUMNS, "calibration": CALIBRATION_COLUMNS,
     "max_batch": MAX_BATCH_COLUMNS, MODEL_FACTS_FRAME: MODEL_FACTS_COLUMNS, PARITY_FRAME: PARITY_COLUMNS,
+    QUERIES_FRAME: QUERIES_COLUMNS, SERVE_CAPACITY_FRAME: SERVE_CAPACITY_COLUMNS,
 }
 
 # --- frames the analysis derives ----------------------------------------------------------------------------------
@@ -144,6 +170,25 @@ EFFICIENCY_COLUMNS = (
     *CONFIG_COLUMNS, "runner", "runs", "forward_flops", "flops_per_step", "achieved_flops_per_s", "device_name",
     "peak_flops_per_s", "peak_entry", "mfu", "efficiency_note",
 )
+# One row per configuration under a scenario, runner and figure (p50, p90, p99, or throughput offline): the
+# geometric mean over runs of each run's figure, and the verdict against the best runner (analyse.serving).
+SERVING_COMPARISON_COLUMNS = (
+    *CONFIG_COLUMNS, "runner", "scenario", "target_qps", "figure", "runs", "queries", "achieved_qps", "latency_ms",
+    "throughput_samples_per_s", "ratio_to_best", "ratio_ci_low", "ratio_ci_high", "p_value", "verdict", "significant",
+    "latency_budget_ms", "budget_status",
+)
 # The report's table of runners: what ran where.
 VERSION_COLUMNS = ("runner", "framework", "framework_version", "runner_version", "python_version", "cuda_version",
                    "cudnn_version", "device", "device_name", "compilation", "runner_options")
+# Versions side by side (analyse.versions): a configuration's step time per framework version, and each version
+# against the one before it.
+VERSION_POINT_COLUMNS = (
+    *CONFIG_COLUMNS, "framework", "framework_version", "runners", "runs", "median_step_ms", "low_step_ms",
+    "high_step_ms", "container_image", *IMAGE_COLUMNS,
+)
+VERSION_CHANGE_COLUMNS = (
+    *CONFIG_COLUMNS, "framework", "version_from", "version_to", "runners_from", "runners_to", "runs_from", "runs_to",
+    "ratio", "ci_low", "ci_high", "p_value", "noise_floor", "noise_floor_source", "change", "verdict", "text",
+    "environment", "confirmation", "confirmation_ratio", "confirmation_ci_low", "confirmation_ci_high",
+    "confirmation_text",
+)
