@@ -27,9 +27,10 @@ setup_env() {
   rm -rf "$env"
   "$python" -m venv "$env"
   "$env/bin/python" -m pip install -q --upgrade pip
-  # --no-compile: byte-compiling every module of torch and TensorFlow took a third of the set-up (2 min 45 s ->
-  # 1 min 39 s for the main job's environments from a warm pip cache); Python compiles what it imports, once.
-  "$env/bin/python" -m pip install -q --no-compile -r "$requirements"
+  # Byte-compiled at install (about a minute more): where PYTHONDONTWRITEBYTECODE is set, as on CI hosts and in many
+  # images, Python never writes what it compiles, and every runner and worker process compiled torch or TensorFlow
+  # from source again (a DDP worker spent over 9 s importing torchvision, past its job's rendezvous timeout).
+  "$env/bin/python" -m pip install -q -r "$requirements"
   local packages=()
   for pyproject in "$@"; do packages+=(-e "$(dirname "$pyproject")"); done
   "$env/bin/python" -m pip install -q --no-deps "${packages[@]}"

@@ -57,7 +57,8 @@ echo "[$framework@$version] installing into $env"
 rm -rf "$env"
 "$python" -m venv "$env"
 "$env/bin/python" -m pip install -q --upgrade pip
-"$env/bin/python" -m pip install -q --no-compile -r "$requirements"
+# Byte-compiled at install: where PYTHONDONTWRITEBYTECODE is set, nothing imported is ever cached (setup_envs.sh).
+"$env/bin/python" -m pip install -q -r "$requirements"
 "$env/bin/python" -m pip install -q --no-deps -e runners/core -e "$folder"
 sh protos/install_stubs.sh "$env/bin/python"
 echo "$stamp" > "$env/.fwbench-stamp"

@@ -437,6 +437,9 @@ def _run_rank(
     """One rank of a distributed run, in its worker process: the backend's process-wide preparation first, then
     the very run path of an in-process run."""
     backend = make_backend()
+    # Heard from once the framework is imported: the parent's silence limit then counts the rendezvous alone, not
+    # an import that takes seconds on a loaded host.
+    yield Progress(Phase.BUILD, 0, total)
     backend.prepare_worker(config)
     yield from RunnerService(backend, device_states=runner_device_states())._run_locked(config, total, cancelled)
 
