@@ -15,7 +15,7 @@ mkdir -p "$venvs"
 setup_env() {
   local name=$1 requirements=$2; shift 2
   local env=$venvs/$name
-  local stamp included
+  local stamp included started=$SECONDS
   # A requirements file's own "-r" includes count as its inputs too.
   included=$(sed -n "s|^-r |$(dirname "$requirements")/|p" "$requirements")
   stamp=$(cat "$requirements" $included "$@" protos/generate.py protos/install_stubs.sh protos/fwbench/runner/v1/*.proto "$root/scripts/setup_envs.sh" | sha256sum | cut -d' ' -f1)
@@ -37,7 +37,11 @@ setup_env() {
   sh "$root/protos/install_stubs.sh" "$env/bin/python"
   echo "$stamp" > "$env/.fwbench-stamp"
   echo "[$name] ready"
+  timing "$name" $((SECONDS - started))
 }
+
+# A test run's timings file (scripts/test.sh) gets each environment's set-up time.
+timing() { if [ -n "${FWBENCH_TIMINGS:-}" ]; then printf 'setup\tenvironment %s\t%s\n' "$1" "$2" >> "$FWBENCH_TIMINGS"; fi; }
 
 # The runner list, as NAME ENVIRONMENT FOLDER lines (the reader needs only the standard library).
 wanted=("$@")

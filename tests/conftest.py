@@ -10,6 +10,7 @@ A missing runner environment is a failure, not a skip: CI always builds them.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -20,6 +21,7 @@ import pytest
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator.run import launch
 from support.runners import EXAMPLE_MODELS, FAKE_STEP_TIME_S, RUNNER_PARAMS
+from support.timings import TestTimes
 
 LOG_TAIL_CHARS = 3000
 
@@ -122,3 +124,21 @@ def fake_runner(tmp_path_factory):
     runner = launch.LocalRunner("fake", launch.fake_runner_command(), tmp_path_factory.mktemp("logs") / "fake.log")
     with runner:
         yield runner.address
+
+
+_TEST_TIMES = TestTimes()
+_SESSION_STARTED = time.monotonic()
+_MARKERS: dict[str, set[str]] = {}
+
+
+def pytest_collection_finish(session):
+    _MARKERS.update({item.nodeid: {marker.name for marker in item.iter_markers()} for item in session.items})
+
+
+def pytest_runtest_logreport(report):
+    _TEST_TIMES.add(report.nodeid, _MARKERS.get(report.nodeid, set()), report.duration)
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in _TEST_TIMES.table(time.monotonic() - _SESSION_STARTED):
+        terminalreporter.write_line(line)

@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from support.docker import skip_without_docker_engine
+from support.timings import timed
 import yaml
 from fwbench_aggregator.base.frameworks import shipped
 from fwbench_aggregator.store.results_store import ResultStore
@@ -267,16 +268,20 @@ class Stack:
         return run(command, timeout=timeout, env=compose_env(**self.variables), check=check)
 
     def make_base_images(self) -> None:
-        run(["bash", BASE_IMAGES, "torch", self.torch_version, f"torch=={self.torch_version}",
-             f"torchvision=={self.torchvision_version}"], timeout=BUILD_TIMEOUT_S)
-        run(["bash", BASE_IMAGES, "tensorflow", self.tensorflow_version, f"tensorflow=={self.tensorflow_version}"],
-            timeout=BUILD_TIMEOUT_S)
+        with timed("image", f"base fwbench-ci/pytorch:{self.torch_version} (and python:3.11)"):
+            run(["bash", BASE_IMAGES, "torch", self.torch_version, f"torch=={self.torch_version}",
+                 f"torchvision=={self.torchvision_version}"], timeout=BUILD_TIMEOUT_S)
+        with timed("image", f"base fwbench-ci/tensorflow:{self.tensorflow_version}"):
+            run(["bash", BASE_IMAGES, "tensorflow", self.tensorflow_version, f"tensorflow=={self.tensorflow_version}"],
+                timeout=BUILD_TIMEOUT_S)
         version, packages = SECOND_TENSORFLOW
-        run(["bash", BASE_IMAGES, "tensorflow", version, *packages], timeout=BUILD_TIMEOUT_S)
+        with timed("image", f"base fwbench-ci/tensorflow:{version}"):
+            run(["bash", BASE_IMAGES, "tensorflow", version, *packages], timeout=BUILD_TIMEOUT_S)
         # Like NVIDIA's JAX image: JAX with Flax and optax (here the CPU build, which PyPI's jax is).
-        run(["bash", BASE_IMAGES, "jax", self.jax_version, f"jax=={self.jax_version}",
-             *(f"{name}=={pinned('runners/jax/requirements.txt', name)}" for name in ("jaxlib", "flax", "optax"))],
-            timeout=BUILD_TIMEOUT_S)
+        with timed("image", f"base fwbench-ci/jax:{self.jax_version}"):
+            run(["bash", BASE_IMAGES, "jax", self.jax_version, f"jax=={self.jax_version}",
+                 *(f"{name}=={pinned('runners/jax/requirements.txt', name)}" for name in ("jaxlib", "flax", "optax"))],
+                timeout=BUILD_TIMEOUT_S)
 
     def image(self, service: str) -> str:
         return f"{IMAGE_PREFIX}/{service}-runner:{self.variables[f'{service.upper()}_TAG']}"
@@ -323,7 +328,8 @@ def stack(tmp_path_factory):
     stack = Stack(results_dir)
     stack.compose("--profile", "aggregator", "down", "--remove-orphans", "--volumes", timeout=UP_TIMEOUT_S)
     stack.make_base_images()
-    stack.compose("--profile", "aggregator", "build", timeout=BUILD_TIMEOUT_S)
+    with timed("image", "compose build (every runner and the aggregator)"):
+        stack.compose("--profile", "aggregator", "build", timeout=BUILD_TIMEOUT_S)
     stack.compose("up", "-d", "--wait", "--wait-timeout", str(UP_TIMEOUT_S - 60), timeout=UP_TIMEOUT_S)
     yield stack
     stack.compose("--profile", "aggregator", "down", "--remove-orphans", "--volumes", timeout=UP_TIMEOUT_S, check=False)
@@ -438,7 +444,8 @@ def test_a_new_tensorflow_tag_rebuilds_its_runner_and_results_report_it(stack):
     first_version = stack.variables["TENSORFLOW_TAG"]
     stack.variables["TENSORFLOW_TAG"] = version
     try:
-        stack.compose("build", "tensorflow", timeout=BUILD_TIMEOUT_S)
+        with timed("image", f"compose build tensorflow runner on {version}"):
+            stack.compose("build", "tensorflow", timeout=BUILD_TIMEOUT_S)
         stack.compose("up", "-d", "--wait", "--wait-timeout", str(UP_TIMEOUT_S - 60), "tensorflow", timeout=UP_TIMEOUT_S)
         packages = run(["docker", "run", "--rm", "--entrypoint", "cat", stack.image("tensorflow"),
                         "/opt/fwbench/packages.txt"]).stdout.split()

@@ -16,6 +16,7 @@ import pytest
 from fwbench_aggregator.store.results_store import ResultStore
 from slurm import cluster as slurm_cluster
 from support.docker import skip_without_docker_engine
+from support.timings import timed
 
 ROOT = Path(__file__).resolve().parent.parent
 FWBENCH = ROOT / ".venvs" / "aggregator" / "bin" / "fwbench"
@@ -29,9 +30,14 @@ def cluster(tmp_path_factory):
     skip_without_docker_engine("SLURM")
     shared = tmp_path_factory.mktemp("slurm-shared")
     prefix = slurm_cluster.python_prefix_of(Path(sys.executable))
-    with slurm_cluster.Cluster("fwbench-slurm-test", ROOT, prefix, [shared]) as started:
+    started = slurm_cluster.Cluster("fwbench-slurm-test", ROOT, prefix, [shared])
+    with timed("image", f"{slurm_cluster.IMAGE} (built where its recipe changed) and the cluster's start"):
+        started.start()
+    try:
         started.shared = shared
         yield started
+    finally:
+        started.stop()
 
 
 def fwbench_slurm(cluster, *args: str) -> list[str]:

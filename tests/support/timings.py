@@ -1,0 +1,86 @@
+"""Where a test run's time goes: set-up, image builds and tests, printed as one table at the end of the run.
+
+scripts/test.sh points FWBENCH_TIMINGS at a file; scripts/setup_envs.sh and the image builds append a line to it for
+each environment and image (`kind<TAB>name<TAB>seconds`), and conftest.py adds the tests' own times by tier and file
+when the run ends, so that the cost of every environment, image and test added stays visible in every CI log."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+
+# The first of a test's markers in this order names its tier; a test with none is in the fast tier.
+TIERS = ("containers", "slurm", "browser", "frameworks", "slow")
+FAST_TIER = "fast"
+SLOWEST_FILES = 15
+
+
+def record(kind: str, name: str, seconds: float) -> None:
+    """Append one timed step to the run's timings file (nothing where the run keeps none)."""
+    path = os.environ.get("FWBENCH_TIMINGS")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"{kind}\t{name}\t{seconds:.1f}\n")
+
+
+@contextmanager
+def timed(kind: str, name: str):
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        record(kind, name, time.monotonic() - started)
+
+
+def recorded_steps() -> list[tuple[str, str, float]]:
+    path = os.environ.get("FWBENCH_TIMINGS")
+    if not path or not Path(path).exists():
+        return []
+    rows = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3:
+            rows.append((parts[0], parts[1], float(parts[2])))
+    return rows
+
+
+def tier_of(markers: set[str]) -> str:
+    return next((tier for tier in TIERS if tier in markers), FAST_TIER)
+
+
+class TestTimes:
+    """Each test's setup, call and teardown seconds, summed by tier and by file."""
+
+    def __init__(self) -> None:
+        self.by_tier: dict[str, float] = defaultdict(float)
+        self.tests_by_tier: dict[str, set[str]] = defaultdict(set)
+        self.by_file: dict[str, float] = defaultdict(float)
+        self.tier_of_file: dict[str, str] = {}
+
+    def add(self, nodeid: str, markers: set[str], seconds: float) -> None:
+        tier = tier_of(markers)
+        path = nodeid.split("::", 1)[0]
+        self.by_tier[tier] += seconds
+        self.tests_by_tier[tier].add(nodeid)
+        self.by_file[path] += seconds
+        self.tier_of_file.setdefault(path, tier)
+
+    def table(self, wall_s: float) -> list[str]:
+        lines = ["where the time goes (seconds; an image build counts in its tier too)"]
+        steps = recorded_steps()
+        for kind in ("setup", "image"):
+            for _, name, seconds in (s for s in steps if s[0] == kind):
+                lines.append(f"  {kind:<9} {name:<52} {seconds:8.1f}")
+        for tier in (FAST_TIER, *TIERS[::-1]):
+            if tier in self.by_tier:
+                count = len(self.tests_by_tier[tier])
+                lines.append(f"  {'tier':<9} {f'{tier} ({count} tests)':<52} {self.by_tier[tier]:8.1f}")
+        lines.append(f"  {'pytest':<9} {'wall time':<52} {wall_s:8.1f}")
+        lines.append(f"  slowest {SLOWEST_FILES} files:")
+        slowest = sorted(self.by_file.items(), key=lambda item: item[1], reverse=True)[:SLOWEST_FILES]
+        for path, seconds in slowest:
+            lines.append(f"  {'file':<9} {f'{path} [{self.tier_of_file[path]}]':<52} {seconds:8.1f}")
+        return lines
