@@ -159,6 +159,20 @@ def test_achieved_flops_and_mfu_against_the_published_peak():
     assert cpu.efficiency_note == "no peak known for a CPU"
 
 
+def test_fp32_with_tf32_allowed_is_measured_against_the_tf32_peak():
+    # The native profile lets torch's convolutions use TF32: the GPU acceptance run on an H200 read resnet50 training
+    # as 68.8% of the non-tensor fp32 peak, which TF32 math can pass; against the TF32 peak it is 9%.
+    summary = frame(run_rows("torch", {64: 0.010}, mode="train", tf32="convolutions only"),
+                    run_rows("tensorflow", {64: 0.010}, mode="train", tf32="off"))
+    model = [facts("torch", 1e9), {**facts("tensorflow", 1e9), "framework": "tensorflow"}]
+    table = hardware_efficiency(comparison_rows(summary, NO_STEPS), summary, pd.DataFrame(model)).set_index("runner")
+    assert table.loc["torch", "peak_entry"].endswith("tf32 dense")
+    assert table.loc["torch", "mfu"] == pytest.approx(19.2 / 494.7, rel=0.01)
+    assert "convolutions only" in table.loc["torch", "efficiency_note"]
+    assert table.loc["tensorflow", "peak_entry"].endswith("fp32 non-tensor")
+    assert table.loc["tensorflow", "mfu"] == pytest.approx(19.2 / 67, rel=0.01)
+
+
 def test_findings_say_who_won_with_confidence_and_what_is_not_measured():
     summary = frame(
         run_rows("torch", {1: 0.010, 2: 0.012, 4: 0.016}, mode="train"),

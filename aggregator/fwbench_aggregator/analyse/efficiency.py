@@ -36,6 +36,14 @@ def _forward_flops(model_facts: Optional[pd.DataFrame]) -> dict[tuple, float]:
             for r in facts.itertuples(index=False) if r.forward_flops and r.forward_flops > 0}
 
 
+def peak_precision(precision: str, tf32: object) -> str:
+    """The precision whose peak bounds a run: fp32 math that TF32 may run on tensor cores (the native profile's
+    default on a GPU) is bounded by the TF32 peak, not the non-tensor fp32 one, which it can pass (found on an H200:
+    resnet50 training at "68.8%" of the fp32 peak was 9% of the TF32 one)."""
+    allowed = isinstance(tf32, str) and tf32 not in ("", "off")
+    return "tf32" if precision == "fp32" and allowed else precision
+
+
 def hardware_efficiency(rows: pd.DataFrame, summary: pd.DataFrame, model_facts: Optional[pd.DataFrame]) -> pd.DataFrame:
     """Per comparison row that ran: achieved FLOP/s (forward FLOPs per sample x the job's samples, x3 for
     training, over the median step time) and, where the device's peak for the precision is known, the model FLOP
@@ -59,7 +67,12 @@ def hardware_efficiency(rows: pd.DataFrame, summary: pd.DataFrame, model_facts: 
             per_step = forward * row.global_batch_size * (TRAIN_FLOPS_FACTOR if row.mode == "train" else 1.0)
             out.update(forward_flops=forward, flops_per_step=per_step,
                        achieved_flops_per_s=per_step / (row.median_step_ms / 1e3))
-        peak = peak_flops(out["device_name"], row.precision) if str(row.device).startswith("gpu") else None
+        precision = peak_precision(row.precision, getattr(row, "tf32", ""))
+        peak = peak_flops(out["device_name"], precision) if str(row.device).startswith("gpu") else None
+        if precision != row.precision and peak is not None:
+            notes.append(f"fp32 with TF32 {row.tf32}: against the TF32 peak, which such math can reach"
+                         + ("; a model whose FLOPs are matrix products runs them at fp32, below it"
+                            if str(row.tf32) == "convolutions only" else ""))
         if peak is None:
             notes.append("no peak known for a CPU" if str(row.device).startswith("cpu")
                          else f"no peak known for {out['device_name'] or 'this device'} at {row.precision}")
