@@ -27,8 +27,9 @@ from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_core.catalog import load_catalog
 from fwbench_core.server import create_server
 from fwbench_core.service import RunnerService
-from fwbench_core.spec import DeviceKind, DeviceRef, Mode, RunnerSettings, RunRequest
+from fwbench_core.spec import DeviceKind, DeviceRef, Layout, Mode, Precision, RunnerSettings, RunRequest
 from fwbench_core.validation import resolve
+from fwbench_core.wire import enum_to_wire
 
 BACKENDS = {
     "torch": ("fwbench_torch.backend", "TorchBackend"),
@@ -51,6 +52,8 @@ def runner_steps(stub, args) -> list[float]:
         batch_size=args.batch_size,
         input_shape=args.input_shape,
         device=pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU if args.device == "cpu" else pb.DEVICE_KIND_GPU),
+        precision=enum_to_wire(Precision(args.precision)),
+        layout=enum_to_wire(Layout(args.layout)) if args.layout else pb.LAYOUT_UNSPECIFIED,
         warmup_steps=args.warmup,
         measured_steps=args.steps,
         min_measure_s=0.0,  # exactly the step count, as the bare loop runs
@@ -99,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--input-shape", default="3x64x64", help="per sample, CxHxW (default 3x64x64)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
+    parser.add_argument("--precision", default="fp32", choices=[p.value for p in Precision])
+    parser.add_argument("--layout", default=None, choices=[l.value for l in Layout],
+                        help="vision models only (default: the runner's, channels_last)")
     parser.add_argument("--warmup", type=int, default=5, help="steps excluded on both sides (default 5)")
     parser.add_argument("--steps", type=int, default=30, help="measured steps per repetition (default 30)")
     parser.add_argument("--repetitions", type=int, default=5)
@@ -130,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             batch_size=args.batch_size,
             input_shape=tuple(args.input_shape),
             device=DeviceRef(DeviceKind(args.device)),
+            precision=Precision(args.precision),
+            layout=Layout(args.layout) if args.layout else None,
             warmup_steps=args.warmup,
             measured_steps=args.steps,
             min_measure_s=0.0,
@@ -182,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     met = ratio <= args.target
 
     shape = "x".join(map(str, args.input_shape))
-    label = f"{args.framework} {args.model} {args.mode} b{args.batch_size} {shape} {args.device}"
+    label = (f"{args.framework} {args.model} {args.mode} b{args.batch_size} {shape} {args.device} {args.precision}"
+             + (f" {args.layout}" if args.layout else ""))
     print(
         f"harness overhead, {label}: {args.warmup} warm-up + {args.steps} measured steps, "
         f"{args.repetitions} repetitions after 1 discarded, bare loop in the {args.bare_thread} thread"
@@ -208,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             "batch_size": args.batch_size,
             "input_shape": args.input_shape,
             "device": args.device,
+            "precision": args.precision,
+            "layout": args.layout or "",
             "warmup_steps": args.warmup,
             "measured_steps": args.steps,
             "repetitions": args.repetitions,

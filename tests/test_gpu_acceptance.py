@@ -1,0 +1,54 @@
+"""The GPU acceptance script's logic, run here as its CPU dry run (benchmarks/gpu_acceptance.py --device cpu: the
+same sections with the CPU as the device and tiny shapes), so that it does not fail for the first time on a GPU
+machine, where the minutes are few. Real torch and JAX runners from their environments."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from fwbench_aggregator.run import launch
+
+pytestmark = [pytest.mark.frameworks, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "gpu_acceptance.py"
+SECTIONS = ("1 A/A", "2 planted", "3 bare loop", "4 energy", "5 distributed", "6 native and MFU", "7 serving", "8 JAX")
+
+
+def test_the_cpu_dry_run_writes_every_section_with_its_evidence(tmp_path):
+    venvs = launch.default_venvs()
+    out = tmp_path / "acceptance"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--device", "cpu", "--out", str(out), "--wall-budget-s", "900",
+         "--runner-python", str(venvs / "torch" / "bin" / "python"), "--jax-python", str(venvs / "jax" / "bin" / "python")],
+        capture_output=True, text=True, timeout=1200)
+    assert (out / "report.md").exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    checks = pd.read_csv(out / "report.csv").fillna("")
+    explained = f"{done.stdout[-3000:]}\n{(out / 'report.md').read_text()[-6000:]}"
+    assert set(checks["section"]) == set(SECTIONS), explained
+    assert not checks["detail"].str.contains("were spent").any(), explained  # every section had its time
+    by = {section: frame for section, frame in checks.groupby("section")}
+    # The planted difference (runner b's model does twice the block work here) is called, b slower.
+    assert by["2 planted"]["status"].tolist() == ["pass"], explained
+    # The A/A grid's 4 points are each judged, and the count of wrong verdicts is stated.
+    assert by["1 A/A"]["check"].str.startswith("wrong verdicts over 4 points").any(), explained
+    assert len(by["1 A/A"]) == 2 + 4, explained
+    # A CPU has no power reading here: energy is withheld with its reason, never passed silently.
+    assert set(by["4 energy"]["status"]) == {"withheld"} and by["4 energy"]["detail"].str.len().min() > 0, explained
+    # What needs GPUs is refused before anything runs, with a message naming the device.
+    refused = by["5 distributed"][by["5 distributed"]["check"].str.startswith("refused")]
+    assert refused["status"].tolist() == ["pass", "pass"] and refused["detail"].str.contains("gpu:0").all(), explained
+    assert by["5 distributed"]["check"].str.startswith("DDP world size 1 against the plain run").any(), explained
+    assert by["6 native and MFU"]["check"].str.startswith("native profile").any(), explained
+    serving = by["7 serving"]
+    assert {"p50", "p90", "p99"} <= {c.split(", ")[1] for c in serving["check"] if c.count(", ") >= 2}, explained
+    assert by["8 JAX"]["check"].str.startswith("JAX against torch").any(), explained
+    # The bare loop's ratio is a figure with its target, whatever a noisy CPU makes of it.
+    assert by["3 bare loop"]["figure"].str.contains("runner .* ms, bare .* ms", regex=True).all(), explained
+    # The report names what this machine lacks (this environment has no TensorFlow, the runner's has none either).
+    assert "- TensorFlow: absent" in (out / "report.md").read_text(), explained
+    assert done.returncode in (0, 1), explained  # 1: some check failed; anything else is the script's own crash
