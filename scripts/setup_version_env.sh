@@ -5,7 +5,8 @@
 # `--frameworks FRAMEWORK@VERSION` (docs/versions.md).
 #   setup_version_env.sh torch 2.8.0 torchvision==0.23.0   # torch's pin, and every pin that must move with it
 #   setup_version_env.sh tensorflow 2.20.0 keras==3.10.0
-# A pin not in the requirements is refused by name. Re-running is cheap: an unchanged environment is kept.
+# A pin not in the requirements is refused by name. The environment installs a lock made from them (kept beside it
+# as FRAMEWORK@VERSION.requirements.lock) with uv. Re-running is cheap: an unchanged environment is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -47,19 +48,14 @@ if wanted:
     sys.exit(f"{', '.join(wanted)} is not pinned in {path}; accepted: the packages it pins")
 PY
 
-stamp=$(cat "$requirements" runners/core/pyproject.toml "$folder/pyproject.toml" protos/generate.py \
-  protos/install_stubs.sh protos/fwbench/runner/v1/*.proto "$0" | sha256sum | cut -d' ' -f1)
-if [ -f "$env/.fwbench-stamp" ] && [ "$(cat "$env/.fwbench-stamp")" = "$stamp" ]; then
-  echo "[$framework@$version] up to date ($env)"
-  exit 0
+# Its lock, made once beside the environment from those requirements and kept while they stay the same, so that a
+# later set-up of this version installs the same packages (scripts/env_lib.sh).
+. "$root/scripts/env_lib.sh"
+ensure_uv
+lock=$env.requirements.lock
+if ! check_lock "$requirements" 2>/dev/null; then
+  echo "[$framework@$version] locking $requirements into $lock"
+  write_lock "$requirements" "$lock"
 fi
-echo "[$framework@$version] installing into $env"
-rm -rf "$env"
-"$python" -m venv "$env"
-"$env/bin/python" -m pip install -q --upgrade pip
-# Byte-compiled at install: where PYTHONDONTWRITEBYTECODE is set, nothing imported is ever cached (setup_envs.sh).
-"$env/bin/python" -m pip install -q -r "$requirements"
-"$env/bin/python" -m pip install -q --no-deps -e runners/core -e "$folder"
-sh protos/install_stubs.sh "$env/bin/python"
-echo "$stamp" > "$env/.fwbench-stamp"
+make_env "$framework@$version" "$env" "$lock" runners/core/pyproject.toml "$folder/pyproject.toml"
 echo "[$framework@$version] ready: fwbench starts the runner labelled $framework@$version from it"

@@ -223,7 +223,8 @@ def fake_versions(tmp_path):
             tag = f"{version}-cuda12.6-cudnn9-runtime"
             # As an image built by `fwbench versions up` reports itself (run.compose_versions).
             image = {"FWBENCH_IMAGE": f"fwbench/torch-runner:{tag}", "FWBENCH_IMAGE_DIGEST": f"sha256:image-{version}",
-                     "FWBENCH_BASE_IMAGE": f"pytorch/pytorch:{tag}", "FWBENCH_BASE_IMAGE_DIGEST": f"sha256:base-{version}"}
+                     "FWBENCH_BASE_IMAGE": f"pytorch/pytorch:{tag}", "FWBENCH_BASE_IMAGE_DIGEST": f"sha256:base-{version}",
+                     "FWBENCH_ENVIRONMENT_LOCK": f"lock-{version}"}
             runner = launch.LocalRunner(version, launch.fake_runner_command(), tmp_path / f"fake-{version}.log", env={
                 FRAMEWORK_ENV: "torch", FRAMEWORK_VERSION_ENV: version, STEP_TIME_ENV: str(step_s), **image})
             addresses[version] = runner.start()
@@ -262,6 +263,10 @@ def test_a_planted_slowdown_in_one_version_is_found_and_confirmed(tmp_path, fake
     recorded = summary.set_index("runner")[["image_digest", "container_base_image", "base_image_digest"]].drop_duplicates()
     assert recorded.loc["torch@2.14.0"].tolist() == [
         "sha256:image-2.14.0", f"pytorch/pytorch:{NEW_TAG}", "sha256:base-2.14.0"]
+    # Every run names its environment's lock and the numeric libraries beneath the framework (the fake's own numpy).
+    environment = summary.set_index("runner")[["environment_lock", "numpy_version", "blas"]].drop_duplicates()
+    assert environment.loc["torch@2.13.0", "environment_lock"] == "lock-2.13.0"
+    assert (environment["numpy_version"].str.len() > 0).all() and (environment["blas"].str.len() > 0).all()
     assert pd.isna(row["environment"])  # the same base image family, Python, host and device: nothing flagged
     # From the store alone, later: the same report.
     again = fwbench("report", "--versions", "--store", str(tmp_path / "store"), "--out", str(tmp_path / "again"))

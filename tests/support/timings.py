@@ -58,7 +58,7 @@ class TestTimes:
         self.by_tier: dict[str, float] = defaultdict(float)
         self.tests_by_tier: dict[str, set[str]] = defaultdict(set)
         self.by_file: dict[str, float] = defaultdict(float)
-        self.tier_of_file: dict[str, str] = {}
+        self.tiers_of_file: dict[str, set[str]] = defaultdict(set)
 
     def add(self, nodeid: str, markers: set[str], seconds: float) -> None:
         tier = tier_of(markers)
@@ -66,7 +66,7 @@ class TestTimes:
         self.by_tier[tier] += seconds
         self.tests_by_tier[tier].add(nodeid)
         self.by_file[path] += seconds
-        self.tier_of_file.setdefault(path, tier)
+        self.tiers_of_file[path].add(tier)
 
     def table(self, wall_s: float) -> list[str]:
         lines = ["where the time goes (seconds; an image build counts in its tier too)"]
@@ -82,5 +82,6 @@ class TestTimes:
         lines.append(f"  slowest {SLOWEST_FILES} files:")
         slowest = sorted(self.by_file.items(), key=lambda item: item[1], reverse=True)[:SLOWEST_FILES]
         for path, seconds in slowest:
-            lines.append(f"  {'file':<9} {f'{path} [{self.tier_of_file[path]}]':<52} {seconds:8.1f}")
+            tiers = ",".join(sorted(self.tiers_of_file[path]))
+            lines.append(f"  {'file':<9} {f'{path} [{tiers}]':<52} {seconds:8.1f}")
         return lines

@@ -18,7 +18,7 @@ from ..run.client import RunnerFailure, RunResult
 from .results_store import ResultStore
 from .schema import (
     BUILT_IN, DEFAULT_PROFILE, ENERGY_FIELDS, POWER_COLUMNS, POWER_FIELDS, QUERIES_COLUMNS, QUERIES_FRAME, SERVING_PERCENTILES,
-    STEPS_COLUMNS, SUMMARY_COLUMNS, IMAGE_COLUMNS,
+    STEPS_COLUMNS, SUMMARY_COLUMNS, IMAGE_COLUMNS, ENVIRONMENT_COLUMNS,
 )
 
 
@@ -194,7 +194,7 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
                 "runner_version": info.runner_version,
                 "runner_options": ";".join(f"{k}={v}" for k, v in sorted(info.options.items())),
                 # A container's base image and both digests, as its image reports them (docs/versions.md).
-                **{column: info.options.get(column, "") for column in IMAGE_COLUMNS},
+                **{column: info.options.get(column, "") for column in (*IMAGE_COLUMNS, *ENVIRONMENT_COLUMNS)},
                 "model_source": c.model_source or BUILT_IN,
                 "model_hash": c.model_content_hash,
                 "max_repetitions": max_repetitions,

@@ -85,12 +85,15 @@ RUNNER_COLUMNS = ("runner_address", "python_version", "cuda_version", "cudnn_ver
 # A runner container's image beyond its tag (container_image): the base image it was built on, and the digests of
 # both, which tell two builds of one tag apart ("" outside containers, and where the image does not report them).
 IMAGE_COLUMNS = ("container_base_image", "image_digest", "base_image_digest")
+# The software beneath the framework, as the runner reports it: the sha256 of the lock its environment was installed
+# from (scripts/lock.sh), numpy and its BLAS, and oneDNN where the framework says ("" where it does not).
+ENVIRONMENT_COLUMNS = ("environment_lock", "numpy_version", "blas", "onednn_version")
 SUMMARY_COLUMNS = (
     *RUN_IDENTITY_COLUMNS, "status", "error", "device_name", "warmup_steps", "measured_steps", "seed", "parameter_count",
     "mean_step_time_s", "median_step_time_s", "p95_step_time_s", "throughput_samples_per_s", "straggler_spread",
     "peak_memory_bytes", "peak_memory_source", "time_to_first_step_s", "started_at_unix_s", "finished_at_unix_s",
     *SETTINGS_COLUMNS, "build_reused", "first_step_traced", "warmup_steps_run", "warmup_stable", "min_measure_s",
-    "timer_disagreement", *DEVICE_STATE_COLUMNS, "quiet_wait_s", *ENERGY_COLUMNS, *RUNNER_COLUMNS, *IMAGE_COLUMNS,
+    "timer_disagreement", *DEVICE_STATE_COLUMNS, "quiet_wait_s", *ENERGY_COLUMNS, *RUNNER_COLUMNS, *IMAGE_COLUMNS, *ENVIRONMENT_COLUMNS,
     *MODEL_SOURCE_COLUMNS,
     # The budget of the sequential design the run was made under (its verdict's looks), 0 for a fixed number of runs.
     "max_repetitions", *SERVING_SUMMARY_COLUMNS,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from pathlib import Path
 
 from .spec import Device, DeviceKind, DeviceRef
@@ -51,10 +52,39 @@ def host_id() -> str:
         return platform.node()
 
 
+# The sha256 of the lock an environment was installed from (scripts/env_lib.sh writes it into the environment; an
+# image sets the variable), so that a store can tell two environments of one framework version apart.
+LOCK_FILE = "fwbench-lock.sha256"
+LOCK_ENV = "FWBENCH_ENVIRONMENT_LOCK"
+
+
+def environment_lock() -> str:
+    if os.environ.get(LOCK_ENV):
+        return os.environ[LOCK_ENV]
+    try:
+        return (Path(sys.prefix) / LOCK_FILE).read_text().strip()
+    except OSError:
+        return ""
+
+
+def numeric_libraries() -> dict[str, str]:
+    """The numpy version and the BLAS it was built with (name and version), which decide the speed of much CPU math;
+    empty where numpy is missing or does not say."""
+    try:
+        import numpy
+
+        blas = numpy.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {})
+    except Exception:  # no numpy, or one too old to report its build: say nothing rather than something wrong
+        return {}
+    return {"numpy_version": numpy.__version__,
+            "blas": " ".join(str(blas[k]) for k in ("name", "version") if blas.get(k))}
+
+
 def manifest_options(gpu_count: int) -> dict[str, str]:
-    """What the results' manifest needs beyond versions: the machine, the container image, GPU
-    identities, clocks and power limits."""
-    options = {"host_id": host_id(), "cpu_model": cpu_model_name(), "cpu_count": str(os.cpu_count())}
+    """What the results' manifest needs beyond versions: the machine, the container image, the environment's lock
+    and numeric libraries, GPU identities, clocks and power limits."""
+    options = {"host_id": host_id(), "cpu_model": cpu_model_name(), "cpu_count": str(os.cpu_count()),
+               "environment_lock": environment_lock(), **numeric_libraries()}
     for option, env in (("container_image", IMAGE_ENV), ("container_base_image", BASE_IMAGE_ENV),
                         ("image_digest", IMAGE_DIGEST_ENV), ("base_image_digest", BASE_IMAGE_DIGEST_ENV)):
         if os.environ.get(env):

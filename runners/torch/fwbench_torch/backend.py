@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -67,6 +68,13 @@ def count_trainable(model: torch.nn.Module) -> int:
 
 def build_model(config: RunConfig | ModelConfig) -> torch.nn.Module:
     return MODELS.builder(config.model)(config.model, config.input_shape, config.model_options)
+
+
+def _onednn_version() -> str:
+    """The oneDNN (MKL-DNN) torch was built with, which does its CPU convolutions; torch says it only in its
+    build summary."""
+    found = re.search(r"(?:oneDNN\)|MKL-DNN) v([0-9][\w.]*)", torch.__config__.show())
+    return found.group(1) if found else ""
 
 
 class TorchWorkload(Workload):
@@ -238,7 +246,7 @@ class TorchBackend(Backend):
             devices=tuple(devices),
             cuda_version=torch.version.cuda or "",
             cudnn_version=str(cudnn) if cudnn else "",
-            options={"torchvision_version": torchvision.__version__},
+            options={"torchvision_version": torchvision.__version__, "onednn_version": _onednn_version()},
         )
 
     def capabilities(self, device: Device) -> Capabilities:
