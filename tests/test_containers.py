@@ -25,6 +25,7 @@ from support.docker import skip_without_docker_engine
 from support.timings import timed
 import yaml
 from fwbench_aggregator.base.frameworks import shipped
+from fwbench_aggregator.run import launch
 from fwbench_aggregator.store.results_store import ResultStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -268,20 +269,27 @@ class Stack:
         return run(command, timeout=timeout, env=compose_env(**self.variables), check=check)
 
     def make_base_images(self) -> None:
-        with timed("image", f"base fwbench-ci/pytorch:{self.torch_version} (and python:3.11)"):
-            run(["bash", BASE_IMAGES, "torch", self.torch_version, f"torch=={self.torch_version}",
-                 f"torchvision=={self.torchvision_version}"], timeout=BUILD_TIMEOUT_S)
-        with timed("image", f"base fwbench-ci/tensorflow:{self.tensorflow_version}"):
-            run(["bash", BASE_IMAGES, "tensorflow", self.tensorflow_version, f"tensorflow=={self.tensorflow_version}"],
-                timeout=BUILD_TIMEOUT_S)
+        # Each framework's base from its embedded environment's lock, with uv from set-up's cache: the runner images
+        # then carry the same framework and dependencies as the embedded runners, and nothing is downloaded twice.
+        venvs = launch.default_venvs()
+        uv = {"FWBENCH_UV": str(venvs / ".uv" / "bin" / "uv")} if (venvs / ".uv" / "bin" / "uv").exists() else {}
+
+        def make(label: str, lock: str | None, *args: str) -> None:
+            env = {**os.environ, **uv, **({"FWBENCH_BASE_LOCK": str(ROOT / lock)} if lock else {})}
+            with timed("image", label):
+                run(["bash", BASE_IMAGES, *args], timeout=BUILD_TIMEOUT_S, env=env)
+
+        make(f"base fwbench-ci/pytorch:{self.torch_version} (and python:3.11)", "runners/torch/requirements.lock",
+             "torch", self.torch_version, f"torch=={self.torch_version}", f"torchvision=={self.torchvision_version}")
+        make(f"base fwbench-ci/tensorflow:{self.tensorflow_version}", "runners/tensorflow/requirements.lock",
+             "tensorflow", self.tensorflow_version, f"tensorflow=={self.tensorflow_version}")
+        # The second TensorFlow has its own pins (an older protobuf): no lock of ours fits it.
         version, packages = SECOND_TENSORFLOW
-        with timed("image", f"base fwbench-ci/tensorflow:{version}"):
-            run(["bash", BASE_IMAGES, "tensorflow", version, *packages], timeout=BUILD_TIMEOUT_S)
+        make(f"base fwbench-ci/tensorflow:{version}", None, "tensorflow", version, *packages)
         # Like NVIDIA's JAX image: JAX with Flax and optax (here the CPU build, which PyPI's jax is).
-        with timed("image", f"base fwbench-ci/jax:{self.jax_version}"):
-            run(["bash", BASE_IMAGES, "jax", self.jax_version, f"jax=={self.jax_version}",
-                 *(f"{name}=={pinned('runners/jax/requirements.txt', name)}" for name in ("jaxlib", "flax", "optax"))],
-                timeout=BUILD_TIMEOUT_S)
+        make(f"base fwbench-ci/jax:{self.jax_version}", "runners/jax/requirements.lock", "jax", self.jax_version,
+             f"jax=={self.jax_version}",
+             *(f"{name}=={pinned('runners/jax/requirements.txt', name)}" for name in ("jaxlib", "flax", "optax")))
 
     def image(self, service: str) -> str:
         return f"{IMAGE_PREFIX}/{service}-runner:{self.variables[f'{service.upper()}_TAG']}"

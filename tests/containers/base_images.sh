@@ -11,7 +11,12 @@
 #   base_images.sh tensorflow VERSION PACKAGES... -> fwbench-ci/tensorflow:VERSION
 #   base_images.sh jax VERSION PACKAGES...     -> fwbench-ci/jax:VERSION
 #
-# An image whose recipe (this script and its arguments) did not change is kept.
+# An image whose recipe (this script, its arguments and its lock) did not change is kept.
+#
+# FWBENCH_BASE_LOCK=FILE: a lock (scripts/lock.sh) whose versions constrain every package installed, so that the
+# base image carries the framework and its dependencies exactly as the embedded environment of that lock does.
+# FWBENCH_UV=PATH: install with this uv binary and the host's uv cache (UV_CACHE_DIR, default ~/.cache/uv) mounted,
+# so that what set-up downloaded for the embedded environments is not downloaded again (a torch base: ~4 GB).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 suite=bookworm
@@ -20,7 +25,7 @@ python_image=fwbench-ci/python:3.11
 # whatever the host trusts (an egress proxy's CA, say).
 host_ca_bundle=/etc/ssl/certs/ca-certificates.crt
 
-recipe() { { cat "$here/base_images.sh"; printf '%s\n' "$@"; } | sha256sum | cut -c1-16; }
+recipe() { { cat "$here/base_images.sh" ${FWBENCH_BASE_LOCK:-}; printf '%s\n' "$@"; } | sha256sum | cut -c1-16; }
 
 current() {  # current IMAGE RECIPE: is IMAGE there and built from RECIPE?
   [ "$(docker image inspect --format '{{ index .Config.Labels "fwbench.ci.recipe" }}' "$1" 2>/dev/null)" = "$2" ]
@@ -55,8 +60,24 @@ make_framework() {  # make_framework NAME VERSION PACKAGES...
   local container=fwbench-ci-base-$name-$$
   echo "installing $* into $image"
   docker rm "$container" > /dev/null 2>&1 || true
-  docker run --name "$container" --env PIP_ROOT_USER_ACTION=ignore "$python_image" \
-    python3 -m pip install -q --no-cache-dir --break-system-packages "$@"
+  local mounts=() constraints=()
+  if [ -n "${FWBENCH_BASE_LOCK:-}" ]; then
+    # The lock's pins without their hashes: a constraint says which version, not that the package is wanted.
+    local pins; pins=$(mktemp)
+    sed -n 's/^\([A-Za-z0-9_.-]*==[^ ;\\]*\).*/\1/p' "$FWBENCH_BASE_LOCK" > "$pins"
+    mounts+=(-v "$pins:/fwbench-constraints.txt:ro"); constraints=(-c /fwbench-constraints.txt)
+  fi
+  if [ -n "${FWBENCH_UV:-}" ]; then
+    local cache=${UV_CACHE_DIR:-$HOME/.cache/uv}
+    mkdir -p "$cache"
+    docker run --name "$container" -v "$FWBENCH_UV:/usr/local/bin/uv:ro" -v "$cache:/uv-cache" "${mounts[@]}" \
+      --env UV_CACHE_DIR=/uv-cache --env UV_LINK_MODE=copy --env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
+      "$python_image" \
+      uv pip install -q --system --break-system-packages "${constraints[@]}" "$@"
+  else
+    docker run --name "$container" --env PIP_ROOT_USER_ACTION=ignore "${mounts[@]}" "$python_image" \
+      python3 -m pip install -q --no-cache-dir --break-system-packages "${constraints[@]}" "$@"
+  fi
   docker commit --change "LABEL fwbench.ci.recipe=$id" "$container" "$image" > /dev/null
   docker rm "$container" > /dev/null
   echo "built $image"
