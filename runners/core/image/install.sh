@@ -1,10 +1,13 @@
 #!/bin/sh
 # The runner layer of a framework image, in steps the Dockerfile caches apart:
-#   install.sh deps REQUIREMENTS PROJECT...  the runner's dependencies
-#   install.sh packages PROJECT...           the runner's own code
+#   install.sh deps REQUIREMENTS LOCK PROJECT...  the runner's dependencies
+#   install.sh packages PROJECT...                the runner's own code
 # Every package the base image ships is pinned at its version (a constraints
 # file made from the image itself), so installing the runner can add packages
 # but never upgrade or downgrade the framework's own, protobuf and numpy included.
+# Every other package takes its version from LOCK, the embedded environment's
+# lock (scripts/lock.sh), so that the image's runner layer is the same software
+# as the embedded runner's; the lock's sha256 is left where the runner reports it.
 set -eu
 python=${PYTHON:-python3}
 state=/opt/fwbench
@@ -13,10 +16,26 @@ base_packages=$state/base-packages.txt
 case "${1:-}" in
   deps)
     shift
-    requirements=$1; shift
+    requirements=$1 lock=$2; shift 2
     mkdir -p "$state"
     "$python" -m pip list --format=freeze > "$base_packages"
-    "$python" -m pip install -q --no-cache-dir -c "$base_packages" -r "$requirements" "$@"
+    "$python" - "$lock" "$base_packages" > "$state/lock-pins.txt" <<'PY'
+import re
+import sys
+
+
+def name(line):
+    return re.split(r"[=<>!~\[; ]", line.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+base = {name(line) for line in open(sys.argv[2]) if line.strip() and not line.startswith("#")}
+for line in open(sys.argv[1]):
+    pin = re.match(r"^([A-Za-z0-9_.-]+==[^\s;\\]+)", line)
+    if pin and name(pin.group(1)) not in base:
+        print(pin.group(1))
+PY
+    "$python" -m pip install -q --no-cache-dir -c "$base_packages" -c "$state/lock-pins.txt" -r "$requirements" "$@"
+    sha256sum "$lock" | cut -d' ' -f1 > "$("$python" -c 'import sys; print(sys.prefix)')/fwbench-lock.sha256"
     ;;
   packages)
     shift
@@ -31,7 +50,7 @@ case "${1:-}" in
     "$python" -m pip list --format=freeze > "$state/packages.txt"
     ;;
   *)
-    echo "usage: install.sh deps REQUIREMENTS PROJECT... | install.sh packages PROJECT..." >&2
+    echo "usage: install.sh deps REQUIREMENTS LOCK PROJECT... | install.sh packages PROJECT..." >&2
     exit 2
     ;;
 esac
