@@ -19,6 +19,10 @@ case "${1:-}" in
     requirements=$1 lock=$2; shift 2
     mkdir -p "$state"
     "$python" -m pip list --format=freeze > "$base_packages"
+    # The lock applies where the base agrees with it (every package both pin at one version: a base built from
+    # the lock, as CI's are). A base of another framework version keeps the newest versions that fit it: the
+    # lock's would not (grpcio-health-checking 1.85's generated code needs the protobuf 6 runtime, which
+    # TensorFlow 2.20's base, at protobuf 5, cannot load).
     "$python" - "$lock" "$base_packages" > "$state/lock-pins.txt" <<'PY'
 import re
 import sys
@@ -28,14 +32,19 @@ def name(line):
     return re.split(r"[=<>!~\[; ]", line.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
-base = {name(line) for line in open(sys.argv[2]) if line.strip() and not line.startswith("#")}
-for line in open(sys.argv[1]):
-    pin = re.match(r"^([A-Za-z0-9_.-]+==[^\s;\\]+)", line)
-    if pin and name(pin.group(1)) not in base:
-        print(pin.group(1))
+pins = [m.group(1) for m in (re.match(r"^([A-Za-z0-9_.-]+==[^\s;\\]+)", line) for line in open(sys.argv[1])) if m]
+base = {name(line): line.strip() for line in open(sys.argv[2]) if "==" in line and not line.startswith("#")}
+differ = [f"{base[name(pin)]} (lock: {pin})" for pin in pins
+          if name(pin) in base and name(pin) not in ("pip", "setuptools", "wheel") and base[name(pin)].split("==")[1] != pin.split("==")[1]]
+if differ:
+    print(f"the base differs from {sys.argv[1]} ({', '.join(differ[:3])}): its own versions rule", file=sys.stderr)
+else:
+    print("\n".join(pin for pin in pins if name(pin) not in base))
 PY
     "$python" -m pip install -q --no-cache-dir -c "$base_packages" -c "$state/lock-pins.txt" -r "$requirements" "$@"
-    sha256sum "$lock" | cut -d' ' -f1 > "$("$python" -c 'import sys; print(sys.prefix)')/fwbench-lock.sha256"
+    if [ -s "$state/lock-pins.txt" ]; then
+      sha256sum "$lock" | cut -d' ' -f1 > "$("$python" -c 'import sys; print(sys.prefix)')/fwbench-lock.sha256"
+    fi
     ;;
   packages)
     shift
