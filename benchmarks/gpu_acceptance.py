@@ -85,7 +85,7 @@ CPU = Scale(
     aa_models={"resnet50": "3x32x32", "bert_base": "seq=8"},
     aa_batches=(1, 2),
     aa_precisions=("fp32",),
-    aa_budget_s=40,
+    aa_budget_s=90,
     planted_batch=2,
     planted_shape="3x16x16",
     planted_extra_passes=8,
