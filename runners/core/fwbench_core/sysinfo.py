@@ -52,8 +52,9 @@ def host_id() -> str:
         return platform.node()
 
 
-# The sha256 of the lock an environment was installed from (scripts/env_lib.sh writes it into the environment; an
-# image sets the variable), so that a store can tell two environments of one framework version apart.
+# The sha256 of the lock an environment was installed from, so that a store can tell two environments of one
+# framework version apart: scripts/env_lib.sh and an image's install.sh write it into the environment's prefix; the
+# variable overrides it for a runner started by hand.
 LOCK_FILE = "fwbench-lock.sha256"
 LOCK_ENV = "FWBENCH_ENVIRONMENT_LOCK"
 
