@@ -10,13 +10,14 @@ import pandas as pd
 import pytest
 from fwbench_aggregator.run import launch
 from fwbench_aggregator.store.results_store import ResultStore
-from fwbench_core.fake import SETTING_STEP_TIME_ENV, STEP_TIME_ENV
+from fwbench_core.fake import RUN_SPREAD_ENV, SETTING_STEP_TIME_ENV, STEP_TIME_ENV
 
 from support.cli import fwbench, fwbench_in_process
 
 # Two points, one per profile: under equal (channels_last) "slow" takes four times "fast"'s 2 ms a step; under
 # native (the fake's channels_first) 1% longer, inside the 2% minimum effect but too close to it for a few runs to
-# state equivalence.
+# state equivalence: slow's runs alternate 1% either side (RUN_SPREAD_ENV), which no quiet host's sleeps can make
+# tight enough for three runs to settle it.
 STUDY = """\
 runners: [fast, slow]
 models: [resnet18]
@@ -34,7 +35,7 @@ def fast_and_slow(tmp_path_factory):
     logs = tmp_path_factory.mktemp("logs")
     with launch.LocalRunner("fast", launch.fake_runner_command(), logs / "fast.log", env={STEP_TIME_ENV: "0.002"}) as fast, \
             launch.LocalRunner("slow", launch.fake_runner_command(), logs / "slow.log",
-                               env={STEP_TIME_ENV: "0.002",
+                               env={STEP_TIME_ENV: "0.002", RUN_SPREAD_ENV: "0.01",
                                     SETTING_STEP_TIME_ENV: "layout=channels_last:0.008,layout=channels_first:0.00202"}) as slow:
         yield fast.address, slow.address
 

@@ -7,6 +7,7 @@ with `python -m fwbench_core.fake --address 127.0.0.1:0`.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import socket
@@ -42,6 +43,10 @@ STEP_TIME_ENV = "FWBENCH_FAKE_STEP_TIME_S"
 # Step times for runs with a given setting, "layout=channels_first:0.001,compilation=eager:0.003" (the first that
 # matches the run wins): how tests plant the fastest settings for a search to find.
 SETTING_STEP_TIME_ENV = "FWBENCH_FAKE_STEP_TIME_BY_SETTING"
+# A fraction (0.01): this process's runs take their step time alternately that much longer and shorter, first
+# longer. Sleeping alone gives runs a spread that varies with the host; tests that need a close difference to stay
+# unsettled for a few runs plant one that does not.
+RUN_SPREAD_ENV = "FWBENCH_FAKE_RUN_SPREAD"
 # The distributed rank whose steps hang (take HANG_S): how tests make a rank go silent.
 HANG_RANK_ENV = "FWBENCH_FAKE_HANG_RANK"
 FRAMEWORK_ENV = "FWBENCH_FAKE_FRAMEWORK"
@@ -118,15 +123,23 @@ class SocketSum:
             peer.close()
 
 
+_runs_planted = itertools.count()
+
+
 def step_time_for(config: RunConfig, default_s: float) -> float:
-    """The step time SETTING_STEP_TIME_ENV plants for this run's settings, else `default_s`."""
+    """The step time SETTING_STEP_TIME_ENV plants for this run's settings, else `default_s`; then this run's turn
+    of RUN_SPREAD_ENV's spread."""
+    planted_s = default_s
     for entry in filter(None, os.environ.get(SETTING_STEP_TIME_ENV, "").split(",")):
         setting, _, seconds = entry.partition(":")
         field_name, _, value = setting.partition("=")
         resolved = getattr(config, field_name.strip(), None)
         if resolved is not None and getattr(resolved, "value", resolved) == value.strip():
-            return float(seconds)
-    return default_s
+            planted_s = float(seconds)
+            break
+    spread = float(os.environ.get(RUN_SPREAD_ENV, "0"))
+    sign = 1 if next(_runs_planted) % 2 == 0 else -1
+    return planted_s * (1 + sign * spread)
 
 
 def _input_bytes(config: RunConfig) -> int:
