@@ -61,6 +61,9 @@ class Scale:
     serving_loads_qps: tuple[float, ...]
     power_model: str
     jax: dict[str, str]
+    # Every compare's and sweep's measurement windows: none on a GPU (the CLI's defaults are what is accepted there);
+    # a few steps on a CPU, whose default windows (a second's measuring, warm-up until stable) cost minutes here.
+    windows: dict[str, str] = field(default_factory=dict)
 
 
 GPU = Scale(
@@ -98,6 +101,7 @@ CPU = Scale(
     serving_loads_qps=(100.0, 300.0),
     power_model="resnet50",
     jax={"model": "resnet18", "batch": "2", "shape": "3x32x32", "precision": "fp32"},
+    windows={"warmup": "2", "steps": "5", "min_measure_s": "0"},
 )
 
 
@@ -139,7 +143,9 @@ class Acceptance:
         """One fwbench command against the runners (or those named in `only`), its output kept in OUT/logs/NAME.log."""
         runners = [arg for runner, address in self.runners.items() if not only or runner in only
                    for arg in ("--runner", f"{runner}={address}")]
-        command = [self.aggregator_python, "-m", "fwbench_aggregator", *args[:1], *runners, *args[1:]]
+        windows = [arg for key, value in self.scale.windows.items() for arg in (f"--{key.replace('_', '-')}", value)]
+        command = [self.aggregator_python, "-m", "fwbench_aggregator", *args[:1], *runners, *args[1:],
+                   *(windows if args[0] == "compare" else ())]
         log = self.out / "logs" / f"{name}.log"
         env = {**os.environ, "COLUMNS": "160"}
         try:
@@ -191,7 +197,7 @@ class Acceptance:
             f"runners: [a, b]\nmodels: [{', '.join(self.scale.aa_models)}]\nmodes: [infer]\nshapes: {shapes}\n"
             f"batch_sizes: [{', '.join(map(str, self.scale.aa_batches))}]\n"
             f"precisions: [{', '.join(self.scale.aa_precisions)}]\ndevices: [{self.scale.device}]\n"
-            f"time_budget_s: {self.scale.aa_budget_s:.0f}\n")
+            f"time_budget_s: {self.scale.aa_budget_s:.0f}\n" + "".join(f"{k}: {v}\n" for k, v in self.scale.windows.items()))
         store = folder / "store"
         done = self.fwbench("aa-sweep", ["sweep", str(study), "--store", str(store)],
                             timeout_s=min(self.scale.aa_budget_s * 1.5 + 60, self.left_s() - 5))
@@ -205,7 +211,8 @@ class Acceptance:
         resolved = judged["resolvable"].dropna()
         figure = (f"{len(wrong)} wrong of {len(judged)} verdicts; resolves {_pct(resolved.min())}-{_pct(resolved.max())} "
                   f"(median {_pct(resolved.median())})" if len(resolved) else f"{len(wrong)} wrong of {len(judged)}")
-        self.add(section, f"wrong verdicts over {points} points (CLI defaults, sweep time budget "
+        windows = ", ".join(f"{k} {v}" for k, v in self.scale.windows.items()) or "CLI defaults"
+        self.add(section, f"wrong verdicts over {points} points ({windows}, sweep time budget "
                  f"{self.scale.aa_budget_s:.0f} s)", "pass" if wrong.empty and len(judged) == points else "FAIL", figure,
                  "" if len(judged) == points else f"{len(judged)} of {points} points compared (exit {done.returncode})")
         tf32 = sorted({v for v in ResultStore(store).load("summary").get("tf32", pd.Series(dtype=object)).dropna().astype(str) if v})

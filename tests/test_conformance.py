@@ -184,8 +184,22 @@ def test_real_runners_build_models_of_the_same_size(runner_pool):
 # --- a run, event by event ---------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", [pb.MODE_TRAIN, pb.MODE_INFER], ids=["train", "infer"])
-@pytest.mark.parametrize("model", EXPECTED_MODELS)
+def _one_model_per_input_convention() -> list[str]:
+    firsts: dict[str, str] = {}
+    for name in EXPECTED_MODELS:
+        firsts.setdefault(MODEL_SPECS[name].input_convention, name)
+    return sorted(firsts.values())
+
+
+# Every model trains in every runner here (nothing else trains them all). Inference runs one model per input
+# convention: the run's inference loop is the same code for every model of a convention, and every model's forward
+# pass runs in every runner in test_parity, which compares its outputs too.
+RUN_CASES = [*((model, pb.MODE_TRAIN) for model in EXPECTED_MODELS),
+             *((model, pb.MODE_INFER) for model in _one_model_per_input_convention())]
+
+
+@pytest.mark.parametrize("model, mode", RUN_CASES,
+                         ids=[f"{model}-{'train' if mode == pb.MODE_TRAIN else 'infer'}" for model, mode in RUN_CASES])
 def test_run_streams_config_steps_progress_and_summary(runner, stub, model, mode):
     info = stub.Describe(pb.DescribeRequest(), timeout=RPC_TIMEOUT_S)
     # precision left unset: the runner must resolve it to fp32.

@@ -1,7 +1,7 @@
 #!/bin/sh
 # The runner layer of a framework image, in steps the Dockerfile caches apart:
-#   install.sh deps REQUIREMENTS LOCK PROJECT...  the runner's dependencies
-#   install.sh packages PROJECT...                the runner's own code
+#   install.sh deps LOCK REQUIREMENTS...   the dependencies of the core and the runner
+#   install.sh packages PROJECT...         the core's and the runner's own code
 # Every package the base image ships is pinned at its version (a constraints
 # file made from the image itself), so installing the runner can add packages
 # but never upgrade or downgrade the framework's own, protobuf and numpy included.
@@ -16,7 +16,9 @@ base_packages=$state/base-packages.txt
 case "${1:-}" in
   deps)
     shift
-    requirements=$1 lock=$2; shift 2
+    lock=$1; shift
+    requirements=""
+    for file in "$@"; do requirements="$requirements -r $file"; done
     mkdir -p "$state"
     "$python" -m pip list --format=freeze > "$base_packages"
     # The lock applies where the base agrees with it (every package both pin at one version: a base built from
@@ -41,7 +43,7 @@ if differ:
 else:
     print("\n".join(pin for pin in pins if name(pin) not in base))
 PY
-    "$python" -m pip install -q --no-cache-dir -c "$base_packages" -c "$state/lock-pins.txt" -r "$requirements" "$@"
+    "$python" -m pip install -q --no-cache-dir -c "$base_packages" -c "$state/lock-pins.txt" $requirements
     if [ -s "$state/lock-pins.txt" ]; then
       sha256sum "$lock" | cut -d' ' -f1 > "$("$python" -c 'import sys; print(sys.prefix)')/fwbench-lock.sha256"
     fi
@@ -59,7 +61,7 @@ PY
     "$python" -m pip list --format=freeze > "$state/packages.txt"
     ;;
   *)
-    echo "usage: install.sh deps REQUIREMENTS LOCK PROJECT... | install.sh packages PROJECT..." >&2
+    echo "usage: install.sh deps LOCK REQUIREMENTS... | install.sh packages PROJECT..." >&2
     exit 2
     ;;
 esac
