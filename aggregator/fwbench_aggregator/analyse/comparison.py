@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from ..store.schema import (
-    BUILT_IN, DEFAULT_PROFILE, COMPARISON_COLUMNS, CONFIG_COLUMNS, INTEGER_COLUMNS, RUN_COLUMNS, SETTINGS_COLUMNS,
+    BLOCK_KEY_COLUMNS, BUILT_IN, COMPARABILITY_COLUMNS, DEFAULT_PROFILE, COMPARISON_COLUMNS, CONFIG_COLUMNS,
+    INTEGER_COLUMNS, RUN_COLUMNS, RUNNER_KEY_COLUMNS, SETTINGS_COLUMNS,
 )
 from . import stats
 from .floors import Floor, busy_floor_note, config_floor, noise_floors
@@ -61,9 +62,61 @@ def normalised(frame: pd.DataFrame | None) -> pd.DataFrame:
     if "runner_name" not in frame:
         frame["runner_name"] = frame["runner"]
     frame["runner"] = [entry_label(r, s) for r, s in zip(frame["runner_name"], frame["strategy"])]
-    if "repetition" in frame:
-        frame["repetition"] = pd.to_numeric(frame["repetition"], errors="coerce").fillna(0).astype(int)
+    frame["repetition"] = (pd.to_numeric(frame["repetition"], errors="coerce").fillna(0).astype(int)
+                           if "repetition" in frame else 0)
+    frame["run_id"] = (frame["run_id"].astype(object).where(frame["run_id"].notna(), "").astype(str)
+                       if "run_id" in frame else "")
     return frame
+
+
+# How each part of the comparability key reads in a row's label: "version 2.15.0", "intra-op threads 1".
+KEY_NAMES = {
+    "framework": "framework", "framework_version": "version", "image_digest": "image", "layout": "layout",
+    "compilation": "compilation", "cudnn_autotune": "cuDNN autotuning", "tf32": "TF32",
+    "intra_op_threads": "intra-op threads", "inter_op_threads": "inter-op threads", "model_hash": "model",
+    "device_name": "device", "warmup_steps": "warm-up", "measured_steps_asked": "steps", "min_measure_s": "window",
+    "seed": "seed",
+}
+
+
+def _key_text(value: object) -> str:
+    """A part of the comparability key as text: 2.0 and 2 alike, "" where the run does not say."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return ""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def keyed(summary: pd.DataFrame) -> pd.DataFrame:
+    """The (normalised) summary with every part of the comparability key (schema.COMPARABILITY_COLUMNS) as text, ""
+    where unknown. A failed run records no settings: it takes those its runner's successful runs of the configuration
+    agree on, and the block of its configuration's successful runs where they make one."""
+    frame = summary.copy()
+    for column in COMPARABILITY_COLUMNS:
+        frame[column] = [_key_text(v) for v in frame[column]] if column in frame else ""
+    failed = frame["status"] != "ok"
+    if not failed.any() or failed.all():
+        return frame
+    for _, group in frame.groupby([*CONFIG_COLUMNS, "runner"], sort=False):
+        good, bad = group[group["status"] == "ok"], group.index[group["status"] != "ok"]
+        for column in RUNNER_KEY_COLUMNS if len(good) and len(bad) else ():
+            if good[column].nunique() == 1:
+                frame.loc[bad, column] = frame.loc[bad, column].where(frame.loc[bad, column] != "", good[column].iloc[0])
+    for _, group in frame.groupby(list(CONFIG_COLUMNS), sort=False):
+        good = group[group["status"] == "ok"]
+        bad = group.index[(group["status"] != "ok") & (group[list(BLOCK_KEY_COLUMNS)] == "").all(axis=1)]
+        if len(bad) and len(good.drop_duplicates(list(BLOCK_KEY_COLUMNS))) == 1:
+            frame.loc[bad, list(BLOCK_KEY_COLUMNS)] = good[list(BLOCK_KEY_COLUMNS)].iloc[0].tolist()
+    return frame
+
+
+def differences(keys: list[tuple], columns: tuple[str, ...]) -> list[str]:
+    """For groups with these keys (values of `columns`), what sets each apart from the others: "version 2.15.0,
+    intra-op threads 1" over the columns whose values differ among them; "" for a group alone."""
+    varying = [i for i in range(len(columns)) if len({key[i] for key in keys}) > 1]
+    return [", ".join(f"{KEY_NAMES.get(columns[i], columns[i])} {key[i] or 'unknown'}" for i in varying)
+            for key in keys]
 
 
 def _first(values: pd.Series, default=""):
@@ -148,15 +201,21 @@ def comparison_rows(
     if "status" not in summary:
         summary["status"] = "ok"
     summary["status"] = summary["status"].fillna("failed").astype(str)
+    summary = keyed(summary)
+    # Each run's row: its configuration, block and runner, and its runner's key within the block.
+    summary["_row"] = summary.groupby([*CONFIG_COLUMNS, *BLOCK_KEY_COLUMNS, "runner", *RUNNER_KEY_COLUMNS],
+                                      sort=False).ngroup()
+    row_of = summary[[*RUN_COLUMNS, "_row"]].drop_duplicates(list(RUN_COLUMNS))
     steps = normalised(steps)
     measured = steps[~steps["warmup"].astype(bool)] if "warmup" in steps else steps
     step_times = (
-        {key: group["step_time_s"].to_numpy(dtype=float) for key, group in measured.groupby([*CONFIG_COLUMNS, "runner"], sort=False)}
+        {row: group["step_time_s"].to_numpy(dtype=float)
+         for row, group in measured.merge(row_of, on=list(RUN_COLUMNS)).groupby("_row", sort=False)}
         if "step_time_s" in measured else {}
     )
-    runs_frame = run_values(summary, steps)
-    run_medians = {key: group["median_step_time_s"].to_numpy(dtype=float)
-                   for key, group in runs_frame.groupby([*CONFIG_COLUMNS, "runner"], sort=False)}
+    runs_frame = run_values(summary, steps).merge(row_of, on=list(RUN_COLUMNS))
+    run_medians = {row: group["median_step_time_s"].to_numpy(dtype=float)
+                   for row, group in runs_frame.groupby("_row", sort=False)}
     floors = noise_floors(normalised(calibration))
 
     rows = []
@@ -164,77 +223,87 @@ def comparison_rows(
         config_values = dict(zip(CONFIG_COLUMNS, config))
         # Throughput counts the job's samples: the per-device batch on every device of every runner.
         batch_size = int(config_values["batch_size"]) * int(config_values["world_size"])
-        config_rows = []
-        for runner, own in runs.groupby("runner", sort=False):
-            ok, failed = own[own["status"] == "ok"], own[own["status"] != "ok"]
-            times = step_times.get((*config, runner), np.array([]))
-            medians = run_medians.get((*config, runner), np.array([]))
-            energy, power = _numbers(ok, "energy_per_sample_j"), _numbers(ok, "mean_power_w")
-            row = {
-                **config_values,
-                "runner": runner,
-                "runner_name": _first(own["runner_name"]),
-                "strategy": _first(own["strategy"]),
-                "global_batch_size": batch_size,
-                "straggler_spread": straggler_spread_of(ok),
-                "framework": _first(own.get("framework", pd.Series(dtype=object))),
-                "framework_version": _first(own.get("framework_version", pd.Series(dtype=object))),
-                "container_image": _first(own.get("container_image", pd.Series(dtype=object))),
-                **{setting: _joined_settings(ok.get(setting)) for setting in SETTINGS_COLUMNS},
-                "runs": int(len(ok)),
-                "failed_runs": int(len(failed)),
-                "steps": int(times.size),
-                "energy_per_sample_j": float(energy.mean()) if len(energy) else math.nan,
-                "mean_power_w": float(power.mean()) if len(power) else math.nan,
-                "energy_runs": int(len(energy)),
-                "energy_status": _joined(s for s in ok.get("energy_status", pd.Series(dtype=object)) if s != "ok"),
-                "flagged": flag_summary(ok.get("device_flags", pd.Series(dtype=object)), len(ok)),
-                "error": _joined(failed.get("error", pd.Series(dtype=object)).fillna("")),
-                "max_repetitions": int(_numbers(ok, "max_repetitions").max()) if len(_numbers(ok, "max_repetitions")) else 0,
-                "_medians": medians,
-            }
-            if len(ok) and medians.size:
-                median_s = stats.geometric_mean(medians)
-                row.update(
-                    status="ok", median_step_ms=median_s * 1e3,
-                    p5_step_ms=float(np.percentile(times, 5)) * 1e3 if times.size else math.nan,
-                    p95_step_ms=float(np.percentile(times, 95)) * 1e3 if times.size else math.nan,
-                    run_spread=stats.run_spread(medians), throughput_samples_per_s=batch_size / median_s,
-                )
-            elif len(ok):
-                row.update(status="ok", median_step_ms=math.nan, verdict="no measured steps")
-            else:
-                row.update(status="failed", median_step_ms=math.nan, verdict=failure_verdict(row["error"]))
-            row["ms_per_sample"] = row["median_step_ms"] / batch_size if batch_size else math.nan
-            config_rows.append(row)
-        _judge(config_rows, floors, config, min_effect)
-        _mark_source(config_rows, runs, parity)
-        started, finished = _numbers(runs, "started_at_unix_s"), _numbers(runs, "finished_at_unix_s")
-        for row in config_rows:
-            # The configuration's time, every runner's runs from the first start to the last finish.
-            row["wall_s"] = float(finished.max() - started.min()) if len(started) and len(finished) else math.nan
-        rows += config_rows
+        blocks = list(runs.groupby(list(BLOCK_KEY_COLUMNS), sort=False))
+        for (_, block), group in zip(blocks, differences([key for key, _ in blocks], BLOCK_KEY_COLUMNS)):
+            block_rows = []
+            for runner, runner_runs in block.groupby("runner", sort=False):
+                variants = list(runner_runs.groupby(list(RUNNER_KEY_COLUMNS), sort=False))
+                for (_, own), variant in zip(variants, differences([key for key, _ in variants], RUNNER_KEY_COLUMNS)):
+                    label = runner + (f" ({variant})" if variant else "") + (f" [{group}]" if group else "")
+                    row = _row(config_values, batch_size, label, own, step_times, run_medians)
+                    block_rows.append({**row, "group": group, "variant": variant})
+            _judge(block_rows, floors, config, min_effect)
+            _mark_source(block_rows, block, parity)
+            started, finished = _numbers(block, "started_at_unix_s"), _numbers(block, "finished_at_unix_s")
+            for row in block_rows:
+                # The block's time, every runner's runs from the first start to the last finish.
+                row["wall_s"] = float(finished.max() - started.min()) if len(started) and len(finished) else math.nan
+            rows += block_rows
 
     table = pd.DataFrame(rows, columns=[*COMPARISON_COLUMNS, "_medians"]).drop(columns="_medians")
     if table.empty:
         return table
     table["_failed"] = table["status"] != "ok"
     table = table.sort_values(
-        ["model", "model_options", "mode", "device", "precision", "input_shape", "batch_size", "world_size", "nodes", "_failed",
-         "ratio_to_fastest", "runner"],
+        ["model", "model_options", "mode", "device", "precision", "input_shape", "batch_size", "world_size", "nodes", "group",
+         "_failed", "ratio_to_fastest", "runner"],
         kind="stable",
     ).drop(columns="_failed")
     return table.reset_index(drop=True)
 
 
-def _mark_source(config_rows: list[dict], runs: pd.DataFrame, checks: pd.DataFrame | None) -> None:
-    """Which model a configuration's runs ran, and the parity evidence for it, on every row of it, in place."""
-    source = str(_first(runs.get("model_source", pd.Series(dtype=object)), BUILT_IN))
-    model_hash = str(_first(runs.get("model_hash", pd.Series(dtype=object))))
-    runners = sorted({r["runner_name"] for r in config_rows})
-    status = parity_status(config_rows[0]["model"], model_hash, source, runners, checks)
-    for row in config_rows:
-        row.update(model_source=source, model_hash=model_hash, parity=status)
+def _row(config_values: dict, batch_size: int, label: str, own: pd.DataFrame, step_times: dict, run_medians: dict) -> dict:
+    """One row: a runner's runs of one configuration that are alike (one block, one runner key), before judging."""
+    ok, failed = own[own["status"] == "ok"], own[own["status"] != "ok"]
+    times = np.concatenate([step_times.get(r, np.array([])) for r in own["_row"].unique()])
+    medians = np.concatenate([run_medians.get(r, np.array([])) for r in own["_row"].unique()])
+    energy, power = _numbers(ok, "energy_per_sample_j"), _numbers(ok, "mean_power_w")
+    row = {
+        **config_values,
+        "runner": label,
+        "runner_name": _first(own["runner_name"]),
+        "strategy": _first(own["strategy"]),
+        "global_batch_size": batch_size,
+        "straggler_spread": straggler_spread_of(ok),
+        "framework": _first(own.get("framework", pd.Series(dtype=object))),
+        "framework_version": _first(own.get("framework_version", pd.Series(dtype=object))),
+        "container_image": _first(own.get("container_image", pd.Series(dtype=object))),
+        **{setting: _joined_settings(ok.get(setting)) for setting in SETTINGS_COLUMNS},
+        "runs": int(len(ok)),
+        "failed_runs": int(len(failed)),
+        "steps": int(times.size),
+        "energy_per_sample_j": float(energy.mean()) if len(energy) else math.nan,
+        "mean_power_w": float(power.mean()) if len(power) else math.nan,
+        "energy_runs": int(len(energy)),
+        "energy_status": _joined(s for s in ok.get("energy_status", pd.Series(dtype=object)) if s != "ok"),
+        "flagged": flag_summary(ok.get("device_flags", pd.Series(dtype=object)), len(ok)),
+        "error": _joined(failed.get("error", pd.Series(dtype=object)).fillna("")),
+        "max_repetitions": int(_numbers(ok, "max_repetitions").max()) if len(_numbers(ok, "max_repetitions")) else 0,
+        "model_source": str(_first(own.get("model_source", pd.Series(dtype=object)), BUILT_IN)),
+        "model_hash": str(_first(own.get("model_hash", pd.Series(dtype=object)))),
+        "_medians": medians,
+    }
+    if len(ok) and medians.size:
+        median_s = stats.geometric_mean(medians)
+        row.update(
+            status="ok", median_step_ms=median_s * 1e3,
+            p5_step_ms=float(np.percentile(times, 5)) * 1e3 if times.size else math.nan,
+            p95_step_ms=float(np.percentile(times, 95)) * 1e3 if times.size else math.nan,
+            run_spread=stats.run_spread(medians), throughput_samples_per_s=batch_size / median_s,
+        )
+    elif len(ok):
+        row.update(status="ok", median_step_ms=math.nan, verdict="no measured steps")
+    else:
+        row.update(status="failed", median_step_ms=math.nan, verdict=failure_verdict(row["error"]))
+    row["ms_per_sample"] = row["median_step_ms"] / batch_size if batch_size else math.nan
+    return row
+
+
+def _mark_source(block_rows: list[dict], runs: pd.DataFrame, checks: pd.DataFrame | None) -> None:
+    """The parity evidence for the model each row ran (its plug-in's hash: rows of other hashes are apart), in place."""
+    runners = sorted({r["runner_name"] for r in block_rows})
+    for row in block_rows:
+        row["parity"] = parity_status(row["model"], row["model_hash"], row["model_source"], runners, checks)
 
 
 def _judge(config_rows: list[dict], floors: dict[tuple, Floor], config: tuple, min_effect: float) -> None:

@@ -171,7 +171,10 @@ def series_table(rows: pd.DataFrame) -> tuple[list[Column], list[tuple], list]:
                 figures.append("OOM" if is_out_of_memory(r.error) else "failed")
             else:
                 figures.append(_ms(r.median_step_ms))
-        counts = sorted({int(r.runs) for r in own.itertuples() if r.status == "ok"})
+        # One count where every runner ran as many runs, else each runner's in the columns' order.
+        counts = [int(by_runner[runner].runs) for runner in runners
+                  if runner in by_runner and by_runner[runner].status == "ok"]
+        counts = counts[:1] if len(set(counts)) == 1 else counts
         judged = [r for r in own.itertuples() if r.verdict not in ("fastest", "only runner")]
         verdicts = [flagged_verdict(r.verdict, r.flagged, getattr(r, 'parity', '')) if len(runners) == 2 else
                     f"{r.runner}: {flagged_verdict(r.verdict, r.flagged, getattr(r, 'parity', ''))}" for r in judged]

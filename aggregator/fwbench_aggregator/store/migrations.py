@@ -78,9 +78,21 @@ def _quiet_evidence_columns(name: str, frame: pd.DataFrame, manifest: Mapping) -
     return frame
 
 
+def _steps_asked_column(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFrame:
+    """Format 4 -> 5: a run with no minimum window measured the steps it was asked; one with a window may have run
+    more, so what it was asked is unknown (it pools only with runs unknown for it)."""
+    if name != "summary" or "measured_steps_asked" in frame:
+        return frame
+    frame = frame.copy()
+    window_s = pd.to_numeric(frame.get("min_measure_s", pd.Series(math.nan, index=frame.index)), errors="coerce")
+    steps = pd.to_numeric(frame.get("measured_steps", pd.Series(math.nan, index=frame.index)), errors="coerce")
+    frame["measured_steps_asked"] = steps.where(window_s == 0)
+    return frame
+
+
 # From format N to N + 1: (frame name, frame, the run's manifest) -> frame.
 STEPS: dict[int, Callable[[str, pd.DataFrame, Mapping], pd.DataFrame]] = {
-    1: _distributed_columns, 2: _model_source_columns, 3: _quiet_evidence_columns,
+    1: _distributed_columns, 2: _model_source_columns, 3: _quiet_evidence_columns, 4: _steps_asked_column,
 }
 
 

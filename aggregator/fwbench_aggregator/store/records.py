@@ -143,6 +143,7 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
                 "device_name": c.device.name,
                 "warmup_steps": c.warmup_steps,
                 "measured_steps": s.measured_steps,
+                "measured_steps_asked": c.measured_steps,
                 "seed": c.seed,
                 "parameter_count": c.parameter_count,
                 "mean_step_time_s": s.mean_step_time_s,

@@ -12,11 +12,13 @@ STORE_FORMAT is the version of what the store writes, recorded with every run (s
      (calibrated_at_unix_s); a run's summary says how long it waited for a quiet host (quiet_wait_s, empty where no
      wait was asked), and the budget of the sequential design it was made under (max_repetitions, 0 for a fixed
      number of runs)
+  5  a run's summary says how many measured steps were asked (measured_steps_asked; measured_steps is how many ran,
+     more where a minimum window asked for them): part of the measurement protocol that decides which runs pool
 """
 
 from __future__ import annotations
 
-STORE_FORMAT = 4
+STORE_FORMAT = 5
 
 # --- what identifies a run's configuration ----------------------------------------------------------------------
 
@@ -35,7 +37,9 @@ BEST_SEARCH_PROFILE = "best-search"
 INTEGER_COLUMNS = ("batch_size", "world_size", "nodes")
 # The configuration less its batch size: one line per runner across batch sizes.
 SERIES_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c != "batch_size")
-RUN_COLUMNS = (*CONFIG_COLUMNS, "runner", "repetition")
+# One run: run_id tells apart the runs of one runner and repetition number made by different compares (each stored
+# run's run_id is its own key), so that nothing pools or merges runs by repetition number.
+RUN_COLUMNS = (*CONFIG_COLUMNS, "runner", "run_id", "repetition")
 # A configuration less its world size (and runner count): one scaling line per runner and strategy.
 SCALING_KEY_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c not in ("world_size", "nodes"))
 
@@ -89,7 +93,8 @@ IMAGE_COLUMNS = ("container_base_image", "image_digest", "base_image_digest")
 # from (scripts/lock.sh), numpy and its BLAS, and oneDNN where the framework says ("" where it does not).
 ENVIRONMENT_COLUMNS = ("environment_lock", "numpy_version", "blas", "onednn_version")
 SUMMARY_COLUMNS = (
-    *RUN_IDENTITY_COLUMNS, "status", "error", "device_name", "warmup_steps", "measured_steps", "seed", "parameter_count",
+    *RUN_IDENTITY_COLUMNS, "status", "error", "device_name", "warmup_steps", "measured_steps", "measured_steps_asked",
+    "seed", "parameter_count",
     "mean_step_time_s", "median_step_time_s", "p95_step_time_s", "throughput_samples_per_s", "straggler_spread",
     "peak_memory_bytes", "peak_memory_source", "time_to_first_step_s", "started_at_unix_s", "finished_at_unix_s",
     *SETTINGS_COLUMNS, "build_reused", "first_step_traced", "warmup_steps_run", "warmup_stable", "min_measure_s",
@@ -98,6 +103,26 @@ SUMMARY_COLUMNS = (
     # The budget of the sequential design the run was made under (its verdict's looks), 0 for a fixed number of runs.
     "max_repetitions", *SERVING_SUMMARY_COLUMNS,
 )
+# --- which runs are alike: the comparability key ----------------------------------------------------------------
+
+# Beyond the configuration, what must be equal for runs to pool into one row and one verdict. Runs that differ in any
+# part are never averaged: each group is its own row, labelled by what differs, and judged on its own runs. A run
+# that does not record a part (a store from before it was recorded) is "" (unknown) for it, and pools only with runs
+# unknown for it too.
+#
+# The runner's own facts: its framework and version, its image's digest where it ran in a container, every setting
+# a verdict depends on, and which version of a plug-in model it built. Runs of one runner that differ in any of these
+# make rows of their own ("torch (version 2.15.0)"), each judged against the fastest of its block.
+RUNNER_KEY_COLUMNS = ("framework", "framework_version", "image_digest", *SETTINGS_COLUMNS, "model_hash")
+# The machine and the measurement protocol, which all the runners of a verdict must share: runners are judged only
+# against runners of the same block. The machine is its device model as the runner names it (the CPU model and its
+# logical cores, or the GPU): the host's own id is the kernel's boot id, which a reboot changes, and a container's
+# hostname is random, so neither can say "the same machine" across time; two hosts with one device model do pool,
+# as a cluster's alike nodes are meant to. The protocol: the warm-up and measured steps asked, the minimum window,
+# and the seed (which inputs and weights).
+BLOCK_KEY_COLUMNS = ("device_name", "warmup_steps", "measured_steps_asked", "min_measure_s", "seed")
+COMPARABILITY_COLUMNS = (*RUNNER_KEY_COLUMNS, *BLOCK_KEY_COLUMNS)
+
 # A run that ran out of memory is stored as a summary row of its configuration with these.
 FAILURE_COLUMNS = ("status", "error_code", "error")
 
@@ -144,8 +169,10 @@ STORED_FRAMES = {
 # --- frames the analysis derives ----------------------------------------------------------------------------------
 
 # One row per configuration and runner (analyse.comparison).
+# group: what sets the row's block apart where a configuration's runs fall in several blocks (BLOCK_KEY_COLUMNS,
+# "" where they are one); variant: what sets the row apart from its runner's other rows in the block.
 COMPARISON_COLUMNS = (
-    *CONFIG_COLUMNS, "runner", "runner_name", "strategy", "global_batch_size", "straggler_spread", "framework",
+    *CONFIG_COLUMNS, "runner", "group", "variant", "runner_name", "strategy", "global_batch_size", "straggler_spread", "framework",
     "framework_version", "container_image", *SETTINGS_COLUMNS, "status", "runs", "failed_runs", "steps",
     "median_step_ms", "p5_step_ms", "p95_step_ms", "run_spread", "ms_per_sample", "throughput_samples_per_s",
     "energy_per_sample_j", "mean_power_w", "energy_runs", "energy_status",

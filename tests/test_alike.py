@@ -1,0 +1,193 @@
+"""A verdict pools only runs that are alike (schema.COMPARABILITY_COLUMNS): each run known by its own id, runs of
+other versions, settings, machines, plug-in versions or protocols in rows of their own, judged apart.
+
+Synthetic stores: runs of planted step times, as the store holds them. Each of the store's ways to mix runs
+(issue 39's six) is a case here; tests/test_alike_cli.py does the same through fwbench itself."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fwbench_aggregator.analyse.comparison import comparison_rows, run_values
+from fwbench_aggregator.store.migrations import migrated
+
+STEPS_PER_RUN = 5
+_ids = itertools.count()
+
+CONFIG = dict(model="resnet18", model_options="", mode="infer", batch_size=2, input_shape="3x32x32", precision="fp32",
+              device="cpu:0", world_size=1, nodes=1, profile="equal", serving="", strategy="single")
+FACTS = dict(device_name="AMD EPYC (2 logical cores)", warmup_steps=1, measured_steps_asked=STEPS_PER_RUN,
+             min_measure_s=0.0, seed=0, image_digest="", layout="channels_last", compilation="eager",
+             cudnn_autotune="off", tf32="", intra_op_threads=2, inter_op_threads=2, model_hash="")
+VERSIONS = {"torch": "2.15.0", "tensorflow": "2.21.0"}
+
+
+def compare(runner_times: dict[str, list[float]], run_id: str | None = None, **facts) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One compare's frames as the store holds them: each run its own run_id, repetitions numbered from 0, every step
+    of a run at its planted time (seconds) times a small spread so that runs differ."""
+    summary, steps = [], []
+    for runner, times in runner_times.items():
+        for repetition, step_s in enumerate(times):
+            identity = dict(CONFIG, runner=runner, run_id=run_id or f"run{next(_ids)}", repetition=repetition,
+                            framework=runner, framework_version=VERSIONS.get(runner, "0.0"))
+            own = {**FACTS, **{k: v for k, v in facts.items() if k != "framework_version"}}
+            if "framework_version" in facts:
+                identity["framework_version"] = facts["framework_version"]
+            summary.append({**identity, **own, "status": "ok", "median_step_time_s": step_s,
+                            "measured_steps": STEPS_PER_RUN, "max_repetitions": 0})
+            steps += [{**identity, "step_index": i, "warmup": False, "step_time_s": step_s * (1 + 0.001 * (i - 2))}
+                      for i in range(STEPS_PER_RUN)]
+    return pd.DataFrame(summary), pd.DataFrame(steps)
+
+
+def store(*compares: tuple[pd.DataFrame, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return (pd.concat([c[0] for c in compares], ignore_index=True),
+            pd.concat([c[1] for c in compares], ignore_index=True))
+
+
+def rows(*compares) -> pd.DataFrame:
+    return comparison_rows(*store(*compares)).set_index("runner")
+
+
+def near(ms: float, n: int = 3, step: float = 0.002) -> list[float]:
+    """n run medians about `ms` milliseconds, each a little apart (seconds)."""
+    return [ms / 1e3 * (1 + step * (i - (n - 1) / 2)) for i in range(n)]
+
+
+def test_two_compares_of_one_configuration_keep_every_run_apart():
+    first = compare({"torch": near(10.0), "tensorflow": near(14.0)})
+    second = compare({"torch": near(14.0), "tensorflow": near(10.0)})
+    runs = run_values(*store(first, second))
+    # Six runs per runner, none merged with another of its repetition number.
+    assert runs.groupby("runner").size().to_dict() == {"tensorflow": 6, "torch": 6}
+    torch = sorted(runs[runs["runner"] == "torch"]["median_step_time_s"].round(6))
+    assert torch == sorted(np.round(near(10.0) + near(14.0), 6))
+
+
+def test_an_identical_rerun_adds_runs_and_changes_no_runs_value():
+    once = compare({"torch": near(10.0), "tensorflow": near(14.0)})
+    again = compare({"torch": near(10.0), "tensorflow": near(14.0)})
+    alone, both = rows(once), rows(once, again)
+    assert both.loc["torch", "runs"] == 2 * alone.loc["torch", "runs"] == 6
+    assert both.loc["torch", "median_step_ms"] == pytest.approx(alone.loc["torch", "median_step_ms"])
+
+
+def test_framework_versions_are_rows_of_their_own_each_judged():
+    old = compare({"torch": near(10.0), "tensorflow": near(12.0)}, framework_version="2.14.0")
+    new = compare({"torch": near(14.0)}, framework_version="2.15.0")
+    # tensorflow's own version is the same in both; torch's differ.
+    old[0].loc[old[0]["runner"] == "tensorflow", "framework_version"] = "2.21.0"
+    table = rows(old, new)
+    assert set(table.index) == {"torch (version 2.14.0)", "torch (version 2.15.0)", "tensorflow"}
+    assert table.loc["torch (version 2.14.0)", "median_step_ms"] == pytest.approx(10.0, rel=1e-3)
+    assert table.loc["torch (version 2.15.0)", "median_step_ms"] == pytest.approx(14.0, rel=1e-3)
+    assert table.loc["torch (version 2.14.0)", "verdict"] == "fastest"
+    assert table.loc["torch (version 2.15.0)", "significant"] and table.loc["tensorflow", "significant"]
+    assert (table["runs"] == 3).all()
+
+
+@pytest.mark.parametrize("setting, values, label", [
+    ("layout", ("channels_first", "channels_last"), "layout"),
+    ("intra_op_threads", (1, 2), "intra-op threads"),
+    ("compilation", ("eager", "xla"), "compilation"),
+    ("cudnn_autotune", ("off", "on"), "cuDNN autotuning"),
+    ("tf32", ("off", "on"), "TF32"),
+])
+def test_runs_under_other_settings_are_rows_of_their_own(setting, values, label):
+    a = compare({"torch": near(10.0), "tensorflow": near(10.1)}, **{setting: values[0]})
+    b = compare({"torch": near(14.0)}, **{setting: values[1]})
+    table = rows(a, b)
+    first, second = (f"torch ({label} {v})" for v in values)
+    assert set(table.index) == {first, second, "tensorflow"}
+    assert table.loc[first, "median_step_ms"] == pytest.approx(10.0, rel=1e-3)
+    assert table.loc[second, "median_step_ms"] == pytest.approx(14.0, rel=1e-3)
+    assert table.loc[second, "significant"]  # 14 ms against the fastest: never averaged into "no difference"
+    assert table.loc[first, "variant"] == f"{label} {values[0]}"
+
+
+def test_machines_are_blocks_each_judged_within_itself():
+    here = compare({"torch": near(10.0), "tensorflow": near(14.0)}, device_name="AMD EPYC (2 logical cores)")
+    there = compare({"torch": near(20.0), "tensorflow": near(15.0)}, device_name="Intel Xeon (8 logical cores)")
+    table = comparison_rows(*store(here, there))
+    assert sorted(table["group"].unique()) == ["device AMD EPYC (2 logical cores)", "device Intel Xeon (8 logical cores)"]
+    for group, own in table.groupby("group"):
+        assert len(own) == 2 and (own["runs"] == 3).all()
+        fastest = own[own["verdict"] == "fastest"]["runner_name"].item()
+        assert fastest == ("torch" if "AMD" in group else "tensorflow")
+    assert "torch [device AMD EPYC (2 logical cores)]" in set(table["runner"])
+
+
+def test_plugin_versions_are_rows_of_their_own():
+    a = compare({"torch": near(10.0), "tensorflow": near(10.0)}, model_hash="aaaa")
+    b = compare({"torch": near(14.0), "tensorflow": near(14.0)}, model_hash="bbbb")
+    table = rows(a, b)
+    assert set(table.index) == {"torch (model aaaa)", "torch (model bbbb)", "tensorflow (model aaaa)",
+                                "tensorflow (model bbbb)"}
+    assert table.loc["torch (model bbbb)", "model_hash"] == "bbbb"
+
+
+@pytest.mark.parametrize("fact, values, label", [
+    ("warmup_steps", (1, 10), "warm-up"),
+    ("measured_steps_asked", (5, 50), "steps"),
+    ("min_measure_s", (0.0, 1.0), "window"),
+    ("seed", (0, 7), "seed"),
+])
+def test_runs_of_another_protocol_are_a_block_of_their_own(fact, values, label):
+    a = compare({"torch": near(10.0), "tensorflow": near(14.0)}, **{fact: values[0]})
+    b = compare({"torch": near(14.0), "tensorflow": near(10.0)}, **{fact: values[1]})
+    table = comparison_rows(*store(a, b))
+    assert len(table) == 4 and (table["runs"] == 3).all()
+    assert set(table["group"]) == {f"{label} {pd.Series([v]).map(lambda x: int(x) if float(x).is_integer() else x).item()}"
+                                   for v in values}
+    assert (table["verdict"] == "fastest").sum() == 2
+
+
+def test_a_run_that_does_not_record_a_part_of_the_key_pools_only_with_runs_unknown_for_it():
+    new = compare({"torch": near(10.0), "tensorflow": near(14.0)})
+    old = compare({"torch": near(12.0), "tensorflow": near(12.0)})
+    old = (old[0].drop(columns=["measured_steps_asked"]), old[1])
+    table = comparison_rows(*store(new, old))
+    assert set(table["group"]) == {"steps 5", "steps unknown"}
+
+
+def test_an_old_summary_without_the_steps_asked_learns_them_where_no_window_could_add_steps():
+    old = pd.DataFrame({"measured_steps": [5, 40], "min_measure_s": [0.0, 1.0]})
+    summary = migrated("summary", old, {"store_format": 4})
+    assert summary["measured_steps_asked"].iloc[0] == 5 and pd.isna(summary["measured_steps_asked"].iloc[1])
+
+
+def test_a_failed_run_joins_its_runners_row():
+    ok = compare({"torch": near(10.0), "tensorflow": near(14.0)})
+    failed = pd.DataFrame([dict(CONFIG, run_id="failed-1", runner="torch", repetition=3, status="failed",
+                                error="RESOURCE_EXHAUSTED: out of memory")])
+    table = comparison_rows(pd.concat([ok[0], failed], ignore_index=True), ok[1]).set_index("runner")
+    assert set(table.index) == {"torch", "tensorflow"} and table.loc["torch", "failed_runs"] == 1
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["2.14.0", "2.15.0"]), st.sampled_from([1, 2]),
+                          st.sampled_from(["AMD EPYC (2 logical cores)", "Intel Xeon (8 logical cores)"]),
+                          st.floats(5.0, 20.0)), min_size=1, max_size=4))
+def test_merging_stores_never_changes_a_groups_per_run_values(compares):
+    """Whatever compares one store holds, every row is exactly the runs of one key: its run count and figure are
+    those of the runs of that key, and no run's value changes."""
+    made = [compare({"torch": near(ms), "tensorflow": near(ms * 1.1)}, framework_version=version,
+                    intra_op_threads=threads, device_name=device)
+            for version, threads, device, ms in compares]
+    expected: dict[tuple, list[float]] = {}
+    for (version, threads, device, ms) in compares:
+        for runner, factor in (("torch", 1.0), ("tensorflow", 1.1)):
+            expected.setdefault((runner, version, threads, device), []).extend(near(ms * factor))
+    merged = comparison_rows(*store(*made))
+    assert sorted((len(v), round(float(np.exp(np.mean(np.log(v)))) * 1e3, 6)) for v in expected.values()) == \
+        sorted((int(r.runs), round(r.median_step_ms, 6)) for r in merged.itertuples())
+    runs = run_values(*store(*made)).set_index("run_id")["median_step_time_s"]
+    for one in made:
+        alone = run_values(*one).set_index("run_id")["median_step_time_s"]
+        assert np.allclose(runs.loc[alone.index], alone)

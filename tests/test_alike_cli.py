@@ -1,0 +1,63 @@
+"""What a user does to a shared store, through fwbench with fake runners and planted step times: a rerun and a
+framework upgrade into one store. The report keeps every run apart, splits what is not alike, and over a store that
+holds one compare reproduces that compare's own table."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from fwbench_aggregator.run import launch
+from fwbench_core.fake import FRAMEWORK_ENV, FRAMEWORK_VERSION_ENV, STEP_TIME_ENV
+
+from support.cli import fwbench, only_run_dir
+
+pytestmark = pytest.mark.slow
+
+RUN = ["--model", "resnet18", "--mode", "infer", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1",
+       "--steps", "5", "--min-measure-s", "0", "--repetitions", "3"]
+FIGURES = ["runs", "median_step_ms", "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "verdict"]
+
+
+def _compare(tmp_path, store, out, versions: dict[str, tuple[str, str]]) -> None:
+    """One compare of the configuration by runners named torch and tensorflow: {runner: (version, step seconds)}."""
+    runners = {}
+    try:
+        for name, (version, step_s) in versions.items():
+            runners[name] = launch.LocalRunner(name, launch.fake_runner_command(), tmp_path / f"{name}-{version}.log",
+                                               env={FRAMEWORK_ENV: name, FRAMEWORK_VERSION_ENV: version,
+                                                    STEP_TIME_ENV: step_s})
+            runners[name].start()
+        done = fwbench("compare", *RUN, *(arg for name, r in runners.items() for arg in ("--runner", f"{name}={r.address}")),
+                       "--store", str(store), "--out", str(out))
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        for runner in runners.values():
+            runner.stop()
+
+
+def _report(store, out) -> pd.DataFrame:
+    done = fwbench("report", "--store", str(store), "--out", str(out), columns=80)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return pd.read_csv(out / "comparison.csv").set_index("runner")
+
+
+def test_a_rerun_and_an_upgrade_in_one_store_are_reported_apart_and_one_compare_reproduces_itself(tmp_path):
+    shared, alone = tmp_path / "store", tmp_path / "alone"
+    first_out = tmp_path / "first"
+    _compare(tmp_path, alone, first_out, {"torch": ("2.14.0", "0.010"), "tensorflow": ("2.21.0", "0.012")})
+    # The report over a store holding one compare reproduces the compare's own table exactly.
+    own = pd.read_csv(only_run_dir(first_out) / "comparison.csv").set_index("runner")
+    reported = _report(alone, tmp_path / "report-alone")
+    pd.testing.assert_frame_equal(reported.loc[own.index, FIGURES], own[FIGURES])
+
+    # The same compare again, then torch upgraded: one store, as users fill it.
+    _compare(tmp_path, shared, tmp_path / "o1", {"torch": ("2.14.0", "0.010"), "tensorflow": ("2.21.0", "0.012")})
+    _compare(tmp_path, shared, tmp_path / "o2", {"torch": ("2.14.0", "0.010"), "tensorflow": ("2.21.0", "0.012")})
+    _compare(tmp_path, shared, tmp_path / "o3", {"torch": ("2.15.0", "0.016"), "tensorflow": ("2.21.0", "0.012")})
+    table = _report(shared, tmp_path / "report-shared")
+    assert set(table.index) == {"torch (version 2.14.0)", "torch (version 2.15.0)", "tensorflow"}
+    # The rerun's runs add up, none merged by repetition number; the upgrade is a row of its own.
+    assert table["runs"].to_dict() == {"torch (version 2.14.0)": 6, "torch (version 2.15.0)": 3, "tensorflow": 9}
+    assert table.loc["torch (version 2.14.0)", "verdict"] == "fastest"
+    assert table.loc["torch (version 2.15.0)", "median_step_ms"] > table.loc["tensorflow", "median_step_ms"]
+    assert bool(table.loc["torch (version 2.15.0)", "significant"])
