@@ -35,8 +35,8 @@ def _compare(tmp_path, store, out, versions: dict[str, tuple[str, str]]) -> None
             runner.stop()
 
 
-def _report(store, out) -> pd.DataFrame:
-    done = fwbench("report", "--store", str(store), "--out", str(out), columns=80)
+def _report(store, out, *selection: str) -> pd.DataFrame:
+    done = fwbench("report", "--store", str(store), "--out", str(out), *selection, columns=80)
     assert done.returncode == 0, done.stdout + done.stderr
     return pd.read_csv(out / "comparison.csv").set_index("runner")
 
@@ -61,3 +61,12 @@ def test_a_rerun_and_an_upgrade_in_one_store_are_reported_apart_and_one_compare_
     assert table.loc["torch (version 2.14.0)", "verdict"] == "fastest"
     assert table.loc["torch (version 2.15.0)", "median_step_ms"] > table.loc["tensorflow", "median_step_ms"]
     assert bool(table.loc["torch (version 2.15.0)", "significant"])
+
+    # One compare's runs, or one version's, chosen from the shared store.
+    first = only_run_dir(tmp_path / "o1").name
+    chosen = _report(shared, tmp_path / "report-first", "--compare", first)
+    assert chosen["runs"].to_dict() == {"torch": 3, "tensorflow": 3}
+    upgraded = _report(shared, tmp_path / "report-upgraded", "--where", "framework_version=2.15.0")
+    assert upgraded["runs"].to_dict() == {"torch": 3}
+    refused = fwbench("report", "--store", str(shared), "--where", "version=2.15.0")
+    assert refused.returncode == 2 and "'version' is no column" in " ".join(refused.stderr.split())

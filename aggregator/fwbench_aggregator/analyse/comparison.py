@@ -16,10 +16,11 @@ import numpy as np
 import pandas as pd
 
 from ..store.schema import (
-    BLOCK_KEY_COLUMNS, BUILT_IN, COMPARABILITY_COLUMNS, DEFAULT_PROFILE, COMPARISON_COLUMNS, CONFIG_COLUMNS,
-    INTEGER_COLUMNS, RUN_COLUMNS, RUNNER_KEY_COLUMNS, SETTINGS_COLUMNS,
+    BLOCK_KEY_COLUMNS, BUILT_IN, DEFAULT_PROFILE, COMPARISON_COLUMNS, CONFIG_COLUMNS, INTEGER_COLUMNS, RUN_COLUMNS,
+    RUNNER_KEY_COLUMNS, SETTINGS_COLUMNS,
 )
 from . import stats
+from .alike import differences, keyed
 from .floors import Floor, busy_floor_note, config_floor, noise_floors
 from .sequential import SequentialPlan, look
 from .parity import PARITY_CHECKED, parity_status
@@ -67,56 +68,6 @@ def normalised(frame: pd.DataFrame | None) -> pd.DataFrame:
     frame["run_id"] = (frame["run_id"].astype(object).where(frame["run_id"].notna(), "").astype(str)
                        if "run_id" in frame else "")
     return frame
-
-
-# How each part of the comparability key reads in a row's label: "version 2.15.0", "intra-op threads 1".
-KEY_NAMES = {
-    "framework": "framework", "framework_version": "version", "image_digest": "image", "layout": "layout",
-    "compilation": "compilation", "cudnn_autotune": "cuDNN autotuning", "tf32": "TF32",
-    "intra_op_threads": "intra-op threads", "inter_op_threads": "inter-op threads", "model_hash": "model",
-    "device_name": "device", "warmup_steps": "warm-up", "measured_steps_asked": "steps", "min_measure_s": "window",
-    "seed": "seed",
-}
-
-
-def _key_text(value: object) -> str:
-    """A part of the comparability key as text: 2.0 and 2 alike, "" where the run does not say."""
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
-        return ""
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
-        return str(int(value))
-    return str(value)
-
-
-def keyed(summary: pd.DataFrame) -> pd.DataFrame:
-    """The (normalised) summary with every part of the comparability key (schema.COMPARABILITY_COLUMNS) as text, ""
-    where unknown. A failed run records no settings: it takes those its runner's successful runs of the configuration
-    agree on, and the block of its configuration's successful runs where they make one."""
-    frame = summary.copy()
-    for column in COMPARABILITY_COLUMNS:
-        frame[column] = [_key_text(v) for v in frame[column]] if column in frame else ""
-    failed = frame["status"] != "ok"
-    if not failed.any() or failed.all():
-        return frame
-    for _, group in frame.groupby([*CONFIG_COLUMNS, "runner"], sort=False):
-        good, bad = group[group["status"] == "ok"], group.index[group["status"] != "ok"]
-        for column in RUNNER_KEY_COLUMNS if len(good) and len(bad) else ():
-            if good[column].nunique() == 1:
-                frame.loc[bad, column] = frame.loc[bad, column].where(frame.loc[bad, column] != "", good[column].iloc[0])
-    for _, group in frame.groupby(list(CONFIG_COLUMNS), sort=False):
-        good = group[group["status"] == "ok"]
-        bad = group.index[(group["status"] != "ok") & (group[list(BLOCK_KEY_COLUMNS)] == "").all(axis=1)]
-        if len(bad) and len(good.drop_duplicates(list(BLOCK_KEY_COLUMNS))) == 1:
-            frame.loc[bad, list(BLOCK_KEY_COLUMNS)] = good[list(BLOCK_KEY_COLUMNS)].iloc[0].tolist()
-    return frame
-
-
-def differences(keys: list[tuple], columns: tuple[str, ...]) -> list[str]:
-    """For groups with these keys (values of `columns`), what sets each apart from the others: "version 2.15.0,
-    intra-op threads 1" over the columns whose values differ among them; "" for a group alone."""
-    varying = [i for i in range(len(columns)) if len({key[i] for key in keys}) > 1]
-    return [", ".join(f"{KEY_NAMES.get(columns[i], columns[i])} {key[i] or 'unknown'}" for i in varying)
-            for key in keys]
 
 
 def _first(values: pd.Series, default=""):

@@ -24,7 +24,9 @@ from ..present.versions import write_version_report
 from ..run.client import RunnerFailure
 from ..run.compose_versions import BUILD_TIMEOUT_S, Compose, base_image_digest, image_digest, output_tail, override_text
 from ..store.results_store import ResultStore
+from ..store.selection import Selection
 from .errors import UsageError
+from .report import selected_frames
 from .study import StudyRequest, study
 
 # A confirmation round's runs: a store of their own inside the study's, so that they are judged on their own and
@@ -171,14 +173,16 @@ class VersionReport:
     path: Path  # versions.html
 
 
-def version_report(store: Path, out: Optional[Path] = None, required: bool = True) -> Optional[VersionReport]:
+def version_report(store: Path, out: Optional[Path] = None, required: bool = True,
+                   selection: Selection = Selection()) -> Optional[VersionReport]:
     """Each version against the previous one over everything the store holds (a confirmation round's verdicts beside
     its regressions), written into `out` (default STORE/report). Where the store holds no two versions of a
     configuration: a UsageError where the report was asked for (`required`), else None."""
     results_store = ResultStore(store)
     if not results_store.run_keys() and required:
         raise UsageError(f"{store} holds no readable runs", "--store")
-    summary, steps = results_store.load("summary"), results_store.load("steps")
+    frames = selected_frames(results_store, ("summary", "steps"), selection)
+    summary, steps = frames["summary"], frames["steps"]
     points = version_points(version_runs(summary, steps))
     if not several_versions(points):
         if not required:

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..app.report import report as report_use_case
+from ..app.report import selection_of
 from ..app.runners import RunnerChoice, names_of
 from ..app.study import StudyRequest
 from ..app.study import study as study_use_case
@@ -145,11 +146,17 @@ def report_command(
     versions: Annotated[bool, typer.Option(
         "--versions", help="the version report instead: each framework version against the previous one, per "
         "configuration (versions.html; docs/versions.md)")] = False,
+    compare: Annotated[Optional[str], typer.Option(
+        help="only this compare's runs: the name of its results folder (e.g. 20261127T173700Z-resnet18-infer-b2)")] = None,
+    where: Annotated[Optional[list[str]], typer.Option(
+        help="only the runs whose summary has this value, COLUMN=VALUE, e.g. framework_version=2.15.0 (repeat it: "
+        "every one must hold)")] = None,
 ) -> None:
     """Tables, plots, verdicts and the manifest from the store alone: no runner is needed."""
     if versions:
-        print_store_versions(store, out)
+        print_store_versions(store, out, compare, where or [])
         return
-    result = run(lambda progress: report_use_case(store, out, latency_budget_ms))
+    result = run(lambda progress: report_use_case(store, out, latency_budget_ms,
+                                                  selection_of(compare, where or [])))
     terminal.print_report(result.analysis, result.path)
     print_left_out(result.left_out)

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
 
+from ..app.report import selection_of
 from ..app.study import StudyRequest
 from ..app.versions import (
     confirm_regressions, container_runners, override_path, version_report, versions_down, versions_up, with_tags,
@@ -85,9 +87,10 @@ def after_version_study(request: StudyRequest, matrix: VersionMatrix, confirm: b
     return with_tags(failures, matrix)
 
 
-def print_store_versions(store: Path, out: Optional[Path]) -> None:
-    """fwbench report --versions."""
-    report = run(lambda progress: version_report(store, out))
+def print_store_versions(store: Path, out: Optional[Path], compare: Optional[str] = None,
+                         where: Sequence[str] = ()) -> None:
+    """fwbench report --versions, over the runs --compare and --where choose."""
+    report = run(lambda progress: version_report(store, out, selection=selection_of(compare, where)))
     print_version_report(report.changes, report.path)
 
 

@@ -1,0 +1,85 @@
+"""Which of a store's runs a report reads: every run, one compare's runs (--compare ID, the name of the compare's
+results folder), or the runs whose summary holds a value (--where COLUMN=VALUE, each condition holding). The report,
+its findings and the version report read the same selection."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from .schema import QUERIES_FRAME, SUMMARY_COLUMNS
+
+COMPARE_KEY = "compare"  # a compare's runs carry its id in their stored configuration (app.compare)
+RUN_FRAMES = ("summary", "steps", "power", QUERIES_FRAME)  # the frames of runs; calibrations and the rest stay whole
+
+
+class SelectionError(ValueError):
+    """A selection that names no column of the summary or matches no run; `option` is the option to change."""
+
+    def __init__(self, message: str, option: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+def _text(value: object) -> str:
+    """A value as --where compares it: 2, 2.0 and "2" alike; "" for a missing one."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Selection:
+    compare: str = ""
+    where: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, compare: str = "", where: Sequence[str] = ()) -> "Selection":
+        conditions = []
+        for condition in where:
+            column, equals, value = condition.partition("=")
+            if not equals or not column.strip():
+                raise SelectionError(f"--where {condition!r}: accepted: COLUMN=VALUE, e.g. framework_version=2.15.0",
+                                     "--where")
+            if column.strip() not in SUMMARY_COLUMNS:
+                raise SelectionError(f"--where {condition!r}: {column.strip()!r} is no column of the store's summary; "
+                                     f"accepted columns: {', '.join(SUMMARY_COLUMNS)}", "--where")
+            conditions.append((column.strip(), value.strip()))
+        return cls(compare.strip(), tuple(conditions))
+
+    @property
+    def everything(self) -> bool:
+        return not self.compare and not self.where
+
+    def describe(self) -> str:
+        parts = ([f"compare {self.compare}"] if self.compare else []) + [f"{c}={v}" for c, v in self.where]
+        return ", ".join(parts)
+
+    def run_keys(self, summary: pd.DataFrame, configs: pd.DataFrame) -> set[str]:
+        """The run keys of the selected runs (`configs`: ResultStore.configs()); SelectionError where none is."""
+        chosen = summary
+        if self.compare:
+            ids = configs[configs.get(COMPARE_KEY, pd.Series("", index=configs.index)).astype(str) == self.compare]
+            chosen = chosen[chosen["run_key"].isin(ids["run_key"])]
+            if chosen.empty:
+                known = sorted(set(configs.get(COMPARE_KEY, pd.Series(dtype=object)).dropna().astype(str)))
+                raise SelectionError(f"--compare {self.compare}: the store holds no run of that compare; its compares: "
+                                     f"{', '.join(known[-10:]) or 'none (its runs came from sweeps)'}", "--compare")
+        for column, value in self.where:
+            values = chosen[column] if column in chosen else pd.Series("", index=chosen.index)
+            chosen = chosen[[_text(v) == value for v in values]]
+        if chosen.empty:
+            raise SelectionError(f"no run of the store matches {self.describe()}", "--where" if self.where else "--compare")
+        return set(chosen["run_key"])
+
+    def frames(self, frames: dict[str, pd.DataFrame], configs: pd.DataFrame) -> dict[str, pd.DataFrame]:
+        """The runs' frames (RUN_FRAMES) less the runs not selected; the others as they are."""
+        if self.everything:
+            return frames
+        keys = self.run_keys(frames["summary"], configs)
+        return {name: frame[frame["run_key"].isin(keys)] if name in RUN_FRAMES and "run_key" in frame else frame
+                for name, frame in frames.items()}
