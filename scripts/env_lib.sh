@@ -47,6 +47,9 @@ check_lock() {
 write_lock() {
   local requirements=$1 lock=$2 body
   body=$(mktemp)
+  # uv keeps the versions of the file it writes where they still fit: a lock remade after one requirement changed
+  # moves only what that change moves.
+  if [ -f "$lock" ]; then tail -n +3 "$lock" > "$body"; fi
   "$UV" pip compile -q "$requirements" --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
     --custom-compile-command "bash scripts/lock.sh" --no-header -o "$body"
   { echo "$LOCK_HEADER $(inputs_hash "$requirements")"

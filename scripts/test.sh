@@ -2,6 +2,11 @@
 # The test suite: set up every environment, then run every tier of tests from the aggregator's environment (the
 # runners start from their own). pytest.ini's default is the fast tier; -m "" selects every tier (real frameworks,
 # containers, Slurm, the browser). Extra arguments go to pytest, e.g. `bash scripts/test.sh -m frameworks -k parity`.
+#
+# Without arguments (or with -q alone, as CI calls it) the suite runs in two parts: first the runner-direct tests
+# (conformance over gRPC, and parity), in two processes, since they wait on the runners' compilations more than they
+# compute and no verdict in them depends on timing; then everything else, one test at a time as ever, so that what
+# times runs against what it compares with nothing beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each environment's set-up and image build, and each tier's time, go to one table at the end (tests/support/timings.py).
@@ -9,6 +14,14 @@ export FWBENCH_TIMINGS=${FWBENCH_TIMINGS:-$(mktemp -t fwbench-timings.XXXXXX)}
 started=$SECONDS
 bash scripts/setup_envs.sh
 printf 'setup\tall environments (in parallel)\t%s\n' $((SECONDS - started)) >> "$FWBENCH_TIMINGS"
+pytest=("${FWBENCH_VENVS:-.venvs}/aggregator/bin/python" -m pytest -m "" -rs)
 # -rs: a skipped test says why in the summary (the container tests skip only without a Docker engine);
 # --durations: the slowest tests, so that the tiers' cost stays visible.
-exec "${FWBENCH_VENVS:-.venvs}/aggregator/bin/python" -m pytest -m "" -rs --durations=25 "$@"
+if [ $# -gt 1 ] || { [ $# -eq 1 ] && [ "$1" != "-q" ]; }; then
+  exec "${pytest[@]}" --durations=25 "$@"
+fi
+parallel=(tests/test_conformance.py tests/test_parity.py)
+status=0
+FWBENCH_TIMINGS_TABLE_LATER=1 "${pytest[@]}" -n 2 --durations=10 "$@" "${parallel[@]}" || status=$?
+"${pytest[@]}" --durations=25 "$@" $(printf -- '--ignore=%s ' "${parallel[@]}") || status=$((status ? status : $?))
+exit "$status"

@@ -10,6 +10,7 @@ A missing runner environment is a failure, not a skip: CI always builds them.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -21,7 +22,7 @@ import pytest
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator.run import launch
 from support.runners import EXAMPLE_MODELS, FAKE_STEP_TIME_S, RUNNER_PARAMS
-from support.timings import TestTimes
+from support.timings import WALL, TestTimes, record
 
 LOG_TAIL_CHARS = 3000
 
@@ -128,17 +129,22 @@ def fake_runner(tmp_path_factory):
 
 _TEST_TIMES = TestTimes()
 _SESSION_STARTED = time.monotonic()
-_MARKERS: dict[str, set[str]] = {}
-
-
-def pytest_collection_finish(session):
-    _MARKERS.update({item.nodeid: {marker.name for marker in item.iter_markers()} for item in session.items})
+# scripts/test.sh sets it for the first of its two pytest runs: the second prints the table of both.
+TABLE_LATER_ENV = "FWBENCH_TIMINGS_TABLE_LATER"
 
 
 def pytest_runtest_logreport(report):
-    _TEST_TIMES.add(report.nodeid, _MARKERS.get(report.nodeid, set()), report.duration)
+    # The report's keywords hold its test's markers, in this process and, under pytest-xdist, in the controller.
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        _TEST_TIMES.add(report.nodeid, set(report.keywords), report.duration)
 
 
 def pytest_terminal_summary(terminalreporter):
-    for line in _TEST_TIMES.table(time.monotonic() - _SESSION_STARTED):
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+        return
+    wall_s = time.monotonic() - _SESSION_STARTED
+    if os.environ.get(TABLE_LATER_ENV):
+        record(*WALL, wall_s)
+        return
+    for line in _TEST_TIMES.table(wall_s):
         terminalreporter.write_line(line)

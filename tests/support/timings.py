@@ -51,8 +51,13 @@ def tier_of(markers: set[str]) -> str:
     return next((tier for tier in TIERS if tier in markers), FAST_TIER)
 
 
+TEST_KIND = "test:"  # a test phase's line in the timings file: "test:TIER<TAB>NODEID<TAB>SECONDS"
+WALL = ("pytest", "wall time")
+
+
 class TestTimes:
-    """Each test's setup, call and teardown seconds, summed by tier and by file."""
+    """Each test's setup, call and teardown seconds, summed by tier and by file: this pytest run's, or, where the
+    run keeps a timings file, every pytest run's that wrote to it (scripts/test.sh runs two)."""
 
     def __init__(self) -> None:
         self.by_tier: dict[str, float] = defaultdict(float)
@@ -62,6 +67,10 @@ class TestTimes:
 
     def add(self, nodeid: str, markers: set[str], seconds: float) -> None:
         tier = tier_of(markers)
+        self._count(tier, nodeid, seconds)
+        record(f"{TEST_KIND}{tier}", nodeid, seconds)
+
+    def _count(self, tier: str, nodeid: str, seconds: float) -> None:
         path = nodeid.split("::", 1)[0]
         self.by_tier[tier] += seconds
         self.tests_by_tier[tier].add(nodeid)
@@ -69,8 +78,18 @@ class TestTimes:
         self.tiers_of_file[path].add(tier)
 
     def table(self, wall_s: float) -> list[str]:
-        lines = ["where the time goes (seconds; an image build counts in its tier too)"]
+        record(*WALL, wall_s)
         steps = recorded_steps()
+        if steps:
+            every = TestTimes()
+            for kind, nodeid, seconds in steps:
+                if kind.startswith(TEST_KIND):
+                    every._count(kind[len(TEST_KIND):], nodeid, seconds)
+            return every._lines(sum(seconds for kind, name, seconds in steps if (kind, name) == WALL), steps)
+        return self._lines(wall_s, steps)
+
+    def _lines(self, wall_s: float, steps: list[tuple[str, str, float]]) -> list[str]:
+        lines = ["where the time goes (seconds; an image build counts in its tier too)"]
         for kind in ("setup", "image"):
             for _, name, seconds in (s for s in steps if s[0] == kind):
                 lines.append(f"  {kind:<9} {name:<52} {seconds:8.1f}")
