@@ -21,7 +21,7 @@ from fwbench_aggregator.present import plots as plotting
 from fwbench_aggregator.present.display import display_frame
 from fwbench_aggregator.present.report import write_report
 from fwbench_aggregator.present.terminal import print_series
-from fwbench_aggregator.store.schema import COMPARISON_COLUMNS, CONFIG_COLUMNS
+from fwbench_aggregator.store.schema import COMPARISON_COLUMNS, CONFIG_COLUMNS, FLOOR_KEY_COLUMNS
 from PIL import Image
 from rich.console import Console
 
@@ -131,14 +131,26 @@ def test_figures_are_per_run_first_then_over_runs_without_warmup(frames, rows):
 def test_a_difference_below_the_calibrated_noise_floor_is_not_called(frames):
     config = {"model": "resnet18", "model_options": "", "mode": "train", "batch_size": 2, "input_shape": "3x224x224",
               "precision": "fp32", "device": "gpu:0"}
-    calibration = pd.DataFrame([{**config, "framework": "tensorflow", "noise_floor": 0.40},
-                                {**config, "framework": "torch", "noise_floor": 0.10}])
+    summary = frames[0]
+
+    def key_of(framework: str) -> dict:
+        """The calibrated runs' comparability key: those of the compared runs, as `fwbench calibrate` records it."""
+        runs = summary[(summary["framework"] == framework) & (summary["batch_size"] == 2)]
+        return {c: runs[c].iloc[0] for c in FLOOR_KEY_COLUMNS if c in runs}
+
+    calibration = pd.DataFrame([{**config, **key_of("tensorflow"), "framework": "tensorflow", "noise_floor": 0.40},
+                                {**config, **key_of("torch"), "framework": "torch", "noise_floor": 0.10}])
     rows = comparison_rows(*frames, calibration=calibration)
     slow = pick(rows, "tensorflow", "resnet18", "train", 2, "gpu:0")
     # The larger of the two runners' floors counts: 30% is inside tensorflow's 40%.
     assert slow.noise_floor == 0.40 and "below the noise floor, 40.0%" in slow.verdict
     elsewhere = pick(rows, "tensorflow", "resnet18", "train", 4, "gpu:0")
     assert np.isnan(elsewhere.noise_floor) and elsewhere.verdict.startswith("torch faster by")
+    # A floor calibrated on another device model, or from before calibrations recorded their key, does not apply.
+    for other in ({"device_name": "another GPU"}, {c: "" for c in FLOOR_KEY_COLUMNS}):
+        moved = calibration.assign(**other)
+        row = pick(comparison_rows(*frames, calibration=moved), "tensorflow", "resnet18", "train", 2, "gpu:0")
+        assert np.isnan(row.noise_floor) and row.noise_floor_source == "none"
 
 
 @pytest.mark.slow  # writes a whole report, plots included

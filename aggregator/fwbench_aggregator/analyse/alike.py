@@ -30,13 +30,19 @@ def _key_text(value: object) -> str:
     return str(value)
 
 
+def key_texts(frame: pd.DataFrame, columns) -> pd.DataFrame:
+    """`frame` with each of `columns` as key text ("" where missing or unknown)."""
+    frame = frame.copy()
+    for column in columns:
+        frame[column] = [_key_text(v) for v in frame[column]] if column in frame else ""
+    return frame
+
+
 def keyed(summary: pd.DataFrame) -> pd.DataFrame:
     """The (normalised) summary with every part of the comparability key (schema.COMPARABILITY_COLUMNS) as text, ""
     where unknown. A failed run records no settings: it takes those its runner's successful runs of the configuration
     agree on, and the block of its configuration's successful runs where they make one."""
-    frame = summary.copy()
-    for column in COMPARABILITY_COLUMNS:
-        frame[column] = [_key_text(v) for v in frame[column]] if column in frame else ""
+    frame = key_texts(summary, COMPARABILITY_COLUMNS)
     failed = frame["status"] != "ok"
     if not failed.any() or failed.all():
         return frame

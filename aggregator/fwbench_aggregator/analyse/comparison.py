@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from ..store.schema import (
-    BLOCK_KEY_COLUMNS, BUILT_IN, DEFAULT_PROFILE, COMPARISON_COLUMNS, CONFIG_COLUMNS, INTEGER_COLUMNS, RUN_COLUMNS,
-    RUNNER_KEY_COLUMNS, SETTINGS_COLUMNS,
+    BLOCK_KEY_COLUMNS, BUILT_IN, DEFAULT_PROFILE, COMPARISON_COLUMNS, CONFIG_COLUMNS, FLOOR_KEY_COLUMNS, INTEGER_COLUMNS,
+    RUN_COLUMNS, RUNNER_KEY_COLUMNS, SETTINGS_COLUMNS,
 )
 from . import stats
 from .alike import differences, keyed
@@ -233,6 +233,7 @@ def _row(config_values: dict, batch_size: int, label: str, own: pd.DataFrame, st
         "model_source": str(_first(own.get("model_source", pd.Series(dtype=object)), BUILT_IN)),
         "model_hash": str(_first(own.get("model_hash", pd.Series(dtype=object)))),
         "_medians": medians,
+        "_alike": {column: own[column].iloc[0] for column in FLOOR_KEY_COLUMNS},  # one key a row
     }
     if len(ok) and medians.size:
         median_s = stats.geometric_mean(medians)
@@ -261,7 +262,7 @@ def _judge(config_rows: list[dict], floors: dict[tuple, Floor], config: tuple, m
     """Ratios and verdicts within one configuration, in place; a verdict judged with a flagged noise floor says so
     (analyse.floors)."""
     ran = [r for r in config_rows if r["status"] == "ok" and not math.isnan(r["median_step_ms"])]
-    applied = config_floor(floors, config, {r["framework"] for r in ran})
+    applied = config_floor(floors, config, [(r["framework"], r["_alike"]) for r in ran])
     floor = applied.value
     for row in config_rows:
         row.update(ratio_to_fastest=math.nan, ratio_ci_low=math.nan, ratio_ci_high=math.nan, p_value=math.nan,

@@ -9,6 +9,10 @@ its interval, so a busy host's floor is mostly the larger one, and applying it e
 difference", the safe side for a verdict; dropping it would call differences this host was never shown to resolve.
 Over a configuration's frameworks the largest applied floor counts (a difference must clear every runner's noise).
 Each comparison row says which floor it applied (noise_floor_source) and why that one was flagged.
+
+A floor applies only to runs of its calibration's key (schema.FLOOR_KEY_COLUMNS: the framework's version, image,
+settings, the device model and the protocol): noise measured on one version or machine says nothing of another's.
+A calibration from before the key was recorded is unknown for it, and applies only to runs unknown for it too.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from ..store.schema import CALIBRATION_COLUMNS, CONFIG_COLUMNS
+from ..store.schema import CALIBRATION_COLUMNS, CONFIG_COLUMNS, FLOOR_KEY_COLUMNS
 from . import stats
+from .alike import key_texts
 
 
 class Floor(NamedTuple):
@@ -37,7 +42,7 @@ def calibration_row(config: dict, framework: str, comparison: stats.Comparison, 
     """What `fwbench calibrate` stores for one configuration and framework (schema.CALIBRATION_COLUMNS): with why
     its runs were not quiet (comparison.flag_summary), and when it ran."""
     row = {
-        **{c: config[c] for c in CONFIG_COLUMNS}, "framework": framework,
+        **{c: config[c] for c in CONFIG_COLUMNS}, **{c: config.get(c, "") for c in FLOOR_KEY_COLUMNS}, "framework": framework,
         "runs": min(comparison.runs_faster, comparison.runs_slower), "aa_ratio": comparison.ratio,
         "aa_ci_low": comparison.ci_low, "aa_ci_high": comparison.ci_high, "noise_floor": stats.noise_floor(comparison),
         "flagged": flagged, "calibrated_at_unix_s": calibrated_at_unix_s,
@@ -53,16 +58,17 @@ def _source(row: pd.Series) -> str:
 
 
 def noise_floors(calibration: pd.DataFrame) -> dict[tuple, Floor]:
-    """(configuration..., framework) -> the floor a comparison applies to it, by the rule above. `calibration` is
-    normalised (comparison.normalised); rows from before calibrations were flagged count as quiet."""
+    """(configuration..., framework, key...) -> the floor a comparison applies to runs of that key (FLOOR_KEY_COLUMNS,
+    as text), by the rule above. `calibration` is normalised (comparison.normalised); rows from before calibrations
+    were flagged count as quiet."""
     if calibration.empty or "noise_floor" not in calibration:
         return {}
-    frame = calibration.assign(
+    frame = key_texts(calibration, FLOOR_KEY_COLUMNS).assign(
         noise_floor=pd.to_numeric(calibration["noise_floor"], errors="coerce"),
         flagged=calibration["flagged"].fillna("").astype(str) if "flagged" in calibration else "",
     ).dropna(subset=["noise_floor"]).reset_index(drop=True)
     floors = {}
-    for key, group in frame.groupby([*CONFIG_COLUMNS, "framework"], sort=False):
+    for key, group in frame.groupby([*CONFIG_COLUMNS, "framework", *FLOOR_KEY_COLUMNS], sort=False):
         quiet, busy = group[group["flagged"] == ""], group[group["flagged"] != ""]
         if len(quiet):
             chosen = quiet.loc[quiet["noise_floor"].idxmax()]
@@ -75,9 +81,18 @@ def noise_floors(calibration: pd.DataFrame) -> dict[tuple, Floor]:
     return floors
 
 
-def config_floor(floors: dict[tuple, Floor], config: tuple, frameworks) -> Floor:
-    """The floor a configuration's verdicts apply: the largest of its frameworks' floors."""
-    known = [floors[(*config, f)] for f in frameworks if (*config, f) in floors]
+def config_floor(floors: dict[tuple, Floor], config: tuple, runs) -> Floor:
+    """The floor a configuration's verdicts apply: the largest of the floors of its runs' keys. `runs`: for each row
+    judged, (framework, {column: key text}) over the FLOOR_KEY_COLUMNS the caller knows; a floor applies where its
+    key agrees on every one of them."""
+    width = len(CONFIG_COLUMNS)
+    known = []
+    for calibrated, floor in floors.items():
+        key = dict(zip(FLOOR_KEY_COLUMNS, calibrated[width + 1:]))
+        if calibrated[:width] == tuple(config) and any(
+                calibrated[width] == framework and all(key.get(c) == v for c, v in alike.items())
+                for framework, alike in runs):
+            known.append(floor)
     return max(known, key=lambda floor: floor.value) if known else NO_FLOOR
 
 

@@ -144,7 +144,9 @@ def version_changes(summary: pd.DataFrame, steps: pd.DataFrame, calibration: pd.
     rows = []
     for key, group in runs.groupby(list(KEY), sort=False):
         config, framework = tuple(key[:-1]), key[-1]
-        floor = config_floor(floors, config, {framework})
+        # Each version's runs have a key of their own: a floor applies where it was calibrated on this device.
+        devices = set(group["device_name"])
+        floor = config_floor(floors, config, [(framework, {"device_name": devices.pop()} if len(devices) == 1 else {})])
         versions = _versions(group)
         for old, new in zip(versions, versions[1:]):
             rows.append(_pair(dict(zip(KEY, key)), group, old, new, floor, min_effect))

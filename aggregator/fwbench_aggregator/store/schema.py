@@ -13,7 +13,8 @@ STORE_FORMAT is the version of what the store writes, recorded with every run (s
      wait was asked), and the budget of the sequential design it was made under (max_repetitions, 0 for a fixed
      number of runs)
   5  a run's summary says how many measured steps were asked (measured_steps_asked; measured_steps is how many ran,
-     more where a minimum window asked for them): part of the measurement protocol that decides which runs pool
+     more where a minimum window asked for them): part of the measurement protocol that decides which runs pool;
+     a calibration records its runs' comparability key (FLOOR_KEY_COLUMNS; unknown before)
 """
 
 from __future__ import annotations
@@ -122,6 +123,9 @@ RUNNER_KEY_COLUMNS = ("framework", "framework_version", "image_digest", *SETTING
 # and the seed (which inputs and weights).
 BLOCK_KEY_COLUMNS = ("device_name", "warmup_steps", "measured_steps_asked", "min_measure_s", "seed")
 COMPARABILITY_COLUMNS = (*RUNNER_KEY_COLUMNS, *BLOCK_KEY_COLUMNS)
+# A noise floor is a fact about runs of one key: a calibration records its runs' key (beside its configuration and
+# framework), and a verdict applies only the floors calibrated on runs of its own key.
+FLOOR_KEY_COLUMNS = tuple(c for c in COMPARABILITY_COLUMNS if c != "framework")
 
 # A run that ran out of memory is stored as a summary row of its configuration with these.
 FAILURE_COLUMNS = ("status", "error_code", "error")
@@ -132,7 +136,7 @@ FAILURE_COLUMNS = ("status", "error_code", "error")
 # device ("" when they were), which decides whether a comparison applies it (analyse.floors).
 CALIBRATION_COLUMNS = (
     *CONFIG_COLUMNS, "framework", "runs", "aa_ratio", "aa_ci_low", "aa_ci_high", "noise_floor", "flagged",
-    "calibrated_at_unix_s",
+    "calibrated_at_unix_s", *FLOOR_KEY_COLUMNS,
 )
 # fwbench max-batch: one search per runner and configuration.
 MAX_BATCH_KEY_COLUMNS = ("model", "model_options", "mode", "input_shape", "precision", "device", "runner")
