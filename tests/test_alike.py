@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fwbench_aggregator.analyse.comparison import comparison_rows, run_values
+from fwbench_aggregator.analyse.efficiency import hardware_efficiency
 from fwbench_aggregator.store.migrations import migrated
 
 STEPS_PER_RUN = 5
@@ -121,6 +122,10 @@ def test_machines_are_blocks_each_judged_within_itself():
         fastest = own[own["verdict"] == "fastest"]["runner_name"].item()
         assert fastest == ("torch" if "AMD" in group else "tensorflow")
     assert "torch [device AMD EPYC (2 logical cores)]" in set(table["runner"])
+    # Each row names the device its runs ran on, and so does the hardware-efficiency table made from the rows.
+    efficiency = hardware_efficiency(table, None).set_index("runner")
+    for row in table.itertuples():
+        assert row.group == f"device {row.device_name}" and efficiency.loc[row.runner, "device_name"] == row.device_name
 
 
 def test_plugin_versions_are_rows_of_their_own():

@@ -144,7 +144,7 @@ def test_achieved_flops_and_mfu_against_the_published_peak():
                     run_rows("tensorflow", {64: 0.010}, mode="infer", precision="amp_bf16"),
                     run_rows("torch", {64: 0.010}, mode="infer", device="cpu:0"))
     rows = comparison_rows(summary, NO_STEPS)
-    table = hardware_efficiency(rows, summary, pd.DataFrame([facts("torch", 1e9)])).set_index(["runner", "mode", "device"])
+    table = hardware_efficiency(rows, pd.DataFrame([facts("torch", 1e9)])).set_index(["runner", "mode", "device"])
     train = table.loc[("torch", "train", "gpu:0")]
     # 1 GFLOP forward x 64 samples x 3 for training, in 10 ms: 19.2 TFLOP/s of the H100 SXM's 989 in bf16.
     assert train.flops_per_step == pytest.approx(192e9)
@@ -165,7 +165,7 @@ def test_fp32_with_tf32_allowed_is_measured_against_the_tf32_peak():
     summary = frame(run_rows("torch", {64: 0.010}, mode="train", tf32="convolutions only"),
                     run_rows("tensorflow", {64: 0.010}, mode="train", tf32="off"))
     model = [facts("torch", 1e9), {**facts("tensorflow", 1e9), "framework": "tensorflow"}]
-    table = hardware_efficiency(comparison_rows(summary, NO_STEPS), summary, pd.DataFrame(model)).set_index("runner")
+    table = hardware_efficiency(comparison_rows(summary, NO_STEPS), pd.DataFrame(model)).set_index("runner")
     assert table.loc["torch", "peak_entry"].endswith("tf32 dense")
     assert table.loc["torch", "mfu"] == pytest.approx(19.2 / 494.7, rel=0.01)
     assert "convolutions only" in table.loc["torch", "efficiency_note"]

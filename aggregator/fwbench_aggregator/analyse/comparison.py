@@ -219,6 +219,7 @@ def _row(config_values: dict, batch_size: int, label: str, own: pd.DataFrame, st
         "framework": _first(own.get("framework", pd.Series(dtype=object))),
         "framework_version": _first(own.get("framework_version", pd.Series(dtype=object))),
         "container_image": _first(own.get("container_image", pd.Series(dtype=object))),
+        "device_name": own["device_name"].iloc[0],  # one device model a block
         **{setting: _joined_settings(ok.get(setting)) for setting in SETTINGS_COLUMNS},
         "runs": int(len(ok)),
         "failed_runs": int(len(failed)),

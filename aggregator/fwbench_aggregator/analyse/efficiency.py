@@ -10,19 +10,10 @@ import pandas as pd
 
 from ..store.schema import CONFIG_COLUMNS, EFFICIENCY_COLUMNS
 from . import stats
-from .comparison import normalised
 from .peaks import peak_flops
 
 # A training step is about three forward passes: the forward, and the backward's two products per layer.
 TRAIN_FLOPS_FACTOR = 3.0
-
-
-def _device_names(summary: pd.DataFrame) -> dict[tuple, str]:
-    summary = normalised(summary)
-    if "device_name" not in summary:
-        return {}
-    named = summary[summary["device_name"].astype(str).str.len() > 0].drop_duplicates([*CONFIG_COLUMNS, "runner"])
-    return {tuple(r[:-1]): str(r[-1]) for r in named[[*CONFIG_COLUMNS, "runner", "device_name"]].itertuples(index=False)}
 
 
 def _forward_flops(model_facts: Optional[pd.DataFrame]) -> dict[tuple, float]:
@@ -44,19 +35,18 @@ def peak_precision(precision: str, tf32: object) -> str:
     return "tf32" if precision == "fp32" and allowed else precision
 
 
-def hardware_efficiency(rows: pd.DataFrame, summary: pd.DataFrame, model_facts: Optional[pd.DataFrame]) -> pd.DataFrame:
+def hardware_efficiency(rows: pd.DataFrame, model_facts: Optional[pd.DataFrame]) -> pd.DataFrame:
     """Per comparison row that ran: achieved FLOP/s (forward FLOPs per sample x the job's samples, x3 for
     training, over the median step time) and, where the device's peak for the precision is known, the model FLOP
     utilisation against that peak times the job's devices."""
     if rows.empty:
         return pd.DataFrame(columns=EFFICIENCY_COLUMNS)
     flops = _forward_flops(model_facts)
-    names = _device_names(summary)
     table = []
     for row in rows[(rows["status"] == "ok") & rows["median_step_ms"].notna()].itertuples(index=False):
         config = tuple(getattr(row, c) for c in CONFIG_COLUMNS)
         out = {**dict(zip(CONFIG_COLUMNS, config)), "runner": row.runner, "runs": row.runs,
-               "device_name": names.get((*config, row.runner), ""), "forward_flops": math.nan,
+               "device_name": row.device_name, "forward_flops": math.nan,
                "flops_per_step": math.nan, "achieved_flops_per_s": math.nan, "peak_flops_per_s": math.nan,
                "peak_entry": "", "mfu": math.nan}
         forward = flops.get((row.runner_name, row.model, row.model_options, row.input_shape))

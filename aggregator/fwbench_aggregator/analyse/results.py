@@ -49,7 +49,7 @@ def analysed(
         scaling=scaling,
         optimal=optimal_batches(summary, steps, max_batch, latency_budget_ms),
         trends=trends,
-        efficiency=hardware_efficiency(rows, summary, model_facts),
+        efficiency=hardware_efficiency(rows, model_facts),
         findings=findings(rows, summary, steps, trends, scaling),
         searches=searches,
         serving=serving_rows(summary, min_effect, latency_budget_ms),

@@ -177,7 +177,7 @@ STORED_FRAMES = {
 # "" where they are one); variant: what sets the row apart from its runner's other rows in the block.
 COMPARISON_COLUMNS = (
     *CONFIG_COLUMNS, "runner", "group", "variant", "runner_name", "strategy", "global_batch_size", "straggler_spread", "framework",
-    "framework_version", "container_image", *SETTINGS_COLUMNS, "status", "runs", "failed_runs", "steps",
+    "framework_version", "container_image", "device_name", *SETTINGS_COLUMNS, "status", "runs", "failed_runs", "steps",
     "median_step_ms", "p5_step_ms", "p95_step_ms", "run_spread", "ms_per_sample", "throughput_samples_per_s",
     "energy_per_sample_j", "mean_power_w", "energy_runs", "energy_status",
     "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "p_value", "resolvable", "noise_floor", "noise_floor_source",
