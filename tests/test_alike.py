@@ -24,7 +24,7 @@ _ids = itertools.count()
 CONFIG = dict(model="resnet18", model_options="", mode="infer", batch_size=2, input_shape="3x32x32", precision="fp32",
               device="cpu:0", world_size=1, nodes=1, profile="equal", serving="", strategy="single")
 FACTS = dict(device_name="AMD EPYC (2 logical cores)", warmup_steps=1, measured_steps_asked=STEPS_PER_RUN,
-             min_measure_s=0.0, seed=0, image_digest="", layout="channels_last", compilation="eager",
+             min_measure_s=0.0, seed=0, image_digest="", environment_lock="", layout="channels_last", compilation="eager",
              cudnn_autotune="off", tf32="", intra_op_threads=2, inter_op_threads=2, model_hash="")
 VERSIONS = {"torch": "2.15.0", "tensorflow": "2.21.0"}
 
@@ -126,6 +126,13 @@ def test_machines_are_blocks_each_judged_within_itself():
     efficiency = hardware_efficiency(table, None).set_index("runner")
     for row in table.itertuples():
         assert row.group == f"device {row.device_name}" and efficiency.loc[row.runner, "device_name"] == row.device_name
+
+
+def test_runs_from_another_environment_lock_are_rows_of_their_own_named_by_the_locks_short_hash():
+    a = compare({"torch": near(10.0), "tensorflow": near(12.0)}, environment_lock="a" * 64)
+    b = compare({"torch": near(14.0), "tensorflow": near(12.0)}, environment_lock="b" * 64)
+    table = rows(a, b)
+    assert {"torch (environment aaaaaaaaaaaa)", "torch (environment bbbbbbbbbbbb)"} <= set(table.index)
 
 
 def test_plugin_versions_are_rows_of_their_own():

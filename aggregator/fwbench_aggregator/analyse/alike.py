@@ -13,12 +13,16 @@ from ..store.schema import BLOCK_KEY_COLUMNS, COMPARABILITY_COLUMNS, CONFIG_COLU
 
 # How each part of the comparability key reads in a row's label: "version 2.15.0", "intra-op threads 1".
 KEY_NAMES = {
-    "framework": "framework", "framework_version": "version", "image_digest": "image", "layout": "layout",
+    "framework": "framework", "framework_version": "version", "image_digest": "image",
+    "environment_lock": "environment", "layout": "layout",
     "compilation": "compilation", "cudnn_autotune": "cuDNN autotuning", "tf32": "TF32",
     "intra_op_threads": "intra-op threads", "inter_op_threads": "inter-op threads", "model_hash": "model",
     "device_name": "device", "warmup_steps": "warm-up", "measured_steps_asked": "steps", "min_measure_s": "window",
     "seed": "seed",
 }
+
+
+HASHES = ("image_digest", "environment_lock", "model_hash")
 
 
 def _key_text(value: object) -> str:
@@ -63,5 +67,12 @@ def differences(keys: list[tuple], columns: tuple[str, ...]) -> list[str]:
     """For groups with these keys (values of `columns`), what sets each apart from the others: "version 2.15.0,
     intra-op threads 1" over the columns whose values differ among them; "" for a group alone."""
     varying = [i for i in range(len(columns)) if len({key[i] for key in keys}) > 1]
-    return [", ".join(f"{KEY_NAMES.get(columns[i], columns[i])} {key[i] or 'unknown'}" for i in varying)
+    return [", ".join(f"{KEY_NAMES.get(columns[i], columns[i])} {_shown(columns[i], key[i])}" for i in varying)
             for key in keys]
+
+
+def _shown(column: str, value: str) -> str:
+    """A key's value in a label: a hash by its first 12 characters, as git shows a commit."""
+    if not value:
+        return "unknown"
+    return value.removeprefix("sha256:")[:12] if column in HASHES else value

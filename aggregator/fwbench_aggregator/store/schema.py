@@ -111,10 +111,12 @@ SUMMARY_COLUMNS = (
 # that does not record a part (a store from before it was recorded) is "" (unknown) for it, and pools only with runs
 # unknown for it too.
 #
-# The runner's own facts: its framework and version, its image's digest where it ran in a container, every setting
-# a verdict depends on, and which version of a plug-in model it built. Runs of one runner that differ in any of these
+# The runner's own facts: its framework and version, its image's digest where it ran in a container, the lock its
+# environment was installed from (numpy, the BLAS and the rest beneath the framework), every setting a verdict
+# depends on, and which version of a plug-in model it built. Runs of one runner that differ in any of these
 # make rows of their own ("torch (version 2.15.0)"), each judged against the fastest of its block.
-RUNNER_KEY_COLUMNS = ("framework", "framework_version", "image_digest", *SETTINGS_COLUMNS, "model_hash")
+RUNNER_KEY_COLUMNS = ("framework", "framework_version", "image_digest", "environment_lock", *SETTINGS_COLUMNS,
+                      "model_hash")
 # The machine and the measurement protocol, which all the runners of a verdict must share: runners are judged only
 # against runners of the same block. The machine is its device model as the runner names it (the CPU model and its
 # logical cores, or the GPU): the host's own id is the kernel's boot id, which a reboot changes, and a container's
