@@ -30,7 +30,7 @@ from fwbench_aggregator.run.execute import run_all
 from fwbench_aggregator.run.gate import Gate, Place, places_of, this_host
 from fwbench_aggregator.run.quiet import GpuState, HostProbe, Reading, wait_for_quiet
 from fwbench_aggregator.store.results_store import ResultStore
-from fwbench_aggregator.store.schema import CALIBRATION_COLUMNS
+from fwbench_aggregator.store.schema import CALIBRATION_COLUMNS, FLOOR_KEY_COLUMNS
 from support.cli import fwbench, only_run_dir
 
 CONFIG = {"model": "resnet18", "model_options": "", "mode": "train", "batch_size": 2, "input_shape": "3x32x32",
@@ -346,12 +346,17 @@ def test_run_all_waits_for_the_device_another_command_measures_and_records_it(tm
 def test_compare_holds_the_device_lock_and_says_which_noise_floor_it_applied(tmp_path, fake_runner):
     out, store, runtime = tmp_path / "out", tmp_path / "store", tmp_path / "runtime"
     runtime.mkdir(mode=0o700)
-    row = {**floor("fake", 0.30, "host busy in 4 of 6 runs"), "runs": 3}
+    options = ["--model", "resnet18", "--mode", "train", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "0",
+               "--steps", "4", "--min-measure-s", "0", "--runner", f"a={fake_runner}", "--runner", f"b={fake_runner}"]
+    # A floor applies to runs of its calibration's key: this one's is that of runs with these options here.
+    first = fwbench("compare", *options, "--repetitions", "1", "--out", str(tmp_path / "first"),
+                    "--store", str(tmp_path / "first-store"), env={"XDG_RUNTIME_DIR": str(runtime)})
+    assert first.returncode == 0, first.stderr
+    key = ResultStore(tmp_path / "first-store").load("summary").iloc[0]
+    row = {**floor("fake", 0.30, "host busy in 4 of 6 runs"), "runs": 3, **{c: key[c] for c in FLOOR_KEY_COLUMNS}}
     ResultStore(store).append("calibrated", {"calibration": "by hand"}, {"calibration": pd.DataFrame([row])}, {})
-    done = fwbench("compare", "--model", "resnet18", "--mode", "train", "--batch-size", "2", "--shape", "3x32x32",
-                   "--warmup", "0", "--steps", "4", "--min-measure-s", "0", "--repetitions", "3",
-                   "--runner", f"a={fake_runner}", "--runner", f"b={fake_runner}", "--out", str(out),
-                   "--store", str(store), env={"XDG_RUNTIME_DIR": str(runtime)})
+    done = fwbench("compare", *options, "--repetitions", "3", "--out", str(out), "--store", str(store),
+                   env={"XDG_RUNTIME_DIR": str(runtime)})
     assert done.returncode == 0, done.stderr
     source = ("calibrated 2026-11-26 on fake, 3 runs per instance, on a busy host (host busy in 4 of 6 runs): "
               "applied, as no quiet calibration exists")
