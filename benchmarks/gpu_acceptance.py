@@ -101,7 +101,7 @@ CPU = Scale(
     serving_loads_qps=(100.0, 300.0),
     power_model="resnet50",
     jax={"model": "resnet18", "batch": "2", "shape": "3x32x32", "precision": "fp32"},
-    windows={"warmup": "2", "steps": "5", "min_measure_s": "0"},
+    windows={"warmup": "3", "steps": "10", "min_measure_s": "0"},
 )
 
 
