@@ -3,10 +3,11 @@
 # runners start from their own). pytest.ini's default is the fast tier; -m "" selects every tier (real frameworks,
 # containers, Slurm, the browser). Extra arguments go to pytest, e.g. `bash scripts/test.sh -m frameworks -k parity`.
 #
-# Without arguments (or with -q alone, as CI calls it) the suite runs in two parts: first the runner-direct tests
-# (conformance over gRPC, and parity), in two processes, since they wait on the runners' compilations more than they
-# compute and no verdict in them depends on timing; then everything else, one test at a time as ever, so that what
-# times runs against what it compares with nothing beside it.
+# Without arguments (or with -q alone, as CI calls it) the suite runs in two parts. First, side by side, the tests
+# in which no verdict depends on timing: the runner-direct ones (conformance over gRPC, and parity) in two
+# processes, since they wait on the runners' compilations more than they compute, and the container tests, which
+# wait on image builds. Then everything else, one test at a time as ever, so that whatever times or judges runs with
+# nothing beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each environment's set-up and image build, and each tier's time, go to one table at the end (tests/support/timings.py).
@@ -21,7 +22,14 @@ if [ $# -gt 1 ] || { [ $# -eq 1 ] && [ "$1" != "-q" ]; }; then
   exec "${pytest[@]}" --durations=25 "$@"
 fi
 parallel=(tests/test_conformance.py tests/test_parity.py)
+beside=tests/test_containers.py
+log=$(mktemp -t fwbench-containers.XXXXXX)
+FWBENCH_TIMINGS_TABLE_LATER=1 "${pytest[@]}" --durations=10 "$@" "$beside" > "$log" 2>&1 &
+containers=$!
 status=0
 FWBENCH_TIMINGS_TABLE_LATER=1 "${pytest[@]}" -n 2 --durations=10 "$@" "${parallel[@]}" || status=$?
-"${pytest[@]}" --durations=25 "$@" $(printf -- '--ignore=%s ' "${parallel[@]}") || status=$((status ? status : $?))
+wait "$containers" || status=$((status ? status : $?))
+echo "--- the container tests, run beside them:"
+cat "$log"
+"${pytest[@]}" --durations=25 "$@" $(printf -- '--ignore=%s ' "${parallel[@]}" "$beside") || status=$((status ? status : $?))
 exit "$status"
