@@ -26,9 +26,11 @@ beside=tests/test_containers.py
 log=$(mktemp -t fwbench-containers.XXXXXX)
 FWBENCH_TIMINGS_TABLE_LATER=1 "${pytest[@]}" --durations=10 "$@" "$beside" > "$log" 2>&1 &
 containers=$!
+first=$SECONDS
 status=0
 FWBENCH_TIMINGS_TABLE_LATER=1 "${pytest[@]}" -n 2 --durations=10 "$@" "${parallel[@]}" || status=$?
 wait "$containers" || status=$((status ? status : $?))
+printf 'pytest\twall time\t%s\n' $((SECONDS - first)) >> "$FWBENCH_TIMINGS"
 echo "--- the container tests, run beside them:"
 cat "$log"
 "${pytest[@]}" --durations=25 "$@" $(printf -- '--ignore=%s ' "${parallel[@]}" "$beside") || status=$((status ? status : $?))

@@ -22,7 +22,7 @@ import pytest
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator.run import launch
 from support.runners import EXAMPLE_MODELS, FAKE_STEP_TIME_S, RUNNER_PARAMS
-from support.timings import WALL, TestTimes, record
+from support.timings import TestTimes
 
 LOG_TAIL_CHARS = 3000
 
@@ -129,7 +129,8 @@ def fake_runner(tmp_path_factory):
 
 _TEST_TIMES = TestTimes()
 _SESSION_STARTED = time.monotonic()
-# scripts/test.sh sets it for the first of its two pytest runs: the second prints the table of both.
+# scripts/test.sh sets it for the pytest runs of its first part, which run side by side: it records that part's wall
+# time itself, and the second part's run prints the table of all.
 TABLE_LATER_ENV = "FWBENCH_TIMINGS_TABLE_LATER"
 
 
@@ -142,9 +143,7 @@ def pytest_runtest_logreport(report):
 def pytest_terminal_summary(terminalreporter):
     if os.environ.get("PYTEST_XDIST_WORKER") is not None:
         return
-    wall_s = time.monotonic() - _SESSION_STARTED
     if os.environ.get(TABLE_LATER_ENV):
-        record(*WALL, wall_s)
         return
-    for line in _TEST_TIMES.table(wall_s):
+    for line in _TEST_TIMES.table(time.monotonic() - _SESSION_STARTED):
         terminalreporter.write_line(line)
