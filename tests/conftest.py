@@ -141,9 +141,7 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter):
-    if os.environ.get("PYTEST_XDIST_WORKER") is not None:
-        return
-    if os.environ.get(TABLE_LATER_ENV):
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None or os.environ.get(TABLE_LATER_ENV):
         return
     for line in _TEST_TIMES.table(time.monotonic() - _SESSION_STARTED):
         terminalreporter.write_line(line)

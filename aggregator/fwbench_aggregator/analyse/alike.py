@@ -3,12 +3,10 @@ say what sets groups of runs apart. analyse.comparison pools runs into a row onl
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import pandas as pd
 
 from ..store.schema import BLOCK_KEY_COLUMNS, COMPARABILITY_COLUMNS, CONFIG_COLUMNS, RUNNER_KEY_COLUMNS
+from ..store.selection import key_text
 
 
 # How each part of the comparability key reads in a row's label: "version 2.15.0", "intra-op threads 1".
@@ -25,20 +23,11 @@ KEY_NAMES = {
 HASHES = ("image_digest", "environment_lock", "model_hash")
 
 
-def _key_text(value: object) -> str:
-    """A part of the comparability key as text: 2.0 and 2 alike, "" where the run does not say."""
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
-        return ""
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
-        return str(int(value))
-    return str(value)
-
-
 def key_texts(frame: pd.DataFrame, columns) -> pd.DataFrame:
     """`frame` with each of `columns` as key text ("" where missing or unknown)."""
     frame = frame.copy()
     for column in columns:
-        frame[column] = [_key_text(v) for v in frame[column]] if column in frame else ""
+        frame[column] = [key_text(v) for v in frame[column]] if column in frame else ""
     return frame
 
 

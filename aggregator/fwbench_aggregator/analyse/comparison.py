@@ -206,8 +206,8 @@ def comparison_rows(
 def _row(config_values: dict, batch_size: int, label: str, own: pd.DataFrame, step_times: dict, run_medians: dict) -> dict:
     """One row: a runner's runs of one configuration that are alike (one block, one runner key), before judging."""
     ok, failed = own[own["status"] == "ok"], own[own["status"] != "ok"]
-    times = np.concatenate([step_times.get(r, np.array([])) for r in own["_row"].unique()])
-    medians = np.concatenate([run_medians.get(r, np.array([])) for r in own["_row"].unique()])
+    row_id = own["_row"].iloc[0]  # `own` is grouped by what numbered the rows: one number
+    times, medians = step_times.get(row_id, np.array([])), run_medians.get(row_id, np.array([]))
     energy, power = _numbers(ok, "energy_per_sample_j"), _numbers(ok, "mean_power_w")
     row = {
         **config_values,

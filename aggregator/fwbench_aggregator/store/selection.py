@@ -4,6 +4,7 @@ its findings and the version report read the same selection."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,9 +24,10 @@ class SelectionError(ValueError):
         self.option = option
 
 
-def _text(value: object) -> str:
-    """A value as --where compares it: 2, 2.0 and "2" alike; "" for a missing one."""
-    if value is None or (isinstance(value, float) and value != value):
+def key_text(value: object) -> str:
+    """A stored value as text to compare: 2, 2.0 and "2" alike; "" for a missing one. How --where matches a value,
+    and how analyse.alike reads the comparability key."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
@@ -71,7 +73,7 @@ class Selection:
                                      f"{', '.join(known[-10:]) or 'none (its runs came from sweeps)'}", "--compare")
         for column, value in self.where:
             values = chosen[column] if column in chosen else pd.Series("", index=chosen.index)
-            chosen = chosen[[_text(v) == value for v in values]]
+            chosen = chosen[[key_text(v) == value for v in values]]
         if chosen.empty:
             raise SelectionError(f"no run of the store matches {self.describe()}", "--where" if self.where else "--compare")
         return set(chosen["run_key"])
