@@ -112,12 +112,8 @@ def run_values(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     its measured steps; from the summary where the steps were not kept)."""
     summary, steps = normalised(summary), normalised(steps)
     ok = summary[summary.get("status", pd.Series("ok", index=summary.index)).fillna("failed") == "ok"]
-    if "repetition" not in ok:
-        ok = ok.assign(repetition=0)
     runs = ok[[*RUN_COLUMNS, *(c for c in ("median_step_time_s",) if c in ok)]].copy()
     if not steps.empty and "step_time_s" in steps:
-        if "repetition" not in steps:
-            steps = steps.assign(repetition=0)
         measured = steps[~steps.get("warmup", pd.Series(False, index=steps.index)).astype(bool)]
         medians = measured.groupby(list(RUN_COLUMNS), sort=False)["step_time_s"].median().rename("from_steps")
         runs = runs.merge(medians.reset_index(), on=list(RUN_COLUMNS), how="left")

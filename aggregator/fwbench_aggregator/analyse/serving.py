@@ -38,7 +38,6 @@ def serving_runs(summary: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=[*RUN_COLUMNS, *SERVING_SUMMARY_COLUMNS])
     ok = runs[(runs.get("status", pd.Series("ok", index=runs.index)).fillna("failed") == "ok")
               & runs["scenario"].fillna("").astype(str).ne("")]
-    ok = ok.assign(repetition=ok["repetition"] if "repetition" in ok else 0)
     ok = ok[[*RUN_COLUMNS, *(c for c in (*SERVING_SUMMARY_COLUMNS, "max_repetitions") if c in ok)]].copy()
     numeric = [c for c in (*SERVING_SUMMARY_COLUMNS, "max_repetitions") if c not in ("scenario", "serving_unavailable")]
     for column in numeric:
