@@ -11,7 +11,7 @@
 #   base_images.sh tensorflow VERSION PACKAGES... -> fwbench-ci/tensorflow:VERSION
 #   base_images.sh jax VERSION PACKAGES...     -> fwbench-ci/jax:VERSION
 #
-# An image whose recipe (this script, its arguments and its lock) did not change is kept.
+# An image whose recipe (this script, its arguments and, for a framework, its lock) did not change is kept.
 #
 # FWBENCH_BASE_LOCK=FILE: a lock (scripts/lock.sh) whose versions constrain every package installed, so that the
 # base image carries the framework and its dependencies exactly as the embedded environment of that lock does.
@@ -25,7 +25,9 @@ python_image=fwbench-ci/python:3.11
 # whatever the host trusts (an egress proxy's CA, say).
 host_ca_bundle=/etc/ssl/certs/ca-certificates.crt
 
-recipe() { { cat "$here/base_images.sh" ${FWBENCH_BASE_LOCK:-}; printf '%s\n' "$@"; } | sha256sum | cut -c1-16; }
+# A recipe: this script and the arguments; a framework's also its lock. The Python image's is the same whichever
+# framework asks for it, so that one debootstrap serves them all.
+recipe() { { cat "$here/base_images.sh"; printf '%s\n' "$@"; } | sha256sum | cut -c1-16; }
 
 current() {  # current IMAGE RECIPE: is IMAGE there and built from RECIPE?
   [ "$(docker image inspect --format '{{ index .Config.Labels "fwbench.ci.recipe" }}' "$1" 2>/dev/null)" = "$2" ]
@@ -54,7 +56,7 @@ make_python() {
 make_framework() {  # make_framework NAME VERSION PACKAGES...
   local name=$1 version=$2; shift 2
   local image=fwbench-ci/$name:$version id
-  id=$(recipe "$name" "$version" "$@")
+  id=$(recipe "$name" "$version" "$@" "$(cat ${FWBENCH_BASE_LOCK:-} < /dev/null | sha256sum)")
   if current "$image" "$id"; then echo "$image is up to date"; return; fi
   make_python
   local container=fwbench-ci-base-$name-$$
