@@ -16,6 +16,10 @@ from hypothesis import strategies as st
 
 from fwbench_aggregator.analyse.comparison import comparison_rows, run_values
 from fwbench_aggregator.analyse.efficiency import hardware_efficiency
+from fwbench_aggregator.analyse.optimal import optimal_batches
+from fwbench_aggregator.analyse.scaling import scaling_rows
+from fwbench_aggregator.analyse.serving import load_curve, serving_rows
+from fwbench_aggregator.analyse.trends import batch_trends
 from fwbench_aggregator.store.migrations import migrated
 
 STEPS_PER_RUN = 5
@@ -203,3 +207,78 @@ def test_merging_stores_never_changes_a_groups_per_run_values(compares):
     for one in made:
         alone = run_values(*one).set_index("run_id")["median_step_time_s"]
         assert np.allclose(runs.loc[alone.index], alone)
+
+
+# Every other table pools by the same rule (alike.labelled): serving, series across batch sizes, scaling.
+
+def serving(frames: tuple[pd.DataFrame, pd.DataFrame], p99_ms: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A compare's runs as server-scenario runs at 50 queries per second with these p99 latencies about p99_ms."""
+    summary = frames[0].assign(serving="server 50 qps", scenario="server", target_qps=50.0, batch_timeout_ms=2.0,
+                               query_count=500, duration_s=10.0, achieved_qps=50.0, serving_unavailable="")
+    for figure, share in (("p50", 0.5), ("p90", 0.8), ("p99", 1.0)):
+        summary[f"{figure}_latency_s"] = [p99_ms * share / 1e3 * (1 + 0.002 * i) for i in range(len(summary))]
+    return summary, frames[1].assign(serving="server 50 qps")
+
+
+def test_serving_rows_and_the_load_curve_keep_versions_apart():
+    old = serving(compare({"torch": near(10.0), "tensorflow": near(10.0)}, framework_version="2.14.0"), p99_ms=10.0)
+    new = serving(compare({"torch": near(10.0)}, framework_version="2.15.0"), p99_ms=20.0)
+    old[0].loc[old[0]["runner"] == "tensorflow", "framework_version"] = "2.21.0"
+    summary = store(old, new)[0]
+    p99 = serving_rows(summary).query("figure == 'p99'").set_index("runner")
+    assert set(p99.index) == {"torch (version 2.14.0)", "torch (version 2.15.0)", "tensorflow"}
+    assert (p99["runs"] == 3).all()
+    assert p99.loc["torch (version 2.15.0)", "latency_ms"] == pytest.approx(20.0, rel=0.01)
+    assert p99.loc["torch (version 2.14.0)", "latency_ms"] == pytest.approx(10.0, rel=0.01)
+    assert p99.loc["torch (version 2.15.0)", "significant"]
+    curve = load_curve(summary).set_index("runner")
+    assert curve.loc["torch (version 2.15.0)", "p99_latency_s"] == pytest.approx(0.020, rel=0.01)
+    assert (curve["runs"] == 3).all()
+
+
+def test_serving_runners_are_judged_within_their_machine():
+    here = serving(compare({"torch": near(10.0), "tensorflow": near(10.0)}), p99_ms=10.0)
+    there = serving(compare({"torch": near(10.0), "tensorflow": near(10.0)}, device_name="Intel Xeon (8 logical cores)"),
+                    p99_ms=30.0)
+    p99 = serving_rows(store(here, there)[0]).query("figure == 'p99'")
+    assert len(p99) == 4 and (p99["runs"] == 3).all()
+    # Had the two machines pooled, or been judged against each other, a 3x latency would make a verdict.
+    assert not p99["significant"].any()
+    assert set(p99["verdict"]) - {"best"} and "best" in set(p99["verdict"])
+
+
+def batches(times_ms: dict[int, float], **facts) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """torch at each batch size: 3 runs at about that step time."""
+    frames = [compare({"torch": near(ms)}, **facts) for ms in times_ms.values()]
+    for (summary, steps), batch in zip(frames, times_ms):
+        summary["batch_size"], steps["batch_size"] = batch, batch
+    return store(*frames)
+
+
+def test_a_series_across_batch_sizes_keeps_versions_apart():
+    # Version 2.14.0's time per sample falls with the batch; 2.15.0's rises: pooled, the two would blur into one.
+    old = batches({2: 10.0, 4: 12.0, 8: 14.0}, framework_version="2.14.0")
+    new = batches({2: 10.0, 4: 40.0, 8: 160.0}, framework_version="2.15.0")
+    summary, steps = store(old, new)
+    optimal = optimal_batches(summary, steps).set_index("runner")
+    assert set(optimal.index) == {"torch (version 2.14.0)", "torch (version 2.15.0)"}
+    assert optimal.loc["torch (version 2.14.0)", "best_batch"] == 8
+    assert optimal.loc["torch (version 2.15.0)", "best_batch"] == 2
+    assert (optimal["runs_per_batch"] == 3).all()
+    trends = batch_trends(summary, steps).set_index("runner")
+    assert trends.loc["torch (version 2.14.0)", "trend"] != trends.loc["torch (version 2.15.0)", "trend"]
+    assert (trends["runs"] == 9).all()
+
+
+def test_scaling_takes_its_one_device_baseline_from_alike_runs():
+    def ranks(world_size: int, ms: float, device_name: str):
+        summary, steps = compare({"torch": near(ms)}, device_name=device_name)
+        return summary.assign(world_size=world_size), steps.assign(world_size=world_size)
+
+    summary = store(ranks(1, 10.0, "GPU A"), ranks(2, 10.0, "GPU A"), ranks(1, 40.0, "GPU B"), ranks(2, 40.0, "GPU B"))[0]
+    table = scaling_rows(summary)
+    two = table[table["world_size"] == 2].set_index("runner")
+    # Each machine's two devices against its own one: perfect scaling on both, never 4x or 0.25x across machines.
+    assert set(two.index) == {"torch [device GPU A]", "torch [device GPU B]"}
+    assert two["scaling_efficiency"].tolist() == pytest.approx([1.0, 1.0], rel=0.01)
+    assert (table["runs"] == 3).all()

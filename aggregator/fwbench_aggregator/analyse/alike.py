@@ -52,6 +52,26 @@ def keyed(summary: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def labelled(frame: pd.DataFrame, over) -> pd.DataFrame:
+    """The keyed `frame` with, within each group of `over` (the configuration; a series, less its batch size): `group`,
+    what sets its block (schema.BLOCK_KEY_COLUMNS) apart from the group's other blocks; `variant`, what sets its
+    runner key (RUNNER_KEY_COLUMNS) apart from its runner's others in the block, both "" when alone; and `label`, its
+    runner as every table shows it, "torch (version 2.15.0) [device H100]". Runs with one label are alike."""
+    frame = frame.copy()
+    frame["group"], frame["variant"] = "", ""
+    for _, same in frame.groupby(list(over), sort=False):
+        blocks = list(same.groupby(list(BLOCK_KEY_COLUMNS), sort=False))
+        for (_, block), group in zip(blocks, differences([key for key, _ in blocks], BLOCK_KEY_COLUMNS)):
+            frame.loc[block.index, "group"] = group
+            for _, runner_runs in block.groupby("runner", sort=False):
+                variants = list(runner_runs.groupby(list(RUNNER_KEY_COLUMNS), sort=False))
+                for (_, own), variant in zip(variants, differences([key for key, _ in variants], RUNNER_KEY_COLUMNS)):
+                    frame.loc[own.index, "variant"] = variant
+    frame["label"] = [runner + (f" ({variant})" if variant else "") + (f" [{group}]" if group else "")
+                      for runner, variant, group in zip(frame["runner"], frame["variant"], frame["group"])]
+    return frame
+
+
 def differences(keys: list[tuple], columns: tuple[str, ...]) -> list[str]:
     """For groups with these keys (values of `columns`), what sets each apart from the others: "version 2.15.0,
     intra-op threads 1" over the columns whose values differ among them; "" for a group alone."""

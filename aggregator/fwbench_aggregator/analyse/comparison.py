@@ -16,11 +16,11 @@ import numpy as np
 import pandas as pd
 
 from ..store.schema import (
-    BLOCK_KEY_COLUMNS, BUILT_IN, DEFAULT_PROFILE, COMPARISON_COLUMNS, CONFIG_COLUMNS, FLOOR_KEY_COLUMNS, INTEGER_COLUMNS,
-    RUN_COLUMNS, RUNNER_KEY_COLUMNS, SETTINGS_COLUMNS,
+    BUILT_IN, DEFAULT_PROFILE, COMPARISON_COLUMNS, CONFIG_COLUMNS, FLOOR_KEY_COLUMNS, INTEGER_COLUMNS,
+    RUN_COLUMNS, SERIES_COLUMNS, SETTINGS_COLUMNS,
 )
 from . import stats
-from .alike import differences, keyed
+from .alike import keyed, labelled
 from .floors import Floor, busy_floor_note, config_floor, noise_floors
 from .sequential import SequentialPlan, look
 from .parity import PARITY_CHECKED, parity_status
@@ -68,6 +68,15 @@ def normalised(frame: pd.DataFrame | None) -> pd.DataFrame:
     frame["run_id"] = (frame["run_id"].astype(object).where(frame["run_id"].notna(), "").astype(str)
                        if "run_id" in frame else "")
     return frame
+
+
+def with_status(summary: pd.DataFrame) -> pd.DataFrame:
+    """The normalised summary with every run's status as text: "ok" where the store predates statuses, "failed" where
+    a run recorded none."""
+    summary = normalised(summary)
+    summary["status"] = (summary["status"].fillna("failed") if "status" in summary else "ok")
+    summary["status"] = summary["status"].astype(str)
+    return summary
 
 
 def _first(values: pd.Series, default=""):
@@ -144,14 +153,9 @@ def comparison_rows(
     this row was not on a quiet device. model_source and model_hash: which model
     ran (a plug-in's folder and hash); parity: for a plug-in, what `fwbench parity` showed (the `parity` frame).
     """
-    summary = normalised(summary)
-    if "status" not in summary:
-        summary["status"] = "ok"
-    summary["status"] = summary["status"].fillna("failed").astype(str)
-    summary = keyed(summary)
-    # Each run's row: its configuration, block and runner, and its runner's key within the block.
-    summary["_row"] = summary.groupby([*CONFIG_COLUMNS, *BLOCK_KEY_COLUMNS, "runner", *RUNNER_KEY_COLUMNS],
-                                      sort=False).ngroup()
+    summary = labelled(keyed(with_status(summary)), CONFIG_COLUMNS)
+    # Each run's row: its configuration, block and label (its runner and that runner's key within the block).
+    summary["_row"] = summary.groupby([*CONFIG_COLUMNS, "group", "label"], sort=False).ngroup()
     row_of = summary[[*RUN_COLUMNS, "_row"]].drop_duplicates(list(RUN_COLUMNS))
     steps = normalised(steps)
     measured = steps[~steps["warmup"].astype(bool)] if "warmup" in steps else steps
@@ -170,15 +174,10 @@ def comparison_rows(
         config_values = dict(zip(CONFIG_COLUMNS, config))
         # Throughput counts the job's samples: the per-device batch on every device of every runner.
         batch_size = int(config_values["batch_size"]) * int(config_values["world_size"])
-        blocks = list(runs.groupby(list(BLOCK_KEY_COLUMNS), sort=False))
-        for (_, block), group in zip(blocks, differences([key for key, _ in blocks], BLOCK_KEY_COLUMNS)):
-            block_rows = []
-            for runner, runner_runs in block.groupby("runner", sort=False):
-                variants = list(runner_runs.groupby(list(RUNNER_KEY_COLUMNS), sort=False))
-                for (_, own), variant in zip(variants, differences([key for key, _ in variants], RUNNER_KEY_COLUMNS)):
-                    label = runner + (f" ({variant})" if variant else "") + (f" [{group}]" if group else "")
-                    row = _row(config_values, batch_size, label, own, step_times, run_medians)
-                    block_rows.append({**row, "group": group, "variant": variant})
+        for group, block in runs.groupby("group", sort=False):
+            block_rows = [{**_row(config_values, batch_size, label, own, step_times, run_medians), "group": group,
+                           "variant": own["variant"].iloc[0]}
+                          for label, own in block.groupby("label", sort=False)]
             _judge(block_rows, floors, config, min_effect)
             _mark_source(block_rows, block, parity)
             started, finished = _numbers(block, "started_at_unix_s"), _numbers(block, "finished_at_unix_s")
@@ -305,14 +304,19 @@ def flagged_verdict(verdict: str, flagged: object, parity: object = "") -> str:
 def per_run(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """One row per successful run: analysis.run_values's median step time, and from it the run's throughput and
     time per sample over the job's samples (batch per device x devices), its runner's name, device name and
-    energy per sample."""
+    energy per sample. Its `runner` is labelled by what sets its runs apart from others of their series (a
+    configuration less its batch size: alike.labelled) and `group` says which block of them it is in, so that a
+    series across batch sizes pools only alike runs."""
     runs = run_values(summary, steps)
     if runs.empty:
-        return runs.assign(runner_name="", device_name="", time_per_sample_s=np.nan, throughput_samples_per_s=np.nan,
-                           energy_per_sample_j=np.nan)
-    extra = [c for c in ("runner_name", "device_name", "energy_per_sample_j") if c in normalised(summary)]
-    facts = normalised(summary)[[*RUN_COLUMNS, *extra]].drop_duplicates(list(RUN_COLUMNS))
+        return runs.assign(runner_name="", device_name="", group="", time_per_sample_s=np.nan,
+                           throughput_samples_per_s=np.nan, energy_per_sample_j=np.nan)
+    summary = with_status(summary)
+    facts = labelled(keyed(summary), SERIES_COLUMNS)
+    extra = [c for c in ("runner_name", "device_name", "energy_per_sample_j") if c in facts]
+    facts = facts[[*RUN_COLUMNS, "label", "group", *extra]].drop_duplicates(list(RUN_COLUMNS))
     runs = runs.merge(facts, on=list(RUN_COLUMNS), how="left")
+    runs["runner"] = runs.pop("label")
     for column, default in (("device_name", ""), ("energy_per_sample_j", np.nan)):
         if column not in runs:
             runs[column] = default

@@ -124,7 +124,7 @@ def _energy_finding(summary: pd.DataFrame, steps: pd.DataFrame) -> Finding:
                                  "was off or unreadable).")
     wins: dict[str, int] = {}
     configurations = unresolved = 0
-    for _, frame in runs.groupby(list(CONFIG_COLUMNS), sort=False):
+    for _, frame in runs.groupby([*CONFIG_COLUMNS, "group"], sort=False):  # runners within a block of alike runs
         per_runner = {r: g["energy_per_sample_j"].to_numpy() for r, g in frame.groupby("runner")}
         if len(per_runner) < 2:
             continue

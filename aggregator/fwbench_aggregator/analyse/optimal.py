@@ -11,9 +11,10 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from ..store.schema import MAX_BATCH_KEY_COLUMNS, OPTIMAL_COLUMNS, SERIES_KEY
+from ..store.schema import MAX_BATCH_KEY_COLUMNS, OPTIMAL_COLUMNS, SERIES_COLUMNS, SERIES_KEY
 from . import stats
-from .comparison import is_out_of_memory, normalised, per_run
+from .alike import keyed, labelled
+from .comparison import is_out_of_memory, per_run, with_status
 
 TOO_FEW_RUNS = f"fewer than {stats.MIN_REPETITIONS} runs per batch"
 
@@ -23,10 +24,12 @@ def batches_text(batches: Sequence[int]) -> str:
 
 
 def _failed_batches(summary: pd.DataFrame) -> dict[tuple, list[int]]:
-    """Per series and runner, the batches every run of which ran out of memory."""
-    summary = normalised(summary)
-    if "status" not in summary or summary.empty:
+    """Per series and runner (labelled as per_run labels it), the batches every run of which ran out of memory."""
+    summary = with_status(summary)
+    if summary.empty:
         return {}
+    summary = labelled(keyed(summary), SERIES_COLUMNS)
+    summary["runner"] = summary.pop("label")
     failed = summary[(summary["status"] != "ok") & (summary["batch_size"] > 0)]
     ran = set(map(tuple, summary[summary["status"] == "ok"][[*SERIES_KEY, "batch_size"]].itertuples(index=False)))
     out: dict[tuple, list[int]] = {}
@@ -79,7 +82,8 @@ def optimal_batches(
             "best_throughput_high": throughput.high, "within_noise": batches_text(tied), "optimal_status": status,
             "out_of_memory_batches": batches_text(failed.get(key, [])),
         }
-        row.update(_fit(values, batches, best, failed.get(key, []), fitting))
+        # max-batch searched a runner, not a label.
+        row.update(_fit({**values, "runner": own["runner_name"].iloc[0]}, batches, best, failed.get(key, []), fitting))
         row.update(_budget(step_ms, latency_budget_ms))
         rows.append(row)
     return pd.DataFrame(rows, columns=OPTIMAL_COLUMNS)

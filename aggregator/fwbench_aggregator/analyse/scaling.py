@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..store.schema import CONFIG_COLUMNS, SCALING_COLUMNS, SCALING_KEY_COLUMNS, STRATEGY_PAIR_COLUMNS
+from ..store.schema import CONFIG_COLUMNS, RUNNER_KEY_COLUMNS, SCALING_COLUMNS, SCALING_KEY_COLUMNS, STRATEGY_PAIR_COLUMNS
 from . import stats
-from .comparison import straggler_spread_of, entry_label, normalised
-
+from .alike import keyed, labelled
+from .comparison import straggler_spread_of, with_status
 
 
 def _throughputs(frame: pd.DataFrame) -> np.ndarray:
@@ -28,24 +28,27 @@ def scaling_rows(summary: pd.DataFrame) -> pd.DataFrame:
     its median step time, as in comparison_rows. The one-device baseline is
     the runner's `single` runs, else its world-size-1 runs of the same strategy; where neither exists the
     efficiency is empty and efficiency_note says why."""
-    summary = normalised(summary)
+    summary = with_status(summary)
     if summary.empty or "median_step_time_s" not in summary:
         return pd.DataFrame(columns=SCALING_COLUMNS)
-    ok = summary[summary.get("status", pd.Series("ok", index=summary.index)).fillna("failed") == "ok"]
+    # Runs pool, and find their one-device baseline, only among alike runs (alike.labelled): one block, one runner key.
+    summary = labelled(keyed(summary), SCALING_KEY_COLUMNS)
+    ok = summary[summary["status"] == "ok"]
     rows = []
-    for config, runs in ok.groupby(list(SCALING_KEY_COLUMNS), sort=False):
-        for (runner_name, strategy, world_size, nodes), own in runs.groupby(
-            ["runner_name", "strategy", "world_size", "nodes"], sort=True
+    for (*config, _), runs in ok.groupby([*SCALING_KEY_COLUMNS, "group"], sort=False):
+        for (label, runner_name, strategy, world_size, nodes), own in runs.groupby(
+            ["label", "runner_name", "strategy", "world_size", "nodes"], sort=True
         ):
             values = _throughputs(own)
             if not values.size:
                 continue
-            one = runs[(runs["runner_name"] == runner_name) & (runs["world_size"] == 1)]
+            same_runner = (runs[[*RUNNER_KEY_COLUMNS]] == own[[*RUNNER_KEY_COLUMNS]].iloc[0]).all(axis=1)
+            one = runs[(runs["runner_name"] == runner_name) & same_runner & (runs["world_size"] == 1)]
             single = one[one["strategy"] == "single"]
             baseline_runs = _throughputs(single if len(single) else one[one["strategy"] == strategy])
             throughput = stats.geometric_mean(values)
             row = {
-                **dict(zip(SCALING_KEY_COLUMNS, config)), "runner": entry_label(runner_name, strategy),
+                **dict(zip(SCALING_KEY_COLUMNS, config)), "runner": label,
                 "runner_name": runner_name, "strategy": strategy, "world_size": int(world_size), "nodes": int(nodes),
                 "runs": int(values.size), "throughput_samples_per_s": throughput,
                 "straggler_spread": straggler_spread_of(own),

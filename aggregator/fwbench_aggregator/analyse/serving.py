@@ -19,7 +19,8 @@ import pandas as pd
 
 from ..store.schema import CONFIG_COLUMNS, RUN_COLUMNS, SERVING_COMPARISON_COLUMNS, SERVING_PERCENTILES, SERVING_SUMMARY_COLUMNS
 from . import stats
-from .comparison import judged, normalised
+from .alike import keyed, labelled
+from .comparison import judged, with_status
 
 THROUGHPUT = "throughput"  # the figure of an offline run
 BUDGET_PERCENTILE = "p99"
@@ -30,15 +31,18 @@ def latency_column(percentile: str) -> str:
     return f"{percentile}_latency_s"
 
 
-def serving_runs(summary: pd.DataFrame) -> pd.DataFrame:
+def serving_runs(summary: pd.DataFrame, over=CONFIG_COLUMNS) -> pd.DataFrame:
     """One row per successful run under a scenario: its configuration, runner, repetition and serving figures
-    (store.schema's SERVING_SUMMARY_COLUMNS); empty where no run had a scenario (or the store predates scenarios)."""
-    runs = normalised(summary)
+    (store.schema's SERVING_SUMMARY_COLUMNS); empty where no run had a scenario (or the store predates scenarios).
+    Its runner is labelled by what sets its runs apart from others of their `over` group (alike.labelled), and its
+    `group` says which block of them it is in: only runs with one label pool."""
+    runs = with_status(summary)
     if runs.empty or "scenario" not in runs:
-        return pd.DataFrame(columns=[*RUN_COLUMNS, *SERVING_SUMMARY_COLUMNS])
-    ok = runs[(runs.get("status", pd.Series("ok", index=runs.index)).fillna("failed") == "ok")
-              & runs["scenario"].fillna("").astype(str).ne("")]
-    ok = ok[[*RUN_COLUMNS, *(c for c in (*SERVING_SUMMARY_COLUMNS, "max_repetitions") if c in ok)]].copy()
+        return pd.DataFrame(columns=[*RUN_COLUMNS, "group", *SERVING_SUMMARY_COLUMNS])
+    runs = labelled(keyed(runs), over)
+    runs["runner"] = runs.pop("label")
+    ok = runs[(runs["status"] == "ok") & runs["scenario"].fillna("").astype(str).ne("")]
+    ok = ok[[*RUN_COLUMNS, "group", *(c for c in (*SERVING_SUMMARY_COLUMNS, "max_repetitions") if c in ok)]].copy()
     numeric = [c for c in (*SERVING_SUMMARY_COLUMNS, "max_repetitions") if c not in ("scenario", "serving_unavailable")]
     for column in numeric:
         ok[column] = pd.to_numeric(ok[column], errors="coerce") if column in ok else np.nan
@@ -135,10 +139,11 @@ def serving_rows(summary: pd.DataFrame, min_effect: float = stats.MIN_EFFECT,
     the ratio to the best runner, its interval over runs and the verdict (SERVING_COMPARISON_COLUMNS)."""
     runs = serving_runs(summary)
     rows = []
-    for config, own_config in runs.groupby(list(CONFIG_COLUMNS), sort=False):
+    # Runners are judged within a block of alike runs (alike.labelled), never across blocks.
+    for (*config, _), block in runs.groupby([*CONFIG_COLUMNS, "group"], sort=False):
         config_values = dict(zip(CONFIG_COLUMNS, config))
-        for figure in _figures(str(own_config["scenario"].iloc[0])):
-            figure_rows = [_row(config_values, runner, own, figure) for runner, own in own_config.groupby("runner", sort=True)]
+        for figure in _figures(str(block["scenario"].iloc[0])):
+            figure_rows = [_row(config_values, runner, own, figure) for runner, own in block.groupby("runner", sort=True)]
             _judge(figure_rows, min_effect)
             for row in figure_rows:
                 judged_budget = latency_budget_ms is not None and figure == BUDGET_PERCENTILE
@@ -151,9 +156,9 @@ def serving_rows(summary: pd.DataFrame, min_effect: float = stats.MIN_EFFECT,
 def load_curve(summary: pd.DataFrame) -> pd.DataFrame:
     """The server runs as latency against offered load: per configuration less its load, runner and target_qps, the
     geometric mean over runs of each percentile (NaN where a run could not support it) and the runs."""
-    runs = serving_runs(summary)
-    runs = runs[runs["scenario"] == "server"]
     series = [c for c in CONFIG_COLUMNS if c != "serving"]
+    runs = serving_runs(summary, over=series)
+    runs = runs[runs["scenario"] == "server"]
     columns = [*series, "runner", "target_qps", "runs", *(latency_column(p) for p in SERVING_PERCENTILES)]
     rows = []
     for key, own in runs.groupby([*series, "runner", "target_qps"], sort=True):
