@@ -7,6 +7,8 @@ a grid of 2000 batch sizes x 1000 shapes ran for over a minute and grew past 1.9
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 import tracemalloc
 
@@ -21,6 +23,7 @@ from support.cli import fwbench, fwbench_in_process
 # Generous, so that a loaded machine does not flake: the refusals take well under a second.
 QUICK_S = 5.0
 SMALL_BYTES = 64 * 1024 * 1024
+HUGE = "9" * 400  # an integer to YAML, past a float's range
 
 
 def _laughs(name: str, depth: int = 9) -> list[str]:
@@ -74,6 +77,27 @@ HOSTILE = {
         "models: [resnet18]\nrepetitions: " + ":".join(["1"] * 100_000) + "\n",
         "repetitions", ["a value of 199999 characters; accepted: at most 4096"]),
     "an impossible date": ("models: [2001-13-45]\n", "(syntax)", ["cannot read '2001-13-45'", "month must be in 1..12"]),
+    # Numbers past a float's range or not finite: each refused with its bounds (an OverflowError before).
+    "a time budget past a float's range": (
+        f"models: [resnet18]\ntime_budget_s: {HUGE}\n", "time_budget_s",
+        ["is not accepted; accepted: a number of seconds above 0, at most 31536000"]),
+    "an infinite time budget": ("models: [resnet18]\ntime_budget_s: .inf\n", "time_budget_s", ["inf is not accepted"]),
+    "a warm-up cv past a float's range": (
+        f"models: [resnet18]\nwarmup_until_cv: {HUGE}\n", "warmup_until_cv", ["is not a coefficient of variation"]),
+    "a window past a float's range": (
+        f"models: [resnet18]\nmin_measure_s: {HUGE}\n", "min_measure_s", ["accepted: a number from 0 to 86400"]),
+    "a cooldown past a float's range": (
+        f"models: [resnet18]\ncooldown_s: {HUGE}\n", "cooldown_s", ["accepted: a number from 0 to 3600"]),
+    "a load past a float's range": (
+        f"models: [resnet18]\nmodes: [infer]\nscenarios: [server]\ntarget_qps: [{HUGE}]\n", "target_qps[0]",
+        ["is not a rate"]),
+    "a batch timeout past a float's range": (
+        f"models: [resnet18]\nmodes: [infer]\nscenarios: [server]\ntarget_qps: [5]\nbatch_timeout_ms: {HUGE}\n",
+        "batch_timeout_ms", ["accepted: a number from 0 to 60000"]),
+    # A plug-in folder by the rule --models-dir follows: ../ past the root stays at /, so this is /etc.
+    "models_dir up to /etc": (
+        "models: [resnet18]\nmodels_dir: " + "../" * 40 + "etc\n", "models_dir",
+        ["(/etc) is a system folder, not a folder of model plug-ins"]),
 }
 
 
@@ -171,3 +195,91 @@ repetitions: 2
 """)
     sweep = load_sweep(path, framework_names())
     assert sweep.models == ("resnet18", "bert_tiny") and sweep.run_count() == len(sweep.configurations()) == 32
+
+
+def test_a_fifo_is_no_sweep_file_and_is_refused_without_waiting(tmp_path):
+    fifo = tmp_path / "sweep.yaml"
+    os.mkfifo(fifo)
+    outcome = []
+
+    def read() -> None:
+        try:
+            load_sweep(fifo)
+        except SweepError as error:
+            outcome.append(error)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(QUICK_S)
+    if reader.is_alive():  # blocked opening it: a writer's open releases the reader, for the test to fail cleanly
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(QUICK_S)
+        pytest.fail("reading a FIFO as the sweep file blocked")
+    assert outcome and "(file): is not a regular file (a FIFO, device or folder)" in str(outcome[0])
+    done = fwbench_in_process("sweep", str(fifo), columns=400)  # safe now: it does not block
+    assert done.exit_code == 2 and "is not a regular file" in " ".join(done.output.split())
+
+
+def test_models_dir_follows_the_rule_of_models_dir_on_the_command_line(tmp_path):
+    for folder in ("/etc", str(tmp_path / "missing")):
+        path = _write(tmp_path, f"models: [resnet18]\nmodels_dir: {os.path.relpath(folder, tmp_path)}\n")
+        with pytest.raises(SweepError) as in_file:
+            load_sweep(path)
+        on_line = fwbench_in_process("sweep", "--models", "resnet18", "--models-dir", folder, columns=400)
+        assert on_line.exit_code == 2
+        problem = in_file.value.problem.split(" ", 1)[1]  # the rest, after the path as each was given
+        assert problem in " ".join(on_line.output.split()), (problem, on_line.output)
+
+
+@pytest.mark.parametrize("where", ["file", "command line"])
+def test_plugin_folders_with_runners_given_are_refused_before_the_store_is_touched(tmp_path, where):
+    (tmp_path / "plugins").mkdir()
+    sweep = "models: [resnet18]\nrunners: [first]\n" + ("models_dir: plugins\n" if where == "file" else "")
+    path = _write(tmp_path, sweep)
+    extra = ["--models-dir", str(tmp_path / "plugins")] if where == "command line" else []
+    done = fwbench_in_process("sweep", str(path), "--runner", "first=127.0.0.1:1", "--store", str(tmp_path / "store"),
+                              *extra, columns=400)
+    output = " ".join(done.output.split())
+    assert done.exit_code == 2 and "a runner given with --runner loads model plug-ins from its own" in output, output
+    assert ("models_dir" if where == "file" else "--models-dir") in output
+    assert not (tmp_path / "store").exists()
+
+
+def _numeric_options():
+    import typer
+    from fwbench_aggregator.cli import app
+
+    def walk(command, name):
+        for sub, child in getattr(command, "commands", {}).items():
+            yield from walk(child, f"{name} {sub}")
+        for param in getattr(command, "params", []):
+            if param.type_descriptor.annotation in (int, float):
+                yield f"{name} --{param.name}", param
+
+    return dict(walk(typer.main.get_command(app), "fwbench"))
+
+
+def test_every_numeric_option_of_the_command_line_is_bounded():
+    options = _numeric_options()
+    assert "fwbench sweep --time_budget_s" in options and len(options) > 40
+    # A callback that checks the range (finite, within bounds) stands for min and max; sweep's --time-budget-s is
+    # checked above 0 by the command, in the words a sweep file's time_budget_s gets.
+    checked_by_callback = {"parse_power_rate", "parse_target_qps"}
+    unbounded = [name for name, param in options.items()
+                 if (param.min is None or param.max is None)
+                 and getattr(param.callback, "__name__", "") not in checked_by_callback]
+    assert unbounded == ["fwbench sweep --time_budget_s"] and options[unbounded[0]].max is not None
+
+
+@pytest.mark.parametrize("args", [
+    ("sweep", "--models", "resnet18", "--time-budget-s", "1e999"),
+    ("sweep", "--models", "resnet18", "--warmup-until-cv", "nan"),
+    ("compare", "--model", "resnet18", "--time-budget-s", "inf"),
+    ("compare", "--model", "resnet18", "--cooldown-s", "nan"),
+    ("serve-capacity", "--model", "resnet18", "--max-qps", "1e999"),
+])
+def test_a_number_past_its_bounds_on_the_command_line_is_refused(tmp_path, args):
+    done = fwbench_in_process(*args, "--store", str(tmp_path / "store"), columns=400)
+    output = " ".join(done.output.split())
+    assert done.exit_code == 2 and "Invalid value for" in output and "Traceback" not in output, output
+    assert not (tmp_path / "store").exists()

@@ -197,7 +197,7 @@ BASE = "models: [resnet18, bert_tiny]\n"
         ("steps: 18446744073709551616\n", 2, "steps", "accepted: an integer from 1 to 1000000"),
         ("min_measure_s: 1.0e+300\n", 2, "min_measure_s", "accepted: a number from 0 to 86400"),
         ("cooldown_s: .inf\n", 2, "cooldown_s", "accepted: a number from 0 to 3600"),
-        ("warmup_until_cv: .nan\n", 2, "warmup_until_cv", "accepted: a number >= 0"),
+        ("warmup_until_cv: .nan\n", 2, "warmup_until_cv", "nan is not a coefficient of variation"),
         ("shapes: [3x4294967296x32]\n", 2, "shapes[0]", "'3x4294967296x32' is not a shape; accepted: positive integers"),
         ("devices: [gpu:4294967296]\n", 2, "devices[0]", "'gpu:4294967296' is not a device"),
         ("nodes: [1, 0]\n", 2, "nodes[1]", "0 is not a number of machines; accepted: integers from 1 to 1024"),

@@ -35,12 +35,13 @@ class RunnerChoice:
 
     def startup(self, settings: StartupSettings) -> StartupSettings:
         """`settings` for the embedded runners, with the plug-in folders the user chose added; a UsageError where
-        the user chose plug-in folders for runners fwbench does not start."""
-        if self.given and self.models_dirs:
+        the user chose plug-in folders (--models-dir, or a sweep file's models_dir in `settings`) for runners fwbench
+        does not start."""
+        if self.given and (self.models_dirs or settings.models_dirs):
             raise UsageError(
-                "--models-dir applies to the runners fwbench starts; a runner given with --runner loads model "
-                "plug-ins from its own configuration only: start it with --models-dir or $FWBENCH_MODELS_DIR",
-                hint="--models-dir",
+                "applies to the runners fwbench starts; a runner given with --runner loads model plug-ins from its own "
+                "configuration only: start it with --models-dir or $FWBENCH_MODELS_DIR",
+                hint="--models-dir" if self.models_dirs else "models_dir",
             )
         return replace(settings, models_dirs=(*settings.models_dirs, *self.models_dirs))
 

@@ -19,6 +19,7 @@ from ..run.client import RunnerFailure
 from ..run.connection import Transport
 from ..run.launch import RunnerStartError, default_venvs, embedded_command, wait_until_serving
 from ..run.study import Pool, Slot, run_sweep_on_pool
+from ..store.location import StorePathError
 from ..store.lock import StoreBusy, store_lock
 from ..store.results_store import ResultStore
 from .errors import UsageError
@@ -121,8 +122,8 @@ def run_job(folder: Path, progress: Progress = Progress()) -> JobResult:
     try:
         with store_lock(Path(submission.store), progress):
             return _run_job(folder, submission, progress)
-    except StoreBusy as busy:
-        raise slurm_run.SlurmError(str(busy)) from None
+    except (StoreBusy, StorePathError) as refused:
+        raise slurm_run.SlurmError(str(refused)) from None
 
 
 def _run_job(folder: Path, submission: slurm_run.Submission, progress: Progress) -> JobResult:

@@ -171,7 +171,9 @@ def stored_summaries(results_store: ResultStore, keys: Iterable[str]):
 def study(request: StudyRequest, progress: Progress = Progress()) -> StudyResult:
     """Run every pending run of the study into the store (a UsageError where the store holds runs of it and this is
     no resume, a runner refuses part of it, or another sweep is writing the store); then count the models' FLOPs and
-    write the report. The store's writer lock is held throughout (store.lock)."""
+    write the report. The store's writer lock is held throughout (store.lock), taken once the runners' settings are
+    known to be usable, so that a refused study leaves nothing behind."""
+    request.runners.startup(StartupSettings(models_dirs=request.sweep.models_dirs))
     try:
         with store_lock(request.store, progress):
             return _study(request, progress)

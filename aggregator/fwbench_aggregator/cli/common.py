@@ -14,6 +14,8 @@ from typer.core import TyperGroup
 from ..app.errors import UsageError
 from ..plan.study_file import SweepError
 from ..present.console import err_console
+from ..store.location import StorePathError
+from ..store.migrations import StoreFormatError
 from ..run.client import RunnerFailure
 from .progress import TerminalProgress
 
@@ -57,7 +59,8 @@ def usage_error(message: str, hint: str = "") -> typer.Exit:
 
 
 def run(use_case: Callable[[TerminalProgress], T]) -> T:
-    """Call a use case with the terminal's progress; its UsageError or SweepError becomes a usage error."""
+    """Call a use case with the terminal's progress; its UsageError or SweepError, or a store it cannot use (one that
+    can be in no such place, or from a newer fwbench), becomes a usage error."""
     try:
         with TerminalProgress() as progress:
             return use_case(progress)
@@ -65,6 +68,8 @@ def run(use_case: Callable[[TerminalProgress], T]) -> T:
         raise usage_error(str(error), error.hint) from None
     except SweepError as error:
         raise usage_error(str(error)) from None
+    except (StorePathError, StoreFormatError) as error:
+        raise usage_error(str(error), "--store") from None
 
 
 def report_failures(failures: Sequence[RunnerFailure]) -> None:

@@ -22,6 +22,7 @@ from ..plan import spec as plan
 from ..plan.spec import RunSpec, StartupSettings, option_pairs
 from ..present import terminal
 from ..present.serving import print_serving
+from ..store.location import store_path_problem
 from . import app
 from .common import report_failures, run, usage_error
 from .quiet import WaitForQuietOption
@@ -33,7 +34,7 @@ from .options import (
     RendezvousPortOption,
     RepetitionsOption, RunnerOption, SearchRepetitionsOption, SeedOption, ShapeOption, StableWindowOption, StepsOption, StoreOption, TimeBudgetOption,
     StrategyOption, ThreadsOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption,
-    WarmupOption, WarmupUntilCvOption, checked_names, every_framework, parse_runner_addresses, runner_transport,
+    WarmupOption, WarmupUntilCvOption, checked_names, every_framework, parse_runner_addresses, parse_store, runner_transport,
     BatchTimeoutOption, LatencyBudgetOption, QueriesOption, ScenarioOption, TargetQpsOption,
 )
 
@@ -88,7 +89,7 @@ def compare(
     allow_different_models: AllowDifferentModelsOption = False,
     out: Annotated[Path, typer.Option(help="folder to write results into; each comparison gets a subfolder")] = Path("results"),
     store: Annotated[Optional[Path], typer.Option(
-        help="the results store: every run is kept, and noise floors are read from it (default: OUT/store)")] = None,
+        callback=parse_store, help="the results store: every run is kept, and noise floors are read from it (default: OUT/store)")] = None,
 ) -> None:
     """Run one model at one batch size and shape on every runner, and compare them.
 
@@ -109,6 +110,9 @@ def compare(
         **({"scenario": load.scenario, "target_qps": load.target_qps, "query_count": load.query_count,
             "batch_timeout_ms": load.batch_timeout_ms} if load else {}),
     )
+    problem = store is None and store_path_problem(out / "store")  # the default store, checked as --store is
+    if problem:
+        raise usage_error(problem, "--out")
     choice = RunnerChoice(tuple(runner), frameworks, venvs, transport, tuple(map(str, models_dir)))
     rounds = Repetitions(None if repetitions == AUTO else int(repetitions), max_repetitions, time_budget_s)
     request = CompareRequest(spec, choice, tuple(compilation), tuple(strategy), rounds, cooldown_s, min_effect,

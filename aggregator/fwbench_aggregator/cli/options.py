@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..analyse import stats
+from ..base.folders import models_dir_problem
 from ..base.frameworks import default_names as default_framework_names
 from ..base.frameworks import framework_of
 from ..base.frameworks import names as framework_names
@@ -25,6 +26,7 @@ from ..plan.serving_fields import TARGET_QPS_RANGE, target_qps_ok
 from ..plan.versions import is_runner_name
 from ..run.connection import EMBEDDED, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TOKEN_FILE_ENV, Transport
 from ..run.runners import RUNNERS_ENV
+from ..store.location import store_path_problem
 
 
 def parse_text(value: Optional[str]) -> Optional[str]:
@@ -258,8 +260,17 @@ ProfileOption = Annotated[str, typer.Option(
     callback=_choice(Profile, "profile"), metavar=_metavar(Profile),
     help="how every setting you leave unset is chosen: equal (the same on every runner: images channels_last) or "
     "native (each framework's own out-of-the-box choice: PyTorch channels_first); docs/usage.md#profiles")]
+def parse_models_dirs(values: list[Path]) -> list[Path]:
+    """Each a folder of model plug-ins, by the one rule a sweep file's models_dir follows too; resolved."""
+    for value in values:
+        problem = models_dir_problem(value)
+        if problem:
+            raise typer.BadParameter(problem)
+    return [value.resolve() for value in values]
+
+
 ModelsDirOption = Annotated[list[Path], typer.Option(
-    "--models-dir", exists=True, file_okay=False, resolve_path=True,
+    "--models-dir", callback=parse_models_dirs,
     help="a folder of your own models (plug-ins: a folder per model with model.toml and build_<framework>.py; "
     "docs/your-model.md), loaded by the runners fwbench starts; repeatable. Runners you start yourself take "
     "their own --models-dir or $FWBENCH_MODELS_DIR")]
@@ -320,11 +331,19 @@ SweepRepetitionsOption = Annotated[Optional[str], typer.Option(
 MaxRepetitionsOption = Annotated[int, typer.Option(
     min=stats.MIN_REPETITIONS, max=plan.MAX_REPETITIONS, help="under --repetitions auto: the most runs per runner")]
 TimeBudgetOption = Annotated[Optional[float], typer.Option(
-    min=0.0, help="under --repetitions auto: stop starting rounds after this many seconds of the configuration's runs")]
+    min=0.0, max=plan.MAX_TIME_BUDGET_S, help="under --repetitions auto: stop starting rounds after this many seconds of the configuration's runs")]
 SearchRepetitionsOption = Annotated[int, typer.Option(
     min=1, max=plan.MAX_REPETITIONS,
     help="under --profile best: runs of each candidate setting in each runner's search (the same for every runner)")]
 CooldownOption = Annotated[float, typer.Option(min=0.0, max=plan.MAX_COOLDOWN_S, help="seconds to wait between runs")]
 MinEffectOption = Annotated[float, typer.Option(min=0.0, max=1.0, help="smallest difference a verdict calls real, as a fraction")]
-StoreOption = Annotated[Path, typer.Option(help="the results store: every run is kept, and noise floors are read from it")]
+def parse_store(value: Optional[Path]) -> Optional[Path]:
+    """A results store's path, refused before anything is written where no store can be there (store.location)."""
+    problem = value is not None and store_path_problem(value)
+    if problem:
+        raise typer.BadParameter(problem)
+    return value
+
+
+StoreOption = Annotated[Path, typer.Option(callback=parse_store, help="the results store: every run is kept, and noise floors are read from it")]
 CPU_COUNT = os.cpu_count() or 1

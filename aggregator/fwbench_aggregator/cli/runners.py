@@ -20,7 +20,8 @@ from . import app
 from .common import report_failures, run
 from .options import (
     DeviceOption, FrameworksOption, ModelOption, ModelOptionsOption, ModelsDirOption, ModeOption, PrecisionOption, RunnerOption,
-    ShapeOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption, every_framework, parse_text,
+    ShapeOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption, every_framework, parse_store,
+    parse_text,
     runner_transport,
 )
 
@@ -84,7 +85,7 @@ def parity(
     models_dir: ModelsDirOption = [],
     out: Annotated[Path, typer.Option(help="folder for parity.csv")] = Path("results"),
     store: Annotated[Path, typer.Option(
-        help="the results store: each check is kept there, so that a comparison of a plug-in model says whether its "
+        callback=parse_store, help="the results store: each check is kept there, so that a comparison of a plug-in model says whether its "
         "runners were shown to build the same network")] = Path("results/store"),
 ) -> None:
     """Show that the runners build the same networks as the first one, the reference.
@@ -122,7 +123,7 @@ def max_batch(
     venvs: VenvsOption = None,
     models_dir: ModelsDirOption = [],
     store: Annotated[Path, typer.Option(
-        help="the results store: each runner's search is kept there (frame max_batch)")] = Path("results/store"),
+        callback=parse_store, help="the results store: each runner's search is kept there (frame max_batch)")] = Path("results/store"),
 ) -> None:
     """The largest batch each runner fits in device memory: doubling, then bisection on out-of-memory refusals.
 

@@ -16,14 +16,14 @@ from ..run import jobs
 from ..run import slurm as slurm_run
 from . import app
 from .common import run
-from .options import LatencyBudgetOption, VenvsOption
+from .options import LatencyBudgetOption, VenvsOption, parse_store
 from .progress import TerminalProgress
 
 
 @app.command("slurm")
 def slurm_command(
     file: Annotated[Path, typer.Argument(help="the study: a sweep file (YAML)")],
-    store: Annotated[Path, typer.Option(help="the results store, on the file system every node shares")] = Path("results/store"),
+    store: Annotated[Path, typer.Option(callback=parse_store, help="the results store, on the file system every node shares")] = Path("results/store"),
     nodes: Annotated[int, typer.Option(min=1, max=plan.MAX_NODES, help="nodes to allocate")] = 1,
     partition: Annotated[Optional[str], typer.Option(help="Slurm partition (default: the cluster's)")] = None,
     account: Annotated[Optional[str], typer.Option(help="Slurm account to charge")] = None,

@@ -11,6 +11,7 @@ from ..app.store_check import check_store
 from ..present.health import print_store_check
 from . import app
 from .common import run
+from .options import parse_store
 
 DAMAGED_STATUS = 1
 
@@ -20,7 +21,7 @@ app.add_typer(store_app, name="store")
 
 @store_app.command("check")
 def check_command(
-    store: Annotated[Path, typer.Option(help="the results store")] = Path("results/store"),
+    store: Annotated[Path, typer.Option(callback=parse_store, help="the results store")] = Path("results/store"),
 ) -> None:
     """The store's format, its readable runs, who is writing it, and each damaged file with why.
 

@@ -26,7 +26,7 @@ from .common import interrupted_status, report_failures, run, usage_error
 from .quiet import WaitForQuietOption
 from .versions import ConfirmOption, after_version_study, print_store_versions, sweep_matrix, version_runners
 from .options import (
-    AUTO, AllowDifferentModelsOption, LatencyBudgetOption, ModelsDirOption, RunnerOption, TlsCaOption, TlsCertOption,
+    AUTO, AllowDifferentModelsOption, parse_store, LatencyBudgetOption, ModelsDirOption, RunnerOption, TlsCaOption, TlsCertOption,
     SweepRepetitionsOption, TlsKeyOption, TokenFileOption, VenvsOption, every_framework, runner_transport,
 )
 
@@ -49,7 +49,7 @@ def sweep(
         min=MIN_MAX_REPETITIONS, max=plan.MAX_REPETITIONS,
         help=f"under --repetitions auto: the most runs per runner and point (default {DEFAULT_MAX_REPETITIONS})")] = None,
     time_budget_s: Annotated[Optional[float], typer.Option(
-        help="under repetitions auto: the sweep's seconds, spread over its points (each gets an "
+        max=plan.MAX_TIME_BUDGET_S, help="under repetitions auto: the sweep's seconds, spread over its points (each gets an "
         "equal share of what is left); also over a sweep file's time_budget_s")] = None,
     warmup: Annotated[Optional[int], typer.Option(
         min=0, max=plan.MAX_WARMUP, help=f"the most warm-up steps (default {plan.DEFAULT_WARMUP})")] = None,
@@ -65,7 +65,7 @@ def sweep(
         "--reuse-builds/--no-reuse-builds",
         help="a runner's batch sizes of one repetition share one build, each run restarted from the seed (default: on)",
     )] = None,
-    store: Annotated[Path, typer.Option(help="the results store (append-only; every completed run is kept)")] = Path("results/store"),
+    store: Annotated[Path, typer.Option(callback=parse_store, help="the results store (append-only; every completed run is kept)")] = Path("results/store"),
     resume: Annotated[bool, typer.Option(help="skip configurations already in the store")] = False,
     report: Annotated[bool, typer.Option(help="write the HTML report from the store when the sweep ends")] = True,
     latency_budget_ms: LatencyBudgetOption = None,
@@ -140,7 +140,7 @@ def sweep(
 
 @app.command("report")
 def report_command(
-    store: Annotated[Path, typer.Option(help="the results store a sweep wrote")] = Path("results/store"),
+    store: Annotated[Path, typer.Option(callback=parse_store, help="the results store a sweep wrote")] = Path("results/store"),
     out: Annotated[Optional[Path], typer.Option(help="folder for report.html, tables and plots (default: STORE/report)")] = None,
     latency_budget_ms: LatencyBudgetOption = None,
     versions: Annotated[bool, typer.Option(

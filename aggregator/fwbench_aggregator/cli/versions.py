@@ -22,13 +22,14 @@ from ..run.compose_versions import COMPOSE_ENV
 from ..run.launch import REPO_ROOT
 from . import app
 from .common import report_failures, run
+from .options import parse_store
 
 versions_app = typer.Typer(no_args_is_help=True, help="Several versions of a framework side by side, one runner "
                            "container per image tag of a sweep file's versions field.")
 app.add_typer(versions_app, name="versions")
 
 StudyArgument = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="a sweep file with a versions field")]
-StoreOption = Annotated[Path, typer.Option(help="the study's results store: the Compose override is written beside it")]
+StoreOption = Annotated[Path, typer.Option(callback=parse_store, help="the study's results store: the Compose override is written beside it")]
 ComposeFileOption = Annotated[Path, typer.Option(help=f"the stack's compose.yaml (its folder holds .env); the Compose "
                                                       f"command is ${COMPOSE_ENV}, default `docker compose`")]
 ConfirmOption = Annotated[bool, typer.Option(

@@ -117,11 +117,22 @@ def integer_in(low: int, high: int, what: str, checker: Checker) -> Check:
     return check
 
 
+def finite(value: object) -> Optional[float]:
+    """A YAML number as a finite float, or None: not a number, not finite, or an integer past a float's range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def number(raw: Mapping, name: str, checker: Checker, minimum: float, maximum: float, integer: bool = True):
     if name not in raw:
         return None
     value = raw[name]
-    ok = is_int(value) if integer else (is_int(value) or (isinstance(value, float) and math.isfinite(value)))
+    ok = is_int(value) if integer else finite(value) is not None
     if not ok or not minimum <= value <= maximum:
         kind = "an integer" if integer else "a number"
         bounds = f">= {minimum:.12g}" if maximum == math.inf else f"from {minimum:.12g} to {maximum:.12g}"

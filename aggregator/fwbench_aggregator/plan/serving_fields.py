@@ -12,13 +12,12 @@ runner's turn at a point, every load runs its batch sizes in order (one reuse ch
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
 from ..base.vocabulary import Mode, Scenario
-from .field_checks import Checker, checked_list, choice, number
+from .field_checks import Checker, checked_list, choice, finite, number
 from .keys import run_key
 from .spec import MAX_BATCH_TIMEOUT_MS, MAX_QUERIES, MAX_TARGET_QPS, RunSpec, StartupSettings
 from .study import Configuration, Sweep
@@ -40,8 +39,8 @@ class Load:
 
 
 def target_qps_ok(value: object) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            and 0 < value <= MAX_TARGET_QPS)
+    rate = finite(value)
+    return rate is not None and 0 < rate <= MAX_TARGET_QPS
 
 
 def load_problem(mode: Mode, load: Load, names: Mapping[str, str]) -> Optional[str]:

@@ -47,6 +47,7 @@ DEFAULT_REPETITIONS = 6
 # The aggregator's own: more than this is a typing mistake, not a study.
 MAX_REPETITIONS = 1000
 MAX_COOLDOWN_S = 3600.0
+MAX_TIME_BUDGET_S = 365 * 86_400.0  # a sweep's or a configuration's wall-clock budget: a year is no typing mistake
 # Runs one study plans, counted before the grid expands: a sweep file's max_runs raises the default up to MAX_RUNS
 # (planning 100,000 runs takes about 15 s and the study days; a mistyped grid of millions would exhaust memory).
 DEFAULT_MAX_RUNS = 10_000

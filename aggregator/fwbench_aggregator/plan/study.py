@@ -39,17 +39,16 @@ traces its step again for every batch size. Repetitions never share a build, so 
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from ..base.frameworks import default_names as default_framework_names
 from ..base.vocabulary import Compilation, Layout, Mode, Precision, Profile, Strategy
-from .field_checks import Checker, is_int, number
+from .field_checks import Checker, finite, is_int, number
 from .keys import run_key
 from .spec import (
-    DEFAULT_MIN_MEASURE_S, DEFAULT_STEPS, DEFAULT_WARMUP, DEFAULT_WARMUP_UNTIL_CV, MAX_REPETITIONS, RunSpec,
+    DEFAULT_MIN_MEASURE_S, DEFAULT_STEPS, DEFAULT_WARMUP, DEFAULT_WARMUP_UNTIL_CV, MAX_REPETITIONS, MAX_TIME_BUDGET_S, RunSpec,
     StartupSettings,
 )
 
@@ -268,6 +267,8 @@ def _time_budget(raw: Mapping, checker: Checker) -> Optional[float]:
     value = raw.get("time_budget_s")
     if value is None:
         return None
-    if not (is_int(value) or isinstance(value, float)) or not 0 < value < math.inf:
-        checker.fail(("time_budget_s",), f"{value!r} is not accepted; accepted: a number of seconds above 0, e.g. 3600")
-    return float(value)
+    seconds = finite(value)
+    if seconds is None or not 0 < seconds <= MAX_TIME_BUDGET_S:
+        checker.fail(("time_budget_s",), f"{value!r} is not accepted; accepted: a number of seconds above 0, at most "
+                                         f"{MAX_TIME_BUDGET_S:.0f} (a year), e.g. 3600")
+    return seconds

@@ -6,7 +6,6 @@ the field, what was wrong and what is accepted, with the closest accepted value 
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Optional
 
 import yaml
 
+from ..base.folders import models_dir_problem
 from ..base.frameworks import default_names as default_framework_names
 from ..base.suggest import did_you_mean
 from ..base.vocabulary import (
@@ -25,7 +25,8 @@ from .spec import (
     MAX_WARMUP,
 )
 from .field_checks import (
-    Check, Checker, Path_, Problem, Refused, SweepError, checked_list, choice, field_name, integer_in, number, pattern,
+    Check, Checker, Path_, Problem, Refused, SweepError, checked_list, choice, field_name, finite, integer_in, number,
+    pattern,
 )
 from .serving_fields import SWEEP_FIELDS as SERVING_FIELDS, sweep_loads, with_loads
 from .study import Sweep, repetition_fields
@@ -67,12 +68,11 @@ def _models_dirs(raw: Mapping, base: Path, checker: Checker) -> tuple[str, ...]:
             checker.attempt(lambda path=path, folder=folder: checker.fail(
                 path, f"{folder!r} is not a folder; accepted: a path, or a list of paths, relative to the sweep file"))
             continue
-        resolved = (base / folder).resolve()
-        if not resolved.is_dir():
-            checker.attempt(lambda path=path, folder=folder, resolved=resolved: checker.fail(
-                path, f"{folder!r} is not a folder ({resolved}); give a folder of model plug-ins (docs/your-model.md)"))
+        problem = models_dir_problem(base / folder)  # the rule --models-dir follows
+        if problem:
+            checker.attempt(lambda path=path, problem=problem: checker.fail(path, problem))
             continue
-        found.append(str(resolved))
+        found.append(str((base / folder).resolve()))
     return tuple(found)
 
 
@@ -119,9 +119,12 @@ def _build(raw: object, checker: Checker, runner_names: Optional[Sequence[str]],
     field("max_runs", lambda: number(raw, "max_runs", checker, 1, MAX_RUNS))
 
     def warmup_until_cv() -> Optional[float]:
-        value = number(raw, "warmup_until_cv", checker, 0, math.inf, integer=False)
-        if value is not None and value >= 1:
-            checker.fail(("warmup_until_cv",), f"{value!r} is not a coefficient of variation; accepted: 0 (off) up to "
+        if "warmup_until_cv" not in raw:
+            return None
+        value = finite(raw["warmup_until_cv"])
+        if value is None or not 0 <= value < 1:
+            shown = raw["warmup_until_cv"] if value is None else value
+            checker.fail(("warmup_until_cv",), f"{shown!r} is not a coefficient of variation; accepted: 0 (off) up to "
                                                "below 1, e.g. 0.05")
         return value
 

@@ -10,6 +10,8 @@ bounds the scanner's work: on a 2-core machine PyYAML scans 1 MiB in up to a sec
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import NoReturn, Optional
 
@@ -70,9 +72,13 @@ class _BoundedLoader(yaml.SafeLoader):
 
 
 def _text(path: Path) -> str:
-    """The file's text, read no further than the size limit, so that a huge file (or /dev/zero) costs no memory."""
+    """The file's text, read no further than the size limit, so that a huge file costs no memory; only a regular
+    file is read (opened without waiting, so that a FIFO, which would block for ever, or a device is refused)."""
     try:
-        with open(path, "rb") as file:
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise SweepError([Problem(str(path), "(file)", "is not a regular file (a FIFO, device or folder); give a "
+                                                               "sweep file (YAML)")])
             data = file.read(MAX_FILE_BYTES + 1)
     except OSError as error:
         raise SweepError([Problem(str(path), "(file)", f"cannot be read: {error.strerror or error}")]) from None

@@ -10,11 +10,13 @@ is the flock, not the file: it is released when its holder ends, however it ends
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import platform
 import shlex
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -23,8 +25,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..base.progress import Progress
+from .location import LOCK_FILE, StorePathError, check_store_path
 
-LOCK_FILE = "writer.lock"
 WAIT_S = 30.0
 _POLL_S = 0.2
 
@@ -35,18 +37,35 @@ class StoreBusy(RuntimeError):
 
 def _holder_text(path: Path) -> str:
     try:
-        holder = json.loads(path.read_text())
+        with os.fdopen(_open_lock(path, os.O_RDONLY), "rb") as file:
+            holder = json.loads(file.read(64 * 1024))
         return (f"pid {holder['pid']} on {holder['host']} ({holder['command']}), since {holder['since']}")
     except (OSError, ValueError, KeyError, TypeError):
         return "another writer (that has not said who yet)"
 
 
+def _open_lock(path: Path, flags: int) -> int:
+    """The lock file opened never through a link (O_NOFOLLOW: a link's target would be truncated and written) and
+    only where it is a regular file; StorePathError otherwise."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise StorePathError(f"{path} is a symbolic link: the writer lock is never opened through a link (it "
+                                 "would overwrite its target); remove it") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise StorePathError(f"{path} is not a regular file: the writer lock must be one; remove it")
+    return fd
+
+
 def holder(root: Path) -> Optional[str]:
     """Who holds the writer lock of the store at `root` now, or None where no one does."""
     path = Path(root) / LOCK_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
-    fd = os.open(path, os.O_RDONLY)
+    fd = _open_lock(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -87,11 +106,12 @@ def _acquire(fd: int, path: Path, progress: Progress, wait_s: float) -> bool:
 @contextmanager
 def store_lock(root: Path, progress: Progress = Progress(), wait_s: Optional[float] = None) -> Iterator[None]:
     """Hold the writer lock of the store at `root` (created if need be) for the block; StoreBusy where another writer
-    holds it for longer than `wait_s` (default WAIT_S)."""
-    root = Path(root)
+    holds it for longer than `wait_s` (default WAIT_S); StorePathError, before anything is written, where `root`
+    can hold no store (location.py)."""
+    root = check_store_path(Path(root))
     root.mkdir(parents=True, exist_ok=True)
     path = root / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock(path, os.O_RDWR | os.O_CREAT)
     try:
         if _acquire(fd, path, progress, WAIT_S if wait_s is None else wait_s):
             me = {"pid": os.getpid(), "host": platform.node(), "command": shlex.join(sys.argv),
