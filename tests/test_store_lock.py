@@ -135,7 +135,7 @@ def test_a_run_another_writer_stored_first_is_kept_and_said(tmp_path, fake_addre
     pending, _ = pending_runs(sweep.configurations(), store, StartupSettings())
     taken = pending[0][0]
     # A writer without the lock (an older fwbench) stored it while this sweep measured it.
-    store.append(taken, {"writer": "other"}, {"summary": pd.DataFrame([{"status": "ok"}])}, {})
+    store.append(taken, {"writer": "other"}, {"summary": pd.DataFrame([{"runner": "first", "status": "ok"}])}, {})
     notes = Notes()
     failures, interrupted = run_sweep(pending, {"first": fake_address}, Transport(), StartupSettings(),
                                       *store_callbacks(store, notes), 0.0)

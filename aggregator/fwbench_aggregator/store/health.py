@@ -1,5 +1,7 @@
 """Damaged files in a results store: a file a reader cannot read whole (a garbled or truncated Parquet file, broken
-JSON), found by reading every byte of it. An entry with one such file is left out of every read, whole, so that no
+JSON), found by reading every byte of it; a file whose bytes are not those its run's manifest records
+(integrity.py); a Parquet file that is no frame of its run; and a run of a newer store format, which this fwbench
+cannot read. An entry with one such file is left out of every read, whole, so that no
 report pools half a run."""
 
 from __future__ import annotations
@@ -9,7 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+import pyarrow as pa
 import pyarrow.parquet as pq
+
+from .integrity import CHECKED_SUFFIXES, MANIFEST_FILE, file_problems, manifest_problem
+from .migrations import FORMAT_KEY, run_format
+from .schema import STORE_FORMAT
 
 _MAX_REASON_CHARS = 200
 
@@ -40,22 +47,67 @@ def _reason(error: Exception, path: Path) -> str:
     return text if len(text) <= _MAX_REASON_CHARS else text[:_MAX_REASON_CHARS - 1] + "…"
 
 
-def unreadable(path: Path) -> Optional[str]:
-    """Why the file (Parquet or a JSON object) cannot be read, or None where it reads whole."""
+def unreadable(path: Path, key: str = "") -> Optional[str]:
+    """Why the file (Parquet or a JSON object) cannot be read, or None where it reads whole; with `key` (its entry), a
+    Parquet file must also be a frame of that entry (frame_problem)."""
     try:
         if path.suffix == ".parquet":
             with pq.ParquetFile(path) as parquet:  # every page decoded; a fifth of what pandas takes for it
-                parquet.read(use_threads=False)
-        elif not isinstance(json.loads(path.read_text()), dict):
+                table = parquet.read(use_threads=False)
+            return frame_problem(path.stem, table, key) if key else None
+        if not isinstance(json.loads(path.read_text()), dict):
             return "not a JSON object"
     except Exception as error:  # whatever stops a reader, from the file system, pyarrow or json, is damage
         return _reason(error, path)
     return None
 
 
+# The columns without which a summary's rows say nothing of a run: whose run, which runner, and whether it is done,
+# failed or ok. Without them a summary read as a phantom failed point, and a resume counted its run done.
+SUMMARY_KEY_COLUMNS = ("run_key", "runner", "status")
+
+
+def frame_problem(name: str, table: pa.Table, key: str) -> Optional[str]:
+    """Why a valid Parquet file is no frame of the entry `key`: a summary without its key columns, or any frame whose
+    run_key column names another entry."""
+    missing = [c for c in SUMMARY_KEY_COLUMNS if c not in table.column_names] if name == "summary" else []
+    if missing:
+        return (f"not a summary of this store: no {', '.join(missing)} column (its columns: "
+                f"{', '.join(table.column_names[:8]) or 'none'})")
+    keys = set(table.column("run_key").to_pylist()) - {key} if "run_key" in table.column_names else set()
+    if keys:
+        return f"its run_key column holds {sorted(map(str, keys))[:3]}, not this run's key {key}"
+    return None
+
+
+def _format_problem(manifest: dict) -> Optional[str]:
+    """Why this fwbench cannot read a run of this manifest's store format, or None."""
+    version = manifest.get(FORMAT_KEY, 1)
+    if not isinstance(version, int) or isinstance(version, bool):
+        return f"its {FORMAT_KEY} {version!r} is not a store format"
+    if run_format(manifest) > STORE_FORMAT:
+        return (f"written by a newer fwbench (store format {version}); this fwbench reads store formats up to "
+                f"{STORE_FORMAT}: update fwbench to read it")
+    return None
+
+
 def entry_damage(folder: Path) -> list[Damage]:
-    """Every unreadable file of one entry's folder; a folder without its config.json is damaged too."""
+    """Every unreadable or changed file of one entry's folder (a folder without its config.json is damaged too); or
+    only its manifest, where the run is of a newer store format than this fwbench reads."""
     key = folder.name
+    manifest_path = folder / MANIFEST_FILE
+    manifest = {}
+    if manifest_path.exists() and not unreadable(manifest_path):
+        manifest = json.loads(manifest_path.read_text())
+        too_new = _format_problem(manifest)
+        if too_new:
+            return [Damage(manifest_path, too_new, key)]
     found = [] if (folder / "config.json").exists() else [Damage(folder / "config.json", "missing", key)]
-    files = sorted(p for p in folder.iterdir() if p.suffix in (".json", ".parquet"))
-    return found + [Damage(path, why, key) for path in files if (why := unreadable(path))]
+    files = sorted(p for p in folder.iterdir() if p.suffix in CHECKED_SUFFIXES)
+    found += [Damage(path, why, key) for path in files if (why := unreadable(path, key))]
+    if manifest:
+        unsealed = manifest_problem(manifest)
+        changed = [(manifest_path, unsealed)] if unsealed else file_problems(folder, manifest)
+        named = {d.path for d in found}
+        found += [Damage(path, why, key) for path, why in changed if path not in named]
+    return found

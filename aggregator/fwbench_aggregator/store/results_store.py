@@ -25,7 +25,10 @@ Why a folder of Parquet files per run, rather than one growing file or a databas
   `<root>/store.json` the newest format written into the store; readers migrate older runs
   (migrations.py) and refuse a store from a newer fwbench by name. A record superseded by a rerun is
   moved aside into `<root>/aside/`, never deleted.
-- Damage is contained: a file that cannot be read (health.py) leaves its entry out of every read, whole;
+- Checked: the manifest, written last, records every other file's sha256 and size and a checksum of its own
+  content (integrity.py), so a byte changed after the write is found when the run is read.
+- Damage is contained: a file that cannot be read, or whose bytes changed (health.py), leaves its entry out of every
+  read, whole;
   `damaged()` lists each such file with the reason, and a writer moves a damaged entry in its way into
   `<root>/damaged/<time>/` before writing the key again.
 """
@@ -33,6 +36,7 @@ Why a folder of Parquet files per run, rather than one growing file or a databas
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import re
@@ -46,9 +50,10 @@ import pandas as pd
 
 from .health import Damage, entry_damage, unreadable
 from .migrations import FORMAT_KEY, check_readable, is_refusal_record, migrated, run_format
+from .integrity import MANIFEST_FILE, file_record, sealed
+from .location import STORE_FILE
 from .schema import STORE_FORMAT
 
-STORE_FILE = "store.json"
 ASIDE_FOLDER = "aside"
 DAMAGED_FOLDER = "damaged"
 DUPLICATES_FOLDER = "duplicates"
@@ -174,7 +179,7 @@ class ResultStore:
 
     def manifest(self, key: str) -> dict:
         if key not in self._manifests:
-            path = self.runs_dir / key / "manifest.json"
+            path = self.runs_dir / key / MANIFEST_FILE
             manifest = json.loads(path.read_text()) if path.exists() else {}
             check_readable(run_format(manifest), f"run {key} of {self.root}")
             self._manifests[key] = manifest
@@ -219,12 +224,12 @@ class ResultStore:
             if not _FRAME_NAME_PATTERN.fullmatch(name) or name in _RESERVED_NAMES:
                 raise ValueError(f"{name!r} is not a frame name: lower-case letters, digits and '_', not config or manifest")
         config_text = json.dumps(dict(config), indent=2, sort_keys=True, allow_nan=False)
-        manifest_text = json.dumps({**manifest, FORMAT_KEY: STORE_FORMAT}, indent=2, sort_keys=True, default=str)
+        manifest = {**manifest, FORMAT_KEY: STORE_FORMAT}
         if self.occupied(key) and self.damage(key):
             self.set_damaged_aside([key])
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self._record_format()
-        partial = self._written(key, config_text, manifest_text, frames)
+        partial = self._written(key, config_text, manifest, frames)
         final = self.runs_dir / key
         try:
             if self.occupied(key):
@@ -242,17 +247,23 @@ class ResultStore:
         _fsync_dir(self.runs_dir)
         return final
 
-    def _written(self, key: str, config_text: str, manifest_text: str, frames: Mapping[str, pd.DataFrame]) -> Path:
-        """The whole entry in a hidden folder of runs/, flushed to disk; nothing is left where writing fails."""
+    def _written(self, key: str, config_text: str, manifest: Mapping, frames: Mapping[str, pd.DataFrame]) -> Path:
+        """The whole entry in a hidden folder of runs/, flushed to disk, its manifest written last with every other
+        file's checksum (integrity.py); nothing is left where writing fails."""
         partial = Path(tempfile.mkdtemp(prefix=f"{PARTIAL_PREFIX}{key}-{os.getpid()}-", dir=self.runs_dir))
         try:
-            _write_synced(partial / "config.json", lambda f: f.write(config_text.encode()))
-            _write_synced(partial / "manifest.json", lambda f: f.write(manifest_text.encode()))
+            contents = {"config.json": config_text.encode()}
             for name, frame in frames.items():
                 if "run_key" not in frame.columns:
                     frame = frame.copy()
                     frame.insert(0, "run_key", pd.Series([key] * len(frame), index=frame.index, dtype=object))
-                _write_synced(partial / f"{name}.parquet", lambda f, frame=frame: frame.to_parquet(f, index=False))
+                buffer = io.BytesIO()
+                frame.to_parquet(buffer, index=False)
+                contents[f"{name}.parquet"] = buffer.getvalue()
+            sealed_manifest = sealed(manifest, {name: file_record(data) for name, data in contents.items()})
+            contents[MANIFEST_FILE] = json.dumps(sealed_manifest, indent=2, sort_keys=True).encode()
+            for name, data in contents.items():
+                _write_synced(partial / name, lambda f, data=data: f.write(data))
             _fsync_dir(partial)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
