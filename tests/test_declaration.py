@@ -252,8 +252,27 @@ def test_a_model_name_must_be_lower_case_letters_digits_and_underscores(name):
     )
 
 
-def test_a_description_must_be_text():
-    assert refusal(changed(IMAGE, description=3)) == f"{PATH}: description: must be a string"
+def test_a_description_must_be_text_of_bounded_length():
+    assert refusal(changed(IMAGE, description=3)) == f"{PATH}: description: must be a string of at most 2000 characters"
+    assert refusal(changed(IMAGE, description="x" * 2001)) == (
+        f"{PATH}: description: must be a string of at most 2000 characters (it has 2001)")
+    assert parse(changed(IMAGE, description="x" * 2000)).description == "x" * 2000
+
+
+def test_a_model_declares_at_most_64_heads():
+    heads = [{"name": f"h{i}", "objective": "classify", "outputs": 2} for i in range(65)]
+    assert refusal(changed(IMAGE, heads=heads)) == f"{PATH}: heads: 65 heads; a model declares at most 64"
+    assert len(parse(changed(IMAGE, heads=heads[:64])).heads) == 64
+
+
+def test_a_declaration_over_64_kib_is_refused_before_it_is_parsed(tmp_path):
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    # Ten megabytes in a comment: bounded by the file's size, whatever field or comment holds them.
+    (folder / "model.toml").write_text(toml_text(changed(IMAGE, name="tiny")) + "#" + "x" * (10 << 20) + "\n")
+    with pytest.raises(DeclarationError) as info:
+        read_declaration(folder, SOURCE)
+    assert str(info.value).startswith(f"{folder / 'model.toml'}: over 64 KiB; a declaration holds at most 64 KiB")
 
 
 # --- reading a declaration from its folder -------------------------------------------------------

@@ -22,6 +22,10 @@ DECLARATION_FILE = "model.toml"
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,63}")
 # A sample's dimension may be this large at most: bigger is a typo, not a model.
 MAX_DIMENSION = 1 << 24
+# Bounds on what a declaration may hold, so that every model's listing fits a reply (gRPC's 4 MiB) many times over.
+MAX_DECLARATION_BYTES = 64 << 10
+MAX_DESCRIPTION_CHARS = 2000
+MAX_HEADS = 64
 # The conventions each input kind's runners understand (images are converted to each framework's layout).
 CONVENTIONS = {InputKind.IMAGE: "CxHxW", InputKind.TOKENS: "seq", InputKind.AUDIO: "audio", InputKind.SPECTROGRAM: "FxT"}
 REQUIRED = ("name", "task", "input_kind", "default_input_shape", "min_input_shape", "max_input_shape", "heads")
@@ -73,6 +77,8 @@ def _heads(reader: _Reader) -> tuple[tuple[str, Head], ...]:
     heads = reader.table["heads"]
     if not isinstance(heads, list) or not heads or not all(isinstance(h, dict) for h in heads):
         raise reader.fail("heads", "needs one [[heads]] table or more, each with name, objective and outputs")
+    if len(heads) > MAX_HEADS:
+        raise reader.fail("heads", f"{len(heads)} heads; a model declares at most {MAX_HEADS}")
     parsed: list[tuple[str, Head]] = []
     for index, head in enumerate(heads):
         field = f"heads[{index}]"
@@ -127,8 +133,9 @@ def parse_declaration(path: Path, text: str, source: ModelSource) -> ModelSpec:
     elif vocab_size:
         raise reader.fail("vocab_size", f"only token inputs draw ids below a vocabulary; {input_kind.value} inputs take none")
     description = table.get("description", "")
-    if not isinstance(description, str):
-        raise reader.fail("description", "must be a string")
+    if not isinstance(description, str) or len(description) > MAX_DESCRIPTION_CHARS:
+        raise reader.fail("description", f"must be a string of at most {MAX_DESCRIPTION_CHARS} characters"
+                          + (f" (it has {len(description)})" if isinstance(description, str) else ""))
     return ModelSpec(
         name=name, task=task, input_kind=input_kind, input_convention=convention, default_input_shape=default,
         min_input_shape=low, max_input_shape=high, heads=_heads(reader), vocab_size=vocab_size,
@@ -140,7 +147,13 @@ def read_declaration(folder: Path, source: ModelSource) -> ModelSpec:
     """The declaration in `folder`; its name must be the folder's, so a listing and a path never disagree."""
     path = folder / DECLARATION_FILE
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as stream:
+            data = stream.read(MAX_DECLARATION_BYTES + 1)
+        if len(data) > MAX_DECLARATION_BYTES:
+            raise DeclarationError(f"{path}: over {MAX_DECLARATION_BYTES >> 10} KiB; a declaration holds at most "
+                                   f"{MAX_DECLARATION_BYTES >> 10} KiB (a description of {MAX_DESCRIPTION_CHARS} "
+                                   "characters at most, and the shapes and heads)")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise DeclarationError(f"{path}: cannot be read: {error}") from None
     spec = parse_declaration(path, text, source)
