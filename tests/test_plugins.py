@@ -1,7 +1,7 @@
 """Model plug-ins: where a runner finds them, what it serves from them (each with its folder, origin and content
 hash), how a plug-in that fails to load is reported while the rest are served, and a run's worker process
-importing a plug-in's builder; then the same over real gRPC, from the fake runner and (marked `frameworks`) the
-torch runner."""
+importing a plug-in's builder; then the same over real gRPC, from the fake runner. tests/test_hostile_plugins.py
+serves plug-ins, good and hostile, from the torch runner."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from fwbench_core.plugins import (
 )
 from fwbench_core.registry import ModelRegistry
 
-from support.requests import refusal, run
+from support.requests import run
 
 HASH = re.compile(r"sha256:[0-9a-f]{64}")
 RPC_TIMEOUT_S = 60
@@ -273,6 +273,36 @@ def test_an_installed_packages_entry_point_names_a_folder_of_plugins(tmp_path, m
                             "No module named 'fwbench_no_such_package'")
 
 
+def test_a_link_out_of_the_folder_is_refused_and_one_inside_it_is_hashed(tmp_path):
+    folder = write_plugin(tmp_path / "models", "tiny")
+    outside = tmp_path / "layers.py"
+    outside.write_text("WIDTH = 8\n")
+    (folder / "layers.py").symlink_to(outside)
+    with pytest.raises(PluginError) as info:
+        content_hash(folder)
+    assert str(info.value).startswith(f"{folder.resolve() / 'layers.py'} links to {outside}, outside the plug-in folder")
+    report = report_for(load_catalog(make_registry(), [models_dir(tmp_path / "models")]), folder)
+    assert report.error == str(info.value), "a plug-in whose hash cannot cover what runs is not served"
+
+    (folder / "layers.py").unlink()
+    (folder / "real").mkdir()
+    (folder / "real" / "layers.py").write_text("WIDTH = 8\n")
+    (folder / "layers.py").symlink_to(folder / "real" / "layers.py")
+    before = content_hash(folder)
+    (folder / "real" / "layers.py").write_text("WIDTH = 16\n")
+    assert content_hash(folder) != before
+
+
+def test_the_size_cap_is_checked_before_any_file_is_read(tmp_path):
+    folder = write_plugin(tmp_path, "tiny")
+    with open(folder / "weights.bin", "wb") as sparse:
+        sparse.truncate(30 << 30)  # 30 GiB that take no disk: read whole, they would exhaust memory
+    with pytest.raises(PluginError) as info:
+        content_hash(folder)
+    assert str(info.value) == (f"{folder.resolve()} holds 30720 MiB (the largest file, weights.bin, 30720 MiB); a "
+                               "plug-in folder holds at most 64 MiB: code and its declaration")
+
+
 def test_a_built_in_this_runner_does_not_build_is_refused_as_not_served_not_as_unknown():
     catalog = load_catalog(make_registry())
     with pytest.raises(RunnerError) as info:
@@ -406,56 +436,3 @@ TINY_CNN_PARAMETERS = 224 + 90
 
 def built_by(build_log: Path) -> set[int]:
     return {int(line) for line in build_log.read_text().split()}
-
-
-def check_torch_serves_the_plugins(stub, good: Path, broken: Path) -> None:
-    described = wire_plugins(stub)
-    assert (list(described[str(good)].models), described[str(good)].error) == (["tiny_cnn"], "")
-    assert described[str(broken)].error == f"{broken / 'build_torch.py'} failed to import: RuntimeError: broken on purpose"
-    listed = wire_models(stub)
-    assert sorted(listed) == sorted([*MODEL_SPECS, "tiny_cnn"])
-    assert listed["tiny_cnn"].content_hash == content_hash(good)
-
-
-def check_tiny_cnn_runs(stub) -> None:
-    config, summary = run(stub, model="tiny_cnn", input_shape=SHAPE)
-    assert (config.model, config.framework, list(config.input_shape), config.batch_size) == ("tiny_cnn", "torch", SHAPE, 2)
-    assert config.parameter_count == TINY_CNN_PARAMETERS
-    assert summary.measured_steps == 2 and summary.throughput_samples_per_s > 0 and summary.mean_step_time_s > 0
-
-
-@pytest.mark.frameworks
-def test_torch_runner_builds_a_plugin_in_its_process_and_in_a_worker_and_reports_a_broken_one(tmp_path, runner_logs):
-    models = tmp_path / "models"
-    good = write_plugin(models, "tiny_cnn", builders={"torch": TINY_CNN_BUILDER})
-    broken = write_plugin(models, "broken", builders={"torch": "raise RuntimeError('broken on purpose')\n"})
-    build_log = tmp_path / "build-pids"
-    env = {MODELS_DIR_ENV: "", "FWBENCH_TEST_BUILD_LOG": str(build_log)}
-    command = [*launch.embedded_command("torch", launch.default_venvs()), MODELS_DIR_FLAG, str(models)]
-
-    # By default a CPU run builds in the runner's own process, from the builder loaded at start-up.
-    with launch.LocalRunner("torch-plugins", command, runner_logs / "torch-plugins.log", env) as local:
-        with grpc.insecure_channel(local.address) as channel:
-            stub = pb_grpc.RunnerStub(channel)
-            check_torch_serves_the_plugins(stub, good, broken)
-            check_tiny_cnn_runs(stub)
-        assert built_by(build_log) == {local.process.pid}
-    build_log.unlink()
-
-    in_worker = [*command, "--run-isolation", "process"]
-    with launch.LocalRunner("torch-plugins-process", in_worker, runner_logs / "torch-plugins-process.log", env) as local:
-        with grpc.insecure_channel(local.address) as channel:
-            stub = pb_grpc.RunnerStub(channel)
-            assert stub.Describe(pb.DescribeRequest(), timeout=RPC_TIMEOUT_S).options["run_isolation"] == "process"
-            check_torch_serves_the_plugins(stub, good, broken)
-            check_tiny_cnn_runs(stub)
-            (worker,) = built_by(build_log)
-            assert worker != local.process.pid, "the run's worker process built the plug-in"
-
-            (good / "build_torch.py").write_text(TINY_CNN_BUILDER + "# edited after the runner loaded it\n")
-            error = refusal(stub, model="tiny_cnn", input_shape=SHAPE)
-            assert f"plug-in {good.resolve()} changed since the runner loaded it" in error.details()
-            assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, (
-                "plugins.PluginError is no RunnerError: the worker's refusal of a changed plug-in reaches the "
-                f"client as {error.code().name}: {error.details()}"
-            )

@@ -21,6 +21,7 @@ from fwbench_core.errors import (
     Aborted,
     Busy,
     Cancelled,
+    DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -50,6 +51,7 @@ STATUS_TABLE = {
     Cancelled: grpc.StatusCode.CANCELLED,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
     Aborted: grpc.StatusCode.ABORTED,
+    DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .declaration import read_declaration
 from .errors import FailedPrecondition, NotFound, did_you_mean, echoed
-from .plugins import LoadedPlugins, PluginLocation, PluginReport, load_plugins
+from .plugins import PLUGIN_LIMIT_S, LoadedPlugins, PluginLocation, PluginReport, load_plugins
 from .registry import ModelRegistry
 from .spec import ModelSource, ModelSpec
 
@@ -49,12 +49,13 @@ class Catalog:
         )
 
 
-def load_catalog(registry: ModelRegistry, where: Iterable[PluginLocation] = ()) -> Catalog:
-    """The built-ins `registry` builds, and the plug-ins at `where`."""
+def load_catalog(registry: ModelRegistry, where: Iterable[PluginLocation] = (), plugin_limit_s: float = PLUGIN_LIMIT_S) -> Catalog:
+    """The built-ins `registry` builds, and the plug-ins at `where` (each checked within `plugin_limit_s`)."""
     builtins = {name: MODEL_SPECS[name] for name in registry.names()}
     unbuilt = {name: f"the {registry.framework} runner has no builder for the built-in model {name}"
                for name in MODEL_SPECS if name not in builtins}
     loaded: LoadedPlugins = load_plugins(
-        registry.framework, where, {name: "the built-in models" for name in MODEL_SPECS}, registry.make_plugin_builder
+        registry.framework, where, {name: "the built-in models" for name in MODEL_SPECS}, registry.make_plugin_builder,
+        plugin_limit_s,
     )
     return Catalog({**builtins, **loaded.specs}, {**unbuilt, **loaded.not_offered}, loaded.reports)

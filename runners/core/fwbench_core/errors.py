@@ -57,6 +57,12 @@ class Unavailable(RunnerError):
     status = grpc.StatusCode.UNAVAILABLE
 
 
+class DeadlineExceeded(RunnerError):
+    """A user's code (a plug-in's) that did not return within its limit."""
+
+    status = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
 class Aborted(RunnerError):
     """A distributed run lost a rank: one died, failed, or went silent."""
 

@@ -20,6 +20,7 @@ from types import ModuleType
 
 from .declaration import DECLARATION_FILE, DeclarationError, read_declaration
 from .errors import FailedPrecondition
+from .plugin_checks import check_builders
 from .spec import ModelSource, ModelSpec
 
 MODELS_DIR_ENV = "FWBENCH_MODELS_DIR"
@@ -28,6 +29,11 @@ MODELS_DIR_FLAG = "--models-dir"
 # What a plug-in folder may hold for its hash to be taken: more is not a model but a data set beside it.
 MAX_PLUGIN_FILES = 1000
 MAX_PLUGIN_BYTES = 64 << 20
+HASH_CHUNK_BYTES = 1 << 20
+# How long a plug-in's code may take in each phase the runner waits on (import at start-up, build(), inspection,
+# parity): past it, the process running it is stopped and the request fails, naming the plug-in and the phase.
+PLUGIN_LIMIT_S = 60.0
+MAX_PLUGIN_LIMIT_S = 3600.0
 
 
 class PluginError(FailedPrecondition):
@@ -107,22 +113,41 @@ def plugin_folders(location: PluginLocation) -> list[Path]:
 
 def content_hash(folder: Path) -> str:
     """sha256 over the plug-in's files (relative path and bytes), caches and hidden files aside: which version
-    of the user's model a result ran."""
+    of the user's model a result ran. A link is followed only where it stays inside the folder (what it reaches is
+    hashed under the link's name); one that leads out is refused, since the hash must cover every file that runs.
+    Sizes are checked before any file is read, and files are read in chunks."""
+    folder = folder.resolve()
+    files: list[tuple[Path, Path]] = []  # (as named in the folder, what it reads)
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if any(part.startswith(".") or part == "__pycache__" for part in relative.parts):
+            continue
+        if path.is_symlink():
+            target = path.resolve()
+            if not target.is_relative_to(folder):
+                raise PluginError(f"{path} links to {target}, outside the plug-in folder {folder}; copy what it "
+                                  "holds into the folder, so that the model's hash covers every file that runs")
+            if target.is_dir():
+                continue  # its files are hashed where they are
+        if path.is_file():
+            files.append((relative, path))
+        if len(files) > MAX_PLUGIN_FILES:
+            raise PluginError(f"{folder} holds over {MAX_PLUGIN_FILES} files; a plug-in folder holds code and its declaration")
+    sizes = [path.stat().st_size for _, path in files]
+    if sum(sizes) > MAX_PLUGIN_BYTES:
+        largest = max(zip(sizes, (str(name) for name, _ in files)))
+        raise PluginError(f"{folder} holds {sum(sizes) >> 20} MiB (the largest file, {largest[1]}, {largest[0] >> 20} "
+                          f"MiB); a plug-in folder holds at most {MAX_PLUGIN_BYTES >> 20} MiB: code and its declaration")
     digest = hashlib.sha256()
-    files = sorted(
-        p for p in folder.rglob("*")
-        if p.is_file() and not p.is_symlink()
-        and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(folder).parts)
-    )
-    if len(files) > MAX_PLUGIN_FILES:
-        raise PluginError(f"{folder} holds {len(files)} files; a plug-in folder holds at most {MAX_PLUGIN_FILES}")
-    total = 0
-    for path in files:
-        data = path.read_bytes()
-        total += len(data)
-        if total > MAX_PLUGIN_BYTES:
-            raise PluginError(f"{folder} holds over {MAX_PLUGIN_BYTES >> 20} MiB; a plug-in folder holds code and its declaration")
-        digest.update(str(path.relative_to(folder)).encode() + b"\0" + len(data).to_bytes(8, "big") + data)
+    for (name, path), size in zip(files, sizes):
+        digest.update(str(name).encode() + b"\0" + size.to_bytes(8, "big"))
+        with path.open("rb") as stream:
+            read = 0
+            while chunk := stream.read(min(HASH_CHUNK_BYTES, size - read)):
+                digest.update(chunk)
+                read += len(chunk)
+        if read != size:
+            raise PluginError(f"{folder / name} changed while it was read; load the plug-in again once it is written")
     return f"sha256:{digest.hexdigest()}"
 
 
@@ -164,14 +189,14 @@ def load_plugins(
     where: Iterable[PluginLocation],
     taken: dict[str, str],
     make_builder: Callable[[ModuleType, Path], object] | None,
+    limit_s: float = PLUGIN_LIMIT_S,
 ) -> LoadedPlugins:
     """Read every plug-in at `where` for `framework`. `taken` maps names already served to their source (the
     built-ins); a clash is refused, naming both. `make_builder` turns a builder module into the framework's
-    builder (raising PluginError where the module lacks what it needs); None: a runner that needs no builder
-    module (the fake runner) serves every declared model."""
-    taken = dict(taken)
-    loaded = LoadedPlugins({}, {}, ())
-    reports = []
+    builder (raising PluginError where the module lacks what it needs), checked in a process apart within `limit_s`
+    (plugin_checks); None: a runner that needs no builder module (the fake runner) serves every declared model."""
+    found: list[tuple[Path, str, ModelSpec | None, str]] = []  # (folder, origin, spec, why it cannot be read)
+    reports: list[PluginReport | int] = []  # a report, or the index in `found` of the plug-in it will be
     for location in where:
         if location.error:
             reports.append(PluginReport(str(location.path), location.origin, error=location.error))
@@ -182,18 +207,44 @@ def load_plugins(
             reports.append(PluginReport(str(location.path), location.origin, error=str(error)))
             continue
         for folder in folders:
-            reports.append(_load_one(framework, folder, location.origin, taken, make_builder, loaded))
-    loaded.reports = tuple(reports)
+            reports.append(len(found))
+            found.append((folder, location.origin, *_read(folder, location.origin)))
+    checks = _checks(framework, found, make_builder, limit_s)
+    taken = dict(taken)
+    loaded = LoadedPlugins({}, {}, ())
+    loaded.reports = tuple(
+        r if isinstance(r, PluginReport) else _load_one(framework, *found[r], taken, make_builder, loaded, checks)
+        for r in reports
+    )
     return loaded
 
 
-def _load_one(framework, folder, origin, taken, make_builder, loaded: LoadedPlugins) -> PluginReport:
+def _read(folder: Path, origin: str) -> tuple[ModelSpec | None, str]:
     try:
-        source = ModelSource(origin, str(folder.resolve()), content_hash(folder))
-        spec = read_declaration(folder, source)
+        return read_declaration(folder, ModelSource(origin, str(folder.resolve()), content_hash(folder))), ""
     except (DeclarationError, PluginError, OSError) as error:
-        return PluginReport(str(folder), origin, error=str(error))
-    name = spec.name
+        return None, str(error)
+
+
+def _key(framework: str, spec: ModelSpec) -> tuple[str, str, str]:
+    return spec.source.folder, framework, spec.source.content_hash
+
+
+def _checks(framework, found, make_builder, limit_s: float) -> dict[tuple[str, str, str], str]:
+    """Every readable plug-in's builder checked apart (plugin_checks), each folder and version once a process."""
+    if make_builder is None:
+        return {}
+    wanted = {_key(framework, spec): (folder, spec.name) for folder, _, spec, _ in found
+              if spec is not None and (folder / builder_file(framework)).is_file() and _key(framework, spec) not in _checked}
+    _checked.update(zip(wanted, check_builders(framework, list(wanted.values()), make_builder, limit_s)))
+    return _checked
+
+
+def _load_one(framework, folder, origin, spec, unreadable, taken, make_builder, loaded: LoadedPlugins,
+              checks) -> PluginReport:
+    if spec is None:
+        return PluginReport(str(folder), origin, error=unreadable)
+    name, source = spec.name, spec.source
     if name in taken:
         return PluginReport(
             str(folder), origin, (name,), source.content_hash,
@@ -206,19 +257,17 @@ def _load_one(framework, folder, origin, taken, make_builder, loaded: LoadedPlug
             why = f"plug-in {folder} has no {builder_file(framework)}, so the {framework} runner does not build it"
             loaded.not_offered[name] = why
             return PluginReport(str(folder), origin, (name,), source.content_hash, error=why)
-        key = (source.folder, framework, source.content_hash)
-        try:
-            if key not in _builders:  # imported once a process, where one location repeats another's folder
-                _builders[key] = make_builder(import_builder(folder, framework, name), folder)
-        except PluginError as error:
-            loaded.not_offered[name] = f"plug-in {folder} failed to load: {error}"
-            return PluginReport(str(folder), origin, (name,), source.content_hash, error=str(error))
+        if why := checks[_key(framework, spec)]:
+            loaded.not_offered[name] = f"plug-in {folder} failed to load: {why}"
+            return PluginReport(str(folder), origin, (name,), source.content_hash, error=why)
     loaded.specs[name] = spec
     return PluginReport(str(folder), origin, (name,), source.content_hash)
 
 
-# Builders by (folder, framework, content hash), for the process: the runner's own, loaded at start-up, and
-# those a run's worker process imports when it first builds the plug-in.
+# Each plug-in's check (plugin_checks: "" or why it failed) by (folder, framework, content hash), for the process.
+_checked: dict[tuple[str, str, str], str] = {}
+# Builders by (folder, framework, content hash), for the process: those a worker process imports when it first
+# builds the plug-in.
 _builders: dict[tuple[str, str, str], object] = {}
 _worker_lock = threading.Lock()
 

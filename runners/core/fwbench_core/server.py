@@ -64,7 +64,7 @@ class RunnerServicer(pb_grpc.RunnerServicer):
     def InspectModel(self, request, context):
         try:
             config = self._service.model_config(request.model, request.input_shape, request.model_options)
-            report = self._service.on_cpu(lambda: self._service.backend.inspect(config))
+            report = self._service.inspect(config)
         except Exception as exc:
             self._abort(context, exc)
         return wire.model_report_to_wire(config, report)
@@ -208,6 +208,12 @@ def _serve(
         f"plug-in; repeatable. ${plugins.MODELS_DIR_ENV} (folders joined by '{os.pathsep}') and installed packages' "
         f"'{plugins.ENTRY_POINT_GROUP}' entry points add more",
     )
+    parser.add_argument(
+        "--plugin-limit-s", type=float, default=plugins.PLUGIN_LIMIT_S, metavar="SECONDS",
+        help="how long a plug-in's code may take in each phase the runner waits on (import at start-up, build(), "
+        "inspection, parity) before the process running it is stopped and the request fails, naming the plug-in "
+        f"(default {plugins.PLUGIN_LIMIT_S:g}; at most {plugins.MAX_PLUGIN_LIMIT_S:g})",
+    )
     references.add_arguments(parser)
     access_mod.add_arguments(parser)
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -216,6 +222,8 @@ def _serve(
     for flag in ("intra_op_threads", "inter_op_threads", "max_queued_requests"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+    if not 0 < args.plugin_limit_s <= plugins.MAX_PLUGIN_LIMIT_S:  # NaN fails this too
+        parser.error(f"--plugin-limit-s must be more than 0 and at most {plugins.MAX_PLUGIN_LIMIT_S:g} seconds")
     try:
         access = access_mod.from_args(args)
     except access_mod.AccessError as error:
@@ -228,7 +236,7 @@ def _serve(
         backend_factory(), isolation=RunIsolation(args.run_isolation), make_backend=backend_factory,
         references=reference_folder,
         max_queued_requests=args.max_queued_requests,
-        plugins=plugins.locations(args.models_dir),
+        plugins=plugins.locations(args.models_dir), plugin_limit_s=args.plugin_limit_s,
     )
     for report in service.catalog.plugins:
         if report.error:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import logging
 import os
 import threading
 from contextlib import contextmanager
@@ -13,21 +14,23 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TypeVar, Union
 
 from .backend import Backend, Workload
 from .catalog import Catalog, load_catalog
 from .device_state import DeviceStateReader
 from .distributed import run_distributed
-from .errors import Busy, Cancelled, FailedPrecondition, OutOfMemory, Unavailable
-from .isolation import RunIsolation, stream_from_worker
-from .plugins import PluginLocation
+from .errors import Busy, Cancelled, FailedPrecondition, OutOfMemory, RunnerError, Unavailable
+from .isolation import RunIsolation, Watch, stream_from_worker
+from .plugins import PLUGIN_LIMIT_S, PluginLocation, builder_file
 from .power import PowerPhase, PowerSample, PowerSampler, energy_summary, source_for
 from .references import ReferenceFolder, check_input_fits, check_name
 from .spec import (
     DeviceKind,
     DeviceRef,
     ModelConfig,
+    ModelReport,
     ModelSpec,
     Phase,
     Precision,
@@ -40,6 +43,8 @@ from .spec import (
 from .serving import QueryBatch
 from .timing import Progress, StepBatch, Summary, samples_processed, time_steps, with_device_state
 from .validation import resolve, resolve_model_config, resolve_reference
+
+log = logging.getLogger("fwbench.runner")
 
 LOCK_POLL_S = 0.1
 # Work that waits for the CPU (inspection, parity) gives up after this long: the aggregator's own deadline.
@@ -130,11 +135,13 @@ class RunnerService:
         references: ReferenceFolder | None = None,
         max_queued_requests: int = DEFAULT_MAX_QUEUED_REQUESTS,
         plugins: Sequence[PluginLocation] = (),
+        plugin_limit_s: float = PLUGIN_LIMIT_S,
     ) -> None:
         """`make_backend` builds the same backend afresh in a worker process: it must pickle (a class,
         or functools.partial of one), and is needed for every isolation but THREAD. `references`: the folder
         of parity references; without one, ExportReference and CompareReference are refused. `plugins`: where
-        the runner's model plug-ins are (its own configuration, never a request's)."""
+        the runner's model plug-ins are (its own configuration, never a request's); `plugin_limit_s`: how long a
+        plug-in's code may take in each phase (plugins.PLUGIN_LIMIT_S)."""
         if isolation is not RunIsolation.THREAD and make_backend is None:
             raise ValueError(f"run isolation {isolation.value!r} needs make_backend to build the worker's backend")
         self.backend = backend
@@ -152,8 +159,9 @@ class RunnerService:
             backend.stay_off_gpus()
         info = backend.runner_info()
         self.info: RunnerInfo = replace(info, options={**info.options, "run_isolation": isolation.value})
-        # After stay_off_gpus: a plug-in's builder module is imported here, and must open no GPU either.
-        self.catalog: Catalog = load_catalog(backend.models, plugins)
+        # Each plug-in's builder is checked in a process of its own: no user's code runs in the runner's.
+        self.catalog: Catalog = load_catalog(backend.models, plugins, plugin_limit_s)
+        self.plugin_limit_s = plugin_limit_s
         self._clock = clock
         self._locks = DeviceLocks()
         self.work_limit = WorkLimit(max_queued_requests, self._locks.held)
@@ -185,6 +193,30 @@ class RunnerService:
                 gc.collect()
                 lock.release()
 
+    def inspect(self, config: ModelConfig, cancelled: Callable[[], bool] = lambda: False) -> ModelReport:
+        """The model's parameters and FLOPs, built on the CPU (a plug-in's in a process of its own)."""
+        return self.on_cpu(lambda: self._user_code(config.model, "inspect", (config,), cancelled), cancelled)
+
+    def contained(self, spec: ModelSpec) -> bool:
+        """Whether work on `spec` runs a user's code (a plug-in's builder), and so runs in a worker process of its
+        own, within plugin_limit_s a phase, where a hang, a crash or a failed allocation costs that process alone.
+        A service that starts no worker processes (make_backend None: tests') runs it here."""
+        return (not spec.source.built_in and self.backend.models.make_plugin_builder is not None
+                and self._make_backend is not None)
+
+    def _watch(self, spec: ModelSpec, phase_after: Callable[[object], str | None]) -> Watch:
+        return Watch(f"plug-in {spec.name} ({Path(spec.source.folder) / builder_file(self.backend.framework)})",
+                     self.plugin_limit_s, phase_after)
+
+    def _user_code(self, spec: ModelSpec, method: str, args: tuple, cancelled: Callable[[], bool]):
+        """The backend's `method(*args)`, which builds `spec`: here, or for a plug-in in a worker process."""
+        if not self.contained(spec):
+            return getattr(self.backend, method)(*args)
+        watch = self._watch(spec, lambda item: f"{_APART_PHASES[method]}" if item == _STARTED else None)
+        results = [item for item in stream_from_worker(_apart, (self._make_backend, method, args), cancelled, watch)
+                   if item != _STARTED]
+        return results[0]
+
     def _reference_folder(self) -> ReferenceFolder:
         if self._references is None:
             raise FailedPrecondition("this runner has no reference folder")
@@ -196,7 +228,8 @@ class RunnerService:
         check_name(request.name)
         config = resolve_reference(request, self.catalog)
         folder = self._reference_folder()
-        arrays, report = self.on_cpu(lambda: self.backend.export_reference(config), cancelled)
+        arrays, report = self.on_cpu(lambda: self._user_code(config.model, "export_reference", (config,), cancelled),
+                                     cancelled)
         folder.write(request.name, arrays)
         return report
 
@@ -208,7 +241,8 @@ class RunnerService:
         folder = self._reference_folder()
         arrays = folder.read(request.name)
         check_input_fits(request.name, arrays["input"], config)
-        return self.on_cpu(lambda: self.backend.compare_reference(config, arrays), cancelled)
+        return self.on_cpu(lambda: self._user_code(config.model, "compare_reference", (config, arrays), cancelled),
+                           cancelled)
 
     def _power_sampler(self, config: RunConfig) -> PowerSampler | None:
         if not config.power_sample_rate_hz:
@@ -246,6 +280,9 @@ class RunnerService:
                     workers = self.backend.worker_processes(config)
                     for event in run_distributed(_run_rank, self._make_backend, config, workers, total, cancelled):
                         yield replace(event, config=config) if isinstance(event, Resolved) else event
+                elif self.contained(config.model):
+                    yield from stream_from_worker(_run_in_fresh_service, (self._make_backend, config, total), cancelled,
+                                                  self._watch(config.model, _run_phase_after))
                 elif self.isolation.in_worker(config.device.ref):
                     yield from stream_from_worker(_run_in_fresh_service, (self._make_backend, config, total), cancelled)
                 else:
@@ -317,6 +354,7 @@ class RunnerService:
         """One run on this thread. With `keep` (an in-process single-device run) a run that completes under a
         reuse key keeps its workload for the next run, and a run under the same key reuses the kept one."""
         started_at_unix_s = time.time()
+        doing = "the idle baseline"
         workload = self._take_kept(config)
         reused = False
         completed = False
@@ -334,6 +372,7 @@ class RunnerService:
                 while self._clock() < idle_until_s and not cancelled():
                     time.sleep(min(LOCK_POLL_S, max(0.0, idle_until_s - self._clock())))
             build_started_s = self._clock()
+            doing = "build()"
             yield Progress(Phase.BUILD, 0, total)
             if workload is not None:
                 reused = workload.reuse(config)
@@ -343,6 +382,7 @@ class RunnerService:
             if workload is None:
                 workload = self.backend.build(config)
             yield Resolved(config, workload.parameter_count)
+            doing = "a step"
             steps = time_steps(
                 workload,
                 config,
@@ -383,7 +423,9 @@ class RunnerService:
             # the tensors that filled the device, and they must go before the next run.
             user_error = self.backend.user_error(exc)
             if user_error is None and not self.backend.is_out_of_memory(exc):
-                raise
+                if config.model.source.built_in or isinstance(exc, RunnerError):
+                    raise
+                user_error = plugin_failure(config.model, doing, exc)
             out_of_memory = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         finally:
             states.close()
@@ -404,6 +446,43 @@ class RunnerService:
                 f"at batch_size {config.batch_size}, input_shape {shape}: {out_of_memory}; "
                 "try a smaller batch_size or input_shape"
             )
+
+
+# What a worker running a plug-in's code apart (_apart) does, by backend method: the phase its limit applies to.
+_APART_PHASES = {"inspect": "building and inspecting it", "export_reference": "building it and exporting a reference",
+                 "compare_reference": "building it and comparing it with a reference"}
+_STARTED = "started"  # _apart's first item: the framework is imported, the plug-in's code starts
+
+
+def _apart(make_backend: Callable[[], Backend], method: str, args: tuple, cancelled: Callable[[], bool]) -> Iterator:
+    """A worker process's inspection or parity work on a plug-in: a new backend, then `method(*args)`."""
+    backend = make_backend()
+    yield _STARTED
+    try:
+        yield getattr(backend, method)(*args)
+    except RunnerError:
+        raise
+    except Exception as exc:
+        if backend.is_out_of_memory(exc):
+            raise OutOfMemory(f"out of memory {_APART_PHASES[method]} ({args[0].model.name}): {exc}") from None
+        raise backend.user_error(exc) or plugin_failure(args[0].model, _APART_PHASES[method], exc) from None
+
+
+def _run_phase_after(event: object) -> str | None:
+    """The phase of a plug-in's run that `event` starts: its build(), which must return within the limit; then
+    steps, which the run's own deadline bounds."""
+    if isinstance(event, Progress) and event.phase is Phase.BUILD:
+        return "build()"
+    return "" if isinstance(event, Resolved) else None
+
+
+def plugin_failure(spec: ModelSpec, doing: str, exc: Exception) -> FailedPrecondition:
+    """A plug-in's exception as the user's to fix, naming the plug-in and what it was doing; its traceback goes to
+    the log."""
+    log.warning("plug-in %s raised during %s", spec.name, doing, exc_info=exc)
+    text = " ".join(str(exc).split())[:500]
+    return FailedPrecondition(f"plug-in {spec.name} ({spec.source.folder}): {doing} raised {type(exc).__name__}"
+                              f"{f': {text}' if text else ''}; the runner's log has the traceback")
 
 
 def _wait_for(

@@ -1,0 +1,90 @@
+"""Checking plug-ins' builder modules where their code cannot harm the runner: imported in a process of their own,
+each within a time limit. The runner itself never runs a plug-in's code: one that loops or waits at import, or ends
+its process, costs that process and is named, and the runner serves the others."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+
+log = logging.getLogger("fwbench.runner")
+
+# How long the checking process may take to import the framework (make_builder's module), before any plug-in's
+# code runs: a loaded host's import, never a plug-in's.
+FRAMEWORK_IMPORT_LIMIT_S = 600.0
+# How long a process that closed its pipe gets to exit before it is killed.
+EXIT_GRACE_S = 5.0
+
+
+def check_builders(
+    framework: str, plugins: Sequence[tuple[Path, str]], make_builder: Callable[[ModuleType, Path], object],
+    limit_s: float,
+) -> list[str]:
+    """For each (folder, model) plug-in, "" where its builder module imports and `make_builder` (which must pickle)
+    accepts it, else why not. One process imports the framework once and checks them in turn, each within
+    `limit_s`; one that outlives it or ends the process is named, and a fresh process checks the rest."""
+    from .plugins import builder_file  # plugins imports this module
+
+    results: list[str] = []
+    while len(results) < len(plugins):
+        pending = list(plugins[len(results):])
+        results += _check_in_one_process(framework, pending, make_builder, limit_s,
+                                         [folder / builder_file(framework) for folder, _ in pending])
+    return results
+
+
+def _check_in_one_process(framework, pending, make_builder, limit_s: float, paths: list[Path]) -> list[str]:
+    """The checks of `pending` one process made, up to the first that failed it (the rest are checked anew)."""
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_check_main, args=([(str(f), m) for f, m in pending], framework, make_builder,
+                                                        sender), name="fwbench-plugin-check", daemon=True)
+    process.start()
+    sender.close()  # the child holds the only writer: its end ends our waits
+    results: list[str] = []
+    try:
+        if not receiver.poll(FRAMEWORK_IMPORT_LIMIT_S):
+            return [f"the process that checks plug-ins did not import {framework} within "
+                    f"{FRAMEWORK_IMPORT_LIMIT_S:g} s"] * len(pending)
+        try:
+            receiver.recv()  # ready: the framework is imported
+        except EOFError:
+            process.join(EXIT_GRACE_S)
+            return [f"the process that checks plug-ins ended (exit code {process.exitcode}) before it could check "
+                    f"{path}" for path in paths]
+        for path in paths:
+            log.info("checking model plug-in %s in a process of its own (at most %g s)", path, limit_s)
+            try:
+                receiver.recv()  # the child starts this plug-in: the limit starts now
+                if not receiver.poll(limit_s):
+                    return [*results, f"{path} did not finish importing within {limit_s:g} s (a loop or a wait at "
+                                      "import?); the runner stopped it and serves the other models"]
+                results.append(receiver.recv())
+            except EOFError:
+                process.join(EXIT_GRACE_S)
+                return [*results, f"{path} ended its process (exit code {process.exitcode}) while importing"]
+        return results
+    finally:
+        if process.is_alive():
+            process.join(EXIT_GRACE_S if len(results) == len(pending) else 0)
+        if process.is_alive():
+            process.kill()
+        process.join()
+        receiver.close()
+
+
+def _check_main(pending: list[tuple[str, str]], framework: str, make_builder, sender) -> None:
+    from .plugins import PluginError, import_builder
+
+    sender.send("ready")  # make_builder arrived: its framework is imported
+    for folder, model in pending:
+        sender.send("start")
+        try:
+            make_builder(import_builder(Path(folder), framework, model), Path(folder))
+        except PluginError as error:
+            sender.send(str(error))
+        else:
+            sender.send("")

@@ -1,0 +1,149 @@
+"""A user's plug-in code cannot wedge or kill a runner: a builder that hangs or ends its process at import, or
+hangs, ends its process or fails to allocate in build(), costs the process that ran it, within the runner's plug-in
+limit, and the request fails naming the plug-in, its builder and the phase; the runner serves every other model at
+once. Over real gRPC, on the torch runner (the code paths are the core's; every framework's runner shares them)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from fwbench.runner.v1 import runner_pb2 as pb
+from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from fwbench_aggregator.run import launch
+
+from fwbench_core.plugins import MODELS_DIR_ENV, MODELS_DIR_FLAG, content_hash
+
+from support.requests import refusal, run
+from test_plugins import SHAPE, TINY_CNN_BUILDER, TINY_CNN_PARAMETERS, built_by, declaration, write_plugin
+
+pytestmark = pytest.mark.frameworks
+
+# Short enough for a test, long enough for a tiny model's build on a loaded 2-core host.
+LIMIT_S = 10
+RPC_TIMEOUT_S = 120
+HANG = "import time\nwhile True:\n    time.sleep(0.1)\n"
+EXIT = "import os\nos._exit(3)\n"
+
+
+def builder(body: str) -> str:
+    """A build_torch.py whose build() runs `body`, indented, then returns the tiny CNN."""
+    indented = "".join(f"    {line}\n" for line in body.splitlines())
+    return TINY_CNN_BUILDER.replace("def build(spec, input_shape, options):\n", f"def build(spec, input_shape, options):\n{indented}")
+
+
+PLUGINS = {
+    "tiny_cnn": TINY_CNN_BUILDER,
+    "broken": "raise RuntimeError('broken on purpose')\n",
+    "hangs_at_import": HANG + TINY_CNN_BUILDER,
+    "exits_at_import": EXIT + TINY_CNN_BUILDER,
+    "hangs_in_build": builder(HANG),
+    "exits_in_build": builder(EXIT),
+    "fails_to_allocate": builder("raise MemoryError('cannot allocate 64 GiB for the embedding table')"),
+}
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory, runner_logs):
+    """(models folder, stub, runner process id, build log, seconds the runner took to listen) of a torch runner
+    given every plug-in above and a description of 10 MB."""
+    models = tmp_path_factory.mktemp("models")
+    for name, source in PLUGINS.items():
+        write_plugin(models, name, builders={"torch": source})
+    write_plugin(models, "long_description", builders={"torch": TINY_CNN_BUILDER},
+                 text=declaration("long_description").replace('"A tiny test CNN"', '"' + "x" * (10 << 20) + '"'))
+    build_log = tmp_path_factory.mktemp("builds") / "build-pids"
+    env = {MODELS_DIR_ENV: "", "FWBENCH_TEST_BUILD_LOG": str(build_log)}
+    command = [*launch.embedded_command("torch", launch.default_venvs()), MODELS_DIR_FLAG, str(models),
+               "--plugin-limit-s", str(LIMIT_S)]
+    started = time.monotonic()
+    with launch.LocalRunner("torch-hostile-plugins", command, runner_logs / "torch-hostile-plugins.log", env) as local:
+        listening_s = time.monotonic() - started
+        with grpc.insecure_channel(local.address) as channel:
+            yield models, pb_grpc.RunnerStub(channel), local.process.pid, build_log, listening_s
+
+
+def served_at_once(stub) -> float:
+    """A built-in model runs right after: the seconds its run took, from request to summary."""
+    started = time.monotonic()
+    config, summary = run(stub, model="resnet18", input_shape=[3, 32, 32])
+    assert summary.measured_steps == 2 and config.model == "resnet18"
+    return time.monotonic() - started
+
+
+def failure(call) -> tuple[grpc.RpcError, float]:
+    started = time.monotonic()
+    with pytest.raises(grpc.RpcError) as info:
+        call()
+    return info.value, time.monotonic() - started
+
+
+def test_a_builder_that_hangs_or_exits_at_import_is_named_and_the_runner_listens(hostile):
+    models, stub, _, _, listening_s = hostile
+    described = {p.folder: p.error for p in stub.Describe(pb.DescribeRequest(), timeout=RPC_TIMEOUT_S).plugins}
+    builder_of = lambda name: models / name / "build_torch.py"  # noqa: E731
+    assert described[str(models / "hangs_at_import")] == (
+        f"{builder_of('hangs_at_import')} did not finish importing within {LIMIT_S} s (a loop or a wait at import?); "
+        "the runner stopped it and serves the other models")
+    assert described[str(models / "exits_at_import")] == (
+        f"{builder_of('exits_at_import')} ended its process (exit code 3) while importing")
+    assert described[str(models / "broken")] == f"{builder_of('broken')} failed to import: RuntimeError: broken on purpose"
+    assert described[str(models / "long_description")].startswith(
+        f"{models / 'long_description' / 'model.toml'}: over 64 KiB")
+    served = {m.name for m in stub.ListModels(pb.ListModelsRequest(), timeout=RPC_TIMEOUT_S).models}
+    assert {"tiny_cnn", "hangs_in_build", "exits_in_build", "fails_to_allocate", "resnet18"} <= served
+    assert not served & {"broken", "hangs_at_import", "exits_at_import", "long_description"}
+    print(f"\nthe runner listened {listening_s:.1f} s after it started, one plug-in hanging at import")
+
+    error = refusal(stub, model="hangs_at_import", input_shape=SHAPE)
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert f"did not finish importing within {LIMIT_S} s" in error.details()
+
+
+def test_a_good_plugin_is_built_in_a_worker_process_never_in_the_runners(hostile):
+    models, stub, runner_pid, build_log, _ = hostile
+    listed = {m.name: m for m in stub.ListModels(pb.ListModelsRequest(), timeout=RPC_TIMEOUT_S).models}
+    assert listed["tiny_cnn"].content_hash == content_hash(models / "tiny_cnn")
+    config, summary = run(stub, model="tiny_cnn", input_shape=SHAPE)
+    assert (config.model, config.parameter_count, summary.measured_steps) == ("tiny_cnn", TINY_CNN_PARAMETERS, 2)
+    report = stub.InspectModel(pb.InspectRequest(model="tiny_cnn", input_shape=SHAPE), timeout=RPC_TIMEOUT_S)
+    assert report.parameter_count == TINY_CNN_PARAMETERS
+    assert len(built_by(build_log)) == 2 and runner_pid not in built_by(build_log)
+
+
+@pytest.mark.parametrize("call", ["run", "inspect"])
+@pytest.mark.parametrize("model, code, message", [
+    ("hangs_in_build", grpc.StatusCode.DEADLINE_EXCEEDED, "{phase} did not return within 10 s; the runner stopped it"),
+    ("exits_in_build", grpc.StatusCode.FAILED_PRECONDITION, "the process running it ended (exit code 3) during {phase}"),
+    ("fails_to_allocate", grpc.StatusCode.RESOURCE_EXHAUSTED, "cannot allocate 64 GiB for the embedding table"),
+])
+def test_a_build_that_hangs_exits_or_fails_to_allocate_fails_alone_and_names_itself(hostile, call, model, code, message):
+    models, stub, _, _, _ = hostile
+    if call == "run":
+        error, took_s = failure(lambda: run(stub, model=model, input_shape=SHAPE))
+        phase = "build()"
+    else:
+        request = pb.InspectRequest(model=model, input_shape=SHAPE)
+        error, took_s = failure(lambda: stub.InspectModel(request, timeout=RPC_TIMEOUT_S))
+        phase = "building and inspecting it"
+    assert error.code() == code, error.details()
+    assert message.format(phase=phase) in error.details()
+    if code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        assert error.details().startswith(f"plug-in {model} ({(models / model).resolve() / 'build_torch.py'}): ")
+    after_s = served_at_once(stub)
+    print(f"\n{call} {model}: {code.name} after {took_s:.1f} s; a built-in's run then took {after_s:.1f} s")
+
+
+def test_a_plugin_edited_after_the_runner_loaded_it_is_refused_until_the_runner_restarts(hostile):
+    # Last in this module: it edits tiny_cnn.
+    models, stub, _, _, _ = hostile
+    good = models / "tiny_cnn"
+    (good / "build_torch.py").write_text(TINY_CNN_BUILDER + "# edited after the runner loaded it\n")
+    error = refusal(stub, model="tiny_cnn", input_shape=SHAPE)
+    assert f"plug-in {good.resolve()} changed since the runner loaded it" in error.details()
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, (
+        "plugins.PluginError is no RunnerError: the worker's refusal of a changed plug-in reaches the "
+        f"client as {error.code().name}: {error.details()}"
+    )
