@@ -130,17 +130,32 @@ def test_a_bare_runner_listens_on_loopback_only(start, monkeypatch):
 
 def test_a_runner_told_to_listen_everywhere_answers_on_every_address_and_warns_when_unguarded(start):
     # The control for the test above: the probe on 127.0.0.2 does see a wildcard listener.
-    runner = start("--address", "0.0.0.0:0")
+    runner = start("--address", "0.0.0.0:0", "--insecure")
     port = int(runner.address.rsplit(":", 1)[1])
     assert connects("127.0.0.2", port)
     assert "anyone who reaches it can drive the runner" in runner.log_path.read_text()
+
+
+@pytest.mark.parametrize("env", [{access.INSECURE_ENV: ""}, {access.INSECURE_ENV: "0"}])
+def test_a_runner_refuses_to_listen_beyond_loopback_unguarded_unless_told_insecure(env):
+    done = runner_process("--address", "0.0.0.0:0", env=env)
+    assert done.returncode != 0 and '"listening"' not in done.stdout
+    assert done.stderr.splitlines()[-1].startswith(
+        "refusing to listen on 0.0.0.0:0 with neither TLS nor a token: anyone who reaches it could drive the runner. "
+        f"Give --token-file (or ${access.TOKEN_ENV}) or --tls-cert and --tls-key, listen on 127.0.0.1, or, where the "
+        f"network itself is the guard (a container's own network), --insecure (${access.INSECURE_ENV}=1)"), done.stderr
+
+
+def test_the_images_setting_lets_a_runner_listen_beyond_loopback(start):
+    runner = start("--address", "0.0.0.0:0", env={access.INSECURE_ENV: "1"})
+    assert connects("127.0.0.2", int(runner.address.rsplit(":", 1)[1]))
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
 def test_a_second_runner_on_a_port_in_use_fails_at_start_up_naming_it(start, host):
     first = start()
     port = first.address.rsplit(":", 1)[1]
-    second = runner_process("--address", f"{host}:{port}")
+    second = runner_process("--address", f"{host}:{port}", "--insecure")
     assert second.returncode != 0
     assert f"{host}:{port}" in second.stderr and "in use" in second.stderr
     assert '"listening"' not in second.stdout

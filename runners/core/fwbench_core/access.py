@@ -7,6 +7,11 @@ Each start-up option has an environment variable, so that compose files can set 
 a command line, where `ps` shows it to every local user: it comes from a file, or, for a process that
 starts the runner itself (the aggregator's embedded runners), from the environment, which only the same
 user can read.
+
+A runner that listens beyond loopback with neither TLS nor a token is refused unless told --insecure: anyone who
+reaches it could run any model, read its plug-ins' listing and fill its device, and a mistyped --address would
+say nothing (Jupyter refuses the same; KServe and Triton leave it to the network, which is why --insecure exists:
+the runner images set it, their listener being on the container's own network and published on loopback only).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ TLS_KEY_ENV = "FWBENCH_TLS_KEY"
 TLS_CLIENT_CA_ENV = "FWBENCH_TLS_CLIENT_CA"
 TOKEN_FILE_ENV = "FWBENCH_TOKEN_FILE"
 TOKEN_ENV = "FWBENCH_RUNNER_TOKEN"
+INSECURE_ENV = "FWBENCH_RUNNER_INSECURE"
 
 # The one call that needs no token.
 OPEN_METHODS = frozenset({"/grpc.health.v1.Health/Check"})
@@ -71,6 +77,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"require the token this file holds on every call but the health Check, as the metadata "
         f"'authorization: Bearer TOKEN' (default: ${TOKEN_FILE_ENV}, or the token itself in ${TOKEN_ENV})",
     )
+    parser.add_argument(
+        "--insecure", action="store_true", default=env.get(INSECURE_ENV, "") not in ("", "0"),
+        help="listen beyond loopback with neither TLS nor a token, where the network itself is the guard (a "
+        f"container's own network); refused otherwise (default: ${INSECURE_ENV})",
+    )
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,7 @@ class Access:
     tls: grpc.ServerCredentials | None = None
     client_certificates: bool = False
     token: str | None = None
+    insecure: bool = False  # listening beyond loopback unguarded is allowed (--insecure)
 
     def interceptors(self) -> list[grpc.ServerInterceptor]:
         return [TokenCheck(self.token)] if self.token else []
@@ -87,8 +99,15 @@ class Access:
     def bind(self, server: grpc.Server, address: str) -> int:
         """Listen on `address` (port 0 picks a free one); the port, or SystemExit naming the address."""
         if not self.tls and not self.token and not address.startswith(LOOPBACK_HOSTS):
-            log.warning("%s is not loopback and the runner has neither TLS nor a token: anyone who reaches it can "
-                        "drive the runner (see --tls-cert and --token-file)", address)
+            if not self.insecure:
+                raise SystemExit(
+                    f"refusing to listen on {address} with neither TLS nor a token: anyone who reaches it could drive "
+                    f"the runner. Give --token-file (or ${TOKEN_ENV}) or --tls-cert and --tls-key, listen on "
+                    f"127.0.0.1, or, where the network itself is the guard (a container's own network), --insecure "
+                    f"(${INSECURE_ENV}=1)"
+                )
+            log.warning("%s is not loopback and the runner has neither TLS nor a token (--insecure): anyone who "
+                        "reaches it can drive the runner (see --tls-cert and --token-file)", address)
         try:
             port = server.add_secure_port(address, self.tls) if self.tls else server.add_insecure_port(address)
         except RuntimeError:
@@ -131,7 +150,8 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ)
             except ssl.SSLError:
                 raise AccessError(f"--tls-client-ca {args.tls_client_ca}: holds no PEM CA certificate") from None
         tls = grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None)
-    return Access(tls, bool(args.tls_client_ca), _token(args.token_file, environ.get(TOKEN_ENV) or None))
+    return Access(tls, bool(args.tls_client_ca), _token(args.token_file, environ.get(TOKEN_ENV) or None),
+                  args.insecure)
 
 
 def read_file(option: str, path: str) -> bytes:
