@@ -274,3 +274,20 @@ def test_calibrate_needs_two_instances_of_each_runner(fake_runner):
     done = fwbench("calibrate", "--runner", f"fake={fake_runner}")
     assert done.returncode == 2
     assert "--runner" in done.stderr and "exactly twice" in done.stderr
+
+
+def test_a_runner_failure_no_use_case_caught_is_named_with_exit_1_never_a_traceback(capsys):
+    import typer
+    from fwbench_aggregator.cli import common
+    from fwbench_aggregator.run.client import RunnerFailure
+
+    def refused(progress):
+        raise RunnerFailure("torch", "DEADLINE_EXCEEDED", "plug-in hangs (/m/hangs/build_torch.py): build() did not "
+                                                          "return within 60 s; the runner stopped it and serves on")
+
+    with pytest.raises(typer.Exit) as info:
+        common.run(refused)
+    assert info.value.exit_code == 1
+    printed = " ".join(capsys.readouterr().err.split())
+    assert printed == ("runner torch failed: DEADLINE_EXCEEDED: plug-in hangs (/m/hangs/build_torch.py): build() did "
+                       "not return within 60 s; the runner stopped it and serves on")

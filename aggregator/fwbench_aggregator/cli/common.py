@@ -60,7 +60,8 @@ def usage_error(message: str, hint: str = "") -> typer.Exit:
 
 def run(use_case: Callable[[TerminalProgress], T]) -> T:
     """Call a use case with the terminal's progress; its UsageError or SweepError, or a store it cannot use (one that
-    can be in no such place, or from a newer fwbench), becomes a usage error."""
+    can be in no such place, or from a newer fwbench), becomes a usage error, and a runner's failure it did not catch
+    a named failure (exit 1)."""
     try:
         with TerminalProgress() as progress:
             return use_case(progress)
@@ -70,6 +71,10 @@ def run(use_case: Callable[[TerminalProgress], T]) -> T:
         raise usage_error(str(error)) from None
     except (StorePathError, StoreFormatError) as error:
         raise usage_error(str(error), "--store") from None
+    except RunnerFailure as failure:
+        # One a use case did not catch (a plug-in that fails the checks before any run): named, exit 1, never a
+        # traceback.
+        report_failures([failure])
 
 
 def report_failures(failures: Sequence[RunnerFailure]) -> None:
