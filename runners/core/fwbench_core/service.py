@@ -281,6 +281,8 @@ class RunnerService:
                     for event in run_distributed(_run_rank, self._make_backend, config, workers, total, cancelled):
                         yield replace(event, config=config) if isinstance(event, Resolved) else event
                 elif self.contained(config.model):
+                    # A workload kept in this process would share the device with the worker's run.
+                    self._framework.submit(self._drop_kept).result()
                     yield from stream_from_worker(_run_in_fresh_service, (self._make_backend, config, total), cancelled,
                                                   self._watch(config.model, _run_phase_after))
                 elif self.isolation.in_worker(config.device.ref):
