@@ -19,6 +19,7 @@ import optax
 from flax import traverse_util
 from fwbench_core.backend import Backend, MemoryReading, Workload
 from fwbench_core.errors import InvalidArgument
+from fwbench_core.fairness import LEARNING_RATE, MOMENTUM, REFERENCE_TOLERANCE
 from fwbench_core.references import compared_outputs
 from fwbench_core.spec import (
     Capabilities,
@@ -49,11 +50,6 @@ from .models import MODELS
 from .models.speech import WEIGHT_NORM_G, WEIGHT_NORM_V
 from .objectives import jax_input_shape, loss, random_inputs, random_targets
 
-LEARNING_RATE = 0.01
-MOMENTUM = 0.9
-# On max |jax - torch| / max |torch| over the whole output: fp32 through two
-# different kernel libraries agrees to about 1e-6 per layer.
-REFERENCE_TOLERANCE = 1e-4
 # Dynamic loss scaling for fp16 training, with torch.amp.GradScaler's defaults: start at 2**16, halve
 # on a step whose gradients overflow (and skip its update), double after 2000 steps without overflow.
 INITIAL_LOSS_SCALE = 2.0**16

@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 from fwbench_core.backend import Backend, MemoryReading, Workload
 from fwbench_core.errors import FailedPrecondition, InvalidArgument
+from fwbench_core.fairness import LEARNING_RATE, MOMENTUM, REFERENCE_TOLERANCE
 from fwbench_core.references import compared_outputs
 from fwbench_core.onnx_runtime import onnxruntime_limits
 from fwbench_core.spec import (
@@ -42,12 +43,6 @@ from .models import MODELS
 from .objectives import keras_input_shape, loss, random_inputs, random_targets
 from .onnx_runtime import onnxruntime_workload
 from .strategies import STRATEGIES, configure_worker, make_strategy, peer_error
-
-LEARNING_RATE = 0.01
-MOMENTUM = 0.9
-# On max |tf - torch| / max |torch| over the whole output: fp32 through two
-# different kernel libraries agrees to about 1e-6 per layer.
-REFERENCE_TOLERANCE = 1e-4
 
 
 def allow_memory_growth() -> None:

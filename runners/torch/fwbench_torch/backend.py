@@ -10,6 +10,7 @@ import torch
 import torchvision
 from fwbench_core.backend import Backend, MemoryReading, Workload
 from fwbench_core.errors import InvalidArgument, RunnerError
+from fwbench_core.fairness import LEARNING_RATE, MOMENTUM
 from fwbench_core.onnx_runtime import onnxruntime_limits
 from fwbench_core.spec import (
     Capabilities,
@@ -40,8 +41,6 @@ from .objectives import loss, random_inputs, random_targets
 from .onnx_runtime import onnxruntime_workload
 from .parallel import all_sum, join_process_group, leave_process_group, peer_failure, wrap
 
-LEARNING_RATE = 0.01
-MOMENTUM = 0.9
 FLOPS_METHOD = "torch.utils.flop_counter.FlopCounterMode, batch 1, oneDNN off so recurrent layers decompose into counted matmuls"
 
 
