@@ -1,7 +1,7 @@
-"""Sequential repetitions (analyse.sequential) against test_stats' model of how runs vary, simulated over whole
-procedures: every look from the first round to the budget, thousands of pairs at once.
+"""Sequential repetitions (analyse.sequential) against support.run_variation's model of how runs vary, simulated
+over whole procedures: every look from the first round to the budget, thousands of pairs at once.
 
-Each regime is one of test_stats' run spreads (GPU-bound, steady CPU, launch-bound GPU), a noisier 30%, and a
+Each regime is one of its run spreads (GPU-bound, steady CPU, launch-bound GPU), a noisier 30%, and a
 host where one run in ten is slowed as a whole by 1.2 to 2 times (another process for the length of a run).
 Run with -s to see the rates and the runs each regime used.
 """
@@ -15,7 +15,7 @@ import pytest
 from fwbench_aggregator.analyse import sequential, stats
 from fwbench_aggregator.plan.spec import DEFAULT_REPETITIONS
 from scipy import stats as scipy_stats
-from test_stats import RUN_SPREADS, STEPS
+from support.run_variation import RUN_SPREADS, SLOW_STEP_CHANCE, SLOW_STEP_FACTORS, STEP_SPREAD, STEPS
 
 PAIRS = 4000
 MAX_RUNS = sequential.DEFAULT_MAX_RUNS
@@ -26,11 +26,11 @@ A_A_LIMIT = stats.ALPHA + 3 * math.sqrt(stats.ALPHA * (1 - stats.ALPHA) / PAIRS)
 
 
 def run_medians(rng, pairs: int, median_s: float, run_spread: float, outliers: bool = False) -> np.ndarray:
-    """test_stats.run_medians for `pairs` runners at once, MAX_RUNS runs each: a log-normal offset per run, then
-    log-normal step jitter with the odd slow step, each run reduced to its median step."""
+    """support.run_variation.run_medians for `pairs` runners at once, MAX_RUNS runs each: a log-normal offset per
+    run, then log-normal step jitter with the odd slow step, each run reduced to its median step."""
     shape = (pairs, MAX_RUNS, STEPS)
-    times = median_s * rng.lognormal(0.0, run_spread, shape[:2])[..., None] * rng.lognormal(0.0, 0.04, shape)
-    times = np.where(rng.random(shape) < 0.05, times * rng.uniform(1.2, 2.0, shape), times)
+    times = median_s * rng.lognormal(0.0, run_spread, shape[:2])[..., None] * rng.lognormal(0.0, STEP_SPREAD, shape)
+    times = np.where(rng.random(shape) < SLOW_STEP_CHANCE, times * rng.uniform(*SLOW_STEP_FACTORS, shape), times)
     medians = np.median(times, axis=-1)
     if outliers:
         medians = np.where(rng.random(shape[:2]) < 0.1, medians * rng.uniform(1.2, 2.0, shape[:2]), medians)

@@ -1,11 +1,5 @@
-"""The aggregator's statistics, against a model of how runs really vary: each run carries an offset of its
-own (a process, a moment of the host, a GPU's launch queue) on top of the jitter of its steps.
-
-The noise regimes are the ones measured (docs/verdict.md): GPU-bound configurations whose runs differ by
-under 1%, steady CPU runs by about 3% (torch resnet18 infer b2 on 2 cores: per-run medians 15.25, 14.47,
-15.21 ms), and launch-bound GPU configurations (resnet50 b1/b4 on an H100, 3.0 to 5.0 ms between runs)
-by 12% to 20%.
-"""
+"""The aggregator's statistics, against support.run_variation's model of how runs really vary, in each noise
+regime measured (docs/verdict.md)."""
 
 from __future__ import annotations
 
@@ -19,23 +13,9 @@ from fwbench_aggregator.plan.spec import DEFAULT_REPETITIONS
 from scipy import stats as scipy_stats
 from fwbench_aggregator.run.client import RunnerClient
 from fwbench_aggregator.analyse.stats import compare, describe, noise_floor
+from support.run_variation import RUN_SPREADS, STEP_SPREAD, STEPS, run_medians
 
 TRIALS = 400
-STEPS = 30
-# Standard deviation of the log per-run offset: GPU-bound, steady CPU, launch-bound GPU (two levels).
-RUN_SPREADS = (0.005, 0.03, 0.12, 0.20)
-
-
-def run_medians(rng, runs: int, median_s: float, run_spread: float, step_spread: float = 0.04) -> list[float]:
-    """The per-run median step times of `runs` runs: a log-normal offset per run, then log-normal step
-    jitter with the odd slow step (a GC, a page fault) inside it."""
-    medians = []
-    for _ in range(runs):
-        times = median_s * rng.lognormal(0.0, run_spread) * rng.lognormal(0.0, step_spread, STEPS)
-        slow = rng.random(STEPS) < 0.05
-        times[slow] *= rng.uniform(1.2, 2.0, slow.sum())
-        medians.append(float(np.median(times)))
-    return medians
 
 
 def test_describe_matches_numpy():
@@ -71,7 +51,7 @@ def test_pooling_steps_is_what_made_a_a_verdicts_wrong():
     rng = np.random.default_rng(5)
     wrong = 0
     for _ in range(100):
-        pooled = [np.concatenate([m * rng.lognormal(0.0, 0.04, STEPS) for m in run_medians(rng, 3, 0.004, 0.12)])
+        pooled = [np.concatenate([m * rng.lognormal(0.0, STEP_SPREAD, STEPS) for m in run_medians(rng, 3, 0.004, 0.12)])
                   for _ in range(2)]
         wrong += mannwhitneyu(*pooled).pvalue < 0.01
     assert wrong >= 50
