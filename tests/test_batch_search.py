@@ -1,7 +1,7 @@
 """Largest-batch search: doubling then bisection, the same for every runner."""
 
 import pytest
-from fwbench_aggregator.plan.batch_search import BatchSearch
+from fwbench_aggregator.plan.bracket_search import BatchSearch
 
 
 @pytest.mark.parametrize("capacity", [1, 2, 3, 7, 64, 100, 1000, 4095])

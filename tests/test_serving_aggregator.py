@@ -321,7 +321,7 @@ def test_the_command_line_refuses_exactly_what_the_runners_refuse():
 
 
 def test_the_rate_search_brackets_then_bisects_to_the_resolution():
-    from fwbench_aggregator.plan.rate_search import RateSearch
+    from fwbench_aggregator.plan.bracket_search import RateSearch
 
     search = RateSearch(lambda qps: qps <= 370.0, start=10.0, limit=10_000.0, resolution=0.1)
     found = search.highest()

@@ -12,7 +12,7 @@ from typing import Optional
 import pandas as pd
 
 from ..base.progress import Progress
-from ..plan.batch_search import BatchSearch
+from ..plan.bracket_search import BatchSearch
 from ..plan.keys import run_key
 from ..plan.spec import RunSpec
 from ..run import jobs

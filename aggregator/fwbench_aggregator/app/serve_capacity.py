@@ -1,5 +1,5 @@
 """Serve-capacity: each runner's highest offered load (server scenario) whose latency percentile stays under a
-budget, by plan.rate_search (a geometric bracket, then bisection to a stated resolution), each probe a real run that
+budget, by plan.bracket_search (a geometric bracket, then bisection to a stated resolution), each probe a real run that
 is stored like any run, so that the report's latency-against-load plot shows them; the search is stored too."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from google.protobuf.json_format import MessageToDict
 
 from ..base.progress import Progress
 from ..plan.keys import run_key
-from ..plan.rate_search import RateSearch
+from ..plan.bracket_search import RateSearch
 from ..plan.spec import RunSpec
 from ..run import jobs
 from ..run.client import RunnerFailure, RunResult
