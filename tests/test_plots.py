@@ -1,10 +1,43 @@
-"""The power timeline plot, from telemetry samples as the aggregator stores them."""
+"""Plots: the relative-time bars with their intervals and unresolved comparisons marked, each plot's data in a CSV
+beside it, and the power timeline, from frames as the aggregator stores them."""
 
 from __future__ import annotations
 
 import pandas as pd
-from fwbench_aggregator.present.plots import power_timeline
+from fwbench_aggregator.analyse.comparison import comparison_rows
+from fwbench_aggregator.present.line_plots import power_timeline
+from fwbench_aggregator.present.plots import MISSING_COLOUR, RUNNER_COLOURS, make_plots
 from PIL import Image
+
+CONFIG = dict(model="resnet18", model_options="", mode="infer", input_shape="3x32x32", precision="fp32",
+              device="cpu:0", world_size=1, nodes=1, profile="equal", serving="", device_name="a CPU")
+
+
+def runs(batch_size: int, times_ms: dict[str, list[float]]) -> list[dict]:
+    return [{**CONFIG, "batch_size": batch_size, "runner": runner, "run_id": f"{runner}-{batch_size}-{i}",
+             "repetition": i, "status": "ok", "median_step_time_s": ms / 1e3}
+            for runner, values in times_ms.items() for i, ms in enumerate(values)]
+
+
+def test_relative_bars_draw_each_ratios_interval_and_mark_what_the_runs_did_not_resolve(tmp_path):
+    summary = pd.DataFrame(
+        runs(2, {"torch": [10.0, 10.1, 9.9], "tensorflow": [14.0, 14.1, 13.9]})  # 40% apart, tight: resolved
+        + runs(4, {"torch": [10.0, 11.5, 9.0], "tensorflow": [10.5, 9.5, 12.0]})  # noisy: not resolved
+    )
+    rows = comparison_rows(summary, pd.DataFrame())
+    (bars,) = [p for p in make_plots(rows, tmp_path) if p.key == "infer-cpu-relative"]
+    drawn = pd.read_csv(bars.path.with_suffix(".csv")).set_index(["configuration", "runner"])
+    resolved, noisy = drawn.loc[("resnet18 batch 2", "tensorflow")], drawn.loc[("resnet18 batch 4", "tensorflow")]
+    assert resolved["ratio_ci_low"] < resolved["ratio_to_fastest"] < resolved["ratio_ci_high"]
+    assert pd.isna(resolved["unresolved"])
+    slower = rows[(rows["batch_size"] == 4) & (rows["verdict"] != "fastest")].iloc[0]
+    assert 0.05 < slower["resolvable"] < 1.0 and not slower["significant"]
+    assert noisy["unresolved"] == f"not resolved: resolves {slower['resolvable']:.0%}"
+    assert drawn.loc[("resnet18 batch 2", "torch"), "ratio_to_fastest"] == 1.0
+    with Image.open(bars.path) as image:
+        colours = {image.getpixel((x, y))[:3] for x in range(0, image.width, 3) for y in range(0, image.height, 3)}
+    assert {tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in RUNNER_COLOURS[:2]} <= colours
+    assert MISSING_COLOUR not in RUNNER_COLOURS
 
 
 def samples(runner: str, repetition: int) -> list[dict]:

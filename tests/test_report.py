@@ -356,7 +356,9 @@ def test_report_is_self_contained(built):
     assert not [attrs for _, attrs in tags if "href" in attrs or ("src" in attrs and not attrs["src"].startswith("data:"))]
     for phrase in ("torch faster by", "out of memory", "RESOURCE_EXHAUSTED", "&quot;run_id&quot;: &quot;r1&quot;", "3.12.1"):
         assert phrase in text, phrase
-    assert {p.name for p in (built.parent / "plots").iterdir()} == {f"{key}.png" for key, _ in plotting.PLOT_QUESTIONS}
+    # Each plot beside the report with the data it draws.
+    assert {p.name for p in (built.parent / "plots").iterdir()} == {
+        f"{key}.{kind}" for key, _ in plotting.PLOT_QUESTIONS for kind in ("png", "csv")}
 
 
 # --------------------------------------------------------------------------------- in a real browser

@@ -11,7 +11,7 @@ import pytest
 from fwbench_aggregator.analyse.comparison import comparison_rows
 from fwbench_aggregator.analyse.results import analysed
 from fwbench_aggregator.analyse.scaling import has_scaling, scaling_rows, strategy_pairs
-from fwbench_aggregator.present.plots import scaling_plot
+from fwbench_aggregator.present.line_plots import scaling_plot
 from fwbench_aggregator.present.report import scaling_tables, write_report
 from fwbench_aggregator.present.terminal import print_scaling
 

@@ -38,13 +38,13 @@ class VerdictCount:
 
 
 def verdict_counts(rows: pd.DataFrame) -> VerdictCount:
-    """Per configuration with two or more runners that ran: the fastest runner wins it where every other runner's
-    verdict called it significantly slower."""
+    """Per configuration (and block of alike runs, where a store holds several) with two or more runners that ran:
+    the fastest runner wins it where every other runner's verdict called it significantly slower."""
     wins: dict[str, list[float]] = {}
     configurations = unresolved = too_few = flagged = 0
     if rows.empty:
         return VerdictCount(0, wins, 0, 0, 0)
-    for _, frame in rows.groupby(list(CONFIG_COLUMNS), sort=False):
+    for _, frame in rows.groupby([*CONFIG_COLUMNS, "group"], sort=False):  # a block's runners, judged together
         ran = frame[(frame["status"] == "ok") & frame["median_step_ms"].notna()]
         if len(ran) < 2:
             continue

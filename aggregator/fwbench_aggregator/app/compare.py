@@ -21,7 +21,7 @@ from ..base.progress import Progress
 from ..base.vocabulary import Compilation, Strategy
 from ..plan.keys import run_key
 from ..plan.spec import RunSpec, per_runner
-from ..present.plots import power_timeline
+from ..present.line_plots import power_timeline
 from ..run.client import RunnerFailure, RunResult
 from ..run.gate import Gate
 from ..store import records

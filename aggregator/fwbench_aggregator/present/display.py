@@ -152,9 +152,10 @@ def efficiency_display(efficiency: pd.DataFrame) -> pd.DataFrame:
 
 
 def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration: its fastest runner and every other runner's verdict against it."""
+    """One row per configuration (and block of alike runs): its fastest runner and every other runner's verdict
+    against it."""
     table = []
-    for config, frame in rows.groupby(list(CONFIG_COLUMNS), sort=False):
+    for (*config, _), frame in rows.groupby([*CONFIG_COLUMNS, "group"], sort=False):
         fastest = frame[frame["verdict"].isin(["fastest", "only runner"])]["runner"].tolist()
         others = [f"{r.runner}: {flagged_verdict(r.verdict, r.flagged, getattr(r, 'parity', ''))}" for r in frame.itertuples(index=False)
                   if r.runner not in fastest]

@@ -1,6 +1,8 @@
-"""Every plot fwbench draws (matplotlib, written as PNG files): the studies' questions (relative training and
-inference time, time per sample and power against batch size), scaling against devices, and a run's power over
-time. Failed configurations are drawn as marked missing points, never as gaps."""
+"""Every plot fwbench draws (matplotlib, written as PNG files, each with the data it draws in a CSV file beside
+it): the studies' questions (relative training and inference time, time per sample and power against batch
+size), scaling against devices, and a run's power over time. Failed configurations are drawn as marked missing
+points, never as gaps. A ratio is drawn with its interval over runs, and one the runs could not resolve is drawn
+hatched and says so: a reader who looks rather than reads must not take it for a result."""
 
 from __future__ import annotations
 
@@ -13,9 +15,7 @@ import pandas as pd
 
 from ..analyse.comparison import is_out_of_memory
 from ..analyse.findings import verdict_counts
-from ..analyse.scaling import has_scaling
-from ..base.paths import safe_component
-from ..store.schema import CONFIG_COLUMNS, SCALING_KEY_COLUMNS, SERIES_COLUMNS, SERIES_KEY
+from ..store.schema import CONFIG_COLUMNS, SERIES_COLUMNS, SERIES_KEY
 
 
 def pyplot():
@@ -28,8 +28,11 @@ def pyplot():
 
     return plt
 
-RUNNER_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf")
-MISSING_COLOUR = "#e00000"
+# Okabe and Ito's palette, told apart with any colour vision; its vermilion marks what is missing.
+RUNNER_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
+MISSING_COLOUR = "#D55E00"
+FLOOR_COLOUR = "#BBBBBB"
+UNRESOLVED_HATCH = "///"
 PLOT_DPI = 100
 
 
@@ -69,12 +72,12 @@ def _device_kind(device: str) -> str:
     return str(device).split(":", 1)[0].lower()
 
 
-def _runner_colours(rows: pd.DataFrame) -> dict[str, str]:
+def runner_colours(rows: pd.DataFrame) -> dict[str, str]:
     runners = sorted(set(rows["runner"]))
     return {name: RUNNER_COLOURS[i % len(RUNNER_COLOURS)] for i, name in enumerate(runners)}
 
 
-def _config_label(values: dict, varying: Iterable[str], skip: Iterable[str] = ()) -> str:
+def config_label(values: dict, varying: Iterable[str], skip: Iterable[str] = ()) -> str:
     parts = []
     for column in CONFIG_COLUMNS:
         if column in skip or (column != "model" and column not in varying):
@@ -89,7 +92,7 @@ def _config_label(values: dict, varying: Iterable[str], skip: Iterable[str] = ()
     return " ".join(parts)
 
 
-def _varying(frame: pd.DataFrame, columns=CONFIG_COLUMNS) -> set[str]:
+def varying_columns(frame: pd.DataFrame, columns=CONFIG_COLUMNS) -> set[str]:
     return {c for c in columns if frame[c].nunique() > 1}
 
 
@@ -105,34 +108,71 @@ def _mark_missing(axes, x: float, label: str, colour: str = MISSING_COLOUR) -> N
 
 
 def _relative_bars(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colours: dict[str, str]) -> PlotResult:
+    """A bar per runner and configuration (and block of alike runs): its median step time over the fastest's, with
+    the interval over runs; hatched and labelled where the runs could not resolve the difference; the noise
+    floor, where one applies, as a band above 1."""
     result = PlotResult(key, title)
-    configs = rows.drop_duplicates(list(CONFIG_COLUMNS))
-    varying = _varying(rows)
-    labels = [_config_label(dict(zip(CONFIG_COLUMNS, c)), varying) for c in configs[list(CONFIG_COLUMNS)].itertuples(index=False)]
+    position = [*CONFIG_COLUMNS, "group"]
+    configs = rows.drop_duplicates(position)
+    varying = varying_columns(rows)
+    labels = [config_label(dict(zip(CONFIG_COLUMNS, c)), varying) + (f" [{c[-1]}]" if c[-1] else "")
+              for c in configs[position].itertuples(index=False)]
     runners = [r for r in colours if r in set(rows["runner"])]
     width = 0.8 / max(len(runners), 1)
     figure, axes = pyplot().subplots(figsize=(max(6.0, 0.35 * len(labels) * max(len(runners), 1) + 2.5), 4.8))
-    index = {tuple(c): i for i, c in enumerate(configs[list(CONFIG_COLUMNS)].itertuples(index=False))}
+    index = {tuple(c): i for i, c in enumerate(configs[position].itertuples(index=False))}
+    drawn = []
     for j, runner in enumerate(runners):
-        own = rows[rows["runner"] == runner]
-        for row in own.itertuples(index=False):
-            x = index[tuple(getattr(row, c) for c in CONFIG_COLUMNS)] + (j - (len(runners) - 1) / 2) * width
+        for row in rows[rows["runner"] == runner].itertuples(index=False):
+            at = index[tuple(getattr(row, c) for c in position)]
+            x = at + (j - (len(runners) - 1) / 2) * width
             if row.status == "ok" and not math.isnan(row.ratio_to_fastest):
-                axes.bar(x, row.ratio_to_fastest, width=width * 0.95, color=colours[runner],
-                         label=runner)
+                unresolved = _unresolved(row)
+                axes.bar(x, row.ratio_to_fastest, width=width * 0.95, color=colours[runner], label=runner,
+                         hatch=UNRESOLVED_HATCH if unresolved else None, alpha=0.45 if unresolved else 1.0,
+                         edgecolor="#333333" if unresolved else colours[runner])
+                if not math.isnan(row.ratio_ci_low):
+                    axes.errorbar(x, row.ratio_to_fastest, yerr=[[row.ratio_to_fastest - row.ratio_ci_low],
+                                                                 [row.ratio_ci_high - row.ratio_to_fastest]],
+                                  color="#333333", capsize=3, linewidth=1.0)
+                if unresolved:
+                    # Inside the bar from its foot: clear of the interval, whose top may run off the axes.
+                    axes.annotate(unresolved, (x, 0.0), xytext=(0, 4), textcoords="offset points", rotation=90,
+                                  ha="center", va="bottom", fontsize=7,
+                                  bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"})
+                drawn.append(_bar_data(row, labels[at], unresolved))
             elif row.status != "ok":
                 mark = failure_label(row.error)
                 _mark_missing(axes, x, mark)
-                result.missing.append(MissingPoint(runner, labels[index[tuple(getattr(row, c) for c in CONFIG_COLUMNS)]], mark, row.error))
+                result.missing.append(MissingPoint(runner, labels[at], mark, row.error))
+    floors = rows["noise_floor"].dropna() if "noise_floor" in rows else pd.Series(dtype=float)
+    if len(floors):
+        axes.axhspan(1.0, 1.0 + float(floors.max()), color=FLOOR_COLOUR, alpha=0.35, zorder=0,
+                     label="noise floor (calibrated)")
     axes.axhline(1.0, color="#333333", linewidth=0.8, linestyle="--")
     axes.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=8)
-    axes.set_ylabel("median step time ÷ fastest runner's")
-    axes.set_ylim(bottom=0)
+    axes.set_ylabel("median step time ÷ fastest runner's\n(99% interval over runs)")
+    # An interval that says only "too noisy" would squash every bar: it runs off the top instead.
+    axes.set_ylim(0, max(2.0, 1.3 * max((d["ratio_to_fastest"] for d in drawn), default=1.0)))
     axes.set_title(f"{title}\n{verdict_counts(rows).headline()}", fontsize=10)
-    _legend(axes, colours, runners, bool(result.missing))
+    _legend(axes, colours, runners, bool(result.missing), unresolved=any(d["unresolved"] for d in drawn),
+            floor=bool(len(floors)))
     figure.tight_layout()
-    result.path = _save(figure, out_dir, key)
+    result.path = save_plot(figure, out_dir, key, pd.DataFrame(drawn))
     return result
+
+
+def _unresolved(row) -> str:
+    """What a bar's label says where its runs could not tell the runner from the fastest ("" where they could)."""
+    if row.verdict in ("fastest", "only runner") or bool(row.significant) or row.outcome == "equivalent":
+        return ""
+    return f"not resolved: resolves {row.resolvable:.0%}" if not math.isnan(row.resolvable) else "not resolved"
+
+
+def _bar_data(row, configuration: str, unresolved: str) -> dict:
+    return {"configuration": configuration, "runner": row.runner, "ratio_to_fastest": row.ratio_to_fastest,
+            "ratio_ci_low": row.ratio_ci_low, "ratio_ci_high": row.ratio_ci_high, "runs": row.runs,
+            "verdict": row.verdict, "unresolved": unresolved, "noise_floor": row.noise_floor}
 
 
 # Marks on a line against batch size: (key, matplotlib marker, legend label).
@@ -140,7 +180,7 @@ BATCH_MARKS = (("best", "*", "highest throughput"), ("budget", "D", "largest bat
 
 
 def _legend(axes, colours: dict[str, str], runners: list[str], with_missing: bool, lines: bool = False,
-            marks: Iterable[str] = ()) -> None:
+            marks: Iterable[str] = (), unresolved: bool = False, floor: bool = False) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -148,21 +188,28 @@ def _legend(axes, colours: dict[str, str], runners: list[str], with_missing: boo
     handles += [Line2D([], [], marker=marker, color="#333333", linestyle="none", markersize=9, label=label,
                        markerfacecolor="#333333" if key == "best" else "none") for key, marker, label in BATCH_MARKS
                 if key in marks]
+    if unresolved:
+        handles.append(Patch(facecolor="white", edgecolor="#333333", hatch=UNRESOLVED_HATCH,
+                             label="not resolved by the runs"))
+    if floor:
+        handles.append(Patch(color=FLOOR_COLOUR, alpha=0.35, label="noise floor (calibrated)"))
     if with_missing:
         handles.append(Line2D([], [], marker="x", color=MISSING_COLOUR, linestyle="none", markeredgewidth=2.5,
                               label="did not run (OOM / failed)"))
     axes.legend(handles=handles, fontsize=8, loc="best")
 
 
-def _save(figure, out_dir: Path, key: str) -> Path:
+def save_plot(figure, out_dir: Path, key: str, data: pd.DataFrame) -> Path:
+    """The plot as KEY.png and the data it draws as KEY.csv beside it."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{key}.png"
     figure.savefig(path, dpi=PLOT_DPI)
     pyplot().close(figure)
+    data.to_csv(path.with_suffix(".csv"), index=False)
     return path
 
 
-def _series_grid(n: int, ncols_max: int = 3, panel=(4.6, 3.6)):
+def series_grid(n: int, ncols_max: int = 3, panel=(4.6, 3.6)):
     ncols = min(n, ncols_max)
     nrows = math.ceil(n / ncols)
     figure, axes = pyplot().subplots(nrows, ncols, figsize=(panel[0] * ncols, panel[1] * nrows + 0.6), squeeze=False)
@@ -194,11 +241,11 @@ def _against_batch(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colo
     marks = marks or {}
     result = PlotResult(key, title)
     series = list(rows.groupby(list(SERIES_COLUMNS), sort=True))
-    varying = _varying(rows, SERIES_COLUMNS)
-    figure, axes_list = _series_grid(len(series) * len(panels), ncols_max=3 if len(panels) == 1 else len(panels))
+    varying = varying_columns(rows, SERIES_COLUMNS)
+    figure, axes_list = series_grid(len(series) * len(panels), ncols_max=3 if len(panels) == 1 else len(panels))
     runners = [r for r in colours if r in set(rows["runner"])]
     for s, (values, frame) in enumerate(series):
-        label = _config_label(dict(zip(SERIES_COLUMNS, values)), varying, skip=("batch_size",))
+        label = config_label(dict(zip(SERIES_COLUMNS, values)), varying, skip=("batch_size",))
         for p, (column, ylabel) in enumerate(panels):
             axes = axes_list[s * len(panels) + p]
             for runner in runners:
@@ -233,7 +280,8 @@ def _against_batch(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colo
             _legend(axes, colours, runners, bool((frame["status"] != "ok").any()), lines=True, marks=shown)
     figure.suptitle(title)
     figure.tight_layout()
-    result.path = _save(figure, out_dir, key)
+    drawn = [c for c in (*SERIES_COLUMNS, "batch_size", "runner", "status", "runs", *(c for c, _ in panels)) if c in rows]
+    result.path = save_plot(figure, out_dir, key, rows[drawn])
     return result
 
 
@@ -244,7 +292,7 @@ def make_plots(rows: pd.DataFrame, out_dir: Path, optimal: pd.DataFrame | None =
     results = []
     if rows.empty:
         return [PlotResult(key, title, reason="no runs in these results") for key, title in PLOT_QUESTIONS]
-    colours = _runner_colours(rows)
+    colours = runner_colours(rows)
     rows = rows[rows["batch_size"] > 0]  # a failure that left no configuration cannot be placed in a plot
     kinds = rows["device"].map(_device_kind)
 
@@ -279,120 +327,3 @@ def make_plots(rows: pd.DataFrame, out_dir: Path, optimal: pd.DataFrame | None =
         results.append(_against_batch(powered, key, titles[key], out_dir, colours,
                                       [("mean_power_w", "mean power (W)"), ("energy_per_sample_j", "energy per sample (J)")]))
     return results
-
-
-def scaling_plot(scaling: pd.DataFrame, out_dir: Path, key: str = "scaling") -> PlotResult:
-    """Per configuration: throughput and scaling efficiency against devices, one line per runner and strategy."""
-    title = "Throughput and scaling efficiency against devices"
-    if not has_scaling(scaling):
-        return PlotResult(key, title, reason="no configuration ran at more than one number of devices")
-    colours = _runner_colours(scaling)
-    series = [(values, frame) for values, frame in scaling.groupby(list(SCALING_KEY_COLUMNS), sort=True)
-              if frame["world_size"].nunique() > 1]
-    panels = (("throughput_samples_per_s", "samples/s (job)"), ("scaling_efficiency", "efficiency (÷ N × one device)"))
-    figure, axes_list = _series_grid(len(series) * len(panels), ncols_max=len(panels))
-    for s, (values, frame) in enumerate(series):
-        config = dict(zip(SCALING_KEY_COLUMNS, values))
-        label = " ".join(f"batch {v}/device" if c == "batch_size" else str(v)
-                         for c, v in config.items() if v != "" and c != "model_options")
-        # Each strategy's line starts at its one-device baseline; a baseline that has such lines is not drawn alone.
-        spread = set(frame.loc[frame["world_size"] > 1, "runner_name"])
-        lines = frame[~((frame["strategy"] == "single") & frame["runner_name"].isin(spread))]
-        for p, (column, ylabel) in enumerate(panels):
-            axes = axes_list[s * len(panels) + p]
-            for runner, own in lines.groupby("runner", sort=True):
-                points = own.dropna(subset=[column]).groupby("world_size")[column].mean()
-                baseline = own["baseline_throughput_samples_per_s"].dropna()
-                if 1 not in points.index and len(baseline):
-                    one = baseline.iloc[0] if column == "throughput_samples_per_s" else 1.0
-                    points = pd.concat([pd.Series([one], index=[1]), points])
-                if len(points):
-                    axes.plot(points.index, points.values, marker="o", color=colours[runner], label=runner)
-            sizes = sorted({1, *frame["world_size"]})
-            axes.set_xticks(sizes, [str(n) for n in sizes])
-            axes.set_xlabel("devices (world size)")
-            axes.set_ylabel(ylabel)
-            if column == "scaling_efficiency":
-                axes.axhline(1.0, color="#333333", linewidth=0.8, linestyle="--")
-            axes.set_ylim(bottom=0)
-            axes.set_title(label, fontsize=9)
-            axes.grid(True, alpha=0.3)
-            axes.legend(fontsize=8, loc="best")
-    figure.suptitle(title)
-    figure.tight_layout()
-    return PlotResult(key, title, _save(figure, out_dir, key))
-
-
-PHASE_COLOURS = {"idle": "#d9d9d9", "warmup": "#fde0b6", "measure": "#cde5c8", "after": "#d9d9d9"}
-
-
-def power_timeline(power: pd.DataFrame, out_dir: Path) -> list[Path]:
-    """One plot per runner and repetition: power over the run's time, its phases shaded."""
-    written = []
-    readable = power.dropna(subset=["power_w"])
-    for (runner, repetition), run in readable.groupby(["runner", "repetition"]):
-        run = run.sort_values("time_s")
-        start = run["time_s"].iloc[0]
-        figure, axes = pyplot().subplots(figsize=(9, 3.5))
-        # Shade each phase from its first sample to the next phase's first sample.
-        boundaries = run.loc[run["phase"] != run["phase"].shift(), ["time_s", "phase"]].values.tolist()
-        ends = [t for t, _ in boundaries[1:]] + [run["time_s"].iloc[-1]]
-        for (begin, phase), end in zip(boundaries, ends):
-            axes.axvspan(begin - start, end - start, color=PHASE_COLOURS.get(phase, "#eeeeee"), label=phase)
-        axes.plot(run["time_s"] - start, run["power_w"], color="#1f4e79", linewidth=1.2)
-        handles, labels = axes.get_legend_handles_labels()
-        unique = dict(zip(labels, handles))
-        axes.legend(unique.values(), unique.keys(), loc="upper right", fontsize=8)
-        axes.set_xlabel("time since the idle baseline began (s)")
-        axes.set_ylabel("power (W)")
-        source = ", ".join(sorted(set(run["power_source"])))
-        axes.set_title(f"{runner} #{repetition + 1}: {run['model'].iloc[0]} {run['mode'].iloc[0]}, batch {run['batch_size'].iloc[0]} ({source})")
-        figure.tight_layout()
-        path = out_dir / f"power-{runner}-{repetition + 1}.png"
-        figure.savefig(path, dpi=110)
-        pyplot().close(figure)
-        written.append(path)
-    return written
-
-
-def version_plot(versions: list[str], series: dict, model: str, out_dir: Path) -> PlotResult:
-    """A model's step time against framework version, one line per configuration (analyse.versions.plot_series: each
-    version's position among `versions`, in release order; ms with the interval over runs as error bars)."""
-    key, title = f"versions-{safe_component(model)}", f"{model}: step time against framework version"
-    if not series:
-        return PlotResult(key, title, reason="no configuration of this model ran on several versions")
-    figure, axes = pyplot().subplots(figsize=(7.5, 4.2))
-    for index, (label, (positions, ms, low, high)) in enumerate(series.items()):
-        axes.errorbar(positions, ms, yerr=None if pd.isna(low).all() else [ms - low, high - ms], marker="o", capsize=3,
-                      label=label, color=RUNNER_COLOURS[index % len(RUNNER_COLOURS)])
-    axes.set_xticks(range(len(versions)), versions)
-    axes.set(xlabel="framework version (release order)", ylabel="median step time (ms), geometric mean over runs")
-    axes.set_ylim(bottom=0)
-    axes.grid(True, alpha=0.3)
-    axes.legend(fontsize=8, loc="best")
-    axes.set_title(title, fontsize=10)
-    figure.tight_layout()
-    return PlotResult(key, title, _save(figure, out_dir, key))
-
-
-def latency_load_plot(curve: pd.DataFrame, out_dir: Path, key: str = "serving-latency-vs-load") -> PlotResult:
-    """Per configuration less its load: each runner's p50 (solid), p90 (dashed) and p99 (dotted) against the offered
-    load (analyse.serving.load_curve); a percentile a load's runs could not support is left out of its line."""
-    title = "Serving: latency percentiles against offered load"
-    if curve.empty:
-        return PlotResult(key, title, reason="no runs under the server scenario in these results")
-    colours, keys = _runner_colours(curve), [c for c in SERIES_COLUMNS if c != "serving"]
-    series = list(curve.groupby(keys))
-    figure, axes_list = _series_grid(len(series))
-    for axes, (_, frame) in zip(axes_list, series):
-        for runner, own in frame.groupby("runner"):
-            for percentile, style in (("p50", "-"), ("p90", "--"), ("p99", ":")):
-                points = own.dropna(subset=[f"{percentile}_latency_s"])
-                axes.plot(points["target_qps"], points[f"{percentile}_latency_s"] * 1e3, linestyle=style, marker="o",
-                          color=colours[runner], label=f"{runner} {percentile}")
-        axes.set(xlabel="offered load (queries/s)", ylabel="latency (ms)", ylim=(0, None),
-                 title=_config_label(frame.iloc[0].to_dict(), _varying(curve, keys)))
-        axes.legend(fontsize=7)
-    figure.suptitle(title)
-    figure.tight_layout()
-    return PlotResult(key, title, _save(figure, out_dir, key))

@@ -21,7 +21,8 @@ from .display import (
     search_display, to_markdown, trend_display,
 )
 from .html import render_html, standalone_html, table_html
-from .plots import latency_load_plot, make_plots, scaling_plot
+from .line_plots import latency_load_plot, scaling_plot
+from .plots import make_plots
 from .serving import serving_section_html
 from .terminal import configuration_title
 

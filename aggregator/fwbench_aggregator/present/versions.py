@@ -12,7 +12,7 @@ from rich.markup import escape
 from ..analyse.versions import CONFIRMED, NOT_CONFIRMED, plot_series
 from .console import Column, err_console, out_console, print_table
 from .html import _png_data_uri, standalone_html, table_html
-from .plots import version_plot
+from .line_plots import version_plot
 
 PAGE = "versions.html"
 CHANGES_CSV, POINTS_CSV = "version_changes.csv", "version_points.csv"
