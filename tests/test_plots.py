@@ -4,7 +4,8 @@ beside it, and the power timeline, from frames as the aggregator stores them."""
 from __future__ import annotations
 
 import pandas as pd
-from fwbench_aggregator.analyse.comparison import comparison_rows
+import pytest
+from fwbench_aggregator.analyse.comparison import comparison_rows, per_run
 from fwbench_aggregator.present.line_plots import power_timeline
 from fwbench_aggregator.present.plots import MISSING_COLOUR, RUNNER_COLOURS, make_plots
 from PIL import Image
@@ -48,6 +49,18 @@ def samples(runner: str, repetition: int) -> list[dict]:
          "power_source": "nvml_instant"}
         for i, phase in enumerate(phases)
     ]
+
+
+def test_time_per_sample_draws_each_runs_value_beside_the_runners_line(tmp_path):
+    summary = pd.DataFrame(runs(2, {"torch": [10.0, 10.5, 9.5]}) + runs(4, {"torch": [12.0, 12.5, 11.5]}))
+    rows = comparison_rows(summary, pd.DataFrame())
+    (line,) = [p for p in make_plots(rows, tmp_path, runs=per_run(summary, pd.DataFrame()))
+               if p.key == "infer-time-per-sample"]
+    drawn = pd.read_csv(line.path.with_suffix(".csv"))
+    one_run = drawn[drawn["value_of"] == "one run"].sort_values(["batch_size", "ms_per_sample"])
+    assert one_run["ms_per_sample"].round(4).tolist() == [4.75, 5.0, 5.25, 2.875, 3.0, 3.125]
+    means = drawn[drawn["value_of"] != "one run"].set_index("batch_size")["ms_per_sample"]
+    assert means[2] == pytest.approx((10.0 * 10.5 * 9.5) ** (1 / 3) / 2)
 
 
 def test_one_png_per_run_with_power_readings(tmp_path):

@@ -9,7 +9,7 @@ from typing import Optional
 import pandas as pd
 
 from . import stats
-from .comparison import comparison_rows
+from .comparison import comparison_rows, per_run
 from .efficiency import hardware_efficiency
 from .findings import Finding, findings
 from .optimal import optimal_batches
@@ -31,6 +31,7 @@ class Analysis:
     serving: pd.DataFrame = field(default_factory=pd.DataFrame)  # runs under a scenario (analyse.serving)
     load_curve: pd.DataFrame = field(default_factory=pd.DataFrame)  # server runs: latency against offered load
     capacities: pd.DataFrame = field(default_factory=pd.DataFrame)  # serve-capacity's searches, as stored
+    runs: pd.DataFrame = field(default_factory=pd.DataFrame)  # one per successful run (comparison.per_run)
 
 
 def analysed(
@@ -55,4 +56,5 @@ def analysed(
         serving=serving_rows(summary, min_effect, latency_budget_ms),
         load_curve=load_curve(summary),
         capacities=pd.DataFrame() if capacities is None else capacities,
+        runs=per_run(summary, steps),
     )

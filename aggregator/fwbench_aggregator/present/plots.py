@@ -234,10 +234,29 @@ def batch_marks(optimal: pd.DataFrame) -> dict[tuple, dict[str, int]]:
     return marks
 
 
+def _run_points(runs: pd.DataFrame | None, quantities: dict[str, tuple[str, float]]) -> pd.DataFrame:
+    """Each run's value of each plotted quantity (column: (per_run's column, scale)), to draw beside the lines."""
+    if runs is None or runs.empty:
+        return pd.DataFrame()
+    return runs.assign(**{column: runs[source] * scale for column, (source, scale) in quantities.items()})
+
+
+def _series_points(points: pd.DataFrame | None, series: tuple, runner: str, column: str) -> pd.DataFrame:
+    """The runs of one series and runner that have `column`."""
+    if points is None or points.empty or column not in points:
+        return pd.DataFrame()
+    own = points[(points["runner"] == runner) & points[column].notna()]
+    for name, value in zip(SERIES_COLUMNS, series):
+        own = own[own[name] == value]
+    return own
+
+
 def _against_batch(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colours: dict[str, str],
-                   panels: list[tuple[str, str]], marks: dict[tuple, dict[str, int]] | None = None) -> PlotResult:
-    """One panel per (series, quantity): a line per runner over batch size (a log-2 axis), missing points marked,
-    and `marks` (batch_marks) drawn on the runners' lines."""
+                   panels: list[tuple[str, str]], marks: dict[tuple, dict[str, int]] | None = None,
+                   points: pd.DataFrame | None = None) -> PlotResult:
+    """One panel per (series, quantity): a line per runner over batch size (a log-2 axis) through the geometric
+    means, each run's value (`points`) as a dot beside it, missing points marked, and `marks` (batch_marks) drawn
+    on the runners' lines."""
     marks = marks or {}
     result = PlotResult(key, title)
     series = list(rows.groupby(list(SERIES_COLUMNS), sort=True))
@@ -253,6 +272,10 @@ def _against_batch(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colo
                 ran = own[(own["status"] == "ok") & own[column].notna()]
                 if len(ran):
                     axes.plot(ran["batch_size"], ran[column], marker="o", color=colours[runner], label=runner)
+                own_points = _series_points(points, values, runner, column)
+                if len(own_points):
+                    axes.scatter(own_points["batch_size"], own_points[column], s=10, color=colours[runner], alpha=0.5,
+                                 zorder=3, linewidths=0)
                 for mark, batch in marks.get((*values, runner), {}).items():
                     point = ran[ran["batch_size"] == batch]
                     marker = dict((k, m) for k, m, _ in BATCH_MARKS)[mark]
@@ -281,13 +304,19 @@ def _against_batch(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colo
     figure.suptitle(title)
     figure.tight_layout()
     drawn = [c for c in (*SERIES_COLUMNS, "batch_size", "runner", "status", "runs", *(c for c, _ in panels)) if c in rows]
-    result.path = save_plot(figure, out_dir, key, rows[drawn])
+    data = rows[drawn].assign(value_of="the runs' geometric mean")
+    if points is not None and len(points):
+        shown = [c for c in (*SERIES_COLUMNS, "batch_size", "runner", "run_id", *(c for c, _ in panels)) if c in points]
+        data = pd.concat([data, points[shown].assign(value_of="one run")], ignore_index=True)
+    result.path = save_plot(figure, out_dir, key, data)
     return result
 
 
-def make_plots(rows: pd.DataFrame, out_dir: Path, optimal: pd.DataFrame | None = None) -> list[PlotResult]:
+def make_plots(rows: pd.DataFrame, out_dir: Path, optimal: pd.DataFrame | None = None,
+               runs: pd.DataFrame | None = None) -> list[PlotResult]:
     """The five plots, in PLOT_QUESTIONS order; a question with no data is skipped with its reason. `optimal`
-    (studies.optimal_batches) marks the optimal and within-budget batches on the inference plot."""
+    (studies.optimal_batches) marks the optimal and within-budget batches on the inference plot; `runs`
+    (comparison.per_run) draws each run's value beside the lines against batch size."""
     titles = dict(PLOT_QUESTIONS)
     results = []
     if rows.empty:
@@ -316,7 +345,7 @@ def make_plots(rows: pd.DataFrame, out_dir: Path, optimal: pd.DataFrame | None =
     else:
         marks = batch_marks(optimal) if optimal is not None else {}
         results.append(_against_batch(infer, key, titles[key], out_dir, colours, [("ms_per_sample", "median ms per sample")],
-                                      marks))
+                                      marks, _run_points(runs, {"ms_per_sample": ("time_per_sample_s", 1e3)})))
 
     key = "power-vs-batch"
     has_power = rows.groupby(list(SERIES_COLUMNS), sort=False)["mean_power_w"].transform(lambda v: v.notna().any())
@@ -325,5 +354,6 @@ def make_plots(rows: pd.DataFrame, out_dir: Path, optimal: pd.DataFrame | None =
         results.append(PlotResult(key, titles[key], reason="no power readings in these results (telemetry off or unreadable)"))
     else:
         results.append(_against_batch(powered, key, titles[key], out_dir, colours,
-                                      [("mean_power_w", "mean power (W)"), ("energy_per_sample_j", "energy per sample (J)")]))
+                                      [("mean_power_w", "mean power (W)"), ("energy_per_sample_j", "energy per sample (J)")],
+                                      points=_run_points(runs, {"energy_per_sample_j": ("energy_per_sample_j", 1.0)})))
     return results

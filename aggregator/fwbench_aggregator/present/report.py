@@ -130,7 +130,7 @@ def write_report(analysis: Analysis, summary: pd.DataFrame, manifest: dict | Non
     out_dir.mkdir(parents=True, exist_ok=True)
     write_tables(analysis.rows, out_dir)
     write_studies(analysis, out_dir, not_run)
-    plots = make_plots(analysis.rows, out_dir / "plots", analysis.optimal)
+    plots = make_plots(analysis.rows, out_dir / "plots", analysis.optimal, analysis.runs)
     plots.append(scaling_plot(analysis.scaling, out_dir / "plots"))
     tables, _ = write_scaling(analysis.rows, analysis.scaling, out_dir)
     if len(analysis.serving):
