@@ -1,21 +1,24 @@
-"""fwbench store check: whether every file of a results store reads, and which do not."""
+"""fwbench store check: whether every file of a results store reads, and which do not; fwbench store bundle and
+store add: a store's runs carried to another machine's store as one file."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
+from ..app.bundle import add_to_store, bundle_store
+from ..app.report import selection_of
 from ..app.store_check import check_store
-from ..present.health import print_store_check
+from ..present.health import print_bundle_added, print_bundle_written, print_store_check
 from . import app
 from .common import run
 from .options import parse_store
 
 DAMAGED_STATUS = 1
 
-store_app = typer.Typer(no_args_is_help=True, help="Look after a results store: fwbench store check.")
+store_app = typer.Typer(no_args_is_help=True, help="Look after a results store: fwbench store check, bundle, add.")
 app.add_typer(store_app, name="store")
 
 
@@ -30,4 +33,32 @@ def check_command(
     health = run(lambda progress: check_store(store))
     print_store_check(health)
     if health.damaged:
+        raise typer.Exit(DAMAGED_STATUS)
+
+
+@store_app.command("bundle")
+def bundle_command(
+    out: Annotated[Path, typer.Argument(help="the bundle to write, one file (e.g. gpu-runs.fwbench.tar.gz)")],
+    store: Annotated[Path, typer.Option(callback=parse_store, help="the results store")] = Path("results/store"),
+    compare: Annotated[Optional[str], typer.Option(
+        help="only this compare's runs: the name of its results folder (e.g. 20261127T173700Z-resnet18-infer-b2)")] = None,
+    where: Annotated[Optional[list[str]], typer.Option(
+        help="only the runs whose summary has this value, COLUMN=VALUE (repeat it: every one must hold)")] = None,
+) -> None:
+    """Every readable run of the store (with its noise floors, searches and FLOP counts), or the runs chosen, as one
+    file that `fwbench store add` adds to another store. Damaged runs are never carried."""
+    written = run(lambda progress: bundle_store(store, out, selection_of(compare, where or [])))
+    print_bundle_written(written)
+
+
+@store_app.command("add")
+def add_command(
+    bundle: Annotated[Path, typer.Argument(help="a bundle written by `fwbench store bundle`")],
+    store: Annotated[Path, typer.Option(callback=parse_store, help="the results store to add to")] = Path("results/store"),
+) -> None:
+    """Add a bundle's runs to the store: each checked against its manifest's checksums first; a run the store holds
+    already is skipped, and one whose files do not match is refused, named. Exit status 1 where one was refused."""
+    added = run(lambda progress: add_to_store(store, bundle, progress))
+    print_bundle_added(added, store)
+    if added.refused:
         raise typer.Exit(DAMAGED_STATUS)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from rich.markup import escape
 
+from ..store.bundle import Added, Written
 from ..store.health import Damage, StoreHealth
 from .console import err_console, out_console
 
@@ -35,3 +36,16 @@ def print_store_check(health: StoreHealth) -> None:
                           f"{escape(str(health.store / 'damaged'))}):{_damage_lines(health.damaged)}", highlight=False)
     else:
         out_console.print("damaged: none", highlight=False)
+
+
+def print_bundle_written(written: Written) -> None:
+    out_console.print(f"bundled {written.runs} entries into {escape(str(written.path))} "
+                      f"({written.size_bytes / 1e6:.1f} MB)", highlight=False)
+
+
+def print_bundle_added(added: Added, store) -> None:
+    out_console.print(f"added {len(added.added)} entries to {escape(str(store))}; {len(added.present)} already there, "
+                      f"skipped; {len(added.refused)} refused", highlight=False)
+    if added.refused:
+        err_console.print("[red]refused, their files not matching their manifests:[/]" + "".join(
+            f"\n  {escape(key)}: {escape(why)}" for key, why in added.refused.items()), highlight=False)

@@ -228,7 +228,7 @@ class ResultStore:
         if self.occupied(key) and self.damage(key):
             self.set_damaged_aside([key])
         self.runs_dir.mkdir(parents=True, exist_ok=True)
-        self._record_format()
+        self.record_format()
         partial = self._written(key, config_text, manifest, frames)
         final = self.runs_dir / key
         try:
@@ -277,7 +277,7 @@ class ResultStore:
         os.rename(partial, target)
         return target
 
-    def _record_format(self) -> None:
+    def record_format(self) -> None:
         """store.json says the newest format written here; written once per format, atomically (a damaged one is
         moved into damaged/ first)."""
         path = self.root / STORE_FILE

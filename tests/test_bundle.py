@@ -1,0 +1,123 @@
+"""A results bundle carries a store's runs to another store as one file: every run arrives with the same figures,
+a run the store holds already is skipped and counted, a run whose files were changed on the way is refused by name
+while the rest are added, and a file that holds anything but runs is refused whole before anything is written."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from fwbench_aggregator.app.bundle import add_to_store, bundle_store
+from fwbench_aggregator.app.errors import UsageError
+from fwbench_aggregator.store.bundle import INDEX_NAME, add_bundle, write_bundle
+from fwbench_aggregator.store.results_store import ResultStore
+from fwbench_aggregator.store.selection import Selection
+
+from support.cli import fwbench_in_process
+
+
+def run_frames(runner: str, median_s: float) -> dict[str, pd.DataFrame]:
+    steps = pd.DataFrame({"runner": runner, "step_index": range(4), "warmup": [i < 1 for i in range(4)],
+                          "step_time_s": [median_s * (1 + i / 100) for i in range(4)]})
+    summary = pd.DataFrame([{"runner": runner, "model": "resnet18", "mode": "train", "batch_size": 8,
+                             "status": "ok", "error": "", "median_step_time_s": median_s}])
+    return {"steps": steps, "summary": summary}
+
+
+def three_runs(root: Path) -> ResultStore:
+    store = ResultStore(root)
+    for key, runner, compare, median_s in (("aaaa", "torch", "c1", 0.010), ("bbbb", "tensorflow", "c1", 0.012),
+                                           ("cccc", "torch", "c2", 0.011)):
+        store.append(key, {"runner": runner, "compare": compare}, run_frames(runner, median_s), {"host": "gpu-box"})
+    return ResultStore(root)
+
+
+def figures(store: ResultStore) -> dict:
+    return {key: (store.config(key), store.manifest(key),
+                  store.load("summary").query("run_key == @key").to_dict("records"),
+                  store.load("steps").query("run_key == @key").to_dict("records"))
+            for key in sorted(store.keys())}
+
+
+def test_a_bundle_added_to_an_empty_store_carries_every_run_with_its_figures_and_twice_adds_nothing(tmp_path):
+    source = three_runs(tmp_path / "gpu-store")
+    written = write_bundle(source, source.keys(), tmp_path / "runs.fwbench.tar.gz")
+    assert written.runs == 3 and written.size_bytes > 0
+    home = ResultStore(tmp_path / "home")
+    added = add_bundle(home, written.path)
+    assert sorted(added.added) == ["aaaa", "bbbb", "cccc"] and not added.present and not added.refused
+    assert figures(ResultStore(tmp_path / "home")) == figures(source)
+    assert not ResultStore(tmp_path / "home").damaged()
+
+    again = add_bundle(ResultStore(tmp_path / "home"), written.path)
+    assert (again.added, sorted(again.present), again.refused) == ([], ["aaaa", "bbbb", "cccc"], {})
+
+
+def test_one_compares_runs_are_bundled_alone(tmp_path):
+    three_runs(tmp_path / "store")
+    written = bundle_store(tmp_path / "store", tmp_path / "c2.tar.gz", Selection(compare="c2"))
+    assert written.runs == 1
+    with tarfile.open(written.path) as tar:
+        assert {Path(n).parts[1] for n in tar.getnames() if n != INDEX_NAME} == {"cccc"}
+
+
+def tampered(bundle: Path, out: Path, change) -> Path:
+    """A copy of `bundle` with each member's bytes passed through change(name, data)."""
+    with tarfile.open(bundle) as source, tarfile.open(out, "w:gz") as target:
+        for member in source:
+            data = change(member.name, source.extractfile(member).read())
+            member.size = len(data)
+            target.addfile(member, io.BytesIO(data))
+    return out
+
+
+def test_a_run_changed_on_the_way_is_refused_by_name_and_the_others_added(tmp_path):
+    source = three_runs(tmp_path / "store")
+    bundle = write_bundle(source, source.keys(), tmp_path / "runs.tar.gz").path
+
+    def flip(name: str, data: bytes) -> bytes:
+        if name == "runs/bbbb/steps.parquet":
+            middle = len(data) // 2
+            return data[:middle] + bytes([data[middle] ^ 0x10]) + data[middle + 1:]
+        return data
+
+    added = add_bundle(ResultStore(tmp_path / "home"), tampered(bundle, tmp_path / "bad.tar.gz", flip))
+    assert sorted(added.added) == ["aaaa", "cccc"]
+    assert list(added.refused) == ["bbbb"] and "steps.parquet" in added.refused["bbbb"]
+    home = ResultStore(tmp_path / "home")
+    assert home.keys() == {"aaaa", "cccc"} and not home.damaged() and not home.partials()
+
+
+@pytest.mark.parametrize("name", ["../outside", "runs/aaaa/../../outside.parquet", "runs/aaaa/notes.txt", "/etc/x"])
+def test_a_bundle_holding_anything_but_runs_is_refused_whole_before_anything_is_written(tmp_path, name):
+    source = three_runs(tmp_path / "store")
+    bundle = write_bundle(source, source.keys(), tmp_path / "runs.tar.gz").path
+    with tarfile.open(bundle) as original, tarfile.open(tmp_path / "bad.tar.gz", "w:gz") as bad:
+        for member in original:
+            bad.addfile(member, original.extractfile(member))
+        extra = tarfile.TarInfo(name)
+        extra.size = 2
+        bad.addfile(extra, io.BytesIO(b"hi"))
+    with pytest.raises(UsageError) as info:
+        add_to_store(tmp_path / "home", tmp_path / "bad.tar.gz")
+    assert f"holds {name!r}, which is no run file" in str(info.value)
+    assert not (tmp_path / "home" / "runs").exists() or not any((tmp_path / "home" / "runs").iterdir())
+    assert not (tmp_path / "outside").exists() and not (tmp_path / "outside.parquet").exists()
+
+
+def test_the_commands_bundle_and_add_and_say_what_they_did(tmp_path):
+    three_runs(tmp_path / "store")
+    bundle = tmp_path / "runs.tar.gz"
+    made = fwbench_in_process("store", "bundle", str(bundle), "--store", str(tmp_path / "store"))
+    assert made.exit_code == 0, made.output
+    assert f"bundled 3 entries into {bundle}" in " ".join(made.output.split())
+    added = fwbench_in_process("store", "add", str(bundle), "--store", str(tmp_path / "home"))
+    assert added.exit_code == 0, added.output
+    assert f"added 3 entries to {tmp_path / 'home'}; 0 already there, skipped; 0 refused" in " ".join(added.output.split())
+    not_a_bundle = tmp_path / "notes.txt"
+    not_a_bundle.write_text("hello")
+    refused = fwbench_in_process("store", "add", str(not_a_bundle), "--store", str(tmp_path / "home"))
+    assert refused.exit_code == 2 and "not a bundle" in refused.output and "Traceback" not in refused.output
