@@ -10,7 +10,8 @@ import typer
 
 from ..app.slurm import SlurmRequest, run_job, submit
 from ..plan import spec as plan
-from ..present import listings, terminal
+from ..present import listings
+from ..present.report import print_report
 from ..present.health import print_left_out
 from ..run import jobs
 from ..run import slurm as slurm_run
@@ -73,7 +74,7 @@ def slurm_job(folder: Annotated[Path, typer.Argument(help="the submission folder
     with TerminalProgress() as progress:
         result = run_job(folder, progress)
     if result.report is not None:
-        terminal.print_report(result.report.analysis, result.report.path)
+        print_report(result.report.analysis, result.report.path)
         print_left_out(result.report.left_out)
     for failure in result.failures:
         listings.print_failure(failure)

@@ -19,6 +19,7 @@ from ..plan import spec as plan
 from ..plan.study import DEFAULT_MAX_REPETITIONS, MIN_MAX_REPETITIONS
 from ..plan.study_file import load_sweep, sweep_from_options
 from ..present import terminal
+from ..present.report import print_report
 from ..present.health import print_left_out
 from ..run.runners import runners_in_use
 from . import app
@@ -128,7 +129,7 @@ def sweep(
         terminal.print_interrupted(result.stored, store)
         raise typer.Exit(interrupted_status(result.interrupted))
     if result.report is not None:
-        terminal.print_report(result.report.analysis, result.report.path)
+        print_report(result.report.analysis, result.report.path)
         print_left_out(result.report.left_out)
     terminal.print_unresolved([f"{p.label}: {budget_text(p)}" + "".join(f"; {v}" for v in p.verdicts)
                                for p in result.unresolved], store)
@@ -158,5 +159,5 @@ def report_command(
         return
     result = run(lambda progress: report_use_case(store, out, latency_budget_ms,
                                                   selection_of(compare, where or [])))
-    terminal.print_report(result.analysis, result.path)
+    print_report(result.analysis, result.path)
     print_left_out(result.left_out)

@@ -23,8 +23,9 @@ from .display import (
 from .html import render_html, standalone_html, table_html
 from .line_plots import latency_load_plot, scaling_plot
 from .plots import make_plots
-from .serving import serving_section_html
-from .terminal import configuration_title
+from .console import err_console
+from .serving import print_serving, serving_section_html
+from .terminal import configuration_title, print_findings, print_scaling, print_series
 
 def write_tables(rows: pd.DataFrame, out_dir: Path, stem: str = "comparison") -> list[Path]:
     """comparison.csv (every column, full precision), comparison.md and comparison.html (as displayed)."""
@@ -141,3 +142,15 @@ def write_report(analysis: Analysis, summary: pd.DataFrame, manifest: dict | Non
     path.write_text(render_html(summary, analysis, plots, manifest, tables, study_tables(analysis), left_out,
                                 unresolved_lines(analysis.rows, not_run), serving), encoding="utf-8")
     return path
+
+
+def print_report(analysis: Analysis, path: Path) -> None:
+    """The report on the terminal: each series' table, scaling where a configuration ran on several device counts,
+    every configuration under a serving scenario, the findings, and where report.html is."""
+    print_series(analysis.rows)
+    if not analysis.scaling.empty and (analysis.scaling["world_size"] > 1).any():
+        print_scaling(analysis.scaling)
+    if len(analysis.serving):
+        print_serving(analysis.serving)
+    print_findings(analysis.findings)
+    err_console.print(f"report: {path}", highlight=False)

@@ -13,7 +13,6 @@ from rich.markup import escape
 from ..analyse.comparison import flagged_verdict, is_out_of_memory
 from ..analyse.parity import PARITY_DIFFERENT, PARITY_NOT_CHECKED
 from ..analyse.findings import Finding
-from ..analyse.results import Analysis
 from ..run.client import RunnerFailure, RunResult
 from ..store.schema import SCALING_KEY_COLUMNS, SERIES_COLUMNS, SETTINGS_COLUMNS
 from .console import Column, err_console, out_console, print_table
@@ -220,14 +219,6 @@ def print_findings(findings: Sequence[Finding], console=None) -> None:
     for finding in findings:
         flag = f" [bold yellow]FLAGGED: {escape(finding.flagged)}[/]" if finding.flagged else ""
         console.print(f"- [bold]{escape(finding.question)}[/]: {escape(finding.sentence)}{flag}", highlight=False)
-
-
-def print_report(analysis: Analysis, path: Path) -> None:
-    print_series(analysis.rows)
-    if not analysis.scaling.empty and (analysis.scaling["world_size"] > 1).any():
-        print_scaling(analysis.scaling)
-    print_findings(analysis.findings)
-    err_console.print(f"report: {path}", highlight=False)
 
 
 def print_out_of_memory(failures: Sequence[RunnerFailure]) -> None:
