@@ -270,8 +270,9 @@ def test_compare_under_server_stores_every_query_names_the_faster_runner_and_rep
         assert 1.5 < slow["ratio_to_best"] < 3.0
     assert rows.loc[("p99", "slow"), "verdict"].startswith("not supported by 4 of 4 runs (30 queries")
     assert rows.loc[("p99", "fast"), "budget_status"].startswith("p99 not supported")
-    report = fwbench("report", "--store", str(tmp_path / "store"))
+    report = fwbench("report", "--store", str(tmp_path / "store"), columns=240)
     assert report.returncode == 0, report.stdout + report.stderr
+    assert "serving: server 5 qps" in report.stdout, "the terminal's report prints the serving table too"
     page = (tmp_path / "store" / "report" / "report.html").read_text()
     assert "<h2>Serving</h2>" in page and "Serving: latency percentiles against offered load" in page
     assert (tmp_path / "store" / "report" / "plots" / "serving-latency-vs-load.png").exists()
