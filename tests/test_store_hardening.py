@@ -49,11 +49,12 @@ def test_a_folder_holding_other_files_is_no_store(tmp_path):
     said = refused("sweep", "--models", "resnet18", "--store", str(tmp_path), "--runner", "first=127.0.0.1:1")
     assert f"{tmp_path} holds files (notes.txt, ...) but no store.json: it is not a results store" in said
     assert nothing_written(tmp_path)
-    # A store: store.json, runs/ from before store.json, or a sweep's lock alone; and an empty folder.
-    for mark in ("store.json", "runs", "writer.lock"):
+    # A store: store.json, runs/ from before store.json, a sweep's lock alone, or a Slurm submission whose job has
+    # stored nothing yet; and an empty folder.
+    for mark in ("store.json", "runs", "writer.lock", "slurm"):
         folder = tmp_path / mark.replace(".", "_")
         folder.mkdir()
-        (folder / mark).mkdir() if mark == "runs" else (folder / mark).write_text("{}")
+        (folder / mark).mkdir() if mark in ("runs", "slurm") else (folder / mark).write_text("{}")
         (folder / "report").mkdir()
         assert store_path_problem(folder) is None
     (tmp_path / "empty").mkdir()

@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Optional
 
 from ..base.folders import system_folder
+from ..run.slurm import FOLDER as SLURM_SUBMISSIONS
 
 STORE_FILE = "store.json"
 LOCK_FILE = "writer.lock"
 # What a folder holds once a writer has used it: store.json, or from before it was recorded runs/, or a writer's
-# lock alone (a sweep stopped before its first run completed). A non-empty folder with none of them is no store.
-STORE_MARKS = (STORE_FILE, "runs", LOCK_FILE)
+# lock alone (a sweep stopped before its first run completed), or a Slurm submission whose job has not yet stored a
+# run. A non-empty folder with none of them is no store.
+STORE_MARKS = (STORE_FILE, "runs", LOCK_FILE, SLURM_SUBMISSIONS)
 
 
 class StorePathError(ValueError):
