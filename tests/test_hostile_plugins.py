@@ -16,10 +16,34 @@ from fwbench_aggregator.run import launch
 
 from fwbench_core.plugins import MODELS_DIR_ENV, MODELS_DIR_FLAG, content_hash
 
+from support.plugins import SHAPE, declaration, write_plugin
 from support.requests import refusal, run
-from test_plugins import SHAPE, TINY_CNN_BUILDER, TINY_CNN_PARAMETERS, built_by, declaration, write_plugin
 
 pytestmark = pytest.mark.frameworks
+
+TINY_CNN_BUILDER = """\
+import os
+
+import torch
+
+
+def build(spec, input_shape, options):
+    # Which process built the model: the test tells the runner's own from a run's worker process.
+    with open(os.environ["FWBENCH_TEST_BUILD_LOG"], "a") as log:
+        log.write(f"{os.getpid()}\\n")
+    classes = spec.heads[0][1].outputs
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(input_shape[0], 8, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, classes),
+    )
+"""
+# Conv2d(3, 8, 3): 3*8*9 weights + 8 biases; Linear(8, 10): 80 + 10.
+TINY_CNN_PARAMETERS = 224 + 90
+
+
+def built_by(build_log: Path) -> set[int]:
+    return {int(line) for line in build_log.read_text().split()}
+
 
 # Short enough for a test, long enough for a tiny model's build on a loaded 2-core host.
 LIMIT_S = 10

@@ -34,12 +34,11 @@ from fwbench_core.plugins import (
 )
 from fwbench_core.registry import ModelRegistry
 
+from support.plugins import GOOD_BUILDER, SHAPE, declaration, write_plugin
 from support.requests import run
 
 HASH = re.compile(r"sha256:[0-9a-f]{64}")
 RPC_TIMEOUT_S = 60
-SHAPE = [3, 8, 8]
-GOOD_BUILDER = "def build(spec, input_shape, options):\n    return ('built', spec.name, tuple(input_shape))\n"
 FAILING_BUILDERS = {
     "raises-at-import": ("raise RuntimeError('broken on purpose')\n", "failed to import: RuntimeError: broken on purpose"),
     "imports-a-missing-package": (
@@ -50,34 +49,6 @@ FAILING_BUILDERS = {
     "exits-at-import": ("import sys\nsys.exit(3)\n", "failed to import: it exits or interrupts at import"),
     "no-build-function": ("def make(spec):\n    return None\n", "defines no function build(spec, input_shape, options)"),
 }
-
-
-def declaration(name: str, task: str = "vision") -> str:
-    return f"""\
-name = "{name}"
-description = "A tiny test CNN"
-task = "{task}"
-input_kind = "image"
-default_input_shape = [3, 8, 8]
-min_input_shape = [3, 4, 4]
-max_input_shape = [3, 32, 32]
-
-[[heads]]
-name = "classification"
-objective = "classify"
-outputs = 10
-"""
-
-
-def write_plugin(parent: Path, name: str, builders: dict[str, str] | None = None, text: str | None = None) -> Path:
-    """A plug-in folder `parent/name`: its declaration (`text`, or a valid one named `name`) and a builder module
-    per framework in `builders` (default: a good build_test.py)."""
-    folder = parent / name
-    folder.mkdir(parents=True)
-    (folder / "model.toml").write_text(declaration(name) if text is None else text)
-    for framework, source in ({"test": GOOD_BUILDER} if builders is None else builders).items():
-        (folder / plugins.builder_file(framework)).write_text(source)
-    return folder
 
 
 def build_attribute(module, folder):
@@ -410,29 +381,3 @@ def test_fake_runner_runs_the_plugin_model(fake_with_plugins):
     _, stub = fake_with_plugins
     config, summary = run(stub, model="tiny", input_shape=SHAPE)
     assert (config.model, list(config.input_shape), summary.measured_steps) == ("tiny", SHAPE, 2)
-
-
-# --- the torch runner building a plug-in, in its own process and in a run's worker process -------
-
-TINY_CNN_BUILDER = """\
-import os
-
-import torch
-
-
-def build(spec, input_shape, options):
-    # Which process built the model: the test tells the runner's own from a run's worker process.
-    with open(os.environ["FWBENCH_TEST_BUILD_LOG"], "a") as log:
-        log.write(f"{os.getpid()}\\n")
-    classes = spec.heads[0][1].outputs
-    return torch.nn.Sequential(
-        torch.nn.Conv2d(input_shape[0], 8, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, classes),
-    )
-"""
-# Conv2d(3, 8, 3): 3*8*9 weights + 8 biases; Linear(8, 10): 80 + 10.
-TINY_CNN_PARAMETERS = 224 + 90
-
-
-def built_by(build_log: Path) -> set[int]:
-    return {int(line) for line in build_log.read_text().split()}
