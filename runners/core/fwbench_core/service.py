@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import logging
 import os
 import threading
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar, Union
 
+from .apart import apart_phase_after, called_apart, plugin_failure
 from .backend import Backend, Workload
 from .catalog import Catalog, load_catalog
 from .device_state import DeviceStateReader
@@ -43,8 +43,6 @@ from .spec import (
 from .serving import QueryBatch
 from .timing import Progress, StepBatch, Summary, samples_processed, time_steps, with_device_state
 from .validation import resolve, resolve_model_config, resolve_reference
-
-log = logging.getLogger("fwbench.runner")
 
 LOCK_POLL_S = 0.1
 # Work that waits for the CPU (inspection, parity) gives up after this long: the aggregator's own deadline.
@@ -212,10 +210,7 @@ class RunnerService:
         """The backend's `method(*args)`, which builds `spec`: here, or for a plug-in in a worker process."""
         if not self.contained(spec):
             return getattr(self.backend, method)(*args)
-        watch = self._watch(spec, lambda item: f"{_APART_PHASES[method]}" if item == _STARTED else None)
-        results = [item for item in stream_from_worker(_apart, (self._make_backend, method, args), cancelled, watch)
-                   if item != _STARTED]
-        return results[0]
+        return called_apart(self._make_backend, method, args, cancelled, self._watch(spec, apart_phase_after(method)))
 
     def _reference_folder(self) -> ReferenceFolder:
         if self._references is None:
@@ -450,41 +445,12 @@ class RunnerService:
             )
 
 
-# What a worker running a plug-in's code apart (_apart) does, by backend method: the phase its limit applies to.
-_APART_PHASES = {"inspect": "building and inspecting it", "export_reference": "building it and exporting a reference",
-                 "compare_reference": "building it and comparing it with a reference"}
-_STARTED = "started"  # _apart's first item: the framework is imported, the plug-in's code starts
-
-
-def _apart(make_backend: Callable[[], Backend], method: str, args: tuple, cancelled: Callable[[], bool]) -> Iterator:
-    """A worker process's inspection or parity work on a plug-in: a new backend, then `method(*args)`."""
-    backend = make_backend()
-    yield _STARTED
-    try:
-        yield getattr(backend, method)(*args)
-    except RunnerError:
-        raise
-    except Exception as exc:
-        if backend.is_out_of_memory(exc):
-            raise OutOfMemory(f"out of memory {_APART_PHASES[method]} ({args[0].model.name}): {exc}") from None
-        raise backend.user_error(exc) or plugin_failure(args[0].model, _APART_PHASES[method], exc) from None
-
-
 def _run_phase_after(event: object) -> str | None:
     """The phase of a plug-in's run that `event` starts: its build(), which must return within the limit; then
     steps, which the run's own deadline bounds."""
     if isinstance(event, Progress) and event.phase is Phase.BUILD:
         return "build()"
     return "" if isinstance(event, Resolved) else None
-
-
-def plugin_failure(spec: ModelSpec, doing: str, exc: Exception) -> FailedPrecondition:
-    """A plug-in's exception as the user's to fix, naming the plug-in and what it was doing; its traceback goes to
-    the log."""
-    log.warning("plug-in %s raised during %s", spec.name, doing, exc_info=exc)
-    text = " ".join(str(exc).split())[:500]
-    return FailedPrecondition(f"plug-in {spec.name} ({spec.source.folder}): {doing} raised {type(exc).__name__}"
-                              f"{f': {text}' if text else ''}; the runner's log has the traceback")
 
 
 def _wait_for(

@@ -1,0 +1,55 @@
+"""A plug-in's inspection and parity work in a worker process of its own (isolation.stream_from_worker), so that its
+code never runs in the runner's; and the error a plug-in's exception becomes, wherever it ran."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+
+from .backend import Backend
+from .errors import FailedPrecondition, OutOfMemory, RunnerError
+from .isolation import Watch, stream_from_worker
+from .spec import ModelSpec
+
+log = logging.getLogger("fwbench.runner")
+
+# What a worker running a plug-in's code apart (_apart) does, by backend method: the phase its limit applies to.
+_APART_PHASES = {"inspect": "building and inspecting it", "export_reference": "building it and exporting a reference",
+                 "compare_reference": "building it and comparing it with a reference"}
+_STARTED = "started"  # _apart's first item: the framework is imported, the plug-in's code starts
+
+
+def _apart(make_backend: Callable[[], Backend], method: str, args: tuple, cancelled: Callable[[], bool]) -> Iterator:
+    """A worker process's inspection or parity work on a plug-in: a new backend, then `method(*args)`."""
+    backend = make_backend()
+    yield _STARTED
+    try:
+        yield getattr(backend, method)(*args)
+    except RunnerError:
+        raise
+    except Exception as exc:
+        if backend.is_out_of_memory(exc):
+            raise OutOfMemory(f"out of memory {_APART_PHASES[method]} ({args[0].model.name}): {exc}") from None
+        raise backend.user_error(exc) or plugin_failure(args[0].model, _APART_PHASES[method], exc) from None
+
+
+def plugin_failure(spec: ModelSpec, doing: str, exc: Exception) -> FailedPrecondition:
+    """A plug-in's exception as the user's to fix, naming the plug-in and what it was doing; its traceback goes to
+    the log."""
+    log.warning("plug-in %s raised during %s", spec.name, doing, exc_info=exc)
+    text = " ".join(str(exc).split())[:500]
+    return FailedPrecondition(f"plug-in {spec.name} ({spec.source.folder}): {doing} raised {type(exc).__name__}"
+                              f"{f': {text}' if text else ''}; the runner's log has the traceback")
+
+
+def apart_phase_after(method: str) -> Callable[[object], str | None]:
+    """The Watch's phases of `method`'s work apart: limited from the worker's STARTED on."""
+    return lambda item: _APART_PHASES[method] if item == _STARTED else None
+
+
+def called_apart(make_backend: Callable[[], Backend], method: str, args: tuple, cancelled: Callable[[], bool],
+                 watch: Watch):
+    """A new backend's `method(*args)` in a worker process, its result brought back."""
+    results = [item for item in stream_from_worker(_apart, (make_backend, method, args), cancelled, watch)
+               if item != _STARTED]
+    return results[0]
