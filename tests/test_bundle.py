@@ -8,7 +8,6 @@ import io
 import tarfile
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from fwbench_aggregator.app.bundle import add_to_store, bundle_store
 from fwbench_aggregator.app.errors import UsageError
@@ -17,14 +16,7 @@ from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_aggregator.store.selection import Selection
 
 from support.cli import fwbench_in_process
-
-
-def run_frames(runner: str, median_s: float) -> dict[str, pd.DataFrame]:
-    steps = pd.DataFrame({"runner": runner, "step_index": range(4), "warmup": [i < 1 for i in range(4)],
-                          "step_time_s": [median_s * (1 + i / 100) for i in range(4)]})
-    summary = pd.DataFrame([{"runner": runner, "model": "resnet18", "mode": "train", "batch_size": 8,
-                             "status": "ok", "error": "", "median_step_time_s": median_s}])
-    return {"steps": steps, "summary": summary}
+from support.store_runs import run_frames
 
 
 def three_runs(root: Path) -> ResultStore:

@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support.cli import fwbench_in_process
+from support.store_runs import run_frames
 
 WRITTEN = ("store.json", "writer.lock", "runs")
 
@@ -149,14 +150,6 @@ def test_a_slurm_jobs_store_is_checked_before_its_lock(tmp_path):
 
 
 # --- a store's own integrity ----------------------------------------------------------------------------------------
-
-def run_frames(runner: str, median_s: float) -> dict[str, pd.DataFrame]:
-    steps = pd.DataFrame({"runner": runner, "step_index": range(6), "warmup": [i < 2 for i in range(6)],
-                          "step_time_s": [median_s * (1 + i / 100) for i in range(6)]})
-    summary = pd.DataFrame([{"runner": runner, "model": "resnet18", "mode": "train", "batch_size": 8,
-                             "status": "ok", "error": "", "median_step_time_s": median_s}])
-    return {"steps": steps, "summary": summary}
-
 
 def two_runs(root: Path) -> ResultStore:
     store = ResultStore(root)
