@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -279,17 +280,25 @@ class Stack:
             with timed("image", label):
                 run(["bash", BASE_IMAGES, *args], timeout=BUILD_TIMEOUT_S, env=env)
 
-        make(f"base fwbench-ci/pytorch:{self.torch_version} (and python:3.11)", "runners/torch/requirements.lock",
-             "torch", self.torch_version, f"torch=={self.torch_version}", f"torchvision=={self.torchvision_version}")
-        make(f"base fwbench-ci/tensorflow:{self.tensorflow_version}", "runners/tensorflow/requirements.lock",
-             "tensorflow", self.tensorflow_version, f"tensorflow=={self.tensorflow_version}")
-        # The second TensorFlow has its own pins (an older protobuf): no lock of ours fits it.
+        make("base fwbench-ci/python:3.11", None, "python")
         version, packages = SECOND_TENSORFLOW
-        make(f"base fwbench-ci/tensorflow:{version}", None, "tensorflow", version, *packages)
-        # Like NVIDIA's JAX image: JAX with Flax and optax (here the CPU build, which PyPI's jax is).
-        make(f"base fwbench-ci/jax:{self.jax_version}", "runners/jax/requirements.lock", "jax", self.jax_version,
+        frameworks = [
+            (f"base fwbench-ci/pytorch:{self.torch_version}", "runners/torch/requirements.lock",
+             "torch", self.torch_version, f"torch=={self.torch_version}", f"torchvision=={self.torchvision_version}"),
+            (f"base fwbench-ci/tensorflow:{self.tensorflow_version}", "runners/tensorflow/requirements.lock",
+             "tensorflow", self.tensorflow_version, f"tensorflow=={self.tensorflow_version}"),
+            # The second TensorFlow has its own pins (an older protobuf): no lock of ours fits it.
+            (f"base fwbench-ci/tensorflow:{version}", None, "tensorflow", version, *packages),
+            # Like NVIDIA's JAX image: JAX with Flax and optax (here the CPU build, which PyPI's jax is).
+            (f"base fwbench-ci/jax:{self.jax_version}", "runners/jax/requirements.lock", "jax", self.jax_version,
              f"jax=={self.jax_version}",
-             *(f"{name}=={pinned('runners/jax/requirements.txt', name)}" for name in ("jaxlib", "flax", "optax")))
+             *(f"{name}=={pinned('runners/jax/requirements.txt', name)}" for name in ("jaxlib", "flax", "optax"))),
+        ]
+        # The framework bases all at once, on the one Python base: each waits on uv copying files into a container
+        # and on `docker commit` writing a layer, far more than on the CPU.
+        with timed("image", f"{len(frameworks)} framework bases, concurrently"), ThreadPoolExecutor(len(frameworks)) as pool:
+            for done in [pool.submit(make, *recipe) for recipe in frameworks]:
+                done.result()
 
     def image(self, service: str) -> str:
         return f"{IMAGE_PREFIX}/{service}-runner:{self.variables[f'{service.upper()}_TAG']}"
