@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fwbench_aggregator.analyse.comparison import comparison_rows, run_values
+from fwbench_aggregator.analyse.comparison import comparison_rows, per_run, run_values
 from fwbench_aggregator.analyse.efficiency import hardware_efficiency
 from fwbench_aggregator.analyse.optimal import optimal_batches
 from fwbench_aggregator.analyse.scaling import scaling_rows
@@ -260,12 +260,12 @@ def test_a_series_across_batch_sizes_keeps_versions_apart():
     old = batches({2: 10.0, 4: 12.0, 8: 14.0}, framework_version="2.14.0")
     new = batches({2: 10.0, 4: 40.0, 8: 160.0}, framework_version="2.15.0")
     summary, steps = store(old, new)
-    optimal = optimal_batches(summary, steps).set_index("runner")
+    optimal = optimal_batches(per_run(summary, steps), summary).set_index("runner")
     assert set(optimal.index) == {"torch (version 2.14.0)", "torch (version 2.15.0)"}
     assert optimal.loc["torch (version 2.14.0)", "best_batch"] == 8
     assert optimal.loc["torch (version 2.15.0)", "best_batch"] == 2
     assert (optimal["runs_per_batch"] == 3).all()
-    trends = batch_trends(summary, steps).set_index("runner")
+    trends = batch_trends(per_run(summary, steps)).set_index("runner")
     assert trends.loc["torch (version 2.14.0)", "trend"] != trends.loc["torch (version 2.15.0)", "trend"]
     assert (trends["runs"] == 9).all()
 

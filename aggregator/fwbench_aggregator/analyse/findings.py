@@ -9,7 +9,6 @@ import pandas as pd
 
 from ..store.schema import CONFIG_COLUMNS
 from . import stats
-from .comparison import per_run
 from .scaling import has_scaling
 from .trends import FLATTEN_GAIN
 
@@ -116,9 +115,9 @@ def _trend_finding(trends: pd.DataFrame) -> Finding:
     return Finding(question, sentence + ".")
 
 
-def _energy_finding(summary: pd.DataFrame, steps: pd.DataFrame) -> Finding:
+def _energy_finding(runs: pd.DataFrame) -> Finding:
     question = "Power and energy"
-    runs = per_run(summary, steps).dropna(subset=["energy_per_sample_j"])
+    runs = runs.dropna(subset=["energy_per_sample_j"])
     if runs.empty:
         return Finding(question, "Not measured: no run has a power reading (CPUs have none here; on a GPU, telemetry "
                                  "was off or unreadable).")
@@ -202,9 +201,7 @@ def _profile_finding(rows: pd.DataFrame) -> Finding:
                    + "; ".join(disagreements) + ".")
 
 
-def findings(
-    rows: pd.DataFrame, summary: pd.DataFrame, steps: pd.DataFrame, trends: pd.DataFrame, scaling: pd.DataFrame,
-) -> list[Finding]:
+def findings(rows: pd.DataFrame, runs: pd.DataFrame, trends: pd.DataFrame, scaling: pd.DataFrame) -> list[Finding]:
     """One finding per question of the studies, generated from the data: training time, GPU inference, CPU
     inference, the batch trend, power and energy, scaling, and whether the settings profile changes a verdict."""
     kinds = rows["device"].astype(str).str.split(":").str[0] if not rows.empty else pd.Series(dtype=str)
@@ -214,7 +211,7 @@ def findings(
         _time_finding("GPU inference", rows[infer & (kinds == "gpu")] if not rows.empty else rows, "GPU inference"),
         _time_finding("CPU inference", rows[infer & (kinds == "cpu")] if not rows.empty else rows, "CPU inference"),
         _trend_finding(trends),
-        _energy_finding(summary, steps),
+        _energy_finding(runs),
         _scaling_finding(scaling),
         _profile_finding(rows),
     ]

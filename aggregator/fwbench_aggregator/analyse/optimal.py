@@ -14,7 +14,7 @@ import pandas as pd
 from ..store.schema import MAX_BATCH_KEY_COLUMNS, OPTIMAL_COLUMNS, SERIES_COLUMNS, SERIES_KEY
 from . import stats
 from .alike import keyed, labelled
-from .comparison import is_out_of_memory, per_run, with_status
+from .comparison import is_out_of_memory, with_status
 
 TOO_FEW_RUNS = f"fewer than {stats.MIN_REPETITIONS} runs per batch"
 
@@ -56,14 +56,14 @@ def _largest_fitting(max_batch: Optional[pd.DataFrame]) -> dict[tuple, dict]:
 
 
 def optimal_batches(
-    summary: pd.DataFrame, steps: pd.DataFrame, max_batch: Optional[pd.DataFrame] = None,
+    runs: pd.DataFrame, summary: pd.DataFrame, max_batch: Optional[pd.DataFrame] = None,
     latency_budget_ms: Optional[float] = None,
 ) -> pd.DataFrame:
-    """Per series (a configuration less its batch size) and runner: the batch with the highest throughput among
+    """Per series (a configuration less its batch size) and runner of these runs (comparison.per_run; `summary`
+    holds their failures too): the batch with the highest throughput among
     those that ran (so fit), the batches that cannot be told apart from it, what max-batch or out-of-memory
     failures say of the batches that fit beyond the grid, and, with a latency budget, the largest batch whose
     step time stays under it at the stats.CONFIDENCE level."""
-    runs = per_run(summary, steps)
     failed = _failed_batches(summary)
     fitting = _largest_fitting(max_batch)
     rows = []

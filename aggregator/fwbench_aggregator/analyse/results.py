@@ -44,17 +44,18 @@ def analysed(
     (summary, _), (steps, _) = split_searches(summary), split_searches(steps)
     rows = comparison_rows(summary, steps, calibration, min_effect, parity)
     scaling = scaling_rows(summary)
-    trends = batch_trends(summary, steps)
+    runs = per_run(summary, steps)
+    trends = batch_trends(runs)
     return Analysis(
         rows=rows,
         scaling=scaling,
-        optimal=optimal_batches(summary, steps, max_batch, latency_budget_ms),
+        optimal=optimal_batches(runs, summary, max_batch, latency_budget_ms),
         trends=trends,
         efficiency=hardware_efficiency(rows, model_facts),
-        findings=findings(rows, summary, steps, trends, scaling),
+        findings=findings(rows, runs, trends, scaling),
         searches=searches,
         serving=serving_rows(summary, min_effect, latency_budget_ms),
         load_curve=load_curve(summary),
         capacities=pd.DataFrame() if capacities is None else capacities,
-        runs=per_run(summary, steps),
+        runs=runs,
     )

@@ -37,11 +37,13 @@ def serving_runs(summary: pd.DataFrame, over=CONFIG_COLUMNS) -> pd.DataFrame:
     Its runner is labelled by what sets its runs apart from others of their `over` group (alike.labelled), and its
     `group` says which block of them it is in: only runs with one label pool."""
     runs = with_status(summary)
+    if not runs.empty and "scenario" in runs:
+        runs = runs[(runs["status"] == "ok") & runs["scenario"].fillna("").astype(str).ne("")]
     if runs.empty or "scenario" not in runs:
         return pd.DataFrame(columns=[*RUN_COLUMNS, "group", *SERVING_SUMMARY_COLUMNS])
-    runs = labelled(keyed(runs), over)
-    runs["runner"] = runs.pop("label")
-    ok = runs[(runs["status"] == "ok") & runs["scenario"].fillna("").astype(str).ne("")]
+    # Labelled among the runs under a scenario alone: what sets apart the runs these tables show.
+    ok = labelled(keyed(runs), over)
+    ok["runner"] = ok.pop("label")
     ok = ok[[*RUN_COLUMNS, "group", *(c for c in (*SERVING_SUMMARY_COLUMNS, "max_repetitions") if c in ok)]].copy()
     numeric = [c for c in (*SERVING_SUMMARY_COLUMNS, "max_repetitions") if c not in ("scenario", "serving_unavailable")]
     for column in numeric:

@@ -9,18 +9,17 @@ import pandas as pd
 
 from ..store.schema import SERIES_KEY, TREND_COLUMNS
 from . import stats
-from .comparison import per_run
 from .optimal import TOO_FEW_RUNS, batches_text
 
 # Doubling the batch gains less than this in time per sample: the trend has flattened.
 FLATTEN_GAIN = 0.05
 
 
-def batch_trends(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """Per series and runner: does time per sample fall as the batch grows? Spearman's rank correlation over every
-    run (p-value at stats.ALPHA), the log-log slope as the ratio per doubling, and where the fall flattens: the
-    batch past which each doubling gains less than FLATTEN_GAIN (geometric means over runs)."""
-    runs = per_run(summary, steps)
+def batch_trends(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per series and runner of these runs (comparison.per_run): does time per sample fall as the batch grows?
+    Spearman's rank correlation over every run (p-value at stats.ALPHA), the log-log slope as the ratio per doubling,
+    and where the fall flattens: the batch past which each doubling gains less than FLATTEN_GAIN (geometric means
+    over runs)."""
     rows = []
     for key, own in runs.groupby(list(SERIES_KEY), sort=True):
         batches = sorted(int(b) for b in own["batch_size"].unique())
