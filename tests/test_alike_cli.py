@@ -18,7 +18,7 @@ RUN = ["--model", "resnet18", "--mode", "infer", "--batch-size", "2", "--shape",
 FIGURES = ["runs", "median_step_ms", "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "verdict"]
 
 
-def _compare(tmp_path, store, out, versions: dict[str, tuple[str, str]]) -> None:
+def _compare(tmp_path, store, out, versions: dict[str, tuple[str, str]]) -> str:
     """One compare of the configuration by runners named torch and tensorflow: {runner: (version, step seconds)}."""
     runners = {}
     try:
@@ -30,6 +30,7 @@ def _compare(tmp_path, store, out, versions: dict[str, tuple[str, str]]) -> None
         done = fwbench("compare", *RUN, *(arg for name, r in runners.items() for arg in ("--runner", f"{name}={r.address}")),
                        "--store", str(store), "--out", str(out))
         assert done.returncode == 0, done.stdout + done.stderr
+        return done.stderr
     finally:
         for runner in runners.values():
             runner.stop()
@@ -44,17 +45,26 @@ def _report(store, out, *selection: str) -> pd.DataFrame:
 def test_a_rerun_and_an_upgrade_in_one_store_are_reported_apart_and_one_compare_reproduces_itself(tmp_path):
     shared, alone = tmp_path / "store", tmp_path / "alone"
     first_out = tmp_path / "first"
-    _compare(tmp_path, alone, first_out, {"torch": ("2.14.0", "0.010"), "tensorflow": ("2.21.0", "0.012")})
+    said = _compare(tmp_path, alone, first_out, {"torch": ("2.14.0", "0.010"), "tensorflow": ("2.21.0", "0.012")})
     # The report over a store holding one compare reproduces the compare's own table exactly.
     own = pd.read_csv(only_run_dir(first_out) / "comparison.csv").set_index("runner")
     reported = _report(alone, tmp_path / "report-alone")
     pd.testing.assert_frame_equal(reported.loc[own.index, FIGURES], own[FIGURES])
+    # So does the report the compare wrote of its own runs, and it says where that is.
+    own_report = only_run_dir(first_out) / "report" / "report.html"
+    assert f"report: {own_report}" in " ".join(said.split())
+    in_report = pd.read_csv(own_report.parent / "comparison.csv").set_index("runner")
+    pd.testing.assert_frame_equal(in_report.loc[own.index, FIGURES], own[FIGURES])
 
     # The same compare again, then torch upgraded: one store, as users fill it.
     _compare(tmp_path, shared, tmp_path / "o1", {"torch": ("2.14.0", "0.010"), "tensorflow": ("2.21.0", "0.012")})
     _compare(tmp_path, shared, tmp_path / "o2", {"torch": ("2.14.0", "0.010"), "tensorflow": ("2.21.0", "0.012")})
     _compare(tmp_path, shared, tmp_path / "o3", {"torch": ("2.15.0", "0.016"), "tensorflow": ("2.21.0", "0.012")})
     table = _report(shared, tmp_path / "report-shared")
+    # The store's report holds the upgrade's section; a compare's own, of one version each, holds none.
+    page = (tmp_path / "report-shared" / "report.html").read_text()
+    assert ">Framework versions side by side</h2>" in page and "2.14.0" in page and "2.15.0" in page
+    assert "Framework versions" not in own_report.read_text()
     assert set(table.index) == {"torch (version 2.14.0)", "torch (version 2.15.0)", "tensorflow"}
     # The rerun's runs add up, none merged by repetition number; the upgrade is a row of its own.
     assert table["runs"].to_dict() == {"torch (version 2.14.0)": 6, "torch (version 2.15.0)": 3, "tensorflow": 9}

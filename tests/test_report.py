@@ -17,6 +17,8 @@ import pandas as pd
 import pytest
 from fwbench_aggregator.analyse.comparison import comparison_rows
 from fwbench_aggregator.analyse.results import analysed
+from fwbench_aggregator.analyse.versions import version_changes, version_points, version_runs
+from fwbench_aggregator.app.report import VersionTables
 from fwbench_aggregator.present import plots as plotting
 from fwbench_aggregator.present.display import display_frame
 from fwbench_aggregator.present.report import write_report
@@ -93,6 +95,51 @@ def built(frames, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     manifest = {"run_id": "r1", "runners": {"torch": {"describe": {"framework_version": "9.9"}}}}
     return write(*frames, manifest, out)
+
+
+# Every section report.html can hold, each with its heading (an h2 the contents list links to).
+SECTIONS = ("Findings", "Plots", "Optimal batch size", "Batch size and time per sample", "Hardware efficiency",
+            "Serving", "Strategies and scaling", "Framework versions side by side", "Parity", "Verdicts",
+            "Comparison", "Failed runs", "Runners", "Manifest")
+
+
+def whole_frames(frames) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The report's frames with what the other sections need: torch's resnet18 runs again on an older version (9.8,
+    5% faster), its and tensorflow's inference at batch 1 again under a server scenario, both runners' resnet18
+    training at batch 2 on two devices too, and a parity check."""
+    summary, steps = frames
+    summary, steps = summary.assign(world_size=1, strategy="single"), steps.assign(world_size=1, strategy="single")
+    older = (summary["runner"] == "torch") & (summary["model"] == "resnet18")
+    older_steps = (steps["runner"] == "torch") & (steps["model"] == "resnet18")
+    served = (summary["model"] == "resnet18") & (summary["mode"] == "infer") & (summary["batch_size"] == 1)
+    two = (summary["model"] == "resnet18") & (summary["mode"] == "train") & (summary["batch_size"] == 2) & (
+        summary["device"] == "gpu:0")
+    two_steps = (steps["model"] == "resnet18") & (steps["mode"] == "train") & (steps["batch_size"] == 2) & (
+        steps["device"] == "gpu:0")
+    latency_s = summary.loc[served, "median_step_time_s"]
+    serving = summary[served].assign(serving="server 10 qps", scenario="server", target_qps=10.0, query_count=400,
+                                     duration_s=40.0, achieved_qps=10.0, batch_timeout_ms=0.0, p50_latency_s=latency_s,
+                                     p90_latency_s=latency_s * 1.2, p99_latency_s=latency_s * 1.5,
+                                     mean_latency_s=latency_s * 1.05, mean_batch_queries=1.0, serving_unavailable="")
+    summary = pd.concat([
+        summary, summary[older].assign(framework_version="9.8", median_step_time_s=lambda f: f["median_step_time_s"] * 0.95),
+        serving, summary[two].assign(world_size=2, strategy="ddp")], ignore_index=True)
+    steps = pd.concat([steps, steps[older_steps].assign(framework_version="9.8", step_time_s=lambda f: f["step_time_s"] * 0.95),
+                       steps[two_steps].assign(world_size=2, strategy="ddp")], ignore_index=True)
+    parity = pd.DataFrame([{"model": "my_net", "variant": "", "model_hash": "ab12cd34ef56", "reference_runner": "torch",
+                            "runner": "tensorflow", "verdict": "same", "numeric": "match", "checked_at_unix_s": 1.7e9}])
+    return summary, steps, parity
+
+
+@pytest.fixture(scope="module")
+def whole(frames, tmp_path_factory):
+    """report.html with every section."""
+    summary, steps, parity = whole_frames(frames)
+    points = version_points(version_runs(summary, steps))
+    versions = VersionTables(version_changes(summary, steps), points)
+    out = tmp_path_factory.mktemp("whole-report")
+    return write_report(analysed(summary, steps, parity=parity), summary, {"run_id": "r1"}, out, versions=versions,
+                        parity=parity)
 
 
 def pick(rows, runner, model, mode, batch, device):
@@ -296,6 +343,18 @@ def test_plot_without_data_is_skipped_with_its_reason(tmp_path):
     assert not (tmp_path / "plots" / "infer-gpu-relative.png").exists()
 
 
+def test_lines_against_batch_size_need_two_batch_sizes(frames, tmp_path):
+    summary, steps = frames
+    one = (summary[summary["batch_size"] == 2], steps[steps["batch_size"] == 2])
+    plots = {p.key: p for p in plotting.make_plots(comparison_rows(*one), tmp_path)}
+    for key in ("infer-time-per-sample", "power-vs-batch"):
+        assert plots[key].path is None and plots[key].reason == plotting.ONE_BATCH
+    assert plots["train-relative"].path is not None  # the bars still show each runner at that batch
+    both = (summary[summary["batch_size"].isin([1, 2])], steps[steps["batch_size"].isin([1, 2])])
+    plots = {p.key: p for p in plotting.make_plots(comparison_rows(*both), tmp_path / "two")}
+    assert plots["infer-time-per-sample"].path is not None and plots["power-vs-batch"].path is not None
+
+
 # ------------------------------------------------------------------------------------------ the report
 
 
@@ -321,12 +380,12 @@ def parsed(path: Path) -> list[tuple[str, dict]]:
 @pytest.mark.slow  # writes a whole report, plots included
 def test_findings_open_the_report_and_the_study_tables_follow_the_plots(built):
     page = built.read_text()
-    assert page.index("<h2>Findings</h2>") < page.index("<h2>Plots</h2>") < page.index("<h2>Optimal batch size</h2>")
+    assert page.index(">Findings</h2>") < page.index(">Plots</h2>") < page.index(">Optimal batch size</h2>")
     # torch is 30% faster on resnet18 everywhere and equal on bert: the findings count that, over runs.
     assert "<b>Training time.</b> torch was faster in 6 of 11 configurations (by 29% to 31%)" in page
     assert "<b>Scaling over devices.</b> Not measured" in page
     for title in ("Batch size and time per sample", "Hardware efficiency"):
-        assert f"<h2>{title}</h2>" in page
+        assert f">{title}</h2>" in page
     folder = built.parent
     assert (folder / "findings.md").read_text().startswith("# Findings\n\n- Training time: torch was faster")
     optimal = pd.read_csv(folder / "optimal_batch.csv")
@@ -353,7 +412,9 @@ def test_report_is_self_contained(built):
             assert image.format == "PNG" and image.width > 400
     assert "http://" not in text and "https://" not in text
     assert not [tag for tag, _ in tags if tag in ("script", "link", "iframe", "object", "embed")]
-    assert not [attrs for _, attrs in tags if "href" in attrs or ("src" in attrs and not attrs["src"].startswith("data:"))]
+    # Links only within the page (its contents list); sources only inline.
+    assert not [attrs for _, attrs in tags if not attrs.get("href", "#").startswith("#")
+                or ("src" in attrs and not attrs["src"].startswith("data:"))]
     for phrase in ("torch faster by", "out of memory", "RESOURCE_EXHAUSTED", "&quot;run_id&quot;: &quot;r1&quot;", "3.12.1"):
         assert phrase in text, phrase
     # Each plot beside the report with the data it draws.
@@ -394,20 +455,44 @@ PROBE = """<script>window.addEventListener('load', () => {
 });</script></body>"""
 
 
+@pytest.mark.slow  # writes a whole report, plots included
+def test_the_contents_list_links_every_section_and_each_section_is_there(whole):
+    page = whole.read_text(encoding="utf-8")
+    tags = parsed(whole)
+    ids = [attrs["id"] for tag, attrs in tags if tag == "h2" and "id" in attrs]
+    links = [attrs["href"] for tag, attrs in tags if tag == "a"]
+    assert links == [f"#{anchor}" for anchor in ids if anchor != "contents"]
+    assert len(set(ids)) == len(ids)
+    for title in SECTIONS:
+        assert f">{title}</h2>" in page and f">{title}</a></li>" in page, title
+    # The contents come after the opening paragraph and before the first section.
+    assert page.index("Generated ") < page.index('<nav class="contents"') < page.index(">Findings</h2>")
+    for phrase in ("server 10 qps", "tensorflow against torch", "9.8", "Scaling efficiency against devices"):
+        assert phrase in page, phrase
+    for name in ("serving.csv", "scaling.csv", "version_changes.csv", "version_points.csv"):
+        assert (whole.parent / name).stat().st_size > 0
+
+
 @pytest.mark.browser
-def test_report_renders_in_headless_chromium(built, tmp_path):
+def test_report_renders_in_headless_chromium(whole, tmp_path):
     browser = chromium()
+    drawn = [attrs for tag, attrs in parsed(whole) if tag == "img"]
+    assert len(drawn) > len(plotting.PLOT_QUESTIONS)  # the plots, latency against load and a version plot
     probed = tmp_path / "probed.html"
-    probed.write_text(built.read_text(encoding="utf-8").replace("</body>", PROBE), encoding="utf-8")
+    probed.write_text(whole.read_text(encoding="utf-8").replace("</body>", PROBE), encoding="utf-8")
     dom = run_browser(browser, tmp_path / "profile-dom", "--dump-dom", probed.as_uri())
     tags = elements_of(dom)
     images = [attrs for tag, attrs in tags if tag == "img"]
-    assert len(images) == len(plotting.PLOT_QUESTIONS) and all(a["src"].startswith("data:image/png") for a in images)
+    assert len(images) == len(drawn) and all(a["src"].startswith("data:image/png") for a in images)
     body = next(attrs for tag, attrs in tags if tag == "body")
-    assert body.get("data-decoded-images") == str(len(plotting.PLOT_QUESTIONS)), f"decoded: {body.get('data-decoded-images')}"
+    assert body.get("data-decoded-images") == str(len(drawn)), f"decoded: {body.get('data-decoded-images')}"
+    # Every link of the contents lands on a section the browser built.
+    targets = {attrs["id"] for _, attrs in tags if "id" in attrs}
+    links = [attrs["href"] for tag, attrs in tags if tag == "a"]
+    assert len(links) >= len(SECTIONS) and all(link[1:] in targets for link in links)
 
     shot = tmp_path / "report.png"
-    run_browser(browser, tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1200,3000", built.as_uri())
+    run_browser(browser, tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1200,3000", whole.as_uri())
     with Image.open(shot) as image:
         pixels = np.asarray(image.convert("RGB"), dtype=int)
     assert pixels.shape[:2] == (3000, 1200)
@@ -415,4 +500,3 @@ def test_report_renders_in_headless_chromium(built, tmp_path):
     # The first runner's bar colour appears only inside the plots: the images were painted.
     first = tuple(int(plotting.RUNNER_COLOURS[0][i:i + 2], 16) for i in (1, 3, 5))
     assert (np.abs(pixels - first).sum(axis=2) < 30).sum() > 500, "no plot pixels in the screenshot"
-

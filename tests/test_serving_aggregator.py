@@ -274,7 +274,7 @@ def test_compare_under_server_stores_every_query_names_the_faster_runner_and_rep
     assert report.returncode == 0, report.stdout + report.stderr
     assert "serving: server 5 qps" in report.stdout, "the terminal's report prints the serving table too"
     page = (tmp_path / "store" / "report" / "report.html").read_text()
-    assert "<h2>Serving</h2>" in page and "Serving: latency percentiles against offered load" in page
+    assert ">Serving</h2>" in page and "Serving: latency percentiles against offered load" in page
     assert (tmp_path / "store" / "report" / "plots" / "serving-latency-vs-load.png").exists()
 
 

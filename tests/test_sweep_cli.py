@@ -107,7 +107,7 @@ def test_the_report_answers_the_studies_questions_from_the_store(tmp_path, slow_
     optimal = pd.read_csv(store / "report" / "optimal_batch.csv")
     assert list(optimal["best_batch"]) == [4, 4] and list(optimal["budget_batch"]) == [4, 4]
     page = (store / "report" / "report.html").read_text()
-    assert page.index("<h2>Findings</h2>") < page.index("<h2>Optimal batch size</h2>")
+    assert page.index(">Findings</h2>") < page.index(">Optimal batch size</h2>")
     assert "≤ 60 ms" in page
     # The fake counts FLOPs too: achieved FLOP/s for each runner, and no MFU on a CPU.
     efficiency = pd.read_csv(store / "report" / "hardware_efficiency.csv")

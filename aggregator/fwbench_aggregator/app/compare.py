@@ -13,15 +13,15 @@ from fwbench.runner.v1 import runner_pb2 as pb
 from google.protobuf.json_format import MessageToDict
 
 from ..analyse import stats
-from ..analyse.comparison import comparison_rows
+from ..analyse.results import analysed
 from ..analyse.scaling import has_scaling, scaling_rows
-from ..analyse.serving import serving_rows
 from ..base.paths import safe_component
 from ..base.progress import Progress
 from ..base.vocabulary import Compilation, Strategy
 from ..plan.keys import run_key
 from ..plan.spec import RunSpec, per_runner
 from ..present.line_plots import power_timeline
+from ..present.report import write_report
 from ..run.client import RunnerFailure, RunResult
 from ..run.gate import Gate
 from ..store import records
@@ -29,6 +29,7 @@ from ..store.results_store import ResultStore
 from ..store.schema import BEST_SEARCH_PROFILE, PARITY_FRAME, SCALING_KEY_COLUMNS
 from . import best, preflight
 from .facts import record_model_facts
+from .report import REPORT_FOLDER, version_tables
 from .rounds import Repetitions, run_rounds
 from .runners import RunnerChoice, runners_for
 
@@ -56,6 +57,7 @@ class CompareResult:
     run_id: str
     store: Path
     run_dir: Optional[Path] = None  # None where nothing ran
+    report: Optional[Path] = None  # RUN_DIR/report/report.html, this compare's runs alone
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)  # analyse.comparison rows
     scaling: pd.DataFrame = field(default_factory=pd.DataFrame)  # where the store has other world sizes of it
     resolved: dict[str, pb.ResolvedConfig] = field(default_factory=dict)  # each runner's run, as it resolved it
@@ -130,10 +132,11 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
         record_model_facts(endpoints, runners.transport, results_store, frames["summary"], progress)
         runners.keep_logs(run_dir / "logs")
     result.run_dir = run_dir
-    result.rows = comparison_rows(frames["summary"], frames["steps"], results_store.load("calibration"),
-                                  request.min_effect, results_store.load(PARITY_FRAME))
+    calibration, parity = results_store.load("calibration"), results_store.load(PARITY_FRAME)
+    analysis = analysed(frames["summary"], frames["steps"], calibration, results_store.load("max_batch"),
+                        results_store.load("model_facts"), request.latency_budget_ms, request.min_effect, parity=parity)
+    result.rows, result.serving = analysis.rows, analysis.serving
     frames["comparison"] = result.rows
-    result.serving = serving_rows(frames["summary"], request.min_effect, request.latency_budget_ms)
     if not result.serving.empty:
         frames["serving"] = result.serving
     result.scaling = scaling_of(result.rows, results_store)
@@ -143,6 +146,10 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
     if not frames["power"].empty:
         power_timeline(frames["power"], run_dir)
     records.write_manifest(run_dir, result.run_id, result.results, requests)
+    # This compare's own report: its runs alone, never the rest of the store (`fwbench report` reads that).
+    result.report = write_report(analysis, frames["summary"], records.manifest(result.run_id, result.results, requests), run_dir / REPORT_FOLDER,
+                                 versions=version_tables(results_store, frames["summary"], frames["steps"]),
+                                 parity=parity)
     return result
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..analyse.results import Analysis, analysed
+from ..analyse.versions import confirmed, several_versions, version_changes, version_points, version_runs
 from ..present.report import write_report
 from ..store.health import Damage
 from ..store.results_store import ResultStore
@@ -40,6 +41,33 @@ def selected_frames(results_store: ResultStore, names: Sequence[str], selection:
         raise UsageError(str(exc), exc.option) from None
 
 
+REPORT_FOLDER = "report"  # beside a store (or in a compare's results folder): report.html and its files
+
+# A confirmation round's runs (app.versions): a store of their own inside the study's, so that they are judged on
+# their own and never pooled with the first round's.
+CONFIRMATION_FOLDER = "confirmation"
+
+
+@dataclass(frozen=True)
+class VersionTables:
+    changes: pd.DataFrame  # each version against the previous one, a confirmation round's verdicts beside
+    points: pd.DataFrame  # each configuration's step time per version
+
+
+def version_tables(results_store: ResultStore, summary: pd.DataFrame, steps: pd.DataFrame) -> Optional[VersionTables]:
+    """Each version against the previous one over these runs, a confirmation round's verdicts (the store's
+    confirmation folder) beside its regressions; None where the runs hold no two versions of a configuration."""
+    points = version_points(version_runs(summary, steps))
+    if not several_versions(points):
+        return None
+    calibration = results_store.load("calibration")
+    rounds = None
+    second = ResultStore(results_store.root / CONFIRMATION_FOLDER)
+    if second.run_keys():
+        rounds = version_changes(second.load("summary"), second.load("steps"), calibration)
+    return VersionTables(confirmed(version_changes(summary, steps, calibration), rounds), points)
+
+
 def store_report(results_store: ResultStore, out: Path, latency_budget_ms: Optional[float] = None,
                  not_run: Sequence[str] = (), selection: Selection = Selection()) -> ReportResult:
     """The analysis of everything readable the store holds (runs, noise floors, max-batch searches, FLOP counts), or
@@ -52,7 +80,10 @@ def store_report(results_store: ResultStore, out: Path, latency_budget_ms: Optio
     analysis = analysed(summary, frames["steps"], frames["calibration"], frames["max_batch"], frames["model_facts"],
                         latency_budget_ms, parity=frames[PARITY_FRAME], capacities=frames[SERVE_CAPACITY_FRAME])
     manifests = {key: results_store.manifest(key) for key in sorted(results_store.keys())}
-    return ReportResult(analysis, write_report(analysis, summary, manifests, out, left_out, not_run), left_out)
+    versions = version_tables(results_store, summary, frames["steps"])
+    path = write_report(analysis, summary, manifests, out, left_out, not_run, versions=versions,
+                        parity=frames[PARITY_FRAME])
+    return ReportResult(analysis, path, left_out)
 
 
 def report(store: Path, out: Optional[Path] = None, latency_budget_ms: Optional[float] = None,
@@ -62,4 +93,4 @@ def report(store: Path, out: Optional[Path] = None, latency_budget_ms: Optional[
         damaged = results_store.damaged()
         unreadable = f"; {len(damaged)} of its files are damaged (fwbench store check lists them)" if damaged else ""
         raise UsageError(f"{store} holds no readable runs{unreadable}", "--store")
-    return store_report(results_store, out or store / "report", latency_budget_ms, selection=selection)
+    return store_report(results_store, out or store / REPORT_FOLDER, latency_budget_ms, selection=selection)

@@ -24,7 +24,7 @@ from ..store.lock import StoreBusy, store_lock
 from ..store.results_store import ResultStore
 from .errors import UsageError
 from .facts import record_model_facts
-from .report import ReportResult, store_report
+from .report import REPORT_FOLDER, ReportResult, store_report
 from .study import (
     check_study, pending_runs, refuse_unless_resuming, set_aside_superseded, store_callbacks, stored_summaries,
 )
@@ -158,7 +158,7 @@ def _run_job(folder: Path, submission: slurm_run.Submission, progress: Progress)
         return result
     undone = [key for key, _ in pending if not results_store.has(key)]
     if submission.report and results_store.run_keys():
-        result.report = store_report(results_store, Path(submission.store) / "report", submission.latency_budget_ms)
+        result.report = store_report(results_store, Path(submission.store) / REPORT_FOLDER, submission.latency_budget_ms)
     if undone:
         progress.note(f"{len(undone)} runs are not done: submit again with --resume to run them", "warning")
         result.status = 1

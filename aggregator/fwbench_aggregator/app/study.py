@@ -28,7 +28,7 @@ from .best import DEFAULT_SEARCH_REPETITIONS
 from .best_study import choose_best_settings
 from .errors import UsageError
 from .facts import record_model_facts
-from .report import ReportResult, store_report
+from .report import REPORT_FOLDER, ReportResult, store_report
 from .runners import RunnerChoice, runners_for
 from .sweep_rounds import PointOutcome, looks_for
 
@@ -220,6 +220,6 @@ def _study(request: StudyRequest, progress: Progress) -> StudyResult:
                 record_model_facts(reachable, runners.transport, results_store, ran, progress)
     result.stored = len(results_store.run_keys())
     if request.report and result.stored and result.interrupted is None:
-        result.report = store_report(results_store, request.store / "report", request.latency_budget_ms,
+        result.report = store_report(results_store, request.store / REPORT_FOLDER, request.latency_budget_ms,
                                      not_run=[p.label for p in result.unresolved if p.runs == 0])
     return result

@@ -13,8 +13,7 @@ from typing import Optional
 
 import pandas as pd
 
-from ..analyse.versions import confirmed, regressions_to_confirm, several_versions, version_changes, version_points
-from ..analyse.versions import version_runs
+from ..analyse.versions import regressions_to_confirm, version_changes
 from ..base.progress import Progress
 from ..base.vocabulary import Mode, Precision, Profile
 from ..plan.study import Sweep
@@ -26,13 +25,8 @@ from ..run.compose_versions import BUILD_TIMEOUT_S, Compose, base_image_digest, 
 from ..store.results_store import ResultStore
 from ..store.selection import Selection
 from .errors import UsageError
-from .report import selected_frames
+from .report import CONFIRMATION_FOLDER, REPORT_FOLDER, selected_frames, version_tables
 from .study import StudyRequest, study
-
-# A confirmation round's runs: a store of their own inside the study's, so that they are judged on their own and
-# never pooled with the first round's.
-CONFIRMATION_FOLDER = "confirmation"
-
 
 def override_path(store: Path) -> Path:
     """Where `versions up` writes the Compose override: beside the store, named after it."""
@@ -182,17 +176,12 @@ def version_report(store: Path, out: Optional[Path] = None, required: bool = Tru
     if not results_store.run_keys() and required:
         raise UsageError(f"{store} holds no readable runs", "--store")
     frames = selected_frames(results_store, ("summary", "steps"), selection)
-    summary, steps = frames["summary"], frames["steps"]
-    points = version_points(version_runs(summary, steps))
-    if not several_versions(points):
+    tables = version_tables(results_store, frames["summary"], frames["steps"])
+    if tables is None:
         if not required:
             return None
         raise UsageError(f"{store} holds one version per framework and configuration; a version report needs runs of "
                          "two versions of a configuration (a sweep with versions, or runs added after a new tag)",
                          "--store")
-    rounds = None
-    second = ResultStore(store / CONFIRMATION_FOLDER)
-    if second.run_keys():
-        rounds = version_changes(second.load("summary"), second.load("steps"), results_store.load("calibration"))
-    changes = confirmed(version_changes(summary, steps, results_store.load("calibration")), rounds)
-    return VersionReport(changes, points, write_version_report(changes, points, out or store / "report"))
+    changes, points = tables.changes, tables.points
+    return VersionReport(changes, points, write_version_report(changes, points, out or store / REPORT_FOLDER))

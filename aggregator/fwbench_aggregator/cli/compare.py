@@ -121,7 +121,8 @@ def compare(
     result = run(lambda progress: compare_use_case(request, progress))
     if result.best:
         terminal.print_best_search(result.best)
-    terminal.print_compare(result.rows, result.run_dir, result.store, result.scaling, result.results)
+    terminal.print_compare(result.rows, result.run_dir, result.store, result.scaling, result.results,
+                           result.report)
     terminal.print_rounds(result.rows, result.stopped)
     if not result.serving.empty:
         print_serving(result.serving)

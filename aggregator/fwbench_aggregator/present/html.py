@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,8 +34,8 @@ pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }
 .skipped { color: #666; }
 ul.findings li { margin: 0.3em 0; }
 .flagged { color: #a00000; font-weight: bold; }
+nav.contents ol { columns: 2; font-size: 0.9em; }
 """
-
 
 
 def table_html(shown: pd.DataFrame, failed: Iterable[bool] | None = None) -> str:
@@ -51,6 +52,41 @@ def table_html(shown: pd.DataFrame, failed: Iterable[bool] | None = None) -> str
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+_HEADING = re.compile(r"<h2>(.*?)</h2>", re.S)
+
+
+def _anchor(heading: str, taken: set[str]) -> str:
+    """A section's id from its heading's text: lower case, words joined by hyphens, unique in the page."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", heading))
+    anchor = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
+    candidate, n = anchor, 2
+    while candidate in taken:
+        candidate, n = f"{anchor}-{n}", n + 1
+    taken.add(candidate)
+    return candidate
+
+
+def with_contents(body: str) -> str:
+    """The body with an id on each section heading (h2) and a contents list of them after its first paragraph: a
+    long report is read by jumping to a section, and the page holds no script to build one."""
+    taken: set[str] = set()
+    entries: list[tuple[str, str]] = []
+
+    def identified(match: re.Match) -> str:
+        anchor = _anchor(match.group(1), taken)
+        entries.append((anchor, match.group(1)))
+        return f'<h2 id="{anchor}">{match.group(1)}</h2>'
+
+    body = _HEADING.sub(identified, body)
+    if not entries:
+        return body
+    items = "".join(f'<li><a href="#{anchor}">{heading}</a></li>' for anchor, heading in entries)
+    contents = f'<nav class="contents" aria-label="Contents"><h2>Contents</h2><ol>{items}</ol></nav>'
+    first = body.find("</p>")
+    at = first + len("</p>") if first >= 0 else 0
+    return body[:at] + "\n" + contents + body[at:]
+
+
 def standalone_html(title: str, body: str) -> str:
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -58,7 +94,7 @@ def standalone_html(title: str, body: str) -> str:
     )
 
 
-def _png_data_uri(path: Path) -> str:
+def png_data_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
@@ -83,6 +119,26 @@ def _findings_html(findings: list[Finding]) -> str:
     return f'<h2>Findings</h2><ul class="findings">{items}</ul>'
 
 
+def parity_html(checks: pd.DataFrame) -> str:
+    """The "Parity" section: each stored check of a plug-in model between two runners (fwbench parity), newest
+    first; empty where the store holds none."""
+    if checks is None or checks.empty:
+        return ""
+    shown = checks.sort_values("checked_at_unix_s", ascending=False)
+    table = pd.DataFrame({
+        "model": shown["model"], "variant": shown["variant"].fillna(""), "runners": [
+            f"{o} against {r}" for r, o in zip(shown["reference_runner"], shown["runner"])],
+        "verdict": shown["verdict"], "outputs": shown["numeric"].fillna(""),
+        "model hash": shown["model_hash"].fillna("").astype(str).str[:12],
+        "checked": [datetime.fromtimestamp(float(t), timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+                    for t in shown["checked_at_unix_s"]],
+    })
+    return ("<h2>Parity</h2><p>Whether two runners build the same network of a plug-in model (fwbench parity): "
+            "parameters and FLOPs within tolerance, the same output shape and, where compared, matching outputs. A "
+            "comparison of a plug-in says \"parity not checked\" until a check at its model hash covers its runners."
+            "</p>" + table_html(table, table["verdict"] != "same"))
+
+
 def _left_out_html(left_out: Sequence[Damage]) -> str:
     items = "".join(f"<li><code>{html.escape(str(d.path))}</code>: {html.escape(d.reason)}</li>" for d in left_out)
     return ("<h2>Left out: damaged files</h2><p class=\"flagged\">These files of the store cannot be read: the runs "
@@ -94,10 +150,13 @@ def _left_out_html(left_out: Sequence[Damage]) -> str:
 def render_html(
     summary: pd.DataFrame, analysis: Analysis, plots: list[PlotResult], manifest: dict | None,
     tables: list[tuple[str, str, pd.DataFrame]] = (), study_tables: list[tuple[str, str, str, pd.DataFrame]] = (),
-    left_out: Sequence[Damage] = (), unresolved: Sequence[str] = (), serving: str = "",
+    left_out: Sequence[Damage] = (), unresolved: Sequence[str] = (), serving: str = "", versions: str = "",
+    parity: pd.DataFrame | None = None,
 ) -> str:
-    """One self-contained page: the files left out, findings, plots, the studies' tables, scaling, verdicts, the
-    comparison, failed runs, the runners and the manifest."""
+    """One self-contained page, a contents list after its opening paragraph: the files left out, findings, points left
+    unresolved, plots, the studies' tables, serving, scaling, versions, parity, verdicts, the comparison, failed
+    runs, the runners and the manifest. `serving` and `versions` are sections rendered elsewhere (present.serving,
+    present.versions)."""
     e = html.escape
     rows = analysis.rows
     status = summary["status"] if "status" in summary else pd.Series(["ok"] * len(summary))
@@ -124,7 +183,7 @@ def render_html(
         if plot.path is None:
             continue
         parts.append(f"<h3>{e(plot.title)}</h3>")
-        parts.append(f'<img src="{_png_data_uri(plot.path)}" alt="{e(plot.title)}">')
+        parts.append(f'<img src="{png_data_uri(plot.path)}" alt="{e(plot.title)}">')
         if plot.missing:
             marks = "; ".join(f"{m.runner} {m.config}: {m.label}" for m in plot.missing)
             parts.append(f"<p class=\"skipped\">Marked ✕ (did not run): {e(marks)}</p>")
@@ -144,6 +203,8 @@ def render_html(
         for _, title, shown in tables:
             parts.append(f"<h3>{e(title)}</h3>")
             parts.append(table_html(shown))
+    parts.append(versions)
+    parts.append(parity_html(parity))
     parts.append("<h2>Verdicts</h2>")
     parts.append(table_html(verdict_table(rows).astype(str)) if not rows.empty else "<p>No runs.</p>")
     parts.append("<h2>Comparison</h2>")
@@ -159,4 +220,4 @@ def render_html(
         parts.append(f"<pre>{e(json.dumps(manifest, indent=2, sort_keys=True, default=str))}</pre>")
     else:
         parts.append("<p>No manifest given.</p>")
-    return standalone_html("fwbench comparison report", "\n".join(parts))
+    return standalone_html("fwbench comparison report", with_contents("\n".join(parts)))

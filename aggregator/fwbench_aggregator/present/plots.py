@@ -312,6 +312,14 @@ def _against_batch(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colo
     return result
 
 
+ONE_BATCH = "every series ran at one batch size: a line against batch size needs two (the relative plots show it)"
+
+
+def _several_batches(rows: pd.DataFrame) -> bool:
+    """Whether some series (a configuration less its batch size) ran at two batch sizes or more."""
+    return bool((rows.groupby(list(SERIES_COLUMNS), sort=False)["batch_size"].nunique() > 1).any())
+
+
 def make_plots(rows: pd.DataFrame, out_dir: Path, optimal: pd.DataFrame | None = None,
                runs: pd.DataFrame | None = None) -> list[PlotResult]:
     """The five plots, in PLOT_QUESTIONS order; a question with no data is skipped with its reason. `optimal`
@@ -342,6 +350,8 @@ def make_plots(rows: pd.DataFrame, out_dir: Path, optimal: pd.DataFrame | None =
     infer = rows[rows["mode"] == "infer"]
     if infer.empty or not (infer["status"] == "ok").any():
         results.append(PlotResult(key, titles[key], reason="no successful inference runs in these results"))
+    elif not _several_batches(infer):
+        results.append(PlotResult(key, titles[key], reason=ONE_BATCH))
     else:
         marks = batch_marks(optimal) if optimal is not None else {}
         results.append(_against_batch(infer, key, titles[key], out_dir, colours, [("ms_per_sample", "median ms per sample")],
@@ -352,6 +362,8 @@ def make_plots(rows: pd.DataFrame, out_dir: Path, optimal: pd.DataFrame | None =
     powered = rows[has_power.astype(bool)]
     if powered.empty:
         results.append(PlotResult(key, titles[key], reason="no power readings in these results (telemetry off or unreadable)"))
+    elif not _several_batches(powered):
+        results.append(PlotResult(key, titles[key], reason=ONE_BATCH))
     else:
         results.append(_against_batch(powered, key, titles[key], out_dir, colours,
                                       [("mean_power_w", "mean power (W)"), ("energy_per_sample_j", "energy per sample (J)")],

@@ -26,6 +26,7 @@ from .plots import make_plots
 from .console import err_console
 from .serving import print_serving, serving_section_html
 from .terminal import configuration_title, print_findings, print_scaling, print_series
+from .versions import CHANGES_CSV, POINTS_CSV, versions_section_html
 
 def write_tables(rows: pd.DataFrame, out_dir: Path, stem: str = "comparison") -> list[Path]:
     """comparison.csv (every column, full precision), comparison.md and comparison.html (as displayed)."""
@@ -123,10 +124,14 @@ def write_studies(analysis: Analysis, out_dir: Path, not_run: Sequence[str] = ()
 
 
 def write_report(analysis: Analysis, summary: pd.DataFrame, manifest: dict | None, out_dir: Path,
-                 left_out: Sequence[Damage] = (), not_run: Sequence[str] = ()) -> Path:
-    """report.html in out_dir: one self-contained file, the store's unreadable files it left out (if any) and the
-    findings at its top. Beside it: comparison.csv/.md/.html, findings.md and the study tables' CSVs, scaling.csv/.md
-    where any ran on several devices, and the plots as PNG files under plots/. Returns its path."""
+                 left_out: Sequence[Damage] = (), not_run: Sequence[str] = (), versions=None,
+                 parity: pd.DataFrame | None = None) -> Path:
+    """report.html in out_dir: one self-contained file, a contents list, the store's unreadable files it left out (if
+    any) and the findings at its top, and every section these runs support (`versions`: app.report.VersionTables,
+    where they hold two versions of a configuration; `parity`: the stored parity checks). Beside it:
+    comparison.csv/.md/.html, findings.md and the study tables' CSVs, scaling.csv/.md where any ran on several
+    devices, serving.csv, the version tables' CSVs, and the plots as PNG files (each with its CSV) under plots/.
+    Returns its path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_tables(analysis.rows, out_dir)
@@ -138,9 +143,15 @@ def write_report(analysis: Analysis, summary: pd.DataFrame, manifest: dict | Non
         analysis.serving.to_csv(out_dir / "serving.csv", index=False)
     serving = serving_section_html(analysis.serving, analysis.capacities,
                                    latency_load_plot(analysis.load_curve, out_dir / "plots"))
+    versions_html = ""
+    if versions is not None:
+        versions.changes.to_csv(out_dir / CHANGES_CSV, index=False)
+        versions.points.to_csv(out_dir / POINTS_CSV, index=False)
+        versions_html = versions_section_html(versions.changes, versions.points, out_dir / "plots")
     path = out_dir / "report.html"
     path.write_text(render_html(summary, analysis, plots, manifest, tables, study_tables(analysis), left_out,
-                                unresolved_lines(analysis.rows, not_run), serving), encoding="utf-8")
+                                unresolved_lines(analysis.rows, not_run), serving, versions_html, parity),
+                    encoding="utf-8")
     return path
 
 

@@ -14,7 +14,7 @@ from ..analyse import stats
 from ..store.schema import CONFIG_COLUMNS
 from .console import Column, err_console, out_console, print_table
 from .display import cell
-from .html import _png_data_uri, table_html
+from .html import png_data_uri, table_html
 from .plots import PlotResult
 from .terminal import VERDICT_WIDTH, configuration_title
 
@@ -114,5 +114,5 @@ def serving_section_html(rows: pd.DataFrame, capacities: pd.DataFrame, plot: Plo
                      "bisection; a percentile a probe's queries could not support counts as missing the budget.</p>")
         parts.append(table_html(capacity_display(capacities)))
     if plot.path is not None:
-        parts.append(f"<h3>{e(plot.title)}</h3><img src=\"{_png_data_uri(plot.path)}\" alt=\"{e(plot.title)}\">")
+        parts.append(f"<h3>{e(plot.title)}</h3><img src=\"{png_data_uri(plot.path)}\" alt=\"{e(plot.title)}\">")
     return "\n".join(parts)

@@ -85,8 +85,9 @@ def run_flags(results: Sequence[RunResult]) -> dict[str, list[str]]:
 
 
 def print_compare(rows: pd.DataFrame, run_dir: Path | None, store: Path, scaling: pd.DataFrame,
-                  results: Sequence[RunResult]) -> None:
-    """One configuration's rows: the table, each runner's verdict, the noise floor, energy, flags, where it is."""
+                  results: Sequence[RunResult], report: Path | None = None) -> None:
+    """One configuration's rows: the table, each runner's verdict, the noise floor, energy, flags, where its results
+    and its report are."""
     if rows.empty:
         return
     ran = rows[rows["status"] == "ok"]
@@ -118,6 +119,8 @@ def print_compare(rows: pd.DataFrame, run_dir: Path | None, store: Path, scaling
         err_console.print(f"[yellow]{escape(', '.join(runs))}: {escape(flag)}[/]", highlight=False)
     if run_dir is not None:
         err_console.print(f"results: {run_dir} (every run also in {store})", highlight=False)
+    if report is not None:
+        err_console.print(f"report: {report}", highlight=False)
 
 
 def _print_verdicts(rows: pd.DataFrame) -> None:

@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from ..analyse.versions import CONFIRMED, NOT_CONFIRMED, plot_series
 from .console import Column, err_console, out_console, print_table
-from .html import _png_data_uri, standalone_html, table_html
+from .html import png_data_uri, standalone_html, table_html
 from .line_plots import version_plot
 
 PAGE = "versions.html"
@@ -45,26 +45,33 @@ def _shown(changes: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+def versions_section_html(changes: pd.DataFrame, points: pd.DataFrame, plots_dir: Path) -> str:
+    """The "Framework versions" section, as the version report and report.html show it: each version against the
+    previous one, step time against version per model (its plots written into `plots_dir`), and what ran each."""
+    e = html.escape
+    body = [f"<h2>Framework versions side by side</h2><p>{len(changes)} version change(s) over "
+            f"{points['framework_version'].nunique()} version(s); regressions and improvements first. A regression "
+            "is confirmed only where a second round of fresh, interleaved runs calls it too.</p>",
+            "<h3>Each version against the previous one</h3>", table_html(_shown(changes)),
+            "<h3>Step time against version</h3>"]
+    for model in dict.fromkeys(points["model"]):
+        plot = version_plot(*plot_series(points, model), model, plots_dir)
+        body.append(f'<img alt="{e(plot.title)}" src="{png_data_uri(plot.path)}">' if plot.path
+                    else f'<p class="skipped">{e(plot.title)}: {e(plot.reason)}</p>')
+    images = points[["framework", "framework_version", "runners", "container_image", "image_digest",
+                     "container_base_image", "base_image_digest"]].drop_duplicates()
+    body += ["<h3>What ran each version</h3>", table_html(images.fillna(""))]
+    return "\n".join(body)
+
+
 def write_version_report(changes: pd.DataFrame, points: pd.DataFrame, out: Path) -> Path:
     """versions.html, the two tables as CSV and a plot per model into `out`; the page's path."""
     out.mkdir(parents=True, exist_ok=True)
     changes.to_csv(out / CHANGES_CSV, index=False)
     points.to_csv(out / POINTS_CSV, index=False)
-    e = html.escape
-    body = [f"<h1>Framework versions side by side</h1><p>{len(changes)} version change(s) over "
-            f"{points['framework_version'].nunique()} version(s); regressions and improvements first. A regression "
-            "is confirmed only where a second round of fresh, interleaved runs calls it too.</p>",
-            "<h2>Each version against the previous one</h2>", table_html(_shown(changes))]
-    body.append("<h2>Step time against version</h2>")
-    for model in dict.fromkeys(points["model"]):
-        plot = version_plot(*plot_series(points, model), model, out / "plots")
-        body.append(f'<img alt="{e(plot.title)}" src="{_png_data_uri(plot.path)}">' if plot.path
-                    else f'<p class="skipped">{e(plot.title)}: {e(plot.reason)}</p>')
-    images = points[["framework", "framework_version", "runners", "container_image", "image_digest",
-                     "container_base_image", "base_image_digest"]].drop_duplicates()
-    body += ["<h2>What ran each version</h2>", table_html(images.fillna(""))]
     path = out / PAGE
-    path.write_text(standalone_html("fwbench: versions", "\n".join(body)))
+    body = "<h1>fwbench: framework versions</h1>\n" + versions_section_html(changes, points, out / "plots")
+    path.write_text(standalone_html("fwbench: versions", body))
     return path
 
 
