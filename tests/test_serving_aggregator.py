@@ -81,7 +81,11 @@ def test_runs_at_different_loads_are_never_pooled_and_the_load_curve_has_one_poi
     assert set(rows[rows["serving"] == "server 200 qps"]["verdict"]) == {"only runner"}
     curve = load_curve(summary)
     assert list(curve[curve["runner"] == "a"]["target_qps"]) == [50.0, 200.0]
-    assert curve.set_index(["runner", "target_qps"]).loc[("a", 200.0), "p50_latency_s"] == pytest.approx(0.020, rel=0.02)
+    point = curve.set_index(["runner", "target_qps"]).loc[("a", 200.0)]
+    assert point["p50_latency_s"] == pytest.approx(0.020, rel=0.02)
+    # Each percentile's interval over the load's runs, drawn as a band around its line.
+    assert point["p50_latency_low_s"] < point["p50_latency_s"] < point["p50_latency_high_s"]
+    assert point["p99_latency_low_s"] < point["p99_latency_s"] < point["p99_latency_high_s"]
 
 
 def test_offline_compares_throughput():

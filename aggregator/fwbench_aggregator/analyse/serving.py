@@ -157,16 +157,23 @@ def serving_rows(summary: pd.DataFrame, min_effect: float = stats.MIN_EFFECT,
 
 def load_curve(summary: pd.DataFrame) -> pd.DataFrame:
     """The server runs as latency against offered load: per configuration less its load, runner and target_qps, the
-    geometric mean over runs of each percentile (NaN where a run could not support it) and the runs."""
+    geometric mean over runs of each percentile with its interval (`{p}_latency_low_s`, `_high_s`: stats.
+    geometric_interval, none under MIN_REPETITIONS runs; NaN where a run could not support the percentile) and the
+    runs."""
     series = [c for c in CONFIG_COLUMNS if c != "serving"]
     runs = serving_runs(summary, over=series)
     runs = runs[runs["scenario"] == "server"]
-    columns = [*series, "runner", "target_qps", "runs", *(latency_column(p) for p in SERVING_PERCENTILES)]
+    columns = [*series, "runner", "target_qps", "runs",
+               *(f"{latency_column(p)[:-2]}{end}" for p in SERVING_PERCENTILES for end in ("_s", "_low_s", "_high_s"))]
     rows = []
     for key, own in runs.groupby([*series, "runner", "target_qps"], sort=True):
         row = dict(zip([*series, "runner", "target_qps"], key), runs=len(own))
         for percentile in SERVING_PERCENTILES:
-            values = own[latency_column(percentile)].to_numpy(dtype=float)
-            row[latency_column(percentile)] = stats.geometric_mean(values) if np.isfinite(values).all() else math.nan
+            column = latency_column(percentile)
+            values = own[column].to_numpy(dtype=float)
+            interval = stats.geometric_interval(values) if np.isfinite(values).all() else None
+            row[column] = interval.value if interval else math.nan
+            row[f"{column[:-2]}_low_s"] = interval.low if interval else math.nan
+            row[f"{column[:-2]}_high_s"] = interval.high if interval else math.nan
         rows.append(row)
     return pd.DataFrame(rows, columns=columns)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..analyse import stats
 from ..analyse.scaling import has_scaling
 from ..base.paths import safe_component
 from ..store.schema import SCALING_KEY_COLUMNS, SERIES_COLUMNS
@@ -113,7 +114,8 @@ def version_plot(versions: list[str], series: dict, model: str, out_dir: Path) -
 
 def latency_load_plot(curve: pd.DataFrame, out_dir: Path, key: str = "serving-latency-vs-load") -> PlotResult:
     """Per configuration less its load: each runner's p50 (solid), p90 (dashed) and p99 (dotted) against the offered
-    load (analyse.serving.load_curve); a percentile a load's runs could not support is left out of its line."""
+    load (analyse.serving.load_curve), each in a band of its interval over runs where there were enough; a percentile
+    a load's runs could not support is left out of its line."""
     title = "Serving: latency percentiles against offered load"
     if curve.empty:
         return PlotResult(key, title, reason="no runs under the server scenario in these results")
@@ -126,9 +128,18 @@ def latency_load_plot(curve: pd.DataFrame, out_dir: Path, key: str = "serving-la
                 points = own.dropna(subset=[f"{percentile}_latency_s"])
                 axes.plot(points["target_qps"], points[f"{percentile}_latency_s"] * 1e3, linestyle=style, marker="o",
                           color=colours[runner], label=f"{runner} {percentile}")
+                banded = points.dropna(subset=[f"{percentile}_latency_low_s", f"{percentile}_latency_high_s"])
+                if len(banded):
+                    axes.fill_between(banded["target_qps"], banded[f"{percentile}_latency_low_s"] * 1e3,
+                                      banded[f"{percentile}_latency_high_s"] * 1e3, color=colours[runner], alpha=0.12,
+                                      linewidth=0)
         axes.set(xlabel="offered load (queries/s)", ylabel="latency (ms)", ylim=(0, None),
                  title=config_label(frame.iloc[0].to_dict(), varying_columns(curve, keys)))
         axes.legend(fontsize=7)
-    figure.suptitle(title)
+    figure.suptitle(f"{title}\n(bands: the {stats.CONFIDENCE:.0%} interval over runs)" if _banded(curve) else title)
     figure.tight_layout()
     return PlotResult(key, title, save_plot(figure, out_dir, key, curve))
+
+
+def _banded(curve: pd.DataFrame) -> bool:
+    return any(curve[f"{p}_latency_low_s"].notna().any() for p in ("p50", "p90", "p99"))
