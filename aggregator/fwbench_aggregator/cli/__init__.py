@@ -11,4 +11,4 @@ app = typer.Typer(cls=Commands, add_completion=False, no_args_is_help=True, help
                   rich_markup_mode="markdown")
 
 # Each module adds its commands to `app`.
-from . import compare, runners, serving, slurm, store, study  # noqa: E402,F401
+from . import compare, export, runners, serving, slurm, store, study  # noqa: E402,F401
