@@ -129,14 +129,19 @@ def latency_load_plot(curve: pd.DataFrame, out_dir: Path, key: str = "serving-la
                 axes.plot(points["target_qps"], points[f"{percentile}_latency_s"] * 1e3, linestyle=style, marker="o",
                           color=colours[runner], label=f"{runner} {percentile}")
                 banded = points.dropna(subset=[f"{percentile}_latency_low_s", f"{percentile}_latency_high_s"])
-                if len(banded):
-                    axes.fill_between(banded["target_qps"], banded[f"{percentile}_latency_low_s"] * 1e3,
-                                      banded[f"{percentile}_latency_high_s"] * 1e3, color=colours[runner], alpha=0.12,
+                low_ms, high_ms = banded[f"{percentile}_latency_low_s"] * 1e3, banded[f"{percentile}_latency_high_s"] * 1e3
+                if len(banded) > 1:
+                    axes.fill_between(banded["target_qps"], low_ms, high_ms, color=colours[runner], alpha=0.12,
                                       linewidth=0)
+                elif len(banded):  # one load: a band has no width, a bar shows the interval
+                    middle_ms = banded[f"{percentile}_latency_s"] * 1e3
+                    axes.errorbar(banded["target_qps"], middle_ms, yerr=[middle_ms - low_ms, high_ms - middle_ms],
+                                  fmt="none", ecolor=colours[runner], capsize=4)
         axes.set(xlabel="offered load (queries/s)", ylabel="latency (ms)", ylim=(0, None),
                  title=config_label(frame.iloc[0].to_dict(), varying_columns(curve, keys)))
         axes.legend(fontsize=7)
-    figure.suptitle(f"{title}\n(bands: the {stats.CONFIDENCE:.0%} interval over runs)" if _banded(curve) else title)
+    interval = f"\n(the {stats.CONFIDENCE:.0%} interval over runs, shaded or as bars)"
+    figure.suptitle(title + interval if _banded(curve) else title, fontsize=11)
     figure.tight_layout()
     return PlotResult(key, title, save_plot(figure, out_dir, key, curve))
 
