@@ -102,6 +102,19 @@ def test_the_report_holds_the_strategy_tables_and_the_scaling_plot(tmp_path):
     assert "plots/scaling.png" in markdown
 
 
+def test_the_scaling_plot_draws_each_runs_throughput_beside_its_line(tmp_path):
+    summary = _summary(*(_run("torch", strategy, size, value, repetition=r)
+                         for strategy, size, values in (("single", 1, (98.0, 100.0, 102.0)), ("ddp", 2, (170.0, 180.0, 190.0)))
+                         for r, value in enumerate(values)))
+    analysis = analysed(summary, pd.DataFrame())
+    plot = scaling_plot(analysis.scaling, tmp_path, runs=analysis.runs)
+    drawn = pd.read_csv(plot.path.with_suffix(".csv"))
+    runs = drawn[drawn["value_of"] == "one run"]
+    # The ddp line's three runs at two devices and the three single runs its baseline pools, each a dot.
+    assert sorted(runs["throughput_samples_per_s"].round(1)) == [98.0, 100.0, 102.0, 170.0, 180.0, 190.0]
+    assert set(runs["line"]) == {"torch ddp"}
+
+
 def test_no_scaling_plot_or_tables_without_a_second_world_size(tmp_path):
     scaling = scaling_rows(_summary(_run("torch", "single", 1, 100.0)))
     plot = scaling_plot(scaling, tmp_path)

@@ -303,17 +303,17 @@ def flagged_verdict(verdict: str, flagged: object, parity: object = "") -> str:
 
 def per_run(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """One row per successful run: analysis.run_values's median step time, and from it the run's throughput and
-    time per sample over the job's samples (batch per device x devices), its runner's name, device name and
+    time per sample over the job's samples (batch per device x devices), its runner's name, strategy, device name and
     energy per sample. Its `runner` is labelled by what sets its runs apart from others of their series (a
     configuration less its batch size: alike.labelled) and `group` says which block of them it is in, so that a
     series across batch sizes pools only alike runs."""
     runs = run_values(summary, steps)
     if runs.empty:
-        return runs.assign(runner_name="", device_name="", group="", time_per_sample_s=np.nan,
+        return runs.assign(runner_name="", strategy="", device_name="", group="", time_per_sample_s=np.nan,
                            throughput_samples_per_s=np.nan, energy_per_sample_j=np.nan)
     summary = with_status(summary)
     facts = labelled(keyed(summary), SERIES_COLUMNS)
-    extra = [c for c in ("runner_name", "device_name", "energy_per_sample_j") if c in facts]
+    extra = [c for c in ("runner_name", "strategy", "device_name", "energy_per_sample_j") if c in facts]
     facts = facts[[*RUN_COLUMNS, "label", "group", *extra]].drop_duplicates(list(RUN_COLUMNS))
     runs = runs.merge(facts, on=list(RUN_COLUMNS), how="left")
     runs["runner"] = runs.pop("label")

@@ -13,8 +13,20 @@ from ..store.schema import SCALING_KEY_COLUMNS, SERIES_COLUMNS
 from .plots import RUNNER_COLOURS, PlotResult, config_label, pyplot, runner_colours, save_plot, series_grid, varying_columns
 
 
-def scaling_plot(scaling: pd.DataFrame, out_dir: Path, key: str = "scaling") -> PlotResult:
-    """Per configuration: throughput and scaling efficiency against devices, one line per runner and strategy."""
+def _scaling_runs(runs: pd.DataFrame | None, config: dict, runner_name: str, strategy: str) -> pd.DataFrame:
+    """The runs (comparison.per_run) a line of the scaling plot pools: its configuration, its runner, its strategy and
+    the one-device single runs its baseline comes from."""
+    if runs is None or runs.empty:
+        return pd.DataFrame(columns=["world_size", "throughput_samples_per_s"])
+    own = runs[(runs["runner_name"] == runner_name) & runs["strategy"].isin([strategy, "single"])]
+    for column, value in config.items():
+        own = own[own[column].astype(str) == str(value)]
+    return own
+
+
+def scaling_plot(scaling: pd.DataFrame, out_dir: Path, key: str = "scaling", runs: pd.DataFrame | None = None) -> PlotResult:
+    """Per configuration: throughput and scaling efficiency against devices, one line per runner and strategy through
+    the geometric means, each run's throughput (`runs`: comparison.per_run) a dot beside it."""
     title = "Throughput and scaling efficiency against devices"
     if not has_scaling(scaling):
         return PlotResult(key, title, reason="no configuration ran at more than one number of devices")
@@ -23,6 +35,7 @@ def scaling_plot(scaling: pd.DataFrame, out_dir: Path, key: str = "scaling") -> 
               if frame["world_size"].nunique() > 1]
     panels = (("throughput_samples_per_s", "samples/s (job)"), ("scaling_efficiency", "efficiency (÷ N × one device)"))
     figure, axes_list = series_grid(len(series) * len(panels), ncols_max=len(panels))
+    drawn_runs: list[pd.DataFrame] = []
     for s, (values, frame) in enumerate(series):
         config = dict(zip(SCALING_KEY_COLUMNS, values))
         label = " ".join(f"batch {v}/device" if c == "batch_size" else str(v)
@@ -40,6 +53,11 @@ def scaling_plot(scaling: pd.DataFrame, out_dir: Path, key: str = "scaling") -> 
                     points = pd.concat([pd.Series([one], index=[1]), points])
                 if len(points):
                     axes.plot(points.index, points.values, marker="o", color=colours[runner], label=runner)
+                if column == "throughput_samples_per_s":
+                    dots = _scaling_runs(runs, config, own["runner_name"].iloc[0], own["strategy"].iloc[0])
+                    axes.scatter(dots["world_size"], dots["throughput_samples_per_s"], s=10, color=colours[runner],
+                                 alpha=0.5, zorder=3, linewidths=0)
+                    drawn_runs.append(dots.assign(line=runner))
             sizes = sorted({1, *frame["world_size"]})
             axes.set_xticks(sizes, [str(n) for n in sizes])
             axes.set_xlabel("devices (world size)")
@@ -52,7 +70,12 @@ def scaling_plot(scaling: pd.DataFrame, out_dir: Path, key: str = "scaling") -> 
             axes.legend(fontsize=8, loc="best")
     figure.suptitle(title)
     figure.tight_layout()
-    return PlotResult(key, title, save_plot(figure, out_dir, key, pd.concat([frame for _, frame in series])))
+    data = pd.concat([frame for _, frame in series]).assign(value_of="the runs' geometric mean")
+    shown = [c for c in (*SCALING_KEY_COLUMNS, "line", "run_id", "world_size", "throughput_samples_per_s")]
+    dots = [d[[c for c in shown if c in d]] for d in drawn_runs if len(d)]
+    if dots:
+        data = pd.concat([data, *(d.assign(value_of="one run") for d in dots)], ignore_index=True)
+    return PlotResult(key, title, save_plot(figure, out_dir, key, data))
 
 
 PHASE_COLOURS = {"idle": "#d9d9d9", "warmup": "#fde0b6", "measure": "#cde5c8", "after": "#d9d9d9"}

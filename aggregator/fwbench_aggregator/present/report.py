@@ -137,7 +137,7 @@ def write_report(analysis: Analysis, summary: pd.DataFrame, manifest: dict | Non
     write_tables(analysis.rows, out_dir)
     write_studies(analysis, out_dir, not_run)
     plots = make_plots(analysis.rows, out_dir / "plots", analysis.optimal, analysis.runs)
-    plots.append(scaling_plot(analysis.scaling, out_dir / "plots"))
+    plots.append(scaling_plot(analysis.scaling, out_dir / "plots", runs=analysis.runs))
     tables, _ = write_scaling(analysis.rows, analysis.scaling, out_dir)
     if len(analysis.serving):
         analysis.serving.to_csv(out_dir / "serving.csv", index=False)
