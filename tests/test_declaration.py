@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fwbench_core.catalog import BUILTIN_MODELS_FOLDER, MODEL_SPECS
+from fwbench_core.builtin import BUILTIN_MODELS_FOLDER, MODEL_SPECS
 from fwbench_core.declaration import (
     DECLARATION_FILE,
     MAX_DIMENSION,

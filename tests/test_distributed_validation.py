@@ -6,7 +6,8 @@ import pytest
 
 from fwbench_core.errors import FailedPrecondition, InvalidArgument
 from fwbench_core.spec import Cluster, Device, DeviceKind, DeviceRef, Strategy
-from fwbench_core.validation import DEFAULT_DISTRIBUTED_TIMEOUT_S, cpu_worker_limit
+from fwbench_core.placement import cpu_worker_limit
+from fwbench_core.validation import DEFAULT_DISTRIBUTED_TIMEOUT_S
 
 from support.core import CPU, GPU0, expect_error, request, resolve_request
 

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from fwbench_aggregator.plan import spec as plan
 from fwbench_aggregator.cli import app
 from fwbench_aggregator.base.paths import CHANGED_MARK, MAX_COMPONENT_CHARS, safe_component
-from fwbench_core import validation
+from fwbench_core import limits
 from fwbench_core.power import sampler
 
 from support.cli import fwbench, fwbench_in_process
@@ -102,15 +102,19 @@ def test_a_number_out_of_range_exits_2_naming_the_option_before_any_runner_start
 
 
 def test_the_command_line_takes_the_ranges_the_runners_take():
-    assert plan.MAX_BATCH_SIZE == validation.MAX_BATCH_SIZE
-    assert plan.MAX_WARMUP == validation.MAX_WARMUP_STEPS
-    assert plan.MAX_STEPS == validation.MAX_MEASURED_STEPS
-    assert plan.MAX_SEED == validation.MAX_SEED
-    assert plan.MAX_THREADS == validation.MAX_THREADS
-    assert plan.MAX_MEASURE_S == validation.MAX_MEASURE_S
-    assert plan.MAX_IDLE_BASELINE_S == validation.MAX_IDLE_BASELINE_S
-    assert plan.MAX_DISTRIBUTED_TIMEOUT_S == validation.MAX_DISTRIBUTED_TIMEOUT_S
-    assert plan.MAX_NODES == validation.MAX_NODES
+    # The aggregator installs no runner core (its image has none): its checks keep their own copy of each bound.
+    assert plan.MAX_BATCH_SIZE == limits.MAX_BATCH_SIZE
+    assert plan.MAX_WARMUP == limits.MAX_WARMUP_STEPS
+    assert plan.MAX_STEPS == limits.MAX_MEASURED_STEPS
+    assert plan.MAX_SEED == limits.MAX_SEED
+    assert plan.MAX_THREADS == limits.MAX_THREADS
+    assert plan.MAX_MEASURE_S == limits.MAX_MEASURE_S
+    assert plan.MAX_IDLE_BASELINE_S == limits.MAX_IDLE_BASELINE_S
+    assert plan.MAX_DISTRIBUTED_TIMEOUT_S == limits.MAX_DISTRIBUTED_TIMEOUT_S
+    assert plan.MAX_NODES == limits.MAX_NODES
+    assert plan.MAX_TARGET_QPS == limits.MAX_TARGET_QPS
+    assert plan.MAX_QUERIES == limits.MAX_QUERY_COUNT
+    assert plan.MAX_BATCH_TIMEOUT_MS == limits.MAX_BATCH_TIMEOUT_MS
     assert (plan.MIN_POWER_RATE_HZ, plan.MAX_POWER_RATE_HZ) == (sampler.MIN_RATE_HZ, sampler.MAX_RATE_HZ)
 
 

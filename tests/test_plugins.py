@@ -17,17 +17,17 @@ from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator.run import launch
 
 from fwbench_core import plugins
-from fwbench_core.catalog import MODEL_SPECS, Catalog, load_catalog
+from fwbench_core.builtin import MODEL_SPECS
+from fwbench_core.catalog import Catalog, load_catalog
 from fwbench_core.errors import FailedPrecondition, RunnerError, status_for
 from fwbench_core.fake import FAKE_MODELS
+from fwbench_core.plugin_modules import PluginError, builder_attribute
 from fwbench_core.plugins import (
     ENTRY_POINT_GROUP,
     MODELS_DIR_ENV,
     MODELS_DIR_FLAG,
-    PluginError,
     PluginLocation,
     PluginReport,
-    builder_attribute,
     content_hash,
     locations,
     plugin_builder,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fwbench_core.catalog import MODEL_SPECS, Catalog
+from fwbench_core.builtin import MODEL_SPECS
+from fwbench_core.catalog import Catalog
 from fwbench_core.errors import FailedPrecondition, NotFound
 from fwbench_core.registry import ModelRegistry
 

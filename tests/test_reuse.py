@@ -22,7 +22,7 @@ from fwbench_core.server import create_server
 from fwbench_core.service import RunnerService
 from fwbench_core.spec import Mode
 from fwbench_core.timing import StepBatch, Summary
-from fwbench_core.validation import MAX_REUSE_KEY_LENGTH
+from fwbench_core.limits import MAX_REUSE_KEY_LENGTH
 
 from support.runners import REAL_RUNNERS
 from support.core import RecordingBackend, expect_error, request, resolve_request, small

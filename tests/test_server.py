@@ -15,7 +15,7 @@ import pytest
 
 from fwbench_core import errors, healthcheck
 from fwbench_core.backend import Backend
-from fwbench_core.catalog import MODEL_SPECS
+from fwbench_core.builtin import MODEL_SPECS
 from fwbench_core.errors import (
     REASON_KEY,
     Aborted,

@@ -317,14 +317,6 @@ def test_serve_capacity_refuses_bad_options_before_anything_runs(args, message):
     assert message in " ".join(done.output.split())
 
 
-def test_the_command_line_refuses_exactly_what_the_runners_refuse():
-    from fwbench_aggregator.plan import spec as plan
-    from fwbench_core import serving
-
-    assert (plan.MAX_TARGET_QPS, plan.MAX_QUERIES, plan.MAX_BATCH_TIMEOUT_MS) == (
-        serving.MAX_TARGET_QPS, serving.MAX_QUERY_COUNT, serving.MAX_BATCH_TIMEOUT_MS)
-
-
 def test_the_rate_search_brackets_then_bisects_to_the_resolution():
     from fwbench_aggregator.plan.bracket_search import RateSearch
 

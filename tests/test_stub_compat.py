@@ -16,7 +16,7 @@ import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator.run.launch import REPO_ROOT, LocalRunner
-from fwbench_core.catalog import MODEL_SPECS
+from fwbench_core.builtin import MODEL_SPECS
 
 # Every test here runs the command line, runners or generated requests end to end: seconds each.
 pytestmark = pytest.mark.slow

@@ -8,7 +8,8 @@ from fwbench.runner.v1 import runner_pb2 as pb
 import pytest
 
 from fwbench_core import wire
-from fwbench_core.catalog import MODEL_SPECS, Catalog
+from fwbench_core.builtin import MODEL_SPECS
+from fwbench_core.catalog import Catalog
 from fwbench_core.errors import ECHO_CHARS, FailedPrecondition, InvalidArgument, NotFound, echoed
 from fwbench_core.spec import (
     Compilation,

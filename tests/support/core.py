@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fwbench_core.backend import MemoryReading, Workload
-from fwbench_core.catalog import MODEL_SPECS, Catalog
+from fwbench_core.builtin import MODEL_SPECS
+from fwbench_core.catalog import Catalog
 from fwbench_core.fake import FakeBackend, FakeWorkload
 from fwbench_core.spec import (
     Capabilities,

@@ -6,24 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
-from .declaration import read_declaration
+from .builtin import MODEL_SPECS
 from .errors import FailedPrecondition, NotFound, did_you_mean, echoed
 from .plugins import PLUGIN_LIMIT_S, LoadedPlugins, PluginLocation, PluginReport, load_plugins
 from .registry import ModelRegistry
-from .spec import ModelSource, ModelSpec
-
-BUILTIN_MODELS_FOLDER = Path(__file__).parent / "builtin_models"
-
-
-def _builtin_specs() -> dict[str, ModelSpec]:
-    folders = sorted(p for p in BUILTIN_MODELS_FOLDER.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
-    return {folder.name: read_declaration(folder, ModelSource()) for folder in folders}
-
-
-# The built-in models, by name.
-MODEL_SPECS: dict[str, ModelSpec] = _builtin_specs()
+from .spec import ModelSpec
 
 
 @dataclass(frozen=True)

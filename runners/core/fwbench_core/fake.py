@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .backend import Backend, MemoryReading, Workload
-from .catalog import MODEL_SPECS
+from .builtin import MODEL_SPECS
 from .errors import Aborted, Unavailable
 from .references import compared_outputs
 from .registry import ModelRegistry

@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
+from .plugin_modules import PluginError, builder_file, import_builder
+
 log = logging.getLogger("fwbench.runner")
 
 # How long the checking process may take to import the framework (make_builder's module), before any plug-in's
@@ -26,7 +28,6 @@ def check_builders(
     """For each (folder, model) plug-in, "" where its builder module imports and `make_builder` (which must pickle)
     accepts it, else why not. One process imports the framework once and checks them in turn, each within
     `limit_s`; one that outlives it or ends the process is named, and a fresh process checks the rest."""
-    from .plugins import builder_file  # plugins imports this module
 
     results: list[str] = []
     while len(results) < len(plugins):
@@ -77,7 +78,6 @@ def _check_in_one_process(framework, pending, make_builder, limit_s: float, path
 
 
 def _check_main(pending: list[tuple[str, str]], framework: str, make_builder, sender) -> None:
-    from .plugins import PluginError, import_builder
 
     sender.send("ready")  # make_builder arrived: its framework is imported
     for folder, model in pending:

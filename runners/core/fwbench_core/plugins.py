@@ -8,9 +8,7 @@ fails to load is reported with its error and left out; the runner serves the res
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
-import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -19,8 +17,8 @@ from pathlib import Path
 from types import ModuleType
 
 from .declaration import DECLARATION_FILE, DeclarationError, read_declaration
-from .errors import FailedPrecondition
 from .plugin_checks import check_builders
+from .plugin_modules import PluginError, builder_file, import_builder
 from .spec import ModelSource, ModelSpec
 
 MODELS_DIR_ENV = "FWBENCH_MODELS_DIR"
@@ -34,11 +32,6 @@ HASH_CHUNK_BYTES = 1 << 20
 # parity): past it, the process running it is stopped and the request fails, naming the plug-in and the phase.
 PLUGIN_LIMIT_S = 60.0
 MAX_PLUGIN_LIMIT_S = 3600.0
-
-
-class PluginError(FailedPrecondition):
-    """A plug-in that cannot be served; the message says which file and why. Over the wire (a run's worker that
-    finds the plug-in changed): FAILED_PRECONDITION, the runner's configuration being what must change."""
 
 
 @dataclass(frozen=True)
@@ -59,10 +52,6 @@ class PluginReport:
     models: tuple[str, ...] = ()
     content_hash: str = ""
     error: str = ""
-
-
-def builder_file(framework: str) -> str:
-    return f"build_{framework}.py"
 
 
 def locations(models_dirs: Sequence[str] = (), environ=os.environ, entry_points: bool = True) -> list[PluginLocation]:
@@ -149,30 +138,6 @@ def content_hash(folder: Path) -> str:
         if read != size:
             raise PluginError(f"{folder / name} changed while it was read; load the plug-in again once it is written")
     return f"sha256:{digest.hexdigest()}"
-
-
-def import_builder(folder: Path, framework: str, model: str) -> ModuleType:
-    """The plug-in's builder module for `framework`, imported as a module of a package of its own (the folder), so
-    that two plug-ins' modules never share a name, none shadows a framework, and a builder imports the folder's
-    other files relatively (`from . import layers`)."""
-    path = folder / builder_file(framework)
-    package = f"fwbench_plugin_{model}"
-    if package not in sys.modules:
-        holder = ModuleType(package)
-        holder.__path__ = [str(folder)]
-        sys.modules[package] = holder
-    name = f"{package}.build_{framework}"
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    try:
-        module_spec.loader.exec_module(module)
-    except BaseException as error:
-        del sys.modules[name]
-        if isinstance(error, (KeyboardInterrupt, SystemExit)):
-            raise PluginError(f"{path} failed to import: it exits or interrupts at import") from None
-        raise PluginError(f"{path} failed to import: {type(error).__name__}: {error}") from None
-    return module
 
 
 @dataclass
@@ -287,11 +252,3 @@ def plugin_builder(framework: str, spec: ModelSpec, make_builder: Callable[[Modu
                 )
             _builders[key] = make_builder(import_builder(folder, framework, spec.name), folder)
         return _builders[key]
-
-
-def builder_attribute(module: ModuleType, folder: Path, framework: str, name: str, signature: str) -> Callable:
-    """`module.name`, which must be callable: for the frameworks' builder adapters."""
-    value = getattr(module, name, None)
-    if not callable(value):
-        raise PluginError(f"{folder / builder_file(framework)} defines no function {name}({signature})")
-    return value

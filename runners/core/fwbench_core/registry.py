@@ -6,6 +6,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable, Generic, Optional, TypeVar
 
+from .builtin import MODEL_SPECS
 from .plugins import plugin_builder
 from .spec import BUILT_IN, ModelSpec
 
@@ -22,8 +23,6 @@ class ModelRegistry(Generic[Builder]):
         self._builders: dict[str, Builder] = {}
 
     def register(self, name: str) -> Callable[[Builder], Builder]:
-        from .catalog import MODEL_SPECS  # the catalog reads plug-ins through this module
-
         if name not in MODEL_SPECS:
             raise ValueError(f"{self.framework}: {name!r} has no declaration in fwbench_core/builtin_models")
         if name in self._builders:

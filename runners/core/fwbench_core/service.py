@@ -23,7 +23,8 @@ from .device_state import DeviceStateReader
 from .distributed import run_distributed
 from .errors import Busy, Cancelled, FailedPrecondition, OutOfMemory, RunnerError, Unavailable
 from .isolation import RunIsolation, Watch, stream_from_worker
-from .plugins import PLUGIN_LIMIT_S, PluginLocation, builder_file
+from .plugin_modules import builder_file
+from .plugins import PLUGIN_LIMIT_S, PluginLocation
 from .power import PowerPhase, PowerSample, PowerSampler, energy_summary, source_for
 from .references import ReferenceFolder, check_input_fits, check_name
 from .spec import (

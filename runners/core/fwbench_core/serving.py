@@ -15,11 +15,9 @@ from typing import Protocol
 import numpy as np
 
 from .errors import Cancelled
+from .limits import MAX_QUERY_COUNT
 from .spec import Scenario, Serving
 
-MAX_QUERY_COUNT = 1_000_000
-MAX_TARGET_QPS = 1e6
-MAX_BATCH_TIMEOUT_MS = 60_000.0
 # single_stream and server measure at least this many queries by default: enough to support a p99 (below).
 DEFAULT_MIN_QUERIES = 300
 # offline measures this many batches' samples by default.

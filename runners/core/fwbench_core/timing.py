@@ -13,7 +13,7 @@ from .errors import Cancelled
 from .power import EnergySummary
 from .serving import Clock, QueryBatch, ScenarioRun, ServingSummary, SystemClock
 from .spec import DeviceRef, Mode, Phase, RunConfig, WarmupUntilStable
-from .validation import MAX_MEASURED_STEPS
+from .limits import MAX_MEASURED_STEPS
 
 # Step timings leave the runner in batches, at most this often, so that
 # streaming costs no round trip per step; flushing happens between steps.

@@ -3,29 +3,23 @@
 from __future__ import annotations
 
 import enum
-import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 
 from .catalog import Catalog
 from .errors import FailedPrecondition, InvalidArgument, did_you_mean, echoed
-from .power import DEFAULT_RATE_HZ, energy_window_s, validate_rate_hz
-from .serving import (
-    DEFAULT_MIN_QUERIES,
-    MAX_BATCH_TIMEOUT_MS,
-    MAX_QUERY_COUNT,
-    MAX_TARGET_QPS,
-    OFFLINE_DEFAULT_BATCHES,
-    default_server_query_count,
+from .limits import (
+    MAX_BATCH_SIZE, MAX_BATCH_TIMEOUT_MS, MAX_DISTRIBUTED_TIMEOUT_S, MAX_IDLE_BASELINE_S, MAX_MEASURE_S,
+    MAX_MEASURED_STEPS, MAX_QUERY_COUNT, MAX_REFERENCE_BATCH_SIZE, MAX_REUSE_KEY_LENGTH, MAX_SEED, MAX_TARGET_QPS,
+    MAX_THREADS, MAX_WARMUP_STEPS, in_range,
 )
+from .placement import resolve_cluster, resolve_device, resolve_devices, resolve_strategy
+from .power import DEFAULT_RATE_HZ, energy_window_s, validate_rate_hz
+from .serving import DEFAULT_MIN_QUERIES, OFFLINE_DEFAULT_BATCHES, default_server_query_count
 from .spec import (
     Capabilities,
-    Cluster,
     Compilation,
     CompilationLimits,
     Device,
-    DeviceKind,
-    DeviceRef,
     InputKind,
     Layout,
     ModelConfig,
@@ -44,15 +38,8 @@ from .spec import (
     WarmupUntilStable,
 )
 
-MAX_BATCH_SIZE = 65536
 # A parity reference holds a batch's input and output: a few samples show the same network.
 DEFAULT_REFERENCE_BATCH_SIZE = 2
-MAX_REFERENCE_BATCH_SIZE = 64
-MAX_WARMUP_STEPS = 10_000
-MAX_MEASURED_STEPS = 1_000_000
-# The seeds both frameworks honour: keras.utils.set_random_seed seeds NumPy, which takes 0..2**32-1
-# (torch.manual_seed takes more).
-MAX_SEED = 2**32 - 1
 DEFAULT_MEASURED_STEPS = 20
 # Unless the request says otherwise, warm up until the step time is stable: a fixed handful of steps is
 # too few after compilation or autotuning and too many for a tiny model. The cap bounds a run that never
@@ -67,20 +54,10 @@ DEFAULT_MIN_MEASURE_S = 1.0
 ENERGY_WINDOW_MARGIN_S = 0.1
 DEFAULT_PRECISION = Precision.FP32
 DEFAULT_LAYOUT = Layout.CHANNELS_LAST
-MAX_THREADS = 1024
-MAX_MEASURE_S = 86_400.0
 DEFAULT_POWER_SAMPLE_RATE_HZ = DEFAULT_RATE_HZ
 DEFAULT_IDLE_BASELINE_S = 1.0
-MAX_IDLE_BASELINE_S = 60.0
 # A distributed run's ranks wait for each other (rendezvous, collectives) at most this long by default.
 DEFAULT_DISTRIBUTED_TIMEOUT_S = 120.0
-MAX_DISTRIBUTED_TIMEOUT_S = 3600.0
-MAX_NODES = 1024
-# cpu:0 .. cpu:N-1 name N CPU workers (PyTorch) or logical CPU devices (TensorFlow): as many as the host
-# has cores, and two on any host, so that a distributed run can be tried anywhere.
-MIN_CPU_WORKERS = 2
-MAX_REUSE_KEY_LENGTH = 128
-_ENDPOINT = re.compile(r"[A-Za-z0-9_.:\[\]-]+:(\d{1,5})")
 
 
 def _choices(enum_type) -> str:
@@ -133,126 +110,12 @@ def resolve_model_config(
     """The model, batch and seed that inspection and parity checks build, validated as a run's are."""
     spec, input_shape, model_options = resolve_model(model, shape, options, catalog)
     return ModelConfig(
-        spec, input_shape, model_options, _in_range("batch_size", batch_size, 1, MAX_BATCH_SIZE), _seed(seed)
+        spec, input_shape, model_options, in_range("batch_size", batch_size, 1, MAX_BATCH_SIZE), _seed(seed)
     )
 
 
-def resolve_device(requested: DeviceRef | None, devices: Sequence[Device]) -> Device:
-    by_ref = {device.ref: device for device in devices}
-    if requested is None:
-        gpus = [d for d in devices if d.ref.kind is DeviceKind.GPU]
-        return gpus[0] if gpus else by_ref[DeviceRef(DeviceKind.CPU, 0)]
-    if requested not in by_ref:
-        available = ", ".join(str(device.ref) for device in devices)
-        raise FailedPrecondition(f"device {requested} is not available on this runner; available devices: {available}")
-    return by_ref[requested]
-
-
-def cpu_worker_limit() -> int:
-    return max(MIN_CPU_WORKERS, os.cpu_count() or 1)
-
-
-def resolve_devices(request: RunRequest, devices: Sequence[Device]) -> tuple[Device, ...]:
-    """The devices of this runner a run uses: `device` (or the default), or the `devices` list."""
-    if not request.devices:
-        return (resolve_device(request.device, devices),)
-    if request.device is not None:
-        raise InvalidArgument("device and devices are both set: name one device with device, or several with devices")
-    kinds = {ref.kind for ref in request.devices}
-    if len(kinds) > 1:
-        raise InvalidArgument("devices mixes CPU and GPU devices; name devices of one kind, e.g. gpu:0,gpu:1 or cpu:0,cpu:1")
-    seen: set[DeviceRef] = set()
-    for ref in request.devices:
-        if ref in seen:
-            raise InvalidArgument(f"devices names {ref} twice; name each device once")
-        seen.add(ref)
-    by_ref = {device.ref: device for device in devices}
-    cpu = by_ref[DeviceRef(DeviceKind.CPU, 0)]
-    limit = cpu_worker_limit()
-    resolved = []
-    for ref in request.devices:
-        if ref.kind is DeviceKind.CPU:
-            if ref.index >= limit:
-                raise InvalidArgument(
-                    f"devices: {ref} is out of range; cpu:0 to cpu:{limit - 1} name this host's CPU workers (one per core)"
-                )
-            resolved.append(Device(ref, cpu.name, cpu.memory_bytes, cpu.driver_version))
-        elif ref not in by_ref:
-            gpus = ", ".join(str(d.ref) for d in devices if d.ref.kind is DeviceKind.GPU) or "none"
-            raise InvalidArgument(f"devices: {ref} is out of range; this runner's GPUs: {gpus}")
-        else:
-            resolved.append(by_ref[ref])
-    return tuple(resolved)
-
-
-def resolve_cluster(cluster: Cluster | None) -> Cluster | None:
-    if cluster is None:
-        return None
-    _in_range("cluster.node_count", cluster.node_count, 1, MAX_NODES)
-    _in_range("cluster.node_rank", cluster.node_rank, 0, cluster.node_count - 1)
-    if len(cluster.endpoints) != cluster.node_count:
-        raise InvalidArgument(
-            f"cluster.endpoints has {len(cluster.endpoints)} entries for cluster.node_count {cluster.node_count}; "
-            "give one HOST:PORT per runner, in node_rank order"
-        )
-    for endpoint in cluster.endpoints:
-        match = _ENDPOINT.fullmatch(endpoint)
-        if not match or not 1 <= int(match[1]) <= 65535:
-            raise InvalidArgument(f"cluster.endpoints has {echoed(endpoint)}, which is not HOST:PORT with PORT 1 to 65535")
-    return cluster
-
-
-def resolve_strategy(
-    requested: Strategy | None, devices: Sequence[Device], cluster: Cluster | None, can: Capabilities, framework: str
-) -> Strategy:
-    """The strategy a run uses on `devices` (of one kind) and `cluster`, or FailedPrecondition naming those
-    the devices can run."""
-    nodes = cluster.node_count if cluster else 1
-    where = f"{len(devices)} {devices[0].ref.kind.value.upper()} device{'s' if len(devices) > 1 else ''}"
-    where += f" on each of {nodes} runners" if nodes > 1 else " on one runner"
-    if requested is None:
-        if nodes > 1:
-            requested = can.multi_node_strategy
-        elif len(devices) > 1:
-            requested = can.parallel_strategy
-        else:
-            return Strategy.SINGLE
-    supported = [s for s in Strategy if s in can.strategies]
-    usable = [s.value for s in supported if _fits(s, devices, nodes) is None]
-    hint = f"; the {framework} runner supports {', '.join(usable) or 'none of its strategies'} for {where}"
-    if requested not in can.strategies:
-        raise FailedPrecondition(
-            f"strategy {requested.value} is not supported on {devices[0].ref.kind.value.upper()} devices by the "
-            f"{framework} runner{hint}"
-        )
-    problem = _fits(requested, devices, nodes)
-    if problem:
-        raise FailedPrecondition(f"strategy {requested.value} {problem}{hint}")
-    return requested
-
-
-def _fits(strategy: Strategy, devices: Sequence[Device], nodes: int) -> str | None:
-    """Why `strategy` cannot run `devices` on each of `nodes` runners; None where it can."""
-    gpus = devices[0].ref.kind is DeviceKind.GPU
-    if strategy is Strategy.SINGLE and (len(devices) > 1 or nodes > 1):
-        return "runs one device on one runner"
-    if strategy is Strategy.DP and (not gpus or len(devices) < 2 or nodes > 1):
-        return "(torch.nn.DataParallel) needs two or more GPUs of one runner"
-    if strategy is Strategy.MIRRORED and nodes > 1:
-        return "(MirroredStrategy) runs on one runner; across runners use multi_worker_mirrored"
-    if strategy is Strategy.MULTI_WORKER_MIRRORED and not gpus and len(devices) > 1:
-        return "(MultiWorkerMirroredStrategy) runs one CPU device per runner; name cpu:0 alone"
-    return None
-
-
-def _in_range(field: str, value: int, low: int, high: int) -> int:
-    if not low <= value <= high:
-        raise InvalidArgument(f"{field} must be between {low} and {high}, got {value}")
-    return value
-
-
 def _seed(seed: int) -> int:
-    return _in_range("seed", seed, 0, MAX_SEED)
+    return in_range("seed", seed, 0, MAX_SEED)
 
 
 def _refuse_unless(value: enum.Enum, supported: frozenset, field: str, device: Device, framework: str) -> None:
@@ -280,7 +143,7 @@ def _threads(field: str, requested: int, configured: int, adjustable: bool, fram
     if requested in (0, configured):
         return configured
     if adjustable:
-        return _in_range(field, requested, 1, MAX_THREADS)
+        return in_range(field, requested, 1, MAX_THREADS)
     flag = "--" + field.replace("_", "-")
     raise FailedPrecondition(
         f"{field} {requested} differs from this {framework} runner's {configured}, which it fixes at start-up; "
@@ -319,7 +182,7 @@ def resolve(
     )
     if request.mode is None:
         raise InvalidArgument(f"mode must be set; accepted values: {_choices(Mode)}")
-    batch_size = _in_range("batch_size", request.batch_size, 1, MAX_BATCH_SIZE)
+    batch_size = in_range("batch_size", request.batch_size, 1, MAX_BATCH_SIZE)
     run_devices = resolve_devices(request, devices)
     device = run_devices[0]
     can = capabilities(device)
@@ -374,7 +237,7 @@ def resolve(
     if stable is not None:
         if not 0.0 < stable.cv_threshold < 1.0:
             raise InvalidArgument(f"warmup_until_stable.cv_threshold must be between 0 and 1, got {stable.cv_threshold}")
-        _in_range("warmup_until_stable.window", stable.window, 2, MAX_WARMUP_STEPS)
+        in_range("warmup_until_stable.window", stable.window, 2, MAX_WARMUP_STEPS)
         if warmup < stable.window:
             raise InvalidArgument(
                 f"warmup_steps ({warmup}) caps warm-up until stable and must be at least its window ({stable.window})"
@@ -404,8 +267,8 @@ def resolve(
         input_shape=input_shape,
         precision=precision,
         device=device,
-        warmup_steps=_in_range("warmup_steps", warmup, 0, MAX_WARMUP_STEPS),
-        measured_steps=_in_range("measured_steps", measured, 1, MAX_MEASURED_STEPS),
+        warmup_steps=in_range("warmup_steps", warmup, 0, MAX_WARMUP_STEPS),
+        measured_steps=in_range("measured_steps", measured, 1, MAX_MEASURED_STEPS),
         seed=_seed(request.seed),
         model_options=model_options,
         layout=layout,
@@ -470,7 +333,7 @@ def resolve_serving(request: RunRequest, batch_size: int, strategy: Strategy, mi
         raise InvalidArgument(
             f"serving.batch_timeout_ms must be between 0 and {MAX_BATCH_TIMEOUT_MS:.0f}, got {asked.batch_timeout_ms:g}"
         )
-    seed = _in_range("serving.arrival_seed", asked.arrival_seed, 0, MAX_SEED) or request.seed
+    seed = in_range("serving.arrival_seed", asked.arrival_seed, 0, MAX_SEED) or request.seed
     count = asked.query_count or default_server_query_count(seed, asked.target_qps, min_measure_s)
     return Serving(
         scenario, target_qps=asked.target_qps, query_count=count, batch_timeout_ms=asked.batch_timeout_ms,

@@ -42,7 +42,7 @@ from fwbench_core.spec import (
     Switch,
     Tf32,
 )
-from fwbench_core.validation import cpu_worker_limit
+from fwbench_core.placement import cpu_worker_limit
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, process_peak_rss_bytes, python_version
 
 from .flops import FLOPS_METHOD, forward_flops

@@ -5,7 +5,7 @@ output is logits: (batch, classes), (batch, seq, vocab), or for CTC
 (batch, frames, alphabet). One module per task registers its models here.
 """
 
-from fwbench_core.plugins import builder_attribute
+from fwbench_core.plugin_modules import builder_attribute
 from fwbench_core.registry import ModelRegistry
 
 
