@@ -17,7 +17,6 @@ from ..app.compare import CompareRequest
 from ..app.compare import compare as compare_use_case
 from ..app.factors import DEFAULT_FACTORS, FACTORS
 from ..app.factors import factors as factors_use_case
-from ..app.runners import RunnerChoice
 from ..plan import spec as plan
 from ..plan.spec import RunSpec, StartupSettings, option_pairs
 from ..present import terminal
@@ -34,7 +33,7 @@ from .options import (
     RendezvousPortOption,
     RepetitionsOption, RunnerOption, SearchRepetitionsOption, SeedOption, ShapeOption, StableWindowOption, StepsOption, StoreOption, TimeBudgetOption,
     StrategyOption, ThreadsOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption,
-    WarmupOption, WarmupUntilCvOption, checked_names, every_framework, parse_runner_addresses, parse_store, runner_transport,
+    WarmupOption, WarmupUntilCvOption, checked_names, every_framework, parse_runner_addresses, parse_store, runner_choice,
     BatchTimeoutOption, LatencyBudgetOption, QueriesOption, ScenarioOption, TargetQpsOption,
 )
 
@@ -97,7 +96,6 @@ def compare(
     Every runner is asked first whether it can run the request; a mistake stops the comparison before anything
     runs.
     """
-    transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     if device and devices:
         raise usage_error("give one device with --device or several with --devices, not both")
     startup = StartupSettings(intra_op_threads, inter_op_threads, cudnn_autotune.value)
@@ -113,7 +111,7 @@ def compare(
     problem = store is None and store_path_problem(out / "store")  # the default store, checked as --store is
     if problem:
         raise usage_error(problem, "--out")
-    choice = RunnerChoice(tuple(runner), frameworks, venvs, transport, tuple(map(str, models_dir)))
+    choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
     rounds = Repetitions(None if repetitions == AUTO else int(repetitions), max_repetitions, time_budget_s)
     request = CompareRequest(spec, choice, tuple(compilation), tuple(strategy), rounds, cooldown_s, min_effect,
                              rendezvous_port, out, store, allow_different_models, search_repetitions, wait_for_quiet,
@@ -172,11 +170,10 @@ def calibrate(
     The floor is the smallest difference this host resolves there; it is stored, and `compare` and `report` call no
     difference below it.
     """
-    transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     spec = RunSpec(model, mode, batch_size, shape, precision, device, layout, warmup=warmup, steps=steps,
                    model_options=option_pairs(option), warmup_until_cv=warmup_until_cv, min_measure_s=min_measure_s,
                    profile=profile)
-    choice = RunnerChoice(tuple(runner), frameworks, venvs, transport, tuple(map(str, models_dir)))
+    choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
     target = FloorTarget(floor_precision_pct / 100, max_repetitions) if floor_precision_pct is not None else None
     result = run(lambda progress: calibrate_use_case(spec, choice, repetitions, store, progress,
                                                         search_repetitions, wait_for_quiet, target))
@@ -217,10 +214,9 @@ def factors(
     """What each setting does to each runner: one configuration under the equal profile, then each other value of
     each factor the runner accepts, one setting changed at a time, each compared with that runner's own baseline
     over runs. A value a runner refuses is named with its reason."""
-    transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     spec = RunSpec(model, mode, batch_size, shape, precision, device, warmup=warmup, steps=steps,
                    model_options=option_pairs(option), min_measure_s=min_measure_s)
-    choice = RunnerChoice(tuple(runner), frameworks, venvs, transport, tuple(map(str, models_dir)))
+    choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
     result = run(lambda progress: factors_use_case(spec, choice, tuple(vary.split(",")), repetitions, out, progress))
     terminal.print_factors(result.effects, f"{model} {mode.value}, batch {batch_size}, {precision.value}", result.run_dir)
     report_failures(result.failures)

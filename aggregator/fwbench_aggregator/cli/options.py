@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..analyse import stats
+from ..app.runners import RunnerChoice
 from ..base.folders import models_dir_problem
 from ..base.frameworks import default_names as default_framework_names
 from ..base.frameworks import framework_of
@@ -228,6 +229,14 @@ def runner_transport(runner: list[str], tls_ca: Optional[Path], tls_cert: Option
         return Transport.from_files(tls_ca, tls_cert, tls_key, token_file)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
+
+
+def runner_choice(runner: list[str], frameworks: str, venvs: Path, models_dir: list[Path], tls_ca: Optional[Path],
+                  tls_cert: Optional[Path], tls_key: Optional[Path], token_file: Optional[Path]) -> RunnerChoice:
+    """The runners a command uses (--runner, --frameworks, --venvs, --models-dir) and how it reaches them (the TLS
+    and token options): what every command that starts or reaches runners takes, built in one place."""
+    return RunnerChoice(tuple(runner), frameworks, venvs, runner_transport(runner, tls_ca, tls_cert, tls_key, token_file),
+                        tuple(map(str, models_dir)))
 
 
 def checked_names(value: str, known, what: str) -> str:

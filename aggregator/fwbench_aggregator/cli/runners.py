@@ -12,7 +12,6 @@ from ..app.max_batch import max_batch as max_batch_use_case
 from ..app.parity import parity as parity_use_case
 from ..app.runner_info import describe as describe_use_case
 from ..app.runner_info import list_models
-from ..app.runners import RunnerChoice
 from ..plan import spec as plan
 from ..plan.spec import RunSpec, option_pairs
 from ..present import listings
@@ -22,13 +21,8 @@ from .options import (
     DeviceOption, FrameworksOption, ModelOption, ModelOptionsOption, ModelsDirOption, ModeOption, PrecisionOption, RunnerOption,
     ShapeOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption, every_framework, parse_store,
     parse_text,
-    runner_transport,
+    runner_choice,
 )
-
-
-def _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs, models_dir) -> RunnerChoice:
-    return RunnerChoice(tuple(runner), frameworks, venvs, runner_transport(runner, tls_ca, tls_cert, tls_key, token_file),
-                        tuple(map(str, models_dir)))
 
 
 @app.command()
@@ -47,7 +41,7 @@ def models(
     )] = False,
 ) -> None:
     """List the models, one row each: task, default input, options, and the runners that build it."""
-    choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs, models_dir)
+    choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
     listing = run(lambda progress: list_models(choice, parameters, progress))
     listings.print_models(listing.models, listing.runners, parameters, listing.plugin_problems)
     report_failures(listing.failures)
@@ -65,7 +59,7 @@ def describe(
     models_dir: ModelsDirOption = [],
 ) -> None:
     """Show each runner's framework, versions, devices and precisions."""
-    choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs, models_dir)
+    choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
     described, failures = run(lambda progress: describe_use_case(choice, progress))
     listings.print_descriptions(described)
     report_failures(failures)
@@ -95,7 +89,7 @@ def parity(
     same input. The weights pass through the runners' reference folder: the runners started here share a temporary
     one; runners given with --runner must be started with one shared --reference-dir.
     """
-    choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs, models_dir)
+    choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
     names = [name for name in models.split(",") if name] if models else None
     result = run(lambda progress: parity_use_case(choice, names, out, progress, store))
     listings.print_parity(result.tables, result.path)
@@ -129,7 +123,7 @@ def max_batch(
 
     Each runner's result is stored, to line up with a sweep's runs of the same configuration.
     """
-    choice = _choice(runner, tls_ca, tls_cert, tls_key, token_file, frameworks, venvs, models_dir)
+    choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
     # One step answers "does it fit": no warm-up, no minimum window, no power.
     spec = RunSpec(model, mode, 1, shape, precision, device, warmup=0, steps=1, model_options=option_pairs(option),
                    power_rate_hz=0, min_measure_s=0.0)

@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..app.runners import RunnerChoice
 from ..app.serve_capacity import DEFAULT_RESOLUTION, MAX_RESOLUTION, MIN_RESOLUTION, CapacityRequest
 from ..app.serve_capacity import serve_capacity as serve_capacity_use_case
 from ..base.vocabulary import Mode, Scenario
@@ -23,7 +22,7 @@ from .options import (
     CPU_COUNT, BatchSizeOption, parse_target_qps, BatchTimeoutOption, DeviceOption, FrameworksOption, LatencyBudgetOption, MinMeasureOption,
     ModelOption, ModelOptionsOption, ModelsDirOption, PrecisionOption, QueriesOption, RunnerOption, SeedOption,
     ShapeOption, StoreOption, ThreadsOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption,
-    VenvsOption, WarmupOption, every_framework, runner_transport,
+    VenvsOption, WarmupOption, every_framework, runner_choice,
 )
 
 OPTION_NAMES = {"scenario": "--scenario", "target_qps": "--target-qps", "queries": "--queries",
@@ -111,8 +110,7 @@ def serve_capacity(
                    model_options=option_pairs(option), startup=plan.StartupSettings(intra_op_threads, inter_op_threads),
                    min_measure_s=min_measure_s, power_rate_hz=0.0, idle_baseline_s=0.0, scenario=load.scenario,
                    target_qps=start_qps, query_count=load.query_count, batch_timeout_ms=batch_timeout_ms)
-    choice = RunnerChoice(tuple(runner), frameworks, venvs, runner_transport(runner, tls_ca, tls_cert, tls_key, token_file),
-                          tuple(map(str, models_dir)))
+    choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
     request = CapacityRequest(spec, choice, latency_budget_ms, percentile, start_qps, max_qps, resolution, store,
                               repetitions)
     result = run(lambda progress: serve_capacity_use_case(request, progress))

@@ -10,7 +10,7 @@ import typer
 
 from ..app.report import report as report_use_case
 from ..app.report import selection_of
-from ..app.runners import RunnerChoice, names_of
+from ..app.runners import names_of
 from ..app.study import StudyRequest
 from ..app.study import study as study_use_case
 from ..app.sweep_rounds import budget_text
@@ -28,7 +28,7 @@ from .quiet import WaitForQuietOption
 from .versions import ConfirmOption, after_version_study, print_store_versions, sweep_matrix, version_runners
 from .options import (
     AUTO, AllowDifferentModelsOption, parse_store, LatencyBudgetOption, ModelsDirOption, RunnerOption, TlsCaOption, TlsCertOption,
-    SweepRepetitionsOption, TlsKeyOption, TokenFileOption, VenvsOption, every_framework, runner_transport,
+    SweepRepetitionsOption, TlsKeyOption, TokenFileOption, VenvsOption, every_framework, runner_choice,
 )
 
 
@@ -85,7 +85,6 @@ def sweep(
 
     Ctrl-C or SIGTERM keeps every finished run; --resume runs what the store lacks.
     """
-    transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     # A sweep without a file compares the runners given, as `compare` would (an opt-in one only where named).
     given = names_of(runners_in_use(runner, every_framework()))
     accepted = names_of(runner) if runner else framework_names()
@@ -109,7 +108,6 @@ def sweep(
         raise usage_error("give a sweep file or at least --models")
     matrix = sweep_matrix(file)  # a version study reaches its containers' published ports unless told otherwise
     runner = version_runners(matrix, runner)
-    transport = runner_transport(runner, tls_ca, tls_cert, tls_key, token_file)
     reachable = names_of(runners_in_use(runner, ",".join(study.runners)))
     unreachable = [name for name in study.runners if runner and name not in reachable]
     if unreachable:
@@ -121,7 +119,7 @@ def sweep(
             f"nodes: {spanning} spreads a run over several machines: run the study on a Slurm allocation with "
             "`fwbench slurm`, or give a runner its machines as --runner NAME=HOST:PORT,HOST:PORT (every run of it "
             "then spans them) and leave nodes out")
-    choice = RunnerChoice(tuple(runner), "", venvs, transport, tuple(map(str, models_dir)))
+    choice = runner_choice(runner, "", venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
     request = StudyRequest(study, choice, store, resume, report, latency_budget_ms, allow_different_models,
                            wait_for_quiet_s=wait_for_quiet)
     result = run(lambda progress: study_use_case(request, progress))
