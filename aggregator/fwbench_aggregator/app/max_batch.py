@@ -20,8 +20,8 @@ from ..run.client import RunnerClient, RunnerFailure
 from ..run.runners import runner_facts
 from ..store.results_store import ResultStore
 from ..store.schema import MAX_BATCH_COLUMNS
-from . import preflight
-from .runners import RunnerChoice, runners_for
+from .runner_search import search_each_runner
+from .runners import RunnerChoice
 
 
 @dataclass(frozen=True)
@@ -41,41 +41,29 @@ def max_batch(spec: RunSpec, limit: int, runners: RunnerChoice, store: Path,
               progress: Progress = Progress()) -> MaxBatchResult:
     """Each runner's search, one runner after the other (they may share a device). `spec` is one step, no warm-up,
     no power: the question is only whether a batch fits."""
-    result = MaxBatchResult()
     results_store = ResultStore(store)
     request = spec.to_request()
-    with runners_for(runners, progress) as found:
-        result.failures += found.failures
-        _, unreachable = preflight.checked(found.endpoints, found.transport, {name: request for name in found.endpoints},
-                                           "the search")
-        result.failures += unreachable
-        for name, address in found.endpoints.items():
-            if name in {f.runner for f in unreachable}:
-                continue
-            searched_at_unix_s = time.time()
 
-            def fits(batch: int, name=name, address=address) -> bool:
-                request.batch_size = batch
-                try:
-                    jobs.run_job(name, address, found.transport, request)
-                except RunnerFailure as failure:
-                    if failure.out_of_memory:
-                        return False
-                    raise  # a busy runner, or any other refusal, says nothing about the batch
-                return True
+    def search_runner(name: str, address: str, transport, task) -> Search:
+        searched_at_unix_s = time.time()
 
-            search = BatchSearch(fits, limit=limit)
-            task = progress.add_task(f"{name}: searching")
+        def fits(batch: int) -> bool:
+            request.batch_size = batch
             try:
-                largest = search.largest()
-                _store(results_store, spec, name, address, found.transport, limit, largest, search, searched_at_unix_s)
+                jobs.run_job(name, address, transport, request)
             except RunnerFailure as failure:
-                result.failures.append(failure)
-                continue
-            finally:
-                progress.remove_task(task)
-            result.searches.append(Search(name, largest, dict(sorted(search.tried.items()))))
-    return result
+                if failure.out_of_memory:
+                    return False
+                raise  # a busy runner, or any other refusal, says nothing about the batch
+            return True
+
+        search = BatchSearch(fits, limit=limit)
+        largest = search.largest()
+        _store(results_store, spec, name, address, transport, limit, largest, search, searched_at_unix_s)
+        return Search(name, largest, dict(sorted(search.tried.items())))
+
+    searched = search_each_runner(runners, spec.to_request(), search_runner, progress)
+    return MaxBatchResult(searched.found, searched.failures)
 
 
 def _store(results_store: ResultStore, spec: RunSpec, name: str, address: str, transport, limit: int,

@@ -22,8 +22,8 @@ from ..run.client import RunnerFailure, RunResult
 from ..store import records
 from ..store.results_store import ResultStore
 from ..store.schema import MAX_BATCH_KEY_COLUMNS, SERVE_CAPACITY_COLUMNS, SERVE_CAPACITY_FRAME
-from . import preflight
-from .runners import RunnerChoice, runners_for
+from .runner_search import search_each_runner
+from .runners import RunnerChoice
 
 MIN_RESOLUTION, MAX_RESOLUTION, DEFAULT_RESOLUTION = 0.01, 1.0, 0.1
 
@@ -91,50 +91,36 @@ def judge_probe(target_qps: float, runs: list[RunResult], percentile: str, budge
 def serve_capacity(request: CapacityRequest, progress: Progress = Progress()) -> CapacityResult:
     """Each runner's search, one runner after the other (they may share a device); a runner that fails is named in
     the failures and the others' searches kept."""
-    result = CapacityResult()
     results_store = ResultStore(request.store)
-    with runners_for(request.runners, progress, request.spec.startup) as found:
-        result.failures += found.failures
-        first = request.spec.to_request()
-        _, unreachable = preflight.checked(found.endpoints, found.transport, {name: first for name in found.endpoints},
-                                           "the search")
-        result.failures += unreachable
-        for name, address in found.endpoints.items():
-            if name in {f.runner for f in unreachable}:
-                continue
-            searched_at_unix_s = time.time()
-            probes: list[Probe] = []
-            kept: list[RunResult] = []
 
-            def meets(target_qps: float, name=name, address=address, probes=probes, kept=kept) -> bool:
-                spec = replace(request.spec, target_qps=target_qps)
-                runs = []
-                for repetition in range(request.repetitions):
-                    progress.update(task, description=f"{name}: {target_qps:g} qps, run {repetition + 1}")
-                    sent = spec.to_request()
-                    run = jobs.run_job(name, address, found.transport, sent, repetition=repetition)
-                    config = {"serve_capacity": searched_at_unix_s, **MessageToDict(sent), "runner": name,
-                              "repetition": repetition}
-                    records.store_result(results_store, run_key(config), config, run, sent)
-                    runs.append(run)
-                probes.append(judge_probe(target_qps, runs, request.percentile, request.latency_budget_ms))
-                kept.extend(runs)
-                return probes[-1].meets
+    def search_runner(name: str, address: str, transport, task) -> CapacitySearch:
+        searched_at_unix_s = time.time()
+        probes: list[Probe] = []
+        kept: list[RunResult] = []
 
-            search = RateSearch(meets, request.start_qps, request.max_qps, request.resolution)
-            task = progress.add_task(f"{name}: searching")
-            try:
-                capacity = search.highest()
-            except RunnerFailure as failure:
-                result.failures.append(failure)
-                continue
-            finally:
-                progress.remove_task(task)
-            found_search = CapacitySearch(name, capacity, capacity == request.max_qps,
-                                          sorted(probes, key=lambda p: p.target_qps))
-            _store(results_store, request, found_search, kept[0], searched_at_unix_s)
-            result.searches.append(found_search)
-    return result
+        def meets(target_qps: float) -> bool:
+            spec = replace(request.spec, target_qps=target_qps)
+            runs = []
+            for repetition in range(request.repetitions):
+                progress.update(task, description=f"{name}: {target_qps:g} qps, run {repetition + 1}")
+                sent = spec.to_request()
+                run = jobs.run_job(name, address, transport, sent, repetition=repetition)
+                config = {"serve_capacity": searched_at_unix_s, **MessageToDict(sent), "runner": name,
+                          "repetition": repetition}
+                records.store_result(results_store, run_key(config), config, run, sent)
+                runs.append(run)
+            probes.append(judge_probe(target_qps, runs, request.percentile, request.latency_budget_ms))
+            kept.extend(runs)
+            return probes[-1].meets
+
+        capacity = RateSearch(meets, request.start_qps, request.max_qps, request.resolution).highest()
+        found = CapacitySearch(name, capacity, capacity == request.max_qps, sorted(probes, key=lambda p: p.target_qps))
+        _store(results_store, request, found, kept[0], searched_at_unix_s)
+        return found
+
+    searched = search_each_runner(request.runners, request.spec.to_request(), search_runner, progress,
+                                  request.spec.startup)
+    return CapacityResult(searched.found, searched.failures)
 
 
 def probes_text(probes: list[Probe], percentile: str) -> str:
