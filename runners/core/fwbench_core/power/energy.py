@@ -84,6 +84,109 @@ def _energy_shortfalls(window_s: float | None, tagged: Sequence[PowerSample]) ->
     return shortfalls
 
 
+@dataclass(frozen=True)
+class _Figure:
+    """One figure of the summary and, where it is None, why; `cause` is the source's own reason for having no
+    reading of this kind (one cause said once where both energies lack it)."""
+
+    value: Optional[float] = None
+    why: str = ""
+    span_s: Optional[float] = None  # the time the figure covers, for energy figures
+    cause: Optional[str] = None
+    stalled: bool = False  # an energy counter that did not advance: no energy figure at all
+    note: str = ""
+
+
+def _counter_energy(window: Sequence[PowerSample], window_s: Optional[float], phase: PowerPhase,
+                    source_reasons: Mapping[str, str]) -> _Figure:
+    """Energy from the cumulative counter: its last reading less its first in the window."""
+    counted = [s for s in window if s.energy_j is not None]
+    if len(counted) < 2:
+        cause = source_reasons.get("energy_j") or source_reasons.get("source")
+        return _Figure(why=f"no energy counter: {cause}" if cause else
+                       f"fewer than two energy counter readings in the {phase.value} window", cause=cause)
+    delta_j = counted[-1].energy_j - counted[0].energy_j
+    span_s = counted[-1].time_s - counted[0].time_s
+    if delta_j == 0:
+        return _Figure(why=f"the energy counter did not advance over the {span_s:.2f} s window", stalled=True)
+    if delta_j < 0:
+        return _Figure(why=f"the energy counter went backwards by {-delta_j:.3f} J (driver reloaded?)", stalled=True)
+    short = window_s and span_s < window_s * 0.99
+    return _Figure(delta_j, span_s=span_s, note=f"the energy counter covers {span_s:.2f} s of the {window_s:.2f} s "
+                   "window (readings missing at its ends)" if short else "")
+
+
+def _integrated_energy(window: Sequence[PowerSample], phase: PowerPhase, source_reasons: Mapping[str, str]) -> _Figure:
+    """Energy from integrating power over time (trapezoid; a missing reading is bridged by its neighbours)."""
+    powered = [(s.time_s, s.power_w) for s in window if s.power_w is not None]
+    if len(powered) < 2 or powered[-1][0] <= powered[0][0]:
+        cause = source_reasons.get("power_w") or source_reasons.get("source")
+        text = f"fewer than two power readings in the {phase.value} window"
+        return _Figure(why=f"{text}: {cause}" if cause else text, cause=cause)
+    return _Figure(_trapezoid(powered), span_s=powered[-1][0] - powered[0][0])
+
+
+def _mean_power(integrated: _Figure, tagged_powers: Sequence[float]) -> _Figure:
+    if integrated.value is None:
+        return _Figure(why=integrated.why)
+    if len(tagged_powers) < MIN_POWER_SAMPLES:
+        return _Figure(why=_too_few_readings(len(tagged_powers), "a mean power"))
+    return _Figure(integrated.value / integrated.span_s)
+
+
+def _peak_power(tagged_powers: Sequence[float], phase: PowerPhase) -> _Figure:
+    if not tagged_powers:
+        return _Figure(why=f"no power reading among the {phase.value} samples")
+    if len(tagged_powers) < MIN_POWER_SAMPLES:
+        return _Figure(why=_too_few_readings(len(tagged_powers), "a peak power"))
+    return _Figure(max(tagged_powers))
+
+
+def _idle_power(samples: Sequence[PowerSample], idle_baseline: bool) -> _Figure:
+    if not idle_baseline:
+        return _Figure(why="idle baseline not requested")
+    idle = [s.power_w for s in samples if s.phase == PowerPhase.IDLE and s.power_w is not None]
+    if not idle:
+        return _Figure(why="no idle sample with a power reading")
+    if len(idle) < MIN_POWER_SAMPLES:
+        return _Figure(why=_too_few_readings(len(idle), "an idle power"))
+    return _Figure(statistics.fmean(idle))
+
+
+def _measured_only(counter: _Figure, integrated: _Figure, window_s: Optional[float],
+                   tagged: Sequence[PowerSample]) -> tuple[_Figure, _Figure, str]:
+    """The two energies where they were measured (a long enough window, enough readings, a counter that advanced),
+    else none of them, each with why; and why there is no energy at all, where that is decided here."""
+    if counter.value is None and integrated.value is None:
+        return counter, integrated, ""
+    shortfalls = _energy_shortfalls(window_s, tagged) + ([counter.why] if counter.stalled else [])
+    if not shortfalls:
+        return counter, integrated, ""
+    why = "; ".join(shortfalls)
+    return (_Figure(why=counter.why or why, cause=counter.cause), _Figure(why=integrated.why or why,
+            cause=integrated.cause), why)
+
+
+def _chosen_energy(counter: _Figure, integrated: _Figure, no_energy_why: str, phase: PowerPhase) -> tuple[_Figure, str]:
+    """The energy figure (the counter where it advanced, else the integral) and its source."""
+    if counter.value is not None:
+        return counter, "counter"
+    if integrated.value is not None:
+        return integrated, "integrated"
+    if no_energy_why:
+        return _Figure(why=no_energy_why), ""
+    if counter.cause and counter.cause == integrated.cause:  # one cause (no RAPL domain readable, say): said once
+        return _Figure(why=f"no energy counter and fewer than two power readings in the {phase.value} window: "
+                           f"{counter.cause}"), ""
+    return _Figure(why=f"{counter.why}; {integrated.why}"), ""
+
+
+def _per_sample(energy: _Figure, samples_processed: int | None) -> _Figure:
+    if not samples_processed or samples_processed <= 0:
+        return _Figure(why="no count of samples processed in the window")
+    return _Figure(energy.value / samples_processed) if energy.value is not None else _Figure(why=energy.why)
+
+
 def energy_summary(
     samples: Sequence[PowerSample],
     phase: PowerPhase | str = PowerPhase.MEASURE,
@@ -97,168 +200,52 @@ def energy_summary(
     source_reasons = dict(source_reasons or {})
     samples = sorted(samples, key=lambda s: s.time_s)
     tagged, window = _window(samples, phase)
-    reasons: dict[str, str] = {}
-    notes: list[str] = []
     source_why = source_reasons.get("source")
-
-    def missing(name: str, why: str) -> None:
-        reasons[name] = why
-
     no_samples = f"no {phase.value} samples" + (f": {source_why}" if source_why else "")
     window_s = window[-1].time_s - window[0].time_s if len(window) >= 2 else None
-    if window_s is None:
-        missing("window_s", no_samples if not window else f"a single {phase.value} sample spans no time")
     achieved_rate_hz = sample_rate_hz(tagged)
-    if achieved_rate_hz is None:
-        missing("achieved_rate_hz", no_samples if not tagged else f"fewer than two {phase.value} samples")
-
-    # Energy from the cumulative counter.
-    counted = [s for s in window if s.energy_j is not None]
-    counter_energy_j = None
-    counter_span_s = None
-    counter_stalled = False  # the device has a counter, and it did not advance: no energy figure at all
-    counter_why = power_why = None  # why the source had no counter, or no power readings
-    if len(counted) < 2:
-        why = counter_why = source_reasons.get("energy_j") or source_why
-        missing(
-            "counter_energy_j",
-            f"no energy counter: {why}" if why else f"fewer than two energy counter readings in the {phase.value} window",
-        )
-    else:
-        delta_j = counted[-1].energy_j - counted[0].energy_j
-        counter_span_s = counted[-1].time_s - counted[0].time_s
-        counter_stalled = delta_j <= 0
-        if delta_j == 0:
-            missing("counter_energy_j", f"the energy counter did not advance over the {counter_span_s:.2f} s window")
-        elif delta_j < 0:
-            missing("counter_energy_j", f"the energy counter went backwards by {-delta_j:.3f} J (driver reloaded?)")
-        else:
-            counter_energy_j = delta_j
-            if window_s and counter_span_s < window_s * 0.99:
-                notes.append(
-                    f"the energy counter covers {counter_span_s:.2f} s of the {window_s:.2f} s window "
-                    "(readings missing at its ends)"
-                )
-
-    # Energy from integrating power over time (trapezoid; a missing reading is bridged by its neighbours).
-    powered = [(s.time_s, s.power_w) for s in window if s.power_w is not None]
     tagged_powers = [s.power_w for s in tagged if s.power_w is not None]
-    integrated_energy_j = None
-    integrated_span_s = None
-    mean_power_w = None
-    if len(powered) < 2 or powered[-1][0] <= powered[0][0]:
-        why = power_why = source_reasons.get("power_w") or source_why
-        text = f"fewer than two power readings in the {phase.value} window"
-        missing("integrated_energy_j", f"{text}: {why}" if why else text)
-        missing("mean_power_w", reasons["integrated_energy_j"])
-    else:
-        integrated_energy_j = _trapezoid(powered)
-        integrated_span_s = powered[-1][0] - powered[0][0]
-        if len(tagged_powers) < MIN_POWER_SAMPLES:
-            missing("mean_power_w", _too_few_readings(len(tagged_powers), "a mean power"))
-        else:
-            mean_power_w = integrated_energy_j / integrated_span_s
-    peak_power_w = None
-    if not tagged_powers:
-        missing("peak_power_w", f"no power reading among the {phase.value} samples")
-    elif len(tagged_powers) < MIN_POWER_SAMPLES:
-        missing("peak_power_w", _too_few_readings(len(tagged_powers), "a peak power"))
-    else:
-        peak_power_w = max(tagged_powers)
+
+    counter = _counter_energy(window, window_s, phase, source_reasons)
+    integrated = _integrated_energy(window, phase, source_reasons)
+    mean_power = _mean_power(integrated, tagged_powers)
+    notes = [counter.note] if counter.note else []  # said even where the energy is then left out
+    counter, integrated, no_energy_why = _measured_only(counter, integrated, window_s, tagged)
+    energy, energy_source = _chosen_energy(counter, integrated, no_energy_why, phase)
+    disagreement = (_Figure(abs(counter.value - integrated.value) / counter.value)
+                    if counter.value is not None and integrated.value is not None
+                    else _Figure(why="needs both the counter and the integrated energy"))
+    idle_power = _idle_power(samples, idle_baseline)
+    above_idle = (_Figure(energy.value - idle_power.value * energy.span_s)
+                  if energy.value is not None and idle_power.value is not None
+                  else _Figure(why=energy.why or idle_power.why))
     power_sources = tuple(sorted({s.power_source for s in window if s.power_source}))
-    if POWER_SOURCE_NVML_AVERAGE in power_sources:
-        notes.append(
-            "power is nvmlDeviceGetPowerUsage, a 1 s average on Ampere and newer: the integral lags and "
-            "smooths the load; the energy counter is the better figure"
-        )
-
-    # Energy only where it was measured: a long enough window, enough readings, a counter that advanced.
-    if counter_energy_j is not None or integrated_energy_j is not None:
-        shortfalls = _energy_shortfalls(window_s, tagged)
-        if counter_stalled:
-            shortfalls.append(reasons["counter_energy_j"])
-        if shortfalls:
-            why = "; ".join(shortfalls)
-            for name in ("counter_energy_j", "integrated_energy_j"):
-                missing(name, reasons.get(name) or why)
-            counter_energy_j = integrated_energy_j = None
-            missing("energy_j", why)
-
-    energy_disagreement = None
-    if counter_energy_j is not None and integrated_energy_j is not None:
-        energy_disagreement = abs(counter_energy_j - integrated_energy_j) / counter_energy_j
-        if energy_disagreement > DISAGREEMENT_NOTE_LIMIT:
-            notes.append(
-                f"counter and integrated energy disagree by {energy_disagreement:.0%}: "
-                f"{counter_energy_j:.1f} J vs {integrated_energy_j:.1f} J"
-            )
-    else:
-        missing("energy_disagreement", "needs both the counter and the integrated energy")
-
-    if counter_energy_j is not None:
-        energy_j, energy_source, energy_span_s = counter_energy_j, "counter", counter_span_s
-    elif integrated_energy_j is not None:
-        energy_j, energy_source, energy_span_s = integrated_energy_j, "integrated", integrated_span_s
-    else:
-        energy_j = energy_source = energy_span_s = None
-        both = (f"no energy counter and fewer than two power readings in the {phase.value} window: {counter_why}"
-                if counter_why and counter_why == power_why  # one cause (no RAPL domain readable, say): said once
-                else f"{reasons['counter_energy_j']}; {reasons['integrated_energy_j']}")
-        reasons.setdefault("energy_j", both)
-        missing("energy_source", reasons["energy_j"])
-
-    idle_power_w = None
-    if not idle_baseline:
-        missing("idle_power_w", "idle baseline not requested")
-    else:
-        idle = [s.power_w for s in samples if s.phase == PowerPhase.IDLE and s.power_w is not None]
-        if not idle:
-            missing("idle_power_w", "no idle sample with a power reading")
-        elif len(idle) < MIN_POWER_SAMPLES:
-            missing("idle_power_w", _too_few_readings(len(idle), "an idle power"))
-        else:
-            idle_power_w = statistics.fmean(idle)
-    energy_above_idle_j = None
-    if energy_j is not None and idle_power_w is not None:
-        energy_above_idle_j = energy_j - idle_power_w * energy_span_s
-    else:
-        missing("energy_above_idle_j", reasons.get("energy_j") or reasons["idle_power_w"])
-
-    energy_per_sample_j = energy_above_idle_per_sample_j = None
-    if not samples_processed or samples_processed <= 0:
-        missing("energy_per_sample_j", "no count of samples processed in the window")
-        missing("energy_above_idle_per_sample_j", reasons["energy_per_sample_j"])
-    else:
-        if energy_j is not None:
-            energy_per_sample_j = energy_j / samples_processed
-        else:
-            missing("energy_per_sample_j", reasons["energy_j"])
-        if energy_above_idle_j is not None:
-            energy_above_idle_per_sample_j = energy_above_idle_j / samples_processed
-        else:
-            missing("energy_above_idle_per_sample_j", reasons["energy_above_idle_j"])
-
     device = window[0].device if window else (samples[0].device if samples else None)
+
+    figures = {
+        "counter_energy_j": counter, "integrated_energy_j": integrated, "energy_disagreement": disagreement,
+        "energy_j": energy, "mean_power_w": mean_power, "peak_power_w": _peak_power(tagged_powers, phase),
+        "idle_power_w": idle_power, "energy_above_idle_j": above_idle,
+        "energy_per_sample_j": _per_sample(energy, samples_processed),
+        "energy_above_idle_per_sample_j": _per_sample(above_idle, samples_processed),
+    }
+    reasons = {name: figure.why for name, figure in figures.items() if figure.value is None}
+    if window_s is None:
+        reasons["window_s"] = no_samples if not window else f"a single {phase.value} sample spans no time"
+    if achieved_rate_hz is None:
+        reasons["achieved_rate_hz"] = no_samples if not tagged else f"fewer than two {phase.value} samples"
+    if not energy_source:
+        reasons["energy_source"] = energy.why
     if device is None:
-        missing("device", no_samples)
+        reasons["device"] = no_samples
+    if POWER_SOURCE_NVML_AVERAGE in power_sources:
+        notes.append("power is nvmlDeviceGetPowerUsage, a 1 s average on Ampere and newer: the integral lags and "
+                     "smooths the load; the energy counter is the better figure")
+    if disagreement.value is not None and disagreement.value > DISAGREEMENT_NOTE_LIMIT:
+        notes.append(f"counter and integrated energy disagree by {disagreement.value:.0%}: "
+                     f"{counter.value:.1f} J vs {integrated.value:.1f} J")
     return EnergySummary(
-        phase=phase,
-        device=device,
-        sample_count=len(tagged),
-        window_s=window_s,
-        achieved_rate_hz=achieved_rate_hz,
-        counter_energy_j=counter_energy_j,
-        integrated_energy_j=integrated_energy_j,
-        energy_disagreement=energy_disagreement,
-        energy_j=energy_j,
-        energy_source=energy_source,
-        mean_power_w=mean_power_w,
-        peak_power_w=peak_power_w,
-        idle_power_w=idle_power_w,
-        energy_above_idle_j=energy_above_idle_j,
-        energy_per_sample_j=energy_per_sample_j,
-        energy_above_idle_per_sample_j=energy_above_idle_per_sample_j,
-        power_sources=power_sources,
-        reasons=reasons,
-        notes=tuple(notes),
+        phase=phase, device=device, sample_count=len(tagged), window_s=window_s, achieved_rate_hz=achieved_rate_hz,
+        **{name: figure.value for name, figure in figures.items()}, energy_source=energy_source or None,
+        power_sources=power_sources, reasons=reasons, notes=tuple(notes),
     )
