@@ -14,9 +14,9 @@ from typing import Protocol
 
 import numpy as np
 
-from .errors import Cancelled
-from .limits import MAX_QUERY_COUNT
-from .spec import Scenario, Serving
+from .errors import Cancelled, InvalidArgument
+from .limits import MAX_BATCH_TIMEOUT_MS, MAX_QUERY_COUNT, MAX_SEED, MAX_TARGET_QPS, in_range
+from .spec import Mode, RunRequest, Scenario, Serving, Strategy
 
 # single_stream and server measure at least this many queries by default: enough to support a p99 (below).
 DEFAULT_MIN_QUERIES = 300
@@ -99,6 +99,57 @@ def default_server_query_count(seed: int, target_qps: float, min_duration_s: flo
         offsets = arrival_offsets_s(seed, target_qps, MAX_QUERY_COUNT)
         reach = int(np.searchsorted(offsets, min_duration_s))
     return min(MAX_QUERY_COUNT, max(DEFAULT_MIN_QUERIES, reach + 1))
+
+
+def resolve_serving(request: RunRequest, batch_size: int, strategy: Strategy, min_measure_s: float) -> Serving | None:
+    """The scenario's load with its defaults filled in; None without a scenario (an empty serving is none)."""
+    asked = request.serving
+    if asked is None:
+        return None
+    scenario = asked.scenario
+    if scenario is None:
+        if asked == Serving(None):
+            return None
+        accepted = ", ".join(s.value for s in Scenario)
+        raise InvalidArgument(f"serving.scenario must be set where serving is; accepted values: {accepted}")
+    named = f"serving.scenario {scenario.value}"
+    if request.mode is not Mode.INFER:
+        raise InvalidArgument(f"{named} applies to mode infer only, not mode {request.mode.value}")
+    if strategy is not Strategy.SINGLE:
+        raise InvalidArgument(
+            f"{named} runs on one device of one runner (strategy single), not strategy {strategy.value}"
+        )
+    if not 0 <= asked.query_count <= MAX_QUERY_COUNT:
+        raise InvalidArgument(
+            f"serving.query_count must be between 0 (the default) and {MAX_QUERY_COUNT}, got {asked.query_count}"
+        )
+    if scenario is not Scenario.SERVER:
+        for field, value in (("target_qps", asked.target_qps), ("batch_timeout_ms", asked.batch_timeout_ms),
+                             ("arrival_seed", asked.arrival_seed)):
+            if value:
+                raise InvalidArgument(f"serving.{field} applies to scenario server only; leave it 0 for {named}")
+        if scenario is Scenario.OFFLINE:
+            return Serving(scenario, query_count=asked.query_count or OFFLINE_DEFAULT_BATCHES * batch_size)
+        # How long a query takes is known only by running it: the default count is a minimum, as measured_steps is.
+        return Serving(
+            scenario, query_count=asked.query_count or DEFAULT_MIN_QUERIES,
+            min_duration_s=0.0 if asked.query_count else min_measure_s,
+        )
+    if not 0.0 < asked.target_qps <= MAX_TARGET_QPS:
+        raise InvalidArgument(
+            f"serving.target_qps must be above 0 and at most {MAX_TARGET_QPS:.0f} queries per second for {named}, "
+            f"got {asked.target_qps:g}"
+        )
+    if not 0.0 <= asked.batch_timeout_ms <= MAX_BATCH_TIMEOUT_MS:
+        raise InvalidArgument(
+            f"serving.batch_timeout_ms must be between 0 and {MAX_BATCH_TIMEOUT_MS:.0f}, got {asked.batch_timeout_ms:g}"
+        )
+    seed = in_range("serving.arrival_seed", asked.arrival_seed, 0, MAX_SEED) or request.seed
+    count = asked.query_count or default_server_query_count(seed, asked.target_qps, min_measure_s)
+    return Serving(
+        scenario, target_qps=asked.target_qps, query_count=count, batch_timeout_ms=asked.batch_timeout_ms,
+        arrival_seed=seed,
+    )
 
 
 def evidence_min_queries(quantile: float) -> int:

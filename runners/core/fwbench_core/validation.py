@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from .catalog import Catalog
 from .errors import FailedPrecondition, InvalidArgument, did_you_mean, echoed
 from .limits import (
-    MAX_BATCH_SIZE, MAX_BATCH_TIMEOUT_MS, MAX_DISTRIBUTED_TIMEOUT_S, MAX_IDLE_BASELINE_S, MAX_MEASURE_S,
-    MAX_MEASURED_STEPS, MAX_QUERY_COUNT, MAX_REFERENCE_BATCH_SIZE, MAX_REUSE_KEY_LENGTH, MAX_SEED, MAX_TARGET_QPS,
-    MAX_THREADS, MAX_WARMUP_STEPS, in_range,
+    MAX_BATCH_SIZE, MAX_DISTRIBUTED_TIMEOUT_S, MAX_IDLE_BASELINE_S, MAX_MEASURE_S, MAX_MEASURED_STEPS,
+    MAX_REFERENCE_BATCH_SIZE, MAX_REUSE_KEY_LENGTH, MAX_SEED, MAX_THREADS, MAX_WARMUP_STEPS, in_range,
 )
 from .placement import resolve_cluster, resolve_device, resolve_devices, resolve_strategy
 from .power import DEFAULT_RATE_HZ, energy_window_s, validate_rate_hz
-from .serving import DEFAULT_MIN_QUERIES, OFFLINE_DEFAULT_BATCHES, default_server_query_count
+from .serving import resolve_serving
 from .spec import (
     Capabilities,
     Compilation,
@@ -30,8 +30,6 @@ from .spec import (
     ReferenceRequest,
     RunConfig,
     RunRequest,
-    Scenario,
-    Serving,
     Strategy,
     Switch,
     Tf32,
@@ -169,31 +167,18 @@ def resolve_tf32(precision: Precision, profile: Profile, can: Capabilities) -> T
     return can.native_tf32 if profile.framework_defaults else Tf32.OFF
 
 
-def resolve(
-    request: RunRequest,
-    devices: Sequence[Device],
-    capabilities: Callable[[Device], Capabilities],
-    catalog: Catalog,
-    framework: str = "this",
-) -> RunConfig:
-    """Validate `request` and fill in defaults; raises a RunnerError naming the field."""
-    spec, input_shape, model_options = resolve_model(
-        request.model, request.input_shape, request.model_options, catalog
-    )
-    if request.mode is None:
-        raise InvalidArgument(f"mode must be set; accepted values: {_choices(Mode)}")
-    batch_size = in_range("batch_size", request.batch_size, 1, MAX_BATCH_SIZE)
-    run_devices = resolve_devices(request, devices)
-    device = run_devices[0]
-    can = capabilities(device)
-    cluster = resolve_cluster(request.cluster)
-    strategy = resolve_strategy(request.strategy, run_devices, cluster, can, framework)
-    distributed = strategy is not Strategy.SINGLE
-    timeout_s = DEFAULT_DISTRIBUTED_TIMEOUT_S if request.distributed_timeout_s is None else request.distributed_timeout_s
-    if not 1.0 <= timeout_s <= MAX_DISTRIBUTED_TIMEOUT_S:
-        raise InvalidArgument(f"distributed_timeout_s must be between 1 and {MAX_DISTRIBUTED_TIMEOUT_S:.0f}, got {timeout_s}")
+@dataclass(frozen=True)
+class _Settings:
+    """What a request sets of the framework: each checked against the device's capabilities and the compilation."""
 
-    profile = request.profile or Profile.EQUAL
+    precision: Precision
+    compilation: Compilation
+    layout: Layout | None
+    cudnn_autotune: Switch
+
+
+def _resolve_settings(request: RunRequest, spec: ModelSpec, strategy: Strategy, can: Capabilities, device: Device,
+                      profile: Profile, framework: str) -> _Settings:
     precision = request.precision or DEFAULT_PRECISION
     _refuse_unless(precision, can.precisions, "precision", device, framework)
     compilation = request.compilation or can.default_compilation
@@ -226,7 +211,17 @@ def resolve(
     native_autotune = next(s for s in (can.native_cudnn_autotune, Switch.OFF, Switch.ON) if s in can.cudnn_autotune)
     autotune = request.cudnn_autotune or (native_autotune if profile.framework_defaults else Switch.OFF)
     _refuse_unless(autotune, can.cudnn_autotune, "cudnn_autotune", device, framework)
+    return _Settings(precision, compilation, layout, autotune)
 
+
+@dataclass(frozen=True)
+class _Steps:
+    warmup: int  # a cap where warm-up runs until stable
+    measured: int
+    stable: WarmupUntilStable | None
+
+
+def _resolve_steps(request: RunRequest) -> _Steps:
     stable = request.warmup_until_stable
     if request.warmup_steps is None:
         warmup = DEFAULT_WARMUP_CAP_STEPS
@@ -242,6 +237,19 @@ def resolve(
             raise InvalidArgument(
                 f"warmup_steps ({warmup}) caps warm-up until stable and must be at least its window ({stable.window})"
             )
+    return _Steps(warmup, measured, stable)
+
+
+@dataclass(frozen=True)
+class _Window:
+    """How long a run measures, and how its power is sampled."""
+
+    power_sample_rate_hz: float  # 0: telemetry off
+    min_measure_s: float
+    idle_baseline_s: float
+
+
+def _resolve_window(request: RunRequest, distributed: bool) -> _Window:
     rate_hz = DEFAULT_POWER_SAMPLE_RATE_HZ if request.power_sample_rate_hz is None else request.power_sample_rate_hz
     if rate_hz and distributed:
         # Not sampled yet across a job's devices: the run's summary says so instead of one device's figure.
@@ -257,6 +265,43 @@ def resolve(
     idle_baseline_s = DEFAULT_IDLE_BASELINE_S if request.idle_baseline_s is None else request.idle_baseline_s
     if not 0.0 <= idle_baseline_s <= MAX_IDLE_BASELINE_S:
         raise InvalidArgument(f"idle_baseline_s must be between 0 and {MAX_IDLE_BASELINE_S}, got {idle_baseline_s}")
+    return _Window(rate_hz, min_measure_s, idle_baseline_s if rate_hz else 0.0)
+
+
+def _distributed_timeout_s(request: RunRequest) -> float:
+    timeout_s = DEFAULT_DISTRIBUTED_TIMEOUT_S if request.distributed_timeout_s is None else request.distributed_timeout_s
+    if not 1.0 <= timeout_s <= MAX_DISTRIBUTED_TIMEOUT_S:
+        raise InvalidArgument(f"distributed_timeout_s must be between 1 and {MAX_DISTRIBUTED_TIMEOUT_S:.0f}, got {timeout_s}")
+    return timeout_s
+
+
+def resolve(
+    request: RunRequest,
+    devices: Sequence[Device],
+    capabilities: Callable[[Device], Capabilities],
+    catalog: Catalog,
+    framework: str = "this",
+) -> RunConfig:
+    """Validate `request` and fill in defaults; raises a RunnerError naming the field. Checked in this order, each
+    part by its own function: the model, the placement, the framework's settings, the steps, the measuring window
+    and power, then the bounds and serving."""
+    spec, input_shape, model_options = resolve_model(
+        request.model, request.input_shape, request.model_options, catalog
+    )
+    if request.mode is None:
+        raise InvalidArgument(f"mode must be set; accepted values: {_choices(Mode)}")
+    batch_size = in_range("batch_size", request.batch_size, 1, MAX_BATCH_SIZE)
+    run_devices = resolve_devices(request, devices)
+    device = run_devices[0]
+    can = capabilities(device)
+    cluster = resolve_cluster(request.cluster)
+    strategy = resolve_strategy(request.strategy, run_devices, cluster, can, framework)
+    distributed = strategy is not Strategy.SINGLE
+    timeout_s = _distributed_timeout_s(request)
+    profile = request.profile or Profile.EQUAL
+    settings = _resolve_settings(request, spec, strategy, can, device, profile, framework)
+    steps = _resolve_steps(request)
+    window = _resolve_window(request, distributed)
     return RunConfig(
         reuse_key=resolve_reuse_key(request.reuse_key),
         end_reuse=request.end_reuse,
@@ -265,79 +310,29 @@ def resolve(
         mode=request.mode,
         batch_size=batch_size,
         input_shape=input_shape,
-        precision=precision,
+        precision=settings.precision,
         device=device,
-        warmup_steps=in_range("warmup_steps", warmup, 0, MAX_WARMUP_STEPS),
-        measured_steps=in_range("measured_steps", measured, 1, MAX_MEASURED_STEPS),
+        warmup_steps=in_range("warmup_steps", steps.warmup, 0, MAX_WARMUP_STEPS),
+        measured_steps=in_range("measured_steps", steps.measured, 1, MAX_MEASURED_STEPS),
         seed=_seed(request.seed),
         model_options=model_options,
-        layout=layout,
-        compilation=compilation,
-        cudnn_autotune=autotune,
-        tf32=resolve_tf32(precision, profile, can),
+        layout=settings.layout,
+        compilation=settings.compilation,
+        cudnn_autotune=settings.cudnn_autotune,
+        tf32=resolve_tf32(settings.precision, profile, can),
         intra_op_threads=_threads(
             "intra_op_threads", request.intra_op_threads, can.intra_op_threads, can.intra_op_threads_adjustable, framework
         ),
         inter_op_threads=_threads("inter_op_threads", request.inter_op_threads, can.inter_op_threads, False, framework),
-        warmup_until_stable=stable,
-        min_measure_s=min_measure_s,
-        power_sample_rate_hz=rate_hz,
-        idle_baseline_s=idle_baseline_s if rate_hz else 0.0,
+        warmup_until_stable=steps.stable,
+        min_measure_s=window.min_measure_s,
+        power_sample_rate_hz=window.power_sample_rate_hz,
+        idle_baseline_s=window.idle_baseline_s,
         strategy=strategy,
         devices=run_devices if distributed else (),
         cluster=cluster,
         distributed_timeout_s=timeout_s if distributed else 0.0,
-        serving=resolve_serving(request, batch_size, strategy, min_measure_s),
-    )
-
-
-def resolve_serving(request: RunRequest, batch_size: int, strategy: Strategy, min_measure_s: float) -> Serving | None:
-    """The scenario's load with its defaults filled in; None without a scenario (an empty serving is none)."""
-    asked = request.serving
-    if asked is None:
-        return None
-    scenario = asked.scenario
-    if scenario is None:
-        if asked == Serving(None):
-            return None
-        raise InvalidArgument(f"serving.scenario must be set where serving is; accepted values: {_choices(Scenario)}")
-    named = f"serving.scenario {scenario.value}"
-    if request.mode is not Mode.INFER:
-        raise InvalidArgument(f"{named} applies to mode infer only, not mode {request.mode.value}")
-    if strategy is not Strategy.SINGLE:
-        raise InvalidArgument(
-            f"{named} runs on one device of one runner (strategy single), not strategy {strategy.value}"
-        )
-    if not 0 <= asked.query_count <= MAX_QUERY_COUNT:
-        raise InvalidArgument(
-            f"serving.query_count must be between 0 (the default) and {MAX_QUERY_COUNT}, got {asked.query_count}"
-        )
-    if scenario is not Scenario.SERVER:
-        for field, value in (("target_qps", asked.target_qps), ("batch_timeout_ms", asked.batch_timeout_ms),
-                             ("arrival_seed", asked.arrival_seed)):
-            if value:
-                raise InvalidArgument(f"serving.{field} applies to scenario server only; leave it 0 for {named}")
-        if scenario is Scenario.OFFLINE:
-            return Serving(scenario, query_count=asked.query_count or OFFLINE_DEFAULT_BATCHES * batch_size)
-        # How long a query takes is known only by running it: the default count is a minimum, as measured_steps is.
-        return Serving(
-            scenario, query_count=asked.query_count or DEFAULT_MIN_QUERIES,
-            min_duration_s=0.0 if asked.query_count else min_measure_s,
-        )
-    if not 0.0 < asked.target_qps <= MAX_TARGET_QPS:
-        raise InvalidArgument(
-            f"serving.target_qps must be above 0 and at most {MAX_TARGET_QPS:.0f} queries per second for {named}, "
-            f"got {asked.target_qps:g}"
-        )
-    if not 0.0 <= asked.batch_timeout_ms <= MAX_BATCH_TIMEOUT_MS:
-        raise InvalidArgument(
-            f"serving.batch_timeout_ms must be between 0 and {MAX_BATCH_TIMEOUT_MS:.0f}, got {asked.batch_timeout_ms:g}"
-        )
-    seed = in_range("serving.arrival_seed", asked.arrival_seed, 0, MAX_SEED) or request.seed
-    count = asked.query_count or default_server_query_count(seed, asked.target_qps, min_measure_s)
-    return Serving(
-        scenario, target_qps=asked.target_qps, query_count=count, batch_timeout_ms=asked.batch_timeout_ms,
-        arrival_seed=seed,
+        serving=resolve_serving(request, batch_size, strategy, window.min_measure_s),
     )
 
 
