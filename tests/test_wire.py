@@ -7,7 +7,7 @@ from dataclasses import replace
 from fwbench.runner.v1 import runner_pb2 as pb
 import pytest
 
-from fwbench_core import decoding, wire
+from fwbench_core import decoding, wire, wire_events
 from fwbench_core.backend import MemoryReading
 from fwbench_core.device_state import DeviceState
 from fwbench_core.errors import InvalidArgument
@@ -69,10 +69,10 @@ def test_unknown_enum_number_is_invalid_argument():
 def test_summary_without_peak_memory_leaves_the_field_unset():
     summary = Summary(3, 1.0, 1.0, 1.0, 2.0, MemoryReading(None, "not readable here"), 0.5, 10.0, 11.0)
     info = FakeBackend().runner_info()
-    message = wire.event_to_wire(summary, info).summary
+    message = wire_events.event_to_wire(summary, info).summary
     assert not message.HasField("peak_memory_bytes")
     assert message.peak_memory_source == "not readable here"
-    with_bytes = wire.event_to_wire(
+    with_bytes = wire_events.event_to_wire(
         Summary(3, 1.0, 1.0, 1.0, 2.0, MemoryReading(0, "zero is a reading"), 0.5, 10.0, 11.0), info
     ).summary
     assert with_bytes.HasField("peak_memory_bytes") and with_bytes.peak_memory_bytes == 0
@@ -85,7 +85,7 @@ def test_device_states_and_flags_cross_the_wire_and_unread_fields_stay_unset():
                         notes=("a note",))
     summary = Summary(3, 1.0, 1.0, 1.0, 2.0, MemoryReading(None, "n/a"), 0.5, 10.0, 11.0, device_before=before,
                       device_after=after, device_flags=("host busy: ...",))
-    message = wire.event_to_wire(summary, FakeBackend().runner_info()).summary
+    message = wire_events.event_to_wire(summary, FakeBackend().runner_info()).summary
     assert list(message.device_flags) == ["host busy: ..."]
     b, a = message.device_before, message.device_after
     assert (b.load_avg_1m, b.gpu_processes, b.other_gpu_processes, b.free_memory_bytes) == (0.5, 1, 0, 0)
@@ -129,13 +129,13 @@ def test_a_serving_run_crosses_the_wire_with_unsupported_percentiles_unset():
         p50_latency_s=0.009, p90_latency_s=0.0, reasons={"p99_latency_s": "30 queries cannot support p99"},
     )
     summary = Summary(24, 1.0, 1.0, 1.0, 2.0, MemoryReading(None, "n/a"), 0.5, 10.0, 11.0, serving=serving)
-    message = wire.event_to_wire(summary, info).summary.serving
+    message = wire_events.event_to_wire(summary, info).summary.serving
     assert message.scenario == pb.SCENARIO_SERVER and message.query_count == 30 and message.mean_batch_queries == 1.25
     assert message.p50_latency_s == 0.009
     assert message.HasField("p90_latency_s") and message.p90_latency_s == 0.0  # a figure of zero is a figure
     assert not message.HasField("p99_latency_s") and dict(message.reasons) == serving.reasons
-    assert not wire.event_to_wire(replace(summary, serving=None), info).summary.HasField("serving")
-    queries = wire.event_to_wire(QueryBatch((0.5, 0.25), (0.0, 0.125), 40), info).queries
+    assert not wire_events.event_to_wire(replace(summary, serving=None), info).summary.HasField("serving")
+    queries = wire_events.event_to_wire(QueryBatch((0.5, 0.25), (0.0, 0.125), 40), info).queries
     assert (list(queries.latency_s), list(queries.queue_s), queries.first_index) == ([0.5, 0.25], [0.0, 0.125], 40)
 
 

@@ -23,7 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from . import access as access_mod
-from . import plugins, references, wire
+from . import plugins, references, wire, wire_events
 from .backend import Backend
 from .decoding import RequestDecodingInterceptor
 from .errors import abort, status_for
@@ -98,7 +98,7 @@ class RunnerServicer(pb_grpc.RunnerServicer):
         try:
             run = self._service.run(wire.run_request_from_wire(request), cancelled.is_set)
             for event in run:
-                yield wire.event_to_wire(event, self._service.info)
+                yield wire_events.event_to_wire(event, self._service.info)
         except Exception as exc:
             failure = exc
         if failure is not None:
