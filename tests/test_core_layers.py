@@ -24,7 +24,7 @@ FLOORS = {
     "facts": {"__init__", "errors", "limits", "spec", "fairness", "architectures", "handlers"},
     "models and inputs": {"declaration", "plugin_modules", "plugin_checks", "plugins", "builtin", "registry",
                           "catalog", "references", "decoding", "streams", "access", "sysinfo", "isolation"},
-    "measurement": {"power", "device_state", "backend", "onnx_runtime", "serving", "timing", "placement",
+    "measurement": {"power", "device_state", "backend", "onnx_runtime", "serving", "timing", "telemetry", "placement",
                     "validation", "apart", "distributed"},
     "service": {"service"},
     "wire": {"wire", "wire_events"},
@@ -33,7 +33,7 @@ FLOORS = {
 FLOOR_OF = {module: index for index, modules in enumerate(FLOORS.values()) for module in modules}
 # Over the limit when the rule came (issue 42): each may not grow past its size then, and leaves this list once split.
 OVER_THE_LIMIT = {
-    "runners/core/fwbench_core/service.py": 502,
+    "runners/core/fwbench_core/service.py": 460,
     "runners/core/fwbench_core/spec.py": 482,
     "runners/tensorflow/fwbench_tensorflow/backend.py": 453,
     "runners/jax/fwbench_jax/backend.py": 429,

@@ -133,7 +133,7 @@ class ConstantPowerSource:
 
 def test_power_samples_stream_with_phases_and_the_summary_has_energy(monkeypatch):
     import fwbench_core.service as service_module
-    from fwbench_core.service import PowerBatch
+    from fwbench_core.telemetry import PowerBatch
 
     monkeypatch.setattr(service_module, "source_for", lambda ref: ConstantPowerSource(None))
     service = RunnerService(FakeBackend(step_time_s=0.005))

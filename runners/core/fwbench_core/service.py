@@ -25,7 +25,7 @@ from .errors import Busy, Cancelled, FailedPrecondition, OutOfMemory, RunnerErro
 from .isolation import RunIsolation, Watch, stream_from_worker
 from .plugin_modules import builder_file
 from .plugins import PLUGIN_LIMIT_S, PluginLocation
-from .power import PowerPhase, PowerSample, PowerSampler, energy_summary, source_for
+from .power import PowerSampler, source_for
 from .references import ReferenceFolder, check_input_fits, check_name
 from .spec import (
     DeviceKind,
@@ -42,7 +42,8 @@ from .spec import (
     RunRequest,
 )
 from .serving import QueryBatch
-from .timing import Progress, StepBatch, Summary, samples_processed, time_steps, with_device_state
+from .telemetry import PowerBatch, RunTelemetry
+from .timing import Progress, StepBatch, Summary, time_steps
 from .validation import resolve, resolve_model_config, resolve_reference
 
 LOCK_POLL_S = 0.1
@@ -69,15 +70,8 @@ class Kept:
     config: RunConfig
 
 
-@dataclass(frozen=True)
-class PowerBatch:
-    samples: tuple[PowerSample, ...]
-
-
 RunEvent = Union[Resolved, Progress, StepBatch, QueryBatch, PowerBatch, Summary]
 
-# The run's phases as the power sampler tags its readings.
-POWER_PHASES = {Phase.WARMUP: PowerPhase.WARMUP, Phase.MEASURE: PowerPhase.MEASURE, Phase.DONE: PowerPhase.AFTER}
 
 
 class DeviceLocks:
@@ -356,85 +350,49 @@ class RunnerService:
         workload = self._take_kept(config)
         reused = False
         completed = False
-        sampler = self._power_sampler(config)
         out_of_memory = ""
         user_error = None
-        states = self._device_states(config.device.ref)
-        states.open()
-        device_before = states.read()
-        try:
-            if sampler is not None:
-                # Idle power first, on the idle device: the baseline the run's power is compared with.
-                sampler.start()
-                idle_until_s = self._clock() + (config.idle_baseline_s if sampler.unavailable_reason is None else 0.0)
-                while self._clock() < idle_until_s and not cancelled():
-                    time.sleep(min(LOCK_POLL_S, max(0.0, idle_until_s - self._clock())))
-            build_started_s = self._clock()
-            doing = "build()"
-            yield Progress(Phase.BUILD, 0, total)
-            if workload is not None:
-                reused = workload.reuse(config)
-                if not reused:
+        telemetry = RunTelemetry(self._power_sampler(config), self._device_states(config.device.ref),
+                                 config.device.ref, self._clock)
+        with telemetry:
+            try:
+                telemetry.idle_baseline(config.idle_baseline_s, cancelled)
+                build_started_s = self._clock()
+                doing = "build()"
+                yield Progress(Phase.BUILD, 0, total)
+                if workload is not None:
+                    reused = workload.reuse(config)
+                    if not reused:
+                        self._free(workload)
+                        workload = None
+                if workload is None:
+                    workload = self.backend.build(config)
+                yield Resolved(config, workload.parameter_count)
+                doing = "a step"
+                steps = time_steps(workload, config, build_started_s=build_started_s,
+                                   started_at_unix_s=started_at_unix_s, cancelled=cancelled, clock=self._clock)
+                for event in steps:
+                    if isinstance(event, Summary):
+                        event = replace(event, build_reused=reused, first_step_traced=workload.first_step_traces,
+                                        flags=(*event.flags, *workload.notes))
+                    yield from telemetry.around(event, config)
+                completed = True
+            except Exception as exc:
+                # Keep only the text or a fresh error: the exception's traceback holds
+                # the tensors that filled the device, and they must go before the next run.
+                user_error = self.backend.user_error(exc)
+                if user_error is None and not self.backend.is_out_of_memory(exc):
+                    if config.model.source.built_in or isinstance(exc, RunnerError):
+                        raise
+                    user_error = plugin_failure(config.model, doing, exc)
+                out_of_memory = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            finally:
+                if keep and completed and config.reuse_key and not config.end_reuse:
+                    # Kept whole: no collection or cache release, which the next run would only have to undo.
+                    self._kept = Kept(workload, config)
+                else:
                     self._free(workload)
-                    workload = None
-            if workload is None:
-                workload = self.backend.build(config)
-            yield Resolved(config, workload.parameter_count)
-            doing = "a step"
-            steps = time_steps(
-                workload,
-                config,
-                build_started_s=build_started_s,
-                started_at_unix_s=started_at_unix_s,
-                cancelled=cancelled,
-                clock=self._clock,
-            )
-            for event in steps:
-                if isinstance(event, Summary):
-                    event = with_device_state(event, config.device.ref, device_before, states.read())
-                    event = replace(
-                        event,
-                        build_reused=reused,
-                        first_step_traced=workload.first_step_traces,
-                        flags=(*event.flags, *workload.notes),
-                    )
-                if sampler is None:
-                    yield event
-                    continue
-                if isinstance(event, Progress) and event.phase in POWER_PHASES:
-                    sampler.set_phase(POWER_PHASES[event.phase])
-                if isinstance(event, Summary):
-                    samples = sampler.stop()
-                    yield PowerBatch(tuple(sampler.drain()))
-                    energy = energy_summary(
-                        samples,
-                        samples_processed=samples_processed(config, event),
-                        source_reasons=sampler.reasons,
-                    )
-                    event = replace(event, energy=replace(energy, missed_slots=sampler.missed_slots))
-                yield event
-                if isinstance(event, StepBatch):
-                    yield PowerBatch(tuple(sampler.drain()))
-            completed = True
-        except Exception as exc:
-            # Keep only the text or a fresh error: the exception's traceback holds
-            # the tensors that filled the device, and they must go before the next run.
-            user_error = self.backend.user_error(exc)
-            if user_error is None and not self.backend.is_out_of_memory(exc):
-                if config.model.source.built_in or isinstance(exc, RunnerError):
-                    raise
-                user_error = plugin_failure(config.model, doing, exc)
-            out_of_memory = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        finally:
-            states.close()
-            if sampler is not None:
-                sampler.stop()
-            if keep and completed and config.reuse_key and not config.end_reuse:
-                # Kept whole: no collection or cache release, which the next run would only have to undo.
-                self._kept = Kept(workload, config)
-            else:
-                self._free(workload)
-            workload = None
+                workload = None
         if user_error is not None:
             raise user_error
         if out_of_memory:

@@ -8,7 +8,8 @@ from fwbench.runner.v1 import runner_pb2 as pb
 from .backend import MemoryReading
 from .device_state import DeviceState
 from .power import EnergySummary, PowerPhase, PowerSample
-from .service import PowerBatch, Resolved, RunEvent
+from .service import Resolved, RunEvent
+from .telemetry import PowerBatch
 from .serving import QueryBatch, ServingSummary
 from .spec import RunnerInfo
 from .timing import Progress, StepBatch, Summary
