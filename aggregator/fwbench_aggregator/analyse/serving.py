@@ -38,7 +38,7 @@ def serving_runs(summary: pd.DataFrame, over=CONFIG_COLUMNS) -> pd.DataFrame:
     `group` says which block of them it is in: only runs with one label pool."""
     runs = with_status(summary)
     if not runs.empty and "scenario" in runs:
-        runs = runs[(runs["status"] == "ok") & runs["scenario"].fillna("").astype(str).ne("")]
+        runs = runs[(runs["status"] == "ok") & runs["scenario"].astype(object).fillna("").astype(str).ne("")]
     if runs.empty or "scenario" not in runs:
         return pd.DataFrame(columns=[*RUN_COLUMNS, "group", *SERVING_SUMMARY_COLUMNS])
     # Labelled among the runs under a scenario alone: what sets apart the runs these tables show.
