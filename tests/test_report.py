@@ -17,8 +17,7 @@ import pandas as pd
 import pytest
 from fwbench_aggregator.analyse.comparison import comparison_rows
 from fwbench_aggregator.analyse.results import analysed
-from fwbench_aggregator.analyse.versions import version_changes, version_points, version_runs
-from fwbench_aggregator.app.report import VersionTables
+from fwbench_aggregator.analyse.versions import VersionTables, version_changes, version_points, version_runs
 from fwbench_aggregator.present import plots as plotting
 from fwbench_aggregator.present.display import display_frame
 from fwbench_aggregator.present.report import write_report

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -36,6 +37,15 @@ KEY = (*CONFIG_COLUMNS, "framework")
 # Regressions first, then improvements; what was not called last.
 CHANGE_ORDER = {"regression": 0, "improvement": 1, "unresolved": 2, "no change": 3}
 CONFIRMED, NOT_CONFIRMED, NOT_CHECKED = "confirmed", "not confirmed", "not checked"
+
+
+@dataclass(frozen=True)
+class VersionTables:
+    """The version report's tables: each version against the previous one (a confirmation round's verdicts beside)
+    and each configuration's step time per version."""
+
+    changes: pd.DataFrame
+    points: pd.DataFrame
 
 
 def version_key(version: str) -> tuple:

@@ -7,8 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+import pandas as pd
+
 from ..analyse.results import Analysis, analysed
-from ..analyse.versions import confirmed, several_versions, version_changes, version_points, version_runs
+from ..analyse.versions import (
+    VersionTables, confirmed, several_versions, version_changes, version_points, version_runs,
+)
 from ..present.report import write_report
 from ..store.health import Damage
 from ..store.results_store import ResultStore
@@ -22,6 +26,7 @@ class ReportResult:
     analysis: Analysis
     path: Path  # report.html
     left_out: list[Damage] = field(default_factory=list)  # the store's unreadable files: their entries are left out
+    summary: pd.DataFrame = field(default_factory=pd.DataFrame)  # the runs analysed, as selected from the store
 
 
 def selection_of(compare: Optional[str], where: Sequence[str]) -> Selection:
@@ -46,12 +51,6 @@ REPORT_FOLDER = "report"  # beside a store (or in a compare's results folder): r
 # A confirmation round's runs (app.versions): a store of their own inside the study's, so that they are judged on
 # their own and never pooled with the first round's.
 CONFIRMATION_FOLDER = "confirmation"
-
-
-@dataclass(frozen=True)
-class VersionTables:
-    changes: pd.DataFrame  # each version against the previous one, a confirmation round's verdicts beside
-    points: pd.DataFrame  # each configuration's step time per version
 
 
 def version_tables(results_store: ResultStore, summary: pd.DataFrame, steps: pd.DataFrame) -> Optional[VersionTables]:
@@ -83,7 +82,7 @@ def store_report(results_store: ResultStore, out: Path, latency_budget_ms: Optio
     versions = version_tables(results_store, summary, frames["steps"])
     path = write_report(analysis, summary, manifests, out, left_out, not_run, versions=versions,
                         parity=frames[PARITY_FRAME])
-    return ReportResult(analysis, path, left_out)
+    return ReportResult(analysis, path, left_out, summary)
 
 
 def report(store: Path, out: Optional[Path] = None, latency_budget_ms: Optional[float] = None,

@@ -183,5 +183,4 @@ def version_report(store: Path, out: Optional[Path] = None, required: bool = Tru
         raise UsageError(f"{store} holds one version per framework and configuration; a version report needs runs of "
                          "two versions of a configuration (a sweep with versions, or runs added after a new tag)",
                          "--store")
-    changes, points = tables.changes, tables.points
-    return VersionReport(changes, points, write_version_report(changes, points, out or store / REPORT_FOLDER))
+    return VersionReport(tables.changes, tables.points, write_version_report(tables, out or store / REPORT_FOLDER))

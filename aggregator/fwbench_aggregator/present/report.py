@@ -15,6 +15,7 @@ from ..analyse.results import Analysis
 from ..analyse.scaling import has_scaling, strategy_pairs
 from ..analyse.sequential import unsettled
 from ..analyse.trends import FLATTEN_GAIN
+from ..analyse.versions import VersionTables
 from ..store.health import Damage
 from .display import (
     STRATEGY_TABLES, display_frame, efficiency_display, optimal_display, pairs_display, scaling_display,
@@ -26,7 +27,7 @@ from .plots import make_plots
 from .console import err_console
 from .serving import print_serving, serving_section_html
 from .terminal import configuration_title, print_findings, print_scaling, print_series
-from .versions import CHANGES_CSV, POINTS_CSV, versions_section_html
+from .versions import write_versions_section
 
 def write_tables(rows: pd.DataFrame, out_dir: Path, stem: str = "comparison") -> list[Path]:
     """comparison.csv (every column, full precision), comparison.md and comparison.html (as displayed)."""
@@ -124,10 +125,10 @@ def write_studies(analysis: Analysis, out_dir: Path, not_run: Sequence[str] = ()
 
 
 def write_report(analysis: Analysis, summary: pd.DataFrame, manifest: dict | None, out_dir: Path,
-                 left_out: Sequence[Damage] = (), not_run: Sequence[str] = (), versions=None,
+                 left_out: Sequence[Damage] = (), not_run: Sequence[str] = (), versions: VersionTables | None = None,
                  parity: pd.DataFrame | None = None) -> Path:
     """report.html in out_dir: one self-contained file, a contents list, the store's unreadable files it left out (if
-    any) and the findings at its top, and every section these runs support (`versions`: app.report.VersionTables,
+    any) and the findings at its top, and every section these runs support (`versions`: analyse.versions.VersionTables,
     where they hold two versions of a configuration; `parity`: the stored parity checks). Beside it:
     comparison.csv/.md/.html, findings.md and the study tables' CSVs, scaling.csv/.md where any ran on several
     devices, serving.csv, the version tables' CSVs, and the plots as PNG files (each with its CSV) under plots/.
@@ -143,11 +144,7 @@ def write_report(analysis: Analysis, summary: pd.DataFrame, manifest: dict | Non
         analysis.serving.to_csv(out_dir / "serving.csv", index=False)
     serving = serving_section_html(analysis.serving, analysis.capacities,
                                    latency_load_plot(analysis.load_curve, out_dir / "plots"))
-    versions_html = ""
-    if versions is not None:
-        versions.changes.to_csv(out_dir / CHANGES_CSV, index=False)
-        versions.points.to_csv(out_dir / POINTS_CSV, index=False)
-        versions_html = versions_section_html(versions.changes, versions.points, out_dir / "plots")
+    versions_html = write_versions_section(versions, out_dir) if versions is not None else ""
     path = out_dir / "report.html"
     path.write_text(render_html(summary, analysis, plots, manifest, tables, study_tables(analysis), left_out,
                                 unresolved_lines(analysis.rows, not_run), serving, versions_html, parity),

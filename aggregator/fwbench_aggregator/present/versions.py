@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 from rich.markup import escape
 
-from ..analyse.versions import CONFIRMED, NOT_CONFIRMED, plot_series
+from ..analyse.versions import CONFIRMED, NOT_CONFIRMED, VersionTables, plot_series
 from .console import Column, err_console, out_console, print_table
 from .html import png_data_uri, standalone_html, table_html
 from .line_plots import version_plot
@@ -64,13 +64,18 @@ def versions_section_html(changes: pd.DataFrame, points: pd.DataFrame, plots_dir
     return "\n".join(body)
 
 
-def write_version_report(changes: pd.DataFrame, points: pd.DataFrame, out: Path) -> Path:
-    """versions.html, the two tables as CSV and a plot per model into `out`; the page's path."""
+def write_versions_section(tables: VersionTables, out: Path) -> str:
+    """The two tables as CSV and a plot per model into `out`; the section that shows them."""
     out.mkdir(parents=True, exist_ok=True)
-    changes.to_csv(out / CHANGES_CSV, index=False)
-    points.to_csv(out / POINTS_CSV, index=False)
+    tables.changes.to_csv(out / CHANGES_CSV, index=False)
+    tables.points.to_csv(out / POINTS_CSV, index=False)
+    return versions_section_html(tables.changes, tables.points, out / "plots")
+
+
+def write_version_report(tables: VersionTables, out: Path) -> Path:
+    """versions.html, the two tables as CSV and a plot per model into `out`; the page's path."""
     path = out / PAGE
-    body = "<h1>fwbench: framework versions</h1>\n" + versions_section_html(changes, points, out / "plots")
+    body = "<h1>fwbench: framework versions</h1>\n" + write_versions_section(tables, out)
     path.write_text(standalone_html("fwbench: versions", body))
     return path
 
