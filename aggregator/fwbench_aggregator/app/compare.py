@@ -145,9 +145,10 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
     records.write_results(run_dir, frames)
     if not frames["power"].empty:
         power_timeline(frames["power"], run_dir)
-    records.write_manifest(run_dir, result.run_id, result.results, requests)
+    manifest = records.manifest(result.run_id, result.results, requests)
+    records.write_manifest(run_dir, manifest)
     # This compare's own report: its runs alone, never the rest of the store (`fwbench report` reads that).
-    result.report = write_report(analysis, frames["summary"], records.manifest(result.run_id, result.results, requests), run_dir / REPORT_FOLDER,
+    result.report = write_report(analysis, frames["summary"], manifest, run_dir / REPORT_FOLDER,
                                  versions=version_tables(results_store, frames["summary"], frames["steps"]),
                                  parity=parity)
     return result

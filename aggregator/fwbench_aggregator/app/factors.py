@@ -156,5 +156,5 @@ def factors(spec: RunSpec, runners: RunnerChoice, chosen: tuple[str, ...] = DEFA
             "summary": records.summary_frame(run_id, result.results, result.failures),
             "factors": effects_frame(result.effects),
         })
-        records.write_manifest(result.run_dir, run_id, result.results, requests)
+        records.write_manifest(result.run_dir, records.manifest(run_id, result.results, requests))
     return result

@@ -30,7 +30,7 @@ from ..store.results_store import ResultStore
 from ..store.schema import CONFIG_COLUMNS
 from ..store.selection import Selection
 from .errors import UsageError
-from .report import selected_frames, store_report
+from .report import store_report
 
 EXPERIMENT = "fwbench"
 COMPARISON_TAG = "fwbench.comparison"  # the comparison's identity (comparison_ids): what makes a second export add nothing
@@ -160,7 +160,7 @@ def export_mlflow(store: Path, target: str, experiment: str = EXPERIMENT,
     with tempfile.TemporaryDirectory(prefix="fwbench-mlflow-") as folder:
         report = store_report(results_store, Path(folder) / "report", selection=selection)
         rows = report.analysis.rows
-        ids = comparison_ids(selected_frames(results_store, ("summary",), selection)["summary"])
+        ids = comparison_ids(report.summary)
         blocks = [(ids.get(tuple(str(v) for v in key)), block)
                   for key, block in rows.groupby([*CONFIG_COLUMNS, "group"], sort=False)]
         new = [(comparison_id, block) for comparison_id, block in blocks if comparison_id and comparison_id not in done]

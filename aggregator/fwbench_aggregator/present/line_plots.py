@@ -71,7 +71,7 @@ def scaling_plot(scaling: pd.DataFrame, out_dir: Path, key: str = "scaling", run
     figure.suptitle(title)
     figure.tight_layout()
     data = pd.concat([frame for _, frame in series]).assign(value_of="the runs' geometric mean")
-    shown = [c for c in (*SCALING_KEY_COLUMNS, "line", "run_id", "world_size", "throughput_samples_per_s")]
+    shown = (*SCALING_KEY_COLUMNS, "line", "run_id", "world_size", "throughput_samples_per_s")
     dots = [d[[c for c in shown if c in d]] for d in drawn_runs if len(d)]
     if dots:
         data = pd.concat([data, *(d.assign(value_of="one run") for d in dots)], ignore_index=True)

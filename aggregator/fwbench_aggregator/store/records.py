@@ -218,16 +218,17 @@ def write_results(out_dir: Path, frames: dict[str, pd.DataFrame]) -> list[Path]:
     return written
 
 
-def write_manifest(out_dir: Path, run_id: str, results: list[RunResult], requests: dict[str, pb.RunRequest]) -> Path:
-    """Everything needed to reproduce or audit the comparison: each runner's versions, devices, settings
-    and capabilities as it described them, the exact requests, the resolved configurations, the host."""
+def write_manifest(out_dir: Path, contents: dict) -> Path:
+    """manifest.json in out_dir: the comparison's manifest (manifest())."""
     path = out_dir / "manifest.json"
     out_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(manifest(run_id, results, requests), indent=2, sort_keys=True))
+    path.write_text(json.dumps(contents, indent=2, sort_keys=True))
     return path
 
 
 def manifest(run_id: str, results: list[RunResult], requests: dict[str, pb.RunRequest]) -> dict:
+    """Everything needed to reproduce or audit the comparison: each runner's versions, devices, settings
+    and capabilities as it described them, the exact requests, the resolved configurations, the host."""
     runners = {}
     for r in results:
         if r.runner in runners:
