@@ -32,3 +32,18 @@ def run_medians(rng, runs: int, median_s: float, run_spread: float, step_spread:
         times[slow] *= rng.uniform(*SLOW_STEP_FACTORS, slow.sum())
         medians.append(float(np.median(times)))
     return medians
+
+
+def drifting_rounds(rng, pairs: int, rounds: int, median_s: float, run_spread: float, drift_spread: float,
+                    within_round_spread: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Two runners' per-run medians over `rounds` counterbalanced rounds (A B, B A, ...) on a drifting host, for
+    `pairs` comparisons at once (pairs x rounds each): the host's offset walks by `drift_spread` (log) from one round
+    to the next and moves both runs of a round alike; the second run of a round sees `within_round_spread` more of it
+    than the first; each run has its own offset of `run_spread` besides. Medians only: the steps' jitter is in
+    run_medians; here the host's drift is what is modelled."""
+    host = np.cumsum(rng.normal(0.0, drift_spread, (pairs, rounds)), axis=1)
+    second = rng.normal(0.0, within_round_spread, (pairs, rounds))
+    b_second = (np.arange(rounds) % 2 == 0)  # A B in even rounds, B A in odd ones
+    a = host + np.where(b_second, 0.0, second) + rng.normal(0.0, run_spread, (pairs, rounds))
+    b = host + np.where(b_second, second, 0.0) + rng.normal(0.0, run_spread, (pairs, rounds))
+    return median_s * np.exp(a), median_s * np.exp(b)

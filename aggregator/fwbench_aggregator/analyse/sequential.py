@@ -14,7 +14,8 @@ spends a quarter of ALPHA at the first look (5 runs for that difference) and pay
 
 The share of each look becomes a critical value by the recursive integration of Armitage, McPherson & Rowe (1969)
 over the standard normal score process, computed once per plan. Each look then applies its nominal level (the
-two-sided tail of its critical value) to the same Welch t-test on log per-run medians that stats.compare makes:
+two-sided tail of its critical value) to the same t-test on log per-run medians that stats.compare makes (Welch's, or
+the paired test by round where every run has its round's partner; a round's log ratio is one increment of the score):
 the significance-level approach to group sequential t-tests (Jennison & Turnbull, Group Sequential Methods with
 Applications to Clinical Trials, 2000). The interval reported at a look is the Welch interval at that look's
 level: a repeated confidence interval (ibid., chapter 9), which covers the true ratio at every look at once with
@@ -50,6 +51,11 @@ DEFAULT_MAX_RUNS = DEFAULT_MAX_REPETITIONS
 # costs a little power (tests/test_sequential.py shows how little).
 FUTILITY = 2.0
 FUTILITY_RUNS = 6
+# A paired design's looks share this much of alpha. Its t-tests have one degree of freedom per round, half Welch's, and
+# at the first looks so few that the significance-level approach spends more than its share: 1.08-1.10% of whole A/A
+# procedures called a difference at the full alpha (3 x 20000 simulated, tests/test_paired_rounds.py), 0.94-0.98% at
+# 85% of it.
+PAIRED_SHARE = 0.85
 _GRID_POINTS = 1001  # odd, for Simpson's rule; four times as many move no look's level by 1e-11
 
 
@@ -121,11 +127,12 @@ class SequentialPlan:
         """The smallest difference called real, and the margin equivalence is stated within (as Comparison's)."""
         return max(self.min_effect, 0.0 if math.isnan(self.noise_floor) else self.noise_floor)
 
-    def level(self, runs: int) -> float:
-        """The nominal two-sided level of the look at `runs` runs per runner (the last look's beyond max_runs)."""
+    def level(self, runs: int, paired: bool = False) -> float:
+        """The nominal two-sided level of the look at `runs` runs per runner (the last look's beyond max_runs); a
+        paired design's looks share PAIRED_SHARE of alpha."""
         from scipy import special
 
-        critical = critical_values(self.min_runs, self.max_runs, self.alpha)
+        critical = critical_values(self.min_runs, self.max_runs, self.alpha * (PAIRED_SHARE if paired else 1.0))
         return float(2 * special.ndtr(-critical[min(max(runs, self.min_runs), self.max_runs) - self.min_runs]))
 
 
@@ -140,32 +147,47 @@ class _Look(NamedTuple):
     outcome: np.ndarray
 
 
-def _judge(plan: SequentialPlan, log_a: np.ndarray, log_b: np.ndarray) -> _Look:
-    """Welch's t-test on the last axis (the same as stats.compare's, written out to run over many pairs) and the
-    stopping rule, at the look with the smaller side's number of runs."""
-    from scipy import special
-
+def _welch(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Welch's test on the last axis, written out to run over many pairs: b's mean log over a's, its standard error,
+    degrees of freedom, and the pooled run spread."""
     na, nb = log_a.shape[-1], log_b.shape[-1]
-    runs, level = min(na, nb), plan.level(min(na, nb))
-    difference = log_b.mean(-1) - log_a.mean(-1)
     var_a, var_b = log_a.var(-1, ddof=1), log_b.var(-1, ddof=1)
     se_a, se_b = var_a / na, var_b / nb
-    se = np.sqrt(se_a + se_b)
+    still = se_a + se_b == 0.0
+    df = np.where(still, 1.0, (se_a + se_b) ** 2 / np.where(still, 1.0, se_a**2 / (na - 1) + se_b**2 / (nb - 1)))
+    return log_b.mean(-1) - log_a.mean(-1), np.sqrt(se_a + se_b), df, np.sqrt((var_a + var_b) / 2)
+
+
+def _paired(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The paired test by round on the last axis (the i-th of each ran in one round), in _welch's terms; its spread is
+    stats.paired_spread's."""
+    within = log_b - log_a
+    rounds = within.shape[-1]
+    var = within.var(-1, ddof=1)
+    return within.mean(-1), np.sqrt(var / rounds), np.full(var.shape, rounds - 1.0), np.sqrt(var / 2)
+
+
+def _judge(plan: SequentialPlan, log_a: np.ndarray, log_b: np.ndarray, paired: bool = False) -> _Look:
+    """The t-test on the last axis (the same as stats.compare's: Welch's, or with `paired` the paired test by round)
+    and the stopping rule, at the look with the smaller side's number of runs."""
+    from scipy import special
+
+    runs = min(log_a.shape[-1], log_b.shape[-1])
+    level = plan.level(runs, paired)
+    difference, se, df, spread = (_paired if paired else _welch)(log_a, log_b)
     still = se == 0.0
     # Identical runs on each side (a timer's resolution, a fake runner): nothing varies to test, as in stats.compare.
     safe_se = np.where(still, 1.0, se)
-    df = np.where(still, 1.0, (se_a + se_b) ** 2 / np.where(still, 1.0, se_a**2 / (na - 1) + se_b**2 / (nb - 1)))
     p_value = np.where(still, np.where(difference == 0.0, 1.0, 0.0),
                        2 * special.stdtr(df, -np.abs(difference) / safe_se))
     half_width = np.where(still, 0.0, special.stdtrit(df, 1 - level / 2) * se)
-    spread = np.sqrt((var_a + var_b) / 2)
     margin = math.log1p(plan.threshold)
     different = (p_value < level) & (np.abs(difference) >= margin)
     equivalent = np.abs(difference) + half_width < margin
     # Projected to the whole budget at the last look's level, these runs' spread would not resolve TOO_NOISY; or
     # (futility) it could state equivalence for no difference at all, nor resolve twice the difference seen so far:
     # more runs would most likely end unresolved as well.
-    projected = _half_width(spread, plan.max_runs, plan.level(plan.max_runs))
+    projected = _half_width(spread, plan.max_runs, plan.level(plan.max_runs, paired), paired)
     hopeless = (projected > math.log1p(stats.TOO_NOISY)) | (
         (projected >= margin) & (projected > FUTILITY * np.abs(difference)) & (runs >= FUTILITY_RUNS))
     outcome = np.select(
@@ -175,11 +197,13 @@ def _judge(plan: SequentialPlan, log_a: np.ndarray, log_b: np.ndarray) -> _Look:
     return _Look(difference, half_width, p_value, spread, outcome)
 
 
-def _half_width(spread: np.ndarray | float, runs: int, level: float) -> np.ndarray | float:
-    """The half-width of a Welch interval on the log ratio with `runs` runs a side of this spread each."""
+def _half_width(spread: np.ndarray | float, runs: int, level: float, paired: bool = False) -> np.ndarray | float:
+    """The half-width of an interval on the log ratio with `runs` runs a side of this spread each: Welch's (as many
+    degrees of freedom as two runners' runs give), or the paired test's (one per round)."""
     from scipy import special
 
-    return special.stdtrit(2 * runs - 2, 1 - level / 2) * spread * math.sqrt(2 / runs)
+    df = runs - 1 if paired else 2 * runs - 2
+    return special.stdtrit(df, 1 - level / 2) * spread * math.sqrt(2 / runs)
 
 
 @dataclass(frozen=True)
@@ -189,8 +213,9 @@ class Decision:
     outcome: str  # "different", "equivalent", "unresolved" (budget spent, or too noisy to spend it) or "continue"
     comparison: stats.Comparison
     runs: int  # per runner, the smaller side's
-    spread: float  # the runs' pooled spread, as stats.run_spread's
+    spread: float  # the runs' pooled spread, as stats.run_spread's (stats.paired_spread's where paired)
     plan: SequentialPlan
+    paired: bool = False  # judged by round (the paired test), as comparison.paired
 
     @property
     def stop(self) -> bool:
@@ -202,13 +227,14 @@ class Decision:
         margin = math.log1p(target)
         if math.isnan(self.spread) or margin <= 0.0:  # no spread measured, or no difference to resolve
             return math.inf
-        level = self.plan.level(self.plan.max_runs)
+        level = self.plan.level(self.plan.max_runs, self.paired)
+        width = functools.partial(_half_width, self.spread, level=level, paired=self.paired)
         low = max(self.runs, 2)
         # The half-width at `low` over-estimates every later one, so `high` runs are surely enough.
-        high = max(low, math.ceil(2 * (_half_width(self.spread, low, level) / math.sqrt(2 / low) / margin) ** 2))
+        high = max(low, math.ceil(2 * (width(low) / math.sqrt(2 / low) / margin) ** 2))
         while low < high:
             middle = (low + high) // 2
-            low, high = (low, middle) if _half_width(self.spread, middle, level) <= margin else (middle + 1, high)
+            low, high = (low, middle) if width(middle) <= margin else (middle + 1, high)
         return max(high - self.runs, 0)
 
     @property
@@ -235,18 +261,22 @@ class Decision:
 
 def look(
     plan: SequentialPlan, run_medians_a: Sequence[float], run_medians_b: Sequence[float], name_a: str, name_b: str,
+    paired: bool = False,
 ) -> Decision:
-    """The look after a round: whether these runs settle the verdict, by the plan's stopping rule."""
+    """The look after a round: whether these runs settle the verdict, by the plan's stopping rule; with `paired`
+    (the i-th run of each ran in the same round) judged by round."""
     a, b = np.asarray(run_medians_a, dtype=float), np.asarray(run_medians_b, dtype=float)
     runs = min(a.size, b.size)
     if runs < 1:
         raise ValueError(f"a look needs at least one run per runner; got {a.size} and {b.size}")
+    if paired and a.size != b.size:
+        raise ValueError(f"paired runs come one per runner per round; got {a.size} and {b.size}")
     log_a, log_b = np.log(a)[None, :], np.log(b)[None, :]
     if runs < plan.min_runs:
         no_test = (log_b.mean() - log_a.mean(), math.nan, math.nan, math.nan, "continue")
         judged = _Look(*(np.array([value]) for value in no_test))
     else:
-        judged = _judge(plan, log_a, log_b)
+        judged = _judge(plan, log_a, log_b, paired)
     difference, half_width, p_value, spread = (float(value[0]) for value in judged[:4])
     outcome = str(judged.outcome[0])
     # As stats.compare: the slower over the faster, a first where they tie.
@@ -256,21 +286,24 @@ def look(
         faster, slower, n_faster, n_slower, math.exp(size),
         ci_low=math.exp(size - half_width), ci_high=math.exp(size + half_width), p_value=p_value,
         resolvable=math.expm1(half_width), noise_floor=plan.noise_floor, min_effect=plan.min_effect,
-        significant=outcome == "different", alpha=plan.level(runs), spread=spread,
+        significant=outcome == "different", alpha=plan.level(runs, paired), spread=spread,
+        paired=paired,
     )
-    return Decision(outcome, comparison, runs, spread, plan)
+    return Decision(outcome, comparison, runs, spread, plan, paired)
 
 
-def simulate(plan: SequentialPlan, run_medians_a: np.ndarray, run_medians_b: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The whole procedure over many pairs at once, each row a pair's max_runs run medians in the order they ran:
-    per pair, the outcome it stopped with, the runs per runner it took, and b's ratio over a at that look. The
-    same rule as look(), for the simulations that show what it guarantees (tests/test_sequential.py)."""
+def simulate(plan: SequentialPlan, run_medians_a: np.ndarray, run_medians_b: np.ndarray, paired: bool = False
+             ) -> tuple[np.ndarray, ...]:
+    """The whole procedure over many pairs at once, each row a pair's max_runs run medians in the order they ran
+    (column i of each in round i where `paired`): per pair, the outcome it stopped with, the runs per runner it took,
+    and b's ratio over a at that look. The same rule as look(), for the simulations that show what it guarantees
+    (tests/test_sequential.py)."""
     log_a, log_b = np.log(np.asarray(run_medians_a, dtype=float)), np.log(np.asarray(run_medians_b, dtype=float))
     outcome = np.full(log_a.shape[0], "continue", dtype=object)
     runs, ratio = np.zeros(log_a.shape[0], dtype=int), np.full(log_a.shape[0], math.nan)
     for n in range(plan.min_runs, plan.max_runs + 1):
         going = outcome == "continue"
-        judged = _judge(plan, log_a[going, :n], log_b[going, :n])
+        judged = _judge(plan, log_a[going, :n], log_b[going, :n], paired)
         outcome[going], runs[going], ratio[going] = judged.outcome, n, np.exp(judged.difference)
     return outcome, runs, ratio
 

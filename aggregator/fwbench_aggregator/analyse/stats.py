@@ -9,6 +9,15 @@ on the logarithms of those per-run medians with Welch's t-test: the ratio of geo
 confidence interval, and the smallest difference the runs could resolve. A t-test on a few run values
 is exact where the run offsets are log-normal and still honest with three runs a side, where a
 bootstrap over runs has too few distinct resamples to give an interval at all.
+
+The paired test by round (`paired`) is the analysis for runs made in pairs, one run of each runner per round: a
+host's drift slower than a round moves both runs of a round alike and cancels in their ratio, where Welch's test
+counts it as spread; it has half the degrees of freedom, so with little drift and few rounds its interval is the
+wider one. Compares keep Welch's test: on the shared 2-core VMs this project runs on, the paired test over the same
+real A/A runs was no narrower (a median 0.99 times Welch's over 30 comparisons of fresh runner pairs) and called one
+of them different, since the noise there is faster than a round and a process carries an offset of its own that no
+test within one pair of processes can see (benchmarks/design_aa.py measures each design; docs/verdict.md has its
+figures).
 """
 
 from __future__ import annotations
@@ -101,7 +110,8 @@ class Comparison:
     significant: bool = False
     # The level the difference was tested at: ALPHA, or a sequential look's share of it (analyse.sequential).
     alpha: float = ALPHA
-    spread: float = math.nan  # the runs' pooled spread (the log per-run medians' standard deviation)
+    spread: float = math.nan  # the runs' pooled spread (the log per-run medians' standard deviation; paired_spread's)
+    paired: bool = False  # judged by round (the paired test) rather than as unrelated runs (Welch's)
 
     @property
     def enough_runs(self) -> bool:
@@ -138,12 +148,16 @@ def compare(
     run_medians_b: Sequence[float],
     min_effect: float = MIN_EFFECT,
     noise_floor: float = math.nan,
+    paired: bool = False,
 ) -> Comparison:
-    """Welch's t-test on the log per-run medians of two runners. A difference is called when the
-    interval excludes no difference AND the ratio reaches the minimum effect and the noise floor."""
+    """Welch's t-test on the log per-run medians of two runners, or with `paired` (the i-th run of each ran in the
+    same round) the paired t-test on their log ratio per round. A difference is called when the interval excludes no
+    difference AND the ratio reaches the minimum effect and the noise floor."""
     a, b = np.asarray(run_medians_a, dtype=float), np.asarray(run_medians_b, dtype=float)
     if min(a.size, b.size) < 1:
         raise ValueError(f"comparing needs at least one run per runner; got {a.size} and {b.size}")
+    if paired and a.size != b.size:
+        raise ValueError(f"paired runs come one per runner per round; got {a.size} and {b.size}")
     (fast_name, fast), (slow_name, slow) = sorted(((name_a, a), (name_b, b)), key=lambda item: geometric_mean(item[1]))
     ratio = geometric_mean(slow) / geometric_mean(fast)
     partial = Comparison(fast_name, slow_name, fast.size, slow.size, ratio, noise_floor=noise_floor, min_effect=min_effect)
@@ -151,20 +165,31 @@ def compare(
         return partial
     log_slow, log_fast = np.log(slow), np.log(fast)
     difference = float(log_slow.mean() - log_fast.mean())
-    if log_slow.var() == 0.0 and log_fast.var() == 0.0:
-        # Identical runs on each side (a timer's resolution, a fake runner): nothing varies to test.
+    within = log_slow - log_fast if paired else None
+    if (within.var() == 0.0 if paired else log_slow.var() == 0.0 and log_fast.var() == 0.0):
+        # Identical runs on each side, or one ratio in every round (a timer's resolution, a fake runner): nothing
+        # varies to test.
         p_value, half_width = (1.0 if difference == 0.0 else 0.0), 0.0
     else:
-        welch = _scipy_stats().ttest_ind(log_slow, log_fast, equal_var=False)
-        interval = welch.confidence_interval(CONFIDENCE)
-        p_value, half_width = float(welch.pvalue), float(interval.high - interval.low) / 2
+        test = (_scipy_stats().ttest_rel(log_slow, log_fast) if paired
+                else _scipy_stats().ttest_ind(log_slow, log_fast, equal_var=False))
+        interval = test.confidence_interval(CONFIDENCE)
+        p_value, half_width = float(test.pvalue), float(interval.high - interval.low) / 2
     significant = p_value < ALPHA and ratio - 1.0 >= partial.threshold
     return Comparison(
         fast_name, slow_name, fast.size, slow.size, ratio,
         ci_low=math.exp(difference - half_width), ci_high=math.exp(difference + half_width), p_value=p_value,
         resolvable=math.exp(half_width) - 1.0, noise_floor=noise_floor, min_effect=min_effect, significant=significant,
-        spread=math.sqrt((log_slow.var(ddof=1) + log_fast.var(ddof=1)) / 2),
+        spread=paired_spread(within) if paired else math.sqrt((log_slow.var(ddof=1) + log_fast.var(ddof=1)) / 2),
+        paired=paired,
     )
+
+
+def paired_spread(log_ratios: np.ndarray) -> float:
+    """The run spread that paired rounds leave, in run_spread's terms: the standard deviation of the rounds' log
+    ratios over the square root of 2 (for independent runs it is their spread, as a ratio of two runs has twice a
+    run's variance); NaN with fewer than two rounds."""
+    return float(log_ratios.std(ddof=1) / math.sqrt(2)) if log_ratios.size > 1 else math.nan
 
 
 def noise_floor(calibration: Comparison) -> float:

@@ -63,6 +63,7 @@ class StartupSettings:
     cudnn_autotune: str = "off"
     reference_dir: str = ""  # the parity reference folder they share; empty: each its own private one
     models_dirs: tuple[str, ...] = ()  # folders of model plug-ins every runner loads
+    run_isolation: str = ""  # where each run executes (a runner's --run-isolation); "": the runner's own default
 
     def flags(self) -> list[str]:
         return [
@@ -71,6 +72,7 @@ class StartupSettings:
             "--cudnn-autotune", self.cudnn_autotune,
             *(["--reference-dir", self.reference_dir] if self.reference_dir else []),
             *(flag for folder in self.models_dirs for flag in ("--models-dir", folder)),
+            *(["--run-isolation", self.run_isolation] if self.run_isolation else []),
         ]
 
 

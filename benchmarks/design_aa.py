@@ -1,0 +1,237 @@
+"""Verdict designs side by side on the same real A/A runs: each comparison starts two fresh instances of one runner,
+runs them in counterbalanced rounds (A B, B A, ...), and every design judges those runs: today's unpaired Welch test
+and the paired test by round, each with a fixed number of runs and under the sequential design (replayed look by look
+over the runs in the order they ran). A planted difference (b's run medians times --plant, the same real noise with a
+known ratio) shows each design's power.
+
+    # collect: 5 CPU configurations per framework, 3 fresh pairs each, 8 rounds (30 A/A comparisons)
+    .venvs/aggregator/bin/python benchmarks/design_aa.py collect --out results/design-aa.csv
+    # judge what was collected (reads the CSV only; no runner needed)
+    .venvs/aggregator/bin/python benchmarks/design_aa.py judge results/design-aa.csv
+
+The CSV holds one row per round: the configuration, the framework, the pair (fresh instances), the round and both
+instances' run medians, so that a new design can be judged later on the same runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+import numpy as np
+import pandas as pd
+from fwbench_aggregator.analyse import stats
+from fwbench_aggregator.analyse.sequential import DEFAULT_MAX_RUNS, SequentialPlan, look
+from fwbench_aggregator.app.calibrate import run_medians_by_runner
+from fwbench_aggregator.base.vocabulary import Mode
+from fwbench_aggregator.plan import spec as plan
+from fwbench_aggregator.plan.spec import StartupSettings
+from fwbench_aggregator.app.medians import medians_by_runner
+from fwbench_aggregator.run import jobs
+from fwbench_aggregator.run.connection import EMBEDDED
+from fwbench_aggregator.run.launch import default_venvs
+from fwbench_aggregator.run.runners import start_embedded
+
+# Small CPU configurations of different kinds (convolutional and recurrent, inference and training), each on both
+# frameworks: (model, mode, batch size, shape).
+GRID = (
+    ("resnet18", "infer", 8, "3x64x64"),
+    ("mobilenet_v2", "infer", 2, "3x64x64"),
+    ("resnet18", "train", 2, "3x32x32"),
+    ("lstm_lm", "infer", 8, None),
+    ("efficientnet_b0", "infer", 1, "3x64x64"),
+)
+FRAMEWORKS = ("torch", "tensorflow")
+COLUMNS = ("framework", "run_isolation", "design", "model", "mode", "batch_size", "shape", "pair", "round", "a_s", "b_s",
+           "pair_wall_s", "rounds_wall_s")
+
+
+def side_by_side(twins: dict[str, str], request, rounds: int) -> tuple[list, dict[str, list[float]], list]:
+    """Each round's two runs at the same time, one per instance (duet): the host's moment is common to both."""
+    medians: dict[str, list[float]] = {name: [] for name in twins}
+    runs = []
+    with ThreadPoolExecutor(len(twins)) as pool:
+        for number in range(rounds):
+            done = list(pool.map(lambda name: jobs.run_job(name, twins[name], EMBEDDED, request, repetition=number),
+                                 twins))
+            runs += done
+            for name, values in medians_by_runner(done).items():
+                medians[name] += values
+    return runs, medians, []
+
+
+def collect(out: Path, pairs: int, rounds: int, frameworks: list[str], run_isolation: str, duet: bool,
+            min_measure_s: float, reuse_builds: bool) -> int:
+    cores = os.cpu_count() or 1
+    # Side by side, each instance gets half the cores; one after the other, all of them (the runners' default).
+    threads = max(cores // 2, 1) if duet else cores
+    startup = StartupSettings(run_isolation=run_isolation, intra_op_threads=threads, inter_op_threads=threads)
+    design = f"{'duet' if duet else 'rounds'} {min_measure_s:g}s{' reused' if reuse_builds else ''}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fresh = not out.exists()
+    with out.open("a", newline="") as handle:
+        writer = csv.writer(handle)
+        if fresh:
+            writer.writerow(COLUMNS)
+        for pair in range(pairs):
+            for framework in frameworks:
+                for model, mode, batch, shape in GRID:
+                    # Reused: every run of an instance steps the one build its first run made, warm.
+                    request = plan.RunSpec(model, Mode(mode), batch, shape, device="cpu", startup=startup,
+                                           min_measure_s=min_measure_s,
+                                           reuse_key="design-aa" if reuse_builds else "").to_request()
+                    began = time.perf_counter()
+                    with ExitStack() as stack, TemporaryDirectory() as logs:
+                        first, failed = start_embedded([framework], default_venvs(), Path(logs) / "a", stack, startup)
+                        second, more = start_embedded([framework], default_venvs(), Path(logs) / "b", stack, startup)
+                        if failed or more:
+                            print(*(f.message for f in failed + more), sep="\n", file=sys.stderr)
+                            return 1
+                        twins = {"a": first[framework], "b": second[framework]}
+                        measuring = time.perf_counter()
+                        _, medians, failures = (side_by_side(twins, request, rounds) if duet
+                                                else run_medians_by_runner(twins, EMBEDDED, request, rounds))
+                    if failures:
+                        print(f"{framework} {model} {mode}: {failures[0].message[:120]}", file=sys.stderr)
+                        continue
+                    wall_s, rounds_wall_s = time.perf_counter() - began, time.perf_counter() - measuring
+                    for number, (a_s, b_s) in enumerate(zip(medians["a"], medians["b"])):
+                        writer.writerow((framework, run_isolation, design, model, mode, batch, shape or "", pair, number, a_s, b_s,
+                                         f"{wall_s:.1f}", f"{rounds_wall_s:.1f}"))
+                    handle.flush()
+                    print(f"{design} pair {pair} {framework:<10} {model:<15} {mode:<5} b{batch}: {wall_s:5.0f} s ({rounds_wall_s:.0f} s of rounds), a/b "
+                          + " ".join(f"{a / b:.3f}" for a, b in zip(medians["a"], medians["b"])), flush=True)
+    return 0
+
+
+ANALYSES = ("welch", "paired")
+
+
+def fixed(analysis: str, a: np.ndarray, b: np.ndarray) -> stats.Comparison:
+    return stats.compare("a", a, "b", b, paired=analysis == "paired")
+
+
+def sequential(analysis: str, a: np.ndarray, b: np.ndarray, max_runs: int):
+    """The sequential design replayed over the runs in the order they ran: the decision at the first look that
+    stops, or at the last round collected (then "continue": the budget would have run on)."""
+    plan_ = SequentialPlan(max_runs=max_runs)
+    for n in range(stats.MIN_REPETITIONS, a.size + 1):
+        decision = look(plan_, a[:n], b[:n], "a", "b", paired=analysis == "paired")
+        if decision.stop:
+            break
+    return decision
+
+
+def judged(runs: pd.DataFrame, plant: float, fixed_runs: list[int], max_runs: int) -> dict:
+    """One A/A comparison's runs (rounds in order) under every analysis, as is and with the difference planted."""
+    a, b = runs["a_s"].to_numpy(float), runs["b_s"].to_numpy(float)
+    wall = runs["rounds_wall_s"] if "rounds_wall_s" in runs and runs["rounds_wall_s"].ne("").all() else runs["pair_wall_s"]
+    row = {"rounds": len(runs), "wall_s": float(pd.to_numeric(wall).iloc[0])}
+    for analysis in ANALYSES:
+        for n in fixed_runs:
+            if a.size < n:
+                continue
+            aa, planted = fixed(analysis, a[:n], b[:n]), fixed(analysis, a[:n], b[:n] * plant)
+            row[f"{analysis} {str(n)}: resolves"] = aa.resolvable
+            row[f"{analysis} {str(n)}: wrong"] = aa.significant
+            row[f"{analysis} {str(n)}: found"] = planted.significant and planted.slower == "b"
+            row[f"{analysis} {str(n)}: runs"] = n
+        aa, planted = sequential(analysis, a, b, max_runs), sequential(analysis, a, b * plant, max_runs)
+        row[f"{analysis} auto: resolves"] = aa.comparison.resolvable
+        row[f"{analysis} auto: wrong"] = aa.outcome == "different"
+        row[f"{analysis} auto: found"] = planted.outcome == "different" and planted.comparison.slower == "b"
+        row[f"{analysis} auto: runs"] = aa.runs
+    return row
+
+
+def judge(paths: list[Path], plant: float, fixed_runs: list[int], max_runs: int) -> int:
+    frame = pd.concat([pd.read_csv(path, keep_default_na=False, dtype={"rounds_wall_s": str}) for path in paths],
+                      ignore_index=True)
+    for column, default in (("run_isolation", ""), ("design", "rounds 1s"), ("rounds_wall_s", "")):
+        frame[column] = frame[column].fillna(default) if column in frame else default
+    keys = ["design", "run_isolation", "framework", "model", "mode", "batch_size", "shape", "pair"]
+    rows = [{**dict(zip(keys, key)), **judged(runs.sort_values("round"), plant, fixed_runs, max_runs)}
+            for key, runs in frame.groupby(keys, sort=False)]
+    table = pd.DataFrame(rows)
+    print(f"{len(table)} A/A comparisons, each with freshly started instances; planted difference: b x {plant}")
+    print(f"\n{'collected':<20} {'analysis':<14} {'median resolves':>15} {'A/A wrong':>10} {'planted found':>14} "
+          f"{'median runs':>11} {'median wall s':>13}")
+    for (design, isolation), mine in table.groupby(["design", "run_isolation"], sort=False):
+        collected = f"{design}{' ' + isolation if isolation else ''}"
+        for analysis in ANALYSES:
+            for n in [*(str(n) for n in fixed_runs), "auto"]:
+                if f"{analysis} {n}: resolves" not in mine:
+                    continue
+                done = mine[f"{analysis} {n}: resolves"].notna()
+                print(f"{collected:<20} {analysis + ' ' + n:<14} {mine.loc[done, f'{analysis} {n}: resolves'].median():>15.1%} "
+                      f"{int(mine[f'{analysis} {n}: wrong'].sum()):>4} of {len(mine):<3} "
+                      f"{int(mine[f'{analysis} {n}: found'].sum()):>7} of {len(mine):<3} "
+                      f"{mine[f'{analysis} {n}: runs'].median():>11g} {mine['wall_s'].median():>13.0f}")
+        if "welch 8: resolves" in mine:
+            narrower = mine["welch 8: resolves"] / mine["paired 8: resolves"]
+            print(f"{collected:<20} paired over Welch at 8 runs: intervals narrower by a median "
+                  f"{narrower.median():.2f}x (range {narrower.min():.2f}x to {narrower.max():.2f}x)")
+        print_process_offsets(frame[(frame["design"] == design) & (frame["run_isolation"] == isolation)],
+                              keys[:-1])
+    return 0
+
+
+def print_process_offsets(frame: pd.DataFrame, config_keys: list[str]) -> None:
+    """How far fresh pairs of instances of one configuration sit apart beyond their runs' own noise: the spread of
+    each pair's mean log ratio less what its rounds' spread explains (a variance-components estimate). An offset a
+    process carries for all its runs is invisible to any test within one pair, and is what a verdict would call a
+    difference between identical runners."""
+    offsets = []
+    for key, runs in frame.groupby(config_keys, sort=False):
+        logs = np.log(runs["b_s"].to_numpy(float) / runs["a_s"].to_numpy(float))
+        by_pair = pd.Series(logs).groupby(runs["pair"].to_numpy())
+        if by_pair.ngroups < 2:
+            continue
+        between = by_pair.mean().var(ddof=1) - (by_pair.var(ddof=1) / by_pair.size()).mean()
+        offsets.append((" ".join(str(k) for k in key if k), math.sqrt(max(between, 0.0)), by_pair.mean().tolist()))
+    if offsets:
+        name, largest, _ = max(offsets, key=lambda o: o[1])
+        print(f"{'':<20} process offsets beyond the rounds' noise: median {np.median([o[1] for o in offsets]):.1%}, "
+              f"largest {largest:.1%} ({name})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    gather = commands.add_parser("collect", help="run the A/A comparisons and append their rounds to a CSV")
+    gather.add_argument("--out", type=Path, default=Path("results/design-aa.csv"))
+    gather.add_argument("--pairs", type=int, default=3, help="fresh pairs of instances per configuration")
+    gather.add_argument("--rounds", type=int, default=8)
+    gather.add_argument("--frameworks", default=",".join(FRAMEWORKS))
+    gather.add_argument("--run-isolation", default="", choices=("", "thread", "process"),
+                        help="each runner's --run-isolation: 'process' runs every run in a fresh worker process, so "
+                             "that a process's offset is sampled by every run; default: the runner's own")
+    gather.add_argument("--duet", action="store_true",
+                        help="run each round's two runs at the same time, each instance on half the cores")
+    gather.add_argument("--min-measure-s", type=float, default=plan.DEFAULT_MIN_MEASURE_S,
+                        help="each run's shortest measured window")
+    gather.add_argument("--reuse-builds", action="store_true",
+                        help="every run of an instance steps one build, kept warm between runs")
+    read = commands.add_parser("judge", help="judge collected runs under every design")
+    read.add_argument("csv", type=Path, nargs="+")
+    read.add_argument("--plant", type=float, default=1.10, help="b's run medians times this: a known difference")
+    read.add_argument("--fixed-runs", default="6,8", help="the fixed designs' runs per instance, comma-separated")
+    read.add_argument("--max-repetitions", type=int, default=DEFAULT_MAX_RUNS,
+                      help="the sequential design's budget (its looks' levels)")
+    args = parser.parse_args()
+    if args.command == "collect":
+        return collect(args.out, args.pairs, args.rounds, args.frameworks.split(","), args.run_isolation, args.duet,
+                       args.min_measure_s, args.reuse_builds)
+    return judge(args.csv, args.plant, [int(n) for n in args.fixed_runs.split(",")], args.max_repetitions)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
