@@ -14,7 +14,8 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from fwbench_core.catalog import load_catalog
-from fwbench_core.spec import DeviceKind, DeviceRef, Mode, RunnerSettings, RunRequest, Strategy, WorkerPlace  # noqa: E402
+from fwbench_core.choices import DeviceKind, Mode, Strategy
+from fwbench_core.spec import DeviceRef, RunnerSettings, RunRequest, WorkerPlace  # noqa: E402
 from fwbench_core.validation import resolve  # noqa: E402
 
 

@@ -10,7 +10,8 @@ from fwbench_aggregator.analyse.results import analysed
 from fwbench_aggregator.run import launch
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_core.fake import SETTING_STEP_TIME_ENV
-from fwbench_core.spec import Capabilities, Layout, Precision, Profile, Switch, Tf32
+from fwbench_core.choices import Layout, Precision, Profile, Switch, Tf32
+from fwbench_core.spec import Capabilities
 from fwbench_core.validation import resolve_tf32
 
 from support.cli import fwbench, only_run_dir

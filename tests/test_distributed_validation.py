@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fwbench_core.errors import FailedPrecondition, InvalidArgument
-from fwbench_core.spec import Cluster, Device, DeviceKind, DeviceRef, Strategy
+from fwbench_core.choices import DeviceKind, Strategy
+from fwbench_core.spec import Cluster, Device, DeviceRef
 from fwbench_core.placement import cpu_worker_limit
 from fwbench_core.validation import DEFAULT_DISTRIBUTED_TIMEOUT_S
 

@@ -24,7 +24,8 @@ from fwbench_core.power import (
     energy_summary,
     source_for,
 )
-from fwbench_core.spec import DeviceKind, DeviceRef
+from fwbench_core.choices import DeviceKind
+from fwbench_core.spec import DeviceRef
 
 # --- a fake NVML module --------------------------------------------------------
 

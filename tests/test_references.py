@@ -25,7 +25,8 @@ from fwbench_core.errors import Cancelled, Unavailable
 from fwbench_core.fake import FakeBackend
 from fwbench_core.references import ReferenceFolder
 from fwbench_core.service import RunnerService
-from fwbench_core.spec import DeviceKind, DeviceRef, ReferenceRequest
+from fwbench_core.choices import DeviceKind
+from fwbench_core.spec import DeviceRef, ReferenceRequest
 
 from support.cli import fwbench
 

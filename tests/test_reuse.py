@@ -20,7 +20,7 @@ from fwbench_aggregator.run import launch
 from fwbench_core.errors import Cancelled, InvalidArgument, OutOfMemory
 from fwbench_core.server import create_server
 from fwbench_core.service import RunnerService
-from fwbench_core.spec import Mode
+from fwbench_core.choices import Mode
 from fwbench_core.timing import StepBatch, Summary
 from fwbench_core.limits import MAX_REUSE_KEY_LENGTH
 

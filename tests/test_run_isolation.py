@@ -24,7 +24,8 @@ from fwbench_core.errors import REASON_KEY, Cancelled, InvalidArgument, RunnerEr
 from fwbench_core.fake import FakeBackend, FakeWorkload
 from fwbench_core.isolation import RunIsolation
 from fwbench_core.service import RunnerService
-from fwbench_core.spec import DeviceKind, DeviceRef, Mode, Phase, RunRequest
+from fwbench_core.choices import DeviceKind, Mode, Phase
+from fwbench_core.spec import DeviceRef, RunRequest
 from fwbench_core.timing import Progress, StepBatch
 
 # The session's in-process fake runner steps this long; the worker one matches it, so that their runs compare.

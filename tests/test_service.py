@@ -10,7 +10,8 @@ from fwbench_core.device_state import DeviceStateReader
 from fwbench_core.errors import Busy, Cancelled, OutOfMemory
 from fwbench_core.fake import FakeBackend
 from fwbench_core.service import Resolved, RunnerService
-from fwbench_core.spec import DeviceKind, DeviceRef, Phase
+from fwbench_core.choices import DeviceKind, Phase
+from fwbench_core.spec import DeviceRef
 from fwbench_core.timing import Progress, StepBatch, Summary
 
 from support.core import RecordingBackend, request, small
@@ -213,7 +214,8 @@ class RecordingReader(DeviceStateReader):
 
 def test_a_scenario_run_measures_energy_per_real_sample_padding_excluded(monkeypatch):
     import fwbench_core.service as service_module
-    from fwbench_core.spec import Scenario, Serving
+    from fwbench_core.choices import Scenario
+    from fwbench_core.spec import Serving
 
     monkeypatch.setattr(service_module, "source_for", lambda ref: ConstantPowerSource(None))
     service = RunnerService(FakeBackend(step_time_s=0.005))

@@ -26,7 +26,8 @@ from fwbench_core.serving import (
     default_server_query_count,
     evidence_min_queries,
 )
-from fwbench_core.spec import Phase, Scenario, Serving
+from fwbench_core.choices import Phase, Scenario
+from fwbench_core.spec import Serving
 from fwbench_core.timing import Progress, StepBatch, Summary, time_steps
 
 from support.core import ScriptedWorkload, resolve_request, small

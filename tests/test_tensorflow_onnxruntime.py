@@ -46,7 +46,8 @@ UNCONVERTED_OP_CHECK = """
 import keras
 from fwbench_core.catalog import load_catalog
 from fwbench_core.errors import FailedPrecondition
-from fwbench_core.spec import Compilation, DeviceKind, DeviceRef, Mode, RunRequest, RunnerSettings
+from fwbench_core.choices import Compilation, DeviceKind, Mode
+from fwbench_core.spec import DeviceRef, RunRequest, RunnerSettings
 from fwbench_core.validation import resolve
 from fwbench_tensorflow.backend import TensorFlowBackend
 from fwbench_tensorflow.onnx_runtime import onnxruntime_workload
@@ -76,7 +77,8 @@ def test_a_model_tf2onnx_cannot_convert_is_refused_naming_the_op():
 SAME_OUTPUT_CHECK = """
 import keras
 from fwbench_core.catalog import load_catalog
-from fwbench_core.spec import Compilation, DeviceKind, DeviceRef, Mode, RunRequest, RunnerSettings
+from fwbench_core.choices import Compilation, DeviceKind, Mode
+from fwbench_core.spec import DeviceRef, RunRequest, RunnerSettings
 from fwbench_core.validation import resolve
 from fwbench_tensorflow.backend import TensorFlowBackend, build_model
 

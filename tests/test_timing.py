@@ -7,7 +7,8 @@ import pytest
 from fwbench_core import timing
 from fwbench_core.backend import MemoryReading
 from fwbench_core.errors import Cancelled
-from fwbench_core.spec import WarmupUntilStable, Mode, Phase
+from fwbench_core.choices import Mode, Phase
+from fwbench_core.spec import WarmupUntilStable
 from fwbench_core.timing import Progress, StepBatch, Summary, time_steps
 
 from support.core import FakeClock, ScriptedWorkload, config_for, drive, request, resolve_request

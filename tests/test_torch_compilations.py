@@ -12,7 +12,8 @@ from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator.run import launch
 from fwbench_core.errors import FailedPrecondition
 from fwbench_core.onnx_runtime import provider_for
-from fwbench_core.spec import Device, DeviceKind, DeviceRef
+from fwbench_core.choices import DeviceKind
+from fwbench_core.spec import Device, DeviceRef
 
 from support.requests import CPU, MEASURED, refusal, run
 
@@ -121,7 +122,8 @@ def test_torchscript_trains_under_ddp_on_two_cpu_workers(torch_stub):
 SAME_OUTPUT_CHECK = """
 import torch
 from fwbench_core.catalog import load_catalog
-from fwbench_core.spec import Compilation, DeviceKind, DeviceRef, Mode, RunRequest, RunnerSettings
+from fwbench_core.choices import Compilation, DeviceKind, Mode
+from fwbench_core.spec import DeviceRef, RunRequest, RunnerSettings
 from fwbench_core.validation import resolve
 from fwbench_torch.backend import TorchBackend, build_model
 

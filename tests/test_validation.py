@@ -11,24 +11,8 @@ from fwbench_core import wire
 from fwbench_core.builtin import MODEL_SPECS
 from fwbench_core.catalog import Catalog
 from fwbench_core.errors import ECHO_CHARS, FailedPrecondition, InvalidArgument, NotFound, echoed
-from fwbench_core.spec import (
-    Compilation,
-    Profile,
-    CompilationLimits,
-    Layout,
-    Switch,
-    WarmupUntilStable,
-    Device,
-    DeviceKind,
-    DeviceRef,
-    Head,
-    Mode,
-    Objective,
-    Precision,
-    RunRequest,
-    RunnerInfo,
-    Strategy,
-)
+from fwbench_core.choices import Compilation, Profile, Layout, Switch, DeviceKind, Mode, Objective, Precision, Strategy
+from fwbench_core.spec import CompilationLimits, WarmupUntilStable, Device, DeviceRef, Head, RunRequest, RunnerInfo
 
 from fwbench_core.validation import resolve_model_config
 

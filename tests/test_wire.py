@@ -12,9 +12,10 @@ from fwbench_core.backend import MemoryReading
 from fwbench_core.device_state import DeviceState
 from fwbench_core.errors import InvalidArgument
 from fwbench_core.fake import FakeBackend
-from fwbench_core.spec import (
-    Compilation, DeviceKind, Layout, Mode, Phase, Precision, Profile, Scenario, Serving, Strategy, Switch, Task,
+from fwbench_core.choices import (
+    Compilation, DeviceKind, Layout, Mode, Phase, Precision, Profile, Scenario, Strategy, Switch, Task,
 )
+from fwbench_core.spec import Serving
 from fwbench_core.serving import QueryBatch, ServingSummary
 from fwbench_core.timing import Summary
 

@@ -11,7 +11,8 @@ import multiprocessing
 import sys
 
 from fwbench_core.catalog import load_catalog
-from fwbench_core.spec import DeviceKind, DeviceRef, Mode, RunnerSettings, RunRequest, Strategy, WorkerPlace
+from fwbench_core.choices import DeviceKind, Mode, Strategy
+from fwbench_core.spec import DeviceRef, RunnerSettings, RunRequest, WorkerPlace
 from fwbench_core.validation import resolve
 
 WORLD_SIZE = 2

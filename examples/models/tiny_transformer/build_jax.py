@@ -12,7 +12,7 @@ from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
-from fwbench_core.spec import Objective
+from fwbench_core.choices import Objective
 
 # As in build_torch.py: each builder is self-contained, so each states the sizes.
 WIDTH, HEADS, FFN, LAYERS = 128, 4, 512, 2

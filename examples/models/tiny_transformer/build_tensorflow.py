@@ -12,7 +12,7 @@ import math
 
 import keras
 import numpy as np
-from fwbench_core.spec import Objective
+from fwbench_core.choices import Objective
 from keras import layers, ops
 
 # As in build_torch.py: each builder is self-contained, so each states the sizes.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from fwbench_core.spec import Objective
+from fwbench_core.choices import Objective
 from torch import nn
 
 WIDTH, HEADS, FFN, LAYERS = 128, 4, 512, 2

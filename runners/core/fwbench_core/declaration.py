@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from .errors import did_you_mean
-from .spec import Head, InputKind, ModelSpec, ModelSource, Objective, Task
+from .choices import InputKind, Objective, Task
+from .spec import Head, ModelSpec, ModelSource
 
 if sys.version_info >= (3, 11):
     import tomllib

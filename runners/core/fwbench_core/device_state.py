@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .power.sources import NVML_NEVER, load_pynvml
-from .spec import DeviceKind, DeviceRef
+from .choices import DeviceKind
+from .spec import DeviceRef
 
 DEFAULT_PROC_ROOT = Path("/proc")
 

@@ -22,7 +22,8 @@ from multiprocessing.connection import wait
 from .backend import Backend, MemoryReading
 from .errors import Aborted, Cancelled, error_from_status
 from .isolation import _END, _ERROR, CANCEL_POLL_S, _worker_main
-from .spec import Phase, RunConfig, WorkerPlace
+from .choices import Phase
+from .spec import RunConfig, WorkerPlace
 from .timing import Progress, StepBatch, StepSample, Summary, summarize
 
 log = logging.getLogger("fwbench.runner.distributed")

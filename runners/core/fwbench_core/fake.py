@@ -21,21 +21,9 @@ from .builtin import MODEL_SPECS
 from .errors import Aborted, Unavailable
 from .references import compared_outputs
 from .registry import ModelRegistry
+from .choices import Compilation, Layout, Precision, Strategy, Switch
 from .spec import (
-    Capabilities,
-    Compilation,
-    Device,
-    Layout,
-    ModelConfig,
-    ModelReport,
-    Precision,
-    ReferenceReport,
-    RunConfig,
-    RunnerInfo,
-    RunnerSettings,
-    Strategy,
-    Switch,
-    WorkerPlace,
+    Capabilities, Device, ModelConfig, ModelReport, ReferenceReport, RunConfig, RunnerInfo, RunnerSettings, WorkerPlace,
 )
 from .sysinfo import cpu_device, python_version
 

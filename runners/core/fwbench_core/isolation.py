@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .errors import DeadlineExceeded, FailedPrecondition, RunnerError, error_from_status, reason_for, status_for
-from .spec import DeviceKind, DeviceRef
+from .choices import DeviceKind
+from .spec import DeviceRef
 
 log = logging.getLogger("fwbench.runner.worker")
 

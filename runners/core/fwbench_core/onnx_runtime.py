@@ -11,7 +11,8 @@ import numpy as np
 
 from .backend import MemoryReading, Workload
 from .errors import FailedPrecondition
-from .spec import CompilationLimits, Device, DeviceKind, Layout, Mode, Precision, RunConfig, Strategy, Switch
+from .choices import DeviceKind, Layout, Mode, Precision, Strategy, Switch
+from .spec import CompilationLimits, Device, RunConfig
 from .sysinfo import process_peak_rss_bytes
 
 PROVIDERS = {DeviceKind.CPU: "CPUExecutionProvider", DeviceKind.GPU: "CUDAExecutionProvider"}

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 from .errors import FailedPrecondition, InvalidArgument, echoed
 from .limits import MAX_NODES, in_range
-from .spec import Capabilities, Cluster, Device, DeviceKind, DeviceRef, RunRequest, Strategy
+from .choices import DeviceKind, Strategy
+from .spec import Capabilities, Cluster, Device, DeviceRef, RunRequest
 
 # cpu:0 .. cpu:N-1 name N CPU workers (PyTorch) or logical CPU devices (TensorFlow): as many as the host
 # has cores, and two on any host, so that a distributed run can be tried anywhere.

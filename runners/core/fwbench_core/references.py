@@ -21,7 +21,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from .errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
-from .spec import InputKind, ModelConfig, ReferenceReport
+from .choices import InputKind
+from .spec import ModelConfig, ReferenceReport
 
 REFERENCE_DIR_ENV = "FWBENCH_REFERENCE_DIR"
 DEFAULT_MAX_REFERENCE_BYTES = 1 << 30  # VGG-16's weights alone take 553 MB

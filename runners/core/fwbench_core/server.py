@@ -29,7 +29,8 @@ from .decoding import RequestDecodingInterceptor
 from .errors import abort, status_for
 from .isolation import RunIsolation
 from .service import DEFAULT_MAX_QUEUED_REQUESTS, RunnerService
-from .spec import RunnerSettings, Switch
+from .choices import Switch
+from .spec import RunnerSettings
 from .streams import OpenStreamLimit
 
 log = logging.getLogger("fwbench.runner")

@@ -27,18 +27,9 @@ from .plugin_modules import builder_file
 from .plugins import PLUGIN_LIMIT_S, PluginLocation
 from .power import PowerSampler, source_for
 from .references import ReferenceFolder, check_input_fits, check_name
+from .choices import DeviceKind, Phase, Precision
 from .spec import (
-    DeviceKind,
-    DeviceRef,
-    ModelConfig,
-    ModelReport,
-    ModelSpec,
-    Phase,
-    Precision,
-    ReferenceReport,
-    ReferenceRequest,
-    RunConfig,
-    RunnerInfo,
+    DeviceRef, ModelConfig, ModelReport, ModelSpec, ReferenceReport, ReferenceRequest, RunConfig, RunnerInfo,
     RunRequest,
 )
 from .serving import QueryBatch

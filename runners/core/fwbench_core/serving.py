@@ -16,7 +16,8 @@ import numpy as np
 
 from .errors import Cancelled, InvalidArgument
 from .limits import MAX_BATCH_TIMEOUT_MS, MAX_QUERY_COUNT, MAX_SEED, MAX_TARGET_QPS, in_range
-from .spec import Mode, RunRequest, Scenario, Serving, Strategy
+from .choices import Mode, Scenario, Strategy
+from .spec import RunRequest, Serving
 
 # single_stream and server measure at least this many queries by default: enough to support a p99 (below).
 DEFAULT_MIN_QUERIES = 300

@@ -7,7 +7,8 @@ import platform
 import sys
 from pathlib import Path
 
-from .spec import Device, DeviceKind, DeviceRef
+from .choices import DeviceKind
+from .spec import Device, DeviceRef
 
 
 def cpu_model_name() -> str:

@@ -11,7 +11,8 @@ from typing import Optional
 
 from .device_state import DeviceStateReader
 from .power import PowerPhase, PowerSample, PowerSampler, energy_summary
-from .spec import DeviceRef, Phase, RunConfig
+from .choices import Phase
+from .spec import DeviceRef, RunConfig
 from .timing import Progress, StepBatch, Summary, samples_processed, with_device_state
 
 # How often the idle baseline looks at cancellation.

@@ -12,7 +12,8 @@ from .device_state import DeviceState, device_flags
 from .errors import Cancelled
 from .power import EnergySummary
 from .serving import Clock, QueryBatch, ScenarioRun, ServingSummary, SystemClock
-from .spec import DeviceRef, Mode, Phase, RunConfig, WarmupUntilStable
+from .choices import Mode, Phase
+from .spec import DeviceRef, RunConfig, WarmupUntilStable
 from .limits import MAX_MEASURED_STEPS
 
 # Step timings leave the runner in batches, at most this often, so that

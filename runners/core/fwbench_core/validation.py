@@ -15,24 +15,9 @@ from .limits import (
 from .placement import resolve_cluster, resolve_device, resolve_devices, resolve_strategy
 from .power import DEFAULT_RATE_HZ, energy_window_s, validate_rate_hz
 from .serving import resolve_serving
+from .choices import Compilation, InputKind, Layout, Mode, Precision, Profile, Strategy, Switch, Tf32
 from .spec import (
-    Capabilities,
-    Compilation,
-    CompilationLimits,
-    Device,
-    InputKind,
-    Layout,
-    ModelConfig,
-    ModelSpec,
-    Mode,
-    Precision,
-    Profile,
-    ReferenceRequest,
-    RunConfig,
-    RunRequest,
-    Strategy,
-    Switch,
-    Tf32,
+    Capabilities, CompilationLimits, Device, ModelConfig, ModelSpec, ReferenceRequest, RunConfig, RunRequest,
     WarmupUntilStable,
 )
 

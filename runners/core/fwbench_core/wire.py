@@ -15,10 +15,10 @@ from . import PROTOCOL, RUNNER_VERSION
 from .errors import InvalidArgument
 from .plugins import PluginReport
 from .sysinfo import manifest_options
+from .choices import Compilation, DeviceKind, Layout, Mode, Phase, Precision, Profile, Scenario, Strategy, Switch, Task
 from .spec import (
-    Cluster, Compilation, Device, DeviceKind, DeviceRef, Layout, Mode, ModelConfig, ModelReport, ModelSpec, Phase,
-    Precision, Profile, ReferenceReport, ReferenceRequest, RunConfig, RunnerInfo, RunRequest, Scenario, Serving,
-    Strategy, Switch, Task, WarmupUntilStable,
+    Cluster, Device, DeviceRef, ModelConfig, ModelReport, ModelSpec, ReferenceReport, ReferenceRequest, RunConfig,
+    RunnerInfo, RunRequest, Serving, WarmupUntilStable,
 )
 
 E = TypeVar("E", bound=enum.Enum)

@@ -21,26 +21,10 @@ from fwbench_core.backend import Backend, MemoryReading, Workload
 from fwbench_core.errors import InvalidArgument
 from fwbench_core.fairness import LEARNING_RATE, MOMENTUM, REFERENCE_TOLERANCE
 from fwbench_core.references import compared_outputs
+from fwbench_core.choices import Compilation, DeviceKind, InputKind, Layout, Mode, Precision, Strategy, Switch, Tf32
 from fwbench_core.spec import (
-    Capabilities,
-    Compilation,
-    Device,
-    DeviceKind,
-    DeviceRef,
-    Head,
-    InputKind,
-    Layout,
-    Mode,
-    ModelConfig,
-    ModelReport,
-    Precision,
-    ReferenceReport,
-    RunConfig,
-    RunnerInfo,
+    Capabilities, Device, DeviceRef, Head, ModelConfig, ModelReport, ReferenceReport, RunConfig, RunnerInfo,
     RunnerSettings,
-    Strategy,
-    Switch,
-    Tf32,
 )
 from fwbench_core.placement import cpu_worker_limit
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, process_peak_rss_bytes, python_version

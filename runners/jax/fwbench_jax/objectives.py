@@ -5,7 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import optax
-from fwbench_core.spec import Head, InputKind, ModelSpec, Objective
+from fwbench_core.choices import InputKind, Objective
+from fwbench_core.spec import Head, ModelSpec
 
 
 def jax_input_shape(spec: ModelSpec, shape: tuple[int, ...]) -> tuple[int, ...]:

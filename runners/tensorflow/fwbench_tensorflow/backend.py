@@ -15,26 +15,11 @@ from fwbench_core.errors import FailedPrecondition, InvalidArgument
 from fwbench_core.fairness import LEARNING_RATE, MOMENTUM, REFERENCE_TOLERANCE
 from fwbench_core.references import compared_outputs
 from fwbench_core.onnx_runtime import onnxruntime_limits
+from fwbench_core.choices import (
+    Compilation, DeviceKind, InputKind, Layout, Mode, Objective, Precision, Strategy, Switch, Tf32,
+)
 from fwbench_core.spec import (
-    Capabilities,
-    Compilation,
-    Device,
-    DeviceKind,
-    DeviceRef,
-    InputKind,
-    Layout,
-    Mode,
-    ModelConfig,
-    ModelReport,
-    Objective,
-    Precision,
-    ReferenceReport,
-    RunConfig,
-    RunnerInfo,
-    RunnerSettings,
-    Strategy,
-    Switch,
-    Tf32,
+    Capabilities, Device, DeviceRef, ModelConfig, ModelReport, ReferenceReport, RunConfig, RunnerInfo, RunnerSettings,
 )
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, process_peak_rss_bytes, python_version
 

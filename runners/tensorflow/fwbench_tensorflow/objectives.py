@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import keras
 import tensorflow as tf
-from fwbench_core.spec import Head, InputKind, ModelSpec, Objective
+from fwbench_core.choices import InputKind, Objective
+from fwbench_core.spec import Head, ModelSpec
 
 
 def keras_input_shape(spec: ModelSpec, shape: tuple[int, ...]) -> tuple[int, ...]:

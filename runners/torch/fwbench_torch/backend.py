@@ -12,25 +12,9 @@ from fwbench_core.backend import Backend, MemoryReading, Workload
 from fwbench_core.errors import InvalidArgument, RunnerError
 from fwbench_core.fairness import LEARNING_RATE, MOMENTUM
 from fwbench_core.onnx_runtime import onnxruntime_limits
+from fwbench_core.choices import Compilation, DeviceKind, Layout, Mode, Objective, Precision, Strategy, Switch, Tf32
 from fwbench_core.spec import (
-    Capabilities,
-    Compilation,
-    Device,
-    DeviceKind,
-    DeviceRef,
-    Layout,
-    Mode,
-    ModelConfig,
-    ModelReport,
-    Objective,
-    Precision,
-    ReferenceReport,
-    RunConfig,
-    RunnerInfo,
-    RunnerSettings,
-    Strategy,
-    Switch,
-    Tf32,
+    Capabilities, Device, DeviceRef, ModelConfig, ModelReport, ReferenceReport, RunConfig, RunnerInfo, RunnerSettings,
 )
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, process_peak_rss_bytes, python_version
 from torch.utils.flop_counter import FlopCounterMode

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from fwbench_core.spec import Head, InputKind, ModelSpec, Objective
+from fwbench_core.choices import InputKind, Objective
+from fwbench_core.spec import Head, ModelSpec
 
 
 def random_inputs(spec: ModelSpec, batch_size: int, input_shape: tuple[int, ...], device) -> torch.Tensor:

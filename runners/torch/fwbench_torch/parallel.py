@@ -13,7 +13,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 from fwbench_core.errors import Aborted, Unavailable
-from fwbench_core.spec import RunConfig, Strategy, WorkerPlace
+from fwbench_core.choices import Strategy
+from fwbench_core.spec import RunConfig, WorkerPlace
 
 from .network import choose_gloo_interface, loopback_listener
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ..spec import DeviceKind, DeviceRef
+from ..choices import DeviceKind
+from ..spec import DeviceRef
 
 # NVML field ids (nvml.h); read as numbers so that an nvidia-ml-py too old to name them still works.
 NVML_FI_DEV_POWER_INSTANT = 186
