@@ -19,6 +19,8 @@ import argparse
 import csv
 import math
 import os
+import re
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -54,12 +56,34 @@ COLUMNS = ("framework", "run_isolation", "design", "model", "mode", "batch_size"
            "pair_wall_s", "rounds_wall_s")
 
 
-def side_by_side(twins: dict[str, str], request, rounds: int) -> tuple[list, dict[str, list[float]], list]:
-    """Each round's two runs at the same time, one per instance (duet): the host's moment is common to both."""
+def listening_pid(address: str) -> int:
+    """The process listening on a loopback address (an embedded runner), from `ss`."""
+    port = address.rpartition(":")[2]
+    listing = subprocess.run(["ss", "-Hltnp", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"pid=(\d+)", listing).group(1))
+
+
+def pin(pid: int, core: int) -> None:
+    """Every thread of a process onto one core; threads it starts later inherit it from their creator."""
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(thread), {core})
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
+
+
+def side_by_side(twins: dict[str, str], request, rounds: int, swap_cores: bool
+                 ) -> tuple[list, dict[str, list[float]], list]:
+    """Each round's two runs at the same time, one per instance (duet): the host's moment is common to both. With
+    `swap_cores` each instance is pinned to one core, and the two swap cores every round, so that a core's own offset
+    (another tenant on its hyperthread) is counterbalanced like the order of runs in rounds."""
     medians: dict[str, list[float]] = {name: [] for name in twins}
     runs = []
+    pids = {name: listening_pid(address) for name, address in twins.items()} if swap_cores else {}
     with ThreadPoolExecutor(len(twins)) as pool:
         for number in range(rounds):
+            for place, name in enumerate(pids):
+                pin(pids[name], (place + number) % 2)
             done = list(pool.map(lambda name: jobs.run_job(name, twins[name], EMBEDDED, request, repetition=number),
                                  twins))
             runs += done
@@ -69,19 +93,20 @@ def side_by_side(twins: dict[str, str], request, rounds: int) -> tuple[list, dic
 
 
 def collect(out: Path, pairs: int, rounds: int, frameworks: list[str], run_isolation: str, duet: bool,
-            min_measure_s: float, reuse_builds: bool) -> int:
+            min_measure_s: float, reuse_builds: bool, swap_cores: bool, first_pair: int) -> int:
     cores = os.cpu_count() or 1
     # Side by side, each instance gets half the cores; one after the other, all of them (the runners' default).
     threads = max(cores // 2, 1) if duet else cores
     startup = StartupSettings(run_isolation=run_isolation, intra_op_threads=threads, inter_op_threads=threads)
-    design = f"{'duet' if duet else 'rounds'} {min_measure_s:g}s{' reused' if reuse_builds else ''}"
+    design = (f"{'duet' if duet else 'rounds'}{' swapping cores' if swap_cores else ''} {min_measure_s:g}s"
+              f"{' reused' if reuse_builds else ''}")
     out.parent.mkdir(parents=True, exist_ok=True)
     fresh = not out.exists()
     with out.open("a", newline="") as handle:
         writer = csv.writer(handle)
         if fresh:
             writer.writerow(COLUMNS)
-        for pair in range(pairs):
+        for pair in range(first_pair, first_pair + pairs):
             for framework in frameworks:
                 for model, mode, batch, shape in GRID:
                     # Reused: every run of an instance steps the one build its first run made, warm.
@@ -97,7 +122,7 @@ def collect(out: Path, pairs: int, rounds: int, frameworks: list[str], run_isola
                             return 1
                         twins = {"a": first[framework], "b": second[framework]}
                         measuring = time.perf_counter()
-                        _, medians, failures = (side_by_side(twins, request, rounds) if duet
+                        _, medians, failures = (side_by_side(twins, request, rounds, swap_cores) if duet
                                                 else run_medians_by_runner(twins, EMBEDDED, request, rounds))
                     if failures:
                         print(f"{framework} {model} {mode}: {failures[0].message[:120]}", file=sys.stderr)
@@ -133,8 +158,8 @@ def sequential(analysis: str, a: np.ndarray, b: np.ndarray, max_runs: int):
 def judged(runs: pd.DataFrame, plant: float, fixed_runs: list[int], max_runs: int) -> dict:
     """One A/A comparison's runs (rounds in order) under every analysis, as is and with the difference planted."""
     a, b = runs["a_s"].to_numpy(float), runs["b_s"].to_numpy(float)
-    wall = runs["rounds_wall_s"] if "rounds_wall_s" in runs and runs["rounds_wall_s"].ne("").all() else runs["pair_wall_s"]
-    row = {"rounds": len(runs), "wall_s": float(pd.to_numeric(wall).iloc[0])}
+    # The whole comparison's time, starting both instances included: every collection records it.
+    row = {"rounds": len(runs), "wall_s": float(runs["pair_wall_s"].iloc[0])}
     for analysis in ANALYSES:
         for n in fixed_runs:
             if a.size < n:
@@ -153,9 +178,8 @@ def judged(runs: pd.DataFrame, plant: float, fixed_runs: list[int], max_runs: in
 
 
 def judge(paths: list[Path], plant: float, fixed_runs: list[int], max_runs: int) -> int:
-    frame = pd.concat([pd.read_csv(path, keep_default_na=False, dtype={"rounds_wall_s": str}) for path in paths],
-                      ignore_index=True)
-    for column, default in (("run_isolation", ""), ("design", "rounds 1s"), ("rounds_wall_s", "")):
+    frame = pd.concat([pd.read_csv(path, keep_default_na=False) for path in paths], ignore_index=True)
+    for column, default in (("run_isolation", ""), ("design", "rounds 1s")):
         frame[column] = frame[column].fillna(default) if column in frame else default
     keys = ["design", "run_isolation", "framework", "model", "mode", "batch_size", "shape", "pair"]
     rows = [{**dict(zip(keys, key)), **judged(runs.sort_values("round"), plant, fixed_runs, max_runs)}
@@ -210,12 +234,15 @@ def main() -> int:
     gather.add_argument("--out", type=Path, default=Path("results/design-aa.csv"))
     gather.add_argument("--pairs", type=int, default=3, help="fresh pairs of instances per configuration")
     gather.add_argument("--rounds", type=int, default=8)
+    gather.add_argument("--first-pair", type=int, default=0, help="the first pair's number, to add pairs to a CSV")
     gather.add_argument("--frameworks", default=",".join(FRAMEWORKS))
     gather.add_argument("--run-isolation", default="", choices=("", "thread", "process"),
                         help="each runner's --run-isolation: 'process' runs every run in a fresh worker process, so "
                              "that a process's offset is sampled by every run; default: the runner's own")
     gather.add_argument("--duet", action="store_true",
                         help="run each round's two runs at the same time, each instance on half the cores")
+    gather.add_argument("--swap-cores", action="store_true",
+                        help="with --duet: pin each instance to one core, swapping cores every round (needs 2 cores)")
     gather.add_argument("--min-measure-s", type=float, default=plan.DEFAULT_MIN_MEASURE_S,
                         help="each run's shortest measured window")
     gather.add_argument("--reuse-builds", action="store_true",
@@ -227,9 +254,12 @@ def main() -> int:
     read.add_argument("--max-repetitions", type=int, default=DEFAULT_MAX_RUNS,
                       help="the sequential design's budget (its looks' levels)")
     args = parser.parse_args()
+    if args.command == "collect" and args.swap_cores and not args.duet:
+        parser.error("--swap-cores pins the two instances of a duet: give --duet too")
     if args.command == "collect":
         return collect(args.out, args.pairs, args.rounds, args.frameworks.split(","), args.run_isolation, args.duet,
-                       args.min_measure_s, args.reuse_builds)
+                       args.min_measure_s, args.reuse_builds, args.swap_cores,
+                       args.first_pair)
     return judge(args.csv, args.plant, [int(n) for n in args.fixed_runs.split(",")], args.max_repetitions)
 
 

@@ -32,6 +32,16 @@ def report(regime: str, what: str, **figures) -> None:
     print(f"\n[paired] {regime:>34} {what:<26} " + "  ".join(f"{k} {v}" for k, v in figures.items()))
 
 
+def called(a: np.ndarray, b: np.ndarray, paired: bool) -> np.ndarray:
+    """stats.compare's rule for every pair at once (p below alpha and the minimum effect reached): whether it calls
+    a difference."""
+    log_a, log_b = np.log(a), np.log(b)
+    test = (scipy_stats.ttest_rel(log_b, log_a, axis=1) if paired
+            else scipy_stats.ttest_ind(log_b, log_a, axis=1, equal_var=False))
+    effect = np.abs(log_b.mean(axis=1) - log_a.mean(axis=1))
+    return (test.pvalue < stats.ALPHA) & (effect >= math.log1p(stats.MIN_EFFECT))
+
+
 def half_widths(a: np.ndarray, b: np.ndarray, paired: bool) -> np.ndarray:
     """The fixed design's interval half-width (log) of every pair, at stats.CONFIDENCE."""
     log_a, log_b = np.log(a), np.log(b)
@@ -46,7 +56,7 @@ def test_a_a_by_round_calls_a_difference_in_at_most_alpha_of_procedures(run_spre
     rng = np.random.default_rng(45)
     a, b = drifting_rounds(rng, PAIRS, sequential.DEFAULT_MAX_RUNS, 0.004, run_spread, drift, within)
     outcome, runs, _ = sequential.simulate(sequential.SequentialPlan(), a, b, paired=True)
-    fixed = np.array([stats.compare("a", x, "b", y, paired=True).significant for x, y in zip(a[:, :ROUNDS], b[:, :ROUNDS])])
+    fixed = called(a[:, :ROUNDS], b[:, :ROUNDS], paired=True)
     report(request.node.callspec.id, "A/A", sequential=f"{np.mean(outcome == 'different'):.2%}",
            fixed=f"{fixed.mean():.2%}", median_runs=np.median(runs))
     assert np.mean(outcome == "different") <= A_A_LIMIT and fixed.mean() <= A_A_LIMIT
@@ -70,8 +80,7 @@ def test_on_a_drifting_host_rounds_resolve_finer_and_find_a_ten_percent_differen
     a, b = drifting_rounds(rng, PAIRS // 4, ROUNDS, 0.004, run_spread, drift, within)
     narrower = np.median(half_widths(a, b, paired=False) / half_widths(a, b, paired=True))
     planted = b * 1.10
-    found = {paired: np.mean([stats.compare("a", x, "b", y, paired=paired).significant for x, y in zip(a, planted)])
-             for paired in (False, True)}
+    found = {paired: np.mean(called(a, planted, paired)) for paired in (False, True)}
     report(request.node.callspec.id, f"{ROUNDS} rounds", narrower=f"{narrower:.2f}x",
            found_welch=f"{found[False]:.0%}", found_paired=f"{found[True]:.0%}")
     assert narrower > 1.1 and found[True] > found[False]
@@ -83,6 +92,15 @@ def test_on_a_steady_host_few_rounds_leave_the_paired_interval_wider_which_is_wh
     rng = np.random.default_rng(9)
     a, b = drifting_rounds(rng, PAIRS // 4, 3, 0.004, 0.03, 0.0)
     assert np.median(half_widths(a, b, paired=True) / half_widths(a, b, paired=False)) > 1.4
+
+
+def test_called_is_stats_compares_rule():
+    rng = np.random.default_rng(10)
+    a, b = drifting_rounds(rng, 200, ROUNDS, 0.004, 0.03, 0.05)
+    b = b * np.repeat([1.0, 1.1], 100)[:, None]
+    for paired in (False, True):
+        expected = [stats.compare("a", x, "b", y, paired=paired).significant for x, y in zip(a, b)]
+        assert list(called(a, b, paired)) == expected and any(expected)
 
 
 def test_a_paired_comparison_is_scipys_paired_t_test_on_the_log_ratios():
