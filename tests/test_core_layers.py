@@ -33,9 +33,9 @@ FLOORS = {
 FLOOR_OF = {module: index for index, modules in enumerate(FLOORS.values()) for module in modules}
 # Over the limit when the rule came (issue 42): each may not grow past its size then, and leaves this list once split.
 OVER_THE_LIMIT = {
-    "runners/core/fwbench_core/service.py": 460,
-    "runners/tensorflow/fwbench_tensorflow/backend.py": 453,
-    "runners/jax/fwbench_jax/backend.py": 429,
+    "runners/core/fwbench_core/service.py": 451,
+    "runners/tensorflow/fwbench_tensorflow/backend.py": 438,
+    "runners/jax/fwbench_jax/backend.py": 413,
     "runners/jax/fwbench_jax/models/vision.py": 405,
 }
 
