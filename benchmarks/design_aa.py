@@ -1,13 +1,19 @@
 """Verdict designs side by side on the same real A/A runs: each comparison starts two fresh instances of one runner,
-runs them in counterbalanced rounds (A B, B A, ...), and every design judges those runs: today's unpaired Welch test
+runs them in counterbalanced rounds (A B, B A, ...) or side by side, and every analysis judges those runs: today's unpaired Welch test
 and the paired test by round, each with a fixed number of runs and under the sequential design (replayed look by look
 over the runs in the order they ran). A planted difference (b's run medians times --plant, the same real noise with a
 known ratio) shows each design's power.
 
     # collect: 5 CPU configurations per framework, 3 fresh pairs each, 8 rounds (30 A/A comparisons)
     .venvs/aggregator/bin/python benchmarks/design_aa.py collect --out results/design-aa.csv
-    # judge what was collected (reads the CSV only; no runner needed)
-    .venvs/aggregator/bin/python benchmarks/design_aa.py judge results/design-aa.csv
+    # the same, side by side (duet: both runs of a round at once, each instance on half the cores), swapping cores
+    .venvs/aggregator/bin/python benchmarks/design_aa.py collect --duet --swap-cores --out results/duet.csv
+    # short windows on builds kept warm
+    .venvs/aggregator/bin/python benchmarks/design_aa.py collect --min-measure-s 0.25 --reuse-builds --out results/w.csv
+    # judge what was collected (reads the CSVs only; no runner needed), each collection design apart
+    .venvs/aggregator/bin/python benchmarks/design_aa.py judge results/*.csv
+    # the runs docs/verdict.md's table was measured on
+    .venvs/aggregator/bin/python benchmarks/design_aa.py judge benchmarks/data/design-aa-2026-11-28/*.csv
 
 The CSV holds one row per round: the configuration, the framework, the pair (fresh instances), the round and both
 instances' run medians, so that a new design can be judged later on the same runs.
