@@ -1,8 +1,8 @@
 """Verdict designs side by side on the same real A/A runs: each comparison starts two fresh instances of one runner,
-runs them in counterbalanced rounds (A B, B A, ...) or side by side, and every analysis judges those runs: today's unpaired Welch test
-and the paired test by round, each with a fixed number of runs and under the sequential design (replayed look by look
-over the runs in the order they ran). A planted difference (b's run medians times --plant, the same real noise with a
-known ratio) shows each design's power.
+runs them in counterbalanced rounds (A B, B A, ...) or side by side, and every analysis judges those runs: today's
+unpaired Welch test and the paired test by round, each with a fixed number of runs and under the sequential design
+(replayed look by look over the runs in the order they ran). A planted difference (b's run medians times --plant, the
+same real noise with a known ratio) shows each design's power.
 
     # collect: 5 CPU configurations per framework, 3 fresh pairs each, 8 rounds (30 A/A comparisons)
     .venvs/aggregator/bin/python benchmarks/design_aa.py collect --out results/design-aa.csv
@@ -58,8 +58,8 @@ GRID = (
     ("efficientnet_b0", "infer", 1, "3x64x64"),
 )
 FRAMEWORKS = ("torch", "tensorflow")
-COLUMNS = ("framework", "run_isolation", "design", "model", "mode", "batch_size", "shape", "pair", "round", "a_s", "b_s",
-           "pair_wall_s", "rounds_wall_s")
+COLUMNS = ("framework", "run_isolation", "design", "model", "mode", "batch_size", "shape", "pair", "round", "a_s",
+           "b_s", "pair_wall_s", "rounds_wall_s")
 
 
 def listening_pid(address: str) -> int:
@@ -135,10 +135,11 @@ def collect(out: Path, pairs: int, rounds: int, frameworks: list[str], run_isola
                         continue
                     wall_s, rounds_wall_s = time.perf_counter() - began, time.perf_counter() - measuring
                     for number, (a_s, b_s) in enumerate(zip(medians["a"], medians["b"])):
-                        writer.writerow((framework, run_isolation, design, model, mode, batch, shape or "", pair, number, a_s, b_s,
-                                         f"{wall_s:.1f}", f"{rounds_wall_s:.1f}"))
+                        writer.writerow((framework, run_isolation, design, model, mode, batch, shape or "", pair,
+                                         number, a_s, b_s, f"{wall_s:.1f}", f"{rounds_wall_s:.1f}"))
                     handle.flush()
-                    print(f"{design} pair {pair} {framework:<10} {model:<15} {mode:<5} b{batch}: {wall_s:5.0f} s ({rounds_wall_s:.0f} s of rounds), a/b "
+                    print(f"{design} pair {pair} {framework:<10} {model:<15} {mode:<5} b{batch}: {wall_s:5.0f} s "
+                          f"({rounds_wall_s:.0f} s of rounds), a/b "
                           + " ".join(f"{a / b:.3f}" for a, b in zip(medians["a"], medians["b"])), flush=True)
     return 0
 
@@ -171,10 +172,10 @@ def judged(runs: pd.DataFrame, plant: float, fixed_runs: list[int], max_runs: in
             if a.size < n:
                 continue
             aa, planted = fixed(analysis, a[:n], b[:n]), fixed(analysis, a[:n], b[:n] * plant)
-            row[f"{analysis} {str(n)}: resolves"] = aa.resolvable
-            row[f"{analysis} {str(n)}: wrong"] = aa.significant
-            row[f"{analysis} {str(n)}: found"] = planted.significant and planted.slower == "b"
-            row[f"{analysis} {str(n)}: runs"] = n
+            row[f"{analysis} {n}: resolves"] = aa.resolvable
+            row[f"{analysis} {n}: wrong"] = aa.significant
+            row[f"{analysis} {n}: found"] = planted.significant and planted.slower == "b"
+            row[f"{analysis} {n}: runs"] = n
         aa, planted = sequential(analysis, a, b, max_runs), sequential(analysis, a, b * plant, max_runs)
         row[f"{analysis} auto: resolves"] = aa.comparison.resolvable
         row[f"{analysis} auto: wrong"] = aa.outcome == "different"
@@ -201,7 +202,8 @@ def judge(paths: list[Path], plant: float, fixed_runs: list[int], max_runs: int)
                 if f"{analysis} {n}: resolves" not in mine:
                     continue
                 done = mine[f"{analysis} {n}: resolves"].notna()
-                print(f"{collected:<20} {analysis + ' ' + n:<14} {mine.loc[done, f'{analysis} {n}: resolves'].median():>15.1%} "
+                resolves = mine.loc[done, f"{analysis} {n}: resolves"].median()
+                print(f"{collected:<20} {analysis + ' ' + n:<14} {resolves:>15.1%} "
                       f"{int(mine[f'{analysis} {n}: wrong'].sum()):>4} of {len(mine):<3} "
                       f"{int(mine[f'{analysis} {n}: found'].sum()):>7} of {len(mine):<3} "
                       f"{mine[f'{analysis} {n}: runs'].median():>11g} {mine['wall_s'].median():>13.0f}")
@@ -226,9 +228,9 @@ def print_process_offsets(frame: pd.DataFrame, config_keys: list[str]) -> None:
         if by_pair.ngroups < 2:
             continue
         between = by_pair.mean().var(ddof=1) - (by_pair.var(ddof=1) / by_pair.size()).mean()
-        offsets.append((" ".join(str(k) for k in key if k), math.sqrt(max(between, 0.0)), by_pair.mean().tolist()))
+        offsets.append((" ".join(str(k) for k in key if k), math.sqrt(max(between, 0.0))))
     if offsets:
-        name, largest, _ = max(offsets, key=lambda o: o[1])
+        name, largest = max(offsets, key=lambda o: o[1])
         print(f"{'':<20} process offsets beyond the rounds' noise: median {np.median([o[1] for o in offsets]):.1%}, "
               f"largest {largest:.1%} ({name})")
 
@@ -264,8 +266,7 @@ def main() -> int:
         parser.error("--swap-cores pins the two instances of a duet: give --duet too")
     if args.command == "collect":
         return collect(args.out, args.pairs, args.rounds, args.frameworks.split(","), args.run_isolation, args.duet,
-                       args.min_measure_s, args.reuse_builds, args.swap_cores,
-                       args.first_pair)
+                       args.min_measure_s, args.reuse_builds, args.swap_cores, args.first_pair)
     return judge(args.csv, args.plant, [int(n) for n in args.fixed_runs.split(",")], args.max_repetitions)
 
 
