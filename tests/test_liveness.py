@@ -26,7 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from fwbench_core.errors import REASON_KEY
 from fwbench_core.fake import STEP_TIME_ENV
 from fwbench_core.server import OPEN_STREAMS
-from fwbench_core.service import DEFAULT_MAX_QUEUED_REQUESTS
+from fwbench_core.admission import DEFAULT_MAX_QUEUED_REQUESTS
 
 from support.cli import fwbench
 

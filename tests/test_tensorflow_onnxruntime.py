@@ -80,7 +80,8 @@ from fwbench_core.catalog import load_catalog
 from fwbench_core.choices import Compilation, DeviceKind, Mode
 from fwbench_core.spec import DeviceRef, RunRequest, RunnerSettings
 from fwbench_core.validation import resolve
-from fwbench_tensorflow.backend import TensorFlowBackend, build_model
+from fwbench_tensorflow.backend import TensorFlowBackend
+from fwbench_tensorflow.workload import build_model
 
 backend = TensorFlowBackend(RunnerSettings(1, 1))
 request = RunRequest("mobilenet_v2", Mode.INFER, 2, (3, 32, 32), compilation=Compilation.ONNXRUNTIME, seed=3,

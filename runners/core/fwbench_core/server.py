@@ -28,7 +28,8 @@ from .backend import Backend
 from .decoding import RequestDecodingInterceptor
 from .errors import abort, status_for
 from .isolation import RunIsolation
-from .service import DEFAULT_MAX_QUEUED_REQUESTS, RunnerService
+from .admission import DEFAULT_MAX_QUEUED_REQUESTS
+from .service import RunnerService
 from .choices import Switch
 from .spec import RunnerSettings
 from .streams import OpenStreamLimit

@@ -6,22 +6,21 @@ import functools
 import gc
 import os
 import threading
-from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from queue import Queue
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar, Union
 
+from .admission import DEFAULT_MAX_QUEUED_REQUESTS, DeviceLocks, WorkLimit, lock_ref, wait_for
 from .apart import apart_phase_after, called_apart, plugin_failure
 from .backend import Backend, Workload
 from .catalog import Catalog, load_catalog
 from .device_state import DeviceStateReader
 from .distributed import run_distributed
-from .errors import Busy, Cancelled, FailedPrecondition, OutOfMemory, RunnerError, Unavailable
+from .errors import Cancelled, FailedPrecondition, OutOfMemory, RunnerError
 from .isolation import RunIsolation, Watch, stream_from_worker
 from .plugin_modules import builder_file
 from .plugins import PLUGIN_LIMIT_S, PluginLocation
@@ -37,12 +36,8 @@ from .telemetry import PowerBatch, RunTelemetry
 from .timing import Progress, StepBatch, Summary, time_steps
 from .validation import resolve, resolve_model_config, resolve_reference
 
-LOCK_POLL_S = 0.1
 # Work that waits for the CPU (inspection, parity) gives up after this long: the aggregator's own deadline.
 CPU_WAIT_LIMIT_S = 600.0
-# Work requests (runs, inspections, reference exports and comparisons) a runner holds at once, running or
-# waiting for their device, unless --max-queued-requests says otherwise.
-DEFAULT_MAX_QUEUED_REQUESTS = 8
 _END = object()
 T = TypeVar("T")
 
@@ -63,49 +58,6 @@ class Kept:
 
 RunEvent = Union[Resolved, Progress, StepBatch, QueryBatch, PowerBatch, Summary]
 
-
-
-class DeviceLocks:
-    """One lock per device, so that two runs never share a device at once."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[DeviceRef, threading.Lock] = defaultdict(threading.Lock)
-
-    def lock(self, ref: DeviceRef) -> threading.Lock:
-        with self._guard:
-            return self._locks[ref]
-
-    def held(self) -> int:
-        with self._guard:
-            return sum(lock.locked() for lock in self._locks.values())
-
-
-class WorkLimit:
-    """At most `limit` work requests at once, running or waiting; one more is refused at once as busy. Each
-    holds a gRPC server thread while it lasts: the limit keeps threads free for Describe, ListModels and health."""
-
-    def __init__(self, limit: int, running: Callable[[], int]) -> None:
-        self.limit = limit
-        self._running = running
-        self._guard = threading.Lock()
-        self._held = 0
-
-    @contextmanager
-    def admit(self) -> Iterator[None]:
-        with self._guard:
-            if self._held >= self.limit:
-                running = min(self._running(), self._held)
-                raise Busy(
-                    f"the runner is busy: {running} running and {self._held - running} waiting, its limit of "
-                    f"{self.limit} requests (--max-queued-requests); retry later"
-                )
-            self._held += 1
-        try:
-            yield
-        finally:
-            with self._guard:
-                self._held -= 1
 
 
 class RunnerService:
@@ -170,7 +122,7 @@ class RunnerService:
         the CPU ends when `cancelled` says so, or after CPU_WAIT_LIMIT_S."""
         with self.work_limit.admit():
             lock = self._locks.lock(DeviceRef(DeviceKind.CPU))
-            _wait_for(lock, cancelled, "cancelled by the client while waiting for the CPU", CPU_WAIT_LIMIT_S)
+            wait_for(lock, cancelled, "cancelled by the client while waiting for the CPU", CPU_WAIT_LIMIT_S)
             try:
                 return self._framework.submit(self._without_kept, work).result()
             finally:
@@ -245,7 +197,7 @@ class RunnerService:
         with self.work_limit.admit():
             # Every device of the run, in one fixed order so that two runs never wait for each other; CPU
             # workers share the one CPU, so every cpu:N takes the cpu:0 lock.
-            refs = sorted({_lock_ref(device.ref) for device in config.run_devices}, key=lambda r: (r.kind.value, r.index))
+            refs = sorted({lock_ref(device.ref) for device in config.run_devices}, key=lambda r: (r.kind.value, r.index))
             locks = [self._locks.lock(ref) for ref in refs]
             taken: list[threading.Lock] = []
             queued = False
@@ -255,7 +207,7 @@ class RunnerService:
                         if not queued:
                             yield Progress(Phase.QUEUED, 0, total)
                             queued = True
-                        _wait_for(lock, cancelled, f"run of {config.model.name} cancelled while waiting for {ref}")
+                        wait_for(lock, cancelled, f"run of {config.model.name} cancelled while waiting for {ref}")
                     taken.append(lock)
                 if config.distributed:
                     workers = self.backend.worker_processes(config)
@@ -401,25 +353,6 @@ def _run_phase_after(event: object) -> str | None:
     if isinstance(event, Progress) and event.phase is Phase.BUILD:
         return "build()"
     return "" if isinstance(event, Resolved) else None
-
-
-def _wait_for(
-    lock: threading.Lock, cancelled: Callable[[], bool], cancelled_message: str, limit_s: float | None = None
-) -> None:
-    """Take `lock`, polling `cancelled` while waiting; with `limit_s` (the CPU wait of inspection and parity),
-    give up after that long."""
-    give_up_at = None if limit_s is None else time.monotonic() + limit_s
-    while True:
-        if cancelled():
-            raise Cancelled(cancelled_message)
-        if lock.acquire(timeout=LOCK_POLL_S):
-            return
-        if give_up_at is not None and time.monotonic() > give_up_at:
-            raise Unavailable(f"the CPU stayed busy with another run for {limit_s:.0f} s; try again later")
-
-
-def _lock_ref(ref: DeviceRef) -> DeviceRef:
-    return DeviceRef(DeviceKind.CPU) if ref.kind is DeviceKind.CPU else ref
 
 
 def runner_device_states() -> Callable[[DeviceRef], DeviceStateReader]:

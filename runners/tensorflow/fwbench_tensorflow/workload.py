@@ -1,0 +1,153 @@
+"""A TensorFlow run on one device: the Keras model, its optimizer, random inputs and tf.function steps."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+from fwbench_core.backend import MemoryReading, Workload
+from fwbench_core.choices import Compilation, DeviceKind, Mode, Objective, Precision, Tf32
+from fwbench_core.fairness import LEARNING_RATE, MOMENTUM
+from fwbench_core.spec import Device, ModelConfig, RunConfig
+from fwbench_core.sysinfo import process_peak_rss_bytes
+
+from .models import MODELS
+from .objectives import keras_input_shape, loss, random_inputs, random_targets
+
+
+def tf_device_name(device: Device) -> str:
+    return f"/GPU:{device.ref.index}" if device.ref.kind is DeviceKind.GPU else "/CPU:0"
+
+
+def count_trainable(model: keras.Model) -> int:
+    return int(sum(np.prod(v.shape) for v in model.trainable_weights))
+
+
+def build_model(config: RunConfig | ModelConfig) -> keras.Model:
+    shape = keras_input_shape(config.model, config.input_shape)
+    return MODELS.builder(config.model).build(config.model, shape, config.model_options)
+
+
+def built_optimizer(config: RunConfig, model: keras.Model) -> keras.optimizers.Optimizer:
+    """The training optimizer, its variables built (under the caller's device or strategy scope)."""
+    optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
+    if config.precision is Precision.AMP_FP16:
+        # fp16 gradients underflow without loss scaling; bf16 needs none.
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    optimizer.build(model.trainable_variables)
+    return optimizer
+
+
+MIXED_POLICIES = {Precision.AMP_FP16: "mixed_float16", Precision.AMP_BF16: "mixed_bfloat16"}
+
+
+def compiled(function, compilation: Compilation):
+    if compilation is Compilation.EAGER:
+        return function
+    return tf.function(function, jit_compile=compilation is Compilation.XLA)
+
+
+class TensorFlowWorkload(Workload):
+    def __init__(self, config: RunConfig) -> None:
+        self.device_name = tf_device_name(config.device)
+        self.is_gpu = config.device.ref.kind is DeviceKind.GPU
+        self.head = config.head
+        keras.utils.set_random_seed(config.seed)
+        # TensorFlow enables TF32 by default; strict fp32 must turn it off.
+        tf.config.experimental.enable_tensor_float_32_execution(config.tf32 is Tf32.ON)
+        if self.is_gpu:
+            tf.config.experimental.reset_memory_stats(f"GPU:{config.device.ref.index}")
+        # Keras reads the precision policy when layers are made, so it is set for the build only.
+        keras.mixed_precision.set_global_policy(MIXED_POLICIES.get(config.precision, "float32"))
+        self.optimizer = None
+        try:
+            with tf.device(self.device_name):
+                self.model = build_model(config)
+                if config.mode is Mode.TRAIN:
+                    self.optimizer = built_optimizer(config, self.model)
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+        self.parameter_count = count_trainable(self.model)
+        # A traced step function is specific to its input shape: graph and XLA trace (and compile) again in the
+        # first step of every fresh build and of every reuse at a new batch size.
+        self.first_step_traces = config.compilation is not Compilation.EAGER
+        self.initial_values = None
+        if config.reuse_key:
+            # What a reuse restores: every variable of the model (seed generators included) and of the optimizer.
+            variables = [*self.model.variables, *(self.optimizer.variables if self.optimizer else ())]
+            self.initial_values = [(variable, variable.numpy()) for variable in variables]
+        self._start(config)
+
+    def _start(self, config: RunConfig) -> None:
+        """Inputs and targets for `config`'s batch size, and new step functions for them to trace. The inputs
+        come from the seed alone (TensorFlow's op seeds restart with it), so a reuse makes a fresh build's."""
+        tf.random.set_seed(config.seed)
+        with tf.device(self.device_name):
+            self.inputs = random_inputs(config.model, config.batch_size, config.input_shape)
+            if config.mode is Mode.TRAIN:
+                self.targets = random_targets(self.head, self._output_shape())
+        # New functions: a traced one holds the inputs it was traced with.
+        self._train = compiled(self._train_graph, config.compilation)
+        self._infer = compiled(self._infer_graph, config.compilation)
+        self._last = None
+
+    def reuse(self, config: RunConfig) -> bool:
+        if self.initial_values is None:
+            return False
+        self.inputs = self.targets = self._train = self._infer = None  # freed before the new batch's are made
+        tf.config.experimental.enable_tensor_float_32_execution(config.tf32 is Tf32.ON)
+        if self.is_gpu:
+            tf.config.experimental.reset_memory_stats(f"GPU:{config.device.ref.index}")
+        for variable, value in self.initial_values:
+            variable.assign(value)
+        self._start(config)
+        return True
+
+    def _output_shape(self) -> tuple[int, ...]:
+        return output_shape(self.head, self.model, self.inputs)
+
+    def _train_graph(self):
+        with tf.GradientTape() as tape:
+            output = tf.cast(self.model(self.inputs, training=True), tf.float32)
+            value = loss(self.head, output, self.targets)
+            scaled = self.optimizer.scale_loss(value)
+        variables = self.model.trainable_variables
+        self.optimizer.apply(tape.gradient(scaled, variables), variables)
+        return value
+
+    def _infer_graph(self):
+        return self.model(self.inputs, training=False)
+
+    def train_step(self) -> None:
+        with tf.device(self.device_name):
+            self._last = self._train()
+
+    def infer_step(self) -> None:
+        with tf.device(self.device_name):
+            self._last = self._infer()
+
+    def synchronize(self) -> None:
+        if self.is_gpu:
+            tf.test.experimental.sync_devices()
+        else:
+            # A host tensor's numpy view needs no copy; reading it waits for the value.
+            self._last.numpy()
+
+    def peak_memory(self) -> MemoryReading:
+        if self.is_gpu:
+            device = self.device_name.lstrip("/")
+            return MemoryReading(tf.config.experimental.get_memory_info(device)["peak"], "tf get_memory_info peak")
+        return MemoryReading(process_peak_rss_bytes(), "process peak RSS (whole runner process, CPU)")
+
+    def close(self) -> None:
+        self.__dict__.clear()
+
+
+def output_shape(head, model: keras.Model, inputs: tf.Tensor) -> tuple[int, ...]:
+    """Targets need the output's shape; only CTC's (frames) is not known without a forward pass."""
+    batch = inputs.shape[0]
+    if head.objective is Objective.CLASSIFY:
+        return (batch,)
+    if head.objective is Objective.TOKEN_CE:
+        return (batch, inputs.shape[1])
+    return tuple(model(inputs, training=False).shape)
