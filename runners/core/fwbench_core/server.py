@@ -32,6 +32,7 @@ from .admission import DEFAULT_MAX_QUEUED_REQUESTS
 from .service import RunnerService
 from .choices import Switch
 from .spec import RunnerSettings
+from .references import ReferenceFolder
 from .streams import OpenStreamLimit
 
 log = logging.getLogger("fwbench.runner")
@@ -170,6 +171,17 @@ def _exit(code: object) -> NoReturn:
 def _serve(
     make_backend: Callable[[RunnerSettings], Backend], argv: list[str] | None, default_isolation: RunIsolation
 ) -> None:
+    parser = _parser(default_isolation)
+    args = parser.parse_args(argv)
+    reference_folder = references.folder_from_arguments(parser, args)
+    access = _checked(parser, args)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    service = _service(make_backend, args, reference_folder)
+    _listen_until_stopped(service, args, access)
+    reference_folder.close()
+
+
+def _parser(default_isolation: RunIsolation) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="fwbench runner: serves the fwbench.runner.v1.Runner gRPC service")
     parser.add_argument(
         "--address",
@@ -219,19 +231,25 @@ def _serve(
     references.add_arguments(parser)
     access_mod.add_arguments(parser)
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    args = parser.parse_args(argv)
-    reference_folder = references.folder_from_arguments(parser, args)
+    return parser
+
+
+def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> access_mod.Access:
+    """The bounds argparse does not check (exiting with a usage error, as argparse does), and who may connect."""
     for flag in ("intra_op_threads", "inter_op_threads", "max_queued_requests"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     if not 0 < args.plugin_limit_s <= plugins.MAX_PLUGIN_LIMIT_S:  # NaN fails this too
         parser.error(f"--plugin-limit-s must be more than 0 and at most {plugins.MAX_PLUGIN_LIMIT_S:g} seconds")
     try:
-        access = access_mod.from_args(args)
+        return access_mod.from_args(args)
     except access_mod.AccessError as error:
         parser.error(str(error))
-    logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
+
+def _service(
+    make_backend: Callable[[RunnerSettings], Backend], args: argparse.Namespace, reference_folder: ReferenceFolder
+) -> RunnerService:
     settings = RunnerSettings(args.intra_op_threads, args.inter_op_threads, Switch(args.cudnn_autotune))
     backend_factory = functools.partial(make_backend, settings)
     service = RunnerService(
@@ -245,6 +263,12 @@ def _serve(
             log.warning("model plug-in %s (%s) not served: %s", report.folder, report.origin, report.error)
         else:
             log.info("model plug-in %s (%s): %s", report.folder, report.origin, ", ".join(report.models) or "no model")
+    return service
+
+
+def _listen_until_stopped(service: RunnerService, args: argparse.Namespace, access: access_mod.Access) -> None:
+    """Serve until SIGTERM, SIGINT or (with --exit-with-parent) the end of standard input, then finish the requests
+    in flight within the grace period."""
     # What exists now (the framework's modules and the backend) lives as long as the process: kept out of the
     # collections after every run, which otherwise scanned it each time (0.15 s in a torch or TensorFlow runner).
     gc.freeze()
@@ -266,7 +290,6 @@ def _serve(
     log.info("stopping: finishing in-flight requests for up to %.0f s", STOP_GRACE_S)
     health_servicer.enter_graceful_shutdown()
     server.stop(grace=STOP_GRACE_S).wait()
-    reference_folder.close()
 
 
 def _set_at_stdin_end(stop: threading.Event) -> None:
