@@ -19,7 +19,8 @@ from fwbench_aggregator.run.launch import REPO_ROOT, LocalRunner
 from fwbench_core.builtin import MODEL_SPECS
 
 # Every test here runs the command line, runners or generated requests end to end: seconds each.
-pytestmark = pytest.mark.slow
+# One xdist group: where scripts/test.sh runs this module in two processes, one of them starts its runners.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stub_compat")]
 
 OLD_PROTOBUF = "protobuf<5"
 
