@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from .backend import MemoryReading, Workload
@@ -159,7 +159,8 @@ def _agree(workload: Workload, config: RunConfig, phase_ends: bool, cancel: bool
 
 
 class _StepTimer:
-    """Runs steps, each timed from its start until the device finished it, and keeps their samples until flushed."""
+    """Runs steps, each timed from its start until the device finished it; keeps their samples until flushed, and
+    their times by phase for the summary."""
 
     def __init__(
         self, workload: Workload, config: RunConfig, clock: Callable[[], float], build_started_s: float
@@ -173,6 +174,10 @@ class _StepTimer:
         self.pending: list[StepSample] = []
         self.time_to_first_step_s = 0.0
         self.last_end_s = 0.0
+        self.warmup_times: list[float] = []
+        self.measured: list[float] = []
+        self.measured_s = 0.0
+        self.device_times: list[float] = []  # of measured steps, where the device times them
 
     def run(self, warmup: bool) -> StepSample:
         start_s = self._clock()
@@ -185,6 +190,13 @@ class _StepTimer:
         self.pending.append(sample)
         self.index += 1
         self.last_end_s = end_s
+        if warmup:
+            self.warmup_times.append(sample.step_time_s)
+        else:
+            self.measured.append(sample.step_time_s)
+            self.measured_s += sample.step_time_s
+            if sample.device_time_s is not None:
+                self.device_times.append(sample.device_time_s)
         return sample
 
     def flush(self) -> StepBatch:
@@ -206,36 +218,63 @@ def time_steps(
     min_measure_s, or under a scenario its queries (the waits between them on `serving_clock`, by default real
     sleeps on `clock`). Yields batches of timings, progress and the summary."""
     timer = _StepTimer(workload, config, clock, build_started_s)
-    warmup_cap, target, min_measure_s = config.warmup_steps, config.measured_steps, config.min_measure_s
-    rule = config.warmup_until_stable
+    total, last_flush_s = yield from _steps(workload, config, timer, cancelled, clock)
+    done, scenario, serving = timer.index, None, None
+    if config.serving is not None:
+        def run_batch() -> tuple[float, float]:
+            sample = timer.run(False)
+            return sample.start_s, timer.last_end_s
+
+        scenario = ScenarioRun(
+            config.serving, config.batch_size, run_batch, serving_clock or SystemClock(clock), cancelled
+        )
+        total = yield from _queries(scenario, timer, total, last_flush_s, clock)
+        serving = scenario.summary()
+        done = len(timer.warmup_times) + serving.query_count
+    if timer.pending:
+        yield timer.flush()
+    if scenario is not None and (queries := scenario.take()) is not None:
+        yield queries
+    finished_at_unix_s = time.time()
+    yield Progress(Phase.DONE, done, max(total, done))
+    summary = summarize(
+        config,
+        timer.measured,
+        workload.peak_memory(),
+        timer.time_to_first_step_s,
+        started_at_unix_s,
+        finished_at_unix_s,
+        timer.warmup_times,
+        timer.device_times,
+    )
+    yield summary if serving is None else replace(summary, serving=serving)
+
+
+def _steps(
+    workload: Workload, config: RunConfig, timer: _StepTimer, cancelled: Callable[[], bool], clock: Callable[[], float]
+) -> Generator[StepBatch | Progress, None, tuple[int, float]]:
+    """The warm-up, then the measured steps (a scenario's queries measure instead), streamed as they run. Returns
+    the progress total and when timings last left."""
+    warming = config.warmup_steps > 0
     total = config.progress_total
-    warmup_times: list[float] = []
-    measured: list[float] = []
-    device_times: list[float] = []
-    measured_s = 0.0
-    warming = warmup_cap > 0
     yield Progress(Phase.WARMUP if warming else Phase.MEASURE, 0, total)
     last_flush_s = clock()
     # Ends once the measuring phase has, as every rank agreed for a distributed run.
     measuring_ends = False
     while not measuring_ends:
         # Under a scenario, its queries are the measuring phase.
-        if len(measured) >= MAX_MEASURED_STEPS or (config.serving is not None and not warming):
+        if len(timer.measured) >= MAX_MEASURED_STEPS or (config.serving is not None and not warming):
             break
         # A distributed run's ranks learn of a cancellation together, in the agreement after a step: one that
         # stopped here alone would leave the others waiting in the next step's collective.
         if config.place is None and cancelled():
             raise Cancelled(f"run of {config.model.name} cancelled by the client after {timer.index} steps")
-        sample = timer.run(warming)
+        timer.run(warming)
         if warming:
-            warmup_times.append(sample.step_time_s)
-            phase_ends = len(warmup_times) >= warmup_cap or is_stable(warmup_times, rule)
+            phase_ends = (len(timer.warmup_times) >= config.warmup_steps
+                          or is_stable(timer.warmup_times, config.warmup_until_stable))
         else:
-            measured.append(sample.step_time_s)
-            measured_s += sample.step_time_s
-            if sample.device_time_s is not None:
-                device_times.append(sample.device_time_s)
-            phase_ends = len(measured) >= target and measured_s >= min_measure_s
+            phase_ends = len(timer.measured) >= config.measured_steps and timer.measured_s >= config.min_measure_s
         if config.place is not None:
             phase_ends = _agree(workload, config, phase_ends, cancelled(), timer.index)
         if phase_ends or timer.last_end_s - last_flush_s >= FLUSH_INTERVAL_S:
@@ -246,44 +285,20 @@ def time_steps(
                 total = max(total, timer.index + 1)
                 yield Progress(Phase.WARMUP if warming else Phase.MEASURE, timer.index, total)
             last_flush_s = clock()
-    done = timer.index
-    serving = None
-    if config.serving is not None:
-        def run_batch() -> tuple[float, float]:
-            sample = timer.run(False)
-            measured.append(sample.step_time_s)
-            if sample.device_time_s is not None:
-                device_times.append(sample.device_time_s)
-            return sample.start_s, timer.last_end_s
+    return total, last_flush_s
 
-        scenario = ScenarioRun(
-            config.serving, config.batch_size, run_batch, serving_clock or SystemClock(clock), cancelled
-        )
-        # Timings and latencies leave between queries, at most every FLUSH_INTERVAL_S.
-        for queries_done in scenario.batches():
-            if timer.last_end_s - last_flush_s >= FLUSH_INTERVAL_S:
-                yield timer.flush()
-                yield scenario.take()
-                # single_stream's default count is a minimum: it may run past the total.
-                total = max(total, len(warmup_times) + queries_done)
-                yield Progress(Phase.MEASURE, len(warmup_times) + queries_done, total)
-                last_flush_s = clock()
-        serving = scenario.summary()
-        done = len(warmup_times) + serving.query_count
-    if timer.pending:
-        yield timer.flush()
-    if serving is not None and (queries := scenario.take()) is not None:
-        yield queries
-    finished_at_unix_s = time.time()
-    yield Progress(Phase.DONE, done, max(total, done))
-    summary = summarize(
-        config,
-        measured,
-        workload.peak_memory(),
-        timer.time_to_first_step_s,
-        started_at_unix_s,
-        finished_at_unix_s,
-        warmup_times,
-        device_times,
-    )
-    yield summary if serving is None else replace(summary, serving=serving)
+
+def _queries(
+    scenario: ScenarioRun, timer: _StepTimer, total: int, last_flush_s: float, clock: Callable[[], float]
+) -> Generator[StepBatch | QueryBatch | Progress, None, int]:
+    """A scenario's queries, their timings and latencies leaving between queries at most every FLUSH_INTERVAL_S.
+    Returns the progress total."""
+    for queries_done in scenario.batches():
+        if timer.last_end_s - last_flush_s >= FLUSH_INTERVAL_S:
+            yield timer.flush()
+            yield scenario.take()
+            # single_stream's default count is a minimum: it may run past the total.
+            total = max(total, len(timer.warmup_times) + queries_done)
+            yield Progress(Phase.MEASURE, len(timer.warmup_times) + queries_done, total)
+            last_flush_s = clock()
+    return total
