@@ -52,7 +52,7 @@ def verdict_of(rows) -> tuple[str, str, int]:
 
 def one(spec: RunSpec, choice: RunnerChoice, repetitions: Repetitions, out: Path) -> tuple[str, str, int, float]:
     started = time.monotonic()
-    result = compare(CompareRequest(spec, choice, repetitions=repetitions, out=out, store=out / "store"))
+    result = compare(CompareRequest(spec=spec, runners=choice, repetitions=repetitions, out=out, store=out / "store"))
     elapsed = time.monotonic() - started
     if result.rows.empty:
         return "failed: " + "; ".join(f.message for f in result.failures), "", 0, elapsed

@@ -34,7 +34,7 @@ from .rounds import Repetitions, run_rounds
 from .runners import RunnerChoice, runners_for
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # built from keywords: a new option is one more keyword
 class CompareRequest:
     spec: RunSpec  # the run every runner gets, but for its compilation and strategy
     runners: RunnerChoice

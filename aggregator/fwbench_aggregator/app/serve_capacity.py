@@ -28,7 +28,7 @@ from .runners import RunnerChoice
 MIN_RESOLUTION, MAX_RESOLUTION, DEFAULT_RESOLUTION = 0.01, 1.0, 0.1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # built from keywords: a new option is one more keyword
 class CapacityRequest:
     spec: RunSpec  # the server scenario; each probe sets its target_qps
     runners: RunnerChoice

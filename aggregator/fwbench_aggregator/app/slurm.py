@@ -31,7 +31,7 @@ from .study import (
 from .sweep_rounds import looks_for
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # built from keywords: a new option is one more keyword
 class SlurmRequest:
     study_file: Path
     store: Path

@@ -35,7 +35,7 @@ from .sweep_rounds import PointOutcome, looks_for
 Pending = list[tuple[str, Configuration]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # built from keywords: a new option is one more keyword
 class StudyRequest:
     sweep: Sweep
     runners: RunnerChoice

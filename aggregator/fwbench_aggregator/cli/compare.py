@@ -113,9 +113,12 @@ def compare(
         raise usage_error(problem, "--out")
     choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
     rounds = Repetitions(None if repetitions == AUTO else int(repetitions), max_repetitions, time_budget_s)
-    request = CompareRequest(spec, choice, tuple(compilation), tuple(strategy), rounds, cooldown_s, min_effect,
-                             rendezvous_port, out, store, allow_different_models, search_repetitions, wait_for_quiet,
-                             latency_budget_ms)
+    request = CompareRequest(
+        spec=spec, runners=choice, compilation=tuple(compilation), strategy=tuple(strategy), repetitions=rounds,
+        cooldown_s=cooldown_s, min_effect=min_effect, rendezvous_port=rendezvous_port, out=out, store=store,
+        allow_different_models=allow_different_models, search_repetitions=search_repetitions,
+        wait_for_quiet_s=wait_for_quiet, latency_budget_ms=latency_budget_ms,
+    )
     result = run(lambda progress: compare_use_case(request, progress))
     if result.best:
         terminal.print_best_search(result.best)

@@ -111,8 +111,10 @@ def serve_capacity(
                    min_measure_s=min_measure_s, power_rate_hz=0.0, idle_baseline_s=0.0, scenario=load.scenario,
                    target_qps=start_qps, query_count=load.query_count, batch_timeout_ms=batch_timeout_ms)
     choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
-    request = CapacityRequest(spec, choice, latency_budget_ms, percentile, start_qps, max_qps, resolution, store,
-                              repetitions)
+    request = CapacityRequest(
+        spec=spec, runners=choice, latency_budget_ms=latency_budget_ms, percentile=percentile, start_qps=start_qps,
+        max_qps=max_qps, resolution=resolution, store=store, repetitions=repetitions,
+    )
     result = run(lambda progress: serve_capacity_use_case(request, progress))
     present.print_capacities(result.searches, percentile, latency_budget_ms, resolution, store)
     report_failures(result.failures)

@@ -55,8 +55,10 @@ def slurm_command(
     run in flight (named, and left for --resume); the study goes on with the others.
     """
     options = slurm_run.SlurmOptions(nodes, partition, account, time_limit, gpus_per_node, exclusive, tuple(sbatch_option))
-    request = SlurmRequest(file, store, options, runner_per_gpu, resume, report, latency_budget_ms, venvs,
-                           rendezvous_port, dry_run)
+    request = SlurmRequest(
+        study_file=file, store=store, options=options, runner_per_gpu=runner_per_gpu, resume=resume, report=report,
+        latency_budget_ms=latency_budget_ms, venvs=venvs, rendezvous_port=rendezvous_port, dry_run=dry_run,
+    )
     submitted = run(lambda progress: submit(request))
     listings.print_submitted(submitted, dry_run)
     if dry_run or not wait or not submitted.job_id:

@@ -120,8 +120,10 @@ def sweep(
             "`fwbench slurm`, or give a runner its machines as --runner NAME=HOST:PORT,HOST:PORT (every run of it "
             "then spans them) and leave nodes out")
     choice = runner_choice(runner, "", venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
-    request = StudyRequest(study, choice, store, resume, report, latency_budget_ms, allow_different_models,
-                           wait_for_quiet_s=wait_for_quiet)
+    request = StudyRequest(
+        sweep=study, runners=choice, store=store, resume=resume, report=report, latency_budget_ms=latency_budget_ms,
+        allow_different_models=allow_different_models, wait_for_quiet_s=wait_for_quiet,
+    )
     result = run(lambda progress: study_use_case(request, progress))
     if result.interrupted is not None:
         terminal.print_interrupted(result.stored, store)
