@@ -4,11 +4,10 @@
 # containers, Slurm, the browser). Extra arguments go to pytest, e.g. `bash scripts/test.sh -m frameworks -k parity`.
 #
 # Without arguments (or with -q alone, as CI calls it) the suite runs in two parts. First, side by side, the tests
-# in which no verdict depends on timing: in two processes, those that wait on runners' compilations, framework
-# imports and environment set-ups more than they compute (conformance over gRPC, parity, a user's plug-in through the
-# CLI, the frameworks' distributed strategies, old-protobuf stubs, the locks), and beside them the container tests,
-# which wait on image builds. Then everything else, one test at a time as ever, so that whatever times or judges runs
-# with nothing beside it.
+# in which no verdict depends on timing: the runner-direct ones (conformance over gRPC, and parity) in two
+# processes, since they wait on the runners' compilations more than they compute, and the container tests, which
+# wait on image builds. Then everything else, one test at a time as ever, so that whatever times or judges runs with
+# nothing beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each environment's set-up and image build, and each tier's time, go to one table at the end (tests/support/timings.py).
@@ -22,17 +21,14 @@ pytest=("${FWBENCH_VENVS:-.venvs}/aggregator/bin/python" -m pytest -m "" -rs)
 if [ $# -gt 1 ] || { [ $# -eq 1 ] && [ "$1" != "-q" ]; }; then
   exec "${pytest[@]}" --durations=25 "$@"
 fi
-# None of these judges a timing: they check events, statuses, refusals, parity and packages. Each module with fixtures
-# of its own (runners, an environment) is one xdist group, so that one process starts them.
-parallel=(tests/test_conformance.py tests/test_parity.py tests/test_your_model.py tests/test_distributed_torch.py
-          tests/test_distributed_tensorflow.py tests/test_stub_compat.py tests/test_locks.py)
+parallel=(tests/test_conformance.py tests/test_parity.py)
 beside=tests/test_containers.py
 log=$(mktemp -t fwbench-containers.XXXXXX)
 FWBENCH_TIMINGS_TABLE_LATER=1 "${pytest[@]}" --durations=10 "$@" "$beside" > "$log" 2>&1 &
 containers=$!
 first=$SECONDS
 status=0
-FWBENCH_TIMINGS_TABLE_LATER=1 "${pytest[@]}" -n 2 --dist loadgroup --durations=10 "$@" "${parallel[@]}" || status=$?
+FWBENCH_TIMINGS_TABLE_LATER=1 "${pytest[@]}" -n 2 --durations=10 "$@" "${parallel[@]}" || status=$?
 wait "$containers" || status=$((status ? status : $?))
 printf 'pytest\twall time\t%s\n' $((SECONDS - first)) >> "$FWBENCH_TIMINGS"
 echo "--- the container tests, run beside them:"

@@ -21,8 +21,7 @@ from fwbench_aggregator.run import launch
 from support.distributed import free_port, spawned_children, two_runners
 
 # Every test here runs a real framework runner.
-# One xdist group: where scripts/test.sh runs this module in two processes, one of them starts its runners.
-pytestmark = [pytest.mark.frameworks, pytest.mark.xdist_group("distributed_tensorflow")]
+pytestmark = pytest.mark.frameworks
 
 RUN_TIMEOUT_S = 240
 # A worker that dies is noticed at once (its pipe closes) and its peer's next collective fails at once (the

@@ -22,8 +22,7 @@ from fwbench_aggregator.run import launch
 from support.distributed import free_port, listening_addresses, spawned_children, two_runners
 
 # Every test here runs a real framework runner.
-# One xdist group: where scripts/test.sh runs this module in two processes, one of them starts its runners.
-pytestmark = [pytest.mark.frameworks, pytest.mark.xdist_group("distributed_torch")]
+pytestmark = pytest.mark.frameworks
 
 RUN_TIMEOUT_S = 180
 # A rank that fails is noticed at once (its pipe closes); the runner then stops the others (a stop request,

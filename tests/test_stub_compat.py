@@ -19,8 +19,7 @@ from fwbench_aggregator.run.launch import REPO_ROOT, LocalRunner
 from fwbench_core.builtin import MODEL_SPECS
 
 # Every test here runs the command line, runners or generated requests end to end: seconds each.
-# One xdist group: where scripts/test.sh runs this module in two processes, one of them starts its runners.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stub_compat")]
+pytestmark = pytest.mark.slow
 
 OLD_PROTOBUF = "protobuf<5"
 
