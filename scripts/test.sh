@@ -22,7 +22,7 @@ if [ $# -gt 1 ] || { [ $# -eq 1 ] && [ "$1" != "-q" ]; }; then
   exec "${pytest[@]}" --durations=25 "$@"
 fi
 # Only these: the first part keeps both cores busy (compilations, image builds). Adding the plug-in, distributed,
-# stub and lock tests (about 600 s alone) stretched it from about 25 to 47 minutes on a 2-core VM and failed them on
+# stub and lock tests (about 600 s alone) stretched it to 47 minutes (24 in an earlier CI) on a 2-core VM and failed them on
 # their own time limits (2026-11-28).
 parallel=(tests/test_conformance.py tests/test_parity.py)
 beside=tests/test_containers.py
