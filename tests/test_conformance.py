@@ -201,23 +201,18 @@ LARGER_MEMBERS = {"resnet152": "resnet50", "efficientnet_b4": "efficientnet_b0"}
 LARGER_MEMBERS_TRAIN_IN = ("fake", "torch")
 
 
-def _runner_param(runner, *values):
-    """RUNNER_PARAMS' runner (its marks kept) with a case's own values."""
-    name, marks = (runner, ()) if isinstance(runner, str) else (runner.values[0], runner.marks)
-    mode = "train" if values[-1] == pb.MODE_TRAIN else "infer"
-    return pytest.param(name, *values, marks=marks, id=f"{'-'.join(map(str, values[:-1]))}-{mode}-{name}")
-
-
 def _run_cases() -> list:
     """Every model trains in every runner here (nothing else trains them all), LARGER_MEMBERS aside. Inference runs
     one model per input convention: the run's inference loop is the same code for every model of a convention, and
-    every model's forward pass runs in every runner in test_parity, which compares its outputs too."""
+    every model's forward pass runs in every runner in test_parity, which compares its outputs too. Each case keeps
+    its runner's marks from RUNNER_PARAMS."""
     cases = []
     for runner in RUNNER_PARAMS:
-        name = runner if isinstance(runner, str) else runner.values[0]
-        cases += [_runner_param(runner, model, pb.MODE_TRAIN) for model in EXPECTED_MODELS
-                  if model not in LARGER_MEMBERS or name in LARGER_MEMBERS_TRAIN_IN]
-        cases += [_runner_param(runner, model, pb.MODE_INFER) for model in _one_model_per_input_convention()]
+        name, marks = (runner, ()) if isinstance(runner, str) else (runner.values[0], runner.marks)
+        trained = [m for m in EXPECTED_MODELS if m not in LARGER_MEMBERS or name in LARGER_MEMBERS_TRAIN_IN]
+        for mode, models in ((pb.MODE_TRAIN, trained), (pb.MODE_INFER, _one_model_per_input_convention())):
+            label = "train" if mode == pb.MODE_TRAIN else "infer"
+            cases += [pytest.param(name, model, mode, marks=marks, id=f"{model}-{label}-{name}") for model in models]
     return cases
 
 

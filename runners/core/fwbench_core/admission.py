@@ -1,5 +1,5 @@
 """Which work a runner admits, and when it may use a device: one lock per device, a bound on the requests held at
-once, and the waits for a lock that a cancelled request leaves."""
+once, and the wait for a lock, which a cancelled request or (for CPU work) a time limit ends."""
 
 from __future__ import annotations
 
