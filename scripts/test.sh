@@ -3,11 +3,11 @@
 # runners start from their own). pytest.ini's default is the fast tier; -m "" selects every tier (real frameworks,
 # containers, Slurm, the browser). Extra arguments go to pytest, e.g. `bash scripts/test.sh -m frameworks -k parity`.
 #
-# Without arguments (or with -q alone, as CI calls it) the suite runs in two parts. First, side by side, the tests
-# in which no verdict depends on timing: the runner-direct ones (conformance over gRPC, and parity) in two
-# processes, since they wait on the runners' compilations more than they compute, and the container tests, which
-# wait on image builds. Then everything else, one test at a time as ever, so that whatever times or judges runs with
-# nothing beside it.
+# Without arguments (or with -q alone, as CI calls it) the suite runs in three parts. First, side by side, the
+# runner-direct tests (conformance over gRPC, and parity) in two processes, and the container tests, which wait on
+# image builds: both cores stay busy. Then every other test but those marked quiet, in three processes, a file to
+# each (pytest.ini): they wait on subprocesses, runners and timeouts more than they compute. Last, the quiet ones,
+# which judge measured times or time limits, one at a time with nothing beside them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each environment's set-up and image build, and each tier's time, go to one table at the end (tests/support/timings.py).
@@ -21,20 +21,30 @@ pytest=("${FWBENCH_VENVS:-.venvs}/aggregator/bin/python" -m pytest -m "" -rs)
 if [ $# -gt 1 ] || { [ $# -eq 1 ] && [ "$1" != "-q" ]; }; then
   exec "${pytest[@]}" --durations=25 "$@"
 fi
-# Only these: the first part keeps both cores busy (compilations, image builds). Adding the plug-in, distributed,
-# stub and lock tests (about 600 s alone) stretched it to 47 minutes (24 in an earlier CI) on a 2-core VM and failed them on
-# their own time limits (2026-11-28).
+# Only these in the first part: adding the plug-in, distributed, stub and lock tests (about 600 s alone) stretched it
+# to 47 minutes (24 in an earlier CI) on a 2-core VM and failed them on their own time limits (2026-11-28).
 parallel=(tests/test_conformance.py tests/test_parity.py)
 beside=tests/test_containers.py
+part() {  # part NAME STARTED: one line of the table at the end
+  printf 'part\t%s\t%s\n' "$1" $((SECONDS - $2)) >> "$FWBENCH_TIMINGS"
+  printf 'pytest\twall time\t%s\n' $((SECONDS - $2)) >> "$FWBENCH_TIMINGS"
+}
 log=$(mktemp -t fwbench-containers.XXXXXX)
-FWBENCH_TIMINGS_TABLE_LATER=1 "${pytest[@]}" --durations=10 "$@" "$beside" > "$log" 2>&1 &
+FWBENCH_TIMINGS_TABLE_LATER=1 "${pytest[@]}" -n 0 --durations=10 "$@" "$beside" > "$log" 2>&1 &
 containers=$!
 first=$SECONDS
 status=0
-FWBENCH_TIMINGS_TABLE_LATER=1 "${pytest[@]}" -n 2 --durations=10 "$@" "${parallel[@]}" || status=$?
+FWBENCH_TIMINGS_TABLE_LATER=1 "${pytest[@]}" -n 2 --dist load --durations=10 "$@" "${parallel[@]}" || status=$?
 wait "$containers" || status=$((status ? status : $?))
-printf 'pytest\twall time\t%s\n' $((SECONDS - first)) >> "$FWBENCH_TIMINGS"
+part "1: conformance, parity beside the containers" "$first"
 echo "--- the container tests, run beside them:"
 cat "$log"
-"${pytest[@]}" --durations=25 "$@" $(printf -- '--ignore=%s ' "${parallel[@]}" "$beside") || status=$((status ? status : $?))
+rest=$(printf -- '--ignore=%s ' "${parallel[@]}" "$beside")
+second=$SECONDS
+# shellcheck disable=SC2086  # $rest is a list of options
+FWBENCH_TIMINGS_TABLE_LATER=1 "${pytest[@]}" -m "not quiet" --durations=25 "$@" $rest || status=$((status ? status : $?))
+part "2: all but those marked quiet (3 processes)" "$second"
+# The last run prints the table of all three parts (its own wall time included).
+# shellcheck disable=SC2086
+"${pytest[@]}" -m quiet -n 0 --durations=10 "$@" $rest || status=$((status ? status : $?))
 exit "$status"

@@ -143,6 +143,7 @@ def test_a_machine_lost_mid_run_is_named_the_rest_finish_elsewhere_and_a_resume_
     assert len(store.run_keys()) == len(pending) and store.run_keys() >= kept
 
 
+@pytest.mark.quiet  # "within seconds": beside other tests on 2 cores it took 49 s
 def test_a_machine_that_goes_silent_without_closing_its_connections_is_noticed_by_keepalive(tmp_path, machines, monkeypatch):
     """A frozen machine (here: its runner stopped with SIGSTOP) sends no reset, as a node that loses power or its
     network; the pings notice it within seconds, where the call would otherwise wait for ever."""

@@ -3,9 +3,12 @@
 import threading
 import time
 
+import pytest
+
 from fwbench_aggregator.run.scheduler import device_group, run_grouped
 
 
+@pytest.mark.quiet  # 0.4 s of sleeps against a 0.7 s bound
 def test_same_device_serialised_different_devices_in_parallel():
     spans = {}
 

@@ -31,7 +31,16 @@ def only_run_dir(out):
 def fwbench_in_process(*args: str, columns: int = 200):
     """The command run in this process (typer's runner): for mistakes refused before any runner is contacted, at a
     fraction of a subprocess's start-up. Its `output` holds stdout and stderr together."""
-    return CliRunner().invoke(_app(), list(args), env={"COLUMNS": str(columns)})
+    from fwbench_aggregator.present.console import err_console, out_console
+
+    # The consoles read COLUMNS once, when first imported: in a long test process (an xdist worker, with longer
+    # temporary paths) that was some earlier test's width, so the width is set on them for this command.
+    widths = out_console.width, err_console.width
+    out_console.width = err_console.width = columns
+    try:
+        return CliRunner().invoke(_app(), list(args), env={"COLUMNS": str(columns)})
+    finally:
+        out_console.width, err_console.width = widths
 
 
 def _app():

@@ -57,7 +57,7 @@ WALL = ("pytest", "wall time")
 
 class TestTimes:
     """Each test's setup, call and teardown seconds, summed by tier and by file: this pytest run's, or, where the
-    run keeps a timings file, every pytest run's that wrote to it (scripts/test.sh runs two)."""
+    run keeps a timings file, every pytest run's that wrote to it (scripts/test.sh runs four, in three parts)."""
 
     def __init__(self) -> None:
         self.by_tier: dict[str, float] = defaultdict(float)
@@ -90,7 +90,7 @@ class TestTimes:
 
     def _lines(self, wall_s: float, steps: list[tuple[str, str, float]]) -> list[str]:
         lines = ["where the time goes (seconds; an image build counts in its tier too)"]
-        for kind in ("setup", "image"):
+        for kind in ("setup", "image", "part"):
             for _, name, seconds in (s for s in steps if s[0] == kind):
                 lines.append(f"  {kind:<9} {name:<52} {seconds:8.1f}")
         for tier in (FAST_TIER, *TIERS[::-1]):
