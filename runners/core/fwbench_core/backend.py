@@ -14,6 +14,7 @@ import numpy as np
 from .errors import FailedPrecondition, RunnerError
 from .registry import ModelRegistry
 from .spec import Capabilities, Device, ModelConfig, ModelReport, ReferenceReport, RunConfig, RunnerInfo
+from .sysinfo import process_peak_rss_bytes
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,11 @@ class MemoryReading:
 
     bytes: int | None
     source: str
+
+
+def process_peak_memory(process: str = "runner") -> MemoryReading:
+    """A CPU run's peak: the resident set of the whole process it ran in, not of the run alone."""
+    return MemoryReading(process_peak_rss_bytes(), f"process peak RSS (whole {process} process, CPU)")
 
 
 class Workload(abc.ABC):

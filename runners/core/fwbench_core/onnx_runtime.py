@@ -9,11 +9,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .backend import MemoryReading, Workload
+from .backend import MemoryReading, Workload, process_peak_memory
 from .errors import FailedPrecondition
 from .choices import DeviceKind, Layout, Mode, Precision, Strategy, Switch
 from .spec import CompilationLimits, Device, RunConfig
-from .sysinfo import process_peak_rss_bytes
 
 PROVIDERS = {DeviceKind.CPU: "CPUExecutionProvider", DeviceKind.GPU: "CUDAExecutionProvider"}
 
@@ -105,7 +104,7 @@ class OnnxRuntimeWorkload(Workload):
     def peak_memory(self) -> MemoryReading:
         if self.is_gpu:
             return MemoryReading(None, "not read: onnxruntime reports no peak of its CUDA allocations")
-        return MemoryReading(process_peak_rss_bytes(), "process peak RSS (whole runner process, CPU)")
+        return process_peak_memory()
 
     def close(self) -> None:
         self.__dict__.clear()

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import jaxlib
 import numpy as np
 import optax
-from fwbench_core.backend import Backend, MemoryReading, Workload
+from fwbench_core.backend import Backend, MemoryReading, Workload, process_peak_memory
 from fwbench_core.fairness import LEARNING_RATE, MOMENTUM, REFERENCE_TOLERANCE
 from fwbench_core.references import compared_outputs
 from fwbench_core.choices import Compilation, DeviceKind, InputKind, Layout, Mode, Precision, Strategy, Switch, Tf32
@@ -25,7 +25,7 @@ from fwbench_core.spec import (
     RunnerSettings,
 )
 from fwbench_core.placement import cpu_worker_limit
-from fwbench_core.sysinfo import cpu_device, gpu_driver_version, process_peak_rss_bytes, python_version
+from fwbench_core.sysinfo import cpu_device, gpu_driver_version, python_version
 
 from .flops import FLOPS_METHOD, forward_flops
 from .models import MODELS
@@ -200,7 +200,7 @@ class JaxWorkload(Workload):
         if None not in peaks:
             # JAX cannot reset it: the process's peak, which is the run's in a run's own worker process.
             return MemoryReading(max(peaks), "jax memory_stats peak_bytes_in_use, the largest of the run's devices (since the process started)")
-        return MemoryReading(process_peak_rss_bytes(), "process peak RSS (whole runner process, CPU)")
+        return process_peak_memory()
 
     def close(self) -> None:
         self.__dict__.clear()

@@ -5,17 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import keras
 import tensorflow as tf
-from fwbench_core.backend import MemoryReading, Workload
-from fwbench_core.choices import Compilation, DeviceKind, Mode, Strategy, Tf32
+from fwbench_core.backend import MemoryReading, Workload, process_peak_memory
+from fwbench_core.choices import Compilation, DeviceKind, Mode, Strategy
 from fwbench_core.errors import FailedPrecondition
 from fwbench_core.spec import RunConfig
-from fwbench_core.sysinfo import process_peak_rss_bytes
 
 from .objectives import loss, random_inputs, random_targets
 from .strategies import make_strategy, peer_error
-from .workload import MIXED_POLICIES, build_model, built_optimizer, compiled, count_trainable, output_shape
+from .workload import build_in, compiled, count_trainable, gpu_peak_memory, output_shape
 
 
 class StrategyWorkload(Workload):
@@ -35,18 +33,8 @@ class StrategyWorkload(Workload):
         self.config = config
         self.head = config.head
         self.is_gpu = config.device.ref.kind is DeviceKind.GPU
-        keras.utils.set_random_seed(config.seed)
-        tf.config.experimental.enable_tensor_float_32_execution(config.tf32 is Tf32.ON)
-        for gpu in self._gpus():
-            tf.config.experimental.reset_memory_stats(gpu)
-        keras.mixed_precision.set_global_policy(MIXED_POLICIES.get(config.precision, "float32"))
-        try:
-            with self.strategy.scope():
-                self.model = build_model(config)
-                if config.mode is Mode.TRAIN:
-                    self.optimizer = built_optimizer(config, self.model)
-        finally:
-            keras.mixed_precision.set_global_policy("float32")
+        self.gpus = self._gpus()
+        self.model, self.optimizer = build_in(config, self.strategy.scope(), self.gpus)
         self.inputs = self.strategy.experimental_distribute_values_from_function(self._replica_inputs)
         if config.mode is Mode.TRAIN:
             self.targets = self.strategy.experimental_distribute_values_from_function(self._replica_targets)
@@ -142,10 +130,7 @@ class StrategyWorkload(Workload):
         return [f"GPU:{spec.device_index}" for spec in specs]
 
     def peak_memory(self) -> MemoryReading:
-        if self.is_gpu:
-            peaks = [tf.config.experimental.get_memory_info(gpu)["peak"] for gpu in self._gpus()]
-            return MemoryReading(max(peaks), "tf get_memory_info peak (the largest of this process's GPUs)")
-        return MemoryReading(process_peak_rss_bytes(), "process peak RSS (whole worker process, CPU)")
+        return gpu_peak_memory(self.gpus) if self.gpus else process_peak_memory("worker")
 
     def close(self) -> None:
         self.__dict__.clear()

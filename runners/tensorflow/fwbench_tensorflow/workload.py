@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+
 import keras
 import numpy as np
 import tensorflow as tf
-from fwbench_core.backend import MemoryReading, Workload
+from fwbench_core.backend import MemoryReading, Workload, process_peak_memory
 from fwbench_core.choices import Compilation, DeviceKind, Mode, Objective, Precision, Tf32
 from fwbench_core.fairness import LEARNING_RATE, MOMENTUM
 from fwbench_core.spec import Device, ModelConfig, RunConfig
-from fwbench_core.sysinfo import process_peak_rss_bytes
 
 from .models import MODELS
 from .objectives import keras_input_shape, loss, random_inputs, random_targets
@@ -41,6 +43,35 @@ def built_optimizer(config: RunConfig, model: keras.Model) -> keras.optimizers.O
 MIXED_POLICIES = {Precision.AMP_FP16: "mixed_float16", Precision.AMP_BF16: "mixed_bfloat16"}
 
 
+def reset_device_state(config: RunConfig, gpus: Sequence[str]) -> None:
+    """TF32 as the run asks (TensorFlow enables it by default; strict fp32 must turn it off) and fresh peak-memory
+    counters on the run's GPUs (TensorFlow's names, GPU:N): for every build, and every reuse of one."""
+    tf.config.experimental.enable_tensor_float_32_execution(config.tf32 is Tf32.ON)
+    for gpu in gpus:
+        tf.config.experimental.reset_memory_stats(gpu)
+
+
+def build_in(config: RunConfig, scope: AbstractContextManager, gpus: Sequence[str]) -> tuple[keras.Model, keras.optimizers.Optimizer | None]:
+    """The model and, for training, its optimizer, built under `scope` (a device's or a strategy's) from the seed,
+    with the run's device state. Keras reads the precision policy when layers are made: it is set for the build only."""
+    keras.utils.set_random_seed(config.seed)
+    reset_device_state(config, gpus)
+    keras.mixed_precision.set_global_policy(MIXED_POLICIES.get(config.precision, "float32"))
+    try:
+        with scope:
+            model = build_model(config)
+            optimizer = built_optimizer(config, model) if config.mode is Mode.TRAIN else None
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    return model, optimizer
+
+
+def gpu_peak_memory(gpus: Sequence[str]) -> MemoryReading:
+    """The largest peak of the run's GPUs, since the build reset their counters."""
+    source = "tf get_memory_info peak" + (" (the largest of this process's GPUs)" if len(gpus) > 1 else "")
+    return MemoryReading(max(tf.config.experimental.get_memory_info(gpu)["peak"] for gpu in gpus), source)
+
+
 def compiled(function, compilation: Compilation):
     if compilation is Compilation.EAGER:
         return function
@@ -51,22 +82,9 @@ class TensorFlowWorkload(Workload):
     def __init__(self, config: RunConfig) -> None:
         self.device_name = tf_device_name(config.device)
         self.is_gpu = config.device.ref.kind is DeviceKind.GPU
+        self.gpus = [self.device_name.lstrip("/")] if self.is_gpu else []
         self.head = config.head
-        keras.utils.set_random_seed(config.seed)
-        # TensorFlow enables TF32 by default; strict fp32 must turn it off.
-        tf.config.experimental.enable_tensor_float_32_execution(config.tf32 is Tf32.ON)
-        if self.is_gpu:
-            tf.config.experimental.reset_memory_stats(f"GPU:{config.device.ref.index}")
-        # Keras reads the precision policy when layers are made, so it is set for the build only.
-        keras.mixed_precision.set_global_policy(MIXED_POLICIES.get(config.precision, "float32"))
-        self.optimizer = None
-        try:
-            with tf.device(self.device_name):
-                self.model = build_model(config)
-                if config.mode is Mode.TRAIN:
-                    self.optimizer = built_optimizer(config, self.model)
-        finally:
-            keras.mixed_precision.set_global_policy("float32")
+        self.model, self.optimizer = build_in(config, tf.device(self.device_name), self.gpus)
         self.parameter_count = count_trainable(self.model)
         # A traced step function is specific to its input shape: graph and XLA trace (and compile) again in the
         # first step of every fresh build and of every reuse at a new batch size.
@@ -95,9 +113,7 @@ class TensorFlowWorkload(Workload):
         if self.initial_values is None:
             return False
         self.inputs = self.targets = self._train = self._infer = None  # freed before the new batch's are made
-        tf.config.experimental.enable_tensor_float_32_execution(config.tf32 is Tf32.ON)
-        if self.is_gpu:
-            tf.config.experimental.reset_memory_stats(f"GPU:{config.device.ref.index}")
+        reset_device_state(config, self.gpus)
         for variable, value in self.initial_values:
             variable.assign(value)
         self._start(config)
@@ -134,10 +150,7 @@ class TensorFlowWorkload(Workload):
             self._last.numpy()
 
     def peak_memory(self) -> MemoryReading:
-        if self.is_gpu:
-            device = self.device_name.lstrip("/")
-            return MemoryReading(tf.config.experimental.get_memory_info(device)["peak"], "tf get_memory_info peak")
-        return MemoryReading(process_peak_rss_bytes(), "process peak RSS (whole runner process, CPU)")
+        return gpu_peak_memory(self.gpus) if self.gpus else process_peak_memory()
 
     def close(self) -> None:
         self.__dict__.clear()

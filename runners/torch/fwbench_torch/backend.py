@@ -8,7 +8,7 @@ import time
 import numpy as np
 import torch
 import torchvision
-from fwbench_core.backend import Backend, MemoryReading, Workload
+from fwbench_core.backend import Backend, MemoryReading, Workload, process_peak_memory
 from fwbench_core.errors import InvalidArgument, RunnerError
 from fwbench_core.fairness import LEARNING_RATE, MOMENTUM
 from fwbench_core.onnx_runtime import onnxruntime_limits
@@ -16,7 +16,7 @@ from fwbench_core.choices import Compilation, DeviceKind, Layout, Mode, Objectiv
 from fwbench_core.spec import (
     Capabilities, Device, DeviceRef, ModelConfig, ModelReport, ReferenceReport, RunConfig, RunnerInfo, RunnerSettings,
 )
-from fwbench_core.sysinfo import cpu_device, gpu_driver_version, process_peak_rss_bytes, python_version
+from fwbench_core.sysinfo import cpu_device, gpu_driver_version, python_version
 from torch.utils.flop_counter import FlopCounterMode
 
 from .compilation import torchscript, torchscript_note
@@ -191,7 +191,7 @@ class TorchWorkload(Workload):
         if self.is_gpu:
             peak_bytes = max(torch.cuda.max_memory_allocated(gpu) for gpu in self.gpus)
             return MemoryReading(peak_bytes, "torch.cuda.max_memory_allocated")
-        return MemoryReading(process_peak_rss_bytes(), "process peak RSS (whole runner process, CPU)")
+        return process_peak_memory()
 
     def agree(self, votes: tuple[int, ...]) -> tuple[int, ...]:
         return all_sum(votes, self.device) if self.in_process_group else votes
