@@ -134,6 +134,17 @@ _SESSION_STARTED = time.monotonic()
 TABLE_LATER_ENV = "FWBENCH_TIMINGS_TABLE_LATER"
 
 
+# Files with tests of these tiers run for minutes (real frameworks, a cluster, images); the others for seconds.
+_LONG_TIERS = {"frameworks", "slurm", "containers"}
+
+
+def pytest_collection_modifyitems(items):
+    """The files that run for minutes first, each file's tests kept together and in order: pytest-xdist hands out
+    whole files in this order (pytest.ini), and a long file handed out last would run alone at the end."""
+    long_files = {item.path for item in items if _LONG_TIERS & {marker.name for marker in item.iter_markers()}}
+    items.sort(key=lambda item: item.path not in long_files)
+
+
 def pytest_runtest_logreport(report):
     # The report's keywords hold its test's markers, in this process and, under pytest-xdist, in the controller.
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
