@@ -16,6 +16,7 @@ from fwbench_core.device_state import (
     device_flags,
 )
 from fwbench_core.choices import DeviceKind
+from fwbench_core.power import NvmlSession
 from fwbench_core.spec import DeviceRef
 
 GPU0 = DeviceRef(DeviceKind.GPU, 0)
@@ -119,7 +120,8 @@ class StepClock:
 
 
 def reader_for(ref: DeviceRef, proc: FakeProc, nvml=None, clock=None) -> DeviceStateReader:
-    reader = DeviceStateReader(ref, nvml_module=nvml, proc_root=proc.root, pid=500, clock=clock or StepClock())
+    session = NvmlSession(ref.index, nvml)
+    reader = DeviceStateReader(ref, session, proc_root=proc.root, pid=500, clock=clock or StepClock())
     reader.open()
     return reader
 

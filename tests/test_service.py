@@ -136,7 +136,7 @@ def test_power_samples_stream_with_phases_and_the_summary_has_energy(monkeypatch
     import fwbench_core.service as service_module
     from fwbench_core.telemetry import PowerBatch
 
-    monkeypatch.setattr(service_module, "source_for", lambda ref: ConstantPowerSource(None))
+    monkeypatch.setattr(service_module, "source_for", lambda ref, nvml: ConstantPowerSource(None))
     service = RunnerService(FakeBackend(step_time_s=0.005))
     run = request(warmup_steps=2, measured_steps=40, min_measure_s=1.2, idle_baseline_s=0.6)
     events = list(service.run(run, lambda: False))
@@ -164,7 +164,7 @@ def test_power_unavailable_says_why_and_telemetry_can_be_off():
 def test_a_run_records_the_device_state_before_and_after_it():
     readers = []
 
-    def reader(ref):
+    def reader(ref, nvml):
         readers.append(RecordingReader(ref))
         return readers[-1]
 
@@ -182,7 +182,7 @@ def test_a_run_records_the_device_state_before_and_after_it():
 def test_a_failed_run_closes_its_device_state_reader():
     readers = []
 
-    def reader(ref):
+    def reader(ref, nvml):
         readers.append(RecordingReader(ref))
         return readers[-1]
 
@@ -217,7 +217,7 @@ def test_a_scenario_run_measures_energy_per_real_sample_padding_excluded(monkeyp
     from fwbench_core.choices import Scenario
     from fwbench_core.spec import Serving
 
-    monkeypatch.setattr(service_module, "source_for", lambda ref: ConstantPowerSource(None))
+    monkeypatch.setattr(service_module, "source_for", lambda ref, nvml: ConstantPowerSource(None))
     service = RunnerService(FakeBackend(step_time_s=0.005))
     # Queries arrive ~10 ms apart and a batch of 2 starts at once (no timeout): most steps serve one, padded.
     serving = Serving(Scenario.SERVER, target_qps=100.0, query_count=150, arrival_seed=3)

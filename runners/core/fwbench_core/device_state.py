@@ -1,6 +1,6 @@
 """Whether the device was quiet: its state before and after a run, and flags where it was not.
 
-A GPU is read through NVML (nvidia-ml-py, optional, loaded as the power sources load it): the compute
+A GPU is read through NVML (the run's session on it, shared with its power source): the compute
 processes on it other than this runner, SM clock against its maximum, the reasons clocks are held back,
 free and total memory. The host is read from /proc for every run: CPU time other processes used during
 the run, and the load average. What cannot be read is None with a reason, never zero.
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from .power.sources import NVML_NEVER, load_pynvml
+from .power.nvml import NvmlSession
 from .choices import DeviceKind
 from .spec import DeviceRef
 
@@ -76,12 +76,13 @@ class _CpuTimes:
 
 
 class DeviceStateReader:
-    """Reads one device's state; open() once, read() before and after a run, close() at the end."""
+    """Reads one device's state; open() once, read() before and after a run, close() at the end. A GPU is read
+    through `nvml`, the run's session on it; without one the reader opens its own."""
 
     def __init__(
         self,
         ref: DeviceRef,
-        nvml_module: Any = None,
+        nvml: NvmlSession | None = None,
         proc_root: Path = DEFAULT_PROC_ROOT,
         pid: int | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -91,44 +92,29 @@ class DeviceStateReader:
         self.pid = os.getpid() if pid is None else pid
         self._clock = clock
         self._ticks_per_s = os.sysconf("SC_CLK_TCK")
-        self._nvml = nvml_module
-        self._handle: Any = None
-        self._initialized = False
-        self._nvml_reason = "" if ref.kind is DeviceKind.GPU else "not a GPU"
+        self._session = (nvml or NvmlSession(ref.index)) if ref.kind is DeviceKind.GPU else None
+        self._open = False
+        self._nvml_reason = "not a GPU" if self._session is None else "NVML not open"
         self._previous_cpu: _CpuTimes | None = None
 
     def open(self) -> None:
-        if self.ref.kind is not DeviceKind.GPU:
+        if self._session is None or self._open:
             return
-        try:
-            if self._nvml is None:
-                self._nvml = load_pynvml()
-        except ImportError:
-            self._nvml_reason = "nvidia-ml-py not installed"
-            return
-        try:
-            self._nvml.nvmlInit()
-            self._initialized = True
-            self._handle = self._nvml.nvmlDeviceGetHandleByIndex(self.ref.index)
-        except self._nvml.NVMLError as error:
-            self._nvml_reason = f"NVML: {error} ({self.ref})"
-            self.close()
+        self._open = True
+        if not self._session.open():
+            self._nvml_reason = self._session.unavailable_reason
 
     def close(self) -> None:
-        if self._initialized:
-            self._initialized = False
-            self._handle = None
-            try:
-                self._nvml.nvmlShutdown()
-            except self._nvml.NVMLError:
-                pass  # best effort, as for the power sources
+        if self._open:
+            self._open = False
+            self._session.close()
 
     def read(self) -> DeviceState:
         reasons: dict[str, str] = {}
         notes: list[str] = []
         values: dict[str, Any] = {"load_avg_1m": self._load_avg_1m(reasons)}
         values["other_cpu_busy_cores"] = self._other_cpu_busy_cores(reasons)
-        if self._handle is None:
+        if self._session is None or self._session.handle is None:
             for name in ("other_gpu_processes", "gpu_processes", "sm_clock_mhz", "max_sm_clock_mhz",
                          "throttle_reasons", "free_memory_bytes", "total_memory_bytes"):
                 reasons[name] = self._nvml_reason
@@ -195,34 +181,29 @@ class DeviceStateReader:
 
     # --- the GPU --------------------------------------------------------------
 
-    def _call(self, name: str, reasons: dict[str, str], read: Callable[[], Any]) -> Any:
-        nvml = self._nvml
-        try:
-            return read()
-        except AttributeError as error:
-            reasons[name] = f"nvidia-ml-py lacks it: {error}"
-        except nvml.NVMLError as error:
-            never = getattr(error, "value", None) in NVML_NEVER
-            reasons[name] = f"NVML: {error}" + (" (not on this device)" if never else "")
-        return None
+    def _call(self, name: str, reasons: dict[str, str], read: Callable[[Any], Any]) -> Any:
+        value, missed = self._session.attempt(read)
+        if missed is not None:
+            reasons[name] = missed.message + (" (not on this device)" if missed.never else "")
+        return value
 
     def _gpu_values(self, reasons: dict[str, str], notes: list[str]) -> dict[str, Any]:
-        nvml, handle = self._nvml, self._handle
+        nvml = self._session.nvml
         values: dict[str, Any] = {}
-        processes = self._call("gpu_processes", reasons, lambda: nvml.nvmlDeviceGetComputeProcesses(handle))
+        processes = self._call("gpu_processes", reasons, lambda handle: nvml.nvmlDeviceGetComputeProcesses(handle))
         if processes is None:
             reasons["other_gpu_processes"] = reasons["gpu_processes"]
         else:
             values["gpu_processes"] = len(processes)
             values["other_gpu_processes"] = self._other_processes([p.pid for p in processes], notes)
-        clock = self._call("sm_clock_mhz", reasons, lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
+        clock = self._call("sm_clock_mhz", reasons, lambda h: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
         values["sm_clock_mhz"] = None if clock is None else float(clock)
-        top = self._call("max_sm_clock_mhz", reasons, lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM))
+        top = self._call("max_sm_clock_mhz", reasons, lambda h: nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_SM))
         values["max_sm_clock_mhz"] = None if top is None else float(top)
-        mask = self._call("throttle_reasons", reasons, lambda: self._clock_event_mask(handle))
+        mask = self._call("throttle_reasons", reasons, self._clock_event_mask)
         if mask is not None:
             values["throttle_reasons"] = tuple(name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit)
-        memory = self._call("free_memory_bytes", reasons, lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
+        memory = self._call("free_memory_bytes", reasons, lambda handle: nvml.nvmlDeviceGetMemoryInfo(handle))
         if memory is None:
             reasons["total_memory_bytes"] = reasons["free_memory_bytes"]
         else:
@@ -231,9 +212,9 @@ class DeviceStateReader:
 
     def _clock_event_mask(self, handle: Any) -> int:
         """The clocks-event reasons bitmask: the call's new name (driver 535+), else its old one."""
-        read = getattr(self._nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        read = getattr(self._session.nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
         if read is None:
-            read = self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+            read = self._session.nvml.nvmlDeviceGetCurrentClocksThrottleReasons
         return int(read(handle))
 
     def _other_processes(self, pids: list[int], notes: list[str]) -> int:

@@ -24,7 +24,7 @@ from .errors import Cancelled, FailedPrecondition, OutOfMemory, RunnerError
 from .isolation import RunIsolation, Watch, stream_from_worker
 from .plugin_modules import builder_file
 from .plugins import PLUGIN_LIMIT_S, PluginLocation
-from .power import PowerSampler, source_for
+from .power import NvmlSession, PowerSampler, source_for
 from .references import ReferenceFolder, check_input_fits, check_name
 from .choices import DeviceKind, Phase, Precision
 from .spec import (
@@ -67,7 +67,7 @@ class RunnerService:
         clock: Callable[[], float] = time.perf_counter,
         isolation: RunIsolation = RunIsolation.THREAD,
         make_backend: Callable[[], Backend] | None = None,
-        device_states: Callable[[DeviceRef], DeviceStateReader] = DeviceStateReader,
+        device_states: Callable[..., DeviceStateReader] = DeviceStateReader,
         references: ReferenceFolder | None = None,
         max_queued_requests: int = DEFAULT_MAX_QUEUED_REQUESTS,
         plugins: Sequence[PluginLocation] = (),
@@ -177,10 +177,14 @@ class RunnerService:
         return self.on_cpu(lambda: self._user_code(config.model, "compare_reference", (config, arrays), cancelled),
                            cancelled)
 
-    def _power_sampler(self, config: RunConfig) -> PowerSampler | None:
-        if not config.power_sample_rate_hz:
-            return None
-        return PowerSampler(source_for(config.device.ref), config.power_sample_rate_hz, clock=self._clock)
+    def _telemetry(self, config: RunConfig) -> RunTelemetry:
+        """The run's power sampler and device-state reader, reading a GPU through one NVML session."""
+        ref = config.device.ref
+        nvml = NvmlSession(ref.index) if ref.kind is DeviceKind.GPU else None
+        sampler = None
+        if config.power_sample_rate_hz:
+            sampler = PowerSampler(source_for(ref, nvml), config.power_sample_rate_hz, clock=self._clock)
+        return RunTelemetry(sampler, self._device_states(ref, nvml=nvml), ref, self._clock)
 
     def check(self, request: RunRequest) -> RunConfig:
         """The run `request` asks for, every default resolved, or the error Run would refuse it with."""
@@ -295,8 +299,7 @@ class RunnerService:
         completed = False
         out_of_memory = ""
         user_error = None
-        telemetry = RunTelemetry(self._power_sampler(config), self._device_states(config.device.ref),
-                                 config.device.ref, self._clock)
+        telemetry = self._telemetry(config)
         with telemetry:
             try:
                 telemetry.idle_baseline(config.idle_baseline_s, cancelled)
@@ -355,7 +358,7 @@ def _run_phase_after(event: object) -> str | None:
     return "" if isinstance(event, Resolved) else None
 
 
-def runner_device_states() -> Callable[[DeviceRef], DeviceStateReader]:
+def runner_device_states() -> Callable[..., DeviceStateReader]:
     """How a worker process reads device state: the runner that spawned it is this run's own process too, so
     its CPU time (streaming the run's events) is no other process's, and its GPU context is not another user."""
     return functools.partial(DeviceStateReader, pid=os.getppid())

@@ -1,6 +1,7 @@
 """Power and energy of the run's device: telemetry sources, the sampler thread, the energy summary."""
 
 from .energy import EnergySummary, energy_summary, energy_window_s
+from .nvml import NvmlSession
 from .sampler import DEFAULT_RATE_HZ, MAX_RATE_HZ, MIN_RATE_HZ, PowerSampler, validate_rate_hz
 from .sources import (
     NVML_FI_DEV_POWER_INSTANT,
@@ -19,6 +20,7 @@ __all__ = [
     "NVML_FI_DEV_POWER_INSTANT",
     "EnergySummary",
     "NvmlGpuSource",
+    "NvmlSession",
     "PowerPhase",
     "PowerSample",
     "PowerSampler",

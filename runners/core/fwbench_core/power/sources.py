@@ -17,16 +17,10 @@ from typing import Any, Optional
 
 from ..choices import DeviceKind
 from ..spec import DeviceRef
+from .nvml import NVML_ERROR_FUNCTION_NOT_FOUND, NVML_NEVER, NvmlSession
 
 # NVML field ids (nvml.h); read as numbers so that an nvidia-ml-py too old to name them still works.
 NVML_FI_DEV_POWER_INSTANT = 186
-
-# NVML return codes that mean "this device or driver never has it", as opposed to a failed read:
-# INVALID_ARGUMENT is what a driver older than a field id answers for it.
-_NVML_ERROR_INVALID_ARGUMENT = 2
-_NVML_ERROR_NOT_SUPPORTED = 3
-_NVML_ERROR_FUNCTION_NOT_FOUND = 13
-NVML_NEVER = {_NVML_ERROR_INVALID_ARGUMENT, _NVML_ERROR_NOT_SUPPORTED, _NVML_ERROR_FUNCTION_NOT_FOUND}
 
 POWER_SOURCE_NVML_INSTANT = "nvml_instant"
 POWER_SOURCE_NVML_AVERAGE = "nvml_average"
@@ -105,52 +99,31 @@ class Telemetry(abc.ABC):
         self._error_counts[name] += 1
 
 
-def load_pynvml() -> Any:
-    import pynvml  # nvidia-ml-py; imported here so that the core works where it is absent
-
-    return pynvml
-
-
 class NvmlGpuSource(Telemetry):
     """A GPU through NVML: instantaneous power where the driver has NVML_FI_DEV_POWER_INSTANT, else
-    nvmlDeviceGetPowerUsage (a 1 s average on Ampere and newer except GA100), and the energy counter."""
+    nvmlDeviceGetPowerUsage (a 1 s average on Ampere and newer except GA100), and the energy counter. `nvml` is the
+    run's session on the GPU, shared with its device-state reader; without one the source opens its own."""
 
-    def __init__(self, index: int = 0, nvml_module: Any = None) -> None:
+    def __init__(self, index: int = 0, nvml: NvmlSession | None = None) -> None:
         super().__init__()
         self.index = index
         self.device = str(DeviceRef(DeviceKind.GPU, index))
-        self._nvml = nvml_module
-        self._handle: Any = None
-        self._initialized = False
+        self._session = nvml or NvmlSession(index)
+        self._open = False
         self.power_source: str | None = None
 
     def open(self) -> bool:
-        if self._nvml is None:
-            try:
-                self._nvml = load_pynvml()
-            except ImportError:
-                self.unavailable_reason = "nvidia-ml-py not installed"
-                return False
-        nvml = self._nvml
-        try:
-            nvml.nvmlInit()
-            self._initialized = True
-            self._handle = nvml.nvmlDeviceGetHandleByIndex(self.index)
-        except nvml.NVMLError as error:
-            self.unavailable_reason = f"NVML: {error} ({self.device})"
-            self.close()
+        self._open = True
+        if not self._session.open():
+            self.unavailable_reason = self._session.unavailable_reason
             return False
         self.power_source = self._probe_power_source()
         return True
 
     def close(self) -> None:
-        if self._initialized:
-            self._initialized = False
-            self._handle = None
-            try:
-                self._nvml.nvmlShutdown()
-            except self._nvml.NVMLError:
-                pass  # shutting down is best effort; NVML counts inits and shutdowns per process
+        if self._open:
+            self._open = False
+            self._session.close()
 
     def _probe_power_source(self) -> str:
         """Instantaneous power if the field reads now; an unsupported field means the averaged call."""
@@ -166,11 +139,11 @@ class NvmlGpuSource(Telemetry):
 
     def _read_instant_power(self) -> tuple[float | None, int | None, str]:
         """(watts, None, "") or (None, NVML return code, message)."""
-        nvml = self._nvml
+        nvml = self._session.nvml
         try:
-            value = nvml.nvmlDeviceGetFieldValues(self._handle, [NVML_FI_DEV_POWER_INSTANT])[0]
+            value = nvml.nvmlDeviceGetFieldValues(self._session.handle, [NVML_FI_DEV_POWER_INSTANT])[0]
         except AttributeError:
-            return None, _NVML_ERROR_FUNCTION_NOT_FOUND, "nvidia-ml-py has no nvmlDeviceGetFieldValues"
+            return None, NVML_ERROR_FUNCTION_NOT_FOUND, "nvidia-ml-py has no nvmlDeviceGetFieldValues"
         except nvml.NVMLError as error:
             return None, getattr(error, "value", None), str(error)
         if value.nvmlReturn != 0:
@@ -179,30 +152,23 @@ class NvmlGpuSource(Telemetry):
 
     def _error_text(self, code: int) -> str:
         try:
-            return str(self._nvml.NVMLError(code))
+            return str(self._session.nvml.NVMLError(code))
         except Exception:  # the text is for people; a code without one still says which
             return f"NVML error {code}"
 
-    def _call(self, name: str, read: Callable[[], Any]) -> Any:
-        """One NVML reading, or None: unsupported fields are not asked again, failed ones are."""
+    def _call(self, name: str, read: Callable[[Any], Any]) -> Any:
+        """One NVML reading of the handle, or None: unsupported fields are not asked again, failed ones are."""
         if name in self._never:
             return None
-        nvml = self._nvml
-        try:
-            return read()
-        except AttributeError as error:  # an nvidia-ml-py too old for the call
-            self._unsupported(name, f"nvidia-ml-py lacks it: {error}")
-        except nvml.NVMLError as error:
-            if getattr(error, "value", None) in NVML_NEVER:
-                self._unsupported(name, f"NVML: {error}")
-            else:
-                self._failed(name, f"NVML: {error}")
-        return None
+        value, missed = self._session.attempt(read)
+        if missed is not None:
+            (self._unsupported if missed.never else self._failed)(name, missed.message)
+        return value
 
     def read(self, time_s: float, phase: PowerPhase) -> PowerSample:
-        if self._handle is None:
+        if self._session.handle is None:
             return PowerSample(time_s, phase, self.device)
-        nvml, handle = self._nvml, self._handle
+        nvml = self._session.nvml
         # Power and energy first: they are what the timestamp is for.
         power_w: float | None = None
         if self.power_source == POWER_SOURCE_NVML_INSTANT:
@@ -210,14 +176,14 @@ class NvmlGpuSource(Telemetry):
             if power_w is None:
                 self._failed("power_w", f"NVML: {message}")
         else:
-            power_mw = self._call("power_w", lambda: nvml.nvmlDeviceGetPowerUsage(handle))
+            power_mw = self._call("power_w", lambda handle: nvml.nvmlDeviceGetPowerUsage(handle))
             power_w = None if power_mw is None else power_mw / 1000.0
-        energy_mj = self._call("energy_j", lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
-        utilization = self._call("utilization", lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
-        memory = self._call("memory_used_bytes", lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
-        sm_clock = self._call("sm_clock_mhz", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
+        energy_mj = self._call("energy_j", lambda handle: nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+        utilization = self._call("utilization", lambda handle: nvml.nvmlDeviceGetUtilizationRates(handle))
+        memory = self._call("memory_used_bytes", lambda handle: nvml.nvmlDeviceGetMemoryInfo(handle))
+        sm_clock = self._call("sm_clock_mhz", lambda handle: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
         temperature = self._call(
-            "temperature_c", lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)
+            "temperature_c", lambda handle: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)
         )
         return PowerSample(
             time_s=time_s,
@@ -346,7 +312,10 @@ def _is_package(domain: Path) -> bool:
         return True  # no name to go by: a top-level domain is a package on every machine seen
 
 
-def source_for(ref: DeviceRef, nvml_module: Any = None, powercap_root: Path = DEFAULT_POWERCAP_ROOT) -> Telemetry:
+def source_for(
+    ref: DeviceRef, nvml: NvmlSession | None = None, powercap_root: Path = DEFAULT_POWERCAP_ROOT
+) -> Telemetry:
+    """The device's power source: a GPU's through `nvml` (the run's session on it), a CPU's through RAPL."""
     if ref.kind is DeviceKind.GPU:
-        return NvmlGpuSource(ref.index, nvml_module)
+        return NvmlGpuSource(ref.index, nvml)
     return RaplCpuSource(powercap_root, ref.index)
