@@ -27,18 +27,20 @@ from .common import report_failures, run, usage_error
 from .quiet import WaitForQuietOption
 from .serving import checked_load
 from .options import (
-    AUTO, CPU_COUNT, AutoRepetitionsOption, BatchSizeOption, CompilationOption, CooldownOption, CudnnAutotuneOption, DeviceOption, DevicesOption,
-    AllowDifferentModelsOption, DistributedTimeoutOption, FrameworksOption, IdleBaselineOption, LayoutOption, MinEffectOption, MinMeasureOption,
-    MaxRepetitionsOption, ModelOption, ModelOptionsOption, ModelsDirOption, ModeOption, PowerRateOption, PrecisionOption, ProfileOption,
-    RendezvousPortOption,
-    RepetitionsOption, RunnerOption, SearchRepetitionsOption, SeedOption, ShapeOption, StableWindowOption, StepsOption, StoreOption, TimeBudgetOption,
-    StrategyOption, ThreadsOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption,
-    WarmupOption, WarmupUntilCvOption, checked_names, every_framework, parse_runner_addresses, parse_store, runner_choice,
-    BatchTimeoutOption, LatencyBudgetOption, QueriesOption, ScenarioOption, TargetQpsOption,
+    AUTO, CPU_COUNT, AutoRepetitionsOption, BatchSizeOption, CompilationOption, CooldownOption, CudnnAutotuneOption,
+    DeviceOption, DevicesOption, AllowDifferentModelsOption, DistributedTimeoutOption, IdleBaselineOption,
+    LayoutOption, MinEffectOption, MinMeasureOption, MaxRepetitionsOption, ModelOption, ModelOptionsOption,
+    ModeOption, PowerRateOption, PrecisionOption, ProfileOption, RendezvousPortOption, RepetitionsOption,
+    SearchRepetitionsOption, SeedOption, ShapeOption, StableWindowOption, StepsOption, StoreOption, TimeBudgetOption,
+    StrategyOption, ThreadsOption, WarmupOption, WarmupUntilCvOption, checked_names, parse_store, BatchTimeoutOption,
+    LatencyBudgetOption, QueriesOption, ScenarioOption, TargetQpsOption,
 )
+from .groups import with_groups
+from .runner_options import CalibrationRunnerOptions, RunnerOptions
 
 
 @app.command()
+@with_groups
 def compare(
     model: ModelOption = "resnet18",
     mode: ModeOption = "train",
@@ -75,16 +77,9 @@ def compare(
     wait_for_quiet: WaitForQuietOption = 0.0,
     cooldown_s: CooldownOption = 0.0,
     min_effect: MinEffectOption = stats.MIN_EFFECT,
-    runner: RunnerOption = [],
+    runners: RunnerOptions = RunnerOptions(),
     rendezvous_port: RendezvousPortOption = None,
     distributed_timeout_s: DistributedTimeoutOption = None,
-    tls_ca: TlsCaOption = None,
-    tls_cert: TlsCertOption = None,
-    tls_key: TlsKeyOption = None,
-    token_file: TokenFileOption = None,
-    frameworks: FrameworksOption = every_framework(),
-    venvs: VenvsOption = None,
-    models_dir: ModelsDirOption = [],
     allow_different_models: AllowDifferentModelsOption = False,
     out: Annotated[Path, typer.Option(help="folder to write results into; each comparison gets a subfolder")] = Path("results"),
     store: Annotated[Optional[Path], typer.Option(
@@ -111,7 +106,7 @@ def compare(
     problem = store is None and store_path_problem(out / "store")  # the default store, checked as --store is
     if problem:
         raise usage_error(problem, "--out")
-    choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
+    choice = runners.choice()
     rounds = Repetitions(None if repetitions == AUTO else int(repetitions), max_repetitions, time_budget_s)
     request = CompareRequest(
         spec=spec, runners=choice, compilation=tuple(compilation), strategy=tuple(strategy), repetitions=rounds,
@@ -131,6 +126,7 @@ def compare(
 
 
 @app.command()
+@with_groups
 def calibrate(
     model: ModelOption = "resnet18",
     mode: ModeOption = "train",
@@ -155,17 +151,7 @@ def calibrate(
         help="under --floor-precision-pct: the most runs per instance")] = DEFAULT_MAX_RUNS,
     search_repetitions: SearchRepetitionsOption = DEFAULT_SEARCH_REPETITIONS,
     wait_for_quiet: WaitForQuietOption = 0.0,
-    runner: Annotated[list[str], typer.Option(
-        callback=parse_runner_addresses,
-        help="NAME=HOST:PORT, each NAME twice: two instances of one runner. Default: start two of each embedded runner",
-    )] = [],
-    tls_ca: TlsCaOption = None,
-    tls_cert: TlsCertOption = None,
-    tls_key: TlsKeyOption = None,
-    token_file: TokenFileOption = None,
-    frameworks: FrameworksOption = every_framework(),
-    venvs: VenvsOption = None,
-    models_dir: ModelsDirOption = [],
+    runners: CalibrationRunnerOptions = CalibrationRunnerOptions(),
     store: StoreOption = Path("results/store"),
 ) -> None:
     """Measure the noise floor: each runner against a second instance of itself (A/A), for one configuration.
@@ -176,7 +162,7 @@ def calibrate(
     spec = RunSpec(model, mode, batch_size, shape, precision, device, layout, warmup=warmup, steps=steps,
                    model_options=option_pairs(option), warmup_until_cv=warmup_until_cv, min_measure_s=min_measure_s,
                    profile=profile)
-    choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
+    choice = runners.choice()
     target = FloorTarget(floor_precision_pct / 100, max_repetitions) if floor_precision_pct is not None else None
     result = run(lambda progress: calibrate_use_case(spec, choice, repetitions, store, progress,
                                                         search_repetitions, wait_for_quiet, target))
@@ -189,6 +175,7 @@ def _parse_factors(value: str) -> str:
 
 
 @app.command()
+@with_groups
 def factors(
     model: ModelOption = "resnet18",
     mode: ModeOption = "train",
@@ -204,14 +191,7 @@ def factors(
     steps: StepsOption = plan.DEFAULT_STEPS,
     min_measure_s: MinMeasureOption = plan.DEFAULT_MIN_MEASURE_S,
     repetitions: RepetitionsOption = plan.DEFAULT_REPETITIONS,
-    runner: RunnerOption = [],
-    tls_ca: TlsCaOption = None,
-    tls_cert: TlsCertOption = None,
-    tls_key: TlsKeyOption = None,
-    token_file: TokenFileOption = None,
-    frameworks: FrameworksOption = every_framework(),
-    venvs: VenvsOption = None,
-    models_dir: ModelsDirOption = [],
+    runners: RunnerOptions = RunnerOptions(),
     out: Annotated[Path, typer.Option(help="folder to write the runs and the factor table into")] = Path("results"),
 ) -> None:
     """What each setting does to each runner: one configuration under the equal profile, then each other value of
@@ -219,7 +199,7 @@ def factors(
     over runs. A value a runner refuses is named with its reason."""
     spec = RunSpec(model, mode, batch_size, shape, precision, device, warmup=warmup, steps=steps,
                    model_options=option_pairs(option), min_measure_s=min_measure_s)
-    choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
+    choice = runners.choice()
     result = run(lambda progress: factors_use_case(spec, choice, tuple(vary.split(",")), repetitions, out, progress))
     terminal.print_factors(result.effects, f"{model} {mode.value}, batch {batch_size}, {precision.value}", result.run_dir)
     report_failures(result.failures)

@@ -12,7 +12,6 @@ from typing import Annotated, Optional
 import typer
 
 from ..analyse import stats
-from ..app.runners import RunnerChoice
 from ..base.folders import models_dir_problem
 from ..base.frameworks import default_names as default_framework_names
 from ..base.frameworks import framework_of
@@ -25,7 +24,7 @@ from ..base.vocabulary import (
 from ..plan import spec as plan
 from ..plan.serving_fields import TARGET_QPS_RANGE, target_qps_ok
 from ..plan.versions import is_runner_name
-from ..run.connection import EMBEDDED, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TOKEN_FILE_ENV, Transport
+from ..run.connection import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TOKEN_FILE_ENV
 from ..run.runners import RUNNERS_ENV
 from ..store.location import store_path_problem
 
@@ -217,26 +216,6 @@ TlsCertOption = Annotated[Optional[Path], typer.Option(
 TlsKeyOption = Annotated[Optional[Path], typer.Option(envvar=TLS_KEY_ENV, **_READABLE_FILE, help="the private key (PEM) of --tls-cert")]
 TokenFileOption = Annotated[Optional[Path], typer.Option(
     envvar=TOKEN_FILE_ENV, **_READABLE_FILE, help="a file holding the token the --runner runners require")]
-
-
-def runner_transport(runner: list[str], tls_ca: Optional[Path], tls_cert: Optional[Path], tls_key: Optional[Path],
-                     token_file: Optional[Path]) -> Transport:
-    """How to reach the runners: those named with --runner as the options say, the embedded ones with the
-    token they were started with."""
-    if not runner:
-        return EMBEDDED
-    try:
-        return Transport.from_files(tls_ca, tls_cert, tls_key, token_file)
-    except ValueError as error:
-        raise typer.BadParameter(str(error)) from None
-
-
-def runner_choice(runner: list[str], frameworks: str, venvs: Path, models_dir: list[Path], tls_ca: Optional[Path],
-                  tls_cert: Optional[Path], tls_key: Optional[Path], token_file: Optional[Path]) -> RunnerChoice:
-    """The runners a command uses (--runner, --frameworks, --venvs, --models-dir) and how it reaches them (the TLS
-    and token options): what every command that starts or reaches runners takes, built in one place."""
-    return RunnerChoice(tuple(runner), frameworks, venvs, runner_transport(runner, tls_ca, tls_cert, tls_key, token_file),
-                        tuple(map(str, models_dir)))
 
 
 def checked_names(value: str, known, what: str) -> str:

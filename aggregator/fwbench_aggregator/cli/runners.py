@@ -18,65 +18,46 @@ from ..present import listings
 from . import app
 from .common import report_failures, run
 from .options import (
-    DeviceOption, FrameworksOption, ModelOption, ModelOptionsOption, ModelsDirOption, ModeOption, PrecisionOption, RunnerOption,
-    ShapeOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption, VenvsOption, every_framework, parse_store,
-    parse_text,
-    runner_choice,
+    DeviceOption, ModelOption, ModelOptionsOption, ModeOption, PrecisionOption, ShapeOption, parse_store, parse_text,
 )
+from .groups import with_groups
+from .runner_options import RunnerOptions
 
 
 @app.command()
+@with_groups
 def models(
-    runner: RunnerOption = [],
-    tls_ca: TlsCaOption = None,
-    tls_cert: TlsCertOption = None,
-    tls_key: TlsKeyOption = None,
-    token_file: TokenFileOption = None,
-    frameworks: FrameworksOption = every_framework(),
-    venvs: VenvsOption = None,
-    models_dir: ModelsDirOption = [],
+    runners: RunnerOptions = RunnerOptions(),
     parameters: Annotated[bool, typer.Option(
         "--parameters", help="count each model's trainable parameters too (default shape and options): the runner "
         "builds every model on its CPU, tens of seconds",
     )] = False,
 ) -> None:
     """List the models, one row each: task, default input, options, and the runners that build it."""
-    choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
+    choice = runners.choice()
     listing = run(lambda progress: list_models(choice, parameters, progress))
     listings.print_models(listing.models, listing.runners, parameters, listing.plugin_problems)
     report_failures(listing.failures)
 
 
 @app.command()
+@with_groups
 def describe(
-    runner: RunnerOption = [],
-    tls_ca: TlsCaOption = None,
-    tls_cert: TlsCertOption = None,
-    tls_key: TlsKeyOption = None,
-    token_file: TokenFileOption = None,
-    frameworks: FrameworksOption = every_framework(),
-    venvs: VenvsOption = None,
-    models_dir: ModelsDirOption = [],
+    runners: RunnerOptions = RunnerOptions(),
 ) -> None:
     """Show each runner's framework, versions, devices and precisions."""
-    choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
+    choice = runners.choice()
     described, failures = run(lambda progress: describe_use_case(choice, progress))
     listings.print_descriptions(described)
     report_failures(failures)
 
 
 @app.command()
+@with_groups
 def parity(
     models: Annotated[Optional[str], typer.Option(
         callback=parse_text, help="comma-separated model names; default: every model both runners list")] = None,
-    runner: RunnerOption = [],
-    tls_ca: TlsCaOption = None,
-    tls_cert: TlsCertOption = None,
-    tls_key: TlsKeyOption = None,
-    token_file: TokenFileOption = None,
-    venvs: VenvsOption = None,
-    frameworks: FrameworksOption = every_framework(),
-    models_dir: ModelsDirOption = [],
+    runners: RunnerOptions = RunnerOptions(),
     out: Annotated[Path, typer.Option(help="folder for parity.csv")] = Path("results"),
     store: Annotated[Path, typer.Option(
         callback=parse_store, help="the results store: each check is kept there, so that a comparison of a plug-in model says whether its "
@@ -89,7 +70,7 @@ def parity(
     same input. The weights pass through the runners' reference folder: the runners started here share a temporary
     one; runners given with --runner must be started with one shared --reference-dir.
     """
-    choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
+    choice = runners.choice()
     names = [name for name in models.split(",") if name] if models else None
     result = run(lambda progress: parity_use_case(choice, names, out, progress, store))
     listings.print_parity(result.tables, result.path)
@@ -99,6 +80,7 @@ def parity(
 
 
 @app.command("max-batch")
+@with_groups
 def max_batch(
     model: ModelOption = "resnet18",
     mode: ModeOption = "train",
@@ -108,14 +90,7 @@ def max_batch(
     device: DeviceOption = None,
     limit: Annotated[int, typer.Option(
         min=1, max=plan.MAX_BATCH_SIZE, help="largest batch to try (on a CPU, device memory is the host's)")] = 4096,
-    runner: RunnerOption = [],
-    tls_ca: TlsCaOption = None,
-    tls_cert: TlsCertOption = None,
-    tls_key: TlsKeyOption = None,
-    token_file: TokenFileOption = None,
-    frameworks: FrameworksOption = every_framework(),
-    venvs: VenvsOption = None,
-    models_dir: ModelsDirOption = [],
+    runners: RunnerOptions = RunnerOptions(),
     store: Annotated[Path, typer.Option(
         callback=parse_store, help="the results store: each runner's search is kept there (frame max_batch)")] = Path("results/store"),
 ) -> None:
@@ -123,7 +98,7 @@ def max_batch(
 
     Each runner's result is stored, to line up with a sweep's runs of the same configuration.
     """
-    choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
+    choice = runners.choice()
     # One step answers "does it fit": no warm-up, no minimum window, no power.
     spec = RunSpec(model, mode, 1, shape, precision, device, warmup=0, steps=1, model_options=option_pairs(option),
                    power_rate_hz=0, min_measure_s=0.0)

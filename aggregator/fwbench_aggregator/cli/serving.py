@@ -19,11 +19,12 @@ from ..store.schema import SERVING_PERCENTILES
 from . import app
 from .common import report_failures, run, usage_error
 from .options import (
-    CPU_COUNT, BatchSizeOption, parse_target_qps, BatchTimeoutOption, DeviceOption, FrameworksOption, LatencyBudgetOption, MinMeasureOption,
-    ModelOption, ModelOptionsOption, ModelsDirOption, PrecisionOption, QueriesOption, RunnerOption, SeedOption,
-    ShapeOption, StoreOption, ThreadsOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption,
-    VenvsOption, WarmupOption, every_framework, runner_choice,
+    CPU_COUNT, BatchSizeOption, parse_target_qps, BatchTimeoutOption, DeviceOption, LatencyBudgetOption,
+    MinMeasureOption, ModelOption, ModelOptionsOption, PrecisionOption, QueriesOption, SeedOption, ShapeOption,
+    StoreOption, ThreadsOption, WarmupOption,
 )
+from .groups import with_groups
+from .runner_options import RunnerOptions
 
 OPTION_NAMES = {"scenario": "--scenario", "target_qps": "--target-qps", "queries": "--queries",
                 "batch_timeout_ms": "--batch-timeout-ms"}
@@ -59,6 +60,7 @@ ResolutionOption = Annotated[float, typer.Option(
 
 
 @app.command("serve-capacity")
+@with_groups
 def serve_capacity(
     latency_budget_ms: LatencyBudgetOption = None,
     model: ModelOption = "resnet18",
@@ -82,14 +84,7 @@ def serve_capacity(
     seed: SeedOption = 0,
     intra_op_threads: ThreadsOption = CPU_COUNT,
     inter_op_threads: ThreadsOption = CPU_COUNT,
-    runner: RunnerOption = [],
-    tls_ca: TlsCaOption = None,
-    tls_cert: TlsCertOption = None,
-    tls_key: TlsKeyOption = None,
-    token_file: TokenFileOption = None,
-    frameworks: FrameworksOption = every_framework(),
-    venvs: VenvsOption = None,
-    models_dir: ModelsDirOption = [],
+    runners: RunnerOptions = RunnerOptions(),
     store: StoreOption = Path("results/store"),
 ) -> None:
     """Each runner's capacity under the server scenario: the highest offered load (queries per second) whose latency
@@ -110,7 +105,7 @@ def serve_capacity(
                    model_options=option_pairs(option), startup=plan.StartupSettings(intra_op_threads, inter_op_threads),
                    min_measure_s=min_measure_s, power_rate_hz=0.0, idle_baseline_s=0.0, scenario=load.scenario,
                    target_qps=start_qps, query_count=load.query_count, batch_timeout_ms=batch_timeout_ms)
-    choice = runner_choice(runner, frameworks, venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
+    choice = runners.choice()
     request = CapacityRequest(
         spec=spec, runners=choice, latency_budget_ms=latency_budget_ms, percentile=percentile, start_qps=start_qps,
         max_qps=max_qps, resolution=resolution, store=store, repetitions=repetitions,

@@ -27,12 +27,14 @@ from .common import interrupted_status, report_failures, run, usage_error
 from .quiet import WaitForQuietOption
 from .versions import ConfirmOption, after_version_study, print_store_versions, sweep_matrix, version_runners
 from .options import (
-    AUTO, AllowDifferentModelsOption, parse_store, LatencyBudgetOption, ModelsDirOption, RunnerOption, TlsCaOption, TlsCertOption,
-    SweepRepetitionsOption, TlsKeyOption, TokenFileOption, VenvsOption, every_framework, runner_choice,
+    AUTO, AllowDifferentModelsOption, parse_store, LatencyBudgetOption, SweepRepetitionsOption, every_framework,
 )
+from .groups import with_groups
+from .runner_options import RunnerAccess
 
 
 @app.command()
+@with_groups
 def sweep(
     file: Annotated[Optional[Path], typer.Argument(help="a sweep file (YAML); or use the options below")] = None,
     models: Annotated[Optional[str], typer.Option(help="comma-separated models")] = None,
@@ -70,13 +72,7 @@ def sweep(
     resume: Annotated[bool, typer.Option(help="skip configurations already in the store")] = False,
     report: Annotated[bool, typer.Option(help="write the HTML report from the store when the sweep ends")] = True,
     latency_budget_ms: LatencyBudgetOption = None,
-    runner: RunnerOption = [],
-    tls_ca: TlsCaOption = None,
-    tls_cert: TlsCertOption = None,
-    tls_key: TlsKeyOption = None,
-    token_file: TokenFileOption = None,
-    venvs: VenvsOption = None,
-    models_dir: ModelsDirOption = [],
+    runners: RunnerAccess = RunnerAccess(),
     allow_different_models: AllowDifferentModelsOption = False,
     wait_for_quiet: WaitForQuietOption = 0.0,
     confirm: ConfirmOption = True,
@@ -86,8 +82,8 @@ def sweep(
     Ctrl-C or SIGTERM keeps every finished run; --resume runs what the store lacks.
     """
     # A sweep without a file compares the runners given, as `compare` would (an opt-in one only where named).
-    given = names_of(runners_in_use(runner, every_framework()))
-    accepted = names_of(runner) if runner else framework_names()
+    given = names_of(runners_in_use(runners.runner, every_framework()))
+    accepted = names_of(runners.runner) if runners.runner else framework_names()
     if file is not None:
         study = run(lambda progress: load_sweep(file, accepted))
         if time_budget_s is not None:
@@ -107,9 +103,9 @@ def sweep(
     else:
         raise usage_error("give a sweep file or at least --models")
     matrix = sweep_matrix(file)  # a version study reaches its containers' published ports unless told otherwise
-    runner = version_runners(matrix, runner)
-    reachable = names_of(runners_in_use(runner, ",".join(study.runners)))
-    unreachable = [name for name in study.runners if runner and name not in reachable]
+    runners = replace(runners, runner=version_runners(matrix, runners.runner))
+    reachable = names_of(runners_in_use(runners.runner, ",".join(study.runners)))
+    unreachable = [name for name in study.runners if runners.runner and name not in reachable]
     if unreachable:
         raise usage_error(f"the sweep's runner(s) {', '.join(unreachable)} have no address; give each as "
                           f"--runner NAME=HOST:PORT, or list only {', '.join(reachable)} in its runners")
@@ -119,9 +115,8 @@ def sweep(
             f"nodes: {spanning} spreads a run over several machines: run the study on a Slurm allocation with "
             "`fwbench slurm`, or give a runner its machines as --runner NAME=HOST:PORT,HOST:PORT (every run of it "
             "then spans them) and leave nodes out")
-    choice = runner_choice(runner, "", venvs, models_dir, tls_ca, tls_cert, tls_key, token_file)
     request = StudyRequest(
-        sweep=study, runners=choice, store=store, resume=resume, report=report, latency_budget_ms=latency_budget_ms,
+        sweep=study, runners=runners.choice(), store=store, resume=resume, report=report, latency_budget_ms=latency_budget_ms,
         allow_different_models=allow_different_models, wait_for_quiet_s=wait_for_quiet,
     )
     result = run(lambda progress: study_use_case(request, progress))
