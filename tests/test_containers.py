@@ -262,12 +262,26 @@ class Stack:
             **{f"{name.upper()}_RUNNER_PORT": str(port) for name, port in self.ports.items()},
         }
 
-    def compose(self, *args: str, timeout: float = RUN_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess:
+    def compose(self, *args: str, timeout: float = RUN_TIMEOUT_S, check: bool = True,
+                **variables: str) -> subprocess.CompletedProcess:
+        """docker-compose on the stack's files, with the stack's variables (`variables` in place of some)."""
         files = ("compose.yaml", "compose.cpu.yaml", "compose.ports.yaml", *self.overrides)
         # Every runner's profile: the stack runs all of them, and `down` leaves none behind.
         profiles = (arg for name in OPT_IN for arg in ("--profile", name))
         command = [TOOLS / "docker-compose", "-p", PROJECT, *(arg for f in files for arg in ("-f", f)), *profiles, *args]
-        return run(command, timeout=timeout, env=compose_env(**self.variables), check=check)
+        return run(command, timeout=timeout, env=compose_env(**{**self.variables, **variables}), check=check)
+
+    def build(self) -> None:
+        """Every image of the stack, and the second TensorFlow's runner beside them: each build waits on copying
+        files and committing layers more than on the CPU, so the second TensorFlow's (about 270 s alone, in its
+        test, after the others) costs little more beside them; its test then finds it built, as a user who
+        has built that tag before would."""
+        second, _ = SECOND_TENSORFLOW
+        with timed("image", f"compose build (every runner, the aggregator, and tensorflow {second}'s runner)"), \
+                ThreadPoolExecutor(1) as pool:
+            other = pool.submit(self.compose, "build", "tensorflow", timeout=BUILD_TIMEOUT_S, TENSORFLOW_TAG=second)
+            self.compose("--profile", "aggregator", "build", timeout=BUILD_TIMEOUT_S)
+            other.result()
 
     def make_base_images(self) -> None:
         # Each framework's base from its embedded environment's lock, with uv from set-up's cache: the runner images
@@ -345,8 +359,7 @@ def stack(tmp_path_factory):
     stack = Stack(results_dir)
     stack.compose("--profile", "aggregator", "down", "--remove-orphans", "--volumes", timeout=UP_TIMEOUT_S)
     stack.make_base_images()
-    with timed("image", "compose build (every runner and the aggregator)"):
-        stack.compose("--profile", "aggregator", "build", timeout=BUILD_TIMEOUT_S)
+    stack.build()
     stack.compose("up", "-d", "--wait", "--wait-timeout", str(UP_TIMEOUT_S - 60), timeout=UP_TIMEOUT_S)
     yield stack
     stack.compose("--profile", "aggregator", "down", "--remove-orphans", "--volumes", timeout=UP_TIMEOUT_S, check=False)
@@ -456,13 +469,14 @@ def test_one_job_spans_two_runner_containers_per_framework(stack):
 
 
 @pytest.mark.containers
-def test_a_new_tensorflow_tag_rebuilds_its_runner_and_results_report_it(stack):
+def test_a_new_tensorflow_tag_builds_its_own_runner_and_results_report_it(stack):
+    """The tag is the one variable that changes (the stack built its image beside the others: the build here is
+    the user's command, and finds it)."""
     version, _ = SECOND_TENSORFLOW
     first_version = stack.variables["TENSORFLOW_TAG"]
     stack.variables["TENSORFLOW_TAG"] = version
     try:
-        with timed("image", f"compose build tensorflow runner on {version}"):
-            stack.compose("build", "tensorflow", timeout=BUILD_TIMEOUT_S)
+        stack.compose("build", "tensorflow", timeout=BUILD_TIMEOUT_S)
         stack.compose("up", "-d", "--wait", "--wait-timeout", str(UP_TIMEOUT_S - 60), "tensorflow", timeout=UP_TIMEOUT_S)
         packages = run(["docker", "run", "--rm", "--entrypoint", "cat", stack.image("tensorflow"),
                         "/opt/fwbench/packages.txt"]).stdout.split()
