@@ -5,10 +5,9 @@
 #
 # Without arguments (or with -q alone, as CI calls it) the suite runs in three parts. First, side by side, the
 # runner-direct tests (conformance over gRPC, and parity) in two processes, and the container tests, which wait on
-# image builds: both cores stay busy. Then, as soon as the runner-direct tests end, every other test but those marked
-# quiet, in three processes, a file to each (pytest.ini): they wait on subprocesses, runners and timeouts more than
-# they compute. Last, once the container tests have ended too, the quiet ones, which judge measured times or time
-# limits, one at a time with nothing beside them.
+# image builds: both cores stay busy. Then every other test but those marked quiet, in three processes, a file to
+# each (pytest.ini): they wait on subprocesses, runners and timeouts more than they compute. Last, the quiet ones,
+# which judge measured times or time limits, one at a time with nothing beside them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each environment's set-up and image build, and each tier's time, go to one table at the end (tests/support/timings.py).
@@ -36,19 +35,15 @@ containers=$!
 first=$SECONDS
 status=0
 FWBENCH_TIMINGS_TABLE_LATER=1 "${pytest[@]}" -n 2 --dist load --durations=10 "$@" "${parallel[@]}" || status=$?
+wait "$containers" || status=$((status ? status : $?))
 part "1: conformance, parity beside the containers" "$first"
-# The second part starts as soon as the first's own tests end: on an empty engine the container tests ran about
-# 340 s longer, alone, on images already built (2026-11-29).
+echo "--- the container tests, run beside them:"
+cat "$log"
 rest=$(printf -- '--ignore=%s ' "${parallel[@]}" "$beside")
 second=$SECONDS
 # shellcheck disable=SC2086  # $rest is a list of options
 FWBENCH_TIMINGS_TABLE_LATER=1 "${pytest[@]}" -m "not quiet" --durations=25 "$@" $rest || status=$((status ? status : $?))
-part "2: all but those marked quiet (3 processes), beside what is left of the containers'" "$second"
-last=$SECONDS
-wait "$containers" || status=$((status ? status : $?))
-part "the container tests' end, after the second part" "$last"
-echo "--- the container tests, run beside the first two parts:"
-cat "$log"
+part "2: all but those marked quiet (3 processes)" "$second"
 # The last run prints the table of all three parts (its own wall time included).
 # shellcheck disable=SC2086
 "${pytest[@]}" -m quiet -n 0 --durations=10 "$@" $rest || status=$((status ? status : $?))
