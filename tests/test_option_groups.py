@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Annotated, Optional
 
@@ -9,8 +10,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from fwbench_aggregator.base.vocabulary import Mode, Precision
+from fwbench_aggregator.cli import app as cli_app
 from fwbench_aggregator.cli.groups import with_groups
 from fwbench_aggregator.cli.runner_options import RunnerAccess, RunnerOptions
+from fwbench_aggregator.cli.workload_options import Measurement, ModelOnDevice
+from fwbench_aggregator.plan.spec import RunSpec
 from fwbench_aggregator.run.connection import EMBEDDED
 
 
@@ -63,3 +68,26 @@ def test_the_runner_group_builds_the_choice_every_command_used_to_build_itself(t
     token.write_text("two words\n")
     with pytest.raises(typer.BadParameter, match="--token-file .* holds no token"):
         remote.choice()
+
+
+def test_the_model_and_measurement_groups_build_the_run_each_command_built_itself():
+    workload = ModelOnDevice(model="bert_base", shape="seq=8", option=["head=mlm", "dropout=0"],
+                             precision=Precision.amp_bf16, device="cpu")
+    measurement = Measurement(warmup=2, steps=5, min_measure_s=0.5)
+    spec = workload.spec(Mode.infer, 4, seed=3, **measurement.settings())
+    assert spec == RunSpec("bert_base", Mode.infer, 4, "seq=8", Precision.amp_bf16, "cpu", warmup=2, steps=5, seed=3,
+                           model_options=(("dropout", "0"), ("head", "mlm")), min_measure_s=0.5)
+    assert workload.label(Mode.infer, 4) == "bert_base infer, batch 4, amp_bf16"
+    assert workload.label(Mode.train) == "bert_base train, amp_bf16"  # max-batch's: the batch is what it searches
+
+
+def test_every_command_that_runs_a_model_takes_the_model_group_and_those_that_time_steps_the_measurement_group():
+    model_options = {"--model", "--shape", "--option", "--precision", "--device"}
+    measurement_options = {"--warmup", "--steps", "--min-measure-s"}
+    for command, measures in (("compare", True), ("calibrate", True), ("factors", True), ("max-batch", False),
+                              ("serve-capacity", False)):
+        shown = CliRunner().invoke(cli_app, [command, "--help"], env={"COLUMNS": "200"})
+        assert shown.exit_code == 0, shown.output
+        options = set(re.findall(r"(--[a-z-]+)", shown.output))
+        assert model_options <= options, command
+        assert (measurement_options <= options) == measures, command

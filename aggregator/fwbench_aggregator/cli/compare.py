@@ -18,7 +18,7 @@ from ..app.compare import compare as compare_use_case
 from ..app.factors import DEFAULT_FACTORS, FACTORS
 from ..app.factors import factors as factors_use_case
 from ..plan import spec as plan
-from ..plan.spec import RunSpec, StartupSettings, option_pairs
+from ..plan.spec import StartupSettings
 from ..present import terminal
 from ..present.serving import print_serving
 from ..store.location import store_path_problem
@@ -27,28 +27,24 @@ from .common import report_failures, run, usage_error
 from .quiet import WaitForQuietOption
 from .serving import checked_load
 from .options import (
-    AUTO, CPU_COUNT, AutoRepetitionsOption, BatchSizeOption, CompilationOption, CooldownOption, CudnnAutotuneOption,
-    DeviceOption, DevicesOption, AllowDifferentModelsOption, DistributedTimeoutOption, IdleBaselineOption,
-    LayoutOption, MinEffectOption, MinMeasureOption, MaxRepetitionsOption, ModelOption, ModelOptionsOption,
-    ModeOption, PowerRateOption, PrecisionOption, ProfileOption, RendezvousPortOption, RepetitionsOption,
-    SearchRepetitionsOption, SeedOption, ShapeOption, StableWindowOption, StepsOption, StoreOption, TimeBudgetOption,
-    StrategyOption, ThreadsOption, WarmupOption, WarmupUntilCvOption, checked_names, parse_store, BatchTimeoutOption,
-    LatencyBudgetOption, QueriesOption, ScenarioOption, TargetQpsOption,
+    AUTO, CPU_COUNT, AllowDifferentModelsOption, AutoRepetitionsOption, BatchSizeOption, BatchTimeoutOption,
+    CompilationOption, CooldownOption, CudnnAutotuneOption, DevicesOption, DistributedTimeoutOption,
+    IdleBaselineOption, LatencyBudgetOption, LayoutOption, MaxRepetitionsOption, MinEffectOption, ModeOption,
+    PowerRateOption, ProfileOption, QueriesOption, RendezvousPortOption, RepetitionsOption, ScenarioOption,
+    SearchRepetitionsOption, SeedOption, StableWindowOption, StoreOption, StrategyOption, TargetQpsOption,
+    ThreadsOption, TimeBudgetOption, WarmupUntilCvOption, checked_names, parse_store,
 )
 from .groups import with_groups
 from .runner_options import CalibrationRunnerOptions, RunnerOptions
+from .workload_options import Measurement, ModelOnDevice
 
 
 @app.command()
 @with_groups
 def compare(
-    model: ModelOption = "resnet18",
+    workload: ModelOnDevice = ModelOnDevice(),
     mode: ModeOption = "train",
     batch_size: BatchSizeOption = 32,
-    shape: ShapeOption = None,
-    option: ModelOptionsOption = [],
-    precision: PrecisionOption = "fp32",
-    device: DeviceOption = None,
     profile: ProfileOption = "equal",
     layout: LayoutOption = None,
     compilation: CompilationOption = [],
@@ -57,11 +53,9 @@ def compare(
     cudnn_autotune: CudnnAutotuneOption = "off",
     intra_op_threads: ThreadsOption = CPU_COUNT,
     inter_op_threads: ThreadsOption = CPU_COUNT,
-    warmup: WarmupOption = plan.DEFAULT_WARMUP,
+    measurement: Measurement = Measurement(),
     warmup_until_cv: WarmupUntilCvOption = plan.DEFAULT_WARMUP_UNTIL_CV,
     stable_window: StableWindowOption = plan.STABLE_WINDOW,
-    steps: StepsOption = plan.DEFAULT_STEPS,
-    min_measure_s: MinMeasureOption = plan.DEFAULT_MIN_MEASURE_S,
     power_rate_hz: PowerRateOption = 20.0,
     idle_baseline_s: IdleBaselineOption = 1.0,
     seed: SeedOption = 0,
@@ -91,15 +85,14 @@ def compare(
     Every runner is asked first whether it can run the request; a mistake stops the comparison before anything
     runs.
     """
-    if device and devices:
+    if workload.device and devices:
         raise usage_error("give one device with --device or several with --devices, not both")
     startup = StartupSettings(intra_op_threads, inter_op_threads, cudnn_autotune.value)
     load = checked_load(mode, scenario, target_qps, queries, batch_timeout_ms, latency_budget_ms)
-    spec = RunSpec(
-        model, mode, batch_size, shape, precision, device, layout, warmup=warmup, steps=steps, seed=seed,
-        model_options=option_pairs(option), startup=startup, warmup_until_cv=warmup_until_cv,
-        stable_window=stable_window, min_measure_s=min_measure_s, power_rate_hz=power_rate_hz,
-        idle_baseline_s=idle_baseline_s, devices=devices, distributed_timeout_s=distributed_timeout_s, profile=profile,
+    spec = workload.spec(
+        mode, batch_size, layout=layout, seed=seed, startup=startup, warmup_until_cv=warmup_until_cv,
+        stable_window=stable_window, power_rate_hz=power_rate_hz, idle_baseline_s=idle_baseline_s, devices=devices,
+        distributed_timeout_s=distributed_timeout_s, profile=profile, **measurement.settings(),
         **({"scenario": load.scenario, "target_qps": load.target_qps, "query_count": load.query_count,
             "batch_timeout_ms": load.batch_timeout_ms} if load else {}),
     )
@@ -128,19 +121,13 @@ def compare(
 @app.command()
 @with_groups
 def calibrate(
-    model: ModelOption = "resnet18",
+    workload: ModelOnDevice = ModelOnDevice(),
     mode: ModeOption = "train",
     batch_size: BatchSizeOption = 32,
-    shape: ShapeOption = None,
-    option: ModelOptionsOption = [],
-    precision: PrecisionOption = "fp32",
-    device: DeviceOption = None,
     profile: ProfileOption = "equal",
     layout: LayoutOption = None,
-    warmup: WarmupOption = plan.DEFAULT_WARMUP,
+    measurement: Measurement = Measurement(),
     warmup_until_cv: WarmupUntilCvOption = plan.DEFAULT_WARMUP_UNTIL_CV,
-    steps: StepsOption = plan.DEFAULT_STEPS,
-    min_measure_s: MinMeasureOption = plan.DEFAULT_MIN_MEASURE_S,
     repetitions: RepetitionsOption = plan.DEFAULT_REPETITIONS,
     floor_precision_pct: Annotated[Optional[float], typer.Option(
         min=1.0, max=1000.0, metavar="P",
@@ -159,14 +146,13 @@ def calibrate(
     The floor is the smallest difference this host resolves there; it is stored, and `compare` and `report` call no
     difference below it.
     """
-    spec = RunSpec(model, mode, batch_size, shape, precision, device, layout, warmup=warmup, steps=steps,
-                   model_options=option_pairs(option), warmup_until_cv=warmup_until_cv, min_measure_s=min_measure_s,
-                   profile=profile)
+    spec = workload.spec(mode, batch_size, layout=layout, warmup_until_cv=warmup_until_cv, profile=profile,
+                         **measurement.settings())
     choice = runners.choice()
     target = FloorTarget(floor_precision_pct / 100, max_repetitions) if floor_precision_pct is not None else None
     result = run(lambda progress: calibrate_use_case(spec, choice, repetitions, store, progress,
                                                         search_repetitions, wait_for_quiet, target))
-    terminal.print_calibrations(result.calibrations, f"{model} {mode.value}, batch {batch_size}, {precision.value}", store)
+    terminal.print_calibrations(result.calibrations, workload.label(mode, batch_size), store)
     report_failures(result.failures)
 
 
@@ -177,19 +163,13 @@ def _parse_factors(value: str) -> str:
 @app.command()
 @with_groups
 def factors(
-    model: ModelOption = "resnet18",
+    workload: ModelOnDevice = ModelOnDevice(),
     mode: ModeOption = "train",
     batch_size: BatchSizeOption = 32,
-    shape: ShapeOption = None,
-    option: ModelOptionsOption = [],
-    precision: PrecisionOption = "fp32",
-    device: DeviceOption = None,
     vary: Annotated[str, typer.Option(
         "--factors", callback=_parse_factors,
         help=f"the settings to change one at a time, comma-separated, of: {', '.join(FACTORS)}")] = ",".join(DEFAULT_FACTORS),
-    warmup: WarmupOption = plan.DEFAULT_WARMUP,
-    steps: StepsOption = plan.DEFAULT_STEPS,
-    min_measure_s: MinMeasureOption = plan.DEFAULT_MIN_MEASURE_S,
+    measurement: Measurement = Measurement(),
     repetitions: RepetitionsOption = plan.DEFAULT_REPETITIONS,
     runners: RunnerOptions = RunnerOptions(),
     out: Annotated[Path, typer.Option(help="folder to write the runs and the factor table into")] = Path("results"),
@@ -197,9 +177,8 @@ def factors(
     """What each setting does to each runner: one configuration under the equal profile, then each other value of
     each factor the runner accepts, one setting changed at a time, each compared with that runner's own baseline
     over runs. A value a runner refuses is named with its reason."""
-    spec = RunSpec(model, mode, batch_size, shape, precision, device, warmup=warmup, steps=steps,
-                   model_options=option_pairs(option), min_measure_s=min_measure_s)
+    spec = workload.spec(mode, batch_size, **measurement.settings())
     choice = runners.choice()
     result = run(lambda progress: factors_use_case(spec, choice, tuple(vary.split(",")), repetitions, out, progress))
-    terminal.print_factors(result.effects, f"{model} {mode.value}, batch {batch_size}, {precision.value}", result.run_dir)
+    terminal.print_factors(result.effects, workload.label(mode, batch_size), result.run_dir)
     report_failures(result.failures)

@@ -13,15 +13,13 @@ from ..app.parity import parity as parity_use_case
 from ..app.runner_info import describe as describe_use_case
 from ..app.runner_info import list_models
 from ..plan import spec as plan
-from ..plan.spec import RunSpec, option_pairs
 from ..present import listings
 from . import app
 from .common import report_failures, run
-from .options import (
-    DeviceOption, ModelOption, ModelOptionsOption, ModeOption, PrecisionOption, ShapeOption, parse_store, parse_text,
-)
+from .options import ModeOption, parse_store, parse_text
 from .groups import with_groups
 from .runner_options import RunnerOptions
+from .workload_options import ModelOnDevice
 
 
 @app.command()
@@ -82,12 +80,8 @@ def parity(
 @app.command("max-batch")
 @with_groups
 def max_batch(
-    model: ModelOption = "resnet18",
+    workload: ModelOnDevice = ModelOnDevice(),
     mode: ModeOption = "train",
-    shape: ShapeOption = None,
-    option: ModelOptionsOption = [],
-    precision: PrecisionOption = "fp32",
-    device: DeviceOption = None,
     limit: Annotated[int, typer.Option(
         min=1, max=plan.MAX_BATCH_SIZE, help="largest batch to try (on a CPU, device memory is the host's)")] = 4096,
     runners: RunnerOptions = RunnerOptions(),
@@ -100,8 +94,7 @@ def max_batch(
     """
     choice = runners.choice()
     # One step answers "does it fit": no warm-up, no minimum window, no power.
-    spec = RunSpec(model, mode, 1, shape, precision, device, warmup=0, steps=1, model_options=option_pairs(option),
-                   power_rate_hz=0, min_measure_s=0.0)
+    spec = workload.spec(mode, 1, warmup=0, steps=1, power_rate_hz=0, min_measure_s=0.0)
     result = run(lambda progress: max_batch_use_case(spec, limit, choice, store, progress))
-    listings.print_max_batch(result.searches, f"{model} {mode.value}, {precision.value}", store)
+    listings.print_max_batch(result.searches, workload.label(mode), store)
     report_failures(result.failures)

@@ -13,18 +13,17 @@ from ..app.serve_capacity import serve_capacity as serve_capacity_use_case
 from ..base.vocabulary import Mode, Scenario
 from ..plan import spec as plan
 from ..plan.serving_fields import Load, load_problem
-from ..plan.spec import RunSpec, option_pairs
 from ..present import serving as present
 from ..store.schema import SERVING_PERCENTILES
 from . import app
 from .common import report_failures, run, usage_error
 from .options import (
-    CPU_COUNT, BatchSizeOption, parse_target_qps, BatchTimeoutOption, DeviceOption, LatencyBudgetOption,
-    MinMeasureOption, ModelOption, ModelOptionsOption, PrecisionOption, QueriesOption, SeedOption, ShapeOption,
-    StoreOption, ThreadsOption, WarmupOption,
+    CPU_COUNT, BatchSizeOption, parse_target_qps, BatchTimeoutOption, LatencyBudgetOption, MinMeasureOption,
+    QueriesOption, SeedOption, StoreOption, ThreadsOption, WarmupOption,
 )
 from .groups import with_groups
 from .runner_options import RunnerOptions
+from .workload_options import ModelOnDevice
 
 OPTION_NAMES = {"scenario": "--scenario", "target_qps": "--target-qps", "queries": "--queries",
                 "batch_timeout_ms": "--batch-timeout-ms"}
@@ -63,12 +62,8 @@ ResolutionOption = Annotated[float, typer.Option(
 @with_groups
 def serve_capacity(
     latency_budget_ms: LatencyBudgetOption = None,
-    model: ModelOption = "resnet18",
+    workload: ModelOnDevice = ModelOnDevice(),
     batch_size: BatchSizeOption = 1,
-    shape: ShapeOption = None,
-    option: ModelOptionsOption = [],
-    precision: PrecisionOption = "fp32",
-    device: DeviceOption = None,
     percentile: PercentileOption = "p99",
     start_qps: RateOption = 10.0,
     max_qps: Annotated[float, typer.Option(
@@ -101,10 +96,10 @@ def serve_capacity(
     if start_qps >= max_qps:
         raise usage_error(f"--start-qps ({start_qps:g}) must be below --max-qps ({max_qps:g})", "--start-qps")
     load = checked_load(Mode.infer, Scenario.server, start_qps, queries, batch_timeout_ms)
-    spec = RunSpec(model, Mode.infer, batch_size, shape, precision, device, warmup=warmup, seed=seed,
-                   model_options=option_pairs(option), startup=plan.StartupSettings(intra_op_threads, inter_op_threads),
-                   min_measure_s=min_measure_s, power_rate_hz=0.0, idle_baseline_s=0.0, scenario=load.scenario,
-                   target_qps=start_qps, query_count=load.query_count, batch_timeout_ms=batch_timeout_ms)
+    spec = workload.spec(Mode.infer, batch_size, warmup=warmup, seed=seed,
+                         startup=plan.StartupSettings(intra_op_threads, inter_op_threads), min_measure_s=min_measure_s,
+                         power_rate_hz=0.0, idle_baseline_s=0.0, scenario=load.scenario, target_qps=start_qps,
+                         query_count=load.query_count, batch_timeout_ms=batch_timeout_ms)
     choice = runners.choice()
     request = CapacityRequest(
         spec=spec, runners=choice, latency_budget_ms=latency_budget_ms, percentile=percentile, start_qps=start_qps,
