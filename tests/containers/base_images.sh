@@ -15,8 +15,8 @@
 #
 # FWBENCH_BASE_LOCK=FILE: a lock (scripts/lock.sh) whose versions constrain every package installed, so that the
 # base image carries the framework and its dependencies exactly as the embedded environment of that lock does.
-# FWBENCH_UV=PATH: install with this uv binary and the host's uv cache (UV_CACHE_DIR, default ~/.cache/uv) mounted,
-# so that what set-up downloaded for the embedded environments is not downloaded again (a torch base: ~4 GB).
+# FWBENCH_UV=PATH: install with this uv binary, here on the host, from the host's uv cache, so that what set-up
+# downloaded for the embedded environments is not downloaded again (a torch base: ~4 GB); see install_on_host.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 suite=bookworm
@@ -33,6 +33,14 @@ current() {  # current IMAGE RECIPE: is IMAGE there and built from RECIPE?
   [ "$(docker image inspect --format '{{ index .Config.Labels "fwbench.ci.recipe" }}' "$1" 2>/dev/null)" = "$2" ]
 }
 
+import_rootfs() {  # import_rootfs DIR RECIPE IMAGE: a root filesystem as an image whose Python trusts the host's CAs
+  tar -C "$1" --numeric-owner -c . | docker import \
+    --change "LABEL fwbench.ci.recipe=$2" \
+    --change "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt" \
+    --change 'CMD ["python3"]' \
+    - "$3" > /dev/null
+}
+
 make_python() {
   local id; id=$(recipe python "$suite")
   if current "$python_image" "$id"; then echo "$python_image is up to date"; return; fi
@@ -44,11 +52,7 @@ make_python() {
     || { tail -n 30 "$work/debootstrap.log" >&2; exit 1; }
   cp "$host_ca_bundle" "$work/rootfs/etc/ssl/certs/ca-certificates.crt"
   rm -rf "$work/rootfs/var/cache/apt/archives"/*.deb "$work/rootfs/var/lib/apt/lists"/*
-  tar -C "$work/rootfs" --numeric-owner -c . | docker import \
-    --change "LABEL fwbench.ci.recipe=$id" \
-    --change "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt" \
-    --change 'CMD ["python3"]' \
-    - "$python_image" > /dev/null
+  import_rootfs "$work/rootfs" "$id" "$python_image"
   rm -rf "$work"
   echo "built $python_image"
 }
@@ -62,27 +66,53 @@ make_framework() {  # make_framework NAME VERSION PACKAGES...
   local container=fwbench-ci-base-$name-$$
   echo "installing $* into $image"
   docker rm "$container" > /dev/null 2>&1 || true
-  local mounts=() constraints=()
+  local pins="" mounts=() constraints=()
   if [ -n "${FWBENCH_BASE_LOCK:-}" ]; then
     # The lock's pins without their hashes: a constraint says which version, not that the package is wanted.
-    local pins; pins=$(mktemp)
+    pins=$(mktemp)
     sed -n 's/^\([A-Za-z0-9_.-]*==[^ ;\\]*\).*/\1/p' "$FWBENCH_BASE_LOCK" > "$pins"
     mounts+=(-v "$pins:/fwbench-constraints.txt:ro"); constraints=(-c /fwbench-constraints.txt)
   fi
   if [ -n "${FWBENCH_UV:-}" ]; then
-    local cache=${UV_CACHE_DIR:-$HOME/.cache/uv}
-    mkdir -p "$cache"
-    docker run --name "$container" -v "$FWBENCH_UV:/usr/local/bin/uv:ro" -v "$cache:/uv-cache" "${mounts[@]}" \
-      --env UV_CACHE_DIR=/uv-cache --env UV_LINK_MODE=copy --env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
-      "$python_image" \
-      uv pip install -q --system --break-system-packages "${constraints[@]}" "$@"
+    install_on_host "$image" "$id" ${pins:+-c "$pins"} "$@"
   else
     docker run --name "$container" --env PIP_ROOT_USER_ACTION=ignore "${mounts[@]}" "$python_image" \
       python3 -m pip install -q --no-cache-dir --break-system-packages "${constraints[@]}" "$@"
+    docker commit --change "LABEL fwbench.ci.recipe=$id" "$container" "$image" > /dev/null
+    docker rm "$container" > /dev/null
   fi
-  docker commit --change "LABEL fwbench.ci.recipe=$id" "$container" "$image" > /dev/null
-  docker rm "$container" > /dev/null
+  [ -z "$pins" ] || rm -f "$pins"
   echo "built $image"
+}
+
+# install_on_host IMAGE RECIPE [-c CONSTRAINTS] PACKAGES...: the Python image's files, with the packages installed
+# by uv into its site directory here on the host, loaded as one new image. Installing in a container and committing
+# it took several times as long: every file written through the engine's fuse-overlayfs, then read back for the
+# commit, in system time on both cores; `docker import` unpacks straight into the image's layer.
+install_on_host() {
+  local image=$1 id=$2; shift 2
+  local work container version platform site
+  work=$(mktemp -d)
+  mkdir "$work/rootfs"
+  # The image's Python decides the wheels: its version, and its C library's for the manylinux tag.
+  read -r version platform < <(docker run --rm "$python_image" python3 -c \
+    'import platform, sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}", platform.machine() + "-manylinux_"
+     + platform.libc_ver()[1].replace(".", "_"))')
+  container=$(docker create "$python_image")
+  docker export "$container" | tar -C "$work/rootfs" -x
+  docker rm "$container" > /dev/null
+  # Debian's Python reads /usr/local/lib/python3.X/dist-packages, where pip --system installs.
+  site=usr/local/lib/python$version/dist-packages
+  mkdir -p "$work/rootfs/$site"
+  "$FWBENCH_UV" pip install -q --target "$work/rootfs/$site" --python-version "$version" --python-platform "$platform" "$@"
+  # Console scripts go to /usr/local/bin, as pip's, calling the image's Python rather than the host's.
+  if [ -d "$work/rootfs/$site/bin" ]; then
+    sed -i '1s|^#!.*python.*$|#!/usr/bin/python3|' "$work/rootfs/$site/bin"/*
+    mv "$work/rootfs/$site/bin"/* "$work/rootfs/usr/local/bin/"
+    rmdir "$work/rootfs/$site/bin"
+  fi
+  import_rootfs "$work/rootfs" "$id" "$image"
+  rm -rf "$work"
 }
 
 case "${1:-}" in
