@@ -61,6 +61,9 @@ class Scale:
     serving_loads_qps: tuple[float, ...]
     power_model: str
     jax: dict[str, str]
+    # The most one command of a section may take (a compare, a sweep, the bare loop). A CPU dry run runs beside other
+    # tests in CI: on a 2-core host the bare loop, 22 s alone, outlived 150 s there.
+    command_limit_s: float = 150
     # Every compare's and sweep's measurement windows: none on a GPU (the CLI's defaults are what is accepted there);
     # a few steps on a CPU, whose default windows (a second's measuring, warm-up until stable) cost minutes here.
     windows: dict[str, str] = field(default_factory=dict)
@@ -95,6 +98,7 @@ CPU = Scale(
     planted_extra_passes=8,
     bare={"model": "resnet18", "batch": "2", "shape": "3x32x32", "precision": "fp32", "layout": "channels_last",
           "repetitions": "2", "steps": "10"},
+    command_limit_s=600,
     ddp={"model": "resnet18", "batch": "2", "shape": "3x32x32", "precision": "fp32"},
     native={"model": "resnet18", "batch": "2", "shape": "3x32x32", "precision": "fp32"},
     serving={"model": "resnet18", "batch": "2", "shape": "3x32x32", "precision": "fp32"},
@@ -134,6 +138,10 @@ class Acceptance:
 
     def left_s(self) -> float:
         return self.wall_budget_s - (time.monotonic() - self.started)
+
+    def command_limit_s(self) -> float:
+        """How long the next command of a section may take: its scale's limit, within what the budget has left."""
+        return min(self.scale.command_limit_s, self.left_s() - 5)
 
     def add(self, section: str, check: str, status: str, figure: str = "", detail: str = "") -> None:
         self.checks.append(Check(section, check, status, figure, detail))
@@ -232,7 +240,7 @@ class Acceptance:
         done = self.fwbench("planted", [
             "compare", "--model", "planted_conv", "--mode", "infer", "--batch-size", str(self.scale.planted_batch),
             "--shape", self.scale.planted_shape, "--device", self.scale.device, "--store", str(store),
-            "--out", str(folder)], timeout_s=min(150, self.left_s() - 5))
+            "--out", str(folder)], timeout_s=self.command_limit_s())
         rows = self._comparison(store)
         slower = rows[rows["verdict"] != "fastest"] if not rows.empty else rows
         extra = self.scale.planted_extra_passes
@@ -259,7 +267,7 @@ class Acceptance:
                    "--device", self.scale.device, "--precision", b["precision"], "--layout", b["layout"],
                    "--repetitions", b["repetitions"], "--steps", b["steps"], "--json", str(result)]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=max(min(150, self.left_s() - 5), 1))
+            done = subprocess.run(command, capture_output=True, text=True, timeout=max(self.command_limit_s(), 1))
         except subprocess.TimeoutExpired:
             self.add(section, "runner / bare loop", "FAIL", detail="timed out")
             return
@@ -330,7 +338,7 @@ class Acceptance:
                              ("ddp", ["--devices", f"{self.scale.device}:0", "--strategy", "ddp"])):
             store = folder / f"store-{label}"
             done = self.fwbench(f"distributed-{label}", [*base, *extra, "--store", str(store), "--out", str(folder)],
-                                timeout_s=min(150, self.left_s() - 5), only=("a",))
+                                timeout_s=self.command_limit_s(), only=("a",))
             medians[label], exits[label] = _run_medians(store), done.returncode
             if done.returncode or not len(medians[label]):
                 self.add(section, f"{label} run, world size 1", "FAIL", detail=f"exit {done.returncode}: {_tail(done)}")
@@ -361,7 +369,7 @@ class Acceptance:
         done = self.fwbench("native", [
             "compare", "--model", n["model"], "--mode", "train", "--batch-size", n["batch"], "--shape", n["shape"],
             "--precision", n["precision"], "--device", self.scale.device, "--profile", "native", "--repetitions", "3",
-            "--store", str(store), "--out", str(folder)], timeout_s=min(150, self.left_s() - 5))
+            "--store", str(store), "--out", str(folder)], timeout_s=self.command_limit_s())
         if not (store / "runs").exists():
             self.add(section, "native profile", "FAIL", detail=f"exit {done.returncode}: {_tail(done)}")
             return
@@ -455,7 +463,7 @@ class Acceptance:
             done = self.fwbench("jax", [
                 "compare", "--model", j["model"], "--mode", "infer", "--batch-size", j["batch"], "--shape", j["shape"],
                 "--precision", j["precision"], "--device", self.scale.device, "--repetitions", "3",
-                "--store", str(store), "--out", str(folder)], timeout_s=min(150, self.left_s() - 5),
+                "--store", str(store), "--out", str(folder)], timeout_s=self.command_limit_s(),
                 only=("a", "jax"))
         finally:
             self.runners.pop("jax", None)
