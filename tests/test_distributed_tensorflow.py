@@ -17,6 +17,7 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench_aggregator.run import launch
+from fwbench_core.distributed import SILENCE_MARGIN_S
 
 from support.distributed import free_port, spawned_children, two_runners
 
@@ -205,7 +206,7 @@ def test_a_machine_that_never_starts_fails_the_run_within_the_timeout(runners):
     # TensorFlow waits for every worker of TF_CONFIG without a bound of its own (its coordination service's
     # register timeout does not cover this wait, and the wait holds the interpreter): the runner calls the rank
     # silent after distributed_timeout_s and a margin, and stops it (SIGKILL at the latest).
-    assert time.monotonic() - started_s < SHORT_TIMEOUT_S + FAULT_BOUND_S
+    assert time.monotonic() - started_s < SHORT_TIMEOUT_S + SILENCE_MARGIN_S + FAULT_BOUND_S
     assert error.code() == grpc.StatusCode.ABORTED, error.details()
     assert error.details().startswith("rank 0 (pid ")
     assert "sent nothing for" in error.details()

@@ -29,8 +29,9 @@ from .timing import Progress, StepBatch, StepSample, Summary, summarize
 log = logging.getLogger("fwbench.runner.distributed")
 
 # A rank's framework reports its own timeouts (rendezvous, collectives) after distributed_timeout_s; the runner
-# calls a rank silent only this much later, so that the framework's more precise error arrives first.
-SILENCE_MARGIN_S = 5.0
+# calls a rank silent only this much later, so that the framework's more precise error arrives first. torch's
+# rendezvous reports a 5 s timeout after 6 s on a quiet host, and once took over 10 s in a CI run on a loaded one.
+SILENCE_MARGIN_S = 15.0
 # Stopping the workers: a stop request, then SIGTERM, then SIGKILL, each after this long.
 STOP_GRACE_S = 3.0
 TERMINATE_GRACE_S = 2.0
