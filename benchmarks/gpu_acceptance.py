@@ -51,6 +51,9 @@ class Scale:
     aa_batches: tuple[int, ...]
     aa_precisions: tuple[str, ...]
     aa_budget_s: float
+    # Under the sweep's auto repetitions, its most runs per runner and point; None: the CLI's default. A CPU's A/A
+    # points never settle, so they would spend the whole budget, which must be generous for a loaded host.
+    aa_max_repetitions: int | None
     planted_batch: int
     planted_shape: str
     planted_extra_passes: int  # a GPU's steps barely vary, so 1.25x must be called; a CPU's drift, so 2x there
@@ -75,6 +78,7 @@ GPU = Scale(
     aa_batches=(1, 16, 256),
     aa_precisions=("fp32", "amp_bf16"),
     aa_budget_s=180,
+    aa_max_repetitions=None,
     planted_batch=64,
     planted_shape="3x64x64",
     planted_extra_passes=2,
@@ -92,7 +96,8 @@ CPU = Scale(
     aa_models={"resnet50": "3x32x32", "bert_base": "seq=8"},
     aa_batches=(1, 2),
     aa_precisions=("fp32",),
-    aa_budget_s=60,
+    aa_budget_s=240,  # 60 s left 2 of the 4 points unstarted in a CI run beside other tests
+    aa_max_repetitions=3,
     planted_batch=2,
     planted_shape="3x16x16",
     planted_extra_passes=8,
@@ -205,7 +210,7 @@ class Acceptance:
             f"runners: [a, b]\nmodels: [{', '.join(self.scale.aa_models)}]\nmodes: [infer]\nshapes: {shapes}\n"
             f"batch_sizes: [{', '.join(map(str, self.scale.aa_batches))}]\n"
             f"precisions: [{', '.join(self.scale.aa_precisions)}]\ndevices: [{self.scale.device}]\n"
-            f"time_budget_s: {self.scale.aa_budget_s:.0f}\n" + "".join(f"{k}: {v}\n" for k, v in self.scale.windows.items()))
+            f"time_budget_s: {self.scale.aa_budget_s:.0f}\n" + "".join(f"{k}: {v}\n" for k, v in self.aa_windows().items()))
         store = folder / "store"
         done = self.fwbench("aa-sweep", ["sweep", str(study), "--store", str(store)],
                             timeout_s=min(self.scale.aa_budget_s * 1.5 + 60, self.left_s() - 5))
@@ -219,7 +224,7 @@ class Acceptance:
         resolved = judged["resolvable"].dropna()
         figure = (f"{len(wrong)} wrong of {len(judged)} verdicts; resolves {_pct(resolved.min())}-{_pct(resolved.max())} "
                   f"(median {_pct(resolved.median())})" if len(resolved) else f"{len(wrong)} wrong of {len(judged)}")
-        windows = ", ".join(f"{k} {v}" for k, v in self.scale.windows.items()) or "CLI defaults"
+        windows = ", ".join(f"{k} {v}" for k, v in self.aa_windows().items()) or "CLI defaults"
         self.add(section, f"wrong verdicts over {points} points ({windows}, sweep time budget "
                  f"{self.scale.aa_budget_s:.0f} s)", "pass" if wrong.empty and len(judged) == points else "FAIL", figure,
                  "" if len(judged) == points else f"{len(judged)} of {points} points compared (exit {done.returncode})")
@@ -231,6 +236,11 @@ class Acceptance:
             self.add(section, f"{r['model']} {r['precision']} b{r['batch_size']}", "FAIL" if r["significant"] else "pass",
                      f"{r['runs']} runs; a {_ms(rows, r, 'a')} b {_ms(rows, r, 'b')}; resolves {_pct(r['resolvable'])}",
                      str(r["verdict"]))
+
+    def aa_windows(self) -> dict[str, str]:
+        """The A/A sweep's measurement windows and, where the scale caps them, its runs per point."""
+        cap = self.scale.aa_max_repetitions
+        return {**self.scale.windows, **({"max_repetitions": str(cap)} if cap else {})}
 
     # --- 2: a planted difference ----------------------------------------------------------------------------
 
