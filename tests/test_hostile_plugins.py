@@ -126,7 +126,7 @@ def test_a_builder_that_hangs_or_exits_at_import_is_named_and_the_runner_listens
     assert f"did not finish importing within {LIMIT_S} s" in error.details()
 
 
-def test_a_good_plugin_is_built_in_a_worker_process_never_in_the_runners(hostile):
+def test_a_good_plugin_is_built_in_a_worker_kept_for_it_never_in_the_runners_process(hostile):
     models, stub, runner_pid, build_log, _ = hostile
     listed = {m.name: m for m in stub.ListModels(pb.ListModelsRequest(), timeout=RPC_TIMEOUT_S).models}
     assert listed["tiny_cnn"].content_hash == content_hash(models / "tiny_cnn")
@@ -134,6 +134,15 @@ def test_a_good_plugin_is_built_in_a_worker_process_never_in_the_runners(hostile
     assert (config.model, config.parameter_count, summary.measured_steps) == ("tiny_cnn", TINY_CNN_PARAMETERS, 2)
     report = stub.InspectModel(pb.InspectRequest(model="tiny_cnn", input_shape=SHAPE), timeout=RPC_TIMEOUT_S)
     assert report.parameter_count == TINY_CNN_PARAMETERS
+    run(stub, model="tiny_cnn", input_shape=SHAPE)
+    # Three builds, by one worker process: kept for the plug-in's next call, and never the runner.
+    builds = build_log.read_text().split()
+    assert len(builds) == 3 and len(built_by(build_log)) == 1 and runner_pid not in built_by(build_log), builds
+    (kept,) = built_by(build_log)
+    # A built-in's run ends the kept worker; the plug-in's next run starts another.
+    served_at_once(stub)
+    assert not Path(f"/proc/{kept}").exists(), "the kept worker outlived a built-in's run"
+    run(stub, model="tiny_cnn", input_shape=SHAPE)
     assert len(built_by(build_log)) == 2 and runner_pid not in built_by(build_log)
 
 

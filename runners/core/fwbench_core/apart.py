@@ -1,5 +1,5 @@
-"""A plug-in's inspection and parity work in a worker process of its own (isolation.stream_from_worker), so that its
-code never runs in the runner's; and the error a plug-in's exception becomes, wherever it ran."""
+"""A plug-in's inspection and parity work in a worker process (isolation.WorkerProcess), so that its code never runs in
+the runner's; and the error a plug-in's exception becomes, wherever it ran."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 from .backend import Backend
 from .errors import FailedPrecondition, OutOfMemory, RunnerError
-from .isolation import Watch, stream_from_worker
+from .isolation import Watch, WorkerProcess
 from .spec import ModelSpec
 
 log = logging.getLogger("fwbench.runner")
@@ -20,7 +20,7 @@ _STARTED = "started"  # _apart's first item: the framework is imported, the plug
 
 
 def _apart(make_backend: Callable[[], Backend], method: str, args: tuple, cancelled: Callable[[], bool]) -> Iterator:
-    """A worker process's inspection or parity work on a plug-in: a new backend, then `method(*args)`."""
+    """A worker process's inspection or parity work on a plug-in: the worker's backend, then `method(*args)`."""
     backend = make_backend()
     yield _STARTED
     try:
@@ -47,9 +47,9 @@ def apart_phase_after(method: str) -> Callable[[object], str | None]:
     return lambda item: _APART_PHASES[method] if item == _STARTED else None
 
 
-def called_apart(make_backend: Callable[[], Backend], method: str, args: tuple, cancelled: Callable[[], bool],
-                 watch: Watch):
-    """A new backend's `method(*args)` in a worker process, its result brought back."""
-    results = [item for item in stream_from_worker(_apart, (make_backend, method, args), cancelled, watch)
+def called_apart(worker: WorkerProcess, make_backend: Callable[[], Backend], method: str, args: tuple,
+                 cancelled: Callable[[], bool], watch: Watch):
+    """The backend's `method(*args)` in `worker` (make_backend gives it there), its result brought back."""
+    results = [item for item in worker.stream(_apart, (make_backend, method, args), cancelled, watch)
                if item != _STARTED]
     return results[0]

@@ -1,5 +1,7 @@
-"""Running one run in a fresh worker process, so that every byte of device memory it took goes back
-to the device when the worker exits (TensorFlow's allocator never gives memory back while its process lives)."""
+"""Running work apart from the gRPC handler that streams it: on the runner's framework thread; or in a worker process,
+one run in a fresh one, so that every byte of device memory it took goes back
+to the device when the worker exits (TensorFlow's allocator never gives memory back while its process lives); or a
+plug-in's calls in one kept for them, so that its code never runs in the runner's process."""
 
 from __future__ import annotations
 
@@ -8,11 +10,14 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
 from contextlib import suppress
 from dataclasses import dataclass
+from queue import Queue
 from typing import Any, TypeVar
 
 from .errors import DeadlineExceeded, FailedPrecondition, RunnerError, error_from_status, reason_for, status_for
@@ -55,62 +60,138 @@ class Watch:
     phase_after: Callable[[Any], str | None]  # None: the phase goes on
 
 
+def stream_on_thread(
+    executor: Executor, events: Callable[[Callable[[], bool]], Iterator[T]], cancelled: Callable[[], bool]
+) -> Iterator[T]:
+    """Iterate `events(stop)` on the executor's thread and pass them on here; a caller that stops listening stops the
+    run between steps, and returns only once it has stopped."""
+    queue: Queue = Queue()
+    abandoned = threading.Event()
+    stop = lambda: cancelled() or abandoned.is_set()  # noqa: E731
+
+    def produce() -> None:
+        try:
+            for event in events(stop):
+                queue.put((_ITEM, event))
+        except BaseException as error:
+            queue.put((_ERROR, error))
+        else:
+            queue.put((_END, None))
+
+    done = executor.submit(produce)
+    try:
+        while True:
+            kind, payload = queue.get()
+            if kind == _ERROR:
+                raise payload
+            if kind == _END:
+                return
+            yield payload
+    finally:
+        abandoned.set()
+        done.result()  # the device is released only once the run has really stopped
+
+
 def stream_from_worker(
     work: Callable[..., Iterator[T]], args: tuple[Any, ...], cancelled: Callable[[], bool], watch: Watch | None = None
 ) -> Iterator[T]:
-    """Iterate `work(*args, stop)` in a fresh spawned process and pass its items on here.
-
-    `work`, `args` and the items must pickle. The client's cancellation, or a caller that stops
-    listening, sets `stop` in the worker, which stops the run between steps; a worker that does not stop within
-    STOP_GRACE_S (a user's code that never returns) is killed. An error in the worker arrives as a RunnerError
-    with the same gRPC status, message and reason; with a `watch`, a phase that outlives its limit is a
-    DeadlineExceeded and a worker that ends mid-phase a FailedPrecondition, both naming the code and the phase.
-    Returns only once the worker has exited, so that the device is free when the caller releases its lock.
-    """
-    context = multiprocessing.get_context("spawn")
-    receiver, sender = context.Pipe(duplex=False)
-    stop = context.Event()
-    worker = context.Process(
-        target=_worker_main,
-        args=(work, args, sender, stop, logging.getLogger().getEffectiveLevel()),
-        name="fwbench-run-worker",
-        daemon=True,  # a runner that exits takes its worker with it
-    )
-    worker.start()
-    sender.close()  # the worker holds the only writer now: its exit ends our reads
-    phase, deadline = "", None
+    """Iterate `work(*args, stop)` in a fresh spawned process and pass its items on here (WorkerProcess.stream).
+    Returns only once the worker has exited, so that the device is free when the caller releases its lock."""
+    worker = WorkerProcess()
     try:
-        while True:
-            if cancelled():
-                stop.set()
-            if deadline is not None and time.monotonic() > deadline:
-                worker.kill()
-                raise DeadlineExceeded(f"{watch.subject}: {phase} did not return within {watch.limit_s:g} s; the "
-                                       "runner stopped it and serves on")
-            if not receiver.poll(CANCEL_POLL_S):
-                continue
-            try:
-                kind, payload = receiver.recv()
-            except EOFError:
-                worker.join()
-                if watch is not None:
-                    raise FailedPrecondition(f"{watch.subject}: the process running it ended (exit code "
-                                             f"{worker.exitcode}) {f'during {phase}' if phase else 'before it finished'}; "
-                                             "the runner serves on") from None
-                raise RunnerError(
-                    f"the run's worker process (pid {worker.pid}) exited with code {worker.exitcode} before the "
-                    "run ended; the runner's log has the worker's last words"
-                ) from None
-            if kind == _END:
-                return
-            if kind == _ERROR:
-                raise error_from_status(*payload)
-            yield payload
-            if watch is not None and (after := watch.phase_after(payload)) is not None:
-                phase, deadline = after, (time.monotonic() + watch.limit_s if after else None)
+        yield from worker.stream(work, args, cancelled, watch)
     finally:
-        stop.set()
-        _drain_and_end(worker, receiver)
+        worker.close()
+
+
+class WorkerProcess:
+    """A spawned worker process that makes one call after another, each streamed back: kept between the calls of one
+    plug-in, it keeps its framework imported and its builds warm. A call that does not end cleanly (an error, a
+    crash, a phase past its limit, a caller that stops listening) ends the process, and `reusable` turns false."""
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        calls_reader, self._calls = context.Pipe(duplex=False)
+        self._receiver, sender = context.Pipe(duplex=False)
+        self._stop = context.Event()
+        self._process = context.Process(
+            target=_serve_calls,
+            args=(calls_reader, sender, self._stop, logging.getLogger().getEffectiveLevel()),
+            name="fwbench-run-worker",
+            daemon=True,  # a runner that exits takes its worker with it
+        )
+        self._process.start()
+        # The worker holds the only writer of its events and the only reader of its calls now: its exit ends our
+        # reads, and our close ends its wait for the next call.
+        sender.close()
+        calls_reader.close()
+        self._closed = False
+
+    @property
+    def reusable(self) -> bool:
+        return not self._closed and self._process.is_alive()
+
+    def stream(
+        self, work: Callable[..., Iterator[T]], args: tuple[Any, ...], cancelled: Callable[[], bool],
+        watch: Watch | None = None,
+    ) -> Iterator[T]:
+        """Iterate `work(*args, stop)` in this worker and pass its items on here.
+
+        `work`, `args` and the items must pickle. The client's cancellation, or a caller that stops listening, sets
+        `stop` in the worker, which stops the run between steps; a worker that does not stop within STOP_GRACE_S (a
+        user's code that never returns) is killed. An error in the worker arrives as a RunnerError with the same gRPC
+        status, message and reason; with a `watch`, a phase that outlives its limit is a DeadlineExceeded and a worker
+        that ends mid-phase a FailedPrecondition, both naming the code and the phase. Any end but the call's own
+        clean end closes the worker before this returns."""
+        if not self.reusable:
+            raise RuntimeError("a closed worker process was given another call")
+        self._stop.clear()
+        self._calls.send((work, args))
+        phase, deadline, ended = "", None, False
+        try:
+            while True:
+                if cancelled():
+                    self._stop.set()
+                if deadline is not None and time.monotonic() > deadline:
+                    self._process.kill()
+                    raise DeadlineExceeded(f"{watch.subject}: {phase} did not return within {watch.limit_s:g} s; the "
+                                           "runner stopped it and serves on")
+                if not self._receiver.poll(CANCEL_POLL_S):
+                    continue
+                try:
+                    kind, payload = self._receiver.recv()
+                except EOFError:
+                    self._process.join()
+                    exit_code = self._process.exitcode
+                    if watch is not None:
+                        raise FailedPrecondition(f"{watch.subject}: the process running it ended (exit code "
+                                                 f"{exit_code}) {f'during {phase}' if phase else 'before it finished'}; "
+                                                 "the runner serves on") from None
+                    raise RunnerError(
+                        f"the run's worker process (pid {self._process.pid}) exited with code {exit_code} before "
+                        "the run ended; the runner's log has the worker's last words"
+                    ) from None
+                if kind == _END:
+                    ended = True
+                    return
+                if kind == _ERROR:
+                    raise error_from_status(*payload)
+                yield payload
+                if watch is not None and (after := watch.phase_after(payload)) is not None:
+                    phase, deadline = after, (time.monotonic() + watch.limit_s if after else None)
+        finally:
+            if not ended:
+                self.close()
+
+    def close(self) -> None:
+        """Ask the worker to stop and end, and wait until it has (killed after STOP_GRACE_S)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        with suppress(OSError):
+            self._calls.close()
+        _drain_and_end(self._process, self._receiver)
 
 
 def _drain_and_end(worker, receiver) -> None:
@@ -131,11 +212,45 @@ def _drain_and_end(worker, receiver) -> None:
 
 
 def _worker_main(work, args, sender, stop, log_level: int) -> None:
-    """The worker process: one run, every event sent to the parent, then exit."""
+    """A worker process of one call: its every event sent to the parent, then the end of the pipe."""
+    _start_worker(log_level)
+    try:
+        _one_call(work, args, sender, stop)
+    finally:
+        sender.close()
+
+
+def _serve_calls(calls, sender, stop, log_level: int) -> None:
+    """A WorkerProcess: each call the parent sends, in turn, until the parent closes its end; then an exit that skips
+    the interpreter's teardown (seconds for a framework that frees gigabytes one object at a time)."""
+    _start_worker(log_level)
+    exit_code = 0
+    try:
+        while True:
+            try:
+                work, args = calls.recv()
+            except EOFError:
+                break
+            _one_call(work, args, sender, stop)
+    except BaseException:
+        log.exception("the worker process failed between calls")
+        exit_code = 1
+    sender.close()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
+
+
+def _start_worker(log_level: int) -> None:
     # Ctrl-C reaches the whole process group; the parent decides when the run stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=log_level, format=WORKER_LOG_FORMAT)
     threading.Thread(target=_exit_when_runner_ends, name="fwbench-runner-watch", daemon=True).start()
+
+
+def _one_call(work, args, sender, stop) -> None:
+    """`work(*args, stop)`, each item sent to the parent, then its end or its error."""
     try:
         for item in work(*args, stop.is_set):
             sender.send((_ITEM, item))
@@ -146,8 +261,6 @@ def _worker_main(work, args, sender, stop, log_level: int) -> None:
         sender.send((_ERROR, (*status_for(error), reason_for(error))))
     else:
         sender.send((_END, None))
-    finally:
-        sender.close()
 
 
 def _exit_when_runner_ends() -> None:

@@ -239,16 +239,17 @@ _worker_lock = threading.Lock()
 
 def plugin_builder(framework: str, spec: ModelSpec, make_builder: Callable[[ModuleType, Path], object]) -> object:
     """A plug-in's builder: the one loaded at start-up, or in a process that did not load it (a run's worker
-    process) imported once from the spec's folder, which must still hold what the runner loaded."""
+    process) imported once from the spec's folder, which must still hold what the runner loaded at every build (a
+    worker kept for the plug-in builds it again and again, and a builder may read its folder's other files then)."""
     key = (spec.source.folder, framework, spec.source.content_hash)
     with _worker_lock:
+        folder = Path(spec.source.folder)
+        now = content_hash(folder)
+        if now != spec.source.content_hash:
+            raise PluginError(
+                f"plug-in {folder} changed since the runner loaded it ({spec.source.content_hash[:19]} then, "
+                f"{now[:19]} now); restart the runner to serve the new version"
+            )
         if key not in _builders:
-            folder = Path(spec.source.folder)
-            now = content_hash(folder)
-            if now != spec.source.content_hash:
-                raise PluginError(
-                    f"plug-in {folder} changed since the runner loaded it ({spec.source.content_hash[:19]} then, "
-                    f"{now[:19]} now); restart the runner to serve the new version"
-                )
             _builders[key] = make_builder(import_builder(folder, framework, spec.name), folder)
         return _builders[key]

@@ -7,7 +7,6 @@ import gc
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from queue import Queue
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -21,7 +20,8 @@ from .catalog import Catalog, load_catalog
 from .device_state import DeviceStateReader
 from .distributed import run_distributed
 from .errors import Cancelled, FailedPrecondition, OutOfMemory, RunnerError
-from .isolation import RunIsolation, Watch, stream_from_worker
+from .isolation import RunIsolation, Watch, stream_from_worker, stream_on_thread
+from .plugin_worker import PluginWorkers
 from .plugin_modules import builder_file
 from .plugins import PLUGIN_LIMIT_S, PluginLocation
 from .power import NvmlSession, PowerSampler, source_for
@@ -38,7 +38,6 @@ from .validation import resolve, resolve_model_config, resolve_reference
 
 # Work that waits for the CPU (inspection, parity) gives up after this long: the aggregator's own deadline.
 CPU_WAIT_LIMIT_S = 600.0
-_END = object()
 T = TypeVar("T")
 
 
@@ -98,6 +97,7 @@ class RunnerService:
         # Each plug-in's builder is checked in a process of its own: no user's code runs in the runner's.
         self.catalog: Catalog = load_catalog(backend.models, plugins, plugin_limit_s)
         self.plugin_limit_s = plugin_limit_s
+        self._plugin_workers = PluginWorkers()
         self._clock = clock
         self._locks = DeviceLocks()
         self.work_limit = WorkLimit(max_queued_requests, self._locks.held)
@@ -147,8 +147,12 @@ class RunnerService:
     def _user_code(self, spec: ModelSpec, method: str, args: tuple, cancelled: Callable[[], bool]):
         """The backend's `method(*args)`, which builds `spec`: here, or for a plug-in in a worker process."""
         if not self.contained(spec):
+            self._plugin_workers.close_idle()
             return getattr(self.backend, method)(*args)
-        return called_apart(self._make_backend, method, args, cancelled, self._watch(spec, apart_phase_after(method)))
+        keep = not self.isolation.in_worker(DeviceRef(DeviceKind.CPU))
+        with self._plugin_workers.worker_for(spec.source, keep) as worker:
+            return called_apart(worker, functools.partial(_backend_in_worker, self._make_backend), method, args,
+                                cancelled, self._watch(spec, apart_phase_after(method)))
 
     def _reference_folder(self) -> ReferenceFolder:
         if self._references is None:
@@ -213,6 +217,8 @@ class RunnerService:
                             queued = True
                         wait_for(lock, cancelled, f"run of {config.model.name} cancelled while waiting for {ref}")
                     taken.append(lock)
+                if not self.contained(config.model):
+                    self._plugin_workers.close_idle()
                 if config.distributed:
                     workers = self.backend.worker_processes(config)
                     for event in run_distributed(_run_rank, self._make_backend, config, workers, total, cancelled):
@@ -220,47 +226,18 @@ class RunnerService:
                 elif self.contained(config.model):
                     # A workload kept in this process would share the device with the worker's run.
                     self._framework.submit(self._drop_kept).result()
-                    yield from stream_from_worker(_run_in_fresh_service, (self._make_backend, config, total), cancelled,
-                                                  self._watch(config.model, _run_phase_after))
+                    keep = not self.isolation.in_worker(config.device.ref)
+                    with self._plugin_workers.worker_for(config.model.source, keep) as worker:
+                        yield from worker.stream(_run_in_worker, (self._make_backend, config, total), cancelled,
+                                                 self._watch(config.model, _run_phase_after))
                 elif self.isolation.in_worker(config.device.ref):
-                    yield from stream_from_worker(_run_in_fresh_service, (self._make_backend, config, total), cancelled)
+                    yield from stream_from_worker(_run_in_worker, (self._make_backend, config, total), cancelled)
                 else:
                     run = lambda stop: self._run_locked(config, total, stop, keep=True)  # noqa: E731
-                    yield from self._on_framework_thread(run, cancelled)
+                    yield from stream_on_thread(self._framework, run, cancelled)
             finally:
                 for lock in taken:
                     lock.release()
-
-    def _on_framework_thread(
-        self, events: Callable[[Callable[[], bool]], Iterator[RunEvent]], cancelled: Callable[[], bool]
-    ) -> Iterator[RunEvent]:
-        """Iterate `events` on the framework thread and pass them on here; a caller that stops
-        listening stops the run between steps, and returns only once it has stopped."""
-        queue: Queue = Queue()
-        abandoned = threading.Event()
-        stop = lambda: cancelled() or abandoned.is_set()  # noqa: E731
-
-        def produce() -> None:
-            try:
-                for event in events(stop):
-                    queue.put((event, None))
-            except BaseException as error:
-                queue.put((_END, error))
-            else:
-                queue.put((_END, None))
-
-        done = self._framework.submit(produce)
-        try:
-            while True:
-                event, error = queue.get()
-                if error is not None:
-                    raise error
-                if event is _END:
-                    return
-                yield event
-        finally:
-            abandoned.set()
-            done.result()  # the device is released only once the run has really stopped
 
     def _free(self, workload: Workload | None) -> None:
         """Close a workload and return its memory to the device."""
@@ -377,11 +354,31 @@ def _run_rank(
     yield from RunnerService(backend, device_states=runner_device_states())._run_locked(config, total, cancelled)
 
 
-def _run_in_fresh_service(
+# A worker process's own service, made at its first call: a kept worker's later calls find its backend and its kept
+# build there.
+_service_in_worker: RunnerService | None = None
+
+
+def _worker_service(make_backend: Callable[[], Backend]) -> RunnerService:
+    global _service_in_worker
+    if _service_in_worker is None:
+        _service_in_worker = RunnerService(make_backend(), device_states=runner_device_states())
+    return _service_in_worker
+
+
+def _run_in_worker(
     make_backend: Callable[[], Backend], config: RunConfig, total: int, cancelled: Callable[[], bool]
 ) -> Iterator[RunEvent]:
-    """A worker process's run: a new backend and service, then the very run path of an in-process run.
-    The worker's only thread does all its framework work."""
+    """A worker process's run: the very run path of an in-process run, on the worker's service, whose build a next
+    run under the same reuse key may reuse. The worker's only thread does all its framework work."""
     if cancelled():
         raise Cancelled(f"run of {config.model.name} cancelled by the client before it started")
-    yield from RunnerService(make_backend(), device_states=runner_device_states())._run_locked(config, total, cancelled)
+    yield from _worker_service(make_backend)._run_locked(config, total, cancelled, keep=True)
+
+
+def _backend_in_worker(make_backend: Callable[[], Backend]) -> Backend:
+    """The worker's backend for a plug-in's inspection or parity work, its kept build freed first (that work may reset
+    framework state, as on the runner's framework thread)."""
+    service = _worker_service(make_backend)
+    service._drop_kept()
+    return service.backend
