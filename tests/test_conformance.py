@@ -50,10 +50,6 @@ BUSY_STEPS = 50
 PROMPT_TIMEOUT_S = 60
 
 
-# Trainable parameters may differ this much between runners, each difference explained in the model's docstring.
-PARAMETER_TOLERANCE = 0.005
-
-
 def small_shape(model: str) -> list[int]:
     """The model's minimum input, with sequences of 8 tokens so that attention has something to do."""
     spec = MODEL_SPECS[model]
@@ -169,16 +165,9 @@ def test_real_runners_list_the_same_models(runner_pool):
         assert sorted(m.name for m in models) == EXPECTED_MODELS, name
 
 
-@pytest.mark.frameworks
-def test_real_runners_build_models_of_the_same_size(runner_pool):
-    # The frameworks' builders are meant to be the same networks; a different
-    # count of trainable parameters means they are not.
-    reference, *others = (runner_pool.get(name).address for name in REAL_RUNNERS)
-    for model in EXPECTED_MODELS:
-        reference_count = inspected_parameters(reference, model)
-        assert reference_count > 0, model
-        for other in others:
-            assert inspected_parameters(other, model) == pytest.approx(reference_count, rel=PARAMETER_TOLERANCE), model
+# That the real runners build networks of the same size (every model, every head, in every runner) is
+# test_parity's: its parameter gap fails a builder of another network (a TensorFlow efficientnet_b0 built as B1:
+# gap 0.32); counting them here too, at the small shapes, took 250 s of a CI run.
 
 
 # --- a run, event by event ---------------------------------------------------
@@ -196,7 +185,7 @@ def _one_model_per_input_convention() -> list[str]:
 # multipliers). The larger member trains in the fake and torch runners only: in TensorFlow and JAX its training
 # compiles for 80-140 s on a 2-core machine and runs no code the smaller member's does not (a broken JAX bottleneck
 # or TensorFlow EfficientNet wrapper fails resnet50's or efficientnet_b0's run), while InspectModel's parameter
-# counts (test_real_runners_build_models_of_the_same_size) and test_parity's forward passes check its own depths.
+# counts and forward passes (test_parity) check its own depths.
 LARGER_MEMBERS = {"resnet152": "resnet50", "efficientnet_b4": "efficientnet_b0"}
 LARGER_MEMBERS_TRAIN_IN = ("fake", "torch")
 
