@@ -416,7 +416,7 @@ class Acceptance:
                 "compare", "--model", s["model"], "--mode", "infer", "--batch-size", s["batch"], "--shape", s["shape"],
                 "--precision", s["precision"], "--device", self.scale.device, "--scenario", "server",
                 "--target-qps", f"{qps:g}", "--repetitions", "3", "--store", str(store), "--out", str(folder)],
-                timeout_s=min(120, self.left_s() - 5))
+                timeout_s=self.command_limit_s())
             serving_csv = self.report(store) / "serving.csv" if (store / "runs").exists() else None
             if serving_csv is None or not serving_csv.exists():
                 self.add(section, f"server scenario at {qps:g} queries/s", "FAIL", detail=f"exit {done.returncode}: {_tail(done)}")
@@ -427,7 +427,7 @@ class Acceptance:
             for _, r in table.iterrows():
                 self.add(section, f"server at {qps:g} queries/s, {r['figure']}, runner {r['runner']}",
                          "pass" if ok else "FAIL",
-                         f"{r['latency_ms']:.3g} ms over {r['runs']} runs of {r['queries']} queries "
+                         f"{r['latency_ms']:.3g} ms over {r['runs']} runs, {r['queries']} queries in all "
                          f"(achieved {r['achieved_qps']:.4g} queries/s)", str(r["verdict"]))
             if not ok:
                 self.add(section, f"server at {qps:g} queries/s", "FAIL",
