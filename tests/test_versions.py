@@ -29,6 +29,9 @@ from support.cli import fwbench, fwbench_in_process
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = Path(sys.executable).parent  # docker-compose and check-jsonschema come with the test environment
 OLD_TAG, NEW_TAG = "2.13.0-cuda12.6-cudnn9-runtime", "2.14.0-cuda12.6-cudnn9-runtime"
+# The fake versions step 20 ms, a slower one 25 ms: at 4 against 5 ms the planted regression read "no change" once in
+# a CI run's second part, where a busy host's wake-up delays are milliseconds (as in test_rounds.py).
+STEP_S, SLOWER_STEP_S = 0.020, 0.025
 TINY = "models: [resnet18]\nmodes: [infer]\nbatch_sizes: [2]\nshapes: [3x32x32]\nwarmup: 1\nsteps: 5\nmin_measure_s: 0\n"
 
 
@@ -245,7 +248,7 @@ def version_study(tmp_path: Path, addresses: dict[str, str], *extra: str, repeti
 
 @pytest.mark.slow
 def test_a_planted_slowdown_in_one_version_is_found_and_confirmed(tmp_path, fake_versions):
-    done = version_study(tmp_path, fake_versions(v2_13_0=0.004, v2_14_0=0.005))
+    done = version_study(tmp_path, fake_versions(v2_13_0=STEP_S, v2_14_0=SLOWER_STEP_S))
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
     assert "torch 2.13.0 → 2.14.0: resnet18 infer b2 fp32 3x32x32 cpu:0" in text and "confirmed by a second round" in text
@@ -278,7 +281,7 @@ def test_a_planted_slowdown_in_one_version_is_found_and_confirmed(tmp_path, fake
 
 @pytest.mark.slow
 def test_an_aa_pair_of_identical_versions_shows_no_change_and_needs_no_confirmation(tmp_path, fake_versions):
-    done = version_study(tmp_path, fake_versions(v1_0=0.004, v1_1=0.004), repetitions=3)
+    done = version_study(tmp_path, fake_versions(v1_0=STEP_S, v1_1=STEP_S), repetitions=3)
     assert done.returncode == 0, done.stderr
     changes = pd.read_csv(tmp_path / "store" / "report" / "version_changes.csv")
     assert changes["change"].tolist() in (["no change"], ["unresolved"]), changes.to_dict("records")
@@ -287,7 +290,7 @@ def test_an_aa_pair_of_identical_versions_shows_no_change_and_needs_no_confirmat
 
 @pytest.mark.slow
 def test_an_unreachable_version_is_named_by_its_tag_and_the_others_results_kept(tmp_path, fake_versions):
-    addresses = {**fake_versions(v2_13_0=0.004, v2_14_0=0.005), "2.15.0": "127.0.0.1:9"}
+    addresses = {**fake_versions(v2_13_0=STEP_S, v2_14_0=SLOWER_STEP_S), "2.15.0": "127.0.0.1:9"}
     done = version_study(tmp_path, addresses, "--no-confirm", repetitions=3)
     assert done.returncode == 1
     assert "runner torch@2.15.0 failed" in done.stderr and "image tag 2.15.0-cuda12.6-cudnn9-runtime" in done.stderr
