@@ -114,7 +114,10 @@ install_on_host() {
   # Debian's Python reads /usr/local/lib/python3.X/dist-packages, where pip --system installs.
   site=usr/local/lib/python$version/dist-packages
   mkdir -p "$work/rootfs/$site"
-  "$FWBENCH_UV" pip install -q --target "$work/rootfs/$site" --python-version "$version" --python-platform "$platform" "$@"
+  # Copies, not uv's default hard links into its cache: the bases install at once, and one install linking a file
+  # the other's tar is reading changes the file's ctime, which tar fails as "file changed as we read it".
+  "$FWBENCH_UV" pip install -q --link-mode copy --target "$work/rootfs/$site" --python-version "$version" \
+    --python-platform "$platform" "$@"
   # Console scripts go to /usr/local/bin, as pip's, calling the image's Python rather than the host's.
   if [ -d "$work/rootfs/$site/bin" ]; then
     sed -i '1s|^#!.*python.*$|#!/usr/bin/python3|' "$work/rootfs/$site/bin"/*
