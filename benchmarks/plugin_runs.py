@@ -43,10 +43,11 @@ def one_run(stub, model: str, shape: list[int]) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--framework", default="tensorflow", choices=["torch", "tensorflow", "jax"])
+    parser.add_argument("--framework", default="tensorflow", choices=["torch", "tensorflow", "jax"],
+                        help="the framework of both runners (default tensorflow)")
     parser.add_argument("--model", default="tiny_cnn", help="a plug-in folder's name under --models-dir")
     parser.add_argument("--models-dir", type=Path, default=EXAMPLES)
-    parser.add_argument("--shape", default="3x32x32")
+    parser.add_argument("--shape", default="3x32x32", help="each sample's input shape (default 3x32x32)")
     parser.add_argument("--runs", type=int, default=8, help="runs per runner (default 8)")
     args = parser.parse_args()
     shape = [int(d) for d in args.shape.split("x")]

@@ -1,7 +1,7 @@
-"""Running work apart from the gRPC handler that streams it: on the runner's framework thread; or in a worker process,
-one run in a fresh one, so that every byte of device memory it took goes back
-to the device when the worker exits (TensorFlow's allocator never gives memory back while its process lives); or a
-plug-in's calls in one kept for them, so that its code never runs in the runner's process."""
+"""Running work apart from the gRPC handler that streams it: on the runner's framework thread; in a fresh worker
+process, one run, so that every byte of device memory it took goes back to the device when the worker exits
+(TensorFlow's allocator never gives memory back while its process lives); or in a worker process kept for a
+plug-in's calls, so that its code never runs in the runner's process."""
 
 from __future__ import annotations
 
