@@ -216,11 +216,11 @@ def judge(paths: list[Path], plant: float, fixed_runs: list[int], max_runs: int)
     return 0
 
 
-def print_process_offsets(frame: pd.DataFrame, config_keys: list[str]) -> None:
-    """How far fresh pairs of instances of one configuration sit apart beyond their runs' own noise: the spread of
-    each pair's mean log ratio less what its rounds' spread explains (a variance-components estimate). An offset a
-    process carries for all its runs is invisible to any test within one pair, and is what a verdict would call a
-    difference between identical runners."""
+def process_offsets(frame: pd.DataFrame, config_keys: list[str]) -> list[tuple[str, float]]:
+    """How far fresh pairs of instances of each configuration sit apart beyond their runs' own noise: the spread of
+    each pair's mean log ratio less what its rounds' spread explains (a variance-components estimate), by
+    configuration name. An offset a process carries for all its runs is invisible to any test within one pair, and is
+    what a verdict would call a difference between identical runners."""
     offsets = []
     for key, runs in frame.groupby(config_keys, sort=False):
         logs = np.log(runs["b_s"].to_numpy(float) / runs["a_s"].to_numpy(float))
@@ -229,6 +229,11 @@ def print_process_offsets(frame: pd.DataFrame, config_keys: list[str]) -> None:
             continue
         between = by_pair.mean().var(ddof=1) - (by_pair.var(ddof=1) / by_pair.size()).mean()
         offsets.append((" ".join(str(k) for k in key if k), math.sqrt(max(between, 0.0))))
+    return offsets
+
+
+def print_process_offsets(frame: pd.DataFrame, config_keys: list[str]) -> None:
+    offsets = process_offsets(frame, config_keys)
     if offsets:
         name, largest = max(offsets, key=lambda o: o[1])
         print(f"{'':<20} process offsets beyond the rounds' noise: median {np.median([o[1] for o in offsets]):.1%}, "

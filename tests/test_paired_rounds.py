@@ -55,7 +55,7 @@ def half_widths(a: np.ndarray, b: np.ndarray, paired: bool) -> np.ndarray:
 def test_a_a_by_round_calls_a_difference_in_at_most_alpha_of_procedures(run_spread, drift, within, request):
     rng = np.random.default_rng(45)
     a, b = drifting_rounds(rng, PAIRS, sequential.DEFAULT_MAX_RUNS, 0.004, run_spread, drift, within)
-    outcome, runs, _ = sequential.simulate(sequential.SequentialPlan(), a, b, paired=True)
+    outcome, runs, _, _ = sequential.simulate(sequential.SequentialPlan(), a, b, paired=True)
     fixed = called(a[:, :ROUNDS], b[:, :ROUNDS], paired=True)
     report(request.node.callspec.id, "A/A", sequential=f"{np.mean(outcome == 'different'):.2%}",
            fixed=f"{fixed.mean():.2%}", median_runs=np.median(runs))
@@ -66,8 +66,8 @@ def test_the_paired_looks_share_of_alpha_holds_whole_a_a_procedures_at_alpha():
     # At the full alpha the paired looks spend more than it (their first looks have 2 and 3 degrees of freedom).
     rng = np.random.default_rng(46)
     a, b = drifting_rounds(rng, 5 * PAIRS, sequential.DEFAULT_MAX_RUNS, 0.004, 0.03, 0.05)
-    shared, _, _ = sequential.simulate(sequential.SequentialPlan(), a, b, paired=True)
-    full, _, _ = sequential.simulate(sequential.SequentialPlan(alpha=stats.ALPHA / sequential.PAIRED_SHARE), a, b,
+    shared, _, _, _ = sequential.simulate(sequential.SequentialPlan(), a, b, paired=True)
+    full, _, _, _ = sequential.simulate(sequential.SequentialPlan(alpha=stats.ALPHA / sequential.PAIRED_SHARE), a, b,
                                      paired=True)
     report("3% + drift 5%/round", "A/A, share against full", shared=f"{np.mean(shared == 'different'):.2%}",
            full=f"{np.mean(full == 'different'):.2%}")

@@ -53,30 +53,61 @@ def report(regime: str, what: str, **figures) -> None:
     print(f"\n[sequential] {regime:>18} {what:<28} " + "  ".join(f"{k} {v}" for k, v in figures.items()))
 
 
-def test_the_spending_function_shares_alpha_over_the_looks():
-    t = np.arange(3, MAX_RUNS + 1) / MAX_RUNS
-    spent = sequential.spent(t)
-    assert np.all(np.diff(spent) > 0) and spent[-1] == pytest.approx(stats.ALPHA) and sequential.spent(0.0) == 0.0
-    critical = sequential.critical_values(3, MAX_RUNS)
+@pytest.mark.parametrize("looks, gamma", [
+    pytest.param(tuple(range(3, MAX_RUNS + 1)), None, id="every round, Pocock type"),
+    pytest.param((3, 6, 10, 20), -4.0, id="4 looks, HSD -4"),
+    pytest.param((4, 10), 0.0, id="2 looks, HSD 0"),
+])
+def test_the_spending_function_shares_alpha_over_the_looks(looks, gamma):
+    t = np.asarray(looks) / looks[-1]
+    spent = sequential.spent(t, gamma=gamma)
+    assert np.all(np.diff(spent) > 0) and spent[-1] == pytest.approx(stats.ALPHA)
+    assert sequential.spent(0.0, gamma=gamma) == 0.0
+    critical = sequential.critical_values(looks, gamma=gamma)
     # A standard normal score watched at those looks (Brownian motion at information t) crosses by each look as
     # often as the spending function allows, no more.
     rng = np.random.default_rng(1)
     score = np.cumsum(rng.normal(size=(400_000, t.size)) * np.sqrt(np.diff(t, prepend=0.0)), axis=1)
     crossed = np.maximum.accumulate(np.abs(score / np.sqrt(t)) >= critical, axis=1).mean(axis=0)
     assert crossed == pytest.approx(spent, abs=4 * math.sqrt(stats.ALPHA / 400_000))
-    levels = [sequential.SequentialPlan().level(n) for n in range(3, MAX_RUNS + 1)]
+    plan = sequential.SequentialPlan(max_runs=looks[-1], looks=() if gamma is None else looks, spending_gamma=gamma)
+    levels = [plan.level(n) for n in looks]
     assert max(levels) < stats.ALPHA < sum(levels)
-    assert sequential.SequentialPlan().level(MAX_RUNS + 5) == levels[-1]
+    assert plan.level(looks[-1] + 5) == levels[-1]
+
+
+def test_hwang_shih_decani_spending_spans_pocock_to_obrien_fleming():
+    t = np.array([0.15, 0.5, 1.0])
+    pocock_like, linear, obf_like = (sequential.spent(t, gamma=g) for g in (1.0, 0.0, -4.0))
+    assert linear == pytest.approx(stats.ALPHA * t)
+    # The more negative gamma, the less spent early and the more kept for the last look.
+    assert np.all(obf_like[:2] < linear[:2]) and np.all(linear[:2] < pocock_like[:2])
+    assert sequential.spent(t, gamma=1.0) == pytest.approx(sequential.spent(t), rel=0.1)
+
+
+def test_a_plan_with_planned_looks_judges_only_there():
+    plan = sequential.SequentialPlan(max_runs=10, looks=(4, 10), spending_gamma=-4.0)
+    a, b = [1.0, 1.01, 0.99, 1.0, 1.02], [2.0, 2.02, 1.98, 2.0, 2.01]
+    # Twice as slow in every run: settled at the first look, not before it.
+    assert sequential.look(plan, a[:3], b[:3], "torch", "jax").outcome == "continue"
+    decided = sequential.look(plan, a[:4], b[:4], "torch", "jax")
+    assert decided.outcome == "different" and decided.comparison.alpha == plan.level(4)
+    between = sequential.look(plan, a, b, "torch", "jax")
+    assert between.outcome == "continue" and between.comparison.alpha == plan.level(4) < plan.level(10)
+    assert plan.schedule == (4, 10) and sequential.SequentialPlan(max_runs=5).schedule == (3, 4, 5)
+    for looks in ((4, 8), (2, 10), (6, 4, 10)):
+        with pytest.raises(ValueError, match=r"looks must rise from min_runs \(3\) or more to max_runs \(10\)"):
+            sequential.SequentialPlan(max_runs=10, looks=looks)
 
 
 @pytest.mark.parametrize("run_spread, outliers", REGIMES)
 def test_a_a_gives_a_wrong_verdict_in_at_most_alpha_of_whole_procedures(run_spread, outliers, request):
     rng = np.random.default_rng(2026)
     a, b = (run_medians(rng, PAIRS, 0.004, run_spread, outliers) for _ in range(2))
-    outcome, runs, _ = sequential.simulate(sequential.SequentialPlan(), a, b)
+    outcome, runs, _, _ = sequential.simulate(sequential.SequentialPlan(), a, b)
     wrong = float(np.mean(outcome == "different"))
     floor = calibrated_floor(rng, run_spread, outliers)
-    calibrated, calibrated_runs, _ = sequential.simulate(sequential.SequentialPlan(noise_floor=floor), a, b)
+    calibrated, calibrated_runs, _, _ = sequential.simulate(sequential.SequentialPlan(noise_floor=floor), a, b)
     report(request.node.callspec.id, "A/A", wrong=f"{wrong:.2%}", equivalent=f"{np.mean(outcome == 'equivalent'):.0%}",
            median_runs=np.median(runs), floor=f"{floor:.1%}",
            wrong_at_floor=f"{np.mean(calibrated == 'different'):.2%}",
@@ -102,7 +133,7 @@ def naive_wrong(a: np.ndarray, b: np.ndarray) -> float:
 def test_stopping_at_p_below_alpha_at_any_look_calls_identical_runners_different_far_more_often(run_spread):
     rng = np.random.default_rng(17)
     a, b = (run_medians(rng, PAIRS, 0.004, run_spread) for _ in range(2))
-    outcome, _, _ = sequential.simulate(sequential.SequentialPlan(), a, b)
+    outcome, _, _, _ = sequential.simulate(sequential.SequentialPlan(), a, b)
     naive, spent = naive_wrong(a, b), float(np.mean(outcome == "different"))
     report(f"{run_spread:.1%}", "A/A, naive against spent", naive=f"{naive:.2%}", spent=f"{spent:.2%}")
     assert naive > 3 * stats.ALPHA and spent <= A_A_LIMIT
@@ -115,7 +146,7 @@ def test_a_true_difference_of_twice_the_noise_floor_is_found_in_90_percent_of_pr
     pairs = PAIRS // 4
     fast = run_medians(rng, pairs, 0.004, run_spread, outliers)
     slow = run_medians(rng, pairs, 0.004 * (1 + 2 * floor), run_spread, outliers)
-    outcome, runs, ratio = sequential.simulate(sequential.SequentialPlan(noise_floor=floor), fast, slow)
+    outcome, runs, ratio, _ = sequential.simulate(sequential.SequentialPlan(noise_floor=floor), fast, slow)
     found = float(np.mean((outcome == "different") & (ratio > 1)))
     report(request.node.callspec.id, "twice the floor", floor=f"{floor:.1%}", found=f"{found:.1%}",
            median_runs=np.median(runs))
@@ -128,7 +159,7 @@ def test_a_large_difference_stops_sooner_than_the_fixed_design(run_spread, outli
     pairs = PAIRS // 4
     fast = run_medians(rng, pairs, 0.004, run_spread, outliers)
     slow = run_medians(rng, pairs, 0.006, run_spread, outliers)
-    outcome, runs, ratio = sequential.simulate(sequential.SequentialPlan(), fast, slow)
+    outcome, runs, ratio, _ = sequential.simulate(sequential.SequentialPlan(), fast, slow)
     found = float(np.mean((outcome == "different") & (ratio > 1)))
     report(request.node.callspec.id, "a 50% difference", found=f"{found:.1%}", median_runs=np.median(runs))
     assert not np.any((outcome == "different") & (ratio < 1))
@@ -139,7 +170,7 @@ def test_a_large_difference_stops_sooner_than_the_fixed_design(run_spread, outli
 def test_tight_a_a_runs_are_stated_equivalent_within_the_minimum_effect():
     rng = np.random.default_rng(3)
     a, b = (run_medians(rng, PAIRS // 4, 0.004, RUN_SPREADS[0]) for _ in range(2))
-    outcome, runs, _ = sequential.simulate(sequential.SequentialPlan(), a, b)
+    outcome, runs, _, _ = sequential.simulate(sequential.SequentialPlan(), a, b)
     assert np.mean(outcome == "equivalent") >= 0.90 and np.median(runs) < MAX_RUNS
     decision = until_stopped(sequential.SequentialPlan(), a[0], b[0])
     c = decision.comparison
@@ -150,7 +181,7 @@ def test_tight_a_a_runs_are_stated_equivalent_within_the_minimum_effect():
 def test_huge_spreads_stop_early_as_too_noisy_to_tell():
     rng = np.random.default_rng(3)
     a, b = (run_medians(rng, PAIRS // 4, 0.004, 1.0) for _ in range(2))
-    outcome, runs, _ = sequential.simulate(sequential.SequentialPlan(), a, b)
+    outcome, runs, _, _ = sequential.simulate(sequential.SequentialPlan(), a, b)
     assert np.mean(outcome == "unresolved") >= 0.99 and np.median(runs) <= 4
     first = run_medians(np.random.default_rng(4), 2, 0.004, 1.0)[:, :3]
     fixed = stats.compare("torch", first[0], "jax", first[1])
@@ -162,18 +193,21 @@ def test_huge_spreads_stop_early_as_too_noisy_to_tell():
         "%; rerun on a quiet host")
 
 
-def test_look_after_each_round_is_what_the_simulation_runs():
+@pytest.mark.parametrize("plan", [sequential.SequentialPlan(noise_floor=0.05),
+                                  sequential.SequentialPlan(noise_floor=0.05, looks=(4, 8, 20), spending_gamma=-2.0)],
+                         ids=["every round", "planned looks"])
+def test_look_after_each_round_is_what_the_simulation_runs(plan):
     rng = np.random.default_rng(8)
-    plan = sequential.SequentialPlan(noise_floor=0.05)
     a = run_medians(rng, 40, 0.004, 0.12)
     b = run_medians(rng, 40, 0.004, 0.12) * np.repeat([1.0, 1.1, 1.4, 0.7], 10)[:, None]
-    outcome, runs, ratio = sequential.simulate(plan, a, b)
+    outcome, runs, ratio, resolvable = sequential.simulate(plan, a, b)
     for i in range(40):
         decision = until_stopped(plan, a[i], b[i])
         assert (decision.outcome, decision.runs) == (outcome[i], runs[i])
         c = decision.comparison
         assert c.ratio == pytest.approx(ratio[i] if c.faster == "torch" else 1 / ratio[i])
-    assert set(outcome) >= {"different", "unresolved"}
+        assert c.resolvable == pytest.approx(resolvable[i])
+    assert set(outcome) >= {"different", "unresolved"} and set(runs) <= set(plan.schedule)
 
 
 def test_a_look_is_welchs_t_test_at_the_looks_level():
@@ -257,6 +291,6 @@ def test_futility_ends_a_a_runs_that_no_budget_could_settle_at_the_fixed_designs
     # Runs that vary 12% cannot state equivalence within 2% in 20 runs: without futility A/A ran all 20 of them.
     rng = np.random.default_rng(11)
     a, b = (run_medians(rng, PAIRS // 4, 0.004, 0.12) for _ in range(2))
-    outcome, runs, _ = sequential.simulate(sequential.SequentialPlan(), a, b)
+    outcome, runs, _, _ = sequential.simulate(sequential.SequentialPlan(), a, b)
     assert np.median(runs) == sequential.FUTILITY_RUNS and np.mean(outcome == "different") <= stats.ALPHA * 1.5
     assert set(outcome) <= {"different", "unresolved"}

@@ -32,6 +32,7 @@ spread would not resolve a twofold difference (stats.TOO_NOISY) stop at once as 
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections.abc import Sequence
@@ -59,20 +60,26 @@ PAIRED_SHARE = 0.85
 _GRID_POINTS = 1001  # odd, for Simpson's rule; four times as many move no look's level by 1e-11
 
 
-def spent(t: np.ndarray | float, alpha: float = stats.ALPHA) -> np.ndarray:
-    """The level spent by information fraction t: Lan & DeMets' Pocock-type spending function."""
-    return alpha * np.log1p((math.e - 1.0) * np.clip(t, 0.0, 1.0))
+def spent(t: np.ndarray | float, alpha: float = stats.ALPHA, gamma: float | None = None) -> np.ndarray:
+    """The level spent by information fraction t: Lan & DeMets' Pocock type, or with `gamma` Hwang, Shih & DeCani's
+    family (Stat Med 1990, 9:1439), from Pocock-like (gamma 1) through linear (0) to O'Brien-Fleming-like (-4)."""
+    t = np.clip(t, 0.0, 1.0)
+    if gamma is None:
+        return alpha * np.log1p((math.e - 1.0) * t)
+    if gamma == 0.0:
+        return alpha * t
+    return alpha * np.expm1(-gamma * t) / math.expm1(-gamma)
 
 
-@functools.lru_cache(maxsize=16)
-def critical_values(min_runs: int, max_runs: int, alpha: float = stats.ALPHA) -> np.ndarray:
-    """The two-sided critical z of each look (one per round, min_runs to max_runs runs per runner) such that a
+@functools.lru_cache(maxsize=32)
+def critical_values(looks: tuple[int, ...], alpha: float = stats.ALPHA, gamma: float | None = None) -> np.ndarray:
+    """The two-sided critical z of each look (at looks[k] runs per runner; the last is the budget) such that a
     standard normal score, watched at those looks with no difference, first crosses by look k with probability
     spent(t_k). Stopping for equivalence or noise only lowers that probability (the boundaries are non-binding)."""
     from scipy import optimize, special
 
-    t = np.arange(min_runs, max_runs + 1) / max_runs
-    shares = np.diff(spent(t, alpha), prepend=0.0)
+    t = np.asarray(looks, dtype=float) / looks[-1]
+    shares = np.diff(spent(t, alpha, gamma), prepend=0.0)
     critical = [float(-special.ndtri(shares[0] / 2))]
     # The score S_k = Z_k sqrt(t_k) is Brownian; carry its density over the region that has not crossed yet, as
     # masses on a grid (density times Simpson weight).
@@ -107,13 +114,16 @@ def _simpson(edge: float) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class SequentialPlan:
-    """When to look and what may be called: a look after every round from min_runs to max_runs runs per runner."""
+    """When to look and what may be called: after every round from min_runs to max_runs runs per runner, or only at
+    `looks` (runs per runner, the last max_runs); spending by spent(), with `spending_gamma` as its gamma."""
 
     min_runs: int = stats.MIN_REPETITIONS
     max_runs: int = DEFAULT_MAX_RUNS
     alpha: float = stats.ALPHA
     min_effect: float = stats.MIN_EFFECT
     noise_floor: float = math.nan
+    looks: tuple[int, ...] = ()
+    spending_gamma: float | None = None
 
     def __post_init__(self) -> None:
         if not stats.MIN_REPETITIONS <= self.min_runs <= self.max_runs:
@@ -121,6 +131,15 @@ class SequentialPlan:
                              f"got {self.min_runs} and {self.max_runs}")
         if not 0.0 < self.alpha < 1.0:
             raise ValueError(f"alpha must lie between 0 and 1; got {self.alpha}")
+        if self.looks and (list(self.looks) != sorted(set(self.looks)) or self.looks[0] < self.min_runs
+                           or self.looks[-1] != self.max_runs):
+            raise ValueError(f"looks must rise from min_runs ({self.min_runs}) or more to max_runs ({self.max_runs}); "
+                             f"got {list(self.looks)}")
+
+    @property
+    def schedule(self) -> tuple[int, ...]:
+        """The runs per runner at which the plan looks."""
+        return self.looks or tuple(range(self.min_runs, self.max_runs + 1))
 
     @property
     def threshold(self) -> float:
@@ -128,12 +147,17 @@ class SequentialPlan:
         return max(self.min_effect, 0.0 if math.isnan(self.noise_floor) else self.noise_floor)
 
     def level(self, runs: int, paired: bool = False) -> float:
-        """The nominal two-sided level of the look at `runs` runs per runner (the last look's beyond max_runs); a
-        paired design's looks share PAIRED_SHARE of alpha."""
+        """The nominal two-sided level of the last look at or before `runs` runs per runner (the first look's before
+        it, the last look's beyond max_runs); a paired design's looks share PAIRED_SHARE of alpha."""
         from scipy import special
 
-        critical = critical_values(self.min_runs, self.max_runs, self.alpha * (PAIRED_SHARE if paired else 1.0))
-        return float(2 * special.ndtr(-critical[min(max(runs, self.min_runs), self.max_runs) - self.min_runs]))
+        schedule = self.schedule
+        critical = critical_values(schedule, self.alpha * (PAIRED_SHARE if paired else 1.0), self.spending_gamma)
+        return float(2 * special.ndtr(-critical[max(bisect.bisect_right(schedule, runs) - 1, 0)]))
+
+    def looks_at(self, runs: int) -> bool:
+        """Whether the plan looks after `runs` runs per runner: at a planned look, or at any round past the budget."""
+        return runs in self.schedule or runs > self.max_runs
 
 
 class _Look(NamedTuple):
@@ -193,7 +217,7 @@ def _judge(plan: SequentialPlan, log_a: np.ndarray, log_b: np.ndarray, paired: b
     outcome = np.select(
         [different, equivalent, (runs >= plan.max_runs) | hopeless],
         ["different", "equivalent", "unresolved"], "continue",
-    )
+    ) if plan.looks_at(runs) else np.full(difference.shape, "continue")
     return _Look(difference, half_width, p_value, spread, outcome)
 
 
@@ -296,16 +320,19 @@ def simulate(plan: SequentialPlan, run_medians_a: np.ndarray, run_medians_b: np.
              ) -> tuple[np.ndarray, ...]:
     """The whole procedure over many pairs at once, each row a pair's max_runs run medians in the order they ran
     (column i of each in round i where `paired`): per pair, the outcome it stopped with, the runs per runner it took,
-    and b's ratio over a at that look. The same rule as look(), for the simulations that show what it guarantees
-    (tests/test_sequential.py)."""
+    b's ratio over a at that look, and the difference its runs resolve there (Comparison.resolvable). The same rule as
+    look(), for the simulations that show what it guarantees (tests/test_sequential.py) and choose the default plan
+    (benchmarks/spending_study.py)."""
     log_a, log_b = np.log(np.asarray(run_medians_a, dtype=float)), np.log(np.asarray(run_medians_b, dtype=float))
     outcome = np.full(log_a.shape[0], "continue", dtype=object)
     runs, ratio = np.zeros(log_a.shape[0], dtype=int), np.full(log_a.shape[0], math.nan)
-    for n in range(plan.min_runs, plan.max_runs + 1):
+    resolvable = np.full(log_a.shape[0], math.nan)
+    for n in plan.schedule:
         going = outcome == "continue"
         judged = _judge(plan, log_a[going, :n], log_b[going, :n], paired)
         outcome[going], runs[going], ratio[going] = judged.outcome, n, np.exp(judged.difference)
-    return outcome, runs, ratio
+        resolvable[going] = np.expm1(judged.half_width)
+    return outcome, runs, ratio, resolvable
 
 
 def stop_reason(rows: pd.DataFrame, runs: int, max_runs: int) -> str:
@@ -332,7 +359,6 @@ def unsettled(rows: pd.DataFrame) -> pd.DataFrame:
     why = np.select([mine["outcome"] == "continue", mine["runs"] >= mine["max_repetitions"]],
                     ["stopped", "run budget"], "futile")
     return mine.assign(why=why)
-
 
 
 class FloorPrecision(NamedTuple):

@@ -1,0 +1,176 @@
+"""Which sequential design spends its looks best on this host's noise: each variant (where it looks, how it spends the
+1%, its run budget) simulated over A/A and planted-difference comparisons resampled from stored real A/A runs.
+
+The noise comes from real runs, not a formula: benchmarks/data/design-aa-2026-11-28/rounds.csv holds 30 A/A
+comparisons of freshly started runner pairs made in rounds on a 2-core VM (10 configurations, 3 pairs each, 8 rounds).
+A simulated comparison takes one stored pair's rounds, each instance's log run medians less their median (its own
+level removed, the host's moments kept, both runs of a round together, either of them a's at random), and strings
+blocks of two consecutive rounds drawn at random into as many rounds as the budget needs, so that drift slower than a
+round and outlier runs come along as they were measured. It then gives the two instances an offset of their own, drawn from the spread that fresh pairs of
+that configuration showed beyond their rounds' noise (design_aa.process_offsets): a process's offset is what an A/A
+comparison of one pair of processes cannot tell from a difference. A difference is planted by multiplying b's runs.
+
+    .venvs/aggregator/bin/python benchmarks/spending_study.py [--procedures 20000] [--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from design_aa import process_offsets  # noqa: E402
+from fwbench_aggregator.analyse import sequential  # noqa: E402
+
+STORED_RUNS = Path(__file__).resolve().parent / "data" / "design-aa-2026-11-28" / "rounds.csv"
+CONFIG_KEYS = ["framework", "model", "mode", "batch_size", "shape"]
+BLOCK_ROUNDS = 2
+PLANTED = (1.05, 1.10)
+
+
+@dataclass(frozen=True)
+class ConfigNoise:
+    """One configuration's stored noise: each pair's rounds as (round, instance) log residuals, and the spread of a
+    fresh pair's offset."""
+
+    name: str
+    pairs: list[np.ndarray]
+    offset_sd: float
+
+
+def noise_model(frame: pd.DataFrame) -> list[ConfigNoise]:
+    offsets = dict(process_offsets(frame, CONFIG_KEYS))
+    model = []
+    for key, runs in frame.groupby(CONFIG_KEYS, sort=False):
+        name = " ".join(str(k) for k in key)
+        pairs = []
+        for _, pair in runs.groupby("pair"):
+            logs = np.log(pair.sort_values("round")[["a_s", "b_s"]].to_numpy(float))
+            # Less its median, not its mean: a mean moved by one outlier run would leave every other run of that
+            # instance off centre, a difference between the two that a resample without the outlier calls real.
+            pairs.append(logs - np.median(logs, axis=0))
+        model.append(ConfigNoise(name, pairs, offsets.get(name, 0.0)))
+    return model
+
+
+# Where a process's offset falls: nowhere (the runs' own noise only), once per instance for all its runs (today's
+# runners keep one process: thread isolation), or afresh for every run (a fresh worker process per run).
+OFFSETS = ("none", "per instance", "per run")
+
+
+def draw(config: ConfigNoise, rng: np.random.Generator, procedures: int, rounds: int, offsets: str
+         ) -> tuple[np.ndarray, np.ndarray]:
+    """`procedures` comparisons of `rounds` rounds on this configuration's noise, as log run medians of a and b."""
+    blocks = math.ceil(rounds / BLOCK_ROUNDS)
+    a, b = np.empty((procedures, rounds)), np.empty((procedures, rounds))
+    which = rng.integers(len(config.pairs), size=procedures)
+    for index, pair in enumerate(config.pairs):
+        mine = np.flatnonzero(which == index)
+        starts = rng.integers(pair.shape[0] - BLOCK_ROUNDS + 1, size=(mine.size, blocks))
+        picked = (starts[:, :, None] + np.arange(BLOCK_ROUNDS)).reshape(mine.size, -1)[:, :rounds]
+        # Either instance's run of a round may be a's: the two are the same code, so a run's luck (an outlier, an
+        # instance's own drift) may fall on either. What an instance keeps for all its runs is the offset below.
+        columns = (rng.random(picked.shape) < 0.5).astype(int)
+        a[mine] = pair[picked, columns]
+        b[mine] = pair[picked, 1 - columns]
+    if offsets == "per instance":
+        b += rng.normal(0.0, config.offset_sd, size=(procedures, 1))
+    elif offsets == "per run":
+        # offset_sd is the spread of two processes' difference: each process's own is 1/sqrt(2) of it.
+        a += rng.normal(0.0, config.offset_sd / math.sqrt(2), size=a.shape)
+        b += rng.normal(0.0, config.offset_sd / math.sqrt(2), size=b.shape)
+    return a, b
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    plan: sequential.SequentialPlan
+
+
+def variants() -> list[Variant]:
+    plan = sequential.SequentialPlan
+    found = [Variant(f"fixed {n}", plan(max_runs=n, looks=(n,))) for n in (6, 8, 10)]
+    schedules = {20: [(), (3, 6, 10, 20)], 12: [(), (3, 6, 12)], 10: [(), (3, 6, 10), (4, 10)], 8: [(), (3, 5, 8)]}
+    for budget, looks_list in schedules.items():
+        for looks in looks_list:
+            for gamma in (None, -4.0):
+                spending = "Pocock type" if gamma is None else f"HSD {gamma:+g}"
+                where = "every round" if not looks else ",".join(map(str, looks))
+                found.append(Variant(f"max {budget}, looks {where}, {spending}",
+                                     plan(max_runs=budget, looks=looks, spending_gamma=gamma)))
+    return found
+
+
+def study(model: list[ConfigNoise], variant: Variant, procedures: int, seed: int, offsets: str) -> dict:
+    """One variant over every configuration alike: A/A and each planted ratio on the same draws."""
+    rounds = variant.plan.max_runs
+    row: dict = {"offsets": offsets, "variant": variant.name}
+    per_config = procedures // len(model)
+    wrong_by_config, aa_runs, aa_resolves, aa_equivalent = [], [], [], []
+    found = {ratio: [] for ratio in PLANTED}
+    found_runs = {ratio: [] for ratio in PLANTED}
+    for index, config in enumerate(model):
+        rng = np.random.default_rng([seed, index])
+        log_a, log_b = draw(config, rng, per_config, rounds, offsets)
+        a, b = np.exp(log_a), np.exp(log_b)
+        outcome, runs, _, resolvable = sequential.simulate(variant.plan, a, b)
+        wrong_by_config.append(float(np.mean(outcome == "different")))
+        aa_runs.append(runs)
+        aa_resolves.append(resolvable)
+        aa_equivalent.append(outcome == "equivalent")
+        for ratio in PLANTED:
+            outcome, runs, seen, _ = sequential.simulate(variant.plan, a, b * ratio)
+            found[ratio].append((outcome == "different") & (seen > 1.0))
+            found_runs[ratio].append(runs)
+    row["A/A wrong"] = float(np.mean(wrong_by_config))
+    row["worst config"] = max(wrong_by_config)
+    row["A/A equivalent"] = float(np.mean(np.concatenate(aa_equivalent)))
+    row["A/A resolves (median)"] = float(np.median(np.concatenate(aa_resolves)))
+    row["A/A runs (mean)"] = float(np.mean(np.concatenate(aa_runs)))
+    for ratio in PLANTED:
+        row[f"{ratio - 1:.0%} found"] = float(np.mean(np.concatenate(found[ratio])))
+        row[f"{ratio - 1:.0%} runs (mean)"] = float(np.mean(np.concatenate(found_runs[ratio])))
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, default=STORED_RUNS, help="stored A/A rounds (design_aa.py collect)")
+    parser.add_argument("--procedures", type=int, default=20_000, help="simulated comparisons per variant")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--offsets", default=",".join(OFFSETS),
+                        help=f"where processes' offsets fall, comma-separated: {', '.join(OFFSETS)}")
+    args = parser.parse_args()
+    offsets = args.offsets.split(",")
+    unknown = sorted(set(offsets) - set(OFFSETS))
+    if unknown:
+        parser.error(f"--offsets: unknown {', '.join(unknown)}; accepted: {', '.join(OFFSETS)}")
+    frame = pd.read_csv(args.runs, keep_default_na=False)
+    model = noise_model(frame)
+    print(f"noise: {len(model)} configurations from {args.runs.name}; process offsets' spread (two processes' "
+          f"difference) median {np.median([c.offset_sd for c in model]):.1%}, largest "
+          f"{max(c.offset_sd for c in model):.1%}; {args.procedures} procedures per variant, planted "
+          + ", ".join(f"{p - 1:.0%}" for p in PLANTED))
+    table = pd.DataFrame([study(model, v, args.procedures, args.seed, where) for where in offsets for v in variants()])
+    percent = [c for c in table if c.endswith(("wrong", "config", "equivalent", "found", "(median)"))]
+    shown = table.copy()
+    for column in percent:
+        shown[column] = shown[column].map(lambda v: f"{v:.2%}" if "wrong" in column or "config" in column
+                                          else f"{v:.1%}")
+    for column in [c for c in table if c.endswith("(mean)")]:
+        shown[column] = shown[column].map(lambda v: f"{v:.1f}")
+    with pd.option_context("display.width", 250, "display.max_columns", None, "display.max_rows", None):
+        print(shown.to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
