@@ -29,7 +29,7 @@ CONFIG = dict(model="resnet18", model_options="", mode="infer", batch_size=2, in
               device="cpu:0", world_size=1, nodes=1, profile="equal", serving="", strategy="single")
 FACTS = dict(device_name="AMD EPYC (2 logical cores)", warmup_steps=1, measured_steps_asked=STEPS_PER_RUN,
              min_measure_s=0.0, seed=0, image_digest="", environment_lock="", layout="channels_last", compilation="eager",
-             cudnn_autotune="off", tf32="", intra_op_threads=2, inter_op_threads=2, model_hash="")
+             cudnn_autotune="off", tf32="", intra_op_threads=2, inter_op_threads=2, model_hash="", run_isolation="thread")
 VERSIONS = {"torch": "2.15.0", "tensorflow": "2.21.0"}
 
 
@@ -103,6 +103,7 @@ def test_framework_versions_are_rows_of_their_own_each_judged():
     ("compilation", ("eager", "xla"), "compilation"),
     ("cudnn_autotune", ("off", "on"), "cuDNN autotuning"),
     ("tf32", ("off", "on"), "TF32"),
+    ("run_isolation", ("process", "thread"), "run isolation"),
 ])
 def test_runs_under_other_settings_are_rows_of_their_own(setting, values, label):
     a = compare({"torch": near(10.0), "tensorflow": near(10.1)}, **{setting: values[0]})
@@ -176,6 +177,12 @@ def test_an_old_summary_without_the_steps_asked_learns_them_where_no_window_coul
     old = pd.DataFrame({"measured_steps": [5, 40], "min_measure_s": [0.0, 1.0]})
     summary = migrated("summary", old, {"store_format": 4})
     assert summary["measured_steps_asked"].iloc[0] == 5 and pd.isna(summary["measured_steps_asked"].iloc[1])
+
+
+def test_an_old_summary_learns_its_run_isolation_from_the_runners_options():
+    old = pd.DataFrame({"runner_options": ["cudnn_autotune=off;run_isolation=process", "run_isolation=thread", "", None]})
+    summary = migrated("summary", old, {"store_format": 5})
+    assert summary["run_isolation"].tolist() == ["process", "thread", "", ""]
 
 
 def test_a_failed_run_joins_its_runners_row():

@@ -12,7 +12,10 @@ import pandas as pd
 import pytest
 from fwbench_aggregator.base import frameworks
 from fwbench_aggregator.run import launch
+from fwbench_aggregator.analyse.comparison import comparison_rows
+from fwbench_aggregator.plan import spec as plan
 from fwbench_aggregator.plan import study_file as sweep
+from fwbench_aggregator.store.results_store import ResultStore
 
 from support.cli import fwbench, only_run_dir
 
@@ -105,6 +108,35 @@ def test_a_third_framework_runs_through_the_cli_with_no_other_edit(tmp_path, fak
     assert done.returncode == 0, done.stderr
     summary = pd.read_parquet(only_run_dir(tmp_path) / "summary.parquet")
     assert set(summary["runner"]) == {shipped, "fake"} and (summary["status"] == "ok").all()
+
+
+@pytest.mark.frameworks
+def test_runs_each_in_a_fresh_process_are_stored_so_and_never_pooled_with_runs_in_the_runners_own(tmp_path,
+                                                                                                   fake_framework):
+    store = tmp_path / "store"
+    for isolation in ("process", "thread"):
+        done = fwbench("compare", "--frameworks", "fake", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1",
+                       "--steps", "3", "--repetitions", "3", "--run-isolation", isolation, "--store", str(store),
+                       "--out", str(tmp_path / isolation), env=fake_framework)
+        assert done.returncode == 0, done.stderr
+        summary = pd.read_parquet(only_run_dir(tmp_path / isolation) / "summary.parquet")
+        assert set(summary["run_isolation"]) == {isolation} and "run_isolation=" + isolation in summary["runner_options"][0]
+    stored = ResultStore(store)
+    table = comparison_rows(stored.load("summary"), stored.load("steps"))
+    assert set(table["runner"]) == {"fake (run isolation process)", "fake (run isolation thread)"}
+    assert (table["runs"] == 3).all()
+    refused = fwbench("compare", "--runner", "fake=127.0.0.1:1", "--run-isolation", "process", env=fake_framework)
+    assert refused.returncode == 2 and "a runner given with --runner runs as it was started" in " ".join(
+        refused.stderr.split()), refused.stderr
+    unknown = fwbench("compare", "--run-isolation", "fork", env=fake_framework)
+    assert unknown.returncode == 2 and "accepted values: thread, process, process-on-gpu" in " ".join(
+        unknown.stderr.split()), unknown.stderr
+
+
+def test_the_aggregators_run_isolations_are_the_runners():
+    from fwbench_core.isolation import RunIsolation
+
+    assert [i.value for i in plan.RunIsolation] == [i.value for i in RunIsolation]
 
 
 def test_the_tensorflow_image_lets_tensorflow_grow_its_gpu_memory_rather_than_take_it_all():

@@ -15,6 +15,7 @@ KEY_NAMES = {
     "environment_lock": "environment", "layout": "layout",
     "compilation": "compilation", "cudnn_autotune": "cuDNN autotuning", "tf32": "TF32",
     "intra_op_threads": "intra-op threads", "inter_op_threads": "inter-op threads", "model_hash": "model",
+    "run_isolation": "run isolation",
     "device_name": "device", "warmup_steps": "warm-up", "measured_steps_asked": "steps", "min_measure_s": "window",
     "seed": "seed",
 }

@@ -28,22 +28,27 @@ class RunnerChoice:
     venvs: Optional[Path] = None
     transport: Transport = EMBEDDED
     models_dirs: tuple[str, ...] = ()  # plug-in folders for the embedded runners
+    run_isolation: str = ""  # the embedded runners' --run-isolation; "": each runner's own
 
     @property
     def embedded(self) -> bool:
         return not self.given
 
     def startup(self, settings: StartupSettings) -> StartupSettings:
-        """`settings` for the embedded runners, with the plug-in folders the user chose added; a UsageError where
-        the user chose plug-in folders (--models-dir, or a sweep file's models_dir in `settings`) for runners fwbench
-        does not start."""
+        """`settings` for the embedded runners, with the plug-in folders and run isolation the user chose; a
+        UsageError where the user chose either (--models-dir, a sweep file's models_dir in `settings`,
+        --run-isolation) for runners fwbench does not start."""
         if self.given and (self.models_dirs or settings.models_dirs):
             raise UsageError(
                 "applies to the runners fwbench starts; a runner given with --runner loads model plug-ins from its own "
                 "configuration only: start it with --models-dir or $FWBENCH_MODELS_DIR",
                 hint="--models-dir" if self.models_dirs else "models_dir",
             )
-        return replace(settings, models_dirs=(*settings.models_dirs, *self.models_dirs))
+        if self.given and self.run_isolation:
+            raise UsageError("applies to the runners fwbench starts; a runner given with --runner runs as it was "
+                             "started: start it with --run-isolation", hint="--run-isolation")
+        return replace(settings, models_dirs=(*settings.models_dirs, *self.models_dirs),
+                       run_isolation=self.run_isolation or settings.run_isolation)
 
 
 @dataclass

@@ -265,6 +265,11 @@ ModelsDirOption = Annotated[list[Path], typer.Option(
 AllowDifferentModelsOption = Annotated[bool, typer.Option(
     "--allow-different-models",
     help="compare a plug-in model whose runners build it with different parameter counts (not the same network)")]
+RunIsolationOption = Annotated[Optional[str], typer.Option(
+    callback=_choice(plan.RunIsolation, "run isolation"), metavar=_metavar(plan.RunIsolation),
+    help="where the runners fwbench starts execute each run: in their own process (thread), a fresh process per run "
+    "(process: each run samples a process's own offset, so the verdict accounts for it; docs/verdict.md), or fresh "
+    "for GPU runs only. Default: each runner's own (thread for torch and JAX, process-on-gpu for TensorFlow)")]
 VenvsOption = Annotated[Optional[Path], typer.Option(
     help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")]
 

@@ -11,19 +11,20 @@ import typer
 from ..app.runners import RunnerChoice
 from ..run.connection import EMBEDDED, Transport
 from .options import (
-    FrameworksOption, ModelsDirOption, RunnerOption, TlsCaOption, TlsCertOption, TlsKeyOption, TokenFileOption,
-    VenvsOption, every_framework, parse_runner_addresses,
+    FrameworksOption, ModelsDirOption, RunIsolationOption, RunnerOption, TlsCaOption, TlsCertOption, TlsKeyOption,
+    TokenFileOption, VenvsOption, every_framework, parse_runner_addresses,
 )
 
 
 @dataclass(frozen=True)
 class RunnerAccess:
-    """--runner, --venvs, --models-dir and how to reach the --runner runners (TLS, a token); the runners themselves
-    are the command's to name (a sweep file names its own)."""
+    """--runner, --venvs, --models-dir, --run-isolation and how to reach the --runner runners (TLS, a token); the
+    runners themselves are the command's to name (a sweep file names its own)."""
 
     runner: RunnerOption = field(default_factory=list)
     venvs: VenvsOption = None
     models_dir: ModelsDirOption = field(default_factory=list)
+    run_isolation: RunIsolationOption = None
     tls_ca: TlsCaOption = None
     tls_cert: TlsCertOption = None
     tls_key: TlsKeyOption = None
@@ -40,7 +41,7 @@ class RunnerAccess:
 
     def choice(self, frameworks: str = "") -> RunnerChoice:
         return RunnerChoice(tuple(self.runner), frameworks, self.venvs, self.transport(),
-                            tuple(map(str, self.models_dir)))
+                            tuple(map(str, self.models_dir)), self.run_isolation.value if self.run_isolation else "")
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,11 @@ DEFAULT_MAX_RUNS = 10_000
 MAX_RUNS = 100_000
 
 
+# Where a runner executes each run (its --run-isolation; fwbench_core.isolation.RunIsolation, held equal by
+# tests/test_frameworks.py): in its own process, in a fresh process per run, or fresh for GPU runs only.
+RunIsolation = enum.Enum("RunIsolation", [(name, name) for name in ("thread", "process", "process-on-gpu")], type=str)
+
+
 @dataclass(frozen=True)
 class StartupSettings:
     """What a runner fixes when it starts; the aggregator starts every embedded runner with the same."""

@@ -90,9 +90,21 @@ def _steps_asked_column(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd
     return frame
 
 
+def _run_isolation_column(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFrame:
+    """Format 5 -> 6: where the runner executed the run, as its options recorded it ("run_isolation=process;...");
+    unknown ("") where they did not (it pools only with runs unknown for it)."""
+    if name != "summary" or "run_isolation" in frame:
+        return frame
+    frame = frame.copy()
+    options = frame.get("runner_options", pd.Series("", index=frame.index)).fillna("").astype(str)
+    frame["run_isolation"] = options.str.extract(r"(?:^|;)run_isolation=([^;]*)", expand=False).fillna("")
+    return frame
+
+
 # From format N to N + 1: (frame name, frame, the run's manifest) -> frame.
 STEPS: dict[int, Callable[[str, pd.DataFrame, Mapping], pd.DataFrame]] = {
     1: _distributed_columns, 2: _model_source_columns, 3: _quiet_evidence_columns, 4: _steps_asked_column,
+    5: _run_isolation_column,
 }
 
 

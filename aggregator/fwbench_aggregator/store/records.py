@@ -194,6 +194,7 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
                 "cudnn_version": info.cudnn_version,
                 "runner_version": info.runner_version,
                 "runner_options": ";".join(f"{k}={v}" for k, v in sorted(info.options.items())),
+                "run_isolation": info.options.get("run_isolation", ""),
                 # A container's base image and both digests, as its image reports them (docs/versions.md).
                 **{column: info.options.get(column, "") for column in (*IMAGE_COLUMNS, *ENVIRONMENT_COLUMNS)},
                 "model_source": c.model_source or BUILT_IN,

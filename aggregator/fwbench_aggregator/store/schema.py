@@ -15,11 +15,14 @@ STORE_FORMAT is the version of what the store writes, recorded with every run (s
   5  a run's summary says how many measured steps were asked (measured_steps_asked; measured_steps is how many ran,
      more where a minimum window asked for them): part of the measurement protocol that decides which runs pool;
      a calibration records its runs' comparability key (FLOOR_KEY_COLUMNS; unknown before)
+  6  a run's summary says where its runner executed it (run_isolation: thread, process or process-on-gpu, from the
+     runner's options; unknown where they did not say): part of the runner key, since a run in a fresh process
+     samples an offset a runner's own process keeps for all its runs
 """
 
 from __future__ import annotations
 
-STORE_FORMAT = 5
+STORE_FORMAT = 6
 
 # --- what identifies a run's configuration ----------------------------------------------------------------------
 
@@ -102,7 +105,7 @@ SUMMARY_COLUMNS = (
     "timer_disagreement", *DEVICE_STATE_COLUMNS, "quiet_wait_s", *ENERGY_COLUMNS, *RUNNER_COLUMNS, *IMAGE_COLUMNS, *ENVIRONMENT_COLUMNS,
     *MODEL_SOURCE_COLUMNS,
     # The budget of the sequential design the run was made under (its verdict's looks), 0 for a fixed number of runs.
-    "max_repetitions", *SERVING_SUMMARY_COLUMNS,
+    "max_repetitions", *SERVING_SUMMARY_COLUMNS, "run_isolation",
 )
 # --- which runs are alike: the comparability key ----------------------------------------------------------------
 
@@ -113,10 +116,11 @@ SUMMARY_COLUMNS = (
 #
 # The runner's own facts: its framework and version, its image's digest where it ran in a container, the lock its
 # environment was installed from (numpy, the BLAS and the rest beneath the framework), every setting a verdict
-# depends on, and which version of a plug-in model it built. Runs of one runner that differ in any of these
-# make rows of their own ("torch (version 2.15.0)"), each judged against the fastest of its block.
+# depends on, which version of a plug-in model it built, and whether its runs each had a fresh process (a process
+# carries an offset of its own: docs/verdict.md). Runs of one runner that differ in any of these make rows of their
+# own ("torch (version 2.15.0)"), each judged against the fastest of its block.
 RUNNER_KEY_COLUMNS = ("framework", "framework_version", "image_digest", "environment_lock", *SETTINGS_COLUMNS,
-                      "model_hash")
+                      "model_hash", "run_isolation")
 # The machine and the measurement protocol, which all the runners of a verdict must share: runners are judged only
 # against runners of the same block. The machine is its device model as the runner names it (the CPU model and its
 # logical cores, or the GPU): the host's own id is the kernel's boot id, which a reboot changes, and a container's
