@@ -173,6 +173,14 @@ def render_html(
         f"ratio reaches {stats.MIN_EFFECT:.0%} and the configuration's noise floor (the far end of an A/A comparison "
         "measured by <code>fwbench calibrate</code>; – where not measured). Verdicts marked FLAGGED had a run on a "
         "device that was not quiet (another process, throttled clocks, a busy host).</p>",
+        "<p>The runners ran in counterbalanced rounds (A, B, B, A, ...), so that a host drifting over the "
+        "comparison favours neither. Under <code>--repetitions auto</code> the verdict was looked at after every "
+        "round and the runs stopped once it settled; each look tests at a stricter level, so that looking often "
+        f"still calls identical runners different in at most {stats.ALPHA:.0%} of comparisons. A runner that kept one "
+        "process for all its runs (run isolation thread, the CPU default) shares that process's offset across them: "
+        "two instances of one runner can sit a few percent apart, which a noise floor from "
+        "<code>fwbench calibrate</code> covers, and runs each in a fresh process (run isolation process) sample "
+        "instead, at more than twice the time. docs/verdict.md has the measurements.</p>",
         _left_out_html(left_out) if left_out else "",
         _findings_html(analysis.findings),
         ("<h2>Points left unresolved</h2><ul>" + "".join(f"<li>{e(line)}</li>" for line in unresolved) + "</ul>")
