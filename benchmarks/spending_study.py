@@ -98,6 +98,8 @@ class Variant:
 def variants() -> list[Variant]:
     plan = sequential.SequentialPlan
     found = [Variant(f"fixed {n}", plan(max_runs=n, looks=(n,))) for n in (6, 8, 10)]
+    # A first look at 4 or 5 runs a side: three runs cannot show a slow mode they did not sample.
+    found += [Variant(f"max 20, looks every round from {first}, Pocock type", plan(min_runs=first)) for first in (4, 5)]
     schedules = {20: [(), (3, 6, 10, 20)], 12: [(), (3, 6, 12)], 10: [(), (3, 6, 10), (4, 10)], 8: [(), (3, 5, 8)]}
     for budget, looks_list in schedules.items():
         for looks in looks_list:
