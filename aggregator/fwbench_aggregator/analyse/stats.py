@@ -14,10 +14,10 @@ The paired test by round (`paired`) is the analysis for runs made in pairs, one 
 host's drift slower than a round moves both runs of a round alike and cancels in their ratio, where Welch's test
 counts it as spread; it has half the degrees of freedom, so with little drift and few rounds its interval is the
 wider one. Compares keep Welch's test: on the shared 2-core VMs this project runs on, the paired test over the same
-real A/A runs was no narrower (a median 0.99 times Welch's over 30 comparisons of fresh runner pairs) and called one
-of them different, since the noise there is faster than a round and a process carries an offset of its own that no
-test within one pair of processes can see (benchmarks/design_aa.py measures each design; docs/verdict.md has its
-figures).
+real A/A runs was a median 0.99 times as narrow as Welch's on one day and 1.15 times on another (30 comparisons of
+fresh runner pairs each), and called one of them different each day: a process carries an offset of its own that no
+test within one pair of processes can see, and the narrower the interval, the sooner it is called
+(benchmarks/design_aa.py measures each design; docs/verdict.md has its figures).
 """
 
 from __future__ import annotations
