@@ -6,9 +6,10 @@ comparisons of freshly started runner pairs made in rounds on a 2-core VM (10 co
 A simulated comparison takes one stored pair's rounds, each instance's log run medians less their median (its own
 level removed, the host's moments kept, both runs of a round together, either of them a's at random), and strings
 blocks of two consecutive rounds drawn at random into as many rounds as the budget needs, so that drift slower than a
-round and outlier runs come along as they were measured. It then gives the two instances an offset of their own, drawn from the spread that fresh pairs of
-that configuration showed beyond their rounds' noise (design_aa.process_offsets): a process's offset is what an A/A
-comparison of one pair of processes cannot tell from a difference. A difference is planted by multiplying b's runs.
+round and outlier runs come along as they were measured. It then gives the two instances an offset of their own,
+drawn from the spread that fresh pairs of that configuration showed beyond their rounds' noise
+(design_aa.process_offsets): a process's offset is what an A/A comparison of one pair of processes cannot tell from a
+difference. A difference is planted by multiplying b's runs.
 
     .venvs/aggregator/bin/python benchmarks/spending_study.py [--procedures 20000] [--seed 1]
 """
