@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import re
 from dataclasses import dataclass, field
 from typing import Annotated, Optional
@@ -10,12 +12,15 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from fwbench_aggregator.base.vocabulary import Mode, Precision
+from fwbench_aggregator.analyse.sequential import DEFAULT_MAX_RUNS
+from fwbench_aggregator.app.rounds import Repetitions
+from fwbench_aggregator.base.vocabulary import Mode, Precision, Scenario
 from fwbench_aggregator.cli import app as cli_app
 from fwbench_aggregator.cli.groups import with_groups
 from fwbench_aggregator.cli.runner_options import RunnerAccess, RunnerOptions
+from fwbench_aggregator.cli.setting_options import Execution, Power, Profile, Rounds, ServingLoad, Startup
 from fwbench_aggregator.cli.workload_options import Measurement, ModelOnDevice
-from fwbench_aggregator.plan.spec import RunSpec
+from fwbench_aggregator.plan.spec import RunSpec, StartupSettings
 from fwbench_aggregator.run.connection import EMBEDDED
 
 
@@ -91,3 +96,44 @@ def test_every_command_that_runs_a_model_takes_the_model_group_and_those_that_ti
         options = set(re.findall(r"(--[a-z-]+)", shown.output))
         assert model_options <= options, command
         assert (measurement_options <= options) == measures, command
+
+
+def test_the_setting_groups_build_the_run_compare_built_itself():
+    startup = Startup(cudnn_autotune="on", intra_op_threads=2, inter_op_threads=1)
+    assert startup.settings() == StartupSettings(2, 1, "on")
+    profile, execution = Profile("native", "channels_first"), Execution(["torch=compiled"], [], "cpu:0,cpu:1")
+    load = ServingLoad(scenario=Scenario.server, target_qps=50.0, queries=400, batch_timeout_ms=2.0)
+    spec = ModelOnDevice().spec(Mode.infer, 4, **profile.settings(), **execution.settings(), **Power(0.0, 0.5).settings(),
+                                **load.settings(Mode.infer), **Measurement(stable_window=7).settings())
+    assert (spec.profile, spec.layout, spec.devices) == ("native", "channels_first", "cpu:0,cpu:1")
+    assert (spec.power_rate_hz, spec.idle_baseline_s, spec.stable_window) == (0.0, 0.5, 7)
+    assert (spec.scenario, spec.target_qps, spec.query_count, spec.batch_timeout_ms) == (Scenario.server, 50.0, 400, 2.0)
+    assert ServingLoad().settings(Mode.train) == {}  # back-to-back batches
+    with pytest.raises(typer.Exit):  # the load's rules: a target rate without a scenario
+        ServingLoad(target_qps=5.0).load(Mode.infer)
+    assert Rounds().repetitions_plan() == Repetitions(None, DEFAULT_MAX_RUNS, None)
+    assert Rounds(repetitions="6", time_budget_s=60.0).repetitions_plan() == Repetitions(6, DEFAULT_MAX_RUNS, 60.0)
+
+
+# Options a command declares under a group's name on purpose: each means something else there.
+OWN_MEANING = {
+    "sweep": {"warmup", "steps", "min_measure_s", "warmup_until_cv", "repetitions", "max_repetitions",
+              "time_budget_s", "latency_budget_ms"},  # unset means the sweep file's or the study's default
+    "serve-capacity": {"warmup", "min_measure_s", "repetitions", "queries", "batch_timeout_ms",
+                       "latency_budget_ms"},  # probes of a search: their own defaults, the scenario fixed
+    "calibrate": {"repetitions", "max_repetitions"},  # runs of an A/A, or the floor's precision's limit
+    "factors": {"repetitions"},  # a fixed count: each factor's value against the baseline
+    "slurm": {"latency_budget_ms", "venvs"},  # the nodes' environments: srun starts its runners, none is reached
+    "report": {"latency_budget_ms"},  # read from the store, nothing measured
+}
+
+
+def test_an_option_a_group_declares_comes_from_that_group_in_every_command():
+    groups = (ModelOnDevice, Measurement, RunnerOptions, Startup, Profile, Execution, Power, ServingLoad, Rounds)
+    grouped = {field.name for group in groups for field in dataclasses.fields(group)}
+    for command in cli_app.registered_commands:
+        name = command.name or command.callback.__name__
+        declared = inspect.signature(getattr(command.callback, "__wrapped__", command.callback), eval_str=True)
+        own = {parameter.name for parameter in declared.parameters.values()
+               if not dataclasses.is_dataclass(parameter.annotation)}
+        assert own & grouped <= OWN_MEANING.get(name, set()), (name, sorted(own & grouped - OWN_MEANING.get(name, set())))

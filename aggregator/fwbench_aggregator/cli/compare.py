@@ -10,7 +10,6 @@ import typer
 from ..analyse import stats
 from ..analyse.sequential import DEFAULT_MAX_RUNS
 from ..app.best import DEFAULT_SEARCH_REPETITIONS
-from ..app.rounds import Repetitions
 from ..app.calibrate import FloorTarget
 from ..app.calibrate import calibrate as calibrate_use_case
 from ..app.compare import CompareRequest
@@ -18,24 +17,20 @@ from ..app.compare import compare as compare_use_case
 from ..app.factors import DEFAULT_FACTORS, FACTORS
 from ..app.factors import factors as factors_use_case
 from ..plan import spec as plan
-from ..plan.spec import StartupSettings
 from ..present import terminal
 from ..present.serving import print_serving
 from ..store.location import store_path_problem
 from . import app
 from .common import report_failures, run, usage_error
 from .quiet import WaitForQuietOption
-from .serving import checked_load
 from .options import (
-    AUTO, CPU_COUNT, AllowDifferentModelsOption, AutoRepetitionsOption, BatchSizeOption, BatchTimeoutOption,
-    CompilationOption, CooldownOption, CudnnAutotuneOption, DevicesOption, DistributedTimeoutOption,
-    IdleBaselineOption, LatencyBudgetOption, LayoutOption, MaxRepetitionsOption, MinEffectOption, ModeOption,
-    PowerRateOption, ProfileOption, QueriesOption, RendezvousPortOption, RepetitionsOption, ScenarioOption,
-    SearchRepetitionsOption, SeedOption, StableWindowOption, StoreOption, StrategyOption, TargetQpsOption,
-    ThreadsOption, TimeBudgetOption, WarmupUntilCvOption, checked_names, parse_store,
+    AllowDifferentModelsOption, BatchSizeOption, CooldownOption, DistributedTimeoutOption, MinEffectOption,
+    ModeOption, RendezvousPortOption, RepetitionsOption, SearchRepetitionsOption, SeedOption, StoreOption,
+    checked_names, parse_store,
 )
 from .groups import with_groups
 from .runner_options import CalibrationRunnerOptions, RunnerOptions
+from .setting_options import Execution, Power, Profile, Rounds, ServingLoad, Startup
 from .workload_options import Measurement, ModelOnDevice
 
 
@@ -45,28 +40,14 @@ def compare(
     workload: ModelOnDevice = ModelOnDevice(),
     mode: ModeOption = "train",
     batch_size: BatchSizeOption = 32,
-    profile: ProfileOption = "equal",
-    layout: LayoutOption = None,
-    compilation: CompilationOption = [],
-    strategy: StrategyOption = [],
-    devices: DevicesOption = None,
-    cudnn_autotune: CudnnAutotuneOption = "off",
-    intra_op_threads: ThreadsOption = CPU_COUNT,
-    inter_op_threads: ThreadsOption = CPU_COUNT,
+    profile: Profile = Profile(),
+    execution: Execution = Execution(),
+    startup: Startup = Startup(),
     measurement: Measurement = Measurement(),
-    warmup_until_cv: WarmupUntilCvOption = plan.DEFAULT_WARMUP_UNTIL_CV,
-    stable_window: StableWindowOption = plan.STABLE_WINDOW,
-    power_rate_hz: PowerRateOption = 20.0,
-    idle_baseline_s: IdleBaselineOption = 1.0,
+    power: Power = Power(),
     seed: SeedOption = 0,
-    scenario: ScenarioOption = None,
-    target_qps: TargetQpsOption = None,
-    queries: QueriesOption = None,
-    batch_timeout_ms: BatchTimeoutOption = None,
-    latency_budget_ms: LatencyBudgetOption = None,
-    repetitions: AutoRepetitionsOption = AUTO,
-    max_repetitions: MaxRepetitionsOption = DEFAULT_MAX_RUNS,
-    time_budget_s: TimeBudgetOption = None,
+    serving: ServingLoad = ServingLoad(),
+    rounds: Rounds = Rounds(),
     search_repetitions: SearchRepetitionsOption = DEFAULT_SEARCH_REPETITIONS,
     wait_for_quiet: WaitForQuietOption = 0.0,
     cooldown_s: CooldownOption = 0.0,
@@ -85,27 +66,21 @@ def compare(
     Every runner is asked first whether it can run the request; a mistake stops the comparison before anything
     runs.
     """
-    if workload.device and devices:
+    if workload.device and execution.devices:
         raise usage_error("give one device with --device or several with --devices, not both")
-    startup = StartupSettings(intra_op_threads, inter_op_threads, cudnn_autotune.value)
-    load = checked_load(mode, scenario, target_qps, queries, batch_timeout_ms, latency_budget_ms)
     spec = workload.spec(
-        mode, batch_size, layout=layout, seed=seed, startup=startup, warmup_until_cv=warmup_until_cv,
-        stable_window=stable_window, power_rate_hz=power_rate_hz, idle_baseline_s=idle_baseline_s, devices=devices,
-        distributed_timeout_s=distributed_timeout_s, profile=profile, **measurement.settings(),
-        **({"scenario": load.scenario, "target_qps": load.target_qps, "query_count": load.query_count,
-            "batch_timeout_ms": load.batch_timeout_ms} if load else {}),
+        mode, batch_size, seed=seed, startup=startup.settings(), distributed_timeout_s=distributed_timeout_s,
+        **profile.settings(), **execution.settings(), **measurement.settings(), **power.settings(), **serving.settings(mode),
     )
     problem = store is None and store_path_problem(out / "store")  # the default store, checked as --store is
     if problem:
         raise usage_error(problem, "--out")
-    choice = runners.choice()
-    rounds = Repetitions(None if repetitions == AUTO else int(repetitions), max_repetitions, time_budget_s)
     request = CompareRequest(
-        spec=spec, runners=choice, compilation=tuple(compilation), strategy=tuple(strategy), repetitions=rounds,
-        cooldown_s=cooldown_s, min_effect=min_effect, rendezvous_port=rendezvous_port, out=out, store=store,
+        spec=spec, runners=runners.choice(), compilation=tuple(execution.compilation),
+        strategy=tuple(execution.strategy), repetitions=rounds.repetitions_plan(), cooldown_s=cooldown_s,
+        min_effect=min_effect, rendezvous_port=rendezvous_port, out=out, store=store,
         allow_different_models=allow_different_models, search_repetitions=search_repetitions,
-        wait_for_quiet_s=wait_for_quiet, latency_budget_ms=latency_budget_ms,
+        wait_for_quiet_s=wait_for_quiet, latency_budget_ms=serving.latency_budget_ms,
     )
     result = run(lambda progress: compare_use_case(request, progress))
     if result.best:
@@ -124,10 +99,8 @@ def calibrate(
     workload: ModelOnDevice = ModelOnDevice(),
     mode: ModeOption = "train",
     batch_size: BatchSizeOption = 32,
-    profile: ProfileOption = "equal",
-    layout: LayoutOption = None,
+    profile: Profile = Profile(),
     measurement: Measurement = Measurement(),
-    warmup_until_cv: WarmupUntilCvOption = plan.DEFAULT_WARMUP_UNTIL_CV,
     repetitions: RepetitionsOption = plan.DEFAULT_REPETITIONS,
     floor_precision_pct: Annotated[Optional[float], typer.Option(
         min=1.0, max=1000.0, metavar="P",
@@ -146,8 +119,7 @@ def calibrate(
     The floor is the smallest difference this host resolves there; it is stored, and `compare` and `report` call no
     difference below it.
     """
-    spec = workload.spec(mode, batch_size, layout=layout, warmup_until_cv=warmup_until_cv, profile=profile,
-                         **measurement.settings())
+    spec = workload.spec(mode, batch_size, **profile.settings(), **measurement.settings())
     choice = runners.choice()
     target = FloorTarget(floor_precision_pct / 100, max_repetitions) if floor_precision_pct is not None else None
     result = run(lambda progress: calibrate_use_case(spec, choice, repetitions, store, progress,

@@ -1,10 +1,10 @@
-"""Serving on the command line: the load options' rules (shared by `compare --scenario` and `serve-capacity`) and
-`fwbench serve-capacity`."""
+"""`fwbench serve-capacity`: each runner's highest load within a latency budget (the load options' rules, shared
+with `compare --scenario`, are cli.setting_options')."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -12,41 +12,18 @@ from ..app.serve_capacity import DEFAULT_RESOLUTION, MAX_RESOLUTION, MIN_RESOLUT
 from ..app.serve_capacity import serve_capacity as serve_capacity_use_case
 from ..base.vocabulary import Mode, Scenario
 from ..plan import spec as plan
-from ..plan.serving_fields import Load, load_problem
 from ..present import serving as present
 from ..store.schema import SERVING_PERCENTILES
 from . import app
 from .common import report_failures, run, usage_error
 from .options import (
-    CPU_COUNT, BatchSizeOption, parse_target_qps, BatchTimeoutOption, LatencyBudgetOption, MinMeasureOption,
-    QueriesOption, SeedOption, StoreOption, ThreadsOption, WarmupOption,
+    BatchSizeOption, parse_target_qps, BatchTimeoutOption, LatencyBudgetOption, MinMeasureOption, QueriesOption,
+    SeedOption, StoreOption, WarmupOption,
 )
 from .groups import with_groups
 from .runner_options import RunnerOptions
+from .setting_options import Startup, checked_load
 from .workload_options import ModelOnDevice
-
-OPTION_NAMES = {"scenario": "--scenario", "target_qps": "--target-qps", "queries": "--queries",
-                "batch_timeout_ms": "--batch-timeout-ms"}
-
-
-def checked_load(mode: Mode, scenario: Optional[Scenario], target_qps: Optional[float], queries: Optional[int],
-                 batch_timeout_ms: Optional[float], latency_budget_ms: Optional[float] = None) -> Optional[Load]:
-    """The load the options ask for, or None for back-to-back batches; a usage error (exit 2) naming the option
-    where they cannot run."""
-    if scenario is None:
-        given = [name for name, value in (("--target-qps", target_qps), ("--queries", queries),
-                                          ("--batch-timeout-ms", batch_timeout_ms),
-                                          ("--latency-budget-ms", latency_budget_ms)) if value is not None]
-        if given:
-            raise usage_error(f"{given[0]} applies to a serving scenario: add --scenario (single_stream, server or "
-                              "offline) with --mode infer")
-        return None
-    load = Load(scenario, target_qps, queries or 0, batch_timeout_ms)
-    problem = load_problem(mode, load, OPTION_NAMES)
-    if problem:
-        raise usage_error(problem)
-    return load
-
 
 PercentileOption = Annotated[str, typer.Option(
     help=f"the latency percentile the budget bounds, one of {', '.join(SERVING_PERCENTILES)}")]
@@ -77,8 +54,7 @@ def serve_capacity(
     warmup: WarmupOption = 10,
     min_measure_s: MinMeasureOption = 0.0,
     seed: SeedOption = 0,
-    intra_op_threads: ThreadsOption = CPU_COUNT,
-    inter_op_threads: ThreadsOption = CPU_COUNT,
+    startup: Startup = Startup(),
     runners: RunnerOptions = RunnerOptions(),
     store: StoreOption = Path("results/store"),
 ) -> None:
@@ -97,7 +73,7 @@ def serve_capacity(
         raise usage_error(f"--start-qps ({start_qps:g}) must be below --max-qps ({max_qps:g})", "--start-qps")
     load = checked_load(Mode.infer, Scenario.server, start_qps, queries, batch_timeout_ms)
     spec = workload.spec(Mode.infer, batch_size, warmup=warmup, seed=seed,
-                         startup=plan.StartupSettings(intra_op_threads, inter_op_threads), min_measure_s=min_measure_s,
+                         startup=startup.settings(), min_measure_s=min_measure_s,
                          power_rate_hz=0.0, idle_baseline_s=0.0, scenario=load.scenario, target_qps=start_qps,
                          query_count=load.query_count, batch_timeout_ms=batch_timeout_ms)
     choice = runners.choice()

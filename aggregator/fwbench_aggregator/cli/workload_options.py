@@ -1,5 +1,6 @@
 """What a command measures and how long: two option groups (cli.groups). Every command that runs a model takes the
-model group; those that time steps for a verdict (compare, calibrate, factors) take the measurement group too."""
+model group; those that time steps for a verdict (compare, calibrate, factors) take the measurement group too, and
+cli.setting_options holds the groups of how runs are set up, powered, loaded and repeated."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from ..base.vocabulary import Mode
 from ..plan import spec as plan
 from ..plan.spec import RunSpec, option_pairs
 from .options import (
-    DeviceOption, MinMeasureOption, ModelOption, ModelOptionsOption, PrecisionOption, ShapeOption, StepsOption,
-    WarmupOption,
+    DeviceOption, MinMeasureOption, ModelOption, ModelOptionsOption, PrecisionOption, ShapeOption, StableWindowOption,
+    StepsOption, WarmupOption, WarmupUntilCvOption,
 )
 
 
@@ -39,12 +40,16 @@ class ModelOnDevice:
 
 @dataclass(frozen=True)
 class Measurement:
-    """How long each run measures: --warmup, --steps and --min-measure-s."""
+    """How long each run warms up and measures: --warmup, --warmup-until-cv, --stable-window, --steps and
+    --min-measure-s."""
 
     warmup: WarmupOption = plan.DEFAULT_WARMUP
+    warmup_until_cv: WarmupUntilCvOption = plan.DEFAULT_WARMUP_UNTIL_CV
+    stable_window: StableWindowOption = plan.STABLE_WINDOW
     steps: StepsOption = plan.DEFAULT_STEPS
     min_measure_s: MinMeasureOption = plan.DEFAULT_MIN_MEASURE_S
 
     def settings(self) -> dict[str, Any]:
         """The RunSpec fields this group sets."""
-        return {"warmup": self.warmup, "steps": self.steps, "min_measure_s": self.min_measure_s}
+        return {"warmup": self.warmup, "warmup_until_cv": self.warmup_until_cv, "stable_window": self.stable_window,
+                "steps": self.steps, "min_measure_s": self.min_measure_s}

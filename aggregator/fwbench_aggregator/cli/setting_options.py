@@ -1,0 +1,126 @@
+"""How a command's runs are set up, powered, loaded and repeated: option groups (cli.groups) beside the model and
+measurement groups. compare takes them all, calibrate the profile group, serve-capacity the start-up group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..analyse.sequential import DEFAULT_MAX_RUNS
+from ..app.rounds import Repetitions
+from ..base.vocabulary import Mode, Scenario, Switch
+from ..plan.serving_fields import Load, load_problem
+from ..plan.spec import StartupSettings
+from .common import usage_error
+from .options import (
+    AUTO, CPU_COUNT, AutoRepetitionsOption, BatchTimeoutOption, CompilationOption, CudnnAutotuneOption, DevicesOption,
+    IdleBaselineOption, LatencyBudgetOption, LayoutOption, MaxRepetitionsOption, PowerRateOption, ProfileOption,
+    QueriesOption, ScenarioOption, StrategyOption, TargetQpsOption, ThreadsOption, TimeBudgetOption,
+)
+
+# The load fields as the command line names them, for the load rules' messages.
+OPTION_NAMES = {"scenario": "--scenario", "target_qps": "--target-qps", "queries": "--queries",
+                "batch_timeout_ms": "--batch-timeout-ms"}
+
+
+def checked_load(mode: Mode, scenario: Optional[Scenario], target_qps: Optional[float], queries: Optional[int],
+                 batch_timeout_ms: Optional[float], latency_budget_ms: Optional[float] = None) -> Optional[Load]:
+    """The load the options ask for, or None for back-to-back batches; a usage error (exit 2) naming the option
+    where they cannot run."""
+    if scenario is None:
+        given = [name for name, value in (("--target-qps", target_qps), ("--queries", queries),
+                                          ("--batch-timeout-ms", batch_timeout_ms),
+                                          ("--latency-budget-ms", latency_budget_ms)) if value is not None]
+        if given:
+            raise usage_error(f"{given[0]} applies to a serving scenario: add --scenario (single_stream, server or "
+                              "offline) with --mode infer")
+        return None
+    load = Load(scenario, target_qps, queries or 0, batch_timeout_ms)
+    problem = load_problem(mode, load, OPTION_NAMES)
+    if problem:
+        raise usage_error(problem)
+    return load
+
+
+@dataclass(frozen=True)
+class Startup:
+    """What every runner fixes when it starts: --intra-op-threads, --inter-op-threads and --cudnn-autotune."""
+
+    cudnn_autotune: CudnnAutotuneOption = "off"
+    intra_op_threads: ThreadsOption = CPU_COUNT
+    inter_op_threads: ThreadsOption = CPU_COUNT
+
+    def settings(self) -> StartupSettings:
+        return StartupSettings(self.intra_op_threads, self.inter_op_threads, Switch(self.cudnn_autotune).value)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How the settings left unset are chosen: --profile, and --layout for image models."""
+
+    profile: ProfileOption = "equal"
+    layout: LayoutOption = None
+
+    def settings(self) -> dict[str, Any]:
+        return {"profile": self.profile, "layout": self.layout}
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How each runner executes the model: --compilation, --strategy (both per runner) and --devices."""
+
+    compilation: CompilationOption = field(default_factory=list)
+    strategy: StrategyOption = field(default_factory=list)
+    devices: DevicesOption = None
+
+    def settings(self) -> dict[str, Any]:
+        """The RunSpec fields this group sets; compilation and strategy are the request's, per runner."""
+        return {"devices": self.devices}
+
+
+@dataclass(frozen=True)
+class Power:
+    """Power telemetry: --power-rate-hz and --idle-baseline-s."""
+
+    power_rate_hz: PowerRateOption = 20.0
+    idle_baseline_s: IdleBaselineOption = 1.0
+
+    def settings(self) -> dict[str, Any]:
+        return {"power_rate_hz": self.power_rate_hz, "idle_baseline_s": self.idle_baseline_s}
+
+
+@dataclass(frozen=True)
+class ServingLoad:
+    """A serving scenario's load: --scenario, --target-qps, --queries, --batch-timeout-ms and --latency-budget-ms."""
+
+    scenario: ScenarioOption = None
+    target_qps: TargetQpsOption = None
+    queries: QueriesOption = None
+    batch_timeout_ms: BatchTimeoutOption = None
+    latency_budget_ms: LatencyBudgetOption = None
+
+    def load(self, mode: Mode) -> Optional[Load]:
+        """The load asked for, or None for back-to-back batches; a usage error naming the option that cannot run."""
+        return checked_load(mode, self.scenario, self.target_qps, self.queries, self.batch_timeout_ms,
+                            self.latency_budget_ms)
+
+    def settings(self, mode: Mode) -> dict[str, Any]:
+        """The RunSpec fields the load sets (none for back-to-back batches)."""
+        load = self.load(mode)
+        if load is None:
+            return {}
+        return {"scenario": load.scenario, "target_qps": load.target_qps, "query_count": load.query_count,
+                "batch_timeout_ms": load.batch_timeout_ms}
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """How many runs a verdict gets: --repetitions (auto or N), --max-repetitions and --time-budget-s."""
+
+    repetitions: AutoRepetitionsOption = AUTO
+    max_repetitions: MaxRepetitionsOption = DEFAULT_MAX_RUNS
+    time_budget_s: TimeBudgetOption = None
+
+    def repetitions_plan(self) -> Repetitions:
+        fixed = None if self.repetitions == AUTO else int(self.repetitions)
+        return Repetitions(fixed, self.max_repetitions, self.time_budget_s)
