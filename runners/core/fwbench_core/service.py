@@ -283,13 +283,7 @@ class RunnerService:
                 build_started_s = self._clock()
                 doing = "build()"
                 yield Progress(Phase.BUILD, 0, total)
-                if workload is not None:
-                    reused = workload.reuse(config)
-                    if not reused:
-                        self._free(workload)
-                        workload = None
-                if workload is None:
-                    workload = self.backend.build(config)
+                workload, reused = self._build(config, workload)
                 yield Resolved(config, workload.parameter_count)
                 doing = "a step"
                 steps = time_steps(workload, config, build_started_s=build_started_s,
@@ -303,12 +297,9 @@ class RunnerService:
             except Exception as exc:
                 # Keep only the text or a fresh error: the exception's traceback holds
                 # the tensors that filled the device, and they must go before the next run.
-                user_error = self.backend.user_error(exc)
-                if user_error is None and not self.backend.is_out_of_memory(exc):
-                    if config.model.source.built_in or isinstance(exc, RunnerError):
-                        raise
-                    user_error = plugin_failure(config.model, doing, exc)
-                out_of_memory = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                user_error, out_of_memory = self._failure_of(config, doing, exc)
+                if user_error is None and not out_of_memory:
+                    raise
             finally:
                 if keep and completed and config.reuse_key and not config.end_reuse:
                     # Kept whole: no collection or cache release, which the next run would only have to undo.
@@ -325,6 +316,28 @@ class RunnerService:
                 f"at batch_size {config.batch_size}, input_shape {shape}: {out_of_memory}; "
                 "try a smaller batch_size or input_shape"
             )
+
+    def _build(self, config: RunConfig, kept: Workload | None) -> tuple[Workload, bool]:
+        """The workload `config` runs, and whether it is `kept` reset for this run rather than a fresh build."""
+        if kept is not None:
+            if kept.reuse(config):
+                return kept, True
+            self._free(kept)
+        return self.backend.build(config), False
+
+    def _failure_of(self, config: RunConfig, doing: str, exc: Exception) -> tuple[Exception | None, str]:
+        """What a failed run reports: the user's error (a plug-in's failure while `doing` included), or the first line
+        of a device's out-of-memory error; neither for a built-in model's or the runner's own error, which is raised
+        as it is."""
+        user_error = self.backend.user_error(exc)
+        if user_error is not None:
+            return user_error, ""
+        if self.backend.is_out_of_memory(exc):
+            text = str(exc).strip()
+            return None, text.splitlines()[0] if text else type(exc).__name__
+        if config.model.source.built_in or isinstance(exc, RunnerError):
+            return None, ""
+        return plugin_failure(config.model, doing, exc), ""
 
 
 def _run_phase_after(event: object) -> str | None:
