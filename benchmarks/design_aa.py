@@ -10,13 +10,16 @@ same real noise with a known ratio) shows each design's power.
     .venvs/aggregator/bin/python benchmarks/design_aa.py collect --duet --swap-cores --out results/duet.csv
     # short windows on builds kept warm
     .venvs/aggregator/bin/python benchmarks/design_aa.py collect --min-measure-s 0.25 --reuse-builds --out results/w.csv
+    # on a shared host: another tenant busy in random bursts on one core beside the runs
+    .venvs/aggregator/bin/python benchmarks/design_aa.py collect --neighbour --out results/neighbour.csv
     # judge what was collected (reads the CSVs only; no runner needed), each collection design apart
     .venvs/aggregator/bin/python benchmarks/design_aa.py judge results/*.csv
     # the runs docs/verdict.md's table was measured on
     .venvs/aggregator/bin/python benchmarks/design_aa.py judge benchmarks/data/design-aa-2026-11-28/*.csv
 
-The CSV holds one row per round: the configuration, the framework, the pair (fresh instances), the round and both
-instances' run medians, so that a new design can be judged later on the same runs.
+The CSV holds one row per round: the configuration, the framework, the pair (fresh instances), the round, both
+instances' run medians and the CPU other processes kept busy over each run (a covariate, judged by CUPED where a
+collection recorded it), so that a new design can be judged later on the same runs.
 """
 
 from __future__ import annotations
@@ -59,7 +62,24 @@ GRID = (
 )
 FRAMEWORKS = ("torch", "tensorflow")
 COLUMNS = ("framework", "run_isolation", "design", "model", "mode", "batch_size", "shape", "pair", "round", "a_s",
-           "b_s", "pair_wall_s", "rounds_wall_s")
+           "b_s", "pair_wall_s", "rounds_wall_s", "a_other_cpu_cores", "b_other_cpu_cores")
+
+
+NEIGHBOUR = """
+import random, time
+rng = random.Random(0)
+while True:
+    busy_until = time.perf_counter() + rng.uniform(0.2, 3.0)
+    while time.perf_counter() < busy_until:
+        pass
+    time.sleep(rng.uniform(0.2, 4.0))
+"""
+
+
+def neighbour() -> subprocess.Popen:
+    """Another tenant: one core busy in bursts of 0.2-3 s with idle gaps of 0.2-4 s (seeded), the kind of load a
+    shared host gives and the runner's device state reads as other processes' CPU."""
+    return subprocess.Popen([sys.executable, "-c", NEIGHBOUR])
 
 
 def listening_pid(address: str) -> int:
@@ -99,14 +119,26 @@ def side_by_side(twins: dict[str, str], request, rounds: int, swap_cores: bool
 
 
 def collect(out: Path, pairs: int, rounds: int, frameworks: list[str], run_isolation: str, duet: bool,
-            min_measure_s: float, reuse_builds: bool, swap_cores: bool, first_pair: int) -> int:
+            min_measure_s: float, reuse_builds: bool, swap_cores: bool, first_pair: int, with_neighbour: bool) -> int:
     cores = os.cpu_count() or 1
     # Side by side, each instance gets half the cores; one after the other, all of them (the runners' default).
     threads = max(cores // 2, 1) if duet else cores
     startup = StartupSettings(run_isolation=run_isolation, intra_op_threads=threads, inter_op_threads=threads)
     design = (f"{'duet' if duet else 'rounds'}{' swapping cores' if swap_cores else ''} {min_measure_s:g}s"
-              f"{' reused' if reuse_builds else ''}")
+              f"{' reused' if reuse_builds else ''}{' neighbour' if with_neighbour else ''}")
     out.parent.mkdir(parents=True, exist_ok=True)
+    tenant = neighbour() if with_neighbour else None
+    try:
+        return _collect(out, pairs, rounds, frameworks, run_isolation, duet, reuse_builds, swap_cores, first_pair,
+                        startup, design, min_measure_s)
+    finally:
+        if tenant is not None:
+            tenant.kill()
+
+
+def _collect(out: Path, pairs: int, rounds: int, frameworks: list[str], run_isolation: str, duet: bool,
+             reuse_builds: bool, swap_cores: bool, first_pair: int, startup: StartupSettings, design: str,
+             min_measure_s: float) -> int:
     fresh = not out.exists()
     with out.open("a", newline="") as handle:
         writer = csv.writer(handle)
@@ -128,15 +160,17 @@ def collect(out: Path, pairs: int, rounds: int, frameworks: list[str], run_isola
                             return 1
                         twins = {"a": first[framework], "b": second[framework]}
                         measuring = time.perf_counter()
-                        _, medians, failures = (side_by_side(twins, request, rounds, swap_cores) if duet
-                                                else run_medians_by_runner(twins, EMBEDDED, request, rounds))
+                        results, medians, failures = (side_by_side(twins, request, rounds, swap_cores) if duet
+                                                      else run_medians_by_runner(twins, EMBEDDED, request, rounds))
                     if failures:
                         print(f"{framework} {model} {mode}: {failures[0].message[:120]}", file=sys.stderr)
                         continue
                     wall_s, rounds_wall_s = time.perf_counter() - began, time.perf_counter() - measuring
+                    other = other_cpu_by_runner(results)
                     for number, (a_s, b_s) in enumerate(zip(medians["a"], medians["b"])):
                         writer.writerow((framework, run_isolation, design, model, mode, batch, shape or "", pair,
-                                         number, a_s, b_s, f"{wall_s:.1f}", f"{rounds_wall_s:.1f}"))
+                                         number, a_s, b_s, f"{wall_s:.1f}", f"{rounds_wall_s:.1f}",
+                                         other["a"][number], other["b"][number]))
                     handle.flush()
                     print(f"{design} pair {pair} {framework:<10} {model:<15} {mode:<5} b{batch}: {wall_s:5.0f} s "
                           f"({rounds_wall_s:.0f} s of rounds), a/b "
@@ -145,6 +179,34 @@ def collect(out: Path, pairs: int, rounds: int, frameworks: list[str], run_isola
 
 
 ANALYSES = ("welch", "paired")
+# Judged where the runs carry the covariate (collections since 2026-11-29 afternoon): Welch on CUPED-adjusted runs.
+COVARIATE = "covariate"
+
+
+def other_cpu_by_runner(results) -> dict[str, list[float]]:
+    """Each instance's covariate per run, in repetition order: the CPU other processes kept busy over the run (in
+    cores; on a VM the hypervisor's steal time counts), as the runner's device state read it; NaN where unread."""
+    by_runner: dict[str, list[float]] = {}
+    for result in sorted(results, key=lambda r: r.repetition):
+        after = result.summary.device_after
+        by_runner.setdefault(result.runner, []).append(
+            after.other_cpu_busy_cores if after.HasField("other_cpu_busy_cores") else math.nan)
+    return by_runner
+
+
+def adjusted_by_covariate(a: np.ndarray, b: np.ndarray, xa: np.ndarray, xb: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray, float]:
+    """CUPED on log run medians: each run less theta times its covariate's distance from the comparison's mean, theta
+    the slope within instances (pooled), so that a run made while the host was busier counts as it would have at the
+    mean load. Also the within-instance correlation, what the adjustment can remove (r squared of the variance)."""
+    ya, yb = np.log(a), np.log(b)
+    dx = np.concatenate([xa - xa.mean(), xb - xb.mean()])
+    dy = np.concatenate([ya - ya.mean(), yb - yb.mean()])
+    spread = float(dx @ dx)
+    theta = float(dx @ dy) / spread if spread > 0 else 0.0
+    r = float(dx @ dy) / math.sqrt(spread * float(dy @ dy)) if spread > 0 and dy @ dy > 0 else 0.0
+    mean_x = float(np.concatenate([xa, xb]).mean())
+    return np.exp(ya - theta * (xa - mean_x)), np.exp(yb - theta * (xb - mean_x)), r
 
 
 def fixed(analysis: str, a: np.ndarray, b: np.ndarray) -> stats.Comparison:
@@ -181,6 +243,21 @@ def judged(runs: pd.DataFrame, plant: float, fixed_runs: list[int], max_runs: in
         row[f"{analysis} auto: wrong"] = aa.outcome == "different"
         row[f"{analysis} auto: found"] = planted.outcome == "different" and planted.comparison.slower == "b"
         row[f"{analysis} auto: runs"] = aa.runs
+    covariates = [pd.to_numeric(runs.get(f"{name}_other_cpu_cores", pd.Series(dtype=float)), errors="coerce")
+                  .to_numpy(float) for name in ("a", "b")]
+    if all(x.size == a.size and not np.isnan(x).any() for x in covariates):
+        xa, xb = covariates
+        for n in fixed_runs:
+            if a.size < n:
+                continue
+            ca, cb, r = adjusted_by_covariate(a[:n], b[:n], xa[:n], xb[:n])
+            pa, pb_, _ = adjusted_by_covariate(a[:n], b[:n] * plant, xa[:n], xb[:n])
+            aa, planted = fixed("welch", ca, cb), fixed("welch", pa, pb_)
+            row[f"covariate {n}: resolves"] = aa.resolvable
+            row[f"covariate {n}: wrong"] = aa.significant
+            row[f"covariate {n}: found"] = planted.significant and planted.slower == "b"
+            row[f"covariate {n}: runs"] = n
+            row[f"covariate {n}: r"] = r
     return row
 
 
@@ -197,7 +274,7 @@ def judge(paths: list[Path], plant: float, fixed_runs: list[int], max_runs: int)
           f"{'median runs':>11} {'median wall s':>13}")
     for (design, isolation), mine in table.groupby(["design", "run_isolation"], sort=False):
         collected = f"{design}{' ' + isolation if isolation else ''}"
-        for analysis in ANALYSES:
+        for analysis in (*ANALYSES, COVARIATE):
             for n in [*(str(n) for n in fixed_runs), "auto"]:
                 if f"{analysis} {n}: resolves" not in mine:
                     continue
@@ -211,6 +288,12 @@ def judge(paths: list[Path], plant: float, fixed_runs: list[int], max_runs: int)
             narrower = mine["welch 8: resolves"] / mine["paired 8: resolves"]
             print(f"{collected:<20} paired over Welch at 8 runs: intervals narrower by a median "
                   f"{narrower.median():.2f}x (range {narrower.min():.2f}x to {narrower.max():.2f}x)")
+        if "covariate 8: resolves" in mine and mine["covariate 8: resolves"].notna().any():
+            narrower = mine["welch 8: resolves"] / mine["covariate 8: resolves"]
+            print(f"{collected:<20} covariate over Welch at 8 runs: intervals narrower by a median "
+                  f"{narrower.median():.2f}x (range {narrower.min():.2f}x to {narrower.max():.2f}x); run medians' "
+                  f"correlation with other processes' CPU within instances: median r {mine['covariate 8: r'].median():+.2f} "
+                  f"(range {mine['covariate 8: r'].min():+.2f} to {mine['covariate 8: r'].max():+.2f})")
         print_process_offsets(frame[(frame["design"] == design) & (frame["run_isolation"] == isolation)],
                               keys[:-1])
     return 0
@@ -260,6 +343,8 @@ def main() -> int:
                         help="each run's shortest measured window")
     gather.add_argument("--reuse-builds", action="store_true",
                         help="every run of an instance steps one build, kept warm between runs")
+    gather.add_argument("--neighbour", action="store_true",
+                        help="another tenant beside the runs: one core busy in random bursts (a shared host)")
     read = commands.add_parser("judge", help="judge collected runs under every design")
     read.add_argument("csv", type=Path, nargs="+")
     read.add_argument("--plant", type=float, default=1.10, help="b's run medians times this: a known difference")
@@ -271,7 +356,7 @@ def main() -> int:
         parser.error("--swap-cores pins the two instances of a duet: give --duet too")
     if args.command == "collect":
         return collect(args.out, args.pairs, args.rounds, args.frameworks.split(","), args.run_isolation, args.duet,
-                       args.min_measure_s, args.reuse_builds, args.swap_cores, args.first_pair)
+                       args.min_measure_s, args.reuse_builds, args.swap_cores, args.first_pair, args.neighbour)
     return judge(args.csv, args.plant, [int(n) for n in args.fixed_runs.split(",")], args.max_repetitions)
 
 
