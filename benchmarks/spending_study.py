@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,14 +113,15 @@ def variants() -> list[Variant]:
     return found
 
 
-def study(model: list[ConfigNoise], variant: Variant, procedures: int, seed: int, offsets: str) -> dict:
+def study(model: list[ConfigNoise], variant: Variant, procedures: int, seed: int, offsets: str,
+          planted: tuple[float, ...] = PLANTED) -> dict:
     """One variant over every configuration alike: A/A and each planted ratio on the same draws."""
     rounds = variant.plan.max_runs
     row: dict = {"offsets": offsets, "variant": variant.name}
     per_config = procedures // len(model)
     wrong_by_config, aa_runs, aa_resolves, aa_equivalent = [], [], [], []
-    found = {ratio: [] for ratio in PLANTED}
-    found_runs = {ratio: [] for ratio in PLANTED}
+    found = {ratio: [] for ratio in planted}
+    found_runs = {ratio: [] for ratio in planted}
     for index, config in enumerate(model):
         rng = np.random.default_rng([seed, index])
         log_a, log_b = draw(config, rng, per_config, rounds, offsets)
@@ -129,7 +131,7 @@ def study(model: list[ConfigNoise], variant: Variant, procedures: int, seed: int
         aa_runs.append(runs)
         aa_resolves.append(resolvable)
         aa_equivalent.append(outcome == "equivalent")
-        for ratio in PLANTED:
+        for ratio in planted:
             outcome, runs, seen, _ = sequential.simulate(variant.plan, a, b * ratio)
             found[ratio].append((outcome == "different") & (seen > 1.0))
             found_runs[ratio].append(runs)
@@ -138,7 +140,7 @@ def study(model: list[ConfigNoise], variant: Variant, procedures: int, seed: int
     row["A/A equivalent"] = float(np.mean(np.concatenate(aa_equivalent)))
     row["A/A resolves (median)"] = float(np.median(np.concatenate(aa_resolves)))
     row["A/A runs (mean)"] = float(np.mean(np.concatenate(aa_runs)))
-    for ratio in PLANTED:
+    for ratio in planted:
         row[f"{ratio - 1:.0%} found"] = float(np.mean(np.concatenate(found[ratio])))
         row[f"{ratio - 1:.0%} runs (mean)"] = float(np.mean(np.concatenate(found_runs[ratio])))
     return row
@@ -151,7 +153,13 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--offsets", default=",".join(OFFSETS),
                         help=f"where processes' offsets fall, comma-separated: {', '.join(OFFSETS)}")
+    parser.add_argument("--planted", default=",".join(f"{p:g}" for p in PLANTED),
+                        help="b's runs times each of these, comma-separated ratios above 1: the differences each "
+                             "variant should find, and how many runs it takes")
     args = parser.parse_args()
+    planted = tuple(float(p) for p in args.planted.split(",") if re.fullmatch(r"\d+(\.\d*)?", p) and float(p) > 1)
+    if len(planted) != len(args.planted.split(",")):
+        parser.error(f"--planted {args.planted!r}: accepted: comma-separated ratios above 1, e.g. 1.05,1.5")
     offsets = args.offsets.split(",")
     unknown = sorted(set(offsets) - set(OFFSETS))
     if unknown:
@@ -161,8 +169,9 @@ def main() -> int:
     print(f"noise: {len(model)} configurations from {args.runs.name}; process offsets' spread (two processes' "
           f"difference) median {np.median([c.offset_sd for c in model]):.1%}, largest "
           f"{max(c.offset_sd for c in model):.1%}; {args.procedures} procedures per variant, planted "
-          + ", ".join(f"{p - 1:.0%}" for p in PLANTED))
-    table = pd.DataFrame([study(model, v, args.procedures, args.seed, where) for where in offsets for v in variants()])
+          + ", ".join(f"{p - 1:.0%}" for p in planted))
+    table = pd.DataFrame([study(model, v, args.procedures, args.seed, where, planted)
+                          for where in offsets for v in variants()])
     percent = [c for c in table if c.endswith(("wrong", "config", "equivalent", "found", "(median)"))]
     shown = table.copy()
     for column in percent:
