@@ -9,9 +9,12 @@ blocks of two consecutive rounds drawn at random into as many rounds as the budg
 round and outlier runs come along as they were measured. It then gives the two instances an offset of their own,
 drawn from the spread that fresh pairs of that configuration showed beyond their rounds' noise
 (design_aa.process_offsets): a process's offset is what an A/A comparison of one pair of processes cannot tell from a
-difference. A difference is planted by multiplying b's runs.
+difference: once per instance, afresh every few rounds (a worker process kept for a block), or afresh every run. A
+difference is planted by multiplying b's runs.
 
     .venvs/aggregator/bin/python benchmarks/spending_study.py [--procedures 20000] [--seed 1]
+    .venvs/aggregator/bin/python benchmarks/spending_study.py --runs benchmarks/data/design-aa-2026-11-29/rounds-thread-afternoon.csv \
+        --offsets none,"per 2 rounds" --planted 1.1,1.5
 """
 
 from __future__ import annotations
@@ -63,8 +66,10 @@ def noise_model(frame: pd.DataFrame) -> list[ConfigNoise]:
 
 
 # Where a process's offset falls: nowhere (the runs' own noise only), once per instance for all its runs (today's
-# runners keep one process: thread isolation), or afresh for every run (a fresh worker process per run).
-OFFSETS = ("none", "per instance", "per run")
+# runners keep one process: thread isolation), afresh for every block of a few rounds (a worker process kept for a
+# block), or afresh for every run (a fresh worker process per run).
+PER_BLOCK = {"per 4 rounds": 4, "per 2 rounds": 2, "per run": 1}
+OFFSETS = ("none", "per instance", *PER_BLOCK)
 
 
 def draw(config: ConfigNoise, rng: np.random.Generator, procedures: int, rounds: int, offsets: str
@@ -84,10 +89,13 @@ def draw(config: ConfigNoise, rng: np.random.Generator, procedures: int, rounds:
         b[mine] = pair[picked, 1 - columns]
     if offsets == "per instance":
         b += rng.normal(0.0, config.offset_sd, size=(procedures, 1))
-    elif offsets == "per run":
-        # offset_sd is the spread of two processes' difference: each process's own is 1/sqrt(2) of it.
-        a += rng.normal(0.0, config.offset_sd / math.sqrt(2), size=a.shape)
-        b += rng.normal(0.0, config.offset_sd / math.sqrt(2), size=b.shape)
+    elif offsets in PER_BLOCK:
+        # offset_sd is the spread of two processes' difference: each process's own is 1/sqrt(2) of it. A process
+        # serves PER_BLOCK[offsets] rounds, then a fresh one takes over with an offset of its own.
+        length = PER_BLOCK[offsets]
+        for runs in (a, b):
+            drawn = rng.normal(0.0, config.offset_sd / math.sqrt(2), size=(procedures, math.ceil(rounds / length)))
+            runs += np.repeat(drawn, length, axis=1)[:, :rounds]
     return a, b
 
 
