@@ -332,9 +332,10 @@ def main() -> int:
     gather.add_argument("--rounds", type=int, default=8)
     gather.add_argument("--first-pair", type=int, default=0, help="the first pair's number, to add pairs to a CSV")
     gather.add_argument("--frameworks", default=",".join(FRAMEWORKS))
-    gather.add_argument("--run-isolation", default="", choices=("", "thread", "process"),
+    gather.add_argument("--run-isolation", default="", choices=("", *(i.value for i in plan.RunIsolation)),
                         help="each runner's --run-isolation: 'process' runs every run in a fresh worker process, so "
-                             "that a process's offset is sampled by every run; default: the runner's own")
+                             "that a process's offset is sampled by every run, 'process-per-2-runs' every 2 runs; "
+                             "default: the runner's own")
     gather.add_argument("--duet", action="store_true",
                         help="run each round's two runs at the same time, each instance on half the cores")
     gather.add_argument("--swap-cores", action="store_true",

@@ -114,7 +114,7 @@ def test_a_third_framework_runs_through_the_cli_with_no_other_edit(tmp_path, fak
 def test_runs_each_in_a_fresh_process_are_stored_so_and_never_pooled_with_runs_in_the_runners_own(tmp_path,
                                                                                                    fake_framework):
     store = tmp_path / "store"
-    for isolation in ("process", "thread"):
+    for isolation in ("process", "thread", "process-per-2-runs"):
         done = fwbench("compare", "--frameworks", "fake", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1",
                        "--steps", "3", "--repetitions", "3", "--run-isolation", isolation, "--store", str(store),
                        "--out", str(tmp_path / isolation), env=fake_framework)
@@ -123,13 +123,14 @@ def test_runs_each_in_a_fresh_process_are_stored_so_and_never_pooled_with_runs_i
         assert set(summary["run_isolation"]) == {isolation} and "run_isolation=" + isolation in summary["runner_options"][0]
     stored = ResultStore(store)
     table = comparison_rows(stored.load("summary"), stored.load("steps"))
-    assert set(table["runner"]) == {"fake (run isolation process)", "fake (run isolation thread)"}
+    assert set(table["runner"]) == {"fake (run isolation process)", "fake (run isolation thread)",
+                                    "fake (run isolation process-per-2-runs)"}
     assert (table["runs"] == 3).all()
     refused = fwbench("compare", "--runner", "fake=127.0.0.1:1", "--run-isolation", "process", env=fake_framework)
     assert refused.returncode == 2 and "a runner given with --runner runs as it was started" in " ".join(
         refused.stderr.split()), refused.stderr
     unknown = fwbench("compare", "--run-isolation", "fork", env=fake_framework)
-    assert unknown.returncode == 2 and "accepted values: thread, process, process-on-gpu" in " ".join(
+    assert unknown.returncode == 2 and "accepted values: thread, process, process-on-gpu, process-per-2-runs" in " ".join(
         unknown.stderr.split()), unknown.stderr
 
 

@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -22,7 +23,7 @@ from fwbench_aggregator.run import launch
 from fwbench_core.backend import MemoryReading
 from fwbench_core.errors import REASON_KEY, Cancelled, InvalidArgument, RunnerError, reason_for, status_for
 from fwbench_core.fake import FakeBackend, FakeWorkload
-from fwbench_core.isolation import RunIsolation
+from fwbench_core.isolation import BlockWorker, RunIsolation
 from fwbench_core.service import RunnerService
 from fwbench_core.choices import DeviceKind, Mode, Phase
 from fwbench_core.spec import DeviceRef, RunRequest
@@ -94,10 +95,28 @@ def assert_device_free(service: RunnerService) -> None:
         (RunIsolation.PROCESS, DeviceKind.CPU, True),
         (RunIsolation.PROCESS_ON_GPU, DeviceKind.GPU, True),
         (RunIsolation.PROCESS_ON_GPU, DeviceKind.CPU, False),
+        (RunIsolation.PROCESS_PER_2_RUNS, DeviceKind.CPU, True),
+        (RunIsolation.PROCESS_PER_2_RUNS, DeviceKind.GPU, True),
     ],
 )
 def test_which_runs_get_a_worker(isolation, kind, expected):
     assert isolation.in_worker(DeviceRef(kind, 0)) is expected
+
+
+def test_a_worker_serves_two_cpu_runs_and_a_gpu_run_alone():
+    # An idle worker between a GPU's runs would keep device memory from the runner measured next.
+    assert RunIsolation.PROCESS_PER_2_RUNS.runs_per_worker(DeviceRef(DeviceKind.CPU, 0)) == 2
+    assert RunIsolation.PROCESS_PER_2_RUNS.runs_per_worker(DeviceRef(DeviceKind.GPU, 0)) == 1
+    assert RunIsolation.PROCESS.runs_per_worker(DeviceRef(DeviceKind.CPU, 0)) == 1
+
+
+class FailingBatchBackend(PidBackend):
+    """PidBackend whose build fails for batch size 3: a run that ends its worker's block early."""
+
+    def build(self, config):
+        if config.batch_size == 3:
+            raise ZeroDivisionError("a failed build")
+        return super().build(config)
 
 
 def test_every_run_gets_a_fresh_process_and_the_same_events_as_in_process():
@@ -109,6 +128,39 @@ def test_every_run_gets_a_fresh_process_and_the_same_events_as_in_process():
     for events in worker_events:
         assert [type(e) for e in events] == [type(e) for e in thread_events]
         assert [e for e in events if isinstance(e, Progress)] == [e for e in thread_events if isinstance(e, Progress)]
+
+
+def test_a_worker_serves_a_block_of_two_runs_then_a_fresh_one_takes_over():
+    service = RunnerService(PidBackend(), isolation=RunIsolation.PROCESS_PER_2_RUNS, make_backend=PidBackend)
+    pids = [list(service.run(small(), lambda: False))[-1].peak_memory.bytes for _ in range(5)]
+    assert os.getpid() not in pids
+    assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4] and pids[0] != pids[4]
+    assert service.info.options["run_isolation"] == "process-per-2-runs"
+
+
+def test_a_run_that_fails_ends_its_block_and_the_next_run_starts_a_fresh_one():
+    service = RunnerService(FailingBatchBackend(), isolation=RunIsolation.PROCESS_PER_2_RUNS,
+                            make_backend=FailingBatchBackend)
+    first = list(service.run(small(), lambda: False))[-1].peak_memory.bytes
+    with pytest.raises(RunnerError, match="a failed build"):
+        list(service.run(small(batch_size=3), lambda: False))
+    after = [list(service.run(small(), lambda: False))[-1].peak_memory.bytes for _ in range(2)]
+    assert after[0] == after[1] != first  # a fresh block of two
+
+
+def _pids(count: int, stop) -> Iterator[int]:
+    for _ in range(count):
+        yield os.getpid()
+
+
+def test_a_run_that_finds_the_block_worker_busy_gets_a_fresh_worker_of_its_own():
+    block = BlockWorker()
+    first = block.stream(2, _pids, (2,), lambda: False)
+    kept = next(first)  # the block's worker is busy with this run
+    assert list(block.stream(2, _pids, (1,), lambda: False)) != [kept]
+    assert list(first) == [kept]
+    assert list(block.stream(2, _pids, (1,), lambda: False)) == [kept]  # the block's second run
+    assert list(block.stream(2, _pids, (1,), lambda: False)) != [kept]  # and a fresh block after it
 
 
 def test_describe_reports_the_isolation():
@@ -361,7 +413,7 @@ def recording_ensure_initialized(self):
 
 context.Context.ensure_initialized = recording_ensure_initialized
 
-from fwbench_core.isolation import RunIsolation
+from fwbench_core.isolation import BlockWorker, RunIsolation
 from fwbench_core.service import RunnerService
 from fwbench_core.spec import RunnerSettings
 from fwbench_tensorflow.backend import TensorFlowBackend

@@ -268,8 +268,9 @@ AllowDifferentModelsOption = Annotated[bool, typer.Option(
 RunIsolationOption = Annotated[Optional[str], typer.Option(
     callback=_choice(plan.RunIsolation, "run isolation"), metavar=_metavar(plan.RunIsolation),
     help="where the runners fwbench starts execute each run: in their own process (thread), a fresh process per run "
-    "(process: each run samples a process's own offset, so the verdict accounts for it; docs/verdict.md), or fresh "
-    "for GPU runs only. Default: each runner's own (thread for torch and JAX, process-on-gpu for TensorFlow)")]
+    "(process: each run samples a process's own offset, so the verdict accounts for it; docs/verdict.md), a worker "
+    "process for every 2 CPU runs (process-per-2-runs: the offsets sampled at half the starts), or fresh for GPU runs "
+    "only. Default: each runner's own (thread for torch and JAX, process-on-gpu for TensorFlow)")]
 VenvsOption = Annotated[Optional[Path], typer.Option(
     help="folder holding the embedded runners' environments (default: $FWBENCH_VENVS or .venvs)")]
 

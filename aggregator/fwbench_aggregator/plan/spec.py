@@ -55,8 +55,10 @@ MAX_RUNS = 100_000
 
 
 # Where a runner executes each run (its --run-isolation; fwbench_core.isolation.RunIsolation, held equal by
-# tests/test_frameworks.py): in its own process, in a fresh process per run, or fresh for GPU runs only.
-RunIsolation = enum.Enum("RunIsolation", [(name, name) for name in ("thread", "process", "process-on-gpu")], type=str)
+# tests/test_frameworks.py): in its own process, in a fresh process per run, fresh for GPU runs only, or a worker
+# process for every 2 CPU runs.
+RunIsolation = enum.Enum("RunIsolation", [(name, name) for name in ("thread", "process", "process-on-gpu",
+                                                                     "process-per-2-runs")], type=str)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Running work apart from the gRPC handler that streams it: on the runner's framework thread; in a fresh worker
 process, one run, so that every byte of device memory it took goes back to the device when the worker exits
-(TensorFlow's allocator never gives memory back while its process lives); or in a worker process kept for a
-plug-in's calls, so that its code never runs in the runner's process."""
+(TensorFlow's allocator never gives memory back while its process lives); in a worker process kept for a block of
+runs, so that a process's own offset is sampled every few runs; or in a worker process kept for a plug-in's calls, so
+that its code never runs in the runner's process."""
 
 from __future__ import annotations
 
@@ -42,10 +43,17 @@ class RunIsolation(enum.Enum):
     THREAD = "thread"                  # every run in the runner's own process, on its framework thread
     PROCESS = "process"                # every run in a fresh worker process
     PROCESS_ON_GPU = "process-on-gpu"  # GPU runs in a fresh worker process, CPU runs in the runner's process
+    PROCESS_PER_2_RUNS = "process-per-2-runs"  # CPU runs: a worker process serves 2 runs, then a fresh one takes over
 
     def in_worker(self, device: DeviceRef) -> bool:
-        """Whether a run on `device` gets a fresh worker process."""
-        return self is RunIsolation.PROCESS or (self is RunIsolation.PROCESS_ON_GPU and device.kind is DeviceKind.GPU)
+        """Whether a run on `device` runs in a worker process."""
+        return (self in (RunIsolation.PROCESS, RunIsolation.PROCESS_PER_2_RUNS)
+                or (self is RunIsolation.PROCESS_ON_GPU and device.kind is DeviceKind.GPU))
+
+    def runs_per_worker(self, device: DeviceRef) -> int:
+        """How many runs on `device` one worker process serves before a fresh one takes over. A GPU run's worker
+        never waits for a next run: idle, it would keep device memory from the runner measured next."""
+        return 2 if self is RunIsolation.PROCESS_PER_2_RUNS and device.kind is DeviceKind.CPU else 1
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,43 @@ def stream_from_worker(
         yield from worker.stream(work, args, cancelled, watch)
     finally:
         worker.close()
+
+
+class BlockWorker:
+    """A worker process kept for a block of runs, then replaced by a fresh one: every block samples a process's own
+    offset (its memory layout, where its threads run), which runs within one process share, at a fraction of the
+    starts a fresh process per run costs. A run that finds it busy (two devices' runs at once) gets a fresh worker of
+    its own; a run that does not end cleanly has ended it (WorkerProcess), and the next run starts a fresh block."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # held by the run that uses the kept worker
+        self._worker: WorkerProcess | None = None
+        self._served = 0
+
+    def stream(self, runs: int, work: Callable[..., Iterator[T]], args: tuple[Any, ...],
+               cancelled: Callable[[], bool]) -> Iterator[T]:
+        """`work(*args, stop)` in the block's worker, the block `runs` runs long (1: a fresh worker, as
+        stream_from_worker)."""
+        if runs <= 1 or not self._lock.acquire(blocking=False):
+            yield from stream_from_worker(work, args, cancelled)
+            return
+        try:
+            if self._worker is None or not self._worker.reusable or self._served >= runs:
+                self._end_block()
+                self._worker = WorkerProcess()
+            self._served += 1
+            try:
+                yield from self._worker.stream(work, args, cancelled)
+            finally:
+                if self._served >= runs:  # ended now, so that no idle process outlives its block
+                    self._end_block()
+        finally:
+            self._lock.release()
+
+    def _end_block(self) -> None:
+        if self._worker is not None:
+            worker, self._worker, self._served = self._worker, None, 0
+            worker.close()
 
 
 class WorkerProcess:

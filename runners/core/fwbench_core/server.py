@@ -203,7 +203,8 @@ def _parser(default_isolation: RunIsolation) -> argparse.ArgumentParser:
     parser.add_argument(
         "--run-isolation", choices=[i.value for i in RunIsolation], default=default_isolation.value,
         help="where a run executes: 'thread' in this process; 'process' in a fresh worker process per run, whose "
-        "exit gives all its device memory back; 'process-on-gpu' a fresh process for GPU runs only "
+        "exit gives all its device memory back; 'process-on-gpu' a fresh process for GPU runs only; "
+        "'process-per-2-runs' a worker process for every 2 CPU runs (GPU runs: a fresh one each) "
         f"(default for this runner: {default_isolation.value})",
     )
     parser.add_argument(

@@ -20,7 +20,7 @@ from .catalog import Catalog, load_catalog
 from .device_state import DeviceStateReader
 from .distributed import run_distributed
 from .errors import Cancelled, FailedPrecondition, OutOfMemory, RunnerError
-from .isolation import RunIsolation, Watch, stream_from_worker, stream_on_thread
+from .isolation import BlockWorker, RunIsolation, Watch, stream_on_thread
 from .plugin_worker import PluginWorkers
 from .plugin_modules import builder_file
 from .plugins import PLUGIN_LIMIT_S, PluginLocation
@@ -98,6 +98,7 @@ class RunnerService:
         self.catalog: Catalog = load_catalog(backend.models, plugins, plugin_limit_s)
         self.plugin_limit_s = plugin_limit_s
         self._plugin_workers = PluginWorkers()
+        self._block_worker = BlockWorker()
         self._clock = clock
         self._locks = DeviceLocks()
         self.work_limit = WorkLimit(max_queued_requests, self._locks.held)
@@ -231,7 +232,8 @@ class RunnerService:
                         yield from worker.stream(_run_in_worker, (self._make_backend, config, total), cancelled,
                                                  self._watch(config.model, _run_phase_after))
                 elif self.isolation.in_worker(config.device.ref):
-                    yield from stream_from_worker(_run_in_worker, (self._make_backend, config, total), cancelled)
+                    yield from self._block_worker.stream(self.isolation.runs_per_worker(config.device.ref),
+                                                         _run_in_worker, (self._make_backend, config, total), cancelled)
                 else:
                     run = lambda stop: self._run_locked(config, total, stop, keep=True)  # noqa: E731
                     yield from stream_on_thread(self._framework, run, cancelled)
