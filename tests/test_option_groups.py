@@ -103,11 +103,13 @@ def test_the_setting_groups_build_the_run_compare_built_itself():
     assert startup.settings() == StartupSettings(2, 1, "on")
     profile, execution = Profile("native", "channels_first"), Execution(["torch=compiled"], [], "cpu:0,cpu:1")
     load = ServingLoad(scenario=Scenario.server, target_qps=50.0, queries=400, batch_timeout_ms=2.0)
-    spec = ModelOnDevice().spec(Mode.infer, 4, **profile.settings(), **execution.settings(), **Power(0.0, 0.5).settings(),
-                                **load.settings(Mode.infer), **Measurement(stable_window=7).settings())
+    spec = ModelOnDevice().spec(Mode.infer, 4, **profile.settings(), **execution.settings(),
+                                **Power(0.0, 0.5).settings(), **load.settings(Mode.infer),
+                                **Measurement(stable_window=7).settings())
     assert (spec.profile, spec.layout, spec.devices) == ("native", "channels_first", "cpu:0,cpu:1")
     assert (spec.power_rate_hz, spec.idle_baseline_s, spec.stable_window) == (0.0, 0.5, 7)
-    assert (spec.scenario, spec.target_qps, spec.query_count, spec.batch_timeout_ms) == (Scenario.server, 50.0, 400, 2.0)
+    load_fields = (spec.scenario, spec.target_qps, spec.query_count, spec.batch_timeout_ms)
+    assert load_fields == (Scenario.server, 50.0, 400, 2.0)
     assert ServingLoad().settings(Mode.train) == {}  # back-to-back batches
     with pytest.raises(typer.Exit):  # the load's rules: a target rate without a scenario
         ServingLoad(target_qps=5.0).load(Mode.infer)
@@ -136,4 +138,5 @@ def test_an_option_a_group_declares_comes_from_that_group_in_every_command():
         declared = inspect.signature(getattr(command.callback, "__wrapped__", command.callback), eval_str=True)
         own = {parameter.name for parameter in declared.parameters.values()
                if not dataclasses.is_dataclass(parameter.annotation)}
-        assert own & grouped <= OWN_MEANING.get(name, set()), (name, sorted(own & grouped - OWN_MEANING.get(name, set())))
+        allowed = OWN_MEANING.get(name, set())
+        assert own & grouped <= allowed, (name, sorted(own & grouped - allowed))

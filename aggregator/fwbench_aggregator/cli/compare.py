@@ -70,7 +70,8 @@ def compare(
         raise usage_error("give one device with --device or several with --devices, not both")
     spec = workload.spec(
         mode, batch_size, seed=seed, startup=startup.settings(), distributed_timeout_s=distributed_timeout_s,
-        **profile.settings(), **execution.settings(), **measurement.settings(), **power.settings(), **serving.settings(mode),
+        **profile.settings(), **execution.settings(), **measurement.settings(), **power.settings(),
+        **serving.settings(mode),
     )
     problem = store is None and store_path_problem(out / "store")  # the default store, checked as --store is
     if problem:
