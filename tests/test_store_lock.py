@@ -149,6 +149,7 @@ def test_a_run_another_writer_stored_first_is_kept_and_said(tmp_path, fake_addre
 
 
 @pytest.mark.slow
+@pytest.mark.quiet  # the second sweep waits 30 s at most: beside other sweeps holding the CPU's lock it gave up
 def test_two_identical_sweeps_at_once_both_end_cleanly_and_keep_every_run(tmp_path, fake_address):
     path = tmp_path / "sweep.yaml"
     path.write_text("runners: [first]\nmodels: [resnet18]\nmodes: [infer]\nbatch_sizes: [1, 2, 4]\nshapes: [3x32x32]\n"

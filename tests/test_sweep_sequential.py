@@ -75,6 +75,7 @@ def test_a_clear_point_stops_at_the_first_look_and_a_close_one_runs_on(tmp_path,
 
 
 @pytest.mark.slow
+@pytest.mark.quiet  # a 0.01 s budget: a first round that waits for another sweep's CPU lock never starts
 def test_a_time_budget_that_runs_out_leaves_points_unresolved_and_keeps_their_runs(tmp_path, fast_and_slow):
     done = _sweep(tmp_path, fast_and_slow, "time_budget_s: 0.01\n")
     assert done.returncode == 0, done.stdout + done.stderr
