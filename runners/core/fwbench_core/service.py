@@ -285,7 +285,13 @@ class RunnerService:
                 build_started_s = self._clock()
                 doing = "build()"
                 yield Progress(Phase.BUILD, 0, total)
-                workload, reused = self._build(config, workload)
+                if workload is not None:
+                    reused = workload.reuse(config)
+                    if not reused:
+                        self._free(workload)
+                        workload = None
+                if workload is None:
+                    workload = self.backend.build(config)
                 yield Resolved(config, workload.parameter_count)
                 doing = "a step"
                 steps = time_steps(workload, config, build_started_s=build_started_s,
@@ -318,14 +324,6 @@ class RunnerService:
                 f"at batch_size {config.batch_size}, input_shape {shape}: {out_of_memory}; "
                 "try a smaller batch_size or input_shape"
             )
-
-    def _build(self, config: RunConfig, kept: Workload | None) -> tuple[Workload, bool]:
-        """The workload `config` runs, and whether it is `kept` reset for this run rather than a fresh build."""
-        if kept is not None:
-            if kept.reuse(config):
-                return kept, True
-            self._free(kept)
-        return self.backend.build(config), False
 
     def _failure_of(self, config: RunConfig, doing: str, exc: Exception) -> tuple[Exception | None, str]:
         """What a failed run reports: the user's error (a plug-in's failure while `doing` included), or the first line
