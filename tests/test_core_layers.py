@@ -25,7 +25,7 @@ FLOORS = {
     "models and inputs": {"declaration", "plugin_modules", "plugin_checks", "plugins", "builtin", "registry",
                           "catalog", "references", "decoding", "streams", "access", "sysinfo", "isolation"},
     "measurement": {"power", "device_state", "backend", "onnx_runtime", "serving", "timing", "telemetry", "placement",
-                    "validation", "apart", "plugin_worker", "distributed", "admission"},
+                    "validation", "apart", "plugin_worker", "distributed", "admission", "run_path"},
     "service": {"service"},
     "wire": {"wire", "wire_events"},
     "server": {"server", "healthcheck", "fake"},

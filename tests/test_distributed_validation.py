@@ -137,3 +137,9 @@ def test_malformed_clusters_are_invalid_naming_the_field(bad, field):
 def test_distributed_timeout_is_bounded(timeout_s):
     req = request(devices=(cpu(0), cpu(1)), distributed_timeout_s=timeout_s)
     assert "distributed_timeout_s must be between 1 and 3600" in expect_error(InvalidArgument, req, **TORCH_LIKE)
+
+
+def test_a_distributed_run_names_no_process_block():
+    # Each rank already runs in a worker process of its own.
+    message = expect_error(InvalidArgument, request(devices=(cpu(0), cpu(1)), process_block="k0"), **TORCH_LIKE)
+    assert message.startswith("process_block applies to single-device runs")

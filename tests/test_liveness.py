@@ -291,17 +291,30 @@ def test_sigterm_keeps_finished_runs_and_stops_the_runners(tmp_path, command):
     assert_all_end(runners, f"the runners of `fwbench {command}` ended by SIGTERM")
 
 
-def test_a_runner_killed_mid_run_takes_its_worker_process_with_it(tmp_path):
+def descendants(pid: int) -> list[int]:
+    found, frontier = [], [pid]
+    while frontier:
+        frontier = [child for parent in frontier for child in children(parent)]
+        found += frontier
+    return found
+
+
+@pytest.mark.parametrize("flags, request_fields", [
+    (["--run-isolation", "process"], {}),
+    # A process block's worker is forked from a server the runner started: its runner's grandchild.
+    ([], {"process_block": "block-1", "reuse_key": "block-1", "continue_reuse": True}),
+], ids=["a fresh process per run", "a process block"])
+def test_a_runner_killed_mid_run_takes_its_worker_process_with_it(tmp_path, flags, request_fields):
     # A step far longer than the worker may outlive its runner: the worker sends nothing meanwhile, so it
     # cannot learn from a broken pipe that the runner is gone.
     step_s = str(4 * GONE_WITHIN_S)
-    with slow_fake(tmp_path, "--run-isolation", "process", step_s=step_s) as runner, \
+    with slow_fake(tmp_path, *flags, step_s=step_s) as runner, \
             grpc.insecure_channel(runner.address) as channel:
-        call = pb_grpc.RunnerStub(channel).Run(long_run(), timeout=120)
+        call = pb_grpc.RunnerStub(channel).Run(long_run(**request_fields), timeout=120)
         for event in call:
             if event.WhichOneof("event") == "config":
                 break  # the worker has built the model and is in its first step
-        spawned = children(runner.process.pid)
+        spawned = descendants(runner.process.pid)
         assert any(b"multiprocessing" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in spawned), spawned
         runner.process.kill()
         runner.process.wait()

@@ -7,6 +7,7 @@ measurement settings alone; anything else, a failure or a cancellation frees it 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 from pathlib import Path
@@ -158,10 +159,53 @@ def test_other_work_on_the_framework_thread_frees_the_kept_workload():
     assert backend.workloads[0].closed == 1
 
 
+def test_a_window_steps_the_kept_workload_on_as_it_is_with_nothing_restored():
+    backend = RecordingBackend()
+    service = RunnerService(backend)
+    first = summary_of(service, small(reuse_key="w", continue_reuse=True))
+    backend.workloads[0].reuse = lambda config: pytest.fail("a window restores nothing")
+    second = summary_of(service, small(reuse_key="w", continue_reuse=True, measured_steps=3))
+    assert len(backend.workloads) == 1 and backend.workloads[0].closed == 0
+    assert (first.build_continued, second.build_continued) == (False, True)
+    assert (first.build_reused, second.build_reused) == (False, True) and not second.first_step_traced
+    # Its steps go on from the first window's: nothing restarted.
+    assert backend.workloads[0].steps_taken == (first.warmup_steps_run + first.measured_steps
+                                                 + second.warmup_steps_run + second.measured_steps)
+
+
+def test_a_window_with_nothing_to_continue_warms_its_fresh_build_up_by_the_default_rule_first():
+    service = RunnerService(RecordingBackend())
+    first = summary_of(service, small(reuse_key="w", continue_reuse=True, warmup_steps=1))
+    later = summary_of(service, small(reuse_key="w", continue_reuse=True, warmup_steps=1))
+    # Until stable (the last 5 steps within 5%, at most 50 more), as a run that asks no warm-up would.
+    assert 5 <= first.warmup_steps_run <= 1 + 50
+    assert later.warmup_steps_run == 1
+
+
+def test_a_window_at_another_batch_size_restarts_the_kept_workload():
+    backend = RecordingBackend()
+    service = RunnerService(backend)
+    summary_of(service, small(batch_size=1, reuse_key="w", continue_reuse=True))
+    other = summary_of(service, small(batch_size=2, reuse_key="w", continue_reuse=True))
+    assert len(backend.workloads) == 1 and other.build_reused and not other.build_continued
+    assert backend.workloads[0].steps_taken == other.warmup_steps_run + other.measured_steps
+
+
+def test_a_window_needs_a_reuse_key():
+    message = expect_error(InvalidArgument, request(continue_reuse=True))
+    assert "continue_reuse" in message and "reuse_key" in message
+
+
 @pytest.mark.parametrize("key", ["x" * (MAX_REUSE_KEY_LENGTH + 1), "tab\there", "caf\u00e9"], ids=["long", "control", "non-ascii"])
 def test_a_reuse_key_must_be_short_printable_ascii(key):
     message = expect_error(InvalidArgument, request(reuse_key=key))
     assert message.startswith("reuse_key ") and f"at most {MAX_REUSE_KEY_LENGTH} characters" in message
+
+
+@pytest.mark.parametrize("key", ["x" * (MAX_REUSE_KEY_LENGTH + 1), "new\nline"], ids=["long", "control"])
+def test_a_process_block_must_be_short_printable_ascii(key):
+    message = expect_error(InvalidArgument, request(process_block=key))
+    assert message.startswith("process_block ") and "empty runs as the runner's run isolation says" in message
 
 
 def test_reuse_over_grpc_reports_it_in_the_summary():
@@ -179,6 +223,9 @@ def test_reuse_over_grpc_reports_it_in_the_summary():
                 return list(stub.Run(request, timeout=30))[-1].summary
 
             assert [run(b, reuse_key="chain").build_reused for b in (1, 2)] == [False, True]
+            windows = [run(2, reuse_key="window", continue_reuse=True) for _ in range(2)]
+            assert [w.build_continued for w in windows] == [False, True]
+            assert {w.process_id for w in windows} == {os.getpid()}  # this test's process serves the runner
             with pytest.raises(grpc.RpcError) as info:
                 run(1, reuse_key="\n")
             assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "reuse_key" in info.value.details()

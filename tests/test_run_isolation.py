@@ -148,6 +148,57 @@ def test_a_run_that_fails_ends_its_block_and_the_next_run_starts_a_fresh_one():
     assert after[0] == after[1] != first  # a fresh block of two
 
 
+def blocked(**overrides) -> RunRequest:
+    """A window of a process block: its build kept and continued under the block's name."""
+    block = overrides.pop("block")
+    return small(process_block=block, reuse_key=block, continue_reuse=True, **overrides)
+
+
+def pid_of(service: RunnerService, run: RunRequest) -> int:
+    summary = list(service.run(run, lambda: False))[-1]
+    assert summary.process_id == summary.peak_memory.bytes  # the summary names the process that stepped
+    return summary.process_id
+
+
+def test_windows_of_one_process_block_share_a_worker_and_each_block_gets_a_fresh_one():
+    service = RunnerService(PidBackend(), make_backend=PidBackend)
+    first = [pid_of(service, blocked(block="k0")) for _ in range(3)]
+    second = [pid_of(service, blocked(block="k1")) for _ in range(2)]
+    alone = pid_of(service, small())
+    assert len(set(first)) == 1 and len(set(second)) == 1 and first[0] != second[0]
+    assert os.getpid() not in (*first, *second) and alone == os.getpid()  # a run outside blocks: the runner's thread
+
+
+def test_a_blocks_last_window_ends_its_worker():
+    service = RunnerService(PidBackend(), make_backend=PidBackend)
+    pids = [pid_of(service, blocked(block="k0", end_reuse=last)) for last in (False, True)]
+    again = pid_of(service, blocked(block="k0"))
+    assert pids[0] == pids[1] != again
+    assert not os.path.exists(f"/proc/{pids[0]}") or open(f"/proc/{pids[0]}/stat").read().split()[2] == "Z"
+
+
+def test_a_block_worker_is_forked_from_a_server_that_imported_the_backend_once():
+    service = RunnerService(PidBackend(), make_backend=PidBackend)
+    worker = pid_of(service, blocked(block="k0"))
+    parent = int(open(f"/proc/{worker}/stat").read().rsplit(")", 1)[1].split()[1])
+    server = open(f"/proc/{parent}/cmdline", "rb").read()
+    assert parent != os.getpid() and b"forkserver" in server and PidBackend.__module__.encode() in server
+
+
+def test_a_runner_that_starts_no_worker_processes_refuses_a_process_block():
+    with pytest.raises(RunnerError, match="cannot start worker processes") as info:
+        list(RunnerService(PidBackend()).run(blocked(block="k0"), lambda: False))
+    assert status_for(info.value)[0].name == "FAILED_PRECONDITION"
+
+
+def test_a_window_that_fails_ends_its_block():
+    service = RunnerService(FailingBatchBackend(), make_backend=FailingBatchBackend)
+    first = pid_of(service, blocked(block="k0"))
+    with pytest.raises(RunnerError, match="a failed build"):
+        list(service.run(blocked(block="k0", batch_size=3, model="mobilenet_v2"), lambda: False))  # a build: fails
+    assert pid_of(service, blocked(block="k0")) != first
+
+
 def _pids(count: int, stop) -> Iterator[int]:
     for _ in range(count):
         yield os.getpid()

@@ -9,7 +9,8 @@ import pytest
 from fwbench_core.device_state import DeviceStateReader
 from fwbench_core.errors import Busy, Cancelled, OutOfMemory
 from fwbench_core.fake import FakeBackend
-from fwbench_core.service import Resolved, RunnerService
+from fwbench_core.run_path import Resolved
+from fwbench_core.service import RunnerService
 from fwbench_core.choices import DeviceKind, Phase
 from fwbench_core.spec import DeviceRef
 from fwbench_core.timing import Progress, StepBatch, Summary
@@ -133,10 +134,10 @@ class ConstantPowerSource:
 
 
 def test_power_samples_stream_with_phases_and_the_summary_has_energy(monkeypatch):
-    import fwbench_core.service as service_module
+    import fwbench_core.run_path as run_path_module
     from fwbench_core.telemetry import PowerBatch
 
-    monkeypatch.setattr(service_module, "source_for", lambda ref, nvml: ConstantPowerSource(None))
+    monkeypatch.setattr(run_path_module, "source_for", lambda ref, nvml: ConstantPowerSource(None))
     service = RunnerService(FakeBackend(step_time_s=0.005))
     run = request(warmup_steps=2, measured_steps=40, min_measure_s=1.2, idle_baseline_s=0.6)
     events = list(service.run(run, lambda: False))
@@ -213,11 +214,11 @@ class RecordingReader(DeviceStateReader):
 
 
 def test_a_scenario_run_measures_energy_per_real_sample_padding_excluded(monkeypatch):
-    import fwbench_core.service as service_module
+    import fwbench_core.run_path as run_path_module
     from fwbench_core.choices import Scenario
     from fwbench_core.spec import Serving
 
-    monkeypatch.setattr(service_module, "source_for", lambda ref, nvml: ConstantPowerSource(None))
+    monkeypatch.setattr(run_path_module, "source_for", lambda ref, nvml: ConstantPowerSource(None))
     service = RunnerService(FakeBackend(step_time_s=0.005))
     # Queries arrive ~10 ms apart and a batch of 2 starts at once (no timeout): most steps serve one, padded.
     serving = Serving(Scenario.SERVER, target_qps=100.0, query_count=150, arrival_seed=3)

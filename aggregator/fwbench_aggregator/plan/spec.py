@@ -114,6 +114,10 @@ class RunSpec:
     # end_reuse marks the chain's last run, after which the runner frees it. "": a fresh build.
     reuse_key: str = ""
     end_reuse: bool = False
+    # A window of an interleaved block (app.blocks): continue the build kept under reuse_key as the last window left
+    # it, in the worker process of the block named process_block (RunRequest.continue_reuse, process_block).
+    continue_reuse: bool = False
+    process_block: str = ""
     # Inference under a scenario (RunRequest.serving); None: back-to-back batches. query_count 0 and arrival_seed 0
     # leave the runner's defaults (its query count; the run's seed).
     scenario: Optional[Scenario] = None
@@ -143,6 +147,8 @@ class RunSpec:
             inter_op_threads=self.startup.inter_op_threads,
             reuse_key=self.reuse_key,
             end_reuse=self.end_reuse,
+            continue_reuse=self.continue_reuse,
+            process_block=self.process_block,
         )
         if self.layout:
             request.layout = from_text(pb.Layout, self.layout.value)

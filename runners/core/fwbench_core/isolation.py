@@ -149,13 +149,71 @@ class BlockWorker:
             worker.close()
 
 
+class ProcessBlocks:
+    """The worker process of the current process block (RunRequest.process_block): runs naming the block run in it,
+    one after another; a run naming another block ends it and starts a fresh one, and the block's run with end_reuse
+    ends it once done. A CPU block's worker is forked from a server process that imported `preload` (the framework)
+    once, so that a block costs a fork and a build rather than an interpreter and an import; a GPU block's is spawned,
+    as a CUDA context must never be forked. A run that finds the block's worker busy (runs on two devices at once)
+    gets a fresh worker of its own, and a run that does not end cleanly ends the block (WorkerProcess)."""
+
+    def __init__(self, preload: tuple[str, ...] = ()) -> None:
+        self._preload = preload
+        self._lock = threading.Lock()  # held by the run that uses the block's worker
+        self._block = ""
+        self._worker: WorkerProcess | None = None
+
+    def _context(self, device: DeviceRef):
+        if device.kind is DeviceKind.GPU:
+            return multiprocessing.get_context("spawn")
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(list(self._preload))  # read when the server starts, at the first fork
+        return context
+
+    def stream(self, block: str, ends: bool, device: DeviceRef, work: Callable[..., Iterator[T]],
+               args: tuple[Any, ...], cancelled: Callable[[], bool], watch: Watch | None = None) -> Iterator[T]:
+        """`work(*args, stop)` in block `block`'s worker; with `ends`, the block ends after it."""
+        if not self._lock.acquire(blocking=False):
+            worker = WorkerProcess(self._context(device))
+            try:
+                yield from worker.stream(work, args, cancelled, watch)
+            finally:
+                worker.close()
+            return
+        try:
+            if block != self._block or self._worker is None or not self._worker.reusable:
+                self._end()
+                self._block, self._worker = block, WorkerProcess(self._context(device))
+            try:
+                yield from self._worker.stream(work, args, cancelled, watch)
+            finally:
+                if ends:
+                    self._end()
+        finally:
+            self._lock.release()
+
+    def end(self) -> None:
+        """End the block's worker, if idle: a run outside any block ends the block before it runs."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._end()
+            finally:
+                self._lock.release()
+
+    def _end(self) -> None:
+        if self._worker is not None:
+            worker, self._worker, self._block = self._worker, None, ""
+            worker.close()
+
+
 class WorkerProcess:
     """A spawned worker process that makes one call after another, each streamed back: kept between the calls of one
     plug-in, it keeps its framework imported and its builds warm. A call that does not end cleanly (an error, a
     crash, a phase past its limit, a caller that stops listening) ends the process, and `reusable` turns false."""
 
-    def __init__(self) -> None:
-        context = multiprocessing.get_context("spawn")
+    def __init__(self, context=None) -> None:
+        """`context`: how the process starts (a multiprocessing context); default spawned afresh."""
+        context = context or multiprocessing.get_context("spawn")
         calls_reader, self._calls = context.Pipe(duplex=False)
         self._receiver, sender = context.Pipe(duplex=False)
         self._stop = context.Event()

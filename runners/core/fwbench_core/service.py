@@ -6,57 +6,39 @@ import functools
 import gc
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar, Union
+from typing import TypeVar
 
 from .admission import DEFAULT_MAX_QUEUED_REQUESTS, DeviceLocks, WorkLimit, lock_ref, wait_for
-from .apart import apart_phase_after, called_apart, plugin_failure
-from .backend import Backend, Workload
+from .apart import apart_phase_after, called_apart
+from .backend import Backend
 from .catalog import Catalog, load_catalog
 from .device_state import DeviceStateReader
 from .distributed import run_distributed
-from .errors import Cancelled, FailedPrecondition, OutOfMemory, RunnerError
-from .isolation import BlockWorker, RunIsolation, Watch, stream_on_thread
+from .errors import FailedPrecondition
+from .isolation import BlockWorker, ProcessBlocks, RunIsolation, Watch, stream_on_thread
 from .plugin_worker import PluginWorkers
 from .plugin_modules import builder_file
 from .plugins import PLUGIN_LIMIT_S, PluginLocation
-from .power import NvmlSession, PowerSampler, source_for
 from .references import ReferenceFolder, check_input_fits, check_name
+from .run_path import (
+    Resolved, RunEvent, RunPath, backend_in_worker, module_of, run_in_worker, run_phase_after, run_rank,
+)
 from .choices import DeviceKind, Phase, Precision
 from .spec import (
     DeviceRef, ModelConfig, ModelReport, ModelSpec, ReferenceReport, ReferenceRequest, RunConfig, RunnerInfo,
     RunRequest,
 )
-from .serving import QueryBatch
-from .telemetry import PowerBatch, RunTelemetry
-from .timing import Progress, StepBatch, Summary, time_steps
+from .timing import Progress
 from .validation import resolve, resolve_model_config, resolve_reference
 
 # Work that waits for the CPU (inspection, parity) gives up after this long: the aggregator's own deadline.
 CPU_WAIT_LIMIT_S = 600.0
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Resolved:
-    config: RunConfig
-    parameter_count: int
-
-
-@dataclass(frozen=True)
-class Kept:
-    """The workload of the last in-process run, kept for a next run under the same reuse key."""
-
-    workload: Workload
-    config: RunConfig
-
-
-RunEvent = Union[Resolved, Progress, StepBatch, QueryBatch, PowerBatch, Summary]
-
 
 
 class RunnerService:
@@ -82,8 +64,9 @@ class RunnerService:
         self.backend = backend
         self.isolation = isolation
         self._make_backend = make_backend
-        self._device_states = device_states
         self._references = references
+        # The run path of runs on the framework thread, and the workload it keeps between them.
+        self._runs = RunPath(backend, device_states, clock)
         # All framework work (builds, steps, inspection) runs on this one thread. PyTorch's OpenMP gives
         # every thread that runs ops its own worker team; with more workers than cores, libgomp spins
         # less and every op slows by about 20%, for good, once a second gRPC handler thread has run torch.
@@ -99,11 +82,9 @@ class RunnerService:
         self.plugin_limit_s = plugin_limit_s
         self._plugin_workers = PluginWorkers()
         self._block_worker = BlockWorker()
-        self._clock = clock
+        self._process_blocks = ProcessBlocks(preload=(module_of(make_backend),) if make_backend else ())
         self._locks = DeviceLocks()
         self.work_limit = WorkLimit(max_queued_requests, self._locks.held)
-        # Only the framework thread reads or sets it.
-        self._kept: Kept | None = None
 
     def precisions(self) -> list[Precision]:
         supported = set().union(*(self.backend.capabilities(d).precisions for d in self.info.devices))
@@ -152,7 +133,7 @@ class RunnerService:
             return getattr(self.backend, method)(*args)
         keep = not self.isolation.in_worker(DeviceRef(DeviceKind.CPU))
         with self._plugin_workers.worker_for(spec.source, keep) as worker:
-            return called_apart(worker, functools.partial(_backend_in_worker, self._make_backend), method, args,
+            return called_apart(worker, functools.partial(backend_in_worker, self._make_backend), method, args,
                                 cancelled, self._watch(spec, apart_phase_after(method)))
 
     def _reference_folder(self) -> ReferenceFolder:
@@ -182,22 +163,14 @@ class RunnerService:
         return self.on_cpu(lambda: self._user_code(config.model, "compare_reference", (config, arrays), cancelled),
                            cancelled)
 
-    def _telemetry(self, config: RunConfig) -> RunTelemetry:
-        """The run's power sampler and device-state reader, reading a GPU through one NVML session."""
-        ref = config.device.ref
-        nvml = NvmlSession(ref.index) if ref.kind is DeviceKind.GPU else None
-        sampler = None
-        if config.power_sample_rate_hz:
-            sampler = PowerSampler(source_for(ref, nvml), config.power_sample_rate_hz, clock=self._clock)
-        return RunTelemetry(sampler, self._device_states(ref, nvml=nvml), ref, self._clock)
-
     def check(self, request: RunRequest) -> RunConfig:
         """The run `request` asks for, every default resolved, or the error Run would refuse it with."""
         config = resolve(
             request, self.info.devices, self.backend.capabilities, self.catalog, self.backend.framework
         )
-        if config.distributed and self._make_backend is None:
-            raise FailedPrecondition("this runner cannot start worker processes: it runs no distributed strategy")
+        if (config.distributed or config.process_block) and self._make_backend is None:
+            raise FailedPrecondition("this runner cannot start worker processes: it runs no distributed strategy "
+                                     "and no process block")
         return config
 
     def run(self, request: RunRequest, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
@@ -218,180 +191,43 @@ class RunnerService:
                             queued = True
                         wait_for(lock, cancelled, f"run of {config.model.name} cancelled while waiting for {ref}")
                     taken.append(lock)
-                if not self.contained(config.model):
-                    self._plugin_workers.close_idle()
-                if config.distributed:
-                    workers = self.backend.worker_processes(config)
-                    for event in run_distributed(_run_rank, self._make_backend, config, workers, total, cancelled):
-                        yield replace(event, config=config) if isinstance(event, Resolved) else event
-                elif self.contained(config.model):
-                    # A workload kept in this process would share the device with the worker's run.
-                    self._framework.submit(self._drop_kept).result()
-                    keep = not self.isolation.in_worker(config.device.ref)
-                    with self._plugin_workers.worker_for(config.model.source, keep) as worker:
-                        yield from worker.stream(_run_in_worker, (self._make_backend, config, total), cancelled,
-                                                 self._watch(config.model, _run_phase_after))
-                elif self.isolation.in_worker(config.device.ref):
-                    yield from self._block_worker.stream(self.isolation.runs_per_worker(config.device.ref),
-                                                         _run_in_worker, (self._make_backend, config, total), cancelled)
-                else:
-                    run = lambda stop: self._run_locked(config, total, stop, keep=True)  # noqa: E731
-                    yield from stream_on_thread(self._framework, run, cancelled)
+                yield from self._execute(config, total, cancelled)
             finally:
                 for lock in taken:
                     lock.release()
 
-    def _free(self, workload: Workload | None) -> None:
-        """Close a workload and return its memory to the device."""
-        if workload is not None:
-            workload.close()
-        gc.collect()
-        self.backend.release_memory()
-
-    def _drop_kept(self) -> None:
-        if self._kept is not None:
-            workload, self._kept = self._kept.workload, None
-            self._free(workload)
+    def _execute(self, config: RunConfig, total: int, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
+        """The run where it executes: across worker processes (distributed), in its process block's worker, in a
+        plug-in's worker, in a worker process as the run isolation says, or on this process's framework thread."""
+        if config.process_block or not self.contained(config.model):
+            self._plugin_workers.close_idle()
+        if not config.process_block:
+            self._process_blocks.end()
+        if config.distributed:
+            workers = self.backend.worker_processes(config)
+            for event in run_distributed(run_rank, self._make_backend, config, workers, total, cancelled):
+                yield replace(event, config=config) if isinstance(event, Resolved) else event
+        elif config.process_block:
+            self._framework.submit(self._runs.drop_kept).result()
+            watch = self._watch(config.model, run_phase_after) if self.contained(config.model) else None
+            yield from self._process_blocks.stream(config.process_block, config.end_reuse, config.device.ref,
+                                                   run_in_worker, (self._make_backend, config, total, os.getpid()),
+                                                   cancelled, watch)
+        elif self.contained(config.model):
+            # A workload kept in this process would share the device with the worker's run.
+            self._framework.submit(self._runs.drop_kept).result()
+            keep = not self.isolation.in_worker(config.device.ref)
+            with self._plugin_workers.worker_for(config.model.source, keep) as worker:
+                yield from worker.stream(run_in_worker, (self._make_backend, config, total, os.getpid()), cancelled,
+                                         self._watch(config.model, run_phase_after))
+        elif self.isolation.in_worker(config.device.ref):
+            yield from self._block_worker.stream(self.isolation.runs_per_worker(config.device.ref), run_in_worker,
+                                                 (self._make_backend, config, total, os.getpid()), cancelled)
+        else:
+            run = lambda stop: self._runs.run(config, total, stop, keep=True)  # noqa: E731
+            yield from stream_on_thread(self._framework, run, cancelled)
 
     def _without_kept(self, work: Callable[[], T]) -> T:
         """Other work on the framework thread frees the kept workload first: it may reset framework state."""
-        self._drop_kept()
+        self._runs.drop_kept()
         return work()
-
-    def _take_kept(self, config: RunConfig) -> Workload | None:
-        """The kept workload where `config` may reuse it; any other is freed, before the run reads the device."""
-        if self._kept is not None and config.reuses(self._kept.config):
-            workload, self._kept = self._kept.workload, None
-            return workload
-        self._drop_kept()
-        return None
-
-    def _run_locked(
-        self, config: RunConfig, total: int, cancelled: Callable[[], bool], keep: bool = False
-    ) -> Iterator[RunEvent]:
-        """One run on this thread. With `keep` (an in-process single-device run) a run that completes under a
-        reuse key keeps its workload for the next run, and a run under the same key reuses the kept one."""
-        started_at_unix_s = time.time()
-        doing = "the idle baseline"
-        workload = self._take_kept(config)
-        reused = False
-        completed = False
-        out_of_memory = ""
-        user_error = None
-        telemetry = self._telemetry(config)
-        with telemetry:
-            try:
-                telemetry.idle_baseline(config.idle_baseline_s, cancelled)
-                build_started_s = self._clock()
-                doing = "build()"
-                yield Progress(Phase.BUILD, 0, total)
-                if workload is not None:
-                    reused = workload.reuse(config)
-                    if not reused:
-                        self._free(workload)
-                        workload = None
-                if workload is None:
-                    workload = self.backend.build(config)
-                yield Resolved(config, workload.parameter_count)
-                doing = "a step"
-                steps = time_steps(workload, config, build_started_s=build_started_s,
-                                   started_at_unix_s=started_at_unix_s, cancelled=cancelled, clock=self._clock)
-                for event in steps:
-                    if isinstance(event, Summary):
-                        event = replace(event, build_reused=reused, first_step_traced=workload.first_step_traces,
-                                        flags=(*event.flags, *workload.notes))
-                    yield from telemetry.around(event, config)
-                completed = True
-            except Exception as exc:
-                # Keep only the text or a fresh error: the exception's traceback holds
-                # the tensors that filled the device, and they must go before the next run.
-                user_error, out_of_memory = self._failure_of(config, doing, exc)
-                if user_error is None and not out_of_memory:
-                    raise
-            finally:
-                if keep and completed and config.reuse_key and not config.end_reuse:
-                    # Kept whole: no collection or cache release, which the next run would only have to undo.
-                    self._kept = Kept(workload, config)
-                else:
-                    self._free(workload)
-                workload = None
-        if user_error is not None:
-            raise user_error
-        if out_of_memory:
-            shape = "x".join(map(str, config.input_shape))
-            raise OutOfMemory(
-                f"out of memory on {config.device.ref} running {config.model.name} {config.mode.value} "
-                f"at batch_size {config.batch_size}, input_shape {shape}: {out_of_memory}; "
-                "try a smaller batch_size or input_shape"
-            )
-
-    def _failure_of(self, config: RunConfig, doing: str, exc: Exception) -> tuple[Exception | None, str]:
-        """What a failed run reports: the user's error (a plug-in's failure while `doing` included), or the first line
-        of a device's out-of-memory error; neither for a built-in model's or the runner's own error, which is raised
-        as it is."""
-        user_error = self.backend.user_error(exc)
-        if user_error is not None:
-            return user_error, ""
-        if self.backend.is_out_of_memory(exc):
-            text = str(exc).strip()
-            return None, text.splitlines()[0] if text else type(exc).__name__
-        if config.model.source.built_in or isinstance(exc, RunnerError):
-            return None, ""
-        return plugin_failure(config.model, doing, exc), ""
-
-
-def _run_phase_after(event: object) -> str | None:
-    """The phase of a plug-in's run that `event` starts: its build(), which must return within the limit; then
-    steps, which the run's own deadline bounds."""
-    if isinstance(event, Progress) and event.phase is Phase.BUILD:
-        return "build()"
-    return "" if isinstance(event, Resolved) else None
-
-
-def runner_device_states() -> Callable[..., DeviceStateReader]:
-    """How a worker process reads device state: the runner that spawned it is this run's own process too, so
-    its CPU time (streaming the run's events) is no other process's, and its GPU context is not another user."""
-    return functools.partial(DeviceStateReader, pid=os.getppid())
-
-
-def _run_rank(
-    make_backend: Callable[[], Backend], config: RunConfig, total: int, cancelled: Callable[[], bool]
-) -> Iterator[RunEvent]:
-    """One rank of a distributed run, in its worker process: the backend's process-wide preparation first, then
-    the very run path of an in-process run."""
-    backend = make_backend()
-    # Heard from once the framework is imported: the parent's silence limit then counts the rendezvous alone, not
-    # an import that takes seconds on a loaded host.
-    yield Progress(Phase.BUILD, 0, total)
-    backend.prepare_worker(config)
-    yield from RunnerService(backend, device_states=runner_device_states())._run_locked(config, total, cancelled)
-
-
-# A worker process's own service, made at its first call: a kept worker's later calls find its backend and its kept
-# build there.
-_service_in_worker: RunnerService | None = None
-
-
-def _worker_service(make_backend: Callable[[], Backend]) -> RunnerService:
-    global _service_in_worker
-    if _service_in_worker is None:
-        _service_in_worker = RunnerService(make_backend(), device_states=runner_device_states())
-    return _service_in_worker
-
-
-def _run_in_worker(
-    make_backend: Callable[[], Backend], config: RunConfig, total: int, cancelled: Callable[[], bool]
-) -> Iterator[RunEvent]:
-    """A worker process's run: the very run path of an in-process run, on the worker's service, whose build a next
-    run under the same reuse key may reuse. The worker's only thread does all its framework work."""
-    if cancelled():
-        raise Cancelled(f"run of {config.model.name} cancelled by the client before it started")
-    yield from _worker_service(make_backend)._run_locked(config, total, cancelled, keep=True)
-
-
-def _backend_in_worker(make_backend: Callable[[], Backend]) -> Backend:
-    """The worker's backend for a plug-in's inspection or parity work, its kept build freed first (that work may reset
-    framework state, as on the runner's framework thread)."""
-    service = _worker_service(make_backend)
-    service._drop_kept()
-    return service.backend

@@ -241,6 +241,8 @@ class RunRequest:
     end_reuse: bool = False  # the last run under reuse_key: free the workload afterwards
     profile: Profile | None = None
     serving: Serving | None = None  # None: back-to-back steps
+    continue_reuse: bool = False  # a window: step the kept workload as the last run left it
+    process_block: str = ""  # runs naming one block run in one worker process of their own; "": as isolation says
 
 
 @dataclass(frozen=True)
@@ -276,6 +278,8 @@ class RunConfig:
     profile: Profile = Profile.EQUAL
     tf32: Tf32 | None = None  # None: the device has no TF32
     serving: Serving | None = None  # None: back-to-back steps
+    continue_reuse: bool = False
+    process_block: str = ""
 
     @property
     def head(self) -> Head:
@@ -295,10 +299,13 @@ class RunConfig:
             batch_size=self.batch_size, warmup_steps=self.warmup_steps, measured_steps=self.measured_steps,
             warmup_until_stable=self.warmup_until_stable, min_measure_s=self.min_measure_s,
             power_sample_rate_hz=self.power_sample_rate_hz, idle_baseline_s=self.idle_baseline_s,
-            end_reuse=self.end_reuse, serving=self.serving,
+            end_reuse=self.end_reuse, serving=self.serving, continue_reuse=self.continue_reuse,
         )
         return replace(kept, **measurement) == self
 
+    def continues(self, kept: RunConfig) -> bool:
+        """Whether this run steps the kept workload as run `kept` left it: a window of one measurement."""
+        return self.continue_reuse and self.batch_size == kept.batch_size and self.reuses(kept)
     @property
     def run_devices(self) -> tuple[Device, ...]:
         return self.devices or (self.device,)

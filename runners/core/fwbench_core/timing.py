@@ -72,6 +72,8 @@ class Summary:
     build_reused: bool = False  # stepped a workload kept from the previous run (RunRequest.reuse_key)
     first_step_traced: bool = False  # the first step traced or compiled the step function for this input shape
     serving: ServingSummary | None = None  # set for a run under a scenario
+    build_continued: bool = False  # stepped the kept workload as the last run left it (RunRequest.continue_reuse)
+    process_id: int = 0  # the process that ran the steps
 
 
 def samples_processed(config: RunConfig, summary: Summary) -> int:

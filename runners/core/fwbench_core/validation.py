@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .catalog import Catalog
 from .errors import FailedPrecondition, InvalidArgument, did_you_mean, echoed
@@ -288,8 +288,10 @@ def resolve(
     steps = _resolve_steps(request)
     window = _resolve_window(request, distributed)
     return RunConfig(
-        reuse_key=resolve_reuse_key(request.reuse_key),
+        reuse_key=resolve_key("reuse_key", request.reuse_key),
         end_reuse=request.end_reuse,
+        continue_reuse=_continue_reuse(request),
+        process_block=_process_block(request, distributed),
         profile=profile,
         model=spec,
         mode=request.mode,
@@ -321,11 +323,33 @@ def resolve(
     )
 
 
-def resolve_reuse_key(key: str) -> str:
+def _continue_reuse(request: RunRequest) -> bool:
+    if request.continue_reuse and not request.reuse_key:
+        raise InvalidArgument("continue_reuse continues the workload kept under reuse_key: set reuse_key too")
+    return request.continue_reuse
+
+
+def _process_block(request: RunRequest, distributed: bool) -> str:
+    block = resolve_key("process_block", request.process_block)
+    if block and distributed:
+        raise InvalidArgument("process_block applies to single-device runs: every rank of a distributed run already "
+                              "runs in a worker process of its own; leave it empty")
+    return block
+
+
+def first_window(config: RunConfig) -> RunConfig:
+    """A window (continue_reuse) that found nothing to continue: its fresh build first warms up by the default rule,
+    until stable within DEFAULT_WARMUP_CAP_STEPS more steps, as a run with no warm-up asked would."""
+    return replace(config, warmup_steps=config.warmup_steps + DEFAULT_WARMUP_CAP_STEPS,
+                   warmup_until_stable=config.warmup_until_stable or DEFAULT_WARMUP_UNTIL_STABLE)
+
+
+def resolve_key(field_name: str, key: str) -> str:
     if len(key) > MAX_REUSE_KEY_LENGTH or not all(" " <= character <= "~" for character in key):
+        empty = "builds every run afresh" if field_name == "reuse_key" else "runs as the runner's run isolation says"
         raise InvalidArgument(
-            f"reuse_key {echoed(key)} is not accepted: printable ASCII (space to '~'), at most "
-            f"{MAX_REUSE_KEY_LENGTH} characters; empty builds every run afresh"
+            f"{field_name} {echoed(key)} is not accepted: printable ASCII (space to '~'), at most "
+            f"{MAX_REUSE_KEY_LENGTH} characters; empty {empty}"
         )
     return key
 

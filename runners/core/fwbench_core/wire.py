@@ -264,6 +264,8 @@ def run_request_from_wire(request: pb.RunRequest) -> RunRequest:
         end_reuse=request.end_reuse,
         profile=enum_from_wire(Profile, request.profile, "profile"),
         serving=_serving_from_wire(request),
+        continue_reuse=request.continue_reuse,
+        process_block=request.process_block,
     )
 
 

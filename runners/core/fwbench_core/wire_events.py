@@ -8,7 +8,7 @@ from fwbench.runner.v1 import runner_pb2 as pb
 from .backend import MemoryReading
 from .device_state import DeviceState
 from .power import EnergySummary, PowerPhase, PowerSample
-from .service import Resolved, RunEvent
+from .run_path import Resolved, RunEvent
 from .telemetry import PowerBatch
 from .serving import QueryBatch, ServingSummary
 from .spec import RunnerInfo
@@ -144,6 +144,8 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
             straggler_spread=event.straggler_spread,
             build_reused=event.build_reused,
             first_step_traced=event.first_step_traced,
+            build_continued=event.build_continued,
+            process_id=event.process_id,
         )
         _memory_to_wire(summary, event.peak_memory)
         if event.energy is not None:
