@@ -12,6 +12,8 @@ same real noise with a known ratio) shows each design's power.
     .venvs/aggregator/bin/python benchmarks/design_aa.py collect --min-measure-s 0.25 --reuse-builds --out results/w.csv
     # on a shared host: another tenant busy in random bursts on one core beside the runs
     .venvs/aggregator/bin/python benchmarks/design_aa.py collect --neighbour --out results/neighbour.csv
+    # interleaved process blocks (plan.design, compare's --design blocks): one row per block, its values per instance
+    .venvs/aggregator/bin/python benchmarks/design_aa.py collect --blocks --out results/blocks.csv
     # judge what was collected (reads the CSVs only; no runner needed), each collection design apart
     .venvs/aggregator/bin/python benchmarks/design_aa.py judge results/*.csv
     # the runs docs/verdict.md's table was measured on
@@ -19,7 +21,9 @@ same real noise with a known ratio) shows each design's power.
 
 The CSV holds one row per round: the configuration, the framework, the pair (fresh instances), the round, both
 instances' run medians and the CPU other processes kept busy over each run (a covariate, judged by CUPED where a
-collection recorded it), so that a new design can be judged later on the same runs.
+collection recorded it), so that a new design can be judged later on the same runs. A block design's row is a block:
+each instance's value there (the geometric mean of its windows' medians), its covariate the mean over its windows, and
+the processes it sampled.
 """
 
 from __future__ import annotations
@@ -45,7 +49,10 @@ from fwbench_aggregator.app.calibrate import run_medians_by_runner
 from fwbench_aggregator.base.vocabulary import Mode
 from fwbench_aggregator.plan import spec as plan
 from fwbench_aggregator.plan.spec import StartupSettings
+from fwbench_aggregator.app.blocks import run_blocks
 from fwbench_aggregator.app.medians import medians_by_runner
+from fwbench_aggregator.app.rounds import Repetitions
+from fwbench_aggregator.plan.design import BlockDesign
 from fwbench_aggregator.run import jobs
 from fwbench_aggregator.run.connection import EMBEDDED
 from fwbench_aggregator.run.launch import default_venvs
@@ -118,27 +125,56 @@ def side_by_side(twins: dict[str, str], request, rounds: int, swap_cores: bool
     return runs, medians, []
 
 
+def in_blocks(twins: dict[str, str], request, design: BlockDesign, count: int, prefix: str
+              ) -> tuple[list, dict[str, list[float]], list, dict[str, list[float]]]:
+    """`count` interleaved process blocks, as compare --design blocks runs them (app.blocks): each instance's value per
+    block (the geometric mean of its windows' medians) and its covariate there (the mean over its windows)."""
+    done = run_blocks(twins, {name: request for name in twins}, EMBEDDED, design, Repetitions(fixed=count), prefix,
+                      None, stats.MIN_EFFECT)
+    medians: dict[str, list[float]] = {name: [] for name in twins}
+    other: dict[str, list[float]] = {name: [] for name in twins}
+    for name in twins:
+        windows = [r for r in done.results if r.runner == name]
+        for block in dict.fromkeys(r.block.block for r in windows):
+            mine = [r for r in windows if r.block.block == block]
+            medians[name].append(stats.geometric_mean([r.summary.median_step_time_s for r in mine]))
+            other[name].append(float(np.mean(other_cpu_by_runner(mine)[name])))
+    return done.results, medians, done.failures, other
+
+
 def collect(out: Path, pairs: int, rounds: int, frameworks: list[str], run_isolation: str, duet: bool,
-            min_measure_s: float, reuse_builds: bool, swap_cores: bool, first_pair: int, with_neighbour: bool) -> int:
+            min_measure_s: float, reuse_builds: bool, swap_cores: bool, first_pair: int, with_neighbour: bool,
+            blocks: BlockDesign | None) -> int:
     cores = os.cpu_count() or 1
     # Side by side, each instance gets half the cores; one after the other, all of them (the runners' default).
     threads = max(cores // 2, 1) if duet else cores
     startup = StartupSettings(run_isolation=run_isolation, intra_op_threads=threads, inter_op_threads=threads)
-    design = (f"{'duet' if duet else 'rounds'}{' swapping cores' if swap_cores else ''} {min_measure_s:g}s"
-              f"{' reused' if reuse_builds else ''}{' neighbour' if with_neighbour else ''}")
+    if blocks:
+        design = f"{blocks.label} of {blocks.window_s:g}s"
+    else:
+        design = (f"{'duet' if duet else 'rounds'}{' swapping cores' if swap_cores else ''} {min_measure_s:g}s"
+                  f"{' reused' if reuse_builds else ''}")
+    design += " neighbour" if with_neighbour else ""
+
+    def measure(twins: dict[str, str], request, prefix: str):
+        if blocks:
+            return in_blocks(twins, request, blocks, rounds, prefix)
+        results, medians, failures = (side_by_side(twins, request, rounds, swap_cores) if duet
+                                      else run_medians_by_runner(twins, EMBEDDED, request, rounds))
+        return results, medians, failures, other_cpu_by_runner(results)
+
     out.parent.mkdir(parents=True, exist_ok=True)
     tenant = neighbour() if with_neighbour else None
     try:
-        return _collect(out, pairs, rounds, frameworks, run_isolation, duet, reuse_builds, swap_cores, first_pair,
-                        startup, design, min_measure_s)
+        return _collect(out, pairs, frameworks, run_isolation, reuse_builds, first_pair, startup, design,
+                        min_measure_s, measure)
     finally:
         if tenant is not None:
             tenant.kill()
 
 
-def _collect(out: Path, pairs: int, rounds: int, frameworks: list[str], run_isolation: str, duet: bool,
-             reuse_builds: bool, swap_cores: bool, first_pair: int, startup: StartupSettings, design: str,
-             min_measure_s: float) -> int:
+def _collect(out: Path, pairs: int, frameworks: list[str], run_isolation: str, reuse_builds: bool, first_pair: int,
+             startup: StartupSettings, design: str, min_measure_s: float, measure) -> int:
     fresh = not out.exists()
     with out.open("a", newline="") as handle:
         writer = csv.writer(handle)
@@ -160,13 +196,12 @@ def _collect(out: Path, pairs: int, rounds: int, frameworks: list[str], run_isol
                             return 1
                         twins = {"a": first[framework], "b": second[framework]}
                         measuring = time.perf_counter()
-                        results, medians, failures = (side_by_side(twins, request, rounds, swap_cores) if duet
-                                                      else run_medians_by_runner(twins, EMBEDDED, request, rounds))
+                        results, medians, failures, other = measure(twins, request,
+                                                                    f"aa-{pair}-{framework}-{model}-{mode}")
                     if failures:
                         print(f"{framework} {model} {mode}: {failures[0].message[:120]}", file=sys.stderr)
                         continue
                     wall_s, rounds_wall_s = time.perf_counter() - began, time.perf_counter() - measuring
-                    other = other_cpu_by_runner(results)
                     for number, (a_s, b_s) in enumerate(zip(medians["a"], medians["b"])):
                         writer.writerow((framework, run_isolation, design, model, mode, batch, shape or "", pair,
                                          number, a_s, b_s, f"{wall_s:.1f}", f"{rounds_wall_s:.1f}",
@@ -346,6 +381,10 @@ def main() -> int:
                         help="every run of an instance steps one build, kept warm between runs")
     gather.add_argument("--neighbour", action="store_true",
                         help="another tenant beside the runs: one core busy in random bursts (a shared host)")
+    gather.add_argument("--blocks", action="store_true",
+                        help="interleaved process blocks (compare --design blocks): --rounds blocks per comparison")
+    gather.add_argument("--block-windows", type=int, default=BlockDesign().windows, help="windows per runner a block")
+    gather.add_argument("--window-s", type=float, default=BlockDesign().window_s, help="each window's shortest")
     read = commands.add_parser("judge", help="judge collected runs under every design")
     read.add_argument("csv", type=Path, nargs="+")
     read.add_argument("--plant", type=float, default=1.10, help="b's run medians times this: a known difference")
@@ -356,8 +395,9 @@ def main() -> int:
     if args.command == "collect" and args.swap_cores and not args.duet:
         parser.error("--swap-cores pins the two instances of a duet: give --duet too")
     if args.command == "collect":
+        blocks = BlockDesign(args.block_windows, args.window_s) if args.blocks else None
         return collect(args.out, args.pairs, args.rounds, args.frameworks.split(","), args.run_isolation, args.duet,
-                       args.min_measure_s, args.reuse_builds, args.swap_cores, args.first_pair, args.neighbour)
+                       args.min_measure_s, args.reuse_builds, args.swap_cores, args.first_pair, args.neighbour, blocks)
     return judge(args.csv, args.plant, [int(n) for n in args.fixed_runs.split(",")], args.max_repetitions)
 
 

@@ -1,6 +1,7 @@
-"""Time to a verdict: each configuration of a grid compared twice, side by side in one run, with a fixed number of
-runs (6 per runner, the old default) and with `--repetitions auto` (rounds until the verdict is settled); prints each
-one's verdict, outcome, runs and wall time, then the totals: settled verdicts and time, auto against fixed.
+"""Time to a verdict: each configuration of a grid compared under each design, side by side in one run: a fixed number
+of runs (6 per runner, the old default), `--repetitions auto` (rounds until the verdict is settled) and, with
+`--designs fixed,auto,blocks`, interleaved process blocks under auto (compare's --design blocks); prints each one's
+verdict, outcome, runs (blocks for the block design) and wall time, then the totals against the fixed design.
 
 With --aa, the two runners are two instances of one framework (A/A): any "different" outcome is a false verdict,
 and the runs used and the smallest difference resolved say what auto costs where there is nothing to find.
@@ -24,6 +25,7 @@ from fwbench_aggregator.app.compare import CompareRequest, compare
 from fwbench_aggregator.app.rounds import Repetitions
 from fwbench_aggregator.app.runners import RunnerChoice
 from fwbench_aggregator.base.vocabulary import Mode, Precision
+from fwbench_aggregator.plan.design import BlockDesign
 from fwbench_aggregator.plan.spec import RunSpec
 from fwbench_aggregator.run.connection import EMBEDDED, Transport
 from fwbench_aggregator.run.launch import default_venvs
@@ -41,18 +43,22 @@ FIXED = 6
 
 
 def verdict_of(rows) -> tuple[str, str, int]:
-    """The non-fastest row's verdict and outcome (the first, with more than two runners), and the runs per runner."""
+    """The non-fastest row's verdict and outcome (the first, with more than two runners), and the runs per runner (the
+    blocks, under the block design)."""
     ran = rows[rows["status"] == "ok"]
+    units = ran["blocks"] if (ran["blocks"] > 0).all() else ran["runs"]
     judged = ran[ran["outcome"] != ""]
     if judged.empty:
-        return "no verdict", "", int(ran["runs"].min()) if len(ran) else 0
+        return "no verdict", "", int(units.min()) if len(ran) else 0
     row = judged.iloc[0]
-    return str(row["verdict"]), str(row["outcome"]), int(ran["runs"].min())
+    return str(row["verdict"]), str(row["outcome"]), int(units.min())
 
 
-def one(spec: RunSpec, choice: RunnerChoice, repetitions: Repetitions, out: Path) -> tuple[str, str, int, float]:
+def one(spec: RunSpec, choice: RunnerChoice, repetitions: Repetitions, design: BlockDesign | None, out: Path
+        ) -> tuple[str, str, int, float]:
     started = time.monotonic()
-    result = compare(CompareRequest(spec=spec, runners=choice, repetitions=repetitions, out=out, store=out / "store"))
+    result = compare(CompareRequest(spec=spec, runners=choice, repetitions=repetitions, design=design, out=out,
+                                    store=out / "store"))
     elapsed = time.monotonic() - started
     if result.rows.empty:
         return "failed: " + "; ".join(f.message for f in result.failures), "", 0, elapsed
@@ -70,9 +76,14 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--min-measure-s", type=float, default=1.0)
     parser.add_argument("--configurations", type=int, help="only the grid's first N")
+    parser.add_argument("--designs", default="fixed,auto", help="of fixed, auto and blocks, comma-separated")
+    parser.add_argument("--max-blocks", type=int, default=20, help="the block design's budget")
     args = parser.parse_args()
     grid = GRIDS[args.grid][: args.configurations]
-    totals = {"fixed": [0.0, 0, 0, 0], "auto": [0.0, 0, 0, 0]}  # seconds, settled, runs, false verdicts
+    every = {"fixed": (Repetitions(FIXED), None), "auto": (Repetitions(None, args.max_repetitions), None),
+             "blocks": (Repetitions(None, args.max_blocks), BlockDesign())}
+    chosen = args.designs.split(",")
+    totals = {name: [0.0, 0, 0, 0] for name in chosen}  # seconds, settled, runs, false verdicts
     with ExitStack() as stack, TemporaryDirectory() as scratch:
         transport: Transport = EMBEDDED
         if args.runner:
@@ -92,10 +103,11 @@ def main() -> int:
         for number, (model, mode, batch, shape) in enumerate(grid):
             spec = RunSpec(model, Mode(mode), batch, shape, Precision.fp32, warmup=args.warmup, steps=args.steps,
                            min_measure_s=args.min_measure_s)
-            designs = [("fixed", Repetitions(FIXED)), ("auto", Repetitions(None, args.max_repetitions))]
-            # Alternated, so that a host drifting over the study favours neither design.
-            for name, repetitions in designs if number % 2 == 0 else designs[::-1]:
-                verdict, outcome, runs, seconds = one(spec, choice, repetitions, Path(scratch) / f"{number}-{name}")
+            designs = [(name, *every[name]) for name in chosen]
+            # Alternated, so that a host drifting over the study favours no design.
+            for name, repetitions, design in designs if number % 2 == 0 else designs[::-1]:
+                verdict, outcome, runs, seconds = one(spec, choice, repetitions, design,
+                                                      Path(scratch) / f"{number}-{name}")
                 total = totals[name]
                 total[0] += seconds
                 total[1] += outcome in ("different", "equivalent")
@@ -107,9 +119,10 @@ def main() -> int:
     for name, (seconds, settled, runs, false) in totals.items():
         line = f"{name:<6} total {seconds:7.1f} s, {settled} of {len(grid)} settled, {runs} runs per runner in all"
         print(line + (f", {false} false verdicts (A/A)" if args.aa else ""))
-    fixed_s, auto_s = totals["fixed"][0], totals["auto"][0]
-    if fixed_s > 0:
-        print(f"auto / fixed time: {auto_s / fixed_s:.2f} ({1 - auto_s / fixed_s:.0%} of the fixed design's time saved)")
+    fixed_s = totals.get("fixed", [0.0])[0]
+    for name in (n for n in totals if n != "fixed" and fixed_s > 0):
+        ratio = totals[name][0] / fixed_s
+        print(f"{name} / fixed time: {ratio:.2f} ({1 - ratio:.0%} of the fixed design's time saved)")
     return 0
 
 

@@ -17,7 +17,7 @@ KEY_NAMES = {
     "intra_op_threads": "intra-op threads", "inter_op_threads": "inter-op threads", "model_hash": "model",
     "run_isolation": "run isolation",
     "device_name": "device", "warmup_steps": "warm-up", "measured_steps_asked": "steps", "min_measure_s": "window",
-    "seed": "seed",
+    "seed": "seed", "design": "design",
 }
 
 

@@ -15,6 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..plan.design import ROUNDS_LABEL
 from ..store.schema import (
     BUILT_IN, DEFAULT_PROFILE, COMPARISON_COLUMNS, CONFIG_COLUMNS, FLOOR_KEY_COLUMNS, INTEGER_COLUMNS,
     RUN_COLUMNS, SERIES_COLUMNS, SETTINGS_COLUMNS,
@@ -156,7 +157,10 @@ def comparison_rows(
     summary = labelled(keyed(with_status(summary)), CONFIG_COLUMNS)
     # Each run's row: its configuration, block and label (its runner and that runner's key within the block).
     summary["_row"] = summary.groupby([*CONFIG_COLUMNS, "group", "label"], sort=False).ngroup()
-    row_of = summary[[*RUN_COLUMNS, "_row"]].drop_duplicates(list(RUN_COLUMNS))
+    if "process_block" not in summary:
+        summary["process_block"] = ""
+    summary["process_block"] = summary["process_block"].fillna("").astype(str)
+    row_of = summary[[*RUN_COLUMNS, "_row", "process_block"]].drop_duplicates(list(RUN_COLUMNS))
     steps = normalised(steps)
     measured = steps[~steps["warmup"].astype(bool)] if "warmup" in steps else steps
     step_times = (
@@ -165,8 +169,7 @@ def comparison_rows(
         if "step_time_s" in measured else {}
     )
     runs_frame = run_values(summary, steps).merge(row_of, on=list(RUN_COLUMNS))
-    run_medians = {row: group["median_step_time_s"].to_numpy(dtype=float)
-                   for row, group in runs_frame.groupby("_row", sort=False)}
+    run_medians = {row: evidence_of(group) for row, group in runs_frame.groupby("_row", sort=False)}
     floors = noise_floors(normalised(calibration))
 
     rows = []
@@ -202,7 +205,8 @@ def _row(config_values: dict, batch_size: int, label: str, own: pd.DataFrame, st
     """One row: a runner's runs of one configuration that are alike (one block, one runner key), before judging."""
     ok, failed = own[own["status"] == "ok"], own[own["status"] != "ok"]
     row_id = own["_row"].iloc[0]  # `own` is grouped by what numbered the rows: one number
-    times, medians = step_times.get(row_id, np.array([])), run_medians.get(row_id, np.array([]))
+    times = step_times.get(row_id, np.array([]))
+    medians, units = run_medians.get(row_id, (np.array([]), ()))
     energy, power = _numbers(ok, "energy_per_sample_j"), _numbers(ok, "mean_power_w")
     row = {
         **config_values,
@@ -229,6 +233,9 @@ def _row(config_values: dict, batch_size: int, label: str, own: pd.DataFrame, st
         "model_source": str(_first(own.get("model_source", pd.Series(dtype=object)), BUILT_IN)),
         "model_hash": str(_first(own.get("model_hash", pd.Series(dtype=object)))),
         "_medians": medians,
+        "_units": units,
+        "blocks": len(units),
+        "design": _first(own.get("design", pd.Series(dtype=object)), ROUNDS_LABEL),
         "_alike": {column: own[column].iloc[0] for column in FLOOR_KEY_COLUMNS},  # one key a row
     }
     if len(ok) and medians.size:
@@ -245,6 +252,16 @@ def _row(config_values: dict, batch_size: int, label: str, own: pd.DataFrame, st
         row.update(status="failed", median_step_ms=math.nan, verdict=failure_verdict(row["error"]))
     row["ms_per_sample"] = row["median_step_ms"] / batch_size if batch_size else math.nan
     return row
+
+
+def evidence_of(runs: pd.DataFrame) -> tuple[np.ndarray, tuple[str, ...]]:
+    """A row's units of evidence, in the order they ran: its runs' medians; or, where its runs are windows of process
+    blocks (plan.design), each block's value, the geometric mean of its windows' medians, with the blocks' names."""
+    medians = runs["median_step_time_s"].astype(float)
+    if runs.empty or (runs["process_block"] == "").any():
+        return medians.to_numpy(), ()
+    values = np.exp(np.log(medians).groupby(runs["process_block"], sort=False).mean())
+    return values.to_numpy(), tuple(values.index)
 
 
 def _mark_source(block_rows: list[dict], runs: pd.DataFrame, checks: pd.DataFrame | None) -> None:
@@ -284,14 +301,27 @@ def judged(fastest: dict, row: dict, min_effect: float, floor: float) -> tuple[s
     (max_repetitions) are judged by its looks' levels (analyse.sequential), so that stopping early is paid for;
     a fixed number of runs by stats.compare."""
     budget = max(fastest["max_repetitions"], row["max_repetitions"])
+    fast, slow, paired = _evidence_pair(fastest, row)
+    unit = "block" if paired else "run"
     if budget:
         plan = SequentialPlan(max_runs=max(budget, stats.MIN_REPETITIONS), min_effect=min_effect, noise_floor=floor)
-        decision = look(plan, fastest["_medians"], row["_medians"], fastest["runner"], row["runner"])
+        decision = look(plan, fast, slow, fastest["runner"], row["runner"], paired=paired, unit=unit)
         return decision.verdict, decision.outcome, decision.comparison
-    c = stats.compare(fastest["runner"], fastest["_medians"], row["runner"], row["_medians"], min_effect=min_effect,
-                      noise_floor=floor)
+    c = stats.compare(fastest["runner"], fast, row["runner"], slow, min_effect=min_effect, noise_floor=floor,
+                      paired=paired, unit=unit)
     inside = c.enough_runs and 1 / (1 + c.threshold) < c.ci_low and c.ci_high < 1 + c.threshold
     return c.verdict, "different" if c.significant else "equivalent" if inside else "unresolved", c
+
+
+def _evidence_pair(fastest: dict, row: dict) -> tuple[np.ndarray, np.ndarray, bool]:
+    """What two rows are judged on: their runs, or where both are windows of process blocks the blocks both ran
+    in, block by block (the paired test: a block's drift and its processes' draw are common to its windows)."""
+    if not (fastest.get("_units") and row.get("_units")):
+        return fastest["_medians"], row["_medians"], False
+    theirs = dict(zip(row["_units"], row["_medians"]))
+    common = [(value, theirs[block]) for block, value in zip(fastest["_units"], fastest["_medians"]) if block in theirs]
+    fast, slow = (np.array(values, dtype=float) for values in zip(*common)) if common else (np.array([]),) * 2
+    return fast, slow, True
 
 
 def flagged_verdict(verdict: str, flagged: object, parity: object = "") -> str:

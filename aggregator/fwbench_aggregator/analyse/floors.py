@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
 
 from ..store.schema import CALIBRATION_COLUMNS, CONFIG_COLUMNS, FLOOR_KEY_COLUMNS
@@ -99,3 +101,41 @@ def config_floor(floors: dict[tuple, Floor], config: tuple, runs) -> Floor:
 def busy_floor_note(floor: Floor) -> str:
     """What a verdict judged with a flagged floor adds; "" for a quiet floor or none."""
     return f"; noise floor calibrated on a busy host ({floor.flagged})" if floor.flagged else ""
+
+
+class FloorPrecision(NamedTuple):
+    """How precisely A/A runs pin their noise floor (stats.noise_floor): the floor, the ends of its interval, and its
+    half-width over the floor (0.2: the floor is known within +-20% of itself)."""
+
+    floor: float
+    low: float
+    high: float
+
+    @property
+    def relative(self) -> float:
+        return (self.high - self.low) / 2 / self.floor if self.floor > 0 else math.inf
+
+
+def floor_precision(run_medians_a: Sequence[float], run_medians_b: Sequence[float]) -> FloorPrecision:
+    """The noise floor of two instances' runs (stats.compare's: the far end of the Welch interval on their log ratio,
+    the instances' offset plus t times the runs' spread over their number) and its own interval at stats.CONFIDENCE.
+
+    The floor's uncertainty is that of the runs' spread, the host's fact more runs pin down: the chi-square interval
+    of the pooled variance of the log run medians (scipy.stats.chi2, n_a + n_b - 2 degrees of freedom), carried
+    through the floor's formula with its offset and t held. (The floor's offset and t shrink as runs are added, at the
+    rate its whole sampling spread does, so an interval of the whole floor would never narrow relative to it.)"""
+    from scipy import stats as scipy_stats
+
+    a, b = np.asarray(run_medians_a, dtype=float), np.asarray(run_medians_b, dtype=float)
+    c = stats.compare("a", a, "b", b)
+    if not c.enough_runs:
+        raise ValueError(f"a floor needs {stats.MIN_REPETITIONS} runs per instance; got {a.size} and {b.size}")
+    floor = stats.noise_floor(c)
+    df = a.size + b.size - 2
+    spread = c.spread
+    if not spread > 0:
+        return FloorPrecision(floor, floor, floor)  # nothing varies: the floor is the offset alone
+    offset = math.log(c.ratio)
+    term = math.log1p(floor) - offset  # t times the spread over the runs: the part the spread scales
+    low, high = (term * math.sqrt(df / scipy_stats.chi2.ppf(q, df)) for q in (1 - stats.ALPHA / 2, stats.ALPHA / 2))
+    return FloorPrecision(floor, math.expm1(offset + low), math.expm1(offset + high))

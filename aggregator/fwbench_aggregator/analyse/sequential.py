@@ -239,7 +239,11 @@ class Decision:
     runs: int  # per runner, the smaller side's
     spread: float  # the runs' pooled spread, as stats.run_spread's (stats.paired_spread's where paired)
     plan: SequentialPlan
-    paired: bool = False  # judged by round (the paired test), as comparison.paired
+    paired: bool = False  # judged by round or block (the paired test), as comparison.paired
+
+    @property
+    def unit(self) -> str:
+        return self.comparison.unit
 
     @property
     def stop(self) -> bool:
@@ -263,29 +267,31 @@ class Decision:
 
     @property
     def verdict(self) -> str:
-        c, runs = self.comparison, f"{self.runs} run{'s' if self.runs != 1 else ''}"
+        c, runs = self.comparison, f"{self.runs} {self.unit}{'s' if self.runs != 1 else ''}"
+        per = " per runner" if self.unit == "run" else ""  # a block holds every runner's windows
         if self.outcome == "different":
             return f"{c.faster} {stats.faster_text(c.ratio, c.ci_low, c.ci_high)}"
         if self.outcome == "equivalent":
             return (f"{c.faster} and {c.slower} equivalent within {c.threshold:.1%} "
                     f"[{c.slower} {c.ci_low - 1:+.1%} to {c.ci_high - 1:+.1%}]")
         if self.outcome == "continue":
-            so_far = f"undecided after {runs} per runner"
+            so_far = f"undecided after {runs}{per}"
             if math.isnan(c.resolvable):
                 return so_far
             return f"{so_far}: " + ("too noisy so far" if c.resolvable > stats.TOO_NOISY
-                                    else f"these runs resolve {c.resolvable:.1%}")
+                                    else f"these {self.unit}s resolve {c.resolvable:.1%}")
         if c.resolvable > stats.TOO_NOISY:
             return stats.too_noisy_text(self.spread)
         more = self.runs_to_resolve(c.threshold)
         # None more: these runs resolve the threshold already, and the difference seen lies at it.
-        cost = f"; about {more} more runs per runner would resolve {c.threshold:.1%}" if 0 < more < math.inf else ""
-        return f"not resolved after {runs} per runner: these runs resolve {c.resolvable:.1%}{cost}"
+        cost = (f"; about {more} more {self.unit}s{per} would resolve {c.threshold:.1%}" if 0 < more < math.inf
+                else "")
+        return f"not resolved after {runs}{per}: these {self.unit}s resolve {c.resolvable:.1%}{cost}"
 
 
 def look(
     plan: SequentialPlan, run_medians_a: Sequence[float], run_medians_b: Sequence[float], name_a: str, name_b: str,
-    paired: bool = False,
+    paired: bool = False, unit: str = "run",
 ) -> Decision:
     """The look after a round: whether these runs settle the verdict, by the plan's stopping rule; with `paired`
     (the i-th run of each ran in the same round) judged by round."""
@@ -311,7 +317,7 @@ def look(
         ci_low=math.exp(size - half_width), ci_high=math.exp(size + half_width), p_value=p_value,
         resolvable=math.expm1(half_width), noise_floor=plan.noise_floor, min_effect=plan.min_effect,
         significant=outcome == "different", alpha=plan.level(runs, paired), spread=spread,
-        paired=paired,
+        paired=paired, unit=unit,
     )
     return Decision(outcome, comparison, runs, spread, plan, paired)
 
@@ -359,41 +365,3 @@ def unsettled(rows: pd.DataFrame) -> pd.DataFrame:
     why = np.select([mine["outcome"] == "continue", mine["runs"] >= mine["max_repetitions"]],
                     ["stopped", "run budget"], "futile")
     return mine.assign(why=why)
-
-
-class FloorPrecision(NamedTuple):
-    """How precisely A/A runs pin their noise floor (stats.noise_floor): the floor, the ends of its interval, and its
-    half-width over the floor (0.2: the floor is known within +-20% of itself)."""
-
-    floor: float
-    low: float
-    high: float
-
-    @property
-    def relative(self) -> float:
-        return (self.high - self.low) / 2 / self.floor if self.floor > 0 else math.inf
-
-
-def floor_precision(run_medians_a: Sequence[float], run_medians_b: Sequence[float]) -> FloorPrecision:
-    """The noise floor of two instances' runs (stats.compare's: the far end of the Welch interval on their log ratio,
-    the instances' offset plus t times the runs' spread over their number) and its own interval at stats.CONFIDENCE.
-
-    The floor's uncertainty is that of the runs' spread, the host's fact more runs pin down: the chi-square interval
-    of the pooled variance of the log run medians (scipy.stats.chi2, n_a + n_b - 2 degrees of freedom), carried
-    through the floor's formula with its offset and t held. (The floor's offset and t shrink as runs are added, at the
-    rate its whole sampling spread does, so an interval of the whole floor would never narrow relative to it.)"""
-    from scipy import stats as scipy_stats
-
-    a, b = np.asarray(run_medians_a, dtype=float), np.asarray(run_medians_b, dtype=float)
-    c = stats.compare("a", a, "b", b)
-    if not c.enough_runs:
-        raise ValueError(f"a floor needs {stats.MIN_REPETITIONS} runs per instance; got {a.size} and {b.size}")
-    floor = stats.noise_floor(c)
-    df = a.size + b.size - 2
-    spread = c.spread
-    if not spread > 0:
-        return FloorPrecision(floor, floor, floor)  # nothing varies: the floor is the offset alone
-    offset = math.log(c.ratio)
-    term = math.log1p(floor) - offset  # t times the spread over the runs: the part the spread scales
-    low, high = (term * math.sqrt(df / scipy_stats.chi2.ppf(q, df)) for q in (1 - stats.ALPHA / 2, stats.ALPHA / 2))
-    return FloorPrecision(floor, math.expm1(offset + low), math.expm1(offset + high))

@@ -111,7 +111,8 @@ class Comparison:
     # The level the difference was tested at: ALPHA, or a sequential look's share of it (analyse.sequential).
     alpha: float = ALPHA
     spread: float = math.nan  # the runs' pooled spread (the log per-run medians' standard deviation; paired_spread's)
-    paired: bool = False  # judged by round (the paired test) rather than as unrelated runs (Welch's)
+    paired: bool = False  # judged by round or block (the paired test) rather than as unrelated runs (Welch's)
+    unit: str = "run"  # what one value is: a run, or a process block of interleaved windows (plan.design)
 
     @property
     def enough_runs(self) -> bool:
@@ -127,7 +128,7 @@ class Comparison:
         if not self.enough_runs:
             return (
                 f"too few repetitions to call (ratio {self.ratio:.3f}; {self.runs_faster} and {self.runs_slower} "
-                f"runs, need {MIN_REPETITIONS} per runner)"
+                f"{self.unit}s, need {MIN_REPETITIONS} per runner)"
             )
         if self.significant:
             return f"{self.faster} {faster_text(self.ratio, self.ci_low, self.ci_high)}"
@@ -138,7 +139,8 @@ class Comparison:
         if self.p_value < self.alpha:
             below = "the noise floor" if self.threshold > self.min_effect else "the minimum effect"
             return f"no significant difference ({interval}: {_pct(self.ratio)} is below {below}, {self.threshold:.1%})"
-        return f"no significant difference ({interval}, p={self.p_value:.2g}; these runs resolve {self.resolvable:.1%})"
+        return (f"no significant difference ({interval}, p={self.p_value:.2g}; these {self.unit}s resolve "
+                f"{self.resolvable:.1%})")
 
 
 def compare(
@@ -149,6 +151,7 @@ def compare(
     min_effect: float = MIN_EFFECT,
     noise_floor: float = math.nan,
     paired: bool = False,
+    unit: str = "run",
 ) -> Comparison:
     """Welch's t-test on the log per-run medians of two runners, or with `paired` (the i-th run of each ran in the
     same round) the paired t-test on their log ratio per round. A difference is called when the interval excludes no
@@ -160,7 +163,8 @@ def compare(
         raise ValueError(f"paired runs come one per runner per round; got {a.size} and {b.size}")
     (fast_name, fast), (slow_name, slow) = sorted(((name_a, a), (name_b, b)), key=lambda item: geometric_mean(item[1]))
     ratio = geometric_mean(slow) / geometric_mean(fast)
-    partial = Comparison(fast_name, slow_name, fast.size, slow.size, ratio, noise_floor=noise_floor, min_effect=min_effect)
+    partial = Comparison(fast_name, slow_name, fast.size, slow.size, ratio, noise_floor=noise_floor, min_effect=min_effect,
+                         unit=unit)
     if not partial.enough_runs:
         return partial
     log_slow, log_fast = np.log(slow), np.log(fast)
@@ -181,7 +185,7 @@ def compare(
         ci_low=math.exp(difference - half_width), ci_high=math.exp(difference + half_width), p_value=p_value,
         resolvable=math.exp(half_width) - 1.0, noise_floor=noise_floor, min_effect=min_effect, significant=significant,
         spread=paired_spread(within) if paired else math.sqrt((log_slow.var(ddof=1) + log_fast.var(ddof=1)) / 2),
-        paired=paired,
+        paired=paired, unit=unit,
     )
 
 

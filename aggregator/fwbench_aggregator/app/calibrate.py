@@ -4,7 +4,7 @@ every later comparison of the configuration. A floor whose runs were not on a qu
 applied only where no quiet one exists (analyse.floors); --wait-for-quiet makes each run wait for a quiet host.
 
 With a target precision (--floor-precision-pct) the twins run in counterbalanced rounds, one run each, until the
-floor's own interval (analyse.sequential.floor_precision) is within that fraction of the floor, or the most runs
+floor's own interval (analyse.floors.floor_precision) is within that fraction of the floor, or the most runs
 are spent; each calibration says the precision it reached."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from google.protobuf.json_format import MessageToDict
 
 from ..analyse import stats
 from ..analyse.comparison import flag_summary, normalised
-from ..analyse.floors import calibration_row
-from ..analyse.sequential import DEFAULT_MAX_RUNS, FloorPrecision, floor_precision
+from ..analyse.floors import FloorPrecision, calibration_row, floor_precision
+from ..analyse.sequential import DEFAULT_MAX_RUNS
 from ..base.progress import Progress
 from ..plan.keys import run_key
 from ..plan.spec import RunSpec

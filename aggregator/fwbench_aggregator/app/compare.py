@@ -18,6 +18,7 @@ from ..analyse.scaling import has_scaling, scaling_rows
 from ..base.paths import safe_component
 from ..base.progress import Progress
 from ..base.vocabulary import Compilation, Strategy
+from ..plan.design import BlockDesign
 from ..plan.keys import run_key
 from ..plan.spec import RunSpec, per_runner
 from ..present.line_plots import power_timeline
@@ -30,6 +31,7 @@ from ..store.schema import BEST_SEARCH_PROFILE, PARITY_FRAME, SCALING_KEY_COLUMN
 from . import best, preflight
 from .facts import record_model_facts
 from .report import REPORT_FOLDER, version_tables
+from .blocks import run_blocks
 from .rounds import Repetitions, run_rounds
 from .runners import RunnerChoice, runners_for
 
@@ -40,7 +42,8 @@ class CompareRequest:
     runners: RunnerChoice
     compilation: tuple[str, ...] = ()  # VALUE for every runner, or RUNNER=VALUE
     strategy: tuple[str, ...] = ()
-    repetitions: Repetitions = Repetitions()  # as many as the verdict needs, by default
+    repetitions: Repetitions = Repetitions()  # as many as the verdict needs, by default (runs, or blocks)
+    design: Optional[BlockDesign] = None  # interleaved process blocks (app.blocks); None: runs in rounds
     cooldown_s: float = 0.0
     min_effect: float = stats.MIN_EFFECT
     rendezvous_port: Optional[int] = None
@@ -113,9 +116,14 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
             result.resolved, _ = preflight.checked(runners.endpoints, runners.transport, requests)
 
         endpoints = {name: runners.endpoints[name] for name in requests}
-        rounds = run_rounds(endpoints, requests, runners.transport, request.repetitions,
-                            results_store.load("calibration"), request.min_effect, request.cooldown_s, keep,
-                            request.rendezvous_port, progress, gate=gate)
+        if request.design:
+            rounds = run_blocks(endpoints, requests, runners.transport, request.design, request.repetitions,
+                                result.run_id, results_store.load("calibration"), request.min_effect, keep, progress,
+                                gate=gate)
+        else:
+            rounds = run_rounds(endpoints, requests, runners.transport, request.repetitions,
+                                results_store.load("calibration"), request.min_effect, request.cooldown_s, keep,
+                                request.rendezvous_port, progress, gate=gate)
         result.results, result.stopped = rounds.results, rounds.stopped
         result.failures += rounds.failures
         if not result.results:

@@ -30,7 +30,7 @@ from .options import (
 )
 from .groups import with_groups
 from .runner_options import CalibrationRunnerOptions, RunnerOptions
-from .setting_options import Execution, Power, Profile, Rounds, ServingLoad, Startup
+from .setting_options import Evidence, Execution, Power, Profile, Rounds, ServingLoad, Startup
 from .workload_options import Measurement, ModelOnDevice
 
 
@@ -48,6 +48,7 @@ def compare(
     seed: SeedOption = 0,
     serving: ServingLoad = ServingLoad(),
     rounds: Rounds = Rounds(),
+    evidence: Evidence = Evidence(),
     search_repetitions: SearchRepetitionsOption = DEFAULT_SEARCH_REPETITIONS,
     wait_for_quiet: WaitForQuietOption = 0.0,
     cooldown_s: CooldownOption = 0.0,
@@ -76,9 +77,13 @@ def compare(
     problem = store is None and store_path_problem(out / "store")  # the default store, checked as --store is
     if problem:
         raise usage_error(problem, "--out")
+    design = evidence.block_design(spec, cooldown_s, tuple(runners.runner))
+    if design and execution.strategy:
+        raise usage_error("blocks measure single-device runs: a --strategy spreads a run over several; use --design "
+                          "rounds", "--design")
     request = CompareRequest(
         spec=spec, runners=runners.choice(), compilation=tuple(execution.compilation),
-        strategy=tuple(execution.strategy), repetitions=rounds.repetitions_plan(), cooldown_s=cooldown_s,
+        strategy=tuple(execution.strategy), repetitions=rounds.repetitions_plan(), design=design, cooldown_s=cooldown_s,
         min_effect=min_effect, rendezvous_port=rendezvous_port, out=out, store=store,
         allow_different_models=allow_different_models, search_repetitions=search_repetitions,
         wait_for_quiet_s=wait_for_quiet, latency_budget_ms=serving.latency_budget_ms,

@@ -22,6 +22,7 @@ from ..base.vocabulary import (
     Switch, devices_problem, is_device, is_shape,
 )
 from ..plan import spec as plan
+from ..plan.design import MAX_BLOCK_WINDOWS, Design
 from ..plan.serving_fields import TARGET_QPS_RANGE, target_qps_ok
 from ..plan.versions import is_runner_name
 from ..run.connection import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TOKEN_FILE_ENV
@@ -322,6 +323,15 @@ SweepRepetitionsOption = Annotated[Optional[str], typer.Option(
     callback=_auto_or_count, metavar="auto|N",
     help="runs per runner and point, in counterbalanced rounds: auto (default) looks after each round of a point and "
          "stops it once its verdict is settled, within --max-repetitions and --time-budget-s; N runs exactly N")]
+DesignOption = Annotated[str, typer.Option(
+    callback=_choice(Design, "design"), metavar=_metavar(Design),
+    help="how the evidence is made: rounds, whole runs one after another (each its own build); or blocks, each runner "
+         "in a fresh worker process per block measuring short windows in turn on one warm build, judged block by block "
+         "(docs/verdict.md)")]
+BlockWindowsOption = Annotated[int, typer.Option(
+    min=1, max=MAX_BLOCK_WINDOWS, help="under --design blocks: windows per runner in each block")]
+WindowOption = Annotated[float, typer.Option(
+    min=0.01, max=plan.MAX_MEASURE_S, help="under --design blocks: each window measures at least this many seconds")]
 MaxRepetitionsOption = Annotated[int, typer.Option(
     min=stats.MIN_REPETITIONS, max=plan.MAX_REPETITIONS, help="under --repetitions auto: the most runs per runner")]
 TimeBudgetOption = Annotated[Optional[float], typer.Option(

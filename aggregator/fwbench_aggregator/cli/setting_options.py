@@ -9,13 +9,14 @@ from typing import Any, Optional
 from ..analyse.sequential import DEFAULT_MAX_RUNS
 from ..app.rounds import Repetitions
 from ..base.vocabulary import Mode, Scenario, Switch
+from ..plan.design import DEFAULT_BLOCK_WINDOWS, DEFAULT_WINDOW_S, BlockDesign, Design
 from ..plan.serving_fields import Load, load_problem
-from ..plan.spec import StartupSettings
+from ..plan.spec import RunSpec, StartupSettings
 from .common import usage_error
 from .options import (
-    AUTO, CPU_COUNT, AutoRepetitionsOption, BatchTimeoutOption, CompilationOption, CudnnAutotuneOption, DevicesOption,
-    IdleBaselineOption, LatencyBudgetOption, LayoutOption, MaxRepetitionsOption, PowerRateOption, ProfileOption,
-    QueriesOption, ScenarioOption, StrategyOption, TargetQpsOption, ThreadsOption, TimeBudgetOption,
+    AUTO, CPU_COUNT, AutoRepetitionsOption, BatchTimeoutOption, BlockWindowsOption, CompilationOption,
+    CudnnAutotuneOption, DesignOption, DevicesOption, IdleBaselineOption, LatencyBudgetOption, LayoutOption, MaxRepetitionsOption, PowerRateOption, ProfileOption,
+    QueriesOption, ScenarioOption, StrategyOption, TargetQpsOption, ThreadsOption, TimeBudgetOption, WindowOption,
 )
 
 # The load fields as the command line names them, for the load rules' messages.
@@ -124,3 +125,40 @@ class Rounds:
     def repetitions_plan(self) -> Repetitions:
         fixed = None if self.repetitions == AUTO else int(self.repetitions)
         return Repetitions(fixed, self.max_repetitions, self.time_budget_s)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """How the evidence is made: --design (rounds of whole runs, or interleaved process blocks), --block-windows and
+    --window-s."""
+
+    design: DesignOption = Design.rounds.value
+    block_windows: BlockWindowsOption = DEFAULT_BLOCK_WINDOWS
+    window_s: WindowOption = DEFAULT_WINDOW_S
+
+    def block_design(self, spec: RunSpec, cooldown_s: float = 0.0, runners: tuple[str, ...] = ()) -> Optional[BlockDesign]:
+        """The block design asked for, or None for rounds; a usage error (exit 2) where its runs cannot be windows."""
+        if self.design != Design.blocks.value:
+            given = [name for name, value, default in (("--block-windows", self.block_windows, DEFAULT_BLOCK_WINDOWS),
+                                                       ("--window-s", self.window_s, DEFAULT_WINDOW_S))
+                     if value != default]
+            if given:
+                raise usage_error(f"{given[0]} applies to --design blocks")
+            return None
+        problem = blocks_problem(spec, cooldown_s, runners)
+        if problem:
+            raise usage_error(problem, "--design")
+        return BlockDesign(self.block_windows, self.window_s)
+
+
+def blocks_problem(spec: RunSpec, cooldown_s: float, runners: tuple[str, ...]) -> str:
+    """Why a run cannot be measured in windows of process blocks ("" where it can): a block's windows step one
+    device's build in one worker process, back to back."""
+    if spec.devices or spec.strategy or any("," in runner for runner in runners):
+        return ("blocks measure single-device runs: a distributed run's ranks each have a process of their own; "
+                "use --design rounds")
+    if spec.scenario:
+        return "blocks time back-to-back steps; a serving scenario's queries run as whole runs: use --design rounds"
+    if cooldown_s:
+        return "--cooldown-s waits between whole runs; a block's windows follow each other: use --design rounds"
+    return ""

@@ -278,12 +278,16 @@ def print_rounds(rows: pd.DataFrame, stopped: str) -> None:
     ran = rows[rows["status"] == "ok"]
     if ran.empty:
         return
-    why = {"settled": "the verdict was settled", "run budget": "the run budget (--max-repetitions) was spent",
-           "futile": "at these runs' spread the whole budget would most likely leave the verdict unresolved",
+    unit = "blocks" if (ran.get("blocks", pd.Series(0, index=ran.index)) > 0).all() else "runs"
+    why = {"settled": "the verdict was settled", "run budget": f"the {unit[:-1]} budget (--max-repetitions) was spent",
+           "futile": f"at these {unit}' spread the whole budget would most likely leave the verdict unresolved",
            "time budget": "the time budget (--time-budget-s) was spent",
            "one runner left": "only one runner was left"}.get(stopped, stopped)
-    runs = "/".join(str(n) for n in ran["runs"])
-    out_console.print(f"runs: {runs} per runner (auto: stopped because {why}; {ran['wall_s'].max():.0f} s)",
+    if unit == "blocks":
+        counts = f"{ran['blocks'].max()} blocks, {'/'.join(str(n) for n in ran['runs'])} windows per runner"
+    else:
+        counts = f"{'/'.join(str(n) for n in ran['runs'])} per runner"
+    out_console.print(f"{unit}: {counts} (auto: stopped because {why}; {ran['wall_s'].max():.0f} s)",
                       highlight=False)
 
 

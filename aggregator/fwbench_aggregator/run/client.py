@@ -45,6 +45,16 @@ class RunnerFailure(Exception):
         return cls(runner, code.name, transport.explain(code, error.details() or ""), reason)
 
 
+@dataclass(frozen=True)
+class BlockPlace:
+    """Where a window sits in a comparison's block design (plan.design): the design's label, the process block it
+    ran in (its name, shared by every runner's windows of the block) and its place among its runner's windows there."""
+
+    design: str
+    block: str
+    window: int
+
+
 @dataclass
 class RunResult:
     runner: str
@@ -56,6 +66,7 @@ class RunResult:
     power: list[pb.PowerSample] = field(default_factory=list)
     summary: pb.Summary | None = None
     queries: list[pb.QueryLatencies] = field(default_factory=list)  # under a scenario: the latencies as streamed
+    block: BlockPlace | None = None  # a window of a block design; None for a run of its own
 
 
 class RunnerClient:

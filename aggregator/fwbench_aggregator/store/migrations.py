@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 
 import pandas as pd
 
+from ..plan.design import ROUNDS_LABEL
 from .schema import BUILT_IN, DEFAULT_PROFILE, STORE_FORMAT
 
 FORMAT_KEY = "store_format"
@@ -101,10 +102,23 @@ def _run_isolation_column(name: str, frame: pd.DataFrame, manifest: Mapping) -> 
     return frame
 
 
+def _design_columns(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFrame:
+    """Format 6 -> 7: runs from before designs were recorded were made in rounds, each run a build of its own, in no
+    process block; which process ran their steps is unknown (0)."""
+    if name != "summary":
+        return frame
+    frame = frame.copy()
+    for column, value in (("design", ROUNDS_LABEL), ("process_block", ""), ("block_window", -1),
+                          ("build_continued", False), ("process_id", 0)):
+        if column not in frame:
+            frame[column] = value
+    return frame
+
+
 # From format N to N + 1: (frame name, frame, the run's manifest) -> frame.
 STEPS: dict[int, Callable[[str, pd.DataFrame, Mapping], pd.DataFrame]] = {
     1: _distributed_columns, 2: _model_source_columns, 3: _quiet_evidence_columns, 4: _steps_asked_column,
-    5: _run_isolation_column,
+    5: _run_isolation_column, 6: _design_columns,
 }
 
 

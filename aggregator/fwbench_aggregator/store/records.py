@@ -14,6 +14,7 @@ from fwbench.runner.v1 import runner_pb2 as pb
 from google.protobuf.json_format import MessageToDict
 
 from ..base.vocabulary import device_text, serving_text, shape_text, to_text
+from ..plan.design import ROUNDS_LABEL
 from ..run.client import RunnerFailure, RunResult
 from .results_store import ResultStore
 from .schema import (
@@ -94,6 +95,18 @@ def _serving_columns(config: pb.ResolvedConfig, summary: pb.Summary) -> dict:
 
 def _optional(message, name: str):
     return getattr(message, name) if message.HasField(name) else None
+
+
+def _design_columns(result: RunResult) -> dict:
+    """Which design made the run, and for a window of a process block where it sits; the process that stepped."""
+    place = result.block
+    return {
+        "design": place.design if place else ROUNDS_LABEL,
+        "process_block": place.block if place else "",
+        "block_window": place.window if place else -1,
+        "build_continued": result.summary.build_continued,
+        "process_id": result.summary.process_id,
+    }
 
 
 def power_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
@@ -201,6 +214,7 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
                 "model_hash": c.model_content_hash,
                 "max_repetitions": max_repetitions,
                 **_serving_columns(c, s),
+                **_design_columns(r),
             }
         )
     for f in failures:

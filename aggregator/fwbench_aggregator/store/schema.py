@@ -18,11 +18,15 @@ STORE_FORMAT is the version of what the store writes, recorded with every run (s
   6  a run's summary says where its runner executed it (run_isolation: thread, process or process-on-gpu, from the
      runner's options; unknown where they did not say): part of the runner key, since a run in a fresh process
      samples an offset a runner's own process keeps for all its runs
+  7  a run's summary says which design made it (design: "rounds", or "blocks of N windows" for a window of an
+     interleaved process block, plan.design), the process block it ran in and its place there (process_block,
+     block_window; "" and -1 outside blocks), the process that ran its steps (process_id, 0 where unknown) and whether
+     it continued the build the run before it left (build_continued): the design is part of the measurement protocol
 """
 
 from __future__ import annotations
 
-STORE_FORMAT = 6
+STORE_FORMAT = 7
 
 # --- what identifies a run's configuration ----------------------------------------------------------------------
 
@@ -106,6 +110,9 @@ SUMMARY_COLUMNS = (
     *MODEL_SOURCE_COLUMNS,
     # The budget of the sequential design the run was made under (its verdict's looks), 0 for a fixed number of runs.
     "max_repetitions", *SERVING_SUMMARY_COLUMNS, "run_isolation",
+    # The design that made the run (plan.design), and for a window of a process block: the block, its place among its
+    # runner's windows there, and whether it stepped on the build the window before it left.
+    "design", "process_block", "block_window", "build_continued", "process_id",
 )
 # --- which runs are alike: the comparability key ----------------------------------------------------------------
 
@@ -126,8 +133,9 @@ RUNNER_KEY_COLUMNS = ("framework", "framework_version", "image_digest", "environ
 # logical cores, or the GPU): the host's own id is the kernel's boot id, which a reboot changes, and a container's
 # hostname is random, so neither can say "the same machine" across time; two hosts with one device model do pool,
 # as a cluster's alike nodes are meant to. The protocol: the warm-up and measured steps asked, the minimum window,
-# and the seed (which inputs and weights).
-BLOCK_KEY_COLUMNS = ("device_name", "warmup_steps", "measured_steps_asked", "min_measure_s", "seed")
+# the seed (which inputs and weights), and the design that made the runs (whole runs in rounds, or windows in process
+# blocks: a window is not a run, and their spreads differ).
+BLOCK_KEY_COLUMNS = ("device_name", "warmup_steps", "measured_steps_asked", "min_measure_s", "seed", "design")
 COMPARABILITY_COLUMNS = (*RUNNER_KEY_COLUMNS, *BLOCK_KEY_COLUMNS)
 # A noise floor is a fact about runs of one key: a calibration records its runs' key (beside its configuration and
 # framework), and a verdict applies only the floors calibrated on runs of its own key.
@@ -180,7 +188,9 @@ STORED_FRAMES = {
 
 # One row per configuration and runner (analyse.comparison).
 # group: what sets the row's block apart where a configuration's runs fall in several blocks (BLOCK_KEY_COLUMNS,
-# "" where they are one); variant: what sets the row apart from its runner's other rows in the block.
+# "" where they are one); variant: what sets the row apart from its runner's other rows in the block. design: which
+# design made the row's runs (plan.design); blocks: the process blocks its windows ran in, 0 for runs in rounds, where
+# each run is a unit of evidence (runs counts windows then, and run_spread is the spread of the blocks' values).
 COMPARISON_COLUMNS = (
     *CONFIG_COLUMNS, "runner", "group", "variant", "runner_name", "strategy", "global_batch_size", "straggler_spread", "framework",
     "framework_version", "container_image", "device_name", *SETTINGS_COLUMNS, "status", "runs", "failed_runs", "steps",
@@ -189,7 +199,7 @@ COMPARISON_COLUMNS = (
     "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "p_value", "resolvable", "noise_floor", "noise_floor_source",
     "noise_floor_flagged",
     "verdict", "significant", "outcome", "max_repetitions", "wall_s", "flagged", "error", *MODEL_SOURCE_COLUMNS,
-    "parity",
+    "parity", "design", "blocks",
 )
 SCALING_COLUMNS = (
     *SCALING_KEY_COLUMNS, "runner", "runner_name", "strategy", "world_size", "nodes", "runs", "throughput_samples_per_s",

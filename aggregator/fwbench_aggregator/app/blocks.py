@@ -1,0 +1,120 @@
+"""A comparison in interleaved process blocks (plan.design): block after block, each runner's windows in turn within a
+block, every window stored the moment it completes; under `--repetitions auto` a look after every block (the same
+comparison rows every table reads, judged block by block), and a stop as soon as every verdict is settled or a budget
+is spent. A fixed number of blocks is the same loop without the looks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Optional
+
+import pandas as pd
+from fwbench.runner.v1 import runner_pb2 as pb
+
+from ..analyse.comparison import comparison_rows
+from ..analyse.sequential import stop_reason
+from ..base.progress import Progress
+from ..base.vocabulary import to_text
+from ..plan.design import BlockDesign
+from ..plan.study import counterbalanced
+from ..run import jobs
+from ..run.client import BlockPlace, RunnerFailure, RunResult
+from ..run.connection import Transport
+from ..run.gate import Gate
+from ..store import records
+from .rounds import Repetitions, Rounds
+
+
+def window_order(runners: list[str], design: BlockDesign, block: int) -> list[tuple[int, str]]:
+    """(window, runner) in the order block number `block` measures them: counterbalanced (A B, B A, ...), so that a
+    drift within the block favours no runner, and every other block begins with the runners in reverse."""
+    first = runners if block % 2 == 0 else list(reversed(runners))
+    return counterbalanced(first, design.windows)
+
+
+def block_name(prefix: str, block: int) -> str:
+    """A process block's name: its comparison's, and its number there (every runner's windows of it share it)."""
+    return f"{prefix}-block{block}"
+
+
+def run_blocks(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], transport: Transport,
+               design: BlockDesign, repetitions: Repetitions, prefix: str, calibration: Optional[pd.DataFrame],
+               min_effect: float, on_result: Callable[[RunResult, pb.RunRequest], None] = lambda run, sent: None,
+               progress: Progress = Progress(), clock: Callable[[], float] = time.monotonic,
+               gate: Optional[Gate] = None) -> Rounds:
+    """The windows of one configuration on every runner, block by block: a fixed number of blocks, or (auto) until the
+    comparison rows say every verdict is settled, or a budget ends them. `prefix` names this comparison's blocks;
+    `on_result` gets every window the moment it completes, with the request it was."""
+    gate = gate or Gate()
+    rounds = Rounds()
+    alive = dict(endpoints)
+    looks = repetitions.auto and len(endpoints) > 1
+    started = clock()
+    overall = progress.add_task("blocks", total=repetitions.budget)
+    for block in range(repetitions.budget):
+        progress.update(overall, description=f"block {block + 1}")
+        runs, failures = _one_block(alive, requests, transport, design, block, block_name(prefix, block), on_result,
+                                    progress, gate)
+        progress.advance(overall)
+        rounds.results += runs
+        rounds.failures += failures
+        for failure in failures:
+            alive.pop(failure.runner, None)
+        if looks and len(alive) < 2:
+            rounds.stopped = "one runner left"
+            break
+        if not looks:
+            continue
+        summary = records.summary_frame("blocks", rounds.results, [], repetitions.max_runs)
+        rows = comparison_rows(summary, records.steps_frame("blocks", rounds.results), calibration, min_effect)
+        rounds.stopped = stop_reason(rows, block + 1, repetitions.max_runs)
+        if rounds.stopped:
+            break
+        if repetitions.time_budget_s is not None and clock() - started >= repetitions.time_budget_s:
+            rounds.stopped = "time budget"
+            break
+    else:
+        rounds.stopped = "run budget" if looks else ""
+    progress.remove_task(overall)
+    return rounds
+
+
+def _one_block(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], transport: Transport,
+               design: BlockDesign, number: int, name: str, on_result: Callable[[RunResult, pb.RunRequest], None],
+               progress: Progress, gate: Gate) -> tuple[list[RunResult], list[RunnerFailure]]:
+    """One process block: every runner's windows in turn (each runner's first builds and warms up), under one passage
+    of the gate (no other fwbench measures the device between them). A runner that fails is left out of the block's
+    later windows. (Building every runner's workload at once, before the windows, took longer on a 2-core host: their
+    thread pools, spinning while they wait, slowed each other's steps ten-fold.)"""
+    results, failures = [], []
+    failed: set[str] = set()
+    order = window_order(list(endpoints), design, number)
+    places = [place for runner in endpoints
+              for place in gate.places(runner, endpoints[runner], transport, requests[runner])]
+    with gate.passage(list(dict.fromkeys(places)), name, progress) as passage:
+        for window, runner in order:
+            if runner in failed:
+                continue
+            repetition = number * design.windows + window
+            if window == 0:  # the block's wait belongs to each runner's first window, once
+                gate.passages[(runner, repetition)] = passage
+            label = f"{runner} block {number + 1} window {window + 1}"
+            task = progress.add_task(f"{label}: starting")
+
+            def on_progress(p: pb.Progress, task=task, label=label) -> None:
+                progress.update(task, description=f"{label}: {to_text(pb.Phase, p.phase)}", completed=p.steps_done,
+                                total=p.steps_total)
+
+            request = design.window(requests[runner], name, last=window == design.windows - 1)
+            try:
+                result = jobs.run_job(runner, endpoints[runner], transport, request, on_progress, repetition)
+                result.block = BlockPlace(design.label, name, window)
+                results.append(result)
+                on_result(result, request)
+            except RunnerFailure as failure:
+                failures.append(failure)
+                failed.add(runner)
+            finally:
+                progress.remove_task(task)
+    return results, failures

@@ -1,0 +1,209 @@
+"""The block design (plan.design, app.blocks): windows interleaved in process blocks, judged block by block.
+
+A block's windows alternate between runners (A B, B A, ...) on one warm build each, in a worker process of the block's
+own; its value per runner is the geometric mean of its windows' medians, and two runners are compared on the log
+ratios of the blocks both ran in (the paired test). Synthetic stores check the analysis; fake runners over real gRPC
+check the loop and what it stores; tests/test_paired_rounds.py simulates what the paired test holds."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from fwbench.runner.v1 import runner_pb2 as pb
+
+from fwbench_aggregator.analyse.comparison import comparison_rows
+from fwbench_aggregator.app.blocks import block_name, window_order
+from fwbench_aggregator.plan.design import MIN_WINDOW_STEPS, REFILL_STEPS, ROUNDS_LABEL, BlockDesign
+from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
+from fwbench_aggregator.store.migrations import migrated
+from fwbench_aggregator.store.results_store import ResultStore
+from fwbench_core.fake import STEP_TIME_ENV
+
+from support.cli import fwbench, fwbench_in_process, only_run_dir
+from test_alike import CONFIG, FACTS, STEPS_PER_RUN
+
+_ids = itertools.count()
+
+
+def test_a_block_alternates_its_runners_windows_and_the_next_block_starts_with_the_other():
+    design = BlockDesign(windows=4)
+    assert [r for _, r in window_order(["a", "b"], design, 0)] == list("abbaabba")
+    assert [r for _, r in window_order(["a", "b"], design, 1)] == list("baabbaab")
+    assert [w for w, r in window_order(["a", "b"], design, 0) if r == "a"] == [0, 1, 2, 3]
+
+
+def test_a_window_continues_the_blocks_build_in_the_blocks_process_and_its_last_frees_both():
+    base = pb.RunRequest(model="resnet18", batch_size=8, warmup_steps=50, measured_steps=20, min_measure_s=1.0)
+    base.warmup_until_stable.cv_threshold = 0.05
+    window = BlockDesign(windows=4, window_s=0.3).window(base, "c1-block0", last=False)
+    assert (window.warmup_steps, window.measured_steps, window.min_measure_s) == (REFILL_STEPS, MIN_WINDOW_STEPS, 0.3)
+    assert not window.HasField("warmup_until_stable")
+    assert (window.reuse_key, window.process_block, window.continue_reuse) == ("c1-block0", "c1-block0", True)
+    assert not window.end_reuse and BlockDesign().window(base, "c1-block0", last=True).end_reuse
+    assert (base.warmup_steps, base.reuse_key) == (50, "")  # the comparison's request is left as it was
+
+
+@pytest.mark.parametrize("windows, window_s", [(0, 0.25), (101, 0.25), (4, 0.0)])
+def test_a_design_outside_its_limits_is_refused_naming_them(windows, window_s):
+    with pytest.raises(ValueError, match="1 to 100 windows|more than 0 s"):
+        BlockDesign(windows, window_s)
+
+
+def blocks(runner_values: dict[str, list[float]], windows: int = 2, compare: str = "c", skip: tuple = (),
+           design: str = "blocks of 2 windows") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One compare's frames as the store holds them under the block design: per runner, block k's windows at
+    runner_values[runner][k] (seconds), a little apart; (runner, k) in `skip` did not run block k."""
+    summary, steps = [], []
+    for runner, values in runner_values.items():
+        for block, value in enumerate(values):
+            if (runner, block) in skip:
+                continue
+            for window in range(windows):
+                step_s = value * (1 + 0.01 * (window - (windows - 1) / 2))
+                identity = dict(CONFIG, runner=runner, run_id=f"run{next(_ids)}", repetition=block * windows + window,
+                                framework=runner, framework_version="1.0")
+                summary.append({**identity, **FACTS, "status": "ok", "median_step_time_s": step_s,
+                                "measured_steps": STEPS_PER_RUN, "max_repetitions": 0, "design": design,
+                                "process_block": block_name(compare, block), "block_window": window})
+                steps += [{**identity, "step_index": i, "warmup": False, "step_time_s": step_s}
+                          for i in range(STEPS_PER_RUN)]
+    return pd.DataFrame(summary), pd.DataFrame(steps)
+
+
+def test_runners_are_judged_block_by_block_on_the_blocks_values():
+    # b is 10% slower in every block, while the host drifts 40% from block to block: only pairing sees it.
+    drift = [1.0, 1.4, 0.9, 1.2, 1.1, 0.8]
+    table = comparison_rows(*blocks({"a": [10e-3 * d for d in drift], "b": [11e-3 * d for d in drift]})).set_index(
+        "runner")
+    assert table.loc["b", "significant"] and table.loc["a", "verdict"] == "fastest"
+    assert table.loc["b", "ratio_ci_low"] > 1.09 and table.loc["b", "ratio_ci_high"] < 1.11
+    assert (table["blocks"] == 6).all() and (table["runs"] == 12).all()  # runs counts the windows
+    assert (table["design"] == "blocks of 2 windows").all()
+    # The spread between blocks (the host's drift) is what rounds would have judged against.
+    assert table.loc["a", "run_spread"] > 0.15
+
+
+def test_an_unpaired_look_at_the_same_windows_would_not_resolve_the_difference():
+    from fwbench_aggregator.analyse import stats
+
+    drift = [1.0, 1.4, 0.9, 1.2, 1.1, 0.8]
+    welch = stats.compare("a", [10e-3 * d for d in drift], "b", [11e-3 * d for d in drift])
+    assert not welch.significant
+
+
+def test_a_verdict_pairs_only_the_blocks_both_runners_ran_and_says_blocks():
+    values = {"a": [10e-3, 12e-3, 11e-3, 10e-3], "b": [10.1e-3, 12.1e-3, 11e-3, 10.1e-3]}
+    table = comparison_rows(*blocks(values, skip=(("b", 3),))).set_index("runner")
+    assert table.loc["a", "blocks"] == 4 and table.loc["b", "blocks"] == 3
+    row = table.loc["a"] if table.loc["a", "verdict"] != "fastest" else table.loc["b"]
+    assert "these blocks resolve" in row["verdict"]
+    too_few = comparison_rows(*blocks(values, skip=(("b", 1), ("b", 2)))).set_index("runner")
+    judged = too_few[too_few["verdict"] != "fastest"].iloc[0]
+    assert judged["verdict"].startswith("too few repetitions to call") and "2 and 2 blocks" in judged["verdict"]
+
+
+def test_blocks_of_two_compares_pool_into_one_row_and_each_block_is_paired_within_its_own_compare():
+    first = blocks({"a": [10e-3, 10.2e-3, 9.8e-3], "b": [11e-3, 11.2e-3, 10.8e-3]}, compare="c1")
+    second = blocks({"a": [15e-3, 15.3e-3, 14.7e-3], "b": [16.5e-3, 16.8e-3, 16.2e-3]}, compare="c2")
+    summary, steps = (pd.concat(frames, ignore_index=True) for frames in zip(first, second))
+    table = comparison_rows(summary, steps).set_index("runner")
+    assert (table["blocks"] == 6).all()
+    assert table.loc["b", "significant"] and 1.09 < table.loc["b", "ratio_ci_low"] <= table.loc["b", "ratio_ci_high"] < 1.11
+
+
+def test_runs_in_rounds_and_windows_in_blocks_never_pool():
+    rounds_summary = blocks({"a": [10e-3] * 3}, design=ROUNDS_LABEL)[0].assign(process_block="", block_window=-1)
+    block_summary = blocks({"a": [10e-3] * 3})[0]
+    summary = pd.concat([rounds_summary, block_summary], ignore_index=True)
+    steps = pd.concat([blocks({"a": [10e-3] * 3})[1]] * 2, ignore_index=True)
+    table = comparison_rows(summary, steps)
+    assert sorted(table["runner"]) == ["a [design blocks of 2 windows]", "a [design rounds]"]
+
+
+def test_runs_stored_before_designs_were_recorded_read_as_rounds_outside_any_block():
+    old = pd.DataFrame([{**CONFIG, "runner": "torch", "run_id": "r1", "repetition": 0, "status": "ok"}])
+    now = migrated("summary", old, {"store_format": 6})
+    assert now.loc[0, ["design", "process_block", "block_window", "process_id"]].tolist() == [ROUNDS_LABEL, "", -1, 0]
+    assert not now.loc[0, "build_continued"]
+
+
+# --- the command line over fake runners -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def two_fakes(tmp_path):
+    """Two fake runners over real gRPC, b's steps twice a's."""
+    runners = [LocalRunner(name, fake_runner_command(), tmp_path / f"{name}.log", env={STEP_TIME_ENV: step_s})
+               for name, step_s in (("a", "0.002"), ("b", "0.004"))]
+    with runners[0], runners[1]:
+        yield {runner.name: runner.address for runner in runners}
+
+
+@pytest.mark.slow
+def test_compare_in_blocks_stores_every_window_with_its_block_and_calls_the_difference(tmp_path, two_fakes):
+    done = fwbench("compare", *(f"--runner={name}={address}" for name, address in two_fakes.items()),
+                   "--model", "resnet18", "--mode", "infer", "--batch-size", "2", "--shape", "3x32x32",
+                   "--design", "blocks", "--block-windows", "2", "--window-s", "0.02", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    output = " ".join(done.stdout.split())
+    assert "a faster" in output and "blocks: 3 blocks, 6/6 windows per runner (auto: stopped because the verdict " \
+        "was settled" in output, done.stdout
+    summary = pd.read_parquet(only_run_dir(tmp_path) / "summary.parquet")
+    assert set(summary["design"]) == {"blocks of 2 windows"} and len(summary) == 12
+    for _, runner_windows in summary.groupby("runner"):
+        by_block = runner_windows.groupby("process_block")
+        # Each block's windows in one process of its own, a fresh one per block; the first window built, the
+        # later ones stepped that build on.
+        assert (by_block["process_id"].nunique() == 1).all() and runner_windows["process_id"].nunique() == 3
+        assert sorted(runner_windows["block_window"]) == [0, 0, 0, 1, 1, 1]
+        assert runner_windows.sort_values("repetition")["build_continued"].tolist() == [False, True] * 3
+    stored = ResultStore(tmp_path / "store").load("summary")
+    assert len(stored) == 12 and set(stored["process_block"]) == set(summary["process_block"])
+
+
+@pytest.mark.slow
+def test_an_a_a_compare_in_blocks_calls_no_difference(tmp_path):
+    runners = [LocalRunner(name, fake_runner_command(), tmp_path / f"{name}.log", env={STEP_TIME_ENV: "0.002"})
+               for name in ("a", "b")]
+    with runners[0], runners[1]:
+        done = fwbench("compare", *(f"--runner={r.name}={r.address}" for r in runners), "--model", "resnet18",
+                       "--mode", "infer", "--batch-size", "2", "--shape", "3x32x32", "--design", "blocks",
+                       "--block-windows", "2", "--window-s", "0.02", "--repetitions", "4", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    rows = pd.read_csv(only_run_dir(tmp_path) / "comparison.csv")
+    assert not rows["significant"].any() and (rows["blocks"] == 4).all()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--scenario", "server", "--target-qps", "10", "--mode", "infer"], "a serving scenario's queries run as whole runs"),
+    (["--devices", "cpu:0,cpu:1"], "blocks measure single-device runs"),
+    (["--runner", "torch=127.0.0.1:1,127.0.0.1:2"], "blocks measure single-device runs"),
+    (["--cooldown-s", "1"], "--cooldown-s waits between whole runs"),
+])
+def test_runs_a_block_cannot_measure_in_windows_are_refused_naming_the_option(args, message):
+    done = fwbench_in_process("compare", "--design", "blocks", *args)
+    assert done.exit_code == 2 and message in " ".join(done.output.split()), done.output
+    assert "--design" in done.output
+
+
+def test_block_options_without_the_block_design_are_refused():
+    done = fwbench_in_process("compare", "--window-s", "0.5")
+    assert done.exit_code == 2 and "--window-s applies to --design blocks" in " ".join(done.output.split())
+    unknown = fwbench_in_process("compare", "--design", "duet")
+    assert unknown.exit_code == 2 and "accepted values: rounds, blocks" in " ".join(unknown.output.split())
+
+
+def test_a_block_designs_verdict_says_blocks_where_it_did_not_resolve():
+    from fwbench_aggregator.analyse.sequential import SequentialPlan, look
+
+    rng = np.random.default_rng(0)
+    a = np.exp(rng.normal(0, 0.3, 6)) * 0.01
+    decision = look(SequentialPlan(max_runs=6), a, a * np.exp(rng.normal(0, 0.3, 6)), "a", "b", paired=True,
+                    unit="block")
+    assert decision.stop and decision.verdict.startswith(("not resolved after 6 blocks: these blocks resolve",
+                                                          "too noisy")), decision.verdict
+    assert "per runner" not in decision.verdict and math.isfinite(decision.comparison.resolvable)
