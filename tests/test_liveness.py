@@ -301,7 +301,6 @@ def descendants(pid: int) -> list[int]:
 
 @pytest.mark.parametrize("flags, request_fields", [
     (["--run-isolation", "process"], {}),
-    # A process block's worker is forked from a server the runner started: its runner's grandchild.
     ([], {"process_block": "block-1", "reuse_key": "block-1", "continue_reuse": True}),
 ], ids=["a fresh process per run", "a process block"])
 def test_a_runner_killed_mid_run_takes_its_worker_process_with_it(tmp_path, flags, request_fields):

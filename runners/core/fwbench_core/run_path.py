@@ -170,11 +170,10 @@ def run_phase_after(event: object) -> str | None:
     return "" if isinstance(event, Resolved) else None
 
 
-def runner_device_states(runner_pid: int) -> Callable[..., DeviceStateReader]:
-    """How a worker process reads device state: the runner that started it (its parent, or a fork server's) is this
-    run's own process too, so its CPU time (streaming the run's events) is no other process's, and its GPU context is
-    not another user."""
-    return functools.partial(DeviceStateReader, pid=runner_pid)
+def runner_device_states() -> Callable[..., DeviceStateReader]:
+    """How a worker process reads device state: the runner that spawned it is this run's own process too, so
+    its CPU time (streaming the run's events) is no other process's, and its GPU context is not another user."""
+    return functools.partial(DeviceStateReader, pid=os.getppid())
 
 
 def run_rank(
@@ -187,7 +186,7 @@ def run_rank(
     # an import that takes seconds on a loaded host.
     yield Progress(Phase.BUILD, 0, total)
     backend.prepare_worker(config)
-    yield from RunPath(backend, runner_device_states(os.getppid())).run(config, total, cancelled)
+    yield from RunPath(backend, runner_device_states()).run(config, total, cancelled)
 
 
 # A worker process's own run path, made at its first call: a kept worker's later calls find its backend and its kept
@@ -195,28 +194,21 @@ def run_rank(
 _path_in_worker: RunPath | None = None
 
 
-def _worker_path(make_backend: Callable[[], Backend], runner_pid: int | None = None) -> RunPath:
+def _worker_path(make_backend: Callable[[], Backend]) -> RunPath:
     global _path_in_worker
     if _path_in_worker is None:
-        states = runner_device_states(os.getppid() if runner_pid is None else runner_pid)
-        _path_in_worker = RunPath(make_backend(), states)
+        _path_in_worker = RunPath(make_backend(), runner_device_states())
     return _path_in_worker
 
 
 def run_in_worker(
-    make_backend: Callable[[], Backend], config: RunConfig, total: int, runner_pid: int, cancelled: Callable[[], bool]
+    make_backend: Callable[[], Backend], config: RunConfig, total: int, cancelled: Callable[[], bool]
 ) -> Iterator[RunEvent]:
     """A worker process's run: the very run path of an in-process run, on the worker's service, whose build a next
     run under the same reuse key may reuse. The worker's only thread does all its framework work."""
     if cancelled():
         raise Cancelled(f"run of {config.model.name} cancelled by the client before it started")
-    yield from _worker_path(make_backend, runner_pid).run(config, total, cancelled, keep=True)
-
-
-def module_of(factory: Callable) -> str:
-    """The module that defines a backend factory (a class, or functools.partial of one): what a fork server
-    imports once, the framework with it."""
-    return getattr(factory, "func", factory).__module__
+    yield from _worker_path(make_backend).run(config, total, cancelled, keep=True)
 
 
 def backend_in_worker(make_backend: Callable[[], Backend]) -> Backend:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,7 +25,7 @@ from .plugin_modules import builder_file
 from .plugins import PLUGIN_LIMIT_S, PluginLocation
 from .references import ReferenceFolder, check_input_fits, check_name
 from .run_path import (
-    Resolved, RunEvent, RunPath, backend_in_worker, module_of, run_in_worker, run_phase_after, run_rank,
+    Resolved, RunEvent, RunPath, backend_in_worker, run_in_worker, run_phase_after, run_rank,
 )
 from .choices import DeviceKind, Phase, Precision
 from .spec import (
@@ -82,7 +81,7 @@ class RunnerService:
         self.plugin_limit_s = plugin_limit_s
         self._plugin_workers = PluginWorkers()
         self._block_worker = BlockWorker()
-        self._process_blocks = ProcessBlocks(preload=(module_of(make_backend),) if make_backend else ())
+        self._process_blocks = ProcessBlocks()
         self._locks = DeviceLocks()
         self.work_limit = WorkLimit(max_queued_requests, self._locks.held)
 
@@ -210,19 +209,18 @@ class RunnerService:
         elif config.process_block:
             self._framework.submit(self._runs.drop_kept).result()
             watch = self._watch(config.model, run_phase_after) if self.contained(config.model) else None
-            yield from self._process_blocks.stream(config.process_block, config.end_reuse, config.device.ref,
-                                                   run_in_worker, (self._make_backend, config, total, os.getpid()),
-                                                   cancelled, watch)
+            yield from self._process_blocks.stream(config.process_block, config.end_reuse, run_in_worker,
+                                                   (self._make_backend, config, total), cancelled, watch)
         elif self.contained(config.model):
             # A workload kept in this process would share the device with the worker's run.
             self._framework.submit(self._runs.drop_kept).result()
             keep = not self.isolation.in_worker(config.device.ref)
             with self._plugin_workers.worker_for(config.model.source, keep) as worker:
-                yield from worker.stream(run_in_worker, (self._make_backend, config, total, os.getpid()), cancelled,
+                yield from worker.stream(run_in_worker, (self._make_backend, config, total), cancelled,
                                          self._watch(config.model, run_phase_after))
         elif self.isolation.in_worker(config.device.ref):
             yield from self._block_worker.stream(self.isolation.runs_per_worker(config.device.ref), run_in_worker,
-                                                 (self._make_backend, config, total, os.getpid()), cancelled)
+                                                 (self._make_backend, config, total), cancelled)
         else:
             run = lambda stop: self._runs.run(config, total, stop, keep=True)  # noqa: E731
             yield from stream_on_thread(self._framework, run, cancelled)
