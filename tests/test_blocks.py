@@ -129,6 +129,9 @@ def test_runs_stored_before_designs_were_recorded_read_as_rounds_outside_any_blo
     now = migrated("summary", old, {"store_format": 6})
     assert now.loc[0, ["design", "process_block", "block_window", "process_id"]].tolist() == [ROUNDS_LABEL, "", -1, 0]
     assert not now.loc[0, "build_continued"]
+    floor = migrated("calibration", pd.DataFrame([{**CONFIG, "framework": "torch", "noise_floor": 0.05}]),
+                     {"store_format": 6})
+    assert floor.loc[0, "design"] == ROUNDS_LABEL  # an older floor keeps applying to comparisons in rounds
 
 
 # --- the command line over fake runners -------------------------------------------------------------------------
@@ -207,3 +210,32 @@ def test_a_block_designs_verdict_says_blocks_where_it_did_not_resolve():
     assert decision.stop and decision.verdict.startswith(("not resolved after 6 blocks: these blocks resolve",
                                                           "too noisy")), decision.verdict
     assert "per runner" not in decision.verdict and math.isfinite(decision.comparison.resolvable)
+
+
+@pytest.mark.slow
+def test_a_floor_calibrated_in_blocks_applies_to_comparisons_in_blocks_alone(tmp_path):
+    runners = [LocalRunner(name, fake_runner_command(), tmp_path / f"{name}.log", env={STEP_TIME_ENV: "0.002"})
+               for name in ("one", "two")]
+    config = ("--model", "resnet18", "--batch-size", "2", "--shape", "3x32x32", "--mode", "infer")
+    blocked = ("--design", "blocks", "--block-windows", "2", "--window-s", "0.02")
+    store = tmp_path / "store"
+    with runners[0], runners[1]:
+        addresses = [f"--runner=fake={r.address}" for r in runners]
+        done = fwbench("calibrate", *config, *blocked, "--repetitions", "3", *addresses, "--store", str(store))
+        assert done.returncode == 0, done.stderr
+        (floor,) = ResultStore(store).load("calibration").to_dict("records")
+        assert floor["design"] == "blocks of 2 windows" and floor["runs"] == 3  # three blocks, judged paired
+        pairs = [f"--runner={n}={r.address}" for n, r in zip("ab", runners)]
+        in_blocks = fwbench("compare", *config, *blocked, "--repetitions", "3", *pairs, "--store", str(store),
+                            "--out", str(tmp_path / "blocks"))
+        in_rounds = fwbench("compare", *config, "--repetitions", "3", "--steps", "3", "--min-measure-s", "0", *pairs,
+                            "--store", str(store), "--out", str(tmp_path / "rounds"))
+    assert in_blocks.returncode == 0 and in_rounds.returncode == 0, in_blocks.stderr + in_rounds.stderr
+    applied = pd.read_csv(only_run_dir(tmp_path / "blocks") / "comparison.csv")["noise_floor"]
+    assert (applied == pytest.approx(floor["noise_floor"])).all()
+    assert pd.read_csv(only_run_dir(tmp_path / "rounds") / "comparison.csv")["noise_floor"].isna().all()
+
+
+def test_calibrate_in_blocks_refuses_a_floor_precision_naming_the_option():
+    done = fwbench_in_process("calibrate", "--design", "blocks", "--floor-precision-pct", "30")
+    assert done.exit_code == 2 and "--floor-precision-pct" in done.output and "--repetitions" in done.output

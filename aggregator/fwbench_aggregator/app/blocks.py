@@ -12,6 +12,7 @@ from typing import Optional
 import pandas as pd
 from fwbench.runner.v1 import runner_pb2 as pb
 
+from ..analyse import stats
 from ..analyse.comparison import comparison_rows
 from ..analyse.sequential import stop_reason
 from ..base.progress import Progress
@@ -36,6 +37,18 @@ def window_order(runners: list[str], design: BlockDesign, block: int) -> list[tu
 def block_name(prefix: str, block: int) -> str:
     """A process block's name: its comparison's, and its number there (every runner's windows of it share it)."""
     return f"{prefix}-block{block}"
+
+
+def block_values(results: list[RunResult]) -> dict[str, list[float]]:
+    """Each runner's value per block of these windows, in the order the blocks ran: the geometric mean of its windows'
+    medians there (as analyse.comparison judges them; a block a runner did not finish has fewer windows, not none)."""
+    values: dict[str, list[float]] = {}
+    for runner in dict.fromkeys(r.runner for r in results):
+        mine = [r for r in results if r.runner == runner]
+        for block in dict.fromkeys(r.block.block for r in mine):
+            medians = [r.summary.median_step_time_s for r in mine if r.block.block == block]
+            values.setdefault(runner, []).append(stats.geometric_mean(medians))
+    return values
 
 
 def run_blocks(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], transport: Transport,

@@ -26,6 +26,7 @@ from ..analyse.comparison import flag_summary, normalised
 from ..analyse.floors import FloorPrecision, calibration_row, floor_precision
 from ..analyse.sequential import DEFAULT_MAX_RUNS
 from ..base.progress import Progress
+from ..plan.design import BlockDesign
 from ..plan.keys import run_key
 from ..plan.spec import RunSpec
 from ..run.client import RunnerFailure, RunResult
@@ -37,6 +38,8 @@ from ..run.runners import start_embedded
 from ..store import records
 from ..store.results_store import ResultStore
 from . import preflight
+from .blocks import block_values, run_blocks
+from .rounds import Repetitions
 from .best import DEFAULT_SEARCH_REPETITIONS, search
 from .medians import medians_by_runner
 from .errors import UsageError
@@ -120,22 +123,39 @@ def medians_to_precision(
     return results, medians_by_runner(results), []
 
 
+def in_blocks(twins: dict[str, str], transport: Transport, request: pb.RunRequest, design: BlockDesign,
+              blocks: int, prefix: str, progress: Progress = Progress(), gate: Optional[Gate] = None,
+              ) -> tuple[list[RunResult], dict[str, list[float]], list[RunnerFailure]]:
+    """`blocks` process blocks of both twins' windows (app.blocks): the windows, and each twin's value per block."""
+    done = run_blocks(twins, {twin: request for twin in twins}, transport, design, Repetitions(fixed=blocks), prefix,
+                      None, stats.MIN_EFFECT, progress=progress, gate=gate)
+    if done.failures:
+        return done.results, {}, done.failures
+    return done.results, block_values(done.results), []
+
+
 def calibrate_twins(name: str, addresses: Sequence[str], transport: Transport, request: pb.RunRequest,
                     repetitions: int, results_store: ResultStore, run_id: str, progress: Progress = Progress(),
                     gate: Optional[Gate] = None, target: Optional[FloorTarget] = None,
-                    ) -> tuple[Optional[Calibration], list[RunnerFailure]]:
+                    design: Optional[BlockDesign] = None) -> tuple[Optional[Calibration], list[RunnerFailure]]:
     """Two instances of one runner against each other (A/A), and the noise floor that gives, stored with why its
     runs were not quiet ("" when they were) and what each run waited (the manifest's "passages"). With a target,
-    as many runs as the floor's precision needs (medians_to_precision), else `repetitions`."""
+    as many runs as the floor's precision needs (medians_to_precision); under a block design, `repetitions` blocks
+    judged block by block; else `repetitions` runs."""
     twins = {name: addresses[0], f"{name}-2": addresses[1]}
     gate = gate or Gate()
-    if target is None:
+    if design is not None:
+        results, medians, failures = in_blocks(twins, transport, request, design, repetitions,
+                                               f"{run_id}-{name}", progress, gate)
+    elif target is None:
         results, medians, failures = run_medians_by_runner(twins, transport, request, repetitions, progress, gate)
     else:
         results, medians, failures = medians_to_precision(twins, transport, request, target, progress, gate)
     if failures:
         return None, failures
-    comparison = stats.compare(name, medians[name], f"{name}-2", medians[f"{name}-2"])
+    # Under the block design the twins' blocks pair, as a comparison's do (analyse.comparison).
+    comparison = stats.compare(name, medians[name], f"{name}-2", medians[f"{name}-2"], paired=design is not None,
+                               unit="block" if design else "run")
     summary = records.summary_frame(run_id, results, [])
     row = calibration_row(normalised(summary).iloc[0].to_dict(), results[0].runner_info.framework, comparison,
                           flag_summary(summary["device_flags"], len(summary)),
@@ -146,16 +166,19 @@ def calibrate_twins(name: str, addresses: Sequence[str], transport: Transport, r
                          {"calibration": pd.DataFrame([row])},
                          {**records.manifest(key, results, {twin: request for twin in twins}),
                           "passages": {run: waited for run, waited in passages.items() if waited}})
+    # The floor's own interval is Welch's (floor_precision): none is given for blocks, which the paired test judges.
     return Calibration(name, row, comparison, max(stats.run_spread(medians[twin]) for twin in twins),
-                       precision_of(medians), target), []
+                       None if design else precision_of(medians), target), []
 
 
 def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Path,
               progress: Progress = Progress(), search_repetitions: int = DEFAULT_SEARCH_REPETITIONS,
-              wait_for_quiet_s: float = 0.0, target: Optional[FloorTarget] = None) -> CalibrateResult:
+              wait_for_quiet_s: float = 0.0, target: Optional[FloorTarget] = None,
+              design: Optional[BlockDesign] = None) -> CalibrateResult:
     """The noise floor of `spec` for each runner: twins given (each name twice), else two embedded instances of
     each framework started here. Each run holds its device's lock and, with `wait_for_quiet_s`, first waits that
-    long at most for a quiet host (run.gate)."""
+    long at most for a quiet host (run.gate). Under a block design the twins' windows interleave in `repetitions`
+    process blocks, and the floor applies to comparisons in that design."""
     gate = Gate(wait_for_quiet_s)
     pairs = twin_pairs(runners.given)
     request = spec.to_request()
@@ -186,7 +209,7 @@ def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Pat
                 own = found.choices[name].request
                 progress.note(f"{name}: calibrating at its best settings, {found.choices[name].summary}")
             calibration, failures = calibrate_twins(name, addresses, runners.transport, own, repetitions,
-                                                    results_store, run_id, progress, gate, target)
+                                                    results_store, run_id, progress, gate, target, design)
             result.failures += failures
             if calibration is not None:
                 result.calibrations.append(calibration)

@@ -117,6 +117,7 @@ def calibrate(
         help="under --floor-precision-pct: the most runs per instance")] = DEFAULT_MAX_RUNS,
     search_repetitions: SearchRepetitionsOption = DEFAULT_SEARCH_REPETITIONS,
     wait_for_quiet: WaitForQuietOption = 0.0,
+    evidence: Evidence = Evidence(),
     runners: CalibrationRunnerOptions = CalibrationRunnerOptions(),
     store: StoreOption = Path("results/store"),
 ) -> None:
@@ -127,9 +128,13 @@ def calibrate(
     """
     spec = workload.spec(mode, batch_size, **profile.settings(), **measurement.settings())
     choice = runners.choice()
+    design = evidence.block_design(spec)
+    if design and floor_precision_pct is not None:
+        raise usage_error("--floor-precision-pct adds whole runs a round at a time; under --design blocks give "
+                          "--repetitions, the blocks to run", "--floor-precision-pct")
     target = FloorTarget(floor_precision_pct / 100, max_repetitions) if floor_precision_pct is not None else None
     result = run(lambda progress: calibrate_use_case(spec, choice, repetitions, store, progress,
-                                                        search_repetitions, wait_for_quiet, target))
+                                                        search_repetitions, wait_for_quiet, target, design))
     terminal.print_calibrations(result.calibrations, workload.label(mode, batch_size), store)
     report_failures(result.failures)
 

@@ -104,7 +104,10 @@ def _run_isolation_column(name: str, frame: pd.DataFrame, manifest: Mapping) -> 
 
 def _design_columns(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFrame:
     """Format 6 -> 7: runs from before designs were recorded were made in rounds, each run a build of its own, in no
-    process block; which process ran their steps is unknown (0)."""
+    process block; which process ran their steps is unknown (0). A calibration then was made in rounds too, so its
+    floor goes on applying to comparisons in rounds."""
+    if name == "calibration" and "design" not in frame:
+        return frame.assign(design=ROUNDS_LABEL)
     if name != "summary":
         return frame
     frame = frame.copy()
