@@ -36,6 +36,8 @@ from support.cli import fwbench, only_run_dir
 
 CONFIG = {"model": "resnet18", "model_options": "", "mode": "train", "batch_size": 2, "input_shape": "3x32x32",
           "precision": "fp32", "device": "cpu:0", "world_size": 1, "nodes": 1, "profile": "equal", "serving": ""}
+# Runs and floors of today's store say their design (an older store's migrate to rounds).
+ROUNDS = {"design": "rounds"}
 BUSY = "host busy in 4 of 12 runs"
 NOV_26 = 1795651200.0  # 2026-11-26 UTC
 
@@ -49,14 +51,14 @@ def runs(slowdown: float = 1.10, count: int = 6) -> tuple[pd.DataFrame, pd.DataF
     for runner, factor in (("torch", 1.0), ("tensorflow", slowdown)):
         for repetition in range(count):
             times = 0.01 * factor * rng.lognormal(0.0, 0.005, 20)
-            row = {**CONFIG, "runner": runner, "framework": runner, "repetition": repetition}
+            row = {**CONFIG, **ROUNDS, "runner": runner, "framework": runner, "repetition": repetition}
             steps += [{**row, "warmup": False, "step_time_s": t} for t in times]
             summary.append({**row, "status": "ok", "median_step_time_s": float(np.median(times)), "device_flags": ""})
     return pd.DataFrame(summary), pd.DataFrame(steps)
 
 
 def floor(framework: str, value: float, flagged: str = "", at: float = NOV_26) -> dict:
-    return {**CONFIG, "framework": framework, "runs": 6, "aa_ratio": 1.0, "aa_ci_low": 1 - value,
+    return {**CONFIG, **ROUNDS, "framework": framework, "runs": 6, "aa_ratio": 1.0, "aa_ci_low": 1 - value,
             "aa_ci_high": 1 + value, "noise_floor": value, "flagged": flagged, "calibrated_at_unix_s": at}
 
 
@@ -107,7 +109,7 @@ def test_a_calibration_from_before_flags_reads_as_quiet(tmp_path):
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
     (folder / "manifest.json").write_text(json.dumps({"store_format": 3}))
-    old = {k: v for k, v in floor("torch", 0.05).items() if k not in ("flagged", "calibrated_at_unix_s")}
+    old = {k: v for k, v in floor("torch", 0.05).items() if k not in ("flagged", "calibrated_at_unix_s", "design")}
     pd.DataFrame([old]).to_parquet(folder / "calibration.parquet")
     calibration = ResultStore(tmp_path).load("calibration")
     assert calibration.loc[0, "flagged"] == "" and np.isnan(calibration.loc[0, "calibrated_at_unix_s"])
