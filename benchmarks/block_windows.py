@@ -85,7 +85,8 @@ def judge(paths: list[Path], budget_s: float) -> int:
         values = np.log(mine["median_s"]).groupby([mine["block"], mine["runner"]]).mean().unstack("runner").loc[order]
         ratios = (values["b"] - values["a"]).to_numpy()
         spread, count = ratios.std(ddof=1), ratios.size
-        # The block's period, the first block left out: it starts each runner's fork server (its framework's import).
+        # The block's period, the first block left out: in windows.csv (forked workers) it started each runner's fork
+        # server, its framework's import.
         period_s = (mine["finished_at_unix_s"].iloc[-1] - by_block["started_at_unix_s"].min()[order[1]]) / (count - 1)
         within_budget = max(budget_s / period_s, 3.0)
         at_8 = math.expm1(scipy_stats.t.ppf(1 - stats.ALPHA / 2, count - 1) * spread / math.sqrt(count))
