@@ -10,11 +10,14 @@ round and outlier runs come along as they were measured. It then gives the two i
 drawn from the spread that fresh pairs of that configuration showed beyond their rounds' noise
 (design_aa.process_offsets): a process's offset is what an A/A comparison of one pair of processes cannot tell from a
 difference: once per instance, afresh every few rounds (a worker process kept for a block), or afresh every run. A
-difference is planted by multiplying b's runs.
+difference is planted by multiplying b's runs. `--paired` judges every comparison with the paired test, column by
+column (a round's two runs, or a block's two values: design_aa.py collect --blocks), as compare --design blocks does.
 
     .venvs/aggregator/bin/python benchmarks/spending_study.py [--procedures 20000] [--seed 1]
     .venvs/aggregator/bin/python benchmarks/spending_study.py --runs benchmarks/data/design-aa-2026-11-29/rounds-thread-afternoon.csv \
         --offsets none,"per 2 rounds" --planted 1.1,1.5
+    .venvs/aggregator/bin/python benchmarks/spending_study.py --runs benchmarks/data/design-aa-2026-12-01/blocks.csv \
+        --paired --offsets none,"per instance"
 """
 
 from __future__ import annotations
@@ -122,8 +125,9 @@ def variants() -> list[Variant]:
 
 
 def study(model: list[ConfigNoise], variant: Variant, procedures: int, seed: int, offsets: str,
-          planted: tuple[float, ...] = PLANTED) -> dict:
-    """One variant over every configuration alike: A/A and each planted ratio on the same draws."""
+          planted: tuple[float, ...] = PLANTED, paired: bool = False) -> dict:
+    """One variant over every configuration alike: A/A and each planted ratio on the same draws, judged by Welch's
+    test or, `paired`, by the paired test on each column's two values."""
     rounds = variant.plan.max_runs
     row: dict = {"offsets": offsets, "variant": variant.name}
     per_config = procedures // len(model)
@@ -134,13 +138,13 @@ def study(model: list[ConfigNoise], variant: Variant, procedures: int, seed: int
         rng = np.random.default_rng([seed, index])
         log_a, log_b = draw(config, rng, per_config, rounds, offsets)
         a, b = np.exp(log_a), np.exp(log_b)
-        outcome, runs, _, resolvable = sequential.simulate(variant.plan, a, b)
+        outcome, runs, _, resolvable = sequential.simulate(variant.plan, a, b, paired)
         wrong_by_config.append(float(np.mean(outcome == "different")))
         aa_runs.append(runs)
         aa_resolves.append(resolvable)
         aa_equivalent.append(outcome == "equivalent")
         for ratio in planted:
-            outcome, runs, seen, _ = sequential.simulate(variant.plan, a, b * ratio)
+            outcome, runs, seen, _ = sequential.simulate(variant.plan, a, b * ratio, paired)
             found[ratio].append((outcome == "different") & (seen > 1.0))
             found_runs[ratio].append(runs)
     row["A/A wrong"] = float(np.mean(wrong_by_config))
@@ -164,6 +168,8 @@ def main() -> int:
     parser.add_argument("--planted", default=",".join(f"{p:g}" for p in PLANTED),
                         help="b's runs times each of these, comma-separated ratios above 1: the differences each "
                              "variant should find, and how many runs it takes")
+    parser.add_argument("--paired", action="store_true",
+                        help="judge by the paired test on each round's (or block's) two values, not Welch's")
     args = parser.parse_args()
     planted = tuple(float(p) for p in args.planted.split(",") if re.fullmatch(r"\d+(\.\d*)?", p) and float(p) > 1)
     if len(planted) != len(args.planted.split(",")):
@@ -177,8 +183,8 @@ def main() -> int:
     print(f"noise: {len(model)} configurations from {args.runs.name}; process offsets' spread (two processes' "
           f"difference) median {np.median([c.offset_sd for c in model]):.1%}, largest "
           f"{max(c.offset_sd for c in model):.1%}; {args.procedures} procedures per variant, planted "
-          + ", ".join(f"{p - 1:.0%}" for p in planted))
-    table = pd.DataFrame([study(model, v, args.procedures, args.seed, where, planted)
+          + ", ".join(f"{p - 1:.0%}" for p in planted) + f"; judged {'paired' if args.paired else 'by Welch'}")
+    table = pd.DataFrame([study(model, v, args.procedures, args.seed, where, planted, args.paired)
                           for where in offsets for v in variants()])
     percent = [c for c in table if c.endswith(("wrong", "config", "equivalent", "found", "(median)"))]
     shown = table.copy()
