@@ -49,7 +49,7 @@ from fwbench_aggregator.app.calibrate import run_medians_by_runner
 from fwbench_aggregator.base.vocabulary import Mode
 from fwbench_aggregator.plan import spec as plan
 from fwbench_aggregator.plan.spec import StartupSettings
-from fwbench_aggregator.app.blocks import run_blocks
+from fwbench_aggregator.app.blocks import block_values, run_blocks
 from fwbench_aggregator.app.medians import medians_by_runner
 from fwbench_aggregator.app.rounds import Repetitions
 from fwbench_aggregator.plan.design import BlockDesign
@@ -131,15 +131,13 @@ def in_blocks(twins: dict[str, str], request, design: BlockDesign, count: int, p
     block (the geometric mean of its windows' medians) and its covariate there (the mean over its windows)."""
     done = run_blocks(twins, {name: request for name in twins}, EMBEDDED, design, Repetitions(fixed=count), prefix,
                       None, stats.MIN_EFFECT)
-    medians: dict[str, list[float]] = {name: [] for name in twins}
     other: dict[str, list[float]] = {name: [] for name in twins}
     for name in twins:
         windows = [r for r in done.results if r.runner == name]
         for block in dict.fromkeys(r.block.block for r in windows):
             mine = [r for r in windows if r.block.block == block]
-            medians[name].append(stats.geometric_mean([r.summary.median_step_time_s for r in mine]))
             other[name].append(float(np.mean(other_cpu_by_runner(mine)[name])))
-    return done.results, medians, done.failures, other
+    return done.results, {name: [] for name in twins} | block_values(done.results), done.failures, other
 
 
 def collect(out: Path, pairs: int, rounds: int, frameworks: list[str], run_isolation: str, duet: bool,
