@@ -21,7 +21,7 @@ FRAMEWORKS = {"torch", "torchvision", "tensorflow", "keras", "tf_keras", "jax", 
 MAX_MODULE_LINES = 400
 # Floors, lowest first: each module of the core on one of them.
 FLOORS = {
-    "facts": {"__init__", "errors", "limits", "choices", "spec", "fairness", "architectures", "handlers"},
+    "facts": {"__init__", "errors", "limits", "choices", "spec", "fairness", "architectures", "handlers", "allocator"},
     "models and inputs": {"declaration", "plugin_modules", "plugin_checks", "plugins", "builtin", "registry",
                           "catalog", "references", "decoding", "streams", "access", "sysinfo", "isolation"},
     "measurement": {"power", "device_state", "backend", "onnx_runtime", "serving", "timing", "telemetry", "placement",

@@ -12,7 +12,7 @@ from ..store.selection import key_text
 # How each part of the comparability key reads in a row's label: "version 2.15.0", "intra-op threads 1".
 KEY_NAMES = {
     "framework": "framework", "framework_version": "version", "image_digest": "image",
-    "environment_lock": "environment", "layout": "layout",
+    "environment_lock": "environment", "malloc": "malloc", "layout": "layout",
     "compilation": "compilation", "cudnn_autotune": "cuDNN autotuning", "tf32": "TF32",
     "intra_op_threads": "intra-op threads", "inter_op_threads": "inter-op threads", "model_hash": "model",
     "run_isolation": "run isolation",

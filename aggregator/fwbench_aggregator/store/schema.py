@@ -98,8 +98,9 @@ RUNNER_COLUMNS = ("runner_address", "python_version", "cuda_version", "cudnn_ver
 # both, which tell two builds of one tag apart ("" outside containers, and where the image does not report them).
 IMAGE_COLUMNS = ("container_base_image", "image_digest", "base_image_digest")
 # The software beneath the framework, as the runner reports it: the sha256 of the lock its environment was installed
-# from (scripts/lock.sh), numpy and its BLAS, and oneDNN where the framework says ("" where it does not).
-ENVIRONMENT_COLUMNS = ("environment_lock", "numpy_version", "blas", "onednn_version")
+# from (scripts/lock.sh), numpy and its BLAS, oneDNN where the framework says ("" where it does not), and the C
+# library's malloc thresholds the runner pinned in its processes ("" before runners pinned them: fwbench_core.allocator).
+ENVIRONMENT_COLUMNS = ("environment_lock", "numpy_version", "blas", "onednn_version", "malloc")
 SUMMARY_COLUMNS = (
     *RUN_IDENTITY_COLUMNS, "status", "error", "device_name", "warmup_steps", "measured_steps", "measured_steps_asked",
     "seed", "parameter_count",
@@ -122,11 +123,12 @@ SUMMARY_COLUMNS = (
 # unknown for it too.
 #
 # The runner's own facts: its framework and version, its image's digest where it ran in a container, the lock its
-# environment was installed from (numpy, the BLAS and the rest beneath the framework), every setting a verdict
+# environment was installed from (numpy, the BLAS and the rest beneath the framework), the malloc thresholds its
+# processes ran under (a torch step faulted in fresh pages every step in some processes without them), every setting a verdict
 # depends on, which version of a plug-in model it built, and whether its runs each had a fresh process (a process
 # carries an offset of its own: docs/verdict.md). Runs of one runner that differ in any of these make rows of their
 # own ("torch (version 2.15.0)"), each judged against the fastest of its block.
-RUNNER_KEY_COLUMNS = ("framework", "framework_version", "image_digest", "environment_lock", *SETTINGS_COLUMNS,
+RUNNER_KEY_COLUMNS = ("framework", "framework_version", "image_digest", "environment_lock", "malloc", *SETTINGS_COLUMNS,
                       "model_hash", "run_isolation")
 # The machine and the measurement protocol, which all the runners of a verdict must share: runners are judged only
 # against runners of the same block. The machine is its device model as the runner names it (the CPU model and its

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from queue import Queue
 from typing import Any, TypeVar
 
+from .allocator import pin_malloc
 from .errors import DeadlineExceeded, FailedPrecondition, RunnerError, error_from_status, reason_for, status_for
 from .choices import DeviceKind
 from .spec import DeviceRef
@@ -338,6 +339,7 @@ def _serve_calls(calls, sender, stop, log_level: int) -> None:
 
 
 def _start_worker(log_level: int) -> None:
+    pin_malloc()  # as the runner's own process: a run allocates alike in either (allocator)
     # Ctrl-C reaches the whole process group; the parent decides when the run stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=log_level, format=WORKER_LOG_FORMAT)

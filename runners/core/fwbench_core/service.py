@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
+from .allocator import pin_malloc
 from .admission import DEFAULT_MAX_QUEUED_REQUESTS, DeviceLocks, WorkLimit, lock_ref, wait_for
 from .apart import apart_phase_after, called_apart
 from .backend import Backend
@@ -75,7 +76,9 @@ class RunnerService:
             # runner_info, which must then list the GPUs without opening them.
             backend.stay_off_gpus()
         info = backend.runner_info()
-        self.info: RunnerInfo = replace(info, options={**info.options, "run_isolation": isolation.value})
+        # Worker processes pin the same thresholds as they start (isolation), so runs allocate alike wherever they run.
+        self.info: RunnerInfo = replace(info, options={**info.options, "run_isolation": isolation.value,
+                                                       "malloc": pin_malloc()})
         # Each plug-in's builder is checked in a process of its own: no user's code runs in the runner's.
         self.catalog: Catalog = load_catalog(backend.models, plugins, plugin_limit_s)
         self.plugin_limit_s = plugin_limit_s
