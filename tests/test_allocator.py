@@ -78,3 +78,21 @@ def test_a_runner_pins_its_own_process_and_says_how():
     assert not mapped
     assert reported.startswith(f"glibc {platform.libc_ver()[1]} ") and f"mmap_threshold={MMAP_THRESHOLD_BYTES}" in reported
     assert again == reported  # pinning again changes nothing
+
+
+def _peak_to(queue) -> None:
+    from fwbench_core.sysinfo import process_peak_rss_bytes
+
+    queue.put(process_peak_rss_bytes())
+
+
+def test_a_spawned_process_reads_its_own_peak_not_its_parents():
+    """Linux carries ru_maxrss across the exec that spawns a worker; the worker's own peak is its address space's."""
+    from fwbench_core.sysinfo import process_peak_rss_bytes
+
+    ballast = bytearray(400 << 20)  # this process's peak, far above a bare interpreter's
+    try:
+        assert process_peak_rss_bytes() >= len(ballast)
+        assert in_fresh_process(_peak_to) < len(ballast) / 2
+    finally:
+        del ballast

@@ -144,7 +144,16 @@ def gpu_driver_version() -> str:
 
 
 def process_peak_rss_bytes() -> int:
-    """Peak resident memory of this process (Linux reports ru_maxrss in KiB)."""
+    """Peak resident memory of this process: Linux's VmHWM, the high-water mark of its own address space. Not
+    ru_maxrss, which a spawned worker inherits from the runner it was forked from before its exec: every worker then
+    read at least its runner's peak (a worker of a runner at 816 MiB read 816 MiB). ru_maxrss (KiB) where there is no
+    /proc."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
