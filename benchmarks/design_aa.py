@@ -44,7 +44,7 @@ from tempfile import TemporaryDirectory
 import numpy as np
 import pandas as pd
 from fwbench_aggregator.analyse import stats
-from fwbench_aggregator.analyse.sequential import DEFAULT_MAX_RUNS, SequentialPlan, look
+from fwbench_aggregator.analyse.sequential import BLOCKS_SPENDING_GAMMA, DEFAULT_MAX_RUNS, SequentialPlan, look
 from fwbench_aggregator.app.calibrate import run_medians_by_runner
 from fwbench_aggregator.base.vocabulary import Mode
 from fwbench_aggregator.plan import spec as plan
@@ -52,7 +52,7 @@ from fwbench_aggregator.plan.spec import StartupSettings
 from fwbench_aggregator.app.blocks import block_values, run_blocks
 from fwbench_aggregator.app.medians import medians_by_runner
 from fwbench_aggregator.app.rounds import Repetitions
-from fwbench_aggregator.plan.design import BlockDesign
+from fwbench_aggregator.plan.design import BlockDesign, is_blocks
 from fwbench_aggregator.run import jobs
 from fwbench_aggregator.run.connection import EMBEDDED
 from fwbench_aggregator.run.launch import default_venvs
@@ -246,10 +246,12 @@ def fixed(analysis: str, a: np.ndarray, b: np.ndarray) -> stats.Comparison:
     return stats.compare("a", a, "b", b, paired=analysis == "paired")
 
 
-def sequential(analysis: str, a: np.ndarray, b: np.ndarray, max_runs: int):
+def sequential(analysis: str, a: np.ndarray, b: np.ndarray, max_runs: int, blocks: bool = False):
     """The sequential design replayed over the runs in the order they ran: the decision at the first look that
-    stops, or at the last round collected (then "continue": the budget would have run on)."""
-    plan_ = SequentialPlan(max_runs=max_runs)
+    stops, or at the last round collected (then "continue": the budget would have run on). Blocks judged paired
+    spend as compare --design blocks does."""
+    plan_ = SequentialPlan(max_runs=max_runs,
+                           spending_gamma=BLOCKS_SPENDING_GAMMA if blocks and analysis == "paired" else None)
     for n in range(stats.MIN_REPETITIONS, a.size + 1):
         decision = look(plan_, a[:n], b[:n], "a", "b", paired=analysis == "paired")
         if decision.stop:
@@ -271,7 +273,8 @@ def judged(runs: pd.DataFrame, plant: float, fixed_runs: list[int], max_runs: in
             row[f"{analysis} {n}: wrong"] = aa.significant
             row[f"{analysis} {n}: found"] = planted.significant and planted.slower == "b"
             row[f"{analysis} {n}: runs"] = n
-        aa, planted = sequential(analysis, a, b, max_runs), sequential(analysis, a, b * plant, max_runs)
+        blocks = is_blocks(runs["design"].iloc[0]) if "design" in runs else False
+        aa, planted = sequential(analysis, a, b, max_runs, blocks), sequential(analysis, a, b * plant, max_runs, blocks)
         row[f"{analysis} auto: resolves"] = aa.comparison.resolvable
         row[f"{analysis} auto: wrong"] = aa.outcome == "different"
         row[f"{analysis} auto: found"] = planted.outcome == "different" and planted.comparison.slower == "b"

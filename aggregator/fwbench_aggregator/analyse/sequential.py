@@ -57,6 +57,11 @@ FUTILITY_RUNS = 6
 # procedures called a difference at the full alpha (3 x 20000 simulated, tests/test_paired_rounds.py), 0.94-0.98% at
 # 85% of it.
 PAIRED_SHARE = 0.85
+# Process blocks' looks spend little of alpha early (Hwang, Shih & DeCani's gamma -4): simulated on the real blocks of
+# two sittings (benchmarks/spending_study.py --paired, 20,000 procedures a variant), the Pocock type called 0.95% and
+# 1.46% of A/A procedures different (its worst configuration 1.65% and 4.10%), gamma -4 0.61% and 0.81% (1.25% and
+# 1.60%). Rounds keep the Pocock type, which held its level on their runs (docs/verdict.md).
+BLOCKS_SPENDING_GAMMA = -4.0
 _GRID_POINTS = 1001  # odd, for Simpson's rule; four times as many move no look's level by 1e-11
 
 
