@@ -326,9 +326,8 @@ SweepRepetitionsOption = Annotated[Optional[str], typer.Option(
 DesignOption = Annotated[str, typer.Option(
     callback=_choice(Design, "design"), metavar=_metavar(Design),
     help="how the evidence is made: rounds, whole runs one after another (each its own build); or blocks, each runner "
-         "in a fresh worker process per block measuring short windows in turn on one warm build, judged block by block. "
-         "For now blocks compare a framework against itself only: torch measures slower in a worker process than in "
-         "its runner's own, so compare frameworks in rounds (docs/verdict.md)")]
+         "in a fresh worker process per block measuring short windows in turn on one warm build, judged block by block "
+         "(docs/verdict.md)")]
 BlockWindowsOption = Annotated[int, typer.Option(
     min=1, max=MAX_BLOCK_WINDOWS, help="under --design blocks: windows per runner in each block")]
 WindowOption = Annotated[float, typer.Option(
