@@ -30,7 +30,7 @@ CONFIG = dict(model="resnet18", model_options="", mode="infer", batch_size=2, in
 FACTS = dict(device_name="AMD EPYC (2 logical cores)", warmup_steps=1, measured_steps_asked=STEPS_PER_RUN,
              min_measure_s=0.0, seed=0, image_digest="", environment_lock="", layout="channels_last", compilation="eager",
              cudnn_autotune="off", tf32="", intra_op_threads=2, inter_op_threads=2, model_hash="", run_isolation="thread",
-             malloc="glibc 2.36 mmap_threshold=33554432 trim_threshold=1073741824")
+             malloc="glibc 2.36 mmap_threshold=33554432 trim_threshold=67108864")
 VERSIONS = {"torch": "2.15.0", "tensorflow": "2.21.0"}
 
 
@@ -105,7 +105,7 @@ def test_framework_versions_are_rows_of_their_own_each_judged():
     ("cudnn_autotune", ("off", "on"), "cuDNN autotuning"),
     ("tf32", ("off", "on"), "TF32"),
     ("run_isolation", ("process", "thread"), "run isolation"),
-    ("malloc", ("glibc 2.36: unchanged", "glibc 2.36 mmap_threshold=33554432 trim_threshold=1073741824"), "malloc"),
+    ("malloc", ("glibc 2.36: unchanged", "glibc 2.36 mmap_threshold=33554432 trim_threshold=67108864"), "malloc"),
 ])
 def test_runs_under_other_settings_are_rows_of_their_own(setting, values, label):
     a = compare({"torch": near(10.0), "tensorflow": near(10.1)}, **{setting: values[0]})
