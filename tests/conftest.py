@@ -30,6 +30,7 @@ LOG_TAIL_CHARS = 3000
 class Runner(NamedTuple):
     name: str
     address: str
+    pid: int  # the runner's own process: its workers are its children
 
 
 def _log_tail(path: Path) -> str:
@@ -58,7 +59,7 @@ class RunnerPool:
             pytest.fail(self._failures[name], pytrace=False)
         if name not in self._runners:
             self._start(name)
-        return Runner(name, self._runners[name].address)
+        return Runner(name, self._runners[name].address, self._runners[name].process.pid)
 
     def _start(self, name: str) -> None:
         log_path = self.log_path(name)

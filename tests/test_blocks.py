@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import itertools
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
 import pytest
+import grpc
 from fwbench.runner.v1 import runner_pb2 as pb
+from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 
 from fwbench_aggregator.analyse.comparison import comparison_rows
-from fwbench_aggregator.app.blocks import block_name, window_order
+from fwbench_aggregator.app.blocks import block_name, open_blocks, window_order
 from fwbench_aggregator.plan.design import MIN_WINDOW_STEPS, REFILL_STEPS, ROUNDS_LABEL, BlockDesign
+from fwbench_aggregator.run.connection import Transport
 from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
 from fwbench_aggregator.store.migrations import migrated
 from fwbench_aggregator.store.results_store import ResultStore
@@ -144,6 +148,34 @@ def two_fakes(tmp_path):
                for name, step_s in (("a", "0.002"), ("b", "0.004"))]
     with runners[0], runners[1]:
         yield {runner.name: runner.address for runner in runners}
+
+
+class RefusingRunner(pb_grpc.RunnerServicer):
+    """A runner that refuses to open blocks; the base servicer answers UNIMPLEMENTED, as a runner older than
+    OpenBlock does."""
+
+    def OpenBlock(self, request, context):
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this runner cannot start worker processes")
+
+
+@pytest.fixture
+def older_and_refusing():
+    servers = {}
+    for name, servicer in (("older", pb_grpc.RunnerServicer()), ("refusing", RefusingRunner())):
+        server = grpc.server(ThreadPoolExecutor(max_workers=2))
+        pb_grpc.add_RunnerServicer_to_server(servicer, server)
+        servers[name] = (server, f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}")
+        server.start()
+    yield {name: address for name, (_, address) in servers.items()}
+    for server, _ in servers.values():
+        server.stop(None)
+
+
+def test_a_runner_older_than_open_block_opens_its_block_in_its_first_window_and_a_refusal_fails_the_runner(
+        older_and_refusing):
+    failures = open_blocks(older_and_refusing, Transport(), "c1-block0")
+    assert [(f.runner, f.code) for f in failures] == [("refusing", "FAILED_PRECONDITION")]
+    assert "cannot start worker processes" in failures[0].message
 
 
 @pytest.mark.slow

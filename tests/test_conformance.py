@@ -755,3 +755,36 @@ def test_a_reuse_chain_builds_once_and_its_last_run_frees_the_build(runner, stub
     assert last.first_step_traced == first.first_step_traced
     # The chain's last run freed the build: the same key starts from a fresh one.
     assert summary(BATCH, end_reuse=True).build_reused is False
+
+
+def spawned_workers(pid: int) -> set[int]:
+    """The worker processes runner `pid` has spawned and that still live."""
+    workers = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            if parent == pid and state != "Z" and b"spawn_main" in (entry / "cmdline").read_bytes():
+                workers.add(int(entry.name))
+        except (ValueError, OSError, IndexError):
+            continue
+    return workers
+
+
+def test_an_opened_block_runs_its_windows_in_the_worker_it_started_and_its_last_window_ends_it(runner, stub):
+    block = f"conformance-open-{runner.name}"
+    before = spawned_workers(runner.pid)
+    assert stub.OpenBlock(pb.OpenBlockRequest(process_block=block), timeout=RUN_TIMEOUT_S).ready_s > 0
+    opened = spawned_workers(runner.pid) - before
+    assert len(opened) == 1
+    window = functools.partial(run_request, process_block=block, reuse_key=block, continue_reuse=True)
+    first, last = summary_of(run_events(stub, window())), summary_of(run_events(stub, window(end_reuse=True)))
+    assert {first.process_id, last.process_id} == opened and (first.build_continued, last.build_continued) == (False, True)
+    assert not spawned_workers(runner.pid) & opened
+
+
+@pytest.mark.parametrize("block, says", [("", "process_block is empty"), ("\x00", "printable ASCII")])
+def test_opening_a_block_without_a_plain_name_is_invalid_naming_the_field(stub, block, says):
+    with pytest.raises(grpc.RpcError) as info:
+        stub.OpenBlock(pb.OpenBlockRequest(process_block=block), timeout=RPC_TIMEOUT_S)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and says in info.value.details()

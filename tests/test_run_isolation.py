@@ -23,7 +23,7 @@ from fwbench_aggregator.run import launch
 from fwbench_core.backend import MemoryReading
 from fwbench_core.errors import REASON_KEY, Cancelled, InvalidArgument, RunnerError, reason_for, status_for
 from fwbench_core.fake import FakeBackend, FakeWorkload
-from fwbench_core.isolation import BlockWorker, RunIsolation
+from fwbench_core.isolation import BlockWorker, ProcessBlocks, RunIsolation
 from fwbench_core.service import RunnerService
 from fwbench_core.choices import DeviceKind, Mode, Phase
 from fwbench_core.spec import DeviceRef, RunRequest
@@ -184,6 +184,34 @@ def test_every_blocks_worker_is_a_fresh_interpreter_the_runner_spawned():
         worker = pid_of(service, blocked(block=block))
         parent = int(open(f"/proc/{worker}/stat").read().rsplit(")", 1)[1].split()[1])
         assert parent == os.getpid() and b"spawn_main" in open(f"/proc/{worker}/cmdline", "rb").read()
+
+
+def test_an_opened_block_runs_in_the_worker_it_started_and_opening_another_ends_it():
+    service = RunnerService(PidBackend(), make_backend=PidBackend)
+    assert service.open_block("k0") > 0
+    opened = pid_of(service, blocked(block="k0"))
+    assert pid_of(service, blocked(block="k0")) == opened
+    service.open_block("k1")
+    assert not os.path.exists(f"/proc/{opened}") or open(f"/proc/{opened}/stat").read().split()[2] == "Z"
+    assert pid_of(service, blocked(block="k1")) not in (opened, os.getpid())
+
+
+def test_a_block_cannot_be_opened_while_its_worker_runs():
+    # A CPU window holds the CPU, so that an OpenBlock waits for it; a GPU window does not.
+    blocks = ProcessBlocks()
+    window = blocks.stream("k0", False, _pids, (2,), lambda: False)
+    next(window)
+    with pytest.raises(RunnerError, match="'k0' has a run in its worker") as info:
+        blocks.open("k1", _pids, (1,), lambda: False)
+    assert status_for(info.value)[0].name == "FAILED_PRECONDITION"
+    window.close()
+    blocks.end()
+
+
+def test_a_runner_that_starts_no_worker_processes_refuses_to_open_a_block():
+    with pytest.raises(RunnerError, match="cannot start worker processes") as info:
+        RunnerService(PidBackend()).open_block("k0")
+    assert status_for(info.value)[0].name == "FAILED_PRECONDITION"
 
 
 def test_a_runner_that_starts_no_worker_processes_refuses_a_process_block():
@@ -465,7 +493,7 @@ def recording_ensure_initialized(self):
 
 context.Context.ensure_initialized = recording_ensure_initialized
 
-from fwbench_core.isolation import BlockWorker, RunIsolation
+from fwbench_core.isolation import BlockWorker, ProcessBlocks, RunIsolation
 from fwbench_core.service import RunnerService
 from fwbench_core.spec import RunnerSettings
 from fwbench_tensorflow.backend import TensorFlowBackend

@@ -106,6 +106,10 @@ class RunnerClient:
     def compare_reference(self, request: pb.ReferenceRequest) -> pb.ReferenceReport:
         return self._call(self._stub.CompareReference, request, BUILD_TIMEOUT_S)
 
+    def open_block(self, block: str) -> pb.OpenBlockResponse:
+        """Start process block `block`'s worker, its framework imported, ahead of the block's runs."""
+        return self._call(self._stub.OpenBlock, pb.OpenBlockRequest(process_block=block), BUILD_TIMEOUT_S)
+
     def _call(self, method, request, timeout_s: float):
         try:
             return method(request, timeout=timeout_s)

@@ -186,6 +186,22 @@ class ProcessBlocks:
         finally:
             self._lock.release()
 
+    def open(self, block: str, work: Callable[..., Iterator[T]], args: tuple[Any, ...],
+             cancelled: Callable[[], bool]) -> None:
+        """Start block `block`'s worker before its first run, ending the current block, and make `work(*args, stop)`
+        there (the framework's import): the block's runs then find it ready. A worker that fails here is closed, and
+        the block's first run spawns a fresh one."""
+        if not self._lock.acquire(blocking=False):
+            raise FailedPrecondition(f"process block {self._block!r} has a run in its worker: open a block before "
+                                     "its runs, not during them")
+        try:
+            self._end()
+            self._block, self._worker = block, WorkerProcess()
+            for _ in self._worker.stream(work, args, cancelled):
+                pass
+        finally:
+            self._lock.release()
+
     def end(self) -> None:
         """End the block's worker, if idle: a run outside any block ends the block before it runs."""
         if self._lock.acquire(blocking=False):

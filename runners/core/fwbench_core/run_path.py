@@ -211,6 +211,12 @@ def run_in_worker(
     yield from _worker_path(make_backend).run(config, total, cancelled, keep=True)
 
 
+def prepare_in_worker(make_backend: Callable[[], Backend], cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
+    """A block's worker made ready before its first run: the backend made, and with it the framework imported."""
+    _worker_path(make_backend)
+    yield from ()
+
+
 def backend_in_worker(make_backend: Callable[[], Backend]) -> Backend:
     """The worker's backend for a plug-in's inspection or parity work, its kept build freed first (that work may reset
     framework state, as on the runner's framework thread)."""

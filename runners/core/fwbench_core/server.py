@@ -94,6 +94,15 @@ class RunnerServicer(pb_grpc.RunnerServicer):
             self._abort(context, exc)
         return wire.config_to_wire(config, self._service.info)
 
+    def OpenBlock(self, request, context):
+        cancelled = threading.Event()
+        context.add_callback(cancelled.set)
+        try:
+            ready_s = self._service.open_block(request.process_block, cancelled.is_set)
+        except Exception as exc:
+            self._abort(context, exc)
+        return pb.OpenBlockResponse(ready_s=ready_s)
+
     def Run(self, request, context):
         cancelled = threading.Event()
         context.add_callback(cancelled.set)

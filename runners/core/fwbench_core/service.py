@@ -19,14 +19,15 @@ from .backend import Backend
 from .catalog import Catalog, load_catalog
 from .device_state import DeviceStateReader
 from .distributed import run_distributed
-from .errors import FailedPrecondition
+from .errors import FailedPrecondition, InvalidArgument
+from .limits import MAX_REUSE_KEY_LENGTH
 from .isolation import BlockWorker, ProcessBlocks, RunIsolation, Watch, stream_on_thread
 from .plugin_worker import PluginWorkers
 from .plugin_modules import builder_file
 from .plugins import PLUGIN_LIMIT_S, PluginLocation
 from .references import ReferenceFolder, check_input_fits, check_name
 from .run_path import (
-    Resolved, RunEvent, RunPath, backend_in_worker, run_in_worker, run_phase_after, run_rank,
+    Resolved, RunEvent, RunPath, backend_in_worker, prepare_in_worker, run_in_worker, run_phase_after, run_rank,
 )
 from .choices import DeviceKind, Phase, Precision
 from .spec import (
@@ -34,7 +35,7 @@ from .spec import (
     RunRequest,
 )
 from .timing import Progress
-from .validation import resolve, resolve_model_config, resolve_reference
+from .validation import resolve, resolve_key, resolve_model_config, resolve_reference
 
 # Work that waits for the CPU (inspection, parity) gives up after this long: the aggregator's own deadline.
 CPU_WAIT_LIMIT_S = 600.0
@@ -164,6 +165,23 @@ class RunnerService:
         check_input_fits(request.name, arrays["input"], config)
         return self.on_cpu(lambda: self._user_code(config.model, "compare_reference", (config, arrays), cancelled),
                            cancelled)
+
+    def open_block(self, block: str, cancelled: Callable[[], bool] = lambda: False) -> float:
+        """Start process block `block`'s worker, its framework imported, before the block's first run; the seconds
+        that took. Work on the CPU like a run's: no CPU run is timed meanwhile."""
+        if not resolve_key("process_block", block):
+            raise InvalidArgument("process_block is empty: name the block to open (printable ASCII, at most "
+                                  f"{MAX_REUSE_KEY_LENGTH} characters)")
+        if self._make_backend is None:
+            raise FailedPrecondition("this runner cannot start worker processes: it runs no process block")
+        started = time.monotonic()
+
+        def start() -> None:
+            self._plugin_workers.close_idle()
+            self._process_blocks.open(block, prepare_in_worker, (self._make_backend,), cancelled)
+
+        self.on_cpu(start, cancelled)
+        return time.monotonic() - started
 
     def check(self, request: RunRequest) -> RunConfig:
         """The run `request` asks for, every default resolved, or the error Run would refuse it with."""
