@@ -44,7 +44,7 @@ from tempfile import TemporaryDirectory
 import numpy as np
 import pandas as pd
 from fwbench_aggregator.analyse import stats
-from fwbench_aggregator.analyse.sequential import BLOCKS_SPENDING_GAMMA, DEFAULT_MAX_RUNS, SequentialPlan, look
+from fwbench_aggregator.analyse.sequential import DEFAULT_MAX_RUNS, SequentialPlan, look, spending_gamma
 from fwbench_aggregator.app.calibrate import run_medians_by_runner
 from fwbench_aggregator.base.vocabulary import Mode
 from fwbench_aggregator.plan import spec as plan
@@ -251,7 +251,7 @@ def sequential(analysis: str, a: np.ndarray, b: np.ndarray, max_runs: int, block
     stops, or at the last round collected (then "continue": the budget would have run on). Blocks judged paired
     spend as compare --design blocks does."""
     plan_ = SequentialPlan(max_runs=max_runs,
-                           spending_gamma=BLOCKS_SPENDING_GAMMA if blocks and analysis == "paired" else None)
+                           spending_gamma=spending_gamma(blocks and analysis == "paired"))
     for n in range(stats.MIN_REPETITIONS, a.size + 1):
         decision = look(plan_, a[:n], b[:n], "a", "b", paired=analysis == "paired")
         if decision.stop:

@@ -40,6 +40,10 @@ BACKENDS = {
 
 
 def make_backend(framework: str):
+    """The framework's backend as its runner makes it, with every core for its threads."""
+    if framework == "tensorflow":  # as the runner's __main__ sets them
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     module, name = BACKENDS[framework]
     cores = os.cpu_count() or 1
     return getattr(importlib.import_module(module), name)(RunnerSettings(cores, cores))

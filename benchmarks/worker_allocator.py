@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib
 import multiprocessing
-import os
 import resource
 import statistics
 from collections.abc import Callable
@@ -28,24 +26,13 @@ from fwbench_core.catalog import load_catalog
 from fwbench_core.choices import Mode
 from fwbench_core.run_path import RunPath
 from fwbench_core.service import RunnerService
-from fwbench_core.spec import RunnerSettings, RunRequest
+from fwbench_core.spec import RunRequest
 from fwbench_core.timing import StepBatch, Summary
 from fwbench_core.validation import resolve
 
-BACKENDS = {
-    "torch": ("fwbench_torch.backend", "TorchBackend"),
-    "tensorflow": ("fwbench_tensorflow.backend", "TensorFlowBackend"),
-}
+from harness_overhead import BACKENDS, make_backend
+
 LEGS = ("thread", "worker, unpinned", "worker, pinned")
-
-
-def make_backend(framework: str):
-    if framework == "tensorflow":  # as the runner's __main__ sets them
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
-    module, name = BACKENDS[framework]
-    cores = os.cpu_count() or 1
-    return getattr(importlib.import_module(module), name)(RunnerSettings(cores, cores))
 
 
 def requests(args) -> tuple[RunRequest, RunRequest]:

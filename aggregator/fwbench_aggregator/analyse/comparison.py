@@ -23,7 +23,7 @@ from ..store.schema import (
 from . import stats
 from .alike import keyed, labelled
 from .floors import Floor, busy_floor_note, config_floor, noise_floors
-from .sequential import BLOCKS_SPENDING_GAMMA, SequentialPlan, look
+from .sequential import SequentialPlan, look, spending_gamma
 from .parity import PARITY_CHECKED, parity_status
 
 
@@ -305,7 +305,7 @@ def judged(fastest: dict, row: dict, min_effect: float, floor: float) -> tuple[s
     unit = "block" if paired else "run"
     if budget:
         plan = SequentialPlan(max_runs=max(budget, stats.MIN_REPETITIONS), min_effect=min_effect, noise_floor=floor,
-                              spending_gamma=BLOCKS_SPENDING_GAMMA if paired else None)
+                              spending_gamma=spending_gamma(paired))
         decision = look(plan, fast, slow, fastest["runner"], row["runner"], paired=paired, unit=unit)
         return decision.verdict, decision.outcome, decision.comparison
     c = stats.compare(fastest["runner"], fast, row["runner"], slow, min_effect=min_effect, noise_floor=floor,

@@ -62,6 +62,12 @@ PAIRED_SHARE = 0.85
 # 1.46% of A/A procedures different (its worst configuration 1.65% and 4.10%), gamma -4 0.61% and 0.81% (1.25% and
 # 1.60%). Rounds keep the Pocock type, which held its level on their runs (docs/verdict.md).
 BLOCKS_SPENDING_GAMMA = -4.0
+
+
+def spending_gamma(paired_blocks: bool) -> float | None:
+    """The spending a sequential design's looks follow: HSD gamma for blocks judged paired, None (the Pocock type)
+    for runs in rounds."""
+    return BLOCKS_SPENDING_GAMMA if paired_blocks else None
 _GRID_POINTS = 1001  # odd, for Simpson's rule; four times as many move no look's level by 1e-11
 
 

@@ -148,12 +148,9 @@ def process_peak_rss_bytes() -> int:
     ru_maxrss, which a spawned worker inherits from the runner it was forked from before its exec: every worker then
     read at least its runner's peak (a worker of a runner at 816 MiB read 816 MiB). ru_maxrss (KiB) where there is no
     /proc."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    peak_bytes = _proc_kib_field("/proc/self/status", "VmHWM:")
+    if peak_bytes is not None:
+        return peak_bytes
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -161,10 +158,15 @@ def process_peak_rss_bytes() -> int:
 
 def host_available_memory_bytes() -> int | None:
     """Memory the host can give a process without swapping (Linux's MemAvailable); None where unreadable."""
+    return _proc_kib_field("/proc/meminfo", "MemAvailable:")
+
+
+def _proc_kib_field(path: str, field: str) -> int | None:
+    """The bytes of a "FIELD: N kB" line of a /proc file; None where the file or the field cannot be read."""
     try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
+        with open(path) as lines:
+            for line in lines:
+                if line.startswith(field):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
