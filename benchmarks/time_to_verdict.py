@@ -25,7 +25,7 @@ from fwbench_aggregator.app.compare import CompareRequest, compare
 from fwbench_aggregator.app.rounds import Repetitions
 from fwbench_aggregator.app.runners import RunnerChoice
 from fwbench_aggregator.base.vocabulary import Mode, Precision
-from fwbench_aggregator.plan.design import BlockDesign
+from fwbench_aggregator.plan.design import BlockDesign, DesignChoice
 from fwbench_aggregator.plan.spec import RunSpec
 from fwbench_aggregator.run.connection import EMBEDDED, Transport
 from fwbench_aggregator.run.launch import default_venvs
@@ -57,8 +57,8 @@ def verdict_of(rows) -> tuple[str, str, int]:
 def one(spec: RunSpec, choice: RunnerChoice, repetitions: Repetitions, design: BlockDesign | None, out: Path
         ) -> tuple[str, str, int, float]:
     started = time.monotonic()
-    result = compare(CompareRequest(spec=spec, runners=choice, repetitions=repetitions, design=design, out=out,
-                                    store=out / "store"))
+    result = compare(CompareRequest(spec=spec, runners=choice, repetitions=repetitions, design=DesignChoice(design),
+                                    out=out, store=out / "store"))
     elapsed = time.monotonic() - started
     if result.rows.empty:
         return "failed: " + "; ".join(f.message for f in result.failures), "", 0, elapsed

@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_envs.sh --default
 exec "${FWBENCH_VENVS:-.venvs}/aggregator/bin/fwbench" compare \
-  --model resnet18 --mode train --batch-size 8 --shape 3x64x64 --steps 20 "$@"
+  --model resnet18 --mode train --batch-size 8 --shape 3x64x64 "$@"

@@ -20,7 +20,9 @@ from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 
 from fwbench_aggregator.analyse.comparison import comparison_rows
 from fwbench_aggregator.app.blocks import block_name, open_blocks, window_order
-from fwbench_aggregator.plan.design import MIN_WINDOW_STEPS, REFILL_STEPS, ROUNDS_LABEL, BlockDesign
+from fwbench_aggregator.plan.design import (
+    GPU_IN_ROUNDS, MIN_WINDOW_STEPS, REFILL_STEPS, ROUNDS_LABEL, BlockDesign, DesignChoice,
+)
 from fwbench_aggregator.run.connection import Transport
 from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
 from fwbench_aggregator.store.migrations import migrated
@@ -218,18 +220,54 @@ def test_an_a_a_compare_in_blocks_calls_no_difference(tmp_path):
     (["--devices", "cpu:0,cpu:1"], "blocks measure single-device runs"),
     (["--runner", "torch=127.0.0.1:1,127.0.0.1:2"], "blocks measure single-device runs"),
     (["--cooldown-s", "1"], "--cooldown-s waits between whole runs"),
+    (["--steps", "50"], "--steps sets how a whole run warms up or measures"),
+    (["--warmup-until-cv", "0"], "--warmup-until-cv sets how a whole run warms up or measures"),
+    (["--strategy", "dp"], "a --strategy spreads a run over several"),
 ])
 def test_runs_a_block_cannot_measure_in_windows_are_refused_naming_the_option(args, message):
     done = fwbench_in_process("compare", "--design", "blocks", *args)
-    assert done.exit_code == 2 and message in " ".join(done.output.split()), done.output
-    assert "--design" in done.output
+    said = " ".join(done.output.split())
+    assert done.exit_code == 2 and message in said and "use --design rounds" in said, done.output
 
 
 def test_block_options_without_the_block_design_are_refused():
-    done = fwbench_in_process("compare", "--window-s", "0.5")
+    done = fwbench_in_process("compare", "--design", "rounds", "--window-s", "0.5")
     assert done.exit_code == 2 and "--window-s applies to --design blocks" in " ".join(done.output.split())
+    # Under auto, where the runs cannot be windows.
+    fallen = fwbench_in_process("compare", "--cooldown-s", "1", "--block-windows", "4")
+    assert fallen.exit_code == 2 and "--block-windows applies to --design blocks, and --cooldown-s waits between " \
+        "whole runs" in " ".join(fallen.output.split())
     unknown = fwbench_in_process("compare", "--design", "duet")
-    assert unknown.exit_code == 2 and "accepted values: rounds, blocks" in " ".join(unknown.output.split())
+    assert unknown.exit_code == 2 and "accepted values: auto, rounds, blocks" in " ".join(unknown.output.split())
+
+
+def test_auto_runs_blocks_on_the_cpu_and_rounds_on_a_gpu_or_where_runs_cannot_be_windows():
+    blocks = DesignChoice(BlockDesign(), auto=True)
+    assert blocks.on_devices([pb.DEVICE_KIND_CPU, pb.DEVICE_KIND_CPU])[0] == BlockDesign()
+    assert "auto: single-device back-to-back steps on the CPU" in blocks.on_devices([pb.DEVICE_KIND_CPU])[1]
+    design, said = blocks.on_devices([pb.DEVICE_KIND_CPU, pb.DEVICE_KIND_GPU])
+    assert design is None and GPU_IN_ROUNDS in said and "--design blocks runs them anyway" in said
+    fallen = DesignChoice(auto=True, rounds_because="--cooldown-s waits between whole runs")
+    assert fallen.on_devices([pb.DEVICE_KIND_CPU]) == (None, "design: rounds (auto: --cooldown-s waits between whole runs)")
+    # Asked for by name: run as asked, nothing to say.
+    assert DesignChoice(BlockDesign()).on_devices([pb.DEVICE_KIND_GPU]) == (BlockDesign(), "")
+    assert DesignChoice().on_devices([pb.DEVICE_KIND_CPU]) == (None, "")
+
+
+@pytest.mark.slow
+def test_compare_by_default_runs_blocks_on_the_cpu_and_says_so_and_rounds_where_a_run_is_described(tmp_path, two_fakes):
+    runners = [f"--runner={name}={address}" for name, address in two_fakes.items()]
+    config = ["--model", "resnet18", "--mode", "infer", "--batch-size", "2", "--shape", "3x32x32", "--repetitions", "3"]
+    done = fwbench("compare", *runners, *config, "--block-windows", "2", "--window-s", "0.02",
+                   "--out", str(tmp_path / "blocks"))
+    assert done.returncode == 0, done.stderr
+    assert "design: blocks of 2 windows of 0.02 s (auto: single-device back-to-back steps on the CPU" in \
+        " ".join(done.stderr.split())
+    assert set(pd.read_parquet(only_run_dir(tmp_path / "blocks") / "summary.parquet")["design"]) == {"blocks of 2 windows"}
+    runs = fwbench("compare", *runners, *config, "--steps", "3", "--min-measure-s", "0", "--out", str(tmp_path / "runs"))
+    assert runs.returncode == 0, runs.stderr
+    assert "design: rounds (auto: --steps sets how a whole run warms up or measures" in " ".join(runs.stderr.split())
+    assert set(pd.read_parquet(only_run_dir(tmp_path / "runs") / "summary.parquet")["design"]) == {ROUNDS_LABEL}
 
 
 def test_a_block_designs_verdict_says_blocks_where_it_did_not_resolve():

@@ -26,7 +26,7 @@ from ..analyse.comparison import flag_summary, normalised
 from ..analyse.floors import FloorPrecision, calibration_row, floor_precision
 from ..analyse.sequential import DEFAULT_MAX_RUNS
 from ..base.progress import Progress
-from ..plan.design import BlockDesign
+from ..plan.design import BlockDesign, DesignChoice
 from ..plan.keys import run_key
 from ..plan.spec import RunSpec
 from ..run.client import RunnerFailure, RunResult
@@ -174,7 +174,7 @@ def calibrate_twins(name: str, addresses: Sequence[str], transport: Transport, r
 def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Path,
               progress: Progress = Progress(), search_repetitions: int = DEFAULT_SEARCH_REPETITIONS,
               wait_for_quiet_s: float = 0.0, target: Optional[FloorTarget] = None,
-              design: Optional[BlockDesign] = None) -> CalibrateResult:
+              design: DesignChoice = DesignChoice()) -> CalibrateResult:
     """The noise floor of `spec` for each runner: twins given (each name twice), else two embedded instances of
     each framework started here. Each run holds its device's lock and, with `wait_for_quiet_s`, first waits that
     long at most for a quiet host (run.gate). Under a block design the twins' windows interleave in `repetitions`
@@ -194,9 +194,13 @@ def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Pat
             second, more = start_embedded(frameworks, venvs, Path(logs) / "b", stack, startup, progress)
             result.failures += more
             pairs = {name: [first[name], second[name]] for name in first if name in second}
-        _, unreachable = preflight.checked({name: addresses[0] for name, addresses in pairs.items()},
-                                           runners.transport, {name: request for name in pairs}, "the calibration")
+        resolved, unreachable = preflight.checked({name: addresses[0] for name, addresses in pairs.items()},
+                                                  runners.transport, {name: request for name in pairs},
+                                                  "the calibration")
         result.failures += unreachable
+        blocks, note = design.on_devices([config.device.kind for config in resolved.values()])
+        if note:
+            progress.note(note)
         results_store = ResultStore(store)
         for name, addresses in pairs.items():
             if name in {f.runner for f in unreachable}:
@@ -209,7 +213,7 @@ def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Pat
                 own = found.choices[name].request
                 progress.note(f"{name}: calibrating at its best settings, {found.choices[name].summary}")
             calibration, failures = calibrate_twins(name, addresses, runners.transport, own, repetitions,
-                                                    results_store, run_id, progress, gate, target, design)
+                                                    results_store, run_id, progress, gate, target, blocks)
             result.failures += failures
             if calibration is not None:
                 result.calibrations.append(calibration)

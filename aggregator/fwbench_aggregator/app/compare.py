@@ -18,7 +18,7 @@ from ..analyse.scaling import has_scaling, scaling_rows
 from ..base.paths import safe_component
 from ..base.progress import Progress
 from ..base.vocabulary import Compilation, Strategy
-from ..plan.design import BlockDesign
+from ..plan.design import DesignChoice
 from ..plan.keys import run_key
 from ..plan.spec import RunSpec, per_runner
 from ..present.line_plots import power_timeline
@@ -43,7 +43,7 @@ class CompareRequest:
     compilation: tuple[str, ...] = ()  # VALUE for every runner, or RUNNER=VALUE
     strategy: tuple[str, ...] = ()
     repetitions: Repetitions = Repetitions()  # as many as the verdict needs, by default (runs, or blocks)
-    design: Optional[BlockDesign] = None  # interleaved process blocks (app.blocks); None: runs in rounds
+    design: DesignChoice = DesignChoice()  # interleaved process blocks (app.blocks), or runs in rounds
     cooldown_s: float = 0.0
     min_effect: float = stats.MIN_EFFECT
     rendezvous_port: Optional[int] = None
@@ -116,8 +116,11 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
             result.resolved, _ = preflight.checked(runners.endpoints, runners.transport, requests)
 
         endpoints = {name: runners.endpoints[name] for name in requests}
-        if request.design:
-            rounds = run_blocks(endpoints, requests, runners.transport, request.design, request.repetitions,
+        blocks, note = request.design.on_devices([c.device.kind for c in result.resolved.values()])
+        if note:
+            progress.note(note)
+        if blocks:
+            rounds = run_blocks(endpoints, requests, runners.transport, blocks, request.repetitions,
                                 result.run_id, results_store.load("calibration"), request.min_effect, keep, progress,
                                 gate=gate)
         else:

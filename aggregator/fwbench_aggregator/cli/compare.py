@@ -17,6 +17,7 @@ from ..app.compare import compare as compare_use_case
 from ..app.factors import DEFAULT_FACTORS, FACTORS
 from ..app.factors import factors as factors_use_case
 from ..plan import spec as plan
+from ..plan.design import Design
 from ..present import terminal
 from ..present.serving import print_serving
 from ..store.location import store_path_problem
@@ -77,10 +78,8 @@ def compare(
     problem = store is None and store_path_problem(out / "store")  # the default store, checked as --store is
     if problem:
         raise usage_error(problem, "--out")
-    design = evidence.block_design(spec, cooldown_s, tuple(runners.runner))
-    if design and execution.strategy:
-        raise usage_error("blocks measure single-device runs: a --strategy spreads a run over several; use --design "
-                          "rounds", "--design")
+    spread = "blocks measure single-device runs: a --strategy spreads a run over several" if execution.strategy else ""
+    design = evidence.choice(spec, cooldown_s, tuple(runners.runner), whole_runs=spread or measurement.whole_runs())
     request = CompareRequest(
         spec=spec, runners=runners.choice(), compilation=tuple(execution.compilation),
         strategy=tuple(execution.strategy), repetitions=rounds.repetitions_plan(), design=design, cooldown_s=cooldown_s,
@@ -128,10 +127,11 @@ def calibrate(
     """
     spec = workload.spec(mode, batch_size, **profile.settings(), **measurement.settings())
     choice = runners.choice()
-    design = evidence.block_design(spec)
-    if design and floor_precision_pct is not None:
-        raise usage_error("--floor-precision-pct adds whole runs a round at a time; under --design blocks give "
-                          "--repetitions, the blocks to run", "--floor-precision-pct")
+    precise = "--floor-precision-pct adds whole runs a round at a time" if floor_precision_pct is not None else ""
+    if precise and evidence.design == Design.blocks.value:
+        raise usage_error(f"{precise}; under --design blocks give --repetitions, the blocks to run",
+                          "--floor-precision-pct")
+    design = evidence.choice(spec, whole_runs=precise or measurement.whole_runs())
     target = FloorTarget(floor_precision_pct / 100, max_repetitions) if floor_precision_pct is not None else None
     result = run(lambda progress: calibrate_use_case(spec, choice, repetitions, store, progress,
                                                         search_repetitions, wait_for_quiet, target, design))

@@ -325,8 +325,9 @@ SweepRepetitionsOption = Annotated[Optional[str], typer.Option(
          "stops it once its verdict is settled, within --max-repetitions and --time-budget-s; N runs exactly N")]
 DesignOption = Annotated[str, typer.Option(
     callback=_choice(Design, "design"), metavar=_metavar(Design),
-    help="how the evidence is made: rounds, whole runs one after another (each its own build); or blocks, each runner "
-         "in a fresh worker process per block measuring short windows in turn on one warm build, judged block by block "
+    help="how the evidence is made: blocks, each runner in a fresh worker process per block measuring short windows "
+         "in turn on one warm build, judged block by block; rounds, whole runs one after another (each its own "
+         "build); auto, blocks where the runs can be windows on the CPU and rounds elsewhere, saying which and why "
          "(docs/verdict.md)")]
 BlockWindowsOption = Annotated[int, typer.Option(
     min=1, max=MAX_BLOCK_WINDOWS, help="under --design blocks: windows per runner in each block")]

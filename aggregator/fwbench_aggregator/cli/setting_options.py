@@ -9,7 +9,7 @@ from typing import Any, Optional
 from ..analyse.sequential import DEFAULT_MAX_RUNS
 from ..app.rounds import Repetitions
 from ..base.vocabulary import Mode, Scenario, Switch
-from ..plan.design import DEFAULT_BLOCK_WINDOWS, DEFAULT_WINDOW_S, BlockDesign, Design
+from ..plan.design import DEFAULT_BLOCK_WINDOWS, DEFAULT_WINDOW_S, BlockDesign, Design, DesignChoice
 from ..plan.serving_fields import Load, load_problem
 from ..plan.spec import RunSpec, StartupSettings
 from .common import usage_error
@@ -129,36 +129,43 @@ class Rounds:
 
 @dataclass(frozen=True)
 class Evidence:
-    """How the evidence is made: --design (rounds of whole runs, or interleaved process blocks), --block-windows and
-    --window-s."""
+    """How the evidence is made: --design (auto, rounds of whole runs, or interleaved process blocks), --block-windows
+    and --window-s."""
 
-    design: DesignOption = Design.rounds.value
+    design: DesignOption = Design.auto.value
     block_windows: BlockWindowsOption = DEFAULT_BLOCK_WINDOWS
     window_s: WindowOption = DEFAULT_WINDOW_S
 
-    def block_design(self, spec: RunSpec, cooldown_s: float = 0.0, runners: tuple[str, ...] = ()) -> Optional[BlockDesign]:
-        """The block design asked for, or None for rounds; a usage error (exit 2) where its runs cannot be windows."""
-        if self.design != Design.blocks.value:
-            given = [name for name, value, default in (("--block-windows", self.block_windows, DEFAULT_BLOCK_WINDOWS),
-                                                       ("--window-s", self.window_s, DEFAULT_WINDOW_S))
-                     if value != default]
+    def choice(self, spec: RunSpec, cooldown_s: float = 0.0, runners: tuple[str, ...] = (),
+               whole_runs: str = "") -> DesignChoice:
+        """The design asked for. Auto is blocks where the runs can be windows and rounds where they cannot (a GPU is
+        known once the runners resolve their devices: DesignChoice.on_devices); `whole_runs` says why another option
+        needs whole runs. A usage error (exit 2) where blocks are asked for and cannot measure, or a block option is
+        given without blocks."""
+        problem = whole_runs or blocks_problem(spec, cooldown_s, runners)
+        given = [name for name, value, default in (("--block-windows", self.block_windows, DEFAULT_BLOCK_WINDOWS),
+                                                   ("--window-s", self.window_s, DEFAULT_WINDOW_S))
+                 if value != default]
+        if self.design == Design.rounds.value:
             if given:
                 raise usage_error(f"{given[0]} applies to --design blocks")
-            return None
-        problem = blocks_problem(spec, cooldown_s, runners)
+            return DesignChoice()
         if problem:
-            raise usage_error(problem, "--design")
-        return BlockDesign(self.block_windows, self.window_s)
+            if self.design == Design.blocks.value:
+                raise usage_error(f"{problem}: use --design rounds", "--design")
+            if given:
+                raise usage_error(f"{given[0]} applies to --design blocks, and {problem}", given[0])
+            return DesignChoice(auto=True, rounds_because=problem)
+        return DesignChoice(BlockDesign(self.block_windows, self.window_s), auto=self.design == Design.auto.value)
 
 
 def blocks_problem(spec: RunSpec, cooldown_s: float, runners: tuple[str, ...]) -> str:
     """Why a run cannot be measured in windows of process blocks ("" where it can): a block's windows step one
     device's build in one worker process, back to back."""
     if spec.devices or spec.strategy or any("," in runner for runner in runners):
-        return ("blocks measure single-device runs: a distributed run's ranks each have a process of their own; "
-                "use --design rounds")
+        return "blocks measure single-device runs: a distributed run's ranks each have a process of their own"
     if spec.scenario:
-        return "blocks time back-to-back steps; a serving scenario's queries run as whole runs: use --design rounds"
+        return "blocks time back-to-back steps: a serving scenario's queries run as whole runs"
     if cooldown_s:
-        return "--cooldown-s waits between whole runs; a block's windows follow each other: use --design rounds"
+        return "--cooldown-s waits between whole runs: a block's windows follow each other"
     return ""

@@ -53,3 +53,12 @@ class Measurement:
         """The RunSpec fields this group sets."""
         return {"warmup": self.warmup, "warmup_until_cv": self.warmup_until_cv, "stable_window": self.stable_window,
                 "steps": self.steps, "min_measure_s": self.min_measure_s}
+
+    def whole_runs(self) -> str:
+        """Why these settings need whole runs ("" at the defaults): they say how each run warms up and measures,
+        where a block's windows warm up once and measure at least --window-s each."""
+        given = [f"--{name.replace('_', '-')}" for name, value in self.settings().items()
+                 if value != getattr(Measurement, name)]
+        if not given:
+            return ""
+        return f"{given[0]} sets how a whole run warms up or measures, where a block's windows measure --window-s each"

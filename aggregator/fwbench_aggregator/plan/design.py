@@ -28,8 +28,11 @@ MIN_WINDOW_STEPS = 3
 MAX_BLOCK_WINDOWS = 100
 
 
-# compare's --design, by name as the command line's other choices (base.vocabulary).
-Design = enum.Enum("Design", [(name, name) for name in ("rounds", "blocks")], type=str)
+# compare's --design, by name as the command line's other choices (base.vocabulary): auto, the default, is blocks where
+# the runs can be windows on the CPU and rounds elsewhere (auto_design).
+Design = enum.Enum("Design", [(name, name) for name in ("auto", "rounds", "blocks")], type=str)
+# Why auto keeps a GPU comparison in rounds: the A/A evidence for blocks was all measured on the CPU (docs/verdict.md).
+GPU_IN_ROUNDS = "blocks have been checked against A/A comparisons on the CPU only"
 
 
 @dataclass(frozen=True)
@@ -70,3 +73,25 @@ class BlockDesign:
 def is_blocks(label: str) -> bool:
     """Whether a stored run's design label is a block design's."""
     return str(label).startswith("blocks of ")
+
+
+@dataclass(frozen=True)
+class DesignChoice:
+    """The design a comparison asked for: `blocks` (None: rounds) and whether auto chose it, with why where auto
+    fell back to rounds (`rounds_because`)."""
+
+    blocks: BlockDesign | None = None
+    auto: bool = False
+    rounds_because: str = ""
+
+    def on_devices(self, kinds: list[int]) -> tuple[BlockDesign | None, str]:
+        """The design to run once every runner has resolved its device (`kinds`, each a pb.DeviceKind), and the
+        line that says how auto chose it ("" where the design was asked for by name)."""
+        if not self.auto:
+            return self.blocks, ""
+        if self.blocks and any(kind != pb.DEVICE_KIND_CPU for kind in kinds):
+            return None, f"design: rounds (auto: {GPU_IN_ROUNDS}; --design blocks runs them anyway)"
+        if self.blocks:
+            return self.blocks, (f"design: {self.blocks.label} of {self.blocks.window_s:g} s (auto: single-device "
+                                 "back-to-back steps on the CPU; --design rounds runs whole runs)")
+        return None, f"design: rounds (auto: {self.rounds_because})"
