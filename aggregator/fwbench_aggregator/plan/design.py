@@ -29,7 +29,7 @@ MAX_BLOCK_WINDOWS = 100
 
 
 # compare's --design, by name as the command line's other choices (base.vocabulary): auto, the default, is blocks where
-# the runs can be windows on the CPU and rounds elsewhere (auto_design).
+# the runs can be windows on the CPU and rounds elsewhere (DesignChoice.on_devices).
 Design = enum.Enum("Design", [(name, name) for name in ("auto", "rounds", "blocks")], type=str)
 # Why auto keeps a GPU comparison in rounds: the A/A evidence for blocks was all measured on the CPU (docs/verdict.md).
 GPU_IN_ROUNDS = "blocks have been checked against A/A comparisons on the CPU only"
