@@ -175,11 +175,11 @@ class ProcessBlocks:
                 worker.close()
             return
         try:
-            if block != self._block or self._worker is None or not self._worker.reusable:
-                self._end()
-                self._block, self._worker = block, WorkerProcess()
+            worker = self._worker
+            if block != self._block or worker is None or not worker.reusable:
+                worker = self._fresh(block)
             try:
-                yield from self._worker.stream(work, args, cancelled, watch)
+                yield from worker.stream(work, args, cancelled, watch)
             finally:
                 if ends:
                     self._end()
@@ -195,9 +195,7 @@ class ProcessBlocks:
             raise FailedPrecondition(f"process block {self._block!r} has a run in its worker: open a block before "
                                      "its runs, not during them")
         try:
-            self._end()
-            self._block, self._worker = block, WorkerProcess()
-            for _ in self._worker.stream(work, args, cancelled):
+            for _ in self._fresh(block).stream(work, args, cancelled):
                 pass
         finally:
             self._lock.release()
@@ -214,6 +212,12 @@ class ProcessBlocks:
         if self._worker is not None:
             worker, self._worker, self._block = self._worker, None, ""
             worker.close()
+
+    def _fresh(self, block: str) -> WorkerProcess:
+        """End the current block's worker and start block `block`'s."""
+        self._end()
+        self._block, self._worker = block, WorkerProcess()
+        return self._worker
 
 
 class WorkerProcess:

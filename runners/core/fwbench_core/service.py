@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import threading
@@ -103,15 +104,24 @@ class RunnerService:
         return resolve_model_config(model, shape, options, self.catalog, batch_size, seed)
 
     def on_cpu(self, work: Callable[[], T], cancelled: Callable[[], bool] = lambda: False) -> T:
-        """Model inspection and parity work run on the CPU, never beside a CPU run's timings. The wait for
-        the CPU ends when `cancelled` says so, or after CPU_WAIT_LIMIT_S."""
-        with self.work_limit.admit():
-            lock = self._locks.lock(DeviceRef(DeviceKind.CPU))
-            wait_for(lock, cancelled, "cancelled by the client while waiting for the CPU", CPU_WAIT_LIMIT_S)
+        """Model inspection and parity work run on the CPU, never beside a CPU run's timings, on the framework's
+        thread with no workload kept there."""
+        with self._cpu_held(cancelled):
             try:
                 return self._framework.submit(self._without_kept, work).result()
             finally:
                 gc.collect()
+
+    @contextlib.contextmanager
+    def _cpu_held(self, cancelled: Callable[[], bool]) -> Iterator[None]:
+        """The CPU, with no CPU run timed meanwhile: the wait for it ends when `cancelled` says so, or after
+        CPU_WAIT_LIMIT_S."""
+        with self.work_limit.admit():
+            lock = self._locks.lock(DeviceRef(DeviceKind.CPU))
+            wait_for(lock, cancelled, "cancelled by the client while waiting for the CPU", CPU_WAIT_LIMIT_S)
+            try:
+                yield
+            finally:
                 lock.release()
 
     def inspect(self, config: ModelConfig, cancelled: Callable[[], bool] = lambda: False) -> ModelReport:
@@ -175,12 +185,10 @@ class RunnerService:
         if self._make_backend is None:
             raise FailedPrecondition("this runner cannot start worker processes: it runs no process block")
         started = time.monotonic()
-
-        def start() -> None:
+        # Only the CPU is held, not the framework's thread: the wait is a spawned worker's import.
+        with self._cpu_held(cancelled):
             self._plugin_workers.close_idle()
             self._process_blocks.open(block, prepare_in_worker, (self._make_backend,), cancelled)
-
-        self.on_cpu(start, cancelled)
         return time.monotonic() - started
 
     def check(self, request: RunRequest) -> RunConfig:
