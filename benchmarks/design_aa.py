@@ -44,7 +44,7 @@ from tempfile import TemporaryDirectory
 import numpy as np
 import pandas as pd
 from fwbench_aggregator.analyse import stats
-from fwbench_aggregator.analyse.sequential import DEFAULT_MAX_RUNS, SequentialPlan, look, spending_gamma
+from fwbench_aggregator.analyse.sequential import DEFAULT_MAX_BLOCKS, DEFAULT_MAX_RUNS, look, plan_for
 from fwbench_aggregator.app.calibrate import run_medians_by_runner
 from fwbench_aggregator.base.vocabulary import Mode
 from fwbench_aggregator.plan import spec as plan
@@ -246,12 +246,12 @@ def fixed(analysis: str, a: np.ndarray, b: np.ndarray) -> stats.Comparison:
     return stats.compare("a", a, "b", b, paired=analysis == "paired")
 
 
-def sequential(analysis: str, a: np.ndarray, b: np.ndarray, max_runs: int, blocks: bool = False):
+def sequential(analysis: str, a: np.ndarray, b: np.ndarray, max_runs: int | None, blocks: bool = False):
     """The sequential design replayed over the runs in the order they ran: the decision at the first look that
     stops, or at the last round collected (then "continue": the budget would have run on). Blocks judged paired
-    spend as compare --design blocks does."""
-    plan_ = SequentialPlan(max_runs=max_runs,
-                           spending_gamma=spending_gamma(blocks and analysis == "paired"))
+    look and spend as compare --design blocks does; `max_runs` None is the design's default budget."""
+    paired_blocks = blocks and analysis == "paired"
+    plan_ = plan_for(max_runs or (DEFAULT_MAX_BLOCKS if blocks else DEFAULT_MAX_RUNS), paired_blocks)
     for n in range(stats.MIN_REPETITIONS, a.size + 1):
         decision = look(plan_, a[:n], b[:n], "a", "b", paired=analysis == "paired")
         if decision.stop:
@@ -259,7 +259,7 @@ def sequential(analysis: str, a: np.ndarray, b: np.ndarray, max_runs: int, block
     return decision
 
 
-def judged(runs: pd.DataFrame, plant: float, fixed_runs: list[int], max_runs: int) -> dict:
+def judged(runs: pd.DataFrame, plant: float, fixed_runs: list[int], max_runs: int | None) -> dict:
     """One A/A comparison's runs (rounds in order) under every analysis, as is and with the difference planted."""
     a, b = runs["a_s"].to_numpy(float), runs["b_s"].to_numpy(float)
     # The whole comparison's time, starting both instances included: every collection records it.
@@ -297,11 +297,13 @@ def judged(runs: pd.DataFrame, plant: float, fixed_runs: list[int], max_runs: in
     return row
 
 
-def judge(paths: list[Path], plant: float, fixed_runs: list[int], max_runs: int) -> int:
-    frame = pd.concat([pd.read_csv(path, keep_default_na=False) for path in paths], ignore_index=True)
+def judge(paths: list[Path], plant: float, fixed_runs: list[int], max_runs: int | None) -> int:
+    # Each file's pairs are its own (another sitting's pair 0 is another pair): the file's folder names its sitting.
+    frame = pd.concat([pd.read_csv(path, keep_default_na=False).assign(sitting=str(path.parent)) for path in paths],
+                      ignore_index=True)
     for column, default in (("run_isolation", ""), ("design", "rounds 1s")):
         frame[column] = frame[column].fillna(default) if column in frame else default
-    keys = ["design", "run_isolation", "framework", "model", "mode", "batch_size", "shape", "pair"]
+    keys = ["design", "run_isolation", "framework", "model", "mode", "batch_size", "shape", "sitting", "pair"]
     rows = [{**dict(zip(keys, key)), **judged(runs.sort_values("round"), plant, fixed_runs, max_runs)}
             for key, runs in frame.groupby(keys, sort=False)]
     table = pd.DataFrame(rows)
@@ -390,8 +392,9 @@ def main() -> int:
     read.add_argument("csv", type=Path, nargs="+")
     read.add_argument("--plant", type=float, default=1.10, help="b's run medians times this: a known difference")
     read.add_argument("--fixed-runs", default="6,8", help="the fixed designs' runs per instance, comma-separated")
-    read.add_argument("--max-repetitions", type=int, default=DEFAULT_MAX_RUNS,
-                      help="the sequential design's budget (its looks' levels)")
+    read.add_argument("--max-repetitions", type=int, default=None,
+                      help="the sequential design's budget (its looks and their levels); default: compare's, "
+                           f"{DEFAULT_MAX_RUNS} runs in rounds, {DEFAULT_MAX_BLOCKS} blocks")
     args = parser.parse_args()
     if args.command == "collect" and args.swap_cores and not args.duet:
         parser.error("--swap-cores pins the two instances of a duet: give --duet too")

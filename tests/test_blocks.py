@@ -19,6 +19,7 @@ from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 
 from fwbench_aggregator.analyse.comparison import comparison_rows
+from fwbench_aggregator.analyse.sequential import DEFAULT_MAX_BLOCKS
 from fwbench_aggregator.app.blocks import block_name, open_blocks, window_order
 from fwbench_aggregator.plan.design import (
     GPU_IN_ROUNDS, MIN_WINDOW_STEPS, REFILL_STEPS, ROUNDS_LABEL, BlockDesign, DesignChoice,
@@ -187,19 +188,23 @@ def test_compare_in_blocks_stores_every_window_with_its_block_and_calls_the_diff
                    "--design", "blocks", "--block-windows", "2", "--window-s", "0.02", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
     output = " ".join(done.stdout.split())
-    assert "a faster" in output and "blocks: 3 blocks, 6/6 windows per runner (auto: stopped because the verdict " \
+    # The default budget of blocks, 8, looks at 4: the fakes' difference is settled there.
+    assert "a faster" in output and "blocks: 4 blocks, 8/8 windows per runner (auto: stopped because the verdict " \
         "was settled" in output, done.stdout
+    # The table counts windows, and its median and spread are of the blocks' values.
+    assert all(header in output for header in ("windows", "(of blocks)", "block")) and "(of runs)" not in output
     summary = pd.read_parquet(only_run_dir(tmp_path) / "summary.parquet")
-    assert set(summary["design"]) == {"blocks of 2 windows"} and len(summary) == 12
+    assert set(summary["design"]) == {"blocks of 2 windows"} and len(summary) == 16
+    assert set(summary["max_repetitions"]) == {DEFAULT_MAX_BLOCKS}
     for _, runner_windows in summary.groupby("runner"):
         by_block = runner_windows.groupby("process_block")
         # Each block's windows in one process of its own, a fresh one per block; the first window built, the
         # later ones stepped that build on.
-        assert (by_block["process_id"].nunique() == 1).all() and runner_windows["process_id"].nunique() == 3
-        assert sorted(runner_windows["block_window"]) == [0, 0, 0, 1, 1, 1]
-        assert runner_windows.sort_values("repetition")["build_continued"].tolist() == [False, True] * 3
+        assert (by_block["process_id"].nunique() == 1).all() and runner_windows["process_id"].nunique() == 4
+        assert sorted(runner_windows["block_window"]) == [0, 0, 0, 0, 1, 1, 1, 1]
+        assert runner_windows.sort_values("repetition")["build_continued"].tolist() == [False, True] * 4
     stored = ResultStore(tmp_path / "store").load("summary")
-    assert len(stored) == 12 and set(stored["process_block"]) == set(summary["process_block"])
+    assert len(stored) == 16 and set(stored["process_block"]) == set(summary["process_block"])
 
 
 @pytest.mark.slow
@@ -311,18 +316,31 @@ def test_calibrate_in_blocks_refuses_a_floor_precision_naming_the_option():
     assert done.exit_code == 2 and "--floor-precision-pct" in done.output and "--repetitions" in done.output
 
 
-def test_blocks_under_a_sequential_budget_spend_little_of_alpha_at_the_first_looks():
-    """compare --design blocks looks after every block, spending as Hwang, Shih & DeCani's gamma -4 (the Pocock type
-    held 0.95% and 1.46% on two sittings' blocks, over the 1% goal); runs in rounds keep the Pocock type."""
+def test_blocks_under_a_sequential_budget_look_at_half_of_it_and_at_its_end_spending_little_at_the_first():
+    """compare in blocks looks at half its budget and at its end, spending as Hwang, Shih & DeCani's gamma -4 (looks
+    after every block resolved 6.2% where they stopped on three sittings' blocks, looks at 4 and 8 3.8%); runs in
+    rounds look after every round, spending by the Pocock type."""
     from fwbench_aggregator.analyse.comparison import judged
-    from fwbench_aggregator.analyse.sequential import BLOCKS_SPENDING_GAMMA, SequentialPlan
+    from fwbench_aggregator.analyse.sequential import (BLOCKS_SPENDING_GAMMA, DEFAULT_MAX_BLOCKS, SequentialPlan,
+                                                      block_looks)
 
-    units = ("c-block0", "c-block1", "c-block2")
-    fast = {"runner": "a", "max_repetitions": 20, "_units": units, "_medians": np.array([10e-3, 11e-3, 10.5e-3])}
-    slow = {"runner": "b", "max_repetitions": 20, "_units": units, "_medians": np.array([10.6e-3, 11.5e-3, 11.2e-3])}
-    _, _, in_blocks = judged(fast, slow, 0.02, math.nan)
-    assert in_blocks.alpha == pytest.approx(
-        SequentialPlan(max_runs=20, spending_gamma=BLOCKS_SPENDING_GAMMA).level(3, paired=True))
-    in_rounds = {**fast, "_units": ()}, {**slow, "_units": ()}
+    assert (block_looks(DEFAULT_MAX_BLOCKS), block_looks(20), block_looks(7), block_looks(5)) == (
+        (4, 8), (10, 20), (3, 7), (5,))
+    units = ("c-block0", "c-block1", "c-block2", "c-block3")
+    fast = {"runner": "a", "max_repetitions": 8, "_units": units,
+            "_medians": np.array([10e-3, 11e-3, 10.5e-3, 10.2e-3])}
+    slow = {"runner": "b", "max_repetitions": 8, "_units": units,
+            "_medians": np.array([10.6e-3, 11.5e-3, 11.2e-3, 10.8e-3])}
+    verdict, outcome, in_blocks = judged(fast, slow, 0.02, math.nan)
+    planned = SequentialPlan(max_runs=8, looks=(4, 8), spending_gamma=BLOCKS_SPENDING_GAMMA)
+    assert in_blocks.alpha == pytest.approx(planned.level(4, paired=True))
+    # 5% in blocks that vary by about 1% is called at the first look; at 3 blocks the plan has not looked yet.
+    assert outcome == "different" and "faster" in verdict
+    three = {**fast, "_units": units[:3], "_medians": fast["_medians"][:3]}, \
+        {**slow, "_units": units[:3], "_medians": slow["_medians"][:3]}
+    assert judged(*three, 0.02, math.nan)[1] == "continue"
+    in_rounds = {**fast, "max_repetitions": 20, "_units": ()}, {**slow, "max_repetitions": 20, "_units": ()}
     _, _, rounds = judged(*in_rounds, 0.02, math.nan)
-    assert rounds.alpha == pytest.approx(SequentialPlan(max_runs=20).level(3)) and in_blocks.alpha < rounds.alpha / 5
+    assert rounds.alpha == pytest.approx(SequentialPlan(max_runs=20).level(4))
+    # Gamma -4 leaves most of alpha to the budget's end: the Pocock type would spend about three times more at 4.
+    assert in_blocks.alpha < SequentialPlan(max_runs=8, looks=(4, 8)).level(4, paired=True) / 3

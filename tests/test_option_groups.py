@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from fwbench_aggregator.analyse.sequential import DEFAULT_MAX_RUNS
+from fwbench_aggregator.analyse.sequential import DEFAULT_MAX_BLOCKS, DEFAULT_MAX_RUNS
 from fwbench_aggregator.app.rounds import Repetitions
 from fwbench_aggregator.base.vocabulary import Mode, Precision, Scenario
 from fwbench_aggregator.cli import app as cli_app
@@ -113,8 +113,12 @@ def test_the_setting_groups_build_the_run_compare_built_itself():
     assert ServingLoad().settings(Mode.train) == {}  # back-to-back batches
     with pytest.raises(typer.Exit):  # the load's rules: a target rate without a scenario
         ServingLoad(target_qps=5.0).load(Mode.infer)
-    assert Rounds().repetitions_plan() == Repetitions(None, DEFAULT_MAX_RUNS, None)
-    assert Rounds(repetitions="6", time_budget_s=60.0).repetitions_plan() == Repetitions(6, DEFAULT_MAX_RUNS, 60.0)
+    # No --max-repetitions: the design chosen once the runners resolve their devices sets the budget.
+    assert Rounds().repetitions_plan() == Repetitions(None, None, None)
+    assert Rounds().repetitions_plan().in_design(blocks=False).budget == DEFAULT_MAX_RUNS
+    assert Rounds().repetitions_plan().in_design(blocks=True).budget == DEFAULT_MAX_BLOCKS
+    assert Rounds(max_repetitions=12).repetitions_plan().in_design(blocks=True).budget == 12
+    assert Rounds(repetitions="6", time_budget_s=60.0).repetitions_plan() == Repetitions(6, None, 60.0)
 
 
 # Options a command declares under a group's name on purpose: each means something else there.

@@ -23,7 +23,7 @@ from ..store.schema import (
 from . import stats
 from .alike import keyed, labelled
 from .floors import Floor, busy_floor_note, config_floor, noise_floors
-from .sequential import SequentialPlan, look, spending_gamma
+from .sequential import look, plan_for
 from .parity import PARITY_CHECKED, parity_status
 
 
@@ -304,8 +304,7 @@ def judged(fastest: dict, row: dict, min_effect: float, floor: float) -> tuple[s
     fast, slow, paired = _evidence_pair(fastest, row)
     unit = "block" if paired else "run"
     if budget:
-        plan = SequentialPlan(max_runs=max(budget, stats.MIN_REPETITIONS), min_effect=min_effect, noise_floor=floor,
-                              spending_gamma=spending_gamma(paired))
+        plan = plan_for(budget, paired, min_effect, floor)
         decision = look(plan, fast, slow, fastest["runner"], row["runner"], paired=paired, unit=unit)
         return decision.verdict, decision.outcome, decision.comparison
     c = stats.compare(fastest["runner"], fast, row["runner"], slow, min_effect=min_effect, noise_floor=floor,

@@ -57,17 +57,6 @@ FUTILITY_RUNS = 6
 # procedures called a difference at the full alpha (3 x 20000 simulated, tests/test_paired_rounds.py), 0.94-0.98% at
 # 85% of it.
 PAIRED_SHARE = 0.85
-# Process blocks' looks spend little of alpha early (Hwang, Shih & DeCani's gamma -4): simulated on the real blocks of
-# two sittings (benchmarks/spending_study.py --paired, 20,000 procedures a variant), the Pocock type called 0.95% and
-# 1.46% of A/A procedures different (its worst configuration 1.65% and 4.10%), gamma -4 0.61% and 0.81% (1.25% and
-# 1.60%). Rounds keep the Pocock type, which held its level on their runs (docs/verdict.md).
-BLOCKS_SPENDING_GAMMA = -4.0
-
-
-def spending_gamma(paired_blocks: bool) -> float | None:
-    """The spending a sequential design's looks follow: HSD gamma for blocks judged paired, None (the Pocock type)
-    for runs in rounds."""
-    return BLOCKS_SPENDING_GAMMA if paired_blocks else None
 _GRID_POINTS = 1001  # odd, for Simpson's rule; four times as many move no look's level by 1e-11
 
 
@@ -169,6 +158,37 @@ class SequentialPlan:
     def looks_at(self, runs: int) -> bool:
         """Whether the plan looks after `runs` runs per runner: at a planned look, or at any round past the budget."""
         return runs in self.schedule or runs > self.max_runs
+
+
+# Process blocks look twice, at half their budget and at its end (block_looks; by default 8 blocks, so at 4 and 8), and
+# spend little of alpha at the first look (Hwang, Shih & DeCani's gamma -4). Simulated on the real blocks of three
+# sittings together (benchmarks/spending_study.py --paired, 30 configurations, 300,000 procedures a variant), looks at
+# 4 and 8 called 0.88% of A/A procedures different and resolved a median 3.8% where they stopped (8.0 blocks); looks
+# after every block from 3 to 20 called 0.85% and resolved 6.4% (11.0 blocks): every look costs width, and a drifting
+# host settles few A/A comparisons early. A large difference still stops at the first look. The Pocock type called
+# 1.05% at 4 and 8. Rounds keep the Pocock type after every round, which held its level on their runs
+# (docs/verdict.md).
+DEFAULT_MAX_BLOCKS = 8
+BLOCKS_SPENDING_GAMMA = -4.0
+
+
+def block_looks(budget: int) -> tuple[int, ...]:
+    """Where a sequential design in process blocks looks: at half its budget of blocks (where that is at least
+    stats.MIN_REPETITIONS) and at its end."""
+    half = budget // 2
+    return (half, budget) if half >= stats.MIN_REPETITIONS else (budget,)
+
+
+def plan_for(budget: int, paired_blocks: bool, min_effect: float = stats.MIN_EFFECT,
+             noise_floor: float = math.nan) -> SequentialPlan:
+    """The sequential plan evidence made under a budget of `budget` units (max_repetitions) is judged by: blocks
+    judged paired at block_looks, spending by BLOCKS_SPENDING_GAMMA; runs in rounds after every round from
+    stats.MIN_REPETITIONS, spending by the Pocock type."""
+    budget = max(budget, stats.MIN_REPETITIONS)
+    if paired_blocks:
+        return SequentialPlan(max_runs=budget, min_effect=min_effect, noise_floor=noise_floor,
+                              looks=block_looks(budget), spending_gamma=BLOCKS_SPENDING_GAMMA)
+    return SequentialPlan(max_runs=budget, min_effect=min_effect, noise_floor=noise_floor)
 
 
 class _Look(NamedTuple):

@@ -18,7 +18,7 @@ from ..analyse.comparison import comparison_rows
 from ..analyse.sequential import stop_reason
 from ..base.progress import Progress
 from ..base.vocabulary import to_text
-from ..plan.design import BlockDesign
+from ..plan.design import BlockDesign, DesignChoice
 from ..plan.study import counterbalanced
 from ..run import jobs
 from ..run.client import BlockPlace, RunnerClient, RunnerFailure, RunResult
@@ -26,6 +26,15 @@ from ..run.connection import Transport
 from ..run.gate import Gate
 from ..store import records
 from .rounds import Repetitions, Rounds
+
+
+def design_on_devices(choice: DesignChoice, kinds: list[int], progress: Progress) -> Optional[BlockDesign]:
+    """The blocks to run (None: rounds) once every runner resolved its device (`kinds`, each a pb.DeviceKind), the
+    line saying how auto chose them noted on `progress`."""
+    blocks, note = choice.on_devices(kinds)
+    if note:
+        progress.note(note)
+    return blocks
 
 
 def window_order(runners: list[str], design: BlockDesign, block: int) -> list[tuple[int, str]]:
@@ -61,6 +70,7 @@ def run_blocks(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], tr
     comparison rows say every verdict is settled, or a budget ends them. `prefix` names this comparison's blocks;
     `on_result` gets every window the moment it completes, with the request it was."""
     gate = gate or Gate()
+    repetitions = repetitions.in_design(blocks=True)
     rounds = Rounds()
     alive = dict(endpoints)
     looks = repetitions.auto and len(endpoints) > 1

@@ -38,7 +38,7 @@ from ..run.runners import start_embedded
 from ..store import records
 from ..store.results_store import ResultStore
 from . import preflight
-from .blocks import block_values, run_blocks
+from .blocks import block_values, design_on_devices, run_blocks
 from .rounds import Repetitions
 from .best import DEFAULT_SEARCH_REPETITIONS, search
 from .medians import medians_by_runner
@@ -198,9 +198,7 @@ def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Pat
                                                   runners.transport, {name: request for name in pairs},
                                                   "the calibration")
         result.failures += unreachable
-        blocks, note = design.on_devices([config.device.kind for config in resolved.values()])
-        if note:
-            progress.note(note)
+        blocks = design_on_devices(design, [config.device.kind for config in resolved.values()], progress)
         results_store = ResultStore(store)
         for name, addresses in pairs.items():
             if name in {f.runner for f in unreachable}:

@@ -31,7 +31,7 @@ from ..store.schema import BEST_SEARCH_PROFILE, PARITY_FRAME, SCALING_KEY_COLUMN
 from . import best, preflight
 from .facts import record_model_facts
 from .report import REPORT_FOLDER, version_tables
-from .blocks import run_blocks
+from .blocks import design_on_devices, run_blocks
 from .rounds import Repetitions, run_rounds
 from .runners import RunnerChoice, runners_for
 
@@ -101,7 +101,10 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
         preflight.same_network(runners.endpoints, runners.transport, requests, request.allow_different_models)
         results_store = ResultStore(store)
 
-        design = request.repetitions.budget if request.repetitions.auto else 0
+        blocks = design_on_devices(request.design, [c.device.kind for c in result.resolved.values()], progress)
+        repetitions = request.repetitions.in_design(blocks is not None)
+        # What every run stores as the sequential design it was made under (its budget), 0 for a fixed number.
+        max_repetitions = repetitions.budget if repetitions.auto else 0
         gate = Gate(request.wait_for_quiet_s)
 
         def keep(run: RunResult, sent: Optional[pb.RunRequest] = None, profile: str = "") -> None:
@@ -109,22 +112,19 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
             config = {"compare": result.run_id, **MessageToDict(sent), "runner": run.runner, "repetition": run.repetition}
             records.store_result(results_store, run_key(config), config, run, sent,
                                  gate.context_of(run.runner, run.repetition), profile=profile,
-                                 max_repetitions=0 if profile else design)
+                                 max_repetitions=0 if profile else max_repetitions)
 
         if request.spec.profile and request.spec.profile.value == "best":
             requests = search_best(request, runners, requests, keep, progress, result, gate)
             result.resolved, _ = preflight.checked(runners.endpoints, runners.transport, requests)
 
         endpoints = {name: runners.endpoints[name] for name in requests}
-        blocks, note = request.design.on_devices([c.device.kind for c in result.resolved.values()])
-        if note:
-            progress.note(note)
         if blocks:
-            rounds = run_blocks(endpoints, requests, runners.transport, blocks, request.repetitions,
+            rounds = run_blocks(endpoints, requests, runners.transport, blocks, repetitions,
                                 result.run_id, results_store.load("calibration"), request.min_effect, keep, progress,
                                 gate=gate)
         else:
-            rounds = run_rounds(endpoints, requests, runners.transport, request.repetitions,
+            rounds = run_rounds(endpoints, requests, runners.transport, repetitions,
                                 results_store.load("calibration"), request.min_effect, request.cooldown_s, keep,
                                 request.rendezvous_port, progress, gate=gate)
         result.results, result.stopped = rounds.results, rounds.stopped
@@ -133,7 +133,7 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
             return result
         frames = {
             "steps": records.steps_frame(result.run_id, result.results),
-            "summary": records.summary_frame(result.run_id, result.results, result.failures, design),
+            "summary": records.summary_frame(result.run_id, result.results, result.failures, max_repetitions),
             "power": records.power_frame(result.run_id, result.results),
         }
         if any(r.queries for r in result.results):

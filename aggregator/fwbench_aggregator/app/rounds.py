@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import pandas as pd
@@ -16,7 +16,7 @@ from fwbench.runner.v1 import runner_pb2 as pb
 
 from ..analyse import stats
 from ..analyse.comparison import comparison_rows
-from ..analyse.sequential import DEFAULT_MAX_RUNS, stop_reason
+from ..analyse.sequential import DEFAULT_MAX_BLOCKS, DEFAULT_MAX_RUNS, stop_reason
 from ..base.progress import Progress
 from ..run.client import RunnerFailure, RunResult
 from ..run.connection import Transport
@@ -27,11 +27,19 @@ from ..store import records
 
 @dataclass(frozen=True)
 class Repetitions:
-    """A fixed number of runs per runner, or (fixed None) as many as the verdict needs within the budgets."""
+    """A fixed number of runs (or blocks) per runner, or (fixed None) as many as the verdict needs within the budgets:
+    `max_runs`, or where that is None the design's own (in_design)."""
 
     fixed: Optional[int] = None
-    max_runs: int = DEFAULT_MAX_RUNS
+    max_runs: Optional[int] = None
     time_budget_s: Optional[float] = None  # the configuration's, over every runner's runs
+
+    def in_design(self, blocks: bool) -> Repetitions:
+        """These repetitions with the design's own budget where none was asked for: DEFAULT_MAX_BLOCKS blocks, or
+        DEFAULT_MAX_RUNS runs in rounds."""
+        if self.max_runs is not None:
+            return self
+        return replace(self, max_runs=DEFAULT_MAX_BLOCKS if blocks else DEFAULT_MAX_RUNS)
 
     @property
     def auto(self) -> bool:
@@ -39,7 +47,12 @@ class Repetitions:
 
     @property
     def budget(self) -> int:
-        return self.max_runs if self.auto else int(self.fixed)
+        """The most runs per runner (under auto, the budget in_design resolved)."""
+        if not self.auto:
+            return int(self.fixed)
+        if self.max_runs is None:
+            raise ValueError("an auto budget depends on the design: resolve it with in_design first")
+        return self.max_runs
 
 
 @dataclass
@@ -57,6 +70,7 @@ def run_rounds(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], tr
     """The runs of one configuration on every runner: all at once where the number is fixed, else round by round
     until the comparison rows say every verdict is settled, or a budget ends them."""
     rounds = Rounds()
+    repetitions = repetitions.in_design(blocks=False)
     if not repetitions.auto or len(endpoints) < 2:
         # Nothing to compare with one runner: the fewest runs a figure over runs needs.
         count = repetitions.budget if not repetitions.auto else stats.MIN_REPETITIONS

@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..analyse import stats
+from ..analyse.sequential import DEFAULT_MAX_BLOCKS, DEFAULT_MAX_RUNS
 from ..base.folders import models_dir_problem
 from ..base.frameworks import default_names as default_framework_names
 from ..base.frameworks import framework_of
@@ -333,8 +334,10 @@ BlockWindowsOption = Annotated[int, typer.Option(
     min=1, max=MAX_BLOCK_WINDOWS, help="under --design blocks: windows per runner in each block")]
 WindowOption = Annotated[float, typer.Option(
     min=0.01, max=plan.MAX_MEASURE_S, help="under --design blocks: each window measures at least this many seconds")]
-MaxRepetitionsOption = Annotated[int, typer.Option(
-    min=stats.MIN_REPETITIONS, max=plan.MAX_REPETITIONS, help="under --repetitions auto: the most runs per runner")]
+MaxRepetitionsOption = Annotated[Optional[int], typer.Option(
+    min=stats.MIN_REPETITIONS, max=plan.MAX_REPETITIONS,
+    help=f"under --repetitions auto: the most runs per runner [default: {DEFAULT_MAX_RUNS} in rounds, "
+         f"{DEFAULT_MAX_BLOCKS} blocks]")]
 TimeBudgetOption = Annotated[Optional[float], typer.Option(
     min=0.0, max=plan.MAX_TIME_BUDGET_S, help="under --repetitions auto: stop starting rounds after this many seconds of the configuration's runs")]
 SearchRepetitionsOption = Annotated[int, typer.Option(

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..analyse.sequential import DEFAULT_MAX_RUNS
 from ..app.rounds import Repetitions
 from ..base.vocabulary import Mode, Scenario, Switch
 from ..plan.design import DEFAULT_BLOCK_WINDOWS, DEFAULT_WINDOW_S, BlockDesign, Design, DesignChoice
@@ -119,7 +118,7 @@ class Rounds:
     """How many runs a verdict gets: --repetitions (auto or N), --max-repetitions and --time-budget-s."""
 
     repetitions: AutoRepetitionsOption = AUTO
-    max_repetitions: MaxRepetitionsOption = DEFAULT_MAX_RUNS
+    max_repetitions: MaxRepetitionsOption = None
     time_budget_s: TimeBudgetOption = None
 
     def repetitions_plan(self) -> Repetitions:

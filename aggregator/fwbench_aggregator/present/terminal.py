@@ -93,10 +93,13 @@ def print_compare(rows: pd.DataFrame, run_dir: Path | None, store: Path, scaling
     ran = rows[rows["status"] == "ok"]
     energy = ran["energy_per_sample_j"].notna().any()
     distributed = (ran["world_size"] > 1).any()
+    # In process blocks a row counts its windows, and its median and spread are of its blocks' values.
+    blocks = not ran.empty and (ran.get("blocks", pd.Series(0, index=ran.index)) > 0).all()
+    count, unit = ("windows", "block") if blocks else ("runs", "run")
     columns = [
-        Column("runner", key=True), Column("version", key=True), Column("runs", numeric=True),
-        Column("median ms\n(of runs)", numeric=True), Column("p5–p95 ms\n(of steps)", numeric=True),
-        Column("run\nspread", numeric=True), Column("samples/s", numeric=True), Column("× fastest", numeric=True),
+        Column("runner", key=True), Column("version", key=True), Column(count, numeric=True),
+        Column(f"median ms\n(of {unit}s)", numeric=True), Column("p5–p95 ms\n(of steps)", numeric=True),
+        Column(f"{unit}\nspread", numeric=True), Column("samples/s", numeric=True), Column("× fastest", numeric=True),
         *([Column("J/sample", numeric=True), Column("mean W", numeric=True)] if energy else []),
         *([Column("devices", numeric=True), Column("straggler\nspread", numeric=True)] if distributed else []),
     ]
