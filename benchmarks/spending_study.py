@@ -18,6 +18,12 @@ column (a round's two runs, or a block's two values: design_aa.py collect --bloc
         --offsets none,"per 2 rounds" --planted 1.1,1.5
     .venvs/aggregator/bin/python benchmarks/spending_study.py --runs benchmarks/data/design-aa-2026-12-01/blocks.csv \
         --paired --offsets none,"per instance"
+    .venvs/aggregator/bin/python benchmarks/spending_study.py --paired --offsets none \
+        --runs benchmarks/data/design-aa-2026-12-01*/blocks.csv
+
+Several --runs files are several sittings: each sitting's configurations are noise models of their own (a
+configuration's pairs are strung only from its own sitting's blocks), and every variant is judged over all of them,
+so a schedule is chosen on every host state measured, not on the one that happened to be last.
 """
 
 from __future__ import annotations
@@ -53,10 +59,10 @@ class ConfigNoise:
     offset_sd: float
 
 
-def noise_model(frame: pd.DataFrame) -> list[ConfigNoise]:
-    offsets = dict(process_offsets(frame, CONFIG_KEYS))
+def noise_model(frame: pd.DataFrame, keys: list[str] = CONFIG_KEYS) -> list[ConfigNoise]:
+    offsets = dict(process_offsets(frame, keys))
     model = []
-    for key, runs in frame.groupby(CONFIG_KEYS, sort=False):
+    for key, runs in frame.groupby(keys, sort=False):
         name = " ".join(str(k) for k in key)
         pairs = []
         for _, pair in runs.groupby("pair"):
@@ -113,7 +119,8 @@ def variants() -> list[Variant]:
     found = [Variant(f"fixed {n}", plan(max_runs=n, looks=(n,))) for n in (6, 8, 10)]
     # A first look at 4 or 5 runs a side: three runs cannot show a slow mode they did not sample.
     found += [Variant(f"max 20, looks every round from {first}, Pocock type", plan(min_runs=first)) for first in (4, 5)]
-    schedules = {20: [(), (3, 6, 10, 20)], 12: [(), (3, 6, 12)], 10: [(), (3, 6, 10), (4, 10)], 8: [(), (3, 5, 8)]}
+    schedules = {20: [(), (3, 6, 10, 20)], 12: [(), (3, 6, 12), (4, 8, 12), (6, 12)], 10: [(), (3, 6, 10), (4, 10), (5, 10)],
+                 8: [(), (3, 5, 8), (4, 8)], 6: [(3, 6)]}
     for budget, looks_list in schedules.items():
         for looks in looks_list:
             for gamma in (None, -4.0):
@@ -160,7 +167,8 @@ def study(model: list[ConfigNoise], variant: Variant, procedures: int, seed: int
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=Path, default=STORED_RUNS, help="stored A/A rounds (design_aa.py collect)")
+    parser.add_argument("--runs", type=Path, nargs="+", default=[STORED_RUNS],
+                        help="stored A/A rounds or blocks (design_aa.py collect); several files are several sittings")
     parser.add_argument("--procedures", type=int, default=20_000, help="simulated comparisons per variant")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--offsets", default=",".join(OFFSETS),
@@ -178,9 +186,10 @@ def main() -> int:
     unknown = sorted(set(offsets) - set(OFFSETS))
     if unknown:
         parser.error(f"--offsets: unknown {', '.join(unknown)}; accepted: {', '.join(OFFSETS)}")
-    frame = pd.read_csv(args.runs, keep_default_na=False)
-    model = noise_model(frame)
-    print(f"noise: {len(model)} configurations from {args.runs.name}; process offsets' spread (two processes' "
+    frames = [pd.read_csv(path, keep_default_na=False).assign(sitting=path.parent.name) for path in args.runs]
+    model = noise_model(pd.concat(frames, ignore_index=True), ["sitting", *CONFIG_KEYS] if len(frames) > 1
+                        else CONFIG_KEYS)
+    print(f"noise: {len(model)} configurations from {', '.join(str(path) for path in args.runs)}; process offsets' spread (two processes' "
           f"difference) median {np.median([c.offset_sd for c in model]):.1%}, largest "
           f"{max(c.offset_sd for c in model):.1%}; {args.procedures} procedures per variant, planted "
           + ", ".join(f"{p - 1:.0%}" for p in planted) + f"; judged {'paired' if args.paired else 'by Welch'}")
