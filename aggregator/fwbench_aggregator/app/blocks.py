@@ -1,7 +1,8 @@
 """A comparison in interleaved process blocks (plan.design): block after block, each runner's windows in turn within a
-block, every window stored the moment it completes; under `--repetitions auto` a look after every block (the same
-comparison rows every table reads, judged block by block), and a stop as soon as every verdict is settled or a budget
-is spent. A fixed number of blocks is the same loop without the looks."""
+block, every window stored the moment it completes; under `--repetitions auto` the comparison rows every table reads
+after every block, judged block by block by a plan that looks at half the budget and at its end
+(analyse.sequential.block_looks), and a stop as soon as every verdict is settled or a budget is spent. A fixed number
+of blocks is the same loop without the looks."""
 
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ from typing import Optional
 import pandas as pd
 from fwbench.runner.v1 import runner_pb2 as pb
 
-from ..analyse import stats
-from ..analyse.comparison import comparison_rows
+from ..analyse.comparison import comparison_rows, evidence_of
 from ..analyse.sequential import stop_reason
 from ..base.progress import Progress
 from ..base.vocabulary import to_text
@@ -50,15 +50,12 @@ def block_name(prefix: str, block: int) -> str:
 
 
 def block_values(results: list[RunResult]) -> dict[str, list[float]]:
-    """Each runner's value per block of these windows, in the order the blocks ran: the geometric mean of its windows'
-    medians there (as analyse.comparison judges them; a block a runner did not finish has fewer windows, not none)."""
-    values: dict[str, list[float]] = {}
-    for runner in dict.fromkeys(r.runner for r in results):
-        mine = [r for r in results if r.runner == runner]
-        for block in dict.fromkeys(r.block.block for r in mine):
-            medians = [r.summary.median_step_time_s for r in mine if r.block.block == block]
-            values.setdefault(runner, []).append(stats.geometric_mean(medians))
-    return values
+    """Each runner's value per block of these windows, in the order the blocks ran: what a verdict judges
+    (analyse.comparison.evidence_of; a block a runner did not finish has fewer windows, not none)."""
+    if not results:
+        return {}
+    summary = records.summary_frame("blocks", results, [])
+    return {str(runner): evidence_of(windows)[0].tolist() for runner, windows in summary.groupby("runner", sort=False)}
 
 
 def run_blocks(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], transport: Transport,
