@@ -1,7 +1,8 @@
 """Time to a verdict: each configuration of a grid compared under each design, side by side in one run: a fixed number
 of runs (6 per runner, the old default), `--repetitions auto` (rounds until the verdict is settled) and, with
-`--designs fixed,auto,blocks`, interleaved process blocks under auto (compare's --design blocks); prints each one's
-verdict, outcome, runs (blocks for the block design) and wall time, then the totals against the fixed design.
+`--designs fixed,auto,blocks,blocks6`, interleaved process blocks under auto (compare's --design blocks) and 6 fixed
+blocks; prints each one's verdict, outcome, runs (blocks for the block designs) and wall time, then the totals
+against the fixed design.
 
 With --aa, the two runners are two instances of one framework (A/A): any "different" outcome is a false verdict,
 and the runs used and the smallest difference resolved say what auto costs where there is nothing to find.
@@ -21,6 +22,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
+from fwbench_aggregator.analyse.sequential import DEFAULT_MAX_BLOCKS
 from fwbench_aggregator.app.compare import CompareRequest, compare
 from fwbench_aggregator.app.rounds import Repetitions
 from fwbench_aggregator.app.runners import RunnerChoice
@@ -76,12 +78,15 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--min-measure-s", type=float, default=1.0)
     parser.add_argument("--configurations", type=int, help="only the grid's first N")
-    parser.add_argument("--designs", default="fixed,auto", help="of fixed, auto and blocks, comma-separated")
-    parser.add_argument("--max-blocks", type=int, default=20, help="the block design's budget")
+    parser.add_argument("--designs", default="fixed,auto",
+                        help=f"of fixed, auto, blocks and blocks{FIXED} ({FIXED} fixed blocks), comma-separated")
+    parser.add_argument("--max-blocks", type=int, default=None,
+                        help=f"the block design's budget (default: compare's, {DEFAULT_MAX_BLOCKS})")
     args = parser.parse_args()
     grid = GRIDS[args.grid][: args.configurations]
     every = {"fixed": (Repetitions(FIXED), None), "auto": (Repetitions(None, args.max_repetitions), None),
-             "blocks": (Repetitions(None, args.max_blocks), BlockDesign())}
+             "blocks": (Repetitions(None, args.max_blocks), BlockDesign()),
+             f"blocks{FIXED}": (Repetitions(FIXED), BlockDesign())}
     chosen = args.designs.split(",")
     totals = {name: [0.0, 0, 0, 0] for name in chosen}  # seconds, settled, runs, false verdicts
     with ExitStack() as stack, TemporaryDirectory() as scratch:
