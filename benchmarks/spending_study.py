@@ -21,6 +21,11 @@ column (a round's two runs, or a block's two values: design_aa.py collect --bloc
     .venvs/aggregator/bin/python benchmarks/spending_study.py --paired --offsets none \
         --runs benchmarks/data/design-aa-2026-12-01*/blocks.csv
 
+--control replaces every stored value by an independent log-normal one of its configuration's spread, keeping its pairs
+and blocks: on such values a t-test holds its level exactly, so what a variant calls beyond that there is what
+resampling so few stored pairs does by itself (each configuration's few stored blocks are one small sample, and the
+worst of 30 such worlds lies above the level by chance).
+
 Several --runs files are several sittings: each sitting's configurations are noise models of their own (a
 configuration's pairs are strung only from its own sitting's blocks), and every variant is judged over all of them,
 so a schedule is chosen on every host state measured, not on the one that happened to be last.
@@ -72,6 +77,17 @@ def noise_model(frame: pd.DataFrame, keys: list[str] = CONFIG_KEYS) -> list[Conf
             pairs.append(logs - np.median(logs, axis=0))
         model.append(ConfigNoise(name, pairs, offsets.get(name, 0.0)))
     return model
+
+
+def independent_control(frame: pd.DataFrame, keys: list[str], seed: int) -> pd.DataFrame:
+    """The stored frame with every a_s and b_s replaced by independent log-normal values of its configuration's
+    spread (each instance's: the spread of its blocks' log ratios over sqrt 2), its pairs and rounds kept."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for _, runs in frame.groupby(keys, sort=False):
+        spread = float(np.std(np.log(runs["b_s"] / runs["a_s"]), ddof=1)) / math.sqrt(2)
+        parts.append(runs.assign(**dict(zip(["a_s", "b_s"], np.exp(rng.normal(0.0, spread, (2, len(runs))))))))
+    return pd.concat(parts, ignore_index=True)
 
 
 # Where a process's offset falls: nowhere (the runs' own noise only), once per instance for all its runs (today's
@@ -176,6 +192,9 @@ def main() -> int:
     parser.add_argument("--planted", default=",".join(f"{p:g}" for p in PLANTED),
                         help="b's runs times each of these, comma-separated ratios above 1: the differences each "
                              "variant should find, and how many runs it takes")
+    parser.add_argument("--control", action="store_true",
+                        help="independent log-normal values of each configuration's spread instead of the stored ones: "
+                             "what the resampling does by itself")
     parser.add_argument("--paired", action="store_true",
                         help="judge by the paired test on each round's (or block's) two values, not Welch's")
     args = parser.parse_args()
@@ -187,9 +206,13 @@ def main() -> int:
     if unknown:
         parser.error(f"--offsets: unknown {', '.join(unknown)}; accepted: {', '.join(OFFSETS)}")
     frames = [pd.read_csv(path, keep_default_na=False).assign(sitting=path.parent.name) for path in args.runs]
-    model = noise_model(pd.concat(frames, ignore_index=True), ["sitting", *CONFIG_KEYS] if len(frames) > 1
-                        else CONFIG_KEYS)
-    print(f"noise: {len(model)} configurations from {', '.join(str(path) for path in args.runs)}; process offsets' spread (two processes' "
+    keys = ["sitting", *CONFIG_KEYS] if len(frames) > 1 else CONFIG_KEYS
+    frame = pd.concat(frames, ignore_index=True)
+    if args.control:
+        frame = independent_control(frame, keys, args.seed)
+    model = noise_model(frame, keys)
+    print(f"noise: {len(model)} configurations from {', '.join(str(path) for path in args.runs)}"
+          f"{' (control: independent log-normal values of their spreads)' if args.control else ''}; process offsets' spread (two processes' "
           f"difference) median {np.median([c.offset_sd for c in model]):.1%}, largest "
           f"{max(c.offset_sd for c in model):.1%}; {args.procedures} procedures per variant, planted "
           + ", ".join(f"{p - 1:.0%}" for p in planted) + f"; judged {'paired' if args.paired else 'by Welch'}")
