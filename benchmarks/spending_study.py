@@ -8,7 +8,7 @@ level removed, the host's moments kept, both runs of a round together, either of
 blocks of two consecutive rounds drawn at random into as many rounds as the budget needs, so that drift slower than a
 round and outlier runs come along as they were measured. It then gives the two instances an offset of their own,
 drawn from the spread that fresh pairs of that configuration showed beyond their rounds' noise
-(design_aa.process_offsets): a process's offset is what an A/A comparison of one pair of processes cannot tell from a
+(design_judge.process_offsets): a process's offset is what an A/A comparison of one pair of processes cannot tell from a
 difference: once per instance, afresh every few rounds (a worker process kept for a block), or afresh every run. A
 difference is planted by multiplying b's runs. `--paired` judges every comparison with the paired test, column by
 column (a round's two runs, or a block's two values: design_aa.py collect --blocks), as compare --design blocks does.
@@ -45,7 +45,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from design_aa import process_offsets  # noqa: E402
+from design_judge import process_offsets, read_sittings  # noqa: E402
 from fwbench_aggregator.analyse import sequential  # noqa: E402
 
 STORED_RUNS = Path(__file__).resolve().parent / "data" / "design-aa-2026-11-28" / "rounds.csv"
@@ -205,9 +205,8 @@ def main() -> int:
     unknown = sorted(set(offsets) - set(OFFSETS))
     if unknown:
         parser.error(f"--offsets: unknown {', '.join(unknown)}; accepted: {', '.join(OFFSETS)}")
-    frames = [pd.read_csv(path, keep_default_na=False).assign(sitting=path.parent.name) for path in args.runs]
-    keys = ["sitting", *CONFIG_KEYS] if len(frames) > 1 else CONFIG_KEYS
-    frame = pd.concat(frames, ignore_index=True)
+    frame = read_sittings(args.runs)
+    keys = ["sitting", *CONFIG_KEYS] if frame["sitting"].nunique() > 1 else CONFIG_KEYS
     if args.control:
         frame = independent_control(frame, keys, args.seed)
     model = noise_model(frame, keys)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from fwbench_aggregator.analyse.sequential import stop_reason
+from fwbench_aggregator.analyse.stopping import stop_reason
 from fwbench_aggregator.run import launch
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_core.fake import SETTING_STEP_TIME_ENV

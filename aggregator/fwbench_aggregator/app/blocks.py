@@ -15,7 +15,7 @@ import pandas as pd
 from fwbench.runner.v1 import runner_pb2 as pb
 
 from ..analyse.comparison import comparison_rows, evidence_of
-from ..analyse.sequential import stop_reason
+from ..analyse.stopping import stop_reason
 from ..base.progress import Progress
 from ..base.vocabulary import to_text
 from ..plan.design import BlockDesign, DesignChoice

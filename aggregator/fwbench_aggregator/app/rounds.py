@@ -16,7 +16,8 @@ from fwbench.runner.v1 import runner_pb2 as pb
 
 from ..analyse import stats
 from ..analyse.comparison import comparison_rows
-from ..analyse.sequential import DEFAULT_MAX_BLOCKS, DEFAULT_MAX_RUNS, stop_reason
+from ..analyse.sequential import default_budget
+from ..analyse.stopping import stop_reason
 from ..base.progress import Progress
 from ..run.client import RunnerFailure, RunResult
 from ..run.connection import Transport
@@ -35,11 +36,10 @@ class Repetitions:
     time_budget_s: Optional[float] = None  # the configuration's, over every runner's runs
 
     def in_design(self, blocks: bool) -> Repetitions:
-        """These repetitions with the design's own budget where none was asked for: DEFAULT_MAX_BLOCKS blocks, or
-        DEFAULT_MAX_RUNS runs in rounds."""
+        """These repetitions with the design's own budget (sequential.default_budget) where none was asked for."""
         if self.max_runs is not None:
             return self
-        return replace(self, max_runs=DEFAULT_MAX_BLOCKS if blocks else DEFAULT_MAX_RUNS)
+        return replace(self, max_runs=default_budget(blocks))
 
     @property
     def auto(self) -> bool:

@@ -26,7 +26,7 @@ import pandas as pd
 
 from ..analyse import stats
 from ..analyse.comparison import comparison_rows
-from ..analyse.sequential import stop_reason
+from ..analyse.stopping import stop_reason
 from ..plan.study import Configuration, Sweep
 from ..run.client import RunResult
 from ..store import records

@@ -317,8 +317,8 @@ def _auto_or_count(value: Optional[str]) -> Optional[str]:
 
 AutoRepetitionsOption = Annotated[str, typer.Option(
     callback=_auto_or_count, metavar="auto|N",
-    help="runs per runner, in counterbalanced rounds A B, B A, ... (or blocks, under --design blocks): auto looks "
-         "after each round (blocks: at half of --max-repetitions and at its end) and stops once the verdict is "
+    help="runs per runner, in counterbalanced rounds A B, B A, ... (or blocks, where the design is blocks): auto "
+         "looks after each round (blocks: at half of --max-repetitions and at its end) and stops once the verdict is "
          "settled (a difference called, or equivalence within --min-effect), within --max-repetitions and "
          f"--time-budget-s; N runs exactly N (a verdict needs {stats.MIN_REPETITIONS})")]
 SweepRepetitionsOption = Annotated[Optional[str], typer.Option(

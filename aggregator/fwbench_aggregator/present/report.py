@@ -13,7 +13,7 @@ from ..analyse.efficiency import TRAIN_FLOPS_FACTOR
 from ..analyse.findings import Finding
 from ..analyse.results import Analysis
 from ..analyse.scaling import has_scaling, strategy_pairs
-from ..analyse.sequential import unsettled
+from ..analyse.stopping import unsettled
 from ..analyse.trends import FLATTEN_GAIN
 from ..analyse.versions import VersionTables
 from ..store.health import Damage
@@ -95,7 +95,7 @@ def finding_text(finding: Finding) -> str:
 
 
 def unresolved_lines(rows: pd.DataFrame, not_run: Sequence[str] = ()) -> list[str]:
-    """The points a sequential design left unsettled (analyse.sequential.unsettled), each with why, and the points a
+    """The points a sequential design left unsettled (analyse.stopping.unsettled), each with why, and the points a
     sweep's time budget left without runs."""
     why = {"stopped": "its rounds stopped before the verdict settled (a time budget ran out, a runner failed, or the "
                       "sweep was stopped); `fwbench sweep --resume` runs more",

@@ -84,6 +84,11 @@ def run_flags(results: Sequence[RunResult]) -> dict[str, list[str]]:
     return flags
 
 
+def _in_blocks(ran: pd.DataFrame) -> bool:
+    """Whether every measured row was made in process blocks."""
+    return not ran.empty and bool((ran.get("blocks", pd.Series(0, index=ran.index)) > 0).all())
+
+
 def print_compare(rows: pd.DataFrame, run_dir: Path | None, store: Path, scaling: pd.DataFrame,
                   results: Sequence[RunResult], report: Path | None = None) -> None:
     """One configuration's rows: the table, each runner's verdict, the noise floor, energy, flags, where its results
@@ -94,8 +99,7 @@ def print_compare(rows: pd.DataFrame, run_dir: Path | None, store: Path, scaling
     energy = ran["energy_per_sample_j"].notna().any()
     distributed = (ran["world_size"] > 1).any()
     # In process blocks a row counts its windows, and its median and spread are of its blocks' values.
-    blocks = not ran.empty and (ran.get("blocks", pd.Series(0, index=ran.index)) > 0).all()
-    count, unit = ("windows", "block") if blocks else ("runs", "run")
+    count, unit = ("windows", "block") if _in_blocks(ran) else ("runs", "run")
     columns = [
         Column("runner", key=True), Column("version", key=True), Column(count, numeric=True),
         Column(f"median ms\n(of {unit}s)", numeric=True), Column("p5–p95 ms\n(of steps)", numeric=True),
@@ -281,7 +285,7 @@ def print_rounds(rows: pd.DataFrame, stopped: str) -> None:
     ran = rows[rows["status"] == "ok"]
     if ran.empty:
         return
-    unit = "blocks" if (ran.get("blocks", pd.Series(0, index=ran.index)) > 0).all() else "runs"
+    unit = "blocks" if _in_blocks(ran) else "runs"
     why = {"settled": "the verdict was settled", "run budget": f"the {unit[:-1]} budget (--max-repetitions) was spent",
            "futile": f"at these {unit}' spread the whole budget would most likely leave the verdict unresolved",
            "time budget": "the time budget (--time-budget-s) was spent",
