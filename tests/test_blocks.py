@@ -141,6 +141,24 @@ def test_runs_stored_before_designs_were_recorded_read_as_rounds_outside_any_blo
     assert floor.loc[0, "design"] == ROUNDS_LABEL  # an older floor keeps applying to comparisons in rounds
 
 
+def test_blocks_are_judged_by_the_looks_they_were_made_under_and_older_ones_after_every_block():
+    # 8 blocks of a 5% difference, under a budget of 20: blocks stored before looks were recorded (format 7) looked
+    # after every block from the third, and their verdict stands at 8; blocks made to look at 10 and 20 have not
+    # been looked at yet.
+    a = [10e-3 * d for d in (1.0, 1.2, 0.9, 1.1, 1.0, 0.95, 1.05, 1.15)]
+    b = [v * 1.05 * (1 + e) for v, e in zip(a, (0.004, -0.003, 0.002, -0.004, 0.003, -0.002, 0.001, 0.0))]
+    summary, steps = blocks({"a": a, "b": b})
+    older = migrated("summary", summary.assign(max_repetitions=20), {"store_format": 7})
+    assert set(older["looks"]) == {""}
+    judged_as = {looks: comparison_rows(older.assign(looks=looks), steps).set_index("runner").loc["b"]
+                 for looks in ("", "10,20", "4,8,20")}
+    assert judged_as[""]["outcome"] == "different" and judged_as[""]["looks"] == ""
+    assert judged_as["10,20"]["outcome"] == "continue"
+    # Looking at 4 and 8 only, the look at 8 spends what every block's looks since 4 would have: a narrower interval.
+    assert judged_as["4,8,20"]["outcome"] == "different"
+    assert judged_as["4,8,20"]["resolvable"] < judged_as[""]["resolvable"]
+
+
 # --- the command line over fake runners -------------------------------------------------------------------------
 
 
@@ -195,7 +213,7 @@ def test_compare_in_blocks_stores_every_window_with_its_block_and_calls_the_diff
     assert all(header in output for header in ("windows", "(of blocks)", "block")) and "(of runs)" not in output
     summary = pd.read_parquet(only_run_dir(tmp_path) / "summary.parquet")
     assert set(summary["design"]) == {"blocks of 2 windows"} and len(summary) == 16
-    assert set(summary["max_repetitions"]) == {DEFAULT_MAX_BLOCKS}
+    assert set(summary["max_repetitions"]) == {DEFAULT_MAX_BLOCKS} and set(summary["looks"]) == {"4,8"}
     for _, runner_windows in summary.groupby("runner"):
         by_block = runner_windows.groupby("process_block")
         # Each block's windows in one process of its own, a fresh one per block; the first window built, the

@@ -18,7 +18,7 @@ import pandas as pd
 from ..plan.design import ROUNDS_LABEL
 from ..store.schema import (
     BUILT_IN, DEFAULT_PROFILE, COMPARISON_COLUMNS, CONFIG_COLUMNS, FLOOR_KEY_COLUMNS, INTEGER_COLUMNS,
-    RUN_COLUMNS, SERIES_COLUMNS, SETTINGS_COLUMNS,
+    RUN_COLUMNS, SERIES_COLUMNS, SETTINGS_COLUMNS, looks_of,
 )
 from . import stats
 from .alike import keyed, labelled
@@ -230,6 +230,7 @@ def _row(config_values: dict, batch_size: int, label: str, own: pd.DataFrame, st
         "flagged": flag_summary(ok.get("device_flags", pd.Series(dtype=object)), len(ok)),
         "error": _joined(failed.get("error", pd.Series(dtype=object)).fillna("")),
         "max_repetitions": int(_numbers(ok, "max_repetitions").max()) if len(_numbers(ok, "max_repetitions")) else 0,
+        "looks": str(_first(own.get("looks", pd.Series(dtype=object)))),
         "model_source": str(_first(own.get("model_source", pd.Series(dtype=object)), BUILT_IN)),
         "model_hash": str(_first(own.get("model_hash", pd.Series(dtype=object)))),
         "_medians": medians,
@@ -304,7 +305,10 @@ def judged(fastest: dict, row: dict, min_effect: float, floor: float) -> tuple[s
     fast, slow, paired = _evidence_pair(fastest, row)
     unit = "block" if paired else "run"
     if budget:
-        plan = plan_for(budget, paired, min_effect, floor)
+        # The looks the runs were made under, as stored; rows built in memory by a look of today's rule say none.
+        made_under = row if row["max_repetitions"] == budget else fastest
+        looks = looks_of(made_under["looks"]) if "looks" in made_under else None
+        plan = plan_for(budget, paired, min_effect, floor, looks)
         decision = look(plan, fast, slow, fastest["runner"], row["runner"], paired=paired, unit=unit)
         return decision.verdict, decision.outcome, decision.comparison
     c = stats.compare(fastest["runner"], fast, row["runner"], slow, min_effect=min_effect, noise_floor=floor,

@@ -185,15 +185,18 @@ def block_looks(budget: int) -> tuple[int, ...]:
 
 
 def plan_for(budget: int, paired_blocks: bool, min_effect: float = stats.MIN_EFFECT,
-             noise_floor: float = math.nan) -> SequentialPlan:
+             noise_floor: float = math.nan, looks: tuple[int, ...] | None = None) -> SequentialPlan:
     """The sequential plan evidence made under a budget of `budget` units (max_repetitions) is judged by: blocks
     judged paired at block_looks, spending by BLOCKS_SPENDING_GAMMA; runs in rounds after every round from
-    stats.MIN_REPETITIONS, spending by the Pocock type."""
+    stats.MIN_REPETITIONS, spending by the Pocock type. `looks` are those the evidence was made under, as the store
+    recorded them (() after every unit, as blocks before store format 8 looked); None is today's rule."""
     budget = max(budget, stats.MIN_REPETITIONS)
-    if paired_blocks:
-        return SequentialPlan(max_runs=budget, min_effect=min_effect, noise_floor=noise_floor,
-                              looks=block_looks(budget), spending_gamma=BLOCKS_SPENDING_GAMMA)
-    return SequentialPlan(max_runs=budget, min_effect=min_effect, noise_floor=noise_floor)
+    if looks is None:
+        looks = block_looks(budget) if paired_blocks else ()
+    elif looks and (looks[0] < stats.MIN_REPETITIONS or looks[-1] != budget or list(looks) != sorted(set(looks))):
+        looks = ()  # not a schedule this budget could have looked at (a damaged store): after every unit
+    return SequentialPlan(max_runs=budget, min_effect=min_effect, noise_floor=noise_floor, looks=looks,
+                          spending_gamma=BLOCKS_SPENDING_GAMMA if paired_blocks else None)
 
 
 class _Look(NamedTuple):

@@ -15,6 +15,7 @@ from google.protobuf.json_format import MessageToDict
 from ..analyse import stats
 from ..analyse.results import analysed
 from ..analyse.scaling import has_scaling, scaling_rows
+from ..analyse.sequential import block_looks
 from ..base.paths import safe_component
 from ..base.progress import Progress
 from ..base.vocabulary import Compilation, Strategy
@@ -103,8 +104,9 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
 
         blocks = design_on_devices(request.design, [c.device.kind for c in result.resolved.values()], progress)
         repetitions = request.repetitions.in_design(blocks is not None)
-        # What every run stores as the sequential design it was made under (its budget), 0 for a fixed number.
+        # What every run stores as the sequential design it was made under (its budget and looks), 0 for a fixed number.
         max_repetitions = repetitions.budget if repetitions.auto else 0
+        looks = block_looks(max_repetitions) if max_repetitions and blocks else ()
         gate = Gate(request.wait_for_quiet_s)
 
         def keep(run: RunResult, sent: Optional[pb.RunRequest] = None, profile: str = "") -> None:
@@ -112,7 +114,7 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
             config = {"compare": result.run_id, **MessageToDict(sent), "runner": run.runner, "repetition": run.repetition}
             records.store_result(results_store, run_key(config), config, run, sent,
                                  gate.context_of(run.runner, run.repetition), profile=profile,
-                                 max_repetitions=0 if profile else max_repetitions)
+                                 max_repetitions=0 if profile else max_repetitions, looks=() if profile else looks)
 
         if request.spec.profile and request.spec.profile.value == "best":
             requests = search_best(request, runners, requests, keep, progress, result, gate)
@@ -133,7 +135,7 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
             return result
         frames = {
             "steps": records.steps_frame(result.run_id, result.results),
-            "summary": records.summary_frame(result.run_id, result.results, result.failures, max_repetitions),
+            "summary": records.summary_frame(result.run_id, result.results, result.failures, max_repetitions, looks),
             "power": records.power_frame(result.run_id, result.results),
         }
         if any(r.queries for r in result.results):

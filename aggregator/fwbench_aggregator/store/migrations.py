@@ -118,10 +118,18 @@ def _design_columns(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.Dat
     return frame
 
 
+def _looks_column(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFrame:
+    """Format 7 -> 8: a sequential design looked after every round, and in blocks after every block from the third
+    (with a budget of 20 blocks by default): looks "" says so."""
+    if name != "summary" or "looks" in frame:
+        return frame
+    return frame.assign(looks="")
+
+
 # From format N to N + 1: (frame name, frame, the run's manifest) -> frame.
 STEPS: dict[int, Callable[[str, pd.DataFrame, Mapping], pd.DataFrame]] = {
     1: _distributed_columns, 2: _model_source_columns, 3: _quiet_evidence_columns, 4: _steps_asked_column,
-    5: _run_isolation_column, 6: _design_columns,
+    5: _run_isolation_column, 6: _design_columns, 7: _looks_column,
 }
 
 

@@ -19,7 +19,7 @@ from ..run.client import RunnerFailure, RunResult
 from .results_store import ResultStore
 from .schema import (
     BUILT_IN, DEFAULT_PROFILE, ENERGY_FIELDS, POWER_COLUMNS, POWER_FIELDS, QUERIES_COLUMNS, QUERIES_FRAME, SERVING_PERCENTILES,
-    STEPS_COLUMNS, SUMMARY_COLUMNS, IMAGE_COLUMNS, ENVIRONMENT_COLUMNS,
+    STEPS_COLUMNS, SUMMARY_COLUMNS, IMAGE_COLUMNS, ENVIRONMENT_COLUMNS, looks_text,
 )
 
 
@@ -142,9 +142,10 @@ def _energy_columns(summary: pb.Summary) -> dict:
 
 
 def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFailure],
-                  max_repetitions: int = 0) -> pd.DataFrame:
+                  max_repetitions: int = 0, looks: tuple[int, ...] = ()) -> pd.DataFrame:
     """One row per runner: its summary and manifest, or the failure that stopped it. max_repetitions: the budget of
-    the sequential design the runs were made under (analyse.sequential), 0 for a fixed number of runs."""
+    the sequential design the runs were made under (analyse.sequential), 0 for a fixed number of runs; looks: where
+    that design looked (units per runner), () after every unit."""
     rows = []
     for r in results:
         s, c, info = r.summary, r.config, r.runner_info
@@ -213,6 +214,7 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
                 "model_source": c.model_source or BUILT_IN,
                 "model_hash": c.model_content_hash,
                 "max_repetitions": max_repetitions,
+                "looks": looks_text(looks),
                 **_serving_columns(c, s),
                 **_design_columns(r),
             }
@@ -263,13 +265,14 @@ def manifest(run_id: str, results: list[RunResult], requests: dict[str, pb.RunRe
 
 
 def store_result(results_store: ResultStore, key: str, config: dict, result: RunResult, request: pb.RunRequest,
-                 context: dict | None = None, profile: str = "", max_repetitions: int = 0) -> None:
+                 context: dict | None = None, profile: str = "", max_repetitions: int = 0,
+                 looks: tuple[int, ...] = ()) -> None:
     """Append one completed run to the store: its steps, summary, power samples and manifest (with `context`, e.g.
     the cluster allocation it ran on). `profile` labels runs whose profile is not the request's (a best profile's
     search runs: never pooled with the comparison they chose the settings for)."""
     frames = {
         "steps": steps_frame(key, [result]),
-        "summary": summary_frame(key, [result], [], max_repetitions).assign(
+        "summary": summary_frame(key, [result], [], max_repetitions, looks).assign(
             quiet_wait_s=(context or {}).get("quiet_wait_s", math.nan)),
         "power": power_frame(key, [result]),
     }

@@ -22,11 +22,14 @@ STORE_FORMAT is the version of what the store writes, recorded with every run (s
      interleaved process block, plan.design), the process block it ran in and its place there (process_block,
      block_window; "" and -1 outside blocks), the process that ran its steps (process_id, 0 where unknown) and whether
      it continued the build the run before it left (build_continued): the design is part of the measurement protocol
+  8  a run's summary says where its sequential design looked (looks: units per runner, "4,8"; "" after every round
+     or block from the third, as blocks looked before, or where max_repetitions is 0): a stored verdict is judged by
+     the looks it was made under, not by today's rule
 """
 
 from __future__ import annotations
 
-STORE_FORMAT = 7
+STORE_FORMAT = 8
 
 # --- what identifies a run's configuration ----------------------------------------------------------------------
 
@@ -109,8 +112,8 @@ SUMMARY_COLUMNS = (
     *SETTINGS_COLUMNS, "build_reused", "first_step_traced", "warmup_steps_run", "warmup_stable", "min_measure_s",
     "timer_disagreement", *DEVICE_STATE_COLUMNS, "quiet_wait_s", *ENERGY_COLUMNS, *RUNNER_COLUMNS, *IMAGE_COLUMNS, *ENVIRONMENT_COLUMNS,
     *MODEL_SOURCE_COLUMNS,
-    # The budget of the sequential design the run was made under (its verdict's looks), 0 for a fixed number of runs.
-    "max_repetitions", *SERVING_SUMMARY_COLUMNS, "run_isolation",
+    # The budget of the sequential design the run was made under, 0 for a fixed number of runs, and where it looked.
+    "max_repetitions", "looks", *SERVING_SUMMARY_COLUMNS, "run_isolation",
     # The design that made the run (plan.design), and for a window of a process block: the block, its place among its
     # runner's windows there, and whether it stepped on the build the window before it left.
     "design", "process_block", "block_window", "build_continued", "process_id",
@@ -200,7 +203,7 @@ COMPARISON_COLUMNS = (
     "energy_per_sample_j", "mean_power_w", "energy_runs", "energy_status",
     "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "p_value", "resolvable", "noise_floor", "noise_floor_source",
     "noise_floor_flagged",
-    "verdict", "significant", "outcome", "max_repetitions", "wall_s", "flagged", "error", *MODEL_SOURCE_COLUMNS,
+    "verdict", "significant", "outcome", "max_repetitions", "looks", "wall_s", "flagged", "error", *MODEL_SOURCE_COLUMNS,
     "parity", "design", "blocks",
 )
 SCALING_COLUMNS = (
@@ -244,3 +247,14 @@ VERSION_CHANGE_COLUMNS = (
     "environment", "confirmation", "confirmation_ratio", "confirmation_ci_low", "confirmation_ci_high",
     "confirmation_text",
 )
+
+
+def looks_text(looks: tuple[int, ...]) -> str:
+    """A sequential design's looks as the summary's looks column holds them: "4,8"; "" for after every unit."""
+    return ",".join(str(n) for n in looks)
+
+
+def looks_of(text: str) -> tuple[int, ...]:
+    """The looks a summary's looks column names (looks_text); () for "" or a value no fwbench wrote."""
+    parts = str(text or "").split(",")
+    return tuple(int(p) for p in parts) if all(p.strip().isdigit() for p in parts) else ()
