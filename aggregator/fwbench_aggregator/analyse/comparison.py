@@ -305,7 +305,7 @@ def judged(fastest: dict, row: dict, min_effect: float, floor: float) -> tuple[s
     fast, slow, paired = _evidence_pair(fastest, row)
     unit = "block" if paired else "run"
     if budget:
-        # The looks the runs were made under, as stored; rows built in memory by a look of today's rule say none.
+        # The looks the runs were made under, as stored; a side that names none (versions') is judged by today's rule.
         made_under = row if row["max_repetitions"] == budget else fastest
         looks = looks_of(made_under["looks"]) if "looks" in made_under else None
         plan = plan_for(budget, paired, min_effect, floor, looks)
