@@ -1,5 +1,5 @@
 """A comparison in interleaved process blocks (plan.design): block after block, each runner's windows in turn within a
-block, every window stored the moment it completes; under `--repetitions auto` the comparison rows every table reads
+block, a block's windows stored while the next block's workers start; under `--repetitions auto` the comparison rows every table reads
 after every block, judged block by block by a plan that looks at half the budget and at its end
 (analyse.sequential.block_looks), and a stop as soon as every verdict is settled or a budget is spent. A fixed number
 of blocks is the same loop without the looks."""
@@ -66,7 +66,9 @@ def run_blocks(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], tr
                gate: Optional[Gate] = None) -> Rounds:
     """The windows of one configuration on every runner, block by block: a fixed number of blocks, or (auto) until the
     comparison rows say every verdict is settled, or a budget ends them. `prefix` names this comparison's blocks;
-    `on_result` gets every window the moment it completes, with the request it was."""
+    `on_result` gets every window with the request it was: a block's while the next block's workers start (no window
+    measures then; storing a window took 49 ms, two thirds of the time between windows), and the last block's, or
+    those of a block an error or an interrupt ends, at once."""
     gate = gate or Gate()
     repetitions = repetitions.in_design(blocks=True)
     rounds = Rounds()
@@ -74,50 +76,65 @@ def run_blocks(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], tr
     looks = repetitions.auto and len(endpoints) > 1
     started = clock()
     overall = progress.add_task("blocks", total=repetitions.budget)
-    for block in range(repetitions.budget):
-        progress.update(overall, description=f"block {block + 1}")
-        runs, failures = _one_block(alive, requests, transport, design, block, block_name(prefix, block), on_result,
-                                    progress, gate)
-        progress.advance(overall)
-        rounds.results += runs
-        rounds.failures += failures
-        for failure in failures:
-            alive.pop(failure.runner, None)
-        if looks and len(alive) < 2:
-            rounds.stopped = "one runner left"
-            break
-        if not looks:
-            continue
-        summary = records.summary_frame("blocks", rounds.results, [], repetitions.max_runs,
-                                        block_looks(repetitions.max_runs))
-        rows = comparison_rows(summary, records.steps_frame("blocks", rounds.results), calibration, min_effect)
-        rounds.stopped = stop_reason(rows, block + 1, repetitions.max_runs)
-        if rounds.stopped:
-            break
-        if repetitions.time_budget_s is not None and clock() - started >= repetitions.time_budget_s:
-            rounds.stopped = "time budget"
-            break
-    else:
-        rounds.stopped = "run budget" if looks else ""
+    pending: list[tuple[RunResult, pb.RunRequest]] = []
+
+    def store_pending() -> None:
+        while pending:
+            on_result(*pending.pop(0))
+
+    try:
+        for block in range(repetitions.budget):
+            progress.update(overall, description=f"block {block + 1}")
+            runs, failures = _one_block(alive, requests, transport, design, block, block_name(prefix, block),
+                                        lambda run, sent: pending.append((run, sent)), progress, gate, store_pending)
+            progress.advance(overall)
+            rounds.results += runs
+            rounds.failures += failures
+            for failure in failures:
+                alive.pop(failure.runner, None)
+            if looks and len(alive) < 2:
+                rounds.stopped = "one runner left"
+                break
+            if not looks:
+                continue
+            summary = records.summary_frame("blocks", rounds.results, [], repetitions.max_runs,
+                                            block_looks(repetitions.max_runs))
+            rows = comparison_rows(summary, records.steps_frame("blocks", rounds.results), calibration, min_effect)
+            rounds.stopped = stop_reason(rows, block + 1, repetitions.max_runs)
+            if rounds.stopped:
+                break
+            if repetitions.time_budget_s is not None and clock() - started >= repetitions.time_budget_s:
+                rounds.stopped = "time budget"
+                break
+        else:
+            rounds.stopped = "run budget" if looks else ""
+    finally:
+        store_pending()
     progress.remove_task(overall)
     return rounds
 
 
 def _one_block(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], transport: Transport,
                design: BlockDesign, number: int, name: str, on_result: Callable[[RunResult, pb.RunRequest], None],
-               progress: Progress, gate: Gate) -> tuple[list[RunResult], list[RunnerFailure]]:
+               progress: Progress, gate: Gate, store_meanwhile: Callable[[], None] = lambda: None
+               ) -> tuple[list[RunResult], list[RunnerFailure]]:
     """One process block: every runner's windows in turn (each runner's first builds and warms up), under one passage
     of the gate (no other fwbench measures the device between them). A runner that fails is left out of the block's
     later windows. Every runner's worker is started at once first (open_blocks); its workload is built in its first
     window. (Building every runner's workload at once, before the windows, took longer on a 2-core host: their thread
-    pools, spinning while they wait, slowed each other's steps ten-fold.)"""
+    pools, spinning while they wait, slowed each other's steps ten-fold.) `store_meanwhile` runs while the workers
+    start, when no window measures."""
     results, failures = [], []
     failed: set[str] = set()
     order = window_order(list(endpoints), design, number)
     places = [place for runner in endpoints
               for place in gate.places(runner, endpoints[runner], transport, requests[runner])]
     with gate.passage(list(dict.fromkeys(places)), name, progress) as passage:
-        for failure in open_blocks(endpoints, transport, name):
+        with ThreadPoolExecutor(max_workers=1) as writer:
+            storing = writer.submit(store_meanwhile)
+            opened = open_blocks(endpoints, transport, name)
+            storing.result()
+        for failure in opened:
             failures.append(failure)
             failed.add(failure.runner)
         for window, runner in order:
