@@ -1,5 +1,6 @@
 """Compare: one model at one batch size and shape on every runner, repetition after repetition, every run stored the
-moment it completes, then the figures and verdicts, the results folder and the power plots."""
+moment it completes (in process blocks, a block's windows when it ends: app.blocks), then the figures and verdicts,
+the results folder and the power plots."""
 
 from __future__ import annotations
 
