@@ -193,6 +193,24 @@ def test_a_blocks_windows_are_stored_while_the_next_blocks_workers_start_and_the
         assert at >= max(end for _, end, _ in own) and (not later or at <= later[0][0])
 
 
+def test_an_interrupt_between_blocks_keeps_the_windows_of_the_blocks_before_it(two_fakes):
+    from fwbench_aggregator.app.blocks import run_blocks
+    from fwbench_aggregator.app.rounds import Repetitions
+    from fwbench_aggregator.base.progress import Progress
+
+    class CtrlCAtBlock2(Progress):
+        def update(self, task, *, description=None, completed=None, total=None):
+            if description == "block 2":
+                raise KeyboardInterrupt
+
+    request = pb.RunRequest(model="resnet18", mode=pb.MODE_INFER, batch_size=2, warmup_steps=0, measured_steps=2)
+    stored: list[RunResult] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_blocks(two_fakes, {name: request for name in two_fakes}, Transport(), BlockDesign(2, 0.02), Repetitions(3),
+                   "c", None, 0.02, lambda run, sent: stored.append(run), CtrlCAtBlock2())
+    assert len(stored) == 2 * 2 and {run.block.block for run in stored} == {block_name("c", 0)}
+
+
 class RefusingRunner(pb_grpc.RunnerServicer):
     """A runner that refuses to open blocks; the base servicer answers UNIMPLEMENTED, as a runner older than
     OpenBlock does."""
