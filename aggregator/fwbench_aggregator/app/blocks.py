@@ -1,6 +1,6 @@
 """A comparison in interleaved process blocks (plan.design): block after block, each runner's windows in turn within a
-block, a block's windows stored while the next block's workers start; under `--repetitions auto` the comparison rows every table reads
-after every block, judged block by block by a plan that looks at half the budget and at its end
+block, a block's windows stored while the next block's workers start; under `--repetitions auto` the comparison rows
+every table reads after every block, judged block by block by a plan that looks at half the budget and at its end
 (analyse.sequential.block_looks), and a stop as soon as every verdict is settled or a budget is spent. A fixed number
 of blocks is the same loop without the looks."""
 
