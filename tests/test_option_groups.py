@@ -118,6 +118,11 @@ def test_the_setting_groups_build_the_run_compare_built_itself():
     assert Rounds().repetitions_plan().in_design(blocks=False).budget == DEFAULT_MAX_RUNS
     assert Rounds().repetitions_plan().in_design(blocks=True).budget == DEFAULT_MAX_BLOCKS
     assert Rounds(max_repetitions=12).repetitions_plan().in_design(blocks=True).budget == 12
+    # What every run stores as where its design looked: at half the budget and its end in blocks, none otherwise.
+    assert Rounds().repetitions_plan().in_design(blocks=True).looks(blocks=True) == (4, 8)
+    assert Rounds(max_repetitions=12).repetitions_plan().in_design(blocks=True).looks(blocks=True) == (6, 12)
+    assert Rounds().repetitions_plan().in_design(blocks=False).looks(blocks=False) == ()
+    assert Rounds(repetitions="6").repetitions_plan().looks(blocks=True) == ()
     assert Rounds(repetitions="6", time_budget_s=60.0).repetitions_plan() == Repetitions(6, None, 60.0)
 
 

@@ -15,7 +15,6 @@ import pandas as pd
 from fwbench.runner.v1 import runner_pb2 as pb
 
 from ..analyse.comparison import comparison_rows, evidence_of
-from ..analyse.sequential import block_looks
 from ..analyse.stopping import stop_reason
 from ..base.progress import Progress
 from ..base.vocabulary import to_text
@@ -98,7 +97,7 @@ def run_blocks(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], tr
             if not looks:
                 continue
             summary = records.summary_frame("blocks", rounds.results, [], repetitions.max_runs,
-                                            block_looks(repetitions.max_runs))
+                                            repetitions.looks(blocks=True))
             rows = comparison_rows(summary, records.steps_frame("blocks", rounds.results), calibration, min_effect)
             rounds.stopped = stop_reason(rows, block + 1, repetitions.max_runs)
             if rounds.stopped:

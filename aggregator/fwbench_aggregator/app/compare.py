@@ -16,7 +16,6 @@ from google.protobuf.json_format import MessageToDict
 from ..analyse import stats
 from ..analyse.results import analysed
 from ..analyse.scaling import has_scaling, scaling_rows
-from ..analyse.sequential import block_looks
 from ..base.paths import safe_component
 from ..base.progress import Progress
 from ..base.vocabulary import Compilation, Strategy
@@ -107,7 +106,7 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
         repetitions = request.repetitions.in_design(blocks is not None)
         # What every run stores as the sequential design it was made under (its budget and looks), 0 for a fixed number.
         max_repetitions = repetitions.budget if repetitions.auto else 0
-        looks = block_looks(max_repetitions) if max_repetitions and blocks else ()
+        looks = repetitions.looks(blocks is not None)
         gate = Gate(request.wait_for_quiet_s)
 
         def keep(run: RunResult, sent: Optional[pb.RunRequest] = None, profile: str = "") -> None:

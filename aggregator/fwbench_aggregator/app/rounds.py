@@ -16,7 +16,7 @@ from fwbench.runner.v1 import runner_pb2 as pb
 
 from ..analyse import stats
 from ..analyse.comparison import comparison_rows
-from ..analyse.sequential import default_budget
+from ..analyse.sequential import block_looks, default_budget
 from ..analyse.stopping import stop_reason
 from ..base.progress import Progress
 from ..run.client import RunnerFailure, RunResult
@@ -53,6 +53,11 @@ class Repetitions:
         if self.max_runs is None:
             raise ValueError("an auto budget depends on the design: resolve it with in_design first")
         return self.max_runs
+
+    def looks(self, blocks: bool) -> tuple[int, ...]:
+        """Where the sequential design looks, as every run stores it: in blocks at block_looks of the budget; () in
+        rounds (after every round) and for a fixed number, which has no looks."""
+        return block_looks(self.budget) if self.auto and blocks else ()
 
 
 @dataclass
