@@ -11,9 +11,9 @@ A missing runner environment is a failure, not a skip: CI always builds them.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
-from typing import NamedTuple
 
 import grpc
 import pytest
@@ -21,74 +21,9 @@ import pytest
 
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator.run import launch
-from support.runners import EXAMPLE_MODELS, FAKE_STEP_TIME_S, RUNNER_PARAMS
+from support.runner_pool import RUNNER_RSS_CEILING_BYTES, Runner, RunnerPool
+from support.runners import RUNNER_PARAMS
 from support.timings import TestTimes
-
-LOG_TAIL_CHARS = 3000
-
-
-class Runner(NamedTuple):
-    name: str
-    address: str
-    pid: int  # the runner's own process: its workers are its children
-
-
-def _log_tail(path: Path) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return text[-LOG_TAIL_CHARS:] or "(empty log)"
-
-
-class RunnerPool:
-    """Starts each runner the first time a test asks for it and keeps it for the session; all of them share
-    one reference folder, as parity needs, and serve the example model plug-ins."""
-
-    def __init__(self, log_dir: Path, reference_dir: Path) -> None:
-        self.log_dir = log_dir
-        self.reference_dir = reference_dir
-        self._runners: dict[str, launch.LocalRunner] = {}
-        self._failures: dict[str, str] = {}
-
-    def log_path(self, name: str) -> Path:
-        return self.log_dir / f"{name}.log"
-
-    def get(self, name: str) -> Runner:
-        if name in self._failures:
-            pytest.fail(self._failures[name], pytrace=False)
-        if name not in self._runners:
-            self._start(name)
-        return Runner(name, self._runners[name].address, self._runners[name].process.pid)
-
-    def _start(self, name: str) -> None:
-        log_path = self.log_path(name)
-        failure = None
-        try:
-            settings = launch.StartupSettings(reference_dir=str(self.reference_dir), models_dirs=(str(EXAMPLE_MODELS),))
-            if name == "fake":
-                command = [*launch.fake_runner_command(), "--reference-dir", settings.reference_dir,
-                           "--models-dir", str(EXAMPLE_MODELS)]
-                env = {"FWBENCH_FAKE_STEP_TIME_S": FAKE_STEP_TIME_S}
-            else:
-                command = launch.embedded_command(name, launch.default_venvs(), settings)
-                env = None
-            local = launch.LocalRunner(name, command, log_path=log_path, env=env)
-            local.start()
-        except launch.RunnerStartError as exc:
-            failure = f"cannot start the {name} runner: {exc}"
-            if log_path.exists():
-                failure += f"\n--- end of its log ({log_path}) ---\n{_log_tail(log_path)}"
-        if failure is not None:
-            self._failures[name] = failure
-            pytest.fail(failure, pytrace=False)
-        self._runners[name] = local
-
-    def stop_all(self) -> None:
-        for local in self._runners.values():
-            local.stop()
-        self._runners.clear()
-
 
 @pytest.fixture(scope="session")
 def runner_logs(tmp_path_factory) -> Path:
@@ -101,6 +36,17 @@ def runner_pool(runner_logs, tmp_path_factory):
     pool = RunnerPool(runner_logs, tmp_path_factory.mktemp("references"))
     yield pool
     pool.stop_all()
+    if pool.restarts:
+        print(f"\nrunners restarted past {RUNNER_RSS_CEILING_BYTES >> 30} GiB resident: {', '.join(pool.restarts)}",
+              file=sys.__stderr__)
+
+
+@pytest.fixture(autouse=True)
+def _runners_within_memory(request):
+    """After a test that used the session's runners, restart those it grew past the ceiling."""
+    yield
+    if "runner_pool" in request.fixturenames:
+        request.getfixturevalue("runner_pool").restart_grown()
 
 
 @pytest.fixture(scope="session", params=RUNNER_PARAMS)

@@ -163,6 +163,6 @@ class LocalRunner:
         self.stop()
 
 
-def fake_runner_command() -> list[str]:
-    """The framework-free runner, from this (the aggregator's) environment."""
-    return [sys.executable, "-m", "fwbench_core.fake", "--address", "127.0.0.1:0"]
+def fake_runner_command(address: str = "127.0.0.1:0") -> list[str]:
+    """The framework-free runner, from this (the aggregator's) environment, listening on `address`."""
+    return [sys.executable, "-m", "fwbench_core.fake", "--address", address]
