@@ -757,30 +757,38 @@ def test_a_reuse_chain_builds_once_and_its_last_run_frees_the_build(runner, stub
     assert summary(BATCH, end_reuse=True).build_reused is False
 
 
-def spawned_workers(pid: int) -> set[int]:
-    """The worker processes runner `pid` has spawned and that still live."""
-    workers = set()
+def live_processes() -> dict[int, tuple[int, bytes]]:
+    """Every live process's parent and command line, by pid."""
+    processes = {}
     for entry in Path("/proc").iterdir():
         try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            if parent == pid and state != "Z" and b"spawn_main" in (entry / "cmdline").read_bytes():
-                workers.add(int(entry.name))
+            state, parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            if state != "Z":
+                processes[int(entry.name)] = (int(parent), (entry / "cmdline").read_bytes())
         except (ValueError, OSError, IndexError):
             continue
-    return workers
+    return processes
+
+
+def block_workers(pid: int) -> set[int]:
+    """The worker processes runner `pid` has started and that still live: spawned ones are its children, forked ones
+    the children of its fork server."""
+    processes = live_processes()
+    servers = {child for child, (parent, command) in processes.items() if parent == pid and b"forkserver" in command}
+    return {child for child, (parent, command) in processes.items()
+            if parent in servers or (parent == pid and b"spawn_main" in command)}
 
 
 def test_an_opened_block_runs_its_windows_in_the_worker_it_started_and_its_last_window_ends_it(runner, stub):
     block = f"conformance-open-{runner.name}"
-    before = spawned_workers(runner.pid)
+    before = block_workers(runner.pid)
     assert stub.OpenBlock(pb.OpenBlockRequest(process_block=block), timeout=RUN_TIMEOUT_S).ready_s > 0
-    opened = spawned_workers(runner.pid) - before
+    opened = block_workers(runner.pid) - before
     assert len(opened) == 1
     window = functools.partial(run_request, process_block=block, reuse_key=block, continue_reuse=True)
     first, last = summary_of(run_events(stub, window())), summary_of(run_events(stub, window(end_reuse=True)))
     assert {first.process_id, last.process_id} == opened and (first.build_continued, last.build_continued) == (False, True)
-    assert not spawned_workers(runner.pid) & opened
+    assert not block_workers(runner.pid) & opened
 
 
 @pytest.mark.parametrize("block, says", [("", "process_block is empty"), ("\x00", "printable ASCII")])
