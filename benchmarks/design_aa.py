@@ -143,7 +143,7 @@ def in_blocks(twins: dict[str, str], request, design: BlockDesign, count: int, p
 
 def collect(out: Path, pairs: int, rounds: int, frameworks: list[str], run_isolation: str, duet: bool,
             min_measure_s: float, reuse_builds: bool, swap_cores: bool, first_pair: int, with_neighbour: bool,
-            blocks: BlockDesign | None) -> int:
+            blocks: BlockDesign | None, grid=GRID) -> int:
     cores = os.cpu_count() or 1
     # Side by side, each instance gets half the cores; one after the other, all of them (the runners' default).
     threads = max(cores // 2, 1) if duet else cores
@@ -166,14 +166,14 @@ def collect(out: Path, pairs: int, rounds: int, frameworks: list[str], run_isola
     tenant = neighbour() if with_neighbour else None
     try:
         return _collect(out, pairs, frameworks, run_isolation, reuse_builds, first_pair, startup, design,
-                        min_measure_s, measure)
+                        min_measure_s, measure, grid)
     finally:
         if tenant is not None:
             tenant.kill()
 
 
 def _collect(out: Path, pairs: int, frameworks: list[str], run_isolation: str, reuse_builds: bool, first_pair: int,
-             startup: StartupSettings, design: str, min_measure_s: float, measure) -> int:
+             startup: StartupSettings, design: str, min_measure_s: float, measure, grid) -> int:
     fresh = not out.exists()
     with out.open("a", newline="") as handle:
         writer = csv.writer(handle)
@@ -181,7 +181,7 @@ def _collect(out: Path, pairs: int, frameworks: list[str], run_isolation: str, r
             writer.writerow(COLUMNS)
         for pair in range(first_pair, first_pair + pairs):
             for framework in frameworks:
-                for model, mode, batch, shape in GRID:
+                for model, mode, batch, shape in grid:
                     # Reused: every run of an instance steps the one build its first run made, warm.
                     request = plan.RunSpec(model, Mode(mode), batch, shape, device="cpu", startup=startup,
                                            min_measure_s=min_measure_s,
@@ -232,6 +232,8 @@ def main() -> int:
     gather.add_argument("--rounds", type=int, default=8)
     gather.add_argument("--first-pair", type=int, default=0, help="the first pair's number, to add pairs to a CSV")
     gather.add_argument("--frameworks", default=",".join(FRAMEWORKS))
+    gather.add_argument("--configurations", default="",
+                        help="MODEL:MODE,... of the grid to collect (default: all five)")
     gather.add_argument("--run-isolation", default="", choices=("", *(i.value for i in plan.RunIsolation)),
                         help="each runner's --run-isolation: 'process' runs every run in a fresh worker process, so "
                              "that a process's offset is sampled by every run, 'process-per-2-runs' every 2 runs; "
@@ -262,8 +264,14 @@ def main() -> int:
         parser.error("--swap-cores pins the two instances of a duet: give --duet too")
     if args.command == "collect":
         blocks = BlockDesign(args.block_windows, args.window_s) if args.blocks else None
+        chosen = set(args.configurations.split(",")) if args.configurations else None
+        grid = [row for row in GRID if chosen is None or f"{row[0]}:{row[1]}" in chosen]
+        if not grid:
+            parser.error(f"--configurations: none of {args.configurations!r} is in the grid; accepted: "
+                         + ", ".join(f"{model}:{mode}" for model, mode, *_ in GRID))
         return collect(args.out, args.pairs, args.rounds, args.frameworks.split(","), args.run_isolation, args.duet,
-                       args.min_measure_s, args.reuse_builds, args.swap_cores, args.first_pair, args.neighbour, blocks)
+                       args.min_measure_s, args.reuse_builds, args.swap_cores, args.first_pair, args.neighbour, blocks,
+                       grid)
     return judge(args.csv, args.plant, [int(n) for n in args.fixed_runs.split(",")], args.max_repetitions)
 
 
