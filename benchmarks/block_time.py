@@ -2,7 +2,7 @@
 every window stored (its start and end, its time to first step, its measured steps).
 
 Per block and runner: the gap before the block's first window (the last block's workers ending, and this block's
-spawned and importing their framework: OpenBlock), each runner's first window (build, trace, warm-up and its
+forked from their fork servers: OpenBlock), each runner's first window (build, trace, warm-up and its
 measure), its later windows (warm-up refill and measure), and the gaps between windows (the next window's request,
 its answer, the store). Before the first block: runner start-up and the preflight; after the last: the analysis and the
 report. The measured step time over the wall time is the block design's efficiency.
@@ -42,7 +42,7 @@ def parts(windows: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
     new_block = windows["process_block"] != windows["process_block"].shift()
     measured = steps[~steps["warmup"]]["step_time_s"].sum()
     return {
-        "between blocks (workers end, spawn, import)": float(gap[new_block].sum()),
+        "between blocks (workers end, fork, start)": float(gap[new_block].sum()),
         "first windows: to the first step (build, trace)": float(windows.loc[first, "time_to_first_step_s"].sum()),
         "first windows: the rest (warm-up, measure)": float(
             ((end - start) - windows["time_to_first_step_s"])[first].sum()),

@@ -156,9 +156,9 @@ class ProcessBlocks:
     one after another; a run naming another block ends it and starts a fresh one, and the block's run with end_reuse
     ends it once done. A block's worker is forked from multiprocessing's fork server, a process that imported
     `preload` (the framework) once, so a block starts in about 0.5 s where a spawned interpreter's import took 2.5-4 s.
-    Forked workers once kept their server's offset in every block; that was glibc's sliding malloc thresholds, which a
-    fork inherits, and since they are pinned (allocator) forked blocks vary as spawned ones do (docs/verdict.md,
-    "Forked, since the allocator is pinned"). A run that finds the block's worker busy (runs on two devices at once)
+    Forked workers once kept their server's offset in every block, most likely through glibc's sliding malloc
+    thresholds, which a fork inherits; since they are pinned (allocator), 30 fresh A/A comparisons in forked blocks
+    called none different (docs/verdict.md, "Forked, since the allocator is pinned"). A run that finds the block's worker busy (runs on two devices at once)
     gets a fresh worker of its own, and a run that does not end cleanly ends the block (WorkerProcess)."""
 
     def __init__(self, preload: Sequence[str] = ()) -> None:
