@@ -2,10 +2,10 @@
 every window stored (its start and end, its time to first step, its measured steps).
 
 Per block and runner: the gap before the block's first window (the last block's workers ending, and this block's
-forked from their fork servers: OpenBlock), each runner's first window (build, trace, warm-up and its
+workers forked from their fork servers: OpenBlock), each runner's first window (build, trace, warm-up and its
 measure), its later windows (warm-up refill and measure), and the gaps between windows (the next window's request,
-its answer, the store). Before the first block: runner start-up and the preflight; after the last: the analysis and the
-report. The measured step time over the wall time is the block design's efficiency.
+its answer, the store). Before the first block: runner start-up and the preflight; after the last: the analysis and
+the report. The measured step time over the wall time is the block design's efficiency.
 
     .venvs/aggregator/bin/python benchmarks/block_time.py                          # torch against tensorflow
     .venvs/aggregator/bin/python benchmarks/block_time.py --aa torch --blocks 4    # two torch runners

@@ -158,8 +158,9 @@ class ProcessBlocks:
     `preload` (the framework) once, so a block starts in about 0.5 s where a spawned interpreter's import took 2.5-4 s.
     Forked workers once kept their server's offset in every block, most likely through glibc's sliding malloc
     thresholds, which a fork inherits; since they are pinned (allocator), 30 fresh A/A comparisons in forked blocks
-    called none different (docs/verdict.md, "Forked, since the allocator is pinned"). A run that finds the block's worker busy (runs on two devices at once)
-    gets a fresh worker of its own, and a run that does not end cleanly ends the block (WorkerProcess)."""
+    called none different (docs/verdict.md, "Forked blocks, measured"). A run that finds the block's worker busy
+    (runs on two devices at once) gets a fresh worker of its own, and a run that does not end cleanly ends the block
+    (WorkerProcess)."""
 
     def __init__(self, preload: Sequence[str] = ()) -> None:
         self._lock = threading.Lock()  # held by the run that uses the block's worker
