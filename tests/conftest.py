@@ -21,7 +21,7 @@ import pytest
 
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator.run import launch
-from support.runner_pool import RUNNER_RSS_CEILING_BYTES, Runner, RunnerPool
+from support.runner_pool import RUNNER_MEMORY_CEILING_BYTES, Runner, RunnerPool
 from support.runners import RUNNER_PARAMS
 from support.timings import TestTimes
 
@@ -37,7 +37,7 @@ def runner_pool(runner_logs, tmp_path_factory):
     yield pool
     pool.stop_all()
     if pool.restarts:
-        print(f"\nrunners restarted past {RUNNER_RSS_CEILING_BYTES >> 30} GiB resident: {', '.join(pool.restarts)}",
+        print(f"\nrunners restarted past {RUNNER_MEMORY_CEILING_BYTES >> 30} GiB: {', '.join(pool.restarts)}",
               file=sys.__stderr__)
 
 

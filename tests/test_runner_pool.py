@@ -4,12 +4,14 @@ tests already hold reach the new process."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import grpc
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 
-from support.runner_pool import RunnerPool, resident_bytes
+from support.runner_pool import RunnerPool, memory_bytes
 
 
 def test_a_runner_past_the_ceiling_restarts_on_its_port_and_a_held_channel_reaches_it(tmp_path):
@@ -32,6 +34,15 @@ def test_a_runner_past_the_ceiling_restarts_on_its_port_and_a_held_channel_reach
         pool.stop_all()
 
 
-def test_resident_bytes_reads_a_live_process_and_zero_for_one_that_has_gone():
-    assert resident_bytes(os.getpid()) > 1 << 20
-    assert resident_bytes(2**22 + 1) == 0  # above the kernel's default pid_max
+def test_memory_bytes_counts_a_process_with_its_descendants_and_zero_for_one_that_has_gone():
+    alone = memory_bytes(os.getpid())
+    assert alone > 1 << 20
+    holding = subprocess.Popen([sys.executable, "-c", "import time; x = bytearray(200 << 20); print(1, flush=True); "
+                                "time.sleep(60)"], stdout=subprocess.PIPE)
+    try:
+        holding.stdout.readline()  # its 200 MiB are written
+        assert memory_bytes(os.getpid()) - alone > 150 << 20
+    finally:
+        holding.kill()
+        holding.wait()
+    assert memory_bytes(2**22 + 1) == 0  # above the kernel's default pid_max

@@ -1,5 +1,5 @@
 """The session's runner processes: each started the first time a test asks for it, and restarted on its own port
-where a test has grown it past a resident-memory ceiling."""
+where a test has grown it past a memory ceiling."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from fwbench_aggregator.run import launch
 from .runners import EXAMPLE_MODELS, FAKE_STEP_TIME_S
 
 LOG_TAIL_CHARS = 3000
-# A session's runner grown past this resident size is restarted, on its own port, after the test that grew it: a
-# TensorFlow runner keeps what its allocator took, and one at 8.1 GB was killed for memory in CI (2026-12-02, parity's
-# gpt2_small) while the container tests ran beside it on a 24 GiB host.
-RUNNER_RSS_CEILING_BYTES = 4 << 30
+# A session's runner grown past this much memory (with its fork server and workers) is restarted, on its own port,
+# after the test that grew it: a TensorFlow runner keeps what its allocator took, and one at 8.1 GB was killed for
+# memory in CI (2026-12-02, parity's gpt2_small) while the container tests ran beside it on a 24 GiB host.
+RUNNER_MEMORY_CEILING_BYTES = 4 << 30
 
 
 @dataclass(frozen=True)
@@ -30,16 +30,38 @@ class Runner:
         return self.pool.pid(self.name)
 
 
-def resident_bytes(pid: int) -> int:
-    """A process's resident memory (VmRSS); 0 for one that has gone."""
+def _parents() -> dict[int, int]:
+    """Every live process's parent, by pid."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (ValueError, OSError, IndexError):
+            continue
+    return parents
+
+
+def _proportional_bytes(pid: int) -> int:
+    """One process's proportional share of memory (Pss: a page n processes share counts 1/n in each); 0 if gone."""
     try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return 0
+
+
+def memory_bytes(pid: int) -> int:
+    """The memory a process and its descendants hold (a runner, its fork server and workers), each shared page
+    counted once; 0 for one that has gone."""
+    parents, tree, grown = _parents(), {pid}, True
+    while grown:
+        below = {child for child, parent in parents.items() if parent in tree} - tree
+        tree |= below
+        grown = bool(below)
+    return sum(_proportional_bytes(member) for member in tree)
 
 
 def _log_tail(path: Path) -> str:
@@ -74,11 +96,11 @@ class RunnerPool:
     def pid(self, name: str) -> int:
         return self._runners[name].process.pid
 
-    def restart_grown(self, ceiling_bytes: int = RUNNER_RSS_CEILING_BYTES) -> None:
+    def restart_grown(self, ceiling_bytes: int = RUNNER_MEMORY_CEILING_BYTES) -> None:
         """Restart every runner grown past `ceiling_bytes` on the port it had, so that the channels the tests hold
         reach the new one."""
         for name, local in list(self._runners.items()):
-            if (size := resident_bytes(local.process.pid)) > ceiling_bytes:
+            if (size := memory_bytes(local.process.pid)) > ceiling_bytes:
                 local.stop()
                 del self._runners[name]
                 self.restarts.append(f"{name} at {size / (1 << 30):.1f} GiB")
