@@ -28,6 +28,7 @@ from fwbench_core.wire import enum_to_wire
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from support.processes import live_processes
 from support.runners import REAL_RUNNERS, RUNNER_PARAMS
 from support.runners import SERVED_SPECS as MODEL_SPECS
 
@@ -755,19 +756,6 @@ def test_a_reuse_chain_builds_once_and_its_last_run_frees_the_build(runner, stub
     assert last.first_step_traced == first.first_step_traced
     # The chain's last run freed the build: the same key starts from a fresh one.
     assert summary(BATCH, end_reuse=True).build_reused is False
-
-
-def live_processes() -> dict[int, tuple[int, bytes]]:
-    """Every live process's parent and command line, by pid."""
-    processes = {}
-    for entry in Path("/proc").iterdir():
-        try:
-            state, parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
-            if state != "Z":
-                processes[int(entry.name)] = (int(parent), (entry / "cmdline").read_bytes())
-        except (ValueError, OSError, IndexError):
-            continue
-    return processes
 
 
 def block_workers(pid: int) -> set[int]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from fwbench_aggregator.run import launch
 
+from .processes import live_processes
 from .runners import EXAMPLE_MODELS, FAKE_STEP_TIME_S
 
 LOG_TAIL_CHARS = 3000
@@ -30,17 +31,6 @@ class Runner:
         return self.pool.pid(self.name)
 
 
-def _parents() -> dict[int, int]:
-    """Every live process's parent, by pid."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        try:
-            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (ValueError, OSError, IndexError):
-            continue
-    return parents
-
-
 def _proportional_bytes(pid: int) -> int:
     """One process's proportional share of memory (Pss: a page n processes share counts 1/n in each); 0 if gone."""
     try:
@@ -56,7 +46,8 @@ def _proportional_bytes(pid: int) -> int:
 def memory_bytes(pid: int) -> int:
     """The memory a process and its descendants hold (a runner, its fork server and workers), each shared page
     counted once; 0 for one that has gone."""
-    parents, tree, grown = _parents(), {pid}, True
+    parents = {child: parent for child, (parent, _) in live_processes().items()}
+    tree, grown = {pid}, True
     while grown:
         below = {child for child, parent in parents.items() if parent in tree} - tree
         tree |= below
