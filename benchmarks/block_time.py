@@ -2,7 +2,7 @@
 every window stored (its start and end, its time to first step, its measured steps).
 
 Per block and runner: the gap before the block's first window (the last block's workers ending, and this block's
-workers forked from their fork servers: OpenBlock), each runner's first window (build, trace, warm-up and its
+workers spawned: OpenBlock), each runner's first window (build, trace, warm-up and its
 measure), its later windows (warm-up refill and measure), and the gaps between windows (the next window's request,
 its answer, the store). Before the first block: runner start-up and the preflight; after the last: the analysis and
 the report. The measured step time over the wall time is the block design's efficiency.
@@ -42,7 +42,7 @@ def parts(windows: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
     new_block = windows["process_block"] != windows["process_block"].shift()
     measured = steps[~steps["warmup"]]["step_time_s"].sum()
     return {
-        "between blocks (workers end, fork, start)": float(gap[new_block].sum()),
+        "between blocks (workers end, spawn, start)": float(gap[new_block].sum()),
         "first windows: to the first step (build, trace)": float(windows.loc[first, "time_to_first_step_s"].sum()),
         "first windows: the rest (warm-up, measure)": float(
             ((end - start) - windows["time_to_first_step_s"])[first].sum()),
@@ -51,6 +51,18 @@ def parts(windows: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
         "of which measured steps": float(measured),
         "blocks in all": float(end.max() - start.min()),
     }
+
+
+def first_windows(windows: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per runner, the median over blocks of its first window's parts: to the first step, and its warm-up and
+    measured steps (how many, and their seconds)."""
+    key = ["runner", "repetition"]
+    first = windows[windows["block_window"] == 0].set_index(key)[["time_to_first_step_s"]]
+    counted = steps.groupby([*key, "warmup"])["step_time_s"].agg(["count", "sum"]).unstack("warmup", fill_value=0)
+    counted.columns = [f"{'warm-up' if warmup else 'measured'} {'steps' if what == 'count' else 's'}"
+                       for what, warmup in counted.columns]
+    table = first.join(counted, how="left").rename(columns={"time_to_first_step_s": "to first step s"})
+    return table.groupby(level="runner").median().round(3)
 
 
 def main() -> int:
@@ -101,6 +113,7 @@ def main() -> int:
               f"{compare_s - before - split['blocks in all']:6.1f} s")
         print(f"  a block: {split['blocks in all'] / args.blocks:.1f} s; the blocks' efficiency (measured steps over "
               f"their wall time) {split['of which measured steps'] / split['blocks in all']:.1%}")
+        print(first_windows(windows, steps).to_string())
     return 0
 
 

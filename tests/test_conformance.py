@@ -28,7 +28,7 @@ from fwbench_core.wire import enum_to_wire
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from support.processes import live_processes
+from support.processes import children
 from support.runners import REAL_RUNNERS, RUNNER_PARAMS
 from support.runners import SERVED_SPECS as MODEL_SPECS
 
@@ -759,12 +759,8 @@ def test_a_reuse_chain_builds_once_and_its_last_run_frees_the_build(runner, stub
 
 
 def block_workers(pid: int) -> set[int]:
-    """The worker processes runner `pid` has started and that still live: spawned ones are its children, forked ones
-    the children of its fork server."""
-    processes = live_processes()
-    servers = {child for child, (parent, command) in processes.items() if parent == pid and b"forkserver" in command}
-    return {child for child, (parent, command) in processes.items()
-            if parent in servers or (parent == pid and b"spawn_main" in command)}
+    """The worker processes runner `pid` has spawned and that still live."""
+    return set(children(pid, b"spawn_main"))
 
 
 def test_an_opened_block_runs_its_windows_in_the_worker_it_started_and_its_last_window_ends_it(runner, stub):

@@ -24,7 +24,7 @@ from fwbench_core.backend import MemoryReading
 from fwbench_core.errors import REASON_KEY, Cancelled, InvalidArgument, RunnerError, reason_for, status_for
 from fwbench_core.fake import FakeBackend, FakeWorkload
 from fwbench_core.isolation import BlockWorker, ProcessBlocks, RunIsolation
-from fwbench_core.service import RunnerService, framework_modules
+from fwbench_core.service import RunnerService
 from fwbench_core.choices import DeviceKind, Mode, Phase
 from fwbench_core.spec import DeviceRef, RunRequest
 from fwbench_core.timing import Progress, StepBatch
@@ -177,22 +177,13 @@ def test_a_blocks_last_window_ends_its_worker():
     assert not os.path.exists(f"/proc/{pids[0]}") or open(f"/proc/{pids[0]}/stat").read().split()[2] == "Z"
 
 
-def parent_of(pid: int) -> int:
-    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-
-
-def test_every_blocks_worker_is_a_fresh_process_forked_by_one_fork_server_that_imported_the_backend():
-    # The fork server imported the framework once (0.5 s a block, not 2.5-4 s); since malloc's thresholds are pinned,
-    # forked blocks no longer share their server's offset (docs/verdict.md).
-    service = RunnerService(PidBackend(), make_backend=functools.partial(PidBackend))
-    assert framework_modules(functools.partial(PidBackend)) == ["fwbench_core.run_path", __name__]
-    workers, servers = [], set()
+def test_every_blocks_worker_is_a_fresh_interpreter_the_runner_spawned():
+    # Forked from one server per runner, every block's worker kept that server's offset (docs/verdict.md).
+    service = RunnerService(PidBackend(), make_backend=PidBackend)
     for block in ("k0", "k1"):
-        workers.append(pid_of(service, blocked(block=block)))
-        servers.add(parent_of(workers[-1]))  # while it lives: the next block ends it
-    assert workers[0] != workers[1] and len(servers) == 1
-    (server,) = servers
-    assert parent_of(server) == os.getpid() and b"forkserver" in open(f"/proc/{server}/cmdline", "rb").read()
+        worker = pid_of(service, blocked(block=block))
+        parent = int(open(f"/proc/{worker}/stat").read().rsplit(")", 1)[1].split()[1])
+        assert parent == os.getpid() and b"spawn_main" in open(f"/proc/{worker}/cmdline", "rb").read()
 
 
 def test_an_opened_block_runs_in_the_worker_it_started_and_opening_another_ends_it():

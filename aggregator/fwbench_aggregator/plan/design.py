@@ -1,7 +1,7 @@
 """How a comparison makes its evidence: runs one after another in counterbalanced rounds (each run builds, warms up and
 measures on its own, in its runner's process), or short windows interleaved in process blocks.
 
-In a process block every runner gets a worker process of its own (forked fresh for the block), where its first window
+In a process block every runner gets a worker process of its own (spawned fresh for the block), where its first window
 builds and warms up until its steps are stable (RunRequest.continue_reuse with nothing to continue); then the runners
 measure short windows in turn (A B B A ...), each window stepping that warm build on,
 so that a host's drift slower than a window moves every runner's windows alike. The block is the unit of evidence: its

@@ -1,9 +1,8 @@
 """Running work apart from the gRPC handler that streams it: on the runner's framework thread; in a fresh worker
 process, one run, so that every byte of device memory it took goes back to the device when the worker exits
 (TensorFlow's allocator never gives memory back while its process lives); in a worker process kept for a block of
-runs, so that a process's own offset is sampled every few runs (its worker forked from a server process that
-imported the framework once); or in a worker process kept for a plug-in's calls, so that its code never runs in the
-runner's process."""
+runs, so that a process's own offset is sampled every few runs; or in a worker process kept for a plug-in's calls, so
+that its code never runs in the runner's process."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from contextlib import suppress
 from dataclasses import dataclass
@@ -154,25 +153,24 @@ class BlockWorker:
 class ProcessBlocks:
     """The worker process of the current process block (RunRequest.process_block): runs naming the block run in it,
     one after another; a run naming another block ends it and starts a fresh one, and the block's run with end_reuse
-    ends it once done. A block's worker is forked from multiprocessing's fork server, a process that imported
-    `preload` (the framework) once, so a block starts in about 0.5 s where a spawned interpreter's import took 2.5-4 s.
-    Forked workers once kept their server's offset in every block, most likely through glibc's sliding malloc
-    thresholds, which a fork inherits; since they are pinned (allocator), 30 fresh A/A comparisons in forked blocks
-    called none different (docs/verdict.md, "Forked blocks, measured"). A run that finds the block's worker busy
-    (runs on two devices at once) gets a fresh worker of its own, and a run that does not end cleanly ends the block
-    (WorkerProcess)."""
+    ends it once done. Every block's worker is spawned, a fresh interpreter that imports the framework itself, so
+    that each block samples what a process carries from its start (where its libraries and heap landed). Workers
+    forked from one server process per runner share that server's start, and kept its offset in every block twice
+    over: before glibc's malloc thresholds were pinned (torch resnet18 training b2, b/a 0.998, 0.941 and 0.840 forked,
+    1.030, 1.024 and 0.922 spawned), and after it on a quiet host (3 of 30 A/A comparisons called different, each
+    pair 1.4-4% apart in all 8 blocks: docs/verdict.md). A run that finds the block's worker busy (runs on two devices
+    at once) gets a fresh worker of its own, and a run that does not end cleanly ends the block (WorkerProcess)."""
 
-    def __init__(self, preload: Sequence[str] = ()) -> None:
+    def __init__(self) -> None:
         self._lock = threading.Lock()  # held by the run that uses the block's worker
         self._block = ""
         self._worker: WorkerProcess | None = None
-        self._preload = list(preload)
 
     def stream(self, block: str, ends: bool, work: Callable[..., Iterator[T]], args: tuple[Any, ...],
                cancelled: Callable[[], bool], watch: Watch | None = None) -> Iterator[T]:
         """`work(*args, stop)` in block `block`'s worker; with `ends`, the block ends after it."""
         if not self._lock.acquire(blocking=False):
-            worker = WorkerProcess(self._preload)
+            worker = WorkerProcess()
             try:
                 yield from worker.stream(work, args, cancelled, watch)
             finally:
@@ -220,23 +218,17 @@ class ProcessBlocks:
     def _fresh(self, block: str) -> WorkerProcess:
         """End the current block's worker and start block `block`'s."""
         self._end()
-        self._block, self._worker = block, WorkerProcess(self._preload)
+        self._block, self._worker = block, WorkerProcess()
         return self._worker
 
 
 class WorkerProcess:
-    """A worker process that makes one call after another, each streamed back: kept between the calls of one
+    """A spawned worker process that makes one call after another, each streamed back: kept between the calls of one
     plug-in, it keeps its framework imported and its builds warm. A call that does not end cleanly (an error, a
-    crash, a phase past its limit, a caller that stops listening) ends the process, and `reusable` turns false.
-    Spawned (a fresh interpreter), or with `forked_after` forked from multiprocessing's fork server, which imported
-    those modules once, when it started (its first worker)."""
+    crash, a phase past its limit, a caller that stops listening) ends the process, and `reusable` turns false."""
 
-    def __init__(self, forked_after: Sequence[str] | None = None) -> None:
-        if forked_after is None:
-            context = multiprocessing.get_context("spawn")
-        else:
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(list(forked_after))
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")
         calls_reader, self._calls = context.Pipe(duplex=False)
         self._receiver, sender = context.Pipe(duplex=False)
         self._stop = context.Event()

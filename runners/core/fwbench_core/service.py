@@ -86,7 +86,7 @@ class RunnerService:
         self.plugin_limit_s = plugin_limit_s
         self._plugin_workers = PluginWorkers()
         self._block_worker = BlockWorker()
-        self._process_blocks = ProcessBlocks(framework_modules(make_backend))
+        self._process_blocks = ProcessBlocks()
         self._locks = DeviceLocks()
         self.work_limit = WorkLimit(max_queued_requests, self._locks.held)
 
@@ -258,12 +258,3 @@ class RunnerService:
         """Other work on the framework thread frees the kept workload first: it may reset framework state."""
         self._runs.drop_kept()
         return work()
-
-
-def framework_modules(make_backend: Callable[[], Backend] | None) -> list[str]:
-    """What a process block's fork server imports once for all its workers: the run path, and the backend's module,
-    which imports the framework."""
-    if make_backend is None:
-        return []
-    factory = getattr(make_backend, "func", make_backend)  # a functools.partial of a backend class, or the class
-    return ["fwbench_core.run_path", factory.__module__]
