@@ -29,6 +29,7 @@ from fwbench_core.server import OPEN_STREAMS
 from fwbench_core.admission import DEFAULT_MAX_QUEUED_REQUESTS
 
 from support.cli import fwbench
+from support.processes import children, descendants
 
 # Every test here runs the command line, runners or generated requests end to end: seconds each.
 pytestmark = pytest.mark.slow
@@ -183,27 +184,8 @@ def alive(pid: int) -> bool:
         return False
 
 
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int(_stat_fields(int(entry.name))[1]) == pid:
-                    found.append(int(entry.name))
-            except (OSError, ValueError):
-                pass
-    return found
-
-
 def runner_children(pid: int) -> list[int]:
-    found = []
-    for child in children(pid):
-        try:
-            if b"fwbench_core.fake" in Path(f"/proc/{child}/cmdline").read_bytes():
-                found.append(child)
-        except OSError:
-            pass
-    return found
+    return children(pid, b"fwbench_core.fake")
 
 
 def assert_all_end(pids: list[int], what: str) -> None:
@@ -289,14 +271,6 @@ def test_sigterm_keeps_finished_runs_and_stops_the_runners(tmp_path, command):
     assert "interrupted" in stderr and "kept" in stderr
     assert 1 <= len(store.keys()) < 6
     assert_all_end(runners, f"the runners of `fwbench {command}` ended by SIGTERM")
-
-
-def descendants(pid: int) -> list[int]:
-    found, frontier = [], [pid]
-    while frontier:
-        frontier = [child for parent in frontier for child in children(parent)]
-        found += frontier
-    return found
 
 
 @pytest.mark.parametrize("flags, request_fields", [

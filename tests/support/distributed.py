@@ -14,6 +14,8 @@ import grpc
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator.run import launch
 
+from .processes import children
+
 
 @contextmanager
 def two_runners(framework: str, logs: Path) -> Iterator[list[tuple[launch.LocalRunner, pb_grpc.RunnerStub]]]:
@@ -35,20 +37,7 @@ def two_runners(framework: str, logs: Path) -> Iterator[list[tuple[launch.LocalR
 
 def spawned_children(parent_pid: int) -> list[int]:
     """The processes `parent_pid` started through multiprocessing's spawn (its workers), by pid."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                command = cmdline.read()
-        except OSError:
-            continue
-        if parent == parent_pid and b"spawn_main" in command:
-            pids.append(int(entry))
-    return sorted(pids)
+    return children(parent_pid, b"spawn_main")
 
 
 def free_port() -> int:

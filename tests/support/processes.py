@@ -16,3 +16,20 @@ def live_processes() -> dict[int, tuple[int, bytes]]:
         except (ValueError, OSError, IndexError):
             continue
     return processes
+
+
+def children(parent_pid: int, command_holds: bytes = b"") -> list[int]:
+    """The live children of `parent_pid` whose command line holds `command_holds` (any, by default), by pid."""
+    return sorted(pid for pid, (parent, command) in live_processes().items()
+                  if parent == parent_pid and command_holds in command)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid`: its children, theirs, and so on (`pid` itself left out)."""
+    parents = {child: parent for child, (parent, _) in live_processes().items()}
+    tree, grown = {pid}, True
+    while grown:
+        below = {child for child, parent in parents.items() if parent in tree} - tree
+        tree |= below
+        grown = bool(below)
+    return sorted(tree - {pid})

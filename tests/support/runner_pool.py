@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from fwbench_aggregator.run import launch
 
-from .processes import live_processes
+from .processes import descendants
 from .runners import EXAMPLE_MODELS, FAKE_STEP_TIME_S
 
 LOG_TAIL_CHARS = 3000
-# A session's runner grown past this much memory (with its fork server and workers) is restarted, on its own port,
+# A session's runner grown past this much memory (with its workers) is restarted, on its own port,
 # after the test that grew it: a TensorFlow runner keeps what its allocator took, and one at 8.1 GB was killed for
 # memory in CI (2026-12-02, parity's gpt2_small) while the container tests ran beside it on a 24 GiB host.
 RUNNER_MEMORY_CEILING_BYTES = 4 << 30
@@ -44,15 +44,9 @@ def _proportional_bytes(pid: int) -> int:
 
 
 def memory_bytes(pid: int) -> int:
-    """The memory a process and its descendants hold (a runner, its fork server and workers), each shared page
+    """The memory a process and its descendants hold (a runner and its workers), each shared page
     counted once; 0 for one that has gone."""
-    parents = {child: parent for child, (parent, _) in live_processes().items()}
-    tree, grown = {pid}, True
-    while grown:
-        below = {child for child, parent in parents.items() if parent in tree} - tree
-        tree |= below
-        grown = bool(below)
-    return sum(_proportional_bytes(member) for member in tree)
+    return sum(_proportional_bytes(member) for member in {pid, *descendants(pid)})
 
 
 def _log_tail(path: Path) -> str:
