@@ -30,6 +30,7 @@ from fwbench_core.spec import DeviceRef, RunRequest
 from fwbench_core.timing import Progress, StepBatch
 
 # The session's in-process fake runner steps this long; the worker one matches it, so that their runs compare.
+from support.processes import children
 from support.runners import FAKE_STEP_TIME_S
 
 RUN_TIMEOUT_S = 120
@@ -182,8 +183,7 @@ def test_every_blocks_worker_is_a_fresh_interpreter_the_runner_spawned():
     service = RunnerService(PidBackend(), make_backend=PidBackend)
     for block in ("k0", "k1"):
         worker = pid_of(service, blocked(block=block))
-        parent = int(open(f"/proc/{worker}/stat").read().rsplit(")", 1)[1].split()[1])
-        assert parent == os.getpid() and b"spawn_main" in open(f"/proc/{worker}/cmdline", "rb").read()
+        assert worker in children(os.getpid(), b"spawn_main")  # while it lives: the next block ends it
 
 
 def test_an_opened_block_runs_in_the_worker_it_started_and_opening_another_ends_it():
