@@ -182,12 +182,21 @@ def _serve(
 ) -> None:
     parser = _parser(default_isolation)
     args = parser.parse_args(argv)
-    reference_folder = references.folder_from_arguments(parser, args)
     access = _checked(parser, args)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    service = _service(make_backend, args, reference_folder)
-    _listen_until_stopped(service, args, access)
-    reference_folder.close()
+    # Before a private folder exists: a signal's default action would end the process without removing it, and a
+    # parent may stop us while the framework imports, or the moment we say we listen. A stop asked for before we
+    # listen ends the runner as soon as it has started.
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    reference_folder = references.folder_from_arguments(parser, args)
+    try:
+        logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                            format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        service = _service(make_backend, args, reference_folder)
+        _listen_until_stopped(service, args, access, stop)
+    finally:
+        reference_folder.close()
 
 
 def _parser(default_isolation: RunIsolation) -> argparse.ArgumentParser:
@@ -276,9 +285,11 @@ def _service(
     return service
 
 
-def _listen_until_stopped(service: RunnerService, args: argparse.Namespace, access: access_mod.Access) -> None:
-    """Serve until SIGTERM, SIGINT or (with --exit-with-parent) the end of standard input, then finish the requests
-    in flight within the grace period."""
+def _listen_until_stopped(
+    service: RunnerService, args: argparse.Namespace, access: access_mod.Access, stop: threading.Event
+) -> None:
+    """Serve until `stop` is set (SIGTERM, SIGINT) or, with --exit-with-parent, standard input ends, then finish the
+    requests in flight within the grace period."""
     # What exists now (the framework's modules and the backend) lives as long as the process: kept out of the
     # collections after every run, which otherwise scanned it each time (0.15 s in a torch or TensorFlow runner).
     gc.freeze()
@@ -291,9 +302,6 @@ def _listen_until_stopped(service: RunnerService, args: argparse.Namespace, acce
     log.info("%s runner listening on %s:%d (%s), run isolation %s", framework, host, port, access.describe(),
              args.run_isolation)
 
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
     if args.exit_with_parent:
         threading.Thread(target=_set_at_stdin_end, args=(stop,), name="fwbench-parent-watch", daemon=True).start()
     stop.wait()
