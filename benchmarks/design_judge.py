@@ -128,9 +128,22 @@ def judge(paths: list[Path], plant: float, fixed_runs: list[int], max_runs: int 
                   f"{narrower.median():.2f}x (range {narrower.min():.2f}x to {narrower.max():.2f}x); run medians' "
                   f"correlation with other processes' CPU within instances: median r {mine['covariate 8: r'].median():+.2f} "
                   f"(range {mine['covariate 8: r'].min():+.2f} to {mine['covariate 8: r'].max():+.2f})")
+        print_found_by_configuration(collected, mine, "paired auto" if is_blocks(design) else "welch auto")
         print_process_offsets(frame[(frame["design"] == design) & (frame["run_isolation"] == isolation)],
                               keys[:-1])
     return 0
+
+
+def print_found_by_configuration(collected: str, table: pd.DataFrame, analysis: str) -> None:
+    """How many configurations call the planted difference, under the analysis compare uses for this design: the
+    issue's measure of power is configurations, not comparisons, so that one easy configuration cannot hide a hard
+    one. A configuration counts where most of its comparisons (across pairs and sittings) found it."""
+    found = table.groupby(["framework", "model", "mode", "batch_size", "shape"], sort=False)[f"{analysis}: found"]
+    share = found.mean()
+    print(f"{collected:<20} planted found under {analysis}, by configuration: in most comparisons in "
+          f"{int((share > 0.5).sum())} of {len(share)}, in every one in {int((share == 1).sum())}; least: "
+          + ", ".join(f"{' '.join(str(k) for k in key if k)} {int(found.get_group(key).sum())} of "
+                      f"{found.get_group(key).size}" for key in share.nsmallest(3).index))
 
 
 def process_offsets(frame: pd.DataFrame, config_keys: list[str]) -> list[tuple[str, float]]:
