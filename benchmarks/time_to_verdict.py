@@ -1,8 +1,8 @@
 """Time to a verdict: each configuration of a grid compared under each design, side by side in one run: a fixed number
 of runs (6 per runner, the old default), `--repetitions auto` (rounds until the verdict is settled) and, with
 `--designs fixed,auto,blocks,blocks6`, interleaved process blocks under auto (compare's --design blocks) and 6 fixed
-blocks; prints each one's verdict, outcome, runs (blocks for the block designs) and wall time, then the totals
-against the fixed design.
+blocks; prints each one's verdict with each runner's median step, outcome, runs (blocks for the block designs) and
+wall time, then the totals against the fixed design. `--keep DIR` keeps every comparison's results and store.
 
 With --aa, the two runners are two instances of one framework (A/A): any "different" outcome is a false verdict,
 and the runs used and the smallest difference resolved say what auto costs where there is nothing to find.
@@ -45,15 +45,17 @@ FIXED = 6
 
 
 def verdict_of(rows) -> tuple[str, str, int]:
-    """The non-fastest row's verdict and outcome (the first, with more than two runners), and the runs per runner (the
-    blocks, under the block design)."""
+    """The non-fastest row's verdict and outcome (the first, with more than two runners), each runner's median step
+    (so that designs which disagree show which runner moved), and the runs per runner (the blocks, under the block
+    design)."""
     ran = rows[rows["status"] == "ok"]
     units = ran["blocks"] if (ran["blocks"] > 0).all() else ran["runs"]
+    medians = ", ".join(f"{row.runner} {row.median_step_ms:.1f} ms" for row in ran.itertuples())
     judged = ran[ran["outcome"] != ""]
     if judged.empty:
-        return "no verdict", "", int(units.min()) if len(ran) else 0
+        return f"no verdict ({medians})", "", int(units.min()) if len(ran) else 0
     row = judged.iloc[0]
-    return str(row["verdict"]), str(row["outcome"]), int(units.min())
+    return f"{row['verdict']} ({medians})", str(row["outcome"]), int(units.min())
 
 
 def one(spec: RunSpec, choice: RunnerChoice, repetitions: Repetitions, design: BlockDesign | None, out: Path
@@ -80,6 +82,8 @@ def main() -> int:
     parser.add_argument("--configurations", type=int, help="only the grid's first N")
     parser.add_argument("--designs", default="fixed,auto",
                         help=f"of fixed, auto, blocks and blocks{FIXED} ({FIXED} fixed blocks), comma-separated")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="keep each comparison's results and store under DIR (by default they go with the run)")
     parser.add_argument("--max-blocks", type=int, default=None,
                         help=f"the block design's budget (default: compare's, {DEFAULT_MAX_BLOCKS})")
     args = parser.parse_args()
@@ -90,6 +94,7 @@ def main() -> int:
     chosen = args.designs.split(",")
     totals = {name: [0.0, 0, 0, 0] for name in chosen}  # seconds, settled, runs, false verdicts
     with ExitStack() as stack, TemporaryDirectory() as scratch:
+        kept = args.keep or Path(scratch)
         transport: Transport = EMBEDDED
         if args.runner:
             given = tuple(args.runner)
@@ -112,7 +117,7 @@ def main() -> int:
             # Alternated, so that a host drifting over the study favours no design.
             for name, repetitions, design in designs if number % 2 == 0 else designs[::-1]:
                 verdict, outcome, runs, seconds = one(spec, choice, repetitions, design,
-                                                      Path(scratch) / f"{number}-{name}")
+                                                      kept / f"{number}-{name}")
                 total = totals[name]
                 total[0] += seconds
                 total[1] += outcome in ("different", "equivalent")
