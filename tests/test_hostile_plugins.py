@@ -5,6 +5,9 @@ once. Over real gRPC, on the torch runner (the code paths are the core's; every 
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from fwbench_aggregator.run import launch
 from fwbench_core.plugins import MODELS_DIR_ENV, MODELS_DIR_FLAG, content_hash
 
 from support.plugins import SHAPE, declaration, write_plugin
+from support.processes import descendants, live_processes
 from support.requests import refusal, run
 
 pytestmark = pytest.mark.frameworks
@@ -50,6 +54,7 @@ LIMIT_S = 10
 RPC_TIMEOUT_S = 120
 HANG = "import time\nwhile True:\n    time.sleep(0.1)\n"
 EXIT = "import os\nos._exit(3)\n"
+PROMPT_S = 5
 
 
 def builder(body: str) -> str:
@@ -180,3 +185,39 @@ def test_a_plugin_edited_after_the_runner_loaded_it_is_refused_until_the_runner_
         "plugins.PluginError is no RunnerError: the worker's refusal of a changed plug-in reaches the "
         f"client as {error.code().name}: {error.details()}"
     )
+
+
+def test_a_runner_stopped_while_a_plugin_hangs_at_import_ends_at_once_and_leaves_nothing(tmp_path):
+    # Before it listens, a stop ends the start where it is (here the wait on a plug-in's check, up to its limit of
+    # 60 s), and what the start made goes with it: the checking process and the private reference folder.
+    models, scratch = tmp_path / "models", tmp_path / "scratch"
+    scratch.mkdir()
+    write_plugin(models, "hangs_at_import", builders={"torch": PLUGINS["hangs_at_import"]})
+    log_path = tmp_path / "runner.log"
+    command = [*launch.embedded_command("torch", launch.default_venvs()), MODELS_DIR_FLAG, str(models)]
+    with open(log_path, "wb") as log:
+        runner = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log,
+                                  env={**os.environ, MODELS_DIR_ENV: "", "TMPDIR": str(scratch),
+                                       "FWBENCH_REFERENCE_DIR": ""})
+    try:
+        deadline = time.monotonic() + RPC_TIMEOUT_S
+        while "checking model plug-in" not in log_path.read_text(errors="replace"):
+            assert runner.poll() is None and time.monotonic() < deadline, log_path.read_text(errors="replace")
+            time.sleep(0.1)
+        checking = descendants(runner.pid)
+        assert checking, "the plug-in's check runs in a process of its own"
+        stopped = time.monotonic()
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(RPC_TIMEOUT_S) == 128 + signal.SIGTERM
+        assert time.monotonic() - stopped < LIMIT_S, "it waited for the plug-in's limit"
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    # The checking process was killed and reaped before the runner exited; the resource tracker beside it ends when
+    # its pipe from the runner closes, a moment later.
+    deadline = time.monotonic() + PROMPT_S
+    while set(checking) & set(live_processes()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not set(checking) & set(live_processes())
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("fwbench-references-")] == []

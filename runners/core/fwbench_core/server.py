@@ -183,12 +183,7 @@ def _serve(
     parser = _parser(default_isolation)
     args = parser.parse_args(argv)
     access = _checked(parser, args)
-    # Before a private folder exists: a signal's default action would end the process without removing it, and a
-    # parent may stop us while the framework imports, or the moment we say we listen. A stop asked for before we
-    # listen ends the runner as soon as it has started.
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = _stop_on_signals()
     reference_folder = references.folder_from_arguments(parser, args)
     try:
         logging.basicConfig(level=args.log_level, stream=sys.stderr,
@@ -197,6 +192,30 @@ def _serve(
         _listen_until_stopped(service, args, access, stop)
     finally:
         reference_folder.close()
+
+
+class _Stop(threading.Event):
+    """Set by SIGTERM or SIGINT. Until the runner listens, a signal also ends the start where it is (an import, a
+    plug-in's check), as SystemExit(128 + signal), so that the finally blocks remove what the start made; once it
+    listens, the signal only asks the server to stop, which finishes the requests in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listening = False
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        self.set()
+        if not self.listening:
+            raise SystemExit(128 + signum)
+
+
+def _stop_on_signals() -> _Stop:
+    # Set before a private folder exists: a signal's default action would end the process without removing it, and
+    # a parent may stop us while the framework imports, or the moment we say we listen.
+    stop = _Stop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop.on_signal)
+    return stop
 
 
 def _parser(default_isolation: RunIsolation) -> argparse.ArgumentParser:
@@ -286,7 +305,7 @@ def _service(
 
 
 def _listen_until_stopped(
-    service: RunnerService, args: argparse.Namespace, access: access_mod.Access, stop: threading.Event
+    service: RunnerService, args: argparse.Namespace, access: access_mod.Access, stop: _Stop
 ) -> None:
     """Serve until `stop` is set (SIGTERM, SIGINT) or, with --exit-with-parent, standard input ends, then finish the
     requests in flight within the grace period."""
@@ -295,6 +314,7 @@ def _listen_until_stopped(
     gc.freeze()
     server, port, health_servicer = create_server(service, args.address, access=access)
     server.start()
+    stop.listening = True
     host = args.address.rsplit(":", 1)[0]
     # One line on stdout tells a parent process (the aggregator) where we listen.
     framework = service.backend.framework
