@@ -20,7 +20,7 @@ from fwbench_aggregator.run import launch
 from fwbench_core.plugins import MODELS_DIR_ENV, MODELS_DIR_FLAG, content_hash
 
 from support.plugins import SHAPE, declaration, write_plugin
-from support.processes import descendants, live_processes
+from support.processes import assert_all_end, descendants
 from support.requests import refusal, run
 
 pytestmark = pytest.mark.frameworks
@@ -216,8 +216,5 @@ def test_a_runner_stopped_while_a_plugin_hangs_at_import_ends_at_once_and_leaves
             runner.wait()
     # The checking process was killed and reaped before the runner exited; the resource tracker beside it ends when
     # its pipe from the runner closes, a moment later.
-    deadline = time.monotonic() + PROMPT_S
-    while set(checking) & set(live_processes()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not set(checking) & set(live_processes())
+    assert_all_end(checking, "the plug-in's checking process and its resource tracker", PROMPT_S)
     assert [p.name for p in scratch.iterdir() if p.name.startswith("fwbench-references-")] == []

@@ -29,7 +29,7 @@ from fwbench_core.server import OPEN_STREAMS
 from fwbench_core.admission import DEFAULT_MAX_QUEUED_REQUESTS
 
 from support.cli import fwbench
-from support.processes import children, descendants
+from support.processes import assert_all_end, children, descendants
 
 # Every test here runs the command line, runners or generated requests end to end: seconds each.
 pytestmark = pytest.mark.slow
@@ -171,31 +171,8 @@ def test_max_batch_does_not_take_a_busy_runner_for_a_full_device(tmp_path):
 # --- processes: the aggregator's runners end with it, a runner's worker ends with the runner ---------------
 
 
-def _stat_fields(pid: int) -> list[str]:
-    """/proc/PID/stat after the command name (which may hold spaces): state, ppid, ..."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    return text[text.rindex(")") + 2:].split()
-
-
-def alive(pid: int) -> bool:
-    try:
-        return _stat_fields(pid)[0] != "Z"
-    except (OSError, ValueError):
-        return False
-
-
 def runner_children(pid: int) -> list[int]:
     return children(pid, b"fwbench_core.fake")
-
-
-def assert_all_end(pids: list[int], what: str) -> None:
-    deadline = time.monotonic() + GONE_WITHIN_S
-    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    left = [pid for pid in pids if alive(pid)]
-    for pid in left:  # leave nothing behind for the next test
-        os.kill(pid, signal.SIGKILL)
-    assert not left, f"{what}: processes {left} still alive {GONE_WITHIN_S:.0f} s later"
 
 
 def start_fwbench(tmp_path: Path, *args: str, **popen) -> subprocess.Popen:
@@ -249,7 +226,7 @@ def test_kill_9_of_the_aggregator_ends_its_runners(tmp_path, command):
     finally:
         process.kill()
         process.wait()
-    assert_all_end(runners, f"the runners of a killed `fwbench {command}`")
+    assert_all_end(runners, f"the runners of a killed `fwbench {command}`", GONE_WITHIN_S)
 
 
 @pytest.mark.parametrize("command", ["compare", "sweep"])
@@ -270,7 +247,7 @@ def test_sigterm_keeps_finished_runs_and_stops_the_runners(tmp_path, command):
     assert process.returncode == 128 + signal.SIGTERM, stderr
     assert "interrupted" in stderr and "kept" in stderr
     assert 1 <= len(store.keys()) < 6
-    assert_all_end(runners, f"the runners of `fwbench {command}` ended by SIGTERM")
+    assert_all_end(runners, f"the runners of `fwbench {command}` ended by SIGTERM", GONE_WITHIN_S)
 
 
 @pytest.mark.parametrize("flags, request_fields", [
@@ -292,4 +269,4 @@ def test_a_runner_killed_mid_run_takes_its_worker_process_with_it(tmp_path, flag
         runner.process.kill()
         runner.process.wait()
         call.cancel()
-    assert_all_end(spawned, "the worker of a runner killed by kill -9")
+    assert_all_end(spawned, "the worker of a runner killed by kill -9", GONE_WITHIN_S)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 
 
@@ -33,3 +36,24 @@ def descendants(pid: int) -> list[int]:
         tree |= below
         grown = bool(below)
     return sorted(tree - {pid})
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text[text.rindex(")") + 2:].split()[0] != "Z"
+
+
+def assert_all_end(pids: list[int], what: str, within_s: float) -> None:
+    """Wait up to `within_s` for every one of `pids` to end; kill what is left, so the next test starts clean, and
+    fail naming `what`."""
+    deadline = time.monotonic() + within_s
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [pid for pid in pids if alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"{what}: processes {left} still alive {within_s:.0f} s later"
