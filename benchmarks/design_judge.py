@@ -138,12 +138,12 @@ def print_found_by_configuration(collected: str, table: pd.DataFrame, analysis: 
     """How many configurations call the planted difference, under the analysis compare uses for this design: the
     issue's measure of power is configurations, not comparisons, so that one easy configuration cannot hide a hard
     one. A configuration counts where most of its comparisons (across pairs and sittings) found it."""
-    found = table.groupby(["framework", "model", "mode", "batch_size", "shape"], sort=False)[f"{analysis}: found"]
-    share = found.mean()
+    found = (table.groupby(["framework", "model", "mode", "batch_size", "shape"], sort=False)[f"{analysis}: found"]
+             .agg(["mean", "sum", "size"]))
     print(f"{collected:<20} planted found under {analysis}, by configuration: in most comparisons in "
-          f"{int((share > 0.5).sum())} of {len(share)}, in every one in {int((share == 1).sum())}; least: "
-          + ", ".join(f"{' '.join(str(k) for k in key if k)} {int(found.get_group(key).sum())} of "
-                      f"{found.get_group(key).size}" for key in share.nsmallest(3).index))
+          f"{int((found['mean'] > 0.5).sum())} of {len(found)}, in every one in {int((found['mean'] == 1).sum())}; "
+          "least: " + ", ".join(f"{' '.join(str(k) for k in key if k)} {int(row['sum'])} of {int(row['size'])}"
+                               for key, row in found.nsmallest(3, "mean").iterrows()))
 
 
 def process_offsets(frame: pd.DataFrame, config_keys: list[str]) -> list[tuple[str, float]]:
