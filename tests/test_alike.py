@@ -14,12 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fwbench_aggregator.analyse.comparison import comparison_rows, per_run, run_values
+from fwbench_aggregator.analyse.comparison import NO_BLOCKS_IN_COMMON, comparison_rows, per_run, run_values
 from fwbench_aggregator.analyse.efficiency import hardware_efficiency
 from fwbench_aggregator.analyse.optimal import optimal_batches
+from fwbench_aggregator.analyse.results import analysed
 from fwbench_aggregator.analyse.scaling import scaling_rows
 from fwbench_aggregator.analyse.serving import load_curve, serving_rows
 from fwbench_aggregator.analyse.trends import batch_trends
+from fwbench_aggregator.analyse.versions import version_changes
 from fwbench_aggregator.store.migrations import migrated
 
 STEPS_PER_RUN = 5
@@ -50,6 +52,17 @@ def compare(runner_times: dict[str, list[float]], run_id: str | None = None, **f
             steps += [{**identity, "step_index": i, "warmup": False, "step_time_s": step_s * (1 + 0.001 * (i - 2))}
                       for i in range(STEPS_PER_RUN)]
     return pd.DataFrame(summary), pd.DataFrame(steps)
+
+
+def in_blocks(frames: tuple[pd.DataFrame, pd.DataFrame], windows: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A compare's runs as windows of process blocks (the CPU default): repetition k of every runner is window
+    k % windows of the compare's block k // windows, so that its runners pair block by block and another compare's
+    runners pair with none of them."""
+    summary, steps = frames
+    compare_id, design = f"compare{next(_ids)}", f"blocks of {windows} windows"
+    block = summary["repetition"].map(lambda k: f"{compare_id}-block{k // windows}")
+    return (summary.assign(process_block=block, block_window=summary["repetition"] % windows, design=design),
+            steps.assign(design=design))
 
 
 def store(*compares: tuple[pd.DataFrame, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -216,6 +229,52 @@ def test_merging_stores_never_changes_a_groups_per_run_values(compares):
     for one in made:
         alone = run_values(*one).set_index("run_id")["median_step_time_s"]
         assert np.allclose(runs.loc[alone.index], alone)
+
+
+def test_two_versions_compared_in_blocks_of_their_own_compares_are_said_to_share_no_block():
+    old = in_blocks(compare({"torch": near(10.0, 6), "tensorflow": near(12.0, 6)}, framework_version="2.14.0"), 2)
+    new = in_blocks(compare({"torch": near(14.0, 6), "tensorflow": near(12.0, 6)}, framework_version="2.15.0"), 2)
+    for frames in (old, new):
+        frames[0].loc[frames[0]["runner"] == "tensorflow", "framework_version"] = "2.21.0"
+    table = rows(old, new)
+    assert table.loc["torch (version 2.14.0)", "verdict"] == "fastest"
+    # tensorflow ran in both compares' blocks, so it pairs with the fastest in the first compare's three.
+    assert table.loc["tensorflow", "significant"] and table.loc["tensorflow", "blocks"] == 6
+    newer = table.loc["torch (version 2.15.0)"]
+    assert newer["verdict"] == NO_BLOCKS_IN_COMMON and newer["outcome"] == "unresolved" and not newer["significant"]
+    assert newer["ratio_to_fastest"] == pytest.approx(1.4, rel=0.01)
+    # The version report judges each version's blocks (two windows each) as its units, unpaired across compares.
+    change = version_changes(*store(old, new)).iloc[0]
+    assert (change["runs_from"], change["runs_to"], change["change"]) == (3, 3, "regression")
+
+
+# Every case of the store's identity (what keeps runs apart), each as two compares of one store, in blocks, in rounds,
+# and one of each: the whole analysis a report makes completes over every one.
+IDENTITY_CASES = {
+    "versions": ({"framework_version": "2.14.0"}, {"framework_version": "2.15.0"}),
+    "layouts": ({"layout": "channels_first"}, {"layout": "channels_last"}),
+    "threads": ({"intra_op_threads": 1}, {"intra_op_threads": 2}),
+    "hosts": ({"device_name": "AMD EPYC (2 logical cores)"}, {"device_name": "Intel Xeon (8 logical cores)"}),
+    "plug-in hashes": ({"model_hash": "aaaa"}, {"model_hash": "bbbb"}),
+    "protocols": ({"warmup_steps": 1}, {"warmup_steps": 10}),
+    "reruns": ({}, {}),
+}
+
+
+@pytest.mark.parametrize("designs", [(in_blocks, in_blocks), (None, None), (in_blocks, None)],
+                         ids=["blocks", "rounds", "blocks and rounds"])
+@pytest.mark.parametrize("case", list(IDENTITY_CASES))
+def test_the_whole_analysis_completes_over_every_identity_case(case, designs):
+    made = []
+    # Two compares of both runners, then one of torch alone (a rerun of one side, as `--frameworks torch` makes).
+    for facts, design, runners in zip((*IDENTITY_CASES[case], IDENTITY_CASES[case][1]), (*designs, designs[1]),
+                                      ({"torch": near(10.0), "tensorflow": near(12.0)},) * 2 + ({"torch": near(14.0)},)):
+        frames = compare(runners, **facts)
+        made.append(design(frames) if design else frames)
+    summary, steps = store(*made)
+    analysis = analysed(summary, steps)
+    assert (analysis.rows["runs"] > 0).all() and analysis.rows["verdict"].map(bool).all()
+    version_changes(summary, steps)
 
 
 # Every other table pools by the same rule (alike.labelled): serving, series across batch sizes, scaling.

@@ -15,10 +15,12 @@ pytestmark = pytest.mark.slow
 
 RUN = ["--model", "resnet18", "--mode", "infer", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1",
        "--steps", "5", "--min-measure-s", "0", "--repetitions", "3"]
+# The same configuration in process blocks (the CPU default), which take no whole-run warm-up or step count.
+IN_BLOCKS = [*RUN[:8], "--repetitions", "3", "--design", "blocks"]
 FIGURES = ["runs", "median_step_ms", "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "verdict"]
 
 
-def _compare(tmp_path, store, out, versions: dict[str, tuple[str, str]]) -> str:
+def _compare(tmp_path, store, out, versions: dict[str, tuple[str, str]], run: list[str] = RUN) -> str:
     """One compare of the configuration by runners named torch and tensorflow: {runner: (version, step seconds)}."""
     runners = {}
     try:
@@ -27,7 +29,7 @@ def _compare(tmp_path, store, out, versions: dict[str, tuple[str, str]]) -> str:
                                                env={FRAMEWORK_ENV: name, FRAMEWORK_VERSION_ENV: version,
                                                     STEP_TIME_ENV: step_s})
             runners[name].start()
-        done = fwbench("compare", *RUN, *(arg for name, r in runners.items() for arg in ("--runner", f"{name}={r.address}")),
+        done = fwbench("compare", *run, *(arg for name, r in runners.items() for arg in ("--runner", f"{name}={r.address}")),
                        "--store", str(store), "--out", str(out))
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stderr
@@ -80,3 +82,19 @@ def test_a_rerun_and_an_upgrade_in_one_store_are_reported_apart_and_one_compare_
     assert upgraded["runs"].to_dict() == {"torch": 3}
     refused = fwbench("report", "--store", str(shared), "--where", "version=2.15.0")
     assert refused.returncode == 2 and "'version' is no column" in " ".join(refused.stderr.split())
+
+
+def test_a_store_of_two_versions_each_compared_in_blocks_reports_why_they_are_not_judged(tmp_path):
+    store = tmp_path / "store"
+    _compare(tmp_path, store, tmp_path / "o1", {"torch": ("2.14.0", "0.010"), "tensorflow": ("2.21.0", "0.012")},
+             IN_BLOCKS)
+    _compare(tmp_path, store, tmp_path / "o2", {"torch": ("2.15.0", "0.010"), "tensorflow": ("2.21.0", "0.012")},
+             IN_BLOCKS)
+    table = _report(store, tmp_path / "report")
+    assert set(table.index) == {"torch (version 2.14.0)", "torch (version 2.15.0)", "tensorflow"}
+    # Each torch version shares blocks with tensorflow, never with the other torch: whichever is fastest, the other
+    # torch says why it has no verdict, and tensorflow (in every block) is judged against it.
+    fastest = table[table["verdict"] == "fastest"].index.item()
+    other = ({"torch (version 2.14.0)", "torch (version 2.15.0)"} - {fastest}).pop()
+    assert fastest.startswith("torch") and "no blocks in common" in table.loc[other, "verdict"]
+    assert table.loc["tensorflow", "blocks"] == 6 and "faster" in table.loc["tensorflow", "verdict"]

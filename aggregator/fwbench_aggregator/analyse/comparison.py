@@ -296,6 +296,11 @@ def _judge(config_rows: list[dict], floors: dict[tuple, Floor], config: tuple, m
                    verdict=verdict + busy_floor_note(applied), significant=c.significant, outcome=outcome)
 
 
+# Windows of process blocks are judged block by block (_evidence_pair); two rows that ran in no block together, such as
+# two framework versions each compared in a compare of its own, have nothing to pair, and get this instead of a verdict.
+NO_BLOCKS_IN_COMMON = "not judged: no blocks in common (these runs come from different compares)"
+
+
 def judged(fastest: dict, row: dict, min_effect: float, floor: float) -> tuple[str, str, stats.Comparison]:
     """One runner against the fastest: the verdict, its outcome ("different", "equivalent", "unresolved", or
     "continue" while a sequential design would look again) and the comparison. Runs made under a sequential design
@@ -304,6 +309,10 @@ def judged(fastest: dict, row: dict, min_effect: float, floor: float) -> tuple[s
     budget = max(fastest["max_repetitions"], row["max_repetitions"])
     fast, slow, paired = _evidence_pair(fastest, row)
     unit = "block" if paired else "run"
+    if paired and not fast.size:
+        return NO_BLOCKS_IN_COMMON, "unresolved", stats.Comparison(
+            fastest["runner"], row["runner"], 0, 0, row["median_step_ms"] / fastest["median_step_ms"], paired=True,
+            unit=unit)
     if budget:
         # The looks the runs were made under, as stored; a side that names none (versions') is judged by today's rule.
         made_under = row if row["max_repetitions"] == budget else fastest

@@ -25,7 +25,7 @@ from ..plan.versions import leading_version
 from ..store.schema import CONFIG_COLUMNS, RUN_COLUMNS, VERSION_CHANGE_COLUMNS, VERSION_POINT_COLUMNS
 from ..store.schema import IMAGE_COLUMNS as STORED_IMAGE_COLUMNS
 from . import stats
-from .comparison import judged, normalised, run_values
+from .comparison import evidence_of, judged, normalised, run_values
 from .floors import busy_floor_note, config_floor, noise_floors
 
 # What must be the same on both sides of a version change for it to be the version's doing.
@@ -73,7 +73,7 @@ def version_runs(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """One row per successful run: its configuration, median step time, framework and version, environment and image."""
     runs = run_values(summary, steps)
     facts = normalised(summary)
-    for column in ("framework", "framework_version", "runner_name", "runner_options", "max_repetitions",
+    for column in ("framework", "framework_version", "runner_name", "runner_options", "max_repetitions", "process_block",
                    *IMAGE_COLUMNS, *(f for f in ENVIRONMENT_FACTS if f not in ("host", "base_image_family"))):
         if column not in facts:
             facts[column] = ""
@@ -81,9 +81,10 @@ def version_runs(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         host=[_option(options, "host_id") for options in facts["runner_options"]],
         base_image_family=[base_image_family(image) for image in facts["container_base_image"]],
     )
-    extra = ["framework", "framework_version", "runner_name", "max_repetitions", *IMAGE_COLUMNS, *ENVIRONMENT_FACTS]
+    extra = ["framework", "framework_version", "runner_name", "max_repetitions", "process_block", *IMAGE_COLUMNS,
+             *ENVIRONMENT_FACTS]
     runs = runs.merge(facts[[*RUN_COLUMNS, *extra]].drop_duplicates(list(RUN_COLUMNS)), on=list(RUN_COLUMNS), how="left")
-    for column in ("framework", "framework_version", *IMAGE_COLUMNS, *ENVIRONMENT_FACTS):
+    for column in ("framework", "framework_version", "process_block", *IMAGE_COLUMNS, *ENVIRONMENT_FACTS):
         runs[column] = runs[column].astype(object).where(runs[column].notna(), "").astype(str)
     runs["max_repetitions"] = pd.to_numeric(runs["max_repetitions"], errors="coerce").fillna(0).astype(int)
     return runs[runs["framework_version"] != ""]
@@ -172,7 +173,9 @@ def _pair(row: dict, group: pd.DataFrame, old: str, new: str, floor, min_effect:
     sides = {}
     for version in (old, new):
         own = group[group["framework_version"] == version]
-        sides[version] = {"runner": f"{framework} {version}", "_medians": own["median_step_time_s"].to_numpy(dtype=float),
+        # A process block's windows share its process, so a block is one value (evidence_of); two versions rarely
+        # share blocks (each ran in a compare of its own), so the blocks are judged as unrelated units, like runs.
+        sides[version] = {"runner": f"{framework} {version}", "_medians": evidence_of(own)[0],
                           "max_repetitions": int(own["max_repetitions"].max()), "frame": own}
     verdict, outcome, c = judged(sides[old], sides[new], min_effect, floor.value)
     new_slower = c.slower == sides[new]["runner"]
