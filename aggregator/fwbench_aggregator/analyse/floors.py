@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -116,7 +115,7 @@ class FloorPrecision(NamedTuple):
         return (self.high - self.low) / 2 / self.floor if self.floor > 0 else math.inf
 
 
-def floor_precision(run_medians_a: Sequence[float], run_medians_b: Sequence[float]) -> FloorPrecision:
+def floor_precision(run_medians_a: stats.Values, run_medians_b: stats.Values) -> FloorPrecision:
     """The noise floor of two instances' runs (stats.compare's: the far end of the Welch interval on their log ratio,
     the instances' offset plus t times the runs' spread over their number) and its own interval at stats.CONFIDENCE.
 

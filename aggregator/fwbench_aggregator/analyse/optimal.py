@@ -142,4 +142,4 @@ def _budget(step_ms: dict[int, np.ndarray], budget_ms: Optional[float]) -> dict:
         smallest = min(intervals)
         notes.append(f"no batch stays under {budget_ms:g} ms (batch {smallest}: {intervals[smallest].value:.3g} ms)")
     return {"latency_budget_ms": float(budget_ms), "budget_batch": chosen,
-            "budget_step_ms": intervals[chosen].value if under else math.nan, "budget_note": "; ".join(notes)}
+            "budget_step_ms": intervals[max(under)].value if under else math.nan, "budget_note": "; ".join(notes)}

@@ -35,7 +35,6 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -329,7 +328,7 @@ class Decision:
 
 
 def look(
-    plan: SequentialPlan, run_medians_a: Sequence[float], run_medians_b: Sequence[float], name_a: str, name_b: str,
+    plan: SequentialPlan, run_medians_a: stats.Values, run_medians_b: stats.Values, name_a: str, name_b: str,
     paired: bool = False, unit: str = "run",
 ) -> Decision:
     """The look after a round: whether these runs settle the verdict, by the plan's stopping rule; with `paired`

@@ -148,9 +148,9 @@ def serving_rows(summary: pd.DataFrame, min_effect: float = stats.MIN_EFFECT,
             figure_rows = [_row(config_values, runner, own, figure) for runner, own in block.groupby("runner", sort=True)]
             _judge(figure_rows, min_effect)
             for row in figure_rows:
-                judged_budget = latency_budget_ms is not None and figure == BUDGET_PERCENTILE
-                row["latency_budget_ms"] = latency_budget_ms if judged_budget else math.nan
-                row["budget_status"] = budget_status(row["_values"], latency_budget_ms) if judged_budget else ""
+                budget_ms = latency_budget_ms if figure == BUDGET_PERCENTILE else None  # judged on p99 alone
+                row["latency_budget_ms"] = math.nan if budget_ms is None else budget_ms
+                row["budget_status"] = "" if budget_ms is None else budget_status(row["_values"], budget_ms)
             rows += figure_rows
     return pd.DataFrame(rows, columns=list(SERVING_COMPARISON_COLUMNS))
 

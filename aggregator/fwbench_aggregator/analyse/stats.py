@@ -27,6 +27,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
+
+# Per-run values as the callers hold them: a list, or a column of a frame as an array.
+Values = Sequence[float] | npt.NDArray[np.floating] | npt.NDArray[np.object_]
 
 CONFIDENCE = 0.99
 ALPHA = 1.0 - CONFIDENCE
@@ -62,11 +66,11 @@ def describe(step_times_s: Sequence[float], batch_size: int) -> dict[str, float]
     }
 
 
-def geometric_mean(values: Sequence[float]) -> float:
+def geometric_mean(values: Values) -> float:
     return float(np.exp(np.mean(np.log(np.asarray(values, dtype=float)))))
 
 
-def run_spread(run_medians_s: Sequence[float]) -> float:
+def run_spread(run_medians_s: Values) -> float:
     """How much a runner's runs differ from one another: the standard deviation of their log medians
     (0.03 is about 3%); NaN with fewer than two runs."""
     logs = np.log(np.asarray(run_medians_s, dtype=float))
@@ -145,9 +149,9 @@ class Comparison:
 
 def compare(
     name_a: str,
-    run_medians_a: Sequence[float],
+    run_medians_a: Values,
     name_b: str,
-    run_medians_b: Sequence[float],
+    run_medians_b: Values,
     min_effect: float = MIN_EFFECT,
     noise_floor: float = math.nan,
     paired: bool = False,
@@ -169,7 +173,8 @@ def compare(
         return partial
     log_slow, log_fast = np.log(slow), np.log(fast)
     difference = float(log_slow.mean() - log_fast.mean())
-    within = log_slow - log_fast if paired else None
+    # The paired test's values, one log ratio a round; unpaired sides may differ in size.
+    within = log_slow - log_fast if paired else np.array([])
     if (within.var() == 0.0 if paired else log_slow.var() == 0.0 and log_fast.var() == 0.0):
         # Identical runs on each side, or one ratio in every round (a timer's resolution, a fake runner): nothing
         # varies to test.
@@ -218,7 +223,7 @@ class Interval:
         return self.runs >= MIN_REPETITIONS and not math.isnan(self.high)
 
 
-def geometric_interval(values: Sequence[float]) -> Interval:
+def geometric_interval(values: Values) -> Interval:
     """The geometric mean of per-run values with its CONFIDENCE interval from a t-interval on their logs:
     the same model of run offsets (log-normal) that compare() tests with."""
     logs = np.log(np.asarray(values, dtype=float))

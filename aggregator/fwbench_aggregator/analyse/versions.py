@@ -14,10 +14,8 @@ where a confirmation round (fresh runs of both versions, interleaved) calls it a
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 from packaging.version import InvalidVersion, Version
 
