@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
+from urllib.parse import unquote, urlsplit
 
 import pandas as pd
 
 from ..analyse.alike import keyed, labelled
 from ..analyse.comparison import with_status
+from ..base.write_paths import write_path_problem
 from ..present.terminal import configuration_title
 from ..store.results_store import ResultStore
 from ..store.schema import CONFIG_COLUMNS
@@ -37,6 +39,7 @@ COMPARISON_TAG = "fwbench.comparison"  # the comparison's identity (comparison_i
 EXPORT_TAG = "fwbench.export"  # on the parent run of one export: the store it came from
 INSTALL = "pip install 'fwbench-aggregator[mlflow]' (MLflow's client, with SQLite support for a local folder)"
 LOCAL_DATABASE = "mlflow.db"  # a local folder's tracking database; its artifacts go beside it
+ARTIFACTS = "artifacts"
 # A runner's settings, as parameters: what sets its runs apart when comparisons are read side by side in MLflow.
 SETTINGS = ("framework", "framework_version", "container_image", "device_name", "layout", "compilation",
             "cudnn_autotune", "tf32", "intra_op_threads", "inter_op_threads", "strategy", "model_hash")
@@ -57,18 +60,39 @@ class Exported:
     parent_run_id: Optional[str]  # the run holding this export's report; None where nothing was added
 
 
+def _checked(path: Path, want: str) -> None:
+    problem = write_path_problem(path, want, why_not_there="fwbench writes nothing there")
+    if problem:
+        raise UsageError(f"{problem}; give a folder (an MLflow store is made in it) or a tracking URI such as "
+                         "http://host:5000 or sqlite:///path/mlflow.db", "--tracking-uri")
+
+
+def _local_target(uri: str) -> Optional[tuple[Path, str]]:
+    """What a local tracking URI writes: an SQLite URI's database file, a file: URI's folder; None for a server's."""
+    parts = urlsplit(uri)
+    if parts.scheme == "sqlite" and parts.path not in ("", "/", "/:memory:"):
+        return Path(unquote(parts.path.removeprefix("/"))), "file"  # sqlite:///relative, sqlite:////absolute
+    if parts.scheme == "file":
+        return Path(unquote(parts.path)), "folder"
+    return None
+
+
 def tracking_uri_of(target: str) -> tuple[str, Optional[str]]:
     """The tracking URI MLflow is given, and the artifact location of a new experiment: a URI with a scheme
     (http://, https://, sqlite:///, databricks, file:) as written, with MLflow's own artifact location; a folder as
-    an SQLite database in it, its artifacts beside it (MLflow 3 keeps new local stores in SQLite)."""
+    an SQLite database in it, its artifacts beside it (MLflow 3 keeps new local stores in SQLite). What a local one
+    writes is checked by the rule for every path fwbench writes (base.write_paths) before anything is written."""
     if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target) and not re.match(r"^[a-zA-Z]:[\\/]", target):
+        local = _local_target(target)
+        if local:
+            _checked(*local)
         return target, None
-    folder = Path(target).expanduser().resolve()
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"{target} is a file; give a folder (an MLflow store is made in it) or a tracking URI such "
-                         "as http://host:5000 or sqlite:///path/mlflow.db", "--tracking-uri")
+    folder = Path(target).expanduser()
+    for path, want in ((folder, "folder"), (folder / LOCAL_DATABASE, "file"), (folder / ARTIFACTS, "folder")):
+        _checked(path, want)
+    folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{folder / LOCAL_DATABASE}", (folder / "artifacts").as_uri()
+    return f"sqlite:///{folder / LOCAL_DATABASE}", (folder / ARTIFACTS).as_uri()
 
 
 def comparison_ids(summary: pd.DataFrame) -> dict[tuple, str]:

@@ -27,7 +27,7 @@ from .quiet import WaitForQuietOption
 from .options import (
     AllowDifferentModelsOption, BatchSizeOption, CooldownOption, DistributedTimeoutOption, MinEffectOption,
     ModeOption, RendezvousPortOption, RepetitionsOption, SearchRepetitionsOption, SeedOption, StoreOption,
-    checked_names, parse_store,
+    checked_names, parse_out, parse_store,
 )
 from .groups import with_groups
 from .runner_options import CalibrationRunnerOptions, RunnerOptions
@@ -58,7 +58,7 @@ def compare(
     rendezvous_port: RendezvousPortOption = None,
     distributed_timeout_s: DistributedTimeoutOption = None,
     allow_different_models: AllowDifferentModelsOption = False,
-    out: Annotated[Path, typer.Option(help="folder to write results into; each comparison gets a subfolder")] = Path("results"),
+    out: Annotated[Path, typer.Option(callback=parse_out, help="folder to write results into; each comparison gets a subfolder")] = Path("results"),
     store: Annotated[Optional[Path], typer.Option(
         callback=parse_store, help="the results store: every run is kept, and noise floors are read from it (default: OUT/store)")] = None,
 ) -> None:
@@ -155,7 +155,7 @@ def factors(
     measurement: Measurement = Measurement(),
     repetitions: RepetitionsOption = plan.DEFAULT_REPETITIONS,
     runners: RunnerOptions = RunnerOptions(),
-    out: Annotated[Path, typer.Option(help="folder to write the runs and the factor table into")] = Path("results"),
+    out: Annotated[Path, typer.Option(callback=parse_out, help="folder to write the runs and the factor table into")] = Path("results"),
 ) -> None:
     """What each setting does to each runner: one configuration under the equal profile, then each other value of
     each factor the runner accepts, one setting changed at a time, each compared with that runner's own baseline

@@ -22,6 +22,7 @@ from ..base.vocabulary import (
     DEVICE_FORMS, DEVICES_FORMS, SHAPE_FORMS, Compilation, Layout, Mode, Precision, Profile, Scenario, Strategy,
     Switch, devices_problem, is_device, is_shape,
 )
+from ..base.write_paths import write_path_problem
 from ..plan import spec as plan
 from ..plan.design import MAX_BLOCK_WINDOWS, Design
 from ..plan.serving_fields import TARGET_QPS_RANGE, target_qps_ok
@@ -349,6 +350,14 @@ MinEffectOption = Annotated[float, typer.Option(min=0.0, max=1.0, help="smallest
 def parse_store(value: Optional[Path]) -> Optional[Path]:
     """A results store's path, refused before anything is written where no store can be there (store.location)."""
     problem = value is not None and store_path_problem(value)
+    if problem:
+        raise typer.BadParameter(problem)
+    return value
+
+
+def parse_out(value: Optional[Path]) -> Optional[Path]:
+    """A folder --out names, refused before anything is written where fwbench writes no folder (base.write_paths)."""
+    problem = value is not None and write_path_problem(value, "folder")
     if problem:
         raise typer.BadParameter(problem)
     return value

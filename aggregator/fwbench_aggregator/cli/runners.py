@@ -16,7 +16,7 @@ from ..plan import spec as plan
 from ..present import listings
 from . import app
 from .common import report_failures, run
-from .options import ModeOption, parse_store, parse_text
+from .options import ModeOption, parse_out, parse_store, parse_text
 from .groups import with_groups
 from .runner_options import RunnerOptions
 from .workload_options import ModelOnDevice
@@ -56,7 +56,7 @@ def parity(
     models: Annotated[Optional[str], typer.Option(
         callback=parse_text, help="comma-separated model names; default: every model both runners list")] = None,
     runners: RunnerOptions = RunnerOptions(),
-    out: Annotated[Path, typer.Option(help="folder for parity.csv")] = Path("results"),
+    out: Annotated[Path, typer.Option(callback=parse_out, help="folder for parity.csv")] = Path("results"),
     store: Annotated[Path, typer.Option(
         callback=parse_store, help="the results store: each check is kept there, so that a comparison of a plug-in model says whether its "
         "runners were shown to build the same network")] = Path("results/store"),

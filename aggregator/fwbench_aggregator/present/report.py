@@ -16,6 +16,7 @@ from ..analyse.scaling import has_scaling, strategy_pairs
 from ..analyse.stopping import unsettled
 from ..analyse.trends import FLATTEN_GAIN
 from ..analyse.versions import VersionTables
+from ..base.write_paths import output_folder
 from ..store.health import Damage
 from .display import (
     STRATEGY_TABLES, display_frame, efficiency_display, optimal_display, pairs_display, scaling_display,
@@ -133,8 +134,7 @@ def write_report(analysis: Analysis, summary: pd.DataFrame, manifest: dict | Non
     comparison.csv/.md/.html, findings.md and the study tables' CSVs, scaling.csv/.md where any ran on several
     devices, serving.csv, the version tables' CSVs, and the plots as PNG files (each with its CSV) under plots/.
     Returns its path."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = output_folder(Path(out_dir), "--out")
     write_tables(analysis.rows, out_dir)
     write_studies(analysis, out_dir, not_run)
     plots = make_plots(analysis.rows, out_dir / "plots", analysis.optimal, analysis.runs)

@@ -10,6 +10,7 @@ import pandas as pd
 from rich.markup import escape
 
 from ..analyse.versions import CONFIRMED, NOT_CONFIRMED, VersionTables, plot_series
+from ..base.write_paths import output_folder
 from .console import Column, err_console, out_console, print_table
 from .html import png_data_uri, standalone_html, table_html
 from .line_plots import version_plot
@@ -74,7 +75,7 @@ def write_versions_section(tables: VersionTables, out: Path) -> str:
 
 def write_version_report(tables: VersionTables, out: Path) -> Path:
     """versions.html, the two tables as CSV and a plot per model into `out`; the page's path."""
-    path = out / PAGE
+    path = output_folder(out, "--out") / PAGE
     body = "<h1>fwbench: framework versions</h1>\n" + write_versions_section(tables, out)
     path.write_text(standalone_html("fwbench: versions", body))
     return path

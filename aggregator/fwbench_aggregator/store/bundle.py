@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from ..base.read_files import UnreadableFile, parse_json
+from ..base.write_paths import checked_write_path
 from .health import entry_damage
 from .results_store import PARTIAL_PREFIX, ResultStore
 from .schema import STORE_FORMAT
@@ -51,7 +53,8 @@ class Added:
 
 def write_bundle(store: ResultStore, keys: Iterable[str], path: Path) -> Written:
     """The entries `keys` of `store` (readable ones: damaged entries are never carried) into one file at `path`,
-    written whole or not at all."""
+    written whole or not at all, never where the rule for every path fwbench writes refuses it (base.write_paths)."""
+    checked_write_path(path, "file", "OUT")
     keys = sorted(set(keys) & store.keys())
     index = {"bundle_format": BUNDLE_FORMAT, "store_format": STORE_FORMAT, "created_unix_s": time.time(), "runs": keys}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,7 +111,7 @@ def _members(tar: tarfile.TarFile, path: Path) -> dict[str, list[tarfile.TarInfo
         for member in tar:
             name = PurePosixPath(member.name)
             if member.name == INDEX_NAME and member.isfile():
-                index = json.loads(tar.extractfile(member).read())
+                index = parse_json(tar.extractfile(member).read().decode("utf-8", "replace"), f"{path}: {INDEX_NAME}")
                 continue
             parts = name.parts
             if (not member.isfile() or len(parts) != 3 or parts[0] != "runs" or not _KEY.fullmatch(parts[1])
@@ -116,7 +119,7 @@ def _members(tar: tarfile.TarFile, path: Path) -> dict[str, list[tarfile.TarInfo
                 raise BundleError(f"{path}: holds {member.name!r}, which is no run file (runs/<key>/<frame>.parquet, "
                                   "config.json or manifest.json): refused whole, nothing added")
             runs.setdefault(parts[1], []).append(member)
-    except (tarfile.TarError, OSError, EOFError, json.JSONDecodeError) as error:
+    except (tarfile.TarError, OSError, EOFError, UnreadableFile) as error:
         raise BundleError(f"{path}: cannot be read whole: {error}") from None
     if not isinstance(index, dict) or index.get("bundle_format") != BUNDLE_FORMAT:
         found = index.get("bundle_format") if isinstance(index, dict) else "none"

@@ -6,7 +6,8 @@ report pools half a run."""
 
 from __future__ import annotations
 
-import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -14,11 +15,14 @@ from typing import Optional
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..base.read_files import read_json
+from ..base.write_paths import kind_of
 from .integrity import CHECKED_SUFFIXES, MANIFEST_FILE, file_problems, manifest_problem
 from .migrations import FORMAT_KEY, run_format
 from .schema import STORE_FORMAT
 
 _MAX_REASON_CHARS = 200
+MAX_JSON_BYTES = 16 * 1024 * 1024  # a run's manifest holds a few kilobytes; store.json a line
 
 
 @dataclass(frozen=True)
@@ -51,15 +55,24 @@ def unreadable(path: Path, key: str = "") -> Optional[str]:
     """Why the file (Parquet or a JSON object) cannot be read, or None where it reads whole; with `key` (its entry), a
     Parquet file must also be a frame of that entry (frame_problem)."""
     try:
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISREG(mode):  # a FIFO would block the reader for ever; a link may point out of the store
+            return f"{kind_of(mode)}, not a regular file"
         if path.suffix == ".parquet":
             with pq.ParquetFile(path) as parquet:  # every page decoded; a fifth of what pandas takes for it
                 table = parquet.read(use_threads=False)
             return frame_problem(path.stem, table, key) if key else None
-        if not isinstance(json.loads(path.read_text()), dict):
+        if not isinstance(read_store_json(path), dict):
             return "not a JSON object"
     except Exception as error:  # whatever stops a reader, from the file system, pyarrow or json, is damage
         return _reason(error, path)
     return None
+
+
+def read_store_json(path: Path) -> object:
+    """A JSON file of the store (store.json, a run's configuration or manifest), bounded in kind, size and depth
+    (base.read_files): never read through a link."""
+    return read_json(path, MAX_JSON_BYTES, "a results store's JSON", follow_links=False)
 
 
 # The columns without which a summary's rows say nothing of a run: whose run, which runner, and whether it is done,
@@ -98,7 +111,7 @@ def entry_damage(folder: Path) -> list[Damage]:
     manifest_path = folder / MANIFEST_FILE
     manifest = {}
     if manifest_path.exists() and not unreadable(manifest_path):
-        manifest = json.loads(manifest_path.read_text())
+        manifest = read_store_json(manifest_path)
         too_new = _format_problem(manifest)
         if too_new:
             return [Damage(manifest_path, too_new, key)]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Optional
@@ -63,6 +65,8 @@ def file_problems(folder: Path, manifest: Mapping) -> list[tuple[Path, str]]:
             found.append((path, "not recorded in the run's manifest: added after the run was written"))
         elif name not in present:
             found.append((path, "missing: the run's manifest records it"))
+        elif not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would block the read for ever (health.py names it)
+            found.append((path, "not a regular file"))
         elif files[name] != file_record(path.read_bytes()):
             found.append((path, "its sha256 or size differs from the run's manifest: changed after the run was written"))
     return found

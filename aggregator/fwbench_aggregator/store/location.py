@@ -2,19 +2,21 @@
 
 A store is written into: store.json, writer.lock, runs/ and the rest go into its folder. So a path that names a
 folder of something else (a system folder, the user's home, a folder that already holds other files) or no folder
-at all is refused, naming the path and why. A path whose folders do not exist yet is accepted: a writer creates
-them, as `mkdir -p` would, so that the default results/store works in a fresh checkout.
+at all is refused, naming the path and why (base.write_paths, the rule for every path fwbench writes). So is a store
+whose insides are not its own: a link among its entries or in runs/, a writer lock or store.json that is no regular
+file of one link. A path whose folders do not exist yet is accepted: a writer creates them, as `mkdir -p` would, so
+that the default results/store works in a fresh checkout.
 """
 
 from __future__ import annotations
 
 import os
-import stat
-from collections.abc import Callable, Collection
+from collections.abc import Collection
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
 
-from ..base.folders import system_folder
+from ..base.write_paths import WritePathError, entry_problem, write_path_problem
 from ..run.slurm import FOLDER as SLURM_SUBMISSIONS
 
 STORE_FILE = "store.json"
@@ -22,19 +24,15 @@ LOCK_FILE = "writer.lock"
 # What a folder holds once a writer has used it: store.json, or from before it was recorded runs/, or a writer's
 # lock alone (a sweep stopped before its first run completed), or a Slurm submission whose job has not yet stored a
 # run. A non-empty folder with none of them is no store.
-STORE_MARKS = (STORE_FILE, "runs", LOCK_FILE, SLURM_SUBMISSIONS)
+RUNS_FOLDER = "runs"
+STORE_MARKS = (STORE_FILE, RUNS_FOLDER, LOCK_FILE, SLURM_SUBMISSIONS)
 
 
-class StorePathError(ValueError):
+class StorePathError(WritePathError):
     """A path that cannot hold a results store: the message names it and why."""
 
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return name
-    return "not a folder"
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "--store")
 
 
 def store_path_problem(path: Path, home: Optional[Path] = None, folders: Optional[Collection[str]] = None,
@@ -42,41 +40,67 @@ def store_path_problem(path: Path, home: Optional[Path] = None, folders: Optiona
     """Why `path` cannot hold a results store, or None where it can (an existing store, an empty folder, or a path
     yet to be made). `home` and the system's folders and trees (base.folders) may be given, for tests."""
     try:
-        return _problem(path, lambda resolved: system_folder(resolved, home, folders, trees))
+        return _problem(path, home, folders, trees)
     except (OSError, RuntimeError) as error:  # a link loop, a folder this user may not read
         return f"{path} cannot be used: {getattr(error, 'strerror', None) or error}"
 
 
-def _problem(path: Path, system: Callable[[Path], Optional[str]]) -> Optional[str]:
+def _problem(path: Path, home: Optional[Path], folders: Optional[Collection[str]],
+             trees: Optional[Collection[str]]) -> Optional[str]:
     given = Path(os.path.abspath(path))
-    if given.is_symlink():
+    if given.is_symlink():  # a store may be a link within its own folder (results/store -> store-2026), no further
         target, parent = given.resolve(), given.parent.resolve()
         if parent not in target.parents:
             return f"{path} is a symbolic link to {target}, out of its folder {parent}; give the store's own path"
         if not target.exists():
             return f"{path} is a symbolic link to {target}, which does not exist"
+    problem = write_path_problem(given, "folder", home, folders, trees, follow_link=True, why_not_there=(
+        "a store writes store.json, writer.lock and runs/ into its folder; give a folder of its own, e.g. results/store"))
+    if problem:
+        return problem
     resolved = given.resolve()
-    what = system(resolved)
-    if what:
-        return (f"{path} ({resolved}) is {what}: a store writes store.json, writer.lock and runs/ into its folder; "
-                "give a folder of its own, e.g. results/store")
     if not resolved.exists():
-        existing = next(p for p in resolved.parents if p.exists())
-        if not existing.is_dir():
-            return f"{path} cannot be made: {existing} is {_kind(existing.stat().st_mode)}, not a folder"
         return None
-    mode = resolved.stat().st_mode
-    if not stat.S_ISDIR(mode):
-        return f"{path} is {_kind(mode)}, not a folder; give a folder for the store, e.g. results/store"
-    if (resolved / LOCK_FILE).is_symlink():
-        return (f"{resolved / LOCK_FILE} is a symbolic link: the writer lock is never opened through a link (it would "
-                "overwrite its target); remove it")
+    problem = internals_problem(resolved)
+    if problem:
+        return problem
     with os.scandir(resolved) as entries:
         first = next(entries, None)
     if first is not None and not any(os.path.lexists(resolved / mark) for mark in STORE_MARKS):
         return (f"{path} holds files ({first.name}, ...) but no {STORE_FILE}: it is not a results store; give an "
                 "empty or new folder, or a store fwbench wrote")
     return None
+
+
+def internals_problem(root: Path) -> Optional[str]:
+    """Why what is inside the store at `root` cannot be written as it is: a link among its entries or its runs/
+    (a write or a move would land outside the store), a writer lock or store.json that is no regular file of one
+    link, an internal folder that is no folder. None where the store's insides are its own."""
+    for name in (LOCK_FILE, STORE_FILE):
+        problem = entry_problem(root / name, "file")
+        if problem:
+            return f"{problem}: it is the store's {name}; remove it"
+    problem = entry_problem(root / RUNS_FOLDER, "folder")
+    if problem:
+        return f"{problem}: it is the store's runs; remove it"
+    for folder in (root, root / RUNS_FOLDER):
+        with os.scandir(folder) if folder.is_dir() else nullcontext(()) as entries:
+            link = next((entry.path for entry in entries if entry.is_symlink()), None)
+        if link:
+            return (f"{link} is a symbolic link inside the store {root}: a store holds no links (a run written or moved "
+                    "through it would leave the store); remove it")
+    return None
+
+
+def store_subfolder(root: Path, name: str) -> Path:
+    """The store's internal folder `name` (runs, damaged, aside, duplicates...), made where it is missing; a link or
+    anything else there is refused (StorePathError) before anything is written into it."""
+    folder = Path(root) / name
+    problem = entry_problem(folder, "folder")
+    if problem:
+        raise StorePathError(f"{problem}: it is inside the store {root}; remove it")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def check_store_path(path: Path) -> Path:

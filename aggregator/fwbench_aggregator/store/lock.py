@@ -10,13 +10,11 @@ is the flock, not the file: it is released when its holder ends, however it ends
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import os
 import platform
 import shlex
-import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -25,6 +23,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..base.progress import Progress
+from ..base.read_files import parse_json
+from ..base.write_paths import WritePathError, open_own_file
 from .location import LOCK_FILE, StorePathError, check_store_path
 
 WAIT_S = 30.0
@@ -38,26 +38,20 @@ class StoreBusy(RuntimeError):
 def _holder_text(path: Path) -> str:
     try:
         with os.fdopen(_open_lock(path, os.O_RDONLY), "rb") as file:
-            holder = json.loads(file.read(64 * 1024))
+            holder = parse_json(file.read(64 * 1024).decode("utf-8", "replace"), str(path))
         return (f"pid {holder['pid']} on {holder['host']} ({holder['command']}), since {holder['since']}")
     except (OSError, ValueError, KeyError, TypeError):
         return "another writer (that has not said who yet)"
 
 
 def _open_lock(path: Path, flags: int) -> int:
-    """The lock file opened never through a link (O_NOFOLLOW: a link's target would be truncated and written) and
-    only where it is a regular file; StorePathError otherwise."""
+    """The lock file opened never through a link (O_NOFOLLOW: a link's target would be truncated and written), and
+    only where it is a regular file of one link (a hard link's other names would be overwritten too); StorePathError
+    otherwise."""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise StorePathError(f"{path} is a symbolic link: the writer lock is never opened through a link (it "
-                                 "would overwrite its target); remove it") from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise StorePathError(f"{path} is not a regular file: the writer lock must be one; remove it")
-    return fd
+        return open_own_file(path, flags)
+    except WritePathError as error:
+        raise StorePathError(f"{error} (the store's writer lock)") from None
 
 
 def holder(root: Path) -> Optional[str]:
