@@ -42,8 +42,12 @@ def system_folder(resolved: Path, home: Optional[Path] = None, folders: Optional
 
 def models_dir_problem(path: Path) -> Optional[str]:
     """Why `path` is no folder of model plug-ins (--models-dir, a sweep file's models_dir), or None."""
-    resolved = Path(path).resolve()
-    if not resolved.is_dir():
+    try:
+        resolved = Path(path).resolve()
+        is_dir = resolved.is_dir()
+    except (OSError, RuntimeError) as error:  # a name too long, a link loop
+        return f"{path} cannot be used: {getattr(error, 'strerror', None) or error}; give a folder of model plug-ins"
+    if not is_dir:
         return f"{path} is not a folder ({resolved}); give a folder of model plug-ins (docs/your-model.md)"
     what = system_folder(resolved)
     if what:
