@@ -12,7 +12,7 @@ such a field is refused naming the value sent.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -27,7 +27,7 @@ def _signed(wire: int) -> int:
 
 
 # The 32-bit integer types: the number a varint on the wire means, and the range the field holds.
-_RANGES = {
+_RANGES: dict[int, tuple[Callable[[int], int], int, int, str]] = {
     FieldDescriptor.TYPE_UINT32: (int, 0, 2**32 - 1, "uint32"),
     FieldDescriptor.TYPE_INT32: (_signed, -(2**31), 2**31 - 1, "int32"),
     FieldDescriptor.TYPE_ENUM: (_signed, -(2**31), 2**31 - 1, "enum (int32)"),
@@ -55,11 +55,11 @@ def _decoding(deserializer):
 def overflowing_field(data: bytes, descriptor: Descriptor, prefix: str = "") -> str | None:
     """The first 32-bit integer field of the message `data` (well-formed: it decoded) whose value on the wire
     does not fit the field, described; None where every one fits."""
-    for number, wire_type, value in _fields(data):
+    for number, value in _fields(data):
         field = descriptor.fields_by_number.get(number)
         if field is None:
             continue
-        if field.message_type is not None and wire_type == 2:
+        if field.message_type is not None and isinstance(value, bytes):
             found = overflowing_field(value, field.message_type, f"{prefix}{field.name}.")
             if found:
                 return found
@@ -67,8 +67,8 @@ def overflowing_field(data: bytes, descriptor: Descriptor, prefix: str = "") -> 
             meaning, low, high, kind = _RANGES[field.type]
             # A repeated field's values may come packed: one length-delimited run of varints. A singular field
             # sent so is an unknown field to protobuf, which leaves the field unset.
-            packed = _varints(value) if wire_type == 2 and _repeated(field) else ()
-            for sent in map(meaning, [value] if wire_type == 0 else packed):
+            packed = _varints(value) if isinstance(value, bytes) and _repeated(field) else ()
+            for sent in map(meaning, [value] if isinstance(value, int) else packed):
                 if not low <= sent <= high:
                     range_ = f"{low} to {high}"
                     return f"{prefix}{field.name} is {sent} on the wire: beyond the range of its {kind} field ({range_})"
@@ -98,10 +98,11 @@ def _varints(data: bytes) -> Iterator[int]:
         yield value
 
 
-def _fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
-    """(number, wire type, varint or length-delimited bytes) of each top-level field of a well-formed message;
-    fixed-width fields and groups (none in this contract) are skipped."""
+def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """(number, varint or length-delimited bytes) of each top-level field of a well-formed message; fixed-width
+    fields and groups (none in this contract) are skipped."""
     at, group_depth = 0, 0
+    value: int | bytes
     while at < len(data):
         key, at = _varint(data, at)
         number, wire_type = key >> 3, key & 7
@@ -115,7 +116,7 @@ def _fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
             group_depth += {3: 1, 4: -1}.get(wire_type, 0)
             continue
         if group_depth == 0:
-            yield number, wire_type, value
+            yield number, value
 
 
 def _refuse_undecodable(request, context) -> None:

@@ -102,10 +102,10 @@ class DeviceStateReader:
             return
         self._open = True
         if not self._session.open():
-            self._nvml_reason = self._session.unavailable_reason
+            self._nvml_reason = self._session.unavailable_reason or self._nvml_reason
 
     def close(self) -> None:
-        if self._open:
+        if self._session is not None and self._open:
             self._open = False
             self._session.close()
 
@@ -119,7 +119,7 @@ class DeviceStateReader:
                          "throttle_reasons", "free_memory_bytes", "total_memory_bytes"):
                 reasons[name] = self._nvml_reason
         else:
-            values.update(self._gpu_values(reasons, notes))
+            values.update(self._gpu_values(self._session, reasons, notes))
         return DeviceState(**values, reasons=reasons, notes=tuple(notes))
 
     # --- the host -------------------------------------------------------------
@@ -181,41 +181,35 @@ class DeviceStateReader:
 
     # --- the GPU --------------------------------------------------------------
 
-    def _call(self, name: str, reasons: dict[str, str], read: Callable[[Any], Any]) -> Any:
-        value, missed = self._session.attempt(read)
-        if missed is not None:
-            reasons[name] = missed.message + (" (not on this device)" if missed.never else "")
-        return value
-
-    def _gpu_values(self, reasons: dict[str, str], notes: list[str]) -> dict[str, Any]:
-        nvml = self._session.nvml
+    def _gpu_values(self, session: NvmlSession, reasons: dict[str, str], notes: list[str]) -> dict[str, Any]:
+        nvml = session.nvml
         values: dict[str, Any] = {}
-        processes = self._call("gpu_processes", reasons, lambda handle: nvml.nvmlDeviceGetComputeProcesses(handle))
+
+        def call(name: str, read: Callable[[Any], Any]) -> Any:
+            value, missed = session.attempt(read)
+            if missed is not None:
+                reasons[name] = missed.message + (" (not on this device)" if missed.never else "")
+            return value
+
+        processes = call("gpu_processes", lambda handle: nvml.nvmlDeviceGetComputeProcesses(handle))
         if processes is None:
             reasons["other_gpu_processes"] = reasons["gpu_processes"]
         else:
             values["gpu_processes"] = len(processes)
             values["other_gpu_processes"] = self._other_processes([p.pid for p in processes], notes)
-        clock = self._call("sm_clock_mhz", reasons, lambda h: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
+        clock = call("sm_clock_mhz", lambda h: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
         values["sm_clock_mhz"] = None if clock is None else float(clock)
-        top = self._call("max_sm_clock_mhz", reasons, lambda h: nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_SM))
+        top = call("max_sm_clock_mhz", lambda h: nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_SM))
         values["max_sm_clock_mhz"] = None if top is None else float(top)
-        mask = self._call("throttle_reasons", reasons, self._clock_event_mask)
+        mask = call("throttle_reasons", lambda handle: _clock_event_mask(nvml, handle))
         if mask is not None:
             values["throttle_reasons"] = tuple(name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit)
-        memory = self._call("free_memory_bytes", reasons, lambda handle: nvml.nvmlDeviceGetMemoryInfo(handle))
+        memory = call("free_memory_bytes", lambda handle: nvml.nvmlDeviceGetMemoryInfo(handle))
         if memory is None:
             reasons["total_memory_bytes"] = reasons["free_memory_bytes"]
         else:
             values["free_memory_bytes"], values["total_memory_bytes"] = int(memory.free), int(memory.total)
         return values
-
-    def _clock_event_mask(self, handle: Any) -> int:
-        """The clocks-event reasons bitmask: the call's new name (driver 535+), else its old one."""
-        read = getattr(self._session.nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-        if read is None:
-            read = self._session.nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-        return int(read(handle))
 
     def _other_processes(self, pids: list[int], notes: list[str]) -> int:
         """Compute processes that are not this runner. NVML names processes by the host's PIDs: where
@@ -280,3 +274,10 @@ def device_flags(ref: DeviceRef, before: DeviceState, after: DeviceState) -> tup
         )
     return tuple(flags)
 
+
+def _clock_event_mask(nvml: Any, handle: Any) -> int:
+    """The clocks-event reasons bitmask: the call's new name (driver 535+), else its old one."""
+    read = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+    if read is None:
+        read = nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    return int(read(handle))

@@ -17,7 +17,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from multiprocessing.synchronize import Event
+from typing import Any, cast
 
 from .backend import Backend, MemoryReading
 from .errors import Aborted, Cancelled, error_from_status
@@ -61,9 +64,9 @@ def worker_places(config: RunConfig, workers: int) -> list[WorkerPlace]:
 @dataclass
 class _Worker:
     place: WorkerPlace
-    process: multiprocessing.Process
-    receiver: object
-    stop: object
+    process: BaseProcess
+    receiver: Connection
+    stop: Event
     last_heard_s: float
     steps: list[StepSample] = field(default_factory=list)
     summary: Summary | None = None
@@ -115,7 +118,7 @@ def _rank_main(*args) -> None:
     os._exit(0)
 
 
-def _receive(worker: _Worker) -> tuple[str, object]:
+def _receive(worker: _Worker) -> tuple[str, Any]:
     try:
         return worker.receiver.recv()
     except EOFError:
@@ -132,7 +135,7 @@ def _merged(config: RunConfig, workers: Sequence[_Worker], cancelled: Callable[[
     while not all(worker.ended for worker in workers):
         if cancelled():
             raise Cancelled(f"run of {config.model.name} cancelled by the client")
-        ready = wait([worker.receiver for worker in workers if not worker.ended], timeout=CANCEL_POLL_S)
+        ready = _ready([worker.receiver for worker in workers if not worker.ended])
         now_s = time.monotonic()
         received = [(by_receiver[receiver], *_receive(by_receiver[receiver])) for receiver in ready]
         # A rank that died outright is the cause; the errors of ranks that lost it in a collective follow it.
@@ -172,8 +175,8 @@ def _merged(config: RunConfig, workers: Sequence[_Worker], cancelled: Callable[[
                     f"{worker.describe()} sent nothing for {silence_limit_s:.0f} s (distributed_timeout_s "
                     f"{config.distributed_timeout_s:g} s and a margin): it is stuck, or waits for a rank that is"
                 )
-    summaries = [worker.summary for worker in workers]
-    if None in summaries or not measured:
+    summaries = [worker.summary for worker in workers if worker.summary is not None]
+    if len(summaries) < len(workers) or not measured:
         raise Aborted(f"the ranks of the run of {config.model.name} ended without their summaries")
     if done_progress is not None:
         yield done_progress
@@ -182,13 +185,13 @@ def _merged(config: RunConfig, workers: Sequence[_Worker], cancelled: Callable[[
 
 def merge_step(samples: Sequence[StepSample]) -> StepSample:
     """One step of every local rank (in local rank order) as one step: it ends when the slowest rank ends."""
-    device_times = [s.device_time_s for s in samples]
+    device_times = [s.device_time_s for s in samples if s.device_time_s is not None]
     return StepSample(
         index=samples[0].index,
         warmup=samples[0].warmup,
         start_s=min(s.start_s for s in samples),
         step_time_s=max(s.step_time_s for s in samples),
-        device_time_s=None if None in device_times else max(device_times),
+        device_time_s=max(device_times) if len(device_times) == len(samples) else None,
         # One process has no ranks to tell apart (runner.proto): its step is the rank's.
         rank_step_time_s=tuple(s.step_time_s for s in samples) if len(samples) > 1 else (),
     )
@@ -209,7 +212,7 @@ def merged_summary(
 ) -> Summary:
     """The run's summary from the merged steps; throughput is the job's global batch over the slowest ranks."""
     step_times = [step.step_time_s for step in measured]
-    device_times = [step.device_time_s for step in measured]
+    device_times = [step.device_time_s for step in measured if step.device_time_s is not None]
     peaks = [s.peak_memory for s in summaries]
     readable = [p.bytes for p in peaks if p.bytes is not None]
     peak = MemoryReading(max(readable) if readable else None, f"{peaks[0].source}, the largest of {len(peaks)} ranks")
@@ -221,7 +224,7 @@ def merged_summary(
         min(s.started_at_unix_s for s in summaries),
         max(s.finished_at_unix_s for s in summaries),
         [step.step_time_s for step in warmup],
-        [] if None in device_times else device_times,
+        device_times if len(device_times) == len(measured) else [],
     )
     flags = list(dict.fromkeys(flag for s in summaries for flag in s.flags))
     rank0 = summaries[0]
@@ -253,6 +256,7 @@ def stop_workers(workers: Sequence[_Worker]) -> None:
             break
         for worker in alive:
             log.warning("%s did not stop within %.0f s: sending %s", worker.describe(), grace_s, signum.name)
+            assert worker.process.pid is not None  # alive, so started
             with suppress(ProcessLookupError):
                 os.kill(worker.process.pid, signum)
     for worker in workers:
@@ -260,11 +264,17 @@ def stop_workers(workers: Sequence[_Worker]) -> None:
         worker.receiver.close()
 
 
-def _drain(receivers: list) -> None:
+def _ready(receivers: list[Connection]) -> list[Connection]:
+    """The receivers with something to read (or closed at the other end), within CANCEL_POLL_S."""
+    # wait answers with the very objects it was given: these connections.
+    return cast(list[Connection], wait(receivers, timeout=CANCEL_POLL_S))
+
+
+def _drain(receivers: list[Connection]) -> None:
     if not receivers:
         time.sleep(CANCEL_POLL_S)
         return
-    for receiver in wait(receivers, timeout=CANCEL_POLL_S):
+    for receiver in _ready(receivers):
         try:
             receiver.recv()
         except (EOFError, OSError):

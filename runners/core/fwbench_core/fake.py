@@ -220,6 +220,7 @@ class FakeBackend(Backend):
     def export_reference(self, config: ModelConfig) -> tuple[dict[str, np.ndarray], ReferenceReport]:
         shape = (config.batch_size, *config.input_shape)
         random = np.random.default_rng(config.seed)
+        inputs: np.ndarray  # token ids or an image's floats
         if config.model.vocab_size:
             inputs = random.integers(0, config.model.vocab_size, shape)
         else:

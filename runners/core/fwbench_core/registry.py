@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Generic, Optional, TypeVar
+from typing import Callable, Generic, Optional, TypeVar, cast
 
 from .builtin import MODEL_SPECS
 from .plugins import plugin_builder
@@ -17,7 +17,7 @@ PluginBuilder = Callable[[ModuleType, Path], Builder]
 
 
 class ModelRegistry(Generic[Builder]):
-    def __init__(self, framework: str, make_plugin_builder: Optional[PluginBuilder] = None) -> None:
+    def __init__(self, framework: str, make_plugin_builder: Optional[PluginBuilder[Builder]] = None) -> None:
         self.framework = framework
         self.make_plugin_builder = make_plugin_builder
         self._builders: dict[str, Builder] = {}
@@ -44,4 +44,6 @@ class ModelRegistry(Generic[Builder]):
             return self._builders[spec.name]
         if self.make_plugin_builder is None:
             raise ValueError(f"{self.framework}: builds no plug-in ({spec.name} from {spec.source}; not {BUILT_IN})")
-        return plugin_builder(self.framework, spec, self.make_plugin_builder)
+        # plugin_builder keeps every framework's builders, as objects, by framework: this framework's were made by
+        # its own make_plugin_builder.
+        return cast(Builder, plugin_builder(self.framework, spec, self.make_plugin_builder))

@@ -144,6 +144,7 @@ class RunnerService:
         if not self.contained(spec):
             self._plugin_workers.close_idle()
             return getattr(self.backend, method)(*args)
+        assert self._make_backend is not None  # contained(spec): this service starts worker processes
         keep = not self.isolation.in_worker(DeviceRef(DeviceKind.CPU))
         with self._plugin_workers.worker_for(spec.source, keep) as worker:
             return called_apart(worker, functools.partial(backend_in_worker, self._make_backend), method, args,
@@ -232,6 +233,7 @@ class RunnerService:
         if not config.process_block:
             self._process_blocks.end()
         if config.distributed:
+            assert self._make_backend is not None  # check() refuses a distributed run without it
             workers = self.backend.worker_processes(config)
             for event in run_distributed(run_rank, self._make_backend, config, workers, total, cancelled):
                 yield replace(event, config=config) if isinstance(event, Resolved) else event

@@ -102,8 +102,11 @@ def default_server_query_count(seed: int, target_qps: float, min_duration_s: flo
     return min(MAX_QUERY_COUNT, max(DEFAULT_MIN_QUERIES, reach + 1))
 
 
-def resolve_serving(request: RunRequest, batch_size: int, strategy: Strategy, min_measure_s: float) -> Serving | None:
-    """The scenario's load with its defaults filled in; None without a scenario (an empty serving is none)."""
+def resolve_serving(
+    request: RunRequest, mode: Mode, batch_size: int, strategy: Strategy, min_measure_s: float
+) -> Serving | None:
+    """The scenario's load with its defaults filled in; None without a scenario (an empty serving is none). `mode`
+    is the request's, which the caller has required to be set."""
     asked = request.serving
     if asked is None:
         return None
@@ -114,8 +117,8 @@ def resolve_serving(request: RunRequest, batch_size: int, strategy: Strategy, mi
         accepted = ", ".join(s.value for s in Scenario)
         raise InvalidArgument(f"serving.scenario must be set where serving is; accepted values: {accepted}")
     named = f"serving.scenario {scenario.value}"
-    if request.mode is not Mode.INFER:
-        raise InvalidArgument(f"{named} applies to mode infer only, not mode {request.mode.value}")
+    if mode is not Mode.INFER:
+        raise InvalidArgument(f"{named} applies to mode infer only, not mode {mode.value}")
     if strategy is not Strategy.SINGLE:
         raise InvalidArgument(
             f"{named} runs on one device of one runner (strategy single), not strategy {strategy.value}"
@@ -185,7 +188,9 @@ class ScenarioRun:
     def __init__(
         self, serving: Serving, batch_size: int, run_batch: RunBatch, clock: Clock, cancelled: Callable[[], bool]
     ) -> None:
+        assert serving.scenario is not None  # a resolved serving, resolve_serving's, always names its scenario
         self.serving = serving
+        self.scenario: Scenario = serving.scenario
         self.batch_size = batch_size
         self._run_batch = run_batch
         self._clock = clock
@@ -201,7 +206,7 @@ class ScenarioRun:
         loops = {
             Scenario.SINGLE_STREAM: self._single_stream, Scenario.SERVER: self._server, Scenario.OFFLINE: self._offline,
         }
-        return loops[self.serving.scenario]()
+        return loops[self.scenario]()
 
     def take(self) -> QueryBatch | None:
         if self._taken == len(self._latency_s):
@@ -211,11 +216,11 @@ class ScenarioRun:
 
     def summary(self) -> ServingSummary:
         count = len(self._latency_s)
-        samples = count * self.batch_size if self.serving.scenario is Scenario.SINGLE_STREAM else count
+        samples = count * self.batch_size if self.scenario is Scenario.SINGLE_STREAM else count
         duration_s = self._last_end_s - self._first_s
-        percentiles, reasons = latency_percentiles(self.serving.scenario, self._latency_s)
+        percentiles, reasons = latency_percentiles(self.scenario, self._latency_s)
         return ServingSummary(
-            scenario=self.serving.scenario,
+            scenario=self.scenario,
             query_count=count,
             sample_count=samples,
             duration_s=duration_s,
@@ -231,7 +236,7 @@ class ScenarioRun:
     def _check_cancelled(self) -> None:
         if self._cancelled():
             raise Cancelled(
-                f"{self.serving.scenario.value} scenario cancelled by the client after {len(self._latency_s)} "
+                f"{self.scenario.value} scenario cancelled by the client after {len(self._latency_s)} "
                 f"of {self.serving.query_count} queries"
             )
 

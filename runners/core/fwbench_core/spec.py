@@ -206,8 +206,8 @@ class ModelSpec:
             self.input_convention.split("x"), self.default_input_shape, self.min_input_shape, self.max_input_shape
         ):
             parts.append(f"{name}={default}" if low == high else f"{low}<={name}<={high}")
-        default = "x".join(map(str, self.default_input_shape))
-        return f"{self.input_convention} with {', '.join(parts)} (default {default})"
+        default_shape = "x".join(map(str, self.default_input_shape))
+        return f"{self.input_convention} with {', '.join(parts)} (default {default_shape})"
 
 
 @dataclass(frozen=True)
@@ -295,13 +295,13 @@ class RunConfig:
         same configuration but for the batch size and the measurement settings."""
         if not self.reuse_key or self.reuse_key != kept.reuse_key:
             return False
-        measurement = dict(
-            batch_size=self.batch_size, warmup_steps=self.warmup_steps, measured_steps=self.measured_steps,
+        kept_measured_as_this = replace(
+            kept, batch_size=self.batch_size, warmup_steps=self.warmup_steps, measured_steps=self.measured_steps,
             warmup_until_stable=self.warmup_until_stable, min_measure_s=self.min_measure_s,
             power_sample_rate_hz=self.power_sample_rate_hz, idle_baseline_s=self.idle_baseline_s,
             end_reuse=self.end_reuse, serving=self.serving, continue_reuse=self.continue_reuse,
         )
-        return replace(kept, **measurement) == self
+        return kept_measured_as_this == self
 
     def continues(self, kept: RunConfig) -> bool:
         """Whether this run steps the kept workload as run `kept` left it: a window of one measurement."""

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from .device_state import DeviceStateReader
+from .device_state import DeviceState, DeviceStateReader
 from .power import PowerPhase, PowerSample, PowerSampler, energy_summary
 from .choices import Phase
 from .spec import DeviceRef, RunConfig
@@ -34,7 +34,7 @@ class RunTelemetry:
     def __init__(self, sampler: Optional[PowerSampler], states: DeviceStateReader, device: DeviceRef,
                  clock: Callable[[], float]) -> None:
         self._sampler, self._states, self._device, self._clock = sampler, states, device, clock
-        self._before = None
+        self._before: DeviceState | None = None  # read on entering
 
     def __enter__(self) -> RunTelemetry:
         self._states.open()
@@ -60,6 +60,7 @@ class RunTelemetry:
         measured window, each phase's start tagging the samples that follow, each step batch followed by the
         samples taken meanwhile."""
         if isinstance(event, Summary):
+            assert self._before is not None  # a run streams its events inside the `with`, which read it
             event = with_device_state(event, self._device, self._before, self._states.read())
         sampler = self._sampler
         if sampler is None:

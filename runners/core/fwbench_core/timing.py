@@ -121,12 +121,13 @@ def summarize(
     device_times: Sequence[float] = (),
 ) -> Summary:
     flags = []
-    stable = config.warmup_until_stable is None or is_stable(warmup_times, config.warmup_until_stable)
-    if not stable:
-        window = config.warmup_until_stable.window
+    until_stable = config.warmup_until_stable
+    stable = until_stable is None or is_stable(warmup_times, until_stable)
+    if until_stable is not None and not stable:
+        window = until_stable.window
         flags.append(
             f"warm-up did not stabilise within {len(warmup_times)} steps: the last {window} varied by "
-            f"{coefficient_of_variation(warmup_times[-window:]):.1%}, above {config.warmup_until_stable.cv_threshold:.1%}"
+            f"{coefficient_of_variation(warmup_times[-window:]):.1%}, above {until_stable.cv_threshold:.1%}"
         )
     disagreement = timer_disagreement(measured, device_times)
     if disagreement is not None and disagreement > TIMER_DISAGREEMENT_LIMIT:
@@ -151,13 +152,13 @@ def summarize(
     )
 
 
-def _agree(workload: Workload, config: RunConfig, phase_ends: bool, cancel: bool, steps_done: int) -> bool:
+def _agree(workload: Workload, model: str, world_size: int, phase_ends: bool, cancel: bool, steps_done: int) -> bool:
     """Between steps, outside their timings: the phase ends once every rank says so, and the run is cancelled
     once any rank was told to stop, so that every rank runs the same steps and none waits in a collective."""
     ends, cancels = workload.agree((int(phase_ends), int(cancel)))
     if cancels:
-        raise Cancelled(f"run of {config.model.name} cancelled by the client after {steps_done} steps")
-    return ends == config.place.world_size
+        raise Cancelled(f"run of {model} cancelled by the client after {steps_done} steps")
+    return ends == world_size
 
 
 class _StepTimer:
@@ -278,7 +279,8 @@ def _steps(
         else:
             phase_ends = len(timer.measured) >= config.measured_steps and timer.measured_s >= config.min_measure_s
         if config.place is not None:
-            phase_ends = _agree(workload, config, phase_ends, cancelled(), timer.index)
+            world_size = config.place.world_size
+            phase_ends = _agree(workload, config.model.name, world_size, phase_ends, cancelled(), timer.index)
         if phase_ends or timer.last_end_s - last_flush_s >= FLUSH_INTERVAL_S:
             yield timer.flush()
             measuring_ends = phase_ends and not warming
@@ -298,7 +300,8 @@ def _queries(
     for queries_done in scenario.batches():
         if timer.last_end_s - last_flush_s >= FLUSH_INTERVAL_S:
             yield timer.flush()
-            yield scenario.take()
+            if (queries := scenario.take()) is not None:
+                yield queries
             # single_stream's default count is a minimum: it may run past the total.
             total = max(total, len(timer.warmup_times) + queries_done)
             yield Progress(Phase.MEASURE, len(timer.warmup_times) + queries_done, total)

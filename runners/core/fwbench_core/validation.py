@@ -162,21 +162,19 @@ class _Settings:
     cudnn_autotune: Switch
 
 
-def _resolve_settings(request: RunRequest, spec: ModelSpec, strategy: Strategy, can: Capabilities, device: Device,
-                      profile: Profile, framework: str) -> _Settings:
+def _resolve_settings(request: RunRequest, mode: Mode, spec: ModelSpec, strategy: Strategy, can: Capabilities,
+                      device: Device, profile: Profile, framework: str) -> _Settings:
     precision = request.precision or DEFAULT_PRECISION
     _refuse_unless(precision, can.precisions, "precision", device, framework)
     compilation = request.compilation or can.default_compilation
     _refuse_unless(compilation, can.compilations, "compilation", device, framework)
     limits = _limits(can, compilation)
-    if request.mode not in limits.modes:
+    if mode not in limits.modes:
         modes = ", ".join(m.value for m in Mode if m in limits.modes)
-        others = ", ".join(
-            c.value for c in Compilation if c in can.compilations and request.mode in _limits(can, c).modes
-        )
+        others = ", ".join(c.value for c in Compilation if c in can.compilations and mode in _limits(can, c).modes)
         raise InvalidArgument(
-            f"compilation {compilation.value} runs mode {modes} only, not mode {request.mode.value}; "
-            f"compilations for mode {request.mode.value} on the {framework} runner: {others}"
+            f"compilation {compilation.value} runs mode {modes} only, not mode {mode.value}; "
+            f"compilations for mode {mode.value} on the {framework} runner: {others}"
         )
     _refuse_with(precision, limits.precisions, "precision", compilation, framework)
     _refuse_with(strategy, limits.strategies, "strategy", compilation, framework)
@@ -273,7 +271,8 @@ def resolve(
     spec, input_shape, model_options = resolve_model(
         request.model, request.input_shape, request.model_options, catalog
     )
-    if request.mode is None:
+    mode = request.mode
+    if mode is None:
         raise InvalidArgument(f"mode must be set; accepted values: {_choices(Mode)}")
     batch_size = in_range("batch_size", request.batch_size, 1, MAX_BATCH_SIZE)
     run_devices = resolve_devices(request, devices)
@@ -284,7 +283,7 @@ def resolve(
     distributed = strategy is not Strategy.SINGLE
     timeout_s = _distributed_timeout_s(request)
     profile = request.profile or Profile.EQUAL
-    settings = _resolve_settings(request, spec, strategy, can, device, profile, framework)
+    settings = _resolve_settings(request, mode, spec, strategy, can, device, profile, framework)
     steps = _resolve_steps(request)
     window = _resolve_window(request, distributed)
     return RunConfig(
@@ -294,7 +293,7 @@ def resolve(
         process_block=_process_block(request, distributed),
         profile=profile,
         model=spec,
-        mode=request.mode,
+        mode=mode,
         batch_size=batch_size,
         input_shape=input_shape,
         precision=settings.precision,
@@ -319,7 +318,7 @@ def resolve(
         devices=run_devices if distributed else (),
         cluster=cluster,
         distributed_timeout_s=timeout_s if distributed else 0.0,
-        serving=resolve_serving(request, batch_size, strategy, window.min_measure_s),
+        serving=resolve_serving(request, mode, batch_size, strategy, window.min_measure_s),
     )
 
 

@@ -222,7 +222,7 @@ def _serving_from_wire(request: pb.RunRequest) -> Serving | None:
 
 def serving_to_wire(serving: Serving) -> pb.Serving:
     return pb.Serving(
-        scenario=enum_to_wire(serving.scenario),
+        scenario=enum_to_wire(serving.scenario) if serving.scenario else pb.SCENARIO_UNSPECIFIED,
         target_qps=serving.target_qps,
         query_count=serving.query_count,
         batch_timeout_ms=serving.batch_timeout_ms,

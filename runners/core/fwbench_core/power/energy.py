@@ -100,13 +100,13 @@ class _Figure:
 def _counter_energy(window: Sequence[PowerSample], window_s: Optional[float], phase: PowerPhase,
                     source_reasons: Mapping[str, str]) -> _Figure:
     """Energy from the cumulative counter: its last reading less its first in the window."""
-    counted = [s for s in window if s.energy_j is not None]
+    counted = [(s.time_s, s.energy_j) for s in window if s.energy_j is not None]
     if len(counted) < 2:
         cause = source_reasons.get("energy_j") or source_reasons.get("source")
         return _Figure(why=f"no energy counter: {cause}" if cause else
                        f"fewer than two energy counter readings in the {phase.value} window", cause=cause)
-    delta_j = counted[-1].energy_j - counted[0].energy_j
-    span_s = counted[-1].time_s - counted[0].time_s
+    (first_s, first_j), (last_s, last_j) = counted[0], counted[-1]
+    delta_j, span_s = last_j - first_j, last_s - first_s
     if delta_j == 0:
         return _Figure(why=f"the energy counter did not advance over the {span_s:.2f} s window", stalled=True)
     if delta_j < 0:
@@ -131,6 +131,7 @@ def _mean_power(integrated: _Figure, tagged_powers: Sequence[float]) -> _Figure:
         return _Figure(why=integrated.why)
     if len(tagged_powers) < MIN_POWER_SAMPLES:
         return _Figure(why=_too_few_readings(len(tagged_powers), "a mean power"))
+    assert integrated.span_s is not None  # an energy figure always says the time it covers
     return _Figure(integrated.value / integrated.span_s)
 
 
@@ -151,6 +152,13 @@ def _idle_power(samples: Sequence[PowerSample], idle_baseline: bool) -> _Figure:
     if len(idle) < MIN_POWER_SAMPLES:
         return _Figure(why=_too_few_readings(len(idle), "an idle power"))
     return _Figure(statistics.fmean(idle))
+
+
+def _above_idle(energy: _Figure, idle_power: _Figure) -> _Figure:
+    if energy.value is None or idle_power.value is None:
+        return _Figure(why=energy.why or idle_power.why)
+    assert energy.span_s is not None  # an energy figure always says the time it covers
+    return _Figure(energy.value - idle_power.value * energy.span_s)
 
 
 def _measured_only(counter: _Figure, integrated: _Figure, window_s: Optional[float],
@@ -216,18 +224,18 @@ def energy_summary(
                     if counter.value is not None and integrated.value is not None
                     else _Figure(why="needs both the counter and the integrated energy"))
     idle_power = _idle_power(samples, idle_baseline)
-    above_idle = (_Figure(energy.value - idle_power.value * energy.span_s)
-                  if energy.value is not None and idle_power.value is not None
-                  else _Figure(why=energy.why or idle_power.why))
+    above_idle = _above_idle(energy, idle_power)
     power_sources = tuple(sorted({s.power_source for s in window if s.power_source}))
     device = window[0].device if window else (samples[0].device if samples else None)
 
+    peak_power = _peak_power(tagged_powers, phase)
+    per_sample = _per_sample(energy, samples_processed)
+    above_idle_per_sample = _per_sample(above_idle, samples_processed)
     figures = {
         "counter_energy_j": counter, "integrated_energy_j": integrated, "energy_disagreement": disagreement,
-        "energy_j": energy, "mean_power_w": mean_power, "peak_power_w": _peak_power(tagged_powers, phase),
-        "idle_power_w": idle_power, "energy_above_idle_j": above_idle,
-        "energy_per_sample_j": _per_sample(energy, samples_processed),
-        "energy_above_idle_per_sample_j": _per_sample(above_idle, samples_processed),
+        "energy_j": energy, "mean_power_w": mean_power, "peak_power_w": peak_power, "idle_power_w": idle_power,
+        "energy_above_idle_j": above_idle, "energy_per_sample_j": per_sample,
+        "energy_above_idle_per_sample_j": above_idle_per_sample,
     }
     reasons = {name: figure.why for name, figure in figures.items() if figure.value is None}
     if window_s is None:
@@ -246,6 +254,10 @@ def energy_summary(
                      f"{counter.value:.1f} J vs {integrated.value:.1f} J")
     return EnergySummary(
         phase=phase, device=device, sample_count=len(tagged), window_s=window_s, achieved_rate_hz=achieved_rate_hz,
-        **{name: figure.value for name, figure in figures.items()}, energy_source=energy_source or None,
+        counter_energy_j=counter.value, integrated_energy_j=integrated.value,
+        energy_disagreement=disagreement.value, energy_j=energy.value, energy_source=energy_source or None,
+        mean_power_w=mean_power.value, peak_power_w=peak_power.value, idle_power_w=idle_power.value,
+        energy_above_idle_j=above_idle.value, energy_per_sample_j=per_sample.value,
+        energy_above_idle_per_sample_j=above_idle_per_sample.value,
         power_sources=power_sources, reasons=reasons, notes=tuple(notes),
     )

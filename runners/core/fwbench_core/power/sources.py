@@ -279,10 +279,11 @@ class RaplCpuSource(Telemetry):
         if not self._domains:
             return PowerSample(time_s, phase, self.device)
         deltas_uj = [self._advance(d) for d in self._domains]  # every domain, even after a failure
-        complete = all(delta is not None for delta in deltas_uj)
+        read_uj = [delta for delta in deltas_uj if delta is not None]
+        complete = len(read_uj) == len(deltas_uj)
         power_w = None
         if complete and self._previous_s is not None and time_s > self._previous_s:
-            power_w = sum(deltas_uj) / 1e6 / (time_s - self._previous_s)
+            power_w = sum(read_uj) / 1e6 / (time_s - self._previous_s)
         # After a failed read a difference would span more than the interval since the previous sample.
         self._previous_s = time_s if complete else None
         energy_j = None
