@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .errors import did_you_mean
 from .choices import InputKind, Objective, Task
+from .safe_read import FileRefused, FileTooLarge, read_small_file
 from .spec import Head, ModelSpec, ModelSource
 
 if sys.version_info >= (3, 11):
@@ -27,6 +28,9 @@ MAX_DIMENSION = 1 << 24
 MAX_DECLARATION_BYTES = 64 << 10
 MAX_DESCRIPTION_CHARS = 2000
 MAX_HEADS = 64
+# Arrays and inline tables within one another: a declaration needs 2 ([[heads]], a shape); the TOML parser recurses
+# once a level, and some 300 levels end the runner's start with a RecursionError.
+MAX_NESTING = 16
 # The conventions each input kind's runners understand (images are converted to each framework's layout).
 CONVENTIONS = {InputKind.IMAGE: "CxHxW", InputKind.TOKENS: "seq", InputKind.AUDIO: "audio", InputKind.SPECTROGRAM: "FxT"}
 REQUIRED = ("name", "task", "input_kind", "default_input_shape", "min_input_shape", "max_input_shape", "heads")
@@ -98,8 +102,50 @@ def _heads(reader: _Reader) -> tuple[tuple[str, Head], ...]:
     return tuple(parsed)
 
 
+def _too_deep(text: str) -> int:
+    """The line where TOML `text` first nests arrays and inline tables over MAX_NESTING deep (0: nowhere), counting
+    brackets and braces outside strings and comments, before the parser recurses into them."""
+    depth, at = 0, 0
+    while at < len(text):
+        char = text[at]
+        if char == "#":
+            newline = text.find("\n", at)
+            at = len(text) if newline < 0 else newline
+            continue
+        if char in "\"'":
+            at = _after_string(text, at)
+            continue
+        if char in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                return text.count("\n", 0, at) + 1
+        elif char in "]}":
+            depth = max(0, depth - 1)
+        at += 1
+    return 0
+
+
+def _after_string(text: str, at: int) -> int:
+    """Where the TOML string that opens at `at` ends: after its closing quotes, or at the end of the line where a
+    one-line string is left open (TOML refuses it; the count reads on)."""
+    quote = text[at]
+    delimiter = quote * 3 if text.startswith(quote * 3, at) else quote
+    at += len(delimiter)
+    while at < len(text) and not text.startswith(delimiter, at):
+        if text[at] == "\n" and len(delimiter) == 1:
+            return at
+        at += 2 if quote == '"' and text[at] == "\\" else 1
+    at += len(delimiter)
+    if len(delimiter) == 3:  # a multi-line string's last one or two quotes may be its own: """a"""""
+        at += len(text[at:at + 2]) - len(text[at:at + 2].lstrip(quote))
+    return at
+
+
 def parse_declaration(path: Path, text: str, source: ModelSource) -> ModelSpec:
     """The ModelSpec that `text` (the contents of `path`) declares; DeclarationError where it breaks a rule."""
+    if line := _too_deep(text):
+        raise DeclarationError(f"{path}: line {line}: arrays and tables nest over {MAX_NESTING} deep; a declaration "
+                               f"nests at most {MAX_NESTING} (its shapes and [[heads]] need 2)")
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -148,15 +194,15 @@ def read_declaration(folder: Path, source: ModelSource) -> ModelSpec:
     """The declaration in `folder`; its name must be the folder's, so a listing and a path never disagree."""
     path = folder / DECLARATION_FILE
     try:
-        with path.open("rb") as stream:
-            data = stream.read(MAX_DECLARATION_BYTES + 1)
-        if len(data) > MAX_DECLARATION_BYTES:
-            raise DeclarationError(f"{path}: over {MAX_DECLARATION_BYTES >> 10} KiB; a declaration holds at most "
-                                   f"{MAX_DECLARATION_BYTES >> 10} KiB (a description of {MAX_DESCRIPTION_CHARS} "
-                                   "characters at most, and the shapes and heads)")
-        text = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise DeclarationError(f"{path}: cannot be read: {error}") from None
+        text = read_small_file(path, MAX_DECLARATION_BYTES).decode("utf-8")
+    except FileTooLarge:
+        raise DeclarationError(f"{path}: over {MAX_DECLARATION_BYTES >> 10} KiB; a declaration holds at most "
+                               f"{MAX_DECLARATION_BYTES >> 10} KiB (a description of {MAX_DESCRIPTION_CHARS} "
+                               "characters at most, and the shapes and heads)") from None
+    except FileRefused as error:
+        raise DeclarationError(str(error)) from None
+    except UnicodeDecodeError as error:
+        raise DeclarationError(f"{path}: not UTF-8 text: {error}") from None
     spec = parse_declaration(path, text, source)
     if spec.name != folder.name:
         raise DeclarationError(f"{path}: name: {spec.name!r} differs from its folder's name {folder.name!r}; they must be the same")

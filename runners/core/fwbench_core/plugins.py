@@ -19,6 +19,7 @@ from types import ModuleType
 from .declaration import DECLARATION_FILE, DeclarationError, read_declaration
 from .plugin_checks import check_builders
 from .plugin_modules import PluginError, builder_file, import_builder
+from .safe_read import FileRefused, open_regular_file
 from .spec import ModelSource, ModelSpec
 
 MODELS_DIR_ENV = "FWBENCH_MODELS_DIR"
@@ -89,14 +90,14 @@ def plugin_folders(location: PluginLocation) -> list[Path]:
     """The plug-in folders at `location`: itself where it holds a declaration, else its subfolders that do
     (or that hold a builder without one: they are reported, not skipped in silence)."""
     path = location.path
-    if (path / DECLARATION_FILE).is_file():
+    if (path / DECLARATION_FILE).exists():  # of any kind: the read names one that is no file
         return [path]
     if not path.is_dir():
         raise PluginError(f"{path} ({location.origin}) is not a folder")
     return sorted(
         child for child in path.iterdir()
         if child.is_dir() and not child.name.startswith((".", "_"))
-        and ((child / DECLARATION_FILE).is_file() or any(child.glob("build_*.py")))
+        and ((child / DECLARATION_FILE).exists() or any(child.glob("build_*.py")))
     )
 
 
@@ -130,7 +131,11 @@ def content_hash(folder: Path) -> str:
     digest = hashlib.sha256()
     for (name, path), size in zip(files, sizes):
         digest.update(str(name).encode() + b"\0" + size.to_bytes(8, "big"))
-        with path.open("rb") as stream:
+        try:
+            stream = open_regular_file(path)  # a file swapped for a FIFO since it was listed never blocks the start
+        except FileRefused as error:
+            raise PluginError(f"{error}; a plug-in folder holds code and its declaration") from None
+        with stream:
             read = 0
             while chunk := stream.read(min(HASH_CHUNK_BYTES, size - read)):
                 digest.update(chunk)
