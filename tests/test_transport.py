@@ -18,7 +18,10 @@ from fwbench_aggregator.run import connection
 from fwbench_aggregator.run.client import RunnerClient, RunnerFailure
 from fwbench_aggregator.run.connection import Transport
 from fwbench_aggregator.run.launch import LocalRunner, default_venvs, embedded_command, fake_runner_command
+from fwbench_aggregator.base import env_flags as aggregator_flags
+from fwbench_aggregator.run import device_lock
 from fwbench_core import access, server
+from fwbench_core import env_flags as core_flags
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -136,7 +139,7 @@ def test_a_runner_told_to_listen_everywhere_answers_on_every_address_and_warns_w
     assert "anyone who reaches it can drive the runner" in runner.log_path.read_text()
 
 
-@pytest.mark.parametrize("env", [{access.INSECURE_ENV: ""}, {access.INSECURE_ENV: "0"}])
+@pytest.mark.parametrize("env", [{access.INSECURE_ENV: value} for value in ("", "0", "false", "no", "OFF", " False ")])
 def test_a_runner_refuses_to_listen_beyond_loopback_unguarded_unless_told_insecure(env):
     done = runner_process("--address", "0.0.0.0:0", env=env)
     assert done.returncode != 0 and '"listening"' not in done.stdout
@@ -144,6 +147,38 @@ def test_a_runner_refuses_to_listen_beyond_loopback_unguarded_unless_told_insecu
         "refusing to listen on 0.0.0.0:0 with neither TLS nor a token: anyone who reaches it could drive the runner. "
         f"Give --token-file (or ${access.TOKEN_ENV}) or --tls-cert and --tls-key, listen on 127.0.0.1, or, where the "
         f"network itself is the guard (a container's own network), --insecure (${access.INSECURE_ENV}=1)"), done.stderr
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", "enable"])
+def test_a_switch_that_is_no_accepted_word_is_refused_at_start_naming_the_variable(value):
+    done = runner_process("--address", "0.0.0.0:0", env={access.INSECURE_ENV: value})
+    assert done.returncode == 2 and '"listening"' not in done.stdout and "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1].endswith(
+        f"error: ${access.INSECURE_ENV} is {value!r}; accepted: 1, true, yes, on (on) or 0, false, no, off (off), in "
+        "any case, or unset"), done.stderr
+
+
+def test_the_runners_and_the_aggregators_switches_read_alike():
+    # The aggregator does not install the core: each has its own reading, held equal here.
+    words = ["", " ", "1", "true", "YES", "On", "0", "false", "No", "OFF", "maybe", "2", "y"]
+    for default in (True, False):
+        for word in words:
+            readings = []
+            for flags in (core_flags, aggregator_flags):
+                try:
+                    readings.append(flags.env_flag("X", default, {"X": word}))
+                except flags.EnvFlagError as error:
+                    readings.append(str(error))
+            assert readings[0] == readings[1], (word, readings)
+    assert core_flags.env_flag("X", True, {}) and not core_flags.env_flag("X", False, {"X": "off"})
+
+
+def test_the_device_locks_switch_is_read_strictly(monkeypatch):
+    monkeypatch.setenv(device_lock.ENV, "of")
+    with pytest.raises(aggregator_flags.EnvFlagError, match=r"^\$FWBENCH_DEVICE_LOCKS is 'of'; accepted: "):
+        device_lock.locks_enabled()
+    monkeypatch.setenv(device_lock.ENV, "no")
+    assert not device_lock.locks_enabled()
 
 
 def test_the_images_setting_lets_a_runner_listen_beyond_loopback(start):
@@ -183,7 +218,7 @@ def test_a_torch_runner_refused_at_start_up_ends_with_its_reason(start):
         (lambda p: ["--tls-key", str(p.server_key)], "--tls-cert and --tls-key go together"),
         (lambda p: ["--tls-cert", str(p.server_cert)], "--tls-cert and --tls-key go together"),
         (lambda p: ["--tls-client-ca", str(p.ca)], "--tls-client-ca needs --tls-cert"),
-        (lambda p: ["--tls-cert", str(p.server_cert), "--tls-key", "/no/such/key.pem"], "--tls-key /no/such/key.pem: cannot read it"),
+        (lambda p: ["--tls-cert", str(p.server_cert), "--tls-key", "/no/such/key.pem"], "--tls-key /no/such/key.pem: cannot be read: No such file or directory"),
         (lambda p: ["--tls-cert", str(p.server_cert), "--tls-key", str(p.client_key)], "the key is not the certificate's"),
         (lambda p: [*p.server_flags(), "--tls-client-ca", str(p.token_file)], "holds no PEM CA certificate"),
         (lambda p: ["--token-file", str(p.ca.parent / "missing")], "--token-file"),

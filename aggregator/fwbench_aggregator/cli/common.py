@@ -12,6 +12,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from ..app.errors import UsageError
+from ..base.env_flags import EnvFlagError
 from ..plan.study_file import SweepError
 from ..present.console import err_console
 from ..store.location import StorePathError
@@ -67,7 +68,7 @@ def run(use_case: Callable[[TerminalProgress], T]) -> T:
             return use_case(progress)
     except UsageError as error:
         raise usage_error(str(error), error.hint) from None
-    except SweepError as error:
+    except (SweepError, EnvFlagError) as error:
         raise usage_error(str(error)) from None
     except (StorePathError, StoreFormatError) as error:
         raise usage_error(str(error), "--store") from None

@@ -29,6 +29,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
+from ..base.env_flags import env_flag
+
 ENV = "FWBENCH_DEVICE_LOCKS"
 POLL_S = 0.1
 HANDOVER_S = 1.0
@@ -53,7 +55,8 @@ class Lock(NamedTuple):
 
 
 def locks_enabled() -> bool:
-    return os.environ.get(ENV, "").strip().lower() not in ("off", "0", "no", "false")
+    """Whether device locks are on ($FWBENCH_DEVICE_LOCKS; on by default); EnvFlagError for a value that is no switch."""
+    return env_flag(ENV, True)
 
 
 def default_dir() -> Path:

@@ -27,6 +27,9 @@ from dataclasses import dataclass
 
 import grpc
 
+from .env_flags import EnvFlagError, env_flag
+from .safe_read import FileRefused, read_small_file
+
 log = logging.getLogger("fwbench.runner")
 
 TLS_CERT_ENV = "FWBENCH_TLS_CERT"
@@ -54,6 +57,8 @@ SERVER_OPTIONS = (
     ("grpc.http2.max_ping_strikes", 0),
 )
 LOOPBACK_HOSTS = ("127.", "[::1]", "localhost")
+# A certificate chain, a key or a token file holds a few KiB.
+MAX_ACCESS_FILE_BYTES = 1 << 20
 
 
 class AccessError(ValueError):
@@ -78,9 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"'authorization: Bearer TOKEN' (default: ${TOKEN_FILE_ENV}, or the token itself in ${TOKEN_ENV})",
     )
     parser.add_argument(
-        "--insecure", action="store_true", default=env.get(INSECURE_ENV, "") not in ("", "0"),
+        "--insecure", action="store_true",
         help="listen beyond loopback with neither TLS nor a token, where the network itself is the guard (a "
-        f"container's own network); refused otherwise (default: ${INSECURE_ENV})",
+        f"container's own network); refused otherwise (default: ${INSECURE_ENV}: 1, true, yes or on)",
     )
 
 
@@ -150,16 +155,18 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ)
             except ssl.SSLError:
                 raise AccessError(f"--tls-client-ca {args.tls_client_ca}: holds no PEM CA certificate") from None
         tls = grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None)
-    return Access(tls, bool(args.tls_client_ca), _token(args.token_file, environ.get(TOKEN_ENV) or None),
-                  args.insecure)
+    try:
+        insecure = args.insecure or env_flag(INSECURE_ENV, False, environ)
+    except EnvFlagError as error:
+        raise AccessError(str(error)) from None
+    return Access(tls, bool(args.tls_client_ca), _token(args.token_file, environ.get(TOKEN_ENV) or None), insecure)
 
 
 def read_file(option: str, path: str) -> bytes:
     try:
-        with open(path, "rb") as file:
-            return file.read()
-    except OSError as error:
-        raise AccessError(f"{option} {path}: cannot read it: {error.strerror}") from None
+        return read_small_file(path, MAX_ACCESS_FILE_BYTES)
+    except FileRefused as error:
+        raise AccessError(f"{option} {error}") from None
 
 
 def _encrypted_key(path: str):
