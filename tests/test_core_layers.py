@@ -21,9 +21,11 @@ FRAMEWORKS = {"torch", "torchvision", "tensorflow", "keras", "tf_keras", "jax", 
 MAX_MODULE_LINES = 400
 # Floors, lowest first: each module of the core on one of them.
 FLOORS = {
-    "facts": {"__init__", "errors", "limits", "choices", "spec", "fairness", "architectures", "handlers", "allocator"},
+    "facts": {"__init__", "errors", "limits", "choices", "spec", "fairness", "architectures", "handlers", "allocator",
+              "safe_read", "env_flags"},
     "models and inputs": {"declaration", "plugin_modules", "plugin_checks", "plugins", "builtin", "registry",
-                          "catalog", "references", "decoding", "streams", "access", "sysinfo", "isolation"},
+                          "catalog", "references", "decoding", "streams", "access", "sysinfo", "isolation",
+                          "process_tree", "worker_output", "worker_start"},
     "measurement": {"power", "device_state", "backend", "onnx_runtime", "serving", "timing", "telemetry", "placement",
                     "validation", "apart", "plugin_worker", "distributed", "admission", "run_path"},
     "service": {"service"},

@@ -17,10 +17,11 @@ from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator.run import launch
 
+from fwbench_core.limits import MAX_WORKER_OUTPUT_BYTES
 from fwbench_core.plugins import MODELS_DIR_ENV, MODELS_DIR_FLAG, content_hash
 
 from support.plugins import SHAPE, declaration, write_plugin
-from support.processes import assert_all_end, descendants
+from support.processes import alive, assert_all_end, descendants
 from support.requests import refusal, run
 
 pytestmark = pytest.mark.frameworks
@@ -63,6 +64,20 @@ def builder(body: str) -> str:
     return TINY_CNN_BUILDER.replace("def build(spec, input_shape, options):\n", f"def build(spec, input_shape, options):\n{indented}")
 
 
+# A build() that leaves a busy forked child and a detached sleep, their pids beside the build log.
+LEAVES_PROCESSES = """\
+import subprocess
+children = [subprocess.Popen(["sleep", "61"], start_new_session=True).pid]
+child = os.fork()
+if child == 0:
+    while True:
+        pass
+children.append(child)
+with open(os.environ["FWBENCH_TEST_BUILD_LOG"] + ".children", "w") as log:
+    log.write(" ".join(map(str, children)))
+"""
+PRINTS_A_LOT = "chunk = 'x' * (1 << 20) + '\\n'\nfor _ in range(64):\n    print(chunk)\n    print(chunk, file=__import__('sys').stderr)\n"
+
 PLUGINS = {
     "tiny_cnn": TINY_CNN_BUILDER,
     "broken": "raise RuntimeError('broken on purpose')\n",
@@ -71,6 +86,8 @@ PLUGINS = {
     "hangs_in_build": builder(HANG),
     "exits_in_build": builder(EXIT),
     "fails_to_allocate": builder("raise MemoryError('cannot allocate 64 GiB for the embedding table')"),
+    "leaves_processes": builder(LEAVES_PROCESSES),
+    "prints_a_lot": builder(PRINTS_A_LOT),
 }
 
 
@@ -172,6 +189,27 @@ def test_a_build_that_hangs_exits_or_fails_to_allocate_fails_alone_and_names_its
         assert error.details().startswith(f"plug-in {model} ({(models / model).resolve() / 'build_torch.py'}): ")
     after_s = served_at_once(stub)
     print(f"\n{call} {model}: {code.name} after {took_s:.1f} s; a built-in's run then took {after_s:.1f} s")
+
+
+def test_what_a_build_leaves_running_ends_with_its_worker_and_a_built_in_runs_at_once_after(hostile):
+    _, stub, _, build_log, _ = hostile
+    run(stub, model="leaves_processes", input_shape=SHAPE)
+    left = [int(pid) for pid in Path(f"{build_log}.children").read_text().split()]
+    after_s = served_at_once(stub)  # its run closes the plug-in's kept worker, and all it started
+    assert [pid for pid in left if alive(pid)] == [], "a forked child or a detached sleep outlived the worker"
+    assert after_s < PROMPT_S, f"a built-in's run took {after_s:.1f} s after the plug-in's"
+    print(f"\na built-in's run took {after_s:.1f} s after a plug-in that left a busy child and a detached sleep")
+
+
+def test_a_plugins_prints_grow_the_runners_log_by_at_most_the_cap_and_a_note(hostile, runner_logs):
+    _, stub, _, _, _ = hostile
+    log = runner_logs / "torch-hostile-plugins.log"
+    before = log.stat().st_size
+    run(stub, model="prints_a_lot", input_shape=SHAPE)
+    served_at_once(stub)  # closes the plug-in's kept worker: its output ends, and the note is written
+    grown = log.read_bytes()[before:]
+    assert len(grown) < MAX_WORKER_OUTPUT_BYTES + (64 << 10), f"the log grew by {len(grown)} bytes"
+    assert b"bytes of its output dropped past 1048576 bytes (MAX_WORKER_OUTPUT_BYTES)" in grown
 
 
 def test_a_plugin_edited_after_the_runner_loaded_it_is_refused_until_the_runner_restarts(hostile):

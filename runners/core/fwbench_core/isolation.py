@@ -10,7 +10,6 @@ import enum
 import logging
 import multiprocessing
 import os
-import signal
 import sys
 import threading
 import time
@@ -21,7 +20,9 @@ from dataclasses import dataclass
 from queue import Queue
 from typing import Any, TypeVar
 
-from .allocator import pin_malloc
+from .process_tree import end_own_tree, end_strays, kill_tree
+from .worker_output import CappedCopy, redirect_output
+from .worker_start import start_worker
 from .errors import DeadlineExceeded, FailedPrecondition, RunnerError, error_from_status, reason_for, status_for
 from .choices import DeviceKind
 from .spec import DeviceRef
@@ -33,7 +34,6 @@ CANCEL_POLL_S = 0.1
 # How long a worker asked to stop (cancelled, or its caller gone) has to end before it is killed: a run stops
 # between steps, so only code that never returns (a user's) outlives it.
 STOP_GRACE_S = 30.0
-WORKER_LOG_FORMAT = "%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s"
 T = TypeVar("T")
 
 # What the worker sends through its pipe: (kind, payload).
@@ -231,18 +231,20 @@ class WorkerProcess:
         context = multiprocessing.get_context("spawn")
         calls_reader, self._calls = context.Pipe(duplex=False)
         self._receiver, sender = context.Pipe(duplex=False)
+        output_reader, output_writer = context.Pipe(duplex=False)
         self._stop = context.Event()
         self._process = context.Process(
             target=_serve_calls,
-            args=(calls_reader, sender, self._stop, logging.getLogger().getEffectiveLevel()),
+            args=(calls_reader, sender, self._stop, logging.getLogger().getEffectiveLevel(), output_writer),
             name="fwbench-run-worker",
             daemon=True,  # a runner that exits takes its worker with it
         )
         self._process.start()
-        # The worker holds the only writer of its events and the only reader of its calls now: its exit ends our
-        # reads, and our close ends its wait for the next call.
-        sender.close()
-        calls_reader.close()
+        # The worker holds the only writer of its events and output and the only reader of its calls now: its exit
+        # ends our reads, and our close ends its wait for the next call.
+        for end in (sender, calls_reader, output_writer):
+            end.close()
+        self._output = CappedCopy(output_reader, f"worker process {self._process.pid}")
         self._closed = False
 
     @property
@@ -271,12 +273,15 @@ class WorkerProcess:
                 if cancelled():
                     self._stop.set()
                 if deadline is not None and time.monotonic() > deadline:
-                    self._process.kill()
+                    kill_tree(self._process)
                     raise DeadlineExceeded(f"{watch.subject}: {phase} did not return within {watch.limit_s:g} s; the "
                                            "runner stopped it and serves on")
-                if not self._receiver.poll(CANCEL_POLL_S):
+                # A worker that died while a process it started holds its pipe open has ended all the same.
+                if not self._receiver.poll(CANCEL_POLL_S) and self._process.is_alive():
                     continue
                 try:
+                    if not self._receiver.poll(0):
+                        raise EOFError
                     kind, payload = self._receiver.recv()
                 except EOFError:
                     self._process.join()
@@ -310,6 +315,8 @@ class WorkerProcess:
         with suppress(OSError):
             self._calls.close()
         _drain_and_end(self._process, self._receiver)
+        end_strays()  # first: a stray may hold the output's pipe open
+        self._output.finish()
 
 
 def _drain_and_end(worker, receiver) -> None:
@@ -324,24 +331,26 @@ def _drain_and_end(worker, receiver) -> None:
     if worker.is_alive():
         log.warning("the worker process (pid %d) did not stop within %.0f s of being asked: killed", worker.pid,
                     STOP_GRACE_S)
-        worker.kill()
+        kill_tree(worker)
     worker.join()
     receiver.close()
 
-
 def _worker_main(work, args, sender, stop, log_level: int) -> None:
     """A worker process of one call: its every event sent to the parent, then the end of the pipe."""
-    _start_worker(log_level)
+    start_worker(log_level)
     try:
         _one_call(work, args, sender, stop)
     finally:
+        end_own_tree()
         sender.close()
 
 
-def _serve_calls(calls, sender, stop, log_level: int) -> None:
+def _serve_calls(calls, sender, stop, log_level: int, output) -> None:
     """A WorkerProcess: each call the parent sends, in turn, until the parent closes its end; then an exit that skips
-    the interpreter's teardown (seconds for a framework that frees gigabytes one object at a time)."""
-    _start_worker(log_level)
+    the interpreter's teardown (seconds for a framework that frees gigabytes one object at a time), and takes every
+    process its calls started with it. Its stdout and stderr go to `output` (worker_output)."""
+    redirect_output(output)
+    start_worker(log_level)
     exit_code = 0
     try:
         while True:
@@ -353,19 +362,12 @@ def _serve_calls(calls, sender, stop, log_level: int) -> None:
     except BaseException:
         log.exception("the worker process failed between calls")
         exit_code = 1
+    end_own_tree()
     sender.close()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(exit_code)
-
-
-def _start_worker(log_level: int) -> None:
-    pin_malloc()  # as the runner's own process: a run allocates alike in either (allocator)
-    # Ctrl-C reaches the whole process group; the parent decides when the run stops.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(level=log_level, format=WORKER_LOG_FORMAT)
-    threading.Thread(target=_exit_when_runner_ends, name="fwbench-runner-watch", daemon=True).start()
 
 
 def _one_call(work, args, sender, stop) -> None:
@@ -380,11 +382,3 @@ def _one_call(work, args, sender, stop) -> None:
         sender.send((_ERROR, (*status_for(error), reason_for(error))))
     else:
         sender.send((_END, None))
-
-
-def _exit_when_runner_ends() -> None:
-    """A runner that ends in any way, kill -9 included, takes its worker with it: nobody would read the run.
-    (A daemonic worker is ended only by a runner that exits normally.)"""
-    multiprocessing.parent_process().join()
-    log.warning("the runner that started this worker has ended: the run ends with it")
-    os._exit(1)

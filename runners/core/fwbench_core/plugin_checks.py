@@ -11,6 +11,9 @@ from pathlib import Path
 from types import ModuleType
 
 from .plugin_modules import PluginError, builder_file, import_builder
+from .process_tree import end_own_tree, end_strays, kill_tree
+from .worker_output import CappedCopy, redirect_output
+from .worker_start import start_worker
 
 log = logging.getLogger("fwbench.runner")
 
@@ -41,10 +44,14 @@ def _check_in_one_process(framework, pending, make_builder, limit_s: float, path
     """The checks of `pending` one process made, up to the first that failed it (the rest are checked anew)."""
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
+    output_reader, output_writer = context.Pipe(duplex=False)
     process = context.Process(target=_check_main, args=([(str(f), m) for f, m in pending], framework, make_builder,
-                                                        sender), name="fwbench-plugin-check", daemon=True)
+                                                        sender, output_writer, logging.getLogger().getEffectiveLevel()),
+                              name="fwbench-plugin-check", daemon=True)
     process.start()
     sender.close()  # the child holds the only writer: its end ends our waits
+    output_writer.close()
+    output = CappedCopy(output_reader, f"the process checking plug-ins (pid {process.pid})")
     results: list[str] = []
     try:
         if not receiver.poll(FRAMEWORK_IMPORT_LIMIT_S):
@@ -72,13 +79,25 @@ def _check_in_one_process(framework, pending, make_builder, limit_s: float, path
         if process.is_alive():
             process.join(EXIT_GRACE_S if len(results) == len(pending) else 0)
         if process.is_alive():
-            process.kill()
+            kill_tree(process)
         process.join()
         receiver.close()
+        end_strays()  # first: a stray may hold the output's pipe open
+        output.finish()
 
 
-def _check_main(pending: list[tuple[str, str]], framework: str, make_builder, sender) -> None:
+def _check_main(pending: list[tuple[str, str]], framework: str, make_builder, sender, output, log_level: int) -> None:
+    """The checking process: its output capped (worker_output) and in a session of its own, so that what a plug-in
+    starts at import ends with it (process_tree)."""
+    redirect_output(output)
+    start_worker(log_level)
+    try:
+        _check_each(pending, framework, make_builder, sender)
+    finally:
+        end_own_tree()
 
+
+def _check_each(pending: list[tuple[str, str]], framework: str, make_builder, sender) -> None:
     sender.send("ready")  # make_builder arrived: its framework is imported
     for folder, model in pending:
         sender.send("start")

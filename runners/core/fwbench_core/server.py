@@ -28,6 +28,7 @@ from .backend import Backend
 from .decoding import RequestDecodingInterceptor
 from .errors import abort, status_for
 from .isolation import RunIsolation
+from .process_tree import become_subreaper
 from .admission import DEFAULT_MAX_QUEUED_REQUESTS
 from .service import RunnerService
 from .choices import Switch
@@ -183,6 +184,8 @@ def _serve(
     parser = _parser(default_isolation)
     args = parser.parse_args(argv)
     access = _checked(parser, args)
+    # What a worker's code leaves when the worker dies comes back here, to be ended before the next run, not to PID 1.
+    become_subreaper()
     stop = _stop_on_signals()
     reference_folder = references.folder_from_arguments(parser, args)
     try:

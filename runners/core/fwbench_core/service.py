@@ -22,6 +22,7 @@ from .device_state import DeviceStateReader
 from .distributed import run_distributed
 from .errors import FailedPrecondition, InvalidArgument
 from .limits import MAX_REUSE_KEY_LENGTH
+from .process_tree import end_strays
 from .isolation import BlockWorker, ProcessBlocks, RunIsolation, Watch, stream_on_thread
 from .plugin_worker import PluginWorkers
 from .plugin_modules import builder_file
@@ -227,7 +228,9 @@ class RunnerService:
 
     def _execute(self, config: RunConfig, total: int, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
         """The run where it executes: across worker processes (distributed), in its process block's worker, in a
-        plug-in's worker, in a worker process as the run isolation says, or on this process's framework thread."""
+        plug-in's worker, in a worker process as the run isolation says, or on this process's framework thread. Never
+        beside a process an earlier plug-in's worker left (process_tree.end_strays)."""
+        end_strays()
         if config.process_block or not self.contained(config.model):
             self._plugin_workers.close_idle()
         if not config.process_block:
