@@ -22,7 +22,7 @@ MAX_MODULE_LINES = 400
 # Floors, lowest first: each module of the core on one of them.
 FLOORS = {
     "facts": {"__init__", "errors", "limits", "choices", "spec", "fairness", "architectures", "handlers", "allocator",
-              "safe_read", "env_flags"},
+              "safe_read", "env_flags", "system_folders"},
     "models and inputs": {"declaration", "plugin_modules", "plugin_checks", "plugins", "builtin", "registry",
                           "catalog", "references", "decoding", "streams", "access", "sysinfo", "isolation",
                           "process_tree", "worker_output", "worker_start"},

@@ -21,8 +21,10 @@ import numpy as np
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from fwbench_aggregator.base import folders
 from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
 from fwbench_core import service as service_mod
+from fwbench_core import system_folders
 from fwbench_core.errors import Cancelled, Unavailable
 from fwbench_core.fake import FakeBackend
 from fwbench_core.references import ReferenceFolder
@@ -340,6 +342,20 @@ def test_the_folder_comes_from_the_environment(tmp_path):
         with grpc.insecure_channel(runner.address) as channel:
             pb_grpc.RunnerStub(channel).ExportReference(reference("from-env.npz"), timeout=RPC_TIMEOUT_S)
     assert (tmp_path / "from-env.npz").is_file()
+
+
+@pytest.mark.parametrize("given", ["/etc", "/usr/lib", "/"])
+def test_a_system_folder_is_refused_as_the_reference_folder_before_the_runner_listens(tmp_path, given):
+    before = sorted(os.listdir(given))
+    done = subprocess.run([*fake_runner_command(), "--address", "127.0.0.1:0", "--reference-dir", given],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and f"--reference-dir {given} is a system folder" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and sorted(os.listdir(given)) == before
+
+
+def test_the_core_refuses_the_folders_the_aggregator_refuses():
+    # Two copies of one list (the aggregator and the runners share only the contract): held equal here.
+    assert (system_folders.SYSTEM_FOLDERS, system_folders.SYSTEM_TREES) == (folders.SYSTEM_FOLDERS, folders.SYSTEM_TREES)
 
 
 def test_parity_between_runners_with_different_folders_says_to_share_one(fake_address, tmp_path):

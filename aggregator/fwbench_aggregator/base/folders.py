@@ -8,6 +8,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Optional
 
+# The runner core keeps the same two lists for its --reference-dir (fwbench_core/system_folders.py: the aggregator
+# and the runners share no code); tests/test_references.py holds them equal.
 # Refused themselves: the system's folders, which a store would litter (or, as root, damage) and whose subfolders are
 # no plug-ins, and the roots under which users keep their folders. A folder inside one is accepted
 # (/home/me/results/store, /var/tmp/store, /opt/models).

@@ -23,6 +23,7 @@ import numpy as np
 from .errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from .choices import InputKind
 from .spec import ModelConfig, ReferenceReport
+from .system_folders import system_folder
 
 REFERENCE_DIR_ENV = "FWBENCH_REFERENCE_DIR"
 DEFAULT_MAX_REFERENCE_BYTES = 1 << 30  # VGG-16's weights alone take 553 MB
@@ -233,4 +234,8 @@ def folder_from_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
         return ReferenceFolder(temporary.name, args.max_reference_bytes, temporary)
     if not os.path.isdir(args.reference_dir):
         parser.error(f"--reference-dir {args.reference_dir} is not a folder")
+    what = system_folder(args.reference_dir)
+    if what:
+        parser.error(f"--reference-dir {args.reference_dir} is {what}: a runner writes its parity references there; "
+                     "give a folder of its own, e.g. results/references")
     return ReferenceFolder(args.reference_dir, args.max_reference_bytes)
