@@ -3,9 +3,9 @@ for each configuration one fresh A/A pair of runner instances measures blocks un
 `judge` says what each design resolves in 8 blocks and within a fixed time of blocks, and how much of that time was
 measured steps.
 
-    .venvs/aggregator/bin/python benchmarks/block_windows.py collect --designs 8x0.1,16x0.1,8x0.25 \
+    .venvs/aggregator/bin/python studies/block_windows.py collect --designs 8x0.1,16x0.1,8x0.25 \
         --out results/windows.csv
-    .venvs/aggregator/bin/python benchmarks/block_windows.py judge benchmarks/data/design-aa-2026-12-01/windows.csv
+    .venvs/aggregator/bin/python studies/block_windows.py judge studies/data/design-aa-2026-12-01/windows.csv
 
 A design is WINDOWSxSECONDS: windows per runner in a block, and each window's shortest measurement. The CSV holds one
 row per window (its block, place, median and times); a block's value per instance is the geometric mean of its

@@ -5,19 +5,19 @@ unpaired Welch test and the paired test by round, each with a fixed number of ru
 same real noise with a known ratio) shows each design's power.
 
     # collect: 5 CPU configurations per framework, 3 fresh pairs each, 8 rounds (30 A/A comparisons)
-    .venvs/aggregator/bin/python benchmarks/design_aa.py collect --out results/design-aa.csv
+    .venvs/aggregator/bin/python studies/design_aa.py collect --out results/design-aa.csv
     # the same, side by side (duet: both runs of a round at once, each instance on half the cores), swapping cores
-    .venvs/aggregator/bin/python benchmarks/design_aa.py collect --duet --swap-cores --out results/duet.csv
+    .venvs/aggregator/bin/python studies/design_aa.py collect --duet --swap-cores --out results/duet.csv
     # short windows on builds kept warm
-    .venvs/aggregator/bin/python benchmarks/design_aa.py collect --min-measure-s 0.25 --reuse-builds --out results/w.csv
+    .venvs/aggregator/bin/python studies/design_aa.py collect --min-measure-s 0.25 --reuse-builds --out results/w.csv
     # on a shared host: another tenant busy in random bursts on one core beside the runs
-    .venvs/aggregator/bin/python benchmarks/design_aa.py collect --neighbour --out results/neighbour.csv
+    .venvs/aggregator/bin/python studies/design_aa.py collect --neighbour --out results/neighbour.csv
     # interleaved process blocks (plan.design, compare's --design blocks): one row per block, its values per instance
-    .venvs/aggregator/bin/python benchmarks/design_aa.py collect --blocks --out results/blocks.csv
+    .venvs/aggregator/bin/python studies/design_aa.py collect --blocks --out results/blocks.csv
     # judge what was collected (reads the CSVs only; no runner needed), each collection design apart
-    .venvs/aggregator/bin/python benchmarks/design_aa.py judge results/*.csv
-    # the runs docs/verdict.md's table was measured on
-    .venvs/aggregator/bin/python benchmarks/design_aa.py judge benchmarks/data/design-aa-2026-11-28/*.csv
+    .venvs/aggregator/bin/python studies/design_aa.py judge results/*.csv
+    # the runs studies/evidence.md's first table was measured on
+    .venvs/aggregator/bin/python studies/design_aa.py judge studies/data/design-aa-2026-11-28/*.csv
 
 The CSV holds one row per round: the configuration, the framework, the pair (fresh instances), the round, both
 instances' run medians and the CPU other processes kept busy over each run (a covariate, judged by CUPED where a

@@ -4,8 +4,8 @@ pair, two fresh A/A instances of one runner measure 8 blocks with every runner's
 prints each comparison's spread of block log ratios, its order effect (the first-built runner's excess) and its wall
 time, then their medians by variant.
 
-    .venvs/aggregator/bin/python benchmarks/open_blocks_ab.py --pairs 2 --out results/open_ab.csv
-    .venvs/aggregator/bin/python benchmarks/open_blocks_ab.py --judge benchmarks/data/design-aa-2026-12-01-evening/open_ab.csv
+    .venvs/aggregator/bin/python studies/open_blocks_ab.py --pairs 2 --out results/open_ab.csv
+    .venvs/aggregator/bin/python studies/open_blocks_ab.py --judge studies/data/design-aa-2026-12-01-evening/open_ab.csv
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ a fresh worker (--run-isolation process, as every plug-in run was before the wor
 (what a sweep or compare waits for); its median step time says whether the kept worker measures the same steps. A
 benchmark, not a test: it prints figures and always exits 0.
 
-    .venvs/aggregator/bin/python benchmarks/plugin_runs.py --framework tensorflow --runs 8
+    .venvs/aggregator/bin/python studies/plugin_runs.py --framework tensorflow --runs 8
 """
 
 from __future__ import annotations

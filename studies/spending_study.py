@@ -1,7 +1,7 @@
 """Which sequential design spends its looks best on this host's noise: each variant (where it looks, how it spends the
 1%, its run budget) simulated over A/A and planted-difference comparisons resampled from stored real A/A runs.
 
-The noise comes from real runs, not a formula: benchmarks/data/design-aa-2026-11-28/rounds.csv holds 30 A/A
+The noise comes from real runs, not a formula: studies/data/design-aa-2026-11-28/rounds.csv holds 30 A/A
 comparisons of freshly started runner pairs made in rounds on a 2-core VM (10 configurations, 3 pairs each, 8 rounds).
 A simulated comparison takes one stored pair's rounds, each instance's log run medians less their median (its own
 level removed, the host's moments kept, both runs of a round together, either of them a's at random), and strings
@@ -13,13 +13,13 @@ difference: once per instance, afresh every few rounds (a worker process kept fo
 difference is planted by multiplying b's runs. `--paired` judges every comparison with the paired test, column by
 column (a round's two runs, or a block's two values: design_aa.py collect --blocks), as compare --design blocks does.
 
-    .venvs/aggregator/bin/python benchmarks/spending_study.py [--procedures 20000] [--seed 1]
-    .venvs/aggregator/bin/python benchmarks/spending_study.py --runs benchmarks/data/design-aa-2026-11-29/rounds-thread-afternoon.csv \
+    .venvs/aggregator/bin/python studies/spending_study.py [--procedures 20000] [--seed 1]
+    .venvs/aggregator/bin/python studies/spending_study.py --runs studies/data/design-aa-2026-11-29/rounds-thread-afternoon.csv \
         --offsets none,"per 2 rounds" --planted 1.1,1.5
-    .venvs/aggregator/bin/python benchmarks/spending_study.py --runs benchmarks/data/design-aa-2026-12-01/blocks.csv \
+    .venvs/aggregator/bin/python studies/spending_study.py --runs studies/data/design-aa-2026-12-01/blocks.csv \
         --paired --offsets none,"per instance"
-    .venvs/aggregator/bin/python benchmarks/spending_study.py --paired --offsets none \
-        --runs benchmarks/data/design-aa-2026-12-01*/blocks.csv
+    .venvs/aggregator/bin/python studies/spending_study.py --paired --offsets none \
+        --runs studies/data/design-aa-2026-12-01*/blocks.csv
 
 --control replaces every stored value by an independent log-normal one of its configuration's spread, keeping its pairs
 and blocks: on such values a t-test holds its level exactly, so what a variant calls beyond that there is what
@@ -42,11 +42,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from fwbench_aggregator.analyse import sequential
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from design_judge import process_offsets, read_sittings  # noqa: E402
-from fwbench_aggregator.analyse import sequential  # noqa: E402
+from design_judge import process_offsets, read_sittings
 
 STORED_RUNS = Path(__file__).resolve().parent / "data" / "design-aa-2026-11-28" / "rounds.csv"
 CONFIG_KEYS = ["framework", "model", "mode", "batch_size", "shape"]

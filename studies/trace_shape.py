@@ -5,7 +5,7 @@ A sweep over batch sizes traces TensorFlow's step again for every batch (2 s a t
 VM). A step traced with the batch dimension unknown (what Keras' fit and predict trace for a batched dataset) serves
 every batch with one trace. Both functions run on one build, in alternating windows, so drift hits them alike:
 
-    .venvs/tensorflow/bin/python benchmarks/trace_shape.py [--models resnet18,mobilenet_v2] [--batch-sizes 2,8]
+    .venvs/tensorflow/bin/python studies/trace_shape.py [--models resnet18,mobilenet_v2] [--batch-sizes 2,8]
 """
 
 from __future__ import annotations
@@ -14,14 +14,11 @@ import argparse
 import statistics
 import time
 
-import tensorflow as tf
-from fwbench_core.catalog import load_catalog
-from fwbench_tensorflow.models import MODELS
-from fwbench_tensorflow.objectives import keras_input_shape, loss, random_inputs, random_targets
-
 
 def steps(model, optimizer, head, mode: str, generic: bool, inputs, targets):
     """The step as a tf.function over (inputs, targets); `generic` leaves the batch dimension unknown."""
+    import tensorflow as tf
+    from fwbench_tensorflow.objectives import loss
 
     def train(x, y):
         with tf.GradientTape() as tape:
@@ -57,6 +54,12 @@ def main() -> int:
     parser.add_argument("--windows", type=int, default=8, help="alternating windows per function")
     parser.add_argument("--steps", type=int, default=10, help="steps per window")
     args = parser.parse_args()
+    # Imported here, so that --help needs no TensorFlow (the studies' smoke test runs it from the aggregator's).
+    import tensorflow as tf
+    from fwbench_core.catalog import load_catalog
+    from fwbench_tensorflow.models import MODELS
+    from fwbench_tensorflow.objectives import keras_input_shape, random_inputs, random_targets
+
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     catalog = load_catalog(MODELS)
