@@ -160,12 +160,12 @@ class SequentialPlan:
 
 # Process blocks look twice, at half their budget and at its end (block_looks; by default 8 blocks, so at 4 and 8), and
 # spend little of alpha at the first look (Hwang, Shih & DeCani's gamma -4). Simulated on the real blocks of three
-# sittings together (benchmarks/spending_study.py --paired, 30 configurations, 300,000 procedures a variant), looks at
+# sittings together (studies/spending_study.py --paired, 30 configurations, 300,000 procedures a variant), looks at
 # 4 and 8 called 0.88% of A/A procedures different and resolved a median 3.8% where they stopped (8.0 blocks); looks
 # after every block from 3 to 20 called 0.85% and resolved 6.4% (11.0 blocks): every look costs width, and a drifting
 # host settles few A/A comparisons early. A large difference still stops at the first look. The Pocock type called
 # 1.05% at 4 and 8. Rounds keep the Pocock type after every round, which held its level on their runs
-# (docs/verdict.md).
+# (studies/evidence.md).
 DEFAULT_MAX_BLOCKS = 8
 BLOCKS_SPENDING_GAMMA = -4.0
 
@@ -366,7 +366,7 @@ def simulate(plan: SequentialPlan, run_medians_a: np.ndarray, run_medians_b: np.
     (column i of each in round i where `paired`): per pair, the outcome it stopped with, the runs per runner it took,
     b's ratio over a at that look, and the difference its runs resolve there (Comparison.resolvable). The same rule as
     look(), for the simulations that show what it guarantees (tests/test_sequential.py) and choose the default plan
-    (benchmarks/spending_study.py)."""
+    (studies/spending_study.py)."""
     log_a, log_b = np.log(np.asarray(run_medians_a, dtype=float)), np.log(np.asarray(run_medians_b, dtype=float))
     outcome = np.full(log_a.shape[0], "continue", dtype=object)
     runs, ratio = np.zeros(log_a.shape[0], dtype=int), np.full(log_a.shape[0], math.nan)

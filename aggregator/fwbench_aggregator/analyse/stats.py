@@ -17,7 +17,7 @@ wider one. Compares keep Welch's test: on the shared 2-core VMs this project run
 real A/A runs was a median 0.99 times as narrow as Welch's on one day and 1.15 times on another (30 comparisons of
 fresh runner pairs each), and called one of them different each day: a process carries an offset of its own that no
 test within one pair of processes can see, and the narrower the interval, the sooner it is called
-(benchmarks/design_aa.py measures each design; docs/verdict.md has its figures).
+(studies/design_aa.py measures each design; studies/evidence.md has its figures).
 """
 
 from __future__ import annotations

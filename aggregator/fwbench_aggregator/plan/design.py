@@ -7,7 +7,7 @@ measure short windows in turn (A B B A ...), each window stepping that warm buil
 so that a host's drift slower than a window moves every runner's windows alike. The block is the unit of evidence: its
 value per runner is the geometric mean of that runner's window medians, and two runners are compared on their blocks'
 log ratios (the paired test), so that a drift cancels within each block and a process's own offset (memory layout,
-where its threads run), which windows within one process share, is sampled once per block (docs/verdict.md).
+where its threads run), which windows within one process share, is sampled once per block (studies/evidence.md).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from fwbench.runner.v1 import runner_pb2 as pb
 
 ROUNDS_LABEL = "rounds"  # the design of runs made one after another, as every store before designs were recorded
-# A block's windows per runner, and each window's shortest measurement (measured and chosen in docs/verdict.md).
+# A block's windows per runner, and each window's shortest measurement (measured and chosen in studies/evidence.md).
 DEFAULT_BLOCK_WINDOWS = 8
 DEFAULT_WINDOW_S = 0.1
 # Each window's own warm-up: steps that refill the caches the other runners' windows emptied, before it measures.
@@ -31,7 +31,7 @@ MAX_BLOCK_WINDOWS = 100
 # compare's --design, by name as the command line's other choices (base.vocabulary): auto, the default, is blocks where
 # the runs can be windows on the CPU and rounds elsewhere (DesignChoice.on_devices).
 Design = enum.Enum("Design", [(name, name) for name in ("auto", "rounds", "blocks")], type=str)
-# Why auto keeps a GPU comparison in rounds: the A/A evidence for blocks was all measured on the CPU (docs/verdict.md).
+# Why auto keeps a GPU comparison in rounds: the A/A evidence for blocks was all measured on the CPU (studies/evidence.md).
 GPU_IN_ROUNDS = "blocks have been checked against A/A comparisons on the CPU only"
 
 
