@@ -36,7 +36,7 @@ def test_a_sweep_file_lists_profiles_and_each_is_a_run_of_its_own():
     assert {c.profile.value for c in configurations} == {"equal", "native"}
     assert len(configurations) == 2 * 2 * sweep.planned_repetitions
     equal, native = (next(c for c in configurations if c.profile.value == p and c.runner == "torch") for p in ("equal", "native"))
-    assert equal.store_key(StartupSettings()) != native.store_key(StartupSettings())
+    assert equal.config_key(StartupSettings()) != native.config_key(StartupSettings())
     # A sweep without profiles keeps the keys it always had (the equal profile, unnamed).
     plain = next(c for c in sweep_from_options("resnet18", batch_sizes="2").configurations() if c.runner == "torch")
     assert plain.profile is None and "profile" not in plain.key_fields()

@@ -197,7 +197,7 @@ def test_a_sweep_file_gains_a_load_axis_each_load_its_own_runs_and_chains(tmp_pa
     assert [(c.runner, c.batch_size) for c in first] == [("a", 1), ("a", 2)] * 3
     assert len({c.reuse_chain for c in first}) == 3 and first[0].reuse_chain == first[1].reuse_chain
     startup = __import__("fwbench_aggregator.plan.spec", fromlist=["StartupSettings"]).StartupSettings()
-    assert len({c.store_key(startup) for c in configurations}) == len(configurations)
+    assert len({c.config_key(startup) for c in configurations}) == len(configurations)
     serving = first[0].run_spec(startup).to_request().serving
     assert (serving.scenario, serving.target_qps, serving.query_count, serving.batch_timeout_ms) == (
         pb.SCENARIO_SERVER, 50.0, 60, 2.0)

@@ -14,7 +14,7 @@ import time
 
 import pandas as pd
 import pytest
-from fwbench_aggregator.plan.keys import run_key
+from fwbench_aggregator.plan.keys import config_key
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_aggregator.store.schema import STORE_FORMAT
 
@@ -32,15 +32,15 @@ def frames(rows: int = 5, runner: str = "torch") -> dict[str, pd.DataFrame]:
     return {"steps": steps, "summary": summary, "power": pd.DataFrame()}
 
 
-def test_run_key_is_stable_and_order_independent():
-    key = run_key(CONFIG)
+def test_config_key_is_stable_and_order_independent():
+    key = config_key(CONFIG)
     assert len(key) == 16 and int(key, 16) >= 0
-    assert run_key(dict(reversed(list(CONFIG.items())))) == key
-    assert run_key({**CONFIG, "input_shape": [3, 32, 32]}) == run_key({**CONFIG, "input_shape": (3, 32, 32)})
-    assert run_key({**CONFIG, "repetition": 1}) != key
-    assert run_key({**CONFIG, "model_options": {}}) != key
+    assert config_key(dict(reversed(list(CONFIG.items())))) == key
+    assert config_key({**CONFIG, "input_shape": [3, 32, 32]}) == config_key({**CONFIG, "input_shape": (3, 32, 32)})
+    assert config_key({**CONFIG, "repetition": 1}) != key
+    assert config_key({**CONFIG, "model_options": {}}) != key
     # Pinned: a key must not change between versions, or --resume would rerun everything.
-    assert run_key({"runner": "torch", "batch_size": 32}) == "513ce5763faeab27"
+    assert config_key({"runner": "torch", "batch_size": 32}) == "513ce5763faeab27"
 
 
 def test_round_trip(tmp_path):
@@ -49,7 +49,7 @@ def test_round_trip(tmp_path):
     written = {}
     for runner in ("torch", "tensorflow"):
         config = {**CONFIG, "runner": runner}
-        key = run_key(config)
+        key = config_key(config)
         written[key] = frames(runner=runner)
         path = store.append(key, config, written[key], {"run_id": "r1", "host": tmp_path})
         assert path == tmp_path / "runs" / key
@@ -72,7 +72,7 @@ def test_round_trip(tmp_path):
 
 def test_append_only(tmp_path):
     store = ResultStore(tmp_path)
-    key = run_key(CONFIG)
+    key = config_key(CONFIG)
     store.append(key, CONFIG, frames(3), {})
     with pytest.raises(ValueError, match="append-only"):
         store.append(key, CONFIG, frames(7), {})
@@ -90,30 +90,30 @@ def test_append_only(tmp_path):
 def test_resume_sees_done_and_failed_runs(tmp_path):
     configs = [{**CONFIG, "batch_size": b, "repetition": r} for b in (16, 32, 64) for r in range(2)]
     store = ResultStore(tmp_path)
-    store.append(run_key(configs[0]), configs[0], frames(), {})
+    store.append(config_key(configs[0]), configs[0], frames(), {})
     store.append_failure(
-        run_key(configs[1]), configs[1], "RESOURCE_EXHAUSTED", "CUDA out of memory", columns={"device": "gpu:0"}
+        config_key(configs[1]), configs[1], "RESOURCE_EXHAUSTED", "CUDA out of memory", columns={"device": "gpu:0"}
     )
 
     reopened = ResultStore(tmp_path)
-    todo = [c for c in configs if not reopened.has(run_key(c))]
+    todo = [c for c in configs if not reopened.has(config_key(c))]
     assert todo == configs[2:]
-    assert reopened.keys() == {run_key(configs[0]), run_key(configs[1])}
+    assert reopened.keys() == {config_key(configs[0]), config_key(configs[1])}
 
     summary = reopened.load("summary").set_index("run_key")
-    failed = summary.loc[run_key(configs[1])]
+    failed = summary.loc[config_key(configs[1])]
     assert failed["status"] == "failed"
     assert failed["error"] == "RESOURCE_EXHAUSTED: CUDA out of memory"
     # Placed on the report as a missing point: the configuration's columns, as results.py names them.
     assert failed["batch_size"] == 16 and failed["repetition"] == 1 and failed["device"] == "gpu:0"
     assert failed["model_options"] == "head=mlm" and failed["input_shape"] == "3x32x32"
-    assert summary.loc[run_key(configs[0]), "status"] == "ok"
+    assert summary.loc[config_key(configs[0]), "status"] == "ok"
     statuses = reopened.configs().set_index("run_key")["status"]
-    assert statuses[run_key(configs[1])] == "failed" and statuses[run_key(configs[0])] == "ok"
-    assert reopened.manifest(run_key(configs[1]))["code"] == "RESOURCE_EXHAUSTED"
+    assert statuses[config_key(configs[1])] == "failed" and statuses[config_key(configs[0])] == "ok"
+    assert reopened.manifest(config_key(configs[1]))["code"] == "RESOURCE_EXHAUSTED"
     # What else a store keeps (a max-batch search, a FLOP count) is no run.
     reopened.append("facts", {"model_facts": "resnet18"}, {"model_facts": pd.DataFrame([{"forward_flops": 1.0}])}, {})
-    assert reopened.run_keys() == {run_key(configs[0]), run_key(configs[1])} and "facts" in reopened.keys()
+    assert reopened.run_keys() == {config_key(configs[0]), config_key(configs[1])} and "facts" in reopened.keys()
 
 
 def _dead_pid() -> int:
@@ -154,7 +154,7 @@ WRITER = textwrap.dedent(
     """
     import sys, time
     import numpy as np, pandas as pd
-    from fwbench_aggregator.plan.keys import run_key
+    from fwbench_aggregator.plan.keys import config_key
     from fwbench_aggregator.store.results_store import ResultStore
 
     store, writer = ResultStore(sys.argv[1]), int(sys.argv[2])
@@ -167,7 +167,7 @@ WRITER = textwrap.dedent(
                               "runner": np.where(np.arange(rows) % 2, "torch", "tensorflow")})
         power = pd.DataFrame({"time_s": rng.random(rows), "power_w": rng.random(rows) * 300})
         summary = pd.DataFrame([{"runner": "torch", "status": "ok", "rows": rows}])
-        store.append(run_key(config), config, {"steps": steps, "power": power, "summary": summary}, {"n": n})
+        store.append(config_key(config), config, {"steps": steps, "power": power, "summary": summary}, {"n": n})
         time.sleep(0.005)
     """
 )
@@ -197,7 +197,7 @@ def test_a_killed_writer_never_corrupts_the_store(tmp_path):
     for key in keys:
         folder = tmp_path / "runs" / key
         config = json.loads((folder / "config.json").read_text())
-        assert run_key(config) == key
+        assert config_key(config) == key
         manifest = json.loads((folder / "manifest.json").read_text())
         assert {k: manifest[k] for k in ("n", "store_format")} == {"n": config["n"], "store_format": STORE_FORMAT}
         assert len(pd.read_parquet(folder / "steps.parquet")) == 50_000

@@ -15,8 +15,10 @@ import time
 
 import pandas as pd
 import pytest
+from fwbench_aggregator.app import study as study_module
 from fwbench_aggregator.app.study import pending_runs, store_callbacks
 from fwbench_aggregator.base.progress import Progress
+from fwbench_aggregator.plan.keys import new_run_id
 from fwbench_aggregator.plan.study_file import sweep_from_options
 from fwbench_aggregator.run.connection import Transport
 from fwbench_aggregator.run.launch import LocalRunner, StartupSettings, fake_runner_command
@@ -128,19 +130,22 @@ def fake_address(tmp_path_factory):
         yield runner.address
 
 
-def test_a_run_another_writer_stored_first_is_kept_and_said(tmp_path, fake_address):
+def test_a_run_another_writer_stored_first_is_kept_and_said(tmp_path, fake_address, monkeypatch):
     sweep = sweep_from_options(models="resnet18", batch_sizes="1,2", shapes="3x32x32", modes="infer", runners="first",
                                repetitions=1, warmup=1, steps=2, min_measure_s=0.0)
     store = ResultStore(tmp_path / "store")
     pending, _ = pending_runs(sweep.configurations(), store, StartupSettings())
-    taken = pending[0][0]
-    # A writer without the lock (an older fwbench) stored it while this sweep measured it.
+    taken = "0123456789abcdef"
+    # A writer without the lock stored an entry under the id this sweep's first run draws (ids are random: as
+    # unlikely as it gets, and still never lost).
     store.append(taken, {"writer": "other"}, {"summary": pd.DataFrame([{"runner": "first", "status": "ok"}])}, {})
+    drawn = iter([taken])
+    monkeypatch.setattr(study_module, "new_run_id", lambda: next(drawn, None) or new_run_id())
     notes = Notes()
     failures, interrupted = run_sweep(pending, {"first": fake_address}, Transport(), StartupSettings(),
                                       *store_callbacks(store, notes), 0.0)
     assert not failures and interrupted is None
-    assert store.run_keys() == {key for key, _ in pending}
+    assert len(store.run_keys()) == len(pending) and taken in store.run_keys()
     (kept,) = (tmp_path / "store" / "duplicates").iterdir()
     steps = pd.read_parquet(kept / "steps.parquet")
     assert kept.name.startswith(f"{taken}-") and (~steps["warmup"]).sum() == 2  # the measured steps, all there

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 from fwbench_aggregator.base import frameworks
 from fwbench_aggregator.run.launch import StartupSettings
-from fwbench_aggregator.plan.keys import run_key
+from fwbench_aggregator.plan.keys import config_key
 from fwbench_aggregator.plan.spec import DEFAULT_MIN_MEASURE_S, DEFAULT_WARMUP_UNTIL_CV
 from fwbench_aggregator.analyse.stats import MIN_REPETITIONS
 from fwbench_aggregator.plan.spec import DEFAULT_REPETITIONS
@@ -71,10 +71,10 @@ def test_a_valid_file_expands_counterbalanced(tmp_path):
     assert dict(bert[0].run_spec(StartupSettings()).to_request().model_options) == {"head": "mlm"}
     assert sweep.cooldown_s == 0.5
     # Every run has its own store key, and the key is stable.
-    keys = [run_key(c.key_fields()) for c in configurations]
+    keys = [config_key(c.key_fields()) for c in configurations]
     assert len(set(keys)) == len(keys)
-    assert run_key(load_sweep(write(tmp_path, SWEEP)).configurations()[5].key_fields()) == keys[5]
-    assert run_key(configurations[0].key_fields(seed=1)) != keys[0]
+    assert config_key(load_sweep(write(tmp_path, SWEEP)).configurations()[5].key_fields()) == keys[5]
+    assert config_key(configurations[0].key_fields(seed=1)) != keys[0]
 
 
 def test_defaults_are_long_enough_windows_and_enough_runs_to_call_a_verdict(tmp_path):
@@ -117,7 +117,7 @@ def test_nodes_are_a_point_of_the_grid_and_join_the_key_only_above_one(tmp_path)
     both = load_sweep(write(tmp_path, SWEEP + "nodes: [1, 2]\n")).configurations()
     assert len(both) == 2 * len(one) and {c.nodes for c in both} == {1, 2}
     single = [c for c in both if c.nodes == 1]
-    assert [run_key(c.key_fields()) for c in single] == [run_key(c.key_fields()) for c in one]
+    assert [config_key(c.key_fields()) for c in single] == [config_key(c.key_fields()) for c in one]
     spanning = [c for c in both if c.nodes == 2]
     assert all(c.key_fields()["nodes"] == 2 for c in spanning)
     # The runs that must share a machine: every runner, batch size and repetition of one point.

@@ -165,7 +165,10 @@ def test_ctrl_c_cancels_the_run_in_flight_and_keeps_the_finished_ones(tmp_path, 
     interrupted_at = time.monotonic()
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
-    assert "interrupted" in stderr and "runs are kept" in stderr
+    kept = len(store.run_keys())
+    said = " ".join(stderr.split())
+    assert f"interrupted: the run in flight was cancelled; {kept} runs of this study are kept" in said
+    assert f"({kept} stored now; the store holds {kept} runs in all)" in said
     assert time.monotonic() - interrupted_at < 10
     assert 1 <= len(store.keys()) < 24
     # The runner stopped the cancelled run and freed its device: a new run is served at once.

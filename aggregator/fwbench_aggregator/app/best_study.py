@@ -15,7 +15,7 @@ import pandas as pd
 from google.protobuf.json_format import MessageToDict
 
 from ..base.progress import Progress
-from ..plan.keys import run_key
+from ..plan.keys import new_run_id
 from ..plan.spec import StartupSettings
 from ..plan.study import Configuration
 from ..run.client import RunnerFailure
@@ -76,7 +76,7 @@ def choose_best_settings(pending: Pending, done_before: Pending, results_store: 
 
         def keep(run, sent) -> None:
             config = {"best_search": session, **MessageToDict(sent), "runner": run.runner, "repetition": run.repetition}
-            records.store_result(results_store, run_key(config), config, run, sent, profile=BEST_SEARCH_PROFILE)
+            records.store_result(results_store, new_run_id(), config, run, sent, profile=BEST_SEARCH_PROFILE)
 
         found = search({runner: endpoints[runner] for runner in runs}, transport, baselines, search_repetitions, keep,
                        progress)

@@ -27,7 +27,7 @@ from ..analyse.floors import FloorPrecision, calibration_row, floor_precision
 from ..analyse.sequential import DEFAULT_MAX_RUNS
 from ..base.progress import Progress
 from ..plan.design import BlockDesign, DesignChoice
-from ..plan.keys import run_key
+from ..plan.keys import new_run_id
 from ..plan.spec import RunSpec
 from ..run.client import RunnerFailure, RunResult
 from ..run.connection import Transport
@@ -160,7 +160,7 @@ def calibrate_twins(name: str, addresses: Sequence[str], transport: Transport, r
     row = calibration_row(normalised(summary).iloc[0].to_dict(), results[0].runner_info.framework, comparison,
                           flag_summary(summary["device_flags"], len(summary)),
                           float(pd.to_numeric(summary["finished_at_unix_s"]).max()))
-    key = run_key({"calibration": run_id, "runner": name})
+    key = new_run_id()
     passages = {f"{r.runner} #{r.repetition + 1}": gate.context_of(r.runner, r.repetition) for r in results}
     results_store.append(key, {"calibration": run_id, "runner": name, **MessageToDict(request)},
                          {"calibration": pd.DataFrame([row])},

@@ -4,6 +4,7 @@ the results folder and the power plots."""
 
 from __future__ import annotations
 
+import secrets
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from ..base.paths import safe_component
 from ..base.progress import Progress
 from ..base.vocabulary import Compilation, Strategy
 from ..plan.design import DesignChoice
-from ..plan.keys import run_key
+from ..plan.keys import new_run_id
 from ..plan.spec import RunSpec, per_runner
 from ..present.line_plots import power_timeline
 from ..present.report import write_report
@@ -73,7 +74,9 @@ class CompareResult:
 
 
 def run_id_for(spec: RunSpec) -> str:
-    return (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    """The compare's id, its results folder's name: the time, then random hex digits, so that two compares started
+    in one second (on one machine or two) never share a folder or a --compare selection."""
+    return (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{secrets.token_hex(3)}"
             + f"-{safe_component(spec.model)}-{spec.mode.value}-b{spec.batch_size}")
 
 
@@ -112,7 +115,7 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
         def keep(run: RunResult, sent: Optional[pb.RunRequest] = None, profile: str = "") -> None:
             sent = sent or requests[run.runner]
             config = {"compare": result.run_id, **MessageToDict(sent), "runner": run.runner, "repetition": run.repetition}
-            records.store_result(results_store, run_key(config), config, run, sent,
+            records.store_result(results_store, new_run_id(), config, run, sent,
                                  gate.context_of(run.runner, run.repetition), profile=profile,
                                  max_repetitions=0 if profile else max_repetitions, looks=() if profile else looks)
 

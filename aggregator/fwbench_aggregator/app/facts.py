@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from ..base.progress import Progress
-from ..plan.keys import run_key
+from ..plan.keys import config_key
 from ..run.connection import Transport
 from ..run.inspect import Inspected, inspect_models
 from ..store.results_store import ResultStore
@@ -17,7 +17,9 @@ from ..store.schema import MODEL_FACT_IDENTITY, MODEL_FACTS_COLUMNS, MODEL_FACTS
 
 
 def fact_key(identity: Mapping[str, str]) -> str:
-    return run_key({MODEL_FACTS_FRAME: {name: identity[name] for name in MODEL_FACT_IDENTITY}})
+    # Content-addressed: a FLOP count is a fact of its identity (runner, framework version, model, options, shape),
+    # the same wherever it is counted, so one entry per identity is right, and a store add skips an identical one.
+    return config_key({MODEL_FACTS_FRAME: {name: identity[name] for name in MODEL_FACT_IDENTITY}})
 
 
 def missing_facts(summary: pd.DataFrame, results_store: ResultStore) -> list[dict[str, str]]:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..base.progress import Progress
 from ..plan.bracket_search import BatchSearch
-from ..plan.keys import run_key
+from ..plan.keys import new_run_id
 from ..plan.spec import RunSpec
 from ..run import jobs
 from ..run.client import RunnerClient, RunnerFailure
@@ -90,4 +90,4 @@ def _store(results_store: ResultStore, spec: RunSpec, name: str, address: str, t
     }
     config = {"max_batch": searched_at_unix_s, **searched, "limit": limit}
     manifest = {"command": sys.argv, "runner_address": address, "runner_options": facts.options}
-    results_store.append(run_key(config), config, {"max_batch": pd.DataFrame([row], columns=MAX_BATCH_COLUMNS)}, manifest)
+    results_store.append(new_run_id(), config, {"max_batch": pd.DataFrame([row], columns=MAX_BATCH_COLUMNS)}, manifest)

@@ -18,7 +18,7 @@ from ..base.progress import Progress
 from ..base.suggest import did_you_mean
 from ..plan.spec import StartupSettings
 from ..run.client import RunnerClient, RunnerFailure
-from ..plan.keys import run_key
+from ..plan.keys import config_key
 from ..run.parity import gather
 from ..store.results_store import ResultStore
 from ..store.schema import PARITY_COLUMNS, PARITY_FRAME
@@ -54,7 +54,8 @@ def store_checks(results_store: ResultStore, tables: list[ParityTable], hashes: 
             entry = {"model": model, "variant": row.model, "model_hash": hashes.get(model, ""),
                      "reference_runner": t.reference, "runner": t.other, "verdict": row.verdict,
                      "numeric": row.numeric, "checked_at_unix_s": checked_at}
-            key = run_key({PARITY_FRAME: entry})
+            # Content-addressed: the whole row (its time included) is the evidence, so the same row is the same entry.
+            key = config_key({PARITY_FRAME: entry})
             results_store.append(key, {PARITY_FRAME: {k: entry[k] for k in ("model", "variant", "model_hash")}},
                                  {PARITY_FRAME: pd.DataFrame([entry], columns=PARITY_COLUMNS)}, {})
 

@@ -14,7 +14,7 @@ import pandas as pd
 from google.protobuf.json_format import MessageToDict
 
 from ..base.progress import Progress
-from ..plan.keys import run_key
+from ..plan.keys import new_run_id
 from ..plan.bracket_search import RateSearch
 from ..plan.spec import RunSpec
 from ..run import jobs
@@ -107,7 +107,7 @@ def serve_capacity(request: CapacityRequest, progress: Progress = Progress()) ->
                 run = jobs.run_job(name, address, transport, sent, repetition=repetition)
                 config = {"serve_capacity": searched_at_unix_s, **MessageToDict(sent), "runner": name,
                           "repetition": repetition}
-                records.store_result(results_store, run_key(config), config, run, sent)
+                records.store_result(results_store, new_run_id(), config, run, sent)
                 runs.append(run)
             probes.append(judge_probe(target_qps, runs, request.percentile, request.latency_budget_ms))
             kept.extend(runs)
@@ -149,5 +149,5 @@ def _store(results_store: ResultStore, request: CapacityRequest, search: Capacit
     config = {"serve_capacity": searched_at_unix_s, **{k: str(v) for k, v in identity.items()},
               "percentile": request.percentile, "latency_budget_ms": request.latency_budget_ms}
     manifest = {"command": sys.argv, "runner_address": first.address}
-    results_store.append(run_key(config), config,
+    results_store.append(new_run_id(), config,
                          {SERVE_CAPACITY_FRAME: pd.DataFrame([row], columns=SERVE_CAPACITY_COLUMNS)}, manifest)

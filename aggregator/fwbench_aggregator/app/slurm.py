@@ -26,7 +26,7 @@ from .errors import UsageError
 from .facts import record_model_facts
 from .report import REPORT_FOLDER, ReportResult, store_report
 from .study import (
-    check_study, pending_runs, refuse_unless_resuming, set_aside_superseded, store_callbacks, stored_summaries,
+    check_study, own_run_ids, pending_runs, refuse_unless_resuming, set_aside_superseded, store_callbacks, stored_summaries,
 )
 from .sweep_rounds import looks_for
 
@@ -218,7 +218,7 @@ def _run_on_nodes(folder, run_dir, submission, nodes, study, pending, done_befor
         if interrupted is None:
             live = next((s for s in slots if s.node not in record["lost"]), None)
             if live is not None:
-                ran = stored_summaries(results_store, [key for key, _ in pending + done_before])
+                ran = stored_summaries(results_store, own_run_ids(results_store, study.configurations(), startup))
                 record_model_facts(live.endpoints, transport, results_store, ran, progress)
     finally:
         steps.stop()

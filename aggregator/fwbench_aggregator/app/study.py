@@ -13,6 +13,7 @@ from typing import Optional
 from fwbench.runner.v1 import runner_pb2 as pb
 
 from ..base.progress import Progress
+from ..plan.keys import new_run_id
 from ..plan.spec import StartupSettings
 from ..plan.study import Configuration, Sweep
 from ..run import jobs
@@ -22,6 +23,8 @@ from ..run.gate import Gate
 from ..run.study import StoreFailure, StoreRun, run_sweep
 from ..store import records
 from ..store.lock import StoreBusy, store_lock
+from ..store.config_keys import runs_by_config, unread_runs_of
+from ..store.migrations import CONFIG_KEY
 from ..store.results_store import AlreadyStored, ResultStore
 from . import preflight
 from .best import DEFAULT_SEARCH_REPETITIONS
@@ -32,6 +35,8 @@ from .report import REPORT_FOLDER, ReportResult, store_report
 from .runners import RunnerChoice, runners_for
 from .sweep_rounds import PointOutcome, looks_for
 
+# (key, configuration): for a run to do, its configuration's key (plan.study.Configuration.config_key); for a stored
+# run, its id (each stored run of the configuration once).
 Pending = list[tuple[str, Configuration]]
 
 
@@ -57,7 +62,9 @@ class StudyResult:
     # Runs that ran out of memory: stored as such (a report's missing points), not failures of the study.
     out_of_memory: list[RunnerFailure] = field(default_factory=list)
     interrupted: Optional[KeyboardInterrupt] = None
-    stored: int = 0  # runs the store holds once the study ends
+    stored: int = 0  # runs of this study's configurations the store holds once it ends
+    stored_now: int = 0  # of them, those this sitting stored
+    store_runs: int = 0  # runs the whole store holds (other studies' and compares' too)
     report: Optional[ReportResult] = None
     auto: bool = False  # repetitions auto: to_do is the most the points may take
     unresolved: list[PointOutcome] = field(default_factory=list)  # under auto: the points left unsettled, and why
@@ -65,12 +72,23 @@ class StudyResult:
 
 def pending_runs(configurations: Sequence[Configuration], results_store: ResultStore,
                  startup: StartupSettings) -> tuple[Pending, Pending]:
-    """(key, configuration) of the runs still to do, and of those the store already holds."""
+    """(configuration key, configuration) of the runs still to do, and (run id, configuration) of those the store
+    already holds: found by the configuration key each run recorded, never by an id (a run's id is its own)."""
+    stored = runs_by_config(results_store)
     pending, done = [], []
     for c in configurations:
-        key = c.store_key(startup)
-        (done if results_store.has(key) else pending).append((key, c))
+        key = c.config_key(startup)
+        if key in stored:
+            done += [(run_id, c) for run_id in stored[key]]
+        else:
+            pending.append((key, c))
     return pending, done
+
+
+def own_run_ids(results_store: ResultStore, configurations: Sequence[Configuration], startup: StartupSettings) -> set[str]:
+    """The ids of the runs the store holds for these configurations."""
+    stored = runs_by_config(results_store)
+    return {run_id for c in configurations for run_id in stored.get(c.config_key(startup), [])}
 
 
 def refuse_unless_resuming(done_before: Pending, store: Path, resume: bool) -> None:
@@ -80,9 +98,10 @@ def refuse_unless_resuming(done_before: Pending, store: Path, resume: bool) -> N
 
 
 def set_aside_superseded(pending: Pending, results_store: ResultStore, progress: Progress = Progress()) -> None:
-    """A pending run whose key holds a damaged entry (a file that cannot be read) or an old record (a refusal an older
-    fwbench stored as a run) is rerun: the entry is moved aside first, never deleted, and a damaged one named."""
-    taken = [key for key, _ in pending if results_store.occupied(key)]
+    """A pending run whose configuration has a damaged entry (a file that cannot be read) or an old record (a refusal
+    an older fwbench stored as a run) is rerun: the entry is moved aside first, never deleted, and a damaged one
+    named."""
+    taken = unread_runs_of(results_store, (key for key, _ in pending))
     damaged = [key for key in taken if results_store.damage(key)]
     if damaged:
         files = "".join(f"\n  {d.path}: {d.reason}" for key in damaged for d in results_store.damage(key))
@@ -144,8 +163,9 @@ def refuse_changed_plugins(endpoints: dict[str, str], transport: Transport, resu
 def store_callbacks(results_store: ResultStore, progress: Progress = Progress(),
                     max_repetitions: int = 0) -> tuple[StoreRun, StoreFailure]:
     """What a study's runs are stored with: a completed run's frames (with the budget of the sequential design it was
-    made under, 0 for a fixed number of runs), or its running out of memory, under its key. A key another writer
-    stored first is said, the run kept in the store's duplicates/ (never lost)."""
+    made under, 0 for a fixed number of runs), or its running out of memory, each under a new id of its own with its
+    configuration's key in its manifest (what a resume looks for). An id another writer stored first is said, the run
+    kept in the store's duplicates/ (never lost)."""
 
     def said(write: Callable[[], None]) -> None:
         try:
@@ -154,11 +174,12 @@ def store_callbacks(results_store: ResultStore, progress: Progress = Progress(),
             progress.note(str(taken), "warning")
 
     def store(key: str, c: Configuration, run: RunResult, sent: pb.RunRequest, context: dict) -> None:
-        said(lambda: records.store_result(results_store, key, c.key_fields(), run, sent, context,
-                                          max_repetitions=max_repetitions))
+        said(lambda: records.store_result(results_store, new_run_id(), c.key_fields(), run, sent,
+                                          {**context, CONFIG_KEY: key}, max_repetitions=max_repetitions))
 
     def store_failure(key: str, c: Configuration, failure: RunnerFailure, columns: dict, context: dict) -> None:
-        said(lambda: records.store_out_of_memory(results_store, key, c.key_fields(), failure, columns, context))
+        said(lambda: records.store_out_of_memory(results_store, new_run_id(), c.key_fields(), failure, columns,
+                                                 {**context, CONFIG_KEY: key}))
 
     return store, store_failure
 
@@ -185,7 +206,8 @@ def _study(request: StudyRequest, progress: Progress) -> StudyResult:
     results_store = ResultStore(request.store)
     results_store.clean_partials()
     startup = StartupSettings(models_dirs=request.sweep.models_dirs)
-    pending, done_before = pending_runs(request.sweep.configurations(), results_store, startup)
+    configurations = request.sweep.configurations()
+    pending, done_before = pending_runs(configurations, results_store, startup)
     refuse_unless_resuming(done_before, request.store, request.resume)
     result = StudyResult(request.store, len(pending), len(done_before), auto=request.sweep.auto)
     up_to = "up to " if request.sweep.auto else ""
@@ -216,10 +238,12 @@ def _study(request: StudyRequest, progress: Progress) -> StudyResult:
             result.failures += [f for f in failures if not f.out_of_memory]
             if result.interrupted is None:
                 # The whole study's runs: those a killed study completed have no FLOP counts yet.
-                ran = stored_summaries(results_store, [key for key, _ in pending + done_before])
+                ran = stored_summaries(results_store, own_run_ids(results_store, configurations, startup))
                 record_model_facts(reachable, runners.transport, results_store, ran, progress)
-    result.stored = len(results_store.run_keys())
-    if request.report and result.stored and result.interrupted is None:
+    result.stored = len(own_run_ids(results_store, configurations, startup))
+    result.stored_now = result.stored - len(done_before)
+    result.store_runs = len(results_store.run_keys())
+    if request.report and result.store_runs and result.interrupted is None:
         result.report = store_report(results_store, request.store / REPORT_FOLDER, request.latency_budget_ms,
                                      not_run=[p.label for p in result.unresolved if p.runs == 0])
     return result

@@ -121,7 +121,7 @@ def sweep(
     )
     result = run(lambda progress: study_use_case(request, progress))
     if result.interrupted is not None:
-        terminal.print_interrupted(result.stored, store)
+        terminal.print_interrupted(result.stored, result.stored_now, result.store_runs, store)
         raise typer.Exit(interrupted_status(result.interrupted))
     if result.report is not None:
         print_report(result.report.analysis, result.report.path)

@@ -18,7 +18,7 @@ from typing import Optional
 
 from ..base.vocabulary import Mode, Scenario
 from .field_checks import Checker, checked_list, choice, finite, number
-from .keys import run_key
+from .keys import config_key
 from .spec import MAX_BATCH_TIMEOUT_MS, MAX_QUERIES, MAX_TARGET_QPS, RunSpec, StartupSettings
 from .study import Configuration, Sweep
 
@@ -133,7 +133,7 @@ class ServingSweep(Sweep):
             for load in self.loads:
                 runs = [ServingConfiguration(**{f: getattr(c, f) for f in c.__dataclass_fields__}, load=load) for c in turn]
                 if runs[0].reuse_chain:
-                    chain = run_key({**runs[0].key_fields(), "batch_size": None})
+                    chain = config_key({**runs[0].key_fields(), "batch_size": None})
                     runs = [replace(c, reuse_chain=chain) for c in runs]
                 out.extend(runs)
         return out

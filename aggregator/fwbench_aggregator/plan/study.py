@@ -46,7 +46,7 @@ from typing import Optional
 from ..base.frameworks import default_names as default_framework_names
 from ..base.vocabulary import Compilation, Layout, Mode, Precision, Profile, Strategy
 from .field_checks import Checker, finite, is_int, number
-from .keys import run_key
+from .keys import config_key
 from .spec import (
     DEFAULT_MIN_MEASURE_S, DEFAULT_STEPS, DEFAULT_WARMUP, DEFAULT_WARMUP_UNTIL_CV, MAX_REPETITIONS, MAX_TIME_BUDGET_S, RunSpec,
     StartupSettings,
@@ -104,7 +104,7 @@ class Configuration:
         )
 
     def key_fields(self, **settings: object) -> dict[str, object]:
-        """The fields a result depends on, JSON-ready, for store.run_key. Extra keyword arguments
+        """The fields a result depends on, JSON-ready, for plan.keys.config_key. Extra keyword arguments
         (seed, thread counts, ...) join the settings, so a change to them makes a new key."""
         return {
             "runner": self.runner,
@@ -129,10 +129,10 @@ class Configuration:
             **({"profile": self.profile.value} if self.profile and self.profile.value != "equal" else {}),
         }
 
-    def store_key(self, startup: StartupSettings) -> str:
-        """The run's key in the store: its fields and the runners' start-up settings, so that a change to them
-        makes a new key."""
-        return run_key(self.key_fields(seed=0, intra_op_threads=startup.intra_op_threads,
+    def config_key(self, startup: StartupSettings) -> str:
+        """The configuration's key, which a sweep records with each of its runs (its id is the run's own) to find
+        them on a resume: its fields and the runners' start-up settings, so that a change to them makes a new key."""
+        return config_key(self.key_fields(seed=0, intra_op_threads=startup.intra_op_threads,
                                        inter_op_threads=startup.inter_op_threads, cudnn_autotune=startup.cudnn_autotune))
 
     def point(self) -> "Configuration":
@@ -224,7 +224,7 @@ class Sweep:
                         for batch_size in self.batch_sizes
                     ]
                     if self.reuse_builds and len(chain) > 1:
-                        key = run_key({**chain[0].key_fields(), "batch_size": None})
+                        key = config_key({**chain[0].key_fields(), "batch_size": None})
                         chain = [replace(c, reuse_chain=key) for c in chain]
                     out.extend(chain)
         return out

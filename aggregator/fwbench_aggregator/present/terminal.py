@@ -238,9 +238,10 @@ def print_out_of_memory(failures: Sequence[RunnerFailure]) -> None:
                           "the report as missing points[/]", highlight=False)
 
 
-def print_interrupted(stored: int, store: Path) -> None:
-    err_console.print(f"[bold yellow]interrupted[/]: the run in flight was cancelled; {stored} runs are kept in "
-                      f"{escape(str(store))}")
+def print_interrupted(stored: int, stored_now: int, store_runs: int, store: Path) -> None:
+    """A study's own runs kept (`stored`, `stored_now` of them by this sitting), apart from the whole store's."""
+    err_console.print(f"[bold yellow]interrupted[/]: the run in flight was cancelled; {stored} runs of this study are "
+                      f"kept in {escape(str(store))} ({stored_now} stored now; the store holds {store_runs} runs in all)")
 
 
 def print_calibrations(calibrations: Sequence, title: str, store: Path) -> None:

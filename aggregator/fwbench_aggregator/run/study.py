@@ -26,7 +26,7 @@ from .gate import Gate
 from .runners import runner_facts
 from .scheduler import device_group, run_grouped, run_pooled
 
-# (key, configuration, result, request, context): a completed run, to be stored.
+# (configuration key, configuration, result, request, context): a completed run, to be stored (under an id of its own).
 StoreRun = Callable[[str, Configuration, RunResult, pb.RunRequest, dict], None]
 # (key, configuration, failure, columns, context): a run that ran out of memory, to be stored as such; the columns
 # say where it would have run (the device, shape and spread a success would report).

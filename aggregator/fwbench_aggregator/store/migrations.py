@@ -15,6 +15,7 @@ from ..plan.design import ROUNDS_LABEL
 from .schema import BUILT_IN, DEFAULT_PROFILE, STORE_FORMAT
 
 FORMAT_KEY = "store_format"
+CONFIG_KEY = "config_key"  # in a sweep's run's manifest: the key of the configuration it measured
 UNVERSIONED = 1
 RUN_FRAMES = ("steps", "summary", "power")
 
@@ -126,11 +127,29 @@ def _looks_column(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataF
     return frame.assign(looks="")
 
 
+def _own_run_ids(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFrame:
+    """Format 8 -> 9: only ids changed (a run's own, random), and old runs keep theirs; no frame changes
+    (config_key_of reads an old sweep run's configuration key from its id)."""
+    return frame
+
+
 # From format N to N + 1: (frame name, frame, the run's manifest) -> frame.
 STEPS: dict[int, Callable[[str, pd.DataFrame, Mapping], pd.DataFrame]] = {
     1: _distributed_columns, 2: _model_source_columns, 3: _quiet_evidence_columns, 4: _steps_asked_column,
-    5: _run_isolation_column, 6: _design_columns, 7: _looks_column,
+    5: _run_isolation_column, 6: _design_columns, 7: _looks_column, 8: _own_run_ids,
 }
+OWN_IDS_FORMAT = 9
+
+
+def config_key_of(key: str, manifest: Mapping) -> str:
+    """The configuration key a sweep stored the run under `key` for (plan.keys.config_key): its manifest's config_key;
+    before format 9 a sweep's run was stored under that key as its id, so an old run's id is its key ("" for an entry
+    of format 9 that records none: a compare's run, a calibration, a FLOP count)."""
+    recorded = manifest.get(CONFIG_KEY)
+    if isinstance(recorded, str):
+        return recorded
+    version = manifest.get(FORMAT_KEY, UNVERSIONED)  # read here from damaged manifests too: any value
+    return key if isinstance(version, int) and version < OWN_IDS_FORMAT else ""
 
 
 def migrated(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFrame:

@@ -25,11 +25,14 @@ STORE_FORMAT is the version of what the store writes, recorded with every run (s
   8  a run's summary says where its sequential design looked (looks: units per runner, "4,8"; "" after every round
      or block from the third, as blocks looked before, or where max_repetitions is 0): a stored verdict is judged by
      the looks it was made under, not by today's rule
+  9  a measured run's id is its own, random (plan.keys.new_run_id), no longer a hash of its configuration, so that
+     stores merge without loss; a sweep's run records its configuration's key in its manifest (config_key), which a
+     resume looks for. Runs of older formats keep their ids: a sweep's run was stored under its configuration's key
 """
 
 from __future__ import annotations
 
-STORE_FORMAT = 8
+STORE_FORMAT = 9
 
 # --- what identifies a run's configuration ----------------------------------------------------------------------
 
