@@ -40,12 +40,12 @@ def test_a_bundle_added_to_an_empty_store_carries_every_run_with_its_figures_and
     assert written.runs == 3 and written.size_bytes > 0
     home = ResultStore(tmp_path / "home")
     added = add_bundle(home, written.path)
-    assert sorted(added.added) == ["aaaa", "bbbb", "cccc"] and not added.present and not added.refused
+    assert sorted(added.added) == ["aaaa", "bbbb", "cccc"] and not added.identical and not added.refused
     assert figures(ResultStore(tmp_path / "home")) == figures(source)
     assert not ResultStore(tmp_path / "home").damaged()
 
     again = add_bundle(ResultStore(tmp_path / "home"), written.path)
-    assert (again.added, sorted(again.present), again.refused) == ([], ["aaaa", "bbbb", "cccc"], {})
+    assert (again.added, sorted(again.identical), again.refused) == ([], ["aaaa", "bbbb", "cccc"], {})
 
 
 def test_one_compares_runs_are_bundled_alone(tmp_path):
@@ -108,8 +108,89 @@ def test_the_commands_bundle_and_add_and_say_what_they_did(tmp_path):
     assert f"bundled 3 entries into {bundle}" in " ".join(made.output.split())
     added = fwbench_in_process("store", "add", str(bundle), "--store", str(tmp_path / "home"))
     assert added.exit_code == 0, added.output
-    assert f"added 3 entries to {tmp_path / 'home'}; 0 already there, skipped; 0 refused" in " ".join(added.output.split())
+    assert f"added 3 entries to {tmp_path / 'home'}; 0 already there, identical, skipped; 0 kept apart under a new id; 0 refused" in " ".join(added.output.split())
     not_a_bundle = tmp_path / "notes.txt"
     not_a_bundle.write_text("hello")
     refused = fwbench_in_process("store", "add", str(not_a_bundle), "--store", str(tmp_path / "home"))
     assert refused.exit_code == 2 and "not a bundle" in refused.output and "Traceback" not in refused.output
+
+
+def unsealed(bundle: Path, out: Path) -> Path:
+    """The bundle with its runs' checksums taken out of their manifests and every median step time made 1000 times
+    longer: what a hand-edited bundle looks like."""
+    import json
+
+    import pandas as pd
+
+    def change(name: str, data: bytes) -> bytes:
+        if name.endswith("manifest.json"):
+            manifest = json.loads(data)
+            return json.dumps({k: v for k, v in manifest.items() if k not in ("files", "manifest_sha256")}).encode()
+        if name.endswith("summary.parquet"):
+            frame = pd.read_parquet(io.BytesIO(data))
+            buffer = io.BytesIO()
+            frame.assign(median_step_time_s=frame["median_step_time_s"] * 1000).to_parquet(buffer, index=False)
+            return buffer.getvalue()
+        return data
+
+    return tampered(bundle, out, change)
+
+
+def test_a_run_without_checksums_is_refused_and_counted_never_added(tmp_path):
+    source = three_runs(tmp_path / "store")
+    bundle = unsealed(write_bundle(source, source.keys(), tmp_path / "runs.tar.gz").path, tmp_path / "edited.tar.gz")
+    added = fwbench_in_process("store", "add", str(bundle), "--store", str(tmp_path / "home"))
+    said = " ".join(added.output.split())
+    assert added.exit_code == 1 and "added 0 entries" in said and "3 refused" in said
+    assert "aaaa: manifest.json: records no checksums (files, manifest_sha256)" in said
+    assert ResultStore(tmp_path / "home").keys() == set()
+
+
+def zeros_bundle(source: ResultStore, out: Path, size_bytes: int) -> Path:
+    """A bundle of `source`'s runs with one more run file of `size_bytes` zeros: it packs a thousandfold."""
+    bundle = write_bundle(source, source.keys(), out.with_suffix(".base.tar.gz")).path
+
+    class Zeros:
+        def __init__(self, left: int) -> None:
+            self.left = left
+
+        def read(self, size: int = -1) -> bytes:
+            size = self.left if size < 0 else min(size, self.left)
+            self.left -= size
+            return bytes(size)
+
+    with tarfile.open(bundle) as original, tarfile.open(out, "w:gz") as bomb:
+        for member in original:
+            bomb.addfile(member, original.extractfile(member))
+        big = tarfile.TarInfo("runs/aaaa/big.parquet")
+        big.size = size_bytes
+        bomb.addfile(big, Zeros(size_bytes))
+    return out
+
+
+def test_a_bundle_that_unpacks_to_far_more_than_it_weighs_is_refused_before_anything_is_written(tmp_path):
+    source = three_runs(tmp_path / "store")
+    bomb = zeros_bundle(source, tmp_path / "bomb.tar.gz", 64 * 2**20)
+    assert bomb.stat().st_size < 2**20
+    added = fwbench_in_process("store", "add", str(bomb), "--store", str(tmp_path / "home"))
+    said = " ".join(added.output.split())
+    assert added.exit_code == 2 and "unpacks to more than 100 times its size" in said and "Traceback" not in said
+    written = [p for p in (tmp_path / "home").rglob("*") if p.name != "writer.lock"]
+    assert written == [], "nothing but the writer's lock is written"
+
+
+def test_the_bytes_are_counted_as_they_are_unpacked_whatever_the_headers_say(tmp_path, monkeypatch):
+    source = three_runs(tmp_path / "store")
+    bundle = write_bundle(source, source.keys(), tmp_path / "runs.tar.gz").path
+    lying = tarfile.TarFile.extractfile
+
+    def longer(self, member):  # a member that unpacks to far more than its header says
+        stream = lying(self, member)
+        return io.BufferedReader(io.BytesIO(stream.read() + bytes(200 * bundle.stat().st_size))) if (
+            member.name.endswith("steps.parquet")) else stream
+
+    monkeypatch.setattr(tarfile.TarFile, "extractfile", longer)
+    with pytest.raises(UsageError, match="unpacks to more than 100 times its size"):
+        add_to_store(tmp_path / "home", bundle)
+    home = ResultStore(tmp_path / "home")
+    assert not home.keys() and not home.partials()

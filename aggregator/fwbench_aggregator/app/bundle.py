@@ -32,7 +32,7 @@ def bundle_store(store: Path, out: Path, selection: Selection = Selection()) -> 
 
 
 def add_to_store(store: Path, bundle: Path, progress: Progress = Progress()) -> Added:
-    """The bundle's runs that `store` lacks, added under the store's writer lock."""
+    """The bundle's runs that `store` lacks, checked, added under the store's writer lock (store.bundle)."""
     try:
         with store_lock(store, progress):
             return add_bundle(ResultStore(store), bundle)

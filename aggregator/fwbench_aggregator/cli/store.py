@@ -56,8 +56,9 @@ def add_command(
     bundle: Annotated[Path, typer.Argument(help="a bundle written by `fwbench store bundle`")],
     store: Annotated[Path, typer.Option(callback=parse_store, help="the results store to add to")] = Path("results/store"),
 ) -> None:
-    """Add a bundle's runs to the store: each checked against its manifest's checksums first; a run the store holds
-    already is skipped, and one whose files do not match is refused, named. Exit status 1 where one was refused."""
+    """Add a bundle's runs to the store: each checked against its manifest's checksums first. A run whose id the store
+    holds with the same files is skipped; with other files, it is kept apart under a new id, named. A run without
+    checksums, or whose files do not match them, is refused, named. Exit status 1 where one was refused."""
     added = run(lambda progress: add_to_store(store, bundle, progress))
     print_bundle_added(added, store)
     if added.refused:

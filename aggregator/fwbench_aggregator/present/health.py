@@ -44,8 +44,12 @@ def print_bundle_written(written: Written) -> None:
 
 
 def print_bundle_added(added: Added, store) -> None:
-    out_console.print(f"added {len(added.added)} entries to {escape(str(store))}; {len(added.present)} already there, "
-                      f"skipped; {len(added.refused)} refused", highlight=False)
+    out_console.print(f"added {len(added.added)} entries to {escape(str(store))}; {len(added.identical)} already there, "
+                      f"identical, skipped; {len(added.kept_apart)} kept apart under a new id; {len(added.refused)} "
+                      "refused", highlight=False)
+    if added.kept_apart:
+        err_console.print("[yellow]kept apart, the store holding other files under their ids (both kept):[/]" + "".join(
+            f"\n  {escape(key)} -> {escape(new)}" for key, new in added.kept_apart.items()), highlight=False)
     if added.refused:
-        err_console.print("[red]refused, their files not matching their manifests:[/]" + "".join(
+        err_console.print("[red]refused, their files unchecked or not matching their manifests:[/]" + "".join(
             f"\n  {escape(key)}: {escape(why)}" for key, why in added.refused.items()), highlight=False)

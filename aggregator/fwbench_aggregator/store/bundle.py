@@ -2,9 +2,12 @@
 `fwbench-bundle.json` (what it holds) and each run's folder as the store keeps it (`runs/<key>/...`): its frames,
 configuration and manifest, whose checksums (integrity.py) are checked again where the bundle is added.
 
-Adding a bundle writes each run as the store writes its own (a hidden folder, checked, then renamed into place),
-skips a run the store already holds, and refuses a run whose files do not match its manifest, naming it: nothing
-is dropped in silence, and nothing is read from outside `runs/<key>/`.
+Adding a bundle writes each run as the store writes its own (a hidden folder, checked, then renamed into place). A
+run whose manifest records no checksums, or whose files do not match them, is refused, named and counted. A run whose
+id the store holds already is skipped where its files are the same, and kept apart under a new id where they are
+not (rekey.py): nothing is dropped in silence, and nothing is read from outside `runs/<key>/`. A bundle that would
+unpack to more than MAX_UNPACKED_RATIO times its size is refused whole, from its members' headers, before anything
+is written.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from pathlib import Path, PurePosixPath
 
 from ..base.read_files import UnreadableFile, parse_json
 from ..base.write_paths import checked_write_path
-from .health import entry_damage
+from .health import entry_damage, read_store_json
+from .integrity import CHECKSUM_KEY, FILES_KEY, MANIFEST_FILE, data_records
+from .rekey import apart_id, rekeyed
 from .results_store import PARTIAL_PREFIX, ResultStore
 from .schema import STORE_FORMAT
 
@@ -31,6 +36,12 @@ BUNDLE_FORMAT = 1
 INDEX_NAME = "fwbench-bundle.json"
 _KEY = re.compile(r"[0-9A-Za-z_-]+")
 _FILE = re.compile(r"(config|manifest)\.json|[a-z_][a-z0-9_]*\.parquet")
+# A bundle unpacks to at most this many times its own size. A genuine one unpacks to a few times it (its Parquet
+# frames are compressed already; the JSON shrinks about tenfold); gzip itself reaches about a thousand, so a file of
+# zeros (400 KB that unpacks to 400 MiB) is refused from its headers, before anything is written. A cap relative to
+# the bundle, not an absolute one: a store of any size still travels, and no bundle writes more than it weighs,
+# a hundredfold.
+MAX_UNPACKED_RATIO = 100
 
 
 class BundleError(ValueError):
@@ -47,7 +58,8 @@ class Written:
 @dataclass
 class Added:
     added: list[str] = field(default_factory=list)
-    present: list[str] = field(default_factory=list)  # held by the store already: skipped
+    identical: list[str] = field(default_factory=list)  # held by the store already, the same files: skipped
+    kept_apart: dict[str, str] = field(default_factory=dict)  # its id in the bundle -> its new id in the store
     refused: dict[str, str] = field(default_factory=dict)  # key -> why its files cannot be trusted
 
 
@@ -81,18 +93,35 @@ def add_bundle(store: ResultStore, path: Path) -> Added:
     added = Added()
     with _open(path) as tar:
         members = _members(tar, path)
+        budget = _Budget(path, MAX_UNPACKED_RATIO * path.stat().st_size)
         store.runs_dir.mkdir(parents=True, exist_ok=True)
         store.record_format()
         for key, files in members.items():
-            if store.occupied(key):
-                added.present.append(key)
-                continue
-            why = _add_one(store, tar, key, files)
-            if why:
-                added.refused[key] = why
+            outcome, detail = _add_one(store, tar, key, files, budget)
+            if outcome == "refused":
+                added.refused[key] = detail
+            elif outcome == "identical":
+                added.identical.append(key)
+            elif detail != key:
+                added.kept_apart[key] = detail
             else:
                 added.added.append(key)
     return added
+
+
+@dataclass
+class _Budget:
+    """The bytes a bundle may still unpack to: the headers say what it holds, and the bytes are counted again as they
+    are written, since a header is only what the file says."""
+
+    path: Path
+    left_bytes: int
+
+    def spend(self, size_bytes: int) -> None:
+        self.left_bytes -= size_bytes
+        if self.left_bytes < 0:
+            raise BundleError(f"{self.path}: unpacks to more than {MAX_UNPACKED_RATIO} times its size "
+                              f"({self.path.stat().st_size} bytes), which no bundle of runs does: refused")
 
 
 def _open(path: Path) -> tarfile.TarFile:
@@ -107,8 +136,10 @@ def _open(path: Path) -> tarfile.TarFile:
 def _members(tar: tarfile.TarFile, path: Path) -> dict[str, list[tarfile.TarInfo]]:
     """Each run's files by key, every member checked to be a plain file under runs/<key>/ and the index read."""
     index, runs = None, {}
+    budget = _Budget(path, MAX_UNPACKED_RATIO * path.stat().st_size)
     try:
         for member in tar:
+            budget.spend(member.size)  # from its header, before its bytes are read
             name = PurePosixPath(member.name)
             if member.name == INDEX_NAME and member.isfile():
                 index = parse_json(tar.extractfile(member).read().decode("utf-8", "replace"), f"{path}: {INDEX_NAME}")
@@ -124,26 +155,59 @@ def _members(tar: tarfile.TarFile, path: Path) -> dict[str, list[tarfile.TarInfo
     if not isinstance(index, dict) or index.get("bundle_format") != BUNDLE_FORMAT:
         found = index.get("bundle_format") if isinstance(index, dict) else "none"
         raise BundleError(f"{path}: bundle format {found}; this fwbench reads bundle format {BUNDLE_FORMAT}")
-    missing = sorted(set(index.get("runs", [])) - set(runs))
+    listed = index.get("runs", [])
+    if not isinstance(listed, list) or not all(isinstance(key, str) for key in listed):
+        raise BundleError(f"{path}: its index's runs are not a list of run ids: not a bundle this fwbench wrote")
+    missing = sorted(set(listed) - set(runs))
     if missing:
         raise BundleError(f"{path}: its index lists runs it does not hold ({', '.join(missing[:5])}): cut short")
     return runs
 
 
-def _add_one(store: ResultStore, tar: tarfile.TarFile, key: str, files: list[tarfile.TarInfo]) -> str:
-    """One run written into the store, or why not ("" where it was added)."""
+def _add_one(store: ResultStore, tar: tarfile.TarFile, key: str, files: list[tarfile.TarInfo],
+             budget: _Budget) -> tuple[str, str]:
+    """One run of the bundle: ("refused", why), ("identical", key) where the store holds the same files under its id
+    (or kept them apart before), or ("added", the id it is stored under: its own, or a new one, rekey.apart_id, where
+    the store holds other files under its own).
+
+    The same id with other files is kept apart, not refused: runs of store formats before 9 took their ids from their
+    configurations, so the same sweep on two machines made one id for two runs, both of which must be kept."""
     partial = Path(tempfile.mkdtemp(prefix=f"{PARTIAL_PREFIX}{key}-{os.getpid()}-", dir=store.runs_dir))
     try:
         entry = partial / key  # checked under its own name: its frames' run_key must name it
         entry.mkdir()
         for member in files:
             with tar.extractfile(member) as source, open(entry / PurePosixPath(member.name).name, "wb") as target:
-                shutil.copyfileobj(source, target)
-        damage = entry_damage(entry)
-        if damage:
-            return "; ".join(f"{d.path.name}: {d.reason}" for d in damage)
-        os.rename(entry, store.runs_dir / key)
-        return ""
+                _copy_counted(source, target, budget)
+        why = _unverified(entry)
+        if why:
+            return "refused", why
+        if store.occupied(key):
+            if data_records(store.runs_dir / key) == data_records(entry) or store.occupied(apart_id(key, entry)):
+                return "identical", key
+            entry = rekeyed(entry, key)
+        os.rename(entry, store.runs_dir / entry.name)
+        return "added", entry.name
     finally:
         shutil.rmtree(partial, ignore_errors=True)
+
+
+def _copy_counted(source, target, budget: _Budget) -> None:
+    while chunk := source.read(1 << 20):
+        budget.spend(len(chunk))
+        target.write(chunk)
+
+
+def _unverified(entry: Path) -> str:
+    """Why the run in `entry` cannot be trusted ("" where it can): its manifest records no checksums (a run from
+    before they were recorded, or one whose record was stripped: its figures could be anything), or a file is
+    unreadable, or differs from what its manifest records."""
+    damage = entry_damage(entry)
+    if damage:
+        return "; ".join(f"{d.path.name}: {d.reason}" for d in damage)
+    manifest = read_store_json(entry / MANIFEST_FILE) if (entry / MANIFEST_FILE).exists() else {}
+    if FILES_KEY not in manifest or CHECKSUM_KEY not in manifest:
+        return (f"{MANIFEST_FILE}: records no checksums ({FILES_KEY}, {CHECKSUM_KEY}), so its figures cannot be "
+                "checked: only runs whose files are checked are added")
+    return ""
 

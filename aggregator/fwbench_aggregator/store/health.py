@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from ..base.read_files import read_json
 from ..base.write_paths import kind_of
 from .integrity import CHECKED_SUFFIXES, MANIFEST_FILE, file_problems, manifest_problem
-from .migrations import FORMAT_KEY, run_format
+from .migrations import FORMAT_KEY, is_format, run_format
 from .schema import STORE_FORMAT
 
 _MAX_REASON_CHARS = 200
@@ -96,8 +96,8 @@ def frame_problem(name: str, table: pa.Table, key: str) -> Optional[str]:
 def _format_problem(manifest: dict) -> Optional[str]:
     """Why this fwbench cannot read a run of this manifest's store format, or None."""
     version = manifest.get(FORMAT_KEY, 1)
-    if not isinstance(version, int) or isinstance(version, bool):
-        return f"its {FORMAT_KEY} {version!r} is not a store format"
+    if not is_format(version):
+        return f"its {FORMAT_KEY} {str(version)[:40]!r} is not a store format"
     if run_format(manifest) > STORE_FORMAT:
         return (f"written by a newer fwbench (store format {version}); this fwbench reads store formats up to "
                 f"{STORE_FORMAT}: update fwbench to read it")

@@ -40,6 +40,13 @@ def sealed(manifest: Mapping, files: Mapping[str, dict]) -> dict:
     return {**body, CHECKSUM_KEY: _content_sha256(body)}
 
 
+def data_records(folder: Path) -> dict[str, dict]:
+    """file_record of each file of the entry in `folder` but its manifest: what says two entries hold the same run
+    (the manifest differs with where and when the entry was written or carried)."""
+    return {p.name: file_record(p.read_bytes()) if stat.S_ISREG(p.lstat().st_mode) else {"kind": "not a regular file"}
+            for p in sorted(folder.iterdir()) if p.suffix in CHECKED_SUFFIXES and p.name != MANIFEST_FILE}
+
+
 def manifest_problem(manifest: Mapping) -> Optional[str]:
     """Why a manifest is not the one its writer sealed, or None (a sealed one intact, or one from before sealing)."""
     if FILES_KEY not in manifest and CHECKSUM_KEY not in manifest:

@@ -24,6 +24,11 @@ class StoreFormatError(ValueError):
     """A store or run written by a newer fwbench than this one: the message names the store and both formats."""
 
 
+def is_format(version: object) -> bool:
+    """Whether `version` (as a store.json or a manifest holds it) is a store format: a whole number from 1."""
+    return isinstance(version, int) and not isinstance(version, bool) and version >= UNVERSIONED
+
+
 def run_format(manifest: Mapping) -> int:
     return int(manifest.get(FORMAT_KEY, UNVERSIONED))
 
