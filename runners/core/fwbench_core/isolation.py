@@ -170,11 +170,7 @@ class ProcessBlocks:
                cancelled: Callable[[], bool], watch: Watch | None = None) -> Iterator[T]:
         """`work(*args, stop)` in block `block`'s worker; with `ends`, the block ends after it."""
         if not self._lock.acquire(blocking=False):
-            worker = WorkerProcess()
-            try:
-                yield from worker.stream(work, args, cancelled, watch)
-            finally:
-                worker.close()
+            yield from stream_from_worker(work, args, cancelled, watch)
             return
         try:
             worker = self._worker
@@ -272,7 +268,7 @@ class WorkerProcess:
             while True:
                 if cancelled():
                     self._stop.set()
-                if deadline is not None and time.monotonic() > deadline:
+                if watch is not None and deadline is not None and time.monotonic() > deadline:
                     kill_tree(self._process)
                     raise DeadlineExceeded(f"{watch.subject}: {phase} did not return within {watch.limit_s:g} s; the "
                                            "runner stopped it and serves on")

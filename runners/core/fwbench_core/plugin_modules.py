@@ -34,6 +34,8 @@ def import_builder(folder: Path, framework: str, model: str) -> ModuleType:
         sys.modules[package] = holder
     name = f"{package}.build_{framework}"
     module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise PluginError(f"{path} cannot be imported: Python has no loader for it")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
     try:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from .errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, RunnerError
 from .choices import InputKind
 from .spec import ModelConfig, ReferenceReport
 from .system_folders import system_folder
@@ -160,12 +160,14 @@ class ReferenceFolder:
             fd, temporary = tempfile.mkstemp(prefix=".", suffix=".partial", dir=self.path)
             with os.fdopen(fd, "wb") as file:
                 os.fchmod(file.fileno(), 0o644)  # the other runner may run as another user
-                np.savez(file, **arrays)
+                np.savez(file, allow_pickle=False, **arrays)
             os.replace(os.path.basename(temporary), name, src_dir_fd=folder, dst_dir_fd=folder)
             temporary = None
         except OSError as error:
-            kind = ResourceExhausted if error.errno in (errno.ENOSPC, errno.EDQUOT) else FailedPrecondition
-            if error.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+            kind: type[RunnerError] = FailedPrecondition
+            if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                kind = ResourceExhausted
+            elif error.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
                 kind = InvalidArgument
             raise kind(f"reference {shown(name)} cannot be written in this runner's reference folder: {error.strerror}") from None
         finally:
@@ -180,7 +182,7 @@ def compared_outputs(output: np.ndarray, expected: np.ndarray, tolerance: float)
     if output.shape != expected.shape:
         return ReferenceReport(output_shape=tuple(output.shape), tolerance=tolerance)
     max_abs = float(np.max(np.abs(output - expected), initial=0.0))
-    max_rel = max_abs / max(float(np.max(np.abs(expected), initial=0.0)), np.finfo(np.float32).tiny)
+    max_rel = max_abs / max(float(np.max(np.abs(expected), initial=0.0)), float(np.finfo(np.float32).tiny))
     return ReferenceReport(
         output_shape=tuple(output.shape),
         compared_values=int(expected.size),

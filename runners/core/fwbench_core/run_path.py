@@ -122,7 +122,7 @@ class RunPath:
                 if user_error is None and not out_of_memory:
                     raise
             finally:
-                if keep and completed and config.reuse_key and not config.end_reuse:
+                if keep and completed and workload is not None and config.reuse_key and not config.end_reuse:
                     # Kept whole: no collection or cache release, which the next run would only have to undo.
                     self._kept = Kept(workload, config)
                 else:

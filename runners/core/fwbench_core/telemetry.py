@@ -13,12 +13,15 @@ from .device_state import DeviceState, DeviceStateReader
 from .power import PowerPhase, PowerSample, PowerSampler, energy_summary
 from .choices import Phase
 from .spec import DeviceRef, RunConfig
+from .serving import QueryBatch
 from .timing import Progress, StepBatch, Summary, samples_processed, with_device_state
 
 # How often the idle baseline looks at cancellation.
 IDLE_POLL_S = 0.1
 # The run's phases as the power sampler tags its readings.
 POWER_PHASES = {Phase.WARMUP: PowerPhase.WARMUP, Phase.MEASURE: PowerPhase.MEASURE, Phase.DONE: PowerPhase.AFTER}
+# What the timed steps stream (timing.time_steps), which the telemetry passes on with its own.
+StepEvent = Progress | StepBatch | QueryBatch | Summary
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class RunTelemetry:
         while self._clock() < until_s and not cancelled():
             time.sleep(min(IDLE_POLL_S, max(0.0, until_s - self._clock())))
 
-    def around(self, event: object, config: RunConfig) -> Iterator[object]:
+    def around(self, event: StepEvent, config: RunConfig) -> Iterator[StepEvent | PowerBatch]:
         """`event` as the run streams it: the summary with the device state around the run and the energy over its
         measured window, each phase's start tagging the samples that follow, each step batch followed by the
         samples taken meanwhile."""

@@ -30,7 +30,9 @@ def start_worker(log_level: int) -> None:
 def _exit_when_runner_ends() -> None:
     """A runner that ends in any way, kill -9 included, takes its worker with it: nobody would read the run.
     (A daemonic worker is ended only by a runner that exits normally.)"""
-    multiprocessing.parent_process().join()
+    runner = multiprocessing.parent_process()
+    assert runner is not None  # a worker is always started by a runner's multiprocessing
+    runner.join()
     log.warning("the runner that started this worker has ended: the run ends with it")
     end_own_tree()
     os._exit(1)
