@@ -1,7 +1,7 @@
 """The runner core's import rule (docs/architecture.md): modules on floors, each importing only its own floor and those
 below, with no import cycle, so that a request's path through a runner reads from the server down to the facts.
 
-    server -> wire -> service -> measurement -> models and inputs -> facts
+    server -> wire -> service -> execution -> measurement -> models and inputs -> processes -> facts
 
 The core imports no framework; each runner package imports the core, never another runner; no module grows past 400
 lines.
@@ -23,16 +23,19 @@ MAX_MODULE_LINES = 400
 FLOORS = {
     "facts": {"__init__", "errors", "limits", "choices", "spec", "fairness", "architectures", "handlers", "allocator",
               "safe_read", "env_flags", "system_folders"},
+    "processes": {"process_tree", "worker_output", "worker_start"},
     "models and inputs": {"declaration", "plugin_modules", "plugin_checks", "plugins", "builtin", "registry",
-                          "catalog", "references", "decoding", "streams", "access", "sysinfo", "isolation",
-                          "process_tree", "worker_output", "worker_start"},
+                          "catalog", "references", "decoding", "streams", "access", "sysinfo"},
     "measurement": {"power", "device_state", "backend", "onnx_runtime", "serving", "timing", "telemetry", "placement",
-                    "validation", "apart", "plugin_worker", "distributed", "admission", "run_path"},
+                    "validation", "admission", "run_path"},
+    "execution": {"isolation", "apart", "plugin_worker", "distributed"},
     "service": {"service"},
     "wire": {"wire", "wire_events"},
     "server": {"server", "healthcheck", "fake"},
 }
 FLOOR_OF = {module: index for index, modules in enumerate(FLOORS.values()) for module in modules}
+
+
 def core_name(path: Path) -> str:
     """A core module's name on its floor: its top-level name within the package (power/energy.py is "power")."""
     parts = path.relative_to(CORE).with_suffix("").parts

@@ -1,17 +1,14 @@
 """A plug-in's inspection and parity work in a worker process (isolation.WorkerProcess), so that its code never runs in
-the runner's; and the error a plug-in's exception becomes, wherever it ran."""
+the runner's."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 
 from .backend import Backend
-from .errors import FailedPrecondition, OutOfMemory, RunnerError
+from .errors import OutOfMemory, RunnerError
 from .isolation import Watch, WorkerProcess
-from .spec import ModelSpec
-
-log = logging.getLogger("fwbench.runner")
+from .run_path import plugin_failure
 
 # What a worker running a plug-in's code apart (_apart) does, by backend method: the phase its limit applies to.
 _APART_PHASES = {"inspect": "building and inspecting it", "export_reference": "building it and exporting a reference",
@@ -31,15 +28,6 @@ def _apart(make_backend: Callable[[], Backend], method: str, args: tuple, cancel
         if backend.is_out_of_memory(exc):
             raise OutOfMemory(f"out of memory {_APART_PHASES[method]} ({args[0].model.name}): {exc}") from None
         raise backend.user_error(exc) or plugin_failure(args[0].model, _APART_PHASES[method], exc) from None
-
-
-def plugin_failure(spec: ModelSpec, doing: str, exc: Exception) -> FailedPrecondition:
-    """A plug-in's exception as the user's to fix, naming the plug-in and what it was doing; its traceback goes to
-    the log."""
-    log.warning("plug-in %s raised during %s", spec.name, doing, exc_info=exc)
-    text = " ".join(str(exc).split())[:500]
-    return FailedPrecondition(f"plug-in {spec.name} ({spec.source.folder}): {doing} raised {type(exc).__name__}"
-                              f"{f': {text}' if text else ''}; the runner's log has the traceback")
 
 
 def apart_phase_after(method: str) -> Callable[[object], str | None]:

@@ -1,28 +1,31 @@
 """The path of one run through a runner, wherever it executes (the runner's framework thread, a worker process of its
 own, a rank of a distributed job): the idle baseline, the build or the kept workload's reuse, the timed steps with
-their telemetry, and what a failure means; and the functions a worker process runs it with."""
+their telemetry, and what a failure means (a plug-in's, wherever its code ran); and the functions a worker process
+runs it with."""
 
 from __future__ import annotations
 
 import functools
 import gc
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Union
 
-from .apart import plugin_failure
 from .backend import Backend, Workload
 from .choices import DeviceKind, Phase
 from .device_state import DeviceStateReader
-from .errors import Cancelled, OutOfMemory, RunnerError
+from .errors import Cancelled, FailedPrecondition, OutOfMemory, RunnerError
 from .power import NvmlSession, PowerSampler, source_for
 from .serving import QueryBatch
-from .spec import RunConfig
+from .spec import ModelSpec, RunConfig
 from .telemetry import PowerBatch, RunTelemetry
 from .timing import Progress, StepBatch, Summary, time_steps
 from .validation import first_window
+
+log = logging.getLogger("fwbench.runner")
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,15 @@ class RunPath:
         if config.model.source.built_in or isinstance(exc, RunnerError):
             return None, ""
         return plugin_failure(config.model, doing, exc), ""
+
+
+def plugin_failure(spec: ModelSpec, doing: str, exc: Exception) -> FailedPrecondition:
+    """A plug-in's exception as the user's to fix, naming the plug-in and what it was doing; its traceback goes to
+    the log."""
+    log.warning("plug-in %s raised during %s", spec.name, doing, exc_info=exc)
+    text = " ".join(str(exc).split())[:500]
+    return FailedPrecondition(f"plug-in {spec.name} ({spec.source.folder}): {doing} raised {type(exc).__name__}"
+                              f"{f': {text}' if text else ''}; the runner's log has the traceback")
 
 
 def run_phase_after(event: object) -> str | None:
