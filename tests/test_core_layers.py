@@ -28,7 +28,7 @@ FLOORS = {
                           "catalog", "references", "decoding", "streams", "access", "sysinfo"},
     "measurement": {"power", "device_state", "backend", "onnx_runtime", "serving", "timing", "telemetry", "placement",
                     "validation", "admission", "run_path"},
-    "execution": {"isolation", "apart", "plugin_worker", "distributed"},
+    "execution": {"isolation", "apart", "plugin_worker", "distributed", "venue", "venues"},
     "service": {"service"},
     "wire": {"wire", "wire_events"},
     "server": {"server", "healthcheck", "fake"},

@@ -25,7 +25,8 @@ from fwbench_core.distributed import (
 )
 from fwbench_core.errors import Aborted, Cancelled, FailedPrecondition, InvalidArgument, OutOfMemory, Unavailable
 from fwbench_core.fake import HANG_RANK_ENV, FakeBackend
-from fwbench_core.service import Resolved, RunnerService
+from fwbench_core.run_path import Resolved
+from fwbench_core.service import RunnerService
 from fwbench_core.choices import DeviceKind, Mode, Phase, Strategy
 from fwbench_core.spec import Cluster, DeviceRef, RunRequest
 from fwbench_core.timing import Progress, StepBatch, StepSample, Summary

@@ -144,6 +144,14 @@ class BlockWorker:
         finally:
             self._lock.release()
 
+    def end(self) -> None:
+        """End the block's worker, if idle: its remaining runs then start a fresh block."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._end_block()
+            finally:
+                self._lock.release()
+
     def _end_block(self) -> None:
         if self._worker is not None:
             worker, self._worker, self._served = self._worker, None, 0

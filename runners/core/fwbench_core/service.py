@@ -3,34 +3,25 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from pathlib import Path
 from typing import TypeVar
 
 from .allocator import pin_malloc
 from .admission import DEFAULT_MAX_QUEUED_REQUESTS, DeviceLocks, WorkLimit, lock_ref, wait_for
-from .apart import apart_phase_after, called_apart
 from .backend import Backend
 from .catalog import Catalog, load_catalog
 from .device_state import DeviceStateReader
-from .distributed import run_distributed
 from .errors import FailedPrecondition, InvalidArgument
 from .limits import MAX_REUSE_KEY_LENGTH
 from .process_tree import end_strays
-from .isolation import BlockWorker, ProcessBlocks, RunIsolation, Watch, stream_on_thread
-from .plugin_worker import PluginWorkers
-from .plugin_modules import builder_file
+from .isolation import RunIsolation
 from .plugins import PLUGIN_LIMIT_S, PluginLocation
 from .references import ReferenceFolder, check_input_fits, check_name
-from .run_path import (
-    Resolved, RunEvent, RunPath, backend_in_worker, prepare_in_worker, run_in_worker, run_phase_after, run_rank,
-)
+from .run_path import RunEvent, RunPath
 from .choices import DeviceKind, Phase, Precision
 from .spec import (
     DeviceRef, ModelConfig, ModelReport, ModelSpec, ReferenceReport, ReferenceRequest, RunConfig, RunnerInfo,
@@ -38,6 +29,7 @@ from .spec import (
 )
 from .timing import Progress
 from .validation import resolve, resolve_key, resolve_model_config, resolve_reference
+from .venues import Venues
 
 # Work that waits for the CPU (inspection, parity) gives up after this long: the aggregator's own deadline.
 CPU_WAIT_LIMIT_S = 600.0
@@ -68,12 +60,8 @@ class RunnerService:
         self.isolation = isolation
         self._make_backend = make_backend
         self._references = references
-        # The run path of runs on the framework thread, and the workload it keeps between them.
-        self._runs = RunPath(backend, device_states, clock)
-        # All framework work (builds, steps, inspection) runs on this one thread. PyTorch's OpenMP gives
-        # every thread that runs ops its own worker team; with more workers than cores, libgomp spins
-        # less and every op slows by about 20%, for good, once a second gRPC handler thread has run torch.
-        self._framework = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fwbench-framework")
+        # Where runs execute: the framework thread runs its runs on this run path, which keeps a build between them.
+        self._venues = Venues(backend, RunPath(backend, device_states, clock), isolation, make_backend, plugin_limit_s)
         if isolation.in_worker(DeviceRef(DeviceKind.GPU)):
             # A context held here would keep memory, and idle clocks and power high, on every GPU. Before
             # runner_info, which must then list the GPUs without opening them.
@@ -85,9 +73,6 @@ class RunnerService:
         # Each plug-in's builder is checked in a process of its own: no user's code runs in the runner's.
         self.catalog: Catalog = load_catalog(backend.models, plugins, plugin_limit_s)
         self.plugin_limit_s = plugin_limit_s
-        self._plugin_workers = PluginWorkers()
-        self._block_worker = BlockWorker()
-        self._process_blocks = ProcessBlocks()
         self._locks = DeviceLocks()
         self.work_limit = WorkLimit(max_queued_requests, self._locks.held)
 
@@ -109,7 +94,7 @@ class RunnerService:
         thread with no workload kept there."""
         with self._cpu_held(cancelled):
             try:
-                return self._framework.submit(self._without_kept, work).result()
+                return self._venues.thread.call(work)
             finally:
                 gc.collect()
 
@@ -129,27 +114,12 @@ class RunnerService:
         """The model's parameters and FLOPs, built on the CPU (a plug-in's in a process of its own)."""
         return self.on_cpu(lambda: self._user_code(config.model, "inspect", (config,), cancelled), cancelled)
 
-    def contained(self, spec: ModelSpec) -> bool:
-        """Whether work on `spec` runs a user's code (a plug-in's builder), and so runs in a worker process of its
-        own, within plugin_limit_s a phase, where a hang, a crash or a failed allocation costs that process alone.
-        A service that starts no worker processes (make_backend None: tests') runs it here."""
-        return (not spec.source.built_in and self.backend.models.make_plugin_builder is not None
-                and self._make_backend is not None)
-
-    def _watch(self, spec: ModelSpec, phase_after: Callable[[object], str | None]) -> Watch:
-        return Watch(f"plug-in {spec.name} ({Path(spec.source.folder) / builder_file(self.backend.framework)})",
-                     self.plugin_limit_s, phase_after)
-
     def _user_code(self, spec: ModelSpec, method: str, args: tuple, cancelled: Callable[[], bool]):
-        """The backend's `method(*args)`, which builds `spec`: here, or for a plug-in in a worker process."""
-        if not self.contained(spec):
-            self._plugin_workers.close_idle()
+        """The backend's `method(*args)`, which builds `spec`: here, or for a plug-in in its worker process."""
+        if not self._venues.contained(spec):
+            self._venues.plugin.release()
             return getattr(self.backend, method)(*args)
-        assert self._make_backend is not None  # contained(spec): this service starts worker processes
-        keep = not self.isolation.in_worker(DeviceRef(DeviceKind.CPU))
-        with self._plugin_workers.worker_for(spec.source, keep) as worker:
-            return called_apart(worker, functools.partial(backend_in_worker, self._make_backend), method, args,
-                                cancelled, self._watch(spec, apart_phase_after(method)))
+        return self._venues.plugin.call(spec, method, args, cancelled)
 
     def _reference_folder(self) -> ReferenceFolder:
         if self._references is None:
@@ -189,8 +159,8 @@ class RunnerService:
         started = time.monotonic()
         # Only the CPU is held, not the framework's thread: the wait is a spawned worker's import.
         with self._cpu_held(cancelled):
-            self._plugin_workers.close_idle()
-            self._process_blocks.open(block, prepare_in_worker, (self._make_backend,), cancelled)
+            self._venues.plugin.release()
+            self._venues.block.open(block, cancelled)
         return time.monotonic() - started
 
     def check(self, request: RunRequest) -> RunConfig:
@@ -227,39 +197,9 @@ class RunnerService:
                     lock.release()
 
     def _execute(self, config: RunConfig, total: int, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
-        """The run where it executes: across worker processes (distributed), in its process block's worker, in a
-        plug-in's worker, in a worker process as the run isolation says, or on this process's framework thread. Never
-        beside a process an earlier plug-in's worker left (process_tree.end_strays)."""
+        """The run where it executes (Venues.venue_for), once what the other venues keep that it must not run beside has
+        ended, and never beside a process an earlier plug-in's worker left (process_tree.end_strays)."""
         end_strays()
-        if config.process_block or not self.contained(config.model):
-            self._plugin_workers.close_idle()
-        if not config.process_block:
-            self._process_blocks.end()
-        if config.distributed:
-            assert self._make_backend is not None  # check() refuses a distributed run without it
-            workers = self.backend.worker_processes(config)
-            for event in run_distributed(run_rank, self._make_backend, config, workers, total, cancelled):
-                yield replace(event, config=config) if isinstance(event, Resolved) else event
-        elif config.process_block:
-            self._framework.submit(self._runs.drop_kept).result()
-            watch = self._watch(config.model, run_phase_after) if self.contained(config.model) else None
-            yield from self._process_blocks.stream(config.process_block, config.end_reuse, run_in_worker,
-                                                   (self._make_backend, config, total), cancelled, watch)
-        elif self.contained(config.model):
-            # A workload kept in this process would share the device with the worker's run.
-            self._framework.submit(self._runs.drop_kept).result()
-            keep = not self.isolation.in_worker(config.device.ref)
-            with self._plugin_workers.worker_for(config.model.source, keep) as worker:
-                yield from worker.stream(run_in_worker, (self._make_backend, config, total), cancelled,
-                                         self._watch(config.model, run_phase_after))
-        elif self.isolation.in_worker(config.device.ref):
-            yield from self._block_worker.stream(self.isolation.runs_per_worker(config.device.ref), run_in_worker,
-                                                 (self._make_backend, config, total), cancelled)
-        else:
-            run = lambda stop: self._runs.run(config, total, stop, keep=True)  # noqa: E731
-            yield from stream_on_thread(self._framework, run, cancelled)
-
-    def _without_kept(self, work: Callable[[], T]) -> T:
-        """Other work on the framework thread frees the kept workload first: it may reset framework state."""
-        self._runs.drop_kept()
-        return work()
+        venue = self._venues.venue_for(config)
+        self._venues.release_beside(venue, config)
+        yield from venue.stream(config, total, cancelled)
