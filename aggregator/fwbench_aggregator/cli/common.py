@@ -13,9 +13,9 @@ from typer.core import TyperGroup
 
 from ..app.errors import UsageError
 from ..base.env_flags import EnvFlagError
+from ..base.write_paths import WritePathError
 from ..plan.study_file import SweepError
 from ..present.console import err_console
-from ..store.location import StorePathError
 from ..store.migrations import StoreFormatError
 from ..run.client import RunnerFailure
 from .progress import TerminalProgress
@@ -60,8 +60,8 @@ def usage_error(message: str, hint: str = "") -> typer.Exit:
 
 
 def run(use_case: Callable[[TerminalProgress], T]) -> T:
-    """Call a use case with the terminal's progress; its UsageError or SweepError, or a store it cannot use (one that
-    can be in no such place, or from a newer fwbench), becomes a usage error, and a runner's failure it did not catch
+    """Call a use case with the terminal's progress; its UsageError or SweepError, a path it will not write (a store
+    among them), or a store from a newer fwbench, becomes a usage error, and a runner's failure it did not catch
     a named failure (exit 1)."""
     try:
         with TerminalProgress() as progress:
@@ -70,7 +70,9 @@ def run(use_case: Callable[[TerminalProgress], T]) -> T:
         raise usage_error(str(error), error.hint) from None
     except (SweepError, EnvFlagError) as error:
         raise usage_error(str(error)) from None
-    except (StorePathError, StoreFormatError) as error:
+    except WritePathError as error:  # a path fwbench will not write, a store's among them
+        raise usage_error(str(error), error.option) from None
+    except StoreFormatError as error:
         raise usage_error(str(error), "--store") from None
     except RunnerFailure as failure:
         # One a use case did not catch (a plug-in that fails the checks before any run): named, exit 1, never a

@@ -18,7 +18,8 @@ Why a folder of Parquet files per run, rather than one growing file or a databas
   `ResultStore.load("steps")` (pandas), DuckDB
   (`SELECT * FROM read_parquet('<root>/runs/[0-9a-f]*/steps.parquet', union_by_name=true)`), pyarrow
   (`pyarrow.dataset.dataset(glob.glob('<root>/runs/[0-9a-f]*/steps.parquet'), format='parquet')`).
-- Resumable: the key is a hash of the configuration, so a sweep asks `has(key)` and skips what is done.
+- Resumable: a run's id is its own (random, so that stores merge without loss), and a sweep's run records the key of
+  its configuration in its manifest, so a sweep finds what is done (config_keys.py) and skips it.
   A run that ran out of memory is stored too, with a summary whose status is "failed": resuming does
   not retry it, and reports show it as a missing point. A refused request is no run and is not stored.
 - Versioned: every run's manifest records the store format that wrote it (schema.STORE_FORMAT), and
@@ -48,10 +49,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from .health import Damage, entry_damage, unreadable
-from .migrations import FORMAT_KEY, check_readable, is_refusal_record, migrated, run_format
+from ..base.write_paths import write_atomically
+from .health import Damage, entry_damage, read_store_json, unreadable
+from .migrations import FORMAT_KEY, check_readable, is_format, is_refusal_record, migrated, run_format
 from .integrity import MANIFEST_FILE, file_record, sealed
-from .location import STORE_FILE
+from .location import RUNS_FOLDER, STORE_FILE, store_subfolder
 from .schema import STORE_FORMAT
 
 ASIDE_FOLDER = "aside"
@@ -116,11 +118,12 @@ def _pid_alive(pid: int) -> bool:
 
 
 class ResultStore:
-    """Runs under `root`, one folder each, keyed by `run_key(config)`."""
+    """Runs under `root`, one folder each, under its own id (plan.keys.new_run_id), or a content-addressed key for a
+    fact (a FLOP count, parity evidence)."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
-        self.runs_dir = self.root / "runs"
+        self.runs_dir = self.root / RUNS_FOLDER
         self._manifests: dict[str, dict] = {}
         self._damage: dict[str, list[Damage]] = {}  # an entry's files never change once it is visible
         check_readable(self.format(), str(self.root))
@@ -131,7 +134,7 @@ class ResultStore:
         path = self.root / STORE_FILE
         if not path.exists() or self._store_file_damage():
             return 1 if self.runs_dir.is_dir() and any(self.runs_dir.iterdir()) else STORE_FORMAT
-        return int(json.loads(path.read_text()).get(FORMAT_KEY, 1))
+        return int(read_store_json(path).get(FORMAT_KEY, 1))
 
     # Reading: only complete, readable entries, that is folders without a leading dot whose every file reads, less
     # old records of refusals.
@@ -150,6 +153,8 @@ class ResultStore:
     def _store_file_damage(self) -> list[Damage]:
         path = self.root / STORE_FILE
         why = unreadable(path) if path.exists() else None
+        if why is None and path.exists() and not is_format(read_store_json(path).get(FORMAT_KEY, 1)):
+            why = f"its {FORMAT_KEY} is not a store format"  # a newer one is no damage: it is refused by name
         return [Damage(path, why)] if why else []
 
     def damaged(self) -> list[Damage]:
@@ -175,12 +180,12 @@ class ResultStore:
         return not key.startswith(".") and (self.runs_dir / key).is_dir()
 
     def config(self, key: str) -> dict:
-        return json.loads((self.runs_dir / key / "config.json").read_text())
+        return read_store_json(self.runs_dir / key / "config.json")
 
     def manifest(self, key: str) -> dict:
         if key not in self._manifests:
             path = self.runs_dir / key / MANIFEST_FILE
-            manifest = json.loads(path.read_text()) if path.exists() else {}
+            manifest = read_store_json(path) if path.exists() else {}
             check_readable(run_format(manifest), f"run {key} of {self.root}")
             self._manifests[key] = manifest
         return self._manifests[key]
@@ -227,7 +232,7 @@ class ResultStore:
         manifest = {**manifest, FORMAT_KEY: STORE_FORMAT}
         if self.occupied(key) and self.damage(key):
             self.set_damaged_aside([key])
-        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        store_subfolder(self.root, RUNS_FOLDER)  # never through a link (location.py)
         self.record_format()
         partial = self._written(key, config_text, manifest, frames)
         final = self.runs_dir / key
@@ -271,8 +276,7 @@ class ResultStore:
         return partial
 
     def _keep_duplicate(self, partial: Path) -> Path:
-        folder = self.root / DUPLICATES_FOLDER
-        folder.mkdir(exist_ok=True)
+        folder = store_subfolder(self.root, DUPLICATES_FOLDER)
         target = folder / partial.name.removeprefix(PARTIAL_PREFIX)  # key-pid-suffix: unique
         os.rename(partial, target)
         return target
@@ -286,17 +290,15 @@ class ResultStore:
             return
         if damaged:
             os.rename(path, self._damaged_folder() / STORE_FILE)
-        partial = self.root / f".{STORE_FILE}-{os.getpid()}"
-        partial.write_text(json.dumps({FORMAT_KEY: STORE_FORMAT}) + "\n")
-        os.replace(partial, path)
+        write_atomically(path, (json.dumps({FORMAT_KEY: STORE_FORMAT}) + "\n").encode())
 
     def _forget(self, key: str) -> None:
         self._manifests.pop(key, None)
         self._damage.pop(key, None)
 
     def _damaged_folder(self) -> Path:
-        folder = self.root / DAMAGED_FOLDER / _utc_stamp()
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = store_subfolder(self.root, DAMAGED_FOLDER) / _utc_stamp()
+        folder.mkdir(exist_ok=True)
         return folder
 
     def set_damaged_aside(self, keys: Iterable[str]) -> Path:
@@ -313,8 +315,7 @@ class ResultStore:
     def set_aside(self, key: str, why: str) -> Path:
         """Move the record under `key` out of the store's runs into aside/, with a note saying why: never deleted,
         no longer read, and the key free for a rerun."""
-        aside = self.root / ASIDE_FOLDER
-        aside.mkdir(parents=True, exist_ok=True)
+        aside = store_subfolder(self.root, ASIDE_FOLDER)
         target = aside / f"{key}-{_utc_stamp()}-{os.getpid()}"
         os.rename(self.runs_dir / key, target)
         (target / "aside.txt").write_text(why + "\n")
