@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..base.progress import Progress
-from ..store.bundle import Added, BundleError, Written, add_bundle, write_bundle
+from ..store.bundle import Added, BundleError, Written, add_bundle, check_bundle, write_bundle
 from ..store.lock import store_lock
 from ..store.results_store import ResultStore
 from ..store.selection import Selection, SelectionError
@@ -34,6 +34,7 @@ def bundle_store(store: Path, out: Path, selection: Selection = Selection()) -> 
 def add_to_store(store: Path, bundle: Path, progress: Progress = Progress()) -> Added:
     """The bundle's runs that `store` lacks, checked, added under the store's writer lock (store.bundle)."""
     try:
+        check_bundle(bundle)  # a bundle refused whole leaves the store as it was, its lock not even taken
         with store_lock(store, progress):
             return add_bundle(ResultStore(store), bundle)
     except BundleError as exc:

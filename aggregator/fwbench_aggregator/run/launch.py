@@ -17,6 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ..base.frameworks import LABEL_SEPARATOR, framework_of, frameworks
 from ..base.progress import Progress
+from ..base.write_paths import open_own_file
 from ..plan.spec import StartupSettings
 from .connection import Transport
 
@@ -105,7 +106,9 @@ class LocalRunner:
     address: str = ""
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> str:
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        # Never through a link, nor into another name of a file (base.write_paths): the log is appended to.
+        log = (os.fdopen(open_own_file(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
+               if self.log_path else subprocess.DEVNULL)
         self.process = subprocess.Popen(
             [*self.command, EXIT_WITH_PARENT_FLAG],
             stdin=subprocess.PIPE,

@@ -28,6 +28,7 @@ from ..base.read_files import UnreadableFile, parse_json
 from ..base.write_paths import checked_write_path
 from .health import entry_damage, read_store_json
 from .integrity import CHECKSUM_KEY, FILES_KEY, MANIFEST_FILE, data_records
+from .location import RUNS_FOLDER, store_subfolder
 from .rekey import apart_id, rekeyed
 from .results_store import PARTIAL_PREFIX, ResultStore
 from .schema import STORE_FORMAT
@@ -87,6 +88,13 @@ def write_bundle(store: ResultStore, keys: Iterable[str], path: Path) -> Written
     return Written(path, len(keys), path.stat().st_size)
 
 
+def check_bundle(path: Path) -> None:
+    """BundleError where the file at `path` is no bundle this fwbench can add: read from its members' headers and its
+    index alone, before a store is locked or anything is written."""
+    with _open(path) as tar:
+        _members(tar, path)
+
+
 def add_bundle(store: ResultStore, path: Path) -> Added:
     """Every run of the bundle at `path` that `store` lacks, each checked against its manifest before it is renamed
     into place (the caller holds the store's writer lock)."""
@@ -94,7 +102,7 @@ def add_bundle(store: ResultStore, path: Path) -> Added:
     with _open(path) as tar:
         members = _members(tar, path)
         budget = _Budget(path, MAX_UNPACKED_RATIO * path.stat().st_size)
-        store.runs_dir.mkdir(parents=True, exist_ok=True)
+        store_subfolder(store.root, RUNS_FOLDER)  # never through a link (location.py)
         store.record_format()
         for key, files in members.items():
             outcome, detail = _add_one(store, tar, key, files, budget)
