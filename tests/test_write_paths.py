@@ -14,6 +14,7 @@ from fwbench_aggregator.base import folders
 from fwbench_aggregator.base.write_paths import (
     WritePathError, open_own_file, output_folder, write_atomically, write_path_problem,
 )
+from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
 from fwbench_aggregator.store import lock
 from fwbench_aggregator.store.location import StorePathError, store_path_problem
 from fwbench_aggregator.store.results_store import ResultStore
@@ -232,3 +233,13 @@ def test_a_report_never_writes_through_a_link_in_its_folder(tmp_path, system):
     assert snapshot(hosts) == before and sorted(p.name for p in out.iterdir()) == ["plots"]
     with pytest.raises(WritePathError, match="is a symbolic link"):
         output_folder(out)
+
+
+def test_a_runners_log_is_never_written_through_a_link(tmp_path):
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me\n")
+    (tmp_path / "torch-runner.log").symlink_to(precious)
+    runner = LocalRunner("torch", fake_runner_command(), tmp_path / "torch-runner.log")
+    with pytest.raises(WritePathError, match="symbolic link"):
+        runner.start()
+    assert precious.read_text() == "keep me\n" and runner.process is None
