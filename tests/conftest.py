@@ -20,7 +20,7 @@ import pytest
 
 
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator.run import launch
+from support.fakes import Fake, fake_starter
 from support.runner_pool import RUNNER_MEMORY_CEILING_BYTES, Runner, RunnerPool
 from support.runners import RUNNER_PARAMS
 from support.timings import TestTimes
@@ -66,12 +66,31 @@ def stub(channel) -> pb_grpc.RunnerStub:
     return pb_grpc.RunnerStub(channel)
 
 
+@pytest.fixture
+def fakes(tmp_path_factory):
+    """Starts fake runners for this test: fakes(Fake(...), ...) -> support.fakes.Fakes; all stop after it."""
+    with fake_starter(tmp_path_factory) as start:
+        yield start
+
+
 @pytest.fixture(scope="module")
-def fake_runner(tmp_path_factory):
-    """The address of a fake runner of this module's own."""
-    runner = launch.LocalRunner("fake", launch.fake_runner_command(), tmp_path_factory.mktemp("logs") / "fake.log")
-    with runner:
-        yield runner.address
+def module_fakes(tmp_path_factory):
+    """Starts fake runners for this module: module_fakes(Fake(...), ...) -> support.fakes.Fakes; all stop after its
+    last test."""
+    with fake_starter(tmp_path_factory) as start:
+        yield start
+
+
+@pytest.fixture(scope="module")
+def fake_runner(module_fakes) -> str:
+    """The address of a fake runner of this module's own, at the fake's default step time."""
+    return module_fakes(Fake()).addresses["fake"]
+
+
+@pytest.fixture(scope="module")
+def fake_address(module_fakes) -> str:
+    """The address of a fake runner of this module's own whose steps take 1 ms."""
+    return module_fakes(Fake(step_s=0.001)).addresses["fake"]
 
 
 _TEST_TIMES = TestTimes()

@@ -98,22 +98,12 @@ SWEEP = ("runners: [first, second]\nmodels: [resnet18]\nmodes: [infer]\nbatch_si
 
 
 @pytest.fixture(scope="module")
-def fake(tmp_path_factory):
-    from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
-
-    runner = LocalRunner("fake", fake_runner_command(), tmp_path_factory.mktemp("logs") / "fake.log",
-                         env={"FWBENCH_FAKE_STEP_TIME_S": "0.001"})
-    with runner:
-        yield runner.address
-
-
-@pytest.fixture(scope="module")
-def swept(tmp_path_factory, fake) -> tuple[list[str], Path]:
+def swept(tmp_path_factory, fake_address) -> tuple[list[str], Path]:
     """The sweep's command line and the store it wrote, whole: each test damages a copy."""
     folder = tmp_path_factory.mktemp("swept")
     (folder / "sweep.yaml").write_text(SWEEP)
-    args = ["sweep", str(folder / "sweep.yaml"), "--store", str(folder / "store"), "--runner", f"first={fake}",
-            "--runner", f"second={fake}", "--no-report"]
+    args = ["sweep", str(folder / "sweep.yaml"), "--store", str(folder / "store"), "--runner", f"first={fake_address}",
+            "--runner", f"second={fake_address}", "--no-report"]
     done = fwbench(*args)
     assert done.returncode == 0, done.stderr
     return args, folder / "store"

@@ -13,7 +13,7 @@ from fwbench_aggregator.app.study import own_run_ids, pending_runs, store_callba
 from fwbench_aggregator.plan.keys import new_run_id
 from fwbench_aggregator.plan.study_file import sweep_from_options
 from fwbench_aggregator.run.connection import Transport
-from fwbench_aggregator.run.launch import LocalRunner, StartupSettings, fake_runner_command
+from fwbench_aggregator.run.launch import StartupSettings
 from fwbench_aggregator.run.study import run_sweep
 from fwbench_aggregator.store.config_keys import runs_by_config
 from fwbench_aggregator.store.bundle import add_bundle, write_bundle
@@ -27,13 +27,6 @@ from support.store_runs import run_frames
 
 SWEEP = dict(models="resnet18", batch_sizes="1,2", shapes="3x32x32", modes="infer", runners="first", repetitions=2,
              warmup=1, steps=2, min_measure_s=0.0)
-
-
-@pytest.fixture(scope="module")
-def fake_address(tmp_path_factory):
-    with LocalRunner("fake", fake_runner_command(), tmp_path_factory.mktemp("logs") / "fake.log",
-                     env={"FWBENCH_FAKE_STEP_TIME_S": "0.001"}) as runner:
-        yield runner.address
 
 
 def swept(root, address) -> ResultStore:

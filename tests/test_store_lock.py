@@ -21,7 +21,7 @@ from fwbench_aggregator.base.progress import Progress
 from fwbench_aggregator.plan.keys import new_run_id
 from fwbench_aggregator.plan.study_file import sweep_from_options
 from fwbench_aggregator.run.connection import Transport
-from fwbench_aggregator.run.launch import LocalRunner, StartupSettings, fake_runner_command
+from fwbench_aggregator.run.launch import StartupSettings
 from fwbench_aggregator.run.study import run_sweep
 from fwbench_aggregator.store import lock
 from fwbench_aggregator.store.results_store import ResultStore
@@ -121,13 +121,6 @@ def test_a_sweep_into_a_store_another_writer_holds_is_refused_without_a_tracebac
     assert done.exit_code == 2, done.output
     assert f"is being written by pid {os.getpid()}" in said and "waited 0 s" in said and "--resume" in said
     assert done.exception is None or isinstance(done.exception, SystemExit)
-
-
-@pytest.fixture(scope="module")
-def fake_address(tmp_path_factory):
-    with LocalRunner("fake", fake_runner_command(), tmp_path_factory.mktemp("logs") / "fake.log",
-                     env={"FWBENCH_FAKE_STEP_TIME_S": "0.001"}) as runner:
-        yield runner.address
 
 
 def test_a_run_another_writer_stored_first_is_kept_and_said(tmp_path, fake_address, monkeypatch):

@@ -7,16 +7,9 @@ from fwbench_aggregator.run import jobs
 from fwbench_aggregator.app.study import pending_runs, store_callbacks
 from fwbench_aggregator.run.study import run_sweep
 from fwbench_aggregator.run.connection import Transport
-from fwbench_aggregator.run.launch import LocalRunner, StartupSettings, fake_runner_command
+from fwbench_aggregator.run.launch import StartupSettings
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_aggregator.plan.study_file import sweep_from_options
-
-
-@pytest.fixture(scope="module")
-def fake_address(tmp_path_factory):
-    with LocalRunner("fake", fake_runner_command(), tmp_path_factory.mktemp("logs") / "fake.log",
-                     env={"FWBENCH_FAKE_STEP_TIME_S": "0.001"}) as runner:
-        yield runner.address
 
 
 def small_sweep(**overrides):
