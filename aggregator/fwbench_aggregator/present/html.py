@@ -147,25 +147,21 @@ def _left_out_html(left_out: Sequence[Damage]) -> str:
             f"store's damaged/ folder.</p><ul>{items}</ul>")
 
 
-def render_html(
-    summary: pd.DataFrame, analysis: Analysis, plots: list[PlotResult], manifest: dict | None,
-    tables: list[tuple[str, str, pd.DataFrame]] = (), study_tables: list[tuple[str, str, str, pd.DataFrame]] = (),
-    left_out: Sequence[Damage] = (), unresolved: Sequence[str] = (), serving: str = "", versions: str = "",
-    parity: pd.DataFrame | None = None,
-) -> str:
-    """One self-contained page, a contents list after its opening paragraph: the files left out, findings, points left
-    unresolved, plots, the studies' tables, serving, scaling, versions, parity, verdicts, the comparison, failed
-    runs, the runners and the manifest. `serving` and `versions` are sections rendered elsewhere (present.serving,
-    present.versions)."""
+def _run_counts_html(summary: pd.DataFrame, rows: pd.DataFrame) -> str:
+    """The opening paragraph: when the page was made, how many runs (ok and failed), configurations and runners."""
     e = html.escape
-    rows = analysis.rows
     status = summary["status"] if "status" in summary else pd.Series(["ok"] * len(summary))
     n_ok, n_failed = int((status == "ok").sum()), int((status != "ok").sum())
-    parts = [
-        "<h1>fwbench comparison report</h1>",
-        f"<p>Generated {e(datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))} from {n_ok + n_failed} runs "
-        f"({n_ok} ok, {n_failed} failed); {rows[list(CONFIG_COLUMNS)].drop_duplicates().shape[0] if not rows.empty else 0} configurations, "
-        f"runners: {e(', '.join(sorted(set(rows['runner']))) if not rows.empty else 'none')}.</p>",
+    configurations = rows[list(CONFIG_COLUMNS)].drop_duplicates().shape[0] if not rows.empty else 0
+    runners = ", ".join(sorted(set(rows["runner"]))) if not rows.empty else "none"
+    return (f"<p>Generated {e(datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))} from {n_ok + n_failed} runs "
+            f"({n_ok} ok, {n_failed} failed); {configurations} configurations, runners: {e(runners)}.</p>")
+
+
+def _method_html() -> list[str]:
+    """How a verdict is reached (the run as the unit of evidence, the test, the noise floor) and how the runs were
+    ordered and stopped, with the thresholds analyse.stats applies."""
+    return [
         "<p>The unit of evidence is the run: each run's median step time is one value, a runner's time is the "
         "geometric mean of its runs' values, and a verdict compares the fastest runner of a configuration with each "
         f"other one by Welch's t-test on the log run values ({stats.CONFIDENCE:.0%} interval, at least "
@@ -181,15 +177,21 @@ def render_html(
         "two instances of one runner can sit a few percent apart, which a noise floor from "
         "<code>fwbench calibrate</code> covers, and runs each in a fresh process (run isolation process) sample "
         "instead, at more than twice the time. docs/verdict.md has the measurements.</p>",
-        _left_out_html(left_out) if left_out else "",
-        _findings_html(analysis.findings),
-        ("<h2>Points left unresolved</h2><ul>" + "".join(f"<li>{e(line)}</li>" for line in unresolved) + "</ul>")
-        if unresolved else "",
-        "<h2>Plots</h2>",
     ]
-    for plot in plots:
-        if plot.path is None:
-            continue
+
+
+def _unresolved_html(unresolved: Sequence[str]) -> str:
+    if not unresolved:
+        return ""
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in unresolved)
+    return f"<h2>Points left unresolved</h2><ul>{items}</ul>"
+
+
+def _plots_html(plots: list[PlotResult]) -> list[str]:
+    """Each drawn plot inline, with the points marked as not run, then the plots not drawn and why."""
+    e = html.escape
+    parts = ["<h2>Plots</h2>"]
+    for plot in (p for p in plots if p.path is not None):
         parts.append(f"<h3>{e(plot.title)}</h3>")
         parts.append(f'<img src="{png_data_uri(plot.path)}" alt="{e(plot.title)}">')
         if plot.missing:
@@ -199,33 +201,78 @@ def render_html(
     if skipped:
         parts.append("<h3>Plots not drawn</h3><ul class=\"skipped\">"
                      + "".join(f"<li>{e(p.title)}: {e(p.reason)}</li>" for p in skipped) + "</ul>")
+    return parts
+
+
+def _study_tables_html(study_tables: Sequence[tuple[str, str, str, pd.DataFrame]]) -> list[str]:
+    parts = []
     for _, title, explanation, shown in study_tables:
-        parts.append(f"<h2>{e(title)}</h2><p>{e(explanation)}</p>")
-        parts.append(table_html(shown))
-    parts.append(serving)  # the Serving section (present.serving), where runs had a scenario
-    if tables:
-        parts.append("<h2>Strategies and scaling</h2>")
-        parts.append("<p>Batch sizes are per device; throughput counts the job's samples (the per-device batch on every "
-                     "device of every runner) over the slowest rank's step time. Efficiency is the throughput on N "
-                     "devices over N times the same runner's on one device, at the same per-device batch.</p>")
-        for _, title, shown in tables:
-            parts.append(f"<h3>{e(title)}</h3>")
-            parts.append(table_html(shown))
-    parts.append(versions)
-    parts.append(parity_html(parity))
-    parts.append("<h2>Verdicts</h2>")
-    parts.append(table_html(verdict_table(rows).astype(str)) if not rows.empty else "<p>No runs.</p>")
-    parts.append("<h2>Comparison</h2>")
-    parts.append(table_html(display_frame(rows), rows["status"] != "ok") if not rows.empty else "<p>No runs.</p>")
+        parts += [f"<h2>{html.escape(title)}</h2><p>{html.escape(explanation)}</p>", table_html(shown)]
+    return parts
+
+
+def _scaling_html(tables: Sequence[tuple[str, str, pd.DataFrame]]) -> list[str]:
+    """The "Strategies and scaling" section, where a configuration ran on several device counts; none otherwise."""
+    if not tables:
+        return []
+    parts = ["<h2>Strategies and scaling</h2>",
+             "<p>Batch sizes are per device; throughput counts the job's samples (the per-device batch on every "
+             "device of every runner) over the slowest rank's step time. Efficiency is the throughput on N "
+             "devices over N times the same runner's on one device, at the same per-device batch.</p>"]
+    for _, title, shown in tables:
+        parts += [f"<h3>{html.escape(title)}</h3>", table_html(shown)]
+    return parts
+
+
+def _failed_runs_html(rows: pd.DataFrame) -> list[str]:
     failed = rows[rows["status"] != "ok"] if not rows.empty else rows
-    if not failed.empty:
-        parts.append("<h2>Failed runs</h2>")
-        parts.append(table_html(failed[[*CONFIG_COLUMNS, "runner", "failed_runs", "error"]].astype(str), [True] * len(failed)))
-    parts.append("<h2>Runners</h2>")
-    parts.append(_versions_html(summary))
-    parts.append("<h2>Manifest</h2>")
-    if manifest:
-        parts.append(f"<pre>{e(json.dumps(manifest, indent=2, sort_keys=True, default=str))}</pre>")
-    else:
-        parts.append("<p>No manifest given.</p>")
+    if failed.empty:
+        return []
+    return ["<h2>Failed runs</h2>",
+            table_html(failed[[*CONFIG_COLUMNS, "runner", "failed_runs", "error"]].astype(str), [True] * len(failed))]
+
+
+def _manifest_html(manifest: dict | None) -> str:
+    if not manifest:
+        return "<p>No manifest given.</p>"
+    return f"<pre>{html.escape(json.dumps(manifest, indent=2, sort_keys=True, default=str))}</pre>"
+
+
+_NO_RUNS = "<p>No runs.</p>"
+
+
+def render_html(
+    summary: pd.DataFrame, analysis: Analysis, plots: list[PlotResult], manifest: dict | None,
+    tables: list[tuple[str, str, pd.DataFrame]] = (), study_tables: list[tuple[str, str, str, pd.DataFrame]] = (),
+    left_out: Sequence[Damage] = (), unresolved: Sequence[str] = (), serving: str = "", versions: str = "",
+    parity: pd.DataFrame | None = None,
+) -> str:
+    """One self-contained page, a contents list after its opening paragraph: the files left out, findings, points left
+    unresolved, plots, the studies' tables, serving, scaling, versions, parity, verdicts, the comparison, failed
+    runs, the runners and the manifest. `serving` and `versions` are sections rendered elsewhere (present.serving,
+    present.versions)."""
+    rows = analysis.rows
+    parts = [
+        "<h1>fwbench comparison report</h1>",
+        _run_counts_html(summary, rows),
+        *_method_html(),
+        _left_out_html(left_out) if left_out else "",
+        _findings_html(analysis.findings),
+        _unresolved_html(unresolved),
+        *_plots_html(plots),
+        *_study_tables_html(study_tables),
+        serving,  # the Serving section (present.serving), where runs had a scenario
+        *_scaling_html(tables),
+        versions,
+        parity_html(parity),
+        "<h2>Verdicts</h2>",
+        table_html(verdict_table(rows).astype(str)) if not rows.empty else _NO_RUNS,
+        "<h2>Comparison</h2>",
+        table_html(display_frame(rows), rows["status"] != "ok") if not rows.empty else _NO_RUNS,
+        *_failed_runs_html(rows),
+        "<h2>Runners</h2>",
+        _versions_html(summary),
+        "<h2>Manifest</h2>",
+        _manifest_html(manifest),
+    ]
     return standalone_html("fwbench comparison report", with_contents("\n".join(parts)))
