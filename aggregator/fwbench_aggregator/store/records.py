@@ -141,86 +141,112 @@ def _energy_columns(summary: pb.Summary) -> dict:
     }
 
 
+def _timing_columns(config: pb.ResolvedConfig, summary: pb.Summary) -> dict:
+    """What the run measured: its steps (asked and made), step times, throughput, peak memory and when it ran."""
+    c, s = config, summary
+    return {
+        "device_name": c.device.name,
+        "warmup_steps": c.warmup_steps,
+        "measured_steps": s.measured_steps,
+        "measured_steps_asked": c.measured_steps,
+        "seed": c.seed,
+        "parameter_count": c.parameter_count,
+        "mean_step_time_s": s.mean_step_time_s,
+        "median_step_time_s": s.median_step_time_s,
+        "p95_step_time_s": s.p95_step_time_s,
+        "throughput_samples_per_s": s.throughput_samples_per_s,
+        "straggler_spread": _optional(s, "straggler_spread"),
+        "peak_memory_bytes": _optional(s, "peak_memory_bytes"),
+        "peak_memory_source": s.peak_memory_source,
+        "time_to_first_step_s": s.time_to_first_step_s,
+        "started_at_unix_s": s.started_at_unix_s,
+        "finished_at_unix_s": s.finished_at_unix_s,
+    }
+
+
+def _execution_columns(config: pb.ResolvedConfig, summary: pb.Summary) -> dict:
+    """How the run executed: the settings it ran under, what its warm-up did, and the runner's flags on its timing."""
+    c, s = config, summary
+    return {
+        "layout": to_text(pb.Layout, c.layout) if c.layout else "",
+        "compilation": to_text(pb.Compilation, c.compilation),
+        "cudnn_autotune": to_text(pb.Switch, c.cudnn_autotune),
+        "tf32": c.tf32,
+        "intra_op_threads": c.intra_op_threads,
+        "inter_op_threads": c.inter_op_threads,
+        # Built once for several batch sizes (a sweep's reuse chain), and whether the first warm-up
+        # step traced the step function for this shape (TensorFlow graph/XLA: every batch size).
+        "build_reused": s.build_reused,
+        "first_step_traced": s.first_step_traced,
+        "warmup_steps_run": s.warmup_steps_run,
+        "warmup_stable": s.warmup_stable,
+        "min_measure_s": c.min_measure_s,
+        "timer_disagreement": _optional(s, "timer_disagreement"),
+        "flags": " | ".join(s.flags),
+    }
+
+
+def _device_state_columns(summary: pb.Summary) -> dict:
+    """The device around the run: the runner's flags on it, and of each reading taken before and after the worse."""
+    before, after = summary.device_before, summary.device_after
+    gpu_processes = (_optional(before, "other_gpu_processes"), _optional(after, "other_gpu_processes"))
+    sm_clocks_mhz = (_optional(before, "sm_clock_mhz"), _optional(after, "sm_clock_mhz"))
+    return {
+        "device_flags": " | ".join(summary.device_flags),
+        "free_memory_before_bytes": _optional(before, "free_memory_bytes"),
+        "total_memory_bytes": _optional(before, "total_memory_bytes"),
+        "other_gpu_processes_max": max((n for n in gpu_processes if n is not None), default=None),
+        "other_cpu_busy_cores": _optional(after, "other_cpu_busy_cores"),
+        "load_avg_1m_before": _optional(before, "load_avg_1m"),
+        "load_avg_1m_after": _optional(after, "load_avg_1m"),
+        "sm_clock_min_mhz": min((f for f in sm_clocks_mhz if f is not None), default=None),
+        "max_sm_clock_mhz": _optional(before, "max_sm_clock_mhz"),
+        "throttle_reasons": " | ".join(sorted({*before.throttle_reasons, *after.throttle_reasons})),
+    }
+
+
+def _runner_columns(result: RunResult) -> dict:
+    """The runner that made the run (its address, versions and options) and the model it built."""
+    info = result.runner_info
+    return {
+        "runner_address": result.address,
+        "python_version": info.python_version,
+        "cuda_version": info.cuda_version,
+        "cudnn_version": info.cudnn_version,
+        "runner_version": info.runner_version,
+        "runner_options": ";".join(f"{k}={v}" for k, v in sorted(info.options.items())),
+        "run_isolation": info.options.get("run_isolation", ""),
+        # A container's base image and both digests, as its image reports them (docs/versions.md).
+        **{column: info.options.get(column, "") for column in (*IMAGE_COLUMNS, *ENVIRONMENT_COLUMNS)},
+        "model_source": result.config.model_source or BUILT_IN,
+        "model_hash": result.config.model_content_hash,
+    }
+
+
 def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFailure],
                   max_repetitions: int = 0, looks: tuple[int, ...] = ()) -> pd.DataFrame:
     """One row per runner: its summary and manifest, or the failure that stopped it. max_repetitions: the budget of
     the sequential design the runs were made under (analyse.sequential), 0 for a fixed number of runs; looks: where
     that design looked (units per runner), () after every unit."""
-    rows = []
-    for r in results:
-        s, c, info = r.summary, r.config, r.runner_info
-        rows.append(
-            {
-                **_config_columns(run_id, r),
-                "status": "ok",
-                "error": "",
-                "device_name": c.device.name,
-                "warmup_steps": c.warmup_steps,
-                "measured_steps": s.measured_steps,
-                "measured_steps_asked": c.measured_steps,
-                "seed": c.seed,
-                "parameter_count": c.parameter_count,
-                "mean_step_time_s": s.mean_step_time_s,
-                "median_step_time_s": s.median_step_time_s,
-                "p95_step_time_s": s.p95_step_time_s,
-                "throughput_samples_per_s": s.throughput_samples_per_s,
-                "straggler_spread": _optional(s, "straggler_spread"),
-                "peak_memory_bytes": s.peak_memory_bytes if s.HasField("peak_memory_bytes") else None,
-                "peak_memory_source": s.peak_memory_source,
-                "time_to_first_step_s": s.time_to_first_step_s,
-                "started_at_unix_s": s.started_at_unix_s,
-                "finished_at_unix_s": s.finished_at_unix_s,
-                "layout": to_text(pb.Layout, c.layout) if c.layout else "",
-                "compilation": to_text(pb.Compilation, c.compilation),
-                "cudnn_autotune": to_text(pb.Switch, c.cudnn_autotune),
-                "tf32": c.tf32,
-                "intra_op_threads": c.intra_op_threads,
-                "inter_op_threads": c.inter_op_threads,
-                # Built once for several batch sizes (a sweep's reuse chain), and whether the first warm-up
-                # step traced the step function for this shape (TensorFlow graph/XLA: every batch size).
-                "build_reused": s.build_reused,
-                "first_step_traced": s.first_step_traced,
-                "warmup_steps_run": s.warmup_steps_run,
-                "warmup_stable": s.warmup_stable,
-                "min_measure_s": c.min_measure_s,
-                "timer_disagreement": s.timer_disagreement if s.HasField("timer_disagreement") else None,
-                "flags": " | ".join(s.flags),
-                "device_flags": " | ".join(s.device_flags),
-                "free_memory_before_bytes": _optional(s.device_before, "free_memory_bytes"),
-                "total_memory_bytes": _optional(s.device_before, "total_memory_bytes"),
-                "other_gpu_processes_max": max(
-                    (n for n in (_optional(s.device_before, "other_gpu_processes"),
-                                 _optional(s.device_after, "other_gpu_processes")) if n is not None), default=None
-                ),
-                "other_cpu_busy_cores": _optional(s.device_after, "other_cpu_busy_cores"),
-                "load_avg_1m_before": _optional(s.device_before, "load_avg_1m"),
-                "load_avg_1m_after": _optional(s.device_after, "load_avg_1m"),
-                "sm_clock_min_mhz": min(
-                    (f for f in (_optional(s.device_before, "sm_clock_mhz"), _optional(s.device_after, "sm_clock_mhz"))
-                     if f is not None), default=None
-                ),
-                "max_sm_clock_mhz": _optional(s.device_before, "max_sm_clock_mhz"),
-                "throttle_reasons": " | ".join(sorted({*s.device_before.throttle_reasons, *s.device_after.throttle_reasons})),
-                **_energy_columns(s),
-                "runner_address": r.address,
-                "python_version": info.python_version,
-                "cuda_version": info.cuda_version,
-                "cudnn_version": info.cudnn_version,
-                "runner_version": info.runner_version,
-                "runner_options": ";".join(f"{k}={v}" for k, v in sorted(info.options.items())),
-                "run_isolation": info.options.get("run_isolation", ""),
-                # A container's base image and both digests, as its image reports them (docs/versions.md).
-                **{column: info.options.get(column, "") for column in (*IMAGE_COLUMNS, *ENVIRONMENT_COLUMNS)},
-                "model_source": c.model_source or BUILT_IN,
-                "model_hash": c.model_content_hash,
-                "max_repetitions": max_repetitions,
-                "looks": looks_text(looks),
-                **_serving_columns(c, s),
-                **_design_columns(r),
-            }
-        )
-    for f in failures:
-        rows.append({"run_id": run_id, "runner": f.runner, "status": "failed", "error": f"{f.code}: {f.message}"})
+    rows = [
+        {
+            **_config_columns(run_id, r),
+            "status": "ok",
+            "error": "",
+            **_timing_columns(r.config, r.summary),
+            **_execution_columns(r.config, r.summary),
+            **_device_state_columns(r.summary),
+            **_energy_columns(r.summary),
+            **_runner_columns(r),
+            "max_repetitions": max_repetitions,
+            "looks": looks_text(looks),
+            **_serving_columns(r.config, r.summary),
+            **_design_columns(r),
+        }
+        for r in results
+    ]
+    rows += [{"run_id": run_id, "runner": f.runner, "status": "failed", "error": f"{f.code}: {f.message}"}
+             for f in failures]
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
