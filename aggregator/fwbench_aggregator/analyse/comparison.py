@@ -154,48 +154,63 @@ def comparison_rows(
     this row was not on a quiet device. model_source and model_hash: which model
     ran (a plug-in's folder and hash); parity: for a plug-in, what `fwbench parity` showed (the `parity` frame).
     """
+    summary = _numbered_runs(summary)
+    row_of = summary[[*RUN_COLUMNS, "_row", "process_block"]].drop_duplicates(list(RUN_COLUMNS))
+    steps = normalised(steps)
+    step_times = _measured_step_times(steps, row_of)
+    runs_frame = run_values(summary, steps).merge(row_of, on=list(RUN_COLUMNS))
+    run_medians = {row: evidence_of(group) for row, group in runs_frame.groupby("_row", sort=False)}
+    floors = noise_floors(normalised(calibration))
+    rows = [row for config, runs in summary.groupby(list(CONFIG_COLUMNS), sort=False)
+            for group, block in runs.groupby("group", sort=False)
+            for row in _block_rows(config, group, block, step_times, run_medians, floors, min_effect, parity)]
+    table = pd.DataFrame(rows, columns=[*COMPARISON_COLUMNS, "_medians"]).drop(columns="_medians")
+    return _in_reading_order(table) if not table.empty else table
+
+
+def _numbered_runs(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary keyed and labelled, each run numbered (_row) by its configuration, block and label (its runner and
+    that runner's key within the block), process_block filled."""
     summary = labelled(keyed(with_status(summary)), CONFIG_COLUMNS)
-    # Each run's row: its configuration, block and label (its runner and that runner's key within the block).
     summary["_row"] = summary.groupby([*CONFIG_COLUMNS, "group", "label"], sort=False).ngroup()
     if "process_block" not in summary:
         summary["process_block"] = ""
     summary["process_block"] = summary["process_block"].fillna("").astype(str)
-    row_of = summary[[*RUN_COLUMNS, "_row", "process_block"]].drop_duplicates(list(RUN_COLUMNS))
-    steps = normalised(steps)
+    return summary
+
+
+def _measured_step_times(steps: pd.DataFrame, row_of: pd.DataFrame) -> dict[int, np.ndarray]:
+    """Each row's measured (not warm-up) step times, pooled over its runs."""
     measured = steps[~steps["warmup"].astype(bool)] if "warmup" in steps else steps
-    step_times = (
-        {row: group["step_time_s"].to_numpy(dtype=float)
-         for row, group in measured.merge(row_of, on=list(RUN_COLUMNS)).groupby("_row", sort=False)}
-        if "step_time_s" in measured else {}
-    )
-    runs_frame = run_values(summary, steps).merge(row_of, on=list(RUN_COLUMNS))
-    run_medians = {row: evidence_of(group) for row, group in runs_frame.groupby("_row", sort=False)}
-    floors = noise_floors(normalised(calibration))
+    if "step_time_s" not in measured:
+        return {}
+    return {row: group["step_time_s"].to_numpy(dtype=float)
+            for row, group in measured.merge(row_of, on=list(RUN_COLUMNS)).groupby("_row", sort=False)}
 
-    rows = []
-    for config, runs in summary.groupby(list(CONFIG_COLUMNS), sort=False):
-        config_values = dict(zip(CONFIG_COLUMNS, config))
-        # Throughput counts the job's samples: the per-device batch on every device of every runner.
-        batch_size = int(config_values["batch_size"]) * int(config_values["world_size"])
-        for group, block in runs.groupby("group", sort=False):
-            block_rows = [{**_row(config_values, batch_size, label, own, step_times, run_medians), "group": group,
-                           "variant": own["variant"].iloc[0]}
-                          for label, own in block.groupby("label", sort=False)]
-            _judge(block_rows, floors, config, min_effect)
-            _mark_source(block_rows, block, parity)
-            started, finished = _numbers(block, "started_at_unix_s"), _numbers(block, "finished_at_unix_s")
-            for row in block_rows:
-                # The block's time, every runner's runs from the first start to the last finish.
-                row["wall_s"] = float(finished.max() - started.min()) if len(started) and len(finished) else math.nan
-            rows += block_rows
 
-    table = pd.DataFrame(rows, columns=[*COMPARISON_COLUMNS, "_medians"]).drop(columns="_medians")
-    if table.empty:
-        return table
-    table["_failed"] = table["status"] != "ok"
-    table = table.sort_values(
-        ["model", "model_options", "mode", "device", "precision", "input_shape", "batch_size", "world_size", "nodes", "group",
-         "_failed", "ratio_to_fastest", "runner"],
+def _block_rows(config: tuple, group, block: pd.DataFrame, step_times: dict, run_medians: dict,
+                floors: dict[tuple, Floor], min_effect: float, parity: pd.DataFrame | None) -> list[dict]:
+    """One row per runner of a configuration's block, judged against the block's fastest, with the block's time."""
+    config_values = dict(zip(CONFIG_COLUMNS, config))
+    # Throughput counts the job's samples: the per-device batch on every device of every runner.
+    batch_size = int(config_values["batch_size"]) * int(config_values["world_size"])
+    block_rows = [{**_row(config_values, batch_size, label, own, step_times, run_medians), "group": group,
+                   "variant": own["variant"].iloc[0]}
+                  for label, own in block.groupby("label", sort=False)]
+    _judge(block_rows, floors, config, min_effect)
+    _mark_source(block_rows, block, parity)
+    started, finished = _numbers(block, "started_at_unix_s"), _numbers(block, "finished_at_unix_s")
+    for row in block_rows:
+        # The block's time, every runner's runs from the first start to the last finish.
+        row["wall_s"] = float(finished.max() - started.min()) if len(started) and len(finished) else math.nan
+    return block_rows
+
+
+def _in_reading_order(table: pd.DataFrame) -> pd.DataFrame:
+    """By configuration and block, then ok rows before failed ones, fastest first."""
+    table = table.assign(_failed=table["status"] != "ok").sort_values(
+        ["model", "model_options", "mode", "device", "precision", "input_shape", "batch_size", "world_size", "nodes",
+         "group", "_failed", "ratio_to_fastest", "runner"],
         kind="stable",
     ).drop(columns="_failed")
     return table.reset_index(drop=True)
