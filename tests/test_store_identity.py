@@ -21,6 +21,7 @@ from fwbench_aggregator.store.integrity import CHECKSUM_KEY, FILES_KEY, file_rec
 from fwbench_aggregator.store.migrations import CONFIG_KEY
 from fwbench_aggregator.store.rekey import KEPT_APART_KEY
 from fwbench_aggregator.store.results_store import ResultStore
+from fwbench_aggregator.store.schema import STORE_FORMAT
 
 from support.cli import fwbench_in_process
 from support.store_runs import run_frames
@@ -101,7 +102,7 @@ def test_a_previous_format_store_keeps_its_ids_and_its_runs_are_found_by_them(tm
     assert runs_by_config(store) == {"5eed5eed5eed5eed": ["5eed5eed5eed5eed"]}
     store.append(new_run_id(), {"runner": "jax"}, run_frames("jax", 0.02), {CONFIG_KEY: "c0ffee"})
     reopened = ResultStore(tmp_path)
-    assert reopened.format() == 9 and runs_by_config(reopened)["5eed5eed5eed5eed"] == ["5eed5eed5eed5eed"]
+    assert reopened.format() == STORE_FORMAT and runs_by_config(reopened)["5eed5eed5eed5eed"] == ["5eed5eed5eed5eed"]
     assert len(runs_by_config(reopened)["c0ffee"]) == 1
 
 

@@ -5,19 +5,29 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..plan.settings import stored
 from ..store.schema import BLOCK_KEY_COLUMNS, COMPARABILITY_COLUMNS, CONFIG_COLUMNS, RUNNER_KEY_COLUMNS
 from ..store.selection import key_text
 
-
-# How each part of the comparability key reads in a row's label: "version 2.15.0", "intra-op threads 1".
+# How each part of the comparability key reads in a row's label: "version 2.15.0", "intra-op threads 1"; a run
+# setting's as its declaration says (plan.settings).
 KEY_NAMES = {
-    "framework": "framework", "framework_version": "version", "image_digest": "image",
-    "environment_lock": "environment", "malloc": "malloc", "layout": "layout",
-    "compilation": "compilation", "cudnn_autotune": "cuDNN autotuning", "tf32": "TF32",
-    "intra_op_threads": "intra-op threads", "inter_op_threads": "inter-op threads", "model_hash": "model",
+    "framework": "framework",
+    "framework_version": "version",
+    "image_digest": "image",
+    "environment_lock": "environment",
+    "malloc": "malloc",
+    "layout": "layout",
+    "compilation": "compilation",
+    "cudnn_autotune": "cuDNN autotuning",
+    "tf32": "TF32",
+    "intra_op_threads": "intra-op threads",
+    "inter_op_threads": "inter-op threads",
+    "model_hash": "model",
     "run_isolation": "run isolation",
-    "device_name": "device", "warmup_steps": "warm-up", "measured_steps_asked": "steps", "min_measure_s": "window",
-    "seed": "seed", "design": "design",
+    "device_name": "device",
+    "design": "design",
+    **{setting.column: setting.label for setting in stored() if setting.key},
 }
 
 
@@ -44,7 +54,9 @@ def keyed(summary: pd.DataFrame) -> pd.DataFrame:
         good, bad = group[group["status"] == "ok"], group.index[group["status"] != "ok"]
         for column in RUNNER_KEY_COLUMNS if len(good) and len(bad) else ():
             if good[column].nunique() == 1:
-                frame.loc[bad, column] = frame.loc[bad, column].where(frame.loc[bad, column] != "", good[column].iloc[0])
+                frame.loc[bad, column] = frame.loc[bad, column].where(
+                    frame.loc[bad, column] != "", good[column].iloc[0]
+                )
     for _, group in frame.groupby(list(CONFIG_COLUMNS), sort=False):
         good = group[group["status"] == "ok"]
         bad = group.index[(group["status"] != "ok") & (group[list(BLOCK_KEY_COLUMNS)] == "").all(axis=1)]
@@ -68,8 +80,10 @@ def labelled(frame: pd.DataFrame, over) -> pd.DataFrame:
                 variants = list(runner_runs.groupby(list(RUNNER_KEY_COLUMNS), sort=False))
                 for (_, own), variant in zip(variants, differences([key for key, _ in variants], RUNNER_KEY_COLUMNS)):
                     frame.loc[own.index, "variant"] = variant
-    frame["label"] = [runner + (f" ({variant})" if variant else "") + (f" [{group}]" if group else "")
-                      for runner, variant, group in zip(frame["runner"], frame["variant"], frame["group"])]
+    frame["label"] = [
+        runner + (f" ({variant})" if variant else "") + (f" [{group}]" if group else "")
+        for runner, variant, group in zip(frame["runner"], frame["variant"], frame["group"])
+    ]
     return frame
 
 
@@ -77,8 +91,10 @@ def differences(keys: list[tuple], columns: tuple[str, ...]) -> list[str]:
     """For groups with these keys (values of `columns`), what sets each apart from the others: "version 2.15.0,
     intra-op threads 1" over the columns whose values differ among them; "" for a group alone."""
     varying = [i for i in range(len(columns)) if len({key[i] for key in keys}) > 1]
-    return [", ".join(f"{KEY_NAMES.get(columns[i], columns[i])} {_shown(columns[i], key[i])}" for i in varying)
-            for key in keys]
+    return [
+        ", ".join(f"{KEY_NAMES.get(columns[i], columns[i])} {_shown(columns[i], key[i])}" for i in varying)
+        for key in keys
+    ]
 
 
 def _shown(column: str, value: str) -> str:

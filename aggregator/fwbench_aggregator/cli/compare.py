@@ -26,13 +26,13 @@ from .common import report_failures, run, usage_error
 from .quiet import WaitForQuietOption
 from .options import (
     AllowDifferentModelsOption, BatchSizeOption, CooldownOption, DistributedTimeoutOption, MinEffectOption,
-    ModeOption, RendezvousPortOption, RepetitionsOption, SearchRepetitionsOption, SeedOption, StoreOption,
+    ModeOption, RendezvousPortOption, RepetitionsOption, SearchRepetitionsOption, StoreOption,
     checked_names, parse_out, parse_store,
 )
 from .groups import with_groups
 from .runner_options import CalibrationRunnerOptions, RunnerOptions
 from .setting_options import Evidence, Execution, Power, Profile, Rounds, ServingLoad, Startup
-from .workload_options import Measurement, ModelOnDevice
+from .workload_options import Measurement, ModelOnDevice, Seeds
 
 
 @app.command()
@@ -46,7 +46,7 @@ def compare(
     startup: Startup = Startup(),
     measurement: Measurement = Measurement(),
     power: Power = Power(),
-    seed: SeedOption = 0,
+    seeds: Seeds = Seeds(),
     serving: ServingLoad = ServingLoad(),
     rounds: Rounds = Rounds(),
     evidence: Evidence = Evidence(),
@@ -71,7 +71,7 @@ def compare(
     if workload.device and execution.devices:
         raise usage_error("give one device with --device or several with --devices, not both")
     spec = workload.spec(
-        mode, batch_size, seed=seed, startup=startup.settings(), distributed_timeout_s=distributed_timeout_s,
+        mode, batch_size, **seeds.settings(), startup=startup.settings(), distributed_timeout_s=distributed_timeout_s,
         **profile.settings(), **execution.settings(), **measurement.settings(), **power.settings(),
         **serving.settings(mode),
     )

@@ -7,10 +7,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, get_type_hints
 
 Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def settings_group(name: str, options: Mapping[str, Any], defaults: Mapping[str, Any], base: type) -> type:
+    """A group whose fields are run settings (plan.settings), each with its option (`options`) and default, in
+    order; `base` holds the group's methods and its docstring."""
+    fields = [(setting, options[setting], dataclasses.field(default=default)) for setting, default in defaults.items()]
+    return dataclasses.make_dataclass(name, fields, bases=(base,), frozen=True,
+                                      namespace={"__doc__": base.__doc__, "__module__": base.__module__})
 
 
 def _default(field: dataclasses.Field) -> Any:

@@ -25,6 +25,7 @@ from ..base.vocabulary import (
 from ..base.write_paths import write_path_problem
 from ..plan import spec as plan
 from ..plan.design import MAX_BLOCK_WINDOWS, Design
+from ..plan.settings import SETTINGS, Setting
 from ..plan.serving_fields import TARGET_QPS_RANGE, target_qps_ok
 from ..plan.versions import is_runner_name
 from ..run.connection import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TOKEN_FILE_ENV
@@ -288,19 +289,10 @@ def parse_power_rate(value: float) -> float:
 
 PowerRateOption = Annotated[float, typer.Option(callback=parse_power_rate, help="power telemetry samples per second (1-100; 0: off)")]
 IdleBaselineOption = Annotated[float, typer.Option(min=0.0, max=plan.MAX_IDLE_BASELINE_S, help="idle power measured before each run")]
-SeedOption = Annotated[int, typer.Option(min=0, max=plan.MAX_SEED, help="random seed for weights and inputs, the same on every runner")]
 ThreadsOption = Annotated[int, typer.Option(min=1, max=plan.MAX_THREADS, help="threads, every runner (default: all cores)")]
 BatchSizeOption = Annotated[int, typer.Option(
     min=1, max=plan.MAX_BATCH_SIZE,
     help="samples per step on each device (the global batch of a distributed run is this times its devices)")]
-WarmupOption = Annotated[int, typer.Option(
-    min=0, max=plan.MAX_WARMUP,
-    help="the most warm-up steps (a fixed count with --warmup-until-cv 0 or below --stable-window); excluded from the figures")]
-WarmupUntilCvOption = Annotated[float, typer.Option(
-    min=0.0, max=0.99, help="warm up until the last --stable-window steps vary less than this; 0: exactly --warmup steps")]
-StableWindowOption = Annotated[int, typer.Option(min=2, max=plan.MAX_WARMUP, help="steps in the warm-up stability window")]
-StepsOption = Annotated[int, typer.Option(min=1, max=plan.MAX_STEPS, help="measured steps (at least)")]
-MinMeasureOption = Annotated[float, typer.Option(min=0.0, max=plan.MAX_MEASURE_S, help="measure for at least this many seconds per run")]
 RepetitionsOption = Annotated[int, typer.Option(
     min=1, max=plan.MAX_REPETITIONS,
     help=f"runs per runner, in counterbalanced order A B B A ...; a verdict needs {stats.MIN_REPETITIONS}")]
@@ -347,6 +339,18 @@ SearchRepetitionsOption = Annotated[int, typer.Option(
     help="under --profile best: runs of each candidate setting in each runner's search (the same for every runner)")]
 CooldownOption = Annotated[float, typer.Option(min=0.0, max=plan.MAX_COOLDOWN_S, help="seconds to wait between runs")]
 MinEffectOption = Annotated[float, typer.Option(min=0.0, max=1.0, help="smallest difference a verdict calls real, as a fraction")]
+def setting_option(setting: Setting):
+    """A run setting's option, made from its one declaration (plan.settings): its type, range and help."""
+    kind = setting.kind if setting.default is not None else Optional[setting.kind]
+    return Annotated[kind, typer.Option(min=setting.low, max=setting.high, help=setting.help)]
+
+
+# Every run setting's option, by the setting's name: the option groups and commands take them from here.
+SETTING_OPTIONS = {setting.name: setting_option(setting) for setting in SETTINGS}
+# A serve-capacity probe warms up and measures under defaults of its own.
+WarmupOption, MinMeasureOption = SETTING_OPTIONS["warmup"], SETTING_OPTIONS["min_measure_s"]
+
+
 def parse_store(value: Optional[Path]) -> Optional[Path]:
     """A results store's path, refused before anything is written where no store can be there (store.location)."""
     problem = value is not None and store_path_problem(value)

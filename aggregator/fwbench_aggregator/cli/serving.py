@@ -18,12 +18,12 @@ from . import app
 from .common import report_failures, run, usage_error
 from .options import (
     BatchSizeOption, parse_target_qps, BatchTimeoutOption, LatencyBudgetOption, MinMeasureOption, QueriesOption,
-    SeedOption, StoreOption, WarmupOption,
+    StoreOption, WarmupOption,
 )
 from .groups import with_groups
 from .runner_options import RunnerOptions
 from .setting_options import Startup, checked_load
-from .workload_options import ModelOnDevice
+from .workload_options import ModelOnDevice, Seeds
 
 PercentileOption = Annotated[str, typer.Option(
     help=f"the latency percentile the budget bounds, one of {', '.join(SERVING_PERCENTILES)}")]
@@ -53,7 +53,7 @@ def serve_capacity(
     batch_timeout_ms: BatchTimeoutOption = None,
     warmup: WarmupOption = 10,
     min_measure_s: MinMeasureOption = 0.0,
-    seed: SeedOption = 0,
+    seeds: Seeds = Seeds(),
     startup: Startup = Startup(),
     runners: RunnerOptions = RunnerOptions(),
     store: StoreOption = Path("results/store"),
@@ -72,7 +72,7 @@ def serve_capacity(
     if start_qps >= max_qps:
         raise usage_error(f"--start-qps ({start_qps:g}) must be below --max-qps ({max_qps:g})", "--start-qps")
     load = checked_load(Mode.infer, Scenario.server, start_qps, queries, batch_timeout_ms)
-    spec = workload.spec(Mode.infer, batch_size, warmup=warmup, seed=seed,
+    spec = workload.spec(Mode.infer, batch_size, warmup=warmup, **seeds.settings(),
                          startup=startup.settings(), min_measure_s=min_measure_s,
                          power_rate_hz=0.0, idle_baseline_s=0.0, scenario=load.scenario, target_qps=start_qps,
                          query_count=load.query_count, batch_timeout_ms=batch_timeout_ms)

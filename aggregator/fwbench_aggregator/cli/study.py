@@ -16,21 +16,23 @@ from ..app.study import study as study_use_case
 from ..app.sweep_rounds import budget_text
 from ..base.frameworks import names as framework_names
 from ..plan import spec as plan
+from ..plan.settings import BY_NAME, non_default
 from ..plan.study import DEFAULT_MAX_REPETITIONS, MIN_MAX_REPETITIONS
 from ..plan.study_file import load_sweep, sweep_from_options
 from ..present import terminal
-from ..present.report import print_report
 from ..present.health import print_left_out
+from ..present.report import print_report
 from ..run.runners import runners_in_use
 from . import app
 from .common import interrupted_status, report_failures, run, usage_error
-from .quiet import WaitForQuietOption
-from .versions import ConfirmOption, after_version_study, print_store_versions, sweep_matrix, version_runners
-from .options import (
-    AUTO, AllowDifferentModelsOption, parse_store, LatencyBudgetOption, SweepRepetitionsOption, every_framework,
-)
 from .groups import with_groups
+from .options import (
+    AUTO, AllowDifferentModelsOption, LatencyBudgetOption, SweepRepetitionsOption, every_framework, parse_store,
+)
+from .quiet import WaitForQuietOption
 from .runner_options import RunnerAccess
+from .versions import ConfirmOption, after_version_study, print_store_versions, sweep_matrix, version_runners
+from .workload_options import Measurement, Seeds
 
 
 @app.command()
@@ -54,16 +56,8 @@ def sweep(
     time_budget_s: Annotated[Optional[float], typer.Option(
         max=plan.MAX_TIME_BUDGET_S, help="under repetitions auto: the sweep's seconds, spread over its points (each gets an "
         "equal share of what is left); also over a sweep file's time_budget_s")] = None,
-    warmup: Annotated[Optional[int], typer.Option(
-        min=0, max=plan.MAX_WARMUP, help=f"the most warm-up steps (default {plan.DEFAULT_WARMUP})")] = None,
-    warmup_until_cv: Annotated[Optional[float], typer.Option(
-        min=0.0, max=0.99,
-        help=f"warm up until stable within this (default {plan.DEFAULT_WARMUP_UNTIL_CV}; 0: a fixed count)")] = None,
-    steps: Annotated[Optional[int], typer.Option(
-        min=1, max=plan.MAX_STEPS, help=f"measured steps, at least (default {plan.DEFAULT_STEPS})")] = None,
-    min_measure_s: Annotated[Optional[float], typer.Option(
-        min=0.0, max=plan.MAX_MEASURE_S,
-        help=f"measured seconds per run, at least (default {plan.DEFAULT_MIN_MEASURE_S})")] = None,
+    measurement: Measurement = Measurement(),
+    seeds: Seeds = Seeds(),
     reuse_builds: Annotated[Optional[bool], typer.Option(
         "--reuse-builds/--no-reuse-builds",
         help="a runner's batch sizes of one repetition share one build, each run restarted from the seed (default: on)",
@@ -84,7 +78,12 @@ def sweep(
     # A sweep without a file compares the runners given, as `compare` would (an opt-in one only where named).
     given = names_of(runners_in_use(runners.runner, every_framework()))
     accepted = names_of(runners.runner) if runners.runner else framework_names()
+    settings = {**measurement.settings(), **seeds.settings()}
     if file is not None:
+        option = next(iter(non_default(settings)), None)  # a file's runs take their settings from the file alone
+        if option:
+            raise usage_error(f"{BY_NAME[option].flag} applies to a sweep given by options (--models); write "
+                              f"{option}: in {file} instead")
         study = run(lambda progress: load_sweep(file, accepted))
         if time_budget_s is not None:
             if not time_budget_s > 0:
@@ -98,8 +97,7 @@ def sweep(
         study = run(lambda progress: sweep_from_options(
             models, runners=given or None, batch_sizes=batch_sizes, shapes=shapes, modes=modes, precisions=precisions,
             strategies=strategies, repetitions=count, max_repetitions=max_repetitions, time_budget_s=time_budget_s,
-            warmup=warmup, steps=steps, warmup_until_cv=warmup_until_cv, min_measure_s=min_measure_s,
-            reuse_builds=reuse_builds, runner_names=accepted, profiles=profiles))
+            reuse_builds=reuse_builds, runner_names=accepted, profiles=profiles, **settings))
     else:
         raise usage_error("give a sweep file or at least --models")
     matrix = sweep_matrix(file)  # a version study reaches its containers' published ports unless told otherwise

@@ -1,19 +1,19 @@
-"""What a command measures and how long: two option groups (cli.groups). Every command that runs a model takes the
-model group; those that time steps for a verdict (compare, calibrate, factors) take the measurement group too, and
-cli.setting_options holds the groups of how runs are set up, powered, loaded and repeated."""
+"""What a command measures and how long: option groups (cli.groups). Every command that runs a model takes the
+model group; those that time steps for a verdict (compare, calibrate, factors, sweep) take the measurement group
+too, and the seeds group where a run's seed is the user's; cli.setting_options holds the groups of how runs are set
+up, powered, loaded and repeated. The measurement and seeds groups are made from the run settings' declarations
+(plan.settings)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..base.vocabulary import Mode
-from ..plan import spec as plan
+from ..plan.settings import group
 from ..plan.spec import RunSpec, option_pairs
-from .options import (
-    DeviceOption, MinMeasureOption, ModelOption, ModelOptionsOption, PrecisionOption, ShapeOption, StableWindowOption,
-    StepsOption, WarmupOption, WarmupUntilCvOption,
-)
+from .groups import settings_group
+from .options import SETTING_OPTIONS, DeviceOption, ModelOption, ModelOptionsOption, PrecisionOption, ShapeOption
 
 
 @dataclass(frozen=True)
@@ -38,27 +38,35 @@ class ModelOnDevice:
         return f"{self.model} {mode.value}{batch}, {self.precision.value}"
 
 
-@dataclass(frozen=True)
-class Measurement:
+class _Measurement:
     """How long each run warms up and measures: --warmup, --warmup-until-cv, --stable-window, --steps and
-    --min-measure-s."""
-
-    warmup: WarmupOption = plan.DEFAULT_WARMUP
-    warmup_until_cv: WarmupUntilCvOption = plan.DEFAULT_WARMUP_UNTIL_CV
-    stable_window: StableWindowOption = plan.STABLE_WINDOW
-    steps: StepsOption = plan.DEFAULT_STEPS
-    min_measure_s: MinMeasureOption = plan.DEFAULT_MIN_MEASURE_S
+    --min-measure-s, as plan.settings declares them."""
 
     def settings(self) -> dict[str, Any]:
         """The RunSpec fields this group sets."""
-        return {"warmup": self.warmup, "warmup_until_cv": self.warmup_until_cv, "stable_window": self.stable_window,
-                "steps": self.steps, "min_measure_s": self.min_measure_s}
+        return {field.name: getattr(self, field.name) for field in fields(self)}  # type: ignore[arg-type]
 
     def whole_runs(self) -> str:
         """Why these settings need whole runs ("" at the defaults): they say how each run warms up and measures,
         where a block's windows warm up once and measure at least --window-s each."""
         given = [f"--{name.replace('_', '-')}" for name, value in self.settings().items()
-                 if value != getattr(Measurement, name)]
+                 if value != getattr(type(self), name)]
         if not given:
             return ""
         return f"{given[0]} sets how a whole run warms up or measures, where a block's windows measure --window-s each"
+
+
+Measurement = settings_group("Measurement", SETTING_OPTIONS, {s.name: s.default for s in group("measurement")},
+                             _Measurement)
+
+
+class _Seeds:
+    """Where a run's randomness starts: --seed (the weights, and the inputs unless --input-seed) and --input-seed,
+    as plan.settings declares them."""
+
+    def settings(self) -> dict[str, Any]:
+        """The RunSpec fields this group sets."""
+        return {field.name: getattr(self, field.name) for field in fields(self)}  # type: ignore[arg-type]
+
+
+Seeds = settings_group("Seeds", SETTING_OPTIONS, {s.name: s.default for s in group("seeds")}, _Seeds)

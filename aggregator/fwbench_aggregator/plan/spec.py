@@ -125,6 +125,7 @@ class RunSpec:
     query_count: int = 0
     batch_timeout_ms: Optional[float] = None  # server with batch_size > 1
     arrival_seed: int = 0
+    input_seed: Optional[int] = None  # the input data's seed; None: the seed's
 
     @property
     def device_count(self) -> int:
@@ -167,6 +168,8 @@ class RunSpec:
         if self.warmup_until_cv and self.warmup >= self.stable_window:
             request.warmup_until_stable.cv_threshold = self.warmup_until_cv
             request.warmup_until_stable.window = self.stable_window
+        if self.input_seed is not None:
+            request.input_seed = self.input_seed
         if self.min_measure_s is not None:
             request.min_measure_s = self.min_measure_s
         if self.power_rate_hz is not None:

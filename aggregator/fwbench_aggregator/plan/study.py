@@ -17,6 +17,9 @@
     warmup_until_cv: 0.05               # warm up until the last 5 steps vary less; 0 (or warmup < 5): `warmup` steps
     steps: 20                           # the fewest measured steps; default: 20
     min_measure_s: 1.0                  # and the shortest measured window; default: 1.0
+    stable_window: 5                    # the warm-up steps whose variation warmup_until_cv bounds; default: 5
+    seed: 0                             # the weights' seed (and the inputs', without input_seed); default: 0
+    input_seed: 7                       # the input data's seed; default: the seed
     options: {bert_tiny: {head: mlm}}   # model options, per model
     layout: channels_last               # default: the runner's
     compilation: eager                  # or per runner: {torch: torch_compile, tensorflow: xla}
@@ -89,6 +92,8 @@ class Configuration:
     # The runs that share one build: this runner, this point less its batch size, this repetition; "" for none.
     # Not part of the store key: it changes how a run is prepared, not what it measures.
     reuse_chain: str = ""
+    # The run settings (plan.settings) given away from their defaults beyond the fields above: (("seed", 3), ...).
+    run_settings: tuple[tuple[str, object], ...] = ()
 
     def run_spec(self, startup: StartupSettings, reuse_key: str = "", end_reuse: bool = False) -> RunSpec:
         """The run this configuration asks of its runner, with the runners' startup settings and its chain's key."""
@@ -100,12 +105,13 @@ class Configuration:
             self.warmup, self.steps, model_options=self.model_options, startup=startup,
             warmup_until_cv=self.warmup_until_cv, min_measure_s=self.min_measure_s, strategy=self.strategy,
             devices=self.devices, reuse_key=reuse_key, end_reuse=end_reuse, profile=self.profile,
-            cudnn_autotune=chosen.get("cudnn_autotune"),
+            cudnn_autotune=chosen.get("cudnn_autotune"), **dict(self.run_settings),
         )
 
     def key_fields(self, **settings: object) -> dict[str, object]:
         """The fields a result depends on, JSON-ready, for plan.keys.config_key. Extra keyword arguments
-        (seed, thread counts, ...) join the settings, so a change to them makes a new key."""
+        (seed, thread counts, ...) join the settings, so a change to them makes a new key; so do the run settings
+        given (run_settings), which only a setting away from its default adds, so that keys made before it stay."""
         return {
             "runner": self.runner,
             "model": self.model,
@@ -119,7 +125,7 @@ class Configuration:
             "compilation": self.compilation.value if self.compilation else None,
             "settings": {
                 "warmup_steps": self.warmup, "warmup_until_cv": self.warmup_until_cv, "measured_steps": self.steps,
-                "min_measure_s": self.min_measure_s, **settings,
+                "min_measure_s": self.min_measure_s, **settings, **dict(self.run_settings),
             },
             "repetition": self.repetition,
             # Only where set: the keys of runs stored before distributed runs existed stay the same.
@@ -173,6 +179,7 @@ class Sweep:
     nodes: tuple[int, ...] = (1,)
     models_dirs: tuple[str, ...] = ()  # folders of model plug-ins the runners fwbench starts load
     profiles: tuple[Optional[Profile], ...] = (None,)  # None: the default, equal
+    run_settings: tuple[tuple[str, object], ...] = ()  # as Configuration.run_settings
 
     @property
     def auto(self) -> bool:
@@ -220,6 +227,7 @@ class Sweep:
                             tuple(sorted(self.options.get(model, {}).items())), self.layout,
                             self.compilation.get(runner), self.warmup, self.steps, self.warmup_until_cv,
                             self.min_measure_s, own[s], device if several else None, nodes, profile,
+                            run_settings=self.run_settings,
                         )
                         for batch_size in self.batch_sizes
                     ]

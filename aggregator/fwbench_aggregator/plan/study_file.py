@@ -20,15 +20,13 @@ from ..base.vocabulary import (
     DEVICE_FORMS, DEVICES_FORMS, SHAPE_FORMS, Compilation, Layout, Mode, Precision, Profile, Strategy, devices_problem,
     is_device, is_shape,
 )
-from .spec import (
-    DEFAULT_MAX_RUNS, MAX_BATCH_SIZE, MAX_COOLDOWN_S, MAX_MEASURE_S, MAX_NODES, MAX_RUNS, MAX_STEPS,
-    MAX_WARMUP,
-)
 from .field_checks import (
-    Check, Checker, Path_, Problem, Refused, SweepError, checked_list, choice, field_name, finite, integer_in, number,
-    pattern,
+    Check, Checker, Path_, Problem, Refused, SweepError, checked_list, choice, field_name, integer_in, number, pattern,
 )
-from .serving_fields import SWEEP_FIELDS as SERVING_FIELDS, sweep_loads, with_loads
+from .serving_fields import SWEEP_FIELDS as SERVING_FIELDS
+from .serving_fields import sweep_loads, with_loads
+from .settings import BY_NAME, SETTINGS, non_default
+from .spec import DEFAULT_MAX_RUNS, MAX_BATCH_SIZE, MAX_COOLDOWN_S, MAX_NODES, MAX_RUNS
 from .study import Sweep, repetition_fields
 from .versions import RUNNER_NAME_FORMS, is_runner_name, study_runners
 from .yaml_limits import parse
@@ -37,10 +35,11 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _OPTION_NAME = re.compile(r"[a-z_]+")
 _OPTION_VALUE = re.compile(r"[A-Za-z0-9_]+")
 
+# A sweep file's fields: its grid's axes, the run settings (plan.settings, each a field of its name), how runs are
+# executed and paced, and a serving load's fields.
 FIELDS = (
     "runners", "models", "modes", "batch_sizes", "shapes", "precisions", "devices", "repetitions", "max_repetitions",
-    "time_budget_s",
-    "warmup", "warmup_until_cv", "steps", "min_measure_s", "options", "layout", "compilation", "cooldown_s",
+    "time_budget_s", *(setting.name for setting in SETTINGS), "options", "layout", "compilation", "cooldown_s",
     "strategies", "reuse_builds", "nodes", "models_dir", "profiles", "max_runs", "versions", *SERVING_FIELDS,
 )
 
@@ -76,8 +75,8 @@ def _models_dirs(raw: Mapping, base: Path, checker: Checker) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _build(raw: object, checker: Checker, runner_names: Optional[Sequence[str]], base: Path = Path(".")) -> Sweep:
-    """The study from its raw fields; raises SweepError with every problem found."""
+def _fields_known(raw: object, checker: Checker) -> Mapping:
+    """The raw study as a mapping of known fields naming its models; raises SweepError where it is no mapping."""
     if not isinstance(raw, Mapping):
         checker.attempt(lambda: checker.fail((), f"a sweep is a mapping of fields; accepted fields: {', '.join(FIELDS)}"))
         raise SweepError(checker.problems)
@@ -87,11 +86,28 @@ def _build(raw: object, checker: Checker, runner_names: Optional[Sequence[str]],
                 (name,), f"unknown field {name!r}{did_you_mean(str(name), FIELDS)}; accepted fields: {', '.join(FIELDS)}"))
     if "models" not in raw:
         checker.attempt(lambda: checker.fail(("models",), "missing; give the models to run, e.g. models: [resnet18]"))
+    return raw
 
-    name_check = pattern(_NAME.fullmatch, "name", "letters, digits, '_', '.', '-'", checker)
-    values: dict[str, object] = {}
-    field = lambda name, check: values.__setitem__(name, checker.attempt(check))  # noqa: E731
-    field("models", lambda: checked_list(raw, "models", checker, name_check, "[resnet18]"))
+
+class _Fields:
+    """The checked values of one study's fields, by Sweep field name; a refused field's problem is recorded."""
+
+    def __init__(self, raw: Mapping, checker: Checker) -> None:
+        self.raw, self.checker = raw, checker
+        self.values: dict[str, object] = {}
+
+    def take(self, name: str, check: Callable[[], object]) -> None:
+        self.values[name] = self.checker.attempt(check)
+
+    def listed(self, name: str, check: Check, example: str) -> None:
+        self.take(name, lambda: checked_list(self.raw, name, self.checker, check, example))
+
+
+def _grid(fields: _Fields, runner_names: Optional[Sequence[str]]) -> None:
+    """The grid's axes: models, runners (and a runner per version), modes, precisions, profiles, devices, batch sizes,
+    nodes."""
+    raw, checker = fields.raw, fields.checker
+    fields.listed("models", pattern(_NAME.fullmatch, "name", "letters, digits, '_', '.', '-'", checker), "[resnet18]")
     accepted_runners = list(runner_names) if runner_names is not None else None
 
     def runner_check(path: Path_, value: object) -> str:
@@ -101,109 +117,110 @@ def _build(raw: object, checker: Checker, runner_names: Optional[Sequence[str]],
                                f"{', '.join(accepted_runners)}")
         return name
 
-    field("runners", lambda: checked_list(raw, "runners", checker, runner_check, "[torch, tensorflow]"))
+    fields.listed("runners", runner_check, "[torch, tensorflow]")
     if raw.get("versions") is not None:  # a runner per version (plan.versions), after those listed
-        field("runners", lambda: study_runners(raw, checker, values["runners"]))
-    field("modes", lambda: checked_list(raw, "modes", checker, choice(Mode, "mode", checker), "[train, infer]"))
-    field("precisions", lambda: checked_list(raw, "precisions", checker, choice(Precision, "precision", checker), "[fp32, amp_bf16]"))
-    field("profiles", lambda: checked_list(raw, "profiles", checker, choice(Profile, "profile", checker), "[equal, native]"))
-    field("devices", lambda: checked_list(raw, "devices", checker, _device(checker), '[cpu, "cpu:0,cpu:1"]'))
-    field("batch_sizes", lambda: checked_list(raw, "batch_sizes", checker,
-                                       integer_in(1, MAX_BATCH_SIZE, "a batch size", checker), "[16, 32]"))
-    field("nodes", lambda: checked_list(raw, "nodes", checker, integer_in(1, MAX_NODES, "a number of machines", checker), "[1, 2]"))
-    values.update(repetition_fields(raw, checker))
-    field("warmup", lambda: number(raw, "warmup", checker, 0, MAX_WARMUP))
-    field("steps", lambda: number(raw, "steps", checker, 1, MAX_STEPS))
-    field("min_measure_s", lambda: number(raw, "min_measure_s", checker, 0, MAX_MEASURE_S, integer=False))
-    field("cooldown_s", lambda: number(raw, "cooldown_s", checker, 0, MAX_COOLDOWN_S, integer=False))
-    field("max_runs", lambda: number(raw, "max_runs", checker, 1, MAX_RUNS))
+        fields.take("runners", lambda: study_runners(raw, checker, fields.values["runners"]))
+    fields.listed("modes", choice(Mode, "mode", checker), "[train, infer]")
+    fields.listed("precisions", choice(Precision, "precision", checker), "[fp32, amp_bf16]")
+    fields.listed("profiles", choice(Profile, "profile", checker), "[equal, native]")
+    fields.listed("devices", _device(checker), '[cpu, "cpu:0,cpu:1"]')
+    fields.listed("batch_sizes", integer_in(1, MAX_BATCH_SIZE, "a batch size", checker), "[16, 32]")
+    fields.listed("nodes", integer_in(1, MAX_NODES, "a number of machines", checker), "[1, 2]")
 
-    def warmup_until_cv() -> Optional[float]:
-        if "warmup_until_cv" not in raw:
-            return None
-        value = finite(raw["warmup_until_cv"])
-        if value is None or not 0 <= value < 1:
-            shown = raw["warmup_until_cv"] if value is None else value
-            checker.fail(("warmup_until_cv",), f"{shown!r} is not a coefficient of variation; accepted: 0 (off) up to "
-                                               "below 1, e.g. 0.05")
-        return value
 
-    field("warmup_until_cv", warmup_until_cv)
+def _run_settings(fields: _Fields) -> None:
+    """How each run is made and paced: the run settings (plan.settings; those a Sweep holds as fields of their own,
+    the others as run_settings where given), the cooldown, the run limit and build reuse."""
+    raw, checker = fields.raw, fields.checker
+    for setting in SETTINGS:
+        fields.take(setting.name, lambda setting=setting: setting.sweep_value(raw, checker))
+    own = {name: fields.values.pop(name) for name in list(fields.values) if name in BY_NAME
+           and name not in Sweep.__dataclass_fields__}
+    fields.values.update(run_settings=tuple(non_default(own).items()) or None)
+    fields.take("cooldown_s", lambda: number(raw, "cooldown_s", checker, 0, MAX_COOLDOWN_S, integer=False))
+    fields.take("max_runs", lambda: number(raw, "max_runs", checker, 1, MAX_RUNS))
 
     def reuse_builds() -> Optional[bool]:
         if "reuse_builds" in raw and not isinstance(raw["reuse_builds"], bool):
             checker.fail(("reuse_builds",), f"{raw['reuse_builds']!r} is not accepted; accepted: true or false")
         return raw.get("reuse_builds")
 
-    field("reuse_builds", reuse_builds)
-    models = values["models"] or ()
+    fields.take("reuse_builds", reuse_builds)
 
-    def per_model(name: str, example: str) -> Mapping:
-        given = raw[name]
-        if not isinstance(given, Mapping):
-            checker.fail((name,), f"{given!r} is not a mapping of model to values, e.g. {name}: {example}")
-        for model in given:
-            if model not in models:
-                checker.attempt(lambda model=model: checker.fail(
-                    (name, model), f"{model!r} is not one of this sweep's models{did_you_mean(str(model), models)}; "
-                                   f"accepted: {', '.join(models)}"))
-        return given
 
-    def shapes() -> Optional[dict]:
-        if "shapes" not in raw:
-            return None
-        shape_check = pattern(is_shape, "shape", SHAPE_FORMS, checker)
-        if isinstance(raw["shapes"], Mapping):
-            by_model = per_model("shapes", "{resnet18: [3x32x32]}")
-            checked = {model: checker.attempt(lambda model=model: checked_list(by_model, model, checker, shape_check, "[3x32x32]",
-                                                                         at=("shapes",)))
-                       for model in by_model}
-            if any(value is None for value in checked.values()):
-                raise Refused()
-            return checked
-        everywhere = checked_list(raw, "shapes", checker, shape_check, "[3x32x32, seq=128] or {resnet18: [3x32x32]}")
-        return {model: everywhere for model in models}
+def _per_model(fields: _Fields, name: str, example: str) -> Mapping:
+    """A field given per model: a mapping naming only the sweep's models."""
+    given_values, models = fields.raw[name], fields.values["models"] or ()
+    if not isinstance(given_values, Mapping):
+        fields.checker.fail((name,), f"{given_values!r} is not a mapping of model to values, e.g. {name}: {example}")
+    for model in given_values:
+        if model not in models:
+            fields.checker.attempt(lambda model=model: fields.checker.fail(
+                (name, model), f"{model!r} is not one of this sweep's models{did_you_mean(str(model), models)}; "
+                               f"accepted: {', '.join(models)}"))
+    return given_values
 
-    field("shapes", shapes)
 
-    def options() -> Optional[dict]:
-        if "options" not in raw:
-            return None
-        out: dict[str, dict[str, str]] = {}
-        before = len(checker.problems)
-        for model, given in per_model("options", "{bert_tiny: {head: mlm}}").items():
-            if not isinstance(given, Mapping):
-                checker.attempt(lambda model=model, given=given: checker.fail(
-                    ("options", model), f"{given!r} is not a mapping of option to value, e.g. {{head: mlm}}"))
-                continue
-            out[model] = {}
-            for option, value in given.items():
-                checked = checker.attempt(lambda model=model, option=option, value=value: _option(model, option, value, checker))
-                if checked is not None:
-                    out[model][option] = checked
-        if len(checker.problems) > before:
+def _shapes(fields: _Fields) -> Optional[dict]:
+    raw, checker, models = fields.raw, fields.checker, fields.values["models"] or ()
+    if "shapes" not in raw:
+        return None
+    shape_check = pattern(is_shape, "shape", SHAPE_FORMS, checker)
+    if isinstance(raw["shapes"], Mapping):
+        by_model = _per_model(fields, "shapes", "{resnet18: [3x32x32]}")
+        checked = {model: checker.attempt(lambda model=model: checked_list(by_model, model, checker, shape_check,
+                                                                           "[3x32x32]", at=("shapes",)))
+                   for model in by_model}
+        if any(value is None for value in checked.values()):
             raise Refused()
-        return out
+        return checked
+    everywhere = checked_list(raw, "shapes", checker, shape_check, "[3x32x32, seq=128] or {resnet18: [3x32x32]}")
+    return {model: everywhere for model in models}
 
-    field("options", options)
+
+def _options(fields: _Fields) -> Optional[dict]:
+    raw, checker = fields.raw, fields.checker
+    if "options" not in raw:
+        return None
+    out: dict[str, dict[str, str]] = {}
+    before = len(checker.problems)
+    for model, given_options in _per_model(fields, "options", "{bert_tiny: {head: mlm}}").items():
+        if not isinstance(given_options, Mapping):
+            checker.attempt(lambda model=model, given_options=given_options: checker.fail(
+                ("options", model), f"{given_options!r} is not a mapping of option to value, e.g. {{head: mlm}}"))
+            continue
+        out[model] = {}
+        for option, value in given_options.items():
+            checked = checker.attempt(lambda model=model, option=option, value=value: _option(model, option, value,
+                                                                                             checker))
+            if checked is not None:
+                out[model][option] = checked
+    if len(checker.problems) > before:
+        raise Refused()
+    return out
+
+
+def _execution(fields: _Fields, base: Path) -> None:
+    """What each runner executes: the models' shapes and options, the layout, each runner's compilation and
+    strategies, the plug-in folders."""
+    raw, checker = fields.raw, fields.checker
+    fields.take("shapes", lambda: _shapes(fields))
+    fields.take("options", lambda: _options(fields))
     if raw.get("layout") is not None:
-        field("layout", lambda: choice(Layout, "layout", checker)(("layout",), raw["layout"]))
-
-    runners = values["runners"] or tuple(default_framework_names())
+        fields.take("layout", lambda: choice(Layout, "layout", checker)(("layout",), raw["layout"]))
+    runners = fields.values["runners"] or tuple(default_framework_names())
     if raw.get("compilation") is not None:
-        field("compilation", lambda: _per_runner(raw, "compilation", runners, checker, choice(Compilation, "compilation", checker)))
+        fields.take("compilation", lambda: _per_runner(raw, "compilation", runners, checker,
+                                                       choice(Compilation, "compilation", checker)))
     if raw.get("strategies") is not None:
         strategy_check = choice(Strategy, "strategy", checker)
-        field("strategies", lambda: _per_runner(raw, "strategies", runners, checker, strategy_check, listed=True))
-
+        fields.take("strategies", lambda: _per_runner(raw, "strategies", runners, checker, strategy_check, listed=True))
     if raw.get("models_dir") is not None:
-        values["models_dirs"] = _models_dirs(raw, base, checker)
-    loads = checker.attempt(lambda: sweep_loads(raw, checker, values["modes"]))
+        fields.values["models_dirs"] = _models_dirs(raw, base, checker)
 
-    if checker.problems:
-        raise SweepError(checker.problems)
-    limit = values.pop("max_runs") or DEFAULT_MAX_RUNS
-    sweep = with_loads(Sweep(**{name: value for name, value in values.items() if value is not None}), loads)
+
+def _within_limit(sweep: Sweep, limit: int, checker: Checker) -> Sweep:
+    """The sweep, where the runs it plans are within `limit`; else a SweepError that says how to shrink or raise it."""
     runs = sweep.run_count()  # arithmetic: the grid is never built for a study refused here
     if runs > limit:
         raise_to = (f", or raise the limit with max_runs: {runs} in a sweep file" if runs <= MAX_RUNS
@@ -212,6 +229,21 @@ def _build(raw: object, checker: Checker, runner_names: Optional[Sequence[str]],
                                                             f"{limit:,}; shrink the grid{raise_to}"))
         raise SweepError(checker.problems)
     return sweep
+
+
+def _build(raw: object, checker: Checker, runner_names: Optional[Sequence[str]], base: Path = Path(".")) -> Sweep:
+    """The study from its raw fields; raises SweepError with every problem found."""
+    fields = _Fields(_fields_known(raw, checker), checker)
+    _grid(fields, runner_names)
+    fields.values.update(repetition_fields(fields.raw, checker))
+    _run_settings(fields)
+    _execution(fields, base)
+    loads = checker.attempt(lambda: sweep_loads(fields.raw, checker, fields.values["modes"]))
+    if checker.problems:
+        raise SweepError(checker.problems)
+    limit = fields.values.pop("max_runs") or DEFAULT_MAX_RUNS
+    sweep = Sweep(**{name: value for name, value in fields.values.items() if value is not None})
+    return _within_limit(with_loads(sweep, loads), limit, checker)
 
 
 def _option(model: str, option: object, value: object, checker: Checker) -> str:
@@ -328,10 +360,6 @@ def sweep_from_options(
     repetitions: int | str | None = None,  # a number, or "auto"
     max_repetitions: Optional[int] = None,
     time_budget_s: Optional[float] = None,
-    warmup: Optional[int] = None,
-    steps: Optional[int] = None,
-    warmup_until_cv: Optional[float] = None,
-    min_measure_s: Optional[float] = None,
     options: Mapping[str, Mapping[str, object]] | Sequence[str] | None = None,
     layout: Optional[str] = None,
     compilation: str | Mapping[str, str] | None = None,
@@ -340,11 +368,12 @@ def sweep_from_options(
     reuse_builds: Optional[bool] = None,
     runner_names: Optional[Sequence[str]] = None,
     profiles: Sequence[str] | str | None = None,
+    **settings: object,
 ) -> Sweep:
     """The same sweep as a file would give, from command-line values: lists as sequences or as
     comma-separated text ("16,32,64"); None leaves a field's default. `options` is a mapping of model to
-    {option: value}, or NAME=VALUE strings (as `compare --option` takes them) for every model.
-    Mistakes raise SweepError."""
+    {option: value}, or NAME=VALUE strings (as `compare --option` takes them) for every model. `settings`: run
+    settings by name (plan.settings), as a file's fields. Mistakes raise SweepError."""
     if options is not None and not isinstance(options, Mapping):
         pairs = [str(item).partition("=") for item in _split(options)]
         bad = next((item for item, sep, _ in pairs if not sep), None)
@@ -356,8 +385,7 @@ def sweep_from_options(
         "precisions": _split(precisions), "devices": _split(devices), "runners": _split(runners),
         "shapes": shapes if isinstance(shapes, Mapping) else _split(shapes),
         "repetitions": repetitions, "max_repetitions": max_repetitions, "time_budget_s": time_budget_s,
-        "warmup": warmup, "steps": steps, "warmup_until_cv": warmup_until_cv,
-        "min_measure_s": min_measure_s, "options": options,
+        **settings, "options": options,
         "layout": layout, "compilation": compilation, "cooldown_s": cooldown_s,
         "strategies": strategies if isinstance(strategies, Mapping) else _split(strategies),
         "reuse_builds": reuse_builds, "profiles": _split(profiles),

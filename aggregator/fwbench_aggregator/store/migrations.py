@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 import pandas as pd
 
 from ..plan.design import ROUNDS_LABEL
+from ..plan.settings import BY_NAME, stored
 from .schema import BUILT_IN, DEFAULT_PROFILE, STORE_FORMAT
 
 FORMAT_KEY = "store_format"
@@ -138,10 +139,23 @@ def _own_run_ids(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFr
     return frame
 
 
+def _new_setting_columns(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFrame:
+    """Format 9 -> 10: a run setting stored from format 10 (plan.settings: input_seed) took the value its default
+    comes from in every older run (the inputs were drawn from the seed)."""
+    if name != "summary":
+        return frame
+    frame = frame.copy()
+    for setting in stored():
+        if setting.stored_since == 10 and setting.column not in frame:
+            source = BY_NAME[setting.default_from].column
+            frame[setting.column] = frame[source] if source in frame else math.nan
+    return frame
+
+
 # From format N to N + 1: (frame name, frame, the run's manifest) -> frame.
 STEPS: dict[int, Callable[[str, pd.DataFrame, Mapping], pd.DataFrame]] = {
     1: _distributed_columns, 2: _model_source_columns, 3: _quiet_evidence_columns, 4: _steps_asked_column,
-    5: _run_isolation_column, 6: _design_columns, 7: _looks_column, 8: _own_run_ids,
+    5: _run_isolation_column, 6: _design_columns, 7: _looks_column, 8: _own_run_ids, 9: _new_setting_columns,
 }
 OWN_IDS_FORMAT = 9
 

@@ -15,11 +15,12 @@ from google.protobuf.json_format import MessageToDict
 
 from ..base.vocabulary import device_text, serving_text, shape_text, to_text
 from ..plan.design import ROUNDS_LABEL
+from ..plan.settings import BY_NAME, stored
 from ..run.client import RunnerFailure, RunResult
 from .results_store import ResultStore
 from .schema import (
-    BUILT_IN, DEFAULT_PROFILE, ENERGY_FIELDS, POWER_COLUMNS, POWER_FIELDS, QUERIES_COLUMNS, QUERIES_FRAME, SERVING_PERCENTILES,
-    STEPS_COLUMNS, SUMMARY_COLUMNS, IMAGE_COLUMNS, ENVIRONMENT_COLUMNS, looks_text,
+    BUILT_IN, DEFAULT_PROFILE, ENERGY_FIELDS, ENVIRONMENT_COLUMNS, IMAGE_COLUMNS, POWER_COLUMNS, POWER_FIELDS,
+    QUERIES_COLUMNS, QUERIES_FRAME, SERVING_PERCENTILES, STEPS_COLUMNS, SUMMARY_COLUMNS, looks_text,
 )
 
 
@@ -93,6 +94,18 @@ def _serving_columns(config: pb.ResolvedConfig, summary: pb.Summary) -> dict:
 
 
 
+def _setting_columns(config: pb.ResolvedConfig) -> dict:
+    """The run settings as the runner resolved them, each in its column (plan.settings names its field); a setting
+    a runner does not report (one older than the setting) reads as the one its default comes from."""
+    values: dict[str, object] = {}
+    for setting in stored():
+        if setting.default_from and not config.HasField(setting.request):
+            values[setting.column] = values[BY_NAME[setting.default_from].column]
+        else:
+            values[setting.column] = getattr(config, setting.request)
+    return values
+
+
 def _optional(message, name: str):
     return getattr(message, name) if message.HasField(name) else None
 
@@ -142,14 +155,12 @@ def _energy_columns(summary: pb.Summary) -> dict:
 
 
 def _timing_columns(config: pb.ResolvedConfig, summary: pb.Summary) -> dict:
-    """What the run measured: its steps (asked and made), step times, throughput, peak memory and when it ran."""
+    """What the run measured: the steps made and the settings asked, step times, throughput, peak memory, when."""
     c, s = config, summary
     return {
         "device_name": c.device.name,
-        "warmup_steps": c.warmup_steps,
         "measured_steps": s.measured_steps,
-        "measured_steps_asked": c.measured_steps,
-        "seed": c.seed,
+        **_setting_columns(c),
         "parameter_count": c.parameter_count,
         "mean_step_time_s": s.mean_step_time_s,
         "median_step_time_s": s.median_step_time_s,
@@ -180,7 +191,6 @@ def _execution_columns(config: pb.ResolvedConfig, summary: pb.Summary) -> dict:
         "first_step_traced": s.first_step_traced,
         "warmup_steps_run": s.warmup_steps_run,
         "warmup_stable": s.warmup_stable,
-        "min_measure_s": c.min_measure_s,
         "timer_disagreement": _optional(s, "timer_disagreement"),
         "flags": " | ".join(s.flags),
     }

@@ -28,11 +28,15 @@ STORE_FORMAT is the version of what the store writes, recorded with every run (s
   9  a measured run's id is its own, random (plan.keys.new_run_id), no longer a hash of its configuration, so that
      stores merge without loss; a sweep's run records its configuration's key in its manifest (config_key), which a
      resume looks for. Runs of older formats keep their ids: a sweep's run was stored under its configuration's key
+ 10  a run's summary says which seed made its input data (input_seed, part of the block key): older runs drew their
+     inputs from the seed, and read input_seed = seed
 """
 
 from __future__ import annotations
 
-STORE_FORMAT = 9
+from ..plan.settings import BLOCK, stored
+
+STORE_FORMAT = 10
 
 # --- what identifies a run's configuration ----------------------------------------------------------------------
 
@@ -107,12 +111,14 @@ IMAGE_COLUMNS = ("container_base_image", "image_digest", "base_image_digest")
 # from (scripts/lock.sh), numpy and its BLAS, oneDNN where the framework says ("" where it does not), and the C
 # library's malloc thresholds the runner pinned in its processes ("" before runners pinned them: fwbench_core.allocator).
 ENVIRONMENT_COLUMNS = ("environment_lock", "numpy_version", "blas", "onednn_version", "malloc")
+# The run settings a summary stores, each as its declaration names its column (plan.settings): the warm-up and
+# measured steps asked, the minimum window, the seeds.
+RUN_SETTING_COLUMNS = tuple(setting.column for setting in stored())
 SUMMARY_COLUMNS = (
-    *RUN_IDENTITY_COLUMNS, "status", "error", "device_name", "warmup_steps", "measured_steps", "measured_steps_asked",
-    "seed", "parameter_count",
+    *RUN_IDENTITY_COLUMNS, "status", "error", "device_name", "measured_steps", *RUN_SETTING_COLUMNS, "parameter_count",
     "mean_step_time_s", "median_step_time_s", "p95_step_time_s", "throughput_samples_per_s", "straggler_spread",
     "peak_memory_bytes", "peak_memory_source", "time_to_first_step_s", "started_at_unix_s", "finished_at_unix_s",
-    *SETTINGS_COLUMNS, "build_reused", "first_step_traced", "warmup_steps_run", "warmup_stable", "min_measure_s",
+    *SETTINGS_COLUMNS, "build_reused", "first_step_traced", "warmup_steps_run", "warmup_stable",
     "timer_disagreement", *DEVICE_STATE_COLUMNS, "quiet_wait_s", *ENERGY_COLUMNS, *RUNNER_COLUMNS, *IMAGE_COLUMNS, *ENVIRONMENT_COLUMNS,
     *MODEL_SOURCE_COLUMNS,
     # The budget of the sequential design the run was made under, 0 for a fixed number of runs, and where it looked.
@@ -140,10 +146,11 @@ RUNNER_KEY_COLUMNS = ("framework", "framework_version", "image_digest", "environ
 # against runners of the same block. The machine is its device model as the runner names it (the CPU model and its
 # logical cores, or the GPU): the host's own id is the kernel's boot id, which a reboot changes, and a container's
 # hostname is random, so neither can say "the same machine" across time; two hosts with one device model do pool,
-# as a cluster's alike nodes are meant to. The protocol: the warm-up and measured steps asked, the minimum window,
-# the seed (which inputs and weights), and the design that made the runs (whole runs in rounds, or windows in process
-# blocks: a window is not a run, and their spreads differ).
-BLOCK_KEY_COLUMNS = ("device_name", "warmup_steps", "measured_steps_asked", "min_measure_s", "seed", "design")
+# as a cluster's alike nodes are meant to. The protocol: the run settings its declarations put in the block's key (the
+# warm-up and measured steps asked, the minimum window, the seeds of the weights and of the inputs), and the design
+# that made the runs (whole runs in rounds, or windows in process blocks: a window is not a run, and their spreads
+# differ).
+BLOCK_KEY_COLUMNS = ("device_name", *(setting.column for setting in stored(BLOCK)), "design")
 COMPARABILITY_COLUMNS = (*RUNNER_KEY_COLUMNS, *BLOCK_KEY_COLUMNS)
 # A noise floor is a fact about runs of one key: a calibration records its runs' key (beside its configuration and
 # framework), and a verdict applies only the floors calibrated on runs of its own key.

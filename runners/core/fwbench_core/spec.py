@@ -243,6 +243,7 @@ class RunRequest:
     serving: Serving | None = None  # None: back-to-back steps
     continue_reuse: bool = False  # a window: step the kept workload as the last run left it
     process_block: str = ""  # runs naming one block run in one worker process of their own; "": as isolation says
+    input_seed: int | None = None  # the input data's seed; None: the seed
 
 
 @dataclass(frozen=True)
@@ -280,6 +281,12 @@ class RunConfig:
     serving: Serving | None = None  # None: back-to-back steps
     continue_reuse: bool = False
     process_block: str = ""
+    input_seed: int | None = None  # None: the seed
+
+    @property
+    def data_seed(self) -> int:
+        """The seed of the run's inputs and targets: its input seed, or its seed where none was given."""
+        return self.seed if self.input_seed is None else self.input_seed
 
     @property
     def head(self) -> Head:

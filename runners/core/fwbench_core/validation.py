@@ -301,6 +301,8 @@ def resolve(
         warmup_steps=in_range("warmup_steps", steps.warmup, 0, MAX_WARMUP_STEPS),
         measured_steps=in_range("measured_steps", steps.measured, 1, MAX_MEASURED_STEPS),
         seed=_seed(request.seed),
+        input_seed=(request.seed if request.input_seed is None
+                    else in_range("input_seed", request.input_seed, 0, MAX_SEED)),
         model_options=model_options,
         layout=settings.layout,
         compilation=settings.compilation,

@@ -266,6 +266,7 @@ def run_request_from_wire(request: pb.RunRequest) -> RunRequest:
         serving=_serving_from_wire(request),
         continue_reuse=request.continue_reuse,
         process_block=request.process_block,
+        input_seed=request.input_seed if request.HasField("input_seed") else None,
     )
 
 
@@ -282,6 +283,7 @@ def config_to_wire(c: RunConfig, info: RunnerInfo, parameter_count: int = 0) -> 
         warmup_steps=c.warmup_steps,
         measured_steps=c.measured_steps,
         seed=c.seed,
+        input_seed=c.data_seed,
         framework=info.framework,
         framework_version=info.framework_version,
         model_options=c.model_options,

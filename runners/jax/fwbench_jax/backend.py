@@ -145,7 +145,8 @@ class JaxWorkload(Workload):
         jax.config.update("jax_default_matmul_precision", MATMUL_PRECISIONS[config.tf32])
         variables = initial_variables(self.shapes, config.seed, MODELS.builder(config.model).init_std)
         params, batch_stats = variables["params"], variables.get("batch_stats", {})
-        input_key, target_key, dropout_key = jax.random.split(jax.random.key(config.seed), 3)
+        dropout_key = jax.random.split(jax.random.key(config.seed), 3)[2]
+        input_key, target_key, _ = jax.random.split(jax.random.key(config.data_seed), 3)
         # Under MIRRORED, one global batch split across the devices (the batch size is per device) and the
         # weights replicated on each: XLA sums the gradients across devices (and BatchNorm's statistics are the
         # global batch's). One device: everything on it.

@@ -29,6 +29,8 @@ def onnxruntime_workload(config: RunConfig, build_model: Callable[[RunConfig], k
     keras.utils.set_random_seed(config.seed)
     with tf.device("/CPU:0"):
         model = build_model(config)
+        if config.data_seed != config.seed:
+            tf.random.set_seed(config.data_seed)  # inputs of their own seed; from the seed, they follow the weights
         inputs = random_inputs(config.model, config.batch_size, config.input_shape)
     parameter_count = sum(int(tf.size(w)) for w in model.trainable_weights)
     needed_bytes = CONVERSION_BYTES_PER_WEIGHT_BYTE * sum(int(tf.size(w)) * tf.as_dtype(w.dtype).size for w in model.weights)

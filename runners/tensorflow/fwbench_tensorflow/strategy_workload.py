@@ -52,8 +52,8 @@ class StrategyWorkload(Workload):
         return self.strategy.extended.worker_devices[context.replica_id_in_sync_group % self.local_replicas]
 
     def _replica_inputs(self, context) -> tf.Tensor:
-        """The replica's own inputs, seeded by seed + its replica id across the job, on its device."""
-        tf.random.set_seed(self.config.seed + context.replica_id_in_sync_group)
+        """The replica's own inputs, seeded by the input seed + its replica id across the job, on its device."""
+        tf.random.set_seed(self.config.data_seed + context.replica_id_in_sync_group)
         with tf.device(self._replica_device(context)):
             return random_inputs(self.config.model, self.config.batch_size, self.config.input_shape)
 

@@ -98,8 +98,8 @@ class TensorFlowWorkload(Workload):
 
     def _start(self, config: RunConfig) -> None:
         """Inputs and targets for `config`'s batch size, and new step functions for them to trace. The inputs
-        come from the seed alone (TensorFlow's op seeds restart with it), so a reuse makes a fresh build's."""
-        tf.random.set_seed(config.seed)
+        come from the input seed alone (TensorFlow's op seeds restart with it), so a reuse makes a fresh build's."""
+        tf.random.set_seed(config.data_seed)
         with tf.device(self.device_name):
             self.inputs = random_inputs(config.model, config.batch_size, config.input_shape)
             if config.mode is Mode.TRAIN:

@@ -87,13 +87,15 @@ class TorchWorkload(Workload):
         self.reusable = bool(config.reuse_key) and not config.distributed and config.compilation is Compilation.EAGER
         # TorchScript's profiling executor records the shapes of the first call and optimizes the graph for them.
         self.first_step_traces = config.compilation in (Compilation.TORCH_COMPILE, Compilation.TORCHSCRIPT)
+        if config.data_seed != config.seed:
+            torch.manual_seed(config.data_seed)  # inputs of their own seed; from the seed, they follow the weights
         if self.reusable:
             # What a reuse restores: the initial weights (a host copy, taking no device memory from the run),
             # and the generators as they stood for the inputs.
             self.initial_state = {name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()}
             self.generators_after_build = self._generators()
         if config.place is not None:
-            torch.manual_seed(config.seed + config.place.rank)  # different inputs on every rank
+            torch.manual_seed(config.data_seed + config.place.rank)  # different inputs on every rank
         self.autocast = torch.autocast(self.device.type, dtype=AUTOCAST_DTYPES.get(config.precision), enabled=config.precision in AUTOCAST_DTYPES)
         if config.mode is Mode.TRAIN:
             model.train()

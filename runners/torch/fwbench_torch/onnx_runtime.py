@@ -21,6 +21,8 @@ def onnxruntime_workload(config: RunConfig, build_model: Callable[[RunConfig], t
     torch.manual_seed(config.seed)
     torch.set_num_threads(config.intra_op_threads)  # for the export; the session has its own threads
     model = build_model(config).eval()
+    if config.data_seed != config.seed:
+        torch.manual_seed(config.data_seed)  # inputs of their own seed; from the seed, they follow the weights
     inputs = random_inputs(config.model, config.batch_size, config.input_shape, "cpu")
     parameter_count = sum(p.numel() for p in model.parameters() if p.requires_grad)
     with tempfile.TemporaryDirectory(prefix="fwbench-onnx-") as folder:
