@@ -21,6 +21,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 import pandas as pd
+
 from fwbench_aggregator.app.compare import CompareRequest, compare
 from fwbench_aggregator.app.rounds import Repetitions
 from fwbench_aggregator.app.runners import RunnerChoice
@@ -45,7 +46,8 @@ def parts(windows: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
         "between blocks (workers end, spawn, start)": float(gap[new_block].sum()),
         "first windows: to the first step (build, trace)": float(windows.loc[first, "time_to_first_step_s"].sum()),
         "first windows: the rest (warm-up, measure)": float(
-            ((end - start) - windows["time_to_first_step_s"])[first].sum()),
+            ((end - start) - windows["time_to_first_step_s"])[first].sum()
+        ),
         "later windows (refill, measure)": float((end - start)[~first].sum()),
         "between windows (requests, answers, the store)": float(gap[~new_block].sum()),
         "of which measured steps": float(measured),
@@ -59,8 +61,10 @@ def first_windows(windows: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     key = ["runner", "repetition"]
     first = windows[windows["block_window"] == 0].set_index(key)[["time_to_first_step_s"]]
     counted = steps.groupby([*key, "warmup"])["step_time_s"].agg(["count", "sum"]).unstack("warmup", fill_value=0)
-    counted.columns = [f"{'warm-up' if warmup else 'measured'} {'steps' if what == 'count' else 's'}"
-                       for what, warmup in counted.columns]
+    counted.columns = [
+        f"{'warm-up' if warmup else 'measured'} {'steps' if what == 'count' else 's'}"
+        for what, warmup in counted.columns
+    ]
     table = first.join(counted, how="left").rename(columns={"time_to_first_step_s": "to first step s"})
     return table.groupby(level="runner").median().round(3)
 
@@ -82,7 +86,9 @@ def main() -> int:
             second, more = start_embedded([args.aa], default_venvs(), Path(scratch) / "logs-b", stack)
             given, failed = (f"{args.aa}-a={first.get(args.aa)}", f"{args.aa}-b={second.get(args.aa)}"), failed + more
         else:
-            addresses, failed = start_embedded(args.frameworks.split(","), default_venvs(), Path(scratch) / "logs", stack)
+            addresses, failed = start_embedded(
+                args.frameworks.split(","), default_venvs(), Path(scratch) / "logs", stack
+            )
             given = tuple(f"{name}={address}" for name, address in addresses.items())
         if failed:
             print("; ".join(f.message for f in failed), file=sys.stderr)
@@ -91,8 +97,16 @@ def main() -> int:
         spec = RunSpec(args.model, Mode(args.mode), args.batch_size, args.shape, Precision.fp32)
         out = Path(scratch) / "out"
         asked, asked_unix_s = time.monotonic(), time.time()
-        result = compare(CompareRequest(spec=spec, runners=RunnerChoice(given, transport=EMBEDDED), repetitions=Repetitions(args.blocks),
-                                        design=DesignChoice(BlockDesign()), out=out, store=out / "store"))
+        result = compare(
+            CompareRequest(
+                spec=spec,
+                runners=RunnerChoice(given, transport=EMBEDDED),
+                repetitions=Repetitions(args.blocks),
+                design=DesignChoice(BlockDesign()),
+                out=out,
+                store=out / "store",
+            )
+        )
         compare_s = time.monotonic() - asked
         if result.rows.empty:
             print("failed: " + "; ".join(f.message for f in result.failures), file=sys.stderr)
@@ -102,17 +116,23 @@ def main() -> int:
         windows = summary[summary["status"] == "ok"]
         split = parts(windows, steps)  # a fresh store: this compare's windows only
         before = windows["started_at_unix_s"].min() - asked_unix_s
-        print(f"{args.model} {args.mode} b{args.batch_size} {args.shape}, {args.blocks} {BlockDesign().label}, "
-              f"runners {', '.join(name.split('=')[0] for name in given)}")
+        print(
+            f"{args.model} {args.mode} b{args.batch_size} {args.shape}, {args.blocks} {BlockDesign().label}, "
+            f"runners {', '.join(name.split('=')[0] for name in given)}"
+        )
         print(f"  runner start-up (before compare)                    {runners_up_s:6.1f} s")
         print(f"  compare, before the first window (preflight, open)  {before:6.1f} s")
         for name, seconds in split.items():
             share = f"{seconds / split['blocks in all']:6.1%}" if name != "blocks in all" else ""
             print(f"  {name:<52}{seconds:6.1f} s {share}")
-        print(f"  compare, after the last block (analysis, report)    "
-              f"{compare_s - before - split['blocks in all']:6.1f} s")
-        print(f"  a block: {split['blocks in all'] / args.blocks:.1f} s; the blocks' efficiency (measured steps over "
-              f"their wall time) {split['of which measured steps'] / split['blocks in all']:.1%}")
+        print(
+            f"  compare, after the last block (analysis, report)    "
+            f"{compare_s - before - split['blocks in all']:6.1f} s"
+        )
+        print(
+            f"  a block: {split['blocks in all'] / args.blocks:.1f} s; the blocks' efficiency (measured steps over "
+            f"their wall time) {split['of which measured steps'] / split['blocks in all']:.1%}"
+        )
         print(first_windows(windows, steps).to_string())
     return 0
 

@@ -57,7 +57,9 @@ class Scale:
     planted_batch: int
     planted_shape: str
     planted_extra_passes: int  # a GPU's steps barely vary, so 1.25x must be called; a CPU's drift, so 2x there
-    bare: dict[str, str]  # also its repetitions and steps: a CPU's resnet18 steps are slow, and only the logic is tested there
+    bare: dict[
+        str, str
+    ]  # also its repetitions and steps: a CPU's resnet18 steps are slow, and only the logic is tested there
     ddp: dict[str, str]
     native: dict[str, str]
     serving: dict[str, str]
@@ -82,8 +84,15 @@ GPU = Scale(
     planted_batch=64,
     planted_shape="3x64x64",
     planted_extra_passes=2,
-    bare={"model": "resnet50", "batch": "128", "shape": "3x224x224", "precision": "amp_bf16", "layout": "channels_last",
-          "repetitions": "5", "steps": "30"},
+    bare={
+        "model": "resnet50",
+        "batch": "128",
+        "shape": "3x224x224",
+        "precision": "amp_bf16",
+        "layout": "channels_last",
+        "repetitions": "5",
+        "steps": "30",
+    },
     ddp={"model": "resnet50", "batch": "64", "shape": "3x224x224", "precision": "amp_bf16"},
     native={"model": "resnet50", "batch": "64", "shape": "3x224x224", "precision": "fp32"},
     serving={"model": "resnet50", "batch": "8", "shape": "3x224x224", "precision": "amp_bf16"},
@@ -101,8 +110,15 @@ CPU = Scale(
     planted_batch=2,
     planted_shape="3x16x16",
     planted_extra_passes=8,
-    bare={"model": "resnet18", "batch": "2", "shape": "3x32x32", "precision": "fp32", "layout": "channels_last",
-          "repetitions": "2", "steps": "10"},
+    bare={
+        "model": "resnet18",
+        "batch": "2",
+        "shape": "3x32x32",
+        "precision": "fp32",
+        "layout": "channels_last",
+        "repetitions": "2",
+        "steps": "10",
+    },
     command_limit_s=600,
     ddp={"model": "resnet18", "batch": "2", "shape": "3x32x32", "precision": "fp32"},
     native={"model": "resnet18", "batch": "2", "shape": "3x32x32", "precision": "fp32"},
@@ -152,13 +168,26 @@ class Acceptance:
         self.checks.append(Check(section, check, status, figure, detail))
         print(f"[{time.monotonic() - self.started:6.0f} s] {section}: {check}: {status} {figure}", flush=True)
 
-    def fwbench(self, name: str, args: list[str], timeout_s: float, only: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    def fwbench(
+        self, name: str, args: list[str], timeout_s: float, only: tuple[str, ...] = ()
+    ) -> subprocess.CompletedProcess:
         """One fwbench command against the runners (or those named in `only`), its output kept in OUT/logs/NAME.log."""
-        runners = [arg for runner, address in self.runners.items() if not only or runner in only
-                   for arg in ("--runner", f"{runner}={address}")]
+        runners = [
+            arg
+            for runner, address in self.runners.items()
+            if not only or runner in only
+            for arg in ("--runner", f"{runner}={address}")
+        ]
         windows = [arg for key, value in self.scale.windows.items() for arg in (f"--{key.replace('_', '-')}", value)]
-        command = [self.aggregator_python, "-m", "fwbench_aggregator", *args[:1], *runners, *args[1:],
-                   *(windows if args[0] == "compare" else ())]
+        command = [
+            self.aggregator_python,
+            "-m",
+            "fwbench_aggregator",
+            *args[:1],
+            *runners,
+            *args[1:],
+            *(windows if args[0] == "compare" else ()),
+        ]
         log = self.out / "logs" / f"{name}.log"
         env = {**os.environ, "COLUMNS": "160"}
         try:
@@ -173,8 +202,12 @@ class Acceptance:
     def report(self, store: Path) -> Path:
         """`fwbench report` over a section's store: comparison.csv, hardware_efficiency.csv, serving.csv."""
         out = store.parent / "report"
-        done = subprocess.run([self.aggregator_python, "-m", "fwbench_aggregator", "report", "--store", str(store),
-                               "--out", str(out)], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [self.aggregator_python, "-m", "fwbench_aggregator", "report", "--store", str(store), "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         (self.out / "logs" / f"report-{store.parent.name}.log").write_text(done.stdout + done.stderr)
         return out
 
@@ -184,16 +217,28 @@ class Acceptance:
         return folder
 
     def run_sections(self, chosen: set[str]) -> None:
-        sections = (("1 A/A", 60, self.aa), ("2 planted", 30, self.planted), ("3 bare loop", 30, self.bare_loop),
-                    ("4 energy", 0, self.energy), ("5 distributed", 30, self.distributed),
-                    ("6 native and MFU", 30, self.native), ("7 serving", 40, self.serving), ("8 JAX", 20, self.jax))
+        sections = (
+            ("1 A/A", 60, self.aa),
+            ("2 planted", 30, self.planted),
+            ("3 bare loop", 30, self.bare_loop),
+            ("4 energy", 0, self.energy),
+            ("5 distributed", 30, self.distributed),
+            ("6 native and MFU", 30, self.native),
+            ("7 serving", 40, self.serving),
+            ("8 JAX", 20, self.jax),
+        )
         for name, needs_s, run in sections:
             if chosen and name.split()[0] not in chosen:
                 self.add(name, "section", "not run", detail="not chosen by --sections")
                 continue
             if self.left_s() < needs_s:
-                self.add(name, "section", "not run", detail=f"the run's {self.wall_budget_s:.0f} s were spent "
-                         f"({self.left_s():.0f} s left, it needs about {needs_s} s)")
+                self.add(
+                    name,
+                    "section",
+                    "not run",
+                    detail=f"the run's {self.wall_budget_s:.0f} s were spent "
+                    f"({self.left_s():.0f} s left, it needs about {needs_s} s)",
+                )
                 continue
             try:
                 run(name)
@@ -210,10 +255,15 @@ class Acceptance:
             f"runners: [a, b]\nmodels: [{', '.join(self.scale.aa_models)}]\nmodes: [infer]\nshapes: {shapes}\n"
             f"batch_sizes: [{', '.join(map(str, self.scale.aa_batches))}]\n"
             f"precisions: [{', '.join(self.scale.aa_precisions)}]\ndevices: [{self.scale.device}]\n"
-            f"time_budget_s: {self.scale.aa_budget_s:.0f}\n" + "".join(f"{k}: {v}\n" for k, v in self.aa_windows().items()))
+            f"time_budget_s: {self.scale.aa_budget_s:.0f}\n"
+            + "".join(f"{k}: {v}\n" for k, v in self.aa_windows().items())
+        )
         store = folder / "store"
-        done = self.fwbench("aa-sweep", ["sweep", str(study), "--store", str(store)],
-                            timeout_s=min(self.scale.aa_budget_s * 1.5 + 60, self.left_s() - 5))
+        done = self.fwbench(
+            "aa-sweep",
+            ["sweep", str(study), "--store", str(store)],
+            timeout_s=min(self.scale.aa_budget_s * 1.5 + 60, self.left_s() - 5),
+        )
         rows = self._comparison(store)
         points = len(self.scale.aa_models) * len(self.scale.aa_batches) * len(self.scale.aa_precisions)
         if rows.empty:
@@ -222,20 +272,43 @@ class Acceptance:
         judged = rows[rows["verdict"] != "fastest"]
         wrong = judged[judged["significant"].astype(bool)]
         resolved = judged["resolvable"].dropna()
-        figure = (f"{len(wrong)} wrong of {len(judged)} verdicts; resolves {_pct(resolved.min())}-{_pct(resolved.max())} "
-                  f"(median {_pct(resolved.median())})" if len(resolved) else f"{len(wrong)} wrong of {len(judged)}")
+        figure = (
+            f"{len(wrong)} wrong of {len(judged)} verdicts; resolves {_pct(resolved.min())}-{_pct(resolved.max())} "
+            f"(median {_pct(resolved.median())})"
+            if len(resolved)
+            else f"{len(wrong)} wrong of {len(judged)}"
+        )
         windows = ", ".join(f"{k} {v}" for k, v in self.aa_windows().items()) or "CLI defaults"
-        self.add(section, f"wrong verdicts over {points} points ({windows}, sweep time budget "
-                 f"{self.scale.aa_budget_s:.0f} s)", "pass" if wrong.empty and len(judged) == points else "FAIL", figure,
-                 "" if len(judged) == points else f"{len(judged)} of {points} points compared (exit {done.returncode})")
-        tf32 = sorted({v for v in ResultStore(store).load("summary").get("tf32", pd.Series(dtype=object)).dropna().astype(str) if v})
+        self.add(
+            section,
+            f"wrong verdicts over {points} points ({windows}, sweep time budget {self.scale.aa_budget_s:.0f} s)",
+            "pass" if wrong.empty and len(judged) == points else "FAIL",
+            figure,
+            "" if len(judged) == points else f"{len(judged)} of {points} points compared (exit {done.returncode})",
+        )
+        tf32 = sorted(
+            {
+                v
+                for v in ResultStore(store).load("summary").get("tf32", pd.Series(dtype=object)).dropna().astype(str)
+                if v
+            }
+        )
         equal_tf32 = ["off"] if self.scale.device == "gpu" else []
-        self.add(section, "the equal profile's runs record TF32 off", "pass" if tf32 == equal_tf32 else "FAIL",
-                 ", ".join(tf32) or "(none)", f"expected {', '.join(equal_tf32) or 'none on a CPU'}")
+        self.add(
+            section,
+            "the equal profile's runs record TF32 off",
+            "pass" if tf32 == equal_tf32 else "FAIL",
+            ", ".join(tf32) or "(none)",
+            f"expected {', '.join(equal_tf32) or 'none on a CPU'}",
+        )
         for _, r in judged.iterrows():
-            self.add(section, f"{r['model']} {r['precision']} b{r['batch_size']}", "FAIL" if r["significant"] else "pass",
-                     f"{r['runs']} runs; a {_ms(rows, r, 'a')} b {_ms(rows, r, 'b')}; resolves {_pct(r['resolvable'])}",
-                     str(r["verdict"]))
+            self.add(
+                section,
+                f"{r['model']} {r['precision']} b{r['batch_size']}",
+                "FAIL" if r["significant"] else "pass",
+                f"{r['runs']} runs; a {_ms(rows, r, 'a')} b {_ms(rows, r, 'b')}; resolves {_pct(r['resolvable'])}",
+                str(r["verdict"]),
+            )
 
     def aa_windows(self) -> dict[str, str]:
         """The A/A sweep's measurement windows and, where the scale caps them, its runs per point."""
@@ -247,35 +320,84 @@ class Acceptance:
     def planted(self, section: str) -> None:
         folder = self.section_dir("planted")
         store = folder / "store"
-        done = self.fwbench("planted", [
-            "compare", "--model", "planted_conv", "--mode", "infer", "--batch-size", str(self.scale.planted_batch),
-            "--shape", self.scale.planted_shape, "--device", self.scale.device, "--store", str(store),
-            "--out", str(folder)], timeout_s=self.command_limit_s())
+        done = self.fwbench(
+            "planted",
+            [
+                "compare",
+                "--model",
+                "planted_conv",
+                "--mode",
+                "infer",
+                "--batch-size",
+                str(self.scale.planted_batch),
+                "--shape",
+                self.scale.planted_shape,
+                "--device",
+                self.scale.device,
+                "--store",
+                str(store),
+                "--out",
+                str(folder),
+            ],
+            timeout_s=self.command_limit_s(),
+        )
         rows = self._comparison(store)
         slower = rows[rows["verdict"] != "fastest"] if not rows.empty else rows
         extra = self.scale.planted_extra_passes
-        how = (f"runner b's process applies planted_conv's shared block {BASE_PASSES + extra} times per step, "
-               f"runner a's {BASE_PASSES} ({PLANTED_ENV}={extra}): {(BASE_PASSES + extra) / BASE_PASSES:.2f}x the "
-               "block work, the same weights and outputs")
+        how = (
+            f"runner b's process applies planted_conv's shared block {BASE_PASSES + extra} times per step, "
+            f"runner a's {BASE_PASSES} ({PLANTED_ENV}={extra}): {(BASE_PASSES + extra) / BASE_PASSES:.2f}x the "
+            "block work, the same weights and outputs"
+        )
         if slower.empty:
-            self.add(section, "planted difference called", "FAIL", detail=f"no comparison (exit {done.returncode}): "
-                     f"{_tail(done)}; {how}")
+            self.add(
+                section,
+                "planted difference called",
+                "FAIL",
+                detail=f"no comparison (exit {done.returncode}): {_tail(done)}; {how}",
+            )
             return
         r = slower.iloc[0]
         called = bool(r["significant"]) and r["runner"] == "b"
-        self.add(section, "planted difference called (b slower)", "pass" if called else "FAIL",
-                 f"{r['ratio_to_fastest']:.2f}x [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}] after {r['runs']} runs",
-                 f"{r['verdict']}; {how}")
+        self.add(
+            section,
+            "planted difference called (b slower)",
+            "pass" if called else "FAIL",
+            f"{r['ratio_to_fastest']:.2f}x [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}] after {r['runs']} runs",
+            f"{r['verdict']}; {how}",
+        )
 
     # --- 3: the runner against a bare loop -------------------------------------------------------------------
 
     def bare_loop(self, section: str) -> None:
         b = self.scale.bare
         result = self.section_dir("bare") / "overhead.json"
-        command = [self.runner_python, str(ROOT / "benchmarks" / "harness_overhead.py"), "--framework", "torch",
-                   "--model", b["model"], "--mode", "train", "--batch-size", b["batch"], "--input-shape", b["shape"],
-                   "--device", self.scale.device, "--precision", b["precision"], "--layout", b["layout"],
-                   "--repetitions", b["repetitions"], "--steps", b["steps"], "--json", str(result)]
+        command = [
+            self.runner_python,
+            str(ROOT / "benchmarks" / "harness_overhead.py"),
+            "--framework",
+            "torch",
+            "--model",
+            b["model"],
+            "--mode",
+            "train",
+            "--batch-size",
+            b["batch"],
+            "--input-shape",
+            b["shape"],
+            "--device",
+            self.scale.device,
+            "--precision",
+            b["precision"],
+            "--layout",
+            b["layout"],
+            "--repetitions",
+            b["repetitions"],
+            "--steps",
+            b["steps"],
+            "--json",
+            str(result),
+        ]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=max(self.command_limit_s(), 1))
         except subprocess.TimeoutExpired:
@@ -288,9 +410,14 @@ class Acceptance:
             return
         figures = pd.read_json(result, typ="series")
         ratio = float(figures["ratio_of_pooled_medians"])
-        self.add(section, f"runner / bare loop, {label}", "pass" if ratio <= float(figures["target"]) else "FAIL",
-                 f"{ratio:.3f} (runner {figures['runner_median_s'] * 1e3:.2f} ms, bare {figures['bare_median_s'] * 1e3:.2f} ms"
-                 f" per step; {b['repetitions']} interleaved repetitions)", f"target <= {figures['target']}")
+        self.add(
+            section,
+            f"runner / bare loop, {label}",
+            "pass" if ratio <= float(figures["target"]) else "FAIL",
+            f"{ratio:.3f} (runner {figures['runner_median_s'] * 1e3:.2f} ms, bare {figures['bare_median_s'] * 1e3:.2f} ms"
+            f" per step; {b['repetitions']} interleaved repetitions)",
+            f"target <= {figures['target']}",
+        )
 
     # --- 4: energy ---------------------------------------------------------------------------------------------
 
@@ -306,8 +433,12 @@ class Acceptance:
         reasons = sorted({str(s) for s in statuses if str(s) != "ok"})
         measured = runs.dropna(subset=["energy_per_sample_j"])
         if measured.empty:
-            self.add(section, "J/sample of identical runs agree", "withheld",
-                     detail="no run has an energy figure: " + ("; ".join(reasons) or "no power source on this device"))
+            self.add(
+                section,
+                "J/sample of identical runs agree",
+                "withheld",
+                detail="no run has an energy figure: " + ("; ".join(reasons) or "no power source on this device"),
+            )
             self.add(section, "power against batch size", "withheld", detail="no power readings")
             return
         agree = disagree = 0
@@ -318,57 +449,110 @@ class Acceptance:
             c = stats.compare("a", per_runner["a"], "b", per_runner["b"])
             ok = not c.significant
             agree, disagree = agree + ok, disagree + (not ok)
-            interval = f"[{c.ci_low:.3f}, {c.ci_high:.3f}]" if not math.isnan(c.ci_low) else "(too few runs for an interval)"
-            self.add(section, f"J/sample a against b, {keys[0]} {keys[1]} b{keys[2]}", "pass" if ok else "FAIL",
-                     f"a {per_runner['a'].mean():.4g} J, b {per_runner['b'].mean():.4g} J; ratio {c.ratio:.3f} {interval}",
-                     c.verdict)
-        self.add(section, "J/sample of identical runs agree within their uncertainty",
-                 "pass" if agree and not disagree else "FAIL" if disagree else "withheld", f"{agree} agree, {disagree} differ",
-                 "; ".join(reasons))
-        power = summary[(summary.get("model") == self.scale.power_model) & summary["mean_power_w"].notna()] \
-            if "mean_power_w" in summary else summary.iloc[0:0]
+            interval = (
+                f"[{c.ci_low:.3f}, {c.ci_high:.3f}]" if not math.isnan(c.ci_low) else "(too few runs for an interval)"
+            )
+            self.add(
+                section,
+                f"J/sample a against b, {keys[0]} {keys[1]} b{keys[2]}",
+                "pass" if ok else "FAIL",
+                f"a {per_runner['a'].mean():.4g} J, b {per_runner['b'].mean():.4g} J; ratio {c.ratio:.3f} {interval}",
+                c.verdict,
+            )
+        self.add(
+            section,
+            "J/sample of identical runs agree within their uncertainty",
+            "pass" if agree and not disagree else "FAIL" if disagree else "withheld",
+            f"{agree} agree, {disagree} differ",
+            "; ".join(reasons),
+        )
+        power = (
+            summary[(summary.get("model") == self.scale.power_model) & summary["mean_power_w"].notna()]
+            if "mean_power_w" in summary
+            else summary.iloc[0:0]
+        )
         if power.empty:
-            self.add(section, "power against batch size", "withheld", detail="no power readings for " + self.scale.power_model)
+            self.add(
+                section,
+                "power against batch size",
+                "withheld",
+                detail="no power readings for " + self.scale.power_model,
+            )
             return
         table = power.groupby(["precision", "batch_size"])["mean_power_w"].agg(["mean", "std", "count"]).reset_index()
         table.to_csv(self.out / "power_by_batch.csv", index=False)
         for _, r in table.iterrows():
-            self.add(section, f"power, {self.scale.power_model} infer {r['precision']} b{r['batch_size']}", "pass",
-                     f"{r['mean']:.0f} W (sd {0 if math.isnan(r['std']) else r['std']:.0f} W over {int(r['count'])} runs)")
+            self.add(
+                section,
+                f"power, {self.scale.power_model} infer {r['precision']} b{r['batch_size']}",
+                "pass",
+                f"{r['mean']:.0f} W (sd {0 if math.isnan(r['std']) else r['std']:.0f} W over {int(r['count'])} runs)",
+            )
 
     # --- 5: distributed on one GPU ------------------------------------------------------------------------------
 
     def distributed(self, section: str) -> None:
         d = self.scale.ddp
         folder = self.section_dir("distributed")
-        base = ["compare", "--model", d["model"], "--mode", "train", "--batch-size", d["batch"], "--shape", d["shape"],
-                "--precision", d["precision"], "--repetitions", "3"]
+        base = [
+            "compare",
+            "--model",
+            d["model"],
+            "--mode",
+            "train",
+            "--batch-size",
+            d["batch"],
+            "--shape",
+            d["shape"],
+            "--precision",
+            d["precision"],
+            "--repetitions",
+            "3",
+        ]
         medians, exits = {}, {}
-        for label, extra in (("plain", ["--device", f"{self.scale.device}:0"]),
-                             ("ddp", ["--devices", f"{self.scale.device}:0", "--strategy", "ddp"])):
+        for label, extra in (
+            ("plain", ["--device", f"{self.scale.device}:0"]),
+            ("ddp", ["--devices", f"{self.scale.device}:0", "--strategy", "ddp"]),
+        ):
             store = folder / f"store-{label}"
-            done = self.fwbench(f"distributed-{label}", [*base, *extra, "--store", str(store), "--out", str(folder)],
-                                timeout_s=self.command_limit_s(), only=("a",))
+            done = self.fwbench(
+                f"distributed-{label}",
+                [*base, *extra, "--store", str(store), "--out", str(folder)],
+                timeout_s=self.command_limit_s(),
+                only=("a",),
+            )
             medians[label], exits[label] = _run_medians(store), done.returncode
             if done.returncode or not len(medians[label]):
                 self.add(section, f"{label} run, world size 1", "FAIL", detail=f"exit {done.returncode}: {_tail(done)}")
         if len(medians["plain"]) and len(medians["ddp"]):
             c = stats.compare("plain", medians["plain"], "ddp", medians["ddp"])
             ddp_ratio = stats.geometric_mean(medians["ddp"]) / stats.geometric_mean(medians["plain"])
-            self.add(section, f"DDP world size 1 against the plain run, {d['model']} train b{d['batch']} {d['precision']}",
-                     "pass" if not any(exits.values()) and c.enough_runs else "FAIL", f"ddp/plain {ddp_ratio:.3f} [{_ci(c, ddp_ratio)}]; {len(medians['ddp'])} and "
-                     f"{len(medians['plain'])} runs", c.verdict)
+            self.add(
+                section,
+                f"DDP world size 1 against the plain run, {d['model']} train b{d['batch']} {d['precision']}",
+                "pass" if not any(exits.values()) and c.enough_runs else "FAIL",
+                f"ddp/plain {ddp_ratio:.3f} [{_ci(c, ddp_ratio)}]; {len(medians['ddp'])} and "
+                f"{len(medians['plain'])} runs",
+                c.verdict,
+            )
         # What needs two GPUs is refused before anything runs, naming the devices or the strategy.
-        for label, extra in (("ddp over gpu:0,gpu:1", ["--devices", "gpu:0,gpu:1", "--strategy", "ddp"]),
-                             ("dp on gpu:0 alone", ["--devices", "gpu:0", "--strategy", "dp"])):
+        for label, extra in (
+            ("ddp over gpu:0,gpu:1", ["--devices", "gpu:0,gpu:1", "--strategy", "ddp"]),
+            ("dp on gpu:0 alone", ["--devices", "gpu:0", "--strategy", "dp"]),
+        ):
             store = folder / "store-refused"
-            done = self.fwbench(f"refused-{label.split()[0]}", [*base, *extra, "--store", str(store), "--out", str(folder)],
-                                timeout_s=60, only=("a",))
+            done = self.fwbench(
+                f"refused-{label.split()[0]}",
+                [*base, *extra, "--store", str(store), "--out", str(folder)],
+                timeout_s=60,
+                only=("a",),
+            )
             message = " ".join((done.stdout + done.stderr).split())
             names_it = any(word in message for word in ("gpu:1", "GPU", "gpu", "dp"))
             refused = done.returncode == 2 and names_it and not _run_medians(store) and "Traceback" not in message
-            self.add(section, f"refused: {label}", "pass" if refused else "FAIL", f"exit {done.returncode}",
-                     message[-400:])
+            self.add(
+                section, f"refused: {label}", "pass" if refused else "FAIL", f"exit {done.returncode}", message[-400:]
+            )
 
     # --- 6: native profile and MFU -------------------------------------------------------------------------
 
@@ -376,23 +560,56 @@ class Acceptance:
         n = self.scale.native
         folder = self.section_dir("native")
         store = folder / "store"
-        done = self.fwbench("native", [
-            "compare", "--model", n["model"], "--mode", "train", "--batch-size", n["batch"], "--shape", n["shape"],
-            "--precision", n["precision"], "--device", self.scale.device, "--profile", "native", "--repetitions", "3",
-            "--store", str(store), "--out", str(folder)], timeout_s=self.command_limit_s())
+        done = self.fwbench(
+            "native",
+            [
+                "compare",
+                "--model",
+                n["model"],
+                "--mode",
+                "train",
+                "--batch-size",
+                n["batch"],
+                "--shape",
+                n["shape"],
+                "--precision",
+                n["precision"],
+                "--device",
+                self.scale.device,
+                "--profile",
+                "native",
+                "--repetitions",
+                "3",
+                "--store",
+                str(store),
+                "--out",
+                str(folder),
+            ],
+            timeout_s=self.command_limit_s(),
+        )
         if not (store / "runs").exists():
             self.add(section, "native profile", "FAIL", detail=f"exit {done.returncode}: {_tail(done)}")
             return
         summary = ResultStore(store).load("summary")
-        settings = {c: sorted(summary[c].dropna().astype(str).unique()) for c in ("tf32", "cudnn_autotune", "layout")
-                    if c in summary}
+        settings = {
+            c: sorted(summary[c].dropna().astype(str).unique())
+            for c in ("tf32", "cudnn_autotune", "layout")
+            if c in summary
+        }
         # torch's own defaults: TF32 for cuDNN's convolutions only (matmul stays fp32), no autotuning, NCHW.
-        expected = ({"tf32": ["convolutions only"], "cudnn_autotune": ["off"], "layout": ["channels_first"]}
-                    if self.scale.device == "gpu" else {"cudnn_autotune": ["off"], "layout": ["channels_first"]})
+        expected = (
+            {"tf32": ["convolutions only"], "cudnn_autotune": ["off"], "layout": ["channels_first"]}
+            if self.scale.device == "gpu"
+            else {"cudnn_autotune": ["off"], "layout": ["channels_first"]}
+        )
         wrong = {k: v for k, v in expected.items() if settings.get(k) != v}
-        self.add(section, "native profile's TF32, cuDNN autotuning and layout on every run", "FAIL" if wrong else "pass",
-                 "; ".join(f"{k}: {', '.join(v) or '(none)'}" for k, v in settings.items()),
-                 f"expected {expected}" + (f"; differs: {wrong}" if wrong else ""))
+        self.add(
+            section,
+            "native profile's TF32, cuDNN autotuning and layout on every run",
+            "FAIL" if wrong else "pass",
+            "; ".join(f"{k}: {', '.join(v) or '(none)'}" for k, v in settings.items()),
+            f"expected {expected}" + (f"; differs: {wrong}" if wrong else ""),
+        )
         efficiency_csv = self.report(store) / "hardware_efficiency.csv"
         if not efficiency_csv.exists():
             self.add(section, "MFU beside the comparison", "FAIL", detail="report wrote no hardware_efficiency.csv")
@@ -401,9 +618,13 @@ class Acceptance:
         for _, r in efficiency.iterrows():
             mfu = r.get("mfu", math.nan)
             known = isinstance(mfu, float) and not math.isnan(mfu)
-            self.add(section, f"MFU, runner {r.get('runner', '?')}", "pass" if known else "withheld",
-                     f"{mfu:.1%} of {r.get('peak_entry', '')}" if known else "",
-                     "" if known else f"no peak known for {r.get('device_name', 'this device')}")
+            self.add(
+                section,
+                f"MFU, runner {r.get('runner', '?')}",
+                "pass" if known else "withheld",
+                f"{mfu:.1%} of {r.get('peak_entry', '')}" if known else "",
+                "" if known else f"no peak known for {r.get('device_name', 'this device')}",
+            )
 
     # --- 7: serving ----------------------------------------------------------------------------------------------
 
@@ -412,34 +633,77 @@ class Acceptance:
         folder = self.section_dir("serving")
         for qps in self.scale.serving_loads_qps:
             store = folder / f"store-{qps:g}"
-            done = self.fwbench(f"serving-{qps:g}", [
-                "compare", "--model", s["model"], "--mode", "infer", "--batch-size", s["batch"], "--shape", s["shape"],
-                "--precision", s["precision"], "--device", self.scale.device, "--scenario", "server",
-                "--target-qps", f"{qps:g}", "--repetitions", "3", "--store", str(store), "--out", str(folder)],
-                timeout_s=self.command_limit_s())
+            done = self.fwbench(
+                f"serving-{qps:g}",
+                [
+                    "compare",
+                    "--model",
+                    s["model"],
+                    "--mode",
+                    "infer",
+                    "--batch-size",
+                    s["batch"],
+                    "--shape",
+                    s["shape"],
+                    "--precision",
+                    s["precision"],
+                    "--device",
+                    self.scale.device,
+                    "--scenario",
+                    "server",
+                    "--target-qps",
+                    f"{qps:g}",
+                    "--repetitions",
+                    "3",
+                    "--store",
+                    str(store),
+                    "--out",
+                    str(folder),
+                ],
+                timeout_s=self.command_limit_s(),
+            )
             serving_csv = self.report(store) / "serving.csv" if (store / "runs").exists() else None
             if serving_csv is None or not serving_csv.exists():
-                self.add(section, f"server scenario at {qps:g} queries/s", "FAIL", detail=f"exit {done.returncode}: {_tail(done)}")
+                self.add(
+                    section,
+                    f"server scenario at {qps:g} queries/s",
+                    "FAIL",
+                    detail=f"exit {done.returncode}: {_tail(done)}",
+                )
                 continue
             table = pd.read_csv(serving_csv)
             p99 = table[table["figure"] == "p99"]
-            ok = done.returncode == 0 and set(p99["runner"]) == set(self.runners) and not p99["significant"].astype(bool).any()
+            ok = (
+                done.returncode == 0
+                and set(p99["runner"]) == set(self.runners)
+                and not p99["significant"].astype(bool).any()
+            )
             for _, r in table.iterrows():
-                self.add(section, f"server at {qps:g} queries/s, {r['figure']}, runner {r['runner']}",
-                         "pass" if ok else "FAIL",
-                         f"{r['latency_ms']:.3g} ms over {r['runs']} runs, {r['queries']} queries in all "
-                         f"(achieved {r['achieved_qps']:.4g} queries/s)", str(r["verdict"]))
+                self.add(
+                    section,
+                    f"server at {qps:g} queries/s, {r['figure']}, runner {r['runner']}",
+                    "pass" if ok else "FAIL",
+                    f"{r['latency_ms']:.3g} ms over {r['runs']} runs, {r['queries']} queries in all "
+                    f"(achieved {r['achieved_qps']:.4g} queries/s)",
+                    str(r["verdict"]),
+                )
             if not ok:
-                self.add(section, f"server at {qps:g} queries/s", "FAIL",
-                         detail=f"exit {done.returncode}; an A/A pair must give every percentile for both runners "
-                         f"and call no difference: {_tail(done)}")
+                self.add(
+                    section,
+                    f"server at {qps:g} queries/s",
+                    "FAIL",
+                    detail=f"exit {done.returncode}; an A/A pair must give every percentile for both runners "
+                    f"and call no difference: {_tail(done)}",
+                )
 
     # --- 8: JAX ---------------------------------------------------------------------------------------------------
 
     def jax(self, section: str) -> None:
-        probe = ("import importlib.util as u; missing = [m for m in ('jax', 'flax', 'optax') if u.find_spec(m) is None]; "
-                 "print('missing ' + ' '.join(missing) if missing else "
-                 "'platforms ' + ' '.join(sorted({d.platform for d in __import__('jax').devices()})))")
+        probe = (
+            "import importlib.util as u; missing = [m for m in ('jax', 'flax', 'optax') if u.find_spec(m) is None]; "
+            "print('missing ' + ' '.join(missing) if missing else "
+            "'platforms ' + ' '.join(sorted({d.platform for d in __import__('jax').devices()})))"
+        )
         try:
             found = subprocess.run([self.jax_python, "-c", probe], capture_output=True, text=True, timeout=120)
         except subprocess.TimeoutExpired:
@@ -447,19 +711,34 @@ class Acceptance:
             return
         answer = found.stdout.strip()
         if not answer.startswith("platforms"):
-            self.add(section, "JAX on the GPU", "not run", detail=(
-                f"{answer or _tail(found)} in {self.jax_python}; JAX cannot be packed for a machine with no network: "
-                "jax with its CUDA plugin and NVIDIA's cuDNN, cuBLAS and NCCL wheels is about 2 GB, past the device "
-                "tool's 64 MiB carry"))
+            self.add(
+                section,
+                "JAX on the GPU",
+                "not run",
+                detail=(
+                    f"{answer or _tail(found)} in {self.jax_python}; JAX cannot be packed for a machine with no network: "
+                    "jax with its CUDA plugin and NVIDIA's cuDNN, cuBLAS and NCCL wheels is about 2 GB, past the device "
+                    "tool's 64 MiB carry"
+                ),
+            )
             return
         platforms = answer.split()[1:]
         if self.scale.device == "gpu" and "gpu" not in platforms and "cuda" not in platforms:
-            self.add(section, "JAX on the GPU", "withheld", detail=f"JAX here sees only {', '.join(platforms)}: no CUDA backend")
+            self.add(
+                section,
+                "JAX on the GPU",
+                "withheld",
+                detail=f"JAX here sees only {', '.join(platforms)}: no CUDA backend",
+            )
             return
         command = [self.jax_python, "-m", "fwbench_jax", "--address", "127.0.0.1:0"]
         # JAX takes 75% of the GPU's memory at its first operation unless told otherwise; torch's runner shares it.
-        runner = launch.LocalRunner("jax", command, log_path=self.out / "logs" / "runner-jax.log",
-                                    env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
+        runner = launch.LocalRunner(
+            "jax",
+            command,
+            log_path=self.out / "logs" / "runner-jax.log",
+            env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+        )
         try:
             runner.start(timeout_s=180)
         except launch.RunnerStartError as exc:
@@ -470,11 +749,32 @@ class Acceptance:
             folder = self.section_dir("jax")
             store = folder / "store"
             self.runners["jax"] = runner.address
-            done = self.fwbench("jax", [
-                "compare", "--model", j["model"], "--mode", "infer", "--batch-size", j["batch"], "--shape", j["shape"],
-                "--precision", j["precision"], "--device", self.scale.device, "--repetitions", "3",
-                "--store", str(store), "--out", str(folder)], timeout_s=self.command_limit_s(),
-                only=("a", "jax"))
+            done = self.fwbench(
+                "jax",
+                [
+                    "compare",
+                    "--model",
+                    j["model"],
+                    "--mode",
+                    "infer",
+                    "--batch-size",
+                    j["batch"],
+                    "--shape",
+                    j["shape"],
+                    "--precision",
+                    j["precision"],
+                    "--device",
+                    self.scale.device,
+                    "--repetitions",
+                    "3",
+                    "--store",
+                    str(store),
+                    "--out",
+                    str(folder),
+                ],
+                timeout_s=self.command_limit_s(),
+                only=("a", "jax"),
+            )
         finally:
             self.runners.pop("jax", None)
             runner.stop()
@@ -485,8 +785,13 @@ class Acceptance:
             return
         devices = sorted(set(ResultStore(store).load("summary").query("runner == 'jax'")["device_name"].astype(str)))
         r = jax_rows.iloc[0]
-        self.add(section, f"JAX against torch, {j['model']} infer b{j['batch']} {j['precision']}", "pass",
-                 f"jax {r['median_step_ms']:.3g} ms over {r['runs']} runs on {', '.join(devices)}", str(r["verdict"]))
+        self.add(
+            section,
+            f"JAX against torch, {j['model']} infer b{j['batch']} {j['precision']}",
+            "pass",
+            f"jax {r['median_step_ms']:.3g} ms over {r['runs']} runs on {', '.join(devices)}",
+            str(r["verdict"]),
+        )
 
     # --- helpers ------------------------------------------------------------------------------------------------
 
@@ -502,20 +807,32 @@ class Acceptance:
         facts = []
         smi = shutil.which("nvidia-smi")
         if smi:
-            done = subprocess.run([smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                                  capture_output=True, text=True, timeout=30)
+            done = subprocess.run(
+                [smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             facts.append(f"GPU: {done.stdout.strip() or done.stderr.strip()}")
         else:
             facts.append("GPU: none (nvidia-smi not found)")
-        probe = ("import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, "
-                 "torch.cuda.is_available())")
+        probe = (
+            "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, "
+            "torch.cuda.is_available())"
+        )
         done = subprocess.run([self.runner_python, "-c", probe], capture_output=True, text=True, timeout=120)
         facts.append(f"runner Python, torch, CUDA, CUDA available: {done.stdout.strip() or _tail(done)}")
-        has = {name: subprocess.run([python, "-c", f"import importlib.util as u; exit(u.find_spec('{name}') is None)"],
-                                    timeout=60).returncode == 0
-               for name, python in (("tensorflow", self.runner_python), ("jax", self.jax_python))}
-        facts.append(f"TensorFlow: {'present' if has['tensorflow'] else 'absent, so no TensorFlow runner runs here'}; "
-                     f"JAX: {'present (section 8)' if has['jax'] else 'absent (section 8 says why)'}")
+        has = {
+            name: subprocess.run(
+                [python, "-c", f"import importlib.util as u; exit(u.find_spec('{name}') is None)"], timeout=60
+            ).returncode
+            == 0
+            for name, python in (("tensorflow", self.runner_python), ("jax", self.jax_python))
+        }
+        facts.append(
+            f"TensorFlow: {'present' if has['tensorflow'] else 'absent, so no TensorFlow runner runs here'}; "
+            f"JAX: {'present (section 8)' if has['jax'] else 'absent (section 8 says why)'}"
+        )
         facts.append(f"Docker: {'present' if shutil.which('docker') else 'absent (no container path is tested here)'}")
         facts.append("network: none is assumed (the GPU machines are lent without one; nothing is fetched)")
         return facts
@@ -527,11 +844,21 @@ class Acceptance:
             for c in self.checks:
                 writer.writerow([c.section, c.check, c.status, c.figure, c.detail])
         counts = {s: sum(c.status == s for c in self.checks) for s in STATUSES}
-        lines = [f"# GPU acceptance ({self.scale.device})", "",
-                 f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {time.monotonic() - self.started:.0f} s of "
-                 f"a {self.wall_budget_s:.0f} s budget; " + ", ".join(f"{n} {s}" for s, n in counts.items()), "",
-                 "## This machine", "", *(f"- {fact}" for fact in facts), "",
-                 "## Checks", "", "| section | check | status | figure | detail |", "|---|---|---|---|---|"]
+        lines = [
+            f"# GPU acceptance ({self.scale.device})",
+            "",
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {time.monotonic() - self.started:.0f} s of "
+            f"a {self.wall_budget_s:.0f} s budget; " + ", ".join(f"{n} {s}" for s, n in counts.items()),
+            "",
+            "## This machine",
+            "",
+            *(f"- {fact}" for fact in facts),
+            "",
+            "## Checks",
+            "",
+            "| section | check | status | figure | detail |",
+            "|---|---|---|---|---|",
+        ]
         for c in self.checks:
             cells = (c.section, c.check, c.status, c.figure, c.detail)
             lines.append("| " + " | ".join(str(x).replace("|", "/").replace("\n", " ") for x in cells) + " |")
@@ -543,8 +870,12 @@ def _pct(value) -> str:
 
 
 def _ms(rows: pd.DataFrame, row: pd.Series, runner: str) -> str:
-    same = rows[(rows["model"] == row["model"]) & (rows["precision"] == row["precision"])
-                & (rows["batch_size"] == row["batch_size"]) & (rows["runner"] == runner)]
+    same = rows[
+        (rows["model"] == row["model"])
+        & (rows["precision"] == row["precision"])
+        & (rows["batch_size"] == row["batch_size"])
+        & (rows["runner"] == runner)
+    ]
     return f"{same['median_step_ms'].iloc[0]:.3g} ms" if len(same) else "?"
 
 
@@ -572,8 +903,18 @@ def start_runners(out: Path, runner_python: str, scale: Scale) -> dict[str, laun
     """Runners a and b, serving the planted model too; only b plants its difference."""
     started = {}
     for name, extra in (("a", "0"), ("b", str(scale.planted_extra_passes))):
-        command = [runner_python, "-m", "fwbench_torch", "--address", "127.0.0.1:0", "--models-dir", str(PLANTED_MODELS)]
-        local = launch.LocalRunner(name, command, log_path=out / "logs" / f"runner-{name}.log", env={PLANTED_ENV: extra})
+        command = [
+            runner_python,
+            "-m",
+            "fwbench_torch",
+            "--address",
+            "127.0.0.1:0",
+            "--models-dir",
+            str(PLANTED_MODELS),
+        ]
+        local = launch.LocalRunner(
+            name, command, log_path=out / "logs" / f"runner-{name}.log", env={PLANTED_ENV: extra}
+        )
         local.start(timeout_s=300)
         started[name] = local
     return started
@@ -582,24 +923,31 @@ def start_runners(out: Path, runner_python: str, scale: Scale) -> dict[str, laun
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="the folder the report and every section's files go to")
-    parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu",
-                        help="gpu: the acceptance run; cpu: the dry run of its logic, tiny shapes")
+    parser.add_argument(
+        "--device",
+        choices=["gpu", "cpu"],
+        default="gpu",
+        help="gpu: the acceptance run; cpu: the dry run of its logic, tiny shapes",
+    )
     parser.add_argument("--runner-python", default=sys.executable, help="a Python with torch and the runner's packages")
-    parser.add_argument("--jax-python", default=None, help="a Python with JAX, Flax and optax (default: --runner-python)")
+    parser.add_argument(
+        "--jax-python", default=None, help="a Python with JAX, Flax and optax (default: --runner-python)"
+    )
     parser.add_argument("--wall-budget-s", type=float, default=450, help="the whole run's seconds (default 450)")
     parser.add_argument("--sections", default="", help="comma-separated section numbers to run (default: all)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "logs").mkdir(exist_ok=True)
     scale = GPU if args.device == "gpu" else CPU
-    acceptance = Acceptance(args.out, scale, sys.executable, args.runner_python, args.jax_python or args.runner_python,
-                            args.wall_budget_s)
+    acceptance = Acceptance(
+        args.out, scale, sys.executable, args.runner_python, args.jax_python or args.runner_python, args.wall_budget_s
+    )
     facts = acceptance.machine_facts()
     runners = {}
     try:
         runners = start_runners(args.out, args.runner_python, scale)
         acceptance.runners = {name: r.address for name, r in runners.items()}
-        acceptance.run_sections({n for n in args.sections.split(',') if n})
+        acceptance.run_sections({n for n in args.sections.split(",") if n})
     except launch.RunnerStartError as exc:
         acceptance.add("0 runners", "two torch runners start", "FAIL", detail=str(exc))
     finally:

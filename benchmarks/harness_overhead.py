@@ -24,10 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+
 from fwbench_core.catalog import load_catalog
+from fwbench_core.choices import DeviceKind, Layout, Mode, Precision
 from fwbench_core.server import create_server
 from fwbench_core.service import RunnerService
-from fwbench_core.choices import DeviceKind, Layout, Mode, Precision
 from fwbench_core.spec import DeviceRef, RunnerSettings, RunRequest
 from fwbench_core.validation import resolve
 from fwbench_core.wire import enum_to_wire
@@ -108,8 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-shape", default="3x64x64", help="per sample, CxHxW (default 3x64x64)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     parser.add_argument("--precision", default="fp32", choices=[p.value for p in Precision])
-    parser.add_argument("--layout", default=None, choices=[l.value for l in Layout],
-                        help="vision models only (default: the runner's, channels_last)")
+    parser.add_argument(
+        "--layout",
+        default=None,
+        choices=[layout.value for layout in Layout],
+        help="vision models only (default: the runner's, channels_last)",
+    )
     parser.add_argument("--warmup", type=int, default=5, help="steps excluded on both sides (default 5)")
     parser.add_argument("--steps", type=int, default=30, help="measured steps per repetition (default 30)")
     parser.add_argument("--repetitions", type=int, default=5)
@@ -124,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         "torch's OpenMP its own thread team, so only 'framework' leaves the harness's cost alone",
     )
     parser.add_argument(
-        "--power-rate-hz", type=float, default=0.0,
+        "--power-rate-hz",
+        type=float,
+        default=0.0,
         help="power telemetry in the runner's runs (0: off, the default; 20: the product's default), "
         "to measure the sampler's own cost",
     )
@@ -195,8 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     met = ratio <= args.target
 
     shape = "x".join(map(str, args.input_shape))
-    label = (f"{args.framework} {args.model} {args.mode} b{args.batch_size} {shape} {args.device} {args.precision}"
-             + (f" {args.layout}" if args.layout else ""))
+    label = f"{args.framework} {args.model} {args.mode} b{args.batch_size} {shape} {args.device} {args.precision}" + (
+        f" {args.layout}" if args.layout else ""
+    )
     print(
         f"harness overhead, {label}: {args.warmup} warm-up + {args.steps} measured steps, "
         f"{args.repetitions} repetitions after 1 discarded, bare loop in the {args.bare_thread} thread"
@@ -209,8 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"median of per-repetition ratios = {statistics.median(rep_ratios):.3f}")
     print(f"load average (1 min) before/after: {load_before:.2f}/{load_after:.2f} on {os.cpu_count()} CPUs")
     print(
-        f"overhead {label}: runner/bare median = {ratio:.3f} "
-        f"(target <= {args.target:g}: {'met' if met else 'NOT MET'})"
+        f"overhead {label}: runner/bare median = {ratio:.3f} (target <= {args.target:g}: {'met' if met else 'NOT MET'})"
     )
 
     if args.json:

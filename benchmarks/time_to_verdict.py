@@ -35,11 +35,20 @@ from fwbench_aggregator.run.runners import start_embedded
 
 GRIDS = {
     # Small CPU configurations: differences from a few percent to several-fold between torch and TensorFlow.
-    "cpu": [("resnet18", "train", 4, "3x64x64"), ("resnet18", "infer", 8, "3x64x64"),
-            ("mobilenet_v2", "train", 8, "3x64x64"), ("mobilenet_v2", "infer", 8, "3x64x64"),
-            ("lstm_lm", "train", 8, "seq=32"), ("lstm_lm", "infer", 8, "seq=32")],
-    "gpu": [("resnet50", "train", 64, None), ("resnet50", "infer", 1, None), ("bert_base", "infer", 16, "seq=128"),
-            ("resnet50", "infer", 256, None)],
+    "cpu": [
+        ("resnet18", "train", 4, "3x64x64"),
+        ("resnet18", "infer", 8, "3x64x64"),
+        ("mobilenet_v2", "train", 8, "3x64x64"),
+        ("mobilenet_v2", "infer", 8, "3x64x64"),
+        ("lstm_lm", "train", 8, "seq=32"),
+        ("lstm_lm", "infer", 8, "seq=32"),
+    ],
+    "gpu": [
+        ("resnet50", "train", 64, None),
+        ("resnet50", "infer", 1, None),
+        ("bert_base", "infer", 16, "seq=128"),
+        ("resnet50", "infer", 256, None),
+    ],
 }
 FIXED = 6
 
@@ -58,11 +67,20 @@ def verdict_of(rows) -> tuple[str, str, int]:
     return f"{row['verdict']} ({medians})", str(row["outcome"]), int(units.min())
 
 
-def one(spec: RunSpec, choice: RunnerChoice, repetitions: Repetitions, design: BlockDesign | None, out: Path
-        ) -> tuple[str, str, int, float]:
+def one(
+    spec: RunSpec, choice: RunnerChoice, repetitions: Repetitions, design: BlockDesign | None, out: Path
+) -> tuple[str, str, int, float]:
     started = time.monotonic()
-    result = compare(CompareRequest(spec=spec, runners=choice, repetitions=repetitions, design=DesignChoice(design),
-                                    out=out, store=out / "store"))
+    result = compare(
+        CompareRequest(
+            spec=spec,
+            runners=choice,
+            repetitions=repetitions,
+            design=DesignChoice(design),
+            out=out,
+            store=out / "store",
+        )
+    )
     elapsed = time.monotonic() - started
     if result.rows.empty:
         return "failed: " + "; ".join(f.message for f in result.failures), "", 0, elapsed
@@ -80,17 +98,31 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--min-measure-s", type=float, default=1.0)
     parser.add_argument("--configurations", type=int, help="only the grid's first N")
-    parser.add_argument("--designs", default="fixed,auto",
-                        help=f"of fixed, auto, blocks and blocks{FIXED} ({FIXED} fixed blocks), comma-separated")
-    parser.add_argument("--keep", type=Path, metavar="DIR",
-                        help="keep each comparison's results and store under DIR (by default they go with the run)")
-    parser.add_argument("--max-blocks", type=int, default=None,
-                        help=f"the block design's budget (default: compare's, {DEFAULT_MAX_BLOCKS})")
+    parser.add_argument(
+        "--designs",
+        default="fixed,auto",
+        help=f"of fixed, auto, blocks and blocks{FIXED} ({FIXED} fixed blocks), comma-separated",
+    )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="keep each comparison's results and store under DIR (by default they go with the run)",
+    )
+    parser.add_argument(
+        "--max-blocks",
+        type=int,
+        default=None,
+        help=f"the block design's budget (default: compare's, {DEFAULT_MAX_BLOCKS})",
+    )
     args = parser.parse_args()
     grid = GRIDS[args.grid][: args.configurations]
-    every = {"fixed": (Repetitions(FIXED), None), "auto": (Repetitions(None, args.max_repetitions), None),
-             "blocks": (Repetitions(None, args.max_blocks), BlockDesign()),
-             f"blocks{FIXED}": (Repetitions(FIXED), BlockDesign())}
+    every = {
+        "fixed": (Repetitions(FIXED), None),
+        "auto": (Repetitions(None, args.max_repetitions), None),
+        "blocks": (Repetitions(None, args.max_blocks), BlockDesign()),
+        f"blocks{FIXED}": (Repetitions(FIXED), BlockDesign()),
+    }
     chosen = args.designs.split(",")
     totals = {name: [0.0, 0, 0, 0] for name in chosen}  # seconds, settled, runs, false verdicts
     with ExitStack() as stack, TemporaryDirectory() as scratch:
@@ -103,7 +135,9 @@ def main() -> int:
             second, _ = start_embedded([args.aa], default_venvs(), Path(scratch) / "logs-b", stack)
             given = (f"{args.aa}-a={first[args.aa]}", f"{args.aa}-b={second[args.aa]}")
         else:
-            started, failures = start_embedded(args.frameworks.split(","), default_venvs(), Path(scratch) / "logs", stack)
+            started, failures = start_embedded(
+                args.frameworks.split(","), default_venvs(), Path(scratch) / "logs", stack
+            )
             if failures:
                 print("; ".join(f.message for f in failures), file=sys.stderr)
                 return 1
@@ -111,13 +145,20 @@ def main() -> int:
         choice = RunnerChoice(given, transport=transport)
         print(f"{'configuration':<30} {'design':<6} {'runs':>4} {'time s':>7}  outcome     verdict")
         for number, (model, mode, batch, shape) in enumerate(grid):
-            spec = RunSpec(model, Mode(mode), batch, shape, Precision.fp32, warmup=args.warmup, steps=args.steps,
-                           min_measure_s=args.min_measure_s)
+            spec = RunSpec(
+                model,
+                Mode(mode),
+                batch,
+                shape,
+                Precision.fp32,
+                warmup=args.warmup,
+                steps=args.steps,
+                min_measure_s=args.min_measure_s,
+            )
             designs = [(name, *every[name]) for name in chosen]
             # Alternated, so that a host drifting over the study favours no design.
             for name, repetitions, design in designs if number % 2 == 0 else designs[::-1]:
-                verdict, outcome, runs, seconds = one(spec, choice, repetitions, design,
-                                                      kept / f"{number}-{name}")
+                verdict, outcome, runs, seconds = one(spec, choice, repetitions, design, kept / f"{number}-{name}")
                 total = totals[name]
                 total[0] += seconds
                 total[1] += outcome in ("different", "equivalent")

@@ -21,6 +21,8 @@ import resource
 import statistics
 from collections.abc import Callable
 
+from harness_overhead import BACKENDS, make_backend
+
 from fwbench_core.allocator import pin_malloc
 from fwbench_core.catalog import load_catalog
 from fwbench_core.choices import Mode
@@ -30,17 +32,24 @@ from fwbench_core.spec import RunRequest
 from fwbench_core.timing import StepBatch, Summary
 from fwbench_core.validation import resolve
 
-from harness_overhead import BACKENDS, make_backend
-
 LEGS = ("thread", "worker, unpinned", "worker, pinned")
 
 
 def requests(args) -> tuple[RunRequest, RunRequest]:
     """The first run (kept under a reuse key) and the measured run that reuses its build."""
     shape = tuple(int(d) for d in args.input_shape.split("x"))
-    base = dict(model=args.model, mode=Mode(args.mode), batch_size=args.batch_size, input_shape=shape,
-                warmup_steps=args.warmup, measured_steps=args.steps, min_measure_s=0.0, power_sample_rate_hz=0.0,
-                idle_baseline_s=0.0, reuse_key="allocator")
+    base = dict(
+        model=args.model,
+        mode=Mode(args.mode),
+        batch_size=args.batch_size,
+        input_shape=shape,
+        warmup_steps=args.warmup,
+        measured_steps=args.steps,
+        min_measure_s=0.0,
+        power_sample_rate_hz=0.0,
+        idle_baseline_s=0.0,
+        reuse_key="allocator",
+    )
     return RunRequest(**base), RunRequest(**base, end_reuse=True)
 
 
@@ -108,24 +117,32 @@ def main(argv: list[str] | None = None) -> int:
         "worker, pinned": functools.partial(worker_leg, args.framework, True, first, second),
     }
     figures: dict[str, list[tuple[float, float, int]]] = {leg: [] for leg in LEGS}
-    print(f"{args.framework} {args.model} {args.mode} b{args.batch_size} {args.input_shape}: {args.warmup} warm-up + "
-          f"{args.steps} measured steps of a reused build; malloc in the runner's process: {service.info.options['malloc']}")
+    print(
+        f"{args.framework} {args.model} {args.mode} b{args.batch_size} {args.input_shape}: {args.warmup} warm-up + "
+        f"{args.steps} measured steps of a reused build; malloc in the runner's process: {service.info.options['malloc']}"
+    )
     print(f"{'rep':>4}  {'leg':<17} {'median step ms':>14} {'faults/step':>11} {'peak RSS MiB':>12}")
     for repetition in range(1, args.repetitions + 1):
         for leg in LEGS:
             step_s, faults, peak_bytes = legs[leg]()
             figures[leg].append((step_s, faults, peak_bytes))
-            print(f"{repetition:>4}  {leg:<17} {step_s * 1e3:>14.2f} {faults:>11.0f} {peak_bytes / 2**20:>12.0f}",
-                  flush=True)
+            print(
+                f"{repetition:>4}  {leg:<17} {step_s * 1e3:>14.2f} {faults:>11.0f} {peak_bytes / 2**20:>12.0f}",
+                flush=True,
+            )
     thread_ms = statistics.median(f[0] for f in figures["thread"]) * 1e3
     print()
-    print(f"{'leg':<17} {'median of reps ms':>17} {'slowest rep ms':>14} {'faults/step':>11} {'peak RSS MiB':>12} "
-          f"{'/ thread':>8}")
+    print(
+        f"{'leg':<17} {'median of reps ms':>17} {'slowest rep ms':>14} {'faults/step':>11} {'peak RSS MiB':>12} "
+        f"{'/ thread':>8}"
+    )
     for leg in LEGS:
         steps_ms = [f[0] * 1e3 for f in figures[leg]]
         median_ms = statistics.median(steps_ms)
-        print(f"{leg:<17} {median_ms:>17.2f} {max(steps_ms):>14.2f} {statistics.median(f[1] for f in figures[leg]):>11.0f} "
-              f"{statistics.median(f[2] for f in figures[leg]) / 2**20:>12.0f} {median_ms / thread_ms:>8.3f}")
+        print(
+            f"{leg:<17} {median_ms:>17.2f} {max(steps_ms):>14.2f} {statistics.median(f[1] for f in figures[leg]):>11.0f} "
+            f"{statistics.median(f[2] for f in figures[leg]) / 2**20:>12.0f} {median_ms / thread_ms:>8.3f}"
+        )
     print("(the thread leg's peak is the benchmark's own process, which has run every thread leg before it)")
     return 0
 

@@ -156,24 +156,37 @@ def dockerfile(framework: Framework, env: dict[str, str]) -> str:
         base_image_name = env[f"{var}_BASE_IMAGE"]
         base_image = f"{base_image_name}:{env[f'{var}_TAG']}"
     except KeyError as missing:
-        raise SystemExit(f".env lacks {missing.args[0]}: name {framework.name}'s official image and tag there") from None
-    check = "import {0}; print({1})".format(
-        ", ".join(framework.image_check),
-        ", ".join(f"'{module}', {module}.__version__" for module in framework.image_check),
-    )
+        raise SystemExit(
+            f".env lacks {missing.args[0]}: name {framework.name}'s official image and tag there"
+        ) from None
+    versions = ", ".join(f"'{module}', {module}.__version__" for module in framework.image_check)
+    check = f"import {', '.join(framework.image_check)}; print({versions})"
     text = (ROOT / "runners" / "Dockerfile.in").read_text()
-    for token, value in (("@NAME@", framework.name), ("@FOLDER@", framework.folder), ("@MODULE@", framework.module),
-                         ("@BASE_IMAGE@", base_image), ("@BASE_IMAGE_NAME@", base_image_name),
-                         ("@IMAGE_CHECK@", check), ("@REFERENCE_DIR@", REFERENCE_DIR),
-                         ("@IMAGE_ENV@", "".join(f"    {key}={value} \\\n" for key, value in framework.image_env))):
+    for token, value in (
+        ("@NAME@", framework.name),
+        ("@FOLDER@", framework.folder),
+        ("@MODULE@", framework.module),
+        ("@BASE_IMAGE@", base_image),
+        ("@BASE_IMAGE_NAME@", base_image_name),
+        ("@IMAGE_CHECK@", check),
+        ("@REFERENCE_DIR@", REFERENCE_DIR),
+        ("@IMAGE_ENV@", "".join(f"    {key}={value} \\\n" for key, value in framework.image_env)),
+    ):
         text = text.replace(token, value)
     return text
 
 
 def runner_service(framework: Framework, service: str, fields: str) -> str:
     """A runner of this framework's image, as the service named `service`, with `fields` besides its image."""
-    return RUNNER_SERVICE.format(service=service, fields=fields, name=framework.name, var=variable(framework),
-                                 folder=framework.folder, reference_dir=REFERENCE_DIR, models_dir=MODELS_DIR)
+    return RUNNER_SERVICE.format(
+        service=service,
+        fields=fields,
+        name=framework.name,
+        var=variable(framework),
+        folder=framework.folder,
+        reference_dir=REFERENCE_DIR,
+        models_dir=MODELS_DIR,
+    )
 
 
 def depends_on(names: list[str]) -> str:
@@ -185,15 +198,20 @@ def compose(frameworks: list[Framework]) -> str:
     # the aggregator waits for those compared by default only. Its runner list names every runner: a command
     # uses one not compared by default where --frameworks names it (options.runners_in_use).
     services = "".join(
-        runner_service(f, f.name, "    <<: *runner\n" + ("" if f.compared_by_default else f"    profiles: [{f.name}]\n"))
+        runner_service(
+            f, f.name, "    <<: *runner\n" + ("" if f.compared_by_default else f"    profiles: [{f.name}]\n")
+        )
         for f in frameworks
     )
     compared = [f for f in frameworks if f.compared_by_default]
     runners = " ".join(f"{f.name}={f.name}:{RUNNER_PORT}" for f in frameworks)
     common = RUNNER_COMMON.replace("{reference_dir}", REFERENCE_DIR).replace("{models_dir}", MODELS_DIR)
     head = COMPOSE_HEAD.replace("{runner_common}", common)
-    return GENERATED + head + services + COMPOSE_TAIL.format(
-        depends_on=depends_on([f.name for f in compared]), runners=runners
+    return (
+        GENERATED
+        + head
+        + services
+        + COMPOSE_TAIL.format(depends_on=depends_on([f.name for f in compared]), runners=runners)
     )
 
 
@@ -203,7 +221,9 @@ def second_node(framework: Framework) -> str:
 
 def compose_nodes(frameworks: list[Framework]) -> str:
     paired = [f for f in frameworks if f.compared_by_default]
-    fields = textwrap.indent(RUNNER_COMMON.replace("{reference_dir}", REFERENCE_DIR).replace("{models_dir}", MODELS_DIR), "  ")
+    fields = textwrap.indent(
+        RUNNER_COMMON.replace("{reference_dir}", REFERENCE_DIR).replace("{models_dir}", MODELS_DIR), "  "
+    )
     services = "".join(runner_service(f, second_node(f), fields) for f in paired)
     # One job per framework across both runners: the aggregator's runners become comma-separated pairs (the
     # others keep their one runner).
@@ -211,8 +231,10 @@ def compose_nodes(frameworks: list[Framework]) -> str:
         f"{f.name}={f.name}:{RUNNER_PORT}" + (f",{second_node(f)}:{RUNNER_PORT}" if f in paired else "")
         for f in frameworks
     )
-    aggregator = (f"  aggregator:\n    depends_on:\n{depends_on([second_node(f) for f in paired])}\n"
-                  f'    environment:\n      FWBENCH_RUNNERS: "{runners}"\n')
+    aggregator = (
+        f"  aggregator:\n    depends_on:\n{depends_on([second_node(f) for f in paired])}\n"
+        f'    environment:\n      FWBENCH_RUNNERS: "{runners}"\n'
+    )
     return GENERATED + NODES_HEAD + services + aggregator
 
 
@@ -224,7 +246,9 @@ def compose_ports(frameworks: list[Framework]) -> str:
         f'    ports: ["127.0.0.1:${{{variable(f)}_RUNNER_PORT:-{f.host_port}}}:{RUNNER_PORT}"]\n'
         for f in frameworks
     )
-    return GENERATED + PORTS_HEAD.format(runner_flags=flags, opt_in=opt_in) + services + "\nnetworks:\n  published: {}\n"
+    return (
+        GENERATED + PORTS_HEAD.format(runner_flags=flags, opt_in=opt_in) + services + "\nnetworks:\n  published: {}\n"
+    )
 
 
 def compose_cpu(frameworks: list[Framework]) -> str:
@@ -253,7 +277,9 @@ def main() -> int:
             if not args.check:
                 path.write_text(text)
     if args.check and stale:
-        print(f"out of date: {', '.join(map(str, stale))}; run python3 scripts/generate_runner_files.py", file=sys.stderr)
+        print(
+            f"out of date: {', '.join(map(str, stale))}; run python3 scripts/generate_runner_files.py", file=sys.stderr
+        )
         return 1
     return 0
 

@@ -24,6 +24,9 @@ from tempfile import TemporaryDirectory
 
 import numpy as np
 import pandas as pd
+from design_aa import FRAMEWORKS, GRID
+from scipy import stats as scipy_stats
+
 from fwbench_aggregator.analyse import stats
 from fwbench_aggregator.app.blocks import run_blocks
 from fwbench_aggregator.app.rounds import Repetitions
@@ -33,9 +36,6 @@ from fwbench_aggregator.plan.design import BlockDesign
 from fwbench_aggregator.run.connection import EMBEDDED
 from fwbench_aggregator.run.launch import default_venvs
 from fwbench_aggregator.run.runners import start_embedded
-from scipy import stats as scipy_stats
-
-from design_aa import FRAMEWORKS, GRID
 
 
 def designs_of(text: str) -> list[BlockDesign]:
@@ -56,27 +56,51 @@ def collect(out: Path, designs: list[BlockDesign], blocks: int, frameworks: list
                         return 1
                     twins = {"a": first[framework], "b": second[framework]}
                     began = time.perf_counter()
-                    done = run_blocks(twins, {name: request for name in twins}, EMBEDDED, design,
-                                      Repetitions(fixed=blocks), f"{framework}-{model}", None, stats.MIN_EFFECT)
+                    done = run_blocks(
+                        twins,
+                        {name: request for name in twins},
+                        EMBEDDED,
+                        design,
+                        Repetitions(fixed=blocks),
+                        f"{framework}-{model}",
+                        None,
+                        stats.MIN_EFFECT,
+                    )
                 for r in done.results:
-                    rows.append(dict(
-                        framework=framework, design=f"W{design.windows} w{design.window_s:g}",
-                        configuration=f"{model} {mode} b{batch}", runner=r.runner, block=r.block.block,
-                        window=r.block.window, repetition=r.repetition, median_s=r.summary.median_step_time_s,
-                        process_id=r.summary.process_id, started_at_unix_s=r.summary.started_at_unix_s,
-                        finished_at_unix_s=r.summary.finished_at_unix_s, warmup_steps_run=r.summary.warmup_steps_run,
-                        build_continued=r.summary.build_continued, measured_steps=r.summary.measured_steps,
-                        measured_s=sum(s.step_time_s for s in r.steps if not s.warmup)))
+                    rows.append(
+                        dict(
+                            framework=framework,
+                            design=f"W{design.windows} w{design.window_s:g}",
+                            configuration=f"{model} {mode} b{batch}",
+                            runner=r.runner,
+                            block=r.block.block,
+                            window=r.block.window,
+                            repetition=r.repetition,
+                            median_s=r.summary.median_step_time_s,
+                            process_id=r.summary.process_id,
+                            started_at_unix_s=r.summary.started_at_unix_s,
+                            finished_at_unix_s=r.summary.finished_at_unix_s,
+                            warmup_steps_run=r.summary.warmup_steps_run,
+                            build_continued=r.summary.build_continued,
+                            measured_steps=r.summary.measured_steps,
+                            measured_s=sum(s.step_time_s for s in r.steps if not s.warmup),
+                        )
+                    )
                 pd.DataFrame(rows).to_csv(out, index=False)
-                print(f"{framework} {model} {mode} b{batch} {design.label} of {design.window_s:g} s: "
-                      f"{time.perf_counter() - began:.0f} s", flush=True)
+                print(
+                    f"{framework} {model} {mode} b{batch} {design.label} of {design.window_s:g} s: "
+                    f"{time.perf_counter() - began:.0f} s",
+                    flush=True,
+                )
     return 0
 
 
 def judge(paths: list[Path], budget_s: float) -> int:
     windows = pd.concat([pd.read_csv(path) for path in paths], ignore_index=True)
-    print(f"{'framework':<11}{'configuration':<26}{'design':<10}{'block s':>8}{'block sd':>9}{'res 8':>7}"
-          f"{f'res {budget_s:g} s':>9}{'measured':>9}")
+    print(
+        f"{'framework':<11}{'configuration':<26}{'design':<10}{'block s':>8}{'block sd':>9}{'res 8':>7}"
+        f"{f'res {budget_s:g} s':>9}{'measured':>9}"
+    )
     results = []
     for (framework, configuration, design), mine in windows.groupby(["framework", "configuration", "design"]):
         mine = mine.sort_values("started_at_unix_s")
@@ -90,19 +114,25 @@ def judge(paths: list[Path], budget_s: float) -> int:
         period_s = (mine["finished_at_unix_s"].iloc[-1] - by_block["started_at_unix_s"].min()[order[1]]) / (count - 1)
         within_budget = max(budget_s / period_s, 3.0)
         at_8 = math.expm1(scipy_stats.t.ppf(1 - stats.ALPHA / 2, count - 1) * spread / math.sqrt(count))
-        at_budget = math.expm1(scipy_stats.t.ppf(1 - stats.ALPHA / 2, within_budget - 1) * spread
-                               / math.sqrt(within_budget))
+        at_budget = math.expm1(
+            scipy_stats.t.ppf(1 - stats.ALPHA / 2, within_budget - 1) * spread / math.sqrt(within_budget)
+        )
         measured = (mine["measured_s"].sum() if "measured_s" in mine else np.nan) / (
-            mine["finished_at_unix_s"].max() - mine["started_at_unix_s"].min())
+            mine["finished_at_unix_s"].max() - mine["started_at_unix_s"].min()
+        )
         results.append((design, at_8, at_budget, period_s, measured))
-        print(f"{framework:<11}{configuration:<26}{design:<10}{period_s:>8.1f}{spread:>9.1%}{at_8:>7.1%}"
-              f"{at_budget:>9.1%}{measured:>9.0%}")
+        print(
+            f"{framework:<11}{configuration:<26}{design:<10}{period_s:>8.1f}{spread:>9.1%}{at_8:>7.1%}"
+            f"{at_budget:>9.1%}{measured:>9.0%}"
+        )
     table = pd.DataFrame(results, columns=["design", "at_8", "at_budget", "period_s", "measured"])
     print()
     for design, mine in table.groupby("design"):
-        print(f"{design:<10} median: resolves {mine['at_8'].median():.1%} in 8 blocks, {mine['at_budget'].median():.1%} "
-              f"in {budget_s:g} s of blocks; a block {mine['period_s'].median():.1f} s, "
-              f"{mine['measured'].median():.0%} of it measured steps")
+        print(
+            f"{design:<10} median: resolves {mine['at_8'].median():.1%} in 8 blocks, {mine['at_budget'].median():.1%} "
+            f"in {budget_s:g} s of blocks; a block {mine['period_s'].median():.1f} s, "
+            f"{mine['measured'].median():.0%} of it measured steps"
+        )
     return 0
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from fwbench_aggregator.analyse import stats
 from fwbench_aggregator.analyse.sequential import default_budget, look, plan_for
 from fwbench_aggregator.plan.design import is_blocks
@@ -17,8 +18,9 @@ ANALYSES = ("welch", "paired")
 COVARIATE = "covariate"
 
 
-def adjusted_by_covariate(a: np.ndarray, b: np.ndarray, xa: np.ndarray, xb: np.ndarray
-                          ) -> tuple[np.ndarray, np.ndarray, float]:
+def adjusted_by_covariate(
+    a: np.ndarray, b: np.ndarray, xa: np.ndarray, xb: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, float]:
     """CUPED on log run medians: each run less theta times its covariate's distance from the comparison's mean, theta
     the slope within instances (pooled), so that a run made while the host was busier counts as it would have at the
     mean load. Also the within-instance correlation, what the adjustment can remove (r squared of the variance)."""
@@ -69,8 +71,10 @@ def judged(runs: pd.DataFrame, plant: float, fixed_runs: list[int], max_runs: in
         row[f"{analysis} auto: wrong"] = aa.outcome == "different"
         row[f"{analysis} auto: found"] = planted.outcome == "different" and planted.comparison.slower == "b"
         row[f"{analysis} auto: runs"] = aa.runs
-    covariates = [pd.to_numeric(runs.get(f"{name}_other_cpu_cores", pd.Series(dtype=float)), errors="coerce")
-                  .to_numpy(float) for name in ("a", "b")]
+    covariates = [
+        pd.to_numeric(runs.get(f"{name}_other_cpu_cores", pd.Series(dtype=float)), errors="coerce").to_numpy(float)
+        for name in ("a", "b")
+    ]
     if all(x.size == a.size and not np.isnan(x).any() for x in covariates):
         xa, xb = covariates
         for n in fixed_runs:
@@ -91,8 +95,9 @@ def read_sittings(paths: list[Path]) -> pd.DataFrame:
     """Collected CSVs as one frame, each row with its sitting: the name of the folder its file lies in. A sitting's
     pairs are its own (another sitting's pair 0 is another pair); files in one folder add pairs to one sitting
     (collect --first-pair)."""
-    return pd.concat([pd.read_csv(path, keep_default_na=False).assign(sitting=path.parent.name) for path in paths],
-                     ignore_index=True)
+    return pd.concat(
+        [pd.read_csv(path, keep_default_na=False).assign(sitting=path.parent.name) for path in paths], ignore_index=True
+    )
 
 
 def judge(paths: list[Path], plant: float, fixed_runs: list[int], max_runs: int | None) -> int:
@@ -100,12 +105,16 @@ def judge(paths: list[Path], plant: float, fixed_runs: list[int], max_runs: int 
     for column, default in (("run_isolation", ""), ("design", "rounds 1s")):
         frame[column] = frame[column].fillna(default) if column in frame else default
     keys = ["design", "run_isolation", "framework", "model", "mode", "batch_size", "shape", "sitting", "pair"]
-    rows = [{**dict(zip(keys, key)), **judged(runs.sort_values("round"), plant, fixed_runs, max_runs)}
-            for key, runs in frame.groupby(keys, sort=False)]
+    rows = [
+        {**dict(zip(keys, key)), **judged(runs.sort_values("round"), plant, fixed_runs, max_runs)}
+        for key, runs in frame.groupby(keys, sort=False)
+    ]
     table = pd.DataFrame(rows)
     print(f"{len(table)} A/A comparisons, each with freshly started instances; planted difference: b x {plant}")
-    print(f"\n{'collected':<20} {'analysis':<14} {'median resolves':>15} {'A/A wrong':>10} {'planted found':>14} "
-          f"{'median runs':>11} {'median wall s':>13}")
+    print(
+        f"\n{'collected':<20} {'analysis':<14} {'median resolves':>15} {'A/A wrong':>10} {'planted found':>14} "
+        f"{'median runs':>11} {'median wall s':>13}"
+    )
     for (design, isolation), mine in table.groupby(["design", "run_isolation"], sort=False):
         collected = f"{design}{' ' + isolation if isolation else ''}"
         for analysis in (*ANALYSES, COVARIATE):
@@ -114,23 +123,28 @@ def judge(paths: list[Path], plant: float, fixed_runs: list[int], max_runs: int 
                     continue
                 done = mine[f"{analysis} {n}: resolves"].notna()
                 resolves = mine.loc[done, f"{analysis} {n}: resolves"].median()
-                print(f"{collected:<20} {analysis + ' ' + n:<14} {resolves:>15.1%} "
-                      f"{int(mine[f'{analysis} {n}: wrong'].sum()):>4} of {len(mine):<3} "
-                      f"{int(mine[f'{analysis} {n}: found'].sum()):>7} of {len(mine):<3} "
-                      f"{mine[f'{analysis} {n}: runs'].median():>11g} {mine['wall_s'].median():>13.0f}")
+                print(
+                    f"{collected:<20} {analysis + ' ' + n:<14} {resolves:>15.1%} "
+                    f"{int(mine[f'{analysis} {n}: wrong'].sum()):>4} of {len(mine):<3} "
+                    f"{int(mine[f'{analysis} {n}: found'].sum()):>7} of {len(mine):<3} "
+                    f"{mine[f'{analysis} {n}: runs'].median():>11g} {mine['wall_s'].median():>13.0f}"
+                )
         if "welch 8: resolves" in mine:
             narrower = mine["welch 8: resolves"] / mine["paired 8: resolves"]
-            print(f"{collected:<20} paired over Welch at 8 runs: intervals narrower by a median "
-                  f"{narrower.median():.2f}x (range {narrower.min():.2f}x to {narrower.max():.2f}x)")
+            print(
+                f"{collected:<20} paired over Welch at 8 runs: intervals narrower by a median "
+                f"{narrower.median():.2f}x (range {narrower.min():.2f}x to {narrower.max():.2f}x)"
+            )
         if "covariate 8: resolves" in mine and mine["covariate 8: resolves"].notna().any():
             narrower = mine["welch 8: resolves"] / mine["covariate 8: resolves"]
-            print(f"{collected:<20} covariate over Welch at 8 runs: intervals narrower by a median "
-                  f"{narrower.median():.2f}x (range {narrower.min():.2f}x to {narrower.max():.2f}x); run medians' "
-                  f"correlation with other processes' CPU within instances: median r {mine['covariate 8: r'].median():+.2f} "
-                  f"(range {mine['covariate 8: r'].min():+.2f} to {mine['covariate 8: r'].max():+.2f})")
+            print(
+                f"{collected:<20} covariate over Welch at 8 runs: intervals narrower by a median "
+                f"{narrower.median():.2f}x (range {narrower.min():.2f}x to {narrower.max():.2f}x); run medians' "
+                f"correlation with other processes' CPU within instances: median r {mine['covariate 8: r'].median():+.2f} "
+                f"(range {mine['covariate 8: r'].min():+.2f} to {mine['covariate 8: r'].max():+.2f})"
+            )
         print_found_by_configuration(collected, mine, "paired auto" if is_blocks(design) else "welch auto")
-        print_process_offsets(frame[(frame["design"] == design) & (frame["run_isolation"] == isolation)],
-                              keys[:-1])
+        print_process_offsets(frame[(frame["design"] == design) & (frame["run_isolation"] == isolation)], keys[:-1])
     return 0
 
 
@@ -138,12 +152,18 @@ def print_found_by_configuration(collected: str, table: pd.DataFrame, analysis: 
     """How many configurations call the planted difference, under the analysis compare uses for this design: the
     issue's measure of power is configurations, not comparisons, so that one easy configuration cannot hide a hard
     one. A configuration counts where most of its comparisons (across pairs and sittings) found it."""
-    found = (table.groupby(["framework", "model", "mode", "batch_size", "shape"], sort=False)[f"{analysis}: found"]
-             .agg(["mean", "sum", "size"]))
-    print(f"{collected:<20} planted found under {analysis}, by configuration: in most comparisons in "
-          f"{int((found['mean'] > 0.5).sum())} of {len(found)}, in every one in {int((found['mean'] == 1).sum())}; "
-          "least: " + ", ".join(f"{' '.join(str(k) for k in key if k)} {int(row['sum'])} of {int(row['size'])}"
-                               for key, row in found.nsmallest(3, "mean").iterrows()))
+    found = table.groupby(["framework", "model", "mode", "batch_size", "shape"], sort=False)[f"{analysis}: found"].agg(
+        ["mean", "sum", "size"]
+    )
+    print(
+        f"{collected:<20} planted found under {analysis}, by configuration: in most comparisons in "
+        f"{int((found['mean'] > 0.5).sum())} of {len(found)}, in every one in {int((found['mean'] == 1).sum())}; "
+        "least: "
+        + ", ".join(
+            f"{' '.join(str(k) for k in key if k)} {int(row['sum'])} of {int(row['size'])}"
+            for key, row in found.nsmallest(3, "mean").iterrows()
+        )
+    )
 
 
 def process_offsets(frame: pd.DataFrame, config_keys: list[str]) -> list[tuple[str, float]]:
@@ -166,5 +186,7 @@ def print_process_offsets(frame: pd.DataFrame, config_keys: list[str]) -> None:
     offsets = process_offsets(frame, config_keys)
     if offsets:
         name, largest = max(offsets, key=lambda o: o[1])
-        print(f"{'':<20} process offsets beyond the rounds' noise: median {np.median([o[1] for o in offsets]):.1%}, "
-              f"largest {largest:.1%} ({name})")
+        print(
+            f"{'':<20} process offsets beyond the rounds' noise: median {np.median([o[1] for o in offsets]):.1%}, "
+            f"largest {largest:.1%} ({name})"
+        )

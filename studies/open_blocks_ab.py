@@ -18,6 +18,7 @@ from tempfile import TemporaryDirectory
 
 import numpy as np
 import pandas as pd
+
 from fwbench_aggregator.analyse import stats
 from fwbench_aggregator.app import blocks
 from fwbench_aggregator.app.rounds import Repetitions
@@ -28,8 +29,12 @@ from fwbench_aggregator.run.connection import EMBEDDED
 from fwbench_aggregator.run.launch import default_venvs
 from fwbench_aggregator.run.runners import start_embedded
 
-GRID = [("torch", "mobilenet_v2", "infer", 2, "3x64x64"), ("tensorflow", "efficientnet_b0", "infer", 1, "3x64x64"),
-        ("torch", "resnet18", "infer", 8, "3x64x64"), ("tensorflow", "resnet18", "infer", 8, "3x64x64")]
+GRID = [
+    ("torch", "mobilenet_v2", "infer", 2, "3x64x64"),
+    ("tensorflow", "efficientnet_b0", "infer", 1, "3x64x64"),
+    ("torch", "resnet18", "infer", 8, "3x64x64"),
+    ("tensorflow", "resnet18", "infer", 8, "3x64x64"),
+]
 BLOCKS = 8
 OPENING = {"open": blocks.open_blocks, "first window": lambda endpoints, transport, block: []}
 
@@ -46,13 +51,31 @@ def collect(pairs: int, out: Path) -> None:
                     second, _ = start_embedded([framework], default_venvs(), Path(logs) / "b", stack)
                     twins = {"a": first[framework], "b": second[framework]}
                     began = time.perf_counter()
-                    done = blocks.run_blocks(twins, {name: request for name in twins}, EMBEDDED, BlockDesign(),
-                                             Repetitions(fixed=BLOCKS), f"{framework}-{model}", None, stats.MIN_EFFECT)
+                    done = blocks.run_blocks(
+                        twins,
+                        {name: request for name in twins},
+                        EMBEDDED,
+                        BlockDesign(),
+                        Repetitions(fixed=BLOCKS),
+                        f"{framework}-{model}",
+                        None,
+                        stats.MIN_EFFECT,
+                    )
                     wall_s = time.perf_counter() - began
                 values = blocks.block_values(done.results)
                 for block, (a_s, b_s) in enumerate(zip(values["a"], values["b"])):
-                    rows.append(dict(variant=variant, framework=framework, model=model, pair=pair, block=block,
-                                     a_s=a_s, b_s=b_s, wall_s=round(wall_s, 1)))
+                    rows.append(
+                        dict(
+                            variant=variant,
+                            framework=framework,
+                            model=model,
+                            pair=pair,
+                            block=block,
+                            a_s=a_s,
+                            b_s=b_s,
+                            wall_s=round(wall_s, 1),
+                        )
+                    )
                 pd.DataFrame(rows).to_csv(out, index=False)
                 print(variant, framework, model, pair, f"{wall_s:.1f} s", flush=True)
     blocks.open_blocks = OPENING["open"]
@@ -64,8 +87,13 @@ def judge(path: Path) -> None:
     # a builds first in even blocks (app.blocks.window_order): its excess there, b's in odd ones.
     frame["first_slower"] = np.where(frame["block"] % 2 == 0, frame["log_ratio"], -frame["log_ratio"])
     by = frame.groupby(["variant", "framework", "model", "pair"])
-    table = pd.DataFrame({"block spread %": by["log_ratio"].std() * 100, "order effect %": by["first_slower"].mean() * 100,
-                          "wall s": by["wall_s"].first()})
+    table = pd.DataFrame(
+        {
+            "block spread %": by["log_ratio"].std() * 100,
+            "order effect %": by["first_slower"].mean() * 100,
+            "wall s": by["wall_s"].first(),
+        }
+    )
     print(table.round(2).to_string())
     print("\nmedians by variant")
     print(table.groupby("variant").median().round(2).to_string())

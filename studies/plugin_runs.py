@@ -21,8 +21,8 @@ from pathlib import Path
 import grpc
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator.run import launch
 
+from fwbench_aggregator.run import launch
 from fwbench_core.plugins import MODELS_DIR_ENV, MODELS_DIR_FLAG
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "models"
@@ -32,8 +32,18 @@ CPU = pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU, index=0)
 
 def one_run(stub, model: str, shape: list[int]) -> tuple[float, float]:
     """(seconds from request to summary, median step time in seconds) of one small run."""
-    request = pb.RunRequest(model=model, mode=pb.MODE_INFER, batch_size=2, input_shape=shape, device=CPU,
-                            warmup_steps=2, measured_steps=10, min_measure_s=0.0, power_sample_rate_hz=0.0, seed=1)
+    request = pb.RunRequest(
+        model=model,
+        mode=pb.MODE_INFER,
+        batch_size=2,
+        input_shape=shape,
+        device=CPU,
+        warmup_steps=2,
+        measured_steps=10,
+        min_measure_s=0.0,
+        power_sample_rate_hz=0.0,
+        seed=1,
+    )
     started = time.perf_counter()
     events = list(stub.Run(request, timeout=600))
     took_s = time.perf_counter() - started
@@ -43,8 +53,12 @@ def one_run(stub, model: str, shape: list[int]) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--framework", default="tensorflow", choices=["torch", "tensorflow", "jax"],
-                        help="the framework of both runners (default tensorflow)")
+    parser.add_argument(
+        "--framework",
+        default="tensorflow",
+        choices=["torch", "tensorflow", "jax"],
+        help="the framework of both runners (default tensorflow)",
+    )
     parser.add_argument("--model", default="tiny_cnn", help="a plug-in folder's name under --models-dir")
     parser.add_argument("--models-dir", type=Path, default=EXAMPLES)
     parser.add_argument("--shape", default="3x32x32", help="each sample's input shape (default 3x32x32)")
@@ -56,10 +70,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as logs:
         runners = {}
         for name, isolation in ISOLATIONS.items():
-            command = [*launch.embedded_command(args.framework, venvs), MODELS_DIR_FLAG, str(args.models_dir),
-                       "--run-isolation", isolation]
-            runners[name] = launch.LocalRunner(f"{args.framework}-{isolation}", command,
-                                               Path(logs) / f"{isolation}.log", {MODELS_DIR_ENV: ""})
+            command = [
+                *launch.embedded_command(args.framework, venvs),
+                MODELS_DIR_FLAG,
+                str(args.models_dir),
+                "--run-isolation",
+                isolation,
+            ]
+            runners[name] = launch.LocalRunner(
+                f"{args.framework}-{isolation}", command, Path(logs) / f"{isolation}.log", {MODELS_DIR_ENV: ""}
+            )
             runners[name].start()
         try:
             stubs = {name: pb_grpc.RunnerStub(grpc.insecure_channel(local.address)) for name, local in runners.items()}
@@ -70,8 +90,10 @@ def main() -> None:
         finally:
             for local in runners.values():
                 local.stop()
-    print(f"{args.framework}, plug-in {args.model} infer b2 {args.shape} on the CPU, {args.runs} runs each, "
-          "turns A B B A; the first run of each (which starts its worker either way) apart")
+    print(
+        f"{args.framework}, plug-in {args.model} infer b2 {args.shape} on the CPU, {args.runs} runs each, "
+        "turns A B B A; the first run of each (which starts its worker either way) apart"
+    )
     print(f"{'':22} {'first run s':>12} {'later runs, median s':>21} {'median step ms':>15}")
     medians = {}
     for name, runs in times.items():

@@ -42,9 +42,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from fwbench_aggregator.analyse import sequential
-
 from design_judge import process_offsets, read_sittings
+
+from fwbench_aggregator.analyse import sequential
 
 STORED_RUNS = Path(__file__).resolve().parent / "data" / "design-aa-2026-11-28" / "rounds.csv"
 CONFIG_KEYS = ["framework", "model", "mode", "batch_size", "shape"]
@@ -95,8 +95,9 @@ PER_BLOCK = {"per 4 rounds": 4, "per 2 rounds": 2, "per run": 1}
 OFFSETS = ("none", "per instance", *PER_BLOCK)
 
 
-def draw(config: ConfigNoise, rng: np.random.Generator, procedures: int, rounds: int, offsets: str
-         ) -> tuple[np.ndarray, np.ndarray]:
+def draw(
+    config: ConfigNoise, rng: np.random.Generator, procedures: int, rounds: int, offsets: str
+) -> tuple[np.ndarray, np.ndarray]:
     """`procedures` comparisons of `rounds` rounds on this configuration's noise, as log run medians of a and b."""
     blocks = math.ceil(rounds / BLOCK_ROUNDS)
     a, b = np.empty((procedures, rounds)), np.empty((procedures, rounds))
@@ -133,20 +134,36 @@ def variants() -> list[Variant]:
     found = [Variant(f"fixed {n}", plan(max_runs=n, looks=(n,))) for n in (6, 8, 10)]
     # A first look at 4 or 5 runs a side: three runs cannot show a slow mode they did not sample.
     found += [Variant(f"max 20, looks every round from {first}, Pocock type", plan(min_runs=first)) for first in (4, 5)]
-    schedules = {20: [(), (3, 6, 10, 20)], 12: [(), (3, 6, 12), (4, 8, 12), (6, 12)], 10: [(), (3, 6, 10), (4, 10), (5, 10)],
-                 8: [(), (3, 5, 8), (4, 8)], 6: [(3, 6)]}
+    schedules = {
+        20: [(), (3, 6, 10, 20)],
+        12: [(), (3, 6, 12), (4, 8, 12), (6, 12)],
+        10: [(), (3, 6, 10), (4, 10), (5, 10)],
+        8: [(), (3, 5, 8), (4, 8)],
+        6: [(3, 6)],
+    }
     for budget, looks_list in schedules.items():
         for looks in looks_list:
             for gamma in (None, -4.0):
                 spending = "Pocock type" if gamma is None else f"HSD {gamma:+g}"
                 where = "every round" if not looks else ",".join(map(str, looks))
-                found.append(Variant(f"max {budget}, looks {where}, {spending}",
-                                     plan(max_runs=budget, looks=looks, spending_gamma=gamma)))
+                found.append(
+                    Variant(
+                        f"max {budget}, looks {where}, {spending}",
+                        plan(max_runs=budget, looks=looks, spending_gamma=gamma),
+                    )
+                )
     return found
 
 
-def study(model: list[ConfigNoise], variant: Variant, procedures: int, seed: int, offsets: str,
-          planted: tuple[float, ...] = PLANTED, paired: bool = False) -> dict:
+def study(
+    model: list[ConfigNoise],
+    variant: Variant,
+    procedures: int,
+    seed: int,
+    offsets: str,
+    planted: tuple[float, ...] = PLANTED,
+    paired: bool = False,
+) -> dict:
     """One variant over every configuration alike: A/A and each planted ratio on the same draws, judged by Welch's
     test or, `paired`, by the paired test on each column's two values."""
     rounds = variant.plan.max_runs
@@ -181,20 +198,37 @@ def study(model: list[ConfigNoise], variant: Variant, procedures: int, seed: int
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=Path, nargs="+", default=[STORED_RUNS],
-                        help="stored A/A rounds or blocks (design_aa.py collect); several files are several sittings")
+    parser.add_argument(
+        "--runs",
+        type=Path,
+        nargs="+",
+        default=[STORED_RUNS],
+        help="stored A/A rounds or blocks (design_aa.py collect); several files are several sittings",
+    )
     parser.add_argument("--procedures", type=int, default=20_000, help="simulated comparisons per variant")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--offsets", default=",".join(OFFSETS),
-                        help=f"where processes' offsets fall, comma-separated: {', '.join(OFFSETS)}")
-    parser.add_argument("--planted", default=",".join(f"{p:g}" for p in PLANTED),
-                        help="b's runs times each of these, comma-separated ratios above 1: the differences each "
-                             "variant should find, and how many runs it takes")
-    parser.add_argument("--control", action="store_true",
-                        help="independent log-normal values of each configuration's spread instead of the stored ones: "
-                             "what the resampling does by itself")
-    parser.add_argument("--paired", action="store_true",
-                        help="judge by the paired test on each round's (or block's) two values, not Welch's")
+    parser.add_argument(
+        "--offsets",
+        default=",".join(OFFSETS),
+        help=f"where processes' offsets fall, comma-separated: {', '.join(OFFSETS)}",
+    )
+    parser.add_argument(
+        "--planted",
+        default=",".join(f"{p:g}" for p in PLANTED),
+        help="b's runs times each of these, comma-separated ratios above 1: the differences each "
+        "variant should find, and how many runs it takes",
+    )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="independent log-normal values of each configuration's spread instead of the stored ones: "
+        "what the resampling does by itself",
+    )
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="judge by the paired test on each round's (or block's) two values, not Welch's",
+    )
     args = parser.parse_args()
     planted = tuple(float(p) for p in args.planted.split(",") if re.fullmatch(r"\d+(\.\d*)?", p) and float(p) > 1)
     if len(planted) != len(args.planted.split(",")):
@@ -208,18 +242,27 @@ def main() -> int:
     if args.control:
         frame = independent_control(frame, keys, args.seed)
     model = noise_model(frame, keys)
-    print(f"noise: {len(model)} configurations from {', '.join(str(path) for path in args.runs)}"
-          f"{' (control: independent log-normal values of their spreads)' if args.control else ''}; process offsets' spread (two processes' "
-          f"difference) median {np.median([c.offset_sd for c in model]):.1%}, largest "
-          f"{max(c.offset_sd for c in model):.1%}; {args.procedures} procedures per variant, planted "
-          + ", ".join(f"{p - 1:.0%}" for p in planted) + f"; judged {'paired' if args.paired else 'by Welch'}")
-    table = pd.DataFrame([study(model, v, args.procedures, args.seed, where, planted, args.paired)
-                          for where in offsets for v in variants()])
+    print(
+        f"noise: {len(model)} configurations from {', '.join(str(path) for path in args.runs)}"
+        f"{' (control: independent log-normal values of their spreads)' if args.control else ''}; process offsets' spread (two processes' "
+        f"difference) median {np.median([c.offset_sd for c in model]):.1%}, largest "
+        f"{max(c.offset_sd for c in model):.1%}; {args.procedures} procedures per variant, planted "
+        + ", ".join(f"{p - 1:.0%}" for p in planted)
+        + f"; judged {'paired' if args.paired else 'by Welch'}"
+    )
+    table = pd.DataFrame(
+        [
+            study(model, v, args.procedures, args.seed, where, planted, args.paired)
+            for where in offsets
+            for v in variants()
+        ]
+    )
     percent = [c for c in table if c.endswith(("wrong", "config", "equivalent", "found", "(median)"))]
     shown = table.copy()
     for column in percent:
-        shown[column] = shown[column].map(lambda v: f"{v:.2%}" if "wrong" in column or "config" in column
-                                          else f"{v:.1%}")
+        shown[column] = shown[column].map(
+            lambda v, column=column: f"{v:.2%}" if "wrong" in column or "config" in column else f"{v:.1%}"
+        )
     for column in [c for c in table if c.endswith("(mean)")]:
         shown[column] = shown[column].map(lambda v: f"{v:.1f}")
     with pd.option_context("display.width", 250, "display.max_columns", None, "display.max_rows", None):

@@ -18,6 +18,7 @@ import time
 def steps(model, optimizer, head, mode: str, generic: bool, inputs, targets):
     """The step as a tf.function over (inputs, targets); `generic` leaves the batch dimension unknown."""
     import tensorflow as tf
+
     from fwbench_tensorflow.objectives import loss
 
     def train(x, y):
@@ -56,6 +57,7 @@ def main() -> int:
     args = parser.parse_args()
     # Imported here, so that --help needs no TensorFlow (the studies' smoke test runs it from the aggregator's).
     import tensorflow as tf
+
     from fwbench_core.catalog import load_catalog
     from fwbench_tensorflow.models import MODELS
     from fwbench_tensorflow.objectives import keras_input_shape, random_inputs, random_targets
@@ -64,8 +66,10 @@ def main() -> int:
     tf.config.threading.set_inter_op_parallelism_threads(1)
     catalog = load_catalog(MODELS)
     shape = tuple(int(side) for side in args.shape.split("x"))
-    print(f"{'model':14} {'mode':6} {'batch':>5} {'trace fixed':>11} {'trace any':>9} {'step fixed':>10} "
-          f"{'step any':>9} {'any/fixed':>9}")
+    print(
+        f"{'model':14} {'mode':6} {'batch':>5} {'trace fixed':>11} {'trace any':>9} {'step fixed':>10} "
+        f"{'step any':>9} {'any/fixed':>9}"
+    )
     ratios = []
     for name in args.models.split(","):
         spec = catalog.spec(name)
@@ -96,11 +100,15 @@ def main() -> int:
                         times.append(statistics.median(timed_window(function, inputs, targets, args.steps)))
                 ratio = statistics.median(g / f for f, g in zip(fixed, generic))
                 ratios.append(ratio)
-                print(f"{name:14} {mode:6} {batch:>5} {trace_fixed_s:>10.2f}s {trace_any_s:>8.2f}s "
-                      f"{statistics.median(fixed) * 1e3:>8.1f}ms {statistics.median(generic) * 1e3:>7.1f}ms "
-                      f"{ratio:>9.3f}")
-    print(f"median any/fixed over {len(ratios)} configurations: {statistics.median(ratios):.3f} "
-          f"(range {min(ratios):.3f} to {max(ratios):.3f})")
+                print(
+                    f"{name:14} {mode:6} {batch:>5} {trace_fixed_s:>10.2f}s {trace_any_s:>8.2f}s "
+                    f"{statistics.median(fixed) * 1e3:>8.1f}ms {statistics.median(generic) * 1e3:>7.1f}ms "
+                    f"{ratio:>9.3f}"
+                )
+    print(
+        f"median any/fixed over {len(ratios)} configurations: {statistics.median(ratios):.3f} "
+        f"(range {min(ratios):.3f} to {max(ratios):.3f})"
+    )
     return 0
 
 

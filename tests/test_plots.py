@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 from fwbench_aggregator.analyse.comparison import comparison_rows, per_run
 from fwbench_aggregator.present.line_plots import power_timeline
-from fwbench_aggregator.present.plots import MISSING_COLOUR, RUNNER_COLOURS, make_plots
+from fwbench_aggregator.present.plot_kit import MISSING_COLOUR, RUNNER_COLOURS
+from fwbench_aggregator.present.plots import make_plots
 from PIL import Image
 
 CONFIG = dict(model="resnet18", model_options="", mode="infer", input_shape="3x32x32", precision="fp32",

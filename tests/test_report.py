@@ -18,6 +18,7 @@ import pytest
 from fwbench_aggregator.analyse.comparison import comparison_rows
 from fwbench_aggregator.analyse.results import analysed
 from fwbench_aggregator.analyse.versions import VersionTables, version_changes, version_points, version_runs
+from fwbench_aggregator.present import plot_kit
 from fwbench_aggregator.present import plots as plotting
 from fwbench_aggregator.present.display import display_frame
 from fwbench_aggregator.present.report import write_report
@@ -293,7 +294,7 @@ def test_table_files_and_terminal(rows, built):
 
 # ------------------------------------------------------------------------------------------------ plots
 
-MISSING_RGB = tuple(int(plotting.MISSING_COLOUR[i:i + 2], 16) for i in (1, 3, 5))
+MISSING_RGB = tuple(int(plot_kit.MISSING_COLOUR[i:i + 2], 16) for i in (1, 3, 5))
 
 
 def red_pixels(path: Path) -> int:
@@ -497,5 +498,5 @@ def test_report_renders_in_headless_chromium(whole, tmp_path):
     assert pixels.shape[:2] == (3000, 1200)
     assert (pixels.sum(axis=2) < 700).mean() > 0.02, "the screenshot is (nearly) blank"
     # The first runner's bar colour appears only inside the plots: the images were painted.
-    first = tuple(int(plotting.RUNNER_COLOURS[0][i:i + 2], 16) for i in (1, 3, 5))
+    first = tuple(int(plot_kit.RUNNER_COLOURS[0][i:i + 2], 16) for i in (1, 3, 5))
     assert (np.abs(pixels - first).sum(axis=2) < 30).sum() > 500, "no plot pixels in the screenshot"

@@ -12,10 +12,11 @@ import math
 
 import numpy as np
 import pytest
-from fwbench_aggregator.analyse import sequential, stats
-from fwbench_aggregator.plan.spec import DEFAULT_REPETITIONS
 from scipy import stats as scipy_stats
 from support.run_variation import RUN_SPREADS, SLOW_STEP_CHANCE, SLOW_STEP_FACTORS, STEP_SPREAD, STEPS
+
+from fwbench_aggregator.analyse import sequential, spending, stats
+from fwbench_aggregator.plan.spec import DEFAULT_REPETITIONS
 
 PAIRS = 4000
 MAX_RUNS = sequential.DEFAULT_MAX_RUNS
@@ -60,10 +61,10 @@ def report(regime: str, what: str, **figures) -> None:
 ])
 def test_the_spending_function_shares_alpha_over_the_looks(looks, gamma):
     t = np.asarray(looks) / looks[-1]
-    spent = sequential.spent(t, gamma=gamma)
+    spent = spending.spent(t, gamma=gamma)
     assert np.all(np.diff(spent) > 0) and spent[-1] == pytest.approx(stats.ALPHA)
-    assert sequential.spent(0.0, gamma=gamma) == 0.0
-    critical = sequential.critical_values(looks, gamma=gamma)
+    assert spending.spent(0.0, gamma=gamma) == 0.0
+    critical = spending.critical_values(looks, gamma=gamma)
     # A standard normal score watched at those looks (Brownian motion at information t) crosses by each look as
     # often as the spending function allows, no more.
     rng = np.random.default_rng(1)
@@ -78,11 +79,11 @@ def test_the_spending_function_shares_alpha_over_the_looks(looks, gamma):
 
 def test_hwang_shih_decani_spending_spans_pocock_to_obrien_fleming():
     t = np.array([0.15, 0.5, 1.0])
-    pocock_like, linear, obf_like = (sequential.spent(t, gamma=g) for g in (1.0, 0.0, -4.0))
+    pocock_like, linear, obf_like = (spending.spent(t, gamma=g) for g in (1.0, 0.0, -4.0))
     assert linear == pytest.approx(stats.ALPHA * t)
     # The more negative gamma, the less spent early and the more kept for the last look.
     assert np.all(obf_like[:2] < linear[:2]) and np.all(linear[:2] < pocock_like[:2])
-    assert sequential.spent(t, gamma=1.0) == pytest.approx(sequential.spent(t), rel=0.1)
+    assert spending.spent(t, gamma=1.0) == pytest.approx(spending.spent(t), rel=0.1)
 
 
 def test_a_plan_with_planned_looks_judges_only_there():

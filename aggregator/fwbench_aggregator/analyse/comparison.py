@@ -17,13 +17,20 @@ import pandas as pd
 
 from ..plan.design import ROUNDS_LABEL
 from ..store.schema import (
-    BUILT_IN, DEFAULT_PROFILE, COMPARISON_COLUMNS, CONFIG_COLUMNS, FLOOR_KEY_COLUMNS, INTEGER_COLUMNS,
-    RUN_COLUMNS, SERIES_COLUMNS, SETTINGS_COLUMNS, looks_of,
+    BUILT_IN,
+    COMPARISON_COLUMNS,
+    CONFIG_COLUMNS,
+    DEFAULT_PROFILE,
+    FLOOR_KEY_COLUMNS,
+    INTEGER_COLUMNS,
+    RUN_COLUMNS,
+    SERIES_COLUMNS,
+    SETTINGS_COLUMNS,
 )
 from . import stats
 from .alike import keyed, labelled
-from .floors import Floor, busy_floor_note, config_floor, noise_floors
-from .sequential import look, plan_for
+from .floors import Floor, noise_floors
+from .judging import judge_configuration
 from .parity import PARITY_CHECKED, parity_status
 
 
@@ -64,10 +71,12 @@ def normalised(frame: pd.DataFrame | None) -> pd.DataFrame:
     if "runner_name" not in frame:
         frame["runner_name"] = frame["runner"]
     frame["runner"] = [entry_label(r, s) for r, s in zip(frame["runner_name"], frame["strategy"])]
-    frame["repetition"] = (pd.to_numeric(frame["repetition"], errors="coerce").fillna(0).astype(int)
-                           if "repetition" in frame else 0)
-    frame["run_id"] = (frame["run_id"].astype(object).where(frame["run_id"].notna(), "").astype(str)
-                       if "run_id" in frame else "")
+    frame["repetition"] = (
+        pd.to_numeric(frame["repetition"], errors="coerce").fillna(0).astype(int) if "repetition" in frame else 0
+    )
+    frame["run_id"] = (
+        frame["run_id"].astype(object).where(frame["run_id"].notna(), "").astype(str) if "run_id" in frame else ""
+    )
     return frame
 
 
@@ -75,7 +84,7 @@ def with_status(summary: pd.DataFrame) -> pd.DataFrame:
     """The normalised summary with every run's status as text: "ok" where the store predates statuses, "failed" where
     a run recorded none."""
     summary = normalised(summary)
-    summary["status"] = (summary["status"].fillna("failed") if "status" in summary else "ok")
+    summary["status"] = summary["status"].fillna("failed") if "status" in summary else "ok"
     summary["status"] = summary["status"].astype(str)
     return summary
 
@@ -161,9 +170,12 @@ def comparison_rows(
     runs_frame = run_values(summary, steps).merge(row_of, on=list(RUN_COLUMNS))
     run_medians = {row: evidence_of(group) for row, group in runs_frame.groupby("_row", sort=False)}
     floors = noise_floors(normalised(calibration))
-    rows = [row for config, runs in summary.groupby(list(CONFIG_COLUMNS), sort=False)
-            for group, block in runs.groupby("group", sort=False)
-            for row in _block_rows(config, group, block, step_times, run_medians, floors, min_effect, parity)]
+    rows = [
+        row
+        for config, runs in summary.groupby(list(CONFIG_COLUMNS), sort=False)
+        for group, block in runs.groupby("group", sort=False)
+        for row in _block_rows(config, group, block, step_times, run_medians, floors, min_effect, parity)
+    ]
     table = pd.DataFrame(rows, columns=[*COMPARISON_COLUMNS, "_medians"]).drop(columns="_medians")
     return _in_reading_order(table) if not table.empty else table
 
@@ -184,20 +196,35 @@ def _measured_step_times(steps: pd.DataFrame, row_of: pd.DataFrame) -> dict[int,
     measured = steps[~steps["warmup"].astype(bool)] if "warmup" in steps else steps
     if "step_time_s" not in measured:
         return {}
-    return {row: group["step_time_s"].to_numpy(dtype=float)
-            for row, group in measured.merge(row_of, on=list(RUN_COLUMNS)).groupby("_row", sort=False)}
+    return {
+        row: group["step_time_s"].to_numpy(dtype=float)
+        for row, group in measured.merge(row_of, on=list(RUN_COLUMNS)).groupby("_row", sort=False)
+    }
 
 
-def _block_rows(config: tuple, group, block: pd.DataFrame, step_times: dict, run_medians: dict,
-                floors: dict[tuple, Floor], min_effect: float, parity: pd.DataFrame | None) -> list[dict]:
+def _block_rows(
+    config: tuple,
+    group,
+    block: pd.DataFrame,
+    step_times: dict,
+    run_medians: dict,
+    floors: dict[tuple, Floor],
+    min_effect: float,
+    parity: pd.DataFrame | None,
+) -> list[dict]:
     """One row per runner of a configuration's block, judged against the block's fastest, with the block's time."""
     config_values = dict(zip(CONFIG_COLUMNS, config))
     # Throughput counts the job's samples: the per-device batch on every device of every runner.
     batch_size = int(config_values["batch_size"]) * int(config_values["world_size"])
-    block_rows = [{**_row(config_values, batch_size, label, own, step_times, run_medians), "group": group,
-                   "variant": own["variant"].iloc[0]}
-                  for label, own in block.groupby("label", sort=False)]
-    _judge(block_rows, floors, config, min_effect)
+    block_rows = [
+        {
+            **_row(config_values, batch_size, label, own, step_times, run_medians),
+            "group": group,
+            "variant": own["variant"].iloc[0],
+        }
+        for label, own in block.groupby("label", sort=False)
+    ]
+    judge_configuration(block_rows, floors, config, min_effect)
     _mark_source(block_rows, block, parity)
     started, finished = _numbers(block, "started_at_unix_s"), _numbers(block, "finished_at_unix_s")
     for row in block_rows:
@@ -208,15 +235,34 @@ def _block_rows(config: tuple, group, block: pd.DataFrame, step_times: dict, run
 
 def _in_reading_order(table: pd.DataFrame) -> pd.DataFrame:
     """By configuration and block, then ok rows before failed ones, fastest first."""
-    table = table.assign(_failed=table["status"] != "ok").sort_values(
-        ["model", "model_options", "mode", "device", "precision", "input_shape", "batch_size", "world_size", "nodes",
-         "group", "_failed", "ratio_to_fastest", "runner"],
-        kind="stable",
-    ).drop(columns="_failed")
+    table = (
+        table.assign(_failed=table["status"] != "ok")
+        .sort_values(
+            [
+                "model",
+                "model_options",
+                "mode",
+                "device",
+                "precision",
+                "input_shape",
+                "batch_size",
+                "world_size",
+                "nodes",
+                "group",
+                "_failed",
+                "ratio_to_fastest",
+                "runner",
+            ],
+            kind="stable",
+        )
+        .drop(columns="_failed")
+    )
     return table.reset_index(drop=True)
 
 
-def _row(config_values: dict, batch_size: int, label: str, own: pd.DataFrame, step_times: dict, run_medians: dict) -> dict:
+def _row(
+    config_values: dict, batch_size: int, label: str, own: pd.DataFrame, step_times: dict, run_medians: dict
+) -> dict:
     """One row: a runner's runs of one configuration that are alike (one block, one runner key), before judging."""
     ok, failed = own[own["status"] == "ok"], own[own["status"] != "ok"]
     row_id = own["_row"].iloc[0]  # `own` is grouped by what numbered the rows: one number
@@ -257,10 +303,12 @@ def _row(config_values: dict, batch_size: int, label: str, own: pd.DataFrame, st
     if len(ok) and medians.size:
         median_s = stats.geometric_mean(medians)
         row.update(
-            status="ok", median_step_ms=median_s * 1e3,
+            status="ok",
+            median_step_ms=median_s * 1e3,
             p5_step_ms=float(np.percentile(times, 5)) * 1e3 if times.size else math.nan,
             p95_step_ms=float(np.percentile(times, 95)) * 1e3 if times.size else math.nan,
-            run_spread=stats.run_spread(medians), throughput_samples_per_s=batch_size / median_s,
+            run_spread=stats.run_spread(medians),
+            throughput_samples_per_s=batch_size / median_s,
         )
     elif len(ok):
         row.update(status="ok", median_step_ms=math.nan, verdict="no measured steps")
@@ -287,71 +335,6 @@ def _mark_source(block_rows: list[dict], runs: pd.DataFrame, checks: pd.DataFram
         row["parity"] = parity_status(row["model"], row["model_hash"], row["model_source"], runners, checks)
 
 
-def _judge(config_rows: list[dict], floors: dict[tuple, Floor], config: tuple, min_effect: float) -> None:
-    """Ratios and verdicts within one configuration, in place; a verdict judged with a flagged noise floor says so
-    (analyse.floors)."""
-    ran = [r for r in config_rows if r["status"] == "ok" and not math.isnan(r["median_step_ms"])]
-    applied = config_floor(floors, config, [(r["framework"], r["_alike"]) for r in ran])
-    floor = applied.value
-    for row in config_rows:
-        row.update(ratio_to_fastest=math.nan, ratio_ci_low=math.nan, ratio_ci_high=math.nan, p_value=math.nan,
-                   resolvable=math.nan, noise_floor=floor, noise_floor_source=applied.source,
-                   noise_floor_flagged=applied.flagged, significant=False, outcome="")
-    if not ran:
-        return
-    fastest = min(ran, key=lambda r: r["median_step_ms"])
-    for row in ran:
-        row["ratio_to_fastest"] = row["median_step_ms"] / fastest["median_step_ms"]
-    fastest["verdict"] = "fastest" if len(config_rows) > 1 else "only runner"
-    for row in ran:
-        if row is fastest:
-            continue
-        verdict, outcome, c = judged(fastest, row, min_effect, floor)
-        row.update(ratio_ci_low=c.ci_low, ratio_ci_high=c.ci_high, p_value=c.p_value, resolvable=c.resolvable,
-                   verdict=verdict + busy_floor_note(applied), significant=c.significant, outcome=outcome)
-
-
-# Windows of process blocks are judged block by block (_evidence_pair); two rows that ran in no block together, such as
-# two framework versions each compared in a compare of its own, have nothing to pair, and get this instead of a verdict.
-NO_BLOCKS_IN_COMMON = "not judged: no blocks in common (these runs come from different compares)"
-
-
-def judged(fastest: dict, row: dict, min_effect: float, floor: float) -> tuple[str, str, stats.Comparison]:
-    """One runner against the fastest: the verdict, its outcome ("different", "equivalent", "unresolved", or
-    "continue" while a sequential design would look again) and the comparison. Runs made under a sequential design
-    (max_repetitions) are judged by its looks' levels (analyse.sequential), so that stopping early is paid for;
-    a fixed number of runs by stats.compare."""
-    budget = max(fastest["max_repetitions"], row["max_repetitions"])
-    fast, slow, paired = _evidence_pair(fastest, row)
-    unit = "block" if paired else "run"
-    if paired and not fast.size:
-        return NO_BLOCKS_IN_COMMON, "unresolved", stats.Comparison(
-            fastest["runner"], row["runner"], 0, 0, row["median_step_ms"] / fastest["median_step_ms"], paired=True,
-            unit=unit)
-    if budget:
-        # The looks the runs were made under, as stored; a side that names none (versions') is judged by today's rule.
-        made_under = row if row["max_repetitions"] == budget else fastest
-        looks = looks_of(made_under["looks"]) if "looks" in made_under else None
-        plan = plan_for(budget, paired, min_effect, floor, looks)
-        decision = look(plan, fast, slow, fastest["runner"], row["runner"], paired=paired, unit=unit)
-        return decision.verdict, decision.outcome, decision.comparison
-    c = stats.compare(fastest["runner"], fast, row["runner"], slow, min_effect=min_effect, noise_floor=floor,
-                      paired=paired, unit=unit)
-    inside = c.enough_runs and 1 / (1 + c.threshold) < c.ci_low and c.ci_high < 1 + c.threshold
-    return c.verdict, "different" if c.significant else "equivalent" if inside else "unresolved", c
-
-
-def _evidence_pair(fastest: dict, row: dict) -> tuple[np.ndarray, np.ndarray, bool]:
-    """What two rows are judged on: their runs, or where both are windows of process blocks the blocks both ran
-    in, block by block (the paired test: a block's drift and its processes' draw are common to its windows)."""
-    if not (fastest.get("_units") and row.get("_units")):
-        return fastest["_medians"], row["_medians"], False
-    theirs = dict(zip(row["_units"], row["_medians"]))
-    common = [(value, theirs[block]) for block, value in zip(fastest["_units"], fastest["_medians"]) if block in theirs]
-    fast, slow = (np.array(values, dtype=float) for values in zip(*common)) if common else (np.array([]),) * 2
-    return fast, slow, True
-
-
 def flagged_verdict(verdict: str, flagged: object, parity: object = "") -> str:
     """The verdict as every table shows it: marked where a run was not on a quiet device, and for a plug-in model
     whose runners were not shown to build the same network, with what parity showed."""
@@ -367,8 +350,15 @@ def per_run(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     series across batch sizes pools only alike runs."""
     runs = run_values(summary, steps)
     if runs.empty:
-        return runs.assign(runner_name="", strategy="", device_name="", group="", time_per_sample_s=np.nan,
-                           throughput_samples_per_s=np.nan, energy_per_sample_j=np.nan)
+        return runs.assign(
+            runner_name="",
+            strategy="",
+            device_name="",
+            group="",
+            time_per_sample_s=np.nan,
+            throughput_samples_per_s=np.nan,
+            energy_per_sample_j=np.nan,
+        )
     summary = with_status(summary)
     facts = labelled(keyed(summary), SERIES_COLUMNS)
     extra = [c for c in ("runner_name", "strategy", "device_name", "energy_per_sample_j") if c in facts]

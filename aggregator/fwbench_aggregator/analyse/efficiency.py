@@ -4,7 +4,6 @@ device's published peak where it is known."""
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import pandas as pd
 
@@ -16,15 +15,18 @@ from .peaks import peak_flops
 TRAIN_FLOPS_FACTOR = 3.0
 
 
-def _forward_flops(model_facts: Optional[pd.DataFrame]) -> dict[tuple, float]:
+def _forward_flops(model_facts: pd.DataFrame | None) -> dict[tuple, float]:
     """(runner name, model, options, shape) -> forward FLOPs per sample, as the runner counted them."""
     if model_facts is None or model_facts.empty:
         return {}
     facts = model_facts.copy()
     for column in ("runner", "model", "model_options", "input_shape"):
         facts[column] = facts[column].astype(object).where(facts[column].notna(), "").astype(str)
-    return {(r.runner, r.model, r.model_options, r.input_shape): float(r.forward_flops)
-            for r in facts.itertuples(index=False) if r.forward_flops and r.forward_flops > 0}
+    return {
+        (r.runner, r.model, r.model_options, r.input_shape): float(r.forward_flops)
+        for r in facts.itertuples(index=False)
+        if r.forward_flops and r.forward_flops > 0
+    }
 
 
 def peak_precision(precision: str, tf32: object) -> str:
@@ -35,7 +37,7 @@ def peak_precision(precision: str, tf32: object) -> str:
     return "tf32" if precision == "fp32" and allowed else precision
 
 
-def hardware_efficiency(rows: pd.DataFrame, model_facts: Optional[pd.DataFrame]) -> pd.DataFrame:
+def hardware_efficiency(rows: pd.DataFrame, model_facts: pd.DataFrame | None) -> pd.DataFrame:
     """Per comparison row that ran: achieved FLOP/s (forward FLOPs per sample x the job's samples, x3 for
     training, over the median step time) and, where the device's peak for the precision is known, the model FLOP
     utilisation against that peak times the job's devices."""
@@ -45,27 +47,46 @@ def hardware_efficiency(rows: pd.DataFrame, model_facts: Optional[pd.DataFrame])
     table = []
     for row in rows[(rows["status"] == "ok") & rows["median_step_ms"].notna()].itertuples(index=False):
         config = tuple(getattr(row, c) for c in CONFIG_COLUMNS)
-        out = {**dict(zip(CONFIG_COLUMNS, config)), "runner": row.runner, "runs": row.runs,
-               "device_name": row.device_name, "forward_flops": math.nan,
-               "flops_per_step": math.nan, "achieved_flops_per_s": math.nan, "peak_flops_per_s": math.nan,
-               "peak_entry": "", "mfu": math.nan}
+        out = {
+            **dict(zip(CONFIG_COLUMNS, config)),
+            "runner": row.runner,
+            "runs": row.runs,
+            "device_name": row.device_name,
+            "forward_flops": math.nan,
+            "flops_per_step": math.nan,
+            "achieved_flops_per_s": math.nan,
+            "peak_flops_per_s": math.nan,
+            "peak_entry": "",
+            "mfu": math.nan,
+        }
         forward = flops.get((row.runner_name, row.model, row.model_options, row.input_shape))
         notes = []
         if forward is None:
             notes.append("no FLOP count stored for this model and shape (a sweep or compare inspects it)")
         else:
             per_step = forward * row.global_batch_size * (TRAIN_FLOPS_FACTOR if row.mode == "train" else 1.0)
-            out.update(forward_flops=forward, flops_per_step=per_step,
-                       achieved_flops_per_s=per_step / (row.median_step_ms / 1e3))
+            out.update(
+                forward_flops=forward,
+                flops_per_step=per_step,
+                achieved_flops_per_s=per_step / (row.median_step_ms / 1e3),
+            )
         precision = peak_precision(row.precision, getattr(row, "tf32", ""))
         peak = peak_flops(out["device_name"], precision) if str(row.device).startswith("gpu") else None
         if precision != row.precision and peak is not None:
-            notes.append(f"fp32 with TF32 {row.tf32}: against the TF32 peak, which such math can reach"
-                         + ("; a model whose FLOPs are matrix products runs them at fp32, below it"
-                            if str(row.tf32) == "convolutions only" else ""))
+            notes.append(
+                f"fp32 with TF32 {row.tf32}: against the TF32 peak, which such math can reach"
+                + (
+                    "; a model whose FLOPs are matrix products runs them at fp32, below it"
+                    if str(row.tf32) == "convolutions only"
+                    else ""
+                )
+            )
         if peak is None:
-            notes.append("no peak known for a CPU" if str(row.device).startswith("cpu")
-                         else f"no peak known for {out['device_name'] or 'this device'} at {row.precision}")
+            notes.append(
+                "no peak known for a CPU"
+                if str(row.device).startswith("cpu")
+                else f"no peak known for {out['device_name'] or 'this device'} at {row.precision}"
+            )
         else:
             devices = int(row.world_size) * int(row.nodes)
             out.update(peak_flops_per_s=peak.flops_per_s * devices, peak_entry=peak.entry)

@@ -79,17 +79,22 @@ def _time_finding(question: str, rows: pd.DataFrame, what: str) -> Finding:
     counts = verdict_counts(rows)
     if not counts.configurations:
         return Finding(question, f"Not measured: no {what} configuration ran on two or more runners.")
-    wins = [f"{runner} was faster in {len(m)} of {counts.configurations} configurations ({_range(m)})"
-            for runner, m in counts._ranked()]
+    wins = [
+        f"{runner} was faster in {len(m)} of {counts.configurations} configurations ({_range(m)})"
+        for runner, m in counts._ranked()
+    ]
     rest = []
     if counts.unresolved:
         rest.append(f"{counts.unresolved} could not be told apart")
     if counts.too_few_runs:
         rest.append(f"{counts.too_few_runs} had too few runs for a verdict (need {stats.MIN_REPETITIONS} per runner)")
     if counts.too_few_runs == counts.configurations:
-        return Finding(question, f"Not resolved: each of the {counts.configurations} configurations has fewer than "
-                                 f"{stats.MIN_REPETITIONS} runs per runner, and a verdict needs {stats.MIN_REPETITIONS} "
-                                 "(run more repetitions).")
+        return Finding(
+            question,
+            f"Not resolved: each of the {counts.configurations} configurations has fewer than "
+            f"{stats.MIN_REPETITIONS} runs per runner, and a verdict needs {stats.MIN_REPETITIONS} "
+            "(run more repetitions).",
+        )
     if not wins:
         wins = [f"no runner was faster with confidence in any of {counts.configurations} configurations"]
     sentence = "; ".join(wins) + (f"; {', '.join(rest)}" if rest else "") + OVER_RUNS
@@ -101,17 +106,27 @@ def _trend_finding(trends: pd.DataFrame) -> Finding:
     question = "Batch size and inference time per sample"
     tested = trends[(trends["mode"] == "infer") & trends["spearman_p"].notna()] if not trends.empty else trends
     if tested.empty:
-        return Finding(question, f"Not tested: no inference series ran at three or more batch sizes with at least "
-                                 f"{stats.MIN_REPETITIONS} runs each.")
+        return Finding(
+            question,
+            f"Not tested: no inference series ran at three or more batch sizes with at least "
+            f"{stats.MIN_REPETITIONS} runs each.",
+        )
     falls = tested[tested["trend"] == "falls"]
     rises = tested[tested["trend"] == "rises"]
-    sentence = (f"Time per sample fell as the batch grew in {len(falls)} of {len(tested)} series"
-                + (f", rose in {len(rises)}" if len(rises) else "")
-                + f" (Spearman's rank correlation over runs, p < {stats.ALPHA:g})")
+    sentence = (
+        f"Time per sample fell as the batch grew in {len(falls)} of {len(tested)} series"
+        + (f", rose in {len(rises)}" if len(rises) else "")
+        + f" (Spearman's rank correlation over runs, p < {stats.ALPHA:g})"
+    )
     flat = tested.dropna(subset=["flattens_at_batch"])
     if len(flat):
-        points = [f"{r.model} {r.runner} {r.device} past {int(r.flattens_at_batch)}" for r in flat.head(4).itertuples(index=False)]
-        sentence += f"; doubling it gained less than {FLATTEN_GAIN:.0%} " + ", ".join(points) + (", …" if len(flat) > 4 else "")
+        points = [
+            f"{r.model} {r.runner} {r.device} past {int(r.flattens_at_batch)}"
+            for r in flat.head(4).itertuples(index=False)
+        ]
+        sentence += (
+            f"; doubling it gained less than {FLATTEN_GAIN:.0%} " + ", ".join(points) + (", …" if len(flat) > 4 else "")
+        )
     return Finding(question, sentence + ".")
 
 
@@ -119,8 +134,11 @@ def _energy_finding(runs: pd.DataFrame) -> Finding:
     question = "Power and energy"
     runs = runs.dropna(subset=["energy_per_sample_j"])
     if runs.empty:
-        return Finding(question, "Not measured: no run has a power reading (CPUs have none here; on a GPU, telemetry "
-                                 "was off or unreadable).")
+        return Finding(
+            question,
+            "Not measured: no run has a power reading (CPUs have none here; on a GPU, telemetry "
+            "was off or unreadable).",
+        )
     wins: dict[str, int] = {}
     configurations = unresolved = 0
     for _, frame in runs.groupby([*CONFIG_COLUMNS, "group"], sort=False):  # runners within a block of alike runs
@@ -136,8 +154,10 @@ def _energy_finding(runs: pd.DataFrame) -> Finding:
             unresolved += 1
     if not configurations:
         return Finding(question, "Energy per sample was measured for one runner only: nothing to compare.")
-    parts = [f"{runner} used less energy per sample in {n} of {configurations} configurations"
-             for runner, n in sorted(wins.items(), key=lambda i: -i[1])]
+    parts = [
+        f"{runner} used less energy per sample in {n} of {configurations} configurations"
+        for runner, n in sorted(wins.items(), key=lambda i: -i[1])
+    ]
     if not wins:
         parts = [f"no runner used less energy per sample with confidence in any of {configurations} configurations"]
     elif unresolved:
@@ -156,8 +176,10 @@ def _scaling_finding(scaling: pd.DataFrame) -> Finding:
     shown = resolved if len(resolved) else spread
     best = shown.loc[shown["scaling_efficiency"].idxmax()]
     worst = shown.loc[shown["scaling_efficiency"].idxmin()]
-    sentence = (f"Scaling efficiency ranged from {worst.scaling_efficiency:.0%} ({worst.runner}, {worst.world_size} devices) "
-                f"to {best.scaling_efficiency:.0%} ({best.runner}, {best.world_size} devices) over {len(shown)} configuration(s)")
+    sentence = (
+        f"Scaling efficiency ranged from {worst.scaling_efficiency:.0%} ({worst.runner}, {worst.world_size} devices) "
+        f"to {best.scaling_efficiency:.0%} ({best.runner}, {best.world_size} devices) over {len(shown)} configuration(s)"
+    )
     if resolved.empty:
         sentence += f"; from fewer than {stats.MIN_REPETITIONS} runs each, so not resolved"
     return Finding(question, sentence + ".")
@@ -185,8 +207,9 @@ def profile_disagreements(rows: pd.DataFrame) -> list[str]:
         if len(set(called.values())) > 1:
             values = dict(zip(without_profile, config))
             under = ", ".join(f"{winner} under {profile}" for profile, winner in called.items())
-            found.append(f"{values['model']} {values['mode']} batch {values['batch_size']} {values['input_shape']}: "
-                         f"{under}")
+            found.append(
+                f"{values['model']} {values['mode']} batch {values['batch_size']} {values['input_shape']}: {under}"
+            )
     return found
 
 
@@ -197,8 +220,13 @@ def _profile_finding(rows: pd.DataFrame) -> Finding:
     disagreements = profile_disagreements(rows)
     if not disagreements:
         return Finding(question, "No configuration's verdict names another runner faster under another profile.")
-    return Finding(question, "The faster runner depends on the profile in " + f"{len(disagreements)} configuration(s): "
-                   + "; ".join(disagreements) + ".")
+    return Finding(
+        question,
+        "The faster runner depends on the profile in "
+        + f"{len(disagreements)} configuration(s): "
+        + "; ".join(disagreements)
+        + ".",
+    )
 
 
 def findings(rows: pd.DataFrame, runs: pd.DataFrame, trends: pd.DataFrame, scaling: pd.DataFrame) -> list[Finding]:

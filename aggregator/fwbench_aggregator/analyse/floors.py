@@ -38,15 +38,26 @@ class Floor(NamedTuple):
 NO_FLOOR = Floor(math.nan, "none", "")
 
 
-def calibration_row(config: dict, framework: str, comparison: stats.Comparison, flagged: str = "",
-                    calibrated_at_unix_s: float = math.nan) -> dict:
+def calibration_row(
+    config: dict,
+    framework: str,
+    comparison: stats.Comparison,
+    flagged: str = "",
+    calibrated_at_unix_s: float = math.nan,
+) -> dict:
     """What `fwbench calibrate` stores for one configuration and framework (schema.CALIBRATION_COLUMNS): with why
     its runs were not quiet (comparison.flag_summary), and when it ran."""
     row = {
-        **{c: config[c] for c in CONFIG_COLUMNS}, **{c: config.get(c, "") for c in FLOOR_KEY_COLUMNS}, "framework": framework,
-        "runs": min(comparison.runs_faster, comparison.runs_slower), "aa_ratio": comparison.ratio,
-        "aa_ci_low": comparison.ci_low, "aa_ci_high": comparison.ci_high, "noise_floor": stats.noise_floor(comparison),
-        "flagged": flagged, "calibrated_at_unix_s": calibrated_at_unix_s,
+        **{c: config[c] for c in CONFIG_COLUMNS},
+        **{c: config.get(c, "") for c in FLOOR_KEY_COLUMNS},
+        "framework": framework,
+        "runs": min(comparison.runs_faster, comparison.runs_slower),
+        "aa_ratio": comparison.ratio,
+        "aa_ci_low": comparison.ci_low,
+        "aa_ci_high": comparison.ci_high,
+        "noise_floor": stats.noise_floor(comparison),
+        "flagged": flagged,
+        "calibrated_at_unix_s": calibrated_at_unix_s,
     }
     return {column: row[column] for column in CALIBRATION_COLUMNS}
 
@@ -64,10 +75,15 @@ def noise_floors(calibration: pd.DataFrame) -> dict[tuple, Floor]:
     were flagged count as quiet."""
     if calibration.empty or "noise_floor" not in calibration:
         return {}
-    frame = key_texts(calibration, FLOOR_KEY_COLUMNS).assign(
-        noise_floor=pd.to_numeric(calibration["noise_floor"], errors="coerce"),
-        flagged=calibration["flagged"].fillna("").astype(str) if "flagged" in calibration else "",
-    ).dropna(subset=["noise_floor"]).reset_index(drop=True)
+    frame = (
+        key_texts(calibration, FLOOR_KEY_COLUMNS)
+        .assign(
+            noise_floor=pd.to_numeric(calibration["noise_floor"], errors="coerce"),
+            flagged=calibration["flagged"].fillna("").astype(str) if "flagged" in calibration else "",
+        )
+        .dropna(subset=["noise_floor"])
+        .reset_index(drop=True)
+    )
     floors = {}
     for key, group in frame.groupby([*CONFIG_COLUMNS, "framework", *FLOOR_KEY_COLUMNS], sort=False):
         quiet, busy = group[group["flagged"] == ""], group[group["flagged"] != ""]
@@ -77,8 +93,11 @@ def noise_floors(calibration: pd.DataFrame) -> dict[tuple, Floor]:
             floors[key] = Floor(float(chosen["noise_floor"]), _source(chosen) + aside, "")
         else:
             chosen = busy.loc[busy["noise_floor"].idxmax()]
-            floors[key] = Floor(float(chosen["noise_floor"]), f"{_source(chosen)}, on a busy host "
-                                f"({chosen['flagged']}): applied, as no quiet calibration exists", chosen["flagged"])
+            floors[key] = Floor(
+                float(chosen["noise_floor"]),
+                f"{_source(chosen)}, on a busy host ({chosen['flagged']}): applied, as no quiet calibration exists",
+                chosen["flagged"],
+            )
     return floors
 
 
@@ -89,10 +108,11 @@ def config_floor(floors: dict[tuple, Floor], config: tuple, runs) -> Floor:
     width = len(CONFIG_COLUMNS)
     known = []
     for calibrated, floor in floors.items():
-        key = dict(zip(FLOOR_KEY_COLUMNS, calibrated[width + 1:]))
+        key = dict(zip(FLOOR_KEY_COLUMNS, calibrated[width + 1 :]))
         if calibrated[:width] == tuple(config) and any(
-                calibrated[width] == framework and all(key.get(c) == v for c, v in alike.items())
-                for framework, alike in runs):
+            calibrated[width] == framework and all(key.get(c) == v for c, v in alike.items())
+            for framework, alike in runs
+        ):
             known.append(floor)
     return max(known, key=lambda floor: floor.value) if known else NO_FLOOR
 

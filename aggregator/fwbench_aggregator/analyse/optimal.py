@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -43,7 +42,7 @@ def _failed_batches(summary: pd.DataFrame) -> dict[tuple, list[int]]:
     return out
 
 
-def _largest_fitting(max_batch: Optional[pd.DataFrame]) -> dict[tuple, dict]:
+def _largest_fitting(max_batch: pd.DataFrame | None) -> dict[tuple, dict]:
     """max-batch's newest answer per (model, options, mode, shape, precision, device, runner name)."""
     if max_batch is None or max_batch.empty:
         return {}
@@ -56,8 +55,10 @@ def _largest_fitting(max_batch: Optional[pd.DataFrame]) -> dict[tuple, dict]:
 
 
 def optimal_batches(
-    runs: pd.DataFrame, summary: pd.DataFrame, max_batch: Optional[pd.DataFrame] = None,
-    latency_budget_ms: Optional[float] = None,
+    runs: pd.DataFrame,
+    summary: pd.DataFrame,
+    max_batch: pd.DataFrame | None = None,
+    latency_budget_ms: float | None = None,
 ) -> pd.DataFrame:
     """Per series (a configuration less its batch size) and runner of these runs (comparison.per_run; `summary`
     holds their failures too): the batch with the highest throughput among
@@ -77,9 +78,15 @@ def optimal_batches(
         throughput = stats.geometric_interval(1.0 / per_sample[best])
         tied, status = _ties(best, per_sample)
         row = {
-            **values, "batches": batches_text(batches), "runs_per_batch": fewest_runs, "best_batch": best,
-            "best_throughput_samples_per_s": throughput.value, "best_throughput_low": throughput.low,
-            "best_throughput_high": throughput.high, "within_noise": batches_text(tied), "optimal_status": status,
+            **values,
+            "batches": batches_text(batches),
+            "runs_per_batch": fewest_runs,
+            "best_batch": best,
+            "best_throughput_samples_per_s": throughput.value,
+            "best_throughput_low": throughput.low,
+            "best_throughput_high": throughput.high,
+            "within_noise": batches_text(tied),
+            "optimal_status": status,
             "out_of_memory_batches": batches_text(failed.get(key, [])),
         }
         # max-batch searched a runner, not a label.
@@ -95,8 +102,11 @@ def _ties(best: int, per_sample: dict[int, np.ndarray]) -> tuple[list[int], str]
         return [], "one batch size measured: nothing to choose between"
     if min(v.size for v in per_sample.values()) < stats.MIN_REPETITIONS:
         return [], f"not resolved: {TOO_FEW_RUNS} (a verdict needs {stats.MIN_REPETITIONS})"
-    tied = [b for b in per_sample if b != best
-            and not stats.compare("best", per_sample[best], str(b), per_sample[b]).significant]
+    tied = [
+        b
+        for b in per_sample
+        if b != best and not stats.compare("best", per_sample[best], str(b), per_sample[b]).significant
+    ]
     if tied:
         return tied, f"best, but batch {batches_text(tied)} within the noise (99% confidence)"
     return [], "best of the measured batches (99% confidence)"
@@ -116,12 +126,15 @@ def _fit(values: dict, batches: list[int], best: int, out_of_memory: list[int], 
     edge = best == max(batches)
     if edge and len(batches) > 1:
         beyond = not out_of_memory and (searched is None or largest > max(batches))
-        notes.append("best at the grid's largest batch: larger batches that fit may do better" if beyond
-                     else "best at the largest batch that fits")
+        notes.append(
+            "best at the grid's largest batch: larger batches that fit may do better"
+            if beyond
+            else "best at the largest batch that fits"
+        )
     return {"largest_fitting_batch": largest, "fit_note": "; ".join(notes)}
 
 
-def _budget(step_ms: dict[int, np.ndarray], budget_ms: Optional[float]) -> dict:
+def _budget(step_ms: dict[int, np.ndarray], budget_ms: float | None) -> dict:
     """The largest batch whose step time is under the budget with stats.CONFIDENCE: the interval of its runs'
     geometric mean ends below it."""
     if not budget_ms:
@@ -141,5 +154,9 @@ def _budget(step_ms: dict[int, np.ndarray], budget_ms: Optional[float]) -> dict:
     if not under and not unresolved and not unsure:
         smallest = min(intervals)
         notes.append(f"no batch stays under {budget_ms:g} ms (batch {smallest}: {intervals[smallest].value:.3g} ms)")
-    return {"latency_budget_ms": float(budget_ms), "budget_batch": chosen,
-            "budget_step_ms": intervals[max(under)].value if under else math.nan, "budget_note": "; ".join(notes)}
+    return {
+        "latency_budget_ms": float(budget_ms),
+        "budget_batch": chosen,
+        "budget_step_ms": intervals[max(under)].value if under else math.nan,
+        "budget_note": "; ".join(notes),
+    }

@@ -43,7 +43,9 @@ def judged(rows: list[dict], reference: str, other: str) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def parity_status(model: str, model_hash: str, model_source: str, runners: Sequence[str], checks: pd.DataFrame | None) -> str:
+def parity_status(
+    model: str, model_hash: str, model_source: str, runners: Sequence[str], checks: pd.DataFrame | None
+) -> str:
     """What `fwbench parity` has shown of a plug-in model at this hash, for these runners: every runner checked
     "same" against another of them, or one found different, or not checked. "" for a built-in model, whose parity
     the project's tests prove."""
@@ -51,8 +53,12 @@ def parity_status(model: str, model_hash: str, model_source: str, runners: Seque
         return ""
     if checks is None or checks.empty or len(runners) < 2:
         return PARITY_NOT_CHECKED
-    mine = checks[(checks["model"] == model) & (checks["model_hash"] == model_hash)
-                  & checks["reference_runner"].isin(runners) & checks["runner"].isin(runners)]
+    mine = checks[
+        (checks["model"] == model)
+        & (checks["model_hash"] == model_hash)
+        & checks["reference_runner"].isin(runners)
+        & checks["runner"].isin(runners)
+    ]
     if (mine["verdict"] != "same").any():
         return PARITY_DIFFERENT
     covered = set(mine["reference_runner"]) | set(mine["runner"])

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
 
 TERA = 1e12
 
@@ -45,9 +44,9 @@ class _Gpu:
     pattern: str  # searched case-insensitively in the device name
     name: str
     fp32_tflops: float
-    tf32_tflops: Optional[float]
+    tf32_tflops: float | None
     fp16_tflops: float
-    bf16_tflops: Optional[float]
+    bf16_tflops: float | None
     source: str
 
 
@@ -84,7 +83,7 @@ PRECISIONS = {
 }
 
 
-def peak_flops(device_name: str, precision: str) -> Optional[Peak]:
+def peak_flops(device_name: str, precision: str) -> Peak | None:
     """The vendor's dense peak for this GPU (as NVML or torch name it) and precision; None for a CPU, an
     unknown GPU, or a precision the GPU has no tensor cores for. Raises ValueError for an unknown precision."""
     if precision not in PRECISIONS:

@@ -4,7 +4,6 @@ tables and the findings. Reports, terminal tables and plots all read one Analysi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import pandas as pd
 
@@ -35,10 +34,15 @@ class Analysis:
 
 
 def analysed(
-    summary: pd.DataFrame, steps: pd.DataFrame, calibration: Optional[pd.DataFrame] = None,
-    max_batch: Optional[pd.DataFrame] = None, model_facts: Optional[pd.DataFrame] = None,
-    latency_budget_ms: Optional[float] = None, min_effect: float = stats.MIN_EFFECT,
-    parity: Optional[pd.DataFrame] = None, capacities: Optional[pd.DataFrame] = None,
+    summary: pd.DataFrame,
+    steps: pd.DataFrame,
+    calibration: pd.DataFrame | None = None,
+    max_batch: pd.DataFrame | None = None,
+    model_facts: pd.DataFrame | None = None,
+    latency_budget_ms: float | None = None,
+    min_effect: float = stats.MIN_EFFECT,
+    parity: pd.DataFrame | None = None,
+    capacities: pd.DataFrame | None = None,
 ) -> Analysis:
     searches = best_searches(summary, steps)
     (summary, _), (steps, _) = split_searches(summary), split_searches(steps)

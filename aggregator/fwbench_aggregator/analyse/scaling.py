@@ -8,7 +8,13 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..store.schema import CONFIG_COLUMNS, RUNNER_KEY_COLUMNS, SCALING_COLUMNS, SCALING_KEY_COLUMNS, STRATEGY_PAIR_COLUMNS
+from ..store.schema import (
+    CONFIG_COLUMNS,
+    RUNNER_KEY_COLUMNS,
+    SCALING_COLUMNS,
+    SCALING_KEY_COLUMNS,
+    STRATEGY_PAIR_COLUMNS,
+)
 from . import stats
 from .alike import keyed, labelled
 from .comparison import straggler_spread_of, with_status
@@ -48,16 +54,25 @@ def scaling_rows(summary: pd.DataFrame) -> pd.DataFrame:
             baseline_runs = _throughputs(single if len(single) else one[one["strategy"] == strategy])
             throughput = stats.geometric_mean(values)
             row = {
-                **dict(zip(SCALING_KEY_COLUMNS, config)), "runner": label,
-                "runner_name": runner_name, "strategy": strategy, "world_size": int(world_size), "nodes": int(nodes),
-                "runs": int(values.size), "throughput_samples_per_s": throughput,
+                **dict(zip(SCALING_KEY_COLUMNS, config)),
+                "runner": label,
+                "runner_name": runner_name,
+                "strategy": strategy,
+                "world_size": int(world_size),
+                "nodes": int(nodes),
+                "runs": int(values.size),
+                "throughput_samples_per_s": throughput,
                 "straggler_spread": straggler_spread_of(own),
-                "baseline_throughput_samples_per_s": math.nan, "scaling_efficiency": math.nan, "efficiency_note": "",
+                "baseline_throughput_samples_per_s": math.nan,
+                "scaling_efficiency": math.nan,
+                "efficiency_note": "",
             }
             if baseline_runs.size:
                 baseline = stats.geometric_mean(baseline_runs)
-                row.update(baseline_throughput_samples_per_s=baseline,
-                           scaling_efficiency=throughput / (int(world_size) * baseline))
+                row.update(
+                    baseline_throughput_samples_per_s=baseline,
+                    scaling_efficiency=throughput / (int(world_size) * baseline),
+                )
             else:
                 row["efficiency_note"] = (
                     f"no one-device run of {runner_name} at this configuration (same per-device batch); "
@@ -86,9 +101,14 @@ def strategy_pairs(rows: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
     for config, frame in ran.groupby(list(CONFIG_COLUMNS), sort=False):
         for a in frame[frame["strategy"] == first].itertuples(index=False):
             for b in frame[frame["strategy"] == second].itertuples(index=False):
-                table.append({
-                    **dict(zip(CONFIG_COLUMNS, config)), "runner_a": a.runner, "throughput_a": a.throughput_samples_per_s,
-                    "runner_b": b.runner, "throughput_b": b.throughput_samples_per_s,
-                    "ratio_b_to_a": b.throughput_samples_per_s / a.throughput_samples_per_s,
-                })
+                table.append(
+                    {
+                        **dict(zip(CONFIG_COLUMNS, config)),
+                        "runner_a": a.runner,
+                        "throughput_a": a.throughput_samples_per_s,
+                        "runner_b": b.runner,
+                        "throughput_b": b.throughput_samples_per_s,
+                        "ratio_b_to_a": b.throughput_samples_per_s / a.throughput_samples_per_s,
+                    }
+                )
     return pd.DataFrame(table, columns=columns)

@@ -44,9 +44,14 @@ def best_searches(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     runs = runs.merge(settings, on=list(RUN_COLUMNS), how="left")
     rows = []
     for key, own in runs.groupby([*SEARCH_KEY, "framework", "runner"], sort=False):
-        rows.append({**dict(zip((*SEARCH_KEY, "framework", "candidate"), key)),
-                     **{s: own[s].iloc[0] for s in SEARCH_SETTINGS}, "runs": len(own),
-                     "median_step_ms": stats.geometric_mean(own["median_step_time_s"]) * 1e3})
+        rows.append(
+            {
+                **dict(zip((*SEARCH_KEY, "framework", "candidate"), key)),
+                **{s: own[s].iloc[0] for s in SEARCH_SETTINGS},
+                "runs": len(own),
+                "median_step_ms": stats.geometric_mean(own["median_step_time_s"]) * 1e3,
+            }
+        )
     table = pd.DataFrame(rows)
     table.insert(len(SEARCH_KEY), "runner", table["candidate"].map(candidate_runner))
     fastest = table.groupby([*SEARCH_KEY, "runner"], sort=False)["median_step_ms"].transform("min")

@@ -42,6 +42,7 @@ import numpy as np
 
 from ..plan.study import DEFAULT_MAX_REPETITIONS
 from . import stats
+from .spending import critical_values
 
 DEFAULT_MAX_RUNS = DEFAULT_MAX_REPETITIONS
 # Futility: stop unresolved once the whole budget, at the spread seen so far, could neither state equivalence (even
@@ -55,59 +56,6 @@ FUTILITY_RUNS = 6
 # procedures called a difference at the full alpha (3 x 20000 simulated, tests/test_paired_rounds.py), 0.94-0.98% at
 # 85% of it.
 PAIRED_SHARE = 0.85
-_GRID_POINTS = 1001  # odd, for Simpson's rule; four times as many move no look's level by 1e-11
-
-
-def spent(t: np.ndarray | float, alpha: float = stats.ALPHA, gamma: float | None = None) -> np.ndarray:
-    """The level spent by information fraction t: Lan & DeMets' Pocock type, or with `gamma` Hwang, Shih & DeCani's
-    family (Stat Med 1990, 9:1439), from Pocock-like (gamma 1) through linear (0) to O'Brien-Fleming-like (-4)."""
-    t = np.clip(t, 0.0, 1.0)
-    if gamma is None:
-        return alpha * np.log1p((math.e - 1.0) * t)
-    if gamma == 0.0:
-        return alpha * t
-    return alpha * np.expm1(-gamma * t) / math.expm1(-gamma)
-
-
-@functools.lru_cache(maxsize=32)
-def critical_values(looks: tuple[int, ...], alpha: float = stats.ALPHA, gamma: float | None = None) -> np.ndarray:
-    """The two-sided critical z of each look (at looks[k] runs per runner; the last is the budget) such that a
-    standard normal score, watched at those looks with no difference, first crosses by look k with probability
-    spent(t_k). Stopping for equivalence or noise only lowers that probability (the boundaries are non-binding)."""
-    from scipy import optimize, special
-
-    t = np.asarray(looks, dtype=float) / looks[-1]
-    shares = np.diff(spent(t, alpha, gamma), prepend=0.0)
-    critical = [float(-special.ndtri(shares[0] / 2))]
-    # The score S_k = Z_k sqrt(t_k) is Brownian; carry its density over the region that has not crossed yet, as
-    # masses on a grid (density times Simpson weight).
-    grid, weights = _simpson(critical[0] * math.sqrt(t[0]))
-    mass = weights * np.exp(-grid**2 / (2 * t[0])) / math.sqrt(2 * math.pi * t[0])
-    for k in range(1, t.size):
-        step = math.sqrt(t[k] - t[k - 1])
-        critical.append(optimize.brentq(_excess, 0.0, 40.0, args=(math.sqrt(t[k]), grid, mass, step, shares[k]),
-                                        xtol=1e-10))
-        new_grid, weights = _simpson(critical[-1] * math.sqrt(t[k]))
-        kernel = np.exp(-((new_grid[:, None] - grid[None, :]) / step) ** 2 / 2) / (step * math.sqrt(2 * math.pi))
-        grid, mass = new_grid, weights * (kernel @ mass)
-    values = np.asarray(critical)
-    values.setflags(write=False)  # shared by every caller through the cache
-    return values
-
-
-def _excess(c: float, scale: float, grid: np.ndarray, mass: np.ndarray, step: float, share: float) -> float:
-    """How much more than its share the score crosses +-c at this look, having not crossed before."""
-    from scipy import special
-
-    edge = c * scale
-    return float(mass @ (special.ndtr((-edge - grid) / step) + special.ndtr((grid - edge) / step))) - share
-
-
-def _simpson(edge: float) -> tuple[np.ndarray, np.ndarray]:
-    grid = np.linspace(-edge, edge, _GRID_POINTS)
-    weights = np.full(_GRID_POINTS, 2.0)
-    weights[1::2], weights[[0, -1]] = 4.0, 1.0
-    return grid, weights * (grid[1] - grid[0]) / 3
 
 
 @dataclass(frozen=True)
@@ -125,14 +73,21 @@ class SequentialPlan:
 
     def __post_init__(self) -> None:
         if not stats.MIN_REPETITIONS <= self.min_runs <= self.max_runs:
-            raise ValueError(f"a sequential plan needs {stats.MIN_REPETITIONS} <= min_runs <= max_runs; "
-                             f"got {self.min_runs} and {self.max_runs}")
+            raise ValueError(
+                f"a sequential plan needs {stats.MIN_REPETITIONS} <= min_runs <= max_runs; "
+                f"got {self.min_runs} and {self.max_runs}"
+            )
         if not 0.0 < self.alpha < 1.0:
             raise ValueError(f"alpha must lie between 0 and 1; got {self.alpha}")
-        if self.looks and (list(self.looks) != sorted(set(self.looks)) or self.looks[0] < self.min_runs
-                           or self.looks[-1] != self.max_runs):
-            raise ValueError(f"looks must rise from min_runs ({self.min_runs}) or more to max_runs ({self.max_runs}); "
-                             f"got {list(self.looks)}")
+        if self.looks and (
+            list(self.looks) != sorted(set(self.looks))
+            or self.looks[0] < self.min_runs
+            or self.looks[-1] != self.max_runs
+        ):
+            raise ValueError(
+                f"looks must rise from min_runs ({self.min_runs}) or more to max_runs ({self.max_runs}); "
+                f"got {list(self.looks)}"
+            )
 
     @property
     def schedule(self) -> tuple[int, ...]:
@@ -183,8 +138,13 @@ def block_looks(budget: int) -> tuple[int, ...]:
     return (half, budget) if half >= stats.MIN_REPETITIONS else (budget,)
 
 
-def plan_for(budget: int, paired_blocks: bool, min_effect: float = stats.MIN_EFFECT,
-             noise_floor: float = math.nan, looks: tuple[int, ...] | None = None) -> SequentialPlan:
+def plan_for(
+    budget: int,
+    paired_blocks: bool,
+    min_effect: float = stats.MIN_EFFECT,
+    noise_floor: float = math.nan,
+    looks: tuple[int, ...] | None = None,
+) -> SequentialPlan:
     """The sequential plan evidence made under a budget of `budget` units (max_repetitions) is judged by: blocks
     judged paired at block_looks, spending by BLOCKS_SPENDING_GAMMA; runs in rounds after every round from
     stats.MIN_REPETITIONS, spending by the Pocock type. `looks` are those the evidence was made under, as the store
@@ -194,8 +154,13 @@ def plan_for(budget: int, paired_blocks: bool, min_effect: float = stats.MIN_EFF
         looks = block_looks(budget) if paired_blocks else ()
     elif looks and (looks[0] < stats.MIN_REPETITIONS or looks[-1] != budget or list(looks) != sorted(set(looks))):
         looks = ()  # not a schedule this budget could have looked at (a damaged store): after every unit
-    return SequentialPlan(max_runs=budget, min_effect=min_effect, noise_floor=noise_floor, looks=looks,
-                          spending_gamma=BLOCKS_SPENDING_GAMMA if paired_blocks else None)
+    return SequentialPlan(
+        max_runs=budget,
+        min_effect=min_effect,
+        noise_floor=noise_floor,
+        looks=looks,
+        spending_gamma=BLOCKS_SPENDING_GAMMA if paired_blocks else None,
+    )
 
 
 class _Look(NamedTuple):
@@ -240,8 +205,9 @@ def _judge(plan: SequentialPlan, log_a: np.ndarray, log_b: np.ndarray, paired: b
     still = se == 0.0
     # Identical runs on each side (a timer's resolution, a fake runner): nothing varies to test, as in stats.compare.
     safe_se = np.where(still, 1.0, se)
-    p_value = np.where(still, np.where(difference == 0.0, 1.0, 0.0),
-                       2 * special.stdtr(df, -np.abs(difference) / safe_se))
+    p_value = np.where(
+        still, np.where(difference == 0.0, 1.0, 0.0), 2 * special.stdtr(df, -np.abs(difference) / safe_se)
+    )
     half_width = np.where(still, 0.0, special.stdtrit(df, 1 - level / 2) * se)
     margin = math.log1p(plan.threshold)
     different = (p_value < level) & (np.abs(difference) >= margin)
@@ -251,11 +217,17 @@ def _judge(plan: SequentialPlan, log_a: np.ndarray, log_b: np.ndarray, paired: b
     # more runs would most likely end unresolved as well.
     projected = _half_width(spread, plan.max_runs, plan.level(plan.max_runs, paired), paired)
     hopeless = (projected > math.log1p(stats.TOO_NOISY)) | (
-        (projected >= margin) & (projected > FUTILITY * np.abs(difference)) & (runs >= FUTILITY_RUNS))
-    outcome = np.select(
-        [different, equivalent, (runs >= plan.max_runs) | hopeless],
-        ["different", "equivalent", "unresolved"], "continue",
-    ) if plan.looks_at(runs) else np.full(difference.shape, "continue")
+        (projected >= margin) & (projected > FUTILITY * np.abs(difference)) & (runs >= FUTILITY_RUNS)
+    )
+    outcome = (
+        np.select(
+            [different, equivalent, (runs >= plan.max_runs) | hopeless],
+            ["different", "equivalent", "unresolved"],
+            "continue",
+        )
+        if plan.looks_at(runs)
+        else np.full(difference.shape, "continue")
+    )
     return _Look(difference, half_width, p_value, spread, outcome)
 
 
@@ -310,26 +282,35 @@ class Decision:
         if self.outcome == "different":
             return f"{c.faster} {stats.faster_text(c.ratio, c.ci_low, c.ci_high)}"
         if self.outcome == "equivalent":
-            return (f"{c.faster} and {c.slower} equivalent within {c.threshold:.1%} "
-                    f"[{c.slower} {c.ci_low - 1:+.1%} to {c.ci_high - 1:+.1%}]")
+            return (
+                f"{c.faster} and {c.slower} equivalent within {c.threshold:.1%} "
+                f"[{c.slower} {c.ci_low - 1:+.1%} to {c.ci_high - 1:+.1%}]"
+            )
         if self.outcome == "continue":
             so_far = f"undecided after {runs}{per}"
             if math.isnan(c.resolvable):
                 return so_far
-            return f"{so_far}: " + ("too noisy so far" if c.resolvable > stats.TOO_NOISY
-                                    else f"these {self.unit}s resolve {c.resolvable:.1%}")
+            return f"{so_far}: " + (
+                "too noisy so far"
+                if c.resolvable > stats.TOO_NOISY
+                else f"these {self.unit}s resolve {c.resolvable:.1%}"
+            )
         if c.resolvable > stats.TOO_NOISY:
             return stats.too_noisy_text(self.spread)
         more = self.runs_to_resolve(c.threshold)
         # None more: these runs resolve the threshold already, and the difference seen lies at it.
-        cost = (f"; about {more} more {self.unit}s{per} would resolve {c.threshold:.1%}" if 0 < more < math.inf
-                else "")
+        cost = f"; about {more} more {self.unit}s{per} would resolve {c.threshold:.1%}" if 0 < more < math.inf else ""
         return f"not resolved after {runs}{per}: these {self.unit}s resolve {c.resolvable:.1%}{cost}"
 
 
 def look(
-    plan: SequentialPlan, run_medians_a: stats.Values, run_medians_b: stats.Values, name_a: str, name_b: str,
-    paired: bool = False, unit: str = "run",
+    plan: SequentialPlan,
+    run_medians_a: stats.Values,
+    run_medians_b: stats.Values,
+    name_a: str,
+    name_b: str,
+    paired: bool = False,
+    unit: str = "run",
 ) -> Decision:
     """The look after a round: whether these runs settle the verdict, by the plan's stopping rule; with `paired`
     (the i-th run of each ran in the same round) judged by round."""
@@ -351,17 +332,29 @@ def look(
     (faster, n_faster), (slower, n_slower) = ((name_a, a.size), (name_b, b.size))[:: 1 if difference >= 0 else -1]
     size = abs(difference)
     comparison = stats.Comparison(
-        faster, slower, n_faster, n_slower, math.exp(size),
-        ci_low=math.exp(size - half_width), ci_high=math.exp(size + half_width), p_value=p_value,
-        resolvable=math.expm1(half_width), noise_floor=plan.noise_floor, min_effect=plan.min_effect,
-        significant=outcome == "different", alpha=plan.level(runs, paired), spread=spread,
-        paired=paired, unit=unit,
+        faster,
+        slower,
+        n_faster,
+        n_slower,
+        math.exp(size),
+        ci_low=math.exp(size - half_width),
+        ci_high=math.exp(size + half_width),
+        p_value=p_value,
+        resolvable=math.expm1(half_width),
+        noise_floor=plan.noise_floor,
+        min_effect=plan.min_effect,
+        significant=outcome == "different",
+        alpha=plan.level(runs, paired),
+        spread=spread,
+        paired=paired,
+        unit=unit,
     )
     return Decision(outcome, comparison, runs, spread, plan, paired)
 
 
-def simulate(plan: SequentialPlan, run_medians_a: np.ndarray, run_medians_b: np.ndarray, paired: bool = False
-             ) -> tuple[np.ndarray, ...]:
+def simulate(
+    plan: SequentialPlan, run_medians_a: np.ndarray, run_medians_b: np.ndarray, paired: bool = False
+) -> tuple[np.ndarray, ...]:
     """The whole procedure over many pairs at once, each row a pair's max_runs run medians in the order they ran
     (column i of each in round i where `paired`): per pair, the outcome it stopped with, the runs per runner it took,
     b's ratio over a at that look, and the difference its runs resolve there (Comparison.resolvable). The same rule as

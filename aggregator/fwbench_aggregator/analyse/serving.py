@@ -12,22 +12,28 @@ missed where it starts above, within the noise where it straddles it.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import numpy as np
 import pandas as pd
 
-from ..store.schema import CONFIG_COLUMNS, RUN_COLUMNS, SERVING_COMPARISON_COLUMNS, SERVING_PERCENTILES, SERVING_SUMMARY_COLUMNS
+from ..store.schema import (
+    CONFIG_COLUMNS,
+    RUN_COLUMNS,
+    SERVING_COMPARISON_COLUMNS,
+    SERVING_PERCENTILES,
+    SERVING_SUMMARY_COLUMNS,
+)
 from . import stats
 from .alike import keyed, labelled
-from .comparison import judged, with_status
+from .comparison import with_status
+from .judging import judged
 
 THROUGHPUT = "throughput"  # the figure of an offline run
 BUDGET_PERCENTILE = "p99"
 
 
 def latency_column(percentile: str) -> str:
-    """"p99" -> "p99_latency_s", the summary's column of each run's value."""
+    """ "p99" -> "p99_latency_s", the summary's column of each run's value."""
     return f"{percentile}_latency_s"
 
 
@@ -70,12 +76,21 @@ def _figures(scenario: str) -> tuple[str, ...]:
 def _row(config: dict, runner: str, own: pd.DataFrame, figure: str) -> dict:
     """One runner's figure over its runs; _values holds the per-run values that are compared (seconds per query, or
     seconds per sample offline: lower is better either way), empty where a run could not support the figure."""
-    row = {**config, "runner": runner, "scenario": own["scenario"].iloc[0], "target_qps": own["target_qps"].iloc[0],
-           "figure": figure, "runs": len(own), "queries": int(own["query_count"].sum()),
-           "achieved_qps": stats.geometric_mean(own["achieved_qps"]) if (own["achieved_qps"] > 0).all() else math.nan,
-           "latency_ms": math.nan, "throughput_samples_per_s": math.nan, "verdict": "",
-           # The sequential design the runs were made under, if any: its looks' levels judge them (comparison.judged).
-           "max_repetitions": int(own["max_repetitions"].fillna(0).max())}
+    row = {
+        **config,
+        "runner": runner,
+        "scenario": own["scenario"].iloc[0],
+        "target_qps": own["target_qps"].iloc[0],
+        "figure": figure,
+        "runs": len(own),
+        "queries": int(own["query_count"].sum()),
+        "achieved_qps": stats.geometric_mean(own["achieved_qps"]) if (own["achieved_qps"] > 0).all() else math.nan,
+        "latency_ms": math.nan,
+        "throughput_samples_per_s": math.nan,
+        "verdict": "",
+        # The sequential design the runs were made under, if any: its looks' levels judge them (comparison.judged).
+        "max_repetitions": int(own["max_repetitions"].fillna(0).max()),
+    }
     if figure == THROUGHPUT:
         values = own["serving_throughput_samples_per_s"].to_numpy(dtype=float)
         supported = values[np.isfinite(values) & (values > 0)]
@@ -94,8 +109,9 @@ def _row(config: dict, runner: str, own: pd.DataFrame, figure: str) -> dict:
     else:
         missing = own[~(np.isfinite(values) & (values > 0))]
         row["_values"] = np.array([])
-        row["verdict"] = (f"not supported by {len(missing)} of {len(own)} runs ({unavailable_reason(missing, column)}): "
-                          "not compared")
+        row["verdict"] = (
+            f"not supported by {len(missing)} of {len(own)} runs ({unavailable_reason(missing, column)}): not compared"
+        )
     return row
 
 
@@ -103,8 +119,9 @@ def _judge(rows: list[dict], min_effect: float) -> None:
     """Ratios and verdicts among one figure's supported runners, in place: the best (lowest latency, highest
     throughput) against each other, with comparison.judged's statistics over runs."""
     for row in rows:
-        row.update(ratio_to_best=math.nan, ratio_ci_low=math.nan, ratio_ci_high=math.nan, p_value=math.nan,
-                   significant=False)
+        row.update(
+            ratio_to_best=math.nan, ratio_ci_low=math.nan, ratio_ci_high=math.nan, p_value=math.nan, significant=False
+        )
     ranked = [r for r in rows if r["_values"].size]
     if not ranked:
         return
@@ -116,10 +133,16 @@ def _judge(rows: list[dict], min_effect: float) -> None:
         if row is best:
             continue
         # No calibrated floor applies: calibrations measure step times, not percentiles under a load.
-        verdict, _, c = judged({**best, "_medians": best["_values"]}, {**row, "_medians": row["_values"]},
-                               min_effect, math.nan)
-        row.update(ratio_ci_low=c.ci_low, ratio_ci_high=c.ci_high, p_value=c.p_value, significant=c.significant,
-                   verdict=verdict)
+        verdict, _, c = judged(
+            {**best, "_medians": best["_values"]}, {**row, "_medians": row["_values"]}, min_effect, math.nan
+        )
+        row.update(
+            ratio_ci_low=c.ci_low,
+            ratio_ci_high=c.ci_high,
+            p_value=c.p_value,
+            significant=c.significant,
+            verdict=verdict,
+        )
 
 
 def budget_status(p99_s: np.ndarray, budget_ms: float) -> str:
@@ -135,8 +158,9 @@ def budget_status(p99_s: np.ndarray, budget_ms: float) -> str:
     return "misses" if interval.low > budget_ms else "within noise"
 
 
-def serving_rows(summary: pd.DataFrame, min_effect: float = stats.MIN_EFFECT,
-                 latency_budget_ms: Optional[float] = None) -> pd.DataFrame:
+def serving_rows(
+    summary: pd.DataFrame, min_effect: float = stats.MIN_EFFECT, latency_budget_ms: float | None = None
+) -> pd.DataFrame:
     """One row per configuration under a scenario, runner and figure (p50, p90, p99; offline: throughput), with
     the ratio to the best runner, its interval over runs and the verdict (SERVING_COMPARISON_COLUMNS)."""
     runs = serving_runs(summary)
@@ -145,7 +169,9 @@ def serving_rows(summary: pd.DataFrame, min_effect: float = stats.MIN_EFFECT,
     for (*config, _), block in runs.groupby([*CONFIG_COLUMNS, "group"], sort=False):
         config_values = dict(zip(CONFIG_COLUMNS, config))
         for figure in _figures(str(block["scenario"].iloc[0])):
-            figure_rows = [_row(config_values, runner, own, figure) for runner, own in block.groupby("runner", sort=True)]
+            figure_rows = [
+                _row(config_values, runner, own, figure) for runner, own in block.groupby("runner", sort=True)
+            ]
             _judge(figure_rows, min_effect)
             for row in figure_rows:
                 budget_ms = latency_budget_ms if figure == BUDGET_PERCENTILE else None  # judged on p99 alone
@@ -163,8 +189,13 @@ def load_curve(summary: pd.DataFrame) -> pd.DataFrame:
     series = [c for c in CONFIG_COLUMNS if c != "serving"]
     runs = serving_runs(summary, over=series)
     runs = runs[runs["scenario"] == "server"]
-    columns = [*series, "runner", "target_qps", "runs",
-               *(f"{latency_column(p)[:-2]}{end}" for p in SERVING_PERCENTILES for end in ("_s", "_low_s", "_high_s"))]
+    columns = [
+        *series,
+        "runner",
+        "target_qps",
+        "runs",
+        *(f"{latency_column(p)[:-2]}{end}" for p in SERVING_PERCENTILES for end in ("_s", "_low_s", "_high_s")),
+    ]
     rows = []
     for key, own in runs.groupby([*series, "runner", "target_qps"], sort=True):
         row = dict(zip([*series, "runner", "target_qps"], key), runs=len(own))

@@ -143,8 +143,10 @@ class Comparison:
         if self.p_value < self.alpha:
             below = "the noise floor" if self.threshold > self.min_effect else "the minimum effect"
             return f"no significant difference ({interval}: {_pct(self.ratio)} is below {below}, {self.threshold:.1%})"
-        return (f"no significant difference ({interval}, p={self.p_value:.2g}; these {self.unit}s resolve "
-                f"{self.resolvable:.1%})")
+        return (
+            f"no significant difference ({interval}, p={self.p_value:.2g}; these {self.unit}s resolve "
+            f"{self.resolvable:.1%})"
+        )
 
 
 def compare(
@@ -167,30 +169,44 @@ def compare(
         raise ValueError(f"paired runs come one per runner per round; got {a.size} and {b.size}")
     (fast_name, fast), (slow_name, slow) = sorted(((name_a, a), (name_b, b)), key=lambda item: geometric_mean(item[1]))
     ratio = geometric_mean(slow) / geometric_mean(fast)
-    partial = Comparison(fast_name, slow_name, fast.size, slow.size, ratio, noise_floor=noise_floor, min_effect=min_effect,
-                         unit=unit)
+    partial = Comparison(
+        fast_name, slow_name, fast.size, slow.size, ratio, noise_floor=noise_floor, min_effect=min_effect, unit=unit
+    )
     if not partial.enough_runs:
         return partial
     log_slow, log_fast = np.log(slow), np.log(fast)
     difference = float(log_slow.mean() - log_fast.mean())
     # The paired test's values, one log ratio a round; unpaired sides may differ in size.
     within = log_slow - log_fast if paired else np.array([])
-    if (within.var() == 0.0 if paired else log_slow.var() == 0.0 and log_fast.var() == 0.0):
+    if within.var() == 0.0 if paired else log_slow.var() == 0.0 and log_fast.var() == 0.0:
         # Identical runs on each side, or one ratio in every round (a timer's resolution, a fake runner): nothing
         # varies to test.
         p_value, half_width = (1.0 if difference == 0.0 else 0.0), 0.0
     else:
-        test = (_scipy_stats().ttest_rel(log_slow, log_fast) if paired
-                else _scipy_stats().ttest_ind(log_slow, log_fast, equal_var=False))
+        test = (
+            _scipy_stats().ttest_rel(log_slow, log_fast)
+            if paired
+            else _scipy_stats().ttest_ind(log_slow, log_fast, equal_var=False)
+        )
         interval = test.confidence_interval(CONFIDENCE)
         p_value, half_width = float(test.pvalue), float(interval.high - interval.low) / 2
     significant = p_value < ALPHA and ratio - 1.0 >= partial.threshold
     return Comparison(
-        fast_name, slow_name, fast.size, slow.size, ratio,
-        ci_low=math.exp(difference - half_width), ci_high=math.exp(difference + half_width), p_value=p_value,
-        resolvable=math.exp(half_width) - 1.0, noise_floor=noise_floor, min_effect=min_effect, significant=significant,
+        fast_name,
+        slow_name,
+        fast.size,
+        slow.size,
+        ratio,
+        ci_low=math.exp(difference - half_width),
+        ci_high=math.exp(difference + half_width),
+        p_value=p_value,
+        resolvable=math.exp(half_width) - 1.0,
+        noise_floor=noise_floor,
+        min_effect=min_effect,
+        significant=significant,
         spread=paired_spread(within) if paired else math.sqrt((log_slow.var(ddof=1) + log_fast.var(ddof=1)) / 2),
-        paired=paired, unit=unit,
+        paired=paired,
+        unit=unit,
     )
 
 

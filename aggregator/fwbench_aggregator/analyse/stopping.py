@@ -26,8 +26,10 @@ def unsettled(rows: pd.DataFrame) -> pd.DataFrame:
     settle it). Comparison rows (analyse.comparison), those judged against the fastest."""
     if rows.empty:
         return rows.assign(why=pd.Series(dtype=object))
-    mine = rows[(rows["status"] == "ok") & (rows["max_repetitions"] > 0)
-                & rows["outcome"].isin(["continue", "unresolved"])]
-    why = np.select([mine["outcome"] == "continue", mine["runs"] >= mine["max_repetitions"]],
-                    ["stopped", "run budget"], "futile")
+    mine = rows[
+        (rows["status"] == "ok") & (rows["max_repetitions"] > 0) & rows["outcome"].isin(["continue", "unresolved"])
+    ]
+    why = np.select(
+        [mine["outcome"] == "continue", mine["runs"] >= mine["max_repetitions"]], ["stopped", "run budget"], "futile"
+    )
     return mine.assign(why=why)

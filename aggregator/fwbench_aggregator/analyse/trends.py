@@ -34,8 +34,13 @@ def batch_trends(runs: pd.DataFrame) -> pd.DataFrame:
             continue
         fit = stats.trend(own["batch_size"], own["time_per_sample_s"])
         means = [stats.geometric_mean(own.loc[own["batch_size"] == b, "time_per_sample_s"]) for b in batches]
-        row.update(spearman_rho=fit.spearman_rho, spearman_p=fit.spearman_p, ratio_per_doubling=fit.ratio_per_doubling,
-                   slope_p=fit.slope_p, trend=fit.direction)
+        row.update(
+            spearman_rho=fit.spearman_rho,
+            spearman_p=fit.spearman_p,
+            ratio_per_doubling=fit.ratio_per_doubling,
+            slope_p=fit.slope_p,
+            trend=fit.direction,
+        )
         row.update(_flattening(batches, means))
         rows.append(row)
     return pd.DataFrame(rows, columns=TREND_COLUMNS)
@@ -44,13 +49,21 @@ def batch_trends(runs: pd.DataFrame) -> pd.DataFrame:
 def _flattening(batches: list[int], means: list[float]) -> dict:
     """The smallest batch from which every further doubling gains less than FLATTEN_GAIN in time per sample."""
     # Gain per doubling between neighbours, so that a grid of 1, 4, 16 reads like one of 1, 2, 4.
-    gains = [1.0 - (means[i + 1] / means[i]) ** (1.0 / math.log2(batches[i + 1] / batches[i]))
-             for i in range(len(batches) - 1)]
+    gains = [
+        1.0 - (means[i + 1] / means[i]) ** (1.0 / math.log2(batches[i + 1] / batches[i]))
+        for i in range(len(batches) - 1)
+    ]
     if gains[-1] >= FLATTEN_GAIN:
-        return {"flattens_at_batch": math.nan,
-                "flatten_note": f"still gaining {gains[-1]:.0%} per doubling at batch {batches[-1]}"}
+        return {
+            "flattens_at_batch": math.nan,
+            "flatten_note": f"still gaining {gains[-1]:.0%} per doubling at batch {batches[-1]}",
+        }
     start = len(gains)
     while start > 0 and gains[start - 1] < FLATTEN_GAIN:
         start -= 1
-    note = "flat from the smallest batch" if start == 0 else f"each doubling past batch {batches[start]} gains < {FLATTEN_GAIN:.0%}"
+    note = (
+        "flat from the smallest batch"
+        if start == 0
+        else f"each doubling past batch {batches[start]} gains < {FLATTEN_GAIN:.0%}"
+    )
     return {"flattens_at_batch": batches[start], "flatten_note": note}

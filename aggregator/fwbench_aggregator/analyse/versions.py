@@ -23,12 +23,20 @@ from ..plan.versions import leading_version
 from ..store.schema import CONFIG_COLUMNS, RUN_COLUMNS, VERSION_CHANGE_COLUMNS, VERSION_POINT_COLUMNS
 from ..store.schema import IMAGE_COLUMNS as STORED_IMAGE_COLUMNS
 from . import stats
-from .comparison import evidence_of, judged, normalised, run_values
+from .comparison import evidence_of, normalised, run_values
 from .floors import busy_floor_note, config_floor, noise_floors
+from .judging import judged
 
 # What must be the same on both sides of a version change for it to be the version's doing.
-ENVIRONMENT_FACTS = ("python_version", "cuda_version", "cudnn_version", "device_name", "host", "base_image_family",
-                     "runner_version")
+ENVIRONMENT_FACTS = (
+    "python_version",
+    "cuda_version",
+    "cudnn_version",
+    "device_name",
+    "host",
+    "base_image_family",
+    "runner_version",
+)
 # Where each run's image and its digests are recorded (store.records).
 IMAGE_COLUMNS = ("container_image", *STORED_IMAGE_COLUMNS)
 KEY = (*CONFIG_COLUMNS, "framework")
@@ -64,24 +72,41 @@ def base_image_family(image: object) -> str:
     """A base image less its version: pytorch/pytorch:*-cuda12.6-cudnn9-runtime for ...:2.14.0-cuda12.6-cudnn9-runtime."""
     name, _, tag = str(image or "").rpartition(":")
     version = leading_version(tag) if name else None
-    return f"{name}:*{tag[len(version):]}" if version and tag.startswith(version) else str(image or "")
+    return f"{name}:*{tag[len(version) :]}" if version and tag.startswith(version) else str(image or "")
 
 
 def version_runs(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """One row per successful run: its configuration, median step time, framework and version, environment and image."""
     runs = run_values(summary, steps)
     facts = normalised(summary)
-    for column in ("framework", "framework_version", "runner_name", "runner_options", "max_repetitions", "process_block",
-                   *IMAGE_COLUMNS, *(f for f in ENVIRONMENT_FACTS if f not in ("host", "base_image_family"))):
+    for column in (
+        "framework",
+        "framework_version",
+        "runner_name",
+        "runner_options",
+        "max_repetitions",
+        "process_block",
+        *IMAGE_COLUMNS,
+        *(f for f in ENVIRONMENT_FACTS if f not in ("host", "base_image_family")),
+    ):
         if column not in facts:
             facts[column] = ""
     facts = facts.assign(
         host=[_option(options, "host_id") for options in facts["runner_options"]],
         base_image_family=[base_image_family(image) for image in facts["container_base_image"]],
     )
-    extra = ["framework", "framework_version", "runner_name", "max_repetitions", "process_block", *IMAGE_COLUMNS,
-             *ENVIRONMENT_FACTS]
-    runs = runs.merge(facts[[*RUN_COLUMNS, *extra]].drop_duplicates(list(RUN_COLUMNS)), on=list(RUN_COLUMNS), how="left")
+    extra = [
+        "framework",
+        "framework_version",
+        "runner_name",
+        "max_repetitions",
+        "process_block",
+        *IMAGE_COLUMNS,
+        *ENVIRONMENT_FACTS,
+    ]
+    runs = runs.merge(
+        facts[[*RUN_COLUMNS, *extra]].drop_duplicates(list(RUN_COLUMNS)), on=list(RUN_COLUMNS), how="left"
+    )
     for column in ("framework", "framework_version", "process_block", *IMAGE_COLUMNS, *ENVIRONMENT_FACTS):
         runs[column] = runs[column].astype(object).where(runs[column].notna(), "").astype(str)
     runs["max_repetitions"] = pd.to_numeric(runs["max_repetitions"], errors="coerce").fillna(0).astype(int)
@@ -104,10 +129,18 @@ def version_points(runs: pd.DataFrame) -> pd.DataFrame:
         for version in _versions(group):
             own = group[group["framework_version"] == version]
             interval = stats.geometric_interval(own["median_step_time_s"].to_numpy(dtype=float))
-            rows.append({**dict(zip(KEY, key)), "framework_version": version, "runners": _joined(own["runner_name"]),
-                         "runs": interval.runs, "median_step_ms": interval.value * 1e3,
-                         "low_step_ms": interval.low * 1e3, "high_step_ms": interval.high * 1e3,
-                         **{column: _joined(own[column]) for column in IMAGE_COLUMNS}})
+            rows.append(
+                {
+                    **dict(zip(KEY, key)),
+                    "framework_version": version,
+                    "runners": _joined(own["runner_name"]),
+                    "runs": interval.runs,
+                    "median_step_ms": interval.value * 1e3,
+                    "low_step_ms": interval.low * 1e3,
+                    "high_step_ms": interval.high * 1e3,
+                    **{column: _joined(own[column]) for column in IMAGE_COLUMNS},
+                }
+            )
     return pd.DataFrame(rows, columns=VERSION_POINT_COLUMNS)
 
 
@@ -125,8 +158,15 @@ def describe_config(row: dict) -> str:
     """resnet50 train b64 amp_bf16 3x224x224 gpu:0, with its options and a profile other than equal."""
     options = f"[{row['model_options']}]" if row.get("model_options") else ""
     extras = [str(row[c]) for c in ("profile", "serving") if row.get(c) not in ("", "equal", None)]
-    words = [f"{row['model']}{options}", row["mode"], f"b{row['batch_size']}", row["precision"], row["input_shape"],
-             row["device"], *extras]
+    words = [
+        f"{row['model']}{options}",
+        row["mode"],
+        f"b{row['batch_size']}",
+        row["precision"],
+        row["input_shape"],
+        row["device"],
+        *extras,
+    ]
     return " ".join(str(word) for word in words if word)
 
 
@@ -143,8 +183,12 @@ def change_text(change: str, ratio: float, low: float, high: float, verdict: str
     return verdict
 
 
-def version_changes(summary: pd.DataFrame, steps: pd.DataFrame, calibration: pd.DataFrame | None = None,
-                    min_effect: float = stats.MIN_EFFECT) -> pd.DataFrame:
+def version_changes(
+    summary: pd.DataFrame,
+    steps: pd.DataFrame,
+    calibration: pd.DataFrame | None = None,
+    min_effect: float = stats.MIN_EFFECT,
+) -> pd.DataFrame:
     """One row per configuration, framework and pair of consecutive versions it ran: the newer one's step time over
     the older one's (ratio, ci_low, ci_high), the change called ("regression", "improvement", "no change",
     "unresolved") and its text, and what else differs between their runs (environment). Regressions first."""
@@ -163,7 +207,12 @@ def version_changes(summary: pd.DataFrame, steps: pd.DataFrame, calibration: pd.
     if table.empty:
         return table
     order = table["change"].map(CHANGE_ORDER)
-    return table.assign(_order=order).sort_values(["_order", *KEY], kind="stable").drop(columns="_order").reset_index(drop=True)
+    return (
+        table.assign(_order=order)
+        .sort_values(["_order", *KEY], kind="stable")
+        .drop(columns="_order")
+        .reset_index(drop=True)
+    )
 
 
 def _pair(row: dict, group: pd.DataFrame, old: str, new: str, floor, min_effect: float) -> dict:
@@ -173,25 +222,45 @@ def _pair(row: dict, group: pd.DataFrame, old: str, new: str, floor, min_effect:
         own = group[group["framework_version"] == version]
         # A process block's windows share its process, so a block is one value (evidence_of); two versions rarely
         # share blocks (each ran in a compare of its own), so the blocks are judged as unrelated units, like runs.
-        sides[version] = {"runner": f"{framework} {version}", "_medians": evidence_of(own)[0],
-                          "max_repetitions": int(own["max_repetitions"].max()), "frame": own}
+        sides[version] = {
+            "runner": f"{framework} {version}",
+            "_medians": evidence_of(own)[0],
+            "max_repetitions": int(own["max_repetitions"].max()),
+            "frame": own,
+        }
     verdict, outcome, c = judged(sides[old], sides[new], min_effect, floor.value)
     new_slower = c.slower == sides[new]["runner"]
     ratio = c.ratio if new_slower else 1 / c.ratio
     low, high = (c.ci_low, c.ci_high) if new_slower else (1 / c.ci_high, 1 / c.ci_low)
-    change = ("regression" if new_slower else "improvement") if outcome == "different" else (
-        "no change" if outcome == "equivalent" else "unresolved")
+    change = (
+        ("regression" if new_slower else "improvement")
+        if outcome == "different"
+        else ("no change" if outcome == "equivalent" else "unresolved")
+    )
     amount = change_text(change, ratio, low, high, verdict)
     return {
-        **row, "version_from": old, "version_to": new, "runners_from": _joined(sides[old]["frame"]["runner_name"]),
-        "runners_to": _joined(sides[new]["frame"]["runner_name"]), "runs_from": len(sides[old]["_medians"]),
-        "runs_to": len(sides[new]["_medians"]), "ratio": ratio, "ci_low": low, "ci_high": high, "p_value": c.p_value,
-        "noise_floor": floor.value, "noise_floor_source": floor.source, "change": change,
+        **row,
+        "version_from": old,
+        "version_to": new,
+        "runners_from": _joined(sides[old]["frame"]["runner_name"]),
+        "runners_to": _joined(sides[new]["frame"]["runner_name"]),
+        "runs_from": len(sides[old]["_medians"]),
+        "runs_to": len(sides[new]["_medians"]),
+        "ratio": ratio,
+        "ci_low": low,
+        "ci_high": high,
+        "p_value": c.p_value,
+        "noise_floor": floor.value,
+        "noise_floor_source": floor.source,
+        "change": change,
         "verdict": verdict + busy_floor_note(floor),
         "text": f"{framework} {old} → {new}: {describe_config(row)} {amount}",
         "environment": environment_differences(sides[old]["frame"], sides[new]["frame"]),
-        "confirmation": "", "confirmation_ratio": math.nan, "confirmation_ci_low": math.nan,
-        "confirmation_ci_high": math.nan, "confirmation_text": "",
+        "confirmation": "",
+        "confirmation_ratio": math.nan,
+        "confirmation_ci_low": math.nan,
+        "confirmation_ci_high": math.nan,
+        "confirmation_text": "",
     }
 
 
@@ -200,18 +269,25 @@ def confirmed(changes: pd.DataFrame, rounds: pd.DataFrame | None) -> pd.DataFram
     version_changes) calls the same pair of the same configuration a regression too, "not confirmed" where it does
     not (both rounds' figures kept), "not checked" where no round ran it."""
     out = changes.copy()
-    match = {tuple(r[c] for c in (*KEY, "version_from", "version_to")): r
-             for r in (rounds if rounds is not None else pd.DataFrame()).to_dict("records")}
+    match = {
+        tuple(r[c] for c in (*KEY, "version_from", "version_to")): r
+        for r in (rounds if rounds is not None else pd.DataFrame()).to_dict("records")
+    }
     for index, row in out[out["change"] == "regression"].iterrows():
         again = match.get(tuple(row[c] for c in (*KEY, "version_from", "version_to")))
         if again is None:
             out.loc[index, "confirmation"] = NOT_CHECKED
             continue
-        out.loc[index, ["confirmation", "confirmation_ratio", "confirmation_ci_low", "confirmation_ci_high",
-                        "confirmation_text"]] = [
-            CONFIRMED if again["change"] == "regression" else NOT_CONFIRMED, again["ratio"], again["ci_low"],
-            again["ci_high"], change_text(again["change"], again["ratio"], again["ci_low"], again["ci_high"],
-                                          again["verdict"])]
+        out.loc[
+            index,
+            ["confirmation", "confirmation_ratio", "confirmation_ci_low", "confirmation_ci_high", "confirmation_text"],
+        ] = [
+            CONFIRMED if again["change"] == "regression" else NOT_CONFIRMED,
+            again["ratio"],
+            again["ci_low"],
+            again["ci_high"],
+            change_text(again["change"], again["ratio"], again["ci_low"], again["ci_high"], again["verdict"]),
+        ]
     return out
 
 
@@ -238,6 +314,10 @@ def plot_series(points: pd.DataFrame, model: str) -> tuple[list[str], dict[str, 
             continue
         ordered = group.assign(_x=group["framework_version"].map(position)).sort_values("_x")
         label = describe_config({**dict(zip(rest, key)), "model": ""})
-        series[f"{key[-1]} {label}"] = (ordered["_x"].to_numpy(int), ordered["median_step_ms"].to_numpy(float),
-                                        ordered["low_step_ms"].to_numpy(float), ordered["high_step_ms"].to_numpy(float))
+        series[f"{key[-1]} {label}"] = (
+            ordered["_x"].to_numpy(int),
+            ordered["median_step_ms"].to_numpy(float),
+            ordered["low_step_ms"].to_numpy(float),
+            ordered["high_step_ms"].to_numpy(float),
+        )
     return versions, series

@@ -17,9 +17,8 @@ import math
 import re
 import tempfile
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Optional
 from urllib.parse import unquote, urlsplit
 
 import pandas as pd
@@ -27,7 +26,7 @@ import pandas as pd
 from ..analyse.alike import keyed, labelled
 from ..analyse.comparison import with_status
 from ..base.write_paths import write_path_problem
-from ..present.terminal import configuration_title
+from ..present.titles import configuration_title
 from ..store.results_store import ResultStore
 from ..store.schema import CONFIG_COLUMNS
 from ..store.selection import Selection
@@ -35,18 +34,47 @@ from .errors import UsageError
 from .report import store_report
 
 EXPERIMENT = "fwbench"
-COMPARISON_TAG = "fwbench.comparison"  # the comparison's identity (comparison_ids): what makes a second export add nothing
+COMPARISON_TAG = (
+    "fwbench.comparison"  # the comparison's identity (comparison_ids): what makes a second export add nothing
+)
 EXPORT_TAG = "fwbench.export"  # on the parent run of one export: the store it came from
 INSTALL = "pip install 'fwbench-aggregator[mlflow]' (MLflow's client, with SQLite support for a local folder)"
 LOCAL_DATABASE = "mlflow.db"  # a local folder's tracking database; its artifacts go beside it
 ARTIFACTS = "artifacts"
 # A runner's settings, as parameters: what sets its runs apart when comparisons are read side by side in MLflow.
-SETTINGS = ("framework", "framework_version", "container_image", "device_name", "layout", "compilation",
-            "cudnn_autotune", "tf32", "intra_op_threads", "inter_op_threads", "strategy", "model_hash")
+SETTINGS = (
+    "framework",
+    "framework_version",
+    "container_image",
+    "device_name",
+    "layout",
+    "compilation",
+    "cudnn_autotune",
+    "tf32",
+    "intra_op_threads",
+    "inter_op_threads",
+    "strategy",
+    "model_hash",
+)
 # A runner's figures, as metrics.
-FIGURES = ("runs", "failed_runs", "median_step_ms", "p5_step_ms", "p95_step_ms", "run_spread", "ms_per_sample",
-           "throughput_samples_per_s", "energy_per_sample_j", "mean_power_w", "ratio_to_fastest", "ratio_ci_low",
-           "ratio_ci_high", "p_value", "resolvable", "noise_floor")
+FIGURES = (
+    "runs",
+    "failed_runs",
+    "median_step_ms",
+    "p5_step_ms",
+    "p95_step_ms",
+    "run_spread",
+    "ms_per_sample",
+    "throughput_samples_per_s",
+    "energy_per_sample_j",
+    "mean_power_w",
+    "ratio_to_fastest",
+    "ratio_ci_low",
+    "ratio_ci_high",
+    "p_value",
+    "resolvable",
+    "noise_floor",
+)
 # MLflow's keys take letters, digits and _ - . space /: a runner's label ("torch (version 2.15.0)") is cut to those.
 _KEY_CHARACTERS = re.compile(r"[^\w\-. /]+")
 
@@ -57,17 +85,20 @@ class Exported:
     experiment: str
     added: int  # comparisons written as new MLflow runs
     skipped: int  # comparisons MLflow held already (exported before)
-    parent_run_id: Optional[str]  # the run holding this export's report; None where nothing was added
+    parent_run_id: str | None  # the run holding this export's report; None where nothing was added
 
 
 def _checked(path: Path, want: str) -> None:
     problem = write_path_problem(path, want, why_not_there="fwbench writes nothing there")
     if problem:
-        raise UsageError(f"{problem}; give a folder (an MLflow store is made in it) or a tracking URI such as "
-                         "http://host:5000 or sqlite:///path/mlflow.db", "--tracking-uri")
+        raise UsageError(
+            f"{problem}; give a folder (an MLflow store is made in it) or a tracking URI such as "
+            "http://host:5000 or sqlite:///path/mlflow.db",
+            "--tracking-uri",
+        )
 
 
-def _local_target(uri: str) -> Optional[tuple[Path, str]]:
+def _local_target(uri: str) -> tuple[Path, str] | None:
     """What a local tracking URI writes: an SQLite URI's database file, a file: URI's folder; None for a server's."""
     parts = urlsplit(uri)
     if parts.scheme == "sqlite" and parts.path not in ("", "/", "/:memory:"):
@@ -77,7 +108,7 @@ def _local_target(uri: str) -> Optional[tuple[Path, str]]:
     return None
 
 
-def tracking_uri_of(target: str) -> tuple[str, Optional[str]]:
+def tracking_uri_of(target: str) -> tuple[str, str | None]:
     """The tracking URI MLflow is given, and the artifact location of a new experiment: a URI with a scheme
     (http://, https://, sqlite:///, databricks, file:) as written, with MLflow's own artifact location; a folder as
     an SQLite database in it, its artifacts beside it (MLflow 3 keeps new local stores in SQLite). What a local one
@@ -112,7 +143,7 @@ def _key(text: str) -> str:
     return _KEY_CHARACTERS.sub("_", str(text)).strip("_ ") or "runner"
 
 
-def _number(value) -> Optional[float]:
+def _number(value) -> float | None:
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -130,7 +161,9 @@ def comparison_record(rows: pd.DataFrame) -> dict:
     metrics, tags = {}, {}
     for row in rows.to_dict("records"):
         name = _key(row["runner"])
-        params.update({f"{name}.{c}": str(row[c]) for c in SETTINGS if c in row and str(row[c]) not in ("", "nan", "None")})
+        params.update(
+            {f"{name}.{c}": str(row[c]) for c in SETTINGS if c in row and str(row[c]) not in ("", "nan", "None")}
+        )
         metrics.update({f"{name}.{c}": v for c in FIGURES if c in row and (v := _number(row[c])) is not None})
         tags[f"fwbench.verdict.{name}"] = str(row["verdict"])
         tags[f"fwbench.status.{name}"] = str(row["status"])
@@ -144,14 +177,15 @@ def _client(tracking_uri: str):
     try:
         from mlflow import MlflowClient
     except ImportError:
-        raise UsageError(f"MLflow is not installed in this environment; install it with: {INSTALL}",
-                         "export mlflow") from None
+        raise UsageError(
+            f"MLflow is not installed in this environment; install it with: {INSTALL}", "export mlflow"
+        ) from None
     # MLflow logs its database set-up at INFO: lines that would interleave with fwbench's own.
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     return MlflowClient(tracking_uri=tracking_uri)
 
 
-def _experiment_id(client, name: str, artifact_location: Optional[str]) -> str:
+def _experiment_id(client, name: str, artifact_location: str | None) -> str:
     found = client.get_experiment_by_name(name)
     return found.experiment_id if found else client.create_experiment(name, artifact_location=artifact_location)
 
@@ -167,8 +201,9 @@ def _exported_ids(client, experiment_id: str) -> set[str]:
             return ids
 
 
-def export_mlflow(store: Path, target: str, experiment: str = EXPERIMENT,
-                  selection: Selection = Selection()) -> Exported:
+def export_mlflow(
+    store: Path, target: str, experiment: str = EXPERIMENT, selection: Selection = Selection()
+) -> Exported:
     """Every comparison of the store (or of the runs `selection` chooses) that the experiment lacks, as MLflow runs
     nested under one run holding this export's report."""
     results_store = ResultStore(store)
@@ -185,13 +220,18 @@ def export_mlflow(store: Path, target: str, experiment: str = EXPERIMENT,
         report = store_report(results_store, Path(folder) / "report", selection=selection)
         rows = report.analysis.rows
         ids = comparison_ids(report.summary)
-        blocks = [(ids.get(tuple(str(v) for v in key)), block)
-                  for key, block in rows.groupby([*CONFIG_COLUMNS, "group"], sort=False)]
+        blocks = [
+            (ids.get(tuple(str(v) for v in key)), block)
+            for key, block in rows.groupby([*CONFIG_COLUMNS, "group"], sort=False)
+        ]
         new = [(comparison_id, block) for comparison_id, block in blocks if comparison_id and comparison_id not in done]
         if not new:
             return Exported(tracking_uri, experiment, 0, len(blocks), None)
-        parent = client.create_run(experiment_id, run_name=f"fwbench export {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}",
-                                   tags={EXPORT_TAG: str(store.resolve())})
+        parent = client.create_run(
+            experiment_id,
+            run_name=f"fwbench export {datetime.now(UTC):%Y-%m-%d %H:%M UTC}",
+            tags={EXPORT_TAG: str(store.resolve())},
+        )
         client.log_artifacts(parent.info.run_id, str(report.path.parent), "report")
         for comparison_id, block in new:
             _log_comparison(client, experiment_id, parent.info.run_id, comparison_id, block, Path(folder))
@@ -199,16 +239,20 @@ def export_mlflow(store: Path, target: str, experiment: str = EXPERIMENT,
     return Exported(tracking_uri, experiment, len(new), len(blocks) - len(new), parent.info.run_id)
 
 
-def _log_comparison(client, experiment_id: str, parent_id: str, comparison_id: str, rows: pd.DataFrame,
-                    folder: Path) -> None:
+def _log_comparison(
+    client, experiment_id: str, parent_id: str, comparison_id: str, rows: pd.DataFrame, folder: Path
+) -> None:
     from mlflow.entities import Metric, Param
 
     record = comparison_record(rows)
     tags = {**record["tags"], COMPARISON_TAG: comparison_id, "mlflow.parentRunId": parent_id}
     run = client.create_run(experiment_id, run_name=record["name"], tags=tags)
-    now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
-    client.log_batch(run.info.run_id, metrics=[Metric(k, v, now_ms, 0) for k, v in record["metrics"].items()],
-                     params=[Param(k, v[:6000]) for k, v in record["params"].items()])
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    client.log_batch(
+        run.info.run_id,
+        metrics=[Metric(k, v, now_ms, 0) for k, v in record["metrics"].items()],
+        params=[Param(k, v[:6000]) for k, v in record["params"].items()],
+    )
     table = folder / comparison_id / "comparison.csv"
     table.parent.mkdir(parents=True)
     rows.to_csv(table, index=False)

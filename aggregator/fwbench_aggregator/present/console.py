@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Optional
 
 from rich.console import Console
 from rich.table import Table
@@ -29,7 +28,7 @@ class Column:
     header: str
     numeric: bool = False  # right-aligned
     key: bool = False  # names the entity: heads its column in the column-per-entity layout
-    wrap_at: Optional[int] = None  # prose that may wrap at this many characters; other cells never wrap
+    wrap_at: int | None = None  # prose that may wrap at this many characters; other cells never wrap
 
 
 def natural_width(console: Console, view: Table) -> int:
@@ -41,8 +40,11 @@ def _row_per_entity(columns, rows, styles, groups) -> Table:
     for column in columns:
         # Prose wraps at its width, and a word longer than that folds: never cut to an ellipsis.
         view.add_column(
-            column.header, justify="right" if column.numeric else "left",
-            no_wrap=column.wrap_at is None, max_width=column.wrap_at, overflow="fold",
+            column.header,
+            justify="right" if column.numeric else "left",
+            no_wrap=column.wrap_at is None,
+            max_width=column.wrap_at,
+            overflow="fold",
         )
     for i, row in enumerate(rows):
         last_of_group = groups is not None and (i + 1 == len(rows) or groups[i + 1] != groups[i])
@@ -77,9 +79,9 @@ def print_table(
     columns: Sequence[Column],
     rows: Sequence[Sequence[str]],
     title: str = "",
-    console: Optional[Console] = None,
-    styles: Optional[Sequence[Optional[str]]] = None,
-    groups: Optional[Sequence[Hashable]] = None,
+    console: Console | None = None,
+    styles: Sequence[str | None] | None = None,
+    groups: Sequence[Hashable] | None = None,
 ) -> None:
     """Print one row of `cells` per entity in the first layout that fits the console's width, under its title
     (left-aligned lines, which wrap at the console's width rather than the table's). `styles`: a rich style per

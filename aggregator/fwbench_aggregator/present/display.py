@@ -13,17 +13,47 @@ from ..store.schema import CONFIG_COLUMNS, SCALING_KEY_COLUMNS, SERIES_KEY
 
 # Headers whose cells are figures: right-aligned in every table.
 NUMERIC_HEADERS = {
-    "batch", "devices", "runners", "efficiency", "samples/s on 1", "ratio", "runs", "median ms", "run spread",
-    "ms/sample", "samples/s", "J/sample", "mean W", "× fastest", "noise floor", "straggler spread",
+    "batch",
+    "devices",
+    "runners",
+    "efficiency",
+    "samples/s on 1",
+    "ratio",
+    "runs",
+    "median ms",
+    "run spread",
+    "ms/sample",
+    "samples/s",
+    "J/sample",
+    "mean W",
+    "× fastest",
+    "noise floor",
+    "straggler spread",
 }
 DISPLAY_COLUMNS = {
-    "model": "model", "model_options": "options", "mode": "mode", "batch_size": "batch", "input_shape": "input",
-    "precision": "precision", "device": "device", "world_size": "devices", "nodes": "runners", "profile": "profile",
-    "serving": "serving", "runner": "runner",
+    "model": "model",
+    "model_options": "options",
+    "mode": "mode",
+    "batch_size": "batch",
+    "input_shape": "input",
+    "precision": "precision",
+    "device": "device",
+    "world_size": "devices",
+    "nodes": "runners",
+    "profile": "profile",
+    "serving": "serving",
+    "runner": "runner",
     "framework_version": "version",
-    "runs": "runs", "median_step_ms": "median ms", "run_spread": "run spread", "ms_per_sample": "ms/sample",
-    "throughput_samples_per_s": "samples/s", "energy_per_sample_j": "J/sample", "mean_power_w": "mean W",
-    "ratio_to_fastest": "× fastest", "noise_floor": "noise floor", "straggler_spread": "straggler spread",
+    "runs": "runs",
+    "median_step_ms": "median ms",
+    "run_spread": "run spread",
+    "ms_per_sample": "ms/sample",
+    "throughput_samples_per_s": "samples/s",
+    "energy_per_sample_j": "J/sample",
+    "mean_power_w": "mean W",
+    "ratio_to_fastest": "× fastest",
+    "noise_floor": "noise floor",
+    "straggler_spread": "straggler spread",
     "verdict": "verdict",
 }
 # The headers that name a row's entity: its configuration and runner.
@@ -54,12 +84,16 @@ def display_frame(rows: pd.DataFrame) -> pd.DataFrame:
     for column in shown:
         shown[column] = [cell(v, column) for v in shown[column]]
     if "verdict" in shown and "flagged" in rows:
-        shown["verdict"] = [flagged_verdict(v, f, c) for v, f, c in zip(shown["verdict"], rows["flagged"], rows.get("parity", [""] * len(rows)))]
+        shown["verdict"] = [
+            flagged_verdict(v, f, c)
+            for v, f, c in zip(shown["verdict"], rows["flagged"], rows.get("parity", [""] * len(rows)))
+        ]
     return shown.rename(columns=DISPLAY_COLUMNS)
 
 
 def to_markdown(frame: pd.DataFrame) -> str:
     """A GitHub-flavoured Markdown table (no tabulate needed)."""
+
     def escape(text) -> str:
         return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
@@ -69,11 +103,17 @@ def to_markdown(frame: pd.DataFrame) -> str:
     return "\n".join([header, rule, *body]) + "\n"
 
 
-
 SCALING_DISPLAY = {
-    **{c: DISPLAY_COLUMNS[c] for c in SCALING_KEY_COLUMNS}, "runner": "runner", "world_size": "devices", "nodes": "runners",
-    "runs": "runs", "throughput_samples_per_s": "samples/s", "baseline_throughput_samples_per_s": "samples/s on 1",
-    "scaling_efficiency": "efficiency", "straggler_spread": "straggler spread", "efficiency_note": "note",
+    **{c: DISPLAY_COLUMNS[c] for c in SCALING_KEY_COLUMNS},
+    "runner": "runner",
+    "world_size": "devices",
+    "nodes": "runners",
+    "runs": "runs",
+    "throughput_samples_per_s": "samples/s",
+    "baseline_throughput_samples_per_s": "samples/s on 1",
+    "scaling_efficiency": "efficiency",
+    "straggler_spread": "straggler spread",
+    "efficiency_note": "note",
 }
 # The studies' head-to-head tables: (key, title, first strategy, second strategy).
 STRATEGY_TABLES = (
@@ -90,12 +130,16 @@ def scaling_display(scaling: pd.DataFrame) -> pd.DataFrame:
 
 
 def pairs_display(pairs: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
-    shown = pd.DataFrame({
-        **{DISPLAY_COLUMNS[c]: pairs[c].astype(str) for c in CONFIG_COLUMNS},
-        first: pairs["runner_a"], f"{first} samples/s": [cell(v) for v in pairs["throughput_a"]],
-        second: pairs["runner_b"], f"{second} samples/s": [cell(v) for v in pairs["throughput_b"]],
-        "ratio": [cell(v, "ratio_to_fastest") for v in pairs["ratio_b_to_a"]],
-    })
+    shown = pd.DataFrame(
+        {
+            **{DISPLAY_COLUMNS[c]: pairs[c].astype(str) for c in CONFIG_COLUMNS},
+            first: pairs["runner_a"],
+            f"{first} samples/s": [cell(v) for v in pairs["throughput_a"]],
+            second: pairs["runner_b"],
+            f"{second} samples/s": [cell(v) for v in pairs["throughput_b"]],
+            "ratio": [cell(v, "ratio_to_fastest") for v in pairs["ratio_b_to_a"]],
+        }
+    )
     return shown
 
 
@@ -111,10 +155,15 @@ def optimal_display(optimal: pd.DataFrame) -> pd.DataFrame:
         resolved = str(r.optimal_status).startswith("best")
         batch = f"{r.best_batch}" + (f" (≈ {r.within_noise})" if r.within_noise else "") if resolved else "–"
         interval = f" [{figure(r.best_throughput_low)}, {figure(r.best_throughput_high)}]" if resolved else ""
-        row = {**{DISPLAY_COLUMNS[c]: str(getattr(r, c)) for c in SERIES_KEY},
-               "batches": r.batches, "runs/batch": str(r.runs_per_batch), "optimal batch": batch,
-               "samples/s": figure(r.best_throughput_samples_per_s, 4) + interval if resolved else "–",
-               "status": r.optimal_status, "fit": r.fit_note or "–"}
+        row = {
+            **{DISPLAY_COLUMNS[c]: str(getattr(r, c)) for c in SERIES_KEY},
+            "batches": r.batches,
+            "runs/batch": str(r.runs_per_batch),
+            "optimal batch": batch,
+            "samples/s": figure(r.best_throughput_samples_per_s, 4) + interval if resolved else "–",
+            "status": r.optimal_status,
+            "fit": r.fit_note or "–",
+        }
         if budget:
             under = "–" if pd.isna(r.budget_batch) else f"{int(r.budget_batch)} ({figure(r.budget_step_ms)} ms)"
             row.update({f"≤ {r.latency_budget_ms:g} ms": under, "budget note": r.budget_note or "–"})
@@ -123,32 +172,55 @@ def optimal_display(optimal: pd.DataFrame) -> pd.DataFrame:
 
 
 def trend_display(trends: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame([
-        {**{DISPLAY_COLUMNS[c]: str(getattr(r, c)) for c in SERIES_KEY}, "batches": r.batches, "runs": str(r.runs),
-         "trend": r.trend, "Spearman ρ": figure(r.spearman_rho, 2), "p": figure(r.spearman_p, 2),
-         "× per doubling": figure(r.ratio_per_doubling), "flattens past": "–" if pd.isna(r.flattens_at_batch) else str(int(r.flattens_at_batch)),
-         "note": r.flatten_note if isinstance(r.flatten_note, str) and r.flatten_note else "–"}
-        for r in trends.itertuples(index=False)
-    ])
+    return pd.DataFrame(
+        [
+            {
+                **{DISPLAY_COLUMNS[c]: str(getattr(r, c)) for c in SERIES_KEY},
+                "batches": r.batches,
+                "runs": str(r.runs),
+                "trend": r.trend,
+                "Spearman ρ": figure(r.spearman_rho, 2),
+                "p": figure(r.spearman_p, 2),
+                "× per doubling": figure(r.ratio_per_doubling),
+                "flattens past": "–" if pd.isna(r.flattens_at_batch) else str(int(r.flattens_at_batch)),
+                "note": r.flatten_note if isinstance(r.flatten_note, str) and r.flatten_note else "–",
+            }
+            for r in trends.itertuples(index=False)
+        ]
+    )
 
 
 def search_display(searches: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame([
-        {**{DISPLAY_COLUMNS[c]: str(getattr(r, c)) for c in SEARCH_KEY}, "runner": r.runner,
-         "candidate": r.candidate, "runs": str(r.runs), "median ms": figure(r.median_step_ms, 4),
-         "chosen": "✓" if r.chosen else ""}
-        for r in searches.itertuples(index=False)
-    ])
+    return pd.DataFrame(
+        [
+            {
+                **{DISPLAY_COLUMNS[c]: str(getattr(r, c)) for c in SEARCH_KEY},
+                "runner": r.runner,
+                "candidate": r.candidate,
+                "runs": str(r.runs),
+                "median ms": figure(r.median_step_ms, 4),
+                "chosen": "✓" if r.chosen else "",
+            }
+            for r in searches.itertuples(index=False)
+        ]
+    )
 
 
 def efficiency_display(efficiency: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame([
-        {**{DISPLAY_COLUMNS[c]: str(getattr(r, c)) for c in (*CONFIG_COLUMNS, "runner")},
-         "GFLOP/sample": figure(r.forward_flops / 1e9, 4), "achieved TFLOP/s": figure(r.achieved_flops_per_s / 1e12),
-         "device name": r.device_name or "–", "peak TFLOP/s": figure(r.peak_flops_per_s / 1e12),
-         "MFU": "–" if pd.isna(r.mfu) else f"{r.mfu:.1%}", "note": r.efficiency_note or "–"}
-        for r in efficiency.itertuples(index=False)
-    ])
+    return pd.DataFrame(
+        [
+            {
+                **{DISPLAY_COLUMNS[c]: str(getattr(r, c)) for c in (*CONFIG_COLUMNS, "runner")},
+                "GFLOP/sample": figure(r.forward_flops / 1e9, 4),
+                "achieved TFLOP/s": figure(r.achieved_flops_per_s / 1e12),
+                "device name": r.device_name or "–",
+                "peak TFLOP/s": figure(r.peak_flops_per_s / 1e12),
+                "MFU": "–" if pd.isna(r.mfu) else f"{r.mfu:.1%}",
+                "note": r.efficiency_note or "–",
+            }
+            for r in efficiency.itertuples(index=False)
+        ]
+    )
 
 
 def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -157,9 +229,16 @@ def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
     table = []
     for (*config, _), frame in rows.groupby([*CONFIG_COLUMNS, "group"], sort=False):
         fastest = frame[frame["verdict"].isin(["fastest", "only runner"])]["runner"].tolist()
-        others = [f"{r.runner}: {flagged_verdict(r.verdict, r.flagged, getattr(r, 'parity', ''))}" for r in frame.itertuples(index=False)
-                  if r.runner not in fastest]
-        table.append({**dict(zip(CONFIG_COLUMNS, config)), "fastest": ", ".join(fastest) or "–",
-                      "verdicts": "; ".join(others) or "–"})
+        others = [
+            f"{r.runner}: {flagged_verdict(r.verdict, r.flagged, getattr(r, 'parity', ''))}"
+            for r in frame.itertuples(index=False)
+            if r.runner not in fastest
+        ]
+        table.append(
+            {
+                **dict(zip(CONFIG_COLUMNS, config)),
+                "fastest": ", ".join(fastest) or "–",
+                "verdicts": "; ".join(others) or "–",
+            }
+        )
     return pd.DataFrame(table).rename(columns=DISPLAY_COLUMNS)
-

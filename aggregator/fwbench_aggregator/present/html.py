@@ -8,7 +8,7 @@ import html
 import json
 import re
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -19,7 +19,7 @@ from ..analyse.results import Analysis
 from ..store.health import Damage
 from ..store.schema import CONFIG_COLUMNS, VERSION_COLUMNS
 from .display import NUMERIC_HEADERS, display_frame, verdict_table
-from .plots import PlotResult
+from .plot_kit import PlotResult
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 1.5em; color: #222; }
@@ -89,7 +89,7 @@ def with_contents(body: str) -> str:
 
 def standalone_html(title: str, body: str) -> str:
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n{body}\n</body></html>\n"
     )
 
@@ -108,12 +108,12 @@ def _versions_html(summary: pd.DataFrame) -> str:
     return table_html(versions.sort_values(present).reset_index(drop=True))
 
 
-
 def _findings_html(findings: list[Finding]) -> str:
     e = html.escape
     items = "".join(
         f"<li><b>{e(f.question)}.</b> {e(f.sentence)}"
-        + (f' <span class="flagged">FLAGGED: {e(f.flagged)}</span>' if f.flagged else "") + "</li>"
+        + (f' <span class="flagged">FLAGGED: {e(f.flagged)}</span>' if f.flagged else "")
+        + "</li>"
         for f in findings
     )
     return f'<h2>Findings</h2><ul class="findings">{items}</ul>'
@@ -125,26 +125,35 @@ def parity_html(checks: pd.DataFrame) -> str:
     if checks is None or checks.empty:
         return ""
     shown = checks.sort_values("checked_at_unix_s", ascending=False)
-    table = pd.DataFrame({
-        "model": shown["model"], "variant": shown["variant"].fillna(""), "runners": [
-            f"{o} against {r}" for r, o in zip(shown["reference_runner"], shown["runner"])],
-        "verdict": shown["verdict"], "outputs": shown["numeric"].fillna(""),
-        "model hash": shown["model_hash"].fillna("").astype(str).str[:12],
-        "checked": [datetime.fromtimestamp(float(t), timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-                    for t in shown["checked_at_unix_s"]],
-    })
-    return ("<h2>Parity</h2><p>Whether two runners build the same network of a plug-in model (fwbench parity): "
-            "parameters and FLOPs within tolerance, the same output shape and, where compared, matching outputs. A "
-            "comparison of a plug-in says \"parity not checked\" until a check at its model hash covers its runners."
-            "</p>" + table_html(table, table["verdict"] != "same"))
+    table = pd.DataFrame(
+        {
+            "model": shown["model"],
+            "variant": shown["variant"].fillna(""),
+            "runners": [f"{o} against {r}" for r, o in zip(shown["reference_runner"], shown["runner"])],
+            "verdict": shown["verdict"],
+            "outputs": shown["numeric"].fillna(""),
+            "model hash": shown["model_hash"].fillna("").astype(str).str[:12],
+            "checked": [
+                datetime.fromtimestamp(float(t), UTC).strftime("%Y-%m-%d %H:%M UTC") for t in shown["checked_at_unix_s"]
+            ],
+        }
+    )
+    return (
+        "<h2>Parity</h2><p>Whether two runners build the same network of a plug-in model (fwbench parity): "
+        "parameters and FLOPs within tolerance, the same output shape and, where compared, matching outputs. A "
+        'comparison of a plug-in says "parity not checked" until a check at its model hash covers its runners.'
+        "</p>" + table_html(table, table["verdict"] != "same")
+    )
 
 
 def _left_out_html(left_out: Sequence[Damage]) -> str:
     items = "".join(f"<li><code>{html.escape(str(d.path))}</code>: {html.escape(d.reason)}</li>" for d in left_out)
-    return ("<h2>Left out: damaged files</h2><p class=\"flagged\">These files of the store cannot be read: the runs "
-            "(or other entries) holding them are left out of this report, whole. <code>fwbench store check</code> "
-            "lists them; <code>fwbench sweep --resume</code> runs a damaged run again, keeping its files in the "
-            f"store's damaged/ folder.</p><ul>{items}</ul>")
+    return (
+        '<h2>Left out: damaged files</h2><p class="flagged">These files of the store cannot be read: the runs '
+        "(or other entries) holding them are left out of this report, whole. <code>fwbench store check</code> "
+        "lists them; <code>fwbench sweep --resume</code> runs a damaged run again, keeping its files in the "
+        f"store's damaged/ folder.</p><ul>{items}</ul>"
+    )
 
 
 def _run_counts_html(summary: pd.DataFrame, rows: pd.DataFrame) -> str:
@@ -154,8 +163,10 @@ def _run_counts_html(summary: pd.DataFrame, rows: pd.DataFrame) -> str:
     n_ok, n_failed = int((status == "ok").sum()), int((status != "ok").sum())
     configurations = rows[list(CONFIG_COLUMNS)].drop_duplicates().shape[0] if not rows.empty else 0
     runners = ", ".join(sorted(set(rows["runner"]))) if not rows.empty else "none"
-    return (f"<p>Generated {e(datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))} from {n_ok + n_failed} runs "
-            f"({n_ok} ok, {n_failed} failed); {configurations} configurations, runners: {e(runners)}.</p>")
+    return (
+        f"<p>Generated {e(datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC'))} from {n_ok + n_failed} runs "
+        f"({n_ok} ok, {n_failed} failed); {configurations} configurations, runners: {e(runners)}.</p>"
+    )
 
 
 def _method_html() -> list[str]:
@@ -196,11 +207,14 @@ def _plots_html(plots: list[PlotResult]) -> list[str]:
         parts.append(f'<img src="{png_data_uri(plot.path)}" alt="{e(plot.title)}">')
         if plot.missing:
             marks = "; ".join(f"{m.runner} {m.config}: {m.label}" for m in plot.missing)
-            parts.append(f"<p class=\"skipped\">Marked ✕ (did not run): {e(marks)}</p>")
+            parts.append(f'<p class="skipped">Marked ✕ (did not run): {e(marks)}</p>')
     skipped = [p for p in plots if p.path is None]
     if skipped:
-        parts.append("<h3>Plots not drawn</h3><ul class=\"skipped\">"
-                     + "".join(f"<li>{e(p.title)}: {e(p.reason)}</li>" for p in skipped) + "</ul>")
+        parts.append(
+            '<h3>Plots not drawn</h3><ul class="skipped">'
+            + "".join(f"<li>{e(p.title)}: {e(p.reason)}</li>" for p in skipped)
+            + "</ul>"
+        )
     return parts
 
 
@@ -215,10 +229,12 @@ def _scaling_html(tables: Sequence[tuple[str, str, pd.DataFrame]]) -> list[str]:
     """The "Strategies and scaling" section, where a configuration ran on several device counts; none otherwise."""
     if not tables:
         return []
-    parts = ["<h2>Strategies and scaling</h2>",
-             "<p>Batch sizes are per device; throughput counts the job's samples (the per-device batch on every "
-             "device of every runner) over the slowest rank's step time. Efficiency is the throughput on N "
-             "devices over N times the same runner's on one device, at the same per-device batch.</p>"]
+    parts = [
+        "<h2>Strategies and scaling</h2>",
+        "<p>Batch sizes are per device; throughput counts the job's samples (the per-device batch on every "
+        "device of every runner) over the slowest rank's step time. Efficiency is the throughput on N "
+        "devices over N times the same runner's on one device, at the same per-device batch.</p>",
+    ]
     for _, title, shown in tables:
         parts += [f"<h3>{html.escape(title)}</h3>", table_html(shown)]
     return parts
@@ -228,8 +244,10 @@ def _failed_runs_html(rows: pd.DataFrame) -> list[str]:
     failed = rows[rows["status"] != "ok"] if not rows.empty else rows
     if failed.empty:
         return []
-    return ["<h2>Failed runs</h2>",
-            table_html(failed[[*CONFIG_COLUMNS, "runner", "failed_runs", "error"]].astype(str), [True] * len(failed))]
+    return [
+        "<h2>Failed runs</h2>",
+        table_html(failed[[*CONFIG_COLUMNS, "runner", "failed_runs", "error"]].astype(str), [True] * len(failed)),
+    ]
 
 
 def _manifest_html(manifest: dict | None) -> str:
@@ -242,9 +260,16 @@ _NO_RUNS = "<p>No runs.</p>"
 
 
 def render_html(
-    summary: pd.DataFrame, analysis: Analysis, plots: list[PlotResult], manifest: dict | None,
-    tables: list[tuple[str, str, pd.DataFrame]] = (), study_tables: list[tuple[str, str, str, pd.DataFrame]] = (),
-    left_out: Sequence[Damage] = (), unresolved: Sequence[str] = (), serving: str = "", versions: str = "",
+    summary: pd.DataFrame,
+    analysis: Analysis,
+    plots: list[PlotResult],
+    manifest: dict | None,
+    tables: list[tuple[str, str, pd.DataFrame]] = (),
+    study_tables: list[tuple[str, str, str, pd.DataFrame]] = (),
+    left_out: Sequence[Damage] = (),
+    unresolved: Sequence[str] = (),
+    serving: str = "",
+    versions: str = "",
     parity: pd.DataFrame | None = None,
 ) -> str:
     """One self-contained page, a contents list after its opening paragraph: the files left out, findings, points left

@@ -4,13 +4,24 @@ Each is written as a PNG with the data it draws in a CSV beside it (plots.save_p
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from ..analyse import stats
 from ..analyse.scaling import has_scaling
 from ..base.paths import safe_component
 from ..store.schema import SCALING_KEY_COLUMNS, SERIES_COLUMNS
-from .plots import RUNNER_COLOURS, PlotResult, config_label, pyplot, runner_colours, save_plot, series_grid, varying_columns
+from .plot_kit import (
+    RUNNER_COLOURS,
+    PlotResult,
+    config_label,
+    pyplot,
+    runner_colours,
+    save_plot,
+    series_grid,
+    varying_columns,
+)
 
 
 def _scaling_runs(runs: pd.DataFrame | None, config: dict, runner_name: str, strategy: str) -> pd.DataFrame:
@@ -24,22 +35,30 @@ def _scaling_runs(runs: pd.DataFrame | None, config: dict, runner_name: str, str
     return own
 
 
-def scaling_plot(scaling: pd.DataFrame, out_dir: Path, key: str = "scaling", runs: pd.DataFrame | None = None) -> PlotResult:
+def scaling_plot(
+    scaling: pd.DataFrame, out_dir: Path, key: str = "scaling", runs: pd.DataFrame | None = None
+) -> PlotResult:
     """Per configuration: throughput and scaling efficiency against devices, one line per runner and strategy through
     the geometric means, each run's throughput (`runs`: comparison.per_run) a dot beside it."""
     title = "Throughput and scaling efficiency against devices"
     if not has_scaling(scaling):
         return PlotResult(key, title, reason="no configuration ran at more than one number of devices")
     colours = runner_colours(scaling)
-    series = [(values, frame) for values, frame in scaling.groupby(list(SCALING_KEY_COLUMNS), sort=True)
-              if frame["world_size"].nunique() > 1]
+    series = [
+        (values, frame)
+        for values, frame in scaling.groupby(list(SCALING_KEY_COLUMNS), sort=True)
+        if frame["world_size"].nunique() > 1
+    ]
     panels = (("throughput_samples_per_s", "samples/s (job)"), ("scaling_efficiency", "efficiency (÷ N × one device)"))
     figure, axes_list = series_grid(len(series) * len(panels), ncols_max=len(panels))
     drawn_runs: list[pd.DataFrame] = []
     for s, (values, frame) in enumerate(series):
         config = dict(zip(SCALING_KEY_COLUMNS, values))
-        label = " ".join(f"batch {v}/device" if c == "batch_size" else str(v)
-                         for c, v in config.items() if v != "" and c != "model_options")
+        label = " ".join(
+            f"batch {v}/device" if c == "batch_size" else str(v)
+            for c, v in config.items()
+            if v != "" and c != "model_options"
+        )
         # Each strategy's line starts at its one-device baseline; a baseline that has such lines is not drawn alone.
         spread = set(frame.loc[frame["world_size"] > 1, "runner_name"])
         lines = frame[~((frame["strategy"] == "single") & frame["runner_name"].isin(spread))]
@@ -55,8 +74,15 @@ def scaling_plot(scaling: pd.DataFrame, out_dir: Path, key: str = "scaling", run
                     axes.plot(points.index, points.values, marker="o", color=colours[runner], label=runner)
                 if column == "throughput_samples_per_s":
                     dots = _scaling_runs(runs, config, own["runner_name"].iloc[0], own["strategy"].iloc[0])
-                    axes.scatter(dots["world_size"], dots["throughput_samples_per_s"], s=10, color=colours[runner],
-                                 alpha=0.5, zorder=3, linewidths=0)
+                    axes.scatter(
+                        dots["world_size"],
+                        dots["throughput_samples_per_s"],
+                        s=10,
+                        color=colours[runner],
+                        alpha=0.5,
+                        zorder=3,
+                        linewidths=0,
+                    )
                     drawn_runs.append(dots.assign(line=runner))
             sizes = sorted({1, *frame["world_size"]})
             axes.set_xticks(sizes, [str(n) for n in sizes])
@@ -102,7 +128,9 @@ def power_timeline(power: pd.DataFrame, out_dir: Path) -> list[Path]:
         axes.set_xlabel("time since the idle baseline began (s)")
         axes.set_ylabel("power (W)")
         source = ", ".join(sorted(set(run["power_source"])))
-        axes.set_title(f"{runner} #{repetition + 1}: {run['model'].iloc[0]} {run['mode'].iloc[0]}, batch {run['batch_size'].iloc[0]} ({source})")
+        axes.set_title(
+            f"{runner} #{repetition + 1}: {run['model'].iloc[0]} {run['mode'].iloc[0]}, batch {run['batch_size'].iloc[0]} ({source})"
+        )
         figure.tight_layout()
         path = out_dir / f"power-{runner}-{repetition + 1}.png"
         figure.savefig(path, dpi=110)
@@ -121,10 +149,19 @@ def version_plot(versions: list[str], series: dict, model: str, out_dir: Path) -
     figure, axes = pyplot().subplots(figsize=(7.5, 4.2))
     drawn = []
     for index, (label, (positions, ms, low, high)) in enumerate(series.items()):
-        drawn += [{"configuration": label, "version": versions[int(p)], "median_step_ms": m, "ms_low": lo, "ms_high": hi}
-                  for p, m, lo, hi in zip(positions, ms, low, high)]
-        axes.errorbar(positions, ms, yerr=None if pd.isna(low).all() else [ms - low, high - ms], marker="o", capsize=3,
-                      label=label, color=RUNNER_COLOURS[index % len(RUNNER_COLOURS)])
+        drawn += [
+            {"configuration": label, "version": versions[int(p)], "median_step_ms": m, "ms_low": lo, "ms_high": hi}
+            for p, m, lo, hi in zip(positions, ms, low, high)
+        ]
+        axes.errorbar(
+            positions,
+            ms,
+            yerr=None if pd.isna(low).all() else [ms - low, high - ms],
+            marker="o",
+            capsize=3,
+            label=label,
+            color=RUNNER_COLOURS[index % len(RUNNER_COLOURS)],
+        )
     axes.set_xticks(range(len(versions)), versions)
     axes.set(xlabel="framework version (release order)", ylabel="median step time (ms), geometric mean over runs")
     axes.set_ylim(bottom=0)
@@ -149,19 +186,39 @@ def latency_load_plot(curve: pd.DataFrame, out_dir: Path, key: str = "serving-la
         for runner, own in frame.groupby("runner"):
             for percentile, style in (("p50", "-"), ("p90", "--"), ("p99", ":")):
                 points = own.dropna(subset=[f"{percentile}_latency_s"])
-                axes.plot(points["target_qps"], points[f"{percentile}_latency_s"] * 1e3, linestyle=style, marker="o",
-                          color=colours[runner], label=f"{runner} {percentile}")
+                axes.plot(
+                    points["target_qps"],
+                    points[f"{percentile}_latency_s"] * 1e3,
+                    linestyle=style,
+                    marker="o",
+                    color=colours[runner],
+                    label=f"{runner} {percentile}",
+                )
                 banded = points.dropna(subset=[f"{percentile}_latency_low_s", f"{percentile}_latency_high_s"])
-                low_ms, high_ms = banded[f"{percentile}_latency_low_s"] * 1e3, banded[f"{percentile}_latency_high_s"] * 1e3
+                low_ms, high_ms = (
+                    banded[f"{percentile}_latency_low_s"] * 1e3,
+                    banded[f"{percentile}_latency_high_s"] * 1e3,
+                )
                 if len(banded) > 1:
-                    axes.fill_between(banded["target_qps"], low_ms, high_ms, color=colours[runner], alpha=0.12,
-                                      linewidth=0)
+                    axes.fill_between(
+                        banded["target_qps"], low_ms, high_ms, color=colours[runner], alpha=0.12, linewidth=0
+                    )
                 elif len(banded):  # one load: a band has no width, a bar shows the interval
                     middle_ms = banded[f"{percentile}_latency_s"] * 1e3
-                    axes.errorbar(banded["target_qps"], middle_ms, yerr=[middle_ms - low_ms, high_ms - middle_ms],
-                                  fmt="none", ecolor=colours[runner], capsize=4)
-        axes.set(xlabel="offered load (queries/s)", ylabel="latency (ms)", ylim=(0, None),
-                 title=config_label(frame.iloc[0].to_dict(), varying_columns(curve, keys)))
+                    axes.errorbar(
+                        banded["target_qps"],
+                        middle_ms,
+                        yerr=[middle_ms - low_ms, high_ms - middle_ms],
+                        fmt="none",
+                        ecolor=colours[runner],
+                        capsize=4,
+                    )
+        axes.set(
+            xlabel="offered load (queries/s)",
+            ylabel="latency (ms)",
+            ylim=(0, None),
+            title=config_label(frame.iloc[0].to_dict(), varying_columns(curve, keys)),
+        )
         axes.legend(fontsize=7)
     interval = f"\n(the {stats.CONFIDENCE:.0%} interval over runs, shaded or as bars)"
     figure.suptitle(title + interval if _banded(curve) else title, fontsize=11)

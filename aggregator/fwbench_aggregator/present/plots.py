@@ -7,57 +7,28 @@ hatched and says so: a reader who looks rather than reads must not take it for a
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from ..analyse.comparison import is_out_of_memory
 from ..analyse.findings import verdict_counts
 from ..store.schema import CONFIG_COLUMNS, SERIES_COLUMNS, SERIES_KEY
-
-
-def pyplot():
-    """matplotlib's pyplot, drawing into files only (no display is needed or wanted). Imported when a plot is first
-    drawn: it takes half a second, which every command would otherwise pay at start-up."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-# Okabe and Ito's palette, told apart with any colour vision; its vermilion marks what is missing.
-RUNNER_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
-MISSING_COLOUR = "#D55E00"
-FLOOR_COLOUR = "#BBBBBB"
-UNRESOLVED_HATCH = "///"
-PLOT_DPI = 100
-
-
-def failure_label(error: str) -> str:
-    """The short mark a failed configuration gets in plots: OOM, or failed."""
-    return "OOM" if is_out_of_memory(error) else "failed"
-
-
-@dataclass
-class MissingPoint:
-    """A configuration a runner could not run, drawn as a marked point in a plot."""
-    runner: str
-    config: str
-    label: str  # OOM or failed
-    error: str
-
-
-@dataclass
-class PlotResult:
-    key: str
-    title: str
-    path: Path | None = None  # None: skipped, see reason
-    reason: str = ""
-    missing: list[MissingPoint] = field(default_factory=list)
-
+from .plot_kit import (
+    BATCH_MARKS,
+    FLOOR_COLOUR,
+    UNRESOLVED_HATCH,
+    MissingPoint,
+    PlotResult,
+    config_label,
+    failure_label,
+    legend,
+    mark_missing,
+    pyplot,
+    runner_colours,
+    save_plot,
+    series_grid,
+    varying_columns,
+)
 
 PLOT_QUESTIONS = (
     ("train-relative", "Relative training time (× the fastest runner)"),
@@ -72,41 +43,6 @@ def _device_kind(device: str) -> str:
     return str(device).split(":", 1)[0].lower()
 
 
-def runner_colours(rows: pd.DataFrame) -> dict[str, str]:
-    runners = sorted(set(rows["runner"]))
-    return {name: RUNNER_COLOURS[i % len(RUNNER_COLOURS)] for i, name in enumerate(runners)}
-
-
-def config_label(values: dict, varying: Iterable[str], skip: Iterable[str] = ()) -> str:
-    parts = []
-    for column in CONFIG_COLUMNS:
-        if column in skip or (column != "model" and column not in varying):
-            continue
-        value = values[column]
-        if column == "batch_size":
-            parts.append(f"batch {value}")
-        elif column in ("world_size", "nodes"):
-            parts.append(f"{value} {'devices' if column == 'world_size' else 'runners'}")
-        elif value != "":
-            parts.append(str(value))
-    return " ".join(parts)
-
-
-def varying_columns(frame: pd.DataFrame, columns=CONFIG_COLUMNS) -> set[str]:
-    return {c for c in columns if frame[c].nunique() > 1}
-
-
-def _mark_missing(axes, x: float, label: str, colour: str = MISSING_COLOUR) -> None:
-    """An 'x' at the bottom of the axes with its label: a point that should be there and is not."""
-    from matplotlib.transforms import blended_transform_factory
-
-    transform = blended_transform_factory(axes.transData, axes.transAxes)
-    axes.plot([x], [0.0], marker="x", markersize=11, markeredgewidth=2.5, color=colour, transform=transform,
-              clip_on=False, zorder=5, linestyle="none")
-    axes.annotate(label, (x, 0.0), xycoords=transform, xytext=(0, 9), textcoords="offset points", ha="center",
-                  va="bottom", fontsize=8, fontweight="bold", color=colour, zorder=5)
-
-
 def _relative_bars(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colours: dict[str, str]) -> PlotResult:
     """A bar per runner and configuration (and block of alike runs): its median step time over the fastest's, with
     the interval over runs; hatched and labelled where the runs could not resolve the difference; the noise
@@ -115,8 +51,10 @@ def _relative_bars(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colo
     position = [*CONFIG_COLUMNS, "group"]
     configs = rows.drop_duplicates(position)
     varying = varying_columns(rows)
-    labels = [config_label(dict(zip(CONFIG_COLUMNS, c)), varying) + (f" [{c[-1]}]" if c[-1] else "")
-              for c in configs[position].itertuples(index=False)]
+    labels = [
+        config_label(dict(zip(CONFIG_COLUMNS, c)), varying) + (f" [{c[-1]}]" if c[-1] else "")
+        for c in configs[position].itertuples(index=False)
+    ]
     runners = [r for r in colours if r in set(rows["runner"])]
     width = 0.8 / max(len(runners), 1)
     figure, axes = pyplot().subplots(figsize=(max(6.0, 0.35 * len(labels) * max(len(runners), 1) + 2.5), 4.8))
@@ -128,35 +66,62 @@ def _relative_bars(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colo
             x = at + (j - (len(runners) - 1) / 2) * width
             if row.status == "ok" and not math.isnan(row.ratio_to_fastest):
                 unresolved = _unresolved(row)
-                axes.bar(x, row.ratio_to_fastest, width=width * 0.95, color=colours[runner], label=runner,
-                         hatch=UNRESOLVED_HATCH if unresolved else None, alpha=0.45 if unresolved else 1.0,
-                         edgecolor="#333333" if unresolved else colours[runner])
+                axes.bar(
+                    x,
+                    row.ratio_to_fastest,
+                    width=width * 0.95,
+                    color=colours[runner],
+                    label=runner,
+                    hatch=UNRESOLVED_HATCH if unresolved else None,
+                    alpha=0.45 if unresolved else 1.0,
+                    edgecolor="#333333" if unresolved else colours[runner],
+                )
                 if not math.isnan(row.ratio_ci_low):
-                    axes.errorbar(x, row.ratio_to_fastest, yerr=[[row.ratio_to_fastest - row.ratio_ci_low],
-                                                                 [row.ratio_ci_high - row.ratio_to_fastest]],
-                                  color="#333333", capsize=3, linewidth=1.0)
+                    axes.errorbar(
+                        x,
+                        row.ratio_to_fastest,
+                        yerr=[[row.ratio_to_fastest - row.ratio_ci_low], [row.ratio_ci_high - row.ratio_to_fastest]],
+                        color="#333333",
+                        capsize=3,
+                        linewidth=1.0,
+                    )
                 if unresolved:
                     # Inside the bar from its foot: clear of the interval, whose top may run off the axes.
-                    axes.annotate(unresolved, (x, 0.0), xytext=(0, 4), textcoords="offset points", rotation=90,
-                                  ha="center", va="bottom", fontsize=7,
-                                  bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"})
+                    axes.annotate(
+                        unresolved,
+                        (x, 0.0),
+                        xytext=(0, 4),
+                        textcoords="offset points",
+                        rotation=90,
+                        ha="center",
+                        va="bottom",
+                        fontsize=7,
+                        bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"},
+                    )
                 drawn.append(_bar_data(row, labels[at], unresolved))
             elif row.status != "ok":
                 mark = failure_label(row.error)
-                _mark_missing(axes, x, mark)
+                mark_missing(axes, x, mark)
                 result.missing.append(MissingPoint(runner, labels[at], mark, row.error))
     floors = rows["noise_floor"].dropna() if "noise_floor" in rows else pd.Series(dtype=float)
     if len(floors):
-        axes.axhspan(1.0, 1.0 + float(floors.max()), color=FLOOR_COLOUR, alpha=0.35, zorder=0,
-                     label="noise floor (calibrated)")
+        axes.axhspan(
+            1.0, 1.0 + float(floors.max()), color=FLOOR_COLOUR, alpha=0.35, zorder=0, label="noise floor (calibrated)"
+        )
     axes.axhline(1.0, color="#333333", linewidth=0.8, linestyle="--")
     axes.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=8)
     axes.set_ylabel("median step time ÷ fastest runner's\n(99% interval over runs)")
     # An interval that says only "too noisy" would squash every bar: it runs off the top instead.
     axes.set_ylim(0, max(2.0, 1.3 * max((d["ratio_to_fastest"] for d in drawn), default=1.0)))
     axes.set_title(f"{title}\n{verdict_counts(rows).headline()}", fontsize=10)
-    _legend(axes, colours, runners, bool(result.missing), unresolved=any(d["unresolved"] for d in drawn),
-            floor=bool(len(floors)))
+    legend(
+        axes,
+        colours,
+        runners,
+        bool(result.missing),
+        unresolved=any(d["unresolved"] for d in drawn),
+        floor=bool(len(floors)),
+    )
     figure.tight_layout()
     result.path = save_plot(figure, out_dir, key, pd.DataFrame(drawn))
     return result
@@ -170,52 +135,17 @@ def _unresolved(row) -> str:
 
 
 def _bar_data(row, configuration: str, unresolved: str) -> dict:
-    return {"configuration": configuration, "runner": row.runner, "ratio_to_fastest": row.ratio_to_fastest,
-            "ratio_ci_low": row.ratio_ci_low, "ratio_ci_high": row.ratio_ci_high, "runs": row.runs,
-            "verdict": row.verdict, "unresolved": unresolved, "noise_floor": row.noise_floor}
-
-
-# Marks on a line against batch size: (key, matplotlib marker, legend label).
-BATCH_MARKS = (("best", "*", "highest throughput"), ("budget", "D", "largest batch under the latency budget"))
-
-
-def _legend(axes, colours: dict[str, str], runners: list[str], with_missing: bool, lines: bool = False,
-            marks: Iterable[str] = (), unresolved: bool = False, floor: bool = False) -> None:
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
-    handles = [Line2D([], [], color=colours[r], marker="o", label=r) if lines else Patch(color=colours[r], label=r) for r in runners]
-    handles += [Line2D([], [], marker=marker, color="#333333", linestyle="none", markersize=9, label=label,
-                       markerfacecolor="#333333" if key == "best" else "none") for key, marker, label in BATCH_MARKS
-                if key in marks]
-    if unresolved:
-        handles.append(Patch(facecolor="white", edgecolor="#333333", hatch=UNRESOLVED_HATCH,
-                             label="not resolved by the runs"))
-    if floor:
-        handles.append(Patch(color=FLOOR_COLOUR, alpha=0.35, label="noise floor (calibrated)"))
-    if with_missing:
-        handles.append(Line2D([], [], marker="x", color=MISSING_COLOUR, linestyle="none", markeredgewidth=2.5,
-                              label="did not run (OOM / failed)"))
-    axes.legend(handles=handles, fontsize=8, loc="best")
-
-
-def save_plot(figure, out_dir: Path, key: str, data: pd.DataFrame) -> Path:
-    """The plot as KEY.png and the data it draws as KEY.csv beside it."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{key}.png"
-    figure.savefig(path, dpi=PLOT_DPI)
-    pyplot().close(figure)
-    data.to_csv(path.with_suffix(".csv"), index=False)
-    return path
-
-
-def series_grid(n: int, ncols_max: int = 3, panel=(4.6, 3.6)):
-    ncols = min(n, ncols_max)
-    nrows = math.ceil(n / ncols)
-    figure, axes = pyplot().subplots(nrows, ncols, figsize=(panel[0] * ncols, panel[1] * nrows + 0.6), squeeze=False)
-    for extra in axes.flat[n:]:
-        extra.set_visible(False)
-    return figure, list(axes.flat[:n])
+    return {
+        "configuration": configuration,
+        "runner": row.runner,
+        "ratio_to_fastest": row.ratio_to_fastest,
+        "ratio_ci_low": row.ratio_ci_low,
+        "ratio_ci_high": row.ratio_ci_high,
+        "runs": row.runs,
+        "verdict": row.verdict,
+        "unresolved": unresolved,
+        "noise_floor": row.noise_floor,
+    }
 
 
 def batch_marks(optimal: pd.DataFrame) -> dict[tuple, dict[str, int]]:
@@ -251,9 +181,16 @@ def _series_points(points: pd.DataFrame | None, series: tuple, runner: str, colu
     return own
 
 
-def _against_batch(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colours: dict[str, str],
-                   panels: list[tuple[str, str]], marks: dict[tuple, dict[str, int]] | None = None,
-                   points: pd.DataFrame | None = None) -> PlotResult:
+def _against_batch(
+    rows: pd.DataFrame,
+    key: str,
+    title: str,
+    out_dir: Path,
+    colours: dict[str, str],
+    panels: list[tuple[str, str]],
+    marks: dict[tuple, dict[str, int]] | None = None,
+    points: pd.DataFrame | None = None,
+) -> PlotResult:
     """One panel per (series, quantity): a line per runner over batch size (a log-2 axis) through the geometric
     means, each run's value (`points`) as a dot beside it, missing points marked, and `marks` (batch_marks) drawn
     on the runners' lines."""
@@ -274,19 +211,35 @@ def _against_batch(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colo
                     axes.plot(ran["batch_size"], ran[column], marker="o", color=colours[runner], label=runner)
                 own_points = _series_points(points, values, runner, column)
                 if len(own_points):
-                    axes.scatter(own_points["batch_size"], own_points[column], s=10, color=colours[runner], alpha=0.5,
-                                 zorder=3, linewidths=0)
+                    axes.scatter(
+                        own_points["batch_size"],
+                        own_points[column],
+                        s=10,
+                        color=colours[runner],
+                        alpha=0.5,
+                        zorder=3,
+                        linewidths=0,
+                    )
                 for mark, batch in marks.get((*values, runner), {}).items():
                     point = ran[ran["batch_size"] == batch]
                     marker = dict((k, m) for k, m, _ in BATCH_MARKS)[mark]
                     # The budget's diamond is hollow and larger, so a star on the same batch shows through.
                     best = mark == "best"
-                    axes.plot(point["batch_size"], point[column], marker=marker, markersize=15 if best else 17,
-                              color=colours[runner], markerfacecolor=colours[runner] if best else "none",
-                              markeredgecolor="#222222", markeredgewidth=1.0 if best else 2.0, linestyle="none", zorder=4)
+                    axes.plot(
+                        point["batch_size"],
+                        point[column],
+                        marker=marker,
+                        markersize=15 if best else 17,
+                        color=colours[runner],
+                        markerfacecolor=colours[runner] if best else "none",
+                        markeredgecolor="#222222",
+                        markeredgewidth=1.0 if best else 2.0,
+                        linestyle="none",
+                        zorder=4,
+                    )
                 for row in own[own["status"] != "ok"].itertuples(index=False):
                     mark = failure_label(row.error)
-                    _mark_missing(axes, row.batch_size, mark)
+                    mark_missing(axes, row.batch_size, mark)
                     if p == 0:
                         result.missing.append(MissingPoint(runner, f"{label} batch {row.batch_size}", mark, row.error))
             batches = sorted(set(frame["batch_size"]))
@@ -300,10 +253,12 @@ def _against_batch(rows: pd.DataFrame, key: str, title: str, out_dir: Path, colo
             axes.set_title(label, fontsize=9)
             axes.grid(True, alpha=0.3)
             shown = {m for runner in runners for m in marks.get((*values, runner), {})}
-            _legend(axes, colours, runners, bool((frame["status"] != "ok").any()), lines=True, marks=shown)
+            legend(axes, colours, runners, bool((frame["status"] != "ok").any()), lines=True, marks=shown)
     figure.suptitle(title)
     figure.tight_layout()
-    drawn = [c for c in (*SERIES_COLUMNS, "batch_size", "runner", "status", "runs", *(c for c, _ in panels)) if c in rows]
+    drawn = [
+        c for c in (*SERIES_COLUMNS, "batch_size", "runner", "status", "runs", *(c for c, _ in panels)) if c in rows
+    ]
     data = rows[drawn].assign(value_of="the runs' geometric mean")
     if points is not None and len(points):
         shown = [c for c in (*SERIES_COLUMNS, "batch_size", "runner", "run_id", *(c for c, _ in panels)) if c in points]
@@ -320,8 +275,9 @@ def _several_batches(rows: pd.DataFrame) -> bool:
     return bool((rows.groupby(list(SERIES_COLUMNS), sort=False)["batch_size"].nunique() > 1).any())
 
 
-def make_plots(rows: pd.DataFrame, out_dir: Path, optimal: pd.DataFrame | None = None,
-               runs: pd.DataFrame | None = None) -> list[PlotResult]:
+def make_plots(
+    rows: pd.DataFrame, out_dir: Path, optimal: pd.DataFrame | None = None, runs: pd.DataFrame | None = None
+) -> list[PlotResult]:
     """The five plots, in PLOT_QUESTIONS order; a question with no data is skipped with its reason. `optimal`
     (studies.optimal_batches) marks the optimal and within-budget batches on the inference plot; `runs`
     (comparison.per_run) draws each run's value beside the lines against batch size."""
@@ -337,14 +293,26 @@ def make_plots(rows: pd.DataFrame, out_dir: Path, optimal: pd.DataFrame | None =
         if subset.empty:
             return PlotResult(key, titles[key], reason=empty_reason)
         if not (subset["status"] == "ok").any():
-            return PlotResult(key, titles[key], reason=f"{empty_reason.replace('no ', 'no successful ', 1)}: every one failed")
+            return PlotResult(
+                key, titles[key], reason=f"{empty_reason.replace('no ', 'no successful ', 1)}: every one failed"
+            )
         return _relative_bars(subset, key, titles[key], out_dir, colours)
 
     results.append(relative("train-relative", rows[rows["mode"] == "train"], "no training runs in these results"))
-    results.append(relative("infer-gpu-relative", rows[(rows["mode"] == "infer") & (kinds == "gpu")],
-                            "no GPU inference runs in these results"))
-    results.append(relative("infer-cpu-relative", rows[(rows["mode"] == "infer") & (kinds == "cpu")],
-                            "no CPU inference runs in these results"))
+    results.append(
+        relative(
+            "infer-gpu-relative",
+            rows[(rows["mode"] == "infer") & (kinds == "gpu")],
+            "no GPU inference runs in these results",
+        )
+    )
+    results.append(
+        relative(
+            "infer-cpu-relative",
+            rows[(rows["mode"] == "infer") & (kinds == "cpu")],
+            "no CPU inference runs in these results",
+        )
+    )
 
     key = "infer-time-per-sample"
     infer = rows[rows["mode"] == "infer"]
@@ -354,18 +322,38 @@ def make_plots(rows: pd.DataFrame, out_dir: Path, optimal: pd.DataFrame | None =
         results.append(PlotResult(key, titles[key], reason=ONE_BATCH))
     else:
         marks = batch_marks(optimal) if optimal is not None else {}
-        results.append(_against_batch(infer, key, titles[key], out_dir, colours, [("ms_per_sample", "median ms per sample")],
-                                      marks, _run_points(runs, {"ms_per_sample": ("time_per_sample_s", 1e3)})))
+        results.append(
+            _against_batch(
+                infer,
+                key,
+                titles[key],
+                out_dir,
+                colours,
+                [("ms_per_sample", "median ms per sample")],
+                marks,
+                _run_points(runs, {"ms_per_sample": ("time_per_sample_s", 1e3)}),
+            )
+        )
 
     key = "power-vs-batch"
     has_power = rows.groupby(list(SERIES_COLUMNS), sort=False)["mean_power_w"].transform(lambda v: v.notna().any())
     powered = rows[has_power.astype(bool)]
     if powered.empty:
-        results.append(PlotResult(key, titles[key], reason="no power readings in these results (telemetry off or unreadable)"))
+        results.append(
+            PlotResult(key, titles[key], reason="no power readings in these results (telemetry off or unreadable)")
+        )
     elif not _several_batches(powered):
         results.append(PlotResult(key, titles[key], reason=ONE_BATCH))
     else:
-        results.append(_against_batch(powered, key, titles[key], out_dir, colours,
-                                      [("mean_power_w", "mean power (W)"), ("energy_per_sample_j", "energy per sample (J)")],
-                                      points=_run_points(runs, {"energy_per_sample_j": ("energy_per_sample_j", 1.0)})))
+        results.append(
+            _against_batch(
+                powered,
+                key,
+                titles[key],
+                out_dir,
+                colours,
+                [("mean_power_w", "mean power (W)"), ("energy_per_sample_j", "energy per sample (J)")],
+                points=_run_points(runs, {"energy_per_sample_j": ("energy_per_sample_j", 1.0)}),
+            )
+        )
     return results

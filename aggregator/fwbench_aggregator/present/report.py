@@ -18,17 +18,26 @@ from ..analyse.trends import FLATTEN_GAIN
 from ..analyse.versions import VersionTables
 from ..base.write_paths import output_folder
 from ..store.health import Damage
+from .console import err_console
 from .display import (
-    STRATEGY_TABLES, display_frame, efficiency_display, optimal_display, pairs_display, scaling_display,
-    search_display, to_markdown, trend_display,
+    STRATEGY_TABLES,
+    display_frame,
+    efficiency_display,
+    optimal_display,
+    pairs_display,
+    scaling_display,
+    search_display,
+    to_markdown,
+    trend_display,
 )
 from .html import render_html, standalone_html, table_html
 from .line_plots import latency_load_plot, scaling_plot
 from .plots import make_plots
-from .console import err_console
 from .serving import print_serving, serving_section_html
-from .terminal import configuration_title, print_findings, print_scaling, print_series
+from .terminal import print_findings, print_scaling, print_series
+from .titles import configuration_title
 from .versions import write_versions_section
+
 
 def write_tables(rows: pd.DataFrame, out_dir: Path, stem: str = "comparison") -> list[Path]:
     """comparison.csv (every column, full precision), comparison.md and comparison.html (as displayed)."""
@@ -54,39 +63,62 @@ def scaling_tables(rows: pd.DataFrame, scaling: pd.DataFrame) -> list[tuple[str,
     return tables
 
 
-def write_scaling(rows: pd.DataFrame, scaling: pd.DataFrame, out_dir: Path) -> tuple[list[tuple[str, str, pd.DataFrame]], list[Path]]:
+def write_scaling(
+    rows: pd.DataFrame, scaling: pd.DataFrame, out_dir: Path
+) -> tuple[list[tuple[str, str, pd.DataFrame]], list[Path]]:
     """scaling.csv (every column) and scaling.md (the studies' tables), where any has data."""
     tables = scaling_tables(rows, scaling)
     if not tables:
         return tables, []
     csv_path, md_path = out_dir / "scaling.csv", out_dir / "scaling.md"
     scaling.to_csv(csv_path, index=False)
-    md_path.write_text("".join(f"## {title}\n\n{to_markdown(shown)}\n" for _, title, shown in tables)
-                       + ("![scaling](plots/scaling.png)\n" if has_scaling(scaling) else ""))
+    md_path.write_text(
+        "".join(f"## {title}\n\n{to_markdown(shown)}\n" for _, title, shown in tables)
+        + ("![scaling](plots/scaling.png)\n" if has_scaling(scaling) else "")
+    )
     return tables, [csv_path, md_path]
-
 
 
 def study_tables(analysis: Analysis) -> list[tuple[str, str, str, pd.DataFrame]]:
     """(file stem, title, explanation, displayed table) of each study table that has rows."""
     explained = (
-            ("optimal_batch", "Optimal batch size", analysis.optimal, optimal_display,
-             "Per runner and series: the batch with the highest throughput among those that ran (so fit), with its "
-             f"{stats.CONFIDENCE:.0%} interval over runs; ≈ lists batches the runs cannot tell from it. 'fit' says where "
-             "the batches that fit end (fwbench max-batch, or out-of-memory runs). With --latency-budget-ms: the largest "
-             "batch whose step time's interval ends under the budget."),
-            ("batch_trend", "Batch size and time per sample", analysis.trends, trend_display,
-             f"Does time per sample fall as the batch grows? Spearman's rank correlation over every run (significant at "
-             f"p < {stats.ALPHA:g}), the log-log slope as the factor per doubling, and the batch past which each doubling "
-             f"gains less than {FLATTEN_GAIN:.0%}."),
-            ("best_search", "Best-profile searches", analysis.searches, search_display,
-             "Under the best profile each runner first tries its own settings, one at a time from its native ones, "
-             "each candidate with the same runs; the fastest (chosen) is then compared on fresh runs, reported in the "
-             "comparison under the best profile."),
-            ("hardware_efficiency", "Hardware efficiency", analysis.efficiency, efficiency_display,
-             f"Achieved FLOP/s: forward FLOPs per sample (as the runner counted them) × the job's samples per step "
-             f"(× {TRAIN_FLOPS_FACTOR:g} for training) over the median step time. MFU: that over the device's "
-             "published dense peak for the precision (fwbench_aggregator/analyse/peaks.py), where it is known."),
+        (
+            "optimal_batch",
+            "Optimal batch size",
+            analysis.optimal,
+            optimal_display,
+            "Per runner and series: the batch with the highest throughput among those that ran (so fit), with its "
+            f"{stats.CONFIDENCE:.0%} interval over runs; ≈ lists batches the runs cannot tell from it. 'fit' says where "
+            "the batches that fit end (fwbench max-batch, or out-of-memory runs). With --latency-budget-ms: the largest "
+            "batch whose step time's interval ends under the budget.",
+        ),
+        (
+            "batch_trend",
+            "Batch size and time per sample",
+            analysis.trends,
+            trend_display,
+            f"Does time per sample fall as the batch grows? Spearman's rank correlation over every run (significant at "
+            f"p < {stats.ALPHA:g}), the log-log slope as the factor per doubling, and the batch past which each doubling "
+            f"gains less than {FLATTEN_GAIN:.0%}.",
+        ),
+        (
+            "best_search",
+            "Best-profile searches",
+            analysis.searches,
+            search_display,
+            "Under the best profile each runner first tries its own settings, one at a time from its native ones, "
+            "each candidate with the same runs; the fastest (chosen) is then compared on fresh runs, reported in the "
+            "comparison under the best profile.",
+        ),
+        (
+            "hardware_efficiency",
+            "Hardware efficiency",
+            analysis.efficiency,
+            efficiency_display,
+            f"Achieved FLOP/s: forward FLOPs per sample (as the runner counted them) × the job's samples per step "
+            f"(× {TRAIN_FLOPS_FACTOR:g} for training) over the median step time. MFU: that over the device's "
+            "published dense peak for the precision (fwbench_aggregator/analyse/peaks.py), where it is known.",
+        ),
     )
     return [(stem, title, text, show(frame)) for stem, title, frame, show, text in explained if len(frame)]
 
@@ -98,12 +130,16 @@ def finding_text(finding: Finding) -> str:
 def unresolved_lines(rows: pd.DataFrame, not_run: Sequence[str] = ()) -> list[str]:
     """The points a sequential design left unsettled (analyse.stopping.unsettled), each with why, and the points a
     sweep's time budget left without runs."""
-    why = {"stopped": "its rounds stopped before the verdict settled (a time budget ran out, a runner failed, or the "
-                      "sweep was stopped); `fwbench sweep --resume` runs more",
-           "run budget": "the run budget (max_repetitions) was spent",
-           "futile": "at its runs' spread the whole run budget would most likely not settle it"}
-    lines = [f"{configuration_title(r)}: {r['runner']}: {r['verdict']} ({why[r['why']]})"
-             for _, r in unsettled(rows).iterrows()]
+    why = {
+        "stopped": "its rounds stopped before the verdict settled (a time budget ran out, a runner failed, or the "
+        "sweep was stopped); `fwbench sweep --resume` runs more",
+        "run budget": "the run budget (max_repetitions) was spent",
+        "futile": "at its runs' spread the whole run budget would most likely not settle it",
+    }
+    lines = [
+        f"{configuration_title(r)}: {r['runner']}: {r['verdict']} ({why[r['why']]})"
+        for _, r in unsettled(rows).iterrows()
+    ]
     return lines + [f"{label}: not run: the time budget was spent before it started" for label in not_run]
 
 
@@ -111,8 +147,12 @@ def write_studies(analysis: Analysis, out_dir: Path, not_run: Sequence[str] = ()
     """findings.md (the findings, the points left unresolved, then each study table) and one CSV per study table,
     every column."""
     written = []
-    for stem, frame in (("optimal_batch", analysis.optimal), ("batch_trend", analysis.trends),
-                        ("best_search", analysis.searches), ("hardware_efficiency", analysis.efficiency)):
+    for stem, frame in (
+        ("optimal_batch", analysis.optimal),
+        ("batch_trend", analysis.trends),
+        ("best_search", analysis.searches),
+        ("hardware_efficiency", analysis.efficiency),
+    ):
         if len(frame):
             frame.to_csv(out_dir / f"{stem}.csv", index=False)
             written.append(out_dir / f"{stem}.csv")
@@ -120,14 +160,24 @@ def write_studies(analysis: Analysis, out_dir: Path, not_run: Sequence[str] = ()
     unresolved = unresolved_lines(analysis.rows, not_run)
     if unresolved:
         text += "\n## Points left unresolved\n\n" + "".join(f"- {line}\n" for line in unresolved)
-    text += "".join(f"\n## {title}\n\n{explanation}\n\n{to_markdown(shown)}" for _, title, explanation, shown in study_tables(analysis))
+    text += "".join(
+        f"\n## {title}\n\n{explanation}\n\n{to_markdown(shown)}"
+        for _, title, explanation, shown in study_tables(analysis)
+    )
     (out_dir / "findings.md").write_text(text)
     return [*written, out_dir / "findings.md"]
 
 
-def write_report(analysis: Analysis, summary: pd.DataFrame, manifest: dict | None, out_dir: Path,
-                 left_out: Sequence[Damage] = (), not_run: Sequence[str] = (), versions: VersionTables | None = None,
-                 parity: pd.DataFrame | None = None) -> Path:
+def write_report(
+    analysis: Analysis,
+    summary: pd.DataFrame,
+    manifest: dict | None,
+    out_dir: Path,
+    left_out: Sequence[Damage] = (),
+    not_run: Sequence[str] = (),
+    versions: VersionTables | None = None,
+    parity: pd.DataFrame | None = None,
+) -> Path:
     """report.html in out_dir: one self-contained file, a contents list, the store's unreadable files it left out (if
     any) and the findings at its top, and every section these runs support (`versions`: analyse.versions.VersionTables,
     where they hold two versions of a configuration; `parity`: the stored parity checks). Beside it:
@@ -142,13 +192,27 @@ def write_report(analysis: Analysis, summary: pd.DataFrame, manifest: dict | Non
     tables, _ = write_scaling(analysis.rows, analysis.scaling, out_dir)
     if len(analysis.serving):
         analysis.serving.to_csv(out_dir / "serving.csv", index=False)
-    serving = serving_section_html(analysis.serving, analysis.capacities,
-                                   latency_load_plot(analysis.load_curve, out_dir / "plots"))
+    serving = serving_section_html(
+        analysis.serving, analysis.capacities, latency_load_plot(analysis.load_curve, out_dir / "plots")
+    )
     versions_html = write_versions_section(versions, out_dir) if versions is not None else ""
     path = out_dir / "report.html"
-    path.write_text(render_html(summary, analysis, plots, manifest, tables, study_tables(analysis), left_out,
-                                unresolved_lines(analysis.rows, not_run), serving, versions_html, parity),
-                    encoding="utf-8")
+    path.write_text(
+        render_html(
+            summary,
+            analysis,
+            plots,
+            manifest,
+            tables,
+            study_tables(analysis),
+            left_out,
+            unresolved_lines(analysis.rows, not_run),
+            serving,
+            versions_html,
+            parity,
+        ),
+        encoding="utf-8",
+    )
     return path
 
 

@@ -36,31 +36,48 @@ def change_line(row: dict) -> str:
 
 
 def _shown(changes: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame({
-        "change": changes["change"],
-        "between": [change_line(r) for r in changes.to_dict("records")],
-        "confirmation": changes["confirmation"].fillna(""),
-        "runs": [f"{a} / {b}" for a, b in zip(changes["runs_from"], changes["runs_to"])],
-        "noise floor": ["–" if pd.isna(v) else f"{v:.1%}" for v in changes["noise_floor"]],
-        "verdict": changes["verdict"],
-    })
+    return pd.DataFrame(
+        {
+            "change": changes["change"],
+            "between": [change_line(r) for r in changes.to_dict("records")],
+            "confirmation": changes["confirmation"].fillna(""),
+            "runs": [f"{a} / {b}" for a, b in zip(changes["runs_from"], changes["runs_to"])],
+            "noise floor": ["–" if pd.isna(v) else f"{v:.1%}" for v in changes["noise_floor"]],
+            "verdict": changes["verdict"],
+        }
+    )
 
 
 def versions_section_html(changes: pd.DataFrame, points: pd.DataFrame, plots_dir: Path) -> str:
     """The "Framework versions" section, as the version report and report.html show it: each version against the
     previous one, step time against version per model (its plots written into `plots_dir`), and what ran each."""
     e = html.escape
-    body = [f"<h2>Framework versions side by side</h2><p>{len(changes)} version change(s) over "
-            f"{points['framework_version'].nunique()} version(s); regressions and improvements first. A regression "
-            "is confirmed only where a second round of fresh, interleaved runs calls it too.</p>",
-            "<h3>Each version against the previous one</h3>", table_html(_shown(changes)),
-            "<h3>Step time against version</h3>"]
+    body = [
+        f"<h2>Framework versions side by side</h2><p>{len(changes)} version change(s) over "
+        f"{points['framework_version'].nunique()} version(s); regressions and improvements first. A regression "
+        "is confirmed only where a second round of fresh, interleaved runs calls it too.</p>",
+        "<h3>Each version against the previous one</h3>",
+        table_html(_shown(changes)),
+        "<h3>Step time against version</h3>",
+    ]
     for model in dict.fromkeys(points["model"]):
         plot = version_plot(*plot_series(points, model), model, plots_dir)
-        body.append(f'<img alt="{e(plot.title)}" src="{png_data_uri(plot.path)}">' if plot.path
-                    else f'<p class="skipped">{e(plot.title)}: {e(plot.reason)}</p>')
-    images = points[["framework", "framework_version", "runners", "container_image", "image_digest",
-                     "container_base_image", "base_image_digest"]].drop_duplicates()
+        body.append(
+            f'<img alt="{e(plot.title)}" src="{png_data_uri(plot.path)}">'
+            if plot.path
+            else f'<p class="skipped">{e(plot.title)}: {e(plot.reason)}</p>'
+        )
+    images = points[
+        [
+            "framework",
+            "framework_version",
+            "runners",
+            "container_image",
+            "image_digest",
+            "container_base_image",
+            "base_image_digest",
+        ]
+    ].drop_duplicates()
     body += ["<h3>What ran each version</h3>", table_html(images.fillna(""))]
     return "\n".join(body)
 
@@ -82,10 +99,19 @@ def write_version_report(tables: VersionTables, out: Path) -> Path:
 
 
 def print_version_report(changes: pd.DataFrame, path: Path) -> None:
-    columns = [Column("change", key=True), Column("between", wrap_at=90), Column("runs", numeric=True),
-               Column("noise floor", numeric=True)]
+    columns = [
+        Column("change", key=True),
+        Column("between", wrap_at=90),
+        Column("runs", numeric=True),
+        Column("noise floor", numeric=True),
+    ]
     shown = _shown(changes)
     rows = [[r["change"], r["between"], r["runs"], r["noise floor"]] for r in shown.to_dict("records")]
-    print_table(columns, rows, "Each version against the previous one", out_console,
-                styles=[CHANGE_STYLES.get(change) for change in changes["change"]])
+    print_table(
+        columns,
+        rows,
+        "Each version against the previous one",
+        out_console,
+        styles=[CHANGE_STYLES.get(change) for change in changes["change"]],
+    )
     err_console.print(f"version report: {escape(str(path))}", highlight=False)

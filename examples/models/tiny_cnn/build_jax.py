@@ -25,8 +25,15 @@ class ConvBlock(nn.Module):
 
     @nn.compact
     def __call__(self, x, train: bool):
-        x = nn.Conv(self.features, (3, 3), strides=self.stride, padding=((1, 1), (1, 1)), use_bias=False,
-                    dtype=self.dtype, name="conv")(x)
+        x = nn.Conv(
+            self.features,
+            (3, 3),
+            strides=self.stride,
+            padding=((1, 1), (1, 1)),
+            use_bias=False,
+            dtype=self.dtype,
+            name="conv",
+        )(x)
         # PyTorch's BatchNorm: eps 1e-5, running statistics updated with 0.1 of the new value (Flax: 0.9 of the old).
         x = nn.BatchNorm(use_running_average=not train, epsilon=1e-5, momentum=0.9, dtype=self.dtype, name="bn")(x)
         return nn.relu(x)

@@ -27,7 +27,9 @@ def build(spec, input_shape: tuple[int, ...], options: dict[str, str]) -> keras.
     for index, (channels, stride) in enumerate(BLOCKS):
         name = f"blocks.{index}"
         x = layers.ZeroPadding2D(1, name=f"{name}.pad")(x)
-        x = layers.Conv2D(channels, 3, strides=stride, use_bias=False, kernel_initializer=CONV_INIT, name=f"{name}.conv")(x)
+        x = layers.Conv2D(
+            channels, 3, strides=stride, use_bias=False, kernel_initializer=CONV_INIT, name=f"{name}.conv"
+        )(x)
         x = layers.BatchNormalization(**TORCH_BN, name=f"{name}.bn")(x)
         x = layers.ReLU(name=f"{name}.relu")(x)
     x = layers.GlobalAveragePooling2D(name="pool")(x)
@@ -46,7 +48,9 @@ def load_torch_weights(model: keras.Model, weights: dict[str, np.ndarray]) -> No
     for layer in model.layers:
         prefix = layer.name
         if isinstance(layer, layers.Conv2D):
-            layer.set_weights([take(f"{prefix}.weight").transpose(2, 3, 1, 0)])  # (out, in, kh, kw) -> (kh, kw, in, out)
+            layer.set_weights(
+                [take(f"{prefix}.weight").transpose(2, 3, 1, 0)]
+            )  # (out, in, kh, kw) -> (kh, kw, in, out)
         elif isinstance(layer, layers.BatchNormalization):
             layer.set_weights([take(f"{prefix}.{name}") for name in ("weight", "bias", "running_mean", "running_var")])
         elif isinstance(layer, layers.Dense):

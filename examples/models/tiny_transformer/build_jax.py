@@ -12,6 +12,7 @@ from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
+
 from fwbench_core.choices import Objective
 
 # As in build_torch.py: each builder is self-contained, so each states the sizes.
@@ -74,4 +75,6 @@ class TinyTransformer(nn.Module):
 
 def build(spec, options: dict[str, str], dtype: Any) -> nn.Module:
     head = spec.head(options)
-    return TinyTransformer(spec.vocab_size, spec.max_input_shape[0], head.outputs, head.objective is Objective.CLASSIFY, dtype)
+    return TinyTransformer(
+        spec.vocab_size, spec.max_input_shape[0], head.outputs, head.objective is Objective.CLASSIFY, dtype
+    )

@@ -12,8 +12,9 @@ import math
 
 import keras
 import numpy as np
-from fwbench_core.choices import Objective
 from keras import layers, ops
+
+from fwbench_core.choices import Objective
 
 # As in build_torch.py: each builder is self-contained, so each states the sizes.
 WIDTH, HEADS, FFN, LAYERS = 128, 4, 512, 2

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from fwbench_core.choices import Objective
 from torch import nn
+
+from fwbench_core.choices import Objective
 
 WIDTH, HEADS, FFN, LAYERS = 128, 4, 512, 2
 EPS = 1e-5  # LayerNorm
