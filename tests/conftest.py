@@ -17,13 +17,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-
-
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from support.fakes import Fake, fake_starter
 from support.runner_pool import RUNNER_MEMORY_CEILING_BYTES, Runner, RunnerPool
 from support.runners import RUNNER_PARAMS
 from support.timings import TestTimes
+
 
 @pytest.fixture(scope="session")
 def runner_logs(tmp_path_factory) -> Path:

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from fwbench_aggregator.run import launch
-from fwbench_core.fake import FRAMEWORK_ENV, FRAMEWORK_VERSION_ENV, STEP_TIME_ENV
 
 from support.cli import fwbench, only_run_dir
+from support.fakes import Fake, started_fakes
 
 pytestmark = pytest.mark.slow
 
@@ -22,20 +21,12 @@ FIGURES = ["runs", "median_step_ms", "ratio_to_fastest", "ratio_ci_low", "ratio_
 
 def _compare(tmp_path, store, out, versions: dict[str, tuple[str, str]], run: list[str] = RUN) -> str:
     """One compare of the configuration by runners named torch and tensorflow: {runner: (version, step seconds)}."""
-    runners = {}
-    try:
-        for name, (version, step_s) in versions.items():
-            runners[name] = launch.LocalRunner(name, launch.fake_runner_command(), tmp_path / f"{name}-{version}.log",
-                                               env={FRAMEWORK_ENV: name, FRAMEWORK_VERSION_ENV: version,
-                                                    STEP_TIME_ENV: step_s})
-            runners[name].start()
-        done = fwbench("compare", *run, *(arg for name, r in runners.items() for arg in ("--runner", f"{name}={r.address}")),
-                       "--store", str(store), "--out", str(out))
+    fakes = [Fake(name, step_s=float(step_s), framework=name, version=version)
+             for name, (version, step_s) in versions.items()]
+    with started_fakes(tmp_path, *fakes) as started:
+        done = fwbench("compare", *run, *started.runner_args(), "--store", str(store), "--out", str(out))
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stderr
-    finally:
-        for runner in runners.values():
-            runner.stop()
 
 
 def _report(store, out, *selection: str) -> pd.DataFrame:

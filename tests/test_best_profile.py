@@ -7,32 +7,26 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from fwbench_aggregator.analyse.results import analysed
-from fwbench_aggregator.run import launch
 from fwbench_aggregator.store.results_store import ResultStore
-from fwbench_core.fake import SETTING_STEP_TIME_ENV
 from fwbench_core.choices import Layout, Precision, Profile, Switch, Tf32
 from fwbench_core.spec import Capabilities
 from fwbench_core.validation import resolve_tf32
 
 from support.cli import fwbench, only_run_dir
+from support.fakes import Fake
 
 QUICK = ("--model", "resnet18", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "0", "--steps", "3",
          "--min-measure-s", "0", "--repetitions", "3")
 
 
-def _runner(tmp_path_factory, name: str, planted: str):
-    return launch.LocalRunner(name, launch.fake_runner_command(), tmp_path_factory.mktemp("logs") / f"{name}.log",
-                              env={SETTING_STEP_TIME_ENV: planted})
-
-
 @pytest.fixture(scope="module")
-def planted(tmp_path_factory):
+def planted(module_fakes):
     """Two fake runners, each fastest in another layout: "first" in channels_first, "last" in channels_last; at
     their best, first is 1.5 times as fast as last (a ratio worded "faster by", far from the "2.0x faster" wording a
     busy host's wake-up delays pushed 2 ms against 4 ms steps into)."""
-    with _runner(tmp_path_factory, "first", "layout=channels_first:0.020,layout=channels_last:0.060") as first, \
-            _runner(tmp_path_factory, "last", "layout=channels_last:0.030,layout=channels_first:0.090") as last:
-        yield {"first": first.address, "last": last.address}
+    first = Fake("first", step_s_by_setting="layout=channels_first:0.020,layout=channels_last:0.060")
+    last = Fake("last", step_s_by_setting="layout=channels_last:0.030,layout=channels_first:0.090")
+    return module_fakes(first, last).addresses
 
 
 @pytest.mark.slow

@@ -27,12 +27,11 @@ from fwbench_aggregator.plan.design import (
 )
 from fwbench_aggregator.run.client import RunResult
 from fwbench_aggregator.run.connection import Transport
-from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
 from fwbench_aggregator.store.migrations import migrated
 from fwbench_aggregator.store.results_store import ResultStore
-from fwbench_core.fake import STEP_TIME_ENV
 
 from support.cli import fwbench, fwbench_in_process, only_run_dir
+from support.fakes import Fake, started_fakes
 from test_alike import CONFIG, FACTS, STEPS_PER_RUN
 
 _ids = itertools.count()
@@ -165,12 +164,9 @@ def test_blocks_are_judged_by_the_looks_they_were_made_under_and_older_ones_afte
 
 
 @pytest.fixture
-def two_fakes(tmp_path):
+def two_fakes(fakes):
     """Two fake runners over real gRPC, b's steps twice a's."""
-    runners = [LocalRunner(name, fake_runner_command(), tmp_path / f"{name}.log", env={STEP_TIME_ENV: step_s})
-               for name, step_s in (("a", "0.002"), ("b", "0.004"))]
-    with runners[0], runners[1]:
-        yield {runner.name: runner.address for runner in runners}
+    return fakes(Fake("a", step_s=0.002), Fake("b", step_s=0.004)).addresses
 
 
 def test_a_blocks_windows_are_stored_while_the_next_blocks_workers_start_and_the_last_blocks_at_the_end(two_fakes):
@@ -270,10 +266,8 @@ def test_compare_in_blocks_stores_every_window_with_its_block_and_calls_the_diff
 
 @pytest.mark.slow
 def test_an_a_a_compare_in_blocks_calls_no_difference(tmp_path):
-    runners = [LocalRunner(name, fake_runner_command(), tmp_path / f"{name}.log", env={STEP_TIME_ENV: "0.002"})
-               for name in ("a", "b")]
-    with runners[0], runners[1]:
-        done = fwbench("compare", *(f"--runner={r.name}={r.address}" for r in runners), "--model", "resnet18",
+    with started_fakes(tmp_path, Fake("a", step_s=0.002), Fake("b", step_s=0.002)) as fakes:
+        done = fwbench("compare", *(f"--runner={r.name}={r.address}" for r in fakes.runners), "--model", "resnet18",
                        "--mode", "infer", "--batch-size", "2", "--shape", "3x32x32", "--design", "blocks",
                        "--block-windows", "2", "--window-s", "0.02", "--repetitions", "4", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
@@ -350,12 +344,11 @@ def test_a_block_designs_verdict_says_blocks_where_it_did_not_resolve():
 
 @pytest.mark.slow
 def test_a_floor_calibrated_in_blocks_applies_to_comparisons_in_blocks_alone(tmp_path):
-    runners = [LocalRunner(name, fake_runner_command(), tmp_path / f"{name}.log", env={STEP_TIME_ENV: "0.002"})
-               for name in ("one", "two")]
     config = ("--model", "resnet18", "--batch-size", "2", "--shape", "3x32x32", "--mode", "infer")
     blocked = ("--design", "blocks", "--block-windows", "2", "--window-s", "0.02")
     store = tmp_path / "store"
-    with runners[0], runners[1]:
+    with started_fakes(tmp_path, Fake("one", step_s=0.002), Fake("two", step_s=0.002)) as fakes:
+        runners = fakes.runners
         addresses = [f"--runner=fake={r.address}" for r in runners]
         done = fwbench("calibrate", *config, *blocked, "--repetitions", "3", *addresses, "--store", str(store))
         assert done.returncode == 0, done.stderr
@@ -381,7 +374,7 @@ def test_blocks_under_a_sequential_budget_look_at_half_of_it_and_at_its_end_spen
     """compare in blocks looks at half its budget and at its end, spending as Hwang, Shih & DeCani's gamma -4 (looks
     after every block resolved 6.2% where they stopped on three sittings' blocks, looks at 4 and 8 3.8%); runs in
     rounds look after every round, spending by the Pocock type."""
-    from fwbench_aggregator.analyse.comparison import judged
+    from fwbench_aggregator.analyse.judging import judged
     from fwbench_aggregator.analyse.sequential import (BLOCKS_SPENDING_GAMMA, DEFAULT_MAX_BLOCKS, SequentialPlan,
                                                       block_looks)
 

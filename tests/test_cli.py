@@ -8,10 +8,10 @@ import statistics
 import pandas as pd
 import pytest
 from support.cli import fwbench, only_run_dir
+from support.fakes import Fake
 
 # Every test here runs the command line end to end in subprocesses: seconds each.
 pytestmark = pytest.mark.slow
-from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
 
 WARMUP, STEPS = 2, 4
 # Explicit small settings keep these tests fast; the defaults (1 s windows, 6 runs a runner) are for users.
@@ -220,10 +220,8 @@ def test_max_batch_finds_the_largest_batch_by_out_of_memory(fake_runner, tmp_pat
 
 
 @pytest.fixture(scope="module")
-def second_fake_runner(tmp_path_factory):
-    runner = LocalRunner("fake", fake_runner_command(), tmp_path_factory.mktemp("logs") / "fake-2.log")
-    with runner:
-        yield runner.address
+def second_fake_runner(module_fakes):
+    return module_fakes(Fake()).addresses["fake"]
 
 
 def test_calibrate_stores_a_noise_floor_that_compare_and_report_use(tmp_path, fake_runner, second_fake_runner):

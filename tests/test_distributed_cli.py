@@ -17,6 +17,7 @@ from fwbench_aggregator.run import launch
 from fwbench_aggregator.store.results_store import ResultStore
 
 from support.cli import fwbench, only_run_dir
+from support.fakes import Fake, started_fakes
 
 # Every test here runs the command line and runner processes end to end: seconds each.
 pytestmark = pytest.mark.slow
@@ -123,21 +124,13 @@ FAKE_TINY = ("--model", "resnet18", "--shape", "3x32x32", "--batch-size", "2", "
 
 
 @pytest.fixture
-def two_fakes(tmp_path):
+def two_fake_machines(fakes):
     """Two framework-free runners (they run ddp over a socket sum) as two machines."""
-    runners = [launch.LocalRunner("fake", launch.fake_runner_command(), tmp_path / f"fake-{i}.log",
-                                  env={"FWBENCH_FAKE_STEP_TIME_S": "0.01"}) for i in range(2)]
-    try:
-        for runner in runners:
-            runner.start()
-        yield runners
-    finally:
-        for runner in runners:
-            runner.stop()
+    return fakes(Fake(step_s=0.01), Fake(step_s=0.01)).runners
 
 
-def test_a_job_across_two_runners_after_a_one_device_run_prints_the_scaling_table(tmp_path, two_fakes):
-    first, second = (r.address for r in two_fakes)
+def test_a_job_across_two_runners_after_a_one_device_run_prints_the_scaling_table(tmp_path, two_fake_machines):
+    first, second = (r.address for r in two_fake_machines)
     out = ("--out", str(tmp_path / "out"), "--store", str(tmp_path / "store"))
     alone = fwbench("compare", *FAKE_TINY, "--runner", f"fake={first}", *out)
     assert alone.returncode == 0, alone.stderr
@@ -153,8 +146,9 @@ def test_a_job_across_two_runners_after_a_one_device_run_prints_the_scaling_tabl
     assert all(len(t.split()) == 2 for t in steps.loc[steps["world_size"] == 2, "rank_step_time_s"])
 
 
-def test_two_devices_of_one_runner_run_as_two_workers(tmp_path, two_fakes):
-    done = fwbench("compare", *FAKE_TINY, "--devices", "cpu:0,cpu:1", "--runner", f"fake={two_fakes[0].address}",
+def test_two_devices_of_one_runner_run_as_two_workers(tmp_path, two_fake_machines):
+    done = fwbench("compare", *FAKE_TINY, "--devices", "cpu:0,cpu:1", "--runner",
+                   f"fake={two_fake_machines[0].address}",
                    "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
     summary = pd.read_parquet(only_run_dir(tmp_path) / "summary.parquet").iloc[0]
@@ -163,11 +157,8 @@ def test_two_devices_of_one_runner_run_as_two_workers(tmp_path, two_fakes):
 
 
 def test_a_machine_lost_mid_run_fails_the_job_naming_it_and_frees_the_other(tmp_path):
-    slow = {"FWBENCH_FAKE_STEP_TIME_S": "0.2"}
-    runners = [launch.LocalRunner("fake", launch.fake_runner_command(), tmp_path / f"fake-{i}.log", env=slow) for i in range(2)]
-    try:
-        for runner in runners:
-            runner.start()
+    with started_fakes(tmp_path, Fake(step_s=0.2), Fake(step_s=0.2)) as fakes:
+        runners = fakes.runners
         addresses = [r.address for r in runners]
         command = [sys.executable, "-m", "fwbench_aggregator", "compare", *FAKE_TINY, "--steps", "200",
                    "--distributed-timeout-s", "10", "--runner", f"fake={','.join(addresses)}", "--out", str(tmp_path / "out")]
@@ -185,6 +176,3 @@ def test_a_machine_lost_mid_run_fails_the_job_naming_it_and_frees_the_other(tmp_
         # The surviving runner stopped its rank: it takes a new run at once.
         again = fwbench("compare", *FAKE_TINY, "--runner", f"fake={addresses[0]}", "--out", str(tmp_path / "again"), timeout=60)
         assert again.returncode == 0, again.stderr
-    finally:
-        for runner in runners:
-            runner.stop()

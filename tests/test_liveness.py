@@ -19,7 +19,7 @@ import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator.base import frameworks
-from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
+from fwbench_aggregator.run.launch import LocalRunner
 from fwbench_aggregator.store.results_store import ResultStore
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -29,6 +29,7 @@ from fwbench_core.server import OPEN_STREAMS
 from fwbench_core.admission import DEFAULT_MAX_QUEUED_REQUESTS
 
 from support.cli import fwbench
+from support.fakes import Fake
 from support.processes import assert_all_end, children, descendants
 
 # Every test here runs the command line, runners or generated requests end to end: seconds each.
@@ -64,7 +65,7 @@ def long_run(**overrides) -> pb.RunRequest:
 
 
 def slow_fake(tmp_path: Path, *flags: str, step_s: str = SLOW_STEP_S) -> LocalRunner:
-    return LocalRunner("fake", [*fake_runner_command(), *flags], tmp_path / "fake.log", env={STEP_TIME_ENV: step_s})
+    return Fake(step_s=float(step_s), flags=flags).runner(tmp_path / "fake.log")
 
 
 def open_runs(stub, count: int) -> list:

@@ -14,7 +14,6 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator.run import launch
 
 from fwbench_core import plugins
 from fwbench_core.builtin import MODEL_SPECS
@@ -34,6 +33,7 @@ from fwbench_core.plugins import (
 )
 from fwbench_core.registry import ModelRegistry
 
+from support.fakes import Fake
 from support.plugins import GOOD_BUILDER, SHAPE, declaration, write_plugin
 from support.requests import run
 
@@ -332,16 +332,14 @@ def test_a_plugin_refused_in_a_worker_reaches_the_client_as_a_failed_preconditio
 
 
 @pytest.fixture(scope="module")
-def fake_with_plugins(tmp_path_factory):
+def fake_with_plugins(tmp_path_factory, module_fakes):
     """(models folder, stub) of a fake runner given one good and one broken plug-in, and no others."""
     models = tmp_path_factory.mktemp("models")
     write_plugin(models, "tiny", builders={})
     write_plugin(models, "broken", builders={}, text=declaration("broken", task="visoin"))
-    log_path = tmp_path_factory.mktemp("logs") / "fake-plugins.log"
-    command = [*launch.fake_runner_command(), MODELS_DIR_FLAG, str(models)]
-    with launch.LocalRunner("fake-plugins", command, log_path=log_path, env={MODELS_DIR_ENV: ""}) as local:
-        with grpc.insecure_channel(local.address) as channel:
-            yield models, pb_grpc.RunnerStub(channel)
+    plugins = Fake("fake-plugins", flags=(MODELS_DIR_FLAG, str(models)), env={MODELS_DIR_ENV: ""})
+    with grpc.insecure_channel(module_fakes(plugins).addresses["fake-plugins"]) as channel:
+        yield models, pb_grpc.RunnerStub(channel)
 
 
 def wire_plugins(stub) -> dict[str, pb.ModelPlugin]:

@@ -14,12 +14,14 @@ from fwbench_aggregator.run import jobs
 from fwbench_aggregator.app.study import pending_runs, store_callbacks
 from fwbench_aggregator.run.study import Pool, Slot, run_sweep_on_pool
 from fwbench_aggregator.run.connection import Transport
-from fwbench_aggregator.run.launch import LocalRunner, RunnerStartError, StartupSettings, fake_runner_command, wait_until_serving
+from fwbench_aggregator.run.launch import RunnerStartError, StartupSettings, wait_until_serving
 from fwbench_aggregator.plan.spec import RunSpec
 from fwbench_aggregator.run.scheduler import run_pooled
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_aggregator.plan.study_file import sweep_from_options
 from fwbench_aggregator.base.vocabulary import Mode, Precision
+
+from support.fakes import Fake
 
 # Every test here runs the command line, runners or generated requests end to end: seconds each.
 pytestmark = pytest.mark.slow
@@ -54,16 +56,9 @@ def test_a_lane_whose_workers_are_all_lost_leaves_its_jobs():
 
 
 @pytest.fixture
-def machines(tmp_path):
+def machines(fakes):
     """Two fake-backend 'machines', each one runner process serving both runner names."""
-    started = {}
-    for node in ("node1", "node2"):
-        runner = LocalRunner(node, fake_runner_command(), tmp_path / f"{node}.log", env={"FWBENCH_FAKE_STEP_TIME_S": "0.002"})
-        runner.start()
-        started[node] = runner
-    yield started
-    for runner in started.values():
-        runner.stop()
+    return {runner.name: runner for runner in fakes(Fake("node1", step_s=0.002), Fake("node2", step_s=0.002)).runners}
 
 
 def pool_of(machines) -> Pool:

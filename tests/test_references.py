@@ -22,7 +22,7 @@ import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from fwbench_aggregator.base import folders
-from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
+from fwbench_aggregator.run.launch import fake_runner_command
 from fwbench_core import service as service_mod
 from fwbench_core import system_folders
 from fwbench_core.errors import Cancelled, Unavailable
@@ -33,6 +33,7 @@ from fwbench_core.choices import DeviceKind
 from fwbench_core.spec import DeviceRef, ReferenceRequest
 
 from support.cli import fwbench
+from support.fakes import Fake
 
 MAX_BYTES = 4_000_000  # the test runner's --max-reference-bytes
 SHAPE = [3, 32, 32]
@@ -48,17 +49,15 @@ def folder(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def fake_address(folder, tmp_path_factory) -> str:
-    command = [*fake_runner_command(), "--reference-dir", str(folder), "--max-reference-bytes", str(MAX_BYTES)]
-    log = tmp_path_factory.mktemp("logs") / "fake.log"
+def folder_fake_address(folder, module_fakes) -> str:
     # Slow steps: a run of a few hundred steps holds the CPU for seconds.
-    with LocalRunner("fake", command, log, env={"FWBENCH_FAKE_STEP_TIME_S": "0.02"}) as runner:
-        yield runner.address
+    fake = Fake(step_s=0.02, flags=("--reference-dir", str(folder), "--max-reference-bytes", str(MAX_BYTES)))
+    return module_fakes(fake).addresses["fake"]
 
 
 @pytest.fixture(scope="module")
-def fake(fake_address):
-    with grpc.insecure_channel(fake_address) as channel:
+def fake(folder_fake_address):
+    with grpc.insecure_channel(folder_fake_address) as channel:
         yield pb_grpc.RunnerStub(channel)
 
 
@@ -302,7 +301,7 @@ def test_the_wait_for_the_cpu_is_bounded_and_cancellable(monkeypatch, tmp_path):
 
 def test_the_default_folder_is_private_and_removed_at_exit(tmp_path):
     env = {"TMPDIR": str(tmp_path), "FWBENCH_REFERENCE_DIR": ""}
-    with LocalRunner("fake", fake_runner_command(), tmp_path / "fake.log", env=env) as runner:
+    with Fake(env=env).runner(tmp_path / "fake.log") as runner:
         with grpc.insecure_channel(runner.address) as channel:
             pb_grpc.RunnerStub(channel).ExportReference(reference("private.npz"), timeout=RPC_TIMEOUT_S)
         [made] = [p for p in tmp_path.iterdir() if p.name.startswith("fwbench-references-")]
@@ -338,7 +337,7 @@ def test_a_runner_refused_at_start_leaves_no_folder(tmp_path):
 
 def test_the_folder_comes_from_the_environment(tmp_path):
     env = {"FWBENCH_REFERENCE_DIR": str(tmp_path)}
-    with LocalRunner("fake", fake_runner_command(), tmp_path / "fake.log", env=env) as runner:
+    with Fake(env=env).runner(tmp_path / "fake.log") as runner:
         with grpc.insecure_channel(runner.address) as channel:
             pb_grpc.RunnerStub(channel).ExportReference(reference("from-env.npz"), timeout=RPC_TIMEOUT_S)
     assert (tmp_path / "from-env.npz").is_file()
@@ -358,12 +357,11 @@ def test_the_core_refuses_the_folders_the_aggregator_refuses():
     assert (system_folders.SYSTEM_FOLDERS, system_folders.SYSTEM_TREES) == (folders.SYSTEM_FOLDERS, folders.SYSTEM_TREES)
 
 
-def test_parity_between_runners_with_different_folders_says_to_share_one(fake_address, tmp_path):
+def test_parity_between_runners_with_different_folders_says_to_share_one(folder_fake_address, tmp_path):
     other = tmp_path / "other-references"
     other.mkdir()
-    command = [*fake_runner_command(), "--reference-dir", str(other)]
-    with LocalRunner("fake", command, tmp_path / "other.log") as second:
-        runners = ["--runner", f"torch={second.address}", "--runner", f"tensorflow={fake_address}"]
+    with Fake(flags=("--reference-dir", str(other))).runner(tmp_path / "other.log") as second:
+        runners = ["--runner", f"torch={second.address}", "--runner", f"tensorflow={folder_fake_address}"]
         done = fwbench("parity", "--models", "resnet18", *runners, "--out", str(tmp_path / "out"))
     assert done.returncode == 1, done.stderr
     assert "NOT_FOUND" in done.stderr and "--reference-dir" in " ".join(done.stderr.split()), done.stderr

@@ -6,11 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from fwbench_aggregator.analyse.stopping import stop_reason
-from fwbench_aggregator.run import launch
 from fwbench_aggregator.store.results_store import ResultStore
-from fwbench_core.fake import SETTING_STEP_TIME_ENV
 
 from support.cli import fwbench, only_run_dir
+from support.fakes import Fake
 
 QUICK = ("--model", "resnet18", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "0", "--steps", "3",
          "--min-measure-s", "0")
@@ -30,16 +29,13 @@ def test_the_rounds_stop_when_every_verdict_is_settled_and_say_why_otherwise():
 
 
 @pytest.fixture(scope="module")
-def fast_and_slow(tmp_path_factory):
+def fast_and_slow(module_fakes):
     """A fake runner whose steps take 20 ms, and one whose take 30 ms: a ratio the verdict words as "faster by 50%"
     whatever the host adds (at 2 ms and 4 ms, a busy CI host's wake-up delays made it "2.1x faster"), and steps
     long beside those delays."""
-    logs = tmp_path_factory.mktemp("logs")
-    with launch.LocalRunner("fast", launch.fake_runner_command(), logs / "fast.log",
-                            env={SETTING_STEP_TIME_ENV: "layout=channels_last:0.020"}) as fast, \
-            launch.LocalRunner("slow", launch.fake_runner_command(), logs / "slow.log",
-                               env={SETTING_STEP_TIME_ENV: "layout=channels_last:0.030"}) as slow:
-        yield fast.address, slow.address
+    fast, slow = module_fakes(Fake("fast", step_s_by_setting="layout=channels_last:0.020"),
+                              Fake("slow", step_s_by_setting="layout=channels_last:0.030")).runners
+    return fast.address, slow.address
 
 
 @pytest.mark.slow

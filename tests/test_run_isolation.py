@@ -31,6 +31,7 @@ from fwbench_core.timing import Progress, StepBatch
 
 # The session's in-process fake runner steps this long; the worker one matches it, so that their runs compare.
 from support.processes import children
+from support.fakes import Fake
 from support.runners import FAKE_STEP_TIME_S
 
 RUN_TIMEOUT_S = 120
@@ -380,12 +381,10 @@ def assert_next_run_completes(stub) -> None:
 
 
 @pytest.fixture(scope="module")
-def fake_in_worker(runner_logs):
-    command = [*launch.fake_runner_command(), "--run-isolation", "process"]
-    env = {"FWBENCH_FAKE_STEP_TIME_S": FAKE_STEP_TIME_S}
-    with launch.LocalRunner("fake-process", command, log_path=runner_logs / "fake-process.log", env=env) as local:
-        with grpc.insecure_channel(local.address) as channel:
-            yield pb_grpc.RunnerStub(channel)
+def fake_in_worker(module_fakes):
+    in_worker = Fake("fake-process", step_s=float(FAKE_STEP_TIME_S), flags=("--run-isolation", "process"))
+    with grpc.insecure_channel(module_fakes(in_worker).addresses["fake-process"]) as channel:
+        yield pb_grpc.RunnerStub(channel)
 
 
 @pytest.fixture(scope="module")

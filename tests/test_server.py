@@ -8,7 +8,6 @@ import socket
 import threading
 
 from fwbench.runner.v1 import runner_pb2 as pb, runner_pb2_grpc as pb_grpc
-from fwbench_aggregator.run import launch
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 import pytest
@@ -38,6 +37,7 @@ from fwbench_core.server import create_server
 from fwbench_core.service import RunnerService
 
 from support.core import RecordingBackend
+from support.fakes import Fake
 
 
 STATUS_TABLE = {
@@ -245,10 +245,7 @@ def test_server_graceful_stop_finishes_the_run_in_flight():
 
 
 def test_runner_process_exits_cleanly_on_sigterm(tmp_path):
-    runner = launch.LocalRunner(
-        "fake", launch.fake_runner_command(), log_path=tmp_path / "fake.log",
-        env={"FWBENCH_FAKE_STEP_TIME_S": "0.01"},
-    )
+    runner = Fake(step_s=0.01).runner(tmp_path / "fake.log")
     address = runner.start()
     try:
         with grpc.insecure_channel(address) as channel:

@@ -19,6 +19,7 @@ from fwbench_aggregator.store import records
 from fwbench_aggregator.store.schema import QUERIES_COLUMNS, SUMMARY_COLUMNS
 
 from support.cli import fwbench_in_process
+from support.fakes import Fake
 
 P99_REASON = "needs at least 299 queries, got 120"
 
@@ -225,24 +226,12 @@ def test_a_bad_serving_field_in_a_sweep_file_is_named(tmp_path, extra, problem):
 # End to end: fake runners whose steps take planted times, over real gRPC, the CLI as a subprocess.
 
 @pytest.fixture(scope="module")
-def fake_pair(tmp_path_factory):
+def fake_pair(module_fakes):
     """Two pairs of fake runners: fast (10 ms a step) and slow (20 ms) for comparisons, at a light load so that the
     host's wake-up delays (milliseconds on a busy CI machine) stay small beside a step; and quick (5 ms) and sluggish
     (10 ms) for capacities, whose saturating loads are 200 and 100 queries per second."""
-    from fwbench_aggregator.run import launch
-    from fwbench_core.fake import STEP_TIME_ENV
-
-    logs = tmp_path_factory.mktemp("logs")
-    times = {"fast": "0.010", "slow": "0.020", "quick": "0.005", "sluggish": "0.010"}
-    runners = [launch.LocalRunner(name, launch.fake_runner_command(), logs / f"{name}.log", env={STEP_TIME_ENV: t})
-               for name, t in times.items()]
-    for runner in runners:
-        runner.start()
-    try:
-        yield {r.name: r.address for r in runners}
-    finally:
-        for runner in runners:
-            runner.stop()
+    times = {"fast": 0.010, "slow": 0.020, "quick": 0.005, "sluggish": 0.010}
+    return module_fakes(*(Fake(name, step_s=step_s) for name, step_s in times.items())).addresses
 
 
 @pytest.mark.slow

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from fwbench_aggregator.app import study as study_module
 from fwbench_aggregator.app.study import own_run_ids, pending_runs, store_callbacks
 from fwbench_aggregator.plan.keys import new_run_id

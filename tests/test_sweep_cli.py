@@ -13,6 +13,7 @@ import pytest
 from fwbench_aggregator.store.results_store import ResultStore
 
 from support.cli import fwbench
+from support.fakes import Fake
 
 # Every test here runs the command line, runners or generated requests end to end: seconds each.
 pytestmark = pytest.mark.slow
@@ -31,14 +32,9 @@ repetitions: 1
 
 
 @pytest.fixture()
-def slow_fake(tmp_path_factory):
+def slow_fake(fakes):
     """A fake runner whose steps take 20 ms, so a sweep is still running when it is killed."""
-    from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
-
-    runner = LocalRunner("fake", fake_runner_command(), tmp_path_factory.mktemp("logs") / "fake.log",
-                         env={"FWBENCH_FAKE_STEP_TIME_S": "0.02"})
-    with runner:
-        yield runner.address
+    return fakes(Fake(step_s=0.02)).addresses["fake"]
 
 
 def sweep_args(tmp_path, address, steps: int) -> list[str]:

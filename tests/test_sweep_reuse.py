@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from fwbench_aggregator.run import jobs
 from fwbench_aggregator.app.study import pending_runs, store_callbacks
 from fwbench_aggregator.run.study import run_sweep

@@ -8,11 +8,10 @@ import re
 
 import pandas as pd
 import pytest
-from fwbench_aggregator.run import launch
 from fwbench_aggregator.store.results_store import ResultStore
-from fwbench_core.fake import RUN_SPREAD_ENV, SETTING_STEP_TIME_ENV, STEP_TIME_ENV
 
 from support.cli import fwbench, fwbench_in_process
+from support.fakes import Fake
 
 # Two points, one per profile: under equal (channels_last) "slow" takes four times "fast"'s 20 ms a step (not 2 ms:
 # on CI's loaded host a few ms of scheduling delay in one of three runs hid a 4x difference from the first look); under
@@ -32,13 +31,11 @@ min_measure_s: 0
 
 
 @pytest.fixture(scope="module")
-def fast_and_slow(tmp_path_factory):
-    logs = tmp_path_factory.mktemp("logs")
-    with launch.LocalRunner("fast", launch.fake_runner_command(), logs / "fast.log", env={STEP_TIME_ENV: "0.02"}) as fast, \
-            launch.LocalRunner("slow", launch.fake_runner_command(), logs / "slow.log",
-                               env={STEP_TIME_ENV: "0.02", RUN_SPREAD_ENV: "0.01",
-                                    SETTING_STEP_TIME_ENV: "layout=channels_last:0.08,layout=channels_first:0.0202"}) as slow:
-        yield fast.address, slow.address
+def fast_and_slow_by_profile(module_fakes):
+    fast, slow = module_fakes(Fake("fast", step_s=0.02),
+                              Fake("slow", step_s=0.02, run_spread=0.01,
+                                   step_s_by_setting="layout=channels_last:0.08,layout=channels_first:0.0202")).runners
+    return fast.address, slow.address
 
 
 def _sweep(tmp_path, runners, extra: str = "", *options: str, resume: bool = False,
@@ -57,8 +54,8 @@ def _runs(tmp_path) -> dict[tuple[str, str], int]:
 
 
 @pytest.mark.slow
-def test_a_clear_point_stops_at_the_first_look_and_a_close_one_runs_on(tmp_path, fast_and_slow):
-    done = _sweep(tmp_path, fast_and_slow, "max_repetitions: 8\n")
+def test_a_clear_point_stops_at_the_first_look_and_a_close_one_runs_on(tmp_path, fast_and_slow_by_profile):
+    done = _sweep(tmp_path, fast_and_slow_by_profile, "max_repetitions: 8\n")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "up to 32 runs to do" in done.stderr
     runs = _runs(tmp_path)
@@ -77,8 +74,8 @@ def test_a_clear_point_stops_at_the_first_look_and_a_close_one_runs_on(tmp_path,
 
 @pytest.mark.slow
 @pytest.mark.quiet  # a 0.01 s budget: a first round that waits for another sweep's CPU lock never starts
-def test_a_time_budget_that_runs_out_leaves_points_unresolved_and_keeps_their_runs(tmp_path, fast_and_slow):
-    done = _sweep(tmp_path, fast_and_slow, "time_budget_s: 0.01\n")
+def test_a_time_budget_that_runs_out_leaves_points_unresolved_and_keeps_their_runs(tmp_path, fast_and_slow_by_profile):
+    done = _sweep(tmp_path, fast_and_slow_by_profile, "time_budget_s: 0.01\n")
     assert done.returncode == 0, done.stdout + done.stderr
     out = " ".join(done.stdout.split())
     assert "left unresolved (2 point(s)" in out
@@ -93,11 +90,11 @@ def test_a_time_budget_that_runs_out_leaves_points_unresolved_and_keeps_their_ru
 
 
 @pytest.mark.slow
-def test_a_resumed_sweep_continues_a_points_looks_from_its_stored_runs(tmp_path, fast_and_slow):
-    first = _sweep(tmp_path, fast_and_slow, "", "--time-budget-s", "0.01", profiles="[equal]")
+def test_a_resumed_sweep_continues_a_points_looks_from_its_stored_runs(tmp_path, fast_and_slow_by_profile):
+    first = _sweep(tmp_path, fast_and_slow_by_profile, "", "--time-budget-s", "0.01", profiles="[equal]")
     assert first.returncode == 0, first.stdout + first.stderr
     assert _runs(tmp_path)[("equal", "fast")] == 1
-    resumed = _sweep(tmp_path, fast_and_slow, resume=True, profiles="[equal]")
+    resumed = _sweep(tmp_path, fast_and_slow_by_profile, resume=True, profiles="[equal]")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     runs = _runs(tmp_path)
     # Counted from the stored run: two more rounds make the first look's three, where the difference is called.
@@ -105,8 +102,8 @@ def test_a_resumed_sweep_continues_a_points_looks_from_its_stored_runs(tmp_path,
 
 
 @pytest.mark.slow
-def test_a_number_of_repetitions_in_the_sweep_file_still_fixes_them(tmp_path, fast_and_slow):
-    done = _sweep(tmp_path, fast_and_slow, "repetitions: 4\n")
+def test_a_number_of_repetitions_in_the_sweep_file_still_fixes_them(tmp_path, fast_and_slow_by_profile):
+    done = _sweep(tmp_path, fast_and_slow_by_profile, "repetitions: 4\n")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "up to" not in done.stderr and "16 runs to do" in done.stderr
     assert set(_runs(tmp_path).values()) == {4}

@@ -22,9 +22,10 @@ from fwbench_aggregator.plan.versions import FIRST_PORT, load_versions
 from fwbench_aggregator.run import launch
 from fwbench_aggregator.run.compose_versions import COMPOSE_ENV, override_text
 from fwbench_aggregator.store.results_store import ResultStore
-from fwbench_core.fake import FRAMEWORK_ENV, FRAMEWORK_VERSION_ENV, STEP_TIME_ENV
+from fwbench_core.fake import FRAMEWORK_VERSION_ENV, STEP_TIME_ENV
 
 from support.cli import fwbench, fwbench_in_process
+from support.fakes import Fake
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = Path(sys.executable).parent  # docker-compose and check-jsonschema come with the test environment
@@ -215,12 +216,11 @@ def test_a_regression_is_confirmed_only_where_the_second_round_calls_it_too():
 
 
 @pytest.fixture()
-def fake_versions(tmp_path):
+def fake_versions(fakes):
     """Start fake runners reporting torch at a version, each with its step time: {version: address}."""
-    started = []
 
     def start(**versions: float) -> dict[str, str]:
-        addresses = {}
+        wanted = []
         for name, step_s in versions.items():
             version = name.lstrip("v").replace("_", ".")
             tag = f"{version}-cuda12.6-cudnn9-runtime"
@@ -228,15 +228,10 @@ def fake_versions(tmp_path):
             image = {"FWBENCH_IMAGE": f"fwbench/torch-runner:{tag}", "FWBENCH_IMAGE_DIGEST": f"sha256:image-{version}",
                      "FWBENCH_BASE_IMAGE": f"pytorch/pytorch:{tag}", "FWBENCH_BASE_IMAGE_DIGEST": f"sha256:base-{version}",
                      "FWBENCH_ENVIRONMENT_LOCK": f"lock-{version}"}
-            runner = launch.LocalRunner(version, launch.fake_runner_command(), tmp_path / f"fake-{version}.log", env={
-                FRAMEWORK_ENV: "torch", FRAMEWORK_VERSION_ENV: version, STEP_TIME_ENV: str(step_s), **image})
-            addresses[version] = runner.start()
-            started.append(runner)
-        return addresses
+            wanted.append(Fake(version, step_s=step_s, framework="torch", version=version, env=image))
+        return fakes(*wanted).addresses
 
-    yield start
-    for runner in started:
-        runner.stop()
+    return start
 
 
 def version_study(tmp_path: Path, addresses: dict[str, str], *extra: str, repetitions: int = 4):

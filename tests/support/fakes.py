@@ -14,7 +14,11 @@ from pathlib import Path
 
 from fwbench_aggregator.run import launch
 from fwbench_core.fake import (
-    FRAMEWORK_ENV, FRAMEWORK_VERSION_ENV, RUN_SPREAD_ENV, SETTING_STEP_TIME_ENV, STEP_TIME_ENV,
+    FRAMEWORK_ENV,
+    FRAMEWORK_VERSION_ENV,
+    RUN_SPREAD_ENV,
+    SETTING_STEP_TIME_ENV,
+    STEP_TIME_ENV,
 )
 
 
@@ -26,21 +30,27 @@ class Fake:
     name: str = "fake"
     step_s: float | None = None  # every step's time
     step_s_by_setting: str | None = None  # "setting=value:seconds,...": a step's time where a run has that setting
-    run_spread: float | None = None  # each run's step times scaled by its own draw within ± this fraction
+    run_spread: float | None = None  # runs alternately this fraction longer and shorter, first longer
     framework: str | None = None  # the framework it reports
     version: str | None = None  # the framework version it reports
     flags: tuple[str, ...] = ()  # its command line's, after its address
     env: Mapping[str, str] = field(default_factory=dict)  # any other variable of its environment
 
     def environment(self) -> dict[str, str]:
-        planted = {STEP_TIME_ENV: self.step_s, SETTING_STEP_TIME_ENV: self.step_s_by_setting,
-                   RUN_SPREAD_ENV: self.run_spread, FRAMEWORK_ENV: self.framework, FRAMEWORK_VERSION_ENV: self.version}
+        planted = {
+            STEP_TIME_ENV: self.step_s,
+            SETTING_STEP_TIME_ENV: self.step_s_by_setting,
+            RUN_SPREAD_ENV: self.run_spread,
+            FRAMEWORK_ENV: self.framework,
+            FRAMEWORK_VERSION_ENV: self.version,
+        }
         return {**{name: str(value) for name, value in planted.items() if value is not None}, **self.env}
 
     def runner(self, log_path: Path) -> launch.LocalRunner:
         """This fake as a runner process, not yet started; its stderr goes to `log_path`."""
-        return launch.LocalRunner(self.name, [*launch.fake_runner_command(), *self.flags], log_path,
-                                  env=self.environment())
+        return launch.LocalRunner(
+            self.name, [*launch.fake_runner_command(), *self.flags], log_path, env=self.environment()
+        )
 
 
 @dataclass(frozen=True)
