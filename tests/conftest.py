@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from support.distributed import two_runners, workers_of
 from support.fakes import Fake, fake_starter
 from support.runner_pool import RUNNER_MEMORY_CEILING_BYTES, Runner, RunnerPool
 from support.runners import RUNNER_PARAMS
@@ -90,6 +91,23 @@ def fake_runner(module_fakes) -> str:
 def fake_address(module_fakes) -> str:
     """The address of a fake runner of this module's own whose steps take 1 ms."""
     return module_fakes(Fake(step_s=0.001)).addresses["fake"]
+
+
+@pytest.fixture(scope="module")
+def runners(request, tmp_path_factory):
+    """Two embedded runners of the framework the module names in MACHINES_FRAMEWORK, each a "machine" of a
+    distributed job: (LocalRunner, stub) pairs."""
+    framework = request.module.MACHINES_FRAMEWORK
+    with two_runners(framework, tmp_path_factory.mktemp(f"distributed-{framework}-logs")) as pairs:
+        yield pairs
+
+
+@pytest.fixture
+def nothing_left_behind(runners):
+    """After the test, neither of the module's two machines has a worker process left."""
+    yield
+    for local, _ in runners:
+        assert workers_of(local) == [], f"{local.name} left worker processes"
 
 
 _TEST_TIMES = TestTimes()

@@ -71,7 +71,7 @@ def spawned_workers() -> list[int]:
 
 
 @pytest.fixture(autouse=True)
-def nothing_left_behind():
+def no_spawned_workers_left():
     yield
     assert spawned_workers() == []
 

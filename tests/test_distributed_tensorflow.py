@@ -19,10 +19,12 @@ from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench_aggregator.run import launch
 from fwbench_core.distributed import SILENCE_MARGIN_S
 
-from support.distributed import free_port, spawned_children, two_runners
+from support.distributed import free_port, workers_of
 
-# Every test here runs a real framework runner.
-pytestmark = pytest.mark.frameworks
+# Every test here runs a real framework runner; each on conftest's two machines of TensorFlow (`runners`), which it
+# leaves with no worker process.
+pytestmark = [pytest.mark.frameworks, pytest.mark.usefixtures("nothing_left_behind")]
+MACHINES_FRAMEWORK = "tensorflow"
 
 RUN_TIMEOUT_S = 240
 # A worker that dies is noticed at once (its pipe closes) and its peer's next collective fails at once (the
@@ -32,26 +34,6 @@ FAULT_BOUND_S = 30
 # A run that waits for a machine that never starts is given this long.
 SHORT_TIMEOUT_S = 5.0
 HERE = Path(__file__).parent
-
-
-@pytest.fixture(scope="module")
-def runners(tmp_path_factory):
-    """Two TensorFlow runners, each a "machine": (LocalRunner, stub) pairs."""
-    logs = tmp_path_factory.mktemp("distributed-tensorflow-logs")
-    with two_runners("tensorflow", logs) as pairs:
-        yield pairs
-
-
-def workers_of(runner: launch.LocalRunner) -> list[int]:
-    """The runner's worker processes (children that multiprocessing spawned), by pid."""
-    return spawned_children(runner.process.pid)
-
-
-@pytest.fixture(autouse=True)
-def nothing_left_behind(runners):
-    yield
-    for local, _ in runners:
-        assert workers_of(local) == [], f"{local.name} left worker processes"
 
 
 def assert_port_free(port: int) -> None:

@@ -19,10 +19,12 @@ import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench_aggregator.run import launch
 
-from support.distributed import free_port, listening_addresses, spawned_children, two_runners
+from support.distributed import free_port, listening_addresses, workers_of
 
-# Every test here runs a real framework runner.
-pytestmark = pytest.mark.frameworks
+# Every test here runs a real framework runner; each on conftest's two machines of torch (`runners`), which it
+# leaves with no worker process.
+pytestmark = [pytest.mark.frameworks, pytest.mark.usefixtures("nothing_left_behind")]
+MACHINES_FRAMEWORK = "torch"
 
 RUN_TIMEOUT_S = 180
 # A rank that fails is noticed at once (its pipe closes); the runner then stops the others (a stop request,
@@ -31,26 +33,6 @@ FAULT_BOUND_S = 20
 # The rendezvous and every collective give up after this; the runner calls a rank silent 5 s later.
 SHORT_TIMEOUT_S = 5.0
 HERE = Path(__file__).parent
-
-
-@pytest.fixture(scope="module")
-def runners(tmp_path_factory):
-    """Two torch runners, each a "machine": (LocalRunner, stub) pairs."""
-    logs = tmp_path_factory.mktemp("distributed-torch-logs")
-    with two_runners("torch", logs) as pairs:
-        yield pairs
-
-
-def workers_of(runner: launch.LocalRunner) -> list[int]:
-    """The runner's worker processes (children that multiprocessing spawned), by pid."""
-    return spawned_children(runner.process.pid)
-
-
-@pytest.fixture(autouse=True)
-def nothing_left_behind(runners):
-    yield
-    for local, _ in runners:
-        assert workers_of(local) == [], f"{local.name} left worker processes"
 
 
 def until_workers_gone(local: launch.LocalRunner) -> None:

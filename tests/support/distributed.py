@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+
 from fwbench_aggregator.run import launch
 
 from .processes import children
@@ -38,6 +39,11 @@ def two_runners(framework: str, logs: Path) -> Iterator[list[tuple[launch.LocalR
 def spawned_children(parent_pid: int) -> list[int]:
     """The processes `parent_pid` started through multiprocessing's spawn (its workers), by pid."""
     return children(parent_pid, b"spawn_main")
+
+
+def workers_of(runner: launch.LocalRunner) -> list[int]:
+    """The runner's worker processes (children that multiprocessing spawned), by pid."""
+    return spawned_children(runner.process.pid)
 
 
 def free_port() -> int:
