@@ -25,6 +25,7 @@ from fwbench_aggregator.app.blocks import block_name, open_blocks, window_order
 from fwbench_aggregator.plan.design import (
     GPU_IN_ROUNDS, MIN_WINDOW_STEPS, REFILL_STEPS, ROUNDS_LABEL, BlockDesign, DesignChoice,
 )
+from fwbench_aggregator.run import wire
 from fwbench_aggregator.run.client import RunResult
 from fwbench_aggregator.run.connection import Transport
 from fwbench_aggregator.store.migrations import migrated
@@ -47,11 +48,11 @@ def test_a_block_alternates_its_runners_windows_and_the_next_block_starts_with_t
 def test_a_window_continues_the_blocks_build_in_the_blocks_process_and_its_last_frees_both():
     base = pb.RunRequest(model="resnet18", batch_size=8, warmup_steps=50, measured_steps=20, min_measure_s=1.0)
     base.warmup_until_stable.cv_threshold = 0.05
-    window = BlockDesign(windows=4, window_s=0.3).window(base, "c1-block0", last=False)
+    window = wire.window(base, BlockDesign(windows=4, window_s=0.3), "c1-block0", last=False)
     assert (window.warmup_steps, window.measured_steps, window.min_measure_s) == (REFILL_STEPS, MIN_WINDOW_STEPS, 0.3)
     assert not window.HasField("warmup_until_stable")
     assert (window.reuse_key, window.process_block, window.continue_reuse) == ("c1-block0", "c1-block0", True)
-    assert not window.end_reuse and BlockDesign().window(base, "c1-block0", last=True).end_reuse
+    assert not window.end_reuse and wire.window(base, BlockDesign(), "c1-block0", last=True).end_reuse
     assert (base.warmup_steps, base.reuse_key) == (50, "")  # the comparison's request is left as it was
 
 

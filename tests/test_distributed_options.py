@@ -12,6 +12,7 @@ from fwbench_aggregator.plan import study_file as sweep
 from fwbench_aggregator.cli import app
 from fwbench_aggregator.plan.spec import per_runner
 from fwbench_aggregator.plan.spec import RunSpec
+from fwbench_aggregator.run import wire
 from fwbench_aggregator.base.vocabulary import Strategy
 
 REFUSED = [
@@ -46,11 +47,12 @@ def test_strategy_per_runner_wins_over_one_for_all():
 
 
 def test_a_run_spec_writes_strategy_devices_and_timeout_into_the_request():
-    request = RunSpec("mlp", batch_size=8, strategy=Strategy.ddp, devices="cpu:0,cpu:1", distributed_timeout_s=30.0).to_request()
+    request = wire.to_request(RunSpec("mlp", batch_size=8, strategy=Strategy.ddp, devices="cpu:0,cpu:1",
+                                      distributed_timeout_s=30.0))
     assert request.strategy == pb.STRATEGY_DDP and request.batch_size == 8
     assert [(d.kind, d.index) for d in request.devices] == [(pb.DEVICE_KIND_CPU, 0), (pb.DEVICE_KIND_CPU, 1)]
     assert not request.HasField("device") and request.distributed_timeout_s == 30.0
-    plain = RunSpec("mlp").to_request()
+    plain = wire.to_request(RunSpec("mlp"))
     assert plain.strategy == pb.STRATEGY_UNSPECIFIED and not plain.devices and not plain.HasField("distributed_timeout_s")
 
 

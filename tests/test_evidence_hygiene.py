@@ -24,7 +24,7 @@ from fwbench_aggregator.base.progress import Progress
 from fwbench_aggregator.base.vocabulary import Mode
 from fwbench_aggregator.plan.spec import RunSpec
 from fwbench_aggregator.present.terminal import noise_floor_line
-from fwbench_aggregator.run import device_lock, quiet
+from fwbench_aggregator.run import device_lock, quiet, wire
 from fwbench_aggregator.run.connection import Transport
 from fwbench_aggregator.run.device_lock import ENV, Lock, Stopped, UnsafeLockDir, holding, others_measuring, read_holder
 from fwbench_aggregator.run.execute import run_all
@@ -176,7 +176,7 @@ def test_the_gate_records_the_seconds_each_run_waited(monkeypatch):
             assert passage == (0.0, None) and passage.context() == {}
     assert sum("another machine" in note for note in notes) == 1
     monkeypatch.setenv(ENV, "off")
-    assert Gate().places("torch", "127.0.0.1:1", Transport(), RunSpec("resnet18", Mode.train, 2).to_request()) == []
+    assert Gate().places("torch", "127.0.0.1:1", Transport(), wire.to_request(RunSpec("resnet18", Mode.train, 2))) == []
 
 
 def fake_proc(root, pid: int, busy_ticks: int, own_ticks: int) -> None:
@@ -337,7 +337,7 @@ def test_run_all_waits_for_the_device_another_command_measures_and_records_it(tm
 
     threading.Thread(target=other_command).start()
     held.wait(10)
-    request = RunSpec("resnet18", Mode.infer, 2, "3x32x32", warmup=0, steps=2, min_measure_s=0).to_request()
+    request = wire.to_request(RunSpec("resnet18", Mode.infer, 2, "3x32x32", warmup=0, steps=2, min_measure_s=0))
     gate = Gate(lock_dir=tmp_path)
     results, failures = run_all({"a": fake_runner, "b": fake_runner}, {"a": request, "b": request}, Transport(), 1,
                                 progress=Notes(), gate=gate)

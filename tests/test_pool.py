@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from fwbench_aggregator.run import jobs
+from fwbench_aggregator.run import jobs, wire
 from fwbench_aggregator.app.study import pending_runs, store_callbacks
 from fwbench_aggregator.run.study import Pool, Slot, run_sweep_on_pool
 from fwbench_aggregator.run.connection import Transport
@@ -156,7 +156,7 @@ def test_a_machine_that_goes_silent_without_closing_its_connections_is_noticed_b
 
 def test_a_runner_answers_pings_through_a_long_run_without_closing_the_connection(machines):
     """Pings twice a second, as fast as a cluster's aggregator might send them, never end a healthy run."""
-    request = RunSpec("resnet18", Mode.infer, 1, "3x32x32", Precision.fp32, None, None, warmup=1, steps=2,
-                      min_measure_s=4.0).to_request()
+    request = wire.to_request(RunSpec("resnet18", Mode.infer, 1, "3x32x32", Precision.fp32, None, None, warmup=1,
+                                      steps=2, min_measure_s=4.0))
     result = jobs.run_job("first", machines["node1"].address, Transport(keepalive_s=0.5), request)
     assert result.summary.measured_steps > 2

@@ -14,6 +14,7 @@ from fwbench_aggregator.analyse.serving import budget_status, load_curve, servin
 from fwbench_aggregator.base.vocabulary import Mode, Scenario, serving_text
 from fwbench_aggregator.plan.serving_fields import Load, load_problem
 from fwbench_aggregator.plan.spec import RunSpec
+from fwbench_aggregator.run import wire
 from fwbench_aggregator.run.client import RunResult
 from fwbench_aggregator.store import records
 from fwbench_aggregator.store.schema import QUERIES_COLUMNS, SUMMARY_COLUMNS
@@ -115,10 +116,10 @@ def test_a_latency_budget_is_judged_on_the_p99_interval_over_runs():
 def test_a_run_spec_puts_the_load_on_the_request_and_the_store_keeps_every_query():
     spec = RunSpec("resnet18", Mode.infer, 1, scenario=Scenario.server, target_qps=200.0, query_count=400,
                    batch_timeout_ms=5.0, arrival_seed=7)
-    serving = spec.to_request().serving
+    serving = wire.to_request(spec).serving
     assert (serving.scenario, serving.target_qps, serving.query_count, serving.batch_timeout_ms, serving.arrival_seed) == (
         pb.SCENARIO_SERVER, 200.0, 400, 5.0, 7)
-    assert not RunSpec("resnet18", Mode.infer).to_request().HasField("serving")
+    assert not wire.to_request(RunSpec("resnet18", Mode.infer)).HasField("serving")
     assert serving_text(serving) == "server 200 qps, batch timeout 5 ms"
 
     config = pb.ResolvedConfig(model="resnet18", mode=pb.MODE_INFER, batch_size=1, serving=serving)
@@ -199,10 +200,10 @@ def test_a_sweep_file_gains_a_load_axis_each_load_its_own_runs_and_chains(tmp_pa
     assert len({c.reuse_chain for c in first}) == 3 and first[0].reuse_chain == first[1].reuse_chain
     startup = __import__("fwbench_aggregator.plan.spec", fromlist=["StartupSettings"]).StartupSettings()
     assert len({c.config_key(startup) for c in configurations}) == len(configurations)
-    serving = first[0].run_spec(startup).to_request().serving
+    serving = wire.to_request(first[0].run_spec(startup)).serving
     assert (serving.scenario, serving.target_qps, serving.query_count, serving.batch_timeout_ms) == (
         pb.SCENARIO_SERVER, 50.0, 60, 2.0)
-    assert not first[4].run_spec(startup).to_request().serving.batch_timeout_ms
+    assert not wire.to_request(first[4].run_spec(startup)).serving.batch_timeout_ms
 
 
 @pytest.mark.parametrize("extra, problem", [

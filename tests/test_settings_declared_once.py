@@ -26,6 +26,7 @@ from fwbench_aggregator.cli.options import SETTING_OPTIONS
 from fwbench_aggregator.plan.settings import BLOCK, SETTINGS, stored
 from fwbench_aggregator.plan.spec import RunSpec, StartupSettings
 from fwbench_aggregator.plan.study_file import FIELDS, load_sweep
+from fwbench_aggregator.run import wire
 from fwbench_aggregator.store import records
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_aggregator.store.schema import BLOCK_KEY_COLUMNS, STORE_FORMAT, SUMMARY_COLUMNS
@@ -102,8 +103,8 @@ def test_the_sweep_fields_columns_key_and_labels_are_the_declarations():
 
 
 def test_an_input_seed_reaches_the_request_from_the_command_line_and_a_sweep_file(tmp_path):
-    assert not RunSpec("mlp").to_request().HasField("input_seed")  # unset: the runner takes the seed's
-    assert RunSpec("mlp", seed=3, input_seed=7).to_request().input_seed == 7
+    assert not wire.to_request(RunSpec("mlp")).HasField("input_seed")  # unset: the runner takes the seed's
+    assert wire.to_request(RunSpec("mlp", seed=3, input_seed=7)).input_seed == 7
     path = tmp_path / "sweep.yaml"
     path.write_text(textwrap.dedent("""\
         models: [mlp]
@@ -113,7 +114,7 @@ def test_an_input_seed_reaches_the_request_from_the_command_line_and_a_sweep_fil
         seed: 3
     """))
     configuration = load_sweep(path).configurations()[0]
-    request = configuration.run_spec(StartupSettings()).to_request()
+    request = wire.to_request(configuration.run_spec(StartupSettings()))
     assert (request.seed, request.input_seed) == (3, 7)
     assert configuration.key_fields()["settings"]["input_seed"] == 7
     # Left at its default, a setting leaves the configuration's key as it was before it existed.

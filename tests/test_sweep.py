@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 from fwbench_aggregator.base import frameworks
+from fwbench_aggregator.run import wire
 from fwbench_aggregator.run.launch import StartupSettings
 from fwbench_aggregator.plan.keys import config_key
 from fwbench_aggregator.plan.spec import DEFAULT_MIN_MEASURE_S, DEFAULT_WARMUP_UNTIL_CV
@@ -68,7 +69,7 @@ def test_a_valid_file_expands_counterbalanced(tmp_path):
     assert (first[0].warmup_until_cv, first[0].min_measure_s) == (DEFAULT_WARMUP_UNTIL_CV, DEFAULT_MIN_MEASURE_S)
     bert = [c for c in configurations if c.model == "bert_tiny"]
     assert {c.shape for c in bert} == {"seq=128"} and {c.model_options for c in bert} == {(("head", "mlm"),)}
-    assert dict(bert[0].run_spec(StartupSettings()).to_request().model_options) == {"head": "mlm"}
+    assert dict(wire.to_request(bert[0].run_spec(StartupSettings())).model_options) == {"head": "mlm"}
     assert sweep.cooldown_s == 0.5
     # Every run has its own store key, and the key is stable.
     keys = [config_key(c.key_fields()) for c in configurations]
@@ -107,9 +108,9 @@ def test_reuse_chains_leave_the_store_keys_and_can_be_turned_off(tmp_path):
     # One batch size: nothing to share.
     single = sweep_from_options("resnet18", batch_sizes="8", repetitions=2).configurations()
     assert {c.reuse_chain for c in single} == {""}
-    spec = chained[0].run_spec(StartupSettings(), "sweep-chain", end_reuse=True).to_request()
+    spec = wire.to_request(chained[0].run_spec(StartupSettings(), "sweep-chain", end_reuse=True))
     assert (spec.reuse_key, spec.end_reuse) == ("sweep-chain", True)
-    assert chained[0].run_spec(StartupSettings()).to_request().reuse_key == ""
+    assert wire.to_request(chained[0].run_spec(StartupSettings())).reuse_key == ""
 
 
 def test_nodes_are_a_point_of_the_grid_and_join_the_key_only_above_one(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench_aggregator.base import vocabulary
+from fwbench_aggregator.run import wire
 from fwbench_aggregator.run.launch import StartupSettings
 from fwbench_aggregator.plan.spec import RunSpec, option_pairs
 
@@ -85,7 +86,7 @@ def test_run_spec_writes_every_setting_into_the_request():
         model_options=option_pairs(["head=mlm"]), startup=StartupSettings(2, 1, "on"), warmup_until_cv=0.05,
         stable_window=4, min_measure_s=1.5, power_rate_hz=0.0, idle_baseline_s=2.0,
     )
-    request = spec.to_request()
+    request = wire.to_request(spec)
     assert request == pb.RunRequest(
         model="bert_base", mode=pb.MODE_INFER, batch_size=4, input_shape=[16], precision=pb.PRECISION_AMP_BF16,
         device=pb.DeviceSelector(kind=pb.DEVICE_KIND_GPU, index=1), warmup_steps=6, measured_steps=7, seed=11,
@@ -98,7 +99,7 @@ def test_run_spec_writes_every_setting_into_the_request():
 
 
 def test_run_spec_leaves_unset_settings_to_the_runner():
-    request = RunSpec("resnet18").to_request()
+    request = wire.to_request(RunSpec("resnet18"))
     # The measurement window is always explicit (the aggregator's defaults); the rest may be left unset.
     for name in ("device", "power_sample_rate_hz", "idle_baseline_s"):
         assert not request.HasField(name), name
@@ -106,8 +107,8 @@ def test_run_spec_leaves_unset_settings_to_the_runner():
 
 
 def test_fewer_warmup_steps_than_the_stability_window_are_a_fixed_count():
-    assert not RunSpec("resnet18", warmup=2).to_request().HasField("warmup_until_stable")
-    assert not RunSpec("resnet18", warmup_until_cv=0).to_request().HasField("warmup_until_stable")
-    defaults = RunSpec("resnet18").to_request()
+    assert not wire.to_request(RunSpec("resnet18", warmup=2)).HasField("warmup_until_stable")
+    assert not wire.to_request(RunSpec("resnet18", warmup_until_cv=0)).HasField("warmup_until_stable")
+    defaults = wire.to_request(RunSpec("resnet18"))
     assert defaults.warmup_steps == 50 and defaults.warmup_until_stable.cv_threshold == 0.05
     assert defaults.min_measure_s == 1.0 and defaults.measured_steps == 20

@@ -18,22 +18,21 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import pandas as pd
-from fwbench.runner.v1 import runner_pb2 as pb
 
 from ..analyse import stats
 from ..analyse.searches import candidate_entry
 from ..base.progress import Progress
-from ..base.vocabulary import to_text
-from ..run import jobs
+from ..base.vocabulary import Compilation, Layout, Switch, numbers, to_text
+from ..run import jobs, wire
 from ..run.client import RunnerClient, RunnerFailure, RunResult
 from ..run.connection import Transport
 from ..run.execute import run_all
 from ..run.gate import Gate
 from .medians import medians_by_runner
-from .preflight import resolved_or_refusal, with_setting
+from .preflight import resolved_or_refusal
 
 # The settings searched, in order, each with the contract's enum of its values.
-SEARCHED = {"layout": pb.Layout, "compilation": pb.Compilation, "cudnn_autotune": pb.Switch}
+SEARCHED = {"layout": Layout, "compilation": Compilation, "cudnn_autotune": Switch}
 DEFAULT_SEARCH_REPETITIONS = 2
 
 
@@ -55,7 +54,7 @@ class BestChoice:
     """A runner's fastest settings found, what else it tried, and what it refused."""
 
     runner: str
-    request: pb.RunRequest
+    request: wire.Request
     settings: tuple[tuple[str, str], ...]
     candidates: list[Candidate] = field(default_factory=list)
     refused: list[tuple[str, str, str]] = field(default_factory=list)  # (setting, value, the runner's reason)
@@ -88,28 +87,26 @@ class SearchResult:
     failures: list[RunnerFailure] = field(default_factory=list)
 
 
-def _settings(resolved: pb.ResolvedConfig) -> tuple[tuple[str, str], ...]:
+def _settings(resolved: wire.Resolved) -> tuple[tuple[str, str], ...]:
     return tuple((name, to_text(enum, getattr(resolved, name))) for name, enum in SEARCHED.items()
                  if getattr(resolved, name))
 
 
-def _values(client, request: pb.RunRequest, setting: str, choice: BestChoice, searched_before: tuple[str, ...] = ()
-            ) -> dict[tuple[tuple[str, str], ...], pb.RunRequest]:
+def _values(client, request: wire.Request, setting: str, choice: BestChoice, searched_before: tuple[str, ...] = ()
+            ) -> dict[tuple[tuple[str, str], ...], wire.Request]:
     """Each value of `setting` the runner accepts with the other settings as `request` has them, keyed by the
     settings it resolves to; the refusals go to `choice`. A value refused with the settings chosen so far is tried
     with the other values of the settings searched before it: one setting at a time would miss a value that needs
     another (PyTorch's onnxruntime takes channels_first images only)."""
     accepted = {}
-    for name, number in SEARCHED[setting].items():
-        if number == 0:
-            continue
-        variant = with_setting(request, setting, number)
+    for number in numbers(SEARCHED[setting]):
+        variant = wire.with_setting(request, setting, number)
         resolved, reason = resolved_or_refusal(client, variant)
-        alternatives = ((other, value) for other in searched_before for _, value in SEARCHED[other].items() if value)
+        alternatives = ((other, value) for other in searched_before for value in numbers(SEARCHED[other]))
         for other, value in alternatives if resolved is None else ():
-            resolved, _ = resolved_or_refusal(client, with_setting(variant, other, value))
+            resolved, _ = resolved_or_refusal(client, wire.with_setting(variant, other, value))
             if resolved is not None:
-                variant = with_setting(variant, other, value)
+                variant = wire.with_setting(variant, other, value)
                 break
         if resolved is None:
             choice.refused.append((setting, to_text(SEARCHED[setting], number), reason))
@@ -118,9 +115,9 @@ def _values(client, request: pb.RunRequest, setting: str, choice: BestChoice, se
     return accepted
 
 
-def search(endpoints: dict[str, str], transport: Transport, baselines: dict[str, pb.RunRequest],
+def search(endpoints: dict[str, str], transport: Transport, baselines: dict[str, wire.Request],
            repetitions: int = DEFAULT_SEARCH_REPETITIONS,
-           on_result: Callable[[RunResult, pb.RunRequest], None] = lambda run, sent: None,
+           on_result: Callable[[RunResult, wire.Request], None] = lambda run, sent: None,
            progress: Progress = Progress(), gate: Optional[Gate] = None) -> SearchResult:
     """Each runner's fastest settings, from its baseline (a best-profile request, which the runner accepts) one
     searched setting at a time; each candidate runs `repetitions` times, every runner's candidates interleaved

@@ -18,6 +18,7 @@ from ..base.progress import Progress
 from ..plan.keys import new_run_id
 from ..plan.spec import StartupSettings
 from ..plan.study import Configuration
+from ..run import wire
 from ..run.client import RunnerFailure
 from ..run.connection import Transport
 from ..store import records
@@ -72,7 +73,7 @@ def choose_best_settings(pending: Pending, done_before: Pending, results_store: 
     for number, (point, runs) in enumerate(to_search.items()):
         progress.note(f"best profile: searching each runner's settings for {point.model} {point.mode.value} "
                       f"b{point.batch_size} ({number + 1} of {len(to_search)})")
-        baselines = {runner: c.run_spec(startup).to_request() for runner, c in runs.items()}
+        baselines = {runner: wire.to_request(c.run_spec(startup)) for runner, c in runs.items()}
 
         def keep(run, sent) -> None:
             config = {"best_search": session, **MessageToDict(sent), "runner": run.runner, "repetition": run.repetition}

@@ -12,15 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 import pandas as pd
-from fwbench.runner.v1 import runner_pb2 as pb
 
 from ..analyse.comparison import comparison_rows, evidence_of
 from ..analyse.stopping import stop_reason
 from ..base.progress import Progress
-from ..base.vocabulary import to_text
+from ..base.vocabulary import Phase, to_text
 from ..plan.design import BlockDesign, DesignChoice
 from ..plan.study import counterbalanced
-from ..run import jobs
+from ..run import jobs, wire
 from ..run.client import BlockPlace, RunnerClient, RunnerFailure, RunResult
 from ..run.connection import Transport
 from ..run.gate import Gate
@@ -29,7 +28,7 @@ from .rounds import Repetitions, Rounds
 
 
 def design_on_devices(choice: DesignChoice, kinds: list[int], progress: Progress) -> Optional[BlockDesign]:
-    """The blocks to run (None: rounds) once every runner resolved its device (`kinds`, each a pb.DeviceKind), the
+    """The blocks to run (None: rounds) once every runner resolved its device (`kinds`, each a DeviceKind's number), the
     line saying how auto chose them noted on `progress`."""
     blocks, note = choice.on_devices(kinds)
     if note:
@@ -58,9 +57,9 @@ def block_values(results: list[RunResult]) -> dict[str, list[float]]:
     return {str(runner): evidence_of(windows)[0].tolist() for runner, windows in summary.groupby("runner", sort=False)}
 
 
-def run_blocks(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], transport: Transport,
+def run_blocks(endpoints: dict[str, str], requests: dict[str, wire.Request], transport: Transport,
                design: BlockDesign, repetitions: Repetitions, prefix: str, calibration: Optional[pd.DataFrame],
-               min_effect: float, on_result: Callable[[RunResult, pb.RunRequest], None] = lambda run, sent: None,
+               min_effect: float, on_result: Callable[[RunResult, wire.Request], None] = lambda run, sent: None,
                progress: Progress = Progress(), clock: Callable[[], float] = time.monotonic,
                gate: Optional[Gate] = None) -> Rounds:
     """The windows of one configuration on every runner, block by block: a fixed number of blocks, or (auto) until the
@@ -75,7 +74,7 @@ def run_blocks(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], tr
     looks = repetitions.auto and len(endpoints) > 1
     started = clock()
     overall = progress.add_task("blocks", total=repetitions.budget)
-    pending: list[tuple[RunResult, pb.RunRequest]] = []
+    pending: list[tuple[RunResult, wire.Request]] = []
 
     def store_pending() -> None:
         while pending:
@@ -113,8 +112,8 @@ def run_blocks(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], tr
     return rounds
 
 
-def _one_block(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], transport: Transport,
-               design: BlockDesign, number: int, name: str, on_result: Callable[[RunResult, pb.RunRequest], None],
+def _one_block(endpoints: dict[str, str], requests: dict[str, wire.Request], transport: Transport,
+               design: BlockDesign, number: int, name: str, on_result: Callable[[RunResult, wire.Request], None],
                progress: Progress, gate: Gate, store_meanwhile: Callable[[], None] = lambda: None
                ) -> tuple[list[RunResult], list[RunnerFailure]]:
     """One process block: every runner's windows in turn (each runner's first builds and warms up), under one passage
@@ -145,11 +144,11 @@ def _one_block(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], tr
             label = f"{runner} block {number + 1} window {window + 1}"
             task = progress.add_task(f"{label}: starting")
 
-            def on_progress(p: pb.Progress, task=task, label=label) -> None:
-                progress.update(task, description=f"{label}: {to_text(pb.Phase, p.phase)}", completed=p.steps_done,
+            def on_progress(p: wire.Progress, task=task, label=label) -> None:
+                progress.update(task, description=f"{label}: {to_text(Phase, p.phase)}", completed=p.steps_done,
                                 total=p.steps_total)
 
-            request = design.window(requests[runner], name, last=window == design.windows - 1)
+            request = wire.window(requests[runner], design, name, last=window == design.windows - 1)
             try:
                 result = jobs.run_job(runner, endpoints[runner], transport, request, on_progress, repetition)
                 result.block = BlockPlace(design.label, name, window)

@@ -18,7 +18,6 @@ from tempfile import TemporaryDirectory
 from typing import NamedTuple, Optional
 
 import pandas as pd
-from fwbench.runner.v1 import runner_pb2 as pb
 from google.protobuf.json_format import MessageToDict
 
 from ..analyse import stats
@@ -29,6 +28,7 @@ from ..base.progress import Progress
 from ..plan.design import BlockDesign, DesignChoice
 from ..plan.keys import new_run_id
 from ..plan.spec import RunSpec
+from ..run import wire
 from ..run.client import RunnerFailure, RunResult
 from ..run.connection import Transport
 from ..run.execute import run_all
@@ -38,11 +38,11 @@ from ..run.runners import start_embedded
 from ..store import records
 from ..store.results_store import ResultStore
 from . import preflight
-from .blocks import block_values, design_on_devices, run_blocks
-from .rounds import Repetitions
 from .best import DEFAULT_SEARCH_REPETITIONS, search
-from .medians import medians_by_runner
+from .blocks import block_values, design_on_devices, run_blocks
 from .errors import UsageError
+from .medians import medians_by_runner
+from .rounds import Repetitions
 from .runners import RunnerChoice
 
 
@@ -88,7 +88,7 @@ def twin_pairs(given: Sequence[str]) -> dict[str, list[str]]:
 
 
 def run_medians_by_runner(
-    endpoints: dict[str, str], transport: Transport, request: pb.RunRequest, repetitions: int,
+    endpoints: dict[str, str], transport: Transport, request: wire.Request, repetitions: int,
     progress: Progress = Progress(), gate: Optional[Gate] = None,
 ) -> tuple[list[RunResult], dict[str, list[float]], list[RunnerFailure]]:
     """The same request on every runner, counterbalanced, each run through `gate`: the results and each runner's
@@ -106,7 +106,7 @@ def precision_of(medians: dict[str, list[float]]) -> Optional[FloorPrecision]:
 
 
 def medians_to_precision(
-    twins: dict[str, str], transport: Transport, request: pb.RunRequest, target: FloorTarget,
+    twins: dict[str, str], transport: Transport, request: wire.Request, target: FloorTarget,
     progress: Progress = Progress(), gate: Optional[Gate] = None,
 ) -> tuple[list[RunResult], dict[str, list[float]], list[RunnerFailure]]:
     """run_medians_by_runner in rounds of one run per twin (counterbalanced across rounds), until the floor is known
@@ -123,7 +123,7 @@ def medians_to_precision(
     return results, medians_by_runner(results), []
 
 
-def in_blocks(twins: dict[str, str], transport: Transport, request: pb.RunRequest, design: BlockDesign,
+def in_blocks(twins: dict[str, str], transport: Transport, request: wire.Request, design: BlockDesign,
               blocks: int, prefix: str, progress: Progress = Progress(), gate: Optional[Gate] = None,
               ) -> tuple[list[RunResult], dict[str, list[float]], list[RunnerFailure]]:
     """`blocks` process blocks of both twins' windows (app.blocks): the windows, and each twin's value per block."""
@@ -134,7 +134,7 @@ def in_blocks(twins: dict[str, str], transport: Transport, request: pb.RunReques
     return done.results, block_values(done.results), []
 
 
-def calibrate_twins(name: str, addresses: Sequence[str], transport: Transport, request: pb.RunRequest,
+def calibrate_twins(name: str, addresses: Sequence[str], transport: Transport, request: wire.Request,
                     repetitions: int, results_store: ResultStore, run_id: str, progress: Progress = Progress(),
                     gate: Optional[Gate] = None, target: Optional[FloorTarget] = None,
                     design: Optional[BlockDesign] = None) -> tuple[Optional[Calibration], list[RunnerFailure]]:
@@ -181,7 +181,7 @@ def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Pat
     process blocks, and the floor applies to comparisons in that design."""
     gate = Gate(wait_for_quiet_s)
     pairs = twin_pairs(runners.given)
-    request = spec.to_request()
+    request = wire.to_request(spec)
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-calibrate-{spec.model}-{spec.mode.value}-b{spec.batch_size}"
     result = CalibrateResult()
     startup = runners.startup(spec.startup)

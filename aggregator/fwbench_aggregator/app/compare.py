@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Optional
 
 import pandas as pd
-from fwbench.runner.v1 import runner_pb2 as pb
 from google.protobuf.json_format import MessageToDict
 
 from ..analyse import stats
@@ -25,15 +24,16 @@ from ..plan.keys import new_run_id
 from ..plan.spec import RunSpec, per_runner
 from ..present.line_plots import power_timeline
 from ..present.report import write_report
+from ..run import wire
 from ..run.client import RunnerFailure, RunResult
 from ..run.gate import Gate
 from ..store import records
 from ..store.results_store import ResultStore
 from ..store.schema import BEST_SEARCH_PROFILE, PARITY_FRAME, SCALING_KEY_COLUMNS
 from . import best, preflight
+from .blocks import design_on_devices, run_blocks
 from .facts import record_model_facts
 from .report import REPORT_FOLDER, version_tables
-from .blocks import design_on_devices, run_blocks
 from .rounds import Repetitions, run_rounds
 from .runners import RunnerChoice, runners_for
 
@@ -65,7 +65,7 @@ class CompareResult:
     report: Optional[Path] = None  # RUN_DIR/report/report.html, this compare's runs alone
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)  # analyse.comparison rows
     scaling: pd.DataFrame = field(default_factory=pd.DataFrame)  # where the store has other world sizes of it
-    resolved: dict[str, pb.ResolvedConfig] = field(default_factory=dict)  # each runner's run, as it resolved it
+    resolved: dict[str, wire.Resolved] = field(default_factory=dict)  # each runner's run, as it resolved it
     results: list[RunResult] = field(default_factory=list)
     failures: list[RunnerFailure] = field(default_factory=list)
     best: dict[str, best.BestChoice] = field(default_factory=dict)  # under the best profile: each runner's search
@@ -80,10 +80,11 @@ def run_id_for(spec: RunSpec) -> str:
             + f"-{safe_component(spec.model)}-{spec.mode.value}-b{spec.batch_size}")
 
 
-def requests_for(names, request: CompareRequest) -> dict[str, pb.RunRequest]:
+def requests_for(names, request: CompareRequest) -> dict[str, wire.Request]:
     return {
-        name: replace(request.spec, compilation=per_runner(name, list(request.compilation), Compilation),
-                      strategy=per_runner(name, list(request.strategy), Strategy)).to_request()
+        name: wire.to_request(replace(request.spec,
+                                      compilation=per_runner(name, list(request.compilation), Compilation),
+                                      strategy=per_runner(name, list(request.strategy), Strategy)))
         for name in names
     }
 
@@ -112,7 +113,7 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
         looks = repetitions.looks(blocks is not None)
         gate = Gate(request.wait_for_quiet_s)
 
-        def keep(run: RunResult, sent: Optional[pb.RunRequest] = None, profile: str = "") -> None:
+        def keep(run: RunResult, sent: Optional[wire.Request] = None, profile: str = "") -> None:
             sent = sent or requests[run.runner]
             config = {"compare": result.run_id, **MessageToDict(sent), "runner": run.runner, "repetition": run.repetition}
             records.store_result(results_store, new_run_id(), config, run, sent,
@@ -170,8 +171,8 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
     return result
 
 
-def search_best(request: CompareRequest, runners, baselines: dict[str, pb.RunRequest], keep, progress: Progress,
-                result: CompareResult, gate: Gate) -> dict[str, pb.RunRequest]:
+def search_best(request: CompareRequest, runners, baselines: dict[str, wire.Request], keep, progress: Progress,
+                result: CompareResult, gate: Gate) -> dict[str, wire.Request]:
     """Each runner's fastest settings (app.best), its search runs stored under their own profile label; the requests
     that run the comparison at them."""
     found = best.search({name: runners.endpoints[name] for name in baselines}, runners.transport, baselines,

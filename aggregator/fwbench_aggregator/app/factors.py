@@ -15,23 +15,22 @@ from pathlib import Path
 from typing import Optional
 
 import pandas as pd
-from fwbench.runner.v1 import runner_pb2 as pb
 
 from ..analyse import stats
 from ..base.progress import Progress
-from ..base.vocabulary import to_text
+from ..base.vocabulary import Compilation, Layout, Precision, Switch, numbers, to_text
 from ..plan.spec import DEFAULT_REPETITIONS, RunSpec
-from ..run import jobs
+from ..run import jobs, wire
 from ..run.client import RunnerClient, RunnerFailure, RunResult
 from ..run.execute import run_all
 from ..store import records
 from .medians import medians_by_runner
-from .preflight import checked, resolved_or_refusal, with_setting
+from .preflight import checked, resolved_or_refusal
 from .runners import RunnerChoice, runners_for
 
 # Each factor: the request field it sets and the contract's enum of its values (threads: a count, the intra-op
 # threads of the runner's framework).
-FACTORS = {"layout": pb.Layout, "compilation": pb.Compilation, "precision": pb.Precision, "cudnn_autotune": pb.Switch,
+FACTORS = {"layout": Layout, "compilation": Compilation, "precision": Precision, "cudnn_autotune": Switch,
            "threads": None}
 DEFAULT_FACTORS = ("layout", "compilation", "precision", "threads")
 THREADS_FIELD = "intra_op_threads"
@@ -79,7 +78,7 @@ def _entry(runner: str, factor: str = "", value: str = "") -> str:
     return f"{runner}/{BASELINE}" if not factor else f"{runner}/{factor}={value}"
 
 
-def _values(factor: str, resolved: pb.ResolvedConfig) -> tuple[str, list[tuple[str, int]]]:
+def _values(factor: str, resolved: wire.Resolved) -> tuple[str, list[tuple[str, int]]]:
     """The factor's value in the baseline, as text, and each other value to try, (text, number): every other value
     of an enum; for threads, one thread, half the baseline's and twice it (oversubscribed where the baseline uses
     every core)."""
@@ -87,17 +86,17 @@ def _values(factor: str, resolved: pb.ResolvedConfig) -> tuple[str, list[tuple[s
         current = resolved.intra_op_threads
         return str(current), [(str(n), n) for n in sorted({1, current // 2, current * 2} - {0, current})]
     enum, current = FACTORS[factor], getattr(resolved, factor)
-    return to_text(enum, current), [(to_text(enum, n), n) for _, n in enum.items() if n not in (0, current)]
+    return to_text(enum, current), [(to_text(enum, n), n) for n in numbers(enum) if n != current]
 
 
-def _candidates(client: RunnerClient, baseline: pb.RunRequest, resolved: pb.ResolvedConfig, factors: tuple[str, ...]
-                ) -> tuple[dict[tuple[str, str], pb.RunRequest], list[FactorEffect]]:
+def _candidates(client: RunnerClient, baseline: wire.Request, resolved: wire.Resolved, factors: tuple[str, ...]
+                ) -> tuple[dict[tuple[str, str], wire.Request], list[FactorEffect]]:
     """The variants this runner accepts (factor, value) -> request, and those it refuses, with its reason."""
     accepted, refused = {}, []
     for factor in factors:
         current, values = _values(factor, resolved)
         for value, number in values:
-            request = with_setting(baseline, THREADS_FIELD if factor == "threads" else factor, number)
+            request = wire.with_setting(baseline, THREADS_FIELD if factor == "threads" else factor, number)
             resolved_variant, reason = resolved_or_refusal(client, request)
             if resolved_variant is None:
                 refused.append(FactorEffect(client.name, factor, current, value, not_supported=reason))
@@ -124,7 +123,7 @@ def factors(spec: RunSpec, runners: RunnerChoice, chosen: tuple[str, ...] = DEFA
     """Each runner's baseline (the spec as the equal profile runs it) and each other value of each chosen factor it
     accepts, run counterbalanced; each variant's effect against its runner's baseline, written under `out`."""
     result = FactorsResult()
-    baseline = spec.to_request()
+    baseline = wire.to_request(spec)
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-factors-{spec.model}-{spec.mode.value}-b{spec.batch_size}"
     with runners_for(runners, progress, spec.startup) as found:
         result.failures += found.failures

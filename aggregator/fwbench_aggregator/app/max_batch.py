@@ -15,7 +15,7 @@ from ..base.progress import Progress
 from ..plan.bracket_search import BatchSearch
 from ..plan.keys import new_run_id
 from ..plan.spec import RunSpec
-from ..run import jobs
+from ..run import jobs, wire
 from ..run.client import RunnerClient, RunnerFailure
 from ..run.runners import runner_facts
 from ..store.results_store import ResultStore
@@ -42,7 +42,7 @@ def max_batch(spec: RunSpec, limit: int, runners: RunnerChoice, store: Path,
     """Each runner's search, one runner after the other (they may share a device). `spec` is one step, no warm-up,
     no power: the question is only whether a batch fits."""
     results_store = ResultStore(store)
-    request = spec.to_request()
+    request = wire.to_request(spec)
 
     def search_runner(name: str, address: str, transport, task) -> Search:
         searched_at_unix_s = time.time()
@@ -62,7 +62,7 @@ def max_batch(spec: RunSpec, limit: int, runners: RunnerChoice, store: Path,
         _store(results_store, spec, name, address, transport, limit, largest, search, searched_at_unix_s)
         return Search(name, largest, dict(sorted(search.tried.items())))
 
-    searched = search_each_runner(runners, spec.to_request(), search_runner, progress)
+    searched = search_each_runner(runners, wire.to_request(spec), search_runner, progress)
     return MaxBatchResult(searched.found, searched.failures)
 
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from fwbench.runner.v1 import runner_pb2 as pb
-
-from ..run import jobs
+from ..run import jobs, wire
 from ..run.client import RunnerClient, RunnerFailure
 from ..run.connection import Transport
 from .errors import UsageError
@@ -17,15 +15,7 @@ from .errors import UsageError
 REFUSALS = {"INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND", "OUT_OF_RANGE"}
 
 
-def with_setting(request: pb.RunRequest, field: str, value: int) -> pb.RunRequest:
-    """A copy of `request` with one field set: a variant to ask a runner about."""
-    variant = pb.RunRequest()
-    variant.CopyFrom(request)
-    setattr(variant, field, value)
-    return variant
-
-
-def resolved_or_refusal(client: RunnerClient, request: pb.RunRequest) -> tuple[pb.ResolvedConfig | None, str]:
+def resolved_or_refusal(client: RunnerClient, request: wire.Request) -> tuple[wire.Resolved | None, str]:
     """The runner's resolution of `request`, or None and its reason where it refuses it; any other failure (an
     unreachable runner) is raised."""
     try:
@@ -36,12 +26,12 @@ def resolved_or_refusal(client: RunnerClient, request: pb.RunRequest) -> tuple[p
         return None, failure.message
 
 
-def check_all(endpoints: Mapping[str, str], transport: Transport, requests: Sequence[tuple[str, pb.RunRequest]],
-              what: str) -> tuple[list[pb.ResolvedConfig | None], list[RunnerFailure]]:
+def check_all(endpoints: Mapping[str, str], transport: Transport, requests: Sequence[tuple[str, wire.Request]],
+              what: str) -> tuple[list[wire.Resolved | None], list[RunnerFailure]]:
     """Each (runner, request)'s resolved configuration (None where the runner is too old to answer CheckRun, or could
     not be asked), and the runners that could not be asked. Raises UsageError naming every problem, runners that
     share one named together, where any runner refuses its request."""
-    resolved: list[pb.ResolvedConfig | None] = [None] * len(requests)
+    resolved: list[wire.Resolved | None] = [None] * len(requests)
     failures: dict[str, RunnerFailure] = {}
     problems: dict[str, list[str]] = {}
     by_runner: dict[str, list[int]] = {}
@@ -68,19 +58,19 @@ def check_all(endpoints: Mapping[str, str], transport: Transport, requests: Sequ
     return resolved, list(failures.values())
 
 
-def checked(endpoints: Mapping[str, str], transport: Transport, requests: Mapping[str, pb.RunRequest],
-            what: str = "the comparison") -> tuple[dict[str, pb.ResolvedConfig], list[RunnerFailure]]:
+def checked(endpoints: Mapping[str, str], transport: Transport, requests: Mapping[str, wire.Request],
+            what: str = "the comparison") -> tuple[dict[str, wire.Resolved], list[RunnerFailure]]:
     """check_all for one request per runner: each runner's resolved configuration, and the runners not asked."""
     resolved, failures = check_all(endpoints, transport, list(requests.items()), what)
     return {name: config for name, config in zip(requests, resolved) if config is not None}, failures
 
 
-def same_network(endpoints: Mapping[str, str], transport: Transport, requests: Mapping[str, pb.RunRequest],
+def same_network(endpoints: Mapping[str, str], transport: Transport, requests: Mapping[str, wire.Request],
                  allow_different: bool = False) -> None:
     """For a plug-in model, evidence before anything runs that the runners build one network: the same plug-in
     (content hash) and the same trainable parameter count at the run's shape and options. A UsageError where they
     differ, unless the user allows it; built-in models pass at once (the project's parity tests prove them)."""
-    found: dict[str, tuple[pb.ModelInfo, pb.RunRequest]] = {}
+    found: dict[str, tuple[wire.ModelInfo, wire.Request]] = {}
     for name, request in requests.items():
         with RunnerClient(name, jobs.addresses_of(endpoints[name])[0], transport) as client:
             info = next((m for m in client.list_models() if m.name == request.model), None)

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import pandas as pd
-from fwbench.runner.v1 import runner_pb2 as pb
 
 from ..analyse import stats
 from ..analyse.comparison import comparison_rows
 from ..analyse.sequential import block_looks, default_budget
 from ..analyse.stopping import stop_reason
 from ..base.progress import Progress
+from ..run import wire
 from ..run.client import RunnerFailure, RunResult
 from ..run.connection import Transport
 from ..run.execute import run_all
@@ -67,7 +67,7 @@ class Rounds:
     stopped: str = ""  # under auto, why the rounds ended: stop_reason's, "time budget" or "one runner left"
 
 
-def run_rounds(endpoints: dict[str, str], requests: dict[str, pb.RunRequest], transport: Transport,
+def run_rounds(endpoints: dict[str, str], requests: dict[str, wire.Request], transport: Transport,
                repetitions: Repetitions, calibration: Optional[pd.DataFrame], min_effect: float,
                cooldown_s: float = 0.0, on_result: Callable[[RunResult], None] = lambda run: None,
                rendezvous_port: Optional[int] = None, progress: Progress = Progress(),

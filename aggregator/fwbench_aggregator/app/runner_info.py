@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fwbench.runner.v1 import runner_pb2 as pb
-
 from ..base.progress import Progress
-from ..base.vocabulary import shape_text, to_text
+from ..base.vocabulary import Task, shape_text, to_text
+from ..run import wire
 from ..run.client import RunnerClient, RunnerFailure
 from ..run.listing import ListedModel, PluginProblem
 from ..run.runners import each_runner
@@ -37,7 +36,7 @@ def list_models(runners: RunnerChoice, parameters: bool = False, progress: Progr
         counts = _parameter_counts(name, client, [m.name for m in models], progress) if parameters else {}
         for m in models:
             entry = by_name.setdefault(m.name, ListedModel(
-                m.name, to_text(pb.Task, m.task), m.input_convention, shape_text(m.default_input_shape),
+                m.name, to_text(Task, m.task), m.input_convention, shape_text(m.default_input_shape),
                 shape_text(m.min_input_shape), shape_text(m.max_input_shape),
                 " ".join(f"{o.name}={'|'.join(o.choices)}" for o in m.options),
                 source=m.source_folder, origin=m.source_origin, content_hash=m.content_hash,
@@ -69,7 +68,7 @@ def _parameter_counts(name: str, client: RunnerClient, models: list[str], progre
 class RunnerDescription:
     name: str
     address: str
-    info: pb.DescribeResponse
+    info: wire.RunnerDescription
 
 
 def describe(runners: RunnerChoice, progress: Progress = Progress()) -> tuple[list[RunnerDescription], list[RunnerFailure]]:

@@ -8,10 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from fwbench.runner.v1 import runner_pb2 as pb
-
 from ..base.progress import Progress
 from ..plan.spec import StartupSettings
+from ..run import wire
 from ..run.client import RunnerFailure
 from ..run.connection import Transport
 from . import preflight
@@ -28,7 +27,7 @@ class Searched(Generic[Found]):
     failures: list[RunnerFailure] = field(default_factory=list)
 
 
-def search_each_runner(runners: RunnerChoice, first: pb.RunRequest, search: Search, progress: Progress = Progress(),
+def search_each_runner(runners: RunnerChoice, first: wire.Request, search: Search, progress: Progress = Progress(),
                        settings: StartupSettings = StartupSettings()) -> Searched:
     """`search` on every runner that is reached and accepts `first` (the search's first request), under a progress
     task of its own; a RunnerFailure it raises ends that runner's search only."""

@@ -14,10 +14,10 @@ import pandas as pd
 from google.protobuf.json_format import MessageToDict
 
 from ..base.progress import Progress
-from ..plan.keys import new_run_id
 from ..plan.bracket_search import RateSearch
+from ..plan.keys import new_run_id
 from ..plan.spec import RunSpec
-from ..run import jobs
+from ..run import jobs, wire
 from ..run.client import RunnerFailure, RunResult
 from ..store import records
 from ..store.results_store import ResultStore
@@ -103,7 +103,7 @@ def serve_capacity(request: CapacityRequest, progress: Progress = Progress()) ->
             runs = []
             for repetition in range(request.repetitions):
                 progress.update(task, description=f"{name}: {target_qps:g} qps, run {repetition + 1}")
-                sent = spec.to_request()
+                sent = wire.to_request(spec)
                 run = jobs.run_job(name, address, transport, sent, repetition=repetition)
                 config = {"serve_capacity": searched_at_unix_s, **MessageToDict(sent), "runner": name,
                           "repetition": repetition}
@@ -118,7 +118,7 @@ def serve_capacity(request: CapacityRequest, progress: Progress = Progress()) ->
         _store(results_store, request, found, kept[0], searched_at_unix_s)
         return found
 
-    searched = search_each_runner(request.runners, request.spec.to_request(), search_runner, progress,
+    searched = search_each_runner(request.runners, wire.to_request(request.spec), search_runner, progress,
                                   request.spec.startup)
     return CapacityResult(searched.found, searched.failures)
 

@@ -10,20 +10,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from fwbench.runner.v1 import runner_pb2 as pb
-
 from ..base.progress import Progress
 from ..plan.keys import new_run_id
 from ..plan.spec import StartupSettings
 from ..plan.study import Configuration, Sweep
-from ..run import jobs
+from ..run import jobs, wire
 from ..run.client import RunnerClient, RunnerFailure, RunResult
 from ..run.connection import Transport
 from ..run.gate import Gate
 from ..run.study import StoreFailure, StoreRun, run_sweep
 from ..store import records
-from ..store.lock import StoreBusy, store_lock
 from ..store.config_keys import runs_by_config, unread_runs_of
+from ..store.lock import StoreBusy, store_lock
 from ..store.migrations import CONFIG_KEY
 from ..store.results_store import AlreadyStored, ResultStore
 from . import preflight
@@ -116,10 +114,10 @@ def check_study(pending: Pending, endpoints: dict[str, str], transport: Transpor
                 startup: StartupSettings) -> list[RunnerFailure]:
     """Every distinct request of the study asked of its runner before anything runs (preflight.checked); a refused
     one refuses the study, naming each configuration's problem."""
-    requests: dict[tuple[str, bytes], tuple[str, pb.RunRequest]] = {}
+    requests: dict[tuple[str, bytes], tuple[str, wire.Request]] = {}
     for _, c in pending:
         if c.runner in endpoints:
-            request = c.run_spec(startup).to_request()
+            request = wire.to_request(c.run_spec(startup))
             requests.setdefault((c.runner, request.SerializeToString(deterministic=True)), (c.runner, request))
     _, failures = preflight.check_all(endpoints, transport, list(requests.values()), "the study")
     return failures
@@ -128,10 +126,10 @@ def check_study(pending: Pending, endpoints: dict[str, str], transport: Transpor
 def check_same_networks(pending: Pending, endpoints: dict[str, str], transport: Transport, startup: StartupSettings,
                         allow_different: bool) -> None:
     """preflight.same_network for every model, shape and options of the study that more than one runner runs."""
-    points: dict[tuple, dict[str, pb.RunRequest]] = {}
+    points: dict[tuple, dict[str, wire.Request]] = {}
     for _, c in pending:
         if c.runner in endpoints:
-            request = c.run_spec(startup).to_request()
+            request = wire.to_request(c.run_spec(startup))
             point = (request.model, tuple(request.input_shape), tuple(sorted(request.model_options.items())))
             points.setdefault(point, {}).setdefault(c.runner, request)
     for requests in points.values():
@@ -173,7 +171,7 @@ def store_callbacks(results_store: ResultStore, progress: Progress = Progress(),
         except AlreadyStored as taken:
             progress.note(str(taken), "warning")
 
-    def store(key: str, c: Configuration, run: RunResult, sent: pb.RunRequest, context: dict) -> None:
+    def store(key: str, c: Configuration, run: RunResult, sent: wire.Request, context: dict) -> None:
         said(lambda: records.store_result(results_store, new_run_id(), c.key_fields(), run, sent,
                                           {**context, CONFIG_KEY: key}, max_repetitions=max_repetitions))
 

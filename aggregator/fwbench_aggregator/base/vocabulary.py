@@ -1,6 +1,9 @@
 """The contract's vocabulary as text: every enum's choices, derived from the generated descriptors, and
 the rules for shapes and devices. The command line, sweep files and result tables all read it here, so
-a value added to the .proto is a new choice everywhere with no table to edit.
+a value added to the .proto is a new choice everywhere with no table to edit. This is the one module besides the
+wire's edge (run.wire, run.client) that reads the generated code: the enums' words are facts of the contract, and
+the floor every other module stands on; everything above names an enum by its choice enum here (Mode, Phase, ...),
+which carries the contract's descriptor, never by the generated one.
 
 A proto enum's values share a prefix named by its zero value (MODE_UNSPECIFIED -> MODE_); the text
 of a value is the rest, lower-cased (MODE_TRAIN -> "train"). The zero value means "the runner's
@@ -51,9 +54,17 @@ def from_text(enum_type: EnumTypeWrapper, text: str) -> int:
     return enum_type.DESCRIPTOR.values_by_name[_prefix(enum_type) + text.upper()].number
 
 
+def numbers(enum_type: EnumTypeWrapper) -> tuple[int, ...]:
+    """The wire's number of every value but the zero one, in the .proto's order."""
+    return tuple(v.number for v in enum_type.DESCRIPTOR.values if v.number != 0)
+
+
 def choice_enum(enum_type: EnumTypeWrapper) -> type[enum.Enum]:
-    """A str enum of the choices (members named by their text), for typer options and sweep fields."""
-    return enum.Enum(enum_type.DESCRIPTOR.name, [(text, text) for text in choices(enum_type)], type=str)
+    """A str enum of the choices (members named by their text), for typer options and sweep fields. It carries the
+    contract's descriptor, so that what, choices, to_text and from_text take it as they take the generated enum."""
+    choice = enum.Enum(enum_type.DESCRIPTOR.name, [(text, text) for text in choices(enum_type)], type=str)
+    choice.DESCRIPTOR = enum_type.DESCRIPTOR
+    return choice
 
 
 Mode = choice_enum(pb.Mode)
@@ -64,6 +75,9 @@ Profile = choice_enum(pb.Profile)
 Switch = choice_enum(pb.Switch)
 Strategy = choice_enum(pb.Strategy)
 Scenario = choice_enum(pb.Scenario)
+DeviceKind = choice_enum(pb.DeviceKind)
+Task = choice_enum(pb.Task)
+Phase = choice_enum(pb.Phase)
 
 
 # The wire carries shape dimensions and device indices as uint32.
@@ -128,7 +142,7 @@ def indexed_device(device: str) -> str:
 def device_kind_index(device: str) -> tuple[int, int]:
     """"gpu:1" -> (DEVICE_KIND_GPU, 1)."""
     kind, _, index = indexed_device(device).partition(":")
-    return from_text(pb.DeviceKind, kind), int(index)
+    return from_text(DeviceKind, kind), int(index)
 
 
 def serving_text(serving) -> str:
@@ -136,8 +150,8 @@ def serving_text(serving) -> str:
     "offline", "server 200 qps" or "server 200 qps, batch timeout 5 ms"."""
     if not serving.scenario:
         return ""
-    text = to_text(pb.Scenario, serving.scenario)
-    if serving.scenario == pb.SCENARIO_SERVER:
+    text = to_text(Scenario, serving.scenario)
+    if text == Scenario.server:
         text += f" {serving.target_qps:g} qps"
         if serving.batch_timeout_ms:
             text += f", batch timeout {serving.batch_timeout_ms:g} ms"
@@ -146,4 +160,4 @@ def serving_text(serving) -> str:
 
 def device_text(ref) -> str:
     """A message with a device kind and index (Device, DeviceSelector) as "gpu:1"."""
-    return f"{to_text(pb.DeviceKind, ref.kind)}:{ref.index}"
+    return f"{to_text(DeviceKind, ref.kind)}:{ref.index}"

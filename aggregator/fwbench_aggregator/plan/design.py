@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from fwbench.runner.v1 import runner_pb2 as pb
+from ..base.vocabulary import DeviceKind, to_text
 
 ROUNDS_LABEL = "rounds"  # the design of runs made one after another, as every store before designs were recorded
 # A block's windows per runner, and each window's shortest measurement (measured and chosen in studies/evidence.md).
@@ -38,7 +38,7 @@ GPU_IN_ROUNDS = "blocks have been checked against A/A comparisons on the CPU onl
 @dataclass(frozen=True)
 class BlockDesign:
     """Interleaved process blocks: `windows` windows per runner in each block, each measuring at least `window_s` and
-    MIN_WINDOW_STEPS steps after REFILL_STEPS steps of warm-up."""
+    MIN_WINDOW_STEPS steps after REFILL_STEPS steps of warm-up (each window's request: run.wire.window)."""
 
     windows: int = DEFAULT_BLOCK_WINDOWS
     window_s: float = DEFAULT_WINDOW_S
@@ -53,21 +53,6 @@ class BlockDesign:
     def label(self) -> str:
         """The design as every run of it records it (part of the measurement protocol: runs of one label pool)."""
         return f"blocks of {self.windows} windows"
-
-    def window(self, request: pb.RunRequest, block: str, last: bool) -> pb.RunRequest:
-        """One window of `block` for a runner whose comparison asks `request`: its build kept and continued under the
-        block's name, in the block's worker process, freed with the process after the runner's `last` window."""
-        window = pb.RunRequest()
-        window.CopyFrom(request)
-        window.ClearField("warmup_until_stable")
-        window.warmup_steps = REFILL_STEPS
-        window.measured_steps = MIN_WINDOW_STEPS
-        window.min_measure_s = self.window_s
-        window.reuse_key = block
-        window.continue_reuse = True
-        window.process_block = block
-        window.end_reuse = last
-        return window
 
 
 def is_blocks(label: str) -> bool:
@@ -85,11 +70,11 @@ class DesignChoice:
     rounds_because: str = ""
 
     def on_devices(self, kinds: list[int]) -> tuple[BlockDesign | None, str]:
-        """The design to run once every runner has resolved its device (`kinds`, each a pb.DeviceKind), and the
+        """The design to run once every runner has resolved its device (`kinds`, each a DeviceKind's number), and the
         line that says how auto chose it ("" where the design was asked for by name)."""
         if not self.auto:
             return self.blocks, ""
-        if self.blocks and any(kind != pb.DEVICE_KIND_CPU for kind in kinds):
+        if self.blocks and any(to_text(DeviceKind, kind) != DeviceKind.cpu for kind in kinds):
             return None, f"design: rounds (auto: {GPU_IN_ROUNDS}; --design blocks runs them anyway)"
         if self.blocks:
             return self.blocks, (f"design: {self.blocks.label} of {self.blocks.window_s:g} s (auto: single-device "

@@ -4,7 +4,7 @@ that column is part of the comparability key, how the key part reads in a label,
 sent in and resolved as. The command line's option groups (cli.workload_options), a sweep file's fields and their
 checks (plan.study_file), the store's columns and key (store.schema), what a summary stores (store.records) and the
 labels (analyse.alike) are made from these declarations; tests/test_settings_declared_once.py holds every other
-module to them. A new setting is one Setting here and one RunSpec field with its line in RunSpec.to_request (this
+module to them. A new setting is one Setting here and one RunSpec field with its line in run.wire.to_request (this
 module imports spec's limits, so spec cannot read these declarations)."""
 
 from __future__ import annotations

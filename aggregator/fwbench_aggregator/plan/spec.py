@@ -1,5 +1,5 @@
 """What one run asks of a runner, as one value: `compare`, `max-batch` and every point of a sweep
-describe their runs as a RunSpec, and only RunSpec.to_request writes the contract's RunRequest. The settings
+describe their runs as a RunSpec, and only run.wire.to_request writes the contract's RunRequest from it. The settings
 a runner fixes when it starts (StartupSettings), the measurement defaults and the accepted ranges live here too."""
 
 from __future__ import annotations
@@ -9,12 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from fwbench.runner.v1 import runner_pb2 as pb
-
-from ..base.vocabulary import (
-    Compilation, Layout, Mode, Precision, Profile, Scenario, Strategy, device_kind_index, from_text, shape_dims,
-)
-
+from ..base.vocabulary import Compilation, Layout, Mode, Precision, Profile, Scenario, Strategy
 
 # Measurement windows by default, for sweeps and `compare` alike. A run warms up until its step time is
 # stable (at most DEFAULT_WARMUP steps) and measures at least DEFAULT_STEPS steps and at least
@@ -131,65 +126,6 @@ class RunSpec:
     def device_count(self) -> int:
         """Devices of each runner the run uses."""
         return len(self.devices.split(",")) if self.devices else 1
-
-    def to_request(self) -> pb.RunRequest:
-        """The request for a runner; every node of a job across runners gets it with its own cluster (jobs.py)."""
-        request = pb.RunRequest(
-            model=self.model,
-            mode=from_text(pb.Mode, self.mode.value),
-            batch_size=self.batch_size,
-            input_shape=shape_dims(self.shape),
-            model_options=dict(self.model_options),
-            precision=from_text(pb.Precision, self.precision.value),
-            warmup_steps=self.warmup,
-            measured_steps=self.steps,
-            seed=self.seed,
-            intra_op_threads=self.startup.intra_op_threads,
-            inter_op_threads=self.startup.inter_op_threads,
-            reuse_key=self.reuse_key,
-            end_reuse=self.end_reuse,
-            continue_reuse=self.continue_reuse,
-            process_block=self.process_block,
-        )
-        if self.layout:
-            request.layout = from_text(pb.Layout, self.layout.value)
-        if self.profile:
-            request.profile = from_text(pb.Profile, self.profile.value)
-        if self.cudnn_autotune:
-            request.cudnn_autotune = from_text(pb.Switch, self.cudnn_autotune)
-        elif not self.profile or self.profile.value == "equal":
-            # The native and best profiles leave autotuning to the runner: its framework's default where it can.
-            request.cudnn_autotune = from_text(pb.Switch, self.startup.cudnn_autotune)
-        if self.compilation:
-            request.compilation = from_text(pb.Compilation, self.compilation.value)
-        if self.device:
-            request.device.kind, request.device.index = device_kind_index(self.device)
-        # Fewer warm-up steps than the stability window are a fixed count: there is nothing to judge stability on.
-        if self.warmup_until_cv and self.warmup >= self.stable_window:
-            request.warmup_until_stable.cv_threshold = self.warmup_until_cv
-            request.warmup_until_stable.window = self.stable_window
-        if self.input_seed is not None:
-            request.input_seed = self.input_seed
-        if self.min_measure_s is not None:
-            request.min_measure_s = self.min_measure_s
-        if self.power_rate_hz is not None:
-            request.power_sample_rate_hz = self.power_rate_hz
-        if self.idle_baseline_s is not None:
-            request.idle_baseline_s = self.idle_baseline_s
-        if self.strategy:
-            request.strategy = from_text(pb.Strategy, self.strategy.value)
-        for device in self.devices.split(",") if self.devices else ():
-            kind, index = device_kind_index(device)
-            request.devices.add(kind=kind, index=index)
-        if self.distributed_timeout_s is not None:
-            request.distributed_timeout_s = self.distributed_timeout_s
-        if self.scenario:
-            request.serving.scenario = from_text(pb.Scenario, self.scenario.value)
-            request.serving.target_qps = self.target_qps or 0.0
-            request.serving.query_count = self.query_count
-            request.serving.batch_timeout_ms = self.batch_timeout_ms or 0.0
-            request.serving.arrival_seed = self.arrival_seed
-        return request
 
 
 def per_runner(runner: str, values: list[str], choices: type[enum.Enum]) -> Optional[enum.Enum]:

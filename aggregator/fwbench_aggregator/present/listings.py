@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
-from fwbench.runner.v1 import runner_pb2 as pb
 from rich.markup import escape
 
-from ..base.vocabulary import device_text, to_text
+from ..base.vocabulary import Precision, device_text, to_text
+from ..run import wire
 from ..run.client import RunnerFailure
 from ..run.listing import ListedModel, PluginProblem
 from .console import Column, err_console, out_console, print_table
@@ -73,7 +73,7 @@ def print_models(
 def print_descriptions(described: Sequence) -> None:
     """Each runner as it describes itself; `described` hold name, address and info (a DescribeResponse)."""
     for d in described:
-        info: pb.DescribeResponse = d.info
+        info: wire.RunnerDescription = d.info
         devices = [
             f"{device_text(x)} {x.name}"
             + (f", {x.memory_bytes / 2**30:.1f} GiB" if x.memory_bytes else "")
@@ -88,7 +88,7 @@ def print_descriptions(described: Sequence) -> None:
             ("cuDNN", info.cudnn_version or "–"),
             ("runner", f"{info.runner_version} ({info.protocol})"),
             ("devices", "\n".join(devices)),
-            ("precisions", ", ".join(to_text(pb.Precision, p) for p in info.precisions)),
+            ("precisions", ", ".join(to_text(Precision, p) for p in info.precisions)),
             ("options", "\n".join(f"{key}={value}" for key, value in sorted(info.options.items()))),
             *(
                 (

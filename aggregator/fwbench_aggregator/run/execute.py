@@ -7,19 +7,17 @@ import time
 from collections.abc import Callable
 from typing import Optional
 
-from fwbench.runner.v1 import runner_pb2 as pb
-
 from ..base.progress import Progress
-from ..base.vocabulary import to_text
+from ..base.vocabulary import Phase, to_text
 from ..plan.study import counterbalanced
-from . import jobs
+from . import jobs, wire
 from .client import RunnerFailure, RunResult
 from .connection import Transport
 from .gate import Gate
 
 
 def run_all(
-    endpoints: dict[str, str], requests: dict[str, pb.RunRequest], transport: Transport, repetitions: int = 1,
+    endpoints: dict[str, str], requests: dict[str, wire.Request], transport: Transport, repetitions: int = 1,
     cooldown_s: float = 0.0, on_result: Callable[[RunResult], None] = lambda result: None,
     rendezvous_port: Optional[int] = None, progress: Progress = Progress(), first_repetition: int = 0,
     gate: Optional[Gate] = None,
@@ -46,8 +44,8 @@ def run_all(
         progress.update(overall, description=label)
         task = progress.add_task(f"{label}: starting")
 
-        def on_progress(p: pb.Progress, task=task, label=label) -> None:
-            progress.update(task, description=f"{label}: {to_text(pb.Phase, p.phase)}", completed=p.steps_done,
+        def on_progress(p: wire.Progress, task=task, label=label) -> None:
+            progress.update(task, description=f"{label}: {to_text(Phase, p.phase)}", completed=p.steps_done,
                             total=p.steps_total)
 
         try:

@@ -17,15 +17,22 @@ from functools import cache
 from pathlib import Path
 from typing import NamedTuple, Optional
 
-from fwbench.runner.v1 import runner_pb2 as pb
-
 from ..base.paths import safe_component
 from ..base.progress import Progress
 from ..base.vocabulary import device_text, indexed_device
-from . import jobs
+from . import jobs, wire
 from .connection import Transport
-from .device_lock import MEASURING, WAITING, Lock, UnsafeLockDir, default_dir, holding, locks_enabled
-from .device_lock import others_measuring, safe_dir
+from .device_lock import (
+    MEASURING,
+    WAITING,
+    Lock,
+    UnsafeLockDir,
+    default_dir,
+    holding,
+    locks_enabled,
+    others_measuring,
+    safe_dir,
+)
 from .quiet import HostProbe, Probe, QuietWait, wait_for_quiet
 from .runners import runner_facts
 
@@ -66,7 +73,7 @@ def places_of(address: str, devices: Sequence[str], options: Mapping[str, str]) 
     return [Place(indexed_device(d), machine, options.get(f"{indexed_device(d)}.uuid", "")) for d in devices]
 
 
-def request_devices(request: pb.RunRequest, default_device: str) -> list[str]:
+def request_devices(request: wire.Request, default_device: str) -> list[str]:
     if request.devices:
         return [device_text(d) for d in request.devices]
     return [device_text(request.device) if request.HasField("device") else default_device]
@@ -111,7 +118,7 @@ class Gate:
         self._runners: dict[str, tuple[str, dict]] = {}  # address -> (default device, Describe options)
         self._said: set[str] = set()
 
-    def places(self, name: str, address: str, transport: Transport, request: pb.RunRequest) -> list[Place]:
+    def places(self, name: str, address: str, transport: Transport, request: wire.Request) -> list[Place]:
         """Where a request runs: on every node of a job (a comma list of addresses). Asks each runner once (a
         RunnerFailure where it does not answer); none where the gate neither locks nor waits."""
         if not self.locks and self.wait_for_quiet_s <= 0:

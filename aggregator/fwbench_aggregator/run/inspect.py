@@ -8,18 +8,16 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
-from fwbench.runner.v1 import runner_pb2 as pb
-
 from ..base.progress import Progress
 from ..base.vocabulary import shape_dims
-from . import jobs
+from . import jobs, wire
 from .client import RunnerClient, RunnerFailure
 from .connection import Transport
 
 
 class Inspected(NamedTuple):
     identity: dict[str, str]  # runner, framework, framework_version, model, model_options, input_shape
-    report: pb.ModelReport
+    report: wire.ModelReport
     address: str
 
 

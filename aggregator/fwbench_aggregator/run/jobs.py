@@ -17,8 +17,8 @@ from contextlib import ExitStack
 from typing import Optional
 
 import numpy as np
-from fwbench.runner.v1 import runner_pb2 as pb
 
+from . import wire
 from .client import RunnerClient, RunnerFailure, RunResult
 from .connection import Transport
 
@@ -55,7 +55,7 @@ def _free_ports(count: int) -> list[int]:
         return [s.getsockname()[1] for s in sockets]
 
 
-def clusters(addresses: Sequence[str], rendezvous_port: Optional[int] = None) -> list[Optional[pb.Cluster]]:
+def clusters(addresses: Sequence[str], rendezvous_port: Optional[int] = None) -> list[Optional[wire.Cluster]]:
     """Each node's place in the job: node i's rendezvous endpoint is its host at port + i (torch's store listens
     on the first, each TensorFlow worker on its own). Where every host is this one and no port is given, free
     ports are picked. [None] for a runner on its own."""
@@ -68,21 +68,12 @@ def clusters(addresses: Sequence[str], rendezvous_port: Optional[int] = None) ->
         first = rendezvous_port or DEFAULT_RENDEZVOUS_PORT
         ports = [first + i for i in range(len(hosts))]
     endpoints = [f"{host}:{port}" for host, port in zip(hosts, ports)]
-    return [pb.Cluster(node_rank=i, node_count=len(hosts), endpoints=endpoints) for i in range(len(hosts))]
-
-
-def node_request(request: pb.RunRequest, cluster: Optional[pb.Cluster]) -> pb.RunRequest:
-    if cluster is None:
-        return request
-    node = pb.RunRequest()
-    node.CopyFrom(request)
-    node.cluster.CopyFrom(cluster)
-    return node
+    return wire.clusters(endpoints)
 
 
 def run_job(
-    name: str, address: str, transport: Transport, request: pb.RunRequest,
-    on_progress: Callable[[pb.Progress], None] = lambda progress: None, repetition: int = 0,
+    name: str, address: str, transport: Transport, request: wire.Request,
+    on_progress: Callable[[wire.Progress], None] = lambda progress: None, repetition: int = 0,
     rendezvous_port: Optional[int] = None, active: Optional[set] = None,
     on_summary: Callable[[RunResult], None] = lambda result: None,
 ) -> RunResult:
@@ -108,8 +99,8 @@ def run_job(
 
 
 def _run_nodes(
-    name: str, address: str, clients: Sequence[RunnerClient], request: pb.RunRequest,
-    on_progress: Callable[[pb.Progress], None], repetition: int, rendezvous_port: Optional[int],
+    name: str, address: str, clients: Sequence[RunnerClient], request: wire.Request,
+    on_progress: Callable[[wire.Progress], None], repetition: int, rendezvous_port: Optional[int],
 ) -> RunResult:
     addresses = addresses_of(address)
     places = clusters(addresses, rendezvous_port)
@@ -117,7 +108,7 @@ def _run_nodes(
     def run_node(rank: int) -> RunResult:
         report = on_progress if rank == 0 else (lambda progress: None)
         try:
-            return clients[rank].run(node_request(request, places[rank]), report, repetition)
+            return clients[rank].run(wire.for_node(request, places[rank]), report, repetition)
         except RunnerFailure as failure:
             raise RunnerFailure(name, failure.code, f"node {rank} ({addresses[rank]}): {failure.message}", failure.reason) from None
 
@@ -137,11 +128,11 @@ def _run_nodes(
         pool.shutdown(wait=True)
 
 
-def _rank_times(step: pb.StepTiming) -> list[float]:
+def _rank_times(step: wire.StepTiming) -> list[float]:
     return list(step.rank_step_time_s) or [step.step_time_s]
 
 
-def merge_steps(node_steps: Sequence[Sequence[pb.StepTiming]]) -> list[pb.StepTiming]:
+def merge_steps(node_steps: Sequence[Sequence[wire.StepTiming]]) -> list[wire.StepTiming]:
     """Per step index (those every node reported): step_time_s the slowest node's, rank_step_time_s every
     rank's in node order; warm-up and start from node 0."""
     by_index = [{s.index: s for s in steps} for steps in node_steps]
@@ -150,7 +141,7 @@ def merge_steps(node_steps: Sequence[Sequence[pb.StepTiming]]) -> list[pb.StepTi
         steps = [own.get(first.index) for own in by_index]
         if any(s is None for s in steps):
             continue
-        step = pb.StepTiming(
+        step = wire.StepTiming(
             index=first.index, warmup=first.warmup, start_s=first.start_s,
             step_time_s=max(s.step_time_s for s in steps),
             rank_step_time_s=[t for s in steps for t in _rank_times(s)],
@@ -161,7 +152,7 @@ def merge_steps(node_steps: Sequence[Sequence[pb.StepTiming]]) -> list[pb.StepTi
     return merged
 
 
-def straggler_spread(steps: Sequence[pb.StepTiming]) -> Optional[float]:
+def straggler_spread(steps: Sequence[wire.StepTiming]) -> Optional[float]:
     """Median over the measured steps of (slowest - fastest rank) / slowest; None with one rank."""
     spreads = [
         (max(times) - min(times)) / max(times)
@@ -178,7 +169,7 @@ def merge(name: str, address: str, results: Sequence[RunResult]) -> RunResult:
     steps = merge_steps([r.steps for r in results])
     measured = [s.step_time_s for s in steps if not s.warmup]
     summaries = [r.summary for r in results]
-    summary = pb.Summary()
+    summary = wire.Summary()
     summary.CopyFrom(head.summary)
     if measured:
         summary.measured_steps = len(measured)

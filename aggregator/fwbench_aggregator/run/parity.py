@@ -7,10 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fwbench.runner.v1 import runner_pb2 as pb
-
 from ..base.paths import CHANGED_MARK, safe_component
 from ..base.vocabulary import shape_text
+from . import wire
 from .client import RunnerClient, RunnerFailure
 
 # The runners fwbench starts share a folder it makes; runners named with --runner are the user's to start so.
@@ -39,7 +38,7 @@ class Variant:
         return f"reference-{stem}.npz"
 
 
-def variants(models: list[pb.ModelInfo], names: list[str] | None) -> list[Variant]:
+def variants(models: list[wire.ModelInfo], names: list[str] | None) -> list[Variant]:
     chosen = [m for m in models if names is None or m.name in names]
     out = []
     for m in chosen:
@@ -66,7 +65,7 @@ def gather_variant(variant: Variant, reference: RunnerClient, other: RunnerClien
         row[f"build_s_{client.name}"] = report.build_time_s
     row["input_shape"] = shape_text(reports[reference.name].input_shape)
 
-    request = pb.ReferenceRequest(model=variant.model, model_options=variant.options, name=variant.reference_name)
+    request = wire.reference_request(variant.model, variant.options, variant.reference_name)
     try:
         reference.export_reference(request)
         compared = other.compare_reference(request)

@@ -11,14 +11,12 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import NamedTuple, Optional
 
-from fwbench.runner.v1 import runner_pb2 as pb
-
 from ..base.frameworks import default_names as default_framework_names
 from ..base.frameworks import names as framework_names
 from ..base.progress import Progress
-from ..base.vocabulary import indexed_device, shape_dims, shape_text
+from ..base.vocabulary import DeviceKind, indexed_device, shape_dims, shape_text, to_text
 from ..plan.spec import StartupSettings
-from . import jobs
+from . import jobs, wire
 from .client import RunnerClient, RunnerFailure
 from .connection import EMBEDDED, Transport, embedded_runner_env
 from .launch import LocalRunner, RunnerStartError, default_venvs, embedded_command, ensure_environment
@@ -116,7 +114,7 @@ def runner_facts(name: str, address: str, transport: Transport) -> RunnerFacts:
     successful one would have reported; and its Describe options."""
     with RunnerClient(name, address, transport) as client:
         info = client.describe()
-    gpus = [d for d in info.devices if d.kind == pb.DEVICE_KIND_GPU]
+    gpus = [d for d in info.devices if to_text(DeviceKind, d.kind) == DeviceKind.gpu]
     default_device = f"gpu:{gpus[0].index}" if gpus else "cpu:0"
 
     @functools.cache

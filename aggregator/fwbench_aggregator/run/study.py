@@ -12,13 +12,11 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import NamedTuple, Optional, Protocol
 
-from fwbench.runner.v1 import runner_pb2 as pb
-
 from ..base.progress import Progress
 from ..base.vocabulary import indexed_device
 from ..plan.spec import StartupSettings
 from ..plan.study import Configuration
-from . import jobs
+from . import jobs, wire
 from .client import RunnerClient, RunnerFailure, RunResult
 from .connection import Transport
 from .device_lock import Stopped
@@ -27,7 +25,7 @@ from .runners import runner_facts
 from .scheduler import device_group, run_grouped, run_pooled
 
 # (configuration key, configuration, result, request, context): a completed run, to be stored (under an id of its own).
-StoreRun = Callable[[str, Configuration, RunResult, pb.RunRequest, dict], None]
+StoreRun = Callable[[str, Configuration, RunResult, wire.Request, dict], None]
 # (key, configuration, failure, columns, context): a run that ran out of memory, to be stored as such; the columns
 # say where it would have run (the device, shape and spread a success would report).
 StoreFailure = Callable[[str, Configuration, RunnerFailure, dict, dict], None]
@@ -137,7 +135,8 @@ class _Sweep:
         label = f"{c.runner} {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1}"
         self.progress.update(self.overall, description=label)
         reuse_key = f"{self.session}-{c.reuse_chain}" if c.reuse_chain else ""
-        request = c.run_spec(self.startup, reuse_key, end_reuse=bool(reuse_key) and self._ends_chain(key, c)).to_request()
+        spec = c.run_spec(self.startup, reuse_key, end_reuse=bool(reuse_key) and self._ends_chain(key, c))
+        request = wire.to_request(spec)
         record = dict(context or {})
         stopped = stop.is_set if stop is not None else (lambda: False)
 

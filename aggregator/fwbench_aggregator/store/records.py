@@ -10,17 +10,41 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from fwbench.runner.v1 import runner_pb2 as pb
 from google.protobuf.json_format import MessageToDict
 
-from ..base.vocabulary import device_text, serving_text, shape_text, to_text
+from ..base.vocabulary import (
+    Compilation,
+    Layout,
+    Mode,
+    Precision,
+    Profile,
+    Scenario,
+    Strategy,
+    Switch,
+    device_text,
+    serving_text,
+    shape_text,
+    to_text,
+)
 from ..plan.design import ROUNDS_LABEL
 from ..plan.settings import BY_NAME, stored
+from ..run import wire
 from ..run.client import RunnerFailure, RunResult
 from .results_store import ResultStore
 from .schema import (
-    BUILT_IN, DEFAULT_PROFILE, ENERGY_FIELDS, ENVIRONMENT_COLUMNS, IMAGE_COLUMNS, POWER_COLUMNS, POWER_FIELDS,
-    QUERIES_COLUMNS, QUERIES_FRAME, SERVING_PERCENTILES, STEPS_COLUMNS, SUMMARY_COLUMNS, looks_text,
+    BUILT_IN,
+    DEFAULT_PROFILE,
+    ENERGY_FIELDS,
+    ENVIRONMENT_COLUMNS,
+    IMAGE_COLUMNS,
+    POWER_COLUMNS,
+    POWER_FIELDS,
+    QUERIES_COLUMNS,
+    QUERIES_FRAME,
+    SERVING_PERCENTILES,
+    STEPS_COLUMNS,
+    SUMMARY_COLUMNS,
+    looks_text,
 )
 
 
@@ -34,20 +58,20 @@ def _config_columns(run_id: str, result: RunResult) -> dict:
         "framework_version": result.runner_info.framework_version,
         "container_image": result.runner_info.options.get("container_image", ""),
         "model": c.model,
-        "mode": to_text(pb.Mode, c.mode),
+        "mode": to_text(Mode, c.mode),
         "batch_size": c.batch_size,
         "input_shape": shape_text(c.input_shape),
-        "precision": to_text(pb.Precision, c.precision),
+        "precision": to_text(Precision, c.precision),
         "device": device_text(device),
         # A distributed run: the strategy, every device of each runner, the runners, the job's replicas.
-        "strategy": to_text(pb.Strategy, c.strategy) if c.strategy else "single",
+        "strategy": to_text(Strategy, c.strategy) if c.strategy else "single",
         "devices": ",".join(device_text(d) for d in c.devices) or device_text(device),
         "nodes": c.cluster.node_count if c.HasField("cluster") else 1,
         "world_size": c.world_size or 1,
         "global_batch_size": c.global_batch_size or c.batch_size,
         "model_options": ";".join(f"{k}={v}" for k, v in sorted(c.model_options.items())),
         "repetition": result.repetition,
-        "profile": to_text(pb.Profile, c.profile) if c.profile else DEFAULT_PROFILE,
+        "profile": to_text(Profile, c.profile) if c.profile else DEFAULT_PROFILE,
         "serving": serving_text(c.serving),
     }
 
@@ -75,15 +99,15 @@ def queries_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
                                                                   kind="stable", ignore_index=True)
 
 
-def _serving_columns(config: pb.ResolvedConfig, summary: pb.Summary) -> dict:
+def _serving_columns(config: wire.Resolved, summary: wire.Summary) -> dict:
     """A run under a scenario: its load as resolved and the runner's serving figures; a figure the run could not
     support is empty, its reason in serving_unavailable. Empty for back-to-back batches."""
     if not summary.HasField("serving"):
         return {}
     s = summary.serving
     return {
-        "scenario": to_text(pb.Scenario, s.scenario),
-        "target_qps": s.target_qps if s.scenario == pb.SCENARIO_SERVER else None,
+        "scenario": to_text(Scenario, s.scenario),
+        "target_qps": s.target_qps if to_text(Scenario, s.scenario) == Scenario.server else None,
         "batch_timeout_ms": config.serving.batch_timeout_ms,
         "query_count": s.query_count, "duration_s": s.duration_s, "achieved_qps": s.achieved_qps,
         "serving_throughput_samples_per_s": s.throughput_samples_per_s,
@@ -94,7 +118,7 @@ def _serving_columns(config: pb.ResolvedConfig, summary: pb.Summary) -> dict:
 
 
 
-def _setting_columns(config: pb.ResolvedConfig) -> dict:
+def _setting_columns(config: wire.Resolved) -> dict:
     """The run settings as the runner resolved them, each in its column (plan.settings names its field); a setting
     a runner does not report (one older than the setting) reads as the one its default comes from."""
     values: dict[str, object] = {}
@@ -139,7 +163,7 @@ def power_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=POWER_COLUMNS)
 
 
-def _energy_columns(summary: pb.Summary) -> dict:
+def _energy_columns(summary: wire.Summary) -> dict:
     if not summary.HasField("energy"):
         return {"energy_status": "telemetry off"}
     e = summary.energy
@@ -154,7 +178,7 @@ def _energy_columns(summary: pb.Summary) -> dict:
     }
 
 
-def _timing_columns(config: pb.ResolvedConfig, summary: pb.Summary) -> dict:
+def _timing_columns(config: wire.Resolved, summary: wire.Summary) -> dict:
     """What the run measured: the steps made and the settings asked, step times, throughput, peak memory, when."""
     c, s = config, summary
     return {
@@ -175,13 +199,13 @@ def _timing_columns(config: pb.ResolvedConfig, summary: pb.Summary) -> dict:
     }
 
 
-def _execution_columns(config: pb.ResolvedConfig, summary: pb.Summary) -> dict:
+def _execution_columns(config: wire.Resolved, summary: wire.Summary) -> dict:
     """How the run executed: the settings it ran under, what its warm-up did, and the runner's flags on its timing."""
     c, s = config, summary
     return {
-        "layout": to_text(pb.Layout, c.layout) if c.layout else "",
-        "compilation": to_text(pb.Compilation, c.compilation),
-        "cudnn_autotune": to_text(pb.Switch, c.cudnn_autotune),
+        "layout": to_text(Layout, c.layout) if c.layout else "",
+        "compilation": to_text(Compilation, c.compilation),
+        "cudnn_autotune": to_text(Switch, c.cudnn_autotune),
         "tf32": c.tf32,
         "intra_op_threads": c.intra_op_threads,
         "inter_op_threads": c.inter_op_threads,
@@ -196,7 +220,7 @@ def _execution_columns(config: pb.ResolvedConfig, summary: pb.Summary) -> dict:
     }
 
 
-def _device_state_columns(summary: pb.Summary) -> dict:
+def _device_state_columns(summary: wire.Summary) -> dict:
     """The device around the run: the runner's flags on it, and of each reading taken before and after the worse."""
     before, after = summary.device_before, summary.device_after
     gpu_processes = (_optional(before, "other_gpu_processes"), _optional(after, "other_gpu_processes"))
@@ -279,7 +303,7 @@ def write_manifest(out_dir: Path, contents: dict) -> Path:
     return path
 
 
-def manifest(run_id: str, results: list[RunResult], requests: dict[str, pb.RunRequest]) -> dict:
+def manifest(run_id: str, results: list[RunResult], requests: dict[str, wire.Request]) -> dict:
     """Everything needed to reproduce or audit the comparison: each runner's versions, devices, settings
     and capabilities as it described them, the exact requests, the resolved configurations, the host."""
     runners = {}
@@ -300,7 +324,7 @@ def manifest(run_id: str, results: list[RunResult], requests: dict[str, pb.RunRe
     }
 
 
-def store_result(results_store: ResultStore, key: str, config: dict, result: RunResult, request: pb.RunRequest,
+def store_result(results_store: ResultStore, key: str, config: dict, result: RunResult, request: wire.Request,
                  context: dict | None = None, profile: str = "", max_repetitions: int = 0,
                  looks: tuple[int, ...] = ()) -> None:
     """Append one completed run to the store: its steps, summary, power samples and manifest (with `context`, e.g.
