@@ -4,7 +4,8 @@ layers below it, so that the pipeline the docs name is the one the code runs.
     cli -> app -> present -> analyse -> store -> run -> plan -> base
 
 Nothing imports cli or app from below; only cli and present import typer or rich (the terminal); no module imports
-a framework; every module sits in a layer, and none grows past 400 lines.
+a framework; only the wire's edge imports the contract's generated code; every module sits in a layer, and none grows
+past 400 lines.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ TERMINAL_LIBRARIES = {"typer", "rich", "click"}
 TERMINAL_LAYERS = {"cli", "present"}
 FRAMEWORKS = {"torch", "torchvision", "tensorflow", "keras", "tf_keras", "jax", "jaxlib", "flax"}
 MAX_MODULE_LINES = 400
+# The edge with the contract: run.wire builds every request and names every reply, run.client holds the gRPC stub,
+# and base.vocabulary reads the enums' words from the generated descriptors (the floor every module stands on).
+CONTRACT_MODULES = {"runner_pb2", "runner_pb2_grpc"}
+CONTRACT_EDGE = {"run/wire.py", "run/client.py", "base/vocabulary.py"}
 
 
 def layer_of(path: Path) -> str:
@@ -56,6 +61,20 @@ def imports_of(path: Path, root: Path = PACKAGE) -> tuple[set[str], set[str]]:
     return layers, others
 
 
+def imports_the_contract(path: Path) -> bool:
+    """Whether a module imports the generated code (fwbench.runner.v1's runner_pb2 or its gRPC stubs), anyhow."""
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [f"{node.module or ''}.{alias.name}" for alias in node.names] + [node.module or ""]
+        else:
+            continue
+        if any(set(name.split(".")) & CONTRACT_MODULES for name in names):
+            return True
+    return False
+
+
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
 
 
@@ -66,6 +85,23 @@ def test_the_import_reader_sees_relative_absolute_and_nested_imports(tmp_path):
                      "from fwbench_aggregator.cli import app\nimport pandas\nfrom .. import app\n")
     layers, others = imports_of(probe, tmp_path)
     assert layers == {"analyse", "run", "cli", "app"} and others == {"rich", "pandas"}
+
+
+def test_the_contract_reader_sees_every_form_of_import(tmp_path):
+    forms = ["from fwbench.runner.v1 import runner_pb2 as pb", "import fwbench.runner.v1.runner_pb2",
+             "from fwbench.runner.v1.runner_pb2 import RunRequest",
+             "def f():\n    from fwbench.runner.v1 import runner_pb2_grpc"]
+    for number, form in enumerate(forms):
+        probe = tmp_path / f"probe{number}.py"
+        probe.write_text(form + "\n")
+        assert imports_the_contract(probe), form
+    (tmp_path / "clean.py").write_text("from google.protobuf.json_format import MessageToDict\nfrom . import wire\n")
+    assert not imports_the_contract(tmp_path / "clean.py")
+
+
+def test_only_the_wire_edge_imports_the_contracts_generated_code():
+    importers = {str(m.relative_to(PACKAGE)) for m in MODULES if imports_the_contract(m)}
+    assert importers == CONTRACT_EDGE, "a module above the edge reads and writes the contract through run.wire"
 
 
 def test_every_module_sits_in_a_layer():
