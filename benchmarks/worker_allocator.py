@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
     first, second = requests(args)
     service = RunnerService(make_backend(args.framework))
-    on_thread = lambda request: service.run(request, lambda: False)  # noqa: E731
+    on_thread = lambda request: service.run(request, lambda: False)
     legs: dict[str, Callable[[], tuple[float, float, int]]] = {
         "thread": functools.partial(measured, on_thread, first, second),
         "worker, unpinned": functools.partial(worker_leg, args.framework, False, first, second),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "aggregator"))
-from fwbench_aggregator.base.frameworks import Framework, shipped  # noqa: E402
+from fwbench_aggregator.base.frameworks import Framework, shipped  # noqa: E402 (found through the path set above)
 
 GENERATED = "# Generated from aggregator/fwbench_aggregator/base/frameworks.toml by scripts/generate_runner_files.py: edit those, not this file.\n"
 RUNNER_PORT = 50051  # every runner listens on it inside its container

@@ -37,8 +37,10 @@ def runner_pool(runner_logs, tmp_path_factory):
     yield pool
     pool.stop_all()
     if pool.restarts:
-        print(f"\nrunners restarted past {RUNNER_MEMORY_CEILING_BYTES >> 30} GiB: {', '.join(pool.restarts)}",
-              file=sys.__stderr__)
+        print(
+            f"\nrunners restarted past {RUNNER_MEMORY_CEILING_BYTES >> 30} GiB: {', '.join(pool.restarts)}",
+            file=sys.__stderr__,
+        )
 
 
 @pytest.fixture(autouse=True)

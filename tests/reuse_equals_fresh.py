@@ -12,6 +12,7 @@ import os
 import sys
 
 import numpy as np
+
 from fwbench_core.catalog import load_catalog
 from fwbench_core.choices import Mode
 from fwbench_core.spec import RunnerSettings, RunRequest
@@ -22,8 +23,11 @@ SHAPE = (3, 32, 32)
 
 def torch_arrays(workload) -> dict[str, list[np.ndarray]]:
     state = [value.detach().numpy() for value in workload.module.state_dict().values()]
-    momentum = [workload.optimizer.state[p]["momentum_buffer"].numpy() for p in workload.module.parameters()
-                if "momentum_buffer" in workload.optimizer.state[p]]
+    momentum = [
+        workload.optimizer.state[p]["momentum_buffer"].numpy()
+        for p in workload.module.parameters()
+        if "momentum_buffer" in workload.optimizer.state[p]
+    ]
     return {"state": state + momentum, "inputs": [workload.inputs.numpy()], "targets": [workload.targets.numpy()]}
 
 
@@ -37,15 +41,20 @@ def jax_arrays(workload) -> dict[str, list[np.ndarray]]:
 
     # The dropout key is a typed key array, no numbers; it comes from the seed as the inputs do.
     state = {name: workload.state[name] for name in ("params", "batch_stats", "opt_state")}
-    return {"state": [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(state)],
-            "inputs": [np.asarray(workload.inputs)], "targets": [np.asarray(workload.targets)]}
+    return {
+        "state": [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(state)],
+        "inputs": [np.asarray(workload.inputs)],
+        "targets": [np.asarray(workload.targets)],
+    }
 
 
 def largest_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
         return float("inf")
-    return max((float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)), initial=0.0)) for x, y in zip(a, b)),
-               default=0.0)
+    return max(
+        (float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)), initial=0.0)) for x, y in zip(a, b)),
+        default=0.0,
+    )
 
 
 def main(framework: str) -> None:
@@ -66,9 +75,12 @@ def main(framework: str) -> None:
     backend = Backend(RunnerSettings(threads, threads))
 
     def config(batch_size: int):
-        request = RunRequest(model="resnet18", mode=Mode.TRAIN, batch_size=batch_size, input_shape=SHAPE, seed=7,
-                             reuse_key="chain")
-        return resolve(request, backend.runner_info().devices, backend.capabilities, load_catalog(backend.models), framework)
+        request = RunRequest(
+            model="resnet18", mode=Mode.TRAIN, batch_size=batch_size, input_shape=SHAPE, seed=7, reuse_key="chain"
+        )
+        return resolve(
+            request, backend.runner_info().devices, backend.capabilities, load_catalog(backend.models), framework
+        )
 
     reused = backend.build(config(2))
     for _ in range(2):
@@ -81,7 +93,9 @@ def main(framework: str) -> None:
         workload.train_step()
         workload.synchronize()
     after = largest_difference(arrays(reused)["state"], arrays(fresh)["state"])
-    print(json.dumps({"reused": did_reuse, **before, "after_step": after, "first_step_traces": reused.first_step_traces}))
+    print(
+        json.dumps({"reused": did_reuse, **before, "after_step": after, "first_step_traces": reused.first_step_traces})
+    )
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from fwbench_core.catalog import load_catalog
 from fwbench_core.choices import DeviceKind, Mode, Strategy
-from fwbench_core.spec import DeviceRef, RunnerSettings, RunRequest, WorkerPlace  # noqa: E402
-from fwbench_core.validation import resolve  # noqa: E402
+from fwbench_core.spec import DeviceRef, RunnerSettings, RunRequest, WorkerPlace
+from fwbench_core.validation import resolve
 
 
 def replica_copies(workload) -> list:
@@ -55,10 +55,16 @@ def main() -> None:
 
     backend = TensorFlowBackend(RunnerSettings(1, 1))
     request = RunRequest(
-        model="resnet18", mode=Mode.TRAIN, batch_size=2, input_shape=(3, 32, 32),
-        devices=(DeviceRef(DeviceKind.CPU, 0), DeviceRef(DeviceKind.CPU, 1)), strategy=Strategy.MIRRORED,
+        model="resnet18",
+        mode=Mode.TRAIN,
+        batch_size=2,
+        input_shape=(3, 32, 32),
+        devices=(DeviceRef(DeviceKind.CPU, 0), DeviceRef(DeviceKind.CPU, 1)),
+        strategy=Strategy.MIRRORED,
     )
-    config = resolve(request, backend.runner_info().devices, backend.capabilities, load_catalog(backend.models), "tensorflow")
+    config = resolve(
+        request, backend.runner_info().devices, backend.capabilities, load_catalog(backend.models), "tensorflow"
+    )
     config = replace(config, place=WorkerPlace(0, 0, 1, "127.0.0.1:1"))
     backend.prepare_worker(config)
     workload = backend.build(config)
@@ -68,14 +74,18 @@ def main() -> None:
     workload.train_step()
     workload.synchronize()
     after = replica_copies(workload)
-    print(json.dumps({
-        "replicas": len(before),
-        "before": spread(before),
-        "after": spread(after),
-        "moved": float(abs(after[0] - before[0]).max()),
-        "inputs_differ": bool((inputs[0] != inputs[1]).any()),
-        "gradients_differ": spread(gradients),
-    }))
+    print(
+        json.dumps(
+            {
+                "replicas": len(before),
+                "before": spread(before),
+                "after": spread(after),
+                "moved": float(abs(after[0] - before[0]).max()),
+                "inputs_differ": bool((inputs[0] != inputs[1]).any()),
+                "gradients_differ": spread(gradients),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

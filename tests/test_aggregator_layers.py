@@ -81,16 +81,21 @@ MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
 def test_the_import_reader_sees_relative_absolute_and_nested_imports(tmp_path):
     probe = tmp_path / "run" / "probe.py"
     probe.parent.mkdir()
-    probe.write_text("from ..analyse import stats\nfrom . import jobs\ndef f():\n    import rich.table\n"
-                     "from fwbench_aggregator.cli import app\nimport pandas\nfrom .. import app\n")
+    probe.write_text(
+        "from ..analyse import stats\nfrom . import jobs\ndef f():\n    import rich.table\n"
+        "from fwbench_aggregator.cli import app\nimport pandas\nfrom .. import app\n"
+    )
     layers, others = imports_of(probe, tmp_path)
     assert layers == {"analyse", "run", "cli", "app"} and others == {"rich", "pandas"}
 
 
 def test_the_contract_reader_sees_every_form_of_import(tmp_path):
-    forms = ["from fwbench.runner.v1 import runner_pb2 as pb", "import fwbench.runner.v1.runner_pb2",
-             "from fwbench.runner.v1.runner_pb2 import RunRequest",
-             "def f():\n    from fwbench.runner.v1 import runner_pb2_grpc"]
+    forms = [
+        "from fwbench.runner.v1 import runner_pb2 as pb",
+        "import fwbench.runner.v1.runner_pb2",
+        "from fwbench.runner.v1.runner_pb2 import RunRequest",
+        "def f():\n    from fwbench.runner.v1 import runner_pb2_grpc",
+    ]
     for number, form in enumerate(forms):
         probe = tmp_path / f"probe{number}.py"
         probe.write_text(form + "\n")

@@ -28,30 +28,74 @@ from fwbench_aggregator.store.migrations import migrated
 STEPS_PER_RUN = 5
 _ids = itertools.count()
 
-CONFIG = dict(model="resnet18", model_options="", mode="infer", batch_size=2, input_shape="3x32x32", precision="fp32",
-              device="cpu:0", world_size=1, nodes=1, profile="equal", serving="", strategy="single")
-FACTS = dict(device_name="AMD EPYC (2 logical cores)", warmup_steps=1, measured_steps_asked=STEPS_PER_RUN,
-             min_measure_s=0.0, seed=0, image_digest="", environment_lock="", layout="channels_last", compilation="eager",
-             cudnn_autotune="off", tf32="", intra_op_threads=2, inter_op_threads=2, model_hash="", run_isolation="thread",
-             malloc="glibc 2.36 mmap_threshold=33554432 trim_threshold=67108864")
+CONFIG = dict(
+    model="resnet18",
+    model_options="",
+    mode="infer",
+    batch_size=2,
+    input_shape="3x32x32",
+    precision="fp32",
+    device="cpu:0",
+    world_size=1,
+    nodes=1,
+    profile="equal",
+    serving="",
+    strategy="single",
+)
+FACTS = dict(
+    device_name="AMD EPYC (2 logical cores)",
+    warmup_steps=1,
+    measured_steps_asked=STEPS_PER_RUN,
+    min_measure_s=0.0,
+    seed=0,
+    image_digest="",
+    environment_lock="",
+    layout="channels_last",
+    compilation="eager",
+    cudnn_autotune="off",
+    tf32="",
+    intra_op_threads=2,
+    inter_op_threads=2,
+    model_hash="",
+    run_isolation="thread",
+    malloc="glibc 2.36 mmap_threshold=33554432 trim_threshold=67108864",
+)
 VERSIONS = {"torch": "2.15.0", "tensorflow": "2.21.0"}
 
 
-def compare(runner_times: dict[str, list[float]], run_id: str | None = None, **facts) -> tuple[pd.DataFrame, pd.DataFrame]:
+def compare(
+    runner_times: dict[str, list[float]], run_id: str | None = None, **facts
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One compare's frames as the store holds them: each run its own run_id, repetitions numbered from 0, every step
     of a run at its planted time (seconds) times a small spread so that runs differ."""
     summary, steps = [], []
     for runner, times in runner_times.items():
         for repetition, step_s in enumerate(times):
-            identity = dict(CONFIG, runner=runner, run_id=run_id or f"run{next(_ids)}", repetition=repetition,
-                            framework=runner, framework_version=VERSIONS.get(runner, "0.0"))
+            identity = dict(
+                CONFIG,
+                runner=runner,
+                run_id=run_id or f"run{next(_ids)}",
+                repetition=repetition,
+                framework=runner,
+                framework_version=VERSIONS.get(runner, "0.0"),
+            )
             own = {**FACTS, **{k: v for k, v in facts.items() if k != "framework_version"}}
             if "framework_version" in facts:
                 identity["framework_version"] = facts["framework_version"]
-            summary.append({**identity, **own, "status": "ok", "median_step_time_s": step_s,
-                            "measured_steps": STEPS_PER_RUN, "max_repetitions": 0})
-            steps += [{**identity, "step_index": i, "warmup": False, "step_time_s": step_s * (1 + 0.001 * (i - 2))}
-                      for i in range(STEPS_PER_RUN)]
+            summary.append(
+                {
+                    **identity,
+                    **own,
+                    "status": "ok",
+                    "median_step_time_s": step_s,
+                    "measured_steps": STEPS_PER_RUN,
+                    "max_repetitions": 0,
+                }
+            )
+            steps += [
+                {**identity, "step_index": i, "warmup": False, "step_time_s": step_s * (1 + 0.001 * (i - 2))}
+                for i in range(STEPS_PER_RUN)
+            ]
     return pd.DataFrame(summary), pd.DataFrame(steps)
 
 
@@ -62,13 +106,17 @@ def in_blocks(frames: tuple[pd.DataFrame, pd.DataFrame], windows: int = 1) -> tu
     summary, steps = frames
     compare_id, design = f"compare{next(_ids)}", f"blocks of {windows} windows"
     block = summary["repetition"].map(lambda k: f"{compare_id}-block{k // windows}")
-    return (summary.assign(process_block=block, block_window=summary["repetition"] % windows, design=design),
-            steps.assign(design=design))
+    return (
+        summary.assign(process_block=block, block_window=summary["repetition"] % windows, design=design),
+        steps.assign(design=design),
+    )
 
 
 def store(*compares: tuple[pd.DataFrame, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    return (pd.concat([c[0] for c in compares], ignore_index=True),
-            pd.concat([c[1] for c in compares], ignore_index=True))
+    return (
+        pd.concat([c[0] for c in compares], ignore_index=True),
+        pd.concat([c[1] for c in compares], ignore_index=True),
+    )
 
 
 def rows(*compares) -> pd.DataFrame:
@@ -112,15 +160,18 @@ def test_framework_versions_are_rows_of_their_own_each_judged():
     assert (table["runs"] == 3).all()
 
 
-@pytest.mark.parametrize("setting, values, label", [
-    ("layout", ("channels_first", "channels_last"), "layout"),
-    ("intra_op_threads", (1, 2), "intra-op threads"),
-    ("compilation", ("eager", "xla"), "compilation"),
-    ("cudnn_autotune", ("off", "on"), "cuDNN autotuning"),
-    ("tf32", ("off", "on"), "TF32"),
-    ("run_isolation", ("process", "thread"), "run isolation"),
-    ("malloc", ("glibc 2.36: unchanged", "glibc 2.36 mmap_threshold=33554432 trim_threshold=67108864"), "malloc"),
-])
+@pytest.mark.parametrize(
+    "setting, values, label",
+    [
+        ("layout", ("channels_first", "channels_last"), "layout"),
+        ("intra_op_threads", (1, 2), "intra-op threads"),
+        ("compilation", ("eager", "xla"), "compilation"),
+        ("cudnn_autotune", ("off", "on"), "cuDNN autotuning"),
+        ("tf32", ("off", "on"), "TF32"),
+        ("run_isolation", ("process", "thread"), "run isolation"),
+        ("malloc", ("glibc 2.36: unchanged", "glibc 2.36 mmap_threshold=33554432 trim_threshold=67108864"), "malloc"),
+    ],
+)
 def test_runs_under_other_settings_are_rows_of_their_own(setting, values, label):
     a = compare({"torch": near(10.0), "tensorflow": near(10.1)}, **{setting: values[0]})
     b = compare({"torch": near(14.0)}, **{setting: values[1]})
@@ -137,7 +188,10 @@ def test_machines_are_blocks_each_judged_within_itself():
     here = compare({"torch": near(10.0), "tensorflow": near(14.0)}, device_name="AMD EPYC (2 logical cores)")
     there = compare({"torch": near(20.0), "tensorflow": near(15.0)}, device_name="Intel Xeon (8 logical cores)")
     table = comparison_rows(*store(here, there))
-    assert sorted(table["group"].unique()) == ["device AMD EPYC (2 logical cores)", "device Intel Xeon (8 logical cores)"]
+    assert sorted(table["group"].unique()) == [
+        "device AMD EPYC (2 logical cores)",
+        "device Intel Xeon (8 logical cores)",
+    ]
     for group, own in table.groupby("group"):
         assert len(own) == 2 and (own["runs"] == 3).all()
         fastest = own[own["verdict"] == "fastest"]["runner_name"].item()
@@ -160,24 +214,32 @@ def test_plugin_versions_are_rows_of_their_own():
     a = compare({"torch": near(10.0), "tensorflow": near(10.0)}, model_hash="aaaa")
     b = compare({"torch": near(14.0), "tensorflow": near(14.0)}, model_hash="bbbb")
     table = rows(a, b)
-    assert set(table.index) == {"torch (model aaaa)", "torch (model bbbb)", "tensorflow (model aaaa)",
-                                "tensorflow (model bbbb)"}
+    assert set(table.index) == {
+        "torch (model aaaa)",
+        "torch (model bbbb)",
+        "tensorflow (model aaaa)",
+        "tensorflow (model bbbb)",
+    }
     assert table.loc["torch (model bbbb)", "model_hash"] == "bbbb"
 
 
-@pytest.mark.parametrize("fact, values, label", [
-    ("warmup_steps", (1, 10), "warm-up"),
-    ("measured_steps_asked", (5, 50), "steps"),
-    ("min_measure_s", (0.0, 1.0), "window"),
-    ("seed", (0, 7), "seed"),
-])
+@pytest.mark.parametrize(
+    "fact, values, label",
+    [
+        ("warmup_steps", (1, 10), "warm-up"),
+        ("measured_steps_asked", (5, 50), "steps"),
+        ("min_measure_s", (0.0, 1.0), "window"),
+        ("seed", (0, 7), "seed"),
+    ],
+)
 def test_runs_of_another_protocol_are_a_block_of_their_own(fact, values, label):
     a = compare({"torch": near(10.0), "tensorflow": near(14.0)}, **{fact: values[0]})
     b = compare({"torch": near(14.0), "tensorflow": near(10.0)}, **{fact: values[1]})
     table = comparison_rows(*store(a, b))
     assert len(table) == 4 and (table["runs"] == 3).all()
-    assert set(table["group"]) == {f"{label} {pd.Series([v]).map(lambda x: int(x) if float(x).is_integer() else x).item()}"
-                                   for v in values}
+    assert set(table["group"]) == {
+        f"{label} {pd.Series([v]).map(lambda x: int(x) if float(x).is_integer() else x).item()}" for v in values
+    }
     assert (table["verdict"] == "fastest").sum() == 2
 
 
@@ -196,36 +258,64 @@ def test_an_old_summary_without_the_steps_asked_learns_them_where_no_window_coul
 
 
 def test_an_old_summary_learns_its_run_isolation_from_the_runners_options():
-    old = pd.DataFrame({"runner_options": ["cudnn_autotune=off;run_isolation=process", "run_isolation=thread", "", None]})
+    old = pd.DataFrame(
+        {"runner_options": ["cudnn_autotune=off;run_isolation=process", "run_isolation=thread", "", None]}
+    )
     summary = migrated("summary", old, {"store_format": 5})
     assert summary["run_isolation"].tolist() == ["process", "thread", "", ""]
 
 
 def test_a_failed_run_joins_its_runners_row():
     ok = compare({"torch": near(10.0), "tensorflow": near(14.0)})
-    failed = pd.DataFrame([dict(CONFIG, run_id="failed-1", runner="torch", repetition=3, status="failed",
-                                error="RESOURCE_EXHAUSTED: out of memory")])
+    failed = pd.DataFrame(
+        [
+            dict(
+                CONFIG,
+                run_id="failed-1",
+                runner="torch",
+                repetition=3,
+                status="failed",
+                error="RESOURCE_EXHAUSTED: out of memory",
+            )
+        ]
+    )
     table = comparison_rows(pd.concat([ok[0], failed], ignore_index=True), ok[1]).set_index("runner")
     assert set(table.index) == {"torch", "tensorflow"} and table.loc["torch", "failed_runs"] == 1
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["2.14.0", "2.15.0"]), st.sampled_from([1, 2]),
-                          st.sampled_from(["AMD EPYC (2 logical cores)", "Intel Xeon (8 logical cores)"]),
-                          st.floats(5.0, 20.0)), min_size=1, max_size=4))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["2.14.0", "2.15.0"]),
+            st.sampled_from([1, 2]),
+            st.sampled_from(["AMD EPYC (2 logical cores)", "Intel Xeon (8 logical cores)"]),
+            st.floats(5.0, 20.0),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_merging_stores_never_changes_a_groups_per_run_values(compares):
     """Whatever compares one store holds, every row is exactly the runs of one key: its run count and figure are
     those of the runs of that key, and no run's value changes."""
-    made = [compare({"torch": near(ms), "tensorflow": near(ms * 1.1)}, framework_version=version,
-                    intra_op_threads=threads, device_name=device)
-            for version, threads, device, ms in compares]
+    made = [
+        compare(
+            {"torch": near(ms), "tensorflow": near(ms * 1.1)},
+            framework_version=version,
+            intra_op_threads=threads,
+            device_name=device,
+        )
+        for version, threads, device, ms in compares
+    ]
     expected: dict[tuple, list[float]] = {}
-    for (version, threads, device, ms) in compares:
+    for version, threads, device, ms in compares:
         for runner, factor in (("torch", 1.0), ("tensorflow", 1.1)):
             expected.setdefault((runner, version, threads, device), []).extend(near(ms * factor))
     merged = comparison_rows(*store(*made))
-    assert sorted((len(v), round(float(np.exp(np.mean(np.log(v)))) * 1e3, 6)) for v in expected.values()) == \
-        sorted((int(r.runs), round(r.median_step_ms, 6)) for r in merged.itertuples())
+    assert sorted((len(v), round(float(np.exp(np.mean(np.log(v)))) * 1e3, 6)) for v in expected.values()) == sorted(
+        (int(r.runs), round(r.median_step_ms, 6)) for r in merged.itertuples()
+    )
     runs = run_values(*store(*made)).set_index("run_id")["median_step_time_s"]
     for one in made:
         alone = run_values(*one).set_index("run_id")["median_step_time_s"]
@@ -262,14 +352,18 @@ IDENTITY_CASES = {
 }
 
 
-@pytest.mark.parametrize("designs", [(in_blocks, in_blocks), (None, None), (in_blocks, None)],
-                         ids=["blocks", "rounds", "blocks and rounds"])
+@pytest.mark.parametrize(
+    "designs", [(in_blocks, in_blocks), (None, None), (in_blocks, None)], ids=["blocks", "rounds", "blocks and rounds"]
+)
 @pytest.mark.parametrize("case", list(IDENTITY_CASES))
 def test_the_whole_analysis_completes_over_every_identity_case(case, designs):
     made = []
     # Two compares of both runners, then one of torch alone (a rerun of one side, as `--frameworks torch` makes).
-    for facts, design, runners in zip((*IDENTITY_CASES[case], IDENTITY_CASES[case][1]), (*designs, designs[1]),
-                                      ({"torch": near(10.0), "tensorflow": near(12.0)},) * 2 + ({"torch": near(14.0)},)):
+    for facts, design, runners in zip(
+        (*IDENTITY_CASES[case], IDENTITY_CASES[case][1]),
+        (*designs, designs[1]),
+        ({"torch": near(10.0), "tensorflow": near(12.0)},) * 2 + ({"torch": near(14.0)},),
+    ):
         frames = compare(runners, **facts)
         made.append(design(frames) if design else frames)
     summary, steps = store(*made)
@@ -280,10 +374,19 @@ def test_the_whole_analysis_completes_over_every_identity_case(case, designs):
 
 # Every other table pools by the same rule (alike.labelled): serving, series across batch sizes, scaling.
 
+
 def serving(frames: tuple[pd.DataFrame, pd.DataFrame], p99_ms: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A compare's runs as server-scenario runs at 50 queries per second with these p99 latencies about p99_ms."""
-    summary = frames[0].assign(serving="server 50 qps", scenario="server", target_qps=50.0, batch_timeout_ms=2.0,
-                               query_count=500, duration_s=10.0, achieved_qps=50.0, serving_unavailable="")
+    summary = frames[0].assign(
+        serving="server 50 qps",
+        scenario="server",
+        target_qps=50.0,
+        batch_timeout_ms=2.0,
+        query_count=500,
+        duration_s=10.0,
+        achieved_qps=50.0,
+        serving_unavailable="",
+    )
     for figure, share in (("p50", 0.5), ("p90", 0.8), ("p99", 1.0)):
         summary[f"{figure}_latency_s"] = [p99_ms * share / 1e3 * (1 + 0.002 * i) for i in range(len(summary))]
     return summary, frames[1].assign(serving="server 50 qps")
@@ -307,8 +410,10 @@ def test_serving_rows_and_the_load_curve_keep_versions_apart():
 
 def test_serving_runners_are_judged_within_their_machine():
     here = serving(compare({"torch": near(10.0), "tensorflow": near(10.0)}), p99_ms=10.0)
-    there = serving(compare({"torch": near(10.0), "tensorflow": near(10.0)}, device_name="Intel Xeon (8 logical cores)"),
-                    p99_ms=30.0)
+    there = serving(
+        compare({"torch": near(10.0), "tensorflow": near(10.0)}, device_name="Intel Xeon (8 logical cores)"),
+        p99_ms=30.0,
+    )
     p99 = serving_rows(store(here, there)[0]).query("figure == 'p99'")
     assert len(p99) == 4 and (p99["runs"] == 3).all()
     # Had the two machines pooled, or been judged against each other, a 3x latency would make a verdict.
@@ -344,7 +449,9 @@ def test_scaling_takes_its_one_device_baseline_from_alike_runs():
         summary, steps = compare({"torch": near(ms)}, device_name=device_name)
         return summary.assign(world_size=world_size), steps.assign(world_size=world_size)
 
-    summary = store(ranks(1, 10.0, "GPU A"), ranks(2, 10.0, "GPU A"), ranks(1, 40.0, "GPU B"), ranks(2, 40.0, "GPU B"))[0]
+    summary = store(ranks(1, 10.0, "GPU A"), ranks(2, 10.0, "GPU A"), ranks(1, 40.0, "GPU B"), ranks(2, 40.0, "GPU B"))[
+        0
+    ]
     table = scaling_rows(summary)
     two = table[table["world_size"] == 2].set_index("runner")
     # Each machine's two devices against its own one: perfect scaling on both, never 4x or 0.25x across machines.

@@ -6,14 +6,29 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-
 from support.cli import fwbench, only_run_dir
 from support.fakes import Fake, started_fakes
 
 pytestmark = pytest.mark.slow
 
-RUN = ["--model", "resnet18", "--mode", "infer", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1",
-       "--steps", "5", "--min-measure-s", "0", "--repetitions", "3"]
+RUN = [
+    "--model",
+    "resnet18",
+    "--mode",
+    "infer",
+    "--batch-size",
+    "2",
+    "--shape",
+    "3x32x32",
+    "--warmup",
+    "1",
+    "--steps",
+    "5",
+    "--min-measure-s",
+    "0",
+    "--repetitions",
+    "3",
+]
 # The same configuration in process blocks (the CPU default), which take no whole-run warm-up or step count.
 IN_BLOCKS = [*RUN[:8], "--repetitions", "3", "--design", "blocks"]
 FIGURES = ["runs", "median_step_ms", "ratio_to_fastest", "ratio_ci_low", "ratio_ci_high", "verdict"]
@@ -21,8 +36,10 @@ FIGURES = ["runs", "median_step_ms", "ratio_to_fastest", "ratio_ci_low", "ratio_
 
 def _compare(tmp_path, store, out, versions: dict[str, tuple[str, str]], run: list[str] = RUN) -> str:
     """One compare of the configuration by runners named torch and tensorflow: {runner: (version, step seconds)}."""
-    fakes = [Fake(name, step_s=float(step_s), framework=name, version=version)
-             for name, (version, step_s) in versions.items()]
+    fakes = [
+        Fake(name, step_s=float(step_s), framework=name, version=version)
+        for name, (version, step_s) in versions.items()
+    ]
     with started_fakes(tmp_path, *fakes) as started:
         done = fwbench("compare", *run, *started.runner_args(), "--store", str(store), "--out", str(out))
         assert done.returncode == 0, done.stdout + done.stderr
@@ -77,10 +94,12 @@ def test_a_rerun_and_an_upgrade_in_one_store_are_reported_apart_and_one_compare_
 
 def test_a_store_of_two_versions_each_compared_in_blocks_reports_why_they_are_not_judged(tmp_path):
     store = tmp_path / "store"
-    _compare(tmp_path, store, tmp_path / "o1", {"torch": ("2.14.0", "0.010"), "tensorflow": ("2.21.0", "0.012")},
-             IN_BLOCKS)
-    _compare(tmp_path, store, tmp_path / "o2", {"torch": ("2.15.0", "0.010"), "tensorflow": ("2.21.0", "0.012")},
-             IN_BLOCKS)
+    _compare(
+        tmp_path, store, tmp_path / "o1", {"torch": ("2.14.0", "0.010"), "tensorflow": ("2.21.0", "0.012")}, IN_BLOCKS
+    )
+    _compare(
+        tmp_path, store, tmp_path / "o2", {"torch": ("2.15.0", "0.010"), "tensorflow": ("2.21.0", "0.012")}, IN_BLOCKS
+    )
     table = _report(store, tmp_path / "report")
     assert set(table.index) == {"torch (version 2.14.0)", "torch (version 2.15.0)", "tensorflow"}
     # Each torch version shares blocks with tensorflow, never with the other torch: whichever is fastest, the other

@@ -76,7 +76,9 @@ def test_a_worker_process_takes_a_large_block_from_the_heap():
 def test_a_runner_pins_its_own_process_and_says_how():
     mapped, reported, again = in_fresh_process(_start_runner_and_report_to)
     assert not mapped
-    assert reported.startswith(f"glibc {platform.libc_ver()[1]} ") and f"mmap_threshold={MMAP_THRESHOLD_BYTES}" in reported
+    assert (
+        reported.startswith(f"glibc {platform.libc_ver()[1]} ") and f"mmap_threshold={MMAP_THRESHOLD_BYTES}" in reported
+    )
     assert again == reported  # pinning again changes nothing
 
 

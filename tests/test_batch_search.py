@@ -1,6 +1,7 @@
 """Largest-batch search: doubling then bisection, the same for every runner."""
 
 import pytest
+
 from fwbench_aggregator.plan.bracket_search import BatchSearch
 
 

@@ -6,17 +6,31 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from support.cli import fwbench, only_run_dir
+from support.fakes import Fake
+
 from fwbench_aggregator.analyse.results import analysed
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_core.choices import Layout, Precision, Profile, Switch, Tf32
 from fwbench_core.spec import Capabilities
 from fwbench_core.validation import resolve_tf32
 
-from support.cli import fwbench, only_run_dir
-from support.fakes import Fake
-
-QUICK = ("--model", "resnet18", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "0", "--steps", "3",
-         "--min-measure-s", "0", "--repetitions", "3")
+QUICK = (
+    "--model",
+    "resnet18",
+    "--batch-size",
+    "2",
+    "--shape",
+    "3x32x32",
+    "--warmup",
+    "0",
+    "--steps",
+    "3",
+    "--min-measure-s",
+    "0",
+    "--repetitions",
+    "3",
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +45,18 @@ def planted(module_fakes):
 
 @pytest.mark.slow
 def test_each_runner_is_compared_at_the_fastest_settings_its_search_found(tmp_path, planted):
-    done = fwbench("compare", *QUICK, "--profile", "best", "--search-repetitions", "2",
-                   *(f"--runner={name}={address}" for name, address in planted.items()), "--out", str(tmp_path),
-                   columns=240)
+    done = fwbench(
+        "compare",
+        *QUICK,
+        "--profile",
+        "best",
+        "--search-repetitions",
+        "2",
+        *(f"--runner={name}={address}" for name, address in planted.items()),
+        "--out",
+        str(tmp_path),
+        columns=240,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "best settings for first: layout channels_first, compilation eager" in done.stdout
     assert "best settings for last: layout channels_last, compilation eager" in done.stdout
@@ -62,9 +85,20 @@ def test_each_runner_is_compared_at_the_fastest_settings_its_search_found(tmp_pa
 
 @pytest.mark.slow
 def test_a_layout_the_user_fixed_is_not_searched(tmp_path, planted):
-    done = fwbench("compare", *QUICK, "--profile", "best", "--layout", "channels_last", "--search-repetitions", "1",
-                   *(f"--runner={name}={address}" for name, address in planted.items()), "--out", str(tmp_path),
-                   columns=240)
+    done = fwbench(
+        "compare",
+        *QUICK,
+        "--profile",
+        "best",
+        "--layout",
+        "channels_last",
+        "--search-repetitions",
+        "1",
+        *(f"--runner={name}={address}" for name, address in planted.items()),
+        "--out",
+        str(tmp_path),
+        columns=240,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "not searched (set on the command line): layout" in done.stdout
     assert set(pd.read_csv(only_run_dir(tmp_path) / "comparison.csv")["layout"]) == {"channels_last"}
@@ -78,22 +112,50 @@ CPU = frozenset({Precision.FP32, Precision.AMP_BF16})
 
 @pytest.mark.parametrize("framework, native", [("torch", Tf32.CONVOLUTIONS), ("tensorflow", Tf32.ON), ("jax", Tf32.ON)])
 def test_tf32_is_strict_under_equal_and_each_frameworks_own_under_native_and_best(framework, native):
-    gpu = Capabilities(precisions=GPU, layouts=frozenset(Layout), compilations=frozenset(), default_compilation=None,
-                       cudnn_autotune=frozenset(Switch), intra_op_threads=1, inter_op_threads=1, native_tf32=native)
+    gpu = Capabilities(
+        precisions=GPU,
+        layouts=frozenset(Layout),
+        compilations=frozenset(),
+        default_compilation=None,
+        cudnn_autotune=frozenset(Switch),
+        intra_op_threads=1,
+        inter_op_threads=1,
+        native_tf32=native,
+    )
     assert resolve_tf32(Precision.FP32, Profile.EQUAL, gpu) is Tf32.OFF
     assert resolve_tf32(Precision.FP32, Profile.NATIVE, gpu) is native
     assert resolve_tf32(Precision.FP32, Profile.BEST, gpu) is native
     assert resolve_tf32(Precision.TF32, Profile.EQUAL, gpu) is Tf32.ON
-    cpu = Capabilities(precisions=CPU, layouts=frozenset(Layout), compilations=frozenset(), default_compilation=None,
-                       cudnn_autotune=frozenset({Switch.OFF}), intra_op_threads=1, inter_op_threads=1, native_tf32=native)
+    cpu = Capabilities(
+        precisions=CPU,
+        layouts=frozenset(Layout),
+        compilations=frozenset(),
+        default_compilation=None,
+        cudnn_autotune=frozenset({Switch.OFF}),
+        intra_op_threads=1,
+        inter_op_threads=1,
+        native_tf32=native,
+    )
     assert resolve_tf32(Precision.FP32, Profile.NATIVE, cpu) is None  # a CPU has no TF32 to allow
 
 
 @pytest.mark.slow
 def test_calibrate_under_best_measures_the_floor_at_the_settings_the_search_chose(tmp_path, planted):
-    done = fwbench("calibrate", *QUICK, "--profile", "best", "--search-repetitions", "1",
-                   "--runner", f"first={planted['first']}", "--runner", f"first={planted['first']}",
-                   "--store", str(tmp_path / "store"), columns=240)
+    done = fwbench(
+        "calibrate",
+        *QUICK,
+        "--profile",
+        "best",
+        "--search-repetitions",
+        "1",
+        "--runner",
+        f"first={planted['first']}",
+        "--runner",
+        f"first={planted['first']}",
+        "--store",
+        str(tmp_path / "store"),
+        columns=240,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "first: calibrating at its best settings, layout channels_first" in done.stdout + done.stderr
     floor = ResultStore(tmp_path / "store").load("calibration")
@@ -102,9 +164,28 @@ def test_calibrate_under_best_measures_the_floor_at_the_settings_the_search_chos
 
 @pytest.mark.slow
 def test_a_sweep_under_best_searches_each_point_once_and_a_resume_keeps_the_stored_choice(tmp_path, planted):
-    sweep = ("sweep", "--models", "resnet18", "--batch-sizes", "2,4", "--shapes", "3x32x32", "--profiles", "best",
-             "--repetitions", "3", "--warmup", "0", "--steps", "3", "--min-measure-s", "0", "--store",
-             str(tmp_path / "store"), *(f"--runner={name}={address}" for name, address in planted.items()))
+    sweep = (
+        "sweep",
+        "--models",
+        "resnet18",
+        "--batch-sizes",
+        "2,4",
+        "--shapes",
+        "3x32x32",
+        "--profiles",
+        "best",
+        "--repetitions",
+        "3",
+        "--warmup",
+        "0",
+        "--steps",
+        "3",
+        "--min-measure-s",
+        "0",
+        "--store",
+        str(tmp_path / "store"),
+        *(f"--runner={name}={address}" for name, address in planted.items()),
+    )
     done = fwbench(*sweep, columns=240)
     assert done.returncode == 0, done.stdout + done.stderr
     store = ResultStore(tmp_path / "store")
@@ -112,7 +193,9 @@ def test_a_sweep_under_best_searches_each_point_once_and_a_resume_keeps_the_stor
     measured = summary[summary["profile"] == "best"]
     # Each runner's runs of each batch size at the layout its search found fastest there.
     assert measured.groupby("runner")["layout"].unique().map(list).to_dict() == {
-        "first": ["channels_first"], "last": ["channels_last"]}
+        "first": ["channels_first"],
+        "last": ["channels_last"],
+    }
     assert len(measured) == 2 * 2 * 3
     searched = summary[summary["profile"] == "best-search"]
     assert len(searched) == 2 * 2 * 2 * 2  # batch sizes x runners x candidates x search runs
@@ -139,19 +222,24 @@ class _Runner:
 
     def check_run(self, request):
         from fwbench.runner.v1 import runner_pb2 as pb
+
         from fwbench_aggregator.run.client import RunnerFailure
+
         layout = request.layout or pb.LAYOUT_CHANNELS_LAST
         if request.compilation == pb.COMPILATION_ONNXRUNTIME and layout != pb.LAYOUT_CHANNELS_FIRST:
             raise RunnerFailure("torch", "INVALID_ARGUMENT", "onnxruntime takes channels_first images only")
         if request.compilation in (pb.COMPILATION_XLA, pb.COMPILATION_GRAPH):
             raise RunnerFailure("torch", "INVALID_ARGUMENT", "not a PyTorch compilation")
-        return pb.ResolvedConfig(layout=layout, compilation=request.compilation or pb.COMPILATION_EAGER,
-                                 cudnn_autotune=pb.SWITCH_OFF)
+        return pb.ResolvedConfig(
+            layout=layout, compilation=request.compilation or pb.COMPILATION_EAGER, cudnn_autotune=pb.SWITCH_OFF
+        )
 
 
 def test_a_value_that_needs_another_value_of_an_earlier_setting_is_still_a_candidate():
     from fwbench.runner.v1 import runner_pb2 as pb
+
     from fwbench_aggregator.app.best import BestChoice, _values
+
     channels_last = pb.RunRequest(model="resnet18", layout=pb.LAYOUT_CHANNELS_LAST)
     choice = BestChoice("torch", channels_last, ())
     found = _values(_Runner(), channels_last, "compilation", choice, ("layout",))
@@ -160,5 +248,7 @@ def test_a_value_that_needs_another_value_of_an_earlier_setting_is_still_a_candi
     assert [(s, v) for s, v, _ in choice.refused] == [("compilation", "graph"), ("compilation", "xla")]
     # Where the user fixed the layout, nothing else is tried: onnxruntime is refused with the runner's reason.
     fixed = BestChoice("torch", channels_last, (), fixed=["layout"])
-    assert not any(("compilation", "onnxruntime") in key for key in _values(_Runner(), channels_last, "compilation", fixed))
+    assert not any(
+        ("compilation", "onnxruntime") in key for key in _values(_Runner(), channels_last, "compilation", fixed)
+    )
     assert ("compilation", "onnxruntime", "onnxruntime takes channels_first images only") in fixed.refused

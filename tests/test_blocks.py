@@ -12,28 +12,32 @@ import math
 import re
 from concurrent.futures import ThreadPoolExecutor
 
+import grpc
 import numpy as np
 import pandas as pd
 import pytest
-import grpc
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from support.cli import fwbench, fwbench_in_process, only_run_dir
+from support.fakes import Fake, started_fakes
+from test_alike import CONFIG, FACTS, STEPS_PER_RUN
 
 from fwbench_aggregator.analyse.comparison import comparison_rows
 from fwbench_aggregator.analyse.sequential import DEFAULT_MAX_BLOCKS
 from fwbench_aggregator.app.blocks import block_name, open_blocks, window_order
 from fwbench_aggregator.plan.design import (
-    GPU_IN_ROUNDS, MIN_WINDOW_STEPS, REFILL_STEPS, ROUNDS_LABEL, BlockDesign, DesignChoice,
+    GPU_IN_ROUNDS,
+    MIN_WINDOW_STEPS,
+    REFILL_STEPS,
+    ROUNDS_LABEL,
+    BlockDesign,
+    DesignChoice,
 )
 from fwbench_aggregator.run import wire
 from fwbench_aggregator.run.client import RunResult
 from fwbench_aggregator.run.connection import Transport
 from fwbench_aggregator.store.migrations import migrated
 from fwbench_aggregator.store.results_store import ResultStore
-
-from support.cli import fwbench, fwbench_in_process, only_run_dir
-from support.fakes import Fake, started_fakes
-from test_alike import CONFIG, FACTS, STEPS_PER_RUN
 
 _ids = itertools.count()
 
@@ -62,8 +66,13 @@ def test_a_design_outside_its_limits_is_refused_naming_them(windows, window_s):
         BlockDesign(windows, window_s)
 
 
-def blocks(runner_values: dict[str, list[float]], windows: int = 2, compare: str = "c", skip: tuple = (),
-           design: str = "blocks of 2 windows") -> tuple[pd.DataFrame, pd.DataFrame]:
+def blocks(
+    runner_values: dict[str, list[float]],
+    windows: int = 2,
+    compare: str = "c",
+    skip: tuple = (),
+    design: str = "blocks of 2 windows",
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One compare's frames as the store holds them under the block design: per runner, block k's windows at
     runner_values[runner][k] (seconds), a little apart; (runner, k) in `skip` did not run block k."""
     summary, steps = [], []
@@ -73,13 +82,30 @@ def blocks(runner_values: dict[str, list[float]], windows: int = 2, compare: str
                 continue
             for window in range(windows):
                 step_s = value * (1 + 0.01 * (window - (windows - 1) / 2))
-                identity = dict(CONFIG, runner=runner, run_id=f"run{next(_ids)}", repetition=block * windows + window,
-                                framework=runner, framework_version="1.0")
-                summary.append({**identity, **FACTS, "status": "ok", "median_step_time_s": step_s,
-                                "measured_steps": STEPS_PER_RUN, "max_repetitions": 0, "design": design,
-                                "process_block": block_name(compare, block), "block_window": window})
-                steps += [{**identity, "step_index": i, "warmup": False, "step_time_s": step_s}
-                          for i in range(STEPS_PER_RUN)]
+                identity = dict(
+                    CONFIG,
+                    runner=runner,
+                    run_id=f"run{next(_ids)}",
+                    repetition=block * windows + window,
+                    framework=runner,
+                    framework_version="1.0",
+                )
+                summary.append(
+                    {
+                        **identity,
+                        **FACTS,
+                        "status": "ok",
+                        "median_step_time_s": step_s,
+                        "measured_steps": STEPS_PER_RUN,
+                        "max_repetitions": 0,
+                        "design": design,
+                        "process_block": block_name(compare, block),
+                        "block_window": window,
+                    }
+                )
+                steps += [
+                    {**identity, "step_index": i, "warmup": False, "step_time_s": step_s} for i in range(STEPS_PER_RUN)
+                ]
     return pd.DataFrame(summary), pd.DataFrame(steps)
 
 
@@ -87,7 +113,8 @@ def test_runners_are_judged_block_by_block_on_the_blocks_values():
     # b is 10% slower in every block, while the host drifts 40% from block to block: only pairing sees it.
     drift = [1.0, 1.4, 0.9, 1.2, 1.1, 0.8]
     table = comparison_rows(*blocks({"a": [10e-3 * d for d in drift], "b": [11e-3 * d for d in drift]})).set_index(
-        "runner")
+        "runner"
+    )
     assert table.loc["b", "significant"] and table.loc["a", "verdict"] == "fastest"
     assert table.loc["b", "ratio_ci_low"] > 1.09 and table.loc["b", "ratio_ci_high"] < 1.11
     assert (table["blocks"] == 6).all() and (table["runs"] == 12).all()  # runs counts the windows
@@ -121,7 +148,10 @@ def test_blocks_of_two_compares_pool_into_one_row_and_each_block_is_paired_withi
     summary, steps = (pd.concat(frames, ignore_index=True) for frames in zip(first, second))
     table = comparison_rows(summary, steps).set_index("runner")
     assert (table["blocks"] == 6).all()
-    assert table.loc["b", "significant"] and 1.09 < table.loc["b", "ratio_ci_low"] <= table.loc["b", "ratio_ci_high"] < 1.11
+    assert (
+        table.loc["b", "significant"]
+        and 1.09 < table.loc["b", "ratio_ci_low"] <= table.loc["b", "ratio_ci_high"] < 1.11
+    )
 
 
 def test_runs_in_rounds_and_windows_in_blocks_never_pool():
@@ -138,8 +168,9 @@ def test_runs_stored_before_designs_were_recorded_read_as_rounds_outside_any_blo
     now = migrated("summary", old, {"store_format": 6})
     assert now.loc[0, ["design", "process_block", "block_window", "process_id"]].tolist() == [ROUNDS_LABEL, "", -1, 0]
     assert not now.loc[0, "build_continued"]
-    floor = migrated("calibration", pd.DataFrame([{**CONFIG, "framework": "torch", "noise_floor": 0.05}]),
-                     {"store_format": 6})
+    floor = migrated(
+        "calibration", pd.DataFrame([{**CONFIG, "framework": "torch", "noise_floor": 0.05}]), {"store_format": 6}
+    )
     assert floor.loc[0, "design"] == ROUNDS_LABEL  # an older floor keeps applying to comparisons in rounds
 
 
@@ -152,8 +183,10 @@ def test_blocks_are_judged_by_the_looks_they_were_made_under_and_older_ones_afte
     summary, steps = blocks({"a": a, "b": b})
     older = migrated("summary", summary.assign(max_repetitions=20), {"store_format": 7})
     assert set(older["looks"]) == {""}
-    judged_as = {looks: comparison_rows(older.assign(looks=looks), steps).set_index("runner").loc["b"]
-                 for looks in ("", "10,20", "4,8,20")}
+    judged_as = {
+        looks: comparison_rows(older.assign(looks=looks), steps).set_index("runner").loc["b"]
+        for looks in ("", "10,20", "4,8,20")
+    }
     assert judged_as[""]["outcome"] == "different" and judged_as[""]["looks"] == ""
     assert judged_as["10,20"]["outcome"] == "continue"
     # Looking at 4 and 8 only, the look at 8 spends what every block's looks since 4 would have: a narrower interval.
@@ -180,8 +213,17 @@ def test_a_blocks_windows_are_stored_while_the_next_blocks_workers_start_and_the
 
     request = pb.RunRequest(model="resnet18", mode=pb.MODE_INFER, batch_size=2, warmup_steps=0, measured_steps=2)
     stored: list[tuple[float, RunResult]] = []
-    rounds = run_blocks(two_fakes, {name: request for name in two_fakes}, Transport(), BlockDesign(2, 0.02),
-                        Repetitions(3), "c", None, 0.02, lambda run, sent: stored.append((time.time(), run)))
+    rounds = run_blocks(
+        two_fakes,
+        {name: request for name in two_fakes},
+        Transport(),
+        BlockDesign(2, 0.02),
+        Repetitions(3),
+        "c",
+        None,
+        0.02,
+        lambda run, sent: stored.append((time.time(), run)),
+    )
     assert len(stored) == len(rounds.results) == 3 * 2 * 2
     windows = sorted((r.summary.started_at_unix_s, r.summary.finished_at_unix_s, r.block.block) for r in rounds.results)
     for at, run in stored:
@@ -204,8 +246,18 @@ def test_an_interrupt_between_blocks_keeps_the_windows_of_the_blocks_before_it(t
     request = pb.RunRequest(model="resnet18", mode=pb.MODE_INFER, batch_size=2, warmup_steps=0, measured_steps=2)
     stored: list[RunResult] = []
     with pytest.raises(KeyboardInterrupt):
-        run_blocks(two_fakes, {name: request for name in two_fakes}, Transport(), BlockDesign(2, 0.02), Repetitions(3),
-                   "c", None, 0.02, lambda run, sent: stored.append(run), CtrlCAtBlock2())
+        run_blocks(
+            two_fakes,
+            {name: request for name in two_fakes},
+            Transport(),
+            BlockDesign(2, 0.02),
+            Repetitions(3),
+            "c",
+            None,
+            0.02,
+            lambda run, sent: stored.append(run),
+            CtrlCAtBlock2(),
+        )
     assert len(stored) == 2 * 2 and {run.block.block for run in stored} == {block_name("c", 0)}
 
 
@@ -231,7 +283,8 @@ def older_and_refusing():
 
 
 def test_a_runner_older_than_open_block_opens_its_block_in_its_first_window_and_a_refusal_fails_the_runner(
-        older_and_refusing):
+    older_and_refusing,
+):
     failures = open_blocks(older_and_refusing, Transport(), "c1-block0")
     assert [(f.runner, f.code) for f in failures] == [("refusing", "FAILED_PRECONDITION")]
     assert "cannot start worker processes" in failures[0].message
@@ -239,16 +292,34 @@ def test_a_runner_older_than_open_block_opens_its_block_in_its_first_window_and_
 
 @pytest.mark.slow
 def test_compare_in_blocks_stores_every_window_with_its_block_and_calls_the_difference(tmp_path, two_fakes):
-    done = fwbench("compare", *(f"--runner={name}={address}" for name, address in two_fakes.items()),
-                   "--model", "resnet18", "--mode", "infer", "--batch-size", "2", "--shape", "3x32x32",
-                   "--design", "blocks", "--block-windows", "2", "--window-s", "0.02", "--out", str(tmp_path))
+    done = fwbench(
+        "compare",
+        *(f"--runner={name}={address}" for name, address in two_fakes.items()),
+        "--model",
+        "resnet18",
+        "--mode",
+        "infer",
+        "--batch-size",
+        "2",
+        "--shape",
+        "3x32x32",
+        "--design",
+        "blocks",
+        "--block-windows",
+        "2",
+        "--window-s",
+        "0.02",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == 0, done.stderr
     output = " ".join(done.stdout.split())
     # The default budget of blocks, 8, looks at 4: the fakes' difference is settled there. It is about twofold, so
     # the verdict reads "a faster by 96%" or "a 2.0x faster", as the host's noise falls.
     assert re.search(r"verdict \(equal profile\): a (faster by|[\d.]+x faster)", output), done.stdout
-    assert "blocks: 4 blocks, 8/8 windows per runner (auto: stopped because the verdict was settled" in output, \
+    assert "blocks: 4 blocks, 8/8 windows per runner (auto: stopped because the verdict was settled" in output, (
         done.stdout
+    )
     # The table counts windows, and its median and spread are of the blocks' values.
     assert all(header in output for header in ("windows", "(of blocks)", "block")) and "(of runs)" not in output
     summary = pd.read_parquet(only_run_dir(tmp_path) / "summary.parquet")
@@ -268,23 +339,48 @@ def test_compare_in_blocks_stores_every_window_with_its_block_and_calls_the_diff
 @pytest.mark.slow
 def test_an_a_a_compare_in_blocks_calls_no_difference(tmp_path):
     with started_fakes(tmp_path, Fake("a", step_s=0.002), Fake("b", step_s=0.002)) as fakes:
-        done = fwbench("compare", *(f"--runner={r.name}={r.address}" for r in fakes.runners), "--model", "resnet18",
-                       "--mode", "infer", "--batch-size", "2", "--shape", "3x32x32", "--design", "blocks",
-                       "--block-windows", "2", "--window-s", "0.02", "--repetitions", "4", "--out", str(tmp_path))
+        done = fwbench(
+            "compare",
+            *(f"--runner={r.name}={r.address}" for r in fakes.runners),
+            "--model",
+            "resnet18",
+            "--mode",
+            "infer",
+            "--batch-size",
+            "2",
+            "--shape",
+            "3x32x32",
+            "--design",
+            "blocks",
+            "--block-windows",
+            "2",
+            "--window-s",
+            "0.02",
+            "--repetitions",
+            "4",
+            "--out",
+            str(tmp_path),
+        )
     assert done.returncode == 0, done.stderr
     rows = pd.read_csv(only_run_dir(tmp_path) / "comparison.csv")
     assert not rows["significant"].any() and (rows["blocks"] == 4).all()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--scenario", "server", "--target-qps", "10", "--mode", "infer"], "a serving scenario's queries run as whole runs"),
-    (["--devices", "cpu:0,cpu:1"], "blocks measure single-device runs"),
-    (["--runner", "torch=127.0.0.1:1,127.0.0.1:2"], "blocks measure single-device runs"),
-    (["--cooldown-s", "1"], "--cooldown-s waits between whole runs"),
-    (["--steps", "50"], "--steps sets how a whole run warms up or measures"),
-    (["--warmup-until-cv", "0"], "--warmup-until-cv sets how a whole run warms up or measures"),
-    (["--strategy", "dp"], "a --strategy spreads a run over several"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--scenario", "server", "--target-qps", "10", "--mode", "infer"],
+            "a serving scenario's queries run as whole runs",
+        ),
+        (["--devices", "cpu:0,cpu:1"], "blocks measure single-device runs"),
+        (["--runner", "torch=127.0.0.1:1,127.0.0.1:2"], "blocks measure single-device runs"),
+        (["--cooldown-s", "1"], "--cooldown-s waits between whole runs"),
+        (["--steps", "50"], "--steps sets how a whole run warms up or measures"),
+        (["--warmup-until-cv", "0"], "--warmup-until-cv sets how a whole run warms up or measures"),
+        (["--strategy", "dp"], "a --strategy spreads a run over several"),
+    ],
+)
 def test_runs_a_block_cannot_measure_in_windows_are_refused_naming_the_option(args, message):
     done = fwbench_in_process("compare", "--design", "blocks", *args)
     said = " ".join(done.output.split())
@@ -296,8 +392,11 @@ def test_block_options_without_the_block_design_are_refused():
     assert done.exit_code == 2 and "--window-s applies to --design blocks" in " ".join(done.output.split())
     # Under auto, where the runs cannot be windows.
     fallen = fwbench_in_process("compare", "--cooldown-s", "1", "--block-windows", "4")
-    assert fallen.exit_code == 2 and "--block-windows applies to --design blocks, and --cooldown-s waits between " \
-        "whole runs" in " ".join(fallen.output.split())
+    assert (
+        fallen.exit_code == 2
+        and "--block-windows applies to --design blocks, and --cooldown-s waits between whole runs"
+        in " ".join(fallen.output.split())
+    )
     unknown = fwbench_in_process("compare", "--design", "duet")
     assert unknown.exit_code == 2 and "accepted values: auto, rounds, blocks" in " ".join(unknown.output.split())
 
@@ -309,7 +408,10 @@ def test_auto_runs_blocks_on_the_cpu_and_rounds_on_a_gpu_or_where_runs_cannot_be
     design, said = blocks.on_devices([pb.DEVICE_KIND_CPU, pb.DEVICE_KIND_GPU])
     assert design is None and GPU_IN_ROUNDS in said and "--design blocks runs them anyway" in said
     fallen = DesignChoice(auto=True, rounds_because="--cooldown-s waits between whole runs")
-    assert fallen.on_devices([pb.DEVICE_KIND_CPU]) == (None, "design: rounds (auto: --cooldown-s waits between whole runs)")
+    assert fallen.on_devices([pb.DEVICE_KIND_CPU]) == (
+        None,
+        "design: rounds (auto: --cooldown-s waits between whole runs)",
+    )
     # Asked for by name: run as asked, nothing to say.
     assert DesignChoice(BlockDesign()).on_devices([pb.DEVICE_KIND_GPU]) == (BlockDesign(), "")
     assert DesignChoice().on_devices([pb.DEVICE_KIND_CPU]) == (None, "")
@@ -319,13 +421,19 @@ def test_auto_runs_blocks_on_the_cpu_and_rounds_on_a_gpu_or_where_runs_cannot_be
 def test_compare_by_default_runs_blocks_on_the_cpu_and_says_so_and_rounds_where_a_run_is_described(tmp_path, two_fakes):
     runners = [f"--runner={name}={address}" for name, address in two_fakes.items()]
     config = ["--model", "resnet18", "--mode", "infer", "--batch-size", "2", "--shape", "3x32x32", "--repetitions", "3"]
-    done = fwbench("compare", *runners, *config, "--block-windows", "2", "--window-s", "0.02",
-                   "--out", str(tmp_path / "blocks"))
+    done = fwbench(
+        "compare", *runners, *config, "--block-windows", "2", "--window-s", "0.02", "--out", str(tmp_path / "blocks")
+    )
     assert done.returncode == 0, done.stderr
-    assert "design: blocks of 2 windows of 0.02 s (auto: single-device back-to-back steps on the CPU" in \
-        " ".join(done.stderr.split())
-    assert set(pd.read_parquet(only_run_dir(tmp_path / "blocks") / "summary.parquet")["design"]) == {"blocks of 2 windows"}
-    runs = fwbench("compare", *runners, *config, "--steps", "3", "--min-measure-s", "0", "--out", str(tmp_path / "runs"))
+    assert "design: blocks of 2 windows of 0.02 s (auto: single-device back-to-back steps on the CPU" in " ".join(
+        done.stderr.split()
+    )
+    assert set(pd.read_parquet(only_run_dir(tmp_path / "blocks") / "summary.parquet")["design"]) == {
+        "blocks of 2 windows"
+    }
+    runs = fwbench(
+        "compare", *runners, *config, "--steps", "3", "--min-measure-s", "0", "--out", str(tmp_path / "runs")
+    )
     assert runs.returncode == 0, runs.stderr
     assert "design: rounds (auto: --steps sets how a whole run warms up or measures" in " ".join(runs.stderr.split())
     assert set(pd.read_parquet(only_run_dir(tmp_path / "runs") / "summary.parquet")["design"]) == {ROUNDS_LABEL}
@@ -336,10 +444,12 @@ def test_a_block_designs_verdict_says_blocks_where_it_did_not_resolve():
 
     rng = np.random.default_rng(0)
     a = np.exp(rng.normal(0, 0.3, 6)) * 0.01
-    decision = look(SequentialPlan(max_runs=6), a, a * np.exp(rng.normal(0, 0.3, 6)), "a", "b", paired=True,
-                    unit="block")
-    assert decision.stop and decision.verdict.startswith(("not resolved after 6 blocks: these blocks resolve",
-                                                          "too noisy")), decision.verdict
+    decision = look(
+        SequentialPlan(max_runs=6), a, a * np.exp(rng.normal(0, 0.3, 6)), "a", "b", paired=True, unit="block"
+    )
+    assert decision.stop and decision.verdict.startswith(
+        ("not resolved after 6 blocks: these blocks resolve", "too noisy")
+    ), decision.verdict
     assert "per runner" not in decision.verdict and math.isfinite(decision.comparison.resolvable)
 
 
@@ -356,10 +466,33 @@ def test_a_floor_calibrated_in_blocks_applies_to_comparisons_in_blocks_alone(tmp
         (floor,) = ResultStore(store).load("calibration").to_dict("records")
         assert floor["design"] == "blocks of 2 windows" and floor["runs"] == 3  # three blocks, judged paired
         pairs = [f"--runner={n}={r.address}" for n, r in zip("ab", runners)]
-        in_blocks = fwbench("compare", *config, *blocked, "--repetitions", "3", *pairs, "--store", str(store),
-                            "--out", str(tmp_path / "blocks"))
-        in_rounds = fwbench("compare", *config, "--repetitions", "3", "--steps", "3", "--min-measure-s", "0", *pairs,
-                            "--store", str(store), "--out", str(tmp_path / "rounds"))
+        in_blocks = fwbench(
+            "compare",
+            *config,
+            *blocked,
+            "--repetitions",
+            "3",
+            *pairs,
+            "--store",
+            str(store),
+            "--out",
+            str(tmp_path / "blocks"),
+        )
+        in_rounds = fwbench(
+            "compare",
+            *config,
+            "--repetitions",
+            "3",
+            "--steps",
+            "3",
+            "--min-measure-s",
+            "0",
+            *pairs,
+            "--store",
+            str(store),
+            "--out",
+            str(tmp_path / "rounds"),
+        )
     assert in_blocks.returncode == 0 and in_rounds.returncode == 0, in_blocks.stderr + in_rounds.stderr
     applied = pd.read_csv(only_run_dir(tmp_path / "blocks") / "comparison.csv")["noise_floor"]
     assert applied.tolist() == pytest.approx([floor["noise_floor"]] * len(applied), rel=1e-3)  # as the CSV rounds it
@@ -376,23 +509,41 @@ def test_blocks_under_a_sequential_budget_look_at_half_of_it_and_at_its_end_spen
     after every block resolved 6.2% where they stopped on three sittings' blocks, looks at 4 and 8 3.8%); runs in
     rounds look after every round, spending by the Pocock type."""
     from fwbench_aggregator.analyse.judging import judged
-    from fwbench_aggregator.analyse.sequential import (BLOCKS_SPENDING_GAMMA, DEFAULT_MAX_BLOCKS, SequentialPlan,
-                                                      block_looks)
+    from fwbench_aggregator.analyse.sequential import (
+        BLOCKS_SPENDING_GAMMA,
+        DEFAULT_MAX_BLOCKS,
+        SequentialPlan,
+        block_looks,
+    )
 
     assert (block_looks(DEFAULT_MAX_BLOCKS), block_looks(20), block_looks(7), block_looks(5)) == (
-        (4, 8), (10, 20), (3, 7), (5,))
+        (4, 8),
+        (10, 20),
+        (3, 7),
+        (5,),
+    )
     units = ("c-block0", "c-block1", "c-block2", "c-block3")
-    fast = {"runner": "a", "max_repetitions": 8, "_units": units,
-            "_medians": np.array([10e-3, 11e-3, 10.5e-3, 10.2e-3])}
-    slow = {"runner": "b", "max_repetitions": 8, "_units": units,
-            "_medians": np.array([10.6e-3, 11.5e-3, 11.2e-3, 10.8e-3])}
+    fast = {
+        "runner": "a",
+        "max_repetitions": 8,
+        "_units": units,
+        "_medians": np.array([10e-3, 11e-3, 10.5e-3, 10.2e-3]),
+    }
+    slow = {
+        "runner": "b",
+        "max_repetitions": 8,
+        "_units": units,
+        "_medians": np.array([10.6e-3, 11.5e-3, 11.2e-3, 10.8e-3]),
+    }
     verdict, outcome, in_blocks = judged(fast, slow, 0.02, math.nan)
     planned = SequentialPlan(max_runs=8, looks=(4, 8), spending_gamma=BLOCKS_SPENDING_GAMMA)
     assert in_blocks.alpha == pytest.approx(planned.level(4, paired=True))
     # 5% in blocks that vary by about 1% is called at the first look; at 3 blocks the plan has not looked yet.
     assert outcome == "different" and "faster" in verdict
-    three = {**fast, "_units": units[:3], "_medians": fast["_medians"][:3]}, \
-        {**slow, "_units": units[:3], "_medians": slow["_medians"][:3]}
+    three = (
+        {**fast, "_units": units[:3], "_medians": fast["_medians"][:3]},
+        {**slow, "_units": units[:3], "_medians": slow["_medians"][:3]},
+    )
     assert judged(*three, 0.02, math.nan)[1] == "continue"
     in_rounds = {**fast, "max_repetitions": 20, "_units": ()}, {**slow, "max_repetitions": 20, "_units": ()}
     _, _, rounds = judged(*in_rounds, 0.02, math.nan)

@@ -9,29 +9,37 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from support.cli import fwbench_in_process
+from support.store_runs import run_frames
+
 from fwbench_aggregator.app.bundle import add_to_store, bundle_store
 from fwbench_aggregator.app.errors import UsageError
 from fwbench_aggregator.store.bundle import INDEX_NAME, add_bundle, write_bundle
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_aggregator.store.selection import Selection
 
-from support.cli import fwbench_in_process
-from support.store_runs import run_frames
-
 
 def three_runs(root: Path) -> ResultStore:
     store = ResultStore(root)
-    for key, runner, compare, median_s in (("aaaa", "torch", "c1", 0.010), ("bbbb", "tensorflow", "c1", 0.012),
-                                           ("cccc", "torch", "c2", 0.011)):
+    for key, runner, compare, median_s in (
+        ("aaaa", "torch", "c1", 0.010),
+        ("bbbb", "tensorflow", "c1", 0.012),
+        ("cccc", "torch", "c2", 0.011),
+    ):
         store.append(key, {"runner": runner, "compare": compare}, run_frames(runner, median_s), {"host": "gpu-box"})
     return ResultStore(root)
 
 
 def figures(store: ResultStore) -> dict:
-    return {key: (store.config(key), store.manifest(key),
-                  store.load("summary").query("run_key == @key").to_dict("records"),
-                  store.load("steps").query("run_key == @key").to_dict("records"))
-            for key in sorted(store.keys())}
+    return {
+        key: (
+            store.config(key),
+            store.manifest(key),
+            store.load("summary").query("run_key == @key").to_dict("records"),
+            store.load("steps").query("run_key == @key").to_dict("records"),
+        )
+        for key in sorted(store.keys())
+    }
 
 
 def test_a_bundle_added_to_an_empty_store_carries_every_run_with_its_figures_and_twice_adds_nothing(tmp_path):
@@ -73,7 +81,7 @@ def test_a_run_changed_on_the_way_is_refused_by_name_and_the_others_added(tmp_pa
     def flip(name: str, data: bytes) -> bytes:
         if name == "runs/bbbb/steps.parquet":
             middle = len(data) // 2
-            return data[:middle] + bytes([data[middle] ^ 0x10]) + data[middle + 1:]
+            return data[:middle] + bytes([data[middle] ^ 0x10]) + data[middle + 1 :]
         return data
 
     added = add_bundle(ResultStore(tmp_path / "home"), tampered(bundle, tmp_path / "bad.tar.gz", flip))
@@ -108,7 +116,10 @@ def test_the_commands_bundle_and_add_and_say_what_they_did(tmp_path):
     assert f"bundled 3 entries into {bundle}" in " ".join(made.output.split())
     added = fwbench_in_process("store", "add", str(bundle), "--store", str(tmp_path / "home"))
     assert added.exit_code == 0, added.output
-    assert f"added 3 entries to {tmp_path / 'home'}; 0 already there, identical, skipped; 0 kept apart under a new id; 0 refused" in " ".join(added.output.split())
+    assert (
+        f"added 3 entries to {tmp_path / 'home'}; 0 already there, identical, skipped; 0 kept apart under a new id; 0 refused"
+        in " ".join(added.output.split())
+    )
     not_a_bundle = tmp_path / "notes.txt"
     not_a_bundle.write_text("hello")
     refused = fwbench_in_process("store", "add", str(not_a_bundle), "--store", str(tmp_path / "home"))
@@ -185,8 +196,11 @@ def test_the_bytes_are_counted_as_they_are_unpacked_whatever_the_headers_say(tmp
 
     def longer(self, member):  # a member that unpacks to far more than its header says
         stream = lying(self, member)
-        return io.BufferedReader(io.BytesIO(stream.read() + bytes(200 * bundle.stat().st_size))) if (
-            member.name.endswith("steps.parquet")) else stream
+        return (
+            io.BufferedReader(io.BytesIO(stream.read() + bytes(200 * bundle.stat().st_size)))
+            if (member.name.endswith("steps.parquet"))
+            else stream
+        )
 
     monkeypatch.setattr(tarfile.TarFile, "extractfile", longer)
     with pytest.raises(UsageError, match="unpacks to more than 100 times its size"):

@@ -21,12 +21,34 @@ QUICK = ("--min-measure-s", "0", "--repetitions", "1")
 @pytest.mark.frameworks
 def test_compare_both_real_runners_prints_table_and_writes_files(tmp_path):
     done = fwbench(
-        "compare", "--model", "resnet18", "--mode", "train", "--batch-size", "2", "--shape", "3x32x32",
-        "--warmup", str(WARMUP), "--steps", str(STEPS), *QUICK, "--out", str(tmp_path),
+        "compare",
+        "--model",
+        "resnet18",
+        "--mode",
+        "train",
+        "--batch-size",
+        "2",
+        "--shape",
+        "3x32x32",
+        "--warmup",
+        str(WARMUP),
+        "--steps",
+        str(STEPS),
+        *QUICK,
+        "--out",
+        str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
-    for expected in ("torch", "tensorflow", "median ms", "× fastest", "1.000", "verdict (equal profile): ", "layout channels_last",
-                     "compilation: "):
+    for expected in (
+        "torch",
+        "tensorflow",
+        "median ms",
+        "× fastest",
+        "1.000",
+        "verdict (equal profile): ",
+        "layout channels_last",
+        "compilation: ",
+    ):
         assert expected in done.stdout
     run_dir = only_run_dir(tmp_path)
     for name in ("steps.csv", "steps.parquet", "summary.csv", "summary.parquet"):
@@ -71,8 +93,22 @@ def unused_address() -> str:
 
 def test_unreachable_runner_is_named_and_the_other_results_are_kept(tmp_path, fake_runner):
     done = fwbench(
-        "compare", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1", "--steps", "3", *QUICK,
-        "--runner", f"fake={fake_runner}", "--runner", f"tensorflow={unused_address()}", "--out", str(tmp_path),
+        "compare",
+        "--batch-size",
+        "2",
+        "--shape",
+        "3x32x32",
+        "--warmup",
+        "1",
+        "--steps",
+        "3",
+        *QUICK,
+        "--runner",
+        f"fake={fake_runner}",
+        "--runner",
+        f"tensorflow={unused_address()}",
+        "--out",
+        str(tmp_path),
     )
     assert done.returncode == 1
     assert "tensorflow" in done.stderr and "unreachable" in done.stderr
@@ -84,7 +120,9 @@ def test_unreachable_runner_is_named_and_the_other_results_are_kept(tmp_path, fa
 
 
 @pytest.mark.parametrize("command, shown", [("models", "resnet18"), ("describe", "framework")])
-def test_models_and_describe_take_runners_from_the_environment_and_name_the_unreachable_one(fake_runner, command, shown):
+def test_models_and_describe_take_runners_from_the_environment_and_name_the_unreachable_one(
+    fake_runner, command, shown
+):
     # $FWBENCH_RUNNERS is how the aggregator's container finds the runner containers.
     done = fwbench(command, env={"FWBENCH_RUNNERS": f"fake={fake_runner} tensorflow={unused_address()}"})
     assert done.returncode == 1
@@ -99,10 +137,29 @@ def test_a_listed_runner_not_compared_by_default_is_used_only_where_named(tmp_pa
     default = fwbench("models", env=env)
     assert default.returncode == 0, default.stderr
     assert "fake" in default.stdout and "jax" not in default.stderr
-    sweep = fwbench("sweep", "--models", "resnet18", "--modes", "infer", "--batch-sizes", "1", "--shapes", "3x32x32",
-                    "--warmup", "0", "--steps", "1", *QUICK, "--store", str(tmp_path / "store"), "--no-report", env=env)
+    sweep = fwbench(
+        "sweep",
+        "--models",
+        "resnet18",
+        "--modes",
+        "infer",
+        "--batch-sizes",
+        "1",
+        "--shapes",
+        "3x32x32",
+        "--warmup",
+        "0",
+        "--steps",
+        "1",
+        *QUICK,
+        "--store",
+        str(tmp_path / "store"),
+        "--no-report",
+        env=env,
+    )
     assert sweep.returncode == 0, sweep.stderr
     from fwbench_aggregator.store.results_store import ResultStore
+
     assert set(ResultStore(tmp_path / "store").load("summary")["runner"]) == {"fake"}
     for args in (["--frameworks", "torch,tensorflow,jax"], ["--runner", f"jax={unused_address()}"]):
         named = fwbench("models", *args, env=env)
@@ -123,8 +180,21 @@ def test_models_lists_at_once_and_counts_parameters_on_request(fake_runner):
 
 def test_an_80_column_terminal_gets_every_figure_whole(tmp_path, fake_runner):
     done = fwbench(
-        "compare", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1", "--steps", "3", *QUICK,
-        "--runner", f"fake={fake_runner}", "--out", str(tmp_path), env={"COLUMNS": "80"},
+        "compare",
+        "--batch-size",
+        "2",
+        "--shape",
+        "3x32x32",
+        "--warmup",
+        "1",
+        "--steps",
+        "3",
+        *QUICK,
+        "--runner",
+        f"fake={fake_runner}",
+        "--out",
+        str(tmp_path),
+        env={"COLUMNS": "80"},
     )
     assert done.returncode == 0, done.stderr
     assert "…" not in done.stdout
@@ -138,19 +208,48 @@ def test_an_80_column_terminal_gets_every_figure_whole(tmp_path, fake_runner):
 
 
 def test_a_refused_request_is_named_before_anything_runs_and_writes_nothing(tmp_path, fake_runner):
-    done = fwbench("compare", "--model", "resnet9000", "--batch-size", "2", "--runner", f"fake={fake_runner}",
-                   "--runner", f"other={fake_runner}", "--out", str(tmp_path))
+    done = fwbench(
+        "compare",
+        "--model",
+        "resnet9000",
+        "--batch-size",
+        "2",
+        "--runner",
+        f"fake={fake_runner}",
+        "--runner",
+        f"other={fake_runner}",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == 2
     # Both runners refuse alike: one line names them both, with the closest model.
-    assert re.search(r"fake, other: unknown model 'resnet9000' \(did you mean resnet\d+\?\)", " ".join(done.stderr.split()))
+    assert re.search(
+        r"fake, other: unknown model 'resnet9000' \(did you mean resnet\d+\?\)", " ".join(done.stderr.split())
+    )
     assert "nothing was run" in done.stderr
     assert not any(tmp_path.iterdir()), "a comparison that never ran writes no results folder"
 
 
 def test_model_options_and_named_shapes_reach_the_runner(tmp_path, fake_runner):
     done = fwbench(
-        "compare", "--model", "bert_base", "--option", "head=mlm", "--shape", "seq=16", "--batch-size", "1",
-        "--warmup", "0", "--steps", "2", *QUICK, "--runner", f"fake={fake_runner}", "--out", str(tmp_path),
+        "compare",
+        "--model",
+        "bert_base",
+        "--option",
+        "head=mlm",
+        "--shape",
+        "seq=16",
+        "--batch-size",
+        "1",
+        "--warmup",
+        "0",
+        "--steps",
+        "2",
+        *QUICK,
+        "--runner",
+        f"fake={fake_runner}",
+        "--out",
+        str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
     summary = pd.read_parquet(only_run_dir(tmp_path) / "summary.parquet")
@@ -159,7 +258,17 @@ def test_model_options_and_named_shapes_reach_the_runner(tmp_path, fake_runner):
 
 
 def test_a_bad_model_option_is_named_by_the_runner(tmp_path, fake_runner):
-    done = fwbench("compare", "--model", "bert_base", "--option", "head=qa", "--runner", f"fake={fake_runner}", "--out", str(tmp_path))
+    done = fwbench(
+        "compare",
+        "--model",
+        "bert_base",
+        "--option",
+        "head=qa",
+        "--runner",
+        f"fake={fake_runner}",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == 2
     assert "head='qa' is not accepted by bert_base" in done.stderr and "classification, mlm" in done.stderr
 
@@ -177,15 +286,40 @@ def test_parity_command_against_both_real_runners(tmp_path):
 
 
 def test_parity_rejects_an_unknown_model(tmp_path, fake_runner):
-    done = fwbench("parity", "--models", "resnet9000", "--runner", f"torch={fake_runner}", "--runner", f"tensorflow={fake_runner}", "--out", str(tmp_path))
+    done = fwbench(
+        "parity",
+        "--models",
+        "resnet9000",
+        "--runner",
+        f"torch={fake_runner}",
+        "--runner",
+        f"tensorflow={fake_runner}",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == 2
     assert "resnet9000" in done.stderr and "resnet18" in done.stderr
 
 
 def test_repetitions_interleave_runners_and_give_a_verdict(tmp_path, fake_runner):
     done = fwbench(
-        "compare", "--batch-size", "2", "--warmup", "1", "--steps", "5", "--min-measure-s", "0", "--repetitions", "4",
-        "--runner", f"first={fake_runner}", "--runner", f"second={fake_runner}", "--out", str(tmp_path),
+        "compare",
+        "--batch-size",
+        "2",
+        "--warmup",
+        "1",
+        "--steps",
+        "5",
+        "--min-measure-s",
+        "0",
+        "--repetitions",
+        "4",
+        "--runner",
+        f"first={fake_runner}",
+        "--runner",
+        f"second={fake_runner}",
+        "--out",
+        str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
     assert re.search(r"verdict \(equal profile\): no significant difference", done.stdout), done.stdout
@@ -194,8 +328,16 @@ def test_repetitions_interleave_runners_and_give_a_verdict(tmp_path, fake_runner
     # Interleaved: first, second, first, second, ...
     # Counterbalanced: first, second, second, first, ... so a drift favours neither.
     order = summary.sort_values("started_at_unix_s")[["runner", "repetition"]].values.tolist()
-    assert order == [["first", 0], ["second", 0], ["second", 1], ["first", 1],
-                     ["first", 2], ["second", 2], ["second", 3], ["first", 3]]
+    assert order == [
+        ["first", 0],
+        ["second", 0],
+        ["second", 1],
+        ["first", 1],
+        ["first", 2],
+        ["second", 2],
+        ["second", 3],
+        ["first", 3],
+    ]
     comparison = pd.read_parquet(run_dir / "comparison.parquet")
     assert set(comparison["runner"]) == {"first", "second"}
     assert (comparison["runs"] == 4).all() and (comparison["steps"] == 20).all()
@@ -204,16 +346,29 @@ def test_repetitions_interleave_runners_and_give_a_verdict(tmp_path, fake_runner
     assert sorted(steps["repetition"].unique()) == [0, 1, 2, 3]
     # Every run went through the store too, so `fwbench report` sees it.
     from fwbench_aggregator.store.results_store import ResultStore
+
     assert len(ResultStore(tmp_path / "store").load("summary")) == 8
 
 
 def test_max_batch_finds_the_largest_batch_by_out_of_memory(fake_runner, tmp_path):
     # The fake device holds 2**34 bytes of inputs: 85 samples of 3x4096x4096 float32.
-    done = fwbench("max-batch", "--mode", "infer", "--shape", "3x4096x4096", "--limit", "1024", "--runner", f"fake={fake_runner}",
-                   "--store", str(tmp_path / "store"))
+    done = fwbench(
+        "max-batch",
+        "--mode",
+        "infer",
+        "--shape",
+        "3x4096x4096",
+        "--limit",
+        "1024",
+        "--runner",
+        f"fake={fake_runner}",
+        "--store",
+        str(tmp_path / "store"),
+    )
     assert done.returncode == 0, done.stderr
     assert re.search(r"│ fake +│ +85 │", done.stdout) and "128 (OOM)" in done.stdout
     from fwbench_aggregator.store.results_store import ResultStore
+
     (row,) = ResultStore(tmp_path / "store").load("max_batch").to_dict("records")
     assert (row["largest_batch"], row["limit"], row["capped"]) == (85, 1024, False)
     assert "128 (OOM)" in row["batches_tried"]
@@ -227,17 +382,40 @@ def second_fake_runner(module_fakes):
 def test_calibrate_stores_a_noise_floor_that_compare_and_report_use(tmp_path, fake_runner, second_fake_runner):
     config = ("--batch-size", "2", "--shape", "3x32x32", "--warmup", "0", "--steps", "4", "--min-measure-s", "0")
     store = tmp_path / "store"
-    done = fwbench("calibrate", *config, "--repetitions", "3", "--runner", f"fake={fake_runner}",
-                   "--runner", f"fake={second_fake_runner}", "--store", str(store))
+    done = fwbench(
+        "calibrate",
+        *config,
+        "--repetitions",
+        "3",
+        "--runner",
+        f"fake={fake_runner}",
+        "--runner",
+        f"fake={second_fake_runner}",
+        "--store",
+        str(store),
+    )
     assert done.returncode == 0, done.stderr
     assert "noise floor" in done.stdout and "A/A ratio" in done.stdout
     from fwbench_aggregator.store.results_store import ResultStore
+
     (floor,) = ResultStore(store).load("calibration").to_dict("records")
     assert floor["framework"] == "fake" and floor["runs"] == 3 and floor["input_shape"] == "3x32x32"
     assert floor["noise_floor"] == pytest.approx(floor["aa_ci_high"] - 1) and floor["noise_floor"] >= 0
     # The same configuration compared: the stored floor is shown and applied.
-    done = fwbench("compare", *config, "--repetitions", "3", "--runner", f"a={fake_runner}",
-                   "--runner", f"b={second_fake_runner}", "--out", str(tmp_path), "--store", str(store))
+    done = fwbench(
+        "compare",
+        *config,
+        "--repetitions",
+        "3",
+        "--runner",
+        f"a={fake_runner}",
+        "--runner",
+        f"b={second_fake_runner}",
+        "--out",
+        str(tmp_path),
+        "--store",
+        str(store),
+    )
     assert done.returncode == 0, done.stderr
     assert f"noise floor: {floor['noise_floor']:.1%} (from fwbench calibrate)" in done.stdout
     comparison = pd.read_parquet(only_run_dir(tmp_path) / "comparison.parquet")
@@ -250,22 +428,59 @@ def test_calibrate_stores_a_noise_floor_that_compare_and_report_use(tmp_path, fa
 
 def test_calibrate_to_a_precision_adds_runs_until_the_floor_is_known_to_it(tmp_path, fake_runner, second_fake_runner):
     from fwbench_aggregator.store.results_store import ResultStore
-    config = ("--batch-size", "2", "--shape", "3x32x32", "--warmup", "0", "--steps", "4", "--min-measure-s", "0",
-              "--runner", f"fake={fake_runner}", "--runner", f"fake={second_fake_runner}")
-    done = fwbench("calibrate", *config, "--floor-precision-pct", "60", "--max-repetitions", "12",
-                   "--store", str(tmp_path / "reached"), columns=200)
+
+    config = (
+        "--batch-size",
+        "2",
+        "--shape",
+        "3x32x32",
+        "--warmup",
+        "0",
+        "--steps",
+        "4",
+        "--min-measure-s",
+        "0",
+        "--runner",
+        f"fake={fake_runner}",
+        "--runner",
+        f"fake={second_fake_runner}",
+    )
+    done = fwbench(
+        "calibrate",
+        *config,
+        "--floor-precision-pct",
+        "60",
+        "--max-repetitions",
+        "12",
+        "--store",
+        str(tmp_path / "reached"),
+        columns=200,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     (floor,) = ResultStore(tmp_path / "reached").load("calibration").to_dict("records")
-    said = re.search(r"fake: the floor is known to ±(\d+)% of itself after (\d+) runs per instance \(asked: ±60%\)",
-                     " ".join(done.stdout.split()))
+    said = re.search(
+        r"fake: the floor is known to ±(\d+)% of itself after (\d+) runs per instance \(asked: ±60%\)",
+        " ".join(done.stdout.split()),
+    )
     assert said, done.stdout
     assert int(said[1]) <= 60 and int(said[2]) == floor["runs"] and 3 <= floor["runs"] < 12
     # A precision the most runs cannot reach: every run is kept, and the shortfall said plainly.
-    done = fwbench("calibrate", *config, "--floor-precision-pct", "1", "--max-repetitions", "4",
-                   "--store", str(tmp_path / "short"), columns=200)
+    done = fwbench(
+        "calibrate",
+        *config,
+        "--floor-precision-pct",
+        "1",
+        "--max-repetitions",
+        "4",
+        "--store",
+        str(tmp_path / "short"),
+        columns=200,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     (floor,) = ResultStore(tmp_path / "short").load("calibration").to_dict("records")
-    assert floor["runs"] == 4 and "after the most runs, 4 per instance, not the ±1% asked" in " ".join(done.stdout.split())
+    assert floor["runs"] == 4 and "after the most runs, 4 per instance, not the ±1% asked" in " ".join(
+        done.stdout.split()
+    )
 
 
 def test_calibrate_needs_two_instances_of_each_runner(fake_runner):
@@ -276,16 +491,23 @@ def test_calibrate_needs_two_instances_of_each_runner(fake_runner):
 
 def test_a_runner_failure_no_use_case_caught_is_named_with_exit_1_never_a_traceback(capsys):
     import typer
+
     from fwbench_aggregator.cli import common
     from fwbench_aggregator.run.client import RunnerFailure
 
     def refused(progress):
-        raise RunnerFailure("torch", "DEADLINE_EXCEEDED", "plug-in hangs (/m/hangs/build_torch.py): build() did not "
-                                                          "return within 60 s; the runner stopped it and serves on")
+        raise RunnerFailure(
+            "torch",
+            "DEADLINE_EXCEEDED",
+            "plug-in hangs (/m/hangs/build_torch.py): build() did not "
+            "return within 60 s; the runner stopped it and serves on",
+        )
 
     with pytest.raises(typer.Exit) as info:
         common.run(refused)
     assert info.value.exit_code == 1
     printed = " ".join(capsys.readouterr().err.split())
-    assert printed == ("runner torch failed: DEADLINE_EXCEEDED: plug-in hangs (/m/hangs/build_torch.py): build() did "
-                       "not return within 60 s; the runner stopped it and serves on")
+    assert printed == (
+        "runner torch failed: DEADLINE_EXCEEDED: plug-in hangs (/m/hangs/build_torch.py): build() did "
+        "not return within 60 s; the runner stopped it and serves on"
+    )

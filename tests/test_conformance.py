@@ -22,15 +22,15 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator.base import frameworks, vocabulary
-from fwbench_aggregator.run import launch
-from fwbench_core.wire import enum_to_wire
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-
 from support.processes import children
 from support.runners import REAL_RUNNERS, RUNNER_PARAMS
 from support.runners import SERVED_SPECS as MODEL_SPECS
+
+from fwbench_aggregator.base import frameworks, vocabulary
+from fwbench_aggregator.run import launch
+from fwbench_core.wire import enum_to_wire
 
 EXPECTED_MODELS = sorted(MODEL_SPECS)
 PROTOCOL = "fwbench.runner.v1"
@@ -313,11 +313,18 @@ def test_check_run_resolves_what_run_would_run_without_running_it(stub):
     assert checked == config
 
 
-@pytest.mark.parametrize("fields, code, says", [
-    ({"model": "resnet81"}, grpc.StatusCode.NOT_FOUND, "unknown model 'resnet81' (did you mean resnet18?)"),
-    ({"precision": pb.PRECISION_AMP_FP16}, grpc.StatusCode.FAILED_PRECONDITION, "precision amp_fp16 is not supported"),
-    ({"batch_size": 0}, grpc.StatusCode.INVALID_ARGUMENT, "batch_size"),
-])
+@pytest.mark.parametrize(
+    "fields, code, says",
+    [
+        ({"model": "resnet81"}, grpc.StatusCode.NOT_FOUND, "unknown model 'resnet81' (did you mean resnet18?)"),
+        (
+            {"precision": pb.PRECISION_AMP_FP16},
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "precision amp_fp16 is not supported",
+        ),
+        ({"batch_size": 0}, grpc.StatusCode.INVALID_ARGUMENT, "batch_size"),
+    ],
+)
 def test_check_run_refuses_what_run_refuses_with_the_same_status(stub, fields, code, says):
     request = run_request(**fields)
     with pytest.raises(grpc.RpcError) as checked:
@@ -352,7 +359,9 @@ def test_a_model_name_that_is_not_utf8_is_invalid(channel, method, request_type,
     # Hand-encoded: field 1 (model, a string), length-delimited, 2 bytes that are not UTF-8.
     data = b"\x0a\x02\xff\xfe"
     path = f"/{SERVICE}/{method}"
-    call = (channel.unary_stream if streaming else channel.unary_unary)(path, request_serializer=None, response_deserializer=None)
+    call = (channel.unary_stream if streaming else channel.unary_unary)(
+        path, request_serializer=None, response_deserializer=None
+    )
     with pytest.raises(grpc.RpcError) as info:
         response = call(data, timeout=RPC_TIMEOUT_S)
         if streaming:
@@ -378,13 +387,16 @@ def test_a_seed_past_every_frameworks_range_is_refused(stub):
 
 
 @pytest.mark.parametrize("rpc", ["ExportReference", "CompareReference"])
-@pytest.mark.parametrize("fields, named", [
-    ({"name": "../../../../tmp/x.npz"}, "name"),
-    ({"name": "/tmp/x.npz"}, "name"),
-    ({"name": "x"}, "name"),
-    ({"name": "x.npz", "batch_size": 2**31}, "batch_size"),
-    ({"name": "x.npz", "seed": 2**32}, "seed"),
-])
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        ({"name": "../../../../tmp/x.npz"}, "name"),
+        ({"name": "/tmp/x.npz"}, "name"),
+        ({"name": "x"}, "name"),
+        ({"name": "x.npz", "batch_size": 2**31}, "batch_size"),
+        ({"name": "x.npz", "seed": 2**32}, "seed"),
+    ],
+)
 def test_references_take_a_plain_name_and_a_small_batch(stub, rpc, fields, named):
     request = pb.ReferenceRequest(model="resnet18", input_shape=SHAPE, **fields)
     with pytest.raises(grpc.RpcError) as caught:
@@ -579,7 +591,10 @@ def test_healthcheck_command_passes_against_a_serving_runner(runner):
     port = runner.address.rsplit(":", 1)[1]
     done = subprocess.run(
         [sys.executable, "-m", "fwbench_core.healthcheck"],
-        env={**os.environ, "FWBENCH_RUNNER_ADDRESS": f"0.0.0.0:{port}"}, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "FWBENCH_RUNNER_ADDRESS": f"0.0.0.0:{port}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     assert "SERVING" in done.stdout
@@ -627,7 +642,9 @@ def test_advertised_settings_run_and_the_rest_are_refused(runner, stub, suffix):
         number = vocabulary.from_text(wrapper, value)
         # A compilation that cannot train (e.g. torch's onnxruntime) advertises the modes it runs.
         mode = "train" if "train" in info.options.get(f"cpu:0.{value}.modes", "train") else "infer"
-        request = run_request(mode=vocabulary.from_text(pb.Mode, mode), warmup_steps=0, measured_steps=1, **{field: number})
+        request = run_request(
+            mode=vocabulary.from_text(pb.Mode, mode), warmup_steps=0, measured_steps=1, **{field: number}
+        )
         if value in supported:
             config = of_kind(run_events(stub, request), "config")[0]
             assert getattr(config, field) == number, (field, value)
@@ -644,7 +661,8 @@ def test_unset_settings_resolve_to_explicit_values(stub):
     assert vocabulary.to_text(pb.Compilation, config.compilation) == info.options["cpu:0.default_compilation"]
     assert config.cudnn_autotune == pb.SWITCH_OFF
     assert (config.intra_op_threads, config.inter_op_threads) == (
-        int(info.options["intra_op_threads"]), int(info.options["inter_op_threads"])
+        int(info.options["intra_op_threads"]),
+        int(info.options["inter_op_threads"]),
     )
 
 
@@ -680,7 +698,9 @@ def test_thread_counts_other_than_the_runners_are_refused_or_honoured(stub):
 
 def test_warmup_until_stable_and_minimum_duration(stub):
     request = run_request(
-        warmup_steps=30, measured_steps=2, min_measure_s=0.05,
+        warmup_steps=30,
+        measured_steps=2,
+        min_measure_s=0.05,
         warmup_until_stable=pb.WarmupUntilStable(cv_threshold=0.5, window=3),
     )
     events = run_events(stub, request)
@@ -694,7 +714,9 @@ def test_warmup_until_stable_and_minimum_duration(stub):
 
 def test_a_batch_the_framework_cannot_train_is_a_clear_error_and_the_runner_goes_on(runner, stub):
     # One sample with a 1x1 final feature map: PyTorch's BatchNorm cannot normalise a single value.
-    request = run_request(model="resnet18", mode=pb.MODE_TRAIN, batch_size=1, input_shape=[3, 32, 32], warmup_steps=0, measured_steps=1)
+    request = run_request(
+        model="resnet18", mode=pb.MODE_TRAIN, batch_size=1, input_shape=[3, 32, 32], warmup_steps=0, measured_steps=1
+    )
     try:
         events = run_events(stub, request)
     except grpc.RpcError as error:
@@ -771,7 +793,10 @@ def test_an_opened_block_runs_its_windows_in_the_worker_it_started_and_its_last_
     assert len(opened) == 1
     window = functools.partial(run_request, process_block=block, reuse_key=block, continue_reuse=True)
     first, last = summary_of(run_events(stub, window())), summary_of(run_events(stub, window(end_reuse=True)))
-    assert {first.process_id, last.process_id} == opened and (first.build_continued, last.build_continued) == (False, True)
+    assert {first.process_id, last.process_id} == opened and (first.build_continued, last.build_continued) == (
+        False,
+        True,
+    )
     assert not block_workers(runner.pid) & opened
 
 

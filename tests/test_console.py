@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-
 from support.cli import fwbench, only_run_dir
 
 # Every test here runs the command line, runners or generated requests end to end: seconds each.
@@ -28,7 +27,8 @@ def figures(text: str) -> set[str]:
     """Every word with a digit in it, in the table's cells (the lines drawn with '│')."""
     return {
         word
-        for line in text.splitlines() if "│" in line
+        for line in text.splitlines()
+        if "│" in line
         for cell in line.split("│")
         for word in cell.split()
         if any(character.isdigit() for character in word)
@@ -57,16 +57,20 @@ def both_widths(*args: str) -> tuple[str, str]:
     return done[NARROW], done[WIDE]
 
 
-@pytest.mark.parametrize("command", [
-    ["models"],
-    ["describe"],
-    ["max-batch", "--mode", "infer", "--shape", "3x4096x4096", "--limit", "1024"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["models"],
+        ["describe"],
+        ["max-batch", "--mode", "infer", "--shape", "3x4096x4096", "--limit", "1024"],
+    ],
+)
 def test_runner_tables(fake_runner, command, tmp_path):
     store = ["--store", str(tmp_path / "store")] if command[0] == "max-batch" else []  # not the user's results/store
     # A wide terminal's models table adds each model's shape range.
-    assert_whole_in_80_columns(*both_widths(*command, "--runner", f"fake={fake_runner}", *store),
-                               wide_shows_more=command == ["models"])
+    assert_whole_in_80_columns(
+        *both_widths(*command, "--runner", f"fake={fake_runner}", *store), wide_shows_more=command == ["models"]
+    )
 
 
 def test_models_is_one_row_per_model_naming_the_runners_that_build_it(fake_runner):
@@ -78,8 +82,15 @@ def test_models_is_one_row_per_model_naming_the_runners_that_build_it(fake_runne
 
 def test_parity_table(fake_runner, tmp_path):
     narrow, wide = both_widths(
-        "parity", "--models", "resnet18,bert_base", "--runner", f"torch={fake_runner}",
-        "--runner", f"tensorflow={fake_runner}", "--out", str(tmp_path),
+        "parity",
+        "--models",
+        "resnet18,bert_base",
+        "--runner",
+        f"torch={fake_runner}",
+        "--runner",
+        f"tensorflow={fake_runner}",
+        "--out",
+        str(tmp_path),
     )
     assert_whole_in_80_columns(narrow, wide)
     assert "762,000" in narrow
@@ -87,15 +98,34 @@ def test_parity_table(fake_runner, tmp_path):
 
 def test_compare_table(fake_runner, tmp_path):
     done = fwbench(
-        "compare", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1", "--steps", "3", "--min-measure-s", "0",
-        "--repetitions", "3", "--runner", f"first={fake_runner}", "--runner", f"second={fake_runner}", "--out", str(tmp_path),
+        "compare",
+        "--batch-size",
+        "2",
+        "--shape",
+        "3x32x32",
+        "--warmup",
+        "1",
+        "--steps",
+        "3",
+        "--min-measure-s",
+        "0",
+        "--repetitions",
+        "3",
+        "--runner",
+        f"first={fake_runner}",
+        "--runner",
+        f"second={fake_runner}",
+        "--out",
+        str(tmp_path),
         env={"COLUMNS": NARROW},
     )
     assert done.returncode == 0, done.stderr
     table = pd.read_parquet(only_run_dir(tmp_path) / "comparison.parquet")
-    wide = {
-        f"{row.median_step_ms:.2f}" for row in table.itertuples()
-    } | {f"{row.throughput_samples_per_s:.1f}" for row in table.itertuples()} | {f"{row.ratio_to_fastest:.3f}" for row in table.itertuples()}
+    wide = (
+        {f"{row.median_step_ms:.2f}" for row in table.itertuples()}
+        | {f"{row.throughput_samples_per_s:.1f}" for row in table.itertuples()}
+        | {f"{row.ratio_to_fastest:.3f}" for row in table.itertuples()}
+    )
     assert "…" not in done.stdout and max(len(line) for line in done.stdout.splitlines()) <= int(NARROW)
     assert wide <= figures(done.stdout), sorted(wide - figures(done.stdout))
 
@@ -105,7 +135,14 @@ def test_sweep_and_report_tables(fake_runner, tmp_path):
     sweep.write_text(SWEEP)
     store = str(tmp_path / "store")
     swept = fwbench(
-        "sweep", str(sweep), "--store", store, "--runner", f"first={fake_runner}", "--runner", f"second={fake_runner}",
+        "sweep",
+        str(sweep),
+        "--store",
+        store,
+        "--runner",
+        f"first={fake_runner}",
+        "--runner",
+        f"second={fake_runner}",
         env={"COLUMNS": NARROW},
     )
     assert swept.returncode == 0, swept.stderr

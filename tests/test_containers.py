@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from support.docker import skip_without_docker_engine
 from support.timings import timed
-import yaml
+
 from fwbench_aggregator.base.frameworks import shipped
 from fwbench_aggregator.run import launch
 from fwbench_aggregator.store.results_store import ResultStore
@@ -53,17 +54,47 @@ UP_TIMEOUT_S = 600
 RUN_TIMEOUT_S = 600
 # One job per framework across its two runner containers (compose.nodes.yaml), one CPU device each.
 DISTRIBUTED_STRATEGIES = {"torch": "ddp", "tensorflow": "multi_worker_mirrored"}
-DISTRIBUTED_RUN = ["--model", "mobilenet_v2", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "2", "--steps", "5",
-                   "--min-measure-s", "0", "--repetitions", "1", "--devices", "cpu:0",
-                   *(arg for name, strategy in DISTRIBUTED_STRATEGIES.items() for arg in ("--strategy", f"{name}={strategy}"))]
-SMALL_RUN = ["--model", "resnet18", "--batch-size", "2", "--shape", "3x64x64", "--warmup", "2", "--steps", "5",
-             "--min-measure-s", "0", "--repetitions", "1"]
+DISTRIBUTED_RUN = [
+    "--model",
+    "mobilenet_v2",
+    "--batch-size",
+    "2",
+    "--shape",
+    "3x32x32",
+    "--warmup",
+    "2",
+    "--steps",
+    "5",
+    "--min-measure-s",
+    "0",
+    "--repetitions",
+    "1",
+    "--devices",
+    "cpu:0",
+    *(arg for name, strategy in DISTRIBUTED_STRATEGIES.items() for arg in ("--strategy", f"{name}={strategy}")),
+]
+SMALL_RUN = [
+    "--model",
+    "resnet18",
+    "--batch-size",
+    "2",
+    "--shape",
+    "3x64x64",
+    "--warmup",
+    "2",
+    "--steps",
+    "5",
+    "--min-measure-s",
+    "0",
+    "--repetitions",
+    "1",
+]
 
 
-def run(command: list, timeout: float = 120, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [str(c) for c in command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
-    )
+def run(
+    command: list, timeout: float = 120, env: dict | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
+    done = subprocess.run([str(c) for c in command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     if check and done.returncode != 0:
         pytest.fail(
             f"{' '.join(map(str, command))} exited {done.returncode}\n--- stdout ---\n{done.stdout[-6000:]}"
@@ -81,7 +112,9 @@ def dotenv() -> dict[str, str]:
 def compose_env(**overrides: str) -> dict[str, str]:
     """A clean environment for docker-compose: the host's PATH and Docker settings and the test's own
     variables; nothing inherited overrides .env, which compose reads itself."""
-    keep = {name: value for name, value in os.environ.items() if name in ("PATH", "HOME", "DOCKER_HOST", "DOCKER_CONFIG")}
+    keep = {
+        name: value for name, value in os.environ.items() if name in ("PATH", "HOME", "DOCKER_HOST", "DOCKER_CONFIG")
+    }
     return {**keep, **overrides}
 
 
@@ -108,8 +141,13 @@ def test_compose_file_follows_the_compose_specification():
 
 @pytest.mark.parametrize(
     "overrides",
-    [["compose.cpu.yaml"], ["compose.ports.yaml"], ["compose.cpu.yaml", "compose.ports.yaml"],
-     ["compose.cpu.yaml", "compose.nodes.yaml"], ["compose.cpu.yaml", "compose.ports.yaml", "compose.nodes.yaml"]],
+    [
+        ["compose.cpu.yaml"],
+        ["compose.ports.yaml"],
+        ["compose.cpu.yaml", "compose.ports.yaml"],
+        ["compose.cpu.yaml", "compose.nodes.yaml"],
+        ["compose.cpu.yaml", "compose.ports.yaml", "compose.nodes.yaml"],
+    ],
 )
 def test_overrides_merge_into_a_file_that_follows_the_specification(tmp_path, overrides):
     merged = tmp_path / "merged.yaml"
@@ -262,13 +300,21 @@ class Stack:
             **{f"{name.upper()}_RUNNER_PORT": str(port) for name, port in self.ports.items()},
         }
 
-    def compose(self, *args: str, timeout: float = RUN_TIMEOUT_S, check: bool = True,
-                **variables: str) -> subprocess.CompletedProcess:
+    def compose(
+        self, *args: str, timeout: float = RUN_TIMEOUT_S, check: bool = True, **variables: str
+    ) -> subprocess.CompletedProcess:
         """docker-compose on the stack's files, with the stack's variables (`variables` in place of some)."""
         files = ("compose.yaml", "compose.cpu.yaml", "compose.ports.yaml", *self.overrides)
         # Every runner's profile: the stack runs all of them, and `down` leaves none behind.
         profiles = (arg for name in OPT_IN for arg in ("--profile", name))
-        command = [TOOLS / "docker-compose", "-p", PROJECT, *(arg for f in files for arg in ("-f", f)), *profiles, *args]
+        command = [
+            TOOLS / "docker-compose",
+            "-p",
+            PROJECT,
+            *(arg for f in files for arg in ("-f", f)),
+            *profiles,
+            *args,
+        ]
         return run(command, timeout=timeout, env=compose_env(**{**self.variables, **variables}), check=check)
 
     def build(self) -> None:
@@ -278,10 +324,14 @@ class Stack:
         has built that tag before would. The aggregator's is built beside the runners' too: it depends on them in
         compose.yaml, so one `build` of them all started it only once they were built (190 s later in a CI run)."""
         second, _ = SECOND_TENSORFLOW
-        with timed("image", f"compose build (every runner, the aggregator, and tensorflow {second}'s runner)"), \
-                ThreadPoolExecutor(2) as pool:
-            others = [pool.submit(self.compose, "build", "tensorflow", timeout=BUILD_TIMEOUT_S, TENSORFLOW_TAG=second),
-                      pool.submit(self.compose, "--profile", "aggregator", "build", "aggregator", timeout=BUILD_TIMEOUT_S)]
+        with (
+            timed("image", f"compose build (every runner, the aggregator, and tensorflow {second}'s runner)"),
+            ThreadPoolExecutor(2) as pool,
+        ):
+            others = [
+                pool.submit(self.compose, "build", "tensorflow", timeout=BUILD_TIMEOUT_S, TENSORFLOW_TAG=second),
+                pool.submit(self.compose, "--profile", "aggregator", "build", "aggregator", timeout=BUILD_TIMEOUT_S),
+            ]
             self.compose("build", timeout=BUILD_TIMEOUT_S)
             for other in others:
                 other.result()
@@ -300,20 +350,39 @@ class Stack:
         make("base fwbench-ci/python:3.11", None, "python")
         version, packages = SECOND_TENSORFLOW
         frameworks = [
-            (f"base fwbench-ci/pytorch:{self.torch_version}", "runners/torch/requirements.lock",
-             "torch", self.torch_version, f"torch=={self.torch_version}", f"torchvision=={self.torchvision_version}"),
-            (f"base fwbench-ci/tensorflow:{self.tensorflow_version}", "runners/tensorflow/requirements.lock",
-             "tensorflow", self.tensorflow_version, f"tensorflow=={self.tensorflow_version}"),
+            (
+                f"base fwbench-ci/pytorch:{self.torch_version}",
+                "runners/torch/requirements.lock",
+                "torch",
+                self.torch_version,
+                f"torch=={self.torch_version}",
+                f"torchvision=={self.torchvision_version}",
+            ),
+            (
+                f"base fwbench-ci/tensorflow:{self.tensorflow_version}",
+                "runners/tensorflow/requirements.lock",
+                "tensorflow",
+                self.tensorflow_version,
+                f"tensorflow=={self.tensorflow_version}",
+            ),
             # The second TensorFlow has its own pins (an older protobuf): no lock of ours fits it.
             (f"base fwbench-ci/tensorflow:{version}", None, "tensorflow", version, *packages),
             # Like NVIDIA's JAX image: JAX with Flax and optax (here the CPU build, which PyPI's jax is).
-            (f"base fwbench-ci/jax:{self.jax_version}", "runners/jax/requirements.lock", "jax", self.jax_version,
-             f"jax=={self.jax_version}",
-             *(f"{name}=={pinned('runners/jax/requirements.txt', name)}" for name in ("jaxlib", "flax", "optax"))),
+            (
+                f"base fwbench-ci/jax:{self.jax_version}",
+                "runners/jax/requirements.lock",
+                "jax",
+                self.jax_version,
+                f"jax=={self.jax_version}",
+                *(f"{name}=={pinned('runners/jax/requirements.txt', name)}" for name in ("jaxlib", "flax", "optax")),
+            ),
         ]
         # The framework bases all at once, on the one Python base: each waits on uv copying files into a container
         # and on `docker commit` writing a layer, far more than on the CPU.
-        with timed("image", f"{len(frameworks)} framework bases, concurrently"), ThreadPoolExecutor(len(frameworks)) as pool:
+        with (
+            timed("image", f"{len(frameworks)} framework bases, concurrently"),
+            ThreadPoolExecutor(len(frameworks)) as pool,
+        ):
             for done in [pool.submit(make, *recipe) for recipe in frameworks]:
                 done.result()
 
@@ -340,8 +409,11 @@ class Stack:
         rows = [line.split() for line in table.splitlines()]
         # A socket's row: "N: LOCAL_HEX_ADDRESS:HEX_PORT REMOTE STATE ... UID ..."; state 0A is LISTEN. The
         # headers start "sl"; Docker's embedded DNS listens in the container too, as root.
-        return {int(row[1].rsplit(":", 1)[1], 16) for row in rows
-                if row[0] != "sl" and row[3] == "0A" and row[7] == str(UID)}
+        return {
+            int(row[1].rsplit(":", 1)[1], 16)
+            for row in rows
+            if row[0] != "sl" and row[3] == "0A" and row[7] == str(UID)
+        }
 
     def newest_comparison(self) -> tuple[Path, pd.DataFrame]:
         folder = max((p.parent for p in self.results_dir.glob("*/comparison.csv")), key=lambda p: p.stat().st_mtime)
@@ -380,8 +452,18 @@ def test_every_runner_comes_up_healthy_as_a_non_root_user(stack):
 @pytest.mark.containers
 def test_the_runner_layer_moves_no_package_of_the_base_image(stack):
     for service in RUNNERS:
-        listing = run(["docker", "run", "--rm", "--entrypoint", "sh", stack.image(service), "-c",
-                       "cat /opt/fwbench/base-packages.txt; echo ---; cat /opt/fwbench/packages.txt"]).stdout
+        listing = run(
+            [
+                "docker",
+                "run",
+                "--rm",
+                "--entrypoint",
+                "sh",
+                stack.image(service),
+                "-c",
+                "cat /opt/fwbench/base-packages.txt; echo ---; cat /opt/fwbench/packages.txt",
+            ]
+        ).stdout
         base, final = (set(part.split()) for part in listing.split("---"))
         assert base <= final
         assert any(line.startswith("fwbench-core==") for line in final - base)
@@ -420,10 +502,20 @@ def test_a_model_plugin_on_the_host_is_compared_and_checked_in_every_runner_cont
     listing = stack.aggregator("models", "--frameworks", ",".join(RUNNERS)).stdout
     assert re.search(r"tiny_cnn \*.*\ball\b", listing), listing
     assert "tiny_cnn: plug-in /models/tiny_cnn (FWBENCH_MODELS_DIR, sha256:" in listing
-    stack.aggregator("parity", "--models", "tiny_cnn", "--frameworks", ",".join(RUNNERS), "--out", "/results",
-                     "--store", "/results/store")
-    stack.aggregator("compare", "--model", "tiny_cnn", *SMALL_RUN[2:], "--frameworks", ",".join(RUNNERS),
-                     "--out", "/results")
+    stack.aggregator(
+        "parity",
+        "--models",
+        "tiny_cnn",
+        "--frameworks",
+        ",".join(RUNNERS),
+        "--out",
+        "/results",
+        "--store",
+        "/results/store",
+    )
+    stack.aggregator(
+        "compare", "--model", "tiny_cnn", *SMALL_RUN[2:], "--frameworks", ",".join(RUNNERS), "--out", "/results"
+    )
     _, table = stack.newest_comparison()
     assert set(table["model"]) == {"tiny_cnn"} and set(table["framework"]) == set(RUNNERS)
     assert set(table["model_source"]) == {"/models/tiny_cnn (FWBENCH_MODELS_DIR)"}
@@ -433,8 +525,10 @@ def test_a_model_plugin_on_the_host_is_compared_and_checked_in_every_runner_cont
 
 @pytest.mark.containers
 def test_host_aggregator_reaches_the_published_runners(stack):
-    done = run([TOOLS / "fwbench", "describe", *(f"--runner={name}=127.0.0.1:{port}" for name, port in stack.ports.items())],
-               timeout=RUN_TIMEOUT_S)
+    done = run(
+        [TOOLS / "fwbench", "describe", *(f"--runner={name}=127.0.0.1:{port}" for name, port in stack.ports.items())],
+        timeout=RUN_TIMEOUT_S,
+    )
     assert stack.torch_version in done.stdout and stack.tensorflow_version in done.stdout
     assert stack.jax_version in done.stdout
 
@@ -445,8 +539,9 @@ def test_one_job_spans_two_runner_containers_per_framework(stack):
     the frameworks' own rendezvous over the compose network, then nothing left in any container."""
     stack.overrides = ("compose.nodes.yaml",)
     try:
-        stack.compose("up", "-d", "--wait", "--wait-timeout", str(UP_TIMEOUT_S - 60), *SECOND_NODES.values(),
-                      timeout=UP_TIMEOUT_S)
+        stack.compose(
+            "up", "-d", "--wait", "--wait-timeout", str(UP_TIMEOUT_S - 60), *SECOND_NODES.values(), timeout=UP_TIMEOUT_S
+        )
         stack.aggregator("compare", *DISTRIBUTED_RUN, "--out", "/results")
         folder, _ = stack.newest_comparison()
         summary = pd.read_csv(folder / "summary.csv").set_index("framework")
@@ -480,9 +575,12 @@ def test_a_new_tensorflow_tag_builds_its_own_runner_and_results_report_it(stack)
     stack.variables["TENSORFLOW_TAG"] = version
     try:
         stack.compose("build", "tensorflow", timeout=BUILD_TIMEOUT_S)
-        stack.compose("up", "-d", "--wait", "--wait-timeout", str(UP_TIMEOUT_S - 60), "tensorflow", timeout=UP_TIMEOUT_S)
-        packages = run(["docker", "run", "--rm", "--entrypoint", "cat", stack.image("tensorflow"),
-                        "/opt/fwbench/packages.txt"]).stdout.split()
+        stack.compose(
+            "up", "-d", "--wait", "--wait-timeout", str(UP_TIMEOUT_S - 60), "tensorflow", timeout=UP_TIMEOUT_S
+        )
+        packages = run(
+            ["docker", "run", "--rm", "--entrypoint", "cat", stack.image("tensorflow"), "/opt/fwbench/packages.txt"]
+        ).stdout.split()
         assert f"tensorflow=={version}" in packages and "protobuf==5.29.5" in packages
         stack.aggregator("compare", *SMALL_RUN, "--out", "/results")
         _, table = stack.newest_comparison()
@@ -502,24 +600,37 @@ def test_versions_side_by_side_run_through_the_generated_override_and_record_the
     report's rows, every image's digests in the results, and everything taken down (docs/versions.md)."""
     second, _ = SECOND_TENSORFLOW
     study = tmp_path / "versions.yaml"
-    study.write_text(f"versions: {{tensorflow: ['{second}', '{stack.tensorflow_version}'], torch: ['{stack.torch_version}']}}\n"
-                     "models: [resnet18]\nmodes: [infer]\nbatch_sizes: [2]\nshapes: [3x32x32]\nwarmup: 1\nsteps: 3\n"
-                     "min_measure_s: 0\nrepetitions: 2\n")
+    study.write_text(
+        f"versions: {{tensorflow: ['{second}', '{stack.tensorflow_version}'], torch: ['{stack.torch_version}']}}\n"
+        "models: [resnet18]\nmodes: [infer]\nbatch_sizes: [2]\nshapes: [3x32x32]\nwarmup: 1\nsteps: 3\n"
+        "min_measure_s: 0\nrepetitions: 2\n"
+    )
     store = tmp_path / "store"
-    env = {**compose_env(**stack.variables), "COMPOSE_PROJECT_NAME": PROJECT, "FWBENCH_COMPOSE": str(TOOLS / "docker-compose")}
+    env = {
+        **compose_env(**stack.variables),
+        "COMPOSE_PROJECT_NAME": PROJECT,
+        "FWBENCH_COMPOSE": str(TOOLS / "docker-compose"),
+    }
     labels = [f"tensorflow@{second}", f"tensorflow@{stack.tensorflow_version}", f"torch@{stack.torch_version}"]
     ours = ["--filter", f"label=com.docker.compose.project={PROJECT}", "--filter", "label=fwbench.runner"]
     try:
-        up = run([TOOLS / "fwbench", "versions", "up", study, "--store", store, "--cpu"], timeout=BUILD_TIMEOUT_S, env=env)
+        up = run(
+            [TOOLS / "fwbench", "versions", "up", study, "--store", store, "--cpu"], timeout=BUILD_TIMEOUT_S, env=env
+        )
         assert [value.split("=")[0] for value in up.stdout.split()[1::2]] == labels
-        listed = run(["docker", "ps", *ours, "--format", "{{.Label \"fwbench.runner\"}}"]).stdout.split()
+        listed = run(["docker", "ps", *ours, "--format", '{{.Label "fwbench.runner"}}']).stdout.split()
         assert sorted(listed) == sorted(labels)
-        sweep = run([TOOLS / "fwbench", "sweep", study, "--store", store, "--no-confirm"], timeout=RUN_TIMEOUT_S, env=env)
+        sweep = run(
+            [TOOLS / "fwbench", "sweep", study, "--store", store, "--no-confirm"], timeout=RUN_TIMEOUT_S, env=env
+        )
         assert f"tensorflow {second} → {stack.tensorflow_version}: resnet18 infer b2" in " ".join(sweep.stdout.split())
         changes = pd.read_csv(store / "report" / "version_changes.csv")
         assert changes[["framework", "version_from", "version_to"]].values.tolist() == [
-            ["tensorflow", second, stack.tensorflow_version]]  # torch ran one version: no pair
-        assert changes["runs_from"].tolist() == [2] and changes["change"].tolist() == ["unresolved"]  # 2 runs decide nothing
+            ["tensorflow", second, stack.tensorflow_version]
+        ]  # torch ran one version: no pair
+        assert changes["runs_from"].tolist() == [2] and changes["change"].tolist() == [
+            "unresolved"
+        ]  # 2 runs decide nothing
         summary = pd.read_csv(store / "report" / "comparison.csv")
         assert set(summary["runner"]) == set(labels)
         runs = ResultStore(store).load("summary").set_index("runner")
@@ -528,7 +639,9 @@ def test_versions_side_by_side_run_through_the_generated_override_and_record_the
             framework = label.split("@")[0]
             assert set(own["container_image"]) == {f"{IMAGE_PREFIX}/{framework}-runner:{tag}"}
             assert set(own["container_base_image"]) == {f"fwbench-ci/{base}:{tag}"}
-            image_id = run(["docker", "image", "inspect", "--format", "{{.Id}}", f"{IMAGE_PREFIX}/{framework}-runner:{tag}"])
+            image_id = run(
+                ["docker", "image", "inspect", "--format", "{{.Id}}", f"{IMAGE_PREFIX}/{framework}-runner:{tag}"]
+            )
             assert set(own["image_digest"]) == {image_id.stdout.strip()}
             assert own["base_image_digest"].str.startswith("sha256:").all()
     finally:

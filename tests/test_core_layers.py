@@ -21,13 +21,48 @@ FRAMEWORKS = {"torch", "torchvision", "tensorflow", "keras", "tf_keras", "jax", 
 MAX_MODULE_LINES = 400
 # Floors, lowest first: each module of the core on one of them.
 FLOORS = {
-    "facts": {"__init__", "errors", "limits", "choices", "spec", "fairness", "architectures", "handlers", "allocator",
-              "safe_read", "env_flags", "system_folders"},
+    "facts": {
+        "__init__",
+        "errors",
+        "limits",
+        "choices",
+        "spec",
+        "fairness",
+        "architectures",
+        "handlers",
+        "allocator",
+        "safe_read",
+        "env_flags",
+        "system_folders",
+    },
     "processes": {"process_tree", "worker_output", "worker_start"},
-    "models and inputs": {"declaration", "plugin_modules", "plugin_checks", "plugins", "builtin", "registry",
-                          "catalog", "references", "decoding", "streams", "access", "sysinfo"},
-    "measurement": {"power", "device_state", "backend", "onnx_runtime", "serving", "timing", "telemetry", "placement",
-                    "validation", "admission", "run_path"},
+    "models and inputs": {
+        "declaration",
+        "plugin_modules",
+        "plugin_checks",
+        "plugins",
+        "builtin",
+        "registry",
+        "catalog",
+        "references",
+        "decoding",
+        "streams",
+        "access",
+        "sysinfo",
+    },
+    "measurement": {
+        "power",
+        "device_state",
+        "backend",
+        "onnx_runtime",
+        "serving",
+        "timing",
+        "telemetry",
+        "placement",
+        "validation",
+        "admission",
+        "run_path",
+    },
     "execution": {"isolation", "apart", "plugin_worker", "distributed", "venue", "venues"},
     "service": {"service"},
     "wire": {"wire", "wire_events"},
@@ -60,8 +95,12 @@ def imports_of(path: Path, package_root: Path) -> tuple[set[str], set[str]]:
                 own.update([target[0]] if target else ["__init__" if node.module is None and not base else ""])
                 if not target:
                     # "from . import X": X is a module of the package, or a name its __init__ holds.
-                    own.update(a.name if (package_root / f"{a.name}.py").exists() or (package_root / a.name).is_dir()
-                               else "__init__" for a in node.names)
+                    own.update(
+                        a.name
+                        if (package_root / f"{a.name}.py").exists() or (package_root / a.name).is_dir()
+                        else "__init__"
+                        for a in node.names
+                    )
             elif node.module:
                 parts = node.module.split(".")
                 (own.add(parts[1]) if parts[0] == own_name and len(parts) > 1 else others.add(parts[0]))
@@ -78,8 +117,9 @@ def test_the_import_reader_sees_relative_lazy_and_package_imports(tmp_path):
     (package / "power").mkdir(parents=True)
     (package / "timing.py").write_text("")
     module = package / "power" / "energy.py"
-    module.write_text("from . import sampler\nfrom ..timing import x\n"
-                      "def f():\n    from ..spec import y\n    import numpy\n")
+    module.write_text(
+        "from . import sampler\nfrom ..timing import x\ndef f():\n    from ..spec import y\n    import numpy\n"
+    )
     own, others = imports_of(module, package)
     assert own == {"power", "timing", "spec"} and others == {"numpy"}
 
@@ -109,7 +149,7 @@ def test_the_core_has_no_import_cycle():
         if name in done:
             return
         if name in visiting:
-            cycles.append(path[path.index(name):] + [name])
+            cycles.append(path[path.index(name) :] + [name])
             return
         visiting.add(name)
         for target in sorted(graph.get(name, ())):
@@ -130,7 +170,9 @@ def test_a_runner_imports_the_core_and_never_another_runner(module):
     assert not others & strangers, f"fwbench_{runner} imports another runner's package"
 
 
-@pytest.mark.parametrize("module", CORE_MODULES + RUNNER_MODULES, ids=lambda p: str(p.relative_to(REPO_ROOT / "runners")))
+@pytest.mark.parametrize(
+    "module", CORE_MODULES + RUNNER_MODULES, ids=lambda p: str(p.relative_to(REPO_ROOT / "runners"))
+)
 def test_no_module_grows_past_the_limit(module):
     lines = len(module.read_text().splitlines())
     key = str(module.relative_to(REPO_ROOT))

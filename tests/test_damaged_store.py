@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from support.cli import fwbench
+
 from fwbench_aggregator.store.results_store import AlreadyStored, ResultStore
 from fwbench_aggregator.store.schema import STORE_FORMAT
-
-from support.cli import fwbench
 
 GARBLE = b"PAR1 not a parquet file any more PAR1"
 
@@ -93,8 +93,10 @@ def test_a_key_another_writer_stored_first_keeps_this_write_aside(tmp_path):
 
 # --- end to end, on a sweep's store ------------------------------------------------------------------------------
 
-SWEEP = ("runners: [first, second]\nmodels: [resnet18]\nmodes: [infer]\nbatch_sizes: [1, 2, 4]\nshapes: [3x32x32]\n"
-         "warmup: 1\nsteps: 2\nmin_measure_s: 0\nrepetitions: 1\n")
+SWEEP = (
+    "runners: [first, second]\nmodels: [resnet18]\nmodes: [infer]\nbatch_sizes: [1, 2, 4]\nshapes: [3x32x32]\n"
+    "warmup: 1\nsteps: 2\nmin_measure_s: 0\nrepetitions: 1\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +104,17 @@ def swept(tmp_path_factory, fake_address) -> tuple[list[str], Path]:
     """The sweep's command line and the store it wrote, whole: each test damages a copy."""
     folder = tmp_path_factory.mktemp("swept")
     (folder / "sweep.yaml").write_text(SWEEP)
-    args = ["sweep", str(folder / "sweep.yaml"), "--store", str(folder / "store"), "--runner", f"first={fake_address}",
-            "--runner", f"second={fake_address}", "--no-report"]
+    args = [
+        "sweep",
+        str(folder / "sweep.yaml"),
+        "--store",
+        str(folder / "store"),
+        "--runner",
+        f"first={fake_address}",
+        "--runner",
+        f"second={fake_address}",
+        "--no-report",
+    ]
     done = fwbench(*args)
     assert done.returncode == 0, done.stderr
     return args, folder / "store"

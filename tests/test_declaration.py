@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fwbench_core.builtin import BUILTIN_MODELS_FOLDER, MODEL_SPECS
+from fwbench_core.choices import InputKind, Objective, Task
 from fwbench_core.declaration import (
     DECLARATION_FILE,
     MAX_DIMENSION,
@@ -19,7 +20,6 @@ from fwbench_core.declaration import (
     read_declaration,
 )
 from fwbench_core.fake import FAKE_MODELS
-from fwbench_core.choices import InputKind, Objective, Task
 from fwbench_core.spec import Head, ModelSource, ModelSpec
 
 PATH = Path("/plugins/tiny/model.toml")
@@ -27,23 +27,40 @@ SOURCE = ModelSource("--models-dir", "/plugins/tiny", "sha256:" + "0" * 64)
 NOT_A_SHAPE = f"is not a shape; a list of whole numbers from 1 to {MAX_DIMENSION}, e.g. [3, 32, 32]"
 
 IMAGE = {
-    "name": "tiny", "task": "vision", "input_kind": "image",
-    "default_input_shape": [3, 8, 8], "min_input_shape": [3, 4, 4], "max_input_shape": [3, 16, 16],
+    "name": "tiny",
+    "task": "vision",
+    "input_kind": "image",
+    "default_input_shape": [3, 8, 8],
+    "min_input_shape": [3, 4, 4],
+    "max_input_shape": [3, 16, 16],
     "heads": [{"name": "classification", "objective": "classify", "outputs": 10}],
 }
 TOKENS = {
-    "name": "tiny", "task": "nlp", "input_kind": "tokens", "vocab_size": 100,
-    "default_input_shape": [16], "min_input_shape": [1], "max_input_shape": [64],
+    "name": "tiny",
+    "task": "nlp",
+    "input_kind": "tokens",
+    "vocab_size": 100,
+    "default_input_shape": [16],
+    "min_input_shape": [1],
+    "max_input_shape": [64],
     "heads": [{"name": "lm", "objective": "token_ce", "outputs": 100}],
 }
 AUDIO = {
-    "name": "tiny", "task": "speech", "input_kind": "audio",
-    "default_input_shape": [1600], "min_input_shape": [400], "max_input_shape": [16000],
+    "name": "tiny",
+    "task": "speech",
+    "input_kind": "audio",
+    "default_input_shape": [1600],
+    "min_input_shape": [400],
+    "max_input_shape": [16000],
     "heads": [{"name": "ctc", "objective": "ctc", "outputs": 29}],
 }
 SPECTROGRAM = {
-    "name": "tiny", "task": "speech", "input_kind": "spectrogram",
-    "default_input_shape": [40, 100], "min_input_shape": [40, 16], "max_input_shape": [40, 1000],
+    "name": "tiny",
+    "task": "speech",
+    "input_kind": "spectrogram",
+    "default_input_shape": [40, 100],
+    "min_input_shape": [40, 16],
+    "max_input_shape": [40, 1000],
     "heads": [{"name": "ctc", "objective": "ctc", "outputs": 29}],
 }
 
@@ -90,22 +107,63 @@ def accepted(enum_type) -> str:
 @pytest.mark.parametrize(
     "table, expected",
     [
-        (IMAGE, ModelSpec(
-            "tiny", Task.VISION, InputKind.IMAGE, "CxHxW", (3, 8, 8), (3, 4, 4), (3, 16, 16),
-            (("classification", Head(Objective.CLASSIFY, 10)),), source=SOURCE,
-        )),
-        (TOKENS, ModelSpec(
-            "tiny", Task.NLP, InputKind.TOKENS, "seq", (16,), (1,), (64,),
-            (("lm", Head(Objective.TOKEN_CE, 100)),), vocab_size=100, source=SOURCE,
-        )),
-        (AUDIO, ModelSpec(
-            "tiny", Task.SPEECH, InputKind.AUDIO, "audio", (1600,), (400,), (16000,),
-            (("ctc", Head(Objective.CTC, 29)),), source=SOURCE,
-        )),
-        (SPECTROGRAM, ModelSpec(
-            "tiny", Task.SPEECH, InputKind.SPECTROGRAM, "FxT", (40, 100), (40, 16), (40, 1000),
-            (("ctc", Head(Objective.CTC, 29)),), source=SOURCE,
-        )),
+        (
+            IMAGE,
+            ModelSpec(
+                "tiny",
+                Task.VISION,
+                InputKind.IMAGE,
+                "CxHxW",
+                (3, 8, 8),
+                (3, 4, 4),
+                (3, 16, 16),
+                (("classification", Head(Objective.CLASSIFY, 10)),),
+                source=SOURCE,
+            ),
+        ),
+        (
+            TOKENS,
+            ModelSpec(
+                "tiny",
+                Task.NLP,
+                InputKind.TOKENS,
+                "seq",
+                (16,),
+                (1,),
+                (64,),
+                (("lm", Head(Objective.TOKEN_CE, 100)),),
+                vocab_size=100,
+                source=SOURCE,
+            ),
+        ),
+        (
+            AUDIO,
+            ModelSpec(
+                "tiny",
+                Task.SPEECH,
+                InputKind.AUDIO,
+                "audio",
+                (1600,),
+                (400,),
+                (16000,),
+                (("ctc", Head(Objective.CTC, 29)),),
+                source=SOURCE,
+            ),
+        ),
+        (
+            SPECTROGRAM,
+            ModelSpec(
+                "tiny",
+                Task.SPEECH,
+                InputKind.SPECTROGRAM,
+                "FxT",
+                (40, 100),
+                (40, 16),
+                (40, 1000),
+                (("ctc", Head(Objective.CTC, 29)),),
+                source=SOURCE,
+            ),
+        ),
     ],
     ids=["image", "tokens", "audio", "spectrogram"],
 )
@@ -119,7 +177,9 @@ def test_optional_fields_read_as_given():
 
 
 def test_two_heads_make_a_head_option_with_the_first_as_default():
-    spec = parse({**TOKENS, "heads": [*TOKENS["heads"], {"name": "classification", "objective": "classify", "outputs": 2}]})
+    spec = parse(
+        {**TOKENS, "heads": [*TOKENS["heads"], {"name": "classification", "objective": "classify", "outputs": 2}]}
+    )
     assert [name for name, _ in spec.heads] == ["lm", "classification"]
     assert spec.options[0].choices == ("lm", "classification") and spec.options[0].default == "lm"
 
@@ -161,12 +221,20 @@ def test_a_head_missing_a_field_is_named():
     [
         (changed(IMAGE, task="visoin"), "task", "visoin", " (did you mean vision?)", Task),
         (changed(IMAGE, input_kind="picture"), "input_kind", "picture", "", InputKind),
-        (with_head(IMAGE, objective="clasify"), "heads[0].objective", "clasify", " (did you mean classify?)", Objective),
+        (
+            with_head(IMAGE, objective="clasify"),
+            "heads[0].objective",
+            "clasify",
+            " (did you mean classify?)",
+            Objective,
+        ),
     ],
     ids=["task", "input_kind", "objective"],
 )
 def test_a_wrong_choice_lists_every_accepted_value(table, field, value, closest, enum_type):
-    assert refusal(table) == f"{PATH}: {field}: {value!r} is not accepted{closest}; accepted values: {accepted(enum_type)}"
+    assert (
+        refusal(table) == f"{PATH}: {field}: {value!r} is not accepted{closest}; accepted values: {accepted(enum_type)}"
+    )
 
 
 def test_an_input_convention_other_than_the_kinds_is_refused_naming_the_accepted_one():
@@ -230,7 +298,9 @@ def test_a_vocab_size_on_images_is_refused():
 
 
 def test_two_heads_with_one_name_are_refused():
-    message = refusal({**IMAGE, "heads": [*IMAGE["heads"], {"name": "classification", "objective": "classify", "outputs": 3}]})
+    message = refusal(
+        {**IMAGE, "heads": [*IMAGE["heads"], {"name": "classification", "objective": "classify", "outputs": 3}]}
+    )
     assert message == f"{PATH}: heads[1].name: 'classification' names two heads"
 
 
@@ -256,7 +326,8 @@ def test_a_model_name_must_be_lower_case_letters_digits_and_underscores(name):
 def test_a_description_must_be_text_of_bounded_length():
     assert refusal(changed(IMAGE, description=3)) == f"{PATH}: description: must be a string of at most 2000 characters"
     assert refusal(changed(IMAGE, description="x" * 2001)) == (
-        f"{PATH}: description: must be a string of at most 2000 characters (it has 2001)")
+        f"{PATH}: description: must be a string of at most 2000 characters (it has 2001)"
+    )
     assert parse(changed(IMAGE, description="x" * 2000)).description == "x" * 2000
 
 
@@ -307,7 +378,13 @@ def test_a_folder_without_a_declaration_is_refused_naming_the_file(tmp_path):
 
 def vision(name: str, side: int = 224, min_side: int = 32) -> ModelSpec:
     return ModelSpec(
-        name, Task.VISION, InputKind.IMAGE, "CxHxW", (3, side, side), (3, min_side, min_side), (3, 4096, 4096),
+        name,
+        Task.VISION,
+        InputKind.IMAGE,
+        "CxHxW",
+        (3, side, side),
+        (3, min_side, min_side),
+        (3, 4096, 4096),
         (("classification", Head(Objective.CLASSIFY, 1000)),),
     )
 
@@ -320,16 +397,43 @@ def text(name: str, seq: int, max_seq: int, vocab: int, heads: tuple) -> ModelSp
 EXPECTED_BUILT_INS = {
     spec.name: spec
     for spec in (
-        vision("resnet18"), vision("resnet50"), vision("resnet152"), vision("vgg16"), vision("mobilenet_v2"),
-        vision("efficientnet_b0"), vision("efficientnet_b4", side=380), vision("inception_v3", side=299, min_side=75),
-        text("bert_base", 128, 512, 30522,
-             (("classification", Head(Objective.CLASSIFY, 2)), ("mlm", Head(Objective.TOKEN_CE, 30522)))),
+        vision("resnet18"),
+        vision("resnet50"),
+        vision("resnet152"),
+        vision("vgg16"),
+        vision("mobilenet_v2"),
+        vision("efficientnet_b0"),
+        vision("efficientnet_b4", side=380),
+        vision("inception_v3", side=299, min_side=75),
+        text(
+            "bert_base",
+            128,
+            512,
+            30522,
+            (("classification", Head(Objective.CLASSIFY, 2)), ("mlm", Head(Objective.TOKEN_CE, 30522))),
+        ),
         text("gpt2_small", 1024, 1024, 50257, (("causal_lm", Head(Objective.TOKEN_CE, 50257)),)),
         text("lstm_lm", 35, 4096, 10000, (("lm", Head(Objective.TOKEN_CE, 10000)),)),
-        ModelSpec("deepspeech2", Task.SPEECH, InputKind.SPECTROGRAM, "FxT", (161, 400), (161, 16), (161, 10000),
-                  (("ctc", Head(Objective.CTC, 29)),)),
-        ModelSpec("wav2vec2_base", Task.SPEECH, InputKind.AUDIO, "audio", (16000,), (400,), (480000,),
-                  (("ctc", Head(Objective.CTC, 32)),)),
+        ModelSpec(
+            "deepspeech2",
+            Task.SPEECH,
+            InputKind.SPECTROGRAM,
+            "FxT",
+            (161, 400),
+            (161, 16),
+            (161, 10000),
+            (("ctc", Head(Objective.CTC, 29)),),
+        ),
+        ModelSpec(
+            "wav2vec2_base",
+            Task.SPEECH,
+            InputKind.AUDIO,
+            "audio",
+            (16000,),
+            (400,),
+            (480000,),
+            (("ctc", Head(Objective.CTC, 32)),),
+        ),
     )
 }
 

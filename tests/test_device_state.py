@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from fwbench_core.choices import DeviceKind
 from fwbench_core.device_state import (
     FREE_MEMORY_FLAG_FRACTION,
     OTHER_CPU_BUSY_LIMIT_CORES,
@@ -15,7 +16,6 @@ from fwbench_core.device_state import (
     DeviceStateReader,
     device_flags,
 )
-from fwbench_core.choices import DeviceKind
 from fwbench_core.power import NvmlSession
 from fwbench_core.spec import DeviceRef
 
@@ -65,8 +65,18 @@ class FakeNvml:
     NVMLError = FakeNvmlError
     NVML_CLOCK_SM = 1
 
-    def __init__(self, pids=(), sm_clock=1755, max_clock=1980, reasons=0, free=79 * GIB, total=80 * GIB,
-                 unsupported=frozenset(), init_error=None, old_names=False):
+    def __init__(
+        self,
+        pids=(),
+        sm_clock=1755,
+        max_clock=1980,
+        reasons=0,
+        free=79 * GIB,
+        total=80 * GIB,
+        unsupported=frozenset(),
+        init_error=None,
+        old_names=False,
+    ):
         self.pids, self.sm_clock, self.max_clock, self.reasons = list(pids), sm_clock, max_clock, reasons
         self.free, self.total, self.unsupported, self.init_error = free, total, unsupported, init_error
         self.initialized = 0
@@ -189,7 +199,9 @@ def test_another_process_on_the_gpu_is_flagged(proc):
     state = reader.read()
     assert state.other_gpu_processes == 1 and state.notes == ()
     flags = device_flags(GPU0, DeviceState(other_gpu_processes=0), state)
-    assert flags == ("another process used gpu:0: 1 compute process(es) besides this runner (before the run: 0, after: 1)",)
+    assert flags == (
+        "another process used gpu:0: 1 compute process(es) besides this runner (before the run: 0, after: 1)",
+    )
 
 
 def test_in_a_container_an_unseen_pid_is_taken_to_be_this_runner(proc):
@@ -221,7 +233,10 @@ def test_memory_held_by_another_process_at_the_start_is_flagged(proc):
 
 def test_what_nvml_cannot_read_is_none_with_the_reason(proc):
     state = reader_for(GPU0, proc, FakeNvml(unsupported=frozenset({"reasons", "processes"}))).read()
-    assert state.throttle_reasons is None and state.reasons["throttle_reasons"] == "NVML: Not Supported (not on this device)"
+    assert (
+        state.throttle_reasons is None
+        and state.reasons["throttle_reasons"] == "NVML: Not Supported (not on this device)"
+    )
     assert state.other_gpu_processes is None and state.reasons["other_gpu_processes"].startswith("NVML: Not Supported")
     assert state.free_memory_bytes == 79 * GIB
 

@@ -13,18 +13,34 @@ import time
 
 import pandas as pd
 import pytest
-from fwbench_aggregator.run import launch
-from fwbench_aggregator.store.results_store import ResultStore
-
 from support.cli import fwbench, only_run_dir
 from support.fakes import Fake, started_fakes
+
+from fwbench_aggregator.run import launch
+from fwbench_aggregator.store.results_store import ResultStore
 
 # Every test here runs the command line and runner processes end to end: seconds each.
 pytestmark = pytest.mark.slow
 
 # The smallest work that is still a real network: a tiny MobileNetV2 step on a 32x32 image, two per device.
-TINY = ("--model", "mobilenet_v2", "--shape", "3x32x32", "--batch-size", "2", "--warmup", "1", "--steps", "3",
-        "--min-measure-s", "0", "--repetitions", "1", "--power-rate-hz", "0")
+TINY = (
+    "--model",
+    "mobilenet_v2",
+    "--shape",
+    "3x32x32",
+    "--batch-size",
+    "2",
+    "--warmup",
+    "1",
+    "--steps",
+    "3",
+    "--min-measure-s",
+    "0",
+    "--repetitions",
+    "1",
+    "--power-rate-hz",
+    "0",
+)
 SWEEP = """\
 runners: [torch, tensorflow]
 models: [mobilenet_v2]
@@ -42,8 +58,10 @@ repetitions: 1
 @pytest.fixture
 def framework_runners(tmp_path):
     """One torch and one TensorFlow runner, started once for both commands of a test."""
-    runners = [launch.LocalRunner(name, launch.embedded_command(name, launch.default_venvs()), tmp_path / f"{name}.log")
-               for name in ("torch", "tensorflow")]
+    runners = [
+        launch.LocalRunner(name, launch.embedded_command(name, launch.default_venvs()), tmp_path / f"{name}.log")
+        for name in ("torch", "tensorflow")
+    ]
     try:
         for runner in runners:
             runner.start()
@@ -89,8 +107,10 @@ def test_a_sweep_over_one_and_two_cpu_devices_reports_ddp_against_mirrored_with_
 def two_machines(request, tmp_path):
     """Two runner processes of one framework on loopback: two "machines"."""
     name = request.param
-    runners = [launch.LocalRunner(name, launch.embedded_command(name, launch.default_venvs()), tmp_path / f"{name}-{i}.log")
-               for i in range(2)]
+    runners = [
+        launch.LocalRunner(name, launch.embedded_command(name, launch.default_venvs()), tmp_path / f"{name}-{i}.log")
+        for i in range(2)
+    ]
     try:
         for runner in runners:
             runner.start()
@@ -119,8 +139,22 @@ def test_one_job_across_two_runner_processes_merges_every_rank(tmp_path, two_mac
     assert summary["throughput_samples_per_s"] == pytest.approx(4 * len(measured) / measured["step_time_s"].sum())
 
 
-FAKE_TINY = ("--model", "resnet18", "--shape", "3x32x32", "--batch-size", "2", "--warmup", "1", "--steps", "3",
-             "--min-measure-s", "0", "--repetitions", "1")
+FAKE_TINY = (
+    "--model",
+    "resnet18",
+    "--shape",
+    "3x32x32",
+    "--batch-size",
+    "2",
+    "--warmup",
+    "1",
+    "--steps",
+    "3",
+    "--min-measure-s",
+    "0",
+    "--repetitions",
+    "1",
+)
 
 
 @pytest.fixture
@@ -147,12 +181,24 @@ def test_a_job_across_two_runners_after_a_one_device_run_prints_the_scaling_tabl
 
 
 def test_two_devices_of_one_runner_run_as_two_workers(tmp_path, two_fake_machines):
-    done = fwbench("compare", *FAKE_TINY, "--devices", "cpu:0,cpu:1", "--runner",
-                   f"fake={two_fake_machines[0].address}",
-                   "--out", str(tmp_path))
+    done = fwbench(
+        "compare",
+        *FAKE_TINY,
+        "--devices",
+        "cpu:0,cpu:1",
+        "--runner",
+        f"fake={two_fake_machines[0].address}",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == 0, done.stderr
     summary = pd.read_parquet(only_run_dir(tmp_path) / "summary.parquet").iloc[0]
-    assert (summary["strategy"], summary["devices"], summary["world_size"], summary["nodes"]) == ("ddp", "cpu:0,cpu:1", 2, 1)
+    assert (summary["strategy"], summary["devices"], summary["world_size"], summary["nodes"]) == (
+        "ddp",
+        "cpu:0,cpu:1",
+        2,
+        1,
+    )
     assert summary["global_batch_size"] == 4
 
 
@@ -160,10 +206,24 @@ def test_a_machine_lost_mid_run_fails_the_job_naming_it_and_frees_the_other(tmp_
     with started_fakes(tmp_path, Fake(step_s=0.2), Fake(step_s=0.2)) as fakes:
         runners = fakes.runners
         addresses = [r.address for r in runners]
-        command = [sys.executable, "-m", "fwbench_aggregator", "compare", *FAKE_TINY, "--steps", "200",
-                   "--distributed-timeout-s", "10", "--runner", f"fake={','.join(addresses)}", "--out", str(tmp_path / "out")]
-        job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "COLUMNS": "200"})
+        command = [
+            sys.executable,
+            "-m",
+            "fwbench_aggregator",
+            "compare",
+            *FAKE_TINY,
+            "--steps",
+            "200",
+            "--distributed-timeout-s",
+            "10",
+            "--runner",
+            f"fake={','.join(addresses)}",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+        job = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"}
+        )
         time.sleep(4)  # the job is measuring
         runners[1].process.send_signal(signal.SIGKILL)
         started = time.monotonic()
@@ -174,5 +234,7 @@ def test_a_machine_lost_mid_run_fails_the_job_naming_it_and_frees_the_other(tmp_
         # Node 1's call breaks (UNAVAILABLE), or node 0's run aborts first naming rank 1, node 1's worker.
         assert "runner fake failed: " in text and ("node 1" in text or "rank 1" in text), text
         # The surviving runner stopped its rank: it takes a new run at once.
-        again = fwbench("compare", *FAKE_TINY, "--runner", f"fake={addresses[0]}", "--out", str(tmp_path / "again"), timeout=60)
+        again = fwbench(
+            "compare", *FAKE_TINY, "--runner", f"fake={addresses[0]}", "--out", str(tmp_path / "again"), timeout=60
+        )
         assert again.returncode == 0, again.stderr

@@ -12,8 +12,10 @@ import time
 from dataclasses import replace
 
 import pytest
+from support.distributed import spawned_children
 
 from fwbench_core.catalog import load_catalog
+from fwbench_core.choices import DeviceKind, Mode, Phase, Strategy
 from fwbench_core.distributed import (
     POWER_FLAG,
     SILENCE_MARGIN_S,
@@ -27,12 +29,9 @@ from fwbench_core.errors import Aborted, Cancelled, FailedPrecondition, InvalidA
 from fwbench_core.fake import HANG_RANK_ENV, FakeBackend
 from fwbench_core.run_path import Resolved
 from fwbench_core.service import RunnerService
-from fwbench_core.choices import DeviceKind, Mode, Phase, Strategy
 from fwbench_core.spec import Cluster, DeviceRef, RunRequest
 from fwbench_core.timing import Progress, StepBatch, StepSample, Summary
 from fwbench_core.validation import resolve
-
-from support.distributed import spawned_children
 
 STEP_TIME_S = 0.01
 # A stopped run's workers are gone within the stop bounds; the rest is spawning and reading pipes.
@@ -53,8 +52,16 @@ def cpus(count: int) -> tuple[DeviceRef, ...]:
 
 def ddp_request(**overrides) -> RunRequest:
     fields = dict(
-        model="lstm_lm", mode=Mode.TRAIN, batch_size=4, input_shape=(4,), devices=cpus(2), strategy=Strategy.DDP,
-        warmup_steps=2, measured_steps=5, min_measure_s=0.0, distributed_timeout_s=10.0,
+        model="lstm_lm",
+        mode=Mode.TRAIN,
+        batch_size=4,
+        input_shape=(4,),
+        devices=cpus(2),
+        strategy=Strategy.DDP,
+        warmup_steps=2,
+        measured_steps=5,
+        min_measure_s=0.0,
+        distributed_timeout_s=10.0,
     )
     fields.update(overrides)
     return RunRequest(**fields)
@@ -233,4 +240,3 @@ def test_a_distributed_run_holds_the_cpu_so_a_second_run_queues():
         list(second)
     with pytest.raises(Cancelled):
         list(first)
-

@@ -8,12 +8,11 @@ import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from typer.testing import CliRunner
 
-from fwbench_aggregator.plan import study_file as sweep
-from fwbench_aggregator.cli import app
-from fwbench_aggregator.plan.spec import per_runner
-from fwbench_aggregator.plan.spec import RunSpec
-from fwbench_aggregator.run import wire
 from fwbench_aggregator.base.vocabulary import Strategy
+from fwbench_aggregator.cli import app
+from fwbench_aggregator.plan import study_file as sweep
+from fwbench_aggregator.plan.spec import RunSpec, per_runner
+from fwbench_aggregator.run import wire
 
 REFUSED = [
     (["--strategy", "horovod"], "--strategy", "accepted values: single, dp, ddp, mirrored, multi_worker_mirrored"),
@@ -31,8 +30,11 @@ REFUSED = [
 
 @pytest.mark.parametrize("arguments, option, accepted", REFUSED, ids=[" ".join(a) for a, _, _ in REFUSED])
 def test_a_bad_distributed_option_exits_2_naming_it_and_the_accepted_forms(tmp_path, arguments, option, accepted):
-    done = CliRunner().invoke(app, ["compare", *arguments, "--out", str(tmp_path / "out"), "--venvs", str(tmp_path / "none")],
-                              env={"COLUMNS": "300"})
+    done = CliRunner().invoke(
+        app,
+        ["compare", *arguments, "--out", str(tmp_path / "out"), "--venvs", str(tmp_path / "none")],
+        env={"COLUMNS": "300"},
+    )
     assert done.exit_code == 2, (done.exit_code, done.exception, done.output)
     text = " ".join(done.output.replace("│", " ").split())
     assert option in text and accepted in text, text
@@ -47,13 +49,16 @@ def test_strategy_per_runner_wins_over_one_for_all():
 
 
 def test_a_run_spec_writes_strategy_devices_and_timeout_into_the_request():
-    request = wire.to_request(RunSpec("mlp", batch_size=8, strategy=Strategy.ddp, devices="cpu:0,cpu:1",
-                                      distributed_timeout_s=30.0))
+    request = wire.to_request(
+        RunSpec("mlp", batch_size=8, strategy=Strategy.ddp, devices="cpu:0,cpu:1", distributed_timeout_s=30.0)
+    )
     assert request.strategy == pb.STRATEGY_DDP and request.batch_size == 8
     assert [(d.kind, d.index) for d in request.devices] == [(pb.DEVICE_KIND_CPU, 0), (pb.DEVICE_KIND_CPU, 1)]
     assert not request.HasField("device") and request.distributed_timeout_s == 30.0
     plain = wire.to_request(RunSpec("mlp"))
-    assert plain.strategy == pb.STRATEGY_UNSPECIFIED and not plain.devices and not plain.HasField("distributed_timeout_s")
+    assert (
+        plain.strategy == pb.STRATEGY_UNSPECIFIED and not plain.devices and not plain.HasField("distributed_timeout_s")
+    )
 
 
 def test_a_sweep_takes_strategies_per_runner_and_device_lists(tmp_path):
@@ -64,8 +69,10 @@ def test_a_sweep_takes_strategies_per_runner_and_device_lists(tmp_path):
     )
     configurations = sweep.load_sweep(path).configurations()
     assert [(c.runner, c.device, c.devices, c.strategy.value) for c in configurations] == [
-        ("torch", "cpu", None, "ddp"), ("tensorflow", "cpu", None, "mirrored"),
-        ("torch", None, "cpu:0,cpu:1", "ddp"), ("tensorflow", None, "cpu:0,cpu:1", "mirrored"),
+        ("torch", "cpu", None, "ddp"),
+        ("tensorflow", "cpu", None, "mirrored"),
+        ("torch", None, "cpu:0,cpu:1", "ddp"),
+        ("tensorflow", None, "cpu:0,cpu:1", "mirrored"),
     ]
     keys = {str(c.key_fields()) for c in configurations}
     assert len(keys) == 4, "strategy and devices are part of a run's key"
@@ -73,11 +80,18 @@ def test_a_sweep_takes_strategies_per_runner_and_device_lists(tmp_path):
     assert "strategy" not in sweep.sweep_from_options("mlp").configurations()[0].key_fields()
 
 
-@pytest.mark.parametrize("text, field, problem", [
-    ("models: [mlp]\ndevices: ['cpu:0,cpu:0']\n", "devices[0]", "names cpu:0 twice"),
-    ("models: [mlp]\nstrategies: [ring]\n", "strategies[0]", "accepted values: single, dp, ddp"),
-    ("models: [mlp]\nrunners: [torch]\nstrategies: {tensorflow: [mirrored]}\n", "strategies.tensorflow", "not one of this sweep's runners"),
-])
+@pytest.mark.parametrize(
+    "text, field, problem",
+    [
+        ("models: [mlp]\ndevices: ['cpu:0,cpu:0']\n", "devices[0]", "names cpu:0 twice"),
+        ("models: [mlp]\nstrategies: [ring]\n", "strategies[0]", "accepted values: single, dp, ddp"),
+        (
+            "models: [mlp]\nrunners: [torch]\nstrategies: {tensorflow: [mirrored]}\n",
+            "strategies.tensorflow",
+            "not one of this sweep's runners",
+        ),
+    ],
+)
 def test_a_bad_sweep_strategy_or_device_list_names_the_field(tmp_path, text, field, problem):
     path = tmp_path / "sweep.yaml"
     path.write_text(text)

@@ -16,10 +16,10 @@ from pathlib import Path
 import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
+from support.distributed import free_port, workers_of
+
 from fwbench_aggregator.run import launch
 from fwbench_core.distributed import SILENCE_MARGIN_S
-
-from support.distributed import free_port, workers_of
 
 # Every test here runs a real framework runner; each on conftest's two machines of TensorFlow (`runners`), which it
 # leaves with no worker process.
@@ -50,8 +50,15 @@ def cpus(count: int) -> list[pb.DeviceSelector]:
 
 def tf_request(**overrides) -> pb.RunRequest:
     fields = dict(
-        model="resnet18", mode=pb.MODE_TRAIN, batch_size=2, input_shape=[3, 32, 32], warmup_steps=1,
-        measured_steps=3, min_measure_s=0.0, devices=cpus(2), strategy=pb.STRATEGY_MIRRORED,
+        model="resnet18",
+        mode=pb.MODE_TRAIN,
+        batch_size=2,
+        input_shape=[3, 32, 32],
+        warmup_steps=1,
+        measured_steps=3,
+        min_measure_s=0.0,
+        devices=cpus(2),
+        strategy=pb.STRATEGY_MIRRORED,
         distributed_timeout_s=60.0,
     )
     fields.update(overrides)
@@ -161,14 +168,19 @@ def test_multi_worker_mirrored_on_two_cpu_devices_is_refused(runners):
     (_, stub), _ = runners
     error = run_error(stub, tf_request(strategy=pb.STRATEGY_MULTI_WORKER_MIRRORED))
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert error.details().startswith("strategy multi_worker_mirrored (MultiWorkerMirroredStrategy) runs one CPU device")
+    assert error.details().startswith(
+        "strategy multi_worker_mirrored (MultiWorkerMirroredStrategy) runs one CPU device"
+    )
     assert "supports mirrored for 2 CPU devices" in error.details()
 
 
 def test_after_one_mirrored_step_every_replica_holds_the_same_weights():
     python = launch.default_venvs() / "tensorflow" / "bin" / "python"
     done = subprocess.run(
-        [str(python), str(HERE / "tensorflow_one_mirrored_step.py")], capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+        [str(python), str(HERE / "tensorflow_one_mirrored_step.py")],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])

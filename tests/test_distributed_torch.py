@@ -17,9 +17,9 @@ from pathlib import Path
 import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
-from fwbench_aggregator.run import launch
-
 from support.distributed import free_port, listening_addresses, workers_of
+
+from fwbench_aggregator.run import launch
 
 # Every test here runs a real framework runner; each on conftest's two machines of torch (`runners`), which it
 # leaves with no worker process.
@@ -58,8 +58,16 @@ def cpus(count: int) -> list[pb.DeviceSelector]:
 
 def ddp_request(**overrides) -> pb.RunRequest:
     fields = dict(
-        model="mobilenet_v2", mode=pb.MODE_TRAIN, batch_size=2, input_shape=[3, 32, 32], warmup_steps=1,
-        measured_steps=3, min_measure_s=0.0, devices=cpus(2), strategy=pb.STRATEGY_DDP, distributed_timeout_s=60.0,
+        model="mobilenet_v2",
+        mode=pb.MODE_TRAIN,
+        batch_size=2,
+        input_shape=[3, 32, 32],
+        warmup_steps=1,
+        measured_steps=3,
+        min_measure_s=0.0,
+        devices=cpus(2),
+        strategy=pb.STRATEGY_DDP,
+        distributed_timeout_s=60.0,
     )
     fields.update(overrides)
     return pb.RunRequest(**fields)
@@ -141,7 +149,11 @@ def test_a_rank_killed_on_one_machine_fails_the_job_on_both(runners):
     endpoints = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     calls = [
         stub.Run(
-            ddp_request(devices=cpus(1), measured_steps=100_000, cluster=pb.Cluster(node_rank=rank, node_count=2, endpoints=endpoints)),
+            ddp_request(
+                devices=cpus(1),
+                measured_steps=100_000,
+                cluster=pb.Cluster(node_rank=rank, node_count=2, endpoints=endpoints),
+            ),
             timeout=RUN_TIMEOUT_S,
         )
         for rank, (_, stub) in enumerate(runners)
@@ -170,7 +182,8 @@ def test_a_machine_that_never_starts_fails_the_run_within_the_timeout(runners):
     port = free_port()
     endpoints = [f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}"]
     request = ddp_request(
-        devices=cpus(1), cluster=pb.Cluster(node_rank=0, node_count=2, endpoints=endpoints),
+        devices=cpus(1),
+        cluster=pb.Cluster(node_rank=0, node_count=2, endpoints=endpoints),
         distributed_timeout_s=SHORT_TIMEOUT_S,
     )
     started_s = time.monotonic()
@@ -228,7 +241,9 @@ def test_after_one_step_every_ddp_rank_holds_the_same_weights(strategy, synchron
     python = launch.default_venvs() / "torch" / "bin" / "python"
     done = subprocess.run(
         [str(python), str(HERE / "torch_one_ddp_step.py"), strategy, str(free_port())],
-        capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     distance = json.loads(done.stdout.splitlines()[-1])

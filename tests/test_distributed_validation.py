@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import pytest
-
-from fwbench_core.errors import FailedPrecondition, InvalidArgument
-from fwbench_core.choices import DeviceKind, Strategy
-from fwbench_core.spec import Cluster, Device, DeviceRef
-from fwbench_core.placement import cpu_worker_limit
-from fwbench_core.validation import DEFAULT_DISTRIBUTED_TIMEOUT_S
-
 from support.core import CPU, GPU0, expect_error, request, resolve_request
+
+from fwbench_core.choices import DeviceKind, Strategy
+from fwbench_core.errors import FailedPrecondition, InvalidArgument
+from fwbench_core.placement import cpu_worker_limit
+from fwbench_core.spec import Cluster, Device, DeviceRef
+from fwbench_core.validation import DEFAULT_DISTRIBUTED_TIMEOUT_S
 
 GPU1 = Device(DeviceRef(DeviceKind.GPU, 1), "Test GPU", 1 << 30, "1.0")
 TWO_GPUS = (CPU, GPU0, GPU1)
-cpu = lambda index: DeviceRef(DeviceKind.CPU, index)  # noqa: E731
-gpu = lambda index: DeviceRef(DeviceKind.GPU, index)  # noqa: E731
+cpu = lambda index: DeviceRef(DeviceKind.CPU, index)
+gpu = lambda index: DeviceRef(DeviceKind.GPU, index)
 # A torch-like runner: DataParallel on GPUs only, DDP everywhere, DDP by default on several devices.
 TORCH_LIKE = dict(
     strategies=frozenset({Strategy.SINGLE, Strategy.DP, Strategy.DDP}),
@@ -89,7 +88,9 @@ def test_data_parallel_on_two_gpus_is_accepted():
 
 
 def test_a_strategy_of_the_other_framework_is_refused_naming_this_ones():
-    message = expect_error(FailedPrecondition, request(devices=(cpu(0), cpu(1)), strategy=Strategy.MIRRORED), **TORCH_LIKE)
+    message = expect_error(
+        FailedPrecondition, request(devices=(cpu(0), cpu(1)), strategy=Strategy.MIRRORED), **TORCH_LIKE
+    )
     assert "mirrored is not supported" in message and "supports ddp for 2 CPU devices" in message
 
 

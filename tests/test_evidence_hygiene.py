@@ -17,6 +17,8 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from support.cli import fwbench, only_run_dir
+
 from fwbench_aggregator.analyse import stats
 from fwbench_aggregator.analyse.comparison import comparison_rows
 from fwbench_aggregator.analyse.floors import calibration_row
@@ -32,10 +34,20 @@ from fwbench_aggregator.run.gate import Gate, Place, places_of, this_host
 from fwbench_aggregator.run.quiet import GpuState, HostProbe, Reading, wait_for_quiet
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_aggregator.store.schema import CALIBRATION_COLUMNS, FLOOR_KEY_COLUMNS
-from support.cli import fwbench, only_run_dir
 
-CONFIG = {"model": "resnet18", "model_options": "", "mode": "train", "batch_size": 2, "input_shape": "3x32x32",
-          "precision": "fp32", "device": "cpu:0", "world_size": 1, "nodes": 1, "profile": "equal", "serving": ""}
+CONFIG = {
+    "model": "resnet18",
+    "model_options": "",
+    "mode": "train",
+    "batch_size": 2,
+    "input_shape": "3x32x32",
+    "precision": "fp32",
+    "device": "cpu:0",
+    "world_size": 1,
+    "nodes": 1,
+    "profile": "equal",
+    "serving": "",
+}
 # Runs and floors of today's store say their design (an older store's migrate to rounds).
 ROUNDS = {"design": "rounds"}
 BUSY = "host busy in 4 of 12 runs"
@@ -43,6 +55,7 @@ NOV_26 = 1795651200.0  # 2026-11-26 UTC
 
 
 # --- which noise floor a comparison applies ------------------------------------------------------------------------
+
 
 def runs(slowdown: float = 1.10, count: int = 6) -> tuple[pd.DataFrame, pd.DataFrame]:
     """torch, and tensorflow `slowdown` times slower, `count` quiet runs each."""
@@ -58,8 +71,18 @@ def runs(slowdown: float = 1.10, count: int = 6) -> tuple[pd.DataFrame, pd.DataF
 
 
 def floor(framework: str, value: float, flagged: str = "", at: float = NOV_26) -> dict:
-    return {**CONFIG, **ROUNDS, "framework": framework, "runs": 6, "aa_ratio": 1.0, "aa_ci_low": 1 - value,
-            "aa_ci_high": 1 + value, "noise_floor": value, "flagged": flagged, "calibrated_at_unix_s": at}
+    return {
+        **CONFIG,
+        **ROUNDS,
+        "framework": framework,
+        "runs": 6,
+        "aa_ratio": 1.0,
+        "aa_ci_low": 1 - value,
+        "aa_ci_high": 1 + value,
+        "noise_floor": value,
+        "flagged": flagged,
+        "calibrated_at_unix_s": at,
+    }
 
 
 def judged(calibration: list[dict]):
@@ -70,8 +93,9 @@ def judged(calibration: list[dict]):
 def test_a_quiet_floor_is_applied_and_a_flagged_one_beside_it_is_not():
     fastest, slower = judged([floor("torch", 0.05), floor("torch", 0.30, BUSY)])
     assert slower.noise_floor == 0.05 and slower.noise_floor_flagged == ""
-    assert slower.noise_floor_source == ("calibrated 2026-11-26 on torch, 6 runs per instance; not applied: 1 "
-                                         "calibration(s) on a busy host")
+    assert slower.noise_floor_source == (
+        "calibrated 2026-11-26 on torch, 6 runs per instance; not applied: 1 calibration(s) on a busy host"
+    )
     # 10% clears the quiet 5%: called, and nothing about a busy floor in the verdict.
     assert slower.verdict.startswith("torch faster by") and "busy" not in slower.verdict
     assert fastest.noise_floor_source == slower.noise_floor_source
@@ -80,8 +104,10 @@ def test_a_quiet_floor_is_applied_and_a_flagged_one_beside_it_is_not():
 def test_a_flagged_floor_alone_is_applied_and_every_verdict_it_judged_says_so():
     fastest, slower = judged([floor("tensorflow", 0.30, BUSY)])
     assert slower.noise_floor == 0.30 and slower.noise_floor_flagged == BUSY
-    assert slower.noise_floor_source == (f"calibrated 2026-11-26 on tensorflow, 6 runs per instance, on a busy host "
-                                         f"({BUSY}): applied, as no quiet calibration exists")
+    assert slower.noise_floor_source == (
+        f"calibrated 2026-11-26 on tensorflow, 6 runs per instance, on a busy host "
+        f"({BUSY}): applied, as no quiet calibration exists"
+    )
     assert "below the noise floor, 30.0%" in slower.verdict
     assert slower.verdict.endswith(f"; noise floor calibrated on a busy host ({BUSY})")
     assert fastest.verdict == "fastest"
@@ -119,6 +145,7 @@ def test_a_calibration_from_before_flags_reads_as_quiet(tmp_path):
 
 
 # --- waiting for a quiet host --------------------------------------------------------------------------------------
+
 
 class FakeClock:
     def __init__(self) -> None:
@@ -165,8 +192,13 @@ def test_the_gate_records_the_seconds_each_run_waited(monkeypatch):
         def note(self, text: str, level: str = "info") -> None:
             notes.append(text)
 
-    gate = Gate(10, locks=False, probe_for=lambda places, others: readings("busy", "busy", "busy", ""),
-                clock=clock, sleep=clock.sleep)
+    gate = Gate(
+        10,
+        locks=False,
+        probe_for=lambda places, others: readings("busy", "busy", "busy", ""),
+        clock=clock,
+        sleep=clock.sleep,
+    )
     with gate.passage([Place("cpu:0")], "torch #1", Notes()) as passage:
         assert passage.quiet.waited_s == 3.0
     assert passage.context() == {"quiet_wait_s": 3.0}
@@ -194,11 +226,21 @@ def test_the_host_probe_counts_other_processes_cores_and_others_gpu_processes(tm
         clock.sleep(seconds)
         fake_proc(tmp_path, pid, 1000 + int(2.1 * tick), 100 + int(0.1 * tick))
 
-    gpus = lambda: [GpuState("0", "GPU-a", 50.0, (pid, 999999)), GpuState("1", "GPU-b", 0.0, ())]
-    probe = HostProbe([("0", "GPU-a"), ("1", "")], lambda: ["another fwbench measures gpu1: pid 7"], tmp_path, gpus,
-                      clock=clock, sleep=window)
-    assert probe().why == ("other processes kept 2.00 CPU cores busy (above 0.5); gpu:0 has 1 compute process(es) of "
-                           "others; gpu:0 50% busy (above 5%); another fwbench measures gpu1: pid 7")
+    def gpus() -> list[GpuState]:
+        return [GpuState("0", "GPU-a", 50.0, (pid, 999999)), GpuState("1", "GPU-b", 0.0, ())]
+
+    probe = HostProbe(
+        [("0", "GPU-a"), ("1", "")],
+        lambda: ["another fwbench measures gpu1: pid 7"],
+        tmp_path,
+        gpus,
+        clock=clock,
+        sleep=window,
+    )
+    assert probe().why == (
+        "other processes kept 2.00 CPU cores busy (above 0.5); gpu:0 has 1 compute process(es) of "
+        "others; gpu:0 50% busy (above 5%); another fwbench measures gpu1: pid 7"
+    )
     assert HostProbe([], proc_root=tmp_path / "none").cpu_busy_cores() is None
 
 
@@ -229,16 +271,21 @@ def test_a_second_holder_waits_and_says_for_whom(tmp_path):
         assert second.waited_s >= 0.4
     # The holder's command is this process's own arguments (none in an xdist worker).
     holder = shlex.join(["fwbench", *sys.argv[1:]])[:20]
-    assert said[0].startswith(f"waiting for another fwbench measuring cpu: pid {os.getpid()} `{holder}") and " since " in said[0]
+    assert (
+        said[0].startswith(f"waiting for another fwbench measuring cpu: pid {os.getpid()} `{holder}")
+        and " since " in said[0]
+    )
     assert said[-1].startswith("cpu is free after")
     assert oct(os.stat(tmp_path / "cpu.lock").st_mode & 0o777) == "0o600"
 
 
 def test_a_killed_holder_releases_the_lock(tmp_path):
-    code = ("import sys, time\nfrom pathlib import Path\nfrom fwbench_aggregator.run.device_lock import Lock, holding\n"
-            "remote = Lock('boot-7-gpu0', 'gpu:0 of boot-7', here=False)\n"
-            "with holding([Lock('cpu', 'cpu'), remote], directory=Path(sys.argv[1])):\n    print('held', flush=True)\n"
-            "    time.sleep(60)\n")
+    code = (
+        "import sys, time\nfrom pathlib import Path\nfrom fwbench_aggregator.run.device_lock import Lock, holding\n"
+        "remote = Lock('boot-7-gpu0', 'gpu:0 of boot-7', here=False)\n"
+        "with holding([Lock('cpu', 'cpu'), remote], directory=Path(sys.argv[1])):\n    print('held', flush=True)\n"
+        "    time.sleep(60)\n"
+    )
     holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -317,10 +364,14 @@ def test_a_holders_text_is_cleaned_before_it_is_shown(tmp_path):
 def test_a_device_lock_is_named_by_the_device_on_this_host_and_by_the_machine_elsewhere():
     here = {"host_id": this_host(), "gpu:1.uuid": "GPU-5f3a"}
     assert [p.lock() for p in places_of("torch:50051", ["cpu:1", "gpu:1", "gpu:2"], here)] == [
-        Lock("cpu", "cpu"), Lock("GPU-5f3a", "gpu:1"), Lock("gpu2", "gpu:2")]
+        Lock("cpu", "cpu"),
+        Lock("GPU-5f3a", "gpu:1"),
+        Lock("gpu2", "gpu:2"),
+    ]
     assert places_of("127.0.0.1:50051", ["cpu"], {})[0].lock() == Lock("cpu", "cpu")
-    assert places_of("node7:50051", ["gpu:0"], {"host_id": "boot-7"})[0].lock() == Lock("boot-7-gpu0", "gpu:0 of boot-7",
-                                                                                           here=False)
+    assert places_of("node7:50051", ["gpu:0"], {"host_id": "boot-7"})[0].lock() == Lock(
+        "boot-7-gpu0", "gpu:0 of boot-7", here=False
+    )
 
 
 def test_run_all_waits_for_the_device_another_command_measures_and_records_it(tmp_path, fake_runner):
@@ -339,8 +390,9 @@ def test_run_all_waits_for_the_device_another_command_measures_and_records_it(tm
     held.wait(10)
     request = wire.to_request(RunSpec("resnet18", Mode.infer, 2, "3x32x32", warmup=0, steps=2, min_measure_s=0))
     gate = Gate(lock_dir=tmp_path)
-    results, failures = run_all({"a": fake_runner, "b": fake_runner}, {"a": request, "b": request}, Transport(), 1,
-                                progress=Notes(), gate=gate)
+    results, failures = run_all(
+        {"a": fake_runner, "b": fake_runner}, {"a": request, "b": request}, Transport(), 1, progress=Notes(), gate=gate
+    )
     assert not failures and len(results) == 2
     assert gate.passages[("a", 0)].lock_wait_s >= 0.3 and gate.context_of("a", 0)["device_lock_wait_s"] >= 0.3
     assert gate.context_of("b", 0) == {}
@@ -351,20 +403,58 @@ def test_run_all_waits_for_the_device_another_command_measures_and_records_it(tm
 def test_compare_holds_the_device_lock_and_says_which_noise_floor_it_applied(tmp_path, fake_runner):
     out, store, runtime = tmp_path / "out", tmp_path / "store", tmp_path / "runtime"
     runtime.mkdir(mode=0o700)
-    options = ["--model", "resnet18", "--mode", "train", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "0",
-               "--steps", "4", "--min-measure-s", "0", "--runner", f"a={fake_runner}", "--runner", f"b={fake_runner}"]
+    options = [
+        "--model",
+        "resnet18",
+        "--mode",
+        "train",
+        "--batch-size",
+        "2",
+        "--shape",
+        "3x32x32",
+        "--warmup",
+        "0",
+        "--steps",
+        "4",
+        "--min-measure-s",
+        "0",
+        "--runner",
+        f"a={fake_runner}",
+        "--runner",
+        f"b={fake_runner}",
+    ]
     # A floor applies to runs of its calibration's key: this one's is that of runs with these options here.
-    first = fwbench("compare", *options, "--repetitions", "1", "--out", str(tmp_path / "first"),
-                    "--store", str(tmp_path / "first-store"), env={"XDG_RUNTIME_DIR": str(runtime)})
+    first = fwbench(
+        "compare",
+        *options,
+        "--repetitions",
+        "1",
+        "--out",
+        str(tmp_path / "first"),
+        "--store",
+        str(tmp_path / "first-store"),
+        env={"XDG_RUNTIME_DIR": str(runtime)},
+    )
     assert first.returncode == 0, first.stderr
     key = ResultStore(tmp_path / "first-store").load("summary").iloc[0]
     row = {**floor("fake", 0.30, "host busy in 4 of 6 runs"), "runs": 3, **{c: key[c] for c in FLOOR_KEY_COLUMNS}}
     ResultStore(store).append("calibrated", {"calibration": "by hand"}, {"calibration": pd.DataFrame([row])}, {})
-    done = fwbench("compare", *options, "--repetitions", "3", "--out", str(out), "--store", str(store),
-                   env={"XDG_RUNTIME_DIR": str(runtime)})
+    done = fwbench(
+        "compare",
+        *options,
+        "--repetitions",
+        "3",
+        "--out",
+        str(out),
+        "--store",
+        str(store),
+        env={"XDG_RUNTIME_DIR": str(runtime)},
+    )
     assert done.returncode == 0, done.stderr
-    source = ("calibrated 2026-11-26 on fake, 3 runs per instance, on a busy host (host busy in 4 of 6 runs): "
-              "applied, as no quiet calibration exists")
+    source = (
+        "calibrated 2026-11-26 on fake, 3 runs per instance, on a busy host (host busy in 4 of 6 runs): "
+        "applied, as no quiet calibration exists"
+    )
     assert f"noise floor: 30.0% (from fwbench calibrate), {source} [FLAGGED: " in done.stdout
     assert "noise floor calibrated on a busy host (host busy in 4 of 6 runs)" in done.stdout
     comparison = pd.read_csv(only_run_dir(out) / "comparison.csv", keep_default_na=False)

@@ -57,5 +57,7 @@ def test_every_backend_reads_the_optimizer_settings_from_the_core():
     # Whichever of its modules builds the training step (TensorFlow's workload.py, the others' backend.py).
     for framework in frameworks.shipped():
         package = REPO_ROOT / framework.folder / framework.module
-        imported = set().union(*(names_imported_from(path.read_text(), FAIRNESS_MODULE) for path in package.rglob("*.py")))
+        imported = set().union(
+            *(names_imported_from(path.read_text(), FAIRNESS_MODULE) for path in package.rglob("*.py"))
+        )
         assert OPTIMIZER_FACTS <= imported, package

@@ -10,14 +10,14 @@ import sys
 
 import pandas as pd
 import pytest
-from fwbench_aggregator.base import frameworks
-from fwbench_aggregator.run import launch
+from support.cli import fwbench, only_run_dir
+
 from fwbench_aggregator.analyse.comparison import comparison_rows
+from fwbench_aggregator.base import frameworks
 from fwbench_aggregator.plan import spec as plan
 from fwbench_aggregator.plan import study_file as sweep
+from fwbench_aggregator.run import launch
 from fwbench_aggregator.store.results_store import ResultStore
-
-from support.cli import fwbench, only_run_dir
 
 FAKE_DECLARATION = """\
 [fake]
@@ -48,7 +48,10 @@ def test_every_shipped_framework_has_its_package_and_environment_recipe():
 def test_the_checked_in_dockerfiles_and_compose_files_are_generated_from_the_list():
     done = subprocess.run(
         [sys.executable, "scripts/generate_runner_files.py", "--check"],
-        cwd=launch.REPO_ROOT, capture_output=True, text=True, timeout=60,
+        cwd=launch.REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
 
@@ -56,7 +59,11 @@ def test_the_checked_in_dockerfiles_and_compose_files_are_generated_from_the_lis
 def test_shell_scripts_read_the_same_list():
     done = subprocess.run(
         [sys.executable, "aggregator/fwbench_aggregator/base/frameworks.py"],
-        cwd=launch.REPO_ROOT, capture_output=True, text=True, timeout=60, check=True,
+        cwd=launch.REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     assert done.stdout.splitlines() == [f"{f.name} {f.environment} {f.folder}" for f in frameworks.shipped()]
 
@@ -87,14 +94,18 @@ def test_a_framework_not_compared_by_default_runs_only_when_named(tmp_path, monk
     assert "fake" not in sweep.sweep_from_options("resnet18").runners
     assert "fake" in sweep.sweep_from_options("resnet18", runners="torch,fake").runners
     path.write_text(FAKE_DECLARATION + "compared_by_default = 'no'\n")
-    with pytest.raises(frameworks.FrameworkListError, match=r"\[fake\] compared_by_default = 'no'; accepted values: true, false"):
+    with pytest.raises(
+        frameworks.FrameworkListError, match=r"\[fake\] compared_by_default = 'no'; accepted values: true, false"
+    ):
         frameworks.names()
 
 
 @pytest.mark.frameworks
 def test_a_third_framework_runs_through_the_cli_with_no_other_edit(tmp_path, fake_framework):
     help_text = fwbench("compare", "--help", env={**fake_framework, "COLUMNS": "250"}).stdout
-    assert ",".join(frameworks.default_names()) in help_text  # the default: those compared by default, the fake included
+    assert (
+        ",".join(frameworks.default_names()) in help_text
+    )  # the default: those compared by default, the fake included
 
     listed = fwbench("models", "--frameworks", "fake", env=fake_framework)
     assert listed.returncode == 0, listed.stderr
@@ -102,8 +113,20 @@ def test_a_third_framework_runs_through_the_cli_with_no_other_edit(tmp_path, fak
 
     shipped = frameworks.shipped()[0].name
     done = fwbench(
-        "compare", "--frameworks", f"{shipped},fake", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1",
-        "--steps", "3", "--out", str(tmp_path), env=fake_framework,
+        "compare",
+        "--frameworks",
+        f"{shipped},fake",
+        "--batch-size",
+        "2",
+        "--shape",
+        "3x32x32",
+        "--warmup",
+        "1",
+        "--steps",
+        "3",
+        "--out",
+        str(tmp_path),
+        env=fake_framework,
     )
     assert done.returncode == 0, done.stderr
     summary = pd.read_parquet(only_run_dir(tmp_path) / "summary.parquet")
@@ -111,27 +134,56 @@ def test_a_third_framework_runs_through_the_cli_with_no_other_edit(tmp_path, fak
 
 
 @pytest.mark.frameworks
-def test_runs_each_in_a_fresh_process_are_stored_so_and_never_pooled_with_runs_in_the_runners_own(tmp_path,
-                                                                                                   fake_framework):
+def test_runs_each_in_a_fresh_process_are_stored_so_and_never_pooled_with_runs_in_the_runners_own(
+    tmp_path, fake_framework
+):
     store = tmp_path / "store"
     for isolation in ("process", "thread", "process-per-2-runs"):
-        done = fwbench("compare", "--frameworks", "fake", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1",
-                       "--steps", "3", "--repetitions", "3", "--run-isolation", isolation, "--store", str(store),
-                       "--out", str(tmp_path / isolation), env=fake_framework)
+        done = fwbench(
+            "compare",
+            "--frameworks",
+            "fake",
+            "--batch-size",
+            "2",
+            "--shape",
+            "3x32x32",
+            "--warmup",
+            "1",
+            "--steps",
+            "3",
+            "--repetitions",
+            "3",
+            "--run-isolation",
+            isolation,
+            "--store",
+            str(store),
+            "--out",
+            str(tmp_path / isolation),
+            env=fake_framework,
+        )
         assert done.returncode == 0, done.stderr
         summary = pd.read_parquet(only_run_dir(tmp_path / isolation) / "summary.parquet")
-        assert set(summary["run_isolation"]) == {isolation} and "run_isolation=" + isolation in summary["runner_options"][0]
+        assert (
+            set(summary["run_isolation"]) == {isolation}
+            and "run_isolation=" + isolation in summary["runner_options"][0]
+        )
     stored = ResultStore(store)
     table = comparison_rows(stored.load("summary"), stored.load("steps"))
-    assert set(table["runner"]) == {"fake (run isolation process)", "fake (run isolation thread)",
-                                    "fake (run isolation process-per-2-runs)"}
+    assert set(table["runner"]) == {
+        "fake (run isolation process)",
+        "fake (run isolation thread)",
+        "fake (run isolation process-per-2-runs)",
+    }
     assert (table["runs"] == 3).all()
     refused = fwbench("compare", "--runner", "fake=127.0.0.1:1", "--run-isolation", "process", env=fake_framework)
     assert refused.returncode == 2 and "a runner given with --runner runs as it was started" in " ".join(
-        refused.stderr.split()), refused.stderr
+        refused.stderr.split()
+    ), refused.stderr
     unknown = fwbench("compare", "--run-isolation", "fork", env=fake_framework)
-    assert unknown.returncode == 2 and "accepted values: thread, process, process-on-gpu, process-per-2-runs" in " ".join(
-        unknown.stderr.split()), unknown.stderr
+    assert (
+        unknown.returncode == 2
+        and "accepted values: thread, process, process-on-gpu, process-per-2-runs" in " ".join(unknown.stderr.split())
+    ), unknown.stderr
 
 
 def test_the_aggregators_run_isolations_are_the_runners():
@@ -143,4 +195,6 @@ def test_the_aggregators_run_isolations_are_the_runners():
 def test_the_tensorflow_image_lets_tensorflow_grow_its_gpu_memory_rather_than_take_it_all():
     tensorflow = next(f for f in frameworks.frameworks().values() if f.name == "tensorflow")
     assert ("TF_FORCE_GPU_ALLOW_GROWTH", "true") in tensorflow.image_env
-    assert "    TF_FORCE_GPU_ALLOW_GROWTH=true \\\n" in (launch.REPO_ROOT / tensorflow.folder / "Dockerfile").read_text()
+    assert (
+        "    TF_FORCE_GPU_ALLOW_GROWTH=true \\\n" in (launch.REPO_ROOT / tensorflow.folder / "Dockerfile").read_text()
+    )

@@ -10,30 +10,49 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.plugins import declaration
 
 from fwbench_core.declaration import DeclarationError, read_declaration
 from fwbench_core.spec import ModelSource
-
-from support.plugins import declaration
 
 SOURCE = ModelSource("test", "folder", "sha256:0")
 VALID = declaration("fuzzed").encode()
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 toml_values = st.recursive(
-    st.one_of(st.integers(min_value=-(10**400), max_value=10**400).map(str), st.floats().map(repr),
-              st.sampled_from(["inf", "nan", "-inf", "true", "1979-05-27T07:32:00Z", '"\\uD800"', "'x'", '"""a"""']),
-              st.text(max_size=20).map(lambda t: '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"')),
-    lambda inner: st.one_of(st.lists(inner, max_size=3).map(lambda xs: "[" + ", ".join(xs) + "]"),
-                            st.lists(inner, max_size=3).map(lambda xs: "{" + ", ".join(f"k{i} = {x}" for i, x in enumerate(xs)) + "}")),
+    st.one_of(
+        st.integers(min_value=-(10**400), max_value=10**400).map(str),
+        st.floats().map(repr),
+        st.sampled_from(["inf", "nan", "-inf", "true", "1979-05-27T07:32:00Z", '"\\uD800"', "'x'", '"""a"""']),
+        st.text(max_size=20).map(lambda t: '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"'),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3).map(lambda xs: "[" + ", ".join(xs) + "]"),
+        st.lists(inner, max_size=3).map(lambda xs: "{" + ", ".join(f"k{i} = {x}" for i, x in enumerate(xs)) + "}"),
+    ),
     max_leaves=40,
 )
-fields = st.sampled_from(["name", "task", "input_kind", "default_input_shape", "min_input_shape", "max_input_shape",
-                          "heads", "vocab_size", "description", "input_convention", "unknown"])
+fields = st.sampled_from(
+    [
+        "name",
+        "task",
+        "input_kind",
+        "default_input_shape",
+        "min_input_shape",
+        "max_input_shape",
+        "heads",
+        "vocab_size",
+        "description",
+        "input_convention",
+        "unknown",
+    ]
+)
 generated = st.lists(st.tuples(fields, toml_values), max_size=8).map(
-    lambda pairs: "\n".join(f"{field} = {value}" for field, value in pairs).encode())
+    lambda pairs: "\n".join(f"{field} = {value}" for field, value in pairs).encode()
+)
 deep = st.tuples(st.sampled_from("[{"), st.integers(min_value=1, max_value=3000)).map(
-    lambda c: b"x = " + (c[0] * c[1]).encode() + (("]" if c[0] == "[" else "}") * c[1]).encode())
+    lambda c: b"x = " + (c[0] * c[1]).encode() + (("]" if c[0] == "[" else "}") * c[1]).encode()
+)
 
 
 @st.composite
@@ -43,14 +62,16 @@ def mutated(draw) -> bytes:
     for _ in range(draw(st.integers(min_value=1, max_value=8))):
         at = draw(st.integers(min_value=0, max_value=len(data)))
         edit = draw(st.sampled_from(["replace", "insert", "cut"]))
-        piece = draw(st.binary(min_size=1, max_size=8) | st.sampled_from([b"[", b"{", b"]", b'"', b"'", b"\n", b"#",
-                                                                           b"\xff", b"1e999", b"99" * 50]))
+        piece = draw(
+            st.binary(min_size=1, max_size=8)
+            | st.sampled_from([b"[", b"{", b"]", b'"', b"'", b"\n", b"#", b"\xff", b"1e999", b"99" * 50])
+        )
         if edit == "replace":
-            data[at:at + len(piece)] = piece
+            data[at : at + len(piece)] = piece
         elif edit == "insert":
             data[at:at] = piece
         else:
-            del data[at:at + len(piece)]
+            del data[at : at + len(piece)]
     return bytes(data)
 
 

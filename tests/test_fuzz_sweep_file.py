@@ -9,13 +9,13 @@ import tempfile
 from pathlib import Path
 
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support.cli import fwbench_in_process
+
 from fwbench_aggregator.base.frameworks import names as framework_names
 from fwbench_aggregator.plan.study import Sweep
 from fwbench_aggregator.plan.study_file import SweepError, load_sweep
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from support.cli import fwbench_in_process
 
 VALID = b"""\
 runners: [torch, tensorflow]
@@ -27,15 +27,42 @@ options: {bert_tiny: {head: mlm}}
 repetitions: 2
 models_dir: plugins
 """
-KEYS = ["runners", "models", "modes", "batch_sizes", "shapes", "options", "repetitions", "models_dir", "warmup",
-        "steps", "precisions", "devices", "time_budget_s", "max_runs", "cooldown_s", "x"]
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True),
-                    st.text(max_size=20), st.sampled_from(["resnet18", "torch", "3x32x32", "../../etc", "/proc/self",
-                                                           "*a", "&a x", "!!python/object:os.system", "1e999"]))
-VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                             max_size=4), max_leaves=12)
+KEYS = [
+    "runners",
+    "models",
+    "modes",
+    "batch_sizes",
+    "shapes",
+    "options",
+    "repetitions",
+    "models_dir",
+    "warmup",
+    "steps",
+    "precisions",
+    "devices",
+    "time_budget_s",
+    "max_runs",
+    "cooldown_s",
+    "x",
+]
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True),
+    st.text(max_size=20),
+    st.sampled_from(
+        ["resnet18", "torch", "3x32x32", "../../etc", "/proc/self", "*a", "&a x", "!!python/object:os.system", "1e999"]
+    ),
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
 GENERATED = st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=8).map(
-    lambda raw: yaml.safe_dump(raw, allow_unicode=True).encode())
+    lambda raw: yaml.safe_dump(raw, allow_unicode=True).encode()
+)
 
 
 @st.composite
@@ -48,9 +75,11 @@ def mutated(draw) -> bytes:
         if how == "replace" and at < len(data):
             data[at] = draw(st.integers(0, 255))
         elif how == "insert":
-            data[at:at] = draw(st.binary(min_size=1, max_size=8) | st.sampled_from([b"[", b"{", b": ", b"\n- ", b"&a ", b"*a"]))
+            data[at:at] = draw(
+                st.binary(min_size=1, max_size=8) | st.sampled_from([b"[", b"{", b": ", b"\n- ", b"&a ", b"*a"])
+            )
         elif how == "delete":
-            del data[at:at + draw(st.integers(1, 8))]
+            del data[at : at + draw(st.integers(1, 8))]
         else:
             depth = draw(st.integers(1, 400))
             data[at:at] = b"[" * depth

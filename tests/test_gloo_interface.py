@@ -5,10 +5,10 @@ ranks an address they cannot reach, and the job hangs (tests/test_containers.py 
 
 from __future__ import annotations
 
-import pytest
-
 import os
 import subprocess
+
+import pytest
 
 from fwbench_aggregator.run import launch
 
@@ -26,8 +26,14 @@ print(os.environ.get("GLOO_SOCKET_IFNAME"))
 def chosen_interface(rendezvous: str, endpoints: tuple[str, ...] = (), node_rank: int = 0, **env: str) -> str:
     python = launch.default_venvs() / "torch" / "bin" / "python"
     clean = {k: v for k, v in os.environ.items() if k != "GLOO_SOCKET_IFNAME"}
-    done = subprocess.run([str(python), "-c", CHOSEN, rendezvous, str(node_rank), *endpoints], env={**clean, **env},
-                          capture_output=True, text=True, timeout=60, check=True)
+    done = subprocess.run(
+        [str(python), "-c", CHOSEN, rendezvous, str(node_rank), *endpoints],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return done.stdout.strip()
 
 
@@ -61,5 +67,7 @@ def test_the_store_of_a_loopback_rendezvous_listens_there_and_any_other_is_left_
     # loopback (node 0's own name in its /etc/hosts): the other nodes reach node 0 at it elsewhere.
     endpoints = ["127.0.0.1:0", "[::1]:0", "localhost:0", "10.1.0.5:29500", "0.0.0.0:29500", "hostA:29500"]
     python = launch.default_venvs() / "torch" / "bin" / "python"
-    done = subprocess.run([str(python), "-c", LISTENING, *endpoints], capture_output=True, text=True, timeout=60, check=True)
+    done = subprocess.run(
+        [str(python), "-c", LISTENING, *endpoints], capture_output=True, text=True, timeout=60, check=True
+    )
     assert done.stdout.split() == ["127.0.0.1", "::1", "127.0.0.1", "None", "None", "None"]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
 from fwbench_aggregator.run import launch
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.slow]
@@ -25,10 +26,26 @@ def dry_run(tmp_path: Path, sections: tuple[str, ...]) -> tuple[dict[str, pd.Dat
     venvs = launch.default_venvs()
     out = tmp_path / "acceptance"
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--device", "cpu", "--out", str(out), "--wall-budget-s", "1200",
-         "--sections", ",".join(section.split()[0] for section in sections),
-         "--runner-python", str(venvs / "torch" / "bin" / "python"), "--jax-python", str(venvs / "jax" / "bin" / "python")],
-        capture_output=True, text=True, timeout=1500)
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--wall-budget-s",
+            "1200",
+            "--sections",
+            ",".join(section.split()[0] for section in sections),
+            "--runner-python",
+            str(venvs / "torch" / "bin" / "python"),
+            "--jax-python",
+            str(venvs / "jax" / "bin" / "python"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert (out / "report.md").exists(), done.stdout[-3000:] + done.stderr[-3000:]
     checks = pd.read_csv(out / "report.csv").fillna("")
     explained = f"{done.stdout[-3000:]}\n{(out / 'report.md').read_text()[-6000:]}"

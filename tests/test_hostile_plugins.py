@@ -15,14 +15,13 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator.run import launch
-
-from fwbench_core.limits import MAX_WORKER_OUTPUT_BYTES
-from fwbench_core.plugins import MODELS_DIR_ENV, MODELS_DIR_FLAG, content_hash
-
 from support.plugins import SHAPE, declaration, write_plugin
 from support.processes import alive, assert_all_end, descendants
 from support.requests import refusal, run
+
+from fwbench_aggregator.run import launch
+from fwbench_core.limits import MAX_WORKER_OUTPUT_BYTES
+from fwbench_core.plugins import MODELS_DIR_ENV, MODELS_DIR_FLAG, content_hash
 
 pytestmark = pytest.mark.frameworks
 
@@ -61,7 +60,9 @@ PROMPT_S = 5
 def builder(body: str) -> str:
     """A build_torch.py whose build() runs `body`, indented, then returns the tiny CNN."""
     indented = "".join(f"    {line}\n" for line in body.splitlines())
-    return TINY_CNN_BUILDER.replace("def build(spec, input_shape, options):\n", f"def build(spec, input_shape, options):\n{indented}")
+    return TINY_CNN_BUILDER.replace(
+        "def build(spec, input_shape, options):\n", f"def build(spec, input_shape, options):\n{indented}"
+    )
 
 
 # A build() that leaves a busy forked child and a detached sleep, their pids beside the build log.
@@ -98,12 +99,21 @@ def hostile(tmp_path_factory, runner_logs):
     models = tmp_path_factory.mktemp("models")
     for name, source in PLUGINS.items():
         write_plugin(models, name, builders={"torch": source})
-    write_plugin(models, "long_description", builders={"torch": TINY_CNN_BUILDER},
-                 text=declaration("long_description").replace('"A tiny test CNN"', '"' + "x" * (10 << 20) + '"'))
+    write_plugin(
+        models,
+        "long_description",
+        builders={"torch": TINY_CNN_BUILDER},
+        text=declaration("long_description").replace('"A tiny test CNN"', '"' + "x" * (10 << 20) + '"'),
+    )
     build_log = tmp_path_factory.mktemp("builds") / "build-pids"
     env = {MODELS_DIR_ENV: "", "FWBENCH_TEST_BUILD_LOG": str(build_log)}
-    command = [*launch.embedded_command("torch", launch.default_venvs()), MODELS_DIR_FLAG, str(models),
-               "--plugin-limit-s", str(LIMIT_S)]
+    command = [
+        *launch.embedded_command("torch", launch.default_venvs()),
+        MODELS_DIR_FLAG,
+        str(models),
+        "--plugin-limit-s",
+        str(LIMIT_S),
+    ]
     started = time.monotonic()
     with launch.LocalRunner("torch-hostile-plugins", command, runner_logs / "torch-hostile-plugins.log", env) as local:
         listening_s = time.monotonic() - started
@@ -129,15 +139,20 @@ def failure(call) -> tuple[grpc.RpcError, float]:
 def test_a_builder_that_hangs_or_exits_at_import_is_named_and_the_runner_listens(hostile):
     models, stub, _, _, listening_s = hostile
     described = {p.folder: p.error for p in stub.Describe(pb.DescribeRequest(), timeout=RPC_TIMEOUT_S).plugins}
-    builder_of = lambda name: models / name / "build_torch.py"  # noqa: E731
+    builder_of = lambda name: models / name / "build_torch.py"
     assert described[str(models / "hangs_at_import")] == (
         f"{builder_of('hangs_at_import')} did not finish importing within {LIMIT_S} s (a loop or a wait at import?); "
-        "the runner stopped it and serves the other models")
+        "the runner stopped it and serves the other models"
+    )
     assert described[str(models / "exits_at_import")] == (
-        f"{builder_of('exits_at_import')} ended its process (exit code 3) while importing")
-    assert described[str(models / "broken")] == f"{builder_of('broken')} failed to import: RuntimeError: broken on purpose"
+        f"{builder_of('exits_at_import')} ended its process (exit code 3) while importing"
+    )
+    assert (
+        described[str(models / "broken")] == f"{builder_of('broken')} failed to import: RuntimeError: broken on purpose"
+    )
     assert described[str(models / "long_description")].startswith(
-        f"{models / 'long_description' / 'model.toml'}: over 64 KiB")
+        f"{models / 'long_description' / 'model.toml'}: over 64 KiB"
+    )
     served = {m.name for m in stub.ListModels(pb.ListModelsRequest(), timeout=RPC_TIMEOUT_S).models}
     assert {"tiny_cnn", "hangs_in_build", "exits_in_build", "fails_to_allocate", "resnet18"} <= served
     assert not served & {"broken", "hangs_at_import", "exits_at_import", "long_description"}
@@ -169,12 +184,25 @@ def test_a_good_plugin_is_built_in_a_worker_kept_for_it_never_in_the_runners_pro
 
 
 @pytest.mark.parametrize("call", ["run", "inspect"])
-@pytest.mark.parametrize("model, code, message", [
-    ("hangs_in_build", grpc.StatusCode.DEADLINE_EXCEEDED, "{phase} did not return within 10 s; the runner stopped it"),
-    ("exits_in_build", grpc.StatusCode.FAILED_PRECONDITION, "the process running it ended (exit code 3) during {phase}"),
-    ("fails_to_allocate", grpc.StatusCode.RESOURCE_EXHAUSTED, "cannot allocate 64 GiB for the embedding table"),
-])
-def test_a_build_that_hangs_exits_or_fails_to_allocate_fails_alone_and_names_itself(hostile, call, model, code, message):
+@pytest.mark.parametrize(
+    "model, code, message",
+    [
+        (
+            "hangs_in_build",
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            "{phase} did not return within 10 s; the runner stopped it",
+        ),
+        (
+            "exits_in_build",
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "the process running it ended (exit code 3) during {phase}",
+        ),
+        ("fails_to_allocate", grpc.StatusCode.RESOURCE_EXHAUSTED, "cannot allocate 64 GiB for the embedding table"),
+    ],
+)
+def test_a_build_that_hangs_exits_or_fails_to_allocate_fails_alone_and_names_itself(
+    hostile, call, model, code, message
+):
     models, stub, _, _, _ = hostile
     if call == "run":
         error, took_s = failure(lambda: run(stub, model=model, input_shape=SHAPE))
@@ -234,9 +262,12 @@ def test_a_runner_stopped_while_a_plugin_hangs_at_import_ends_at_once_and_leaves
     log_path = tmp_path / "runner.log"
     command = [*launch.embedded_command("torch", launch.default_venvs()), MODELS_DIR_FLAG, str(models)]
     with open(log_path, "wb") as log:
-        runner = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log,
-                                  env={**os.environ, MODELS_DIR_ENV: "", "TMPDIR": str(scratch),
-                                       "FWBENCH_REFERENCE_DIR": ""})
+        runner = subprocess.Popen(
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            env={**os.environ, MODELS_DIR_ENV: "", "TMPDIR": str(scratch), "FWBENCH_REFERENCE_DIR": ""},
+        )
     try:
         deadline = time.monotonic() + RPC_TIMEOUT_S
         while "checking model plug-in" not in log_path.read_text(errors="replace"):

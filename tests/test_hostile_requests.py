@@ -19,13 +19,13 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator.run import launch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from support.runners import FAKE_STEP_TIME_S
 from support.wire_bytes import delimited_field, varint, varint_field
+
+from fwbench_aggregator.run import launch
 
 # Every test here runs the command line, runners or generated requests end to end: seconds each.
 pytestmark = pytest.mark.slow
@@ -74,13 +74,16 @@ def hostile_text(examples):
 
 def numbers(small: tuple[int, int], top: int):
     """Either a small value, a boundary, or anything the wire carries."""
-    return st.one_of(st.integers(*small), st.sampled_from([0, 1, 2**31 - 1, 2**31, 2**32 - 1, top]),
-                     st.integers(0, top))
+    return st.one_of(
+        st.integers(*small), st.sampled_from([0, 1, 2**31 - 1, 2**31, 2**32 - 1, top]), st.integers(0, top)
+    )
 
 
 def floats():
-    return st.one_of(st.sampled_from([0.0, -0.0, -1.0, float("nan"), float("inf"), float("-inf"), 1e300]),
-                     st.floats(allow_nan=True, allow_infinity=True))
+    return st.one_of(
+        st.sampled_from([0.0, -0.0, -1.0, float("nan"), float("inf"), float("-inf"), 1e300]),
+        st.floats(allow_nan=True, allow_infinity=True),
+    )
 
 
 def enum_numbers(enum_type):
@@ -120,8 +123,16 @@ def run_requests(cheap: bool):
     """A small valid run with one to three fields replaced by hostile values, so that every check (and an
     accepted run) is reached, not only the first field a wholly random request fails on."""
     fields = hostile_run_fields(cheap)
-    base = dict(model="resnet18", mode=pb.MODE_INFER, batch_size=2, input_shape=[3, 32, 32], warmup_steps=1,
-                measured_steps=2, min_measure_s=0.0, power_sample_rate_hz=0.0)
+    base = dict(
+        model="resnet18",
+        mode=pb.MODE_INFER,
+        batch_size=2,
+        input_shape=[3, 32, 32],
+        warmup_steps=1,
+        measured_steps=2,
+        min_measure_s=0.0,
+        power_sample_rate_hz=0.0,
+    )
 
     @st.composite
     def request(draw):
@@ -135,6 +146,7 @@ def run_requests(cheap: bool):
 
 def mutated(message_type, base: dict, fields: dict):
     """`base` with up to three of its fields replaced by hostile values."""
+
     @st.composite
     def request(draw):
         chosen = draw(st.sets(st.sampled_from(sorted(fields)), max_size=3))
@@ -144,23 +156,34 @@ def mutated(message_type, base: dict, fields: dict):
 
 
 def inspect_requests():
-    return mutated(pb.InspectRequest, dict(model="resnet18", input_shape=[3, 32, 32]), dict(
-        model=hostile_text(MODELS),
-        input_shape=st.one_of(st.just([]), st.lists(st.integers(0, UINT32), max_size=4),
-                              st.lists(st.integers(1, 48), min_size=1, max_size=3)),
-        model_options=st.dictionaries(hostile_text(["head"]), hostile_text(["mlm"]), max_size=2),
-    ))
+    return mutated(
+        pb.InspectRequest,
+        dict(model="resnet18", input_shape=[3, 32, 32]),
+        dict(
+            model=hostile_text(MODELS),
+            input_shape=st.one_of(
+                st.just([]),
+                st.lists(st.integers(0, UINT32), max_size=4),
+                st.lists(st.integers(1, 48), min_size=1, max_size=3),
+            ),
+            model_options=st.dictionaries(hostile_text(["head"]), hostile_text(["mlm"]), max_size=2),
+        ),
+    )
 
 
 def reference_requests():
-    return mutated(pb.ReferenceRequest, dict(model="resnet18", input_shape=[3, 32, 32], name="ok.npz"), dict(
-        model=hostile_text(MODELS),
-        input_shape=st.one_of(st.just([]), st.lists(st.integers(0, UINT32), max_size=4), st.just([8])),
-        model_options=st.dictionaries(hostile_text(["head"]), hostile_text(["mlm"]), max_size=2),
-        batch_size=numbers((0, 2), UINT32),
-        seed=numbers((0, 10), UINT64),
-        name=hostile_text(HOSTILE_NAMES),
-    ))
+    return mutated(
+        pb.ReferenceRequest,
+        dict(model="resnet18", input_shape=[3, 32, 32], name="ok.npz"),
+        dict(
+            model=hostile_text(MODELS),
+            input_shape=st.one_of(st.just([]), st.lists(st.integers(0, UINT32), max_size=4), st.just([8])),
+            model_options=st.dictionaries(hostile_text(["head"]), hostile_text(["mlm"]), max_size=2),
+            batch_size=numbers((0, 2), UINT32),
+            seed=numbers((0, 10), UINT64),
+            name=hostile_text(HOSTILE_NAMES),
+        ),
+    )
 
 
 class LiveRunner:
@@ -175,10 +198,15 @@ class LiveRunner:
         (root / SENTINEL / "target.npz").write_bytes(b"not yours")
         os.symlink(root / SENTINEL / "target.npz", self.references / "link.npz")
         os.mkfifo(self.references / "fifo.npz")
-        command = launch.fake_runner_command() if name == "fake" else launch.embedded_command(name, launch.default_venvs())
+        command = (
+            launch.fake_runner_command() if name == "fake" else launch.embedded_command(name, launch.default_venvs())
+        )
         env = {"FWBENCH_FAKE_STEP_TIME_S": FAKE_STEP_TIME_S} if name == "fake" else None
         self.process = launch.LocalRunner(
-            f"hostile-{name}", [*command, "--reference-dir", str(self.references)], log_path=root / "runner.log", env=env
+            f"hostile-{name}",
+            [*command, "--reference-dir", str(self.references)],
+            log_path=root / "runner.log",
+            env=env,
         )
         self.channel = grpc.insecure_channel(self.process.start())
         self.stub = pb_grpc.RunnerStub(self.channel)
@@ -205,8 +233,9 @@ def live(request, tmp_path_factory):
 
 
 def untracked_files() -> str:
-    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True,
-                          text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
 
 
 def assert_documented_and_still_serving(live: LiveRunner, call) -> tuple[grpc.StatusCode, str]:
@@ -266,8 +295,16 @@ def test_generated_reference_requests(live):
 
 # A small valid request with one field sent again (the last one counts) as bytes no generated class writes, per
 # case: the method, whether it streams, the bytes, and what the refusal says.
-RUN = pb.RunRequest(model="resnet18", mode=pb.MODE_INFER, batch_size=2, input_shape=[3, 32, 32], warmup_steps=1,
-                    measured_steps=2, min_measure_s=0.0, power_sample_rate_hz=0.0).SerializeToString()
+RUN = pb.RunRequest(
+    model="resnet18",
+    mode=pb.MODE_INFER,
+    batch_size=2,
+    input_shape=[3, 32, 32],
+    warmup_steps=1,
+    measured_steps=2,
+    min_measure_s=0.0,
+    power_sample_rate_hz=0.0,
+).SerializeToString()
 INSPECT = pb.InspectRequest(model="resnet18", input_shape=[3, 32, 32]).SerializeToString()
 RAW_REQUESTS = {
     # Protobuf keeps a 32-bit field's low 32 bits: these would arrive as batch size 0, mode 1 (train) and
@@ -275,12 +312,18 @@ RAW_REQUESTS = {
     "batch_size of 2**40": ("Run", True, RUN + varint_field(3, 2**40), "batch_size is 1099511627776 on the wire"),
     "mode of 2**32 + 1": ("Run", True, RUN + varint_field(2, 2**32 + 1), "mode is 4294967297 on the wire"),
     "packed input_shape with 2**33": (
-        "InspectModel", False, INSPECT + delimited_field(2, varint(3) + varint(2**33)),
+        "InspectModel",
+        False,
+        INSPECT + delimited_field(2, varint(3) + varint(2**33)),
         "input_shape is 8589934592 on the wire",
     ),
     "corrupt wire": ("Run", True, RUN + b"\xff\xff\xff", "request is not valid protobuf"),
-    "string not UTF-8": ("InspectModel", False, INSPECT + delimited_field(1, b"\xff\xfe"),
-                         "every string field must be UTF-8"),
+    "string not UTF-8": (
+        "InspectModel",
+        False,
+        INSPECT + delimited_field(1, b"\xff\xfe"),
+        "every string field must be UTF-8",
+    ),
 }
 
 

@@ -9,17 +9,16 @@ import subprocess
 import sys
 
 import pytest
-from fwbench_aggregator.app.compare import run_id_for
-from fwbench_aggregator.plan.spec import RunSpec
+from support.cli import fwbench, fwbench_in_process
 from typer.testing import CliRunner
 
-from fwbench_aggregator.plan import spec as plan
-from fwbench_aggregator.cli import app
+from fwbench_aggregator.app.compare import run_id_for
 from fwbench_aggregator.base.paths import CHANGED_MARK, MAX_COMPONENT_CHARS, safe_component
+from fwbench_aggregator.cli import app
+from fwbench_aggregator.plan import spec as plan
+from fwbench_aggregator.plan.spec import RunSpec
 from fwbench_core import limits
 from fwbench_core.power import sampler
-
-from support.cli import fwbench, fwbench_in_process
 
 TOO_BIG_FOR_UINT32 = str(2**32)
 TOO_BIG_FOR_UINT64 = str(2**64)
@@ -89,8 +88,12 @@ OUT_OF_RANGE = [
 @pytest.mark.parametrize(
     "command, option, value, named", OUT_OF_RANGE, ids=[f"{c[0]} {o} {v}" for c, o, v, _ in OUT_OF_RANGE]
 )
-def test_a_number_out_of_range_exits_2_naming_the_option_before_any_runner_starts(tmp_path, command, option, value, named):
-    where = {COMPARE: ("--out", str(tmp_path / "out")), MAX_BATCH: ()}.get(command, ("--store", str(tmp_path / "store")))
+def test_a_number_out_of_range_exits_2_naming_the_option_before_any_runner_starts(
+    tmp_path, command, option, value, named
+):
+    where = {COMPARE: ("--out", str(tmp_path / "out")), MAX_BATCH: ()}.get(
+        command, ("--store", str(tmp_path / "store"))
+    )
     done = CliRunner().invoke(
         app, [*command, option, value, *where, "--venvs", str(tmp_path / "no-venvs")], env={"COLUMNS": "250"}
     )
@@ -122,14 +125,27 @@ def test_the_command_line_takes_the_ranges_the_runners_take():
 def test_a_model_name_that_is_not_utf8_exits_2(tmp_path):
     # Bytes that are not UTF-8 reach Python as lone surrogates, which no request can carry.
     done = subprocess.run(
-        [sys.executable, "-m", "fwbench_aggregator", "compare", "--model", b"resnet\xff", "--out", tmp_path / "out",
-         "--venvs", tmp_path / "no-venvs"],
-        capture_output=True, text=True, errors="replace", timeout=120, env={**os.environ, "COLUMNS": "200"},
+        [
+            sys.executable,
+            "-m",
+            "fwbench_aggregator",
+            "compare",
+            "--model",
+            b"resnet\xff",
+            "--out",
+            tmp_path / "out",
+            "--venvs",
+            tmp_path / "no-venvs",
+        ],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
     )
     assert done.returncode == 2, done.stderr[-2000:]
     assert "--model" in done.stderr and "not UTF-8" in done.stderr and "Traceback" not in done.stderr
     assert not any(tmp_path.iterdir())
-
 
 
 @pytest.mark.parametrize(
@@ -163,7 +179,22 @@ def test_a_safe_name_is_kept(name):
 
 @pytest.mark.parametrize(
     "name",
-    ["../../etc/passwd", "..", ".", "", ".hidden", "-rf", "a/b", "a\\b", "a..b", "x" * 100_000, "ré", "a\udcffb", "x~y", "C:x"],
+    [
+        "../../etc/passwd",
+        "..",
+        ".",
+        "",
+        ".hidden",
+        "-rf",
+        "a/b",
+        "a\\b",
+        "a..b",
+        "x" * 100_000,
+        "ré",
+        "a\udcffb",
+        "x~y",
+        "C:x",
+    ],
 )
 def test_an_unsafe_name_becomes_one_safe_component_marked_with_a_hash(name):
     safe = safe_component(name)
@@ -194,7 +225,9 @@ def test_the_readme_example_of_a_safe_name():
 @pytest.mark.slow
 def test_a_hostile_model_name_is_refused_before_anything_runs_and_writes_nothing(tmp_path, fake_runner, model):
     out = tmp_path / "a" / "b" / "out"
-    done = fwbench("compare", "--model", model, "--batch-size", "2", "--runner", f"fake={fake_runner}", "--out", str(out))
+    done = fwbench(
+        "compare", "--model", model, "--batch-size", "2", "--runner", f"fake={fake_runner}", "--out", str(out)
+    )
     # docs/usage.md: a request a runner refuses is named before anything runs, and the exit status is 2.
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr

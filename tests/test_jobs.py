@@ -18,22 +18,42 @@ from fwbench_aggregator.run.client import RunnerFailure, RunResult
 from fwbench_aggregator.run.connection import Transport
 
 
-def _result(node_rank: int, rank_times: list[list[float]], warmup: int = 1, peak: int | None = None, flags=()) -> RunResult:
+def _result(
+    node_rank: int, rank_times: list[list[float]], warmup: int = 1, peak: int | None = None, flags=()
+) -> RunResult:
     """One node's result: per step, its local ranks' times (the step time is their slowest)."""
     steps = [
-        pb.StepTiming(index=i, warmup=i < warmup, start_s=10.0 * node_rank + i, step_time_s=max(times),
-                      rank_step_time_s=times if len(times) > 1 else [])
+        pb.StepTiming(
+            index=i,
+            warmup=i < warmup,
+            start_s=10.0 * node_rank + i,
+            step_time_s=max(times),
+            rank_step_time_s=times if len(times) > 1 else [],
+        )
         for i, times in enumerate(rank_times)
     ]
     world_size = 2 * len(rank_times[0])
-    config = pb.ResolvedConfig(model="mlp", batch_size=4, world_size=world_size, global_batch_size=4 * world_size,
-                               strategy=pb.STRATEGY_DDP,
-                               cluster=pb.Cluster(node_rank=node_rank, node_count=2, endpoints=["a:1", "b:2"]))
-    summary = pb.Summary(measured_steps=len(steps) - warmup, throughput_samples_per_s=1.0, time_to_first_step_s=1.0 + node_rank,
-                         started_at_unix_s=100.0 + node_rank, finished_at_unix_s=200.0 - node_rank, flags=list(flags))
+    config = pb.ResolvedConfig(
+        model="mlp",
+        batch_size=4,
+        world_size=world_size,
+        global_batch_size=4 * world_size,
+        strategy=pb.STRATEGY_DDP,
+        cluster=pb.Cluster(node_rank=node_rank, node_count=2, endpoints=["a:1", "b:2"]),
+    )
+    summary = pb.Summary(
+        measured_steps=len(steps) - warmup,
+        throughput_samples_per_s=1.0,
+        time_to_first_step_s=1.0 + node_rank,
+        started_at_unix_s=100.0 + node_rank,
+        finished_at_unix_s=200.0 - node_rank,
+        flags=list(flags),
+    )
     if peak is not None:
         summary.peak_memory_bytes = peak
-    return RunResult("torch", f"host{node_rank}:50051", pb.DescribeResponse(framework="torch"), 0, config, steps, [], summary)
+    return RunResult(
+        "torch", f"host{node_rank}:50051", pb.DescribeResponse(framework="torch"), 0, config, steps, [], summary
+    )
 
 
 def test_merge_takes_the_slowest_rank_per_step_and_recomputes_the_summary():

@@ -18,19 +18,18 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator.base import frameworks
-from fwbench_aggregator.run.launch import LocalRunner
-from fwbench_aggregator.store.results_store import ResultStore
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from fwbench_core.errors import REASON_KEY
-from fwbench_core.fake import STEP_TIME_ENV
-from fwbench_core.server import OPEN_STREAMS
-from fwbench_core.admission import DEFAULT_MAX_QUEUED_REQUESTS
-
 from support.cli import fwbench
 from support.fakes import Fake
 from support.processes import assert_all_end, children, descendants
+
+from fwbench_aggregator.base import frameworks
+from fwbench_aggregator.run.launch import LocalRunner
+from fwbench_aggregator.store.results_store import ResultStore
+from fwbench_core.admission import DEFAULT_MAX_QUEUED_REQUESTS
+from fwbench_core.errors import REASON_KEY
+from fwbench_core.fake import STEP_TIME_ENV
+from fwbench_core.server import OPEN_STREAMS
 
 # Every test here runs the command line, runners or generated requests end to end: seconds each.
 pytestmark = pytest.mark.slow
@@ -58,8 +57,15 @@ environment = "aggregator"
 
 def long_run(**overrides) -> pb.RunRequest:
     """A run that lasts minutes unless cancelled."""
-    fields = dict(model="resnet18", mode=pb.MODE_INFER, batch_size=1, input_shape=[3, 32, 32], warmup_steps=0,
-                  measured_steps=100_000, min_measure_s=0.0)
+    fields = dict(
+        model="resnet18",
+        mode=pb.MODE_INFER,
+        batch_size=1,
+        input_shape=[3, 32, 32],
+        warmup_steps=0,
+        measured_steps=100_000,
+        min_measure_s=0.0,
+    )
     fields.update(overrides)
     return pb.RunRequest(**fields)
 
@@ -160,8 +166,18 @@ def test_max_batch_does_not_take_a_busy_runner_for_a_full_device(tmp_path):
     with slow_fake(tmp_path, "--max-queued-requests", "1") as runner, grpc.insecure_channel(runner.address) as channel:
         (call,) = open_runs(pb_grpc.RunnerStub(channel), 1)
         try:
-            done = fwbench("max-batch", "--mode", "infer", "--shape", "3x32x32", "--limit", "8",
-                           "--runner", f"fake={runner.address}", timeout=120)
+            done = fwbench(
+                "max-batch",
+                "--mode",
+                "infer",
+                "--shape",
+                "3x32x32",
+                "--limit",
+                "8",
+                "--runner",
+                f"fake={runner.address}",
+                timeout=120,
+            )
         finally:
             call.cancel()
     assert done.returncode == 1, done.stdout + done.stderr
@@ -180,8 +196,13 @@ def start_fwbench(tmp_path: Path, *args: str, **popen) -> subprocess.Popen:
     declaration = tmp_path / "two-fakes.toml"
     declaration.write_text(TWO_FAKES)
     # TMPDIR: a comparison keeps its runners' logs in a temporary folder until it has run; here, under tmp_path.
-    env = {**os.environ, "COLUMNS": "200", frameworks.EXTRA_ENV: str(declaration), STEP_TIME_ENV: SLOW_STEP_S,
-           "TMPDIR": str(tmp_path)}
+    env = {
+        **os.environ,
+        "COLUMNS": "200",
+        frameworks.EXTRA_ENV: str(declaration),
+        STEP_TIME_ENV: SLOW_STEP_S,
+        "TMPDIR": str(tmp_path),
+    }
     return subprocess.Popen([sys.executable, "-m", "fwbench_aggregator", *args], env=env, **popen)
 
 
@@ -211,16 +232,39 @@ def aggregator_args(tmp_path: Path, command: str, steps: int) -> list[str]:
     """A `compare` or a `sweep` of 3 runs per runner on the two embedded fakes, each stored in tmp_path/store."""
     store = ["--store", str(tmp_path / "store")]
     if command == "compare":
-        return ["compare", "--frameworks", "fake,fake-2", "--batch-size", "1", "--shape", "3x32x32", "--warmup", "0",
-                "--steps", str(steps), "--min-measure-s", "0", "--repetitions", "3", "--power-rate-hz", "0",
-                "--out", str(tmp_path / "out"), *store]
+        return [
+            "compare",
+            "--frameworks",
+            "fake,fake-2",
+            "--batch-size",
+            "1",
+            "--shape",
+            "3x32x32",
+            "--warmup",
+            "0",
+            "--steps",
+            str(steps),
+            "--min-measure-s",
+            "0",
+            "--repetitions",
+            "3",
+            "--power-rate-hz",
+            "0",
+            "--out",
+            str(tmp_path / "out"),
+            *store,
+        ]
     return ["sweep", str(sweep_file(tmp_path, steps)), *store, "--no-report"]
 
 
 @pytest.mark.parametrize("command", ["compare", "sweep"])
 def test_kill_9_of_the_aggregator_ends_its_runners(tmp_path, command):
-    process = start_fwbench(tmp_path, *aggregator_args(tmp_path, command, steps=100_000),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = start_fwbench(
+        tmp_path,
+        *aggregator_args(tmp_path, command, steps=100_000),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         runners = wait_for_its_runners(process, tmp_path)
         time.sleep(1.0)  # a run is in flight
@@ -232,8 +276,13 @@ def test_kill_9_of_the_aggregator_ends_its_runners(tmp_path, command):
 
 @pytest.mark.parametrize("command", ["compare", "sweep"])
 def test_sigterm_keeps_finished_runs_and_stops_the_runners(tmp_path, command):
-    process = start_fwbench(tmp_path, *aggregator_args(tmp_path, command, steps=20),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = start_fwbench(
+        tmp_path,
+        *aggregator_args(tmp_path, command, steps=20),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         runners = wait_for_its_runners(process, tmp_path)
         store = ResultStore(tmp_path / "store")
@@ -251,16 +300,19 @@ def test_sigterm_keeps_finished_runs_and_stops_the_runners(tmp_path, command):
     assert_all_end(runners, f"the runners of `fwbench {command}` ended by SIGTERM", GONE_WITHIN_S)
 
 
-@pytest.mark.parametrize("flags, request_fields", [
-    (["--run-isolation", "process"], {}),
-    ([], {"process_block": "block-1", "reuse_key": "block-1", "continue_reuse": True}),
-], ids=["a fresh process per run", "a process block"])
+@pytest.mark.parametrize(
+    "flags, request_fields",
+    [
+        (["--run-isolation", "process"], {}),
+        ([], {"process_block": "block-1", "reuse_key": "block-1", "continue_reuse": True}),
+    ],
+    ids=["a fresh process per run", "a process block"],
+)
 def test_a_runner_killed_mid_run_takes_its_worker_process_with_it(tmp_path, flags, request_fields):
     # A step far longer than the worker may outlive its runner: the worker sends nothing meanwhile, so it
     # cannot learn from a broken pipe that the runner is gone.
     step_s = str(4 * GONE_WITHIN_S)
-    with slow_fake(tmp_path, *flags, step_s=step_s) as runner, \
-            grpc.insecure_channel(runner.address) as channel:
+    with slow_fake(tmp_path, *flags, step_s=step_s) as runner, grpc.insecure_channel(runner.address) as channel:
         call = pb_grpc.RunnerStub(channel).Run(long_run(**request_fields), timeout=120)
         for event in call:
             if event.WhichOneof("event") == "config":

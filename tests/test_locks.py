@@ -11,18 +11,21 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from fwbench_aggregator.base.frameworks import shipped
 from fwbench_aggregator.run import launch
 
 ROOT = Path(__file__).resolve().parent.parent
-ENVIRONMENTS = {"aggregator": ROOT / "aggregator" / "requirements-test.txt",
-                **{f.environment: ROOT / f.folder / "requirements.txt" for f in shipped()}}
+ENVIRONMENTS = {
+    "aggregator": ROOT / "aggregator" / "requirements-test.txt",
+    **{f.environment: ROOT / f.folder / "requirements.txt" for f in shipped()},
+}
 PROJECT_PACKAGES = {"fwbench-core", "fwbench-aggregator", *(f"fwbench-{f.name}" for f in shipped())}
 
 
 def env_lib(command: str, cwd: Path = ROOT, venvs: Path | None = None) -> subprocess.CompletedProcess:
     """A shell with scripts/env_lib.sh sourced, as set-up has it."""
-    script = f'root=$PWD; venvs={venvs or "/nonexistent"}; python=python3; . scripts/env_lib.sh; {command}'
+    script = f"root=$PWD; venvs={venvs or '/nonexistent'}; python=python3; . scripts/env_lib.sh; {command}"
     return subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
@@ -31,8 +34,11 @@ def pins(lines: str) -> dict[str, str]:
     return {m.group(1).lower().replace("_", "-"): m.group(2) for m in found if m}
 
 
-@pytest.mark.parametrize("requirements", [*ENVIRONMENTS.values(), ROOT / "aggregator" / "requirements.txt"],
-                         ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "requirements",
+    [*ENVIRONMENTS.values(), ROOT / "aggregator" / "requirements.txt"],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
 def test_every_lock_matches_its_requirements_and_pins_each_of_them(requirements):
     done = env_lib(f"check_lock {requirements.relative_to(ROOT)}")
     assert done.returncode == 0, done.stderr
@@ -60,20 +66,32 @@ def test_setup_refuses_a_lock_its_requirements_moved_away_from_and_says_how_to_r
     requirements = copy / "runners" / "torch" / "requirements.txt"
     requirements.write_text(requirements.read_text().replace("numpy==", "numpy>="))
     venvs = tmp_path / "venvs"
-    done = subprocess.run(["bash", str(copy / "scripts" / "setup_envs.sh")], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "FWBENCH_VENVS": str(venvs)})
+    done = subprocess.run(
+        ["bash", str(copy / "scripts" / "setup_envs.sh")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "FWBENCH_VENVS": str(venvs)},
+    )
     assert done.returncode == 2
     assert "runners/torch/requirements.lock no longer matches runners/torch/requirements.txt" in done.stderr
     assert "bash scripts/lock.sh" in done.stderr
     assert not any(venvs.glob("*/bin/python"))  # refused before anything was installed
     (copy / "runners" / "tensorflow" / "requirements.lock").unlink()
-    done = subprocess.run(["bash", str(copy / "scripts" / "setup_envs.sh"), "tensorflow"], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "FWBENCH_VENVS": str(venvs)})
+    done = subprocess.run(
+        ["bash", str(copy / "scripts" / "setup_envs.sh"), "tensorflow"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "FWBENCH_VENVS": str(venvs)},
+    )
     assert done.returncode == 2 and "no lock for runners/tensorflow/requirements.txt" in done.stderr
 
 
 def freeze(python: Path, uv: Path) -> dict[str, str]:
-    done = subprocess.run([str(uv), "pip", "freeze", "--python", str(python)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(uv), "pip", "freeze", "--python", str(python)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return {name: version for name, version in pins(done.stdout).items() if name not in PROJECT_PACKAGES}
 
@@ -94,8 +112,10 @@ def test_two_setups_from_one_lock_are_the_same_packages(tmp_path):
     venvs = launch.default_venvs()
     second = tmp_path / "aggregator"
     lock = "aggregator/requirements-test.lock"
-    done = env_lib(f"ensure_uv && make_env second {second} {lock} runners/core/pyproject.toml aggregator/pyproject.toml",
-                   venvs=venvs)
+    done = env_lib(
+        f"ensure_uv && make_env second {second} {lock} runners/core/pyproject.toml aggregator/pyproject.toml",
+        venvs=venvs,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     uv = venvs / ".uv" / "bin" / "uv"
     assert freeze(second / "bin" / "python", uv) == freeze(venvs / "aggregator" / "bin" / "python", uv)

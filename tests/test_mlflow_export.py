@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from support.cli import fwbench_in_process
+
 from fwbench_aggregator.app.errors import UsageError
 from fwbench_aggregator.app.mlflow_export import COMPARISON_TAG, EXPORT_TAG, export_mlflow, tracking_uri_of
 from fwbench_aggregator.store.results_store import ResultStore
-
-from support.cli import fwbench_in_process
 
 mlflow = pytest.importorskip("mlflow", reason="MLflow is the aggregator's optional extra; the test environment has it")
 pytestmark = pytest.mark.slow  # a new MLflow database runs its migrations: seconds
@@ -25,13 +25,26 @@ def add_runs(store: ResultStore, runner: str, mode: str, median_s: float, runs: 
     """`runs` runs of resnet18 at batch 8 by `runner`, each its own run id, every step at about `median_s`."""
     for repetition in range(first, first + runs):
         run_id = f"{runner}-{mode}-{repetition}"
-        identity = {"run_id": run_id, "runner": runner, "framework": runner, "framework_version": "1.0",
-                    "model": "resnet18", "mode": mode, "batch_size": 8, "input_shape": "3x32x32", "precision": "fp32",
-                    "device": "cpu:0", "repetition": repetition}
+        identity = {
+            "run_id": run_id,
+            "runner": runner,
+            "framework": runner,
+            "framework_version": "1.0",
+            "model": "resnet18",
+            "mode": mode,
+            "batch_size": 8,
+            "input_shape": "3x32x32",
+            "precision": "fp32",
+            "device": "cpu:0",
+            "repetition": repetition,
+        }
         step_s = median_s * (1 + 0.003 * (repetition % 3 - 1))
-        steps = pd.DataFrame([{**identity, "step_index": i, "warmup": False, "step_time_s": step_s} for i in range(STEPS)])
-        summary = pd.DataFrame([{**identity, "status": "ok", "error": "", "median_step_time_s": step_s,
-                                 "measured_steps": STEPS}])
+        steps = pd.DataFrame(
+            [{**identity, "step_index": i, "warmup": False, "step_time_s": step_s} for i in range(STEPS)]
+        )
+        summary = pd.DataFrame(
+            [{**identity, "status": "ok", "error": "", "median_step_time_s": step_s, "measured_steps": STEPS}]
+        )
         store.append(run_id, identity, {"steps": steps, "summary": summary}, {"host": "here"})
 
 
@@ -62,7 +75,12 @@ def test_each_comparison_is_a_run_read_back_by_mlflow_and_exporting_again_adds_n
     train = children["train"]
     assert train.data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert {k: train.data.params[k] for k in ("model", "batch_size", "input_shape", "precision", "device")} == {
-        "model": "resnet18", "batch_size": "8", "input_shape": "3x32x32", "precision": "fp32", "device": "cpu:0"}
+        "model": "resnet18",
+        "batch_size": "8",
+        "input_shape": "3x32x32",
+        "precision": "fp32",
+        "device": "cpu:0",
+    }
     assert train.data.params["torch.framework_version"] == "1.0"
     metrics = train.data.metrics
     assert metrics["torch.median_step_ms"] == pytest.approx(10.0, rel=0.01)
@@ -96,8 +114,9 @@ def test_a_file_for_a_tracking_store_is_refused_naming_the_option(tmp_path):
     store = ResultStore(tmp_path / "store")
     add_runs(store, "torch", "train", 0.010)
     (tmp_path / "file").write_text("not a folder")
-    done = fwbench_in_process("export", "mlflow", "--store", str(tmp_path / "store"), "--tracking-uri",
-                              str(tmp_path / "file"))
+    done = fwbench_in_process(
+        "export", "mlflow", "--store", str(tmp_path / "store"), "--tracking-uri", str(tmp_path / "file")
+    )
     said = " ".join(done.output.split())
     assert done.exit_code == 2 and "--tracking-uri" in said and "is a regular file, not a folder" in said
 

@@ -6,7 +6,7 @@ import dataclasses
 import inspect
 import re
 from dataclasses import dataclass, field
-from typing import Annotated, Optional
+from typing import Annotated
 
 import pytest
 import typer
@@ -28,7 +28,7 @@ from fwbench_aggregator.run.connection import EMBEDDED
 class Window:
     steps: Annotated[int, typer.Option(min=1, help="measured steps")] = 10
     tags: Annotated[list[str], typer.Option("--tag", help="repeatable")] = field(default_factory=list)
-    label: Annotated[Optional[str], typer.Option(help="a name")] = None
+    label: Annotated[str | None, typer.Option(help="a name")] = None
 
 
 def app_with(command) -> typer.Typer:
@@ -76,12 +76,24 @@ def test_the_runner_group_builds_the_choice_every_command_used_to_build_itself(t
 
 
 def test_the_model_and_measurement_groups_build_the_run_each_command_built_itself():
-    workload = ModelOnDevice(model="bert_base", shape="seq=8", option=["head=mlm", "dropout=0"],
-                             precision=Precision.amp_bf16, device="cpu")
+    workload = ModelOnDevice(
+        model="bert_base", shape="seq=8", option=["head=mlm", "dropout=0"], precision=Precision.amp_bf16, device="cpu"
+    )
     measurement = Measurement(warmup=2, steps=5, min_measure_s=0.5)
     spec = workload.spec(Mode.infer, 4, seed=3, **measurement.settings())
-    assert spec == RunSpec("bert_base", Mode.infer, 4, "seq=8", Precision.amp_bf16, "cpu", warmup=2, steps=5, seed=3,
-                           model_options=(("dropout", "0"), ("head", "mlm")), min_measure_s=0.5)
+    assert spec == RunSpec(
+        "bert_base",
+        Mode.infer,
+        4,
+        "seq=8",
+        Precision.amp_bf16,
+        "cpu",
+        warmup=2,
+        steps=5,
+        seed=3,
+        model_options=(("dropout", "0"), ("head", "mlm")),
+        min_measure_s=0.5,
+    )
     assert workload.label(Mode.infer, 4) == "bert_base infer, batch 4, amp_bf16"
     assert workload.label(Mode.train) == "bert_base train, amp_bf16"  # max-batch's: the batch is what it searches
 
@@ -89,8 +101,13 @@ def test_the_model_and_measurement_groups_build_the_run_each_command_built_itsel
 def test_every_command_that_runs_a_model_takes_the_model_group_and_those_that_time_steps_the_measurement_group():
     model_options = {"--model", "--shape", "--option", "--precision", "--device"}
     measurement_options = {"--warmup", "--steps", "--min-measure-s"}
-    for command, measures in (("compare", True), ("calibrate", True), ("factors", True), ("max-batch", False),
-                              ("serve-capacity", False)):
+    for command, measures in (
+        ("compare", True),
+        ("calibrate", True),
+        ("factors", True),
+        ("max-batch", False),
+        ("serve-capacity", False),
+    ):
         shown = CliRunner().invoke(cli_app, [command, "--help"], env={"COLUMNS": "200"})
         assert shown.exit_code == 0, shown.output
         options = set(re.findall(r"(--[a-z-]+)", shown.output))
@@ -103,9 +120,15 @@ def test_the_setting_groups_build_the_run_compare_built_itself():
     assert startup.settings() == StartupSettings(2, 1, "on")
     profile, execution = Profile("native", "channels_first"), Execution(["torch=compiled"], [], "cpu:0,cpu:1")
     load = ServingLoad(scenario=Scenario.server, target_qps=50.0, queries=400, batch_timeout_ms=2.0)
-    spec = ModelOnDevice().spec(Mode.infer, 4, **profile.settings(), **execution.settings(),
-                                **Power(0.0, 0.5).settings(), **load.settings(Mode.infer),
-                                **Measurement(stable_window=7).settings())
+    spec = ModelOnDevice().spec(
+        Mode.infer,
+        4,
+        **profile.settings(),
+        **execution.settings(),
+        **Power(0.0, 0.5).settings(),
+        **load.settings(Mode.infer),
+        **Measurement(stable_window=7).settings(),
+    )
     assert (spec.profile, spec.layout, spec.devices) == ("native", "channels_first", "cpu:0,cpu:1")
     assert (spec.power_rate_hz, spec.idle_baseline_s, spec.stable_window) == (0.0, 0.5, 7)
     load_fields = (spec.scenario, spec.target_qps, spec.query_count, spec.batch_timeout_ms)
@@ -128,10 +151,24 @@ def test_the_setting_groups_build_the_run_compare_built_itself():
 
 # Options a command declares under a group's name on purpose: each means something else there.
 OWN_MEANING = {
-    "sweep": {"warmup", "steps", "min_measure_s", "warmup_until_cv", "repetitions", "max_repetitions",
-              "time_budget_s", "latency_budget_ms"},  # unset means the sweep file's or the study's default
-    "serve-capacity": {"warmup", "min_measure_s", "repetitions", "queries", "batch_timeout_ms",
-                       "latency_budget_ms"},  # probes of a search: their own defaults, the scenario fixed
+    "sweep": {
+        "warmup",
+        "steps",
+        "min_measure_s",
+        "warmup_until_cv",
+        "repetitions",
+        "max_repetitions",
+        "time_budget_s",
+        "latency_budget_ms",
+    },  # unset means the sweep file's or the study's default
+    "serve-capacity": {
+        "warmup",
+        "min_measure_s",
+        "repetitions",
+        "queries",
+        "batch_timeout_ms",
+        "latency_budget_ms",
+    },  # probes of a search: their own defaults, the scenario fixed
     "calibrate": {"repetitions", "max_repetitions"},  # runs of an A/A, or the floor's precision's limit
     "factors": {"repetitions"},  # a fixed count: each factor's value against the baseline
     "slurm": {"latency_budget_ms", "venvs"},  # the nodes' environments: srun starts its runners, none is reached
@@ -145,7 +182,10 @@ def test_an_option_a_group_declares_comes_from_that_group_in_every_command():
     for command in cli_app.registered_commands:
         name = command.name or command.callback.__name__
         declared = inspect.signature(getattr(command.callback, "__wrapped__", command.callback), eval_str=True)
-        own = {parameter.name for parameter in declared.parameters.values()
-               if not dataclasses.is_dataclass(parameter.annotation)}
+        own = {
+            parameter.name
+            for parameter in declared.parameters.values()
+            if not dataclasses.is_dataclass(parameter.annotation)
+        }
         allowed = OWN_MEANING.get(name, set())
         assert own & grouped <= allowed, (name, sorted(own & grouped - allowed))

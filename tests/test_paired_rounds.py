@@ -11,9 +11,10 @@ import math
 
 import numpy as np
 import pytest
-from fwbench_aggregator.analyse import sequential, stats
 from scipy import stats as scipy_stats
 from support.run_variation import drifting_rounds
+
+from fwbench_aggregator.analyse import sequential, stats
 
 PAIRS = 4000
 ROUNDS = 8
@@ -36,8 +37,11 @@ def called(a: np.ndarray, b: np.ndarray, paired: bool) -> np.ndarray:
     """stats.compare's rule for every pair at once (p below alpha and the minimum effect reached): whether it calls
     a difference."""
     log_a, log_b = np.log(a), np.log(b)
-    test = (scipy_stats.ttest_rel(log_b, log_a, axis=1) if paired
-            else scipy_stats.ttest_ind(log_b, log_a, axis=1, equal_var=False))
+    test = (
+        scipy_stats.ttest_rel(log_b, log_a, axis=1)
+        if paired
+        else scipy_stats.ttest_ind(log_b, log_a, axis=1, equal_var=False)
+    )
     effect = np.abs(log_b.mean(axis=1) - log_a.mean(axis=1))
     return (test.pvalue < stats.ALPHA) & (effect >= math.log1p(stats.MIN_EFFECT))
 
@@ -45,8 +49,11 @@ def called(a: np.ndarray, b: np.ndarray, paired: bool) -> np.ndarray:
 def half_widths(a: np.ndarray, b: np.ndarray, paired: bool) -> np.ndarray:
     """The fixed design's interval half-width (log) of every pair, at stats.CONFIDENCE."""
     log_a, log_b = np.log(a), np.log(b)
-    test = (scipy_stats.ttest_rel(log_b, log_a, axis=1) if paired
-            else scipy_stats.ttest_ind(log_b, log_a, axis=1, equal_var=False))
+    test = (
+        scipy_stats.ttest_rel(log_b, log_a, axis=1)
+        if paired
+        else scipy_stats.ttest_ind(log_b, log_a, axis=1, equal_var=False)
+    )
     interval = test.confidence_interval(stats.CONFIDENCE)
     return (interval.high - interval.low) / 2
 
@@ -57,8 +64,13 @@ def test_a_a_by_round_calls_a_difference_in_at_most_alpha_of_procedures(run_spre
     a, b = drifting_rounds(rng, PAIRS, sequential.DEFAULT_MAX_RUNS, 0.004, run_spread, drift, within)
     outcome, runs, _, _ = sequential.simulate(sequential.SequentialPlan(), a, b, paired=True)
     fixed = called(a[:, :ROUNDS], b[:, :ROUNDS], paired=True)
-    report(request.node.callspec.id, "A/A", sequential=f"{np.mean(outcome == 'different'):.2%}",
-           fixed=f"{fixed.mean():.2%}", median_runs=np.median(runs))
+    report(
+        request.node.callspec.id,
+        "A/A",
+        sequential=f"{np.mean(outcome == 'different'):.2%}",
+        fixed=f"{fixed.mean():.2%}",
+        median_runs=np.median(runs),
+    )
     assert np.mean(outcome == "different") <= A_A_LIMIT and fixed.mean() <= A_A_LIMIT
 
 
@@ -67,10 +79,15 @@ def test_the_paired_looks_share_of_alpha_holds_whole_a_a_procedures_at_alpha():
     rng = np.random.default_rng(46)
     a, b = drifting_rounds(rng, 5 * PAIRS, sequential.DEFAULT_MAX_RUNS, 0.004, 0.03, 0.05)
     shared, _, _, _ = sequential.simulate(sequential.SequentialPlan(), a, b, paired=True)
-    full, _, _, _ = sequential.simulate(sequential.SequentialPlan(alpha=stats.ALPHA / sequential.PAIRED_SHARE), a, b,
-                                     paired=True)
-    report("3% + drift 5%/round", "A/A, share against full", shared=f"{np.mean(shared == 'different'):.2%}",
-           full=f"{np.mean(full == 'different'):.2%}")
+    full, _, _, _ = sequential.simulate(
+        sequential.SequentialPlan(alpha=stats.ALPHA / sequential.PAIRED_SHARE), a, b, paired=True
+    )
+    report(
+        "3% + drift 5%/round",
+        "A/A, share against full",
+        shared=f"{np.mean(shared == 'different'):.2%}",
+        full=f"{np.mean(full == 'different'):.2%}",
+    )
     assert np.mean(shared == "different") <= stats.ALPHA < np.mean(full == "different")
 
 
@@ -81,8 +98,13 @@ def test_on_a_drifting_host_rounds_resolve_finer_and_find_a_ten_percent_differen
     narrower = np.median(half_widths(a, b, paired=False) / half_widths(a, b, paired=True))
     planted = b * 1.10
     found = {paired: np.mean(called(a, planted, paired)) for paired in (False, True)}
-    report(request.node.callspec.id, f"{ROUNDS} rounds", narrower=f"{narrower:.2f}x",
-           found_welch=f"{found[False]:.0%}", found_paired=f"{found[True]:.0%}")
+    report(
+        request.node.callspec.id,
+        f"{ROUNDS} rounds",
+        narrower=f"{narrower:.2f}x",
+        found_welch=f"{found[False]:.0%}",
+        found_paired=f"{found[True]:.0%}",
+    )
     assert narrower > 1.1 and found[True] > found[False]
 
 
@@ -125,8 +147,11 @@ def test_a_look_by_round_is_the_paired_test_at_the_looks_level():
     test = scipy_stats.ttest_rel(np.log(b[0]), np.log(a[0]))
     interval = test.confidence_interval(1 - plan.level(7, paired=True))
     c = decision.comparison
-    low, high = sorted((math.exp(interval.low), math.exp(interval.high)) if c.faster == "torch"
-                       else (math.exp(-interval.high), math.exp(-interval.low)))
+    low, high = sorted(
+        (math.exp(interval.low), math.exp(interval.high))
+        if c.faster == "torch"
+        else (math.exp(-interval.high), math.exp(-interval.low))
+    )
     assert decision.paired and c.paired and c.p_value == pytest.approx(test.pvalue)
     assert c.alpha == plan.level(7, paired=True) < plan.level(7)
     assert (c.ci_low, c.ci_high) == (pytest.approx(low), pytest.approx(high))

@@ -4,21 +4,29 @@ model's default shape, for the built-ins and the example plug-ins alike."""
 from __future__ import annotations
 
 import pytest
-from fwbench_aggregator.run.client import RunnerClient
-from fwbench_aggregator.analyse.parity import FLOPS_TOLERANCE, PARAMETER_TOLERANCE, judged
-from fwbench_aggregator.run.parity import Variant, gather_variant
-from fwbench_core.spec import HEAD_OPTION
-
 from support.runners import EXAMPLE_PLUGINS, REAL_RUNNERS
 from support.runners import SERVED_SPECS as MODEL_SPECS
+
+from fwbench_aggregator.analyse.parity import FLOPS_TOLERANCE, PARAMETER_TOLERANCE, judged
+from fwbench_aggregator.run.client import RunnerClient
+from fwbench_aggregator.run.parity import Variant, gather_variant
+from fwbench_core.spec import HEAD_OPTION
 
 # Every test here runs a real framework runner.
 pytestmark = pytest.mark.frameworks
 
 # Per runner, the models whose definition loads PyTorch's weights: their outputs must agree numerically.
 NUMERIC_PARITY = {
-    "tensorflow": {"resnet18", "mobilenet_v2", "vgg16", "bert_base", "lstm_lm", "deepspeech2", "wav2vec2_base",
-                   *EXAMPLE_PLUGINS},
+    "tensorflow": {
+        "resnet18",
+        "mobilenet_v2",
+        "vgg16",
+        "bert_base",
+        "lstm_lm",
+        "deepspeech2",
+        "wav2vec2_base",
+        *EXAMPLE_PLUGINS,
+    },
     "jax": set(MODEL_SPECS),
 }
 

@@ -9,14 +9,13 @@ import argparse
 import os
 
 import pytest
+from support.plugins import declaration, write_plugin
 
 from fwbench_core import access
 from fwbench_core.declaration import MAX_NESTING, DeclarationError, read_declaration
 from fwbench_core.plugins import PluginLocation, load_plugins
 from fwbench_core.safe_read import FileRefused, FileTooLarge, open_regular_file, read_small_file
 from fwbench_core.spec import ModelSource
-
-from support.plugins import declaration, write_plugin
 
 SOURCE = ModelSource("test", "folder", "sha256:0")
 
@@ -52,16 +51,25 @@ def test_a_declaration_nested_600_deep_is_refused_naming_its_file_and_line(tmp_p
     line = declaration("deep").count("\n") + 2
     with pytest.raises(DeclarationError) as refused:
         read_declaration(folder, SOURCE)
-    assert str(refused.value) == (f"{folder / 'model.toml'}: line {line}: arrays and tables nest over {MAX_NESTING} "
-                                  f"deep; a declaration nests at most {MAX_NESTING} (its shapes and [[heads]] need 2)")
+    assert str(refused.value) == (
+        f"{folder / 'model.toml'}: line {line}: arrays and tables nest over {MAX_NESTING} "
+        f"deep; a declaration nests at most {MAX_NESTING} (its shapes and [[heads]] need 2)"
+    )
 
 
-@pytest.mark.parametrize("text", [
-    'description = "' + "[" * 100 + '"', "description = '''\n" + "{" * 100 + "'''", "# " + "[" * 100,
-    'description = """a\\"""' + "[" * 100 + '"""',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        'description = "' + "[" * 100 + '"',
+        "description = '''\n" + "{" * 100 + "'''",
+        "# " + "[" * 100,
+        'description = """a\\"""' + "[" * 100 + '"""',
+    ],
+)
 def test_brackets_in_strings_and_comments_are_no_nesting(tmp_path, text):
-    folder = write_plugin(tmp_path, "quoted", text=declaration("quoted").replace('description = "A tiny test CNN"', text))
+    folder = write_plugin(
+        tmp_path, "quoted", text=declaration("quoted").replace('description = "A tiny test CNN"', text)
+    )
     assert read_declaration(folder, SOURCE).name == "quoted"
 
 
@@ -80,7 +88,8 @@ def test_a_fifo_or_a_deep_declaration_is_reported_and_the_other_plugins_served(t
 
 
 def test_a_token_file_that_is_a_fifo_is_refused_at_start_naming_the_option(kinds):
-    args = argparse.Namespace(tls_cert=None, tls_key=None, tls_client_ca=None, token_file=str(kinds / "fifo"),
-                              insecure=False)
+    args = argparse.Namespace(
+        tls_cert=None, tls_key=None, tls_client_ca=None, token_file=str(kinds / "fifo"), insecure=False
+    )
     with pytest.raises(access.AccessError, match=f"^--token-file {kinds / 'fifo'}: is a FIFO, not a regular file$"):
         access.from_args(args, environ={})

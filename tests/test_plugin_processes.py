@@ -13,14 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+from support.processes import alive
 
 from fwbench_core.errors import DeadlineExceeded
 from fwbench_core.isolation import Watch, WorkerProcess
 from fwbench_core.limits import MAX_WORKER_OUTPUT_BYTES
 
-from support.processes import alive
-
-NOT_CANCELLED = lambda: False  # noqa: E731
+NOT_CANCELLED = lambda: False
 TESTS = Path(__file__).resolve().parent
 
 
@@ -121,7 +120,9 @@ def test_a_workers_prints_reach_the_log_up_to_the_cap_and_one_line_says_what_was
     worker.close()
     out, err = capfd.readouterr()
     printed = 6 * ((1 << 20) + 1)
-    note = (f"[fwbench] worker process {worker._process.pid}: {printed - MAX_WORKER_OUTPUT_BYTES} bytes of its "
-            f"output dropped past {MAX_WORKER_OUTPUT_BYTES} bytes (MAX_WORKER_OUTPUT_BYTES)")
+    note = (
+        f"[fwbench] worker process {worker._process.pid}: {printed - MAX_WORKER_OUTPUT_BYTES} bytes of its "
+        f"output dropped past {MAX_WORKER_OUTPUT_BYTES} bytes (MAX_WORKER_OUTPUT_BYTES)"
+    )
     assert out == "" and note in err
     assert len(err) <= MAX_WORKER_OUTPUT_BYTES + len(note) + 2

@@ -15,7 +15,7 @@ from fwbench_core.isolation import WorkerProcess, stream_from_worker
 from fwbench_core.plugin_worker import PluginWorkers
 from fwbench_core.spec import ModelSource
 
-NOT_CANCELLED = lambda: False  # noqa: E731
+NOT_CANCELLED = lambda: False
 
 
 def its_pid(stop):

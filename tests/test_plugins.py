@@ -14,6 +14,9 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from support.fakes import Fake
+from support.plugins import GOOD_BUILDER, SHAPE, declaration, write_plugin
+from support.requests import run
 
 from fwbench_core import plugins
 from fwbench_core.builtin import MODEL_SPECS
@@ -33,21 +36,23 @@ from fwbench_core.plugins import (
 )
 from fwbench_core.registry import ModelRegistry
 
-from support.fakes import Fake
-from support.plugins import GOOD_BUILDER, SHAPE, declaration, write_plugin
-from support.requests import run
-
 HASH = re.compile(r"sha256:[0-9a-f]{64}")
 RPC_TIMEOUT_S = 60
 FAILING_BUILDERS = {
-    "raises-at-import": ("raise RuntimeError('broken on purpose')\n", "failed to import: RuntimeError: broken on purpose"),
+    "raises-at-import": (
+        "raise RuntimeError('broken on purpose')\n",
+        "failed to import: RuntimeError: broken on purpose",
+    ),
     "imports-a-missing-package": (
         "import fwbench_no_such_package\n",
         "failed to import: ModuleNotFoundError: No module named 'fwbench_no_such_package'",
     ),
     "syntax-error": ("def build(:\n", "failed to import: SyntaxError: "),
     "exits-at-import": ("import sys\nsys.exit(3)\n", "failed to import: it exits or interrupts at import"),
-    "no-build-function": ("def make(spec):\n    return None\n", "defines no function build(spec, input_shape, options)"),
+    "no-build-function": (
+        "def make(spec):\n    return None\n",
+        "defines no function build(spec, input_shape, options)",
+    ),
 }
 
 
@@ -240,8 +245,10 @@ def test_an_installed_packages_entry_point_names_a_folder_of_plugins(tmp_path, m
     assert catalog.names() == ["resnet18", "tiny"] and catalog.spec("tiny").source.origin == "entry point tinies"
     broken = catalog.plugins[-1]
     assert broken.origin == "entry point missing"
-    assert broken.error == ("entry point missing (fwbench_no_such_package) failed to load: ModuleNotFoundError: "
-                            "No module named 'fwbench_no_such_package'")
+    assert broken.error == (
+        "entry point missing (fwbench_no_such_package) failed to load: ModuleNotFoundError: "
+        "No module named 'fwbench_no_such_package'"
+    )
 
 
 def test_a_link_out_of_the_folder_is_refused_and_one_inside_it_is_hashed(tmp_path):
@@ -251,7 +258,9 @@ def test_a_link_out_of_the_folder_is_refused_and_one_inside_it_is_hashed(tmp_pat
     (folder / "layers.py").symlink_to(outside)
     with pytest.raises(PluginError) as info:
         content_hash(folder)
-    assert str(info.value).startswith(f"{folder.resolve() / 'layers.py'} links to {outside}, outside the plug-in folder")
+    assert str(info.value).startswith(
+        f"{folder.resolve() / 'layers.py'} links to {outside}, outside the plug-in folder"
+    )
     report = report_for(load_catalog(make_registry(), [models_dir(tmp_path / "models")]), folder)
     assert report.error == str(info.value), "a plug-in whose hash cannot cover what runs is not served"
 
@@ -270,8 +279,10 @@ def test_the_size_cap_is_checked_before_any_file_is_read(tmp_path):
         sparse.truncate(30 << 30)  # 30 GiB that take no disk: read whole, they would exhaust memory
     with pytest.raises(PluginError) as info:
         content_hash(folder)
-    assert str(info.value) == (f"{folder.resolve()} holds 30720 MiB (the largest file, weights.bin, 30720 MiB); a "
-                               "plug-in folder holds at most 64 MiB: code and its declaration")
+    assert str(info.value) == (
+        f"{folder.resolve()} holds 30720 MiB (the largest file, weights.bin, 30720 MiB); a "
+        "plug-in folder holds at most 64 MiB: code and its declaration"
+    )
 
 
 def test_a_built_in_this_runner_does_not_build_is_refused_as_not_served_not_as_unknown():
@@ -356,7 +367,10 @@ def test_fake_runner_describes_each_plugin_folder_with_its_error(fake_with_plugi
     assert sorted(described) == [str(models / "broken"), str(models / "tiny")]
     good, broken = described[str(models / "tiny")], described[str(models / "broken")]
     assert (good.origin, list(good.models), good.content_hash, good.error) == (
-        MODELS_DIR_FLAG, ["tiny"], content_hash(models / "tiny"), ""
+        MODELS_DIR_FLAG,
+        ["tiny"],
+        content_hash(models / "tiny"),
+        "",
     )
     assert broken.origin == MODELS_DIR_FLAG and list(broken.models) == []
     assert broken.error.startswith(f"{models / 'broken' / 'model.toml'}: task: 'visoin' is not accepted")
@@ -368,7 +382,10 @@ def test_fake_runner_lists_the_built_ins_and_the_good_plugin_with_its_source(fak
     assert sorted(listed) == sorted([*MODEL_SPECS, "tiny"])
     tiny = listed["tiny"]
     assert (tiny.source_folder, tiny.source_origin, tiny.content_hash, tiny.description) == (
-        str((models / "tiny").resolve()), MODELS_DIR_FLAG, content_hash(models / "tiny"), "A tiny test CNN"
+        str((models / "tiny").resolve()),
+        MODELS_DIR_FLAG,
+        content_hash(models / "tiny"),
+        "A tiny test CNN",
     )
     assert list(tiny.default_input_shape) == SHAPE
     resnet = listed["resnet18"]

@@ -10,18 +10,18 @@ import threading
 import time
 
 import pytest
-from fwbench_aggregator.run import jobs, wire
+from support.fakes import Fake
+
 from fwbench_aggregator.app.study import pending_runs, store_callbacks
-from fwbench_aggregator.run.study import Pool, Slot, run_sweep_on_pool
+from fwbench_aggregator.base.vocabulary import Mode, Precision
+from fwbench_aggregator.plan.spec import RunSpec
+from fwbench_aggregator.plan.study_file import sweep_from_options
+from fwbench_aggregator.run import jobs, wire
 from fwbench_aggregator.run.connection import Transport
 from fwbench_aggregator.run.launch import RunnerStartError, StartupSettings, wait_until_serving
-from fwbench_aggregator.plan.spec import RunSpec
 from fwbench_aggregator.run.scheduler import run_pooled
+from fwbench_aggregator.run.study import Pool, Slot, run_sweep_on_pool
 from fwbench_aggregator.store.results_store import ResultStore
-from fwbench_aggregator.plan.study_file import sweep_from_options
-from fwbench_aggregator.base.vocabulary import Mode, Precision
-
-from support.fakes import Fake
 
 # Every test here runs the command line, runners or generated requests end to end: seconds each.
 pytestmark = pytest.mark.slow
@@ -50,8 +50,12 @@ def test_units_spread_over_workers_and_a_lost_workers_rest_goes_to_another():
 
 
 def test_a_lane_whose_workers_are_all_lost_leaves_its_jobs():
-    left = run_pooled([("gpu:0", ["a0", "a1", "a2"]), ("gpu:0", ["b0"])], [("w1", "gpu:0")],
-                      lambda worker, job: job != "a1", threading.Event())
+    left = run_pooled(
+        [("gpu:0", ["a0", "a1", "a2"]), ("gpu:0", ["b0"])],
+        [("w1", "gpu:0")],
+        lambda worker, job: job != "a1",
+        threading.Event(),
+    )
     assert left == ["a2", "b0"]
 
 
@@ -78,12 +82,27 @@ def pool_of(machines) -> Pool:
 
 
 def study():
-    return sweep_from_options(models="resnet18,mobilenet_v2", batch_sizes="1,2", shapes="3x32x32", modes="infer",
-                              runners=",".join(RUNNERS), repetitions=2, warmup=1, steps=2, min_measure_s=0.3)
+    return sweep_from_options(
+        models="resnet18,mobilenet_v2",
+        batch_sizes="1,2",
+        shapes="3x32x32",
+        modes="infer",
+        runners=",".join(RUNNERS),
+        repetitions=2,
+        warmup=1,
+        steps=2,
+        min_measure_s=0.3,
+    )
 
 
-def run_study(tmp_path, machines, kill_during: int | None = None, monkeypatch=None, how=signal.SIGKILL,
-              transport: Transport = Transport()):
+def run_study(
+    tmp_path,
+    machines,
+    kill_during: int | None = None,
+    monkeypatch=None,
+    how=signal.SIGKILL,
+    transport: Transport = Transport(),
+):
     """The study's pending runs on the pool; with `kill_during`, node2's runner gets the signal `how` during that
     call to it."""
     if kill_during is not None:
@@ -99,8 +118,9 @@ def run_study(tmp_path, machines, kill_during: int | None = None, monkeypatch=No
         monkeypatch.setattr(jobs, "run_job", run_job)
     store = ResultStore(tmp_path / "store")
     pending, done = pending_runs(study().configurations(), store, StartupSettings())
-    failures, left, interrupted = run_sweep_on_pool(pending, pool_of(machines), transport, StartupSettings(),
-                                                    *store_callbacks(store), 0.0)
+    failures, left, interrupted = run_sweep_on_pool(
+        pending, pool_of(machines), transport, StartupSettings(), *store_callbacks(store), 0.0
+    )
     assert interrupted is None
     return pending, done, failures, left, store
 
@@ -122,7 +142,9 @@ def test_each_point_runs_whole_on_one_machine_and_the_points_use_every_machine(t
     assert store.manifest(next(iter(store.run_keys())))["cluster"] == {"job_id": "42"}
 
 
-def test_a_machine_lost_mid_run_is_named_the_rest_finish_elsewhere_and_a_resume_repeats_nothing(tmp_path, machines, monkeypatch):
+def test_a_machine_lost_mid_run_is_named_the_rest_finish_elsewhere_and_a_resume_repeats_nothing(
+    tmp_path, machines, monkeypatch
+):
     pending, _, failures, left, store = run_study(tmp_path, machines, kill_during=2, monkeypatch=monkeypatch)
     assert len(failures) == 1 and not left
     [failure] = failures
@@ -139,13 +161,21 @@ def test_a_machine_lost_mid_run_is_named_the_rest_finish_elsewhere_and_a_resume_
 
 
 @pytest.mark.quiet  # "within seconds": beside other tests on 2 cores it took 49 s
-def test_a_machine_that_goes_silent_without_closing_its_connections_is_noticed_by_keepalive(tmp_path, machines, monkeypatch):
+def test_a_machine_that_goes_silent_without_closing_its_connections_is_noticed_by_keepalive(
+    tmp_path, machines, monkeypatch
+):
     """A frozen machine (here: its runner stopped with SIGSTOP) sends no reset, as a node that loses power or its
     network; the pings notice it within seconds, where the call would otherwise wait for ever."""
     started = time.monotonic()
     try:
-        pending, _, failures, left, store = run_study(tmp_path, machines, kill_during=2, monkeypatch=monkeypatch,
-                                                      how=signal.SIGSTOP, transport=Transport(keepalive_s=1.0))
+        pending, _, failures, left, store = run_study(
+            tmp_path,
+            machines,
+            kill_during=2,
+            monkeypatch=monkeypatch,
+            how=signal.SIGSTOP,
+            transport=Transport(keepalive_s=1.0),
+        )
     finally:
         machines["node2"].process.send_signal(signal.SIGCONT)
     [failure] = failures
@@ -156,7 +186,8 @@ def test_a_machine_that_goes_silent_without_closing_its_connections_is_noticed_b
 
 def test_a_runner_answers_pings_through_a_long_run_without_closing_the_connection(machines):
     """Pings twice a second, as fast as a cluster's aggregator might send them, never end a healthy run."""
-    request = wire.to_request(RunSpec("resnet18", Mode.infer, 1, "3x32x32", Precision.fp32, None, None, warmup=1,
-                                      steps=2, min_measure_s=4.0))
+    request = wire.to_request(
+        RunSpec("resnet18", Mode.infer, 1, "3x32x32", Precision.fp32, None, None, warmup=1, steps=2, min_measure_s=4.0)
+    )
     result = jobs.run_job("first", machines["node1"].address, Transport(keepalive_s=0.5), request)
     assert result.summary.measured_steps > 2

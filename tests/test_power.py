@@ -13,6 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from fwbench_core import power
+from fwbench_core.choices import DeviceKind
+from fwbench_core.device_state import DeviceStateReader
 from fwbench_core.power import (
     EnergySummary,
     NvmlGpuSource,
@@ -25,8 +27,6 @@ from fwbench_core.power import (
     energy_summary,
     source_for,
 )
-from fwbench_core.choices import DeviceKind
-from fwbench_core.device_state import DeviceStateReader
 from fwbench_core.spec import DeviceRef
 
 # --- a fake NVML module --------------------------------------------------------
@@ -117,7 +117,11 @@ class FakeNvml:
         if status == 0:
             series = self.power_mw
             value = series(self.clock.last_s) if callable(series) else series[min(index, len(series) - 1)]
-        return [SimpleNamespace(fieldId=field_ids[0], nvmlReturn=status, valueType=1, value=SimpleNamespace(uiVal=int(value)))]
+        return [
+            SimpleNamespace(
+                fieldId=field_ids[0], nvmlReturn=status, valueType=1, value=SimpleNamespace(uiVal=int(value))
+            )
+        ]
 
     def nvmlDeviceGetPowerUsage(self, handle):
         return self._reading("nvmlDeviceGetPowerUsage", self.power_mw)
@@ -129,7 +133,9 @@ class FakeNvml:
         return self._reading("nvmlDeviceGetUtilizationRates", lambda t: SimpleNamespace(gpu=97, memory=41))
 
     def nvmlDeviceGetMemoryInfo(self, handle):
-        return self._reading("nvmlDeviceGetMemoryInfo", lambda t: SimpleNamespace(total=80 << 30, free=0, used=12 << 30))
+        return self._reading(
+            "nvmlDeviceGetMemoryInfo", lambda t: SimpleNamespace(total=80 << 30, free=0, used=12 << 30)
+        )
 
     def nvmlDeviceGetClockInfo(self, handle, clock_type):
         assert clock_type == self.NVML_CLOCK_SM
@@ -253,7 +259,9 @@ def test_a_reading_that_fails_midway_is_none_in_that_sample_only():
     assert source.reasons["temperature_c"] == "NVML: Unknown Error (2 failed reads)"
     # the integral bridges the missing reading with its neighbours
     summary = energy_summary(samples)
-    assert summary.integrated_energy_j == pytest.approx(0.1 * (100 + 120) / 2 * 2 + 0.1 * (120 + 130) / 2 + 0.1 * 130 * 8)
+    assert summary.integrated_energy_j == pytest.approx(
+        0.1 * (100 + 120) / 2 * 2 + 0.1 * (120 + 130) / 2 + 0.1 * 130 * 8
+    )
 
 
 def test_instant_power_failing_midway_stays_instant():
@@ -404,16 +412,27 @@ def test_source_for_picks_nvml_for_gpus_and_rapl_for_cpus(tmp_path):
 def test_an_empty_record_gives_none_with_reasons_never_zero():
     summary = energy_summary([], samples_processed=64)
     assert summary.sample_count == 0
-    for name in ("counter_energy_j", "integrated_energy_j", "energy_j", "mean_power_w", "peak_power_w",
-                 "idle_power_w", "energy_per_sample_j", "achieved_rate_hz", "window_s"):
+    for name in (
+        "counter_energy_j",
+        "integrated_energy_j",
+        "energy_j",
+        "mean_power_w",
+        "peak_power_w",
+        "idle_power_w",
+        "energy_per_sample_j",
+        "achieved_rate_hz",
+        "window_s",
+    ):
         assert getattr(summary, name) is None, name
     assert_every_none_is_explained(summary)
 
 
 def test_the_window_runs_to_the_sample_that_closes_the_phase():
     # each interval belongs to the phase of the sample that opens it
-    measure = [PowerSample(1.0 + 0.2 * i, PowerPhase.MEASURE, "gpu:0", 100.0 if i < 5 else 300.0, "nvml_instant")
-               for i in range(10)]  # 1.0 .. 2.8 s
+    measure = [
+        PowerSample(1.0 + 0.2 * i, PowerPhase.MEASURE, "gpu:0", 100.0 if i < 5 else 300.0, "nvml_instant")
+        for i in range(10)
+    ]  # 1.0 .. 2.8 s
     samples = [
         PowerSample(0.0, PowerPhase.WARMUP, "gpu:0", 1000.0, "nvml_instant"),
         *measure,

@@ -6,22 +6,46 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from support.cli import fwbench, only_run_dir
+
 from fwbench_aggregator.analyse.comparison import comparison_rows
 from fwbench_aggregator.analyse.findings import profile_disagreements
 from fwbench_aggregator.plan.field_checks import SweepError
 from fwbench_aggregator.plan.spec import StartupSettings
 from fwbench_aggregator.plan.study_file import load_sweep, sweep_from_options
 
-from support.cli import fwbench, only_run_dir
-
-QUICK = ("--batch-size", "2", "--shape", "3x32x32", "--warmup", "0", "--steps", "2", "--min-measure-s", "0",
-         "--repetitions", "3")
+QUICK = (
+    "--batch-size",
+    "2",
+    "--shape",
+    "3x32x32",
+    "--warmup",
+    "0",
+    "--steps",
+    "2",
+    "--min-measure-s",
+    "0",
+    "--repetitions",
+    "3",
+)
 
 
 @pytest.mark.slow
 def test_compare_under_the_native_profile_takes_each_runners_own_layout_and_says_so(tmp_path, fake_runner):
-    done = fwbench("compare", "--model", "resnet18", "--profile", "native", *QUICK, "--runner", f"fake={fake_runner}",
-                   "--runner", f"twin={fake_runner}", "--out", str(tmp_path))
+    done = fwbench(
+        "compare",
+        "--model",
+        "resnet18",
+        "--profile",
+        "native",
+        *QUICK,
+        "--runner",
+        f"fake={fake_runner}",
+        "--runner",
+        f"twin={fake_runner}",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     # The fake runner's own layout is PyTorch's: channels_first, where the equal profile gives channels_last.
     assert "resnet18 · train · batch 2 · 3x32x32 · fp32 · cpu:0 · native profile" in done.stdout
@@ -35,7 +59,9 @@ def test_a_sweep_file_lists_profiles_and_each_is_a_run_of_its_own():
     configurations = sweep.configurations()
     assert {c.profile.value for c in configurations} == {"equal", "native"}
     assert len(configurations) == 2 * 2 * sweep.planned_repetitions
-    equal, native = (next(c for c in configurations if c.profile.value == p and c.runner == "torch") for p in ("equal", "native"))
+    equal, native = (
+        next(c for c in configurations if c.profile.value == p and c.runner == "torch") for p in ("equal", "native")
+    )
     assert equal.config_key(StartupSettings()) != native.config_key(StartupSettings())
     # A sweep without profiles keeps the keys it always had (the equal profile, unnamed).
     plain = next(c for c in sweep_from_options("resnet18", batch_sizes="2").configurations() if c.runner == "torch")
@@ -45,16 +71,38 @@ def test_a_sweep_file_lists_profiles_and_each_is_a_run_of_its_own():
 def test_a_misspelt_profile_is_refused_with_the_accepted_ones(tmp_path):
     sweep_file = tmp_path / "s.yaml"
     sweep_file.write_text("models: [resnet18]\nprofiles: [nativ]\n")
-    with pytest.raises(SweepError, match=r"unknown profile 'nativ' \(did you mean native\?\); accepted values: equal, native, best"):
+    with pytest.raises(
+        SweepError, match=r"unknown profile 'nativ' \(did you mean native\?\); accepted values: equal, native, best"
+    ):
         load_sweep(sweep_file)
 
 
 def _rows(profile: str, torch_ms: float, tensorflow_ms: float) -> list[dict]:
-    common = dict(model="resnet50", model_options="", mode="train", batch_size=8, input_shape="3x64x64",
-                  precision="fp32", device="cpu:0", world_size=1, nodes=1, profile=profile, status="ok")
-    return [{**common, "runner": runner, "framework": runner, "repetition": repetition, "run_id": f"{profile}{runner}{repetition}",
-             "median_step_time_s": ms / 1e3 * (1 + 0.001 * repetition)}
-            for runner, ms in (("torch", torch_ms), ("tensorflow", tensorflow_ms)) for repetition in range(6)]
+    common = dict(
+        model="resnet50",
+        model_options="",
+        mode="train",
+        batch_size=8,
+        input_shape="3x64x64",
+        precision="fp32",
+        device="cpu:0",
+        world_size=1,
+        nodes=1,
+        profile=profile,
+        status="ok",
+    )
+    return [
+        {
+            **common,
+            "runner": runner,
+            "framework": runner,
+            "repetition": repetition,
+            "run_id": f"{profile}{runner}{repetition}",
+            "median_step_time_s": ms / 1e3 * (1 + 0.001 * repetition),
+        }
+        for runner, ms in (("torch", torch_ms), ("tensorflow", tensorflow_ms))
+        for repetition in range(6)
+    ]
 
 
 def test_runs_under_two_profiles_are_never_pooled_and_a_verdict_that_flips_is_a_finding():

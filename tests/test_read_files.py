@@ -13,12 +13,12 @@ import threading
 from pathlib import Path
 
 import pytest
+from support.cli import fwbench_in_process
+from support.store_runs import run_frames
+
 from fwbench_aggregator.base.read_files import MAX_JSON_DEPTH, UnreadableFile, parse_json, read_json, read_regular_text
 from fwbench_aggregator.store import lock
 from fwbench_aggregator.store.results_store import ResultStore
-
-from support.cli import fwbench_in_process
-from support.store_runs import run_frames
 
 QUICK_S = 5.0
 DEEP = "[" * 5000 + "]" * 5000  # past Python's recursion limit: a RecursionError where it is parsed unbounded

@@ -21,19 +21,19 @@ import numpy as np
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from support.cli import fwbench
+from support.fakes import Fake
+
 from fwbench_aggregator.base import folders
 from fwbench_aggregator.run.launch import fake_runner_command
 from fwbench_core import service as service_mod
 from fwbench_core import system_folders
+from fwbench_core.choices import DeviceKind
 from fwbench_core.errors import Cancelled, Unavailable
 from fwbench_core.fake import FakeBackend
 from fwbench_core.references import ReferenceFolder
 from fwbench_core.service import RunnerService
-from fwbench_core.choices import DeviceKind
 from fwbench_core.spec import DeviceRef, ReferenceRequest
-
-from support.cli import fwbench
-from support.fakes import Fake
 
 MAX_BYTES = 4_000_000  # the test runner's --max-reference-bytes
 SHAPE = [3, 32, 32]
@@ -73,7 +73,7 @@ def refused(call, request, timeout: float = RPC_TIMEOUT_S) -> grpc.RpcError:
 
 def assert_short_and_clean(error: grpc.RpcError) -> None:
     details = error.details()
-    assert "Traceback" not in details and "File \"" not in details, details
+    assert "Traceback" not in details and 'File "' not in details, details
     assert len(details) < SHORT_MESSAGE_CHARS, details
 
 
@@ -91,10 +91,18 @@ def valid_arrays() -> dict[str, np.ndarray]:
 @pytest.fixture
 def cpu_held(fake):
     """A long CPU run on the fake runner, holding its CPU lock until the test ends."""
-    run = fake.Run(pb.RunRequest(
-        model="resnet18", mode=pb.MODE_INFER, batch_size=1, input_shape=SHAPE, warmup_steps=0,
-        measured_steps=5000, min_measure_s=0.0, device=pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU),
-    ))
+    run = fake.Run(
+        pb.RunRequest(
+            model="resnet18",
+            mode=pb.MODE_INFER,
+            batch_size=1,
+            input_shape=SHAPE,
+            warmup_steps=0,
+            measured_steps=5000,
+            min_measure_s=0.0,
+            device=pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU),
+        )
+    )
     for event in run:
         if event.WhichOneof("event") == "config":
             break  # building: the run holds the CPU
@@ -111,10 +119,24 @@ def test_export_then_compare_by_name(fake, folder):
     assert not [p.name for p in folder.iterdir() if p.name.startswith(".")], "a temporary file was left behind"
 
 
-@pytest.mark.parametrize("name", [
-    "../escape.npz", "../../../../tmp/escape.npz", "/tmp/escape.npz", "sub/escape.npz", ".hidden.npz",
-    "escape", "escape.npy", "", "escape.npz/", "escape.npz\n", "esc\x00ape.npz", "ü.npz", "e" * 200 + ".npz",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../escape.npz",
+        "../../../../tmp/escape.npz",
+        "/tmp/escape.npz",
+        "sub/escape.npz",
+        ".hidden.npz",
+        "escape",
+        "escape.npy",
+        "",
+        "escape.npz/",
+        "escape.npz\n",
+        "esc\x00ape.npz",
+        "ü.npz",
+        "e" * 200 + ".npz",
+    ],
+)
 @pytest.mark.parametrize("rpc", ["ExportReference", "CompareReference"])
 def test_names_that_are_not_plain_file_names_are_refused(fake, folder, rpc, name):
     error = refused(getattr(fake, rpc), reference(name))
@@ -169,10 +191,19 @@ def test_a_fifo_is_refused_at_once_and_the_cpu_stays_free(fake, folder):
     error = refused(fake.CompareReference, reference("fifo.npz"), timeout=PROMPT_S * 4)
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "not a regular file" in error.details()
     assert time.monotonic() - started < PROMPT_S
-    run = fake.Run(pb.RunRequest(
-        model="resnet18", mode=pb.MODE_INFER, batch_size=1, input_shape=SHAPE, warmup_steps=0, measured_steps=2,
-        min_measure_s=0.0, device=pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU),
-    ), timeout=PROMPT_S * 4)
+    run = fake.Run(
+        pb.RunRequest(
+            model="resnet18",
+            mode=pb.MODE_INFER,
+            batch_size=1,
+            input_shape=SHAPE,
+            warmup_steps=0,
+            measured_steps=2,
+            min_measure_s=0.0,
+            device=pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU),
+        ),
+        timeout=PROMPT_S * 4,
+    )
     phases = [event.progress.phase for event in run if event.WhichOneof("event") == "progress"]
     assert pb.PHASE_QUEUED not in phases and phases[-1] == pb.PHASE_DONE
 
@@ -252,11 +283,14 @@ def test_an_export_past_the_bound_writes_nothing(fake, folder):
 
 
 @pytest.mark.parametrize("rpc", ["ExportReference", "CompareReference"])
-@pytest.mark.parametrize("fields, named", [
-    ({"batch_size": 2**31}, "batch_size must be between 1 and 64"),
-    ({"batch_size": 65}, "batch_size must be between 1 and 64"),
-    ({"seed": 2**40}, "seed must be between 0 and 4294967295"),
-])
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        ({"batch_size": 2**31}, "batch_size must be between 1 and 64"),
+        ({"batch_size": 65}, "batch_size must be between 1 and 64"),
+        ({"seed": 2**40}, "seed must be between 0 and 4294967295"),
+    ],
+)
 def test_batch_size_and_seed_out_of_range(fake, rpc, fields, named):
     error = refused(getattr(fake, rpc), reference("in-range.npz", **fields))
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and named in error.details(), error.details()
@@ -312,8 +346,13 @@ def test_the_default_folder_is_private_and_removed_at_exit(tmp_path):
 
 def _fake_runner(tmp_path: Path, *flags: str) -> subprocess.Popen:
     env = {**os.environ, "TMPDIR": str(tmp_path), "FWBENCH_REFERENCE_DIR": ""}
-    return subprocess.Popen([*fake_runner_command(), *flags], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, env=env)
+    return subprocess.Popen(
+        [*fake_runner_command(), *flags],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
 
 
 def test_a_runner_stopped_the_moment_it_listens_removes_its_folder(tmp_path):
@@ -346,15 +385,22 @@ def test_the_folder_comes_from_the_environment(tmp_path):
 @pytest.mark.parametrize("given", ["/etc", "/usr/lib", "/"])
 def test_a_system_folder_is_refused_as_the_reference_folder_before_the_runner_listens(tmp_path, given):
     before = sorted(os.listdir(given))
-    done = subprocess.run([*fake_runner_command(), "--address", "127.0.0.1:0", "--reference-dir", given],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [*fake_runner_command(), "--address", "127.0.0.1:0", "--reference-dir", given],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and f"--reference-dir {given} is a system folder" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and sorted(os.listdir(given)) == before
 
 
 def test_the_core_refuses_the_folders_the_aggregator_refuses():
     # Two copies of one list (the aggregator and the runners share only the contract): held equal here.
-    assert (system_folders.SYSTEM_FOLDERS, system_folders.SYSTEM_TREES) == (folders.SYSTEM_FOLDERS, folders.SYSTEM_TREES)
+    assert (system_folders.SYSTEM_FOLDERS, system_folders.SYSTEM_TREES) == (
+        folders.SYSTEM_FOLDERS,
+        folders.SYSTEM_TREES,
+    )
 
 
 def test_parity_between_runners_with_different_folders_says_to_share_one(folder_fake_address, tmp_path):
@@ -407,5 +453,7 @@ def test_torch_export_replaces_a_symlink_and_tensorflow_refuses_weights_that_do_
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "fc.weight" in error.details(), error.details()
     write_npz(shared / "bad-fc.npz", **{**arrays, "weights/fc.weight": np.ones((3, 3), np.float32)})
     error = refused(stubs["tensorflow"].CompareReference, reference("bad-fc.npz"))
-    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "do not fit resnet18" in error.details(), error.details()
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "do not fit resnet18" in error.details(), (
+        error.details()
+    )
     assert_short_and_clean(error)

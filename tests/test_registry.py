@@ -35,7 +35,9 @@ def test_registry_lists_sorted_names():
 def test_catalog_finds_a_model_or_says_which_are_known_and_why_one_is_not_served():
     catalog = Catalog(dict(MODEL_SPECS), {"tiny": "plug-in /m/tiny has no build_test.py"})
     assert catalog.spec("resnet18").default_input_shape == (3, 224, 224)
-    with pytest.raises(NotFound, match=r"'resnet81' \(did you mean resnet18\?\); known models: " + ", ".join(sorted(MODEL_SPECS))):
+    with pytest.raises(
+        NotFound, match=r"'resnet81' \(did you mean resnet18\?\); known models: " + ", ".join(sorted(MODEL_SPECS))
+    ):
         catalog.spec("resnet81")
     with pytest.raises(FailedPrecondition, match="not served by this runner: plug-in /m/tiny has no build_test.py"):
         catalog.spec("tiny")

@@ -15,6 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
+from rich.console import Console
+
 from fwbench_aggregator.analyse.comparison import comparison_rows
 from fwbench_aggregator.analyse.results import analysed
 from fwbench_aggregator.analyse.versions import VersionTables, version_changes, version_points, version_runs
@@ -24,8 +27,6 @@ from fwbench_aggregator.present.display import display_frame
 from fwbench_aggregator.present.report import write_report
 from fwbench_aggregator.present.terminal import print_series
 from fwbench_aggregator.store.schema import COMPARISON_COLUMNS, CONFIG_COLUMNS, FLOOR_KEY_COLUMNS
-from PIL import Image
-from rich.console import Console
 
 RUNNERS = ("torch", "tensorflow")
 MODELS = {"resnet18": 0.020, "bert": 0.030}  # per-sample step time on GPU, seconds
@@ -55,28 +56,57 @@ def build_frames(devices=DEVICES, oom=OOM, power=True):
             for mode in ("train", "infer"):
                 for batch in BATCHES:
                     for device, device_factor in devices.items():
-                        config = {"runner": runner, "framework": runner, "framework_version": "9.9", "model": model,
-                                  "model_options": "", "mode": mode, "batch_size": batch, "input_shape": "3x224x224",
-                                  "precision": "fp32", "device": device}
+                        config = {
+                            "runner": runner,
+                            "framework": runner,
+                            "framework_version": "9.9",
+                            "model": model,
+                            "model_options": "",
+                            "mode": mode,
+                            "batch_size": batch,
+                            "input_shape": "3x224x224",
+                            "precision": "fp32",
+                            "device": device,
+                        }
                         for repetition in range(REPETITIONS):
                             if (runner, model, mode, batch, device) == oom:
-                                summary.append({**config, "repetition": repetition, "status": "failed", "error": OOM_ERROR})
+                                summary.append(
+                                    {**config, "repetition": repetition, "status": "failed", "error": OOM_ERROR}
+                                )
                                 continue
-                            median = per_sample * (batch ** 0.6) * device_factor * slowdown(runner, model) * (3 if mode == "train" else 1)
+                            median = (
+                                per_sample
+                                * (batch**0.6)
+                                * device_factor
+                                * slowdown(runner, model)
+                                * (3 if mode == "train" else 1)
+                            )
                             times = median * rng.lognormal(0.0, 0.02, MEASURED)
                             warm = median * np.array([20.0, 3.0, 1.5])  # slow warm-up steps: must not count
-                            steps += [{**config, "repetition": repetition, "warmup": True, "step_time_s": t} for t in warm]
-                            steps += [{**config, "repetition": repetition, "warmup": False, "step_time_s": t} for t in times]
+                            steps += [
+                                {**config, "repetition": repetition, "warmup": True, "step_time_s": t} for t in warm
+                            ]
+                            steps += [
+                                {**config, "repetition": repetition, "warmup": False, "step_time_s": t} for t in times
+                            ]
                             gpu = device.startswith("gpu") and power
-                            summary.append({
-                                **config, "repetition": repetition, "status": "ok", "error": "",
-                                "median_step_time_s": float(np.median(times)),
-                                "throughput_samples_per_s": batch / float(np.median(times)),
-                                "mean_power_w": 150.0 + 20 * batch if gpu else np.nan,
-                                "energy_per_sample_j": (150.0 + 20 * batch) * float(np.median(times)) / batch if gpu else np.nan,
-                                "energy_status": "ok" if gpu else "unavailable: no power reading on this device",
-                                "python_version": "3.12.1", "runner_version": "0.1.0",
-                            })
+                            summary.append(
+                                {
+                                    **config,
+                                    "repetition": repetition,
+                                    "status": "ok",
+                                    "error": "",
+                                    "median_step_time_s": float(np.median(times)),
+                                    "throughput_samples_per_s": batch / float(np.median(times)),
+                                    "mean_power_w": 150.0 + 20 * batch if gpu else np.nan,
+                                    "energy_per_sample_j": (150.0 + 20 * batch) * float(np.median(times)) / batch
+                                    if gpu
+                                    else np.nan,
+                                    "energy_status": "ok" if gpu else "unavailable: no power reading on this device",
+                                    "python_version": "3.12.1",
+                                    "runner_version": "0.1.0",
+                                }
+                            )
     return pd.DataFrame(summary), pd.DataFrame(steps)
 
 
@@ -98,9 +128,22 @@ def built(frames, tmp_path_factory):
 
 
 # Every section report.html can hold, each with its heading (an h2 the contents list links to).
-SECTIONS = ("Findings", "Plots", "Optimal batch size", "Batch size and time per sample", "Hardware efficiency",
-            "Serving", "Strategies and scaling", "Framework versions side by side", "Parity", "Verdicts",
-            "Comparison", "Failed runs", "Runners", "Manifest")
+SECTIONS = (
+    "Findings",
+    "Plots",
+    "Optimal batch size",
+    "Batch size and time per sample",
+    "Hardware efficiency",
+    "Serving",
+    "Strategies and scaling",
+    "Framework versions side by side",
+    "Parity",
+    "Verdicts",
+    "Comparison",
+    "Failed runs",
+    "Runners",
+    "Manifest",
+)
 
 
 def whole_frames(frames) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -112,22 +155,65 @@ def whole_frames(frames) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     older = (summary["runner"] == "torch") & (summary["model"] == "resnet18")
     older_steps = (steps["runner"] == "torch") & (steps["model"] == "resnet18")
     served = (summary["model"] == "resnet18") & (summary["mode"] == "infer") & (summary["batch_size"] == 1)
-    two = (summary["model"] == "resnet18") & (summary["mode"] == "train") & (summary["batch_size"] == 2) & (
-        summary["device"] == "gpu:0")
-    two_steps = (steps["model"] == "resnet18") & (steps["mode"] == "train") & (steps["batch_size"] == 2) & (
-        steps["device"] == "gpu:0")
+    two = (
+        (summary["model"] == "resnet18")
+        & (summary["mode"] == "train")
+        & (summary["batch_size"] == 2)
+        & (summary["device"] == "gpu:0")
+    )
+    two_steps = (
+        (steps["model"] == "resnet18")
+        & (steps["mode"] == "train")
+        & (steps["batch_size"] == 2)
+        & (steps["device"] == "gpu:0")
+    )
     latency_s = summary.loc[served, "median_step_time_s"]
-    serving = summary[served].assign(serving="server 10 qps", scenario="server", target_qps=10.0, query_count=400,
-                                     duration_s=40.0, achieved_qps=10.0, batch_timeout_ms=0.0, p50_latency_s=latency_s,
-                                     p90_latency_s=latency_s * 1.2, p99_latency_s=latency_s * 1.5,
-                                     mean_latency_s=latency_s * 1.05, mean_batch_queries=1.0, serving_unavailable="")
-    summary = pd.concat([
-        summary, summary[older].assign(framework_version="9.8", median_step_time_s=lambda f: f["median_step_time_s"] * 0.95),
-        serving, summary[two].assign(world_size=2, strategy="ddp")], ignore_index=True)
-    steps = pd.concat([steps, steps[older_steps].assign(framework_version="9.8", step_time_s=lambda f: f["step_time_s"] * 0.95),
-                       steps[two_steps].assign(world_size=2, strategy="ddp")], ignore_index=True)
-    parity = pd.DataFrame([{"model": "my_net", "variant": "", "model_hash": "ab12cd34ef56", "reference_runner": "torch",
-                            "runner": "tensorflow", "verdict": "same", "numeric": "match", "checked_at_unix_s": 1.7e9}])
+    serving = summary[served].assign(
+        serving="server 10 qps",
+        scenario="server",
+        target_qps=10.0,
+        query_count=400,
+        duration_s=40.0,
+        achieved_qps=10.0,
+        batch_timeout_ms=0.0,
+        p50_latency_s=latency_s,
+        p90_latency_s=latency_s * 1.2,
+        p99_latency_s=latency_s * 1.5,
+        mean_latency_s=latency_s * 1.05,
+        mean_batch_queries=1.0,
+        serving_unavailable="",
+    )
+    summary = pd.concat(
+        [
+            summary,
+            summary[older].assign(framework_version="9.8", median_step_time_s=lambda f: f["median_step_time_s"] * 0.95),
+            serving,
+            summary[two].assign(world_size=2, strategy="ddp"),
+        ],
+        ignore_index=True,
+    )
+    steps = pd.concat(
+        [
+            steps,
+            steps[older_steps].assign(framework_version="9.8", step_time_s=lambda f: f["step_time_s"] * 0.95),
+            steps[two_steps].assign(world_size=2, strategy="ddp"),
+        ],
+        ignore_index=True,
+    )
+    parity = pd.DataFrame(
+        [
+            {
+                "model": "my_net",
+                "variant": "",
+                "model_hash": "ab12cd34ef56",
+                "reference_runner": "torch",
+                "runner": "tensorflow",
+                "verdict": "same",
+                "numeric": "match",
+                "checked_at_unix_s": 1.7e9,
+            }
+        ]
+    )
     return summary, steps, parity
 
 
@@ -138,13 +224,19 @@ def whole(frames, tmp_path_factory):
     points = version_points(version_runs(summary, steps))
     versions = VersionTables(version_changes(summary, steps), points)
     out = tmp_path_factory.mktemp("whole-report")
-    return write_report(analysed(summary, steps, parity=parity), summary, {"run_id": "r1"}, out, versions=versions,
-                        parity=parity)
+    return write_report(
+        analysed(summary, steps, parity=parity), summary, {"run_id": "r1"}, out, versions=versions, parity=parity
+    )
 
 
 def pick(rows, runner, model, mode, batch, device):
-    found = rows[(rows.runner == runner) & (rows.model == model) & (rows["mode"] == mode)
-                 & (rows.batch_size == batch) & (rows.device == device)]
+    found = rows[
+        (rows.runner == runner)
+        & (rows.model == model)
+        & (rows["mode"] == mode)
+        & (rows.batch_size == batch)
+        & (rows.device == device)
+    ]
     assert len(found) == 1, found
     return found.iloc[0]
 
@@ -160,8 +252,13 @@ def test_one_row_per_configuration_and_runner(rows):
 
 def test_figures_are_per_run_first_then_over_runs_without_warmup(frames, rows):
     _, steps = frames
-    own = steps[(steps.runner == "torch") & (steps.model == "resnet18") & (steps["mode"] == "infer")
-                & (steps.batch_size == 2) & (steps.device == "gpu:0")]
+    own = steps[
+        (steps.runner == "torch")
+        & (steps.model == "resnet18")
+        & (steps["mode"] == "infer")
+        & (steps.batch_size == 2)
+        & (steps.device == "gpu:0")
+    ]
     row = pick(rows, "torch", "resnet18", "infer", 2, "gpu:0")
     measured = own[~own.warmup]
     run_medians = measured.groupby("repetition")["step_time_s"].median()
@@ -176,8 +273,15 @@ def test_figures_are_per_run_first_then_over_runs_without_warmup(frames, rows):
 
 
 def test_a_difference_below_the_calibrated_noise_floor_is_not_called(frames):
-    config = {"model": "resnet18", "model_options": "", "mode": "train", "batch_size": 2, "input_shape": "3x224x224",
-              "precision": "fp32", "device": "gpu:0"}
+    config = {
+        "model": "resnet18",
+        "model_options": "",
+        "mode": "train",
+        "batch_size": 2,
+        "input_shape": "3x224x224",
+        "precision": "fp32",
+        "device": "gpu:0",
+    }
     summary = frames[0]
 
     def key_of(framework: str) -> dict:
@@ -185,8 +289,12 @@ def test_a_difference_below_the_calibrated_noise_floor_is_not_called(frames):
         runs = summary[(summary["framework"] == framework) & (summary["batch_size"] == 2)]
         return {c: runs[c].iloc[0] for c in FLOOR_KEY_COLUMNS if c in runs}
 
-    calibration = pd.DataFrame([{**config, **key_of("tensorflow"), "framework": "tensorflow", "noise_floor": 0.40},
-                                {**config, **key_of("torch"), "framework": "torch", "noise_floor": 0.10}])
+    calibration = pd.DataFrame(
+        [
+            {**config, **key_of("tensorflow"), "framework": "tensorflow", "noise_floor": 0.40},
+            {**config, **key_of("torch"), "framework": "torch", "noise_floor": 0.10},
+        ]
+    )
     rows = comparison_rows(*frames, calibration=calibration)
     slow = pick(rows, "tensorflow", "resnet18", "train", 2, "gpu:0")
     # The larger of the two runners' floors counts: 30% is inside tensorflow's 40%.
@@ -230,12 +338,20 @@ def test_real_difference_gets_a_verdict_and_equals_do_not(rows):
     for mode in ("train", "infer"):
         for batch in BATCHES:
             for device in DEVICES:
-                fast, slow = pick(rows, "torch", "resnet18", mode, batch, device), pick(rows, "tensorflow", "resnet18", mode, batch, device)
+                fast, slow = (
+                    pick(rows, "torch", "resnet18", mode, batch, device),
+                    pick(rows, "tensorflow", "resnet18", mode, batch, device),
+                )
                 assert fast.verdict == "fastest" and fast.ratio_to_fastest == 1.0
                 assert slow.verdict.startswith("torch faster by"), slow.verdict
                 assert slow.ratio_to_fastest == pytest.approx(1.3, rel=0.03)
                 assert slow.ratio_ci_low > 1.2
-                same = rows[(rows.model == "bert") & (rows["mode"] == mode) & (rows.batch_size == batch) & (rows.device == device)]
+                same = rows[
+                    (rows.model == "bert")
+                    & (rows["mode"] == mode)
+                    & (rows.batch_size == batch)
+                    & (rows.device == device)
+                ]
                 if (mode, batch, device) == OOM[2:]:
                     continue
                 assert sorted(same.verdict.str.split(" ").str[0]) == ["fastest", "no"], same.verdict.tolist()
@@ -254,7 +370,9 @@ def test_out_of_memory_row(rows):
 
 def test_other_failures_and_energy(rows):
     summary, steps = build_frames()
-    summary.loc[(summary.runner == "torch") & (summary.model == "bert") & (summary.batch_size == 1), ["status", "error"]] = ["failed", "INTERNAL: segfault in kernel"]
+    summary.loc[
+        (summary.runner == "torch") & (summary.model == "bert") & (summary.batch_size == 1), ["status", "error"]
+    ] = ["failed", "INTERNAL: segfault in kernel"]
     steps = steps[~((steps.runner == "torch") & (steps.model == "bert") & (steps.batch_size == 1))]
     changed = comparison_rows(summary, steps)
     row = pick(changed, "torch", "bert", "infer", 1, "cpu:0")
@@ -294,7 +412,7 @@ def test_table_files_and_terminal(rows, built):
 
 # ------------------------------------------------------------------------------------------------ plots
 
-MISSING_RGB = tuple(int(plot_kit.MISSING_COLOUR[i:i + 2], 16) for i in (1, 3, 5))
+MISSING_RGB = tuple(int(plot_kit.MISSING_COLOUR[i : i + 2], 16) for i in (1, 3, 5))
 
 
 def red_pixels(path: Path) -> int:
@@ -315,7 +433,9 @@ def test_each_question_has_its_plot_and_oom_is_marked(rows, tmp_path):
     for key in ("train-relative", "power-vs-batch"):
         assert [(m.runner, m.label) for m in plots[key].missing] == [("tensorflow", "OOM")], key
         assert red_pixels(plots[key].path) > 30, f"{key}: no missing marker drawn"
-    assert "bert" in plots["train-relative"].missing[0].config and "batch 4" in plots["train-relative"].missing[0].config
+    assert (
+        "bert" in plots["train-relative"].missing[0].config and "batch 4" in plots["train-relative"].missing[0].config
+    )
     for key in ("infer-gpu-relative", "infer-cpu-relative", "infer-time-per-sample"):
         assert plots[key].missing == [] and red_pixels(plots[key].path) == 0, key
 
@@ -390,8 +510,12 @@ def test_findings_open_the_report_and_the_study_tables_follow_the_plots(built):
     assert (folder / "findings.md").read_text().startswith("# Findings\n\n- Training time: torch was faster")
     optimal = pd.read_csv(folder / "optimal_batch.csv")
     # tensorflow's bert training ran out of memory at batch 4: its optimum is the largest batch that fits.
-    bert = optimal[(optimal.runner == "tensorflow") & (optimal.model == "bert") & (optimal["mode"] == "train")
-                   & (optimal.device == "gpu:0")].iloc[0]
+    bert = optimal[
+        (optimal.runner == "tensorflow")
+        & (optimal.model == "bert")
+        & (optimal["mode"] == "train")
+        & (optimal.device == "gpu:0")
+    ].iloc[0]
     assert bert.best_batch == 2 and bert.fit_note == "out of memory from batch 4; best at the largest batch that fits"
     trend = pd.read_csv(folder / "batch_trend.csv")
     assert set(trend.loc[trend["batches"] == "1, 2, 4", "trend"]) == {"falls"}
@@ -413,13 +537,23 @@ def test_report_is_self_contained(built):
     assert "http://" not in text and "https://" not in text
     assert not [tag for tag, _ in tags if tag in ("script", "link", "iframe", "object", "embed")]
     # Links only within the page (its contents list); sources only inline.
-    assert not [attrs for _, attrs in tags if not attrs.get("href", "#").startswith("#")
-                or ("src" in attrs and not attrs["src"].startswith("data:"))]
-    for phrase in ("torch faster by", "out of memory", "RESOURCE_EXHAUSTED", "&quot;run_id&quot;: &quot;r1&quot;", "3.12.1"):
+    assert not [
+        attrs
+        for _, attrs in tags
+        if not attrs.get("href", "#").startswith("#") or ("src" in attrs and not attrs["src"].startswith("data:"))
+    ]
+    for phrase in (
+        "torch faster by",
+        "out of memory",
+        "RESOURCE_EXHAUSTED",
+        "&quot;run_id&quot;: &quot;r1&quot;",
+        "3.12.1",
+    ):
         assert phrase in text, phrase
     # Each plot beside the report with the data it draws.
     assert {p.name for p in (built.parent / "plots").iterdir()} == {
-        f"{key}.{kind}" for key, _ in plotting.PLOT_QUESTIONS for kind in ("png", "csv")}
+        f"{key}.{kind}" for key, _ in plotting.PLOT_QUESTIONS for kind in ("png", "csv")
+    }
 
 
 # --------------------------------------------------------------------------------- in a real browser
@@ -436,13 +570,23 @@ def chromium() -> str:
     message = f"headless Chromium is needed to render the report and none of {', '.join(BROWSERS)} is on PATH; install it: {INSTALL}"
     if os.environ.get("CI"):
         pytest.fail(message, pytrace=False)
-    warnings.warn(message)
+    warnings.warn(message, stacklevel=2)
     pytest.skip(f"!!! NOT TESTED IN A BROWSER: {message}")
 
 
 def run_browser(browser: str, profile: Path, *args: str) -> str:
-    command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-               "--force-color-profile=srgb", f"--user-data-dir={profile}", "--virtual-time-budget=5000", *args]
+    command = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        "--force-color-profile=srgb",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=5000",
+        *args,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}"
     return done.stdout
@@ -498,5 +642,5 @@ def test_report_renders_in_headless_chromium(whole, tmp_path):
     assert pixels.shape[:2] == (3000, 1200)
     assert (pixels.sum(axis=2) < 700).mean() > 0.02, "the screenshot is (nearly) blank"
     # The first runner's bar colour appears only inside the plots: the images were painted.
-    first = tuple(int(plot_kit.RUNNER_COLOURS[0][i:i + 2], 16) for i in (1, 3, 5))
+    first = tuple(int(plot_kit.RUNNER_COLOURS[0][i : i + 2], 16) for i in (1, 3, 5))
     assert (np.abs(pixels - first).sum(axis=2) < 30).sum() > 500, "no plot pixels in the screenshot"

@@ -5,22 +5,39 @@ from __future__ import annotations
 import math
 
 from fwbench.runner.v1 import runner_pb2 as pb
+
 from fwbench_aggregator.run.client import RunResult
 from fwbench_aggregator.store.records import summary_frame
 
 
 def result(before: pb.DeviceState, after: pb.DeviceState, flags: list[str]) -> RunResult:
-    config = pb.ResolvedConfig(model="resnet18", mode=pb.MODE_TRAIN, batch_size=2,
-                               device=pb.Device(kind=pb.DEVICE_KIND_GPU, index=0, name="Test GPU"))
+    config = pb.ResolvedConfig(
+        model="resnet18",
+        mode=pb.MODE_TRAIN,
+        batch_size=2,
+        device=pb.Device(kind=pb.DEVICE_KIND_GPU, index=0, name="Test GPU"),
+    )
     summary = pb.Summary(measured_steps=3, device_before=before, device_after=after, device_flags=flags)
     return RunResult("torch", "127.0.0.1:1", pb.DescribeResponse(framework="torch"), config=config, summary=summary)
 
 
 def test_device_state_columns_take_the_worst_of_before_and_after():
-    before = pb.DeviceState(load_avg_1m=0.2, other_gpu_processes=0, sm_clock_mhz=1980, max_sm_clock_mhz=1980,
-                            throttle_reasons=["gpu_idle"], free_memory_bytes=30 << 30, total_memory_bytes=80 << 30)
-    after = pb.DeviceState(load_avg_1m=1.2, other_cpu_busy_cores=0.75, other_gpu_processes=2, sm_clock_mhz=1410,
-                           throttle_reasons=["hw_thermal_slowdown", "sw_power_cap"])
+    before = pb.DeviceState(
+        load_avg_1m=0.2,
+        other_gpu_processes=0,
+        sm_clock_mhz=1980,
+        max_sm_clock_mhz=1980,
+        throttle_reasons=["gpu_idle"],
+        free_memory_bytes=30 << 30,
+        total_memory_bytes=80 << 30,
+    )
+    after = pb.DeviceState(
+        load_avg_1m=1.2,
+        other_cpu_busy_cores=0.75,
+        other_gpu_processes=2,
+        sm_clock_mhz=1410,
+        throttle_reasons=["hw_thermal_slowdown", "sw_power_cap"],
+    )
     row = summary_frame("r1", [result(before, after, ["another process used gpu:0", "host busy"])], []).iloc[0]
     assert row.device_flags == "another process used gpu:0 | host busy"
     assert (row.free_memory_before_bytes, row.total_memory_bytes) == (30 << 30, 80 << 30)

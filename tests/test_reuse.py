@@ -15,18 +15,17 @@ from pathlib import Path
 import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
+from support.core import RecordingBackend, expect_error, request, resolve_request, small
+from support.runners import REAL_RUNNERS
+
 from fwbench_aggregator.base import frameworks
 from fwbench_aggregator.run import launch
-
+from fwbench_core.choices import Mode
 from fwbench_core.errors import Cancelled, InvalidArgument, OutOfMemory
+from fwbench_core.limits import MAX_REUSE_KEY_LENGTH
 from fwbench_core.server import create_server
 from fwbench_core.service import RunnerService
-from fwbench_core.choices import Mode
 from fwbench_core.timing import StepBatch, Summary
-from fwbench_core.limits import MAX_REUSE_KEY_LENGTH
-
-from support.runners import REAL_RUNNERS
-from support.core import RecordingBackend, expect_error, request, resolve_request, small
 
 HERE = Path(__file__).parent
 FRAMEWORK_TIMEOUT_S = 180
@@ -95,8 +94,16 @@ def test_a_workload_that_cannot_be_reused_is_freed_and_built_afresh():
 def test_measurement_settings_may_differ_within_a_chain():
     kept = resolve_request(request(reuse_key="k", batch_size=1))
     longer = resolve_request(
-        request(reuse_key="k", batch_size=8, warmup_steps=3, measured_steps=7, min_measure_s=2.0,
-                power_sample_rate_hz=0.0, idle_baseline_s=0.0, end_reuse=True)
+        request(
+            reuse_key="k",
+            batch_size=8,
+            warmup_steps=3,
+            measured_steps=7,
+            min_measure_s=2.0,
+            power_sample_rate_hz=0.0,
+            idle_baseline_s=0.0,
+            end_reuse=True,
+        )
     )
     assert longer.reuses(kept)
     assert not resolve_request(request(reuse_key="k", batch_size=8, mode=Mode.INFER)).reuses(kept)
@@ -169,8 +176,9 @@ def test_a_window_steps_the_kept_workload_on_as_it_is_with_nothing_restored():
     assert (first.build_continued, second.build_continued) == (False, True)
     assert (first.build_reused, second.build_reused) == (False, True) and not second.first_step_traced
     # Its steps go on from the first window's: nothing restarted.
-    assert backend.workloads[0].steps_taken == (first.warmup_steps_run + first.measured_steps
-                                                 + second.warmup_steps_run + second.measured_steps)
+    assert backend.workloads[0].steps_taken == (
+        first.warmup_steps_run + first.measured_steps + second.warmup_steps_run + second.measured_steps
+    )
 
 
 def test_a_window_with_nothing_to_continue_warms_its_fresh_build_up_by_the_default_rule_first():
@@ -196,7 +204,9 @@ def test_a_window_needs_a_reuse_key():
     assert "continue_reuse" in message and "reuse_key" in message
 
 
-@pytest.mark.parametrize("key", ["x" * (MAX_REUSE_KEY_LENGTH + 1), "tab\there", "caf\u00e9"], ids=["long", "control", "non-ascii"])
+@pytest.mark.parametrize(
+    "key", ["x" * (MAX_REUSE_KEY_LENGTH + 1), "tab\there", "caf\u00e9"], ids=["long", "control", "non-ascii"]
+)
 def test_a_reuse_key_must_be_short_printable_ascii(key):
     message = expect_error(InvalidArgument, request(reuse_key=key))
     assert message.startswith("reuse_key ") and f"at most {MAX_REUSE_KEY_LENGTH} characters" in message
@@ -218,8 +228,16 @@ def test_reuse_over_grpc_reports_it_in_the_summary():
             stub = pb_grpc.RunnerStub(channel)
 
             def run(batch_size: int, **fields) -> pb.Summary:
-                request = pb.RunRequest(model="resnet18", mode=pb.MODE_INFER, batch_size=batch_size, input_shape=[3, 32, 32],
-                                        warmup_steps=1, measured_steps=2, min_measure_s=0.0, **fields)
+                request = pb.RunRequest(
+                    model="resnet18",
+                    mode=pb.MODE_INFER,
+                    batch_size=batch_size,
+                    input_shape=[3, 32, 32],
+                    warmup_steps=1,
+                    measured_steps=2,
+                    min_measure_s=0.0,
+                    **fields,
+                )
                 return list(stub.Run(request, timeout=30))[-1].summary
 
             assert [run(b, reuse_key="chain").build_reused for b in (1, 2)] == [False, True]
@@ -239,13 +257,20 @@ def test_a_reused_workload_equals_a_fresh_build_at_the_new_batch_size(framework)
     """Weights, optimizer state, inputs and targets, and the weights after a training step: the same numbers."""
     environment = next(f.environment for f in frameworks.shipped() if f.name == framework)
     python = launch.default_venvs() / environment / "bin" / "python"
-    done = subprocess.run([str(python), str(HERE / "reuse_equals_fresh.py"), framework], capture_output=True, text=True,
-                          timeout=FRAMEWORK_TIMEOUT_S)
+    done = subprocess.run(
+        [str(python), str(HERE / "reuse_equals_fresh.py"), framework],
+        capture_output=True,
+        text=True,
+        timeout=FRAMEWORK_TIMEOUT_S,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["reused"] is True
     assert {name: result[name] for name in ("state", "inputs", "targets", "after_step")} == {
-        "state": 0.0, "inputs": 0.0, "targets": 0.0, "after_step": 0.0
+        "state": 0.0,
+        "inputs": 0.0,
+        "targets": 0.0,
+        "after_step": 0.0,
     }
     # TensorFlow's default (graph) and JAX's (jit) trace the step again for the new shape; PyTorch eager traces nothing.
     assert result["first_step_traces"] is (framework in ("tensorflow", "jax"))

@@ -18,21 +18,21 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator.run import launch
+from support.fakes import Fake
 
+# The session's in-process fake runner steps this long; the worker one matches it, so that their runs compare.
+from support.processes import children
+from support.runners import FAKE_STEP_TIME_S
+
+from fwbench_aggregator.run import launch
 from fwbench_core.backend import MemoryReading
+from fwbench_core.choices import DeviceKind, Mode, Phase
 from fwbench_core.errors import REASON_KEY, Cancelled, InvalidArgument, RunnerError, reason_for, status_for
 from fwbench_core.fake import FakeBackend, FakeWorkload
 from fwbench_core.isolation import BlockWorker, ProcessBlocks, RunIsolation
 from fwbench_core.service import RunnerService
-from fwbench_core.choices import DeviceKind, Mode, Phase
 from fwbench_core.spec import DeviceRef, RunRequest
 from fwbench_core.timing import Progress, StepBatch
-
-# The session's in-process fake runner steps this long; the worker one matches it, so that their runs compare.
-from support.processes import children
-from support.fakes import Fake
-from support.runners import FAKE_STEP_TIME_S
 
 RUN_TIMEOUT_S = 120
 
@@ -71,8 +71,15 @@ class PidBackend(FakeBackend):
 
 
 def small(**overrides) -> RunRequest:
-    fields = dict(model="resnet18", mode=Mode.INFER, batch_size=2, input_shape=(3, 32, 32), warmup_steps=1,
-                  measured_steps=2, min_measure_s=0.0)
+    fields = dict(
+        model="resnet18",
+        mode=Mode.INFER,
+        batch_size=2,
+        input_shape=(3, 32, 32),
+        warmup_steps=1,
+        measured_steps=2,
+        min_measure_s=0.0,
+    )
     fields.update(overrides)
     return RunRequest(**fields)
 
@@ -141,8 +148,9 @@ def test_a_worker_serves_a_block_of_two_runs_then_a_fresh_one_takes_over():
 
 
 def test_a_run_that_fails_ends_its_block_and_the_next_run_starts_a_fresh_one():
-    service = RunnerService(FailingBatchBackend(), isolation=RunIsolation.PROCESS_PER_2_RUNS,
-                            make_backend=FailingBatchBackend)
+    service = RunnerService(
+        FailingBatchBackend(), isolation=RunIsolation.PROCESS_PER_2_RUNS, make_backend=FailingBatchBackend
+    )
     first = list(service.run(small(), lambda: False))[-1].peak_memory.bytes
     with pytest.raises(RunnerError, match="a failed build"):
         list(service.run(small(batch_size=3), lambda: False))
@@ -331,8 +339,15 @@ def test_abandoned_run_stops_its_worker():
 
 
 def rpc_request(**overrides) -> pb.RunRequest:
-    fields = dict(model="resnet18", mode=pb.MODE_INFER, batch_size=2, input_shape=[3, 32, 32], warmup_steps=1,
-                  measured_steps=3, min_measure_s=0.0)
+    fields = dict(
+        model="resnet18",
+        mode=pb.MODE_INFER,
+        batch_size=2,
+        input_shape=[3, 32, 32],
+        warmup_steps=1,
+        measured_steps=3,
+        min_measure_s=0.0,
+    )
     fields.update(overrides)
     return pb.RunRequest(**fields)
 

@@ -10,7 +10,6 @@ import sys
 import grpc
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-
 from support.runner_pool import RunnerPool, memory_bytes
 
 
@@ -37,8 +36,10 @@ def test_a_runner_past_the_ceiling_restarts_on_its_port_and_a_held_channel_reach
 def test_memory_bytes_counts_a_process_with_its_descendants_and_zero_for_one_that_has_gone():
     alone = memory_bytes(os.getpid())
     assert alone > 1 << 20
-    holding = subprocess.Popen([sys.executable, "-c", "import time; x = bytearray(200 << 20); print(1, flush=True); "
-                                "time.sleep(60)"], stdout=subprocess.PIPE)
+    holding = subprocess.Popen(
+        [sys.executable, "-c", "import time; x = bytearray(200 << 20); print(1, flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )
     try:
         holding.stdout.readline()  # its 200 MiB are written
         assert memory_bytes(os.getpid()) - alone > 150 << 20

@@ -15,14 +15,30 @@ from fwbench_aggregator.present.line_plots import scaling_plot
 from fwbench_aggregator.present.report import scaling_tables, write_report
 from fwbench_aggregator.present.terminal import print_scaling
 
-CONFIG = dict(model="mlp", model_options="", mode="train", batch_size=8, input_shape="32", precision="fp32", device="cpu:0")
+CONFIG = dict(
+    model="mlp", model_options="", mode="train", batch_size=8, input_shape="32", precision="fp32", device="cpu:0"
+)
 
 
-def _run(runner: str, strategy: str, world_size: int, throughput: float, repetition: int = 0, nodes: int = 1, **extra) -> dict:
+def _run(
+    runner: str, strategy: str, world_size: int, throughput: float, repetition: int = 0, nodes: int = 1, **extra
+) -> dict:
     median_s = 8 * world_size / throughput
-    return {**CONFIG, "runner": runner, "framework": runner, "strategy": strategy, "world_size": world_size, "nodes": nodes,
-            "global_batch_size": 8 * world_size, "repetition": repetition, "status": "ok", "median_step_time_s": median_s,
-            "throughput_samples_per_s": throughput, "straggler_spread": 0.1 if world_size > 1 else None, **extra}
+    return {
+        **CONFIG,
+        "runner": runner,
+        "framework": runner,
+        "strategy": strategy,
+        "world_size": world_size,
+        "nodes": nodes,
+        "global_batch_size": 8 * world_size,
+        "repetition": repetition,
+        "status": "ok",
+        "median_step_time_s": median_s,
+        "throughput_samples_per_s": throughput,
+        "straggler_spread": 0.1 if world_size > 1 else None,
+        **extra,
+    }
 
 
 def _summary(*runs: dict) -> pd.DataFrame:
@@ -31,7 +47,9 @@ def _summary(*runs: dict) -> pd.DataFrame:
 
 def test_world_size_separates_configurations_and_strategy_separates_rows():
     summary = _summary(
-        _run("torch", "single", 1, 100.0), _run("torch", "ddp", 2, 180.0), _run("torch", "dp", 2, 120.0),
+        _run("torch", "single", 1, 100.0),
+        _run("torch", "ddp", 2, 180.0),
+        _run("torch", "dp", 2, 120.0),
         _run("tensorflow", "mirrored", 2, 150.0),
     )
     rows = comparison_rows(summary, pd.DataFrame())
@@ -50,8 +68,10 @@ def test_world_size_separates_configurations_and_strategy_separates_rows():
 
 def test_scaling_efficiency_is_over_n_times_the_same_runners_one_device_run():
     summary = _summary(
-        _run("torch", "single", 1, 100.0), _run("torch", "single", 1, 100.0 * 1.21, repetition=1),
-        _run("torch", "ddp", 2, 176.0), _run("torch", "ddp", 2, 176.0 * 1.21, repetition=1),
+        _run("torch", "single", 1, 100.0),
+        _run("torch", "single", 1, 100.0 * 1.21, repetition=1),
+        _run("torch", "ddp", 2, 176.0),
+        _run("torch", "ddp", 2, 176.0 * 1.21, repetition=1),
         _run("tensorflow", "mirrored", 2, 150.0),
     )
     scaling = scaling_rows(summary).set_index("runner")
@@ -63,13 +83,17 @@ def test_scaling_efficiency_is_over_n_times_the_same_runners_one_device_run():
     assert ddp["straggler_spread"] == pytest.approx(0.1)
     # No one-device TensorFlow run: no efficiency is made up, and the row says why.
     mirrored = scaling.loc["tensorflow mirrored"]
-    assert math.isnan(mirrored["scaling_efficiency"]) and "no one-device run of tensorflow" in mirrored["efficiency_note"]
+    assert (
+        math.isnan(mirrored["scaling_efficiency"]) and "no one-device run of tensorflow" in mirrored["efficiency_note"]
+    )
     assert has_scaling(scaling_rows(summary))
     assert not has_scaling(scaling_rows(_summary(_run("torch", "single", 1, 100.0))))
 
 
 def test_a_world_size_one_run_of_the_strategy_is_the_baseline_where_no_single_run_exists():
-    summary = _summary(_run("torch", "ddp", 1, 90.0), _run("torch", "ddp", 4, 300.0), _run("torch", "single", 1, 50.0, batch_size=16))
+    summary = _summary(
+        _run("torch", "ddp", 1, 90.0), _run("torch", "ddp", 4, 300.0), _run("torch", "single", 1, 50.0, batch_size=16)
+    )
     ddp = scaling_rows(summary)
     four = ddp[(ddp["runner"] == "torch ddp") & (ddp["world_size"] == 4) & (ddp["batch_size"] == 8)].iloc[0]
     # The single run is at another per-device batch: not this configuration's baseline.
@@ -78,22 +102,41 @@ def test_a_world_size_one_run_of_the_strategy_is_the_baseline_where_no_single_ru
 
 
 def test_runs_stored_before_distributed_runs_read_as_one_device_single():
-    old = pd.DataFrame([{**CONFIG, "runner": "torch", "repetition": 0, "status": "ok", "median_step_time_s": 0.08,
-                         "throughput_samples_per_s": 100.0}])
+    old = pd.DataFrame(
+        [
+            {
+                **CONFIG,
+                "runner": "torch",
+                "repetition": 0,
+                "status": "ok",
+                "median_step_time_s": 0.08,
+                "throughput_samples_per_s": 100.0,
+            }
+        ]
+    )
     rows = comparison_rows(old, pd.DataFrame())
-    assert rows.iloc[0]["runner"] == "torch" and rows.iloc[0]["world_size"] == 1 and rows.iloc[0]["strategy"] == "single"
+    assert (
+        rows.iloc[0]["runner"] == "torch" and rows.iloc[0]["world_size"] == 1 and rows.iloc[0]["strategy"] == "single"
+    )
     assert rows.iloc[0]["throughput_samples_per_s"] == pytest.approx(100.0)
 
 
 def test_the_report_holds_the_strategy_tables_and_the_scaling_plot(tmp_path):
     summary = _summary(
-        _run("torch", "single", 1, 100.0), _run("torch", "ddp", 2, 180.0), _run("torch", "dp", 2, 120.0),
-        _run("tensorflow", "single", 1, 90.0), _run("tensorflow", "mirrored", 2, 150.0),
+        _run("torch", "single", 1, 100.0),
+        _run("torch", "ddp", 2, 180.0),
+        _run("torch", "dp", 2, 120.0),
+        _run("tensorflow", "single", 1, 90.0),
+        _run("tensorflow", "mirrored", 2, 150.0),
     )
     path = write_report(analysed(summary, pd.DataFrame()), summary, None, tmp_path)
     page = path.read_text()
-    for title in ("DataParallel vs DistributedDataParallel", "DistributedDataParallel vs MirroredStrategy",
-                  "Scaling efficiency against devices", "Throughput and scaling efficiency against devices"):
+    for title in (
+        "DataParallel vs DistributedDataParallel",
+        "DistributedDataParallel vs MirroredStrategy",
+        "Scaling efficiency against devices",
+        "Throughput and scaling efficiency against devices",
+    ):
         assert title in page
     assert (tmp_path / "plots" / "scaling.png").stat().st_size > 1000
     markdown = (tmp_path / "scaling.md").read_text()
@@ -103,9 +146,13 @@ def test_the_report_holds_the_strategy_tables_and_the_scaling_plot(tmp_path):
 
 
 def test_the_scaling_plot_draws_each_runs_throughput_beside_its_line(tmp_path):
-    summary = _summary(*(_run("torch", strategy, size, value, repetition=r)
-                         for strategy, size, values in (("single", 1, (98.0, 100.0, 102.0)), ("ddp", 2, (170.0, 180.0, 190.0)))
-                         for r, value in enumerate(values)))
+    summary = _summary(
+        *(
+            _run("torch", strategy, size, value, repetition=r)
+            for strategy, size, values in (("single", 1, (98.0, 100.0, 102.0)), ("ddp", 2, (170.0, 180.0, 190.0)))
+            for r, value in enumerate(values)
+        )
+    )
     analysis = analysed(summary, pd.DataFrame())
     plot = scaling_plot(analysis.scaling, tmp_path, runs=analysis.runs)
     drawn = pd.read_csv(plot.path.with_suffix(".csv"))
@@ -129,5 +176,7 @@ def test_the_console_scaling_table_names_the_configuration_once(tmp_path):
     console = Console(width=200, record=True)
     print_scaling(scaling_rows(summary), console)
     text = console.export_text()
-    assert "scaling: throughput against devices (mlp, train, batch 8 per device, 32, fp32, cpu:0, equal profile)" in text
+    assert (
+        "scaling: throughput against devices (mlp, train, batch 8 per device, 32, fp32, cpu:0, equal profile)" in text
+    )
     assert "torch ddp" in text and "90.0%" in text and "note" not in text

@@ -17,12 +17,16 @@ def test_same_device_serialised_different_devices_in_parallel():
         time.sleep(0.2)
         spans[job] = (start, time.monotonic())
 
-    jobs = [(device_group("127.0.0.1:5001", "gpu:0"), "a1"), (device_group("127.0.0.1:5002", "gpu:0"), "a2"),
-            (device_group("127.0.0.2:5001", "gpu:0"), "b1"), (device_group("127.0.0.2:5001", "gpu:0"), "b2")]
+    jobs = [
+        (device_group("127.0.0.1:5001", "gpu:0"), "a1"),
+        (device_group("127.0.0.1:5002", "gpu:0"), "a2"),
+        (device_group("127.0.0.2:5001", "gpu:0"), "b1"),
+        (device_group("127.0.0.2:5001", "gpu:0"), "b2"),
+    ]
     started = time.monotonic()
     run_grouped(jobs, run_one, threading.Event())
     assert time.monotonic() - started < 0.7  # two groups of two 0.2 s jobs, at once
-    overlap = lambda x, y: spans[x][0] < spans[y][1] and spans[y][0] < spans[x][1]  # noqa: E731
+    overlap = lambda x, y: spans[x][0] < spans[y][1] and spans[y][0] < spans[x][1]
     assert not overlap("a1", "a2") and not overlap("b1", "b2")  # one host and device: one after the other
     assert overlap("a1", "b1") or overlap("a2", "b2")  # different hosts: at the same time
 

@@ -54,11 +54,14 @@ def report(regime: str, what: str, **figures) -> None:
     print(f"\n[sequential] {regime:>18} {what:<28} " + "  ".join(f"{k} {v}" for k, v in figures.items()))
 
 
-@pytest.mark.parametrize("looks, gamma", [
-    pytest.param(tuple(range(3, MAX_RUNS + 1)), None, id="every round, Pocock type"),
-    pytest.param((3, 6, 10, 20), -4.0, id="4 looks, HSD -4"),
-    pytest.param((4, 10), 0.0, id="2 looks, HSD 0"),
-])
+@pytest.mark.parametrize(
+    "looks, gamma",
+    [
+        pytest.param(tuple(range(3, MAX_RUNS + 1)), None, id="every round, Pocock type"),
+        pytest.param((3, 6, 10, 20), -4.0, id="4 looks, HSD -4"),
+        pytest.param((4, 10), 0.0, id="2 looks, HSD 0"),
+    ],
+)
 def test_the_spending_function_shares_alpha_over_the_looks(looks, gamma):
     t = np.asarray(looks) / looks[-1]
     spent = spending.spent(t, gamma=gamma)
@@ -109,11 +112,17 @@ def test_a_a_gives_a_wrong_verdict_in_at_most_alpha_of_whole_procedures(run_spre
     wrong = float(np.mean(outcome == "different"))
     floor = calibrated_floor(rng, run_spread, outliers)
     calibrated, calibrated_runs, _, _ = sequential.simulate(sequential.SequentialPlan(noise_floor=floor), a, b)
-    report(request.node.callspec.id, "A/A", wrong=f"{wrong:.2%}", equivalent=f"{np.mean(outcome == 'equivalent'):.0%}",
-           median_runs=np.median(runs), floor=f"{floor:.1%}",
-           wrong_at_floor=f"{np.mean(calibrated == 'different'):.2%}",
-           equivalent_at_floor=f"{np.mean(calibrated == 'equivalent'):.0%}",
-           median_runs_at_floor=np.median(calibrated_runs))
+    report(
+        request.node.callspec.id,
+        "A/A",
+        wrong=f"{wrong:.2%}",
+        equivalent=f"{np.mean(outcome == 'equivalent'):.0%}",
+        median_runs=np.median(runs),
+        floor=f"{floor:.1%}",
+        wrong_at_floor=f"{np.mean(calibrated == 'different'):.2%}",
+        equivalent_at_floor=f"{np.mean(calibrated == 'equivalent'):.0%}",
+        median_runs_at_floor=np.median(calibrated_runs),
+    )
     assert wrong <= 0.05 and wrong <= A_A_LIMIT
     assert np.mean(calibrated == "different") <= A_A_LIMIT
 
@@ -149,8 +158,13 @@ def test_a_true_difference_of_twice_the_noise_floor_is_found_in_90_percent_of_pr
     slow = run_medians(rng, pairs, 0.004 * (1 + 2 * floor), run_spread, outliers)
     outcome, runs, ratio, _ = sequential.simulate(sequential.SequentialPlan(noise_floor=floor), fast, slow)
     found = float(np.mean((outcome == "different") & (ratio > 1)))
-    report(request.node.callspec.id, "twice the floor", floor=f"{floor:.1%}", found=f"{found:.1%}",
-           median_runs=np.median(runs))
+    report(
+        request.node.callspec.id,
+        "twice the floor",
+        floor=f"{floor:.1%}",
+        found=f"{found:.1%}",
+        median_runs=np.median(runs),
+    )
     assert found >= 0.90
 
 
@@ -191,12 +205,18 @@ def test_huge_spreads_stop_early_as_too_noisy_to_tell():
     assert decision.stop and decision.outcome == "unresolved" and decision.comparison.resolvable > stats.TOO_NOISY
     assert decision.verdict == stats.too_noisy_text(decision.spread)
     assert decision.verdict.startswith("too noisy to tell: runs varied ") and decision.verdict.endswith(
-        "%; rerun on a quiet host")
+        "%; rerun on a quiet host"
+    )
 
 
-@pytest.mark.parametrize("plan", [sequential.SequentialPlan(noise_floor=0.05),
-                                  sequential.SequentialPlan(noise_floor=0.05, looks=(4, 8, 20), spending_gamma=-2.0)],
-                         ids=["every round", "planned looks"])
+@pytest.mark.parametrize(
+    "plan",
+    [
+        sequential.SequentialPlan(noise_floor=0.05),
+        sequential.SequentialPlan(noise_floor=0.05, looks=(4, 8, 20), spending_gamma=-2.0),
+    ],
+    ids=["every round", "planned looks"],
+)
 def test_look_after_each_round_is_what_the_simulation_runs(plan):
     rng = np.random.default_rng(8)
     a = run_medians(rng, 40, 0.004, 0.12)
@@ -222,8 +242,11 @@ def test_a_look_is_welchs_t_test_at_the_looks_level():
     interval = welch.confidence_interval(1 - plan.level(6))
     assert decision.runs == 6 and {c.runs_faster, c.runs_slower} == {6, 7}
     assert c.p_value == pytest.approx(welch.pvalue) and c.alpha == plan.level(6) < stats.ALPHA
-    low, high = sorted((math.exp(interval.low), math.exp(interval.high)) if c.faster == "torch"
-                       else (math.exp(-interval.high), math.exp(-interval.low)))
+    low, high = sorted(
+        (math.exp(interval.low), math.exp(interval.high))
+        if c.faster == "torch"
+        else (math.exp(-interval.high), math.exp(-interval.low))
+    )
     assert (c.ci_low, c.ci_high) == (pytest.approx(low), pytest.approx(high))
     assert c.resolvable == pytest.approx(math.exp((interval.high - interval.low) / 2) - 1)
 
@@ -262,8 +285,10 @@ def test_an_unresolved_verdict_says_how_many_more_runs_would_resolve_the_thresho
     more = decision.runs_to_resolve(0.02)
     assert decision.outcome == "unresolved" and 0 < more < 1000
     resolves = decision.comparison.resolvable
-    assert decision.verdict == (f"not resolved after 8 runs per runner: these runs resolve {resolves:.1%}; "
-                                f"about {more} more runs per runner would resolve 2.0%")
+    assert decision.verdict == (
+        f"not resolved after 8 runs per runner: these runs resolve {resolves:.1%}; "
+        f"about {more} more runs per runner would resolve 2.0%"
+    )
 
     def half_width(runs: int) -> float:
         level = plan.level(plan.max_runs)

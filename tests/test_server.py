@@ -7,10 +7,13 @@ import signal
 import socket
 import threading
 
-from fwbench.runner.v1 import runner_pb2 as pb, runner_pb2_grpc as pb_grpc
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 import pytest
+from fwbench.runner.v1 import runner_pb2 as pb
+from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from support.core import RecordingBackend
+from support.fakes import Fake
 
 from fwbench_core import errors, healthcheck
 from fwbench_core.backend import Backend
@@ -35,10 +38,6 @@ from fwbench_core.errors import (
 from fwbench_core.fake import FakeBackend
 from fwbench_core.server import create_server
 from fwbench_core.service import RunnerService
-
-from support.core import RecordingBackend
-from support.fakes import Fake
-
 
 STATUS_TABLE = {
     RunnerError: grpc.StatusCode.INTERNAL,
@@ -116,8 +115,15 @@ def serve_backend():
 
 
 def rpc_run(stub, **overrides):
-    fields = dict(model="resnet18", mode=pb.MODE_INFER, batch_size=2, input_shape=[3, 32, 32], warmup_steps=1,
-                  measured_steps=2, min_measure_s=0.0)
+    fields = dict(
+        model="resnet18",
+        mode=pb.MODE_INFER,
+        batch_size=2,
+        input_shape=[3, 32, 32],
+        warmup_steps=1,
+        measured_steps=2,
+        min_measure_s=0.0,
+    )
     fields.update(overrides)
     return list(stub.Run(pb.RunRequest(**fields), timeout=30))
 
@@ -174,7 +180,9 @@ NOT_UTF8_MODEL = b"\x0a\x02\xff\xfe"
 def raw_error(channel, method: str, streaming: bool, data: bytes) -> grpc.RpcError:
     """Send `data` as it is to a method of the Runner service, as a hostile client can; the error it gets."""
     path = f"/fwbench.runner.v1.Runner/{method}"
-    call = (channel.unary_stream if streaming else channel.unary_unary)(path, request_serializer=None, response_deserializer=None)
+    call = (channel.unary_stream if streaming else channel.unary_unary)(
+        path, request_serializer=None, response_deserializer=None
+    )
     with pytest.raises(grpc.RpcError) as info:
         response = call(data, timeout=10)
         if streaming:
@@ -213,8 +221,15 @@ def test_server_graceful_stop_finishes_the_run_in_flight():
             try:
                 events = []
                 for event in srv.stub.Run(
-                    pb.RunRequest(model="resnet18", mode=pb.MODE_INFER, batch_size=2, input_shape=[3, 32, 32],
-                                  warmup_steps=1, measured_steps=30, min_measure_s=0.0),
+                    pb.RunRequest(
+                        model="resnet18",
+                        mode=pb.MODE_INFER,
+                        batch_size=2,
+                        input_shape=[3, 32, 32],
+                        warmup_steps=1,
+                        measured_steps=30,
+                        min_measure_s=0.0,
+                    ),
                     timeout=30,
                 ):
                     events.append(event)
@@ -250,8 +265,15 @@ def test_runner_process_exits_cleanly_on_sigterm(tmp_path):
     try:
         with grpc.insecure_channel(address) as channel:
             call = pb_grpc.RunnerStub(channel).Run(
-                pb.RunRequest(model="resnet18", mode=pb.MODE_INFER, batch_size=2, input_shape=[3, 32, 32],
-                              warmup_steps=1, measured_steps=30, min_measure_s=0.0),
+                pb.RunRequest(
+                    model="resnet18",
+                    mode=pb.MODE_INFER,
+                    batch_size=2,
+                    input_shape=[3, 32, 32],
+                    warmup_steps=1,
+                    measured_steps=30,
+                    min_measure_s=0.0,
+                ),
                 timeout=30,
             )
             first = next(call)

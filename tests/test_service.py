@@ -5,17 +5,16 @@ from __future__ import annotations
 import threading
 
 import pytest
+from support.core import RecordingBackend, request, small
 
+from fwbench_core.choices import DeviceKind, Phase
 from fwbench_core.device_state import DeviceStateReader
 from fwbench_core.errors import Busy, Cancelled, OutOfMemory
 from fwbench_core.fake import FakeBackend
 from fwbench_core.run_path import Resolved
 from fwbench_core.service import RunnerService
-from fwbench_core.choices import DeviceKind, Phase
 from fwbench_core.spec import DeviceRef
 from fwbench_core.timing import Progress, StepBatch, Summary
-
-from support.core import RecordingBackend, request, small
 
 
 def assert_device_free(service: RunnerService) -> None:
@@ -157,7 +156,9 @@ def test_power_unavailable_says_why_and_telemetry_can_be_off():
     if on.energy.sample_count == 0:
         assert on.energy.energy_j is None and "energy_j" in on.energy.reasons
     off = list(
-        service.run(request(warmup_steps=0, measured_steps=3, min_measure_s=0.0, power_sample_rate_hz=0.0), lambda: False)
+        service.run(
+            request(warmup_steps=0, measured_steps=3, min_measure_s=0.0, power_sample_rate_hz=0.0), lambda: False
+        )
     )[-1]
     assert off.energy is None
 

@@ -10,6 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
+from support.cli import fwbench_in_process
+from support.fakes import Fake
+
 from fwbench_aggregator.analyse.serving import budget_status, load_curve, serving_rows
 from fwbench_aggregator.base.vocabulary import Mode, Scenario, serving_text
 from fwbench_aggregator.plan.serving_fields import Load, load_problem
@@ -19,29 +22,47 @@ from fwbench_aggregator.run.client import RunResult
 from fwbench_aggregator.store import records
 from fwbench_aggregator.store.schema import QUERIES_COLUMNS, SUMMARY_COLUMNS
 
-from support.cli import fwbench_in_process
-from support.fakes import Fake
-
 P99_REASON = "needs at least 299 queries, got 120"
 
 
-def serving_summary(runner: str, p50_s: float, runs: int = 4, target_qps: float = 100.0, p99: bool = False,
-                    spread: float = 0.01, seed: int = 0) -> pd.DataFrame:
+def serving_summary(
+    runner: str,
+    p50_s: float,
+    runs: int = 4,
+    target_qps: float = 100.0,
+    p99: bool = False,
+    spread: float = 0.01,
+    seed: int = 0,
+) -> pd.DataFrame:
     """A runner's runs of one configuration under server at `target_qps`: each run's p50 about `p50_s` (log-normal run
     offsets of `spread`), p90 1.5x it, and p99 only with `p99` (else unset with the runner's reason)."""
     rng = np.random.default_rng(seed)
     rows = []
     for repetition in range(runs):
         offset = math.exp(rng.normal(0, spread))
-        rows.append({
-            "runner": runner, "model": "resnet18", "mode": "infer", "batch_size": 1, "input_shape": "3x32x32",
-            "precision": "fp32", "device": "cpu:0", "model_options": "", "repetition": repetition, "status": "ok",
-            "serving": f"server {target_qps:g} qps", "scenario": "server", "target_qps": target_qps,
-            "query_count": 300 if p99 else 120, "achieved_qps": target_qps * 0.98,
-            "p50_latency_s": p50_s * offset, "p90_latency_s": 1.5 * p50_s * offset,
-            "p99_latency_s": 2 * p50_s * offset if p99 else None,
-            "serving_unavailable": "" if p99 else f"p99_latency_s: {P99_REASON}",
-        })
+        rows.append(
+            {
+                "runner": runner,
+                "model": "resnet18",
+                "mode": "infer",
+                "batch_size": 1,
+                "input_shape": "3x32x32",
+                "precision": "fp32",
+                "device": "cpu:0",
+                "model_options": "",
+                "repetition": repetition,
+                "status": "ok",
+                "serving": f"server {target_qps:g} qps",
+                "scenario": "server",
+                "target_qps": target_qps,
+                "query_count": 300 if p99 else 120,
+                "achieved_qps": target_qps * 0.98,
+                "p50_latency_s": p50_s * offset,
+                "p90_latency_s": 1.5 * p50_s * offset,
+                "p99_latency_s": 2 * p50_s * offset if p99 else None,
+                "serving_unavailable": "" if p99 else f"p99_latency_s: {P99_REASON}",
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -76,8 +97,13 @@ def test_equal_runners_are_not_called_different_and_too_few_runs_give_no_verdict
 
 
 def test_runs_at_different_loads_are_never_pooled_and_the_load_curve_has_one_point_per_load():
-    summary = pd.concat([serving_summary("a", 0.010, target_qps=50, p99=True), serving_summary("a", 0.020, target_qps=200, p99=True),
-                         serving_summary("b", 0.015, target_qps=50, p99=True)])
+    summary = pd.concat(
+        [
+            serving_summary("a", 0.010, target_qps=50, p99=True),
+            serving_summary("a", 0.020, target_qps=200, p99=True),
+            serving_summary("b", 0.015, target_qps=50, p99=True),
+        ]
+    )
     rows = serving_rows(summary)
     assert set(rows["serving"]) == {"server 50 qps", "server 200 qps"}
     assert set(rows[rows["serving"] == "server 200 qps"]["verdict"]) == {"only runner"}
@@ -92,7 +118,8 @@ def test_runs_at_different_loads_are_never_pooled_and_the_load_curve_has_one_poi
 
 def test_offline_compares_throughput():
     summary = pd.concat([serving_summary("a", 0.01), serving_summary("b", 0.01)]).assign(
-        scenario="offline", serving="offline", target_qps=None)
+        scenario="offline", serving="offline", target_qps=None
+    )
     summary["serving_throughput_samples_per_s"] = [100.0, 101.0, 99.0, 100.5, 50.0, 50.5, 49.5, 50.2]
     rows = serving_rows(summary)
     assert list(rows["figure"].unique()) == ["throughput"]
@@ -114,22 +141,49 @@ def test_a_latency_budget_is_judged_on_the_p99_interval_over_runs():
 
 
 def test_a_run_spec_puts_the_load_on_the_request_and_the_store_keeps_every_query():
-    spec = RunSpec("resnet18", Mode.infer, 1, scenario=Scenario.server, target_qps=200.0, query_count=400,
-                   batch_timeout_ms=5.0, arrival_seed=7)
+    spec = RunSpec(
+        "resnet18",
+        Mode.infer,
+        1,
+        scenario=Scenario.server,
+        target_qps=200.0,
+        query_count=400,
+        batch_timeout_ms=5.0,
+        arrival_seed=7,
+    )
     serving = wire.to_request(spec).serving
-    assert (serving.scenario, serving.target_qps, serving.query_count, serving.batch_timeout_ms, serving.arrival_seed) == (
-        pb.SCENARIO_SERVER, 200.0, 400, 5.0, 7)
+    assert (
+        serving.scenario,
+        serving.target_qps,
+        serving.query_count,
+        serving.batch_timeout_ms,
+        serving.arrival_seed,
+    ) == (pb.SCENARIO_SERVER, 200.0, 400, 5.0, 7)
     assert not wire.to_request(RunSpec("resnet18", Mode.infer)).HasField("serving")
     assert serving_text(serving) == "server 200 qps, batch timeout 5 ms"
 
     config = pb.ResolvedConfig(model="resnet18", mode=pb.MODE_INFER, batch_size=1, serving=serving)
-    summary = pb.Summary(serving=pb.ServingSummary(
-        scenario=pb.SCENARIO_SERVER, query_count=4, duration_s=0.02, achieved_qps=200.0, p50_latency_s=0.003,
-        target_qps=200.0, reasons={"p90_latency_s": "needs at least 29 queries, got 4",
-                                   "p99_latency_s": "needs at least 299 queries, got 4"}))
-    queries = [pb.QueryLatencies(latency_s=[0.003, 0.004], queue_s=[0.0, 0.001], first_index=0),
-               pb.QueryLatencies(latency_s=[0.002, 0.005], queue_s=[0.0, 0.002], first_index=2)]
-    result = RunResult("torch", "127.0.0.1:1", pb.DescribeResponse(framework="torch"), 0, config, [], [], summary, queries)
+    summary = pb.Summary(
+        serving=pb.ServingSummary(
+            scenario=pb.SCENARIO_SERVER,
+            query_count=4,
+            duration_s=0.02,
+            achieved_qps=200.0,
+            p50_latency_s=0.003,
+            target_qps=200.0,
+            reasons={
+                "p90_latency_s": "needs at least 29 queries, got 4",
+                "p99_latency_s": "needs at least 299 queries, got 4",
+            },
+        )
+    )
+    queries = [
+        pb.QueryLatencies(latency_s=[0.003, 0.004], queue_s=[0.0, 0.001], first_index=0),
+        pb.QueryLatencies(latency_s=[0.002, 0.005], queue_s=[0.0, 0.002], first_index=2),
+    ]
+    result = RunResult(
+        "torch", "127.0.0.1:1", pb.DescribeResponse(framework="torch"), 0, config, [], [], summary, queries
+    )
     frame = records.queries_frame("r", [result])
     assert tuple(frame.columns) == QUERIES_COLUMNS and list(frame["query_index"]) == [0, 1, 2, 3]
     assert list(frame["latency_s"]) == [0.003, 0.004, 0.002, 0.005] and set(frame["serving"]) == {serving_text(serving)}
@@ -141,30 +195,52 @@ def test_a_run_spec_puts_the_load_on_the_request_and_the_store_keeps_every_query
     assert np.percentile(frame["latency_s"], 50) == pytest.approx(0.0035)
 
 
-@pytest.mark.parametrize("load, problem", [
-    (Load(Scenario.server), "--scenario server needs --target-qps"),
-    (Load(Scenario.offline, target_qps=10.0), "--target-qps sets the arrival rate of --scenario server, not offline"),
-    (Load(Scenario.single_stream, batch_timeout_ms=2.0), "--batch-timeout-ms sets how --scenario server batches"),
-])
+@pytest.mark.parametrize(
+    "load, problem",
+    [
+        (Load(Scenario.server), "--scenario server needs --target-qps"),
+        (
+            Load(Scenario.offline, target_qps=10.0),
+            "--target-qps sets the arrival rate of --scenario server, not offline",
+        ),
+        (Load(Scenario.single_stream, batch_timeout_ms=2.0), "--batch-timeout-ms sets how --scenario server batches"),
+    ],
+)
 def test_a_load_that_cannot_run_is_named(load, problem):
-    names = {"scenario": "--scenario", "target_qps": "--target-qps", "queries": "--queries",
-             "batch_timeout_ms": "--batch-timeout-ms"}
+    names = {
+        "scenario": "--scenario",
+        "target_qps": "--target-qps",
+        "queries": "--queries",
+        "batch_timeout_ms": "--batch-timeout-ms",
+    }
     assert load_problem(Mode.infer, load, names).startswith(problem)
     assert "use it with mode infer, not train" in load_problem(Mode.train, Load(Scenario.single_stream), names)
     assert load_problem(Mode.infer, Load(Scenario.server, 100.0), names) is None
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--scenario", "serverr"), "'serverr' is not a scenario (did you mean server?); accepted values: single_stream, server, offline"),
-    (("--mode", "infer", "--scenario", "server", "--target-qps", "0"), "accepted: a number above 0 and at most 1e+06"),
-    (("--mode", "infer", "--scenario", "server", "--target-qps", "nan"), "accepted: a number above 0"),
-    (("--mode", "infer", "--scenario", "server"), "--scenario server needs --target-qps"),
-    (("--mode", "train", "--scenario", "single_stream"), "use it with mode infer, not train"),
-    (("--mode", "infer", "--queries", "0"), "--queries"),
-    (("--mode", "infer", "--scenario", "server", "--target-qps", "10", "--batch-timeout-ms", "-1"), "--batch-timeout-ms"),
-    (("--mode", "infer", "--target-qps", "10"), "--target-qps applies to a serving scenario"),
-    (("--mode", "infer", "--latency-budget-ms", "20"), "--latency-budget-ms applies to a serving scenario"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ("--scenario", "serverr"),
+            "'serverr' is not a scenario (did you mean server?); accepted values: single_stream, server, offline",
+        ),
+        (
+            ("--mode", "infer", "--scenario", "server", "--target-qps", "0"),
+            "accepted: a number above 0 and at most 1e+06",
+        ),
+        (("--mode", "infer", "--scenario", "server", "--target-qps", "nan"), "accepted: a number above 0"),
+        (("--mode", "infer", "--scenario", "server"), "--scenario server needs --target-qps"),
+        (("--mode", "train", "--scenario", "single_stream"), "use it with mode infer, not train"),
+        (("--mode", "infer", "--queries", "0"), "--queries"),
+        (
+            ("--mode", "infer", "--scenario", "server", "--target-qps", "10", "--batch-timeout-ms", "-1"),
+            "--batch-timeout-ms",
+        ),
+        (("--mode", "infer", "--target-qps", "10"), "--target-qps applies to a serving scenario"),
+        (("--mode", "infer", "--latency-budget-ms", "20"), "--latency-budget-ms applies to a serving scenario"),
+    ],
+)
 def test_bad_serving_options_are_refused_before_anything_runs(args, message):
     done = fwbench_in_process("compare", "--runner", "a=127.0.0.1:1", *args, columns=400)
     assert done.exit_code == 2, done.output
@@ -202,18 +278,34 @@ def test_a_sweep_file_gains_a_load_axis_each_load_its_own_runs_and_chains(tmp_pa
     assert len({c.config_key(startup) for c in configurations}) == len(configurations)
     serving = wire.to_request(first[0].run_spec(startup)).serving
     assert (serving.scenario, serving.target_qps, serving.query_count, serving.batch_timeout_ms) == (
-        pb.SCENARIO_SERVER, 50.0, 60, 2.0)
+        pb.SCENARIO_SERVER,
+        50.0,
+        60,
+        2.0,
+    )
     assert not wire.to_request(first[4].run_spec(startup)).serving.batch_timeout_ms
 
 
-@pytest.mark.parametrize("extra, problem", [
-    ("modes: [train]\nscenarios: [server]\ntarget_qps: [10]\n", "scenarios: a scenario measures inference: give modes: [infer]"),
-    ("modes: [infer]\ntarget_qps: [10]\n", "target_qps: applies to a serving scenario: add scenarios"),
-    ("modes: [infer]\nscenarios: [server]\n", "target_qps: scenarios: server needs the offered loads"),
-    ("modes: [infer]\nscenarios: [server]\ntarget_qps: [0]\n", "target_qps[0]: 0 is not a rate; accepted: a number above 0"),
-    ("modes: [infer]\nscenarios: [offline]\nbatch_timeout_ms: 3\n", "batch_timeout_ms: applies to the server scenario only"),
-    ("modes: [infer]\nscenarios: [sever]\n", "unknown scenario 'sever' (did you mean server?)"),
-])
+@pytest.mark.parametrize(
+    "extra, problem",
+    [
+        (
+            "modes: [train]\nscenarios: [server]\ntarget_qps: [10]\n",
+            "scenarios: a scenario measures inference: give modes: [infer]",
+        ),
+        ("modes: [infer]\ntarget_qps: [10]\n", "target_qps: applies to a serving scenario: add scenarios"),
+        ("modes: [infer]\nscenarios: [server]\n", "target_qps: scenarios: server needs the offered loads"),
+        (
+            "modes: [infer]\nscenarios: [server]\ntarget_qps: [0]\n",
+            "target_qps[0]: 0 is not a rate; accepted: a number above 0",
+        ),
+        (
+            "modes: [infer]\nscenarios: [offline]\nbatch_timeout_ms: 3\n",
+            "batch_timeout_ms: applies to the server scenario only",
+        ),
+        ("modes: [infer]\nscenarios: [sever]\n", "unknown scenario 'sever' (did you mean server?)"),
+    ],
+)
 def test_a_bad_serving_field_in_a_sweep_file_is_named(tmp_path, extra, problem):
     from fwbench_aggregator.plan.study_file import SweepError, load_sweep
 
@@ -226,6 +318,7 @@ def test_a_bad_serving_field_in_a_sweep_file_is_named(tmp_path, extra, problem):
 
 # End to end: fake runners whose steps take planted times, over real gRPC, the CLI as a subprocess.
 
+
 @pytest.fixture(scope="module")
 def fake_pair(module_fakes):
     """Two pairs of fake runners: fast (10 ms a step) and slow (20 ms) for comparisons, at a light load so that the
@@ -237,19 +330,49 @@ def fake_pair(module_fakes):
 
 @pytest.mark.slow
 def test_compare_under_server_stores_every_query_names_the_faster_runner_and_reports_serving(tmp_path, fake_pair):
-    from fwbench_aggregator.store.results_store import ResultStore
     from support.cli import fwbench, only_run_dir
 
-    done = fwbench("compare", "--model", "resnet18", "--mode", "infer", "--batch-size", "1", "--shape", "3x32x32",
-                   "--warmup", "0", "--min-measure-s", "0", "--scenario", "server", "--target-qps", "5",
-                   "--queries", "30", "--repetitions", "4", "--latency-budget-ms", "20",
-                   "--runner", f"fast={fake_pair['fast']}", "--runner", f"slow={fake_pair['slow']}",
-                   "--out", str(tmp_path), columns=240)
+    from fwbench_aggregator.store.results_store import ResultStore
+
+    done = fwbench(
+        "compare",
+        "--model",
+        "resnet18",
+        "--mode",
+        "infer",
+        "--batch-size",
+        "1",
+        "--shape",
+        "3x32x32",
+        "--warmup",
+        "0",
+        "--min-measure-s",
+        "0",
+        "--scenario",
+        "server",
+        "--target-qps",
+        "5",
+        "--queries",
+        "30",
+        "--repetitions",
+        "4",
+        "--latency-budget-ms",
+        "20",
+        "--runner",
+        f"fast={fake_pair['fast']}",
+        "--runner",
+        f"slow={fake_pair['slow']}",
+        "--out",
+        str(tmp_path),
+        columns=240,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "serving: server 5 qps" in done.stdout
     store = ResultStore(tmp_path / "store")
     queries = store.load("queries")
-    assert queries.groupby(["runner", "repetition"]).size().to_dict() == {(r, i): 30 for r in ("fast", "slow") for i in range(4)}
+    assert queries.groupby(["runner", "repetition"]).size().to_dict() == {
+        (r, i): 30 for r in ("fast", "slow") for i in range(4)
+    }
     summary = store.load("summary")
     assert set(summary["serving"]) == {"server 5 qps"} and set(summary["query_count"]) == {30}
     # The stored latencies recompute the runner's percentile (the run's p50 from its 30 queries).
@@ -260,7 +383,9 @@ def test_compare_under_server_stores_every_query_names_the_faster_runner_and_rep
     for figure in ("p50", "p90"):
         assert rows.loc[(figure, "fast"), "verdict"] == "best"
         slow = rows.loc[(figure, "slow")]
-        assert slow["significant"] and slow["verdict"].startswith("fast "), slow["verdict"]  # "faster by 95%" or "2.1x faster"
+        assert slow["significant"] and slow["verdict"].startswith("fast "), slow[
+            "verdict"
+        ]  # "faster by 95%" or "2.1x faster"
         assert 1.5 < slow["ratio_to_best"] < 3.0
     assert rows.loc[("p99", "slow"), "verdict"].startswith("not supported by 4 of 4 runs (30 queries")
     assert rows.loc[("p99", "fast"), "budget_status"].startswith("p99 not supported")
@@ -273,14 +398,37 @@ def test_compare_under_server_stores_every_query_names_the_faster_runner_and_rep
 
 
 @pytest.mark.slow
-def test_serve_capacity_finds_each_runners_capacity_in_order_near_saturation_and_stores_every_probe(tmp_path, fake_pair):
-    from fwbench_aggregator.store.results_store import ResultStore
+def test_serve_capacity_finds_each_runners_capacity_in_order_near_saturation_and_stores_every_probe(
+    tmp_path, fake_pair
+):
     from support.cli import fwbench
 
-    done = fwbench("serve-capacity", "--latency-budget-ms", "40", "--percentile", "p90", "--model", "resnet18",
-                   "--shape", "3x32x32", "--start-qps", "20", "--queries", "100", "--warmup", "0",
-                   "--runner", f"quick={fake_pair['quick']}", "--runner", f"sluggish={fake_pair['sluggish']}",
-                   "--store", str(tmp_path / "store"), columns=240)
+    from fwbench_aggregator.store.results_store import ResultStore
+
+    done = fwbench(
+        "serve-capacity",
+        "--latency-budget-ms",
+        "40",
+        "--percentile",
+        "p90",
+        "--model",
+        "resnet18",
+        "--shape",
+        "3x32x32",
+        "--start-qps",
+        "20",
+        "--queries",
+        "100",
+        "--warmup",
+        "0",
+        "--runner",
+        f"quick={fake_pair['quick']}",
+        "--runner",
+        f"sluggish={fake_pair['sluggish']}",
+        "--store",
+        str(tmp_path / "store"),
+        columns=240,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     store = ResultStore(tmp_path / "store")
     capacity = store.load("serve_capacity").set_index("runner")["capacity_qps"]
@@ -295,12 +443,21 @@ def test_serve_capacity_finds_each_runners_capacity_in_order_near_saturation_and
     assert "serve-capacity: the highest offered load whose p90 stays under 40 ms" in done.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    ((), "--latency-budget-ms: missing"),
-    (("--latency-budget-ms", "20", "--percentile", "p95"), "'p95' is not a percentile; accepted values: p50, p90, p99"),
-    (("--latency-budget-ms", "20", "--start-qps", "100", "--max-qps", "50"), "--start-qps (100) must be below --max-qps (50)"),
-    (("--latency-budget-ms", "20", "--resolution", "0"), "--resolution"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((), "--latency-budget-ms: missing"),
+        (
+            ("--latency-budget-ms", "20", "--percentile", "p95"),
+            "'p95' is not a percentile; accepted values: p50, p90, p99",
+        ),
+        (
+            ("--latency-budget-ms", "20", "--start-qps", "100", "--max-qps", "50"),
+            "--start-qps (100) must be below --max-qps (50)",
+        ),
+        (("--latency-budget-ms", "20", "--resolution", "0"), "--resolution"),
+    ],
+)
 def test_serve_capacity_refuses_bad_options_before_anything_runs(args, message):
     done = fwbench_in_process("serve-capacity", "--runner", "a=127.0.0.1:1", *args, columns=400)
     assert done.exit_code == 2, done.output

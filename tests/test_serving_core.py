@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from support.core import ScriptedWorkload, resolve_request, small
 
 from fwbench_core import serving as serving_module
+from fwbench_core.choices import Phase, Scenario
 from fwbench_core.errors import Cancelled
 from fwbench_core.serving import (
     CANCEL_POLL_S,
@@ -26,11 +28,8 @@ from fwbench_core.serving import (
     default_server_query_count,
     evidence_min_queries,
 )
-from fwbench_core.choices import Phase, Scenario
 from fwbench_core.spec import Serving
 from fwbench_core.timing import Progress, StepBatch, Summary, time_steps
-
-from support.core import ScriptedWorkload, resolve_request, small
 
 START_S = 1000.0
 RPC_TIMEOUT_S = 30
@@ -239,8 +238,17 @@ def scenario_events(serving: Serving, durations: list[float], warmup: int, batch
     clock = ServingClock()
     config = resolve_request(small(serving=serving, warmup_steps=warmup, batch_size=batch_size))
     workload = ScriptedWorkload(clock, durations)
-    events = list(time_steps(workload, config, build_started_s=START_S - 2.0, started_at_unix_s=1.7e9,
-                             cancelled=lambda: False, clock=clock, serving_clock=clock))
+    events = list(
+        time_steps(
+            workload,
+            config,
+            build_started_s=START_S - 2.0,
+            started_at_unix_s=1.7e9,
+            cancelled=lambda: False,
+            clock=clock,
+            serving_clock=clock,
+        )
+    )
     return workload, events
 
 
@@ -289,8 +297,15 @@ def test_cancellation_while_waiting_for_the_next_arrival_stops_within_a_poll():
 def serving_request(**serving_fields) -> pb.RunRequest:
     mode = serving_fields.pop("mode", pb.MODE_INFER)
     return pb.RunRequest(
-        model="resnet18", mode=mode, batch_size=2, input_shape=[3, 32, 32], warmup_steps=1, min_measure_s=0.0,
-        seed=5, device=pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU), serving=pb.Serving(**serving_fields),
+        model="resnet18",
+        mode=mode,
+        batch_size=2,
+        input_shape=[3, 32, 32],
+        warmup_steps=1,
+        min_measure_s=0.0,
+        seed=5,
+        device=pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU),
+        serving=pb.Serving(**serving_fields),
     )
 
 
@@ -333,33 +348,56 @@ def test_check_run_resolves_the_defaults_of_each_scenario(fake_stub):
     assert not fake_stub.CheckRun(serving_request(), timeout=RPC_TIMEOUT_S).HasField("serving")
 
 
-@pytest.mark.parametrize("fields, says", [
-    ({"scenario": pb.SCENARIO_SERVER, "mode": pb.MODE_TRAIN},
-     "serving.scenario server applies to mode infer only, not mode train"),
-    ({"scenario": pb.SCENARIO_SERVER},
-     "serving.target_qps must be above 0 and at most 1000000 queries per second for serving.scenario server, got 0"),
-    ({"scenario": pb.SCENARIO_SERVER, "target_qps": -1.0}, "serving.target_qps must be above 0"),
-    ({"scenario": pb.SCENARIO_SERVER, "target_qps": 2e6}, "serving.target_qps must be above 0 and at most 1000000"),
-    ({"scenario": pb.SCENARIO_SERVER, "target_qps": math.nan}, "serving.target_qps must be above 0"),
-    ({"scenario": pb.SCENARIO_SERVER, "target_qps": math.inf}, "serving.target_qps must be above 0"),
-    ({"scenario": pb.SCENARIO_SERVER, "target_qps": 10.0, "batch_timeout_ms": -1.0},
-     "serving.batch_timeout_ms must be between 0 and 60000, got -1"),
-    ({"scenario": pb.SCENARIO_SERVER, "target_qps": 10.0, "batch_timeout_ms": 60001.0},
-     "serving.batch_timeout_ms must be between 0 and 60000"),
-    ({"scenario": pb.SCENARIO_SERVER, "target_qps": 10.0, "batch_timeout_ms": math.nan},
-     "serving.batch_timeout_ms must be between 0 and 60000"),
-    ({"scenario": pb.SCENARIO_SERVER, "target_qps": 10.0, "arrival_seed": 2**32},
-     "serving.arrival_seed must be between 0 and 4294967295"),
-    ({"scenario": pb.SCENARIO_OFFLINE, "query_count": 1_000_001},
-     "serving.query_count must be between 0 (the default) and 1000000, got 1000001"),
-    ({"scenario": pb.SCENARIO_OFFLINE, "target_qps": 10.0},
-     "serving.target_qps applies to scenario server only; leave it 0 for serving.scenario offline"),
-    ({"scenario": pb.SCENARIO_SINGLE_STREAM, "batch_timeout_ms": 5.0},
-     "serving.batch_timeout_ms applies to scenario server only"),
-    ({"target_qps": 10.0},
-     "serving.scenario must be set where serving is; accepted values: single_stream, server, offline"),
-    ({"scenario": 9}, "serving.scenario has unknown value 9; accepted values: single_stream, server, offline"),
-])
+@pytest.mark.parametrize(
+    "fields, says",
+    [
+        (
+            {"scenario": pb.SCENARIO_SERVER, "mode": pb.MODE_TRAIN},
+            "serving.scenario server applies to mode infer only, not mode train",
+        ),
+        (
+            {"scenario": pb.SCENARIO_SERVER},
+            "serving.target_qps must be above 0 and at most 1000000 queries per second for serving.scenario server, got 0",
+        ),
+        ({"scenario": pb.SCENARIO_SERVER, "target_qps": -1.0}, "serving.target_qps must be above 0"),
+        ({"scenario": pb.SCENARIO_SERVER, "target_qps": 2e6}, "serving.target_qps must be above 0 and at most 1000000"),
+        ({"scenario": pb.SCENARIO_SERVER, "target_qps": math.nan}, "serving.target_qps must be above 0"),
+        ({"scenario": pb.SCENARIO_SERVER, "target_qps": math.inf}, "serving.target_qps must be above 0"),
+        (
+            {"scenario": pb.SCENARIO_SERVER, "target_qps": 10.0, "batch_timeout_ms": -1.0},
+            "serving.batch_timeout_ms must be between 0 and 60000, got -1",
+        ),
+        (
+            {"scenario": pb.SCENARIO_SERVER, "target_qps": 10.0, "batch_timeout_ms": 60001.0},
+            "serving.batch_timeout_ms must be between 0 and 60000",
+        ),
+        (
+            {"scenario": pb.SCENARIO_SERVER, "target_qps": 10.0, "batch_timeout_ms": math.nan},
+            "serving.batch_timeout_ms must be between 0 and 60000",
+        ),
+        (
+            {"scenario": pb.SCENARIO_SERVER, "target_qps": 10.0, "arrival_seed": 2**32},
+            "serving.arrival_seed must be between 0 and 4294967295",
+        ),
+        (
+            {"scenario": pb.SCENARIO_OFFLINE, "query_count": 1_000_001},
+            "serving.query_count must be between 0 (the default) and 1000000, got 1000001",
+        ),
+        (
+            {"scenario": pb.SCENARIO_OFFLINE, "target_qps": 10.0},
+            "serving.target_qps applies to scenario server only; leave it 0 for serving.scenario offline",
+        ),
+        (
+            {"scenario": pb.SCENARIO_SINGLE_STREAM, "batch_timeout_ms": 5.0},
+            "serving.batch_timeout_ms applies to scenario server only",
+        ),
+        (
+            {"target_qps": 10.0},
+            "serving.scenario must be set where serving is; accepted values: single_stream, server, offline",
+        ),
+        ({"scenario": 9}, "serving.scenario has unknown value 9; accepted values: single_stream, server, offline"),
+    ],
+)
 def test_bad_serving_requests_are_refused_naming_the_field(fake_stub, fields, says):
     request = serving_request(**fields)
     for call in (fake_stub.CheckRun, lambda r, timeout: list(fake_stub.Run(r, timeout=timeout))):

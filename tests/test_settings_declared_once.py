@@ -106,13 +106,15 @@ def test_an_input_seed_reaches_the_request_from_the_command_line_and_a_sweep_fil
     assert not wire.to_request(RunSpec("mlp")).HasField("input_seed")  # unset: the runner takes the seed's
     assert wire.to_request(RunSpec("mlp", seed=3, input_seed=7)).input_seed == 7
     path = tmp_path / "sweep.yaml"
-    path.write_text(textwrap.dedent("""\
+    path.write_text(
+        textwrap.dedent("""\
         models: [mlp]
         runners: [torch]
         repetitions: 1
         input_seed: 7
         seed: 3
-    """))
+    """)
+    )
     configuration = load_sweep(path).configurations()[0]
     request = wire.to_request(configuration.run_spec(StartupSettings()))
     assert (request.seed, request.input_seed) == (3, 7)
@@ -123,7 +125,8 @@ def test_an_input_seed_reaches_the_request_from_the_command_line_and_a_sweep_fil
     path.write_text("models: [mlp]\ninput_seed: -1\n")
     done = fwbench_in_process("sweep", str(path), "--store", str(tmp_path / "store"))
     assert done.exit_code == 2 and "input_seed: -1 is not accepted; accepted: an integer from 0 to 4294967295" in (
-        " ".join(done.output.split()))
+        " ".join(done.output.split())
+    )
     done = fwbench_in_process("sweep", str(path), "--input-seed", "2", "--store", str(tmp_path / "store"))
     assert done.exit_code == 2 and "--input-seed applies to a sweep given by options (--models)" in done.output
 
@@ -147,6 +150,7 @@ def test_a_store_of_the_previous_format_reads_its_runs_input_seed_as_their_seed(
     (folder / "config.json").write_text("{}")
     (folder / "manifest.json").write_text(json.dumps({"store_format": STORE_FORMAT - 1}))
     pd.DataFrame([{"run_id": "old", "runner": "torch", "status": "ok", "seed": 5, "run_key": folder.name}]).to_parquet(
-        folder / "summary.parquet")
+        folder / "summary.parquet"
+    )
     summary = ResultStore(tmp_path).load("summary")
     assert list(summary["input_seed"]) == [5] and list(summary["seed"]) == [5]

@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from fwbench_aggregator.store.results_store import ResultStore
 from slurm import cluster as slurm_cluster
 from support.docker import skip_without_docker_engine
 from support.timings import timed
+
+from fwbench_aggregator.store.results_store import ResultStore
 
 ROOT = Path(__file__).resolve().parent.parent
 FWBENCH = ROOT / ".venvs" / "aggregator" / "bin" / "fwbench"
@@ -67,9 +68,11 @@ def explain(done: subprocess.CompletedProcess, store_dir: Path) -> str:
 def test_a_study_runs_over_both_nodes_and_as_one_job_across_them_both_frameworks(cluster):
     study, store_dir = cluster.shared / "both.yaml", cluster.shared / "both-store"
     # Each point on one node, then each as one job across both: ranks, world size and rendezvous from the allocation.
-    study.write_text("runners: [torch, tensorflow]\nmodels: [resnet18, mobilenet_v2]\nbatch_sizes: [2]\n"
-                     "strategies: {torch: [ddp], tensorflow: [multi_worker_mirrored]}\ndevices: [cpu:0]\nnodes: [1, 2]\n"
-                     f"shapes: [3x32x32]\nrepetitions: 1\nmin_measure_s: 0\n{RUN_FIELDS}")
+    study.write_text(
+        "runners: [torch, tensorflow]\nmodels: [resnet18, mobilenet_v2]\nbatch_sizes: [2]\n"
+        "strategies: {torch: [ddp], tensorflow: [multi_worker_mirrored]}\ndevices: [cpu:0]\nnodes: [1, 2]\n"
+        f"shapes: [3x32x32]\nrepetitions: 1\nmin_measure_s: 0\n{RUN_FIELDS}"
+    )
     done = run_slurm(cluster, str(study), "--store", str(store_dir), "--nodes", "2", "--time", "20", "--wait")
     assert done.returncode == 0, explain(done, store_dir)
     store = ResultStore(store_dir)
@@ -96,11 +99,17 @@ def test_a_node_killed_mid_study_is_named_the_other_finishes_and_a_resume_runs_o
     study, store_dir = cluster.shared / "kill.yaml", cluster.shared / "kill-store"
     # Four points of four runs (2 repetitions x 2 batch sizes), each run 1.5 s or more: a node is mid-point when
     # its first run is stored.
-    study.write_text("runners: [torch]\nmodels: [resnet18, mobilenet_v2]\nbatch_sizes: [1, 2]\n"
-                     f"shapes: [3x32x32, 3x48x48]\nrepetitions: 2\nmin_measure_s: 1.5\n{RUN_FIELDS}")
+    study.write_text(
+        "runners: [torch]\nmodels: [resnet18, mobilenet_v2]\nbatch_sizes: [1, 2]\n"
+        f"shapes: [3x32x32, 3x48x48]\nrepetitions: 2\nmin_measure_s: 1.5\n{RUN_FIELDS}"
+    )
     victim = cluster.node_names[1]  # not the batch script's node: the aggregator lives on the first
-    submitted = subprocess.Popen(fwbench_slurm(cluster, str(study), "--store", str(store_dir), "--nodes", "2", "--wait"),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    submitted = subprocess.Popen(
+        fwbench_slurm(cluster, str(study), "--store", str(store_dir), "--nodes", "2", "--wait"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while not any(victim in nodes for nodes in _placed(store_dir).values()):
         assert submitted.poll() is None and time.monotonic() < deadline, "the victim node never stored a run"
@@ -132,11 +141,18 @@ def test_a_node_killed_mid_study_is_named_the_other_finishes_and_a_resume_runs_o
 @pytest.mark.slurm
 def test_a_preempted_job_requeued_by_slurm_resumes_by_itself_repeating_nothing(cluster):
     study, store_dir = cluster.shared / "requeue.yaml", cluster.shared / "requeue-store"
-    study.write_text("runners: [torch]\nmodels: [resnet18]\nbatch_sizes: [1, 2]\nshapes: [3x32x32, 3x48x48]\n"
-                     f"repetitions: 2\nmin_measure_s: 1.5\n{RUN_FIELDS}")
+    study.write_text(
+        "runners: [torch]\nmodels: [resnet18]\nbatch_sizes: [1, 2]\nshapes: [3x32x32, 3x48x48]\n"
+        f"repetitions: 2\nmin_measure_s: 1.5\n{RUN_FIELDS}"
+    )
     submitted = subprocess.Popen(
-        fwbench_slurm(cluster, str(study), "--store", str(store_dir), "--nodes", "2", "--sbatch-option=--requeue", "--wait"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        fwbench_slurm(
+            cluster, str(study), "--store", str(store_dir), "--nodes", "2", "--sbatch-option=--requeue", "--wait"
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while len(_placed(store_dir)) < 2:
         assert submitted.poll() is None and time.monotonic() < deadline, "the job stored no runs"
@@ -169,8 +185,13 @@ def _placed(store_dir: Path) -> dict[str, set[str]]:
 def test_without_slurm_the_command_says_so_and_submits_nothing(tmp_path):
     study = tmp_path / "study.yaml"
     study.write_text("runners: [torch]\nmodels: [resnet18]\n")
-    done = subprocess.run([str(FWBENCH), "slurm", str(study), "--store", str(tmp_path / "store")], capture_output=True,
-                          text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [str(FWBENCH), "slurm", str(study), "--store", str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 2 and "sbatch is not on PATH" in " ".join(done.stderr.split())
     assert not (tmp_path / "store").exists()
 
@@ -179,12 +200,41 @@ def test_without_slurm_the_command_says_so_and_submits_nothing(tmp_path):
 def test_dry_run_shows_the_batch_script_with_the_options(tmp_path):
     study = tmp_path / "study.yaml"
     study.write_text("runners: [torch]\nmodels: [resnet18]\n")
-    done = subprocess.run([str(FWBENCH), "slurm", str(study), "--store", str(tmp_path / "store"), "--nodes", "3",
-                           "--partition", "gpu", "--account", "lab", "--time", "2:00:00", "--gpus-per-node", "4",
-                           "--sbatch-option=--qos=long", "--dry-run"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            str(FWBENCH),
+            "slurm",
+            str(study),
+            "--store",
+            str(tmp_path / "store"),
+            "--nodes",
+            "3",
+            "--partition",
+            "gpu",
+            "--account",
+            "lab",
+            "--time",
+            "2:00:00",
+            "--gpus-per-node",
+            "4",
+            "--sbatch-option=--qos=long",
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
-    for line in ("#SBATCH --nodes=3", "#SBATCH --no-kill", "#SBATCH --exclusive", "#SBATCH --partition=gpu",
-                 "#SBATCH --account=lab", "#SBATCH --time=2:00:00", "#SBATCH --gpus-per-node=4", "#SBATCH --qos=long"):
+    for line in (
+        "#SBATCH --nodes=3",
+        "#SBATCH --no-kill",
+        "#SBATCH --exclusive",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=lab",
+        "#SBATCH --time=2:00:00",
+        "#SBATCH --gpus-per-node=4",
+        "#SBATCH --qos=long",
+    ):
         assert line in done.stdout
     assert "slurm-job" in done.stdout
     [folder] = (tmp_path / "store" / "slurm").iterdir()
@@ -196,8 +246,12 @@ def test_dry_run_shows_the_batch_script_with_the_options(tmp_path):
 def test_a_study_under_the_best_profile_is_refused_with_where_to_run_it(tmp_path):
     study = tmp_path / "study.yaml"
     study.write_text("runners: [torch]\nmodels: [resnet18]\nprofiles: [equal, best]\n")
-    done = subprocess.run([str(FWBENCH), "slurm", str(study), "--store", str(tmp_path / "store"), "--dry-run"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(FWBENCH), "slurm", str(study), "--store", str(tmp_path / "store"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "run it with fwbench sweep" in " ".join(done.stderr.split())
     assert not (tmp_path / "store").exists()
 
@@ -206,7 +260,11 @@ def test_a_study_under_the_best_profile_is_refused_with_where_to_run_it(tmp_path
 def test_a_study_wider_than_the_allocation_is_refused_naming_nodes(tmp_path):
     study = tmp_path / "study.yaml"
     study.write_text("runners: [torch]\nmodels: [resnet18]\nstrategies: [ddp]\nnodes: [1, 4]\n")
-    done = subprocess.run([str(FWBENCH), "slurm", str(study), "--store", str(tmp_path / "store"), "--nodes", "2",
-                           "--dry-run"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(FWBENCH), "slurm", str(study), "--store", str(tmp_path / "store"), "--nodes", "2", "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "--nodes 4" in " ".join(done.stderr.split())
     assert not (tmp_path / "store").exists()

@@ -8,12 +8,13 @@ import math
 import numpy as np
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
-from fwbench_aggregator.analyse import stats
-from fwbench_aggregator.plan.spec import DEFAULT_REPETITIONS
 from scipy import stats as scipy_stats
-from fwbench_aggregator.run.client import RunnerClient
-from fwbench_aggregator.analyse.stats import compare, describe, noise_floor
 from support.run_variation import RUN_SPREADS, STEP_SPREAD, STEPS, run_medians
+
+from fwbench_aggregator.analyse import stats
+from fwbench_aggregator.analyse.stats import compare, describe, noise_floor
+from fwbench_aggregator.plan.spec import DEFAULT_REPETITIONS
+from fwbench_aggregator.run.client import RunnerClient
 
 TRIALS = 400
 
@@ -36,8 +37,10 @@ def test_a_a_gives_a_wrong_verdict_in_at_most_5_percent_of_trials(run_spread):
     n = DEFAULT_REPETITIONS
     wrong = [
         c.verdict
-        for c in (compare("a", run_medians(rng, n, 0.004, run_spread), "b", run_medians(rng, n, 0.004, run_spread))
-                  for _ in range(TRIALS))
+        for c in (
+            compare("a", run_medians(rng, n, 0.004, run_spread), "b", run_medians(rng, n, 0.004, run_spread))
+            for _ in range(TRIALS)
+        )
         if c.significant
     ]
     assert len(wrong) / TRIALS <= 0.05, f"{len(wrong)} wrong verdicts in {TRIALS}: {wrong[:5]}"
@@ -51,8 +54,10 @@ def test_pooling_steps_is_what_made_a_a_verdicts_wrong():
     rng = np.random.default_rng(5)
     wrong = 0
     for _ in range(100):
-        pooled = [np.concatenate([m * rng.lognormal(0.0, STEP_SPREAD, STEPS) for m in run_medians(rng, 3, 0.004, 0.12)])
-                  for _ in range(2)]
+        pooled = [
+            np.concatenate([m * rng.lognormal(0.0, STEP_SPREAD, STEPS) for m in run_medians(rng, 3, 0.004, 0.12)])
+            for _ in range(2)
+        ]
         wrong += mannwhitneyu(*pooled).pvalue < 0.01
     assert wrong >= 50
 
@@ -65,7 +70,9 @@ def test_a_true_difference_of_twice_the_noise_floor_is_found_in_90_percent_of_tr
     trials = TRIALS // 2
     for _ in range(trials):
         # Calibrate as `fwbench calibrate` does (the runner against itself), then compare with a real difference.
-        floor = noise_floor(compare("a", run_medians(rng, n, 0.004, run_spread), "a2", run_medians(rng, n, 0.004, run_spread)))
+        floor = noise_floor(
+            compare("a", run_medians(rng, n, 0.004, run_spread), "a2", run_medians(rng, n, 0.004, run_spread))
+        )
         floors.append(floor)
         slower = run_medians(rng, n, 0.004 * (1 + 2 * floor), run_spread)
         c = compare("torch", run_medians(rng, n, 0.004, run_spread), "tensorflow", slower, noise_floor=floor)
@@ -116,8 +123,9 @@ def test_a_wider_spread_needs_a_larger_difference_to_resolve():
 
 
 def fake_run_median(client: RunnerClient) -> float:
-    request = pb.RunRequest(model="resnet18", mode=pb.MODE_TRAIN, batch_size=2, warmup_steps=2, measured_steps=10,
-                            min_measure_s=0.0)
+    request = pb.RunRequest(
+        model="resnet18", mode=pb.MODE_TRAIN, batch_size=2, warmup_steps=2, measured_steps=10, min_measure_s=0.0
+    )
     return float(np.median([s.step_time_s for s in client.run(request).steps if not s.warmup]))
 
 
@@ -125,8 +133,12 @@ def test_a_a_the_same_runner_twice_is_no_significant_difference(runner_pool):
     # The fake runner's steps sleep a fixed time: two sets of its runs come from one distribution.
     client = RunnerClient("fake", runner_pool.get("fake").address)
     trials, n = 6, stats.MIN_REPETITIONS
-    verdicts = [compare("first", [fake_run_median(client) for _ in range(n)],
-                        "second", [fake_run_median(client) for _ in range(n)]) for _ in range(trials)]
+    verdicts = [
+        compare(
+            "first", [fake_run_median(client) for _ in range(n)], "second", [fake_run_median(client) for _ in range(n)]
+        )
+        for _ in range(trials)
+    ]
     client.close()
     assert not [c.verdict for c in verdicts if c.significant]
 

@@ -14,20 +14,36 @@ import time
 
 import pandas as pd
 import pytest
+
 from fwbench_aggregator.plan.keys import config_key
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_aggregator.store.schema import STORE_FORMAT
 
 CONFIG = {
-    "runner": "torch", "model": "resnet18", "model_options": {"head": "mlm"}, "mode": "train", "batch_size": 32,
-    "input_shape": "3x32x32", "precision": "fp32", "device": None, "layout": None, "compilation": None,
-    "settings": {"warmup_steps": 5, "measured_steps": 20}, "repetition": 0,
+    "runner": "torch",
+    "model": "resnet18",
+    "model_options": {"head": "mlm"},
+    "mode": "train",
+    "batch_size": 32,
+    "input_shape": "3x32x32",
+    "precision": "fp32",
+    "device": None,
+    "layout": None,
+    "compilation": None,
+    "settings": {"warmup_steps": 5, "measured_steps": 20},
+    "repetition": 0,
 }
 
 
 def frames(rows: int = 5, runner: str = "torch") -> dict[str, pd.DataFrame]:
-    steps = pd.DataFrame({"runner": runner, "step_index": range(rows), "warmup": [i < 2 for i in range(rows)],
-                          "step_time_s": [0.01 * (i + 1) for i in range(rows)]})
+    steps = pd.DataFrame(
+        {
+            "runner": runner,
+            "step_index": range(rows),
+            "warmup": [i < 2 for i in range(rows)],
+            "step_time_s": [0.01 * (i + 1) for i in range(rows)],
+        }
+    )
     summary = pd.DataFrame([{"runner": runner, "status": "ok", "error": "", "median_step_time_s": 0.03}])
     return {"steps": steps, "summary": summary, "power": pd.DataFrame()}
 

@@ -10,19 +10,36 @@ import shutil
 import pandas as pd
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
+
 from fwbench_aggregator.analyse.comparison import comparison_rows
 from fwbench_aggregator.run.client import RunnerFailure, RunResult
 from fwbench_aggregator.store import records
 from fwbench_aggregator.store.migrations import StoreFormatError
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_aggregator.store.schema import (
-    COMPARISON_COLUMNS, POWER_COLUMNS, STEPS_COLUMNS, STORE_FORMAT, SUMMARY_COLUMNS,
+    COMPARISON_COLUMNS,
+    POWER_COLUMNS,
+    STEPS_COLUMNS,
+    STORE_FORMAT,
+    SUMMARY_COLUMNS,
 )
 
 OLD_SUMMARY = {  # a run as the first stores wrote it: no strategy, devices, nodes, world size or global batch
-    "run_id": "old", "runner": "torch", "framework": "torch", "framework_version": "2.4.0", "model": "resnet18",
-    "mode": "train", "batch_size": 8, "input_shape": "3x32x32", "precision": "fp32", "device": "cpu:0",
-    "model_options": "", "repetition": 0, "status": "ok", "error": "", "median_step_time_s": 0.05,
+    "run_id": "old",
+    "runner": "torch",
+    "framework": "torch",
+    "framework_version": "2.4.0",
+    "model": "resnet18",
+    "mode": "train",
+    "batch_size": 8,
+    "input_shape": "3x32x32",
+    "precision": "fp32",
+    "device": "cpu:0",
+    "model_options": "",
+    "repetition": 0,
+    "status": "ok",
+    "error": "",
+    "median_step_time_s": 0.05,
 }
 
 
@@ -34,14 +51,26 @@ def old_store(root, runs: int = 3, refusal: bool = False):
         folder.mkdir(parents=True)
         (folder / "config.json").write_text(json.dumps({"repetition": repetition}))
         (folder / "manifest.json").write_text(json.dumps({"run_id": "old"}))
-        pd.DataFrame([{**OLD_SUMMARY, "repetition": repetition, "run_key": folder.name}]).to_parquet(folder / "summary.parquet")
+        pd.DataFrame([{**OLD_SUMMARY, "repetition": repetition, "run_key": folder.name}]).to_parquet(
+            folder / "summary.parquet"
+        )
     if refusal:
         folder = root / "runs" / "ffffffffffffffff"
         folder.mkdir()
         (folder / "config.json").write_text("{}")
-        (folder / "manifest.json").write_text(json.dumps({"status": "failed", "code": "NOT_FOUND", "message": "unknown model"}))
-        pd.DataFrame([{"run_key": folder.name, "runner": "torch", "status": "failed",
-                       "error": "NOT_FOUND: unknown model 'resnt18'"}]).to_parquet(folder / "summary.parquet")
+        (folder / "manifest.json").write_text(
+            json.dumps({"status": "failed", "code": "NOT_FOUND", "message": "unknown model"})
+        )
+        pd.DataFrame(
+            [
+                {
+                    "run_key": folder.name,
+                    "runner": "torch",
+                    "status": "failed",
+                    "error": "NOT_FOUND: unknown model 'resnt18'",
+                }
+            ]
+        ).to_parquet(folder / "summary.parquet")
     return ResultStore(root)
 
 
@@ -58,7 +87,9 @@ def test_an_old_store_reads_in_the_current_format(tmp_path):
     assert store.format() == 1
     summary = store.load("summary")
     assert len(summary) == 3
-    assert (summary["strategy"] == "single").all() and (summary["world_size"] == 1).all() and (summary["nodes"] == 1).all()
+    assert (
+        (summary["strategy"] == "single").all() and (summary["world_size"] == 1).all() and (summary["nodes"] == 1).all()
+    )
     assert (summary["devices"] == "cpu:0").all() and (summary["global_batch_size"] == 8).all()
     rows = comparison_rows(summary, pd.DataFrame())
     assert rows.iloc[0]["runs"] == 3 and rows.iloc[0]["world_size"] == 1
@@ -77,8 +108,11 @@ def test_appending_to_an_old_store_keeps_its_runs_readable_and_records_the_newer
 
 def test_a_store_from_a_newer_fwbench_is_refused_by_name(tmp_path):
     (tmp_path / "store.json").write_text(json.dumps({"store_format": STORE_FORMAT + 1}))
-    with pytest.raises(StoreFormatError, match=rf"{tmp_path} was written by a newer fwbench \(store format "
-                                               rf"{STORE_FORMAT + 1}\); this fwbench reads store formats up to {STORE_FORMAT}"):
+    with pytest.raises(
+        StoreFormatError,
+        match=rf"{tmp_path} was written by a newer fwbench \(store format "
+        rf"{STORE_FORMAT + 1}\); this fwbench reads store formats up to {STORE_FORMAT}",
+    ):
         ResultStore(tmp_path)
 
 
@@ -113,8 +147,14 @@ def test_an_out_of_memory_record_stays_a_run(tmp_path):
 
 def result() -> RunResult:
     info = pb.DescribeResponse(framework="torch", framework_version="2.4.0")
-    config = pb.ResolvedConfig(model="resnet18", mode=pb.MODE_TRAIN, batch_size=2, input_shape=[3, 32, 32],
-                               precision=pb.PRECISION_FP32, device=pb.Device(kind=pb.DEVICE_KIND_CPU))
+    config = pb.ResolvedConfig(
+        model="resnet18",
+        mode=pb.MODE_TRAIN,
+        batch_size=2,
+        input_shape=[3, 32, 32],
+        precision=pb.PRECISION_FP32,
+        device=pb.Device(kind=pb.DEVICE_KIND_CPU),
+    )
     steps = [pb.StepTiming(index=i, warmup=i == 0, step_time_s=0.01) for i in range(3)]
     power = [pb.PowerSample(time_s=0.0, phase="measure", power_w=10.0)]
     return RunResult("torch", "127.0.0.1:1", info, 0, config, steps, power, pb.Summary(measured_steps=2))
@@ -134,4 +174,6 @@ def test_a_store_copied_elsewhere_keeps_its_format(tmp_path):
     store = old_store(tmp_path / "a")
     store.append("k1", {"a": 1}, {"summary": pd.DataFrame([OLD_SUMMARY])}, {})
     shutil.copytree(tmp_path / "a", tmp_path / "b")
-    assert ResultStore(tmp_path / "b").format() == STORE_FORMAT and len(ResultStore(tmp_path / "b").load("summary")) == 4
+    assert (
+        ResultStore(tmp_path / "b").format() == STORE_FORMAT and len(ResultStore(tmp_path / "b").load("summary")) == 4
+    )

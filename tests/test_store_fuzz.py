@@ -12,22 +12,25 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support.store_runs import run_frames
+
 from fwbench_aggregator.app.bundle import add_to_store
 from fwbench_aggregator.app.errors import UsageError
 from fwbench_aggregator.store.bundle import INDEX_NAME, write_bundle
 from fwbench_aggregator.store.config_keys import runs_by_config, unread_runs_of
 from fwbench_aggregator.store.migrations import StoreFormatError
 from fwbench_aggregator.store.results_store import ResultStore
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from support.store_runs import run_frames
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-_SCALARS = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False) | st.text(max_size=8)
-JSON_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4)
-                           | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
+_SCALARS = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=8)
+JSON_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
 # A store's JSON as a fuzzer writes it: any JSON, objects with the keys the store reads, or any bytes.
 STORE_KEYS = ("store_format", "config_key", "files", "manifest_sha256", "status", "code", "kept_apart_from")
 JSON_BYTES = st.one_of(
@@ -86,22 +89,33 @@ def test_any_run_json_reads_or_leaves_its_run_out(name, data, unsealed):
         read_everything(root)
 
 
-_CELLS = st.none() | st.booleans() | st.integers(-2**62, 2**62) | st.floats() | st.text(max_size=6)
+_CELLS = st.none() | st.booleans() | st.integers(-(2**62), 2**62) | st.floats() | st.text(max_size=6)
 FRAMES = st.dictionaries(
     st.sampled_from(["run_key", "runner", "status", "median_step_time_s", "step_time_s", "warmup", "model", "x"]),
-    st.sampled_from(["int", "float", "text", "bool", "mixed"]), max_size=6)
+    st.sampled_from(["int", "float", "text", "bool", "mixed"]),
+    max_size=6,
+)
 
 
 def _column(kind: str, rows: int, draw_cells) -> list:
     if kind == "mixed":
         return [str(c) for c in draw_cells]
-    return {"int": [i for i in range(rows)], "float": [i / 3 for i in range(rows)], "bool": [i % 2 == 0 for i in range(rows)],
-            "text": [f"t{i}" for i in range(rows)]}[kind]
+    return {
+        "int": [i for i in range(rows)],
+        "float": [i / 3 for i in range(rows)],
+        "bool": [i % 2 == 0 for i in range(rows)],
+        "text": [f"t{i}" for i in range(rows)],
+    }[kind]
 
 
 @FUZZ
-@given(frame=FRAMES, rows=st.integers(0, 3), cells=st.lists(_CELLS, min_size=3, max_size=3),
-       name=st.sampled_from(["summary", "steps", "power", "model_facts"]), cut=st.integers(0, 400))
+@given(
+    frame=FRAMES,
+    rows=st.integers(0, 3),
+    cells=st.lists(_CELLS, min_size=3, max_size=3),
+    name=st.sampled_from(["summary", "steps", "power", "model_facts"]),
+    cut=st.integers(0, 400),
+)
 def test_any_parquet_frame_reads_or_leaves_its_run_out(frame, rows, cells, name, cut):
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
@@ -116,16 +130,33 @@ def test_any_parquet_frame_reads_or_leaves_its_run_out(frame, rows, cells, name,
 
 
 MEMBER_NAMES = st.one_of(
-    st.sampled_from(["runs/aaaa/summary.parquet", "runs/aaaa/config.json", "runs/aaaa/manifest.json", INDEX_NAME,
-                     "runs/aaaa", "runs", "../x", "/tmp/x", "runs/aaaa/../../x", "runs/a a/config.json",
-                     "runs/aaaa/x.txt", "runs/aaaa/./summary.parquet", "runs//aaaa/config.json", ".",
-                     "runs/aaaa/steps.parquet/x"]),
+    st.sampled_from(
+        [
+            "runs/aaaa/summary.parquet",
+            "runs/aaaa/config.json",
+            "runs/aaaa/manifest.json",
+            INDEX_NAME,
+            "runs/aaaa",
+            "runs",
+            "../x",
+            "/tmp/x",
+            "runs/aaaa/../../x",
+            "runs/a a/config.json",
+            "runs/aaaa/x.txt",
+            "runs/aaaa/./summary.parquet",
+            "runs//aaaa/config.json",
+            ".",
+            "runs/aaaa/steps.parquet/x",
+        ]
+    ),
     st.text(min_size=1, max_size=20),
 )
-KINDS = st.sampled_from([tarfile.REGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.FIFOTYPE,
-                         tarfile.CHRTYPE])
-MEMBERS = st.lists(st.tuples(MEMBER_NAMES, KINDS, st.binary(max_size=40), st.sampled_from(["", "/etc/passwd", "../x"])),
-                   max_size=5)
+KINDS = st.sampled_from(
+    [tarfile.REGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.FIFOTYPE, tarfile.CHRTYPE]
+)
+MEMBERS = st.lists(
+    st.tuples(MEMBER_NAMES, KINDS, st.binary(max_size=40), st.sampled_from(["", "/etc/passwd", "../x"])), max_size=5
+)
 
 
 def fuzzed_bundle(good: Path, out: Path, members, keep_good: bool, cut: int) -> Path:

@@ -12,6 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support.cli import fwbench_in_process
+from support.store_runs import run_frames
+
 from fwbench_aggregator.app.store_check import check_store
 from fwbench_aggregator.app.study import pending_runs
 from fwbench_aggregator.base import folders
@@ -22,11 +27,6 @@ from fwbench_aggregator.store.integrity import CHECKSUM_KEY, FILES_KEY
 from fwbench_aggregator.store.location import StorePathError, store_path_problem
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_aggregator.store.schema import STORE_FORMAT
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from support.cli import fwbench_in_process
-from support.store_runs import run_frames
 
 WRITTEN = ("store.json", "writer.lock", "runs")
 
@@ -44,6 +44,7 @@ def refused(*args: str) -> str:
 
 
 # --- where a store may be --------------------------------------------------------------------------------------------
+
 
 def test_a_folder_holding_other_files_is_no_store(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
@@ -99,7 +100,9 @@ def test_a_link_out_of_its_folder_is_refused_and_one_within_it_is_a_store(tmp_pa
 def test_a_file_or_fifo_is_no_store_and_a_missing_parent_is_made(tmp_path):
     (tmp_path / "file").write_text("x")
     os.mkfifo(tmp_path / "fifo")
-    assert f"{tmp_path / 'file'} is a regular file, not a folder" in refused("report", "--store", str(tmp_path / "file"))
+    assert f"{tmp_path / 'file'} is a regular file, not a folder" in refused(
+        "report", "--store", str(tmp_path / "file")
+    )
     assert "is a FIFO, not a folder" in refused("store", "check", "--store", str(tmp_path / "fifo"))
     assert f"cannot be made: {tmp_path / 'file'} is a regular file" in store_path_problem(tmp_path / "file" / "store")
     # A store whose folders do not exist yet: made by the writer, as mkdir -p would (docs/studies.md).
@@ -142,14 +145,18 @@ def test_a_slurm_jobs_store_is_checked_before_its_lock(tmp_path):
     (tmp_path / "etc" / "passwd").write_text("x")
     folder = tmp_path / "job"
     folder.mkdir()
-    (folder / "submission.json").write_text(json.dumps(
-        {"store": str(tmp_path / "etc"), "frameworks": ["torch"], "venvs": "", "slurm": {}, "runner_per_gpu": False}))
+    (folder / "submission.json").write_text(
+        json.dumps(
+            {"store": str(tmp_path / "etc"), "frameworks": ["torch"], "venvs": "", "slurm": {}, "runner_per_gpu": False}
+        )
+    )
     with pytest.raises(SlurmError, match="it is not a results store"):
         run_job(folder)
     assert nothing_written(tmp_path / "etc")
 
 
 # --- a store's own integrity ----------------------------------------------------------------------------------------
+
 
 def two_runs(root: Path) -> ResultStore:
     store = ResultStore(root)
@@ -160,9 +167,14 @@ def two_runs(root: Path) -> ResultStore:
 
 def figures(store: ResultStore) -> dict:
     """Every figure a report reads from the store, by run."""
-    return {key: (store.config(key), store.load("summary").query("run_key == @key").to_dict("records"),
-                  store.load("steps").query("run_key == @key").to_dict("records"))
-            for key in sorted(store.keys())}
+    return {
+        key: (
+            store.config(key),
+            store.load("summary").query("run_key == @key").to_dict("records"),
+            store.load("steps").query("run_key == @key").to_dict("records"),
+        )
+        for key in sorted(store.keys())
+    }
 
 
 def test_every_file_a_run_writes_is_recorded_with_its_checksum(tmp_path):
@@ -183,8 +195,11 @@ def stored(tmp_path_factory) -> tuple[Path, dict]:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(name=st.sampled_from(["config.json", "manifest.json", "steps.parquet", "summary.parquet"]),
-       where=st.floats(0, 1, exclude_max=True), bit=st.integers(0, 7))
+@given(
+    name=st.sampled_from(["config.json", "manifest.json", "steps.parquet", "summary.parquet"]),
+    where=st.floats(0, 1, exclude_max=True),
+    bit=st.integers(0, 7),
+)
 def test_a_flipped_bit_never_changes_a_figure_and_always_names_its_run(stored, tmp_path_factory, name, where, bit):
     original, before = stored
     root = tmp_path_factory.mktemp("flipped")
@@ -219,8 +234,12 @@ def test_a_run_from_before_checksums_still_reads(tmp_path):
 def test_a_changed_file_is_named_by_store_check(tmp_path):
     two_runs(tmp_path)
     summary = tmp_path / "runs" / "aaaa" / "summary.parquet"
-    pd.DataFrame([{"run_key": "aaaa", "runner": "torch", "status": "ok", "median_step_time_s": 0.001}]).to_parquet(summary)
-    (tmp_path / "runs" / "bbbb" / "extra.parquet").write_bytes((tmp_path / "runs" / "bbbb" / "steps.parquet").read_bytes())
+    pd.DataFrame([{"run_key": "aaaa", "runner": "torch", "status": "ok", "median_step_time_s": 0.001}]).to_parquet(
+        summary
+    )
+    (tmp_path / "runs" / "bbbb" / "extra.parquet").write_bytes(
+        (tmp_path / "runs" / "bbbb" / "steps.parquet").read_bytes()
+    )
     health = check_store(tmp_path)
     reasons = {(d.key, d.path.name): d.reason for d in health.damaged}
     assert "sha256 or size differs from the run's manifest" in reasons["aaaa", "summary.parquet"]
@@ -244,7 +263,7 @@ def test_a_run_of_a_newer_format_is_left_out_by_name_and_the_rest_reads(tmp_path
 def test_a_parquet_file_that_is_no_frame_of_its_run_makes_it_damaged_not_done(tmp_path):
     store = ResultStore(tmp_path)
     sweep = sweep_from_options(models="resnet18", batch_sizes="8", runners="torch", repetitions=1)
-    (key, configuration), = pending_runs(sweep.configurations(), store, StartupSettings())[0]
+    ((key, configuration),) = pending_runs(sweep.configurations(), store, StartupSettings())[0]
     # Written whole and sealed, but a summary without status or runner: a phantom failed point, counted done.
     store.append(key, configuration.key_fields(), {"summary": pd.DataFrame([{"median_step_time_s": 0.01}])}, {})
     reopened = ResultStore(tmp_path)
@@ -260,7 +279,8 @@ def test_a_parquet_file_that_is_no_frame_of_its_run_makes_it_damaged_not_done(tm
     runs = tmp_path / "runs"
     manifest = json.loads((runs / key / "manifest.json").read_text())
     shutil.copy(runs / "other" / "summary.parquet", runs / key / "summary.parquet")
-    (runs / key / "manifest.json").write_text(json.dumps({k: v for k, v in manifest.items()
-                                                          if k not in (FILES_KEY, CHECKSUM_KEY)}))  # unsealed
+    (runs / key / "manifest.json").write_text(
+        json.dumps({k: v for k, v in manifest.items() if k not in (FILES_KEY, CHECKSUM_KEY)})
+    )  # unsealed
     (damage,) = ResultStore(tmp_path).damaged()
     assert damage.key == key and "run_key column holds ['other']" in damage.reason

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 
+from support.cli import fwbench_in_process
+from support.store_runs import run_frames
+
 from fwbench_aggregator.app import study as study_module
 from fwbench_aggregator.app.study import own_run_ids, pending_runs, store_callbacks
 from fwbench_aggregator.plan.keys import new_run_id
@@ -14,27 +17,34 @@ from fwbench_aggregator.plan.study_file import sweep_from_options
 from fwbench_aggregator.run.connection import Transport
 from fwbench_aggregator.run.launch import StartupSettings
 from fwbench_aggregator.run.study import run_sweep
-from fwbench_aggregator.store.config_keys import runs_by_config
 from fwbench_aggregator.store.bundle import add_bundle, write_bundle
-from fwbench_aggregator.store.integrity import CHECKSUM_KEY, FILES_KEY, file_record, sealed
+from fwbench_aggregator.store.config_keys import runs_by_config
+from fwbench_aggregator.store.integrity import CHECKSUM_KEY, FILES_KEY, sealed
 from fwbench_aggregator.store.migrations import CONFIG_KEY
 from fwbench_aggregator.store.rekey import KEPT_APART_KEY
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_aggregator.store.schema import STORE_FORMAT
 
-from support.cli import fwbench_in_process
-from support.store_runs import run_frames
-
-SWEEP = dict(models="resnet18", batch_sizes="1,2", shapes="3x32x32", modes="infer", runners="first", repetitions=2,
-             warmup=1, steps=2, min_measure_s=0.0)
+SWEEP = dict(
+    models="resnet18",
+    batch_sizes="1,2",
+    shapes="3x32x32",
+    modes="infer",
+    runners="first",
+    repetitions=2,
+    warmup=1,
+    steps=2,
+    min_measure_s=0.0,
+)
 
 
 def swept(root, address) -> ResultStore:
     """The sweep SWEEP, run into the store at `root` as `fwbench sweep` runs it."""
     store = ResultStore(root)
     pending, _ = pending_runs(sweep_from_options(**SWEEP).configurations(), store, StartupSettings())
-    failures, interrupted = run_sweep(pending, {"first": address}, Transport(), StartupSettings(),
-                                      *store_callbacks(store), 0.0)
+    failures, interrupted = run_sweep(
+        pending, {"first": address}, Transport(), StartupSettings(), *store_callbacks(store), 0.0
+    )
     assert not failures and interrupted is None
     return ResultStore(root)
 
@@ -47,8 +57,9 @@ def test_a_run_id_is_random_and_a_sweep_finds_its_runs_by_their_configuration_ke
     assert {store.manifest(key)[CONFIG_KEY] for key in store.run_keys()} == wanted
     assert not store.run_keys() & wanted, "no id is a configuration's key"
     pending, done = pending_runs(configurations, store, StartupSettings())
-    assert not pending and {key for key, _ in done} == store.run_keys() == own_run_ids(store, configurations,
-                                                                                        StartupSettings())
+    assert not pending and {key for key, _ in done} == store.run_keys() == own_run_ids(
+        store, configurations, StartupSettings()
+    )
 
 
 def test_the_same_sweep_on_two_machines_merges_into_one_store_whole(tmp_path, fake_address):
@@ -116,7 +127,10 @@ def test_two_previous_format_runs_sharing_an_id_are_kept_apart_when_their_stores
     merged = ResultStore(tmp_path / "a")
     assert merged.run_keys() == {"5eed5eed5eed5eed", new} and not merged.damaged()
     summary = merged.load("summary").set_index("run_key")
-    assert summary.loc[new, "median_step_time_s"] == 0.020 and summary.loc["5eed5eed5eed5eed", "median_step_time_s"] == 0.010
+    assert (
+        summary.loc[new, "median_step_time_s"] == 0.020
+        and summary.loc["5eed5eed5eed5eed", "median_step_time_s"] == 0.010
+    )
     manifest = merged.manifest(new)
     assert manifest[KEPT_APART_KEY] == "5eed5eed5eed5eed" and manifest["host"] == "gpu-b"
     assert runs_by_config(merged) == {"5eed5eed5eed5eed": sorted(["5eed5eed5eed5eed", new])}, "a resume finds both"
@@ -137,11 +151,34 @@ def test_an_interrupted_sweep_counts_its_own_runs_and_the_store_apart(tmp_path, 
         return failures, KeyboardInterrupt()
 
     monkeypatch.setattr(study_module, "run_sweep", interrupted_after_one)
-    done = fwbench_in_process("sweep", "--models", "resnet18", "--batch-sizes", "1,2", "--shapes", "3x32x32",
-                              "--modes", "infer", "--repetitions", "2", "--warmup", "1", "--steps", "2",
-                              "--min-measure-s", "0", "--store", str(tmp_path / "store"),
-                              "--runner", f"first={fake_address}", "--no-report", columns=300)
+    done = fwbench_in_process(
+        "sweep",
+        "--models",
+        "resnet18",
+        "--batch-sizes",
+        "1,2",
+        "--shapes",
+        "3x32x32",
+        "--modes",
+        "infer",
+        "--repetitions",
+        "2",
+        "--warmup",
+        "1",
+        "--steps",
+        "2",
+        "--min-measure-s",
+        "0",
+        "--store",
+        str(tmp_path / "store"),
+        "--runner",
+        f"first={fake_address}",
+        "--no-report",
+        columns=300,
+    )
     said = " ".join(done.output.split())
     assert done.exit_code == 130, done.output
-    assert ("interrupted: the run in flight was cancelled; 1 runs of this study are kept in "
-            f"{tmp_path / 'store'} (1 stored now; the store holds 6 runs in all)") in said
+    assert (
+        "interrupted: the run in flight was cancelled; 1 runs of this study are kept in "
+        f"{tmp_path / 'store'} (1 stored now; the store holds 6 runs in all)"
+    ) in said

@@ -15,6 +15,8 @@ import time
 
 import pandas as pd
 import pytest
+from support.cli import fwbench, fwbench_in_process
+
 from fwbench_aggregator.app import study as study_module
 from fwbench_aggregator.app.study import pending_runs, store_callbacks
 from fwbench_aggregator.base.progress import Progress
@@ -25,8 +27,6 @@ from fwbench_aggregator.run.launch import StartupSettings
 from fwbench_aggregator.run.study import run_sweep
 from fwbench_aggregator.store import lock
 from fwbench_aggregator.store.results_store import ResultStore
-
-from support.cli import fwbench, fwbench_in_process
 
 
 class Notes(Progress):
@@ -81,8 +81,10 @@ def test_a_file_system_without_locks_is_written_unlocked_and_said(tmp_path, monk
     notes = Notes()
     with lock.store_lock(tmp_path, notes):
         pass
-    assert notes.lines == [f"{tmp_path} cannot be locked (No locks available): written without the writer lock, so "
-                           "another sweep into it at the same time is not held off"]
+    assert notes.lines == [
+        f"{tmp_path} cannot be locked (No locks available): written without the writer lock, so "
+        "another sweep into it at the same time is not held off"
+    ]
 
 
 HOLDER = textwrap.dedent(
@@ -114,9 +116,24 @@ def test_a_sweep_into_a_store_another_writer_holds_is_refused_without_a_tracebac
     monkeypatch.setattr(lock, "WAIT_S", 0.3)
     store = tmp_path / "store"
     with lock.store_lock(store):
-        done = fwbench_in_process("sweep", "--models", "resnet18", "--modes", "infer", "--batch-sizes", "1",
-                                  "--shapes", "3x32x32", "--repetitions", "1", "--store", str(store),
-                                  "--runner", "first=127.0.0.1:9", columns=400)
+        done = fwbench_in_process(
+            "sweep",
+            "--models",
+            "resnet18",
+            "--modes",
+            "infer",
+            "--batch-sizes",
+            "1",
+            "--shapes",
+            "3x32x32",
+            "--repetitions",
+            "1",
+            "--store",
+            str(store),
+            "--runner",
+            "first=127.0.0.1:9",
+            columns=400,
+        )
     said = " ".join(done.output.split())
     assert done.exit_code == 2, done.output
     assert f"is being written by pid {os.getpid()}" in said and "waited 0 s" in said and "--resume" in said
@@ -124,8 +141,17 @@ def test_a_sweep_into_a_store_another_writer_holds_is_refused_without_a_tracebac
 
 
 def test_a_run_another_writer_stored_first_is_kept_and_said(tmp_path, fake_address, monkeypatch):
-    sweep = sweep_from_options(models="resnet18", batch_sizes="1,2", shapes="3x32x32", modes="infer", runners="first",
-                               repetitions=1, warmup=1, steps=2, min_measure_s=0.0)
+    sweep = sweep_from_options(
+        models="resnet18",
+        batch_sizes="1,2",
+        shapes="3x32x32",
+        modes="infer",
+        runners="first",
+        repetitions=1,
+        warmup=1,
+        steps=2,
+        min_measure_s=0.0,
+    )
     store = ResultStore(tmp_path / "store")
     pending, _ = pending_runs(sweep.configurations(), store, StartupSettings())
     taken = "0123456789abcdef"
@@ -135,8 +161,9 @@ def test_a_run_another_writer_stored_first_is_kept_and_said(tmp_path, fake_addre
     drawn = iter([taken])
     monkeypatch.setattr(study_module, "new_run_id", lambda: next(drawn, None) or new_run_id())
     notes = Notes()
-    failures, interrupted = run_sweep(pending, {"first": fake_address}, Transport(), StartupSettings(),
-                                      *store_callbacks(store, notes), 0.0)
+    failures, interrupted = run_sweep(
+        pending, {"first": fake_address}, Transport(), StartupSettings(), *store_callbacks(store, notes), 0.0
+    )
     assert not failures and interrupted is None
     assert len(store.run_keys()) == len(pending) and taken in store.run_keys()
     (kept,) = (tmp_path / "store" / "duplicates").iterdir()
@@ -150,13 +177,27 @@ def test_a_run_another_writer_stored_first_is_kept_and_said(tmp_path, fake_addre
 @pytest.mark.quiet  # the second sweep waits 30 s at most: beside other sweeps holding the CPU's lock it gave up
 def test_two_identical_sweeps_at_once_both_end_cleanly_and_keep_every_run(tmp_path, fake_address):
     path = tmp_path / "sweep.yaml"
-    path.write_text("runners: [first]\nmodels: [resnet18]\nmodes: [infer]\nbatch_sizes: [1, 2, 4]\nshapes: [3x32x32]\n"
-                    "warmup: 1\nsteps: 1000\nmin_measure_s: 0\nrepetitions: 2\n")  # ~1 s a run: the second waits
+    path.write_text(
+        "runners: [first]\nmodels: [resnet18]\nmodes: [infer]\nbatch_sizes: [1, 2, 4]\nshapes: [3x32x32]\n"
+        "warmup: 1\nsteps: 1000\nmin_measure_s: 0\nrepetitions: 2\n"
+    )  # ~1 s a run: the second waits
     store = tmp_path / "store"
-    command = [sys.executable, "-m", "fwbench_aggregator", "sweep", str(path), "--store", str(store),
-               "--runner", f"first={fake_address}", "--no-report", "--resume"]
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "COLUMNS": "400"})
+    command = [
+        sys.executable,
+        "-m",
+        "fwbench_aggregator",
+        "sweep",
+        str(path),
+        "--store",
+        str(store),
+        "--runner",
+        f"first={fake_address}",
+        "--no-report",
+        "--resume",
+    ]
+    first = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "400"}
+    )
     deadline = time.monotonic() + 60
     while lock.holder(store) is None and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -15,6 +15,7 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+
 from fwbench_aggregator.run.launch import REPO_ROOT, LocalRunner
 from fwbench_core.builtin import MODEL_SPECS
 
@@ -35,7 +36,18 @@ def old_protobuf_python(tmp_path_factory) -> str:
     env = tmp_path_factory.mktemp("old-protobuf-env")
     venv.EnvBuilder(with_pip=True).create(env)
     python = str(env / "bin" / "python")
-    run(python, "-m", "pip", "install", "-q", OLD_PROTOBUF, "grpcio-tools", "grpcio-health-checking", "grpcio-reflection", "numpy")
+    run(
+        python,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        OLD_PROTOBUF,
+        "grpcio-tools",
+        "grpcio-health-checking",
+        "grpcio-reflection",
+        "numpy",
+    )
     run(python, "-m", "pip", "install", "-q", "--no-deps", str(REPO_ROOT / "runners" / "core"))
     run(python, str(REPO_ROOT / "protos" / "generate.py"))
     return python

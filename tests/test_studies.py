@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+
 from fwbench_aggregator.analyse import stats
 from fwbench_aggregator.analyse.comparison import comparison_rows, per_run
 from fwbench_aggregator.analyse.efficiency import hardware_efficiency
@@ -27,16 +28,39 @@ def optimal(summary, max_batch=None, latency_budget_ms=None):
     return optimal_batches(per_run(summary, NO_STEPS), summary, max_batch, latency_budget_ms)
 
 
-def run_rows(runner: str, step_s_by_batch: dict[int, float], mode: str = "infer", device: str = "gpu:0",
-             offsets=OFFSETS, precision: str = "fp32", model: str = "resnet18", **extra) -> list[dict]:
+def run_rows(
+    runner: str,
+    step_s_by_batch: dict[int, float],
+    mode: str = "infer",
+    device: str = "gpu:0",
+    offsets=OFFSETS,
+    precision: str = "fp32",
+    model: str = "resnet18",
+    **extra,
+) -> list[dict]:
     rows = []
     for batch, step_s in step_s_by_batch.items():
         for repetition, offset in enumerate(offsets):
-            rows.append({"runner": runner, "framework": runner, "framework_version": "9.9", "model": model,
-                         "model_options": "", "mode": mode, "batch_size": batch, "input_shape": "3x32x32",
-                         "precision": precision, "device": device, "device_name": H100 if device.startswith("gpu") else "cpu",
-                         "repetition": repetition, "status": "ok", "error": "", "median_step_time_s": step_s * offset,
-                         **extra})
+            rows.append(
+                {
+                    "runner": runner,
+                    "framework": runner,
+                    "framework_version": "9.9",
+                    "model": model,
+                    "model_options": "",
+                    "mode": mode,
+                    "batch_size": batch,
+                    "input_shape": "3x32x32",
+                    "precision": precision,
+                    "device": device,
+                    "device_name": H100 if device.startswith("gpu") else "cpu",
+                    "repetition": repetition,
+                    "status": "ok",
+                    "error": "",
+                    "median_step_time_s": step_s * offset,
+                    **extra,
+                }
+            )
     return rows
 
 
@@ -80,17 +104,37 @@ def studies_display(summary):
 
 def test_where_the_batches_that_fit_end_comes_from_max_batch_or_out_of_memory_runs():
     rising = {1: 0.010, 2: 0.012, 4: 0.016}
-    max_batch = pd.DataFrame([{
-        "model": "resnet18", "model_options": "", "mode": "infer", "input_shape": "3x32x32", "precision": "fp32",
-        "device": "gpu:0", "runner": "torch", "largest_batch": 512, "limit": 4096, "capped": False,
-        "searched_at_unix_s": 1.0,
-    }])
+    max_batch = pd.DataFrame(
+        [
+            {
+                "model": "resnet18",
+                "model_options": "",
+                "mode": "infer",
+                "input_shape": "3x32x32",
+                "precision": "fp32",
+                "device": "gpu:0",
+                "runner": "torch",
+                "largest_batch": 512,
+                "limit": 4096,
+                "capped": False,
+                "searched_at_unix_s": 1.0,
+            }
+        ]
+    )
     row = optimal(frame(run_rows("torch", rising)), max_batch).iloc[0]
     assert row.largest_fitting_batch == 512
-    assert row.fit_note == "max-batch: 512 fits; best at the grid's largest batch: larger batches that fit may do better"
+    assert (
+        row.fit_note == "max-batch: 512 fits; best at the grid's largest batch: larger batches that fit may do better"
+    )
 
-    failed = [{**run_rows("torch", {8: 1.0})[0], "status": "failed", "median_step_time_s": np.nan,
-               "error": "RESOURCE_EXHAUSTED: out of memory on gpu:0"}]
+    failed = [
+        {
+            **run_rows("torch", {8: 1.0})[0],
+            "status": "failed",
+            "median_step_time_s": np.nan,
+            "error": "RESOURCE_EXHAUSTED: out of memory on gpu:0",
+        }
+    ]
     row = optimal(frame(run_rows("torch", rising), failed)).iloc[0]
     assert row.out_of_memory_batches == "8"
     assert row.fit_note == "out of memory from batch 8; best at the largest batch that fits"
@@ -139,15 +183,25 @@ def test_no_trend_is_called_where_there_is_none_and_too_few_batches_are_not_test
 
 
 def facts(runner: str, forward_flops: float) -> dict:
-    return {"runner": runner, "framework": runner, "framework_version": "9.9", "model": "resnet18",
-            "model_options": "", "input_shape": "3x32x32", "forward_flops": forward_flops, "parameter_count": 1,
-            "flops_method": "test"}
+    return {
+        "runner": runner,
+        "framework": runner,
+        "framework_version": "9.9",
+        "model": "resnet18",
+        "model_options": "",
+        "input_shape": "3x32x32",
+        "forward_flops": forward_flops,
+        "parameter_count": 1,
+        "flops_method": "test",
+    }
 
 
 def test_achieved_flops_and_mfu_against_the_published_peak():
-    summary = frame(run_rows("torch", {64: 0.010}, mode="train", precision="amp_bf16"),
-                    run_rows("tensorflow", {64: 0.010}, mode="infer", precision="amp_bf16"),
-                    run_rows("torch", {64: 0.010}, mode="infer", device="cpu:0"))
+    summary = frame(
+        run_rows("torch", {64: 0.010}, mode="train", precision="amp_bf16"),
+        run_rows("tensorflow", {64: 0.010}, mode="infer", precision="amp_bf16"),
+        run_rows("torch", {64: 0.010}, mode="infer", device="cpu:0"),
+    )
     rows = comparison_rows(summary, NO_STEPS)
     table = hardware_efficiency(rows, pd.DataFrame([facts("torch", 1e9)])).set_index(["runner", "mode", "device"])
     train = table.loc[("torch", "train", "gpu:0")]
@@ -167,8 +221,10 @@ def test_achieved_flops_and_mfu_against_the_published_peak():
 def test_fp32_with_tf32_allowed_is_measured_against_the_tf32_peak():
     # The native profile lets torch's convolutions use TF32: the GPU acceptance run on an H200 read resnet50 training
     # as 68.8% of the non-tensor fp32 peak, which TF32 math can pass; against the TF32 peak it is 9%.
-    summary = frame(run_rows("torch", {64: 0.010}, mode="train", tf32="convolutions only"),
-                    run_rows("tensorflow", {64: 0.010}, mode="train", tf32="off"))
+    summary = frame(
+        run_rows("torch", {64: 0.010}, mode="train", tf32="convolutions only"),
+        run_rows("tensorflow", {64: 0.010}, mode="train", tf32="off"),
+    )
     model = [facts("torch", 1e9), {**facts("tensorflow", 1e9), "framework": "tensorflow"}]
     table = hardware_efficiency(comparison_rows(summary, NO_STEPS), pd.DataFrame(model)).set_index("runner")
     assert table.loc["torch", "peak_entry"].endswith("tf32 dense")
@@ -204,11 +260,17 @@ def test_findings_say_who_won_with_confidence_and_what_is_not_measured():
 
 def test_a_finding_is_flagged_where_a_verdict_behind_it_was_and_energy_is_compared_over_runs():
     energy = {"energy_per_sample_j": 0.5}
-    summary = frame(run_rows("torch", {8: 0.010}, mode="train", device_flags="another process used the device", **energy),
-                    run_rows("tensorflow", {8: 0.013}, mode="train", energy_per_sample_j=0.8))
+    summary = frame(
+        run_rows("torch", {8: 0.010}, mode="train", device_flags="another process used the device", **energy),
+        run_rows("tensorflow", {8: 0.013}, mode="train", energy_per_sample_j=0.8),
+    )
     rows = comparison_rows(summary, NO_STEPS)
-    found = {f.question: f for f in findings(rows, per_run(summary, NO_STEPS), batch_trends(per_run(summary, NO_STEPS)),
-                                                      scaling_rows(summary))}
+    found = {
+        f.question: f
+        for f in findings(
+            rows, per_run(summary, NO_STEPS), batch_trends(per_run(summary, NO_STEPS)), scaling_rows(summary)
+        )
+    }
     assert found["Training time"].flagged == "1 configuration(s) had a run on a device that was not quiet"
     # Every run's energy is the same per runner: nothing varies, and 0.8 / 0.5 is called.
     assert found["Power and energy"].sentence == (
@@ -217,8 +279,10 @@ def test_a_finding_is_flagged_where_a_verdict_behind_it_was_and_energy_is_compar
 
 
 def test_verdict_counts_make_the_relative_plots_title():
-    summary = frame(run_rows("torch", {1: 0.010, 2: 0.012}, mode="train"),
-                    run_rows("tensorflow", {1: 0.013, 2: 0.0121}, mode="train"))
+    summary = frame(
+        run_rows("torch", {1: 0.010, 2: 0.012}, mode="train"),
+        run_rows("tensorflow", {1: 0.013, 2: 0.0121}, mode="train"),
+    )
     counts = verdict_counts(comparison_rows(summary, NO_STEPS))
     assert counts.headline() == "torch faster in 1, 1 not resolved"
     assert verdict_counts(comparison_rows(pd.DataFrame(), NO_STEPS)).headline() == "no verdict"

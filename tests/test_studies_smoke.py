@@ -20,11 +20,19 @@ FOLDERS = ("benchmarks", "studies")
 DATA = ROOT / "studies" / "data"
 SCRIPT_LIMIT_S = 120
 SCRIPTS = (
-    "benchmarks/aa_validity.py", "benchmarks/block_time.py", "benchmarks/gpu_acceptance.py",
-    "benchmarks/harness_overhead.py", "benchmarks/sweep_efficiency.py", "benchmarks/time_to_verdict.py",
+    "benchmarks/aa_validity.py",
+    "benchmarks/block_time.py",
+    "benchmarks/gpu_acceptance.py",
+    "benchmarks/harness_overhead.py",
+    "benchmarks/sweep_efficiency.py",
+    "benchmarks/time_to_verdict.py",
     "benchmarks/worker_allocator.py",
-    "studies/block_windows.py", "studies/design_aa.py", "studies/open_blocks_ab.py", "studies/plugin_runs.py",
-    "studies/spending_study.py", "studies/trace_shape.py",
+    "studies/block_windows.py",
+    "studies/design_aa.py",
+    "studies/open_blocks_ab.py",
+    "studies/plugin_runs.py",
+    "studies/spending_study.py",
+    "studies/trace_shape.py",
 )
 # Files in those folders that are not scripts, and what runs them.
 MODULES = {
@@ -53,8 +61,11 @@ def write_tiny_inputs(folder: Path) -> None:
     picked = {
         "rounds": rounds[(rounds["framework"] == "torch") & rounds["model"].isin(two) & (rounds["mode"] == "infer")],
         "blocks": blocks[(blocks["framework"] == "torch") & blocks["model"].isin(two) & (blocks["mode"] == "infer")],
-        "windows": windows[(windows["framework"] == "torch") & (windows["design"] == "W8 w0.1")
-                           & windows["configuration"].str.startswith(tuple(two))],
+        "windows": windows[
+            (windows["framework"] == "torch")
+            & (windows["design"] == "W8 w0.1")
+            & windows["configuration"].str.startswith(tuple(two))
+        ],
     }
     for name, frame in picked.items():
         tiny(folder, name).parent.mkdir()
@@ -65,23 +76,51 @@ def cases(folder: Path) -> dict[str, tuple[str, list[str], str]]:
     """Each case: the script, its arguments (tiny inputs in `folder`), and what its output must say."""
     found = {f"{script} --help": (script, ["--help"], purpose(script)) for script in SCRIPTS}
     found |= {
-        "studies/design_aa.py judge": ("studies/design_aa.py", ["judge", str(tiny(folder, "rounds"))],
-                                       "6 A/A comparisons, each with freshly started instances"),
-        "studies/design_aa.py judge blocks": ("studies/design_aa.py", ["judge", str(tiny(folder, "blocks"))],
-                                              "planted found under paired auto, by configuration"),
-        "studies/spending_study.py": ("studies/spending_study.py",
-                                      ["--runs", str(tiny(folder, "blocks")), "--paired", "--offsets", "none",
-                                       "--planted", "1.5", "--procedures", "40"],
-                                      "noise: 2 configurations"),
-        "studies/block_windows.py judge": ("studies/block_windows.py", ["judge", str(tiny(folder, "windows"))],
-                                           "W8 w0.1   median: resolves"),
-        "studies/open_blocks_ab.py --judge": ("studies/open_blocks_ab.py",
-                                              ["--judge", str(DATA / "design-aa-2026-12-01-evening" / "open_ab.csv")],
-                                              "medians by variant"),
-        "benchmarks/harness_overhead.py fake": ("benchmarks/harness_overhead.py",
-                                        ["--framework", "fake", *FAKE_RUN_ARGS], "overhead fake resnet18 train b8"),
-        "benchmarks/worker_allocator.py fake": ("benchmarks/worker_allocator.py",
-                                        ["--framework", "fake", *FAKE_RUN_ARGS], "worker, pinned"),
+        "studies/design_aa.py judge": (
+            "studies/design_aa.py",
+            ["judge", str(tiny(folder, "rounds"))],
+            "6 A/A comparisons, each with freshly started instances",
+        ),
+        "studies/design_aa.py judge blocks": (
+            "studies/design_aa.py",
+            ["judge", str(tiny(folder, "blocks"))],
+            "planted found under paired auto, by configuration",
+        ),
+        "studies/spending_study.py": (
+            "studies/spending_study.py",
+            [
+                "--runs",
+                str(tiny(folder, "blocks")),
+                "--paired",
+                "--offsets",
+                "none",
+                "--planted",
+                "1.5",
+                "--procedures",
+                "40",
+            ],
+            "noise: 2 configurations",
+        ),
+        "studies/block_windows.py judge": (
+            "studies/block_windows.py",
+            ["judge", str(tiny(folder, "windows"))],
+            "W8 w0.1   median: resolves",
+        ),
+        "studies/open_blocks_ab.py --judge": (
+            "studies/open_blocks_ab.py",
+            ["--judge", str(DATA / "design-aa-2026-12-01-evening" / "open_ab.csv")],
+            "medians by variant",
+        ),
+        "benchmarks/harness_overhead.py fake": (
+            "benchmarks/harness_overhead.py",
+            ["--framework", "fake", *FAKE_RUN_ARGS],
+            "overhead fake resnet18 train b8",
+        ),
+        "benchmarks/worker_allocator.py fake": (
+            "benchmarks/worker_allocator.py",
+            ["--framework", "fake", *FAKE_RUN_ARGS],
+            "worker, pinned",
+        ),
     }
     return found
 
@@ -98,8 +137,13 @@ def ran(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, str]]:
 
     def run(case: tuple[str, list[str], str]) -> tuple[subprocess.CompletedProcess, str]:
         script, arguments, expected = case
-        done = subprocess.run([sys.executable, str(ROOT / script), *arguments], cwd=ROOT, capture_output=True,
-                              text=True, timeout=SCRIPT_LIMIT_S)
+        done = subprocess.run(
+            [sys.executable, str(ROOT / script), *arguments],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=SCRIPT_LIMIT_S,
+        )
         return done, expected
 
     with ThreadPoolExecutor(4) as pool:
@@ -126,8 +170,9 @@ def test_the_modules_the_scripts_import_compile(module, tmp_path):
 
 
 def test_the_gpu_acceptance_shell_script_parses():
-    done = subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "gpu_acceptance.sh")], capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        ["bash", "-n", str(ROOT / "benchmarks" / "gpu_acceptance.sh")], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
 
 

@@ -10,10 +10,10 @@ import time
 
 import pandas as pd
 import pytest
-from fwbench_aggregator.store.results_store import ResultStore
-
 from support.cli import fwbench
 from support.fakes import Fake
+
+from fwbench_aggregator.store.results_store import ResultStore
 
 # Every test here runs the command line, runners or generated requests end to end: seconds each.
 pytestmark = pytest.mark.slow
@@ -40,14 +40,26 @@ def slow_fake(fakes):
 def sweep_args(tmp_path, address, steps: int) -> list[str]:
     path = tmp_path / "sweep.yaml"
     path.write_text(SWEEP.format(steps=steps))
-    return ["sweep", str(path), "--store", str(tmp_path / "store"), "--runner", f"first={address}",
-            "--runner", f"second={address}"]
+    return [
+        "sweep",
+        str(path),
+        "--store",
+        str(tmp_path / "store"),
+        "--runner",
+        f"first={address}",
+        "--runner",
+        f"second={address}",
+    ]
 
 
 def test_killed_mid_sweep_keeps_every_completed_run_and_resume_finishes(tmp_path, slow_fake):
     args = sweep_args(tmp_path, slow_fake, steps=10)
-    process = subprocess.Popen([sys.executable, "-m", "fwbench_aggregator", *args, "--no-report"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "200"})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fwbench_aggregator", *args, "--no-report"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     store = ResultStore(tmp_path / "store")
     deadline = time.monotonic() + 120
     while len(store.keys()) < 5 and time.monotonic() < deadline:
@@ -66,7 +78,11 @@ def test_killed_mid_sweep_keeps_every_completed_run_and_resume_finishes(tmp_path
     # Completed, the sweep counted each runner's models' FLOPs, those the killed sweep ran too.
     facts = store.load("model_facts")
     assert sorted(zip(facts["runner"], facts["model"])) == [
-        ("first", "mobilenet_v2"), ("first", "resnet18"), ("second", "mobilenet_v2"), ("second", "resnet18")]
+        ("first", "mobilenet_v2"),
+        ("first", "resnet18"),
+        ("second", "mobilenet_v2"),
+        ("second", "resnet18"),
+    ]
     assert (tmp_path / "store" / "report" / "report.html").exists()
 
 
@@ -90,16 +106,29 @@ def test_the_report_answers_the_studies_questions_from_the_store(tmp_path, slow_
     """Three runs per batch of a fake whose every step takes 20 ms: time per sample falls with the batch, the
     largest batch is the best, and every batch is under a 60 ms budget."""
     path = tmp_path / "sweep.yaml"
-    path.write_text("runners: [first, second]\nmodels: [resnet18]\nmodes: [infer]\nbatch_sizes: [1, 2, 4]\n"
-                    "shapes: [3x32x32]\nwarmup: 1\nsteps: 3\nmin_measure_s: 0\nrepetitions: 3\n")
+    path.write_text(
+        "runners: [first, second]\nmodels: [resnet18]\nmodes: [infer]\nbatch_sizes: [1, 2, 4]\n"
+        "shapes: [3x32x32]\nwarmup: 1\nsteps: 3\nmin_measure_s: 0\nrepetitions: 3\n"
+    )
     store = tmp_path / "store"
     address = slow_fake
-    sweep = fwbench("sweep", str(path), "--store", str(store), "--runner", f"first={address}",
-                    "--runner", f"second={address}", "--no-report")
+    sweep = fwbench(
+        "sweep",
+        str(path),
+        "--store",
+        str(store),
+        "--runner",
+        f"first={address}",
+        "--runner",
+        f"second={address}",
+        "--no-report",
+    )
     assert sweep.returncode == 0, sweep.stderr
     done = fwbench("report", "--store", str(store), "--latency-budget-ms", "60")
     assert done.returncode == 0, done.stderr
-    assert "findings" in done.stdout and "Time per sample fell as the batch grew in 2 of 2 series" in " ".join(done.stdout.split())
+    assert "findings" in done.stdout and "Time per sample fell as the batch grew in 2 of 2 series" in " ".join(
+        done.stdout.split()
+    )
     optimal = pd.read_csv(store / "report" / "optimal_batch.csv")
     assert list(optimal["best_batch"]) == [4, 4] and list(optimal["budget_batch"]) == [4, 4]
     page = (store / "report" / "report.html").read_text()
@@ -113,9 +142,31 @@ def test_the_report_answers_the_studies_questions_from_the_store(tmp_path, slow_
 @pytest.mark.parametrize("flag, reused", [((), [False, True]), (("--no-reuse-builds",), [False, False])])
 def test_the_command_line_sweep_shares_builds_unless_told_not_to(tmp_path, slow_fake, flag, reused):
     store = tmp_path / "store"
-    done = fwbench("sweep", "--models", "resnet18", "--modes", "infer", "--batch-sizes", "1,2", "--shapes", "3x32x32",
-                   "--repetitions", "1", "--warmup", "1", "--steps", "2", "--min-measure-s", "0", "--store", str(store),
-                   "--runner", f"first={slow_fake}", "--no-report", *flag)
+    done = fwbench(
+        "sweep",
+        "--models",
+        "resnet18",
+        "--modes",
+        "infer",
+        "--batch-sizes",
+        "1,2",
+        "--shapes",
+        "3x32x32",
+        "--repetitions",
+        "1",
+        "--warmup",
+        "1",
+        "--steps",
+        "2",
+        "--min-measure-s",
+        "0",
+        "--store",
+        str(store),
+        "--runner",
+        f"first={slow_fake}",
+        "--no-report",
+        *flag,
+    )
     assert done.returncode == 0, done.stderr
     assert ResultStore(store).load("summary").sort_values("batch_size")["build_reused"].tolist() == reused
 
@@ -148,10 +199,14 @@ def test_ctrl_c_cancels_the_run_in_flight_and_keeps_the_finished_ones(tmp_path, 
     args = sweep_args(tmp_path, slow_fake, steps=100)  # 2 s a run: the interrupt lands mid-run
     # Ctrl-C as a terminal sends it: a test suite started in the background of a shell script inherits an
     # ignored SIGINT, and Python keeps a signal ignored that it was started with.
-    process = subprocess.Popen([sys.executable, "-m", "fwbench_aggregator", *args, "--no-report"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "COLUMNS": "200"},
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fwbench_aggregator", *args, "--no-report"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     store = ResultStore(tmp_path / "store")
     deadline = time.monotonic() + 120
     while not store.keys() and time.monotonic() < deadline:
@@ -169,16 +224,34 @@ def test_ctrl_c_cancels_the_run_in_flight_and_keeps_the_finished_ones(tmp_path, 
     assert 1 <= len(store.keys()) < 24
     # The runner stopped the cancelled run and freed its device: a new run is served at once.
     started = time.monotonic()
-    done = fwbench("compare", "--batch-size", "1", "--warmup", "0", "--steps", "2", "--min-measure-s", "0", "--repetitions", "1",
-                   "--runner", f"fake={slow_fake}",
-                   "--out", str(tmp_path / "after"), "--power-rate-hz", "0")
+    done = fwbench(
+        "compare",
+        "--batch-size",
+        "1",
+        "--warmup",
+        "0",
+        "--steps",
+        "2",
+        "--min-measure-s",
+        "0",
+        "--repetitions",
+        "1",
+        "--runner",
+        f"fake={slow_fake}",
+        "--out",
+        str(tmp_path / "after"),
+        "--power-rate-hz",
+        "0",
+    )
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - started < 20
 
 
 def test_out_of_memory_is_stored_as_a_marked_missing_point_and_resume_skips_it(tmp_path, slow_fake):
     path = tmp_path / "oom.yaml"
-    path.write_text("runners: [fake]\nmodels: [resnet18]\nmodes: [infer]\nbatch_sizes: [1, 200]\nshapes: [3x4096x4096]\nwarmup: 0\nsteps: 2\nmin_measure_s: 0\nrepetitions: 1\n")
+    path.write_text(
+        "runners: [fake]\nmodels: [resnet18]\nmodes: [infer]\nbatch_sizes: [1, 200]\nshapes: [3x4096x4096]\nwarmup: 0\nsteps: 2\nmin_measure_s: 0\nrepetitions: 1\n"
+    )
     args = ["sweep", str(path), "--store", str(tmp_path / "store"), "--runner", f"fake={slow_fake}"]
     done = fwbench(*args)
     # Running out of memory is a result, not a failure: stored, marked, and the exit status 0.
@@ -195,10 +268,20 @@ def test_out_of_memory_is_stored_as_a_marked_missing_point_and_resume_skips_it(t
 
 def test_a_study_a_runner_refuses_runs_nothing_stores_nothing_and_says_why(tmp_path, slow_fake):
     path = tmp_path / "typo.yaml"
-    path.write_text("runners: [first, second]\nmodels: [resnet18, resnt50]\nmodes: [infer]\nbatch_sizes: [1, 2]\n"
-                    "shapes: [3x32x32]\nwarmup: 0\nsteps: 1\nmin_measure_s: 0\nrepetitions: 1\n")
-    done = fwbench("sweep", str(path), "--store", str(tmp_path / "store"), "--runner", f"first={slow_fake}",
-                   "--runner", f"second={slow_fake}")
+    path.write_text(
+        "runners: [first, second]\nmodels: [resnet18, resnt50]\nmodes: [infer]\nbatch_sizes: [1, 2]\n"
+        "shapes: [3x32x32]\nwarmup: 0\nsteps: 1\nmin_measure_s: 0\nrepetitions: 1\n"
+    )
+    done = fwbench(
+        "sweep",
+        str(path),
+        "--store",
+        str(tmp_path / "store"),
+        "--runner",
+        f"first={slow_fake}",
+        "--runner",
+        f"second={slow_fake}",
+    )
     assert done.returncode == 2, done.stderr
     said = " ".join(done.stderr.split())
     assert "the study cannot run, and nothing was run" in said

@@ -8,10 +8,10 @@ import re
 
 import pandas as pd
 import pytest
-from fwbench_aggregator.store.results_store import ResultStore
-
 from support.cli import fwbench, fwbench_in_process
 from support.fakes import Fake
+
+from fwbench_aggregator.store.results_store import ResultStore
 
 # Two points, one per profile: under equal (channels_last) "slow" takes four times "fast"'s 20 ms a step (not 2 ms:
 # on CI's loaded host a few ms of scheduling delay in one of three runs hid a 4x difference from the first look); under
@@ -32,19 +32,35 @@ min_measure_s: 0
 
 @pytest.fixture(scope="module")
 def fast_and_slow_by_profile(module_fakes):
-    fast, slow = module_fakes(Fake("fast", step_s=0.02),
-                              Fake("slow", step_s=0.02, run_spread=0.01,
-                                   step_s_by_setting="layout=channels_last:0.08,layout=channels_first:0.0202")).runners
+    fast, slow = module_fakes(
+        Fake("fast", step_s=0.02),
+        Fake(
+            "slow",
+            step_s=0.02,
+            run_spread=0.01,
+            step_s_by_setting="layout=channels_last:0.08,layout=channels_first:0.0202",
+        ),
+    ).runners
     return fast.address, slow.address
 
 
-def _sweep(tmp_path, runners, extra: str = "", *options: str, resume: bool = False,
-           profiles: str = "[equal, native]"):
+def _sweep(tmp_path, runners, extra: str = "", *options: str, resume: bool = False, profiles: str = "[equal, native]"):
     path = tmp_path / "sweep.yaml"
     path.write_text(f"{STUDY}profiles: {profiles}\n{extra}")
     fast, slow = runners
-    return fwbench("sweep", str(path), "--store", str(tmp_path / "store"), "--runner", f"fast={fast}",
-                   "--runner", f"slow={slow}", *options, *(("--resume",) if resume else ()), columns=240)
+    return fwbench(
+        "sweep",
+        str(path),
+        "--store",
+        str(tmp_path / "store"),
+        "--runner",
+        f"fast={fast}",
+        "--runner",
+        f"slow={slow}",
+        *options,
+        *(("--resume",) if resume else ()),
+        columns=240,
+    )
 
 
 def _runs(tmp_path) -> dict[tuple[str, str], int]:
@@ -65,7 +81,10 @@ def test_a_clear_point_stops_at_the_first_look_and_a_close_one_runs_on(tmp_path,
     assert set(summary["max_repetitions"]) == {8}  # the design, so the report judges at the same looks' levels
     rows = pd.read_csv(tmp_path / "store" / "report" / "comparison.csv").set_index(["profile", "runner"])
     assert rows.loc[("equal", "slow"), "outcome"] == "different"
-    assert rows.loc[("equal", "slow"), "verdict"].startswith("fast ") and "x faster" in rows.loc[("equal", "slow"), "verdict"]
+    assert (
+        rows.loc[("equal", "slow"), "verdict"].startswith("fast ")
+        and "x faster" in rows.loc[("equal", "slow"), "verdict"]
+    )
     if runs[("native", "fast")] == 8 and rows.loc[("native", "slow"), "outcome"] == "unresolved":
         # The budget ran out unsettled: said at the sweep's end and in the report.
         assert "left unresolved" in done.stdout and "the run budget (max_repetitions, 8 runs" in done.stdout
@@ -80,8 +99,11 @@ def test_a_time_budget_that_runs_out_leaves_points_unresolved_and_keeps_their_ru
     out = " ".join(done.stdout.split())
     assert "left unresolved (2 point(s)" in out
     # The first point's share let it start one round; the second found nothing left.
-    assert re.search(r"equal profile: stopped after 1 run per runner: the time budget \(its share, [0-9.e-]+ s\) was "
-                     r"spent; slow: undecided after 1 run per runner", out)
+    assert re.search(
+        r"equal profile: stopped after 1 run per runner: the time budget \(its share, [0-9.e-]+ s\) was "
+        r"spent; slow: undecided after 1 run per runner",
+        out,
+    )
     assert "not started: the time budget was spent" in out
     assert sum(_runs(tmp_path).values()) == 2 == len(ResultStore(tmp_path / "store").run_keys())
     findings = (tmp_path / "store" / "report" / "findings.md").read_text()
@@ -111,20 +133,36 @@ def test_a_number_of_repetitions_in_the_sweep_file_still_fixes_them(tmp_path, fa
     assert "left unresolved" not in done.stdout
 
 
-@pytest.mark.parametrize("extra, options, expected", [
-    ("repetitions: sometimes\n", (), "repetitions: 'sometimes' is not accepted; accepted values: auto, or a number of "
-                                     "runs from 1 to 1000"),
-    ("time_budget_s: -5\n", (), "time_budget_s: -5 is not accepted; accepted: a number of seconds above 0"),
-    ("max_repetitions: 2\n", (), "max_repetitions: 2 is not accepted; accepted: an integer from 3 to 1000"),
-    ("repetitions: 6\ntime_budget_s: 60\n", (), "time_budget_s: applies under repetitions: auto only"),
-    ("repetitions: 6\n", ("--time-budget-s", "60"), "--time-budget-s applies under repetitions: auto only"),
-    ("", ("--time-budget-s", "-1"), "--time-budget-s -1: accepted: a number of seconds above 0"),
-])
+@pytest.mark.parametrize(
+    "extra, options, expected",
+    [
+        (
+            "repetitions: sometimes\n",
+            (),
+            "repetitions: 'sometimes' is not accepted; accepted values: auto, or a number of runs from 1 to 1000",
+        ),
+        ("time_budget_s: -5\n", (), "time_budget_s: -5 is not accepted; accepted: a number of seconds above 0"),
+        ("max_repetitions: 2\n", (), "max_repetitions: 2 is not accepted; accepted: an integer from 3 to 1000"),
+        ("repetitions: 6\ntime_budget_s: 60\n", (), "time_budget_s: applies under repetitions: auto only"),
+        ("repetitions: 6\n", ("--time-budget-s", "60"), "--time-budget-s applies under repetitions: auto only"),
+        ("", ("--time-budget-s", "-1"), "--time-budget-s -1: accepted: a number of seconds above 0"),
+    ],
+)
 def test_bad_repetition_fields_are_refused_naming_the_field_and_what_is_accepted(tmp_path, extra, options, expected):
     path = tmp_path / "sweep.yaml"
     path.write_text(STUDY + extra)
-    done = fwbench_in_process("sweep", str(path), "--store", str(tmp_path / "store"), "--runner", "fast=127.0.0.1:1",
-                              "--runner", "slow=127.0.0.1:1", *options, columns=240)
+    done = fwbench_in_process(
+        "sweep",
+        str(path),
+        "--store",
+        str(tmp_path / "store"),
+        "--runner",
+        "fast=127.0.0.1:1",
+        "--runner",
+        "slow=127.0.0.1:1",
+        *options,
+        columns=240,
+    )
     assert done.exit_code == 2, done.output
     assert expected in " ".join(done.output.split()) and "Traceback" not in done.output
     assert not (tmp_path / "store").exists()

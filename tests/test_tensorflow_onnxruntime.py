@@ -11,9 +11,9 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator.run import launch
-
 from support.requests import MEASURED, refusal, run
+
+from fwbench_aggregator.run import launch
 
 # Every test here runs a real framework runner.
 pytestmark = pytest.mark.frameworks
@@ -29,8 +29,10 @@ def test_onnxruntime_runs_the_converted_model_channels_last(tensorflow_stub):
     config, summary = run(tensorflow_stub, compilation=pb.COMPILATION_ONNXRUNTIME)
     assert config.compilation == pb.COMPILATION_ONNXRUNTIME and config.layout == pb.LAYOUT_CHANNELS_LAST
     assert summary.measured_steps == MEASURED and summary.throughput_samples_per_s > 0
-    assert any(flag.startswith("onnxruntime ") and "(CPUExecutionProvider), exported by tf2onnx " in flag
-               for flag in summary.flags), summary.flags
+    assert any(
+        flag.startswith("onnxruntime ") and "(CPUExecutionProvider), exported by tf2onnx " in flag
+        for flag in summary.flags
+    ), summary.flags
 
 
 def test_onnxruntime_refuses_training_naming_the_compilations_that_train(tensorflow_stub):

@@ -3,12 +3,11 @@ three embedded runners itself, stores every run, and its report compares all thr
 
 from __future__ import annotations
 
-import pytest
-
 import pandas as pd
-from fwbench_aggregator.store.results_store import ResultStore
-
+import pytest
 from support.cli import fwbench
+
+from fwbench_aggregator.store.results_store import ResultStore
 
 # Every test here runs a real framework runner.
 pytestmark = pytest.mark.frameworks

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from support.core import FakeClock, ScriptedWorkload, config_for, drive, request, resolve_request
 
 from fwbench_core import timing
 from fwbench_core.backend import MemoryReading
-from fwbench_core.errors import Cancelled
 from fwbench_core.choices import Mode, Phase
+from fwbench_core.errors import Cancelled
 from fwbench_core.spec import WarmupUntilStable
 from fwbench_core.timing import Progress, StepBatch, Summary, time_steps
-
-from support.core import FakeClock, ScriptedWorkload, config_for, drive, request, resolve_request
 
 
 def test_timing_loop_exact_times_and_summary():
@@ -114,8 +113,12 @@ def test_cancellation_stops_before_the_next_step():
 
 def stable_config(cap: int, threshold: float = 0.05, window: int = 3, measured: int = 4, min_measure_s=None):
     return resolve_request(
-        request(warmup_steps=cap, measured_steps=measured, warmup_until_stable=WarmupUntilStable(threshold, window),
-                min_measure_s=min_measure_s)
+        request(
+            warmup_steps=cap,
+            measured_steps=measured,
+            warmup_until_stable=WarmupUntilStable(threshold, window),
+            min_measure_s=min_measure_s,
+        )
     )
 
 

@@ -9,13 +9,13 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from support.requests import CPU, MEASURED, refusal, run
+
 from fwbench_aggregator.run import launch
+from fwbench_core.choices import DeviceKind
 from fwbench_core.errors import FailedPrecondition
 from fwbench_core.onnx_runtime import provider_for
-from fwbench_core.choices import DeviceKind
 from fwbench_core.spec import Device, DeviceRef
-
-from support.requests import CPU, MEASURED, refusal, run
 
 # Every test here runs a real framework runner.
 pytestmark = pytest.mark.frameworks
@@ -50,7 +50,9 @@ def test_torchscript_runs_and_says_whether_it_scripted_or_traced(torch_stub, mod
 def test_torchscript_infers_after_training_the_same_model(torch_stub):
     # TorchScript shares a class's graph optimized while training with the next module of that class.
     for mode in (pb.MODE_TRAIN, pb.MODE_INFER):
-        _, summary = run(torch_stub, model="lstm_lm", input_shape=[8], mode=mode, compilation=pb.COMPILATION_TORCHSCRIPT)
+        _, summary = run(
+            torch_stub, model="lstm_lm", input_shape=[8], mode=mode, compilation=pb.COMPILATION_TORCHSCRIPT
+        )
         assert "torchscript (scripted)" in summary.flags
 
 
@@ -112,7 +114,10 @@ def test_torchscript_trains_under_bf16_autocast(torch_stub):
 
 def test_torchscript_trains_under_ddp_on_two_cpu_workers(torch_stub):
     config, summary = run(
-        torch_stub, mode=pb.MODE_TRAIN, compilation=pb.COMPILATION_TORCHSCRIPT, device=None,
+        torch_stub,
+        mode=pb.MODE_TRAIN,
+        compilation=pb.COMPILATION_TORCHSCRIPT,
+        device=None,
         devices=[CPU, pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU, index=1)],
     )
     assert (config.strategy, config.world_size) == (pb.STRATEGY_DDP, 2)

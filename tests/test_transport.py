@@ -14,23 +14,24 @@ import pytest
 import trustme
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from fwbench_aggregator.run import connection
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from support.cli import fwbench
+
+from fwbench_aggregator.base import env_flags as aggregator_flags
+from fwbench_aggregator.run import connection, device_lock
 from fwbench_aggregator.run.client import RunnerClient, RunnerFailure
 from fwbench_aggregator.run.connection import Transport
 from fwbench_aggregator.run.launch import LocalRunner, default_venvs, embedded_command, fake_runner_command
-from fwbench_aggregator.base import env_flags as aggregator_flags
-from fwbench_aggregator.run import device_lock
 from fwbench_core import access, server
 from fwbench_core import env_flags as core_flags
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-
-from support.cli import fwbench
 
 RPC_TIMEOUT_S = 30
 START_TIMEOUT_S = 120
 TOKEN = "0123456789abcdef0123456789abcdef"
-RUN = pb.RunRequest(model="resnet18", mode=pb.MODE_INFER, batch_size=1, warmup_steps=0, measured_steps=2, min_measure_s=0.0)
+RUN = pb.RunRequest(
+    model="resnet18", mode=pb.MODE_INFER, batch_size=1, warmup_steps=0, measured_steps=2, min_measure_s=0.0
+)
 
 
 class Pki:
@@ -60,7 +61,13 @@ class Pki:
         return chain, self._write(folder / f"{name}-key.pem", cert.private_key_pem)
 
     def transport(self, ca=True, client=False, stranger=False, token: Path | None = None) -> Transport:
-        cert, key = (self.client_cert, self.client_key) if client else (self.stranger_cert, self.stranger_key) if stranger else (None, None)
+        cert, key = (
+            (self.client_cert, self.client_key)
+            if client
+            else (self.stranger_cert, self.stranger_key)
+            if stranger
+            else (None, None)
+        )
         return Transport.from_files(self.ca if ca else None, cert, key, token)
 
     def server_flags(self, client_ca: bool = False) -> list[str]:
@@ -78,7 +85,9 @@ def start(tmp_path_factory):
     """start(*flags, env=..., transport=...): a fake runner on a free loopback port; stopped after the module."""
     runners = []
 
-    def start_runner(*flags: str, env: dict | None = None, transport: Transport = Transport(), command=None) -> LocalRunner:
+    def start_runner(
+        *flags: str, env: dict | None = None, transport: Transport = Transport(), command=None
+    ) -> LocalRunner:
         log = tmp_path_factory.mktemp("logs") / "fake.log"
         runner = LocalRunner("fake", [*(command or fake_runner_command()), *flags], log, env=env, transport=transport)
         runners.append(runner)
@@ -110,7 +119,10 @@ def connects(host: str, port: int) -> bool:
 def runner_process(*flags: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """A fake runner that is expected to refuse to start."""
     return subprocess.run(
-        [*fake_runner_command(), *flags], capture_output=True, text=True, timeout=60,
+        [*fake_runner_command(), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={**os.environ, **(env or {})},
     )
 
@@ -146,7 +158,8 @@ def test_a_runner_refuses_to_listen_beyond_loopback_unguarded_unless_told_insecu
     assert done.stderr.splitlines()[-1].startswith(
         "refusing to listen on 0.0.0.0:0 with neither TLS nor a token: anyone who reaches it could drive the runner. "
         f"Give --token-file (or ${access.TOKEN_ENV}) or --tls-cert and --tls-key, listen on 127.0.0.1, or, where the "
-        f"network itself is the guard (a container's own network), --insecure (${access.INSECURE_ENV}=1)"), done.stderr
+        f"network itself is the guard (a container's own network), --insecure (${access.INSECURE_ENV}=1)"
+    ), done.stderr
 
 
 @pytest.mark.parametrize("value", ["maybe", "2", "enable"])
@@ -155,7 +168,8 @@ def test_a_switch_that_is_no_accepted_word_is_refused_at_start_naming_the_variab
     assert done.returncode == 2 and '"listening"' not in done.stdout and "Traceback" not in done.stderr
     assert done.stderr.splitlines()[-1].endswith(
         f"error: ${access.INSECURE_ENV} is {value!r}; accepted: 1, true, yes, on (on) or 0, false, no, off (off), in "
-        "any case, or unset"), done.stderr
+        "any case, or unset"
+    ), done.stderr
 
 
 def test_the_runners_and_the_aggregators_switches_read_alike():
@@ -205,7 +219,9 @@ def test_a_torch_runner_refused_at_start_up_ends_with_its_reason(start):
     command = embedded_command("torch", default_venvs(), address=f"127.0.0.1:{port}")
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
-    assert done.stderr.splitlines()[-1].startswith(f"cannot listen on 127.0.0.1:{port}: the port is in use"), done.stderr
+    assert done.stderr.splitlines()[-1].startswith(f"cannot listen on 127.0.0.1:{port}: the port is in use"), (
+        done.stderr
+    )
     assert "leaked" not in done.stderr
 
 
@@ -218,14 +234,28 @@ def test_a_torch_runner_refused_at_start_up_ends_with_its_reason(start):
         (lambda p: ["--tls-key", str(p.server_key)], "--tls-cert and --tls-key go together"),
         (lambda p: ["--tls-cert", str(p.server_cert)], "--tls-cert and --tls-key go together"),
         (lambda p: ["--tls-client-ca", str(p.ca)], "--tls-client-ca needs --tls-cert"),
-        (lambda p: ["--tls-cert", str(p.server_cert), "--tls-key", "/no/such/key.pem"], "--tls-key /no/such/key.pem: cannot be read: No such file or directory"),
-        (lambda p: ["--tls-cert", str(p.server_cert), "--tls-key", str(p.client_key)], "the key is not the certificate's"),
+        (
+            lambda p: ["--tls-cert", str(p.server_cert), "--tls-key", "/no/such/key.pem"],
+            "--tls-key /no/such/key.pem: cannot be read: No such file or directory",
+        ),
+        (
+            lambda p: ["--tls-cert", str(p.server_cert), "--tls-key", str(p.client_key)],
+            "the key is not the certificate's",
+        ),
         (lambda p: [*p.server_flags(), "--tls-client-ca", str(p.token_file)], "holds no PEM CA certificate"),
         (lambda p: ["--token-file", str(p.ca.parent / "missing")], "--token-file"),
         (lambda p: ["--token-file", str(p.ca)], "a token is one word"),
     ],
-    ids=["key-without-cert", "cert-without-key", "client-ca-without-cert", "unreadable-key", "mismatched-key",
-         "client-ca-not-pem", "missing-token-file", "token-file-not-a-token"],
+    ids=[
+        "key-without-cert",
+        "cert-without-key",
+        "client-ca-without-cert",
+        "unreadable-key",
+        "mismatched-key",
+        "client-ca-not-pem",
+        "missing-token-file",
+        "token-file-not-a-token",
+    ],
 )
 def test_a_setting_that_cannot_work_stops_the_runner_at_start_up(pki, flags, expected):
     done = runner_process(*flags(pki))
@@ -339,11 +369,17 @@ def test_the_health_check_is_open_and_reflection_is_not(token_runner):
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
         request = reflection_pb2.ServerReflectionRequest(list_services="")
         with pytest.raises(grpc.RpcError) as raw:
-            list(reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(iter([request]), timeout=RPC_TIMEOUT_S))
+            list(
+                reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+                    iter([request]), timeout=RPC_TIMEOUT_S
+                )
+            )
         assert raw.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
-def test_an_embedded_runner_requires_a_token_from_the_environment_and_ignores_the_aggregators_settings(start, pki, monkeypatch):
+def test_an_embedded_runner_requires_a_token_from_the_environment_and_ignores_the_aggregators_settings(
+    start, pki, monkeypatch
+):
     # The aggregator's own settings would otherwise reach the runner it starts, which inherits its environment.
     for name, value in ((connection.TOKEN_FILE_ENV, pki.token_file), (connection.TLS_CERT_ENV, pki.client_cert)):
         monkeypatch.setenv(name, str(value))
@@ -362,7 +398,10 @@ def healthcheck(address: str, env: dict) -> subprocess.CompletedProcess:
     port = address.rsplit(":", 1)[1]
     clean = {k: v for k, v in os.environ.items() if not k.startswith("FWBENCH_")}
     return subprocess.run(
-        [sys.executable, "-m", "fwbench_core.healthcheck"], capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "fwbench_core.healthcheck"],
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={**clean, server.ADDRESS_ENV: f"0.0.0.0:{port}", **env},
     )
 
@@ -375,7 +414,8 @@ def test_the_health_probe_needs_no_token(token_runner):
 def test_the_health_probe_speaks_tls_to_a_tls_runner_with_client_certificates(mtls_runner, pki):
     # The probe runs in the runner's container, with the runner's environment.
     runner_env = {
-        access.TLS_CERT_ENV: str(pki.server_cert), access.TLS_KEY_ENV: str(pki.server_key),
+        access.TLS_CERT_ENV: str(pki.server_cert),
+        access.TLS_KEY_ENV: str(pki.server_key),
         access.TLS_CLIENT_CA_ENV: str(pki.ca),
     }
     done = healthcheck(mtls_runner, runner_env)
@@ -398,8 +438,18 @@ def guarded_runner(start, pki) -> str:
 @pytest.mark.slow
 def test_the_cli_reaches_a_guarded_runner_with_its_options(guarded_runner, pki):
     done = fwbench(
-        "describe", "--runner", f"fake={guarded_runner}", "--tls-ca", str(pki.ca), "--tls-cert", str(pki.client_cert),
-        "--tls-key", str(pki.client_key), "--token-file", str(pki.token_file), clean=True,
+        "describe",
+        "--runner",
+        f"fake={guarded_runner}",
+        "--tls-ca",
+        str(pki.ca),
+        "--tls-cert",
+        str(pki.client_cert),
+        "--tls-key",
+        str(pki.client_key),
+        "--token-file",
+        str(pki.token_file),
+        clean=True,
     )
     assert done.returncode == 0, done.stderr
     assert "fake" in done.stdout and guarded_runner in done.stdout
@@ -408,8 +458,11 @@ def test_the_cli_reaches_a_guarded_runner_with_its_options(guarded_runner, pki):
 @pytest.mark.slow
 def test_the_cli_reads_its_options_from_the_environment(guarded_runner, pki):
     env = {
-        "FWBENCH_RUNNERS": f"fake={guarded_runner}", "FWBENCH_TLS_CA": str(pki.ca), "FWBENCH_TLS_CERT": str(pki.client_cert),
-        "FWBENCH_TLS_KEY": str(pki.client_key), "FWBENCH_TOKEN_FILE": str(pki.token_file),
+        "FWBENCH_RUNNERS": f"fake={guarded_runner}",
+        "FWBENCH_TLS_CA": str(pki.ca),
+        "FWBENCH_TLS_CERT": str(pki.client_cert),
+        "FWBENCH_TLS_KEY": str(pki.client_key),
+        "FWBENCH_TOKEN_FILE": str(pki.token_file),
     }
     done = fwbench("models", env=env, clean=True)
     assert done.returncode == 0, done.stderr
@@ -426,8 +479,16 @@ def test_the_cli_without_tls_options_names_them(guarded_runner):
 @pytest.mark.slow
 def test_the_cli_without_the_token_names_the_token_option(guarded_runner, pki):
     done = fwbench(
-        "describe", "--runner", f"fake={guarded_runner}", "--tls-ca", str(pki.ca), "--tls-cert", str(pki.client_cert),
-        "--tls-key", str(pki.client_key), clean=True,
+        "describe",
+        "--runner",
+        f"fake={guarded_runner}",
+        "--tls-ca",
+        str(pki.ca),
+        "--tls-cert",
+        str(pki.client_cert),
+        "--tls-key",
+        str(pki.client_key),
+        clean=True,
     )
     assert done.returncode == 1
     assert "UNAUTHENTICATED" in done.stderr and "needs a token" in done.stderr and "--token-file" in done.stderr
@@ -448,4 +509,3 @@ def test_the_cli_refuses_unusable_access_options_before_contacting_a_runner(pki,
     done = fwbench("describe", "--runner", "fake=127.0.0.1:9", *args(pki), clean=True)
     assert done.returncode == 2
     assert expected in done.stderr
-

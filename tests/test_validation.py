@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import re
 
-from fwbench.runner.v1 import runner_pb2 as pb
 import pytest
+from fwbench.runner.v1 import runner_pb2 as pb
+from support.core import ALL_MODELS, CPU, GPU0, capabilities_with, expect_error, request, resolve_request
 
 from fwbench_core import wire
 from fwbench_core.builtin import MODEL_SPECS
 from fwbench_core.catalog import Catalog
+from fwbench_core.choices import Compilation, DeviceKind, Layout, Mode, Objective, Precision, Profile, Strategy, Switch
 from fwbench_core.errors import ECHO_CHARS, FailedPrecondition, InvalidArgument, NotFound, echoed
-from fwbench_core.choices import Compilation, Profile, Layout, Switch, DeviceKind, Mode, Objective, Precision, Strategy
-from fwbench_core.spec import CompilationLimits, WarmupUntilStable, Device, DeviceRef, Head, RunRequest, RunnerInfo
-
+from fwbench_core.spec import CompilationLimits, Device, DeviceRef, Head, RunnerInfo, RunRequest, WarmupUntilStable
 from fwbench_core.validation import resolve_model_config
-
-from support.core import ALL_MODELS, CPU, GPU0, capabilities_with, expect_error, request, resolve_request
 
 
 def test_defaults_are_resolved():
@@ -65,7 +63,9 @@ def test_unknown_model_lists_known_models():
 
 
 def test_a_declared_model_this_runner_does_not_build_says_why():
-    catalog = Catalog({"mobilenet_v2": MODEL_SPECS["mobilenet_v2"]}, {"resnet18": "plug-in /m/resnet18 has no build_test.py"})
+    catalog = Catalog(
+        {"mobilenet_v2": MODEL_SPECS["mobilenet_v2"]}, {"resnet18": "plug-in /m/resnet18 has no build_test.py"}
+    )
     message = expect_error(FailedPrecondition, request(model="resnet18"), models=catalog)
     assert "'resnet18' is not served by this runner: plug-in /m/resnet18 has no build_test.py" in message
 
@@ -96,8 +96,9 @@ def test_sequence_longer_than_the_model_takes_is_refused():
 
 
 def test_wire_request_carries_model_options():
-    req = wire.run_request_from_wire(pb.RunRequest(model="bert_base", mode=pb.MODE_TRAIN, batch_size=1,
-                                                   model_options={"head": "mlm"}))
+    req = wire.run_request_from_wire(
+        pb.RunRequest(model="bert_base", mode=pb.MODE_TRAIN, batch_size=1, model_options={"head": "mlm"})
+    )
     assert req.model_options == {"head": "mlm"}
 
 
@@ -145,7 +146,9 @@ def test_unsupported_precision_names_supported_ones():
         request(precision=Precision.AMP_FP16, device=DeviceRef(DeviceKind.CPU)),
         precisions=lambda d: frozenset({Precision.FP32, Precision.TF32}),
     )
-    assert "precision amp_fp16" in message and "cpu:0" in message and "fp32, tf32" in message and "test runner" in message
+    assert (
+        "precision amp_fp16" in message and "cpu:0" in message and "fp32, tf32" in message and "test runner" in message
+    )
 
 
 @pytest.mark.parametrize(
@@ -206,10 +209,20 @@ def test_the_native_profile_takes_the_frameworks_own_layout_and_equal_the_same_f
     assert resolve_request(request(), **both).layout is Layout.CHANNELS_LAST
     assert resolve_request(request(profile=Profile.EQUAL), **both).profile is Profile.EQUAL
     native = resolve_request(request(profile=Profile.NATIVE), **both)
-    assert (native.layout, native.profile, native.compilation) == (Layout.CHANNELS_FIRST, Profile.NATIVE, Compilation.GRAPH)
+    assert (native.layout, native.profile, native.compilation) == (
+        Layout.CHANNELS_FIRST,
+        Profile.NATIVE,
+        Compilation.GRAPH,
+    )
     # A setting the request names is used under either profile; a layout the device lacks gives way.
-    assert resolve_request(request(profile=Profile.NATIVE, layout=Layout.CHANNELS_LAST), **both).layout is Layout.CHANNELS_LAST
-    assert resolve_request(request(profile=Profile.NATIVE), native_layout=Layout.CHANNELS_FIRST).layout is Layout.CHANNELS_LAST
+    assert (
+        resolve_request(request(profile=Profile.NATIVE, layout=Layout.CHANNELS_LAST), **both).layout
+        is Layout.CHANNELS_LAST
+    )
+    assert (
+        resolve_request(request(profile=Profile.NATIVE), native_layout=Layout.CHANNELS_FIRST).layout
+        is Layout.CHANNELS_LAST
+    )
 
 
 def test_native_and_best_take_the_frameworks_own_cudnn_autotuning_where_the_runner_can_set_it():
@@ -280,8 +293,16 @@ def test_inspection_and_parity_configs_take_the_same_seed_and_batch_rules():
     "error, overrides, echoed_as",
     [
         (NotFound, {"model": "x" * 100_000}, "unknown model 'xxx"),
-        (InvalidArgument, {"model": "bert_base", "input_shape": (), "model_options": {"h" * 100_000: "mlm"}}, "model_options has 'hhh"),
-        (InvalidArgument, {"model": "bert_base", "input_shape": (), "model_options": {"head": "m" * 100_000}}, "head='mmm"),
+        (
+            InvalidArgument,
+            {"model": "bert_base", "input_shape": (), "model_options": {"h" * 100_000: "mlm"}},
+            "model_options has 'hhh",
+        ),
+        (
+            InvalidArgument,
+            {"model": "bert_base", "input_shape": (), "model_options": {"head": "m" * 100_000}},
+            "head='mmm",
+        ),
         (InvalidArgument, {"input_shape": (3,) * 100_000}, "input_shape 3x3x3"),
     ],
     ids=["model", "option-name", "option-value", "input-shape"],
@@ -323,10 +344,12 @@ def test_a_compilation_for_inference_only_refuses_training_naming_the_compilatio
 
 
 def test_a_precision_the_compilation_cannot_run_is_refused_naming_those_it_can():
-    precisions = lambda device: frozenset({Precision.FP32, Precision.AMP_BF16})  # noqa: E731
+    precisions = lambda device: frozenset({Precision.FP32, Precision.AMP_BF16})
     message = expect_error(
-        FailedPrecondition, request(mode=Mode.INFER, compilation=Compilation.ONNXRUNTIME, precision=Precision.AMP_BF16),
-        precisions=precisions, **LIMITED,
+        FailedPrecondition,
+        request(mode=Mode.INFER, compilation=Compilation.ONNXRUNTIME, precision=Precision.AMP_BF16),
+        precisions=precisions,
+        **LIMITED,
     )
     assert message == (
         "precision amp_bf16 is not supported with compilation onnxruntime by the test runner; supported with it: fp32"
@@ -339,7 +362,8 @@ def test_an_unset_layout_gives_way_to_one_the_compilation_takes_and_an_explicit_
     assert resolve_request(request(mode=Mode.INFER), **LIMITED).layout is Layout.CHANNELS_LAST
     message = expect_error(
         FailedPrecondition,
-        request(mode=Mode.INFER, compilation=Compilation.ONNXRUNTIME, layout=Layout.CHANNELS_LAST), **LIMITED,
+        request(mode=Mode.INFER, compilation=Compilation.ONNXRUNTIME, layout=Layout.CHANNELS_LAST),
+        **LIMITED,
     )
     assert "layout channels_last is not supported with compilation onnxruntime" in message
     assert message.endswith("supported with it: channels_first")
@@ -347,7 +371,8 @@ def test_an_unset_layout_gives_way_to_one_the_compilation_takes_and_an_explicit_
 
 def test_compilation_limits_are_advertised_per_device():
     options = wire._capabilities_as_options(
-        RunnerInfo("test", "1", "3.11", (CPU,)), capabilities_with(lambda device: frozenset({Precision.FP32}), **LIMITED)
+        RunnerInfo("test", "1", "3.11", (CPU,)),
+        capabilities_with(lambda device: frozenset({Precision.FP32}), **LIMITED),
     )
     assert options["cpu:0.onnxruntime.modes"] == "infer"
     assert options["cpu:0.onnxruntime.layouts"] == "channels_first"

@@ -9,6 +9,9 @@ import os
 from dataclasses import replace
 
 import pytest
+from support.core import RecordingBackend, small
+from support.distributed import spawned_children
+from support.processes import assert_all_end
 
 from fwbench_core.builtin import MODEL_SPECS
 from fwbench_core.catalog import Catalog
@@ -20,18 +23,25 @@ from fwbench_core.spec import DeviceRef, ModelSource, RunConfig, RunRequest
 from fwbench_core.timing import Summary
 from fwbench_core.validation import resolve
 from fwbench_core.venues import (
-    DistributedVenue, IsolatedWorkerVenue, PluginWorkerVenue, ProcessBlockVenue, ThreadVenue, Venues,
+    DistributedVenue,
+    IsolatedWorkerVenue,
+    PluginWorkerVenue,
+    ProcessBlockVenue,
+    ThreadVenue,
+    Venues,
 )
 
-from support.core import RecordingBackend, small
-from support.distributed import spawned_children
-from support.processes import assert_all_end
-
-NOT_CANCELLED = lambda: False  # noqa: E731
+NOT_CANCELLED = lambda: False
 PLUGIN = "tiny"
-CATALOG = Catalog({**MODEL_SPECS, PLUGIN: replace(MODEL_SPECS["resnet18"], name=PLUGIN,
-                                                  source=ModelSource("--models-dir", f"/models/{PLUGIN}", "sha256:0"))},
-                  {})
+CATALOG = Catalog(
+    {
+        **MODEL_SPECS,
+        PLUGIN: replace(
+            MODEL_SPECS["resnet18"], name=PLUGIN, source=ModelSource("--models-dir", f"/models/{PLUGIN}", "sha256:0")
+        ),
+    },
+    {},
+)
 
 
 class PluginFake(RecordingBackend):
@@ -77,12 +87,15 @@ def test_the_chooser_picks_each_kinds_venue(kind):
     assert type(venue) is venue_type and venue is getattr(venues, kind)
 
 
-@pytest.mark.parametrize("isolation, request_, kind", [
-    (RunIsolation.PROCESS_ON_GPU, small(), "thread"),  # a CPU run stays in the runner's process
-    (RunIsolation.PROCESS, small(model=PLUGIN), "plugin"),  # a plug-in's worker, not the isolation's
-    (RunIsolation.THREAD, small(model=PLUGIN, process_block="k0"), "block"),  # the block's worker runs plug-ins too
-    (RunIsolation.THREAD, ddp(model=PLUGIN), "distributed"),
-])
+@pytest.mark.parametrize(
+    "isolation, request_, kind",
+    [
+        (RunIsolation.PROCESS_ON_GPU, small(), "thread"),  # a CPU run stays in the runner's process
+        (RunIsolation.PROCESS, small(model=PLUGIN), "plugin"),  # a plug-in's worker, not the isolation's
+        (RunIsolation.THREAD, small(model=PLUGIN, process_block="k0"), "block"),  # the block's worker runs plug-ins too
+        (RunIsolation.THREAD, ddp(model=PLUGIN), "distributed"),
+    ],
+)
 def test_the_first_of_distributed_block_plugin_and_isolation_that_applies_chooses(isolation, request_, kind):
     venues, backend = venues_of(isolation)
     assert venues.venue_for(config_of(request_, backend)) is getattr(venues, kind)
@@ -116,14 +129,17 @@ def test_a_run_in_each_venue_ends_with_its_summary_and_release_leaves_nothing_ru
         assert backend.workloads[0].closed == 1
 
 
-@pytest.mark.parametrize("kind, request_, released", [
-    ("thread", small(), ["plugin", "block"]),
-    ("isolated", small(), ["plugin", "block"]),
-    ("plugin", small(model=PLUGIN), ["block", "thread"]),
-    ("block", small(process_block="k0"), ["plugin", "thread"]),
-    ("distributed", ddp(), ["plugin", "block"]),
-    ("distributed", ddp(model=PLUGIN), ["block"]),
-])
+@pytest.mark.parametrize(
+    "kind, request_, released",
+    [
+        ("thread", small(), ["plugin", "block"]),
+        ("isolated", small(), ["plugin", "block"]),
+        ("plugin", small(model=PLUGIN), ["block", "thread"]),
+        ("block", small(process_block="k0"), ["plugin", "thread"]),
+        ("distributed", ddp(), ["plugin", "block"]),
+        ("distributed", ddp(model=PLUGIN), ["block"]),
+    ],
+)
 def test_a_run_ends_what_the_other_venues_keep_in_the_services_order(kind, request_, released, monkeypatch):
     venues, backend = venues_of(KINDS[kind][0])
     ended: list[str] = []

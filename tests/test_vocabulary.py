@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
+
 from fwbench_aggregator.base import vocabulary
+from fwbench_aggregator.plan.spec import RunSpec, option_pairs
 from fwbench_aggregator.run import wire
 from fwbench_aggregator.run.launch import StartupSettings
-from fwbench_aggregator.plan.spec import RunSpec, option_pairs
 
 PROTO_ENUMS = [pb.DESCRIPTOR.enum_types_by_name[name] for name in sorted(pb.DESCRIPTOR.enum_types_by_name)]
 
@@ -37,7 +38,9 @@ def test_known_texts():
 
 @pytest.mark.parametrize("text", ["fp8", "FP32", "PRECISION_FP32", "", None])
 def test_unknown_text_names_the_accepted_values(text):
-    with pytest.raises(vocabulary.UnknownValue, match=r"^unknown precision .*; accepted values: fp32, tf32, amp_fp16, amp_bf16$"):
+    with pytest.raises(
+        vocabulary.UnknownValue, match=r"^unknown precision .*; accepted values: fp32, tf32, amp_fp16, amp_bf16$"
+    ):
         vocabulary.from_text(pb.Precision, text)
 
 
@@ -46,28 +49,52 @@ def test_unknown_number_names_the_accepted_values():
         vocabulary.to_text(pb.DeviceKind, 99)
 
 
-@pytest.mark.parametrize("wrapper, choice_enum", [
-    (pb.Mode, vocabulary.Mode), (pb.Precision, vocabulary.Precision), (pb.Layout, vocabulary.Layout),
-    (pb.Compilation, vocabulary.Compilation), (pb.Switch, vocabulary.Switch),
-])
+@pytest.mark.parametrize(
+    "wrapper, choice_enum",
+    [
+        (pb.Mode, vocabulary.Mode),
+        (pb.Precision, vocabulary.Precision),
+        (pb.Layout, vocabulary.Layout),
+        (pb.Compilation, vocabulary.Compilation),
+        (pb.Switch, vocabulary.Switch),
+    ],
+)
 def test_option_enums_are_the_contract_choices(wrapper, choice_enum):
     assert [member.value for member in choice_enum] == list(vocabulary.choices(wrapper))
     assert all(member.name == member.value == member for member in choice_enum)
 
 
-@pytest.mark.parametrize("text, accepted", [
-    ("3x224x224", True), ("seq=128", True), ("0x3", False), ("3x", False), ("seq:1", False),
-    # The wire carries each side as a uint32.
-    ("3x4294967295", True), ("3x4294967296", False), ("seq=4294967296", False),
-])
+@pytest.mark.parametrize(
+    "text, accepted",
+    [
+        ("3x224x224", True),
+        ("seq=128", True),
+        ("0x3", False),
+        ("3x", False),
+        ("seq:1", False),
+        # The wire carries each side as a uint32.
+        ("3x4294967295", True),
+        ("3x4294967296", False),
+        ("seq=4294967296", False),
+    ],
+)
 def test_shape_rule(text, accepted):
     assert vocabulary.is_shape(text) is accepted
 
 
-@pytest.mark.parametrize("text, accepted", [
-    ("cpu", True), ("cpu:0", True), ("gpu", True), ("gpu:3", True), ("cpu:1", False), ("cuda", False),
-    ("gpu:4294967295", True), ("gpu:4294967296", False),
-])
+@pytest.mark.parametrize(
+    "text, accepted",
+    [
+        ("cpu", True),
+        ("cpu:0", True),
+        ("gpu", True),
+        ("gpu:3", True),
+        ("cpu:1", False),
+        ("cuda", False),
+        ("gpu:4294967295", True),
+        ("gpu:4294967296", False),
+    ],
+)
 def test_device_rule(text, accepted):
     assert vocabulary.is_device(text) is accepted
 
@@ -81,19 +108,46 @@ def test_shapes_and_devices_as_the_contract_writes_them():
 
 def test_run_spec_writes_every_setting_into_the_request():
     spec = RunSpec(
-        "bert_base", vocabulary.Mode.infer, 4, "seq=16", vocabulary.Precision.amp_bf16, "gpu:1",
-        vocabulary.Layout.channels_first, vocabulary.Compilation.xla, warmup=6, steps=7, seed=11,
-        model_options=option_pairs(["head=mlm"]), startup=StartupSettings(2, 1, "on"), warmup_until_cv=0.05,
-        stable_window=4, min_measure_s=1.5, power_rate_hz=0.0, idle_baseline_s=2.0,
+        "bert_base",
+        vocabulary.Mode.infer,
+        4,
+        "seq=16",
+        vocabulary.Precision.amp_bf16,
+        "gpu:1",
+        vocabulary.Layout.channels_first,
+        vocabulary.Compilation.xla,
+        warmup=6,
+        steps=7,
+        seed=11,
+        model_options=option_pairs(["head=mlm"]),
+        startup=StartupSettings(2, 1, "on"),
+        warmup_until_cv=0.05,
+        stable_window=4,
+        min_measure_s=1.5,
+        power_rate_hz=0.0,
+        idle_baseline_s=2.0,
     )
     request = wire.to_request(spec)
     assert request == pb.RunRequest(
-        model="bert_base", mode=pb.MODE_INFER, batch_size=4, input_shape=[16], precision=pb.PRECISION_AMP_BF16,
-        device=pb.DeviceSelector(kind=pb.DEVICE_KIND_GPU, index=1), warmup_steps=6, measured_steps=7, seed=11,
-        model_options={"head": "mlm"}, layout=pb.LAYOUT_CHANNELS_FIRST, compilation=pb.COMPILATION_XLA,
-        cudnn_autotune=pb.SWITCH_ON, intra_op_threads=2, inter_op_threads=1,
-        warmup_until_stable=pb.WarmupUntilStable(cv_threshold=0.05, window=4), min_measure_s=1.5,
-        power_sample_rate_hz=0.0, idle_baseline_s=2.0,
+        model="bert_base",
+        mode=pb.MODE_INFER,
+        batch_size=4,
+        input_shape=[16],
+        precision=pb.PRECISION_AMP_BF16,
+        device=pb.DeviceSelector(kind=pb.DEVICE_KIND_GPU, index=1),
+        warmup_steps=6,
+        measured_steps=7,
+        seed=11,
+        model_options={"head": "mlm"},
+        layout=pb.LAYOUT_CHANNELS_FIRST,
+        compilation=pb.COMPILATION_XLA,
+        cudnn_autotune=pb.SWITCH_ON,
+        intra_op_threads=2,
+        inter_op_threads=1,
+        warmup_until_stable=pb.WarmupUntilStable(cv_threshold=0.05, window=4),
+        min_measure_s=1.5,
+        power_sample_rate_hz=0.0,
+        idle_baseline_s=2.0,
     )
     assert request.HasField("power_sample_rate_hz")
 

@@ -4,24 +4,32 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fwbench.runner.v1 import runner_pb2 as pb
 import pytest
-
-from fwbench_core import decoding, wire, wire_events
-from fwbench_core.backend import MemoryReading
-from fwbench_core.device_state import DeviceState
-from fwbench_core.errors import InvalidArgument
-from fwbench_core.fake import FakeBackend
-from fwbench_core.choices import (
-    Compilation, DeviceKind, Layout, Mode, Phase, Precision, Profile, Scenario, Strategy, Switch, Task,
-)
-from fwbench_core.spec import Serving
-from fwbench_core.serving import QueryBatch, ServingSummary
-from fwbench_core.timing import Summary
-
+from fwbench.runner.v1 import runner_pb2 as pb
 from support.core import resolve_request
 from support.wire_bytes import delimited_field, varint, varint_field
 
+from fwbench_core import decoding, wire, wire_events
+from fwbench_core.backend import MemoryReading
+from fwbench_core.choices import (
+    Compilation,
+    DeviceKind,
+    Layout,
+    Mode,
+    Phase,
+    Precision,
+    Profile,
+    Scenario,
+    Strategy,
+    Switch,
+    Task,
+)
+from fwbench_core.device_state import DeviceState
+from fwbench_core.errors import InvalidArgument
+from fwbench_core.fake import FakeBackend
+from fwbench_core.serving import QueryBatch, ServingSummary
+from fwbench_core.spec import Serving
+from fwbench_core.timing import Summary
 
 CORE_TO_PROTO = {
     Mode: (pb.Mode, "MODE"),
@@ -80,12 +88,34 @@ def test_summary_without_peak_memory_leaves_the_field_unset():
 
 
 def test_device_states_and_flags_cross_the_wire_and_unread_fields_stay_unset():
-    before = DeviceState(load_avg_1m=0.5, gpu_processes=1, other_gpu_processes=0, free_memory_bytes=0,
-                         throttle_reasons=("gpu_idle",), reasons={"other_cpu_busy_cores": "a first reading"})
-    after = DeviceState(load_avg_1m=1.5, other_cpu_busy_cores=0.0, reasons={"throttle_reasons": "NVML: Not Supported"},
-                        notes=("a note",))
-    summary = Summary(3, 1.0, 1.0, 1.0, 2.0, MemoryReading(None, "n/a"), 0.5, 10.0, 11.0, device_before=before,
-                      device_after=after, device_flags=("host busy: ...",))
+    before = DeviceState(
+        load_avg_1m=0.5,
+        gpu_processes=1,
+        other_gpu_processes=0,
+        free_memory_bytes=0,
+        throttle_reasons=("gpu_idle",),
+        reasons={"other_cpu_busy_cores": "a first reading"},
+    )
+    after = DeviceState(
+        load_avg_1m=1.5,
+        other_cpu_busy_cores=0.0,
+        reasons={"throttle_reasons": "NVML: Not Supported"},
+        notes=("a note",),
+    )
+    summary = Summary(
+        3,
+        1.0,
+        1.0,
+        1.0,
+        2.0,
+        MemoryReading(None, "n/a"),
+        0.5,
+        10.0,
+        11.0,
+        device_before=before,
+        device_after=after,
+        device_flags=("host busy: ...",),
+    )
     message = wire_events.event_to_wire(summary, FakeBackend().runner_info()).summary
     assert list(message.device_flags) == ["host busy: ..."]
     b, a = message.device_before, message.device_after
@@ -115,8 +145,12 @@ def test_a_32_bit_field_sent_more_bits_is_named_with_the_value_sent(data, named)
 
 def test_every_value_a_32_bit_field_holds_passes():
     data = pb.RunRequest(
-        model="resnet18", batch_size=2**32 - 1, input_shape=[3, 2**32 - 1], device=pb.DeviceSelector(index=2**32 - 1),
-        seed=2**64 - 1, model_options={"head": "mlm"},
+        model="resnet18",
+        batch_size=2**32 - 1,
+        input_shape=[3, 2**32 - 1],
+        device=pb.DeviceSelector(index=2**32 - 1),
+        seed=2**64 - 1,
+        model_options={"head": "mlm"},
     ).SerializeToString()
     # A negative enum travels as a 64-bit varint: it fits its field.
     assert decoding.overflowing_field(data + varint_field(2, 2**64 - 1), pb.RunRequest.DESCRIPTOR) is None
@@ -125,9 +159,18 @@ def test_every_value_a_32_bit_field_holds_passes():
 def test_a_serving_run_crosses_the_wire_with_unsupported_percentiles_unset():
     info = FakeBackend().runner_info()
     serving = ServingSummary(
-        Scenario.SERVER, query_count=30, sample_count=30, duration_s=1.5, achieved_qps=20.0,
-        throughput_samples_per_s=20.0, mean_latency_s=0.01, mean_batch_queries=1.25, target_qps=20.0,
-        p50_latency_s=0.009, p90_latency_s=0.0, reasons={"p99_latency_s": "30 queries cannot support p99"},
+        Scenario.SERVER,
+        query_count=30,
+        sample_count=30,
+        duration_s=1.5,
+        achieved_qps=20.0,
+        throughput_samples_per_s=20.0,
+        mean_latency_s=0.01,
+        mean_batch_queries=1.25,
+        target_qps=20.0,
+        p50_latency_s=0.009,
+        p90_latency_s=0.0,
+        reasons={"p99_latency_s": "30 queries cannot support p99"},
     )
     summary = Summary(24, 1.0, 1.0, 1.0, 2.0, MemoryReading(None, "n/a"), 0.5, 10.0, 11.0, serving=serving)
     message = wire_events.event_to_wire(summary, info).summary.serving

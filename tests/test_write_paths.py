@@ -10,17 +10,21 @@ import os
 from pathlib import Path
 
 import pytest
+from support.cli import fwbench_in_process
+from support.store_runs import run_frames
+
 from fwbench_aggregator.base import folders
 from fwbench_aggregator.base.write_paths import (
-    WritePathError, open_own_file, output_folder, write_atomically, write_path_problem,
+    WritePathError,
+    open_own_file,
+    output_folder,
+    write_atomically,
+    write_path_problem,
 )
 from fwbench_aggregator.run.launch import LocalRunner, fake_runner_command
 from fwbench_aggregator.store import lock
 from fwbench_aggregator.store.location import StorePathError, store_path_problem
 from fwbench_aggregator.store.results_store import ResultStore
-
-from support.cli import fwbench_in_process
-from support.store_runs import run_frames
 
 RUNNER = ("--runner", "first=127.0.0.1:1")  # never reached: each command is refused before it starts a run
 
@@ -55,6 +59,7 @@ def system(tmp_path, monkeypatch) -> Path:
 
 
 # --- the rule ---------------------------------------------------------------------------------------------------------
+
 
 def test_the_rule_refuses_system_and_kernel_paths(tmp_path):
     assert "lies in a system folder" in write_path_problem(Path("/etc/hosts"), "file")
@@ -118,6 +123,7 @@ def test_an_own_file_is_opened_never_through_a_link_nor_a_fifo(tmp_path):
 
 # --- the store and its insides ----------------------------------------------------------------------------------------
 
+
 def test_a_store_whose_runs_is_a_link_out_is_refused_before_anything_is_written(tmp_path):
     store, outside = a_store(tmp_path / "store"), tmp_path / "outside"
     outside.mkdir()
@@ -168,6 +174,7 @@ def test_a_writer_lock_that_is_a_folder_is_refused_without_a_traceback(tmp_path)
 
 # --- store bundle's file --------------------------------------------------------------------------------------------
 
+
 def test_store_bundle_refuses_a_system_file_a_folder_and_links(tmp_path, system):
     store = a_store(tmp_path / "store")
     hosts = system / "hosts"
@@ -175,8 +182,9 @@ def test_store_bundle_refuses_a_system_file_a_folder_and_links(tmp_path, system)
     assert "lies in a system folder" in refused("store", "bundle", str(hosts), "--store", str(store))
     assert snapshot(hosts) == before and sorted(p.name for p in system.iterdir()) == ["hosts"]
     (tmp_path / "folder").mkdir()
-    assert "folder is a folder, not a file" in refused("store", "bundle", str(tmp_path / "folder"), "--store",
-                                                             str(store))
+    assert "folder is a folder, not a file" in refused(
+        "store", "bundle", str(tmp_path / "folder"), "--store", str(store)
+    )
     os.link(hosts, tmp_path / "hard.tar.gz")
     (tmp_path / "link.tar.gz").symlink_to(tmp_path / "store" / "store.json")
     assert "has 2 hard links" in refused("store", "bundle", str(tmp_path / "hard.tar.gz"), "--store", str(store))
@@ -188,29 +196,38 @@ def test_store_bundle_refuses_a_system_file_a_folder_and_links(tmp_path, system)
 
 # --- export mlflow's folder or SQLite file --------------------------------------------------------------------------
 
+
 def test_export_mlflow_refuses_system_kernel_and_linked_places(tmp_path, system):
     store = str(a_store(tmp_path / "store"))
-    for target, said in ((str(system), "is a system folder"), (f"sqlite:///{system}/fw.db", "lies in a system folder"),
-                         ("/proc/self/x", "is under /proc"), ("sqlite:////proc/self/fw.db", "is under /proc")):
+    for target, said in (
+        (str(system), "is a system folder"),
+        (f"sqlite:///{system}/fw.db", "lies in a system folder"),
+        ("/proc/self/x", "is under /proc"),
+        ("sqlite:////proc/self/fw.db", "is under /proc"),
+    ):
         out = refused("export", "mlflow", "--store", store, "--tracking-uri", target)
         assert "invalid value for --tracking-uri" in out and said in out, target
     assert sorted(p.name for p in system.iterdir()) == ["hosts"]
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "linked").symlink_to(tmp_path / "elsewhere")
-    assert "linked is a symbolic link" in refused("export", "mlflow", "--store", store, "--tracking-uri",
-                                                  str(tmp_path / "linked"))
+    assert "linked is a symbolic link" in refused(
+        "export", "mlflow", "--store", store, "--tracking-uri", str(tmp_path / "linked")
+    )
     (tmp_path / "ml").mkdir()
     os.link(system / "hosts", tmp_path / "ml" / "mlflow.db")
-    assert "mlflow.db has 2 hard links" in refused("export", "mlflow", "--store", store, "--tracking-uri",
-                                                   str(tmp_path / "ml"))
+    assert "mlflow.db has 2 hard links" in refused(
+        "export", "mlflow", "--store", store, "--tracking-uri", str(tmp_path / "ml")
+    )
     (tmp_path / "ml2").mkdir()
     (tmp_path / "ml2" / "artifacts").symlink_to(tmp_path / "elsewhere")
-    assert "artifacts is a symbolic link" in refused("export", "mlflow", "--store", store, "--tracking-uri",
-                                                     str(tmp_path / "ml2"))
+    assert "artifacts is a symbolic link" in refused(
+        "export", "mlflow", "--store", store, "--tracking-uri", str(tmp_path / "ml2")
+    )
     assert sorted(p.name for p in system.iterdir()) == ["hosts"] and list((tmp_path / "elsewhere").iterdir()) == []
 
 
 # --- --out and a report's folder ------------------------------------------------------------------------------------
+
 
 def test_out_is_refused_in_a_system_folder_before_anything_runs(tmp_path, system):
     for command in (("compare", "--model", "resnet18"), ("factors", "--model", "resnet18"), ("parity",)):

@@ -9,16 +9,30 @@ import shutil
 
 import pandas as pd
 import pytest
-from fwbench_aggregator.store.results_store import ResultStore
-
 from support.cli import fwbench, only_run_dir
 from support.runners import EXAMPLE_MODELS
+
+from fwbench_aggregator.store.results_store import ResultStore
 
 # Every test here runs real framework runners.
 pytestmark = pytest.mark.frameworks
 
-SMALL = ["--mode", "infer", "--batch-size", "2", "--shape", "3x32x32", "--warmup", "1", "--steps", "3",
-         "--min-measure-s", "0", "--repetitions", "3"]
+SMALL = [
+    "--mode",
+    "infer",
+    "--batch-size",
+    "2",
+    "--shape",
+    "3x32x32",
+    "--warmup",
+    "1",
+    "--steps",
+    "3",
+    "--min-measure-s",
+    "0",
+    "--repetitions",
+    "3",
+]
 SWEEP = """\
 models_dir: my_models
 models: [tiny_cnn]
@@ -49,8 +63,17 @@ def test_a_plugin_is_compared_then_checked_for_parity_then_compared_as_proven(tm
     assert set(table["model_source"]) == {f"{my_models / 'tiny_cnn'} (--models-dir)"}
     assert table["model_hash"].str.startswith("sha256:").all() and set(table["parity"]) == {"parity not checked"}
 
-    checked = fwbench("parity", "--models-dir", str(my_models), "--models", "tiny_cnn", "--out", str(tmp_path / "p"),
-                      "--store", str(store))
+    checked = fwbench(
+        "parity",
+        "--models-dir",
+        str(my_models),
+        "--models",
+        "tiny_cnn",
+        "--out",
+        str(tmp_path / "p"),
+        "--store",
+        str(store),
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert set(ResultStore(store).load("parity")["verdict"]) == {"same"}
 

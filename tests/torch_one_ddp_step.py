@@ -31,11 +31,17 @@ def rank_main(strategy: str, port: int, rank: int, results) -> None:
 
     backend = TorchBackend(RunnerSettings(1, 1))
     request = RunRequest(
-        model="mobilenet_v2", mode=Mode.TRAIN, batch_size=2, input_shape=(3, 32, 32),
-        devices=(DeviceRef(DeviceKind.CPU, 0), DeviceRef(DeviceKind.CPU, 1)), strategy=Strategy.DDP,
+        model="mobilenet_v2",
+        mode=Mode.TRAIN,
+        batch_size=2,
+        input_shape=(3, 32, 32),
+        devices=(DeviceRef(DeviceKind.CPU, 0), DeviceRef(DeviceKind.CPU, 1)),
+        strategy=Strategy.DDP,
         distributed_timeout_s=30.0,
     )
-    config = resolve(request, backend.runner_info().devices, backend.capabilities, load_catalog(backend.models), "torch")
+    config = resolve(
+        request, backend.runner_info().devices, backend.capabilities, load_catalog(backend.models), "torch"
+    )
     # Without DDP: the same per-rank seeds and inputs, each rank on its own.
     place = WorkerPlace(rank, rank, WORLD_SIZE, f"127.0.0.1:{port}")
     if strategy == "single":
@@ -62,12 +68,16 @@ def main() -> None:
     for process in ranks:
         process.join()
     (before0, after0, inputs0), (before1, after1, inputs1) = got[0], got[1]
-    print(json.dumps({
-        "before": float(abs(before0 - before1).max()),
-        "after": float(abs(after0 - after1).max()),
-        "moved": float(abs(after0 - before0).max()),
-        "inputs_differ": bool((inputs0 != inputs1).any()),
-    }))
+    print(
+        json.dumps(
+            {
+                "before": float(abs(before0 - before1).max()),
+                "after": float(abs(after0 - after1).max()),
+                "moved": float(abs(after0 - before0).max()),
+                "inputs_differ": bool((inputs0 != inputs1).any()),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 HERE = Path(__file__).resolve().parent
 IMAGE = "fwbench-ci/slurm:22.05"
@@ -90,18 +90,24 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 
 
-FINISHED_JOB_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-                                 "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"})
+FINISHED_JOB_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+)
 
 
 class ClusterError(RuntimeError):
     pass
 
 
-def _docker(*args: str, timeout: float = 120, check: bool = True, input: bytes | str | None = None,
-            ) -> subprocess.CompletedProcess:
-    done = subprocess.run(["docker", *args], capture_output=True, timeout=timeout, input=input,
-                          text=not isinstance(input, bytes))
+def _docker(
+    *args: str,
+    timeout: float = 120,
+    check: bool = True,
+    input: bytes | str | None = None,
+) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        ["docker", *args], capture_output=True, timeout=timeout, input=input, text=not isinstance(input, bytes)
+    )
     if check and done.returncode != 0:
         err = done.stderr.decode(errors="replace") if isinstance(done.stderr, bytes) else done.stderr
         raise ClusterError(f"`docker {' '.join(args[:3])} ...` failed ({done.returncode}): {err.strip()[-2000:]}")
@@ -129,8 +135,12 @@ def image(timeout: float = 1800) -> str:
     wanted = recipe()
     if _label(IMAGE, RECIPE_LABEL) == wanted:
         return IMAGE
-    done = subprocess.run(["docker", "build", "--label", f"{RECIPE_LABEL}={wanted}", "-t", IMAGE, str(HERE)],
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        ["docker", "build", "--label", f"{RECIPE_LABEL}={wanted}", "-t", IMAGE, str(HERE)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if done.returncode != 0:
         raise ClusterError(f"building {IMAGE} failed:\n{(done.stdout + done.stderr)[-4000:]}")
     return IMAGE
@@ -151,9 +161,19 @@ class Cluster:
     """A controller `{prefix}-ctl` and compute nodes `{prefix}-n1`..`{prefix}-nN` (Slurm node names and
     hostnames alike) on the Docker network `{prefix}-net`; partition `debug` holds the compute nodes."""
 
-    def __init__(self, prefix: str, repo_root: Path, python_prefix: Path, shared_dirs: Sequence[Path] = (),
-                 nodes: int = 2, *, cpus: int = 2, real_memory_mb: int = 2048, shm_size: str = "1g",
-                 start_timeout: float = 180) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        repo_root: Path,
+        python_prefix: Path,
+        shared_dirs: Sequence[Path] = (),
+        nodes: int = 2,
+        *,
+        cpus: int = 2,
+        real_memory_mb: int = 2048,
+        shm_size: str = "1g",
+        start_timeout: float = 180,
+    ) -> None:
         self.prefix = prefix
         self.repo_root = Path(repo_root).resolve()
         self.python_prefix = Path(python_prefix).resolve()
@@ -169,13 +189,13 @@ class Cluster:
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def start(self) -> "Cluster":
+    def start(self) -> Cluster:
         """Create the network and the containers; return once `sinfo` shows every node idle."""
         for d in (self.repo_root, self.python_prefix, *self.shared_dirs):
             if not d.is_dir():
@@ -203,17 +223,36 @@ class Cluster:
         try:
             if os.getuid() != 0 and self.shared_dirs and _label(IMAGE, RECIPE_LABEL) is not None:
                 mounts = [arg for d in self.shared_dirs for arg in ("-v", f"{d}:{d}")]
-                _docker("run", "--rm", "--network", "none", "--entrypoint", "chown", *mounts, IMAGE,
-                        "-R", f"{os.getuid()}:{os.getgid()}", *map(str, self.shared_dirs), check=False,
-                        timeout=300)
+                _docker(
+                    "run",
+                    "--rm",
+                    "--network",
+                    "none",
+                    "--entrypoint",
+                    "chown",
+                    *mounts,
+                    IMAGE,
+                    "-R",
+                    f"{os.getuid()}:{os.getgid()}",
+                    *map(str, self.shared_dirs),
+                    check=False,
+                    timeout=300,
+                )
         finally:
             remove_leftovers(self.prefix)
 
     # --- jobs -----------------------------------------------------------------------------------------
 
-    def exec(self, cmd: Sequence[str], timeout: float = 120, env: Mapping[str, str] | None = None,
-             cwd: str | None = None, input: str | None = None, check: bool = False,
-             container: str | None = None) -> subprocess.CompletedProcess:
+    def exec(
+        self,
+        cmd: Sequence[str],
+        timeout: float = 120,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        input: str | None = None,
+        check: bool = False,
+        container: str | None = None,
+    ) -> subprocess.CompletedProcess:
         """Run `cmd` as root in the controller (or `container`); sbatch/srun there pass this environment
         to the job (--export=ALL). The job's working directory is `cwd` (default /root, on every node)."""
         args = ["exec", "-i"] if input is not None else ["exec"]
@@ -226,8 +265,9 @@ class Cluster:
             raise ClusterError(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
         return done
 
-    def sbatch(self, args: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None,
-               timeout: float = 60) -> str:
+    def sbatch(
+        self, args: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None, timeout: float = 60
+    ) -> str:
         """Submit a batch job (`sbatch --parsable ARGS...`) and return its id at once; see wait_job."""
         done = self.exec(["sbatch", "--parsable", *args], timeout=timeout, env=env, cwd=cwd, check=True)
         return done.stdout.strip().split(";")[0]
@@ -238,8 +278,10 @@ class Cluster:
         done = self.exec(["scontrol", "--oneliner", "show", "job", str(job_id)], timeout=30, check=True)
         line = done.stdout.strip()
         keys = list(re.finditer(r"(?:^| )([A-Za-z][\w:/]*)=", line))
-        return {k.group(1): line[k.end():(keys[i + 1].start() if i + 1 < len(keys) else len(line))].strip()
-                for i, k in enumerate(keys)}
+        return {
+            k.group(1): line[k.end() : (keys[i + 1].start() if i + 1 < len(keys) else len(line))].strip()
+            for i, k in enumerate(keys)
+        }
 
     def wait_job(self, job_id: str, timeout: float, poll_s: float = 0.5) -> dict[str, str]:
         """Wait until the job has finished and return `job()`. Use this rather than `sbatch --wait`, which
@@ -250,8 +292,10 @@ class Cluster:
             if info.get("JobState") in FINISHED_JOB_STATES:
                 return info
             if time.monotonic() > deadline:
-                raise ClusterError(f"job {job_id} did not finish within {timeout:.0f} s "
-                                   f"(JobState={info.get('JobState')})\n{self.diagnostics()}")
+                raise ClusterError(
+                    f"job {job_id} did not finish within {timeout:.0f} s "
+                    f"(JobState={info.get('JobState')})\n{self.diagnostics()}"
+                )
             time.sleep(poll_s)
 
     def node_states(self) -> dict[str, str]:
@@ -266,8 +310,9 @@ class Cluster:
 
     def wait_idle(self, names: Sequence[str] | None = None, timeout: float = 120) -> None:
         names = list(names or self.node_names)
-        self._wait(lambda: all(self.node_states().get(n) == "idle" for n in names), timeout,
-                   f"{', '.join(names)} to be idle")
+        self._wait(
+            lambda: all(self.node_states().get(n) == "idle" for n in names), timeout, f"{', '.join(names)} to be idle"
+        )
 
     def kill_node(self, name: str) -> None:
         """Crash a compute node: SIGKILL its container (slurmd and the job processes on it die at once)."""
@@ -294,8 +339,9 @@ class Cluster:
                     self.exec(["scontrol", "update", f"nodename={name}", "state=resume"], check=True)
                     resumed = True
             if time.monotonic() > deadline:
-                raise ClusterError(f"{name} did not come back within {timeout:.0f} s "
-                                   f"(state {state!r})\n{self.diagnostics()}")
+                raise ClusterError(
+                    f"{name} did not come back within {timeout:.0f} s (state {state!r})\n{self.diagnostics()}"
+                )
             time.sleep(0.5)
 
     # --- diagnostics ----------------------------------------------------------------------------------
@@ -310,8 +356,7 @@ class Cluster:
             except (subprocess.TimeoutExpired, OSError) as error:
                 parts.append(f"$ {' '.join(cmd)}\n{error}")
         for name in (self.controller, *self.node_names):
-            state = _docker("inspect", "--format", "{{.State.Status}} exit={{.State.ExitCode}}", name,
-                            check=False)
+            state = _docker("inspect", "--format", "{{.State.Status}} exit={{.State.ExitCode}}", name, check=False)
             logs = _docker("logs", "--tail", str(log_lines), name, check=False)
             parts.append(f"--- {name}: {state.stdout.strip() or state.stderr.strip()}\n{logs.stdout}{logs.stderr}")
         return "\n".join(parts)
@@ -334,30 +379,65 @@ class Cluster:
             subnet = ipaddress.ip_network(info["IPAM"]["Config"][0]["Subnet"])
             hosts = subnet.hosts()
             gateway = next(hosts)
-            done = _docker("network", "create", "--subnet", str(subnet), "--gateway", str(gateway),
-                           "--label", f"{CLUSTER_LABEL}={self.prefix}", self.network, check=attempt == 4)
+            done = _docker(
+                "network",
+                "create",
+                "--subnet",
+                str(subnet),
+                "--gateway",
+                str(gateway),
+                "--label",
+                f"{CLUSTER_LABEL}={self.prefix}",
+                self.network,
+                check=attempt == 4,
+            )
             if done.returncode == 0:
                 break
         self._addresses = {name: str(next(hosts)) for name in (self.controller, *self.node_names)}
 
     def _config_tar(self) -> bytes:
         conf = SLURM_CONF.format(
-            prefix=self.prefix, controller=self.controller, nodes=",".join(self.node_names), cpus=self.cpus,
-            real_memory_mb=self.real_memory_mb, slurmd_timeout=SLURMD_TIMEOUT_S,
-            slurmctld_timeout=SLURMCTLD_TIMEOUT_S, message_timeout=MESSAGE_TIMEOUT_S, kill_wait=KILL_WAIT_S)
+            prefix=self.prefix,
+            controller=self.controller,
+            nodes=",".join(self.node_names),
+            cpus=self.cpus,
+            real_memory_mb=self.real_memory_mb,
+            slurmd_timeout=SLURMD_TIMEOUT_S,
+            slurmctld_timeout=SLURMCTLD_TIMEOUT_S,
+            message_timeout=MESSAGE_TIMEOUT_S,
+            kill_wait=KILL_WAIT_S,
+        )
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
-            for path, data, mode in (("etc/slurm/slurm.conf", conf.encode(), 0o644),
-                                     ("etc/munge/munge.key", secrets.token_bytes(1024), 0o400)):
+            for path, data, mode in (
+                ("etc/slurm/slurm.conf", conf.encode(), 0o644),
+                ("etc/munge/munge.key", secrets.token_bytes(1024), 0o400),
+            ):
                 info = tarfile.TarInfo(path)
                 info.size, info.mode, info.mtime = len(data), mode, int(time.time())
                 tar.addfile(info, io.BytesIO(data))
         return buffer.getvalue()
 
     def _create(self, name: str, tag: str, role: str, config: bytes) -> None:
-        args = ["create", "--name", name, "--hostname", name, "--network", self.network,
-                "--ip", self._addresses[name], "--label", f"{CLUSTER_LABEL}={self.prefix}",
-                "--shm-size", self.shm_size, "--workdir", "/root", "--env", "HOME=/root"]
+        args = [
+            "create",
+            "--name",
+            name,
+            "--hostname",
+            name,
+            "--network",
+            self.network,
+            "--ip",
+            self._addresses[name],
+            "--label",
+            f"{CLUSTER_LABEL}={self.prefix}",
+            "--shm-size",
+            self.shm_size,
+            "--workdir",
+            "/root",
+            "--env",
+            "HOME=/root",
+        ]
         for other, address in self._addresses.items():
             if other != name:
                 args += ["--add-host", f"{other}:{address}"]
@@ -383,8 +463,13 @@ class Cluster:
 
 def python_prefix_of(venv_python: Path) -> Path:
     """The interpreter prefix a virtual environment's python points to (its sys.base_prefix)."""
-    done = subprocess.run([str(venv_python), "-c", "import sys; print(sys.base_prefix)"], capture_output=True,
-                          text=True, check=True, timeout=60)
+    done = subprocess.run(
+        [str(venv_python), "-c", "import sys; print(sys.base_prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     return Path(done.stdout.strip())
 
 

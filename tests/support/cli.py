@@ -9,8 +9,9 @@ import sys
 from typer.testing import CliRunner
 
 
-def fwbench(*args: str, timeout: float = 600, env: dict[str, str] | None = None, columns: int = 200,
-            clean: bool = False) -> subprocess.CompletedProcess:
+def fwbench(
+    *args: str, timeout: float = 600, env: dict[str, str] | None = None, columns: int = 200, clean: bool = False
+) -> subprocess.CompletedProcess:
     """The command as a subprocess, its output captured; `clean` drops every FWBENCH_ variable of this process's
     environment (runners, TLS files, tokens), so that only `env` configures it."""
     inherited = {k: v for k, v in os.environ.items() if not (clean and k.startswith("FWBENCH_"))}

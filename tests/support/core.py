@@ -7,16 +7,15 @@ import pytest
 from fwbench_core.backend import MemoryReading, Workload
 from fwbench_core.builtin import MODEL_SPECS
 from fwbench_core.catalog import Catalog
+from fwbench_core.choices import Compilation, DeviceKind, Layout, Mode, Precision, Switch
 from fwbench_core.fake import FakeBackend, FakeWorkload
-from fwbench_core.choices import Compilation, Layout, Switch, DeviceKind, Mode, Precision
 from fwbench_core.spec import Capabilities, Device, DeviceRef, RunConfig, RunRequest
 from fwbench_core.timing import time_steps
 from fwbench_core.validation import resolve
 
-
 CPU = Device(DeviceRef(DeviceKind.CPU, 0), "cpu: test")
 GPU0 = Device(DeviceRef(DeviceKind.GPU, 0), "Test GPU", 1 << 30, "1.0")
-FP32_ONLY = lambda device: frozenset({Precision.FP32})  # noqa: E731
+FP32_ONLY = lambda device: frozenset({Precision.FP32})
 ALL_MODELS = Catalog(dict(MODEL_SPECS), {})
 
 
@@ -152,7 +151,14 @@ class RecordingWorkload(FakeWorkload):
 
 
 def small(**overrides) -> RunRequest:
-    fields = dict(model="resnet18", mode=Mode.INFER, batch_size=2, input_shape=(3, 32, 32), warmup_steps=1,
-                  measured_steps=2, min_measure_s=0.0)
+    fields = dict(
+        model="resnet18",
+        mode=Mode.INFER,
+        batch_size=2,
+        input_shape=(3, 32, 32),
+        warmup_steps=1,
+        measured_steps=2,
+        min_measure_s=0.0,
+    )
     fields.update(overrides)
     return RunRequest(**fields)

@@ -24,7 +24,9 @@ def two_runners(framework: str, logs: Path) -> Iterator[list[tuple[launch.LocalR
     started = []
     try:
         for name in (f"{framework}-a", f"{framework}-b"):
-            local = launch.LocalRunner(name, launch.embedded_command(framework, launch.default_venvs()), logs / f"{name}.log")
+            local = launch.LocalRunner(
+                name, launch.embedded_command(framework, launch.default_venvs()), logs / f"{name}.log"
+            )
             local.start()
             started.append(local)
         channels = [grpc.insecure_channel(local.address) for local in started]
@@ -64,7 +66,7 @@ def listening_addresses(pid: int) -> list[tuple[str, int]]:
         except OSError:  # closed meanwhile
             continue
         if target.startswith("socket:["):
-            inodes.add(target[len("socket:["):-1])
+            inodes.add(target[len("socket:[") : -1])
     found = []
     for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
         with open(f"/proc/{pid}/net/{table}") as lines:

@@ -23,8 +23,9 @@ def live_processes() -> dict[int, tuple[int, bytes]]:
 
 def children(parent_pid: int, command_holds: bytes = b"") -> list[int]:
     """The live children of `parent_pid` whose command line holds `command_holds` (any, by default), by pid."""
-    return sorted(pid for pid, (parent, command) in live_processes().items()
-                  if parent == parent_pid and command_holds in command)
+    return sorted(
+        pid for pid, (parent, command) in live_processes().items() if parent == parent_pid and command_holds in command
+    )
 
 
 def descendants(pid: int) -> list[int]:
@@ -44,7 +45,7 @@ def alive(pid: int) -> bool:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return text[text.rindex(")") + 2:].split()[0] != "Z"
+    return text[text.rindex(")") + 2 :].split()[0] != "Z"
 
 
 def assert_all_end(pids: list[int], what: str, within_s: float) -> None:

@@ -13,8 +13,16 @@ CPU = pb.DeviceSelector(kind=pb.DEVICE_KIND_CPU, index=0)
 
 def run(stub, **fields) -> tuple[pb.ResolvedConfig, pb.Summary]:
     request = dict(
-        model="resnet18", mode=pb.MODE_INFER, batch_size=2, input_shape=[3, 32, 32], device=CPU, warmup_steps=1,
-        measured_steps=MEASURED, min_measure_s=0.0, power_sample_rate_hz=0.0, seed=1,
+        model="resnet18",
+        mode=pb.MODE_INFER,
+        batch_size=2,
+        input_shape=[3, 32, 32],
+        device=CPU,
+        warmup_steps=1,
+        measured_steps=MEASURED,
+        min_measure_s=0.0,
+        power_sample_rate_hz=0.0,
+        seed=1,
     )
     request.update(fields)
     events = list(stub.Run(pb.RunRequest(**request), timeout=RUN_TIMEOUT_S))

@@ -34,8 +34,15 @@ def run_medians(rng, runs: int, median_s: float, run_spread: float, step_spread:
     return medians
 
 
-def drifting_rounds(rng, pairs: int, rounds: int, median_s: float, run_spread: float, drift_spread: float,
-                    within_round_spread: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def drifting_rounds(
+    rng,
+    pairs: int,
+    rounds: int,
+    median_s: float,
+    run_spread: float,
+    drift_spread: float,
+    within_round_spread: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """Two runners' per-run medians over `rounds` counterbalanced rounds (A B, B A, ...) on a drifting host, for
     `pairs` comparisons at once (pairs x rounds each): the host's offset walks by `drift_spread` (log) from one round
     to the next and moves both runs of a round alike; the second run of a round sees `within_round_spread` more of it
@@ -43,7 +50,7 @@ def drifting_rounds(rng, pairs: int, rounds: int, median_s: float, run_spread: f
     run_medians; here the host's drift is what is modelled."""
     host = np.cumsum(rng.normal(0.0, drift_spread, (pairs, rounds)), axis=1)
     second = rng.normal(0.0, within_round_spread, (pairs, rounds))
-    b_second = (np.arange(rounds) % 2 == 0)  # A B in even rounds, B A in odd ones
+    b_second = np.arange(rounds) % 2 == 0  # A B in even rounds, B A in odd ones
     a = host + np.where(b_second, 0.0, second) + rng.normal(0.0, run_spread, (pairs, rounds))
     b = host + np.where(b_second, second, 0.0) + rng.normal(0.0, run_spread, (pairs, rounds))
     return median_s * np.exp(a), median_s * np.exp(b)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from fwbench_aggregator.run import launch
 
 from .processes import descendants
@@ -23,7 +24,7 @@ RUNNER_MEMORY_CEILING_BYTES = 4 << 30
 class Runner:
     name: str
     address: str  # kept across a restart (RunnerPool.restart_grown)
-    pool: "RunnerPool"
+    pool: RunnerPool
 
     @property
     def pid(self) -> int:
@@ -98,8 +99,13 @@ class RunnerPool:
             settings = launch.StartupSettings(reference_dir=str(self.reference_dir), models_dirs=(str(EXAMPLE_MODELS),))
             address = f"127.0.0.1:{port}"
             if name == "fake":
-                command = [*launch.fake_runner_command(address), "--reference-dir", settings.reference_dir,
-                           "--models-dir", str(EXAMPLE_MODELS)]
+                command = [
+                    *launch.fake_runner_command(address),
+                    "--reference-dir",
+                    settings.reference_dir,
+                    "--models-dir",
+                    str(EXAMPLE_MODELS),
+                ]
                 env = {"FWBENCH_FAKE_STEP_TIME_S": FAKE_STEP_TIME_S}
             else:
                 command = launch.embedded_command(name, launch.default_venvs(), settings, address)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from fwbench_aggregator.base import frameworks
 from fwbench_core.catalog import load_catalog
 from fwbench_core.fake import FAKE_MODELS

@@ -84,7 +84,7 @@ class TestTimes:
             every = TestTimes()
             for kind, nodeid, seconds in steps:
                 if kind.startswith(TEST_KIND):
-                    every._count(kind[len(TEST_KIND):], nodeid, seconds)
+                    every._count(kind[len(TEST_KIND) :], nodeid, seconds)
             return every._lines(sum(seconds for kind, name, seconds in steps if (kind, name) == WALL), steps)
         return self._lines(wall_s, steps)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Optional
 
 import pandas as pd
 
@@ -74,9 +73,13 @@ class BestChoice:
         """'channels_first, eager, off (fastest of 3 candidates, 2 runs each)'."""
         runs = {len(c.run_medians_s) for c in self.candidates}
         count = runs.pop() if len(runs) == 1 else 0
-        tried = (f"fastest of {len(self.candidates)} candidates, {count} run{'s' if count != 1 else ''} each" if count
-                 else f"fastest of {len(self.candidates)} candidates" if self.candidates
-                 else "the only settings it accepts, not measured")
+        tried = (
+            f"fastest of {len(self.candidates)} candidates, {count} run{'s' if count != 1 else ''} each"
+            if count
+            else f"fastest of {len(self.candidates)} candidates"
+            if self.candidates
+            else "the only settings it accepts, not measured"
+        )
         return f"{', '.join(f'{name} {value}' for name, value in self.settings)} ({tried})"
 
 
@@ -88,12 +91,14 @@ class SearchResult:
 
 
 def _settings(resolved: wire.Resolved) -> tuple[tuple[str, str], ...]:
-    return tuple((name, to_text(enum, getattr(resolved, name))) for name, enum in SEARCHED.items()
-                 if getattr(resolved, name))
+    return tuple(
+        (name, to_text(enum, getattr(resolved, name))) for name, enum in SEARCHED.items() if getattr(resolved, name)
+    )
 
 
-def _values(client, request: wire.Request, setting: str, choice: BestChoice, searched_before: tuple[str, ...] = ()
-            ) -> dict[tuple[tuple[str, str], ...], wire.Request]:
+def _values(
+    client, request: wire.Request, setting: str, choice: BestChoice, searched_before: tuple[str, ...] = ()
+) -> dict[tuple[tuple[str, str], ...], wire.Request]:
     """Each value of `setting` the runner accepts with the other settings as `request` has them, keyed by the
     settings it resolves to; the refusals go to `choice`. A value refused with the settings chosen so far is tried
     with the other values of the settings searched before it: one setting at a time would miss a value that needs
@@ -115,10 +120,15 @@ def _values(client, request: wire.Request, setting: str, choice: BestChoice, sea
     return accepted
 
 
-def search(endpoints: dict[str, str], transport: Transport, baselines: dict[str, wire.Request],
-           repetitions: int = DEFAULT_SEARCH_REPETITIONS,
-           on_result: Callable[[RunResult, wire.Request], None] = lambda run, sent: None,
-           progress: Progress = Progress(), gate: Optional[Gate] = None) -> SearchResult:
+def search(
+    endpoints: dict[str, str],
+    transport: Transport,
+    baselines: dict[str, wire.Request],
+    repetitions: int = DEFAULT_SEARCH_REPETITIONS,
+    on_result: Callable[[RunResult, wire.Request], None] = lambda run, sent: None,
+    progress: Progress = Progress(),
+    gate: Gate | None = None,
+) -> SearchResult:
     """Each runner's fastest settings, from its baseline (a best-profile request, which the runner accepts) one
     searched setting at a time; each candidate runs `repetitions` times, every runner's candidates interleaved
     (counterbalanced) at each step."""
@@ -127,30 +137,41 @@ def search(endpoints: dict[str, str], transport: Transport, baselines: dict[str,
     measured: dict[str, dict[tuple, Candidate]] = {name: {} for name in baselines}
     for name, baseline in baselines.items():
         with RunnerClient(name, jobs.addresses_of(endpoints[name])[0], transport) as client:
-            result.choices[name] = BestChoice(name, baseline, _settings(client.check_run(baseline)),
-                                              fixed=[setting for setting in SEARCHED if getattr(baseline, setting)])
+            result.choices[name] = BestChoice(
+                name,
+                baseline,
+                _settings(client.check_run(baseline)),
+                fixed=[setting for setting in SEARCHED if getattr(baseline, setting)],
+            )
     for setting in SEARCHED:
         entries, requests, owners, options = {}, {}, {}, {}
         for name, choice in result.choices.items():
             if setting in choice.fixed or name in {f.runner for f in result.failures}:
                 continue
             try:
-                before = tuple(s for s in list(SEARCHED)[:list(SEARCHED).index(setting)] if s not in choice.fixed)
+                before = tuple(s for s in list(SEARCHED)[: list(SEARCHED).index(setting)] if s not in choice.fixed)
                 with RunnerClient(name, jobs.addresses_of(endpoints[name])[0], transport) as client:
                     options[name] = _values(client, current[name], setting, choice, before)
             except RunnerFailure as failure:  # unreachable: the comparison names it, the others search on
                 result.failures.append(failure)
                 continue
             if len(options[name]) == 1:
-                (choice.settings, current[name]), = options[name].items()
+                ((choice.settings, current[name]),) = options[name].items()
                 continue
             for key, request in options[name].items():
                 if key not in measured[name]:
                     entry = candidate_entry(name, tuple(value for _, value in key))
                     entries[entry], requests[entry], owners[entry] = endpoints[name], request, (name, key)
         if entries:
-            runs, failures = run_all(entries, requests, transport, repetitions, progress=progress,
-                                     on_result=lambda run: on_result(run, requests[run.runner]), gate=gate)
+            runs, failures = run_all(
+                entries,
+                requests,
+                transport,
+                repetitions,
+                progress=progress,
+                on_result=lambda run, requests=requests: on_result(run, requests[run.runner]),
+                gate=gate,
+            )
             result.results += runs
             for failure in failures:  # a candidate that fails is no candidate; the runner searches on
                 name, key = owners[failure.runner]
@@ -171,8 +192,16 @@ def search(endpoints: dict[str, str], transport: Transport, baselines: dict[str,
 
 def search_frame(choices: dict[str, BestChoice]) -> pd.DataFrame:
     """One row per candidate each runner measured: its settings, runs and step time, and whether it was chosen."""
-    return pd.DataFrame([
-        {"runner": c.runner, **dict(c.settings), "runs": len(c.run_medians_s), "median_step_ms": c.step_time_s * 1e3,
-         "chosen": c.settings == choice.settings}
-        for choice in choices.values() for c in choice.candidates
-    ])
+    return pd.DataFrame(
+        [
+            {
+                "runner": c.runner,
+                **dict(c.settings),
+                "runs": len(c.run_medians_s),
+                "median_step_ms": c.step_time_s * 1e3,
+                "chosen": c.settings == choice.settings,
+            }
+            for choice in choices.values()
+            for c in choice.candidates
+        ]
+    )

@@ -48,10 +48,16 @@ def stored_settings(summary: pd.DataFrame, keys: list[str]) -> tuple[tuple[str, 
     return tuple((name, str(first[name])) for name in SEARCHED if name in runs and str(first[name]) not in ("", "nan"))
 
 
-def choose_best_settings(pending: Pending, done_before: Pending, results_store: ResultStore,
-                         endpoints: dict[str, str], transport: Transport, startup: StartupSettings,
-                         search_repetitions: int, progress: Progress = Progress()
-                         ) -> tuple[Pending, list[RunnerFailure]]:
+def choose_best_settings(
+    pending: Pending,
+    done_before: Pending,
+    results_store: ResultStore,
+    endpoints: dict[str, str],
+    transport: Transport,
+    startup: StartupSettings,
+    search_repetitions: int,
+    progress: Progress = Progress(),
+) -> tuple[Pending, list[RunnerFailure]]:
     """The pending runs, those under the best profile with their runner's chosen settings; and the runners whose
     search failed (their runs of the point are left out)."""
     if not any(is_best(c) for _, c in pending):
@@ -71,19 +77,25 @@ def choose_best_settings(pending: Pending, done_before: Pending, results_store: 
     failed: set[tuple[Configuration, str]] = set()
     session = uuid.uuid4().hex[:8]
     for number, (point, runs) in enumerate(to_search.items()):
-        progress.note(f"best profile: searching each runner's settings for {point.model} {point.mode.value} "
-                      f"b{point.batch_size} ({number + 1} of {len(to_search)})")
+        progress.note(
+            f"best profile: searching each runner's settings for {point.model} {point.mode.value} "
+            f"b{point.batch_size} ({number + 1} of {len(to_search)})"
+        )
         baselines = {runner: wire.to_request(c.run_spec(startup)) for runner, c in runs.items()}
 
         def keep(run, sent) -> None:
             config = {"best_search": session, **MessageToDict(sent), "runner": run.runner, "repetition": run.repetition}
             records.store_result(results_store, new_run_id(), config, run, sent, profile=BEST_SEARCH_PROFILE)
 
-        found = search({runner: endpoints[runner] for runner in runs}, transport, baselines, search_repetitions, keep,
-                       progress)
+        found = search(
+            {runner: endpoints[runner] for runner in runs}, transport, baselines, search_repetitions, keep, progress
+        )
         failures += found.failures
         failed |= {(point, failure.runner) for failure in found.failures}
         for runner, choice in found.choices.items():
             chosen[(point, runner)] = choice.settings
-    return [(key, replace(c, settings=chosen.get((point_of(c), c.runner), ())) if is_best(c) else c)
-            for key, c in pending if not (is_best(c) and (point_of(c), c.runner) in failed)], failures
+    return [
+        (key, replace(c, settings=chosen.get((point_of(c), c.runner), ())) if is_best(c) else c)
+        for key, c in pending
+        if not (is_best(c) and (point_of(c), c.runner) in failed)
+    ], failures

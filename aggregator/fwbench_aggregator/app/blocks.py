@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Optional
 
 import pandas as pd
 
@@ -27,7 +26,7 @@ from ..store import records
 from .rounds import Repetitions, Rounds
 
 
-def design_on_devices(choice: DesignChoice, kinds: list[int], progress: Progress) -> Optional[BlockDesign]:
+def design_on_devices(choice: DesignChoice, kinds: list[int], progress: Progress) -> BlockDesign | None:
     """The blocks to run (None: rounds) once every runner resolved its device (`kinds`, each a DeviceKind's number), the
     line saying how auto chose them noted on `progress`."""
     blocks, note = choice.on_devices(kinds)
@@ -57,11 +56,20 @@ def block_values(results: list[RunResult]) -> dict[str, list[float]]:
     return {str(runner): evidence_of(windows)[0].tolist() for runner, windows in summary.groupby("runner", sort=False)}
 
 
-def run_blocks(endpoints: dict[str, str], requests: dict[str, wire.Request], transport: Transport,
-               design: BlockDesign, repetitions: Repetitions, prefix: str, calibration: Optional[pd.DataFrame],
-               min_effect: float, on_result: Callable[[RunResult, wire.Request], None] = lambda run, sent: None,
-               progress: Progress = Progress(), clock: Callable[[], float] = time.monotonic,
-               gate: Optional[Gate] = None) -> Rounds:
+def run_blocks(
+    endpoints: dict[str, str],
+    requests: dict[str, wire.Request],
+    transport: Transport,
+    design: BlockDesign,
+    repetitions: Repetitions,
+    prefix: str,
+    calibration: pd.DataFrame | None,
+    min_effect: float,
+    on_result: Callable[[RunResult, wire.Request], None] = lambda run, sent: None,
+    progress: Progress = Progress(),
+    clock: Callable[[], float] = time.monotonic,
+    gate: Gate | None = None,
+) -> Rounds:
     """The windows of one configuration on every runner, block by block: a fixed number of blocks, or (auto) until the
     comparison rows say every verdict is settled, or a budget ends them. `prefix` names this comparison's blocks;
     `on_result` gets every window with the request it was: a block's while the next block's workers start (no window
@@ -83,8 +91,18 @@ def run_blocks(endpoints: dict[str, str], requests: dict[str, wire.Request], tra
     try:
         for block in range(repetitions.budget):
             progress.update(overall, description=f"block {block + 1}")
-            runs, failures = _one_block(alive, requests, transport, design, block, block_name(prefix, block),
-                                        lambda run, sent: pending.append((run, sent)), progress, gate, store_pending)
+            runs, failures = _one_block(
+                alive,
+                requests,
+                transport,
+                design,
+                block,
+                block_name(prefix, block),
+                lambda run, sent: pending.append((run, sent)),
+                progress,
+                gate,
+                store_pending,
+            )
             progress.advance(overall)
             rounds.results += runs
             rounds.failures += failures
@@ -95,8 +113,9 @@ def run_blocks(endpoints: dict[str, str], requests: dict[str, wire.Request], tra
                 break
             if not looks:
                 continue
-            summary = records.summary_frame("blocks", rounds.results, [], repetitions.max_runs,
-                                            repetitions.looks(blocks=True))
+            summary = records.summary_frame(
+                "blocks", rounds.results, [], repetitions.max_runs, repetitions.looks(blocks=True)
+            )
             rows = comparison_rows(summary, records.steps_frame("blocks", rounds.results), calibration, min_effect)
             rounds.stopped = stop_reason(rows, block + 1, repetitions.max_runs)
             if rounds.stopped:
@@ -112,10 +131,18 @@ def run_blocks(endpoints: dict[str, str], requests: dict[str, wire.Request], tra
     return rounds
 
 
-def _one_block(endpoints: dict[str, str], requests: dict[str, wire.Request], transport: Transport,
-               design: BlockDesign, number: int, name: str, on_result: Callable[[RunResult, wire.Request], None],
-               progress: Progress, gate: Gate, store_meanwhile: Callable[[], None] = lambda: None
-               ) -> tuple[list[RunResult], list[RunnerFailure]]:
+def _one_block(
+    endpoints: dict[str, str],
+    requests: dict[str, wire.Request],
+    transport: Transport,
+    design: BlockDesign,
+    number: int,
+    name: str,
+    on_result: Callable[[RunResult, wire.Request], None],
+    progress: Progress,
+    gate: Gate,
+    store_meanwhile: Callable[[], None] = lambda: None,
+) -> tuple[list[RunResult], list[RunnerFailure]]:
     """One process block: every runner's windows in turn (each runner's first builds and warms up), under one passage
     of the gate (no other fwbench measures the device between them). A runner that fails is left out of the block's
     later windows. Every runner's worker is started at once first (open_blocks); its workload is built in its first
@@ -125,8 +152,9 @@ def _one_block(endpoints: dict[str, str], requests: dict[str, wire.Request], tra
     results, failures = [], []
     failed: set[str] = set()
     order = window_order(list(endpoints), design, number)
-    places = [place for runner in endpoints
-              for place in gate.places(runner, endpoints[runner], transport, requests[runner])]
+    places = [
+        place for runner in endpoints for place in gate.places(runner, endpoints[runner], transport, requests[runner])
+    ]
     with gate.passage(list(dict.fromkeys(places)), name, progress) as passage:
         with ThreadPoolExecutor(max_workers=1) as writer:
             storing = writer.submit(store_meanwhile)
@@ -145,8 +173,9 @@ def _one_block(endpoints: dict[str, str], requests: dict[str, wire.Request], tra
             task = progress.add_task(f"{label}: starting")
 
             def on_progress(p: wire.Progress, task=task, label=label) -> None:
-                progress.update(task, description=f"{label}: {to_text(Phase, p.phase)}", completed=p.steps_done,
-                                total=p.steps_total)
+                progress.update(
+                    task, description=f"{label}: {to_text(Phase, p.phase)}", completed=p.steps_done, total=p.steps_total
+                )
 
             request = wire.window(requests[runner], design, name, last=window == design.windows - 1)
             try:
@@ -167,7 +196,8 @@ def open_blocks(endpoints: dict[str, str], transport: Transport, block: str) -> 
     imports run side by side instead of one after another between windows (on a 2-core host, torch's took 2.3-3.1 s
     of a block's 8.1 s). A runner that predates OpenBlock (UNIMPLEMENTED) starts its worker in its first window, as
     before; any other refusal is that runner's failure in the block."""
-    def open_one(runner: str) -> Optional[RunnerFailure]:
+
+    def open_one(runner: str) -> RunnerFailure | None:
         try:
             with RunnerClient(runner, endpoints[runner], transport) as client:
                 client.open_block(block)

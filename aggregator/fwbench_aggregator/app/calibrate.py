@@ -15,7 +15,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from tempfile import TemporaryDirectory
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import pandas as pd
 from google.protobuf.json_format import MessageToDict
@@ -51,8 +51,8 @@ class Calibration(NamedTuple):
     row: dict  # analyse.floors.calibration_row: what the store keeps
     comparison: stats.Comparison
     run_spread: float  # the larger of the two instances'
-    precision: Optional[FloorPrecision]  # the floor's own interval; None with too few runs
-    target: Optional["FloorTarget"] = None  # the precision asked for, if any
+    precision: FloorPrecision | None  # the floor's own interval; None with too few runs
+    target: FloorTarget | None = None  # the precision asked for, if any
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class FloorTarget:
     precision: float
     max_runs: int = DEFAULT_MAX_RUNS
 
-    def reached(self, precision: Optional[FloorPrecision]) -> bool:
+    def reached(self, precision: FloorPrecision | None) -> bool:
         return precision is not None and precision.relative <= self.precision
 
 
@@ -83,38 +83,56 @@ def twin_pairs(given: Sequence[str]) -> dict[str, list[str]]:
         pairs.setdefault(name, []).append(address)
     uneven = sorted(name for name, addresses in pairs.items() if len(addresses) != 2)
     if uneven:
-        raise UsageError(f"{', '.join(uneven)}: give each runner exactly twice, NAME=HOST:PORT of two instances", "--runner")
+        raise UsageError(
+            f"{', '.join(uneven)}: give each runner exactly twice, NAME=HOST:PORT of two instances", "--runner"
+        )
     return pairs
 
 
 def run_medians_by_runner(
-    endpoints: dict[str, str], transport: Transport, request: wire.Request, repetitions: int,
-    progress: Progress = Progress(), gate: Optional[Gate] = None,
+    endpoints: dict[str, str],
+    transport: Transport,
+    request: wire.Request,
+    repetitions: int,
+    progress: Progress = Progress(),
+    gate: Gate | None = None,
 ) -> tuple[list[RunResult], dict[str, list[float]], list[RunnerFailure]]:
     """The same request on every runner, counterbalanced, each run through `gate`: the results and each runner's
     per-run median step times (what an A/A comparison compares)."""
-    results, failures = run_all(endpoints, {name: request for name in endpoints}, transport, repetitions,
-                                progress=progress, gate=gate)
+    results, failures = run_all(
+        endpoints, {name: request for name in endpoints}, transport, repetitions, progress=progress, gate=gate
+    )
     if failures:
         return results, {}, failures
     return results, medians_by_runner(results), []
 
 
-def precision_of(medians: dict[str, list[float]]) -> Optional[FloorPrecision]:
+def precision_of(medians: dict[str, list[float]]) -> FloorPrecision | None:
     a, b = medians.values()
     return floor_precision(a, b) if min(len(a), len(b)) >= stats.MIN_REPETITIONS else None
 
 
 def medians_to_precision(
-    twins: dict[str, str], transport: Transport, request: wire.Request, target: FloorTarget,
-    progress: Progress = Progress(), gate: Optional[Gate] = None,
+    twins: dict[str, str],
+    transport: Transport,
+    request: wire.Request,
+    target: FloorTarget,
+    progress: Progress = Progress(),
+    gate: Gate | None = None,
 ) -> tuple[list[RunResult], dict[str, list[float]], list[RunnerFailure]]:
     """run_medians_by_runner in rounds of one run per twin (counterbalanced across rounds), until the floor is known
     to the target precision or the most runs are spent."""
     results: list[RunResult] = []
     for number in range(target.max_runs):
-        runs, failures = run_all(twins, {twin: request for twin in twins}, transport, 1, progress=progress,
-                                 first_repetition=number, gate=gate)
+        runs, failures = run_all(
+            twins,
+            {twin: request for twin in twins},
+            transport,
+            1,
+            progress=progress,
+            first_repetition=number,
+            gate=gate,
+        )
         results += runs
         if failures:
             return results, {}, failures
@@ -123,21 +141,47 @@ def medians_to_precision(
     return results, medians_by_runner(results), []
 
 
-def in_blocks(twins: dict[str, str], transport: Transport, request: wire.Request, design: BlockDesign,
-              blocks: int, prefix: str, progress: Progress = Progress(), gate: Optional[Gate] = None,
-              ) -> tuple[list[RunResult], dict[str, list[float]], list[RunnerFailure]]:
+def in_blocks(
+    twins: dict[str, str],
+    transport: Transport,
+    request: wire.Request,
+    design: BlockDesign,
+    blocks: int,
+    prefix: str,
+    progress: Progress = Progress(),
+    gate: Gate | None = None,
+) -> tuple[list[RunResult], dict[str, list[float]], list[RunnerFailure]]:
     """`blocks` process blocks of both twins' windows (app.blocks): the windows, and each twin's value per block."""
-    done = run_blocks(twins, {twin: request for twin in twins}, transport, design, Repetitions(fixed=blocks), prefix,
-                      None, stats.MIN_EFFECT, progress=progress, gate=gate)
+    done = run_blocks(
+        twins,
+        {twin: request for twin in twins},
+        transport,
+        design,
+        Repetitions(fixed=blocks),
+        prefix,
+        None,
+        stats.MIN_EFFECT,
+        progress=progress,
+        gate=gate,
+    )
     if done.failures:
         return done.results, {}, done.failures
     return done.results, block_values(done.results), []
 
 
-def calibrate_twins(name: str, addresses: Sequence[str], transport: Transport, request: wire.Request,
-                    repetitions: int, results_store: ResultStore, run_id: str, progress: Progress = Progress(),
-                    gate: Optional[Gate] = None, target: Optional[FloorTarget] = None,
-                    design: Optional[BlockDesign] = None) -> tuple[Optional[Calibration], list[RunnerFailure]]:
+def calibrate_twins(
+    name: str,
+    addresses: Sequence[str],
+    transport: Transport,
+    request: wire.Request,
+    repetitions: int,
+    results_store: ResultStore,
+    run_id: str,
+    progress: Progress = Progress(),
+    gate: Gate | None = None,
+    target: FloorTarget | None = None,
+    design: BlockDesign | None = None,
+) -> tuple[Calibration | None, list[RunnerFailure]]:
     """Two instances of one runner against each other (A/A), and the noise floor that gives, stored with why its
     runs were not quiet ("" when they were) and what each run waited (the manifest's "passages"). With a target,
     as many runs as the floor's precision needs (medians_to_precision); under a block design, `repetitions` blocks
@@ -145,8 +189,9 @@ def calibrate_twins(name: str, addresses: Sequence[str], transport: Transport, r
     twins = {name: addresses[0], f"{name}-2": addresses[1]}
     gate = gate or Gate()
     if design is not None:
-        results, medians, failures = in_blocks(twins, transport, request, design, repetitions,
-                                               f"{run_id}-{name}", progress, gate)
+        results, medians, failures = in_blocks(
+            twins, transport, request, design, repetitions, f"{run_id}-{name}", progress, gate
+        )
     elif target is None:
         results, medians, failures = run_medians_by_runner(twins, transport, request, repetitions, progress, gate)
     else:
@@ -154,27 +199,55 @@ def calibrate_twins(name: str, addresses: Sequence[str], transport: Transport, r
     if failures:
         return None, failures
     # Under the block design the twins' blocks pair, as a comparison's do (analyse.comparison).
-    comparison = stats.compare(name, medians[name], f"{name}-2", medians[f"{name}-2"], paired=design is not None,
-                               unit="block" if design else "run")
+    comparison = stats.compare(
+        name,
+        medians[name],
+        f"{name}-2",
+        medians[f"{name}-2"],
+        paired=design is not None,
+        unit="block" if design else "run",
+    )
     summary = records.summary_frame(run_id, results, [])
-    row = calibration_row(normalised(summary).iloc[0].to_dict(), results[0].runner_info.framework, comparison,
-                          flag_summary(summary["device_flags"], len(summary)),
-                          float(pd.to_numeric(summary["finished_at_unix_s"]).max()))
+    row = calibration_row(
+        normalised(summary).iloc[0].to_dict(),
+        results[0].runner_info.framework,
+        comparison,
+        flag_summary(summary["device_flags"], len(summary)),
+        float(pd.to_numeric(summary["finished_at_unix_s"]).max()),
+    )
     key = new_run_id()
     passages = {f"{r.runner} #{r.repetition + 1}": gate.context_of(r.runner, r.repetition) for r in results}
-    results_store.append(key, {"calibration": run_id, "runner": name, **MessageToDict(request)},
-                         {"calibration": pd.DataFrame([row])},
-                         {**records.manifest(key, results, {twin: request for twin in twins}),
-                          "passages": {run: waited for run, waited in passages.items() if waited}})
+    results_store.append(
+        key,
+        {"calibration": run_id, "runner": name, **MessageToDict(request)},
+        {"calibration": pd.DataFrame([row])},
+        {
+            **records.manifest(key, results, {twin: request for twin in twins}),
+            "passages": {run: waited for run, waited in passages.items() if waited},
+        },
+    )
     # The floor's own interval is Welch's (floor_precision): none is given for blocks, which the paired test judges.
-    return Calibration(name, row, comparison, max(stats.run_spread(medians[twin]) for twin in twins),
-                       None if design else precision_of(medians), target), []
+    return Calibration(
+        name,
+        row,
+        comparison,
+        max(stats.run_spread(medians[twin]) for twin in twins),
+        None if design else precision_of(medians),
+        target,
+    ), []
 
 
-def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Path,
-              progress: Progress = Progress(), search_repetitions: int = DEFAULT_SEARCH_REPETITIONS,
-              wait_for_quiet_s: float = 0.0, target: Optional[FloorTarget] = None,
-              design: DesignChoice = DesignChoice()) -> CalibrateResult:
+def calibrate(
+    spec: RunSpec,
+    runners: RunnerChoice,
+    repetitions: int,
+    store: Path,
+    progress: Progress = Progress(),
+    search_repetitions: int = DEFAULT_SEARCH_REPETITIONS,
+    wait_for_quiet_s: float = 0.0,
+    target: FloorTarget | None = None,
+    design: DesignChoice = DesignChoice(),
+) -> CalibrateResult:
     """The noise floor of `spec` for each runner: twins given (each name twice), else two embedded instances of
     each framework started here. Each run holds its device's lock and, with `wait_for_quiet_s`, first waits that
     long at most for a quiet host (run.gate). Under a block design the twins' windows interleave in `repetitions`
@@ -182,7 +255,9 @@ def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Pat
     gate = Gate(wait_for_quiet_s)
     pairs = twin_pairs(runners.given)
     request = wire.to_request(spec)
-    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-calibrate-{spec.model}-{spec.mode.value}-b{spec.batch_size}"
+    run_id = (
+        time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-calibrate-{spec.model}-{spec.mode.value}-b{spec.batch_size}"
+    )
     result = CalibrateResult()
     startup = runners.startup(spec.startup)
     with ExitStack() as stack, TemporaryDirectory() as logs:
@@ -194,9 +269,12 @@ def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Pat
             second, more = start_embedded(frameworks, venvs, Path(logs) / "b", stack, startup, progress)
             result.failures += more
             pairs = {name: [first[name], second[name]] for name in first if name in second}
-        resolved, unreachable = preflight.checked({name: addresses[0] for name, addresses in pairs.items()},
-                                                  runners.transport, {name: request for name in pairs},
-                                                  "the calibration")
+        resolved, unreachable = preflight.checked(
+            {name: addresses[0] for name, addresses in pairs.items()},
+            runners.transport,
+            {name: request for name in pairs},
+            "the calibration",
+        )
         result.failures += unreachable
         blocks = design_on_devices(design, [config.device.kind for config in resolved.values()], progress)
         results_store = ResultStore(store)
@@ -206,12 +284,24 @@ def calibrate(spec: RunSpec, runners: RunnerChoice, repetitions: int, store: Pat
             own = request
             if spec.profile and spec.profile.value == "best":
                 # The floor of the settings a best comparison runs: those this runner's search finds fastest.
-                found = search({name: addresses[0]}, runners.transport, {name: request}, search_repetitions,
-                               progress=progress)
+                found = search(
+                    {name: addresses[0]}, runners.transport, {name: request}, search_repetitions, progress=progress
+                )
                 own = found.choices[name].request
                 progress.note(f"{name}: calibrating at its best settings, {found.choices[name].summary}")
-            calibration, failures = calibrate_twins(name, addresses, runners.transport, own, repetitions,
-                                                    results_store, run_id, progress, gate, target, blocks)
+            calibration, failures = calibrate_twins(
+                name,
+                addresses,
+                runners.transport,
+                own,
+                repetitions,
+                results_store,
+                run_id,
+                progress,
+                gate,
+                target,
+                blocks,
+            )
             result.failures += failures
             if calibration is not None:
                 result.calibrations.append(calibration)

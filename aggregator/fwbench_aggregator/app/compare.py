@@ -8,7 +8,6 @@ import secrets
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
 
 import pandas as pd
 from google.protobuf.json_format import MessageToDict
@@ -48,21 +47,21 @@ class CompareRequest:
     design: DesignChoice = DesignChoice()  # interleaved process blocks (app.blocks), or runs in rounds
     cooldown_s: float = 0.0
     min_effect: float = stats.MIN_EFFECT
-    rendezvous_port: Optional[int] = None
+    rendezvous_port: int | None = None
     out: Path = Path("results")
-    store: Optional[Path] = None  # default: OUT/store
+    store: Path | None = None  # default: OUT/store
     allow_different_models: bool = False  # a plug-in whose runners build different parameter counts
     search_repetitions: int = best.DEFAULT_SEARCH_REPETITIONS  # the best profile's runs per candidate
     wait_for_quiet_s: float = 0.0  # before each run, wait up to this long for a quiet host (run.gate)
-    latency_budget_ms: Optional[float] = None  # under a scenario: whether each runner's p99 meets it
+    latency_budget_ms: float | None = None  # under a scenario: whether each runner's p99 meets it
 
 
 @dataclass
 class CompareResult:
     run_id: str
     store: Path
-    run_dir: Optional[Path] = None  # None where nothing ran
-    report: Optional[Path] = None  # RUN_DIR/report/report.html, this compare's runs alone
+    run_dir: Path | None = None  # None where nothing ran
+    report: Path | None = None  # RUN_DIR/report/report.html, this compare's runs alone
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)  # analyse.comparison rows
     scaling: pd.DataFrame = field(default_factory=pd.DataFrame)  # where the store has other world sizes of it
     resolved: dict[str, wire.Resolved] = field(default_factory=dict)  # each runner's run, as it resolved it
@@ -76,15 +75,22 @@ class CompareResult:
 def run_id_for(spec: RunSpec) -> str:
     """The compare's id, its results folder's name: the time, then random hex digits, so that two compares started
     in one second (on one machine or two) never share a folder or a --compare selection."""
-    return (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{secrets.token_hex(3)}"
-            + f"-{safe_component(spec.model)}-{spec.mode.value}-b{spec.batch_size}")
+    return (
+        time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        + f"-{secrets.token_hex(3)}"
+        + f"-{safe_component(spec.model)}-{spec.mode.value}-b{spec.batch_size}"
+    )
 
 
 def requests_for(names, request: CompareRequest) -> dict[str, wire.Request]:
     return {
-        name: wire.to_request(replace(request.spec,
-                                      compilation=per_runner(name, list(request.compilation), Compilation),
-                                      strategy=per_runner(name, list(request.strategy), Strategy)))
+        name: wire.to_request(
+            replace(
+                request.spec,
+                compilation=per_runner(name, list(request.compilation), Compilation),
+                strategy=per_runner(name, list(request.strategy), Strategy),
+            )
+        )
         for name in names
     }
 
@@ -113,12 +119,25 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
         looks = repetitions.looks(blocks is not None)
         gate = Gate(request.wait_for_quiet_s)
 
-        def keep(run: RunResult, sent: Optional[wire.Request] = None, profile: str = "") -> None:
+        def keep(run: RunResult, sent: wire.Request | None = None, profile: str = "") -> None:
             sent = sent or requests[run.runner]
-            config = {"compare": result.run_id, **MessageToDict(sent), "runner": run.runner, "repetition": run.repetition}
-            records.store_result(results_store, new_run_id(), config, run, sent,
-                                 gate.context_of(run.runner, run.repetition), profile=profile,
-                                 max_repetitions=0 if profile else max_repetitions, looks=() if profile else looks)
+            config = {
+                "compare": result.run_id,
+                **MessageToDict(sent),
+                "runner": run.runner,
+                "repetition": run.repetition,
+            }
+            records.store_result(
+                results_store,
+                new_run_id(),
+                config,
+                run,
+                sent,
+                gate.context_of(run.runner, run.repetition),
+                profile=profile,
+                max_repetitions=0 if profile else max_repetitions,
+                looks=() if profile else looks,
+            )
 
         if request.spec.profile and request.spec.profile.value == "best":
             requests = search_best(request, runners, requests, keep, progress, result, gate)
@@ -126,13 +145,33 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
 
         endpoints = {name: runners.endpoints[name] for name in requests}
         if blocks:
-            rounds = run_blocks(endpoints, requests, runners.transport, blocks, repetitions,
-                                result.run_id, results_store.load("calibration"), request.min_effect, keep, progress,
-                                gate=gate)
+            rounds = run_blocks(
+                endpoints,
+                requests,
+                runners.transport,
+                blocks,
+                repetitions,
+                result.run_id,
+                results_store.load("calibration"),
+                request.min_effect,
+                keep,
+                progress,
+                gate=gate,
+            )
         else:
-            rounds = run_rounds(endpoints, requests, runners.transport, repetitions,
-                                results_store.load("calibration"), request.min_effect, request.cooldown_s, keep,
-                                request.rendezvous_port, progress, gate=gate)
+            rounds = run_rounds(
+                endpoints,
+                requests,
+                runners.transport,
+                repetitions,
+                results_store.load("calibration"),
+                request.min_effect,
+                request.cooldown_s,
+                keep,
+                request.rendezvous_port,
+                progress,
+                gate=gate,
+            )
         result.results, result.stopped = rounds.results, rounds.stopped
         result.failures += rounds.failures
         if not result.results:
@@ -150,8 +189,16 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
         runners.keep_logs(run_dir / "logs")
     result.run_dir = run_dir
     calibration, parity = results_store.load("calibration"), results_store.load(PARITY_FRAME)
-    analysis = analysed(frames["summary"], frames["steps"], calibration, results_store.load("max_batch"),
-                        results_store.load("model_facts"), request.latency_budget_ms, request.min_effect, parity=parity)
+    analysis = analysed(
+        frames["summary"],
+        frames["steps"],
+        calibration,
+        results_store.load("max_batch"),
+        results_store.load("model_facts"),
+        request.latency_budget_ms,
+        request.min_effect,
+        parity=parity,
+    )
     result.rows, result.serving = analysis.rows, analysis.serving
     frames["comparison"] = result.rows
     if not result.serving.empty:
@@ -165,19 +212,37 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
     manifest = records.manifest(result.run_id, result.results, requests)
     records.write_manifest(run_dir, manifest)
     # This compare's own report: its runs alone, never the rest of the store (`fwbench report` reads that).
-    result.report = write_report(analysis, frames["summary"], manifest, run_dir / REPORT_FOLDER,
-                                 versions=version_tables(results_store, frames["summary"], frames["steps"]),
-                                 parity=parity)
+    result.report = write_report(
+        analysis,
+        frames["summary"],
+        manifest,
+        run_dir / REPORT_FOLDER,
+        versions=version_tables(results_store, frames["summary"], frames["steps"]),
+        parity=parity,
+    )
     return result
 
 
-def search_best(request: CompareRequest, runners, baselines: dict[str, wire.Request], keep, progress: Progress,
-                result: CompareResult, gate: Gate) -> dict[str, wire.Request]:
+def search_best(
+    request: CompareRequest,
+    runners,
+    baselines: dict[str, wire.Request],
+    keep,
+    progress: Progress,
+    result: CompareResult,
+    gate: Gate,
+) -> dict[str, wire.Request]:
     """Each runner's fastest settings (app.best), its search runs stored under their own profile label; the requests
     that run the comparison at them."""
-    found = best.search({name: runners.endpoints[name] for name in baselines}, runners.transport, baselines,
-                        request.search_repetitions, progress=progress,
-                        on_result=lambda run, sent: keep(run, sent, BEST_SEARCH_PROFILE), gate=gate)
+    found = best.search(
+        {name: runners.endpoints[name] for name in baselines},
+        runners.transport,
+        baselines,
+        request.search_repetitions,
+        progress=progress,
+        on_result=lambda run, sent: keep(run, sent, BEST_SEARCH_PROFILE),
+        gate=gate,
+    )
     result.best = found.choices
     result.failures += found.failures
     failed = {failure.runner for failure in found.failures}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import pandas as pd
 
@@ -30,8 +29,13 @@ from .runners import RunnerChoice, runners_for
 
 # Each factor: the request field it sets and the contract's enum of its values (threads: a count, the intra-op
 # threads of the runner's framework).
-FACTORS = {"layout": Layout, "compilation": Compilation, "precision": Precision, "cudnn_autotune": Switch,
-           "threads": None}
+FACTORS = {
+    "layout": Layout,
+    "compilation": Compilation,
+    "precision": Precision,
+    "cudnn_autotune": Switch,
+    "threads": None,
+}
 DEFAULT_FACTORS = ("layout", "compilation", "precision", "threads")
 THREADS_FIELD = "intra_op_threads"
 BASELINE = "baseline"
@@ -45,7 +49,7 @@ class FactorEffect:
     factor: str
     baseline: str  # the factor's value in the baseline run, as the runner resolved it
     value: str
-    comparison: Optional[stats.Comparison] = None  # None where not run
+    comparison: stats.Comparison | None = None  # None where not run
     not_supported: str = ""  # the runner's reason, where it refused the variant
 
     @property
@@ -70,7 +74,7 @@ class FactorsResult:
     effects: list[FactorEffect] = field(default_factory=list)
     results: list[RunResult] = field(default_factory=list)
     failures: list[RunnerFailure] = field(default_factory=list)
-    run_dir: Optional[Path] = None  # None where nothing ran
+    run_dir: Path | None = None  # None where nothing ran
 
 
 def _entry(runner: str, factor: str = "", value: str = "") -> str:
@@ -89,8 +93,9 @@ def _values(factor: str, resolved: wire.Resolved) -> tuple[str, list[tuple[str, 
     return to_text(enum, current), [(to_text(enum, n), n) for n in numbers(enum) if n != current]
 
 
-def _candidates(client: RunnerClient, baseline: wire.Request, resolved: wire.Resolved, factors: tuple[str, ...]
-                ) -> tuple[dict[tuple[str, str], wire.Request], list[FactorEffect]]:
+def _candidates(
+    client: RunnerClient, baseline: wire.Request, resolved: wire.Resolved, factors: tuple[str, ...]
+) -> tuple[dict[tuple[str, str], wire.Request], list[FactorEffect]]:
     """The variants this runner accepts (factor, value) -> request, and those it refuses, with its reason."""
     accepted, refused = {}, []
     for factor in factors:
@@ -106,29 +111,46 @@ def _candidates(client: RunnerClient, baseline: wire.Request, resolved: wire.Res
 
 
 def effects_frame(effects: list[FactorEffect]) -> pd.DataFrame:
-    return pd.DataFrame([
-        {"factor": e.factor, "runner": e.runner, "baseline": e.baseline, "value": e.value, "effect": e.effect,
-         "ratio": None if e.comparison is None else e.comparison.ratio,
-         "faster": None if e.comparison is None else e.comparison.faster,
-         "ci_low": None if e.comparison is None else e.comparison.ci_low,
-         "ci_high": None if e.comparison is None else e.comparison.ci_high,
-         "significant": bool(e.comparison and e.comparison.significant), "not_supported": e.not_supported}
-        for e in effects
-    ])
+    return pd.DataFrame(
+        [
+            {
+                "factor": e.factor,
+                "runner": e.runner,
+                "baseline": e.baseline,
+                "value": e.value,
+                "effect": e.effect,
+                "ratio": None if e.comparison is None else e.comparison.ratio,
+                "faster": None if e.comparison is None else e.comparison.faster,
+                "ci_low": None if e.comparison is None else e.comparison.ci_low,
+                "ci_high": None if e.comparison is None else e.comparison.ci_high,
+                "significant": bool(e.comparison and e.comparison.significant),
+                "not_supported": e.not_supported,
+            }
+            for e in effects
+        ]
+    )
 
 
-def factors(spec: RunSpec, runners: RunnerChoice, chosen: tuple[str, ...] = DEFAULT_FACTORS,
-            repetitions: int = DEFAULT_REPETITIONS, out: Path = Path("results"),
-            progress: Progress = Progress()) -> FactorsResult:
+def factors(
+    spec: RunSpec,
+    runners: RunnerChoice,
+    chosen: tuple[str, ...] = DEFAULT_FACTORS,
+    repetitions: int = DEFAULT_REPETITIONS,
+    out: Path = Path("results"),
+    progress: Progress = Progress(),
+) -> FactorsResult:
     """Each runner's baseline (the spec as the equal profile runs it) and each other value of each chosen factor it
     accepts, run counterbalanced; each variant's effect against its runner's baseline, written under `out`."""
     result = FactorsResult()
     baseline = wire.to_request(spec)
-    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-factors-{spec.model}-{spec.mode.value}-b{spec.batch_size}"
+    run_id = (
+        time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-factors-{spec.model}-{spec.mode.value}-b{spec.batch_size}"
+    )
     with runners_for(runners, progress, spec.startup) as found:
         result.failures += found.failures
-        resolved, unreachable = checked(found.endpoints, found.transport, {name: baseline for name in found.endpoints},
-                                        "the baseline")
+        resolved, unreachable = checked(
+            found.endpoints, found.transport, {name: baseline for name in found.endpoints}, "the baseline"
+        )
         result.failures += unreachable
         endpoints, requests, variants = {}, {}, {}
         for name, config in resolved.items():
@@ -150,10 +172,13 @@ def factors(spec: RunSpec, runners: RunnerChoice, chosen: tuple[str, ...] = DEFA
     result.effects.sort(key=lambda e: (list(FACTORS).index(e.factor), e.runner, e.not_supported != "", e.value))
     if result.results:
         result.run_dir = out / run_id
-        records.write_results(result.run_dir, {
-            "steps": records.steps_frame(run_id, result.results),
-            "summary": records.summary_frame(run_id, result.results, result.failures),
-            "factors": effects_frame(result.effects),
-        })
+        records.write_results(
+            result.run_dir,
+            {
+                "steps": records.steps_frame(run_id, result.results),
+                "summary": records.summary_frame(run_id, result.results, result.failures),
+                "factors": effects_frame(result.effects),
+            },
+        )
         records.write_manifest(result.run_dir, records.manifest(run_id, result.results, requests))
     return result

@@ -31,28 +31,48 @@ def missing_facts(summary: pd.DataFrame, results_store: ResultStore) -> list[dic
     return [identity for identity in ran.to_dict("records") if not results_store.has(fact_key(identity))]
 
 
-def record_model_facts(endpoints: Mapping[str, str], transport: Transport, results_store: ResultStore,
-                       summary: pd.DataFrame, progress: Progress = Progress()) -> list[str]:
+def record_model_facts(
+    endpoints: Mapping[str, str],
+    transport: Transport,
+    results_store: ResultStore,
+    summary: pd.DataFrame,
+    progress: Progress = Progress(),
+) -> list[str]:
     """Inspect each model of the summary's successful runs that the store has no fact for, on the runner that ran
     it, and store the fact; returns the keys stored."""
     wanted: dict[str, list[dict[str, str]]] = {}
     for identity in missing_facts(summary, results_store):
         wanted.setdefault(identity["runner"], []).append(identity)
-    return [key for inspected in inspect_models(endpoints, transport, wanted, progress)
-            if (key := _store(results_store, inspected))]
+    return [
+        key
+        for inspected in inspect_models(endpoints, transport, wanted, progress)
+        if (key := _store(results_store, inspected))
+    ]
 
 
 def _store(results_store: ResultStore, inspected: Inspected) -> str | None:
     """The fact as one store entry; its key, or None where another study into this store stored it first."""
     identity, report = inspected.identity, inspected.report
     key = fact_key(identity)
-    row = {**identity, "forward_flops": float(report.forward_flops), "parameter_count": int(report.parameter_count),
-           "flops_method": report.flops_method}
-    manifest = {"address": inspected.address, "build_time_s": report.build_time_s, "inspected_at_unix_s": time.time(),
-                "output_shape": list(report.output_shape)}
+    row = {
+        **identity,
+        "forward_flops": float(report.forward_flops),
+        "parameter_count": int(report.parameter_count),
+        "flops_method": report.flops_method,
+    }
+    manifest = {
+        "address": inspected.address,
+        "build_time_s": report.build_time_s,
+        "inspected_at_unix_s": time.time(),
+        "output_shape": list(report.output_shape),
+    }
     try:
-        results_store.append(key, {MODEL_FACTS_FRAME: identity},
-                             {MODEL_FACTS_FRAME: pd.DataFrame([row], columns=MODEL_FACTS_COLUMNS)}, manifest)
+        results_store.append(
+            key,
+            {MODEL_FACTS_FRAME: identity},
+            {MODEL_FACTS_FRAME: pd.DataFrame([row], columns=MODEL_FACTS_COLUMNS)},
+            manifest,
+        )
     except ValueError:
         if not results_store.has(key):
             raise

@@ -7,7 +7,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import pandas as pd
 
@@ -27,7 +26,7 @@ from .runners import RunnerChoice
 @dataclass(frozen=True)
 class Search:
     runner: str
-    largest: Optional[int]  # None: not even batch 1 fits
+    largest: int | None  # None: not even batch 1 fits
     tried: dict[int, bool]  # batch -> fits
 
 
@@ -37,8 +36,9 @@ class MaxBatchResult:
     failures: list[RunnerFailure] = field(default_factory=list)
 
 
-def max_batch(spec: RunSpec, limit: int, runners: RunnerChoice, store: Path,
-              progress: Progress = Progress()) -> MaxBatchResult:
+def max_batch(
+    spec: RunSpec, limit: int, runners: RunnerChoice, store: Path, progress: Progress = Progress()
+) -> MaxBatchResult:
     """Each runner's search, one runner after the other (they may share a device). `spec` is one step, no warm-up,
     no power: the question is only whether a batch fits."""
     results_store = ResultStore(store)
@@ -66,8 +66,17 @@ def max_batch(spec: RunSpec, limit: int, runners: RunnerChoice, store: Path,
     return MaxBatchResult(searched.found, searched.failures)
 
 
-def _store(results_store: ResultStore, spec: RunSpec, name: str, address: str, transport, limit: int,
-           largest: Optional[int], search: BatchSearch, searched_at_unix_s: float) -> None:
+def _store(
+    results_store: ResultStore,
+    spec: RunSpec,
+    name: str,
+    address: str,
+    transport,
+    limit: int,
+    largest: int | None,
+    search: BatchSearch,
+    searched_at_unix_s: float,
+) -> None:
     """The search as frame max_batch, its configuration as a run's summary row names it (defaults resolved: the
     runner's default device and shape, every option), so that it lines up with runs of it."""
     first = jobs.addresses_of(address)[0]
@@ -79,14 +88,22 @@ def _store(results_store: ResultStore, spec: RunSpec, name: str, address: str, t
     searched = {
         "model": spec.model,
         "model_options": ";".join(f"{k}={v}" for k, v in sorted({**defaults, **dict(spec.model_options)}.items())),
-        "mode": spec.mode.value, "input_shape": where["input_shape"], "precision": spec.precision.value,
-        "device": where["device"], "runner": name,
+        "mode": spec.mode.value,
+        "input_shape": where["input_shape"],
+        "precision": spec.precision.value,
+        "device": where["device"],
+        "runner": name,
     }
     tried = ", ".join(f"{b}{'' if ok else ' (OOM)'}" for b, ok in sorted(search.tried.items()))
     row = {
-        **searched, "framework": where["framework"], "framework_version": where["framework_version"],
-        "largest_batch": -1 if largest is None else largest, "limit": limit, "capped": largest == limit,
-        "batches_tried": tried, "searched_at_unix_s": searched_at_unix_s,
+        **searched,
+        "framework": where["framework"],
+        "framework_version": where["framework_version"],
+        "largest_batch": -1 if largest is None else largest,
+        "limit": limit,
+        "capped": largest == limit,
+        "batches_tried": tried,
+        "searched_at_unix_s": searched_at_unix_s,
     }
     config = {"max_batch": searched_at_unix_s, **searched, "limit": limit}
     manifest = {"command": sys.argv, "runner_address": address, "runner_options": facts.options}

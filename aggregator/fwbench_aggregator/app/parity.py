@@ -9,16 +9,16 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from tempfile import TemporaryDirectory
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import pandas as pd
 
 from ..analyse.parity import judged
 from ..base.progress import Progress
 from ..base.suggest import did_you_mean
+from ..plan.keys import config_key
 from ..plan.spec import StartupSettings
 from ..run.client import RunnerClient, RunnerFailure
-from ..plan.keys import config_key
 from ..run.parity import gather
 from ..store.results_store import ResultStore
 from ..store.schema import PARITY_COLUMNS, PARITY_FRAME
@@ -36,7 +36,7 @@ class ParityTable(NamedTuple):
 @dataclass
 class ParityResult:
     tables: list[ParityTable] = field(default_factory=list)
-    path: Optional[Path] = None  # parity.csv
+    path: Path | None = None  # parity.csv
     failures: list[RunnerFailure] = field(default_factory=list)
 
     @property
@@ -51,21 +51,38 @@ def store_checks(results_store: ResultStore, tables: list[ParityTable], hashes: 
     for t in tables:
         for row in t.table.itertuples(index=False):
             model = row.model.split(" ", 1)[0]
-            entry = {"model": model, "variant": row.model, "model_hash": hashes.get(model, ""),
-                     "reference_runner": t.reference, "runner": t.other, "verdict": row.verdict,
-                     "numeric": row.numeric, "checked_at_unix_s": checked_at}
+            entry = {
+                "model": model,
+                "variant": row.model,
+                "model_hash": hashes.get(model, ""),
+                "reference_runner": t.reference,
+                "runner": t.other,
+                "verdict": row.verdict,
+                "numeric": row.numeric,
+                "checked_at_unix_s": checked_at,
+            }
             # Content-addressed: the whole row (its time included) is the evidence, so the same row is the same entry.
             key = config_key({PARITY_FRAME: entry})
-            results_store.append(key, {PARITY_FRAME: {k: entry[k] for k in ("model", "variant", "model_hash")}},
-                                 {PARITY_FRAME: pd.DataFrame([entry], columns=PARITY_COLUMNS)}, {})
+            results_store.append(
+                key,
+                {PARITY_FRAME: {k: entry[k] for k in ("model", "variant", "model_hash")}},
+                {PARITY_FRAME: pd.DataFrame([entry], columns=PARITY_COLUMNS)},
+                {},
+            )
 
 
-def parity(runners: RunnerChoice, models: Optional[list[str]], out: Path, progress: Progress = Progress(),
-           store: Optional[Path] = None) -> ParityResult:
+def parity(
+    runners: RunnerChoice,
+    models: list[str] | None,
+    out: Path,
+    progress: Progress = Progress(),
+    store: Path | None = None,
+) -> ParityResult:
     reference_name, *other_names = runners.frameworks.split(",")
     if not other_names:
-        raise UsageError(f"{runners.frameworks!r}: give the reference and at least one runner to check against it",
-                         "--frameworks")
+        raise UsageError(
+            f"{runners.frameworks!r}: give the reference and at least one runner to check against it", "--frameworks"
+        )
     result = ParityResult()
     run_dir = out / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-parity")
     with ExitStack() as stack:
@@ -82,26 +99,37 @@ def parity(runners: RunnerChoice, models: Optional[list[str]], out: Path, progre
         unknown = sorted(set(models or []) - set(known))
         if unknown:
             hints = "".join(did_you_mean(name, known) for name in unknown)
-            raise UsageError(f"unknown model(s) {', '.join(unknown)}{hints}; known models: {', '.join(known)}", "--models")
+            raise UsageError(
+                f"unknown model(s) {', '.join(unknown)}{hints}; known models: {', '.join(known)}", "--models"
+            )
         for other_name in other_names:
             if other_name not in found.endpoints:
                 continue
             other = stack.enter_context(RunnerClient(other_name, found.endpoints[other_name], found.transport))
             task = progress.add_task(f"checking parity with {other_name}")
             try:
-                rows, only_reference = gather(reference, other, models, lambda v: progress.update(
-                    task, description=f"checking {v.label} on {other_name}"))
+                rows, only_reference = gather(
+                    reference,
+                    other,
+                    models,
+                    lambda v, task=task, other_name=other_name: progress.update(
+                        task, description=f"checking {v.label} on {other_name}"
+                    ),
+                )
             except RunnerFailure as failure:
                 result.failures.append(failure)
                 continue
             finally:
                 progress.remove_task(task)
-            result.tables.append(ParityTable(reference_name, other_name, judged(rows, reference_name, other_name),
-                                             only_reference))
+            result.tables.append(
+                ParityTable(reference_name, other_name, judged(rows, reference_name, other_name), only_reference)
+            )
     if result.tables:
         if store is not None:
             store_checks(ResultStore(store), result.tables, hashes)
         run_dir.mkdir(parents=True, exist_ok=True)
         result.path = run_dir / "parity.csv"
-        pd.concat([t.table.assign(other=t.other) for t in result.tables], ignore_index=True).to_csv(result.path, index=False)
+        pd.concat([t.table.assign(other=t.other) for t in result.tables], ignore_index=True).to_csv(
+            result.path, index=False
+        )
     return result

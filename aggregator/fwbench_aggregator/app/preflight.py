@@ -26,8 +26,9 @@ def resolved_or_refusal(client: RunnerClient, request: wire.Request) -> tuple[wi
         return None, failure.message
 
 
-def check_all(endpoints: Mapping[str, str], transport: Transport, requests: Sequence[tuple[str, wire.Request]],
-              what: str) -> tuple[list[wire.Resolved | None], list[RunnerFailure]]:
+def check_all(
+    endpoints: Mapping[str, str], transport: Transport, requests: Sequence[tuple[str, wire.Request]], what: str
+) -> tuple[list[wire.Resolved | None], list[RunnerFailure]]:
     """Each (runner, request)'s resolved configuration (None where the runner is too old to answer CheckRun, or could
     not be asked), and the runners that could not be asked. Raises UsageError naming every problem, runners that
     share one named together, where any runner refuses its request."""
@@ -58,15 +59,23 @@ def check_all(endpoints: Mapping[str, str], transport: Transport, requests: Sequ
     return resolved, list(failures.values())
 
 
-def checked(endpoints: Mapping[str, str], transport: Transport, requests: Mapping[str, wire.Request],
-            what: str = "the comparison") -> tuple[dict[str, wire.Resolved], list[RunnerFailure]]:
+def checked(
+    endpoints: Mapping[str, str],
+    transport: Transport,
+    requests: Mapping[str, wire.Request],
+    what: str = "the comparison",
+) -> tuple[dict[str, wire.Resolved], list[RunnerFailure]]:
     """check_all for one request per runner: each runner's resolved configuration, and the runners not asked."""
     resolved, failures = check_all(endpoints, transport, list(requests.items()), what)
     return {name: config for name, config in zip(requests, resolved) if config is not None}, failures
 
 
-def same_network(endpoints: Mapping[str, str], transport: Transport, requests: Mapping[str, wire.Request],
-                 allow_different: bool = False) -> None:
+def same_network(
+    endpoints: Mapping[str, str],
+    transport: Transport,
+    requests: Mapping[str, wire.Request],
+    allow_different: bool = False,
+) -> None:
     """For a plug-in model, evidence before anything runs that the runners build one network: the same plug-in
     (content hash) and the same trainable parameter count at the run's shape and options. A UsageError where they
     differ, unless the user allows it; built-in models pass at once (the project's parity tests prove them)."""
@@ -81,17 +90,23 @@ def same_network(endpoints: Mapping[str, str], transport: Transport, requests: M
     hashes = {name: info.content_hash for name, (info, _) in found.items()}
     if len(set(hashes.values())) > 1:
         versions = ", ".join(f"{name} {h[:19]}" for name, h in hashes.items())
-        raise UsageError(f"the runners load different versions of plug-in {next(iter(found.values()))[0].name}: "
-                         f"{versions}; point them at the same folder, or pass --allow-different-models",
-                         "--allow-different-models")
+        raise UsageError(
+            f"the runners load different versions of plug-in {next(iter(found.values()))[0].name}: "
+            f"{versions}; point them at the same folder, or pass --allow-different-models",
+            "--allow-different-models",
+        )
     counts = {}
-    for name, (info, request) in found.items():
+    for name, (_info, request) in found.items():
         with RunnerClient(name, jobs.addresses_of(endpoints[name])[0], transport) as client:
-            counts[name] = client.inspect(request.model, request.input_shape, dict(request.model_options)).parameter_count
+            counts[name] = client.inspect(
+                request.model, request.input_shape, dict(request.model_options)
+            ).parameter_count
     if len(set(counts.values())) > 1:
         model = next(iter(found.values()))[0].name
         figures = ", ".join(f"{name} {count:,}" for name, count in counts.items())
         raise UsageError(
             f"the runners build plug-in {model} with different trainable parameter counts ({figures}): not the same "
             f"network, so a comparison would not compare frameworks; `fwbench parity --models {model}` shows where "
-            "they differ, and --allow-different-models compares them anyway", "--allow-different-models")
+            "they differ, and --allow-different-models compares them anyway",
+            "--allow-different-models",
+        )

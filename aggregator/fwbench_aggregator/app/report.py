@@ -5,13 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import pandas as pd
 
 from ..analyse.results import Analysis, analysed
 from ..analyse.versions import (
-    VersionTables, confirmed, several_versions, version_changes, version_points, version_runs,
+    VersionTables,
+    confirmed,
+    several_versions,
+    version_changes,
+    version_points,
+    version_runs,
 )
 from ..present.report import write_report
 from ..store.health import Damage
@@ -29,7 +33,7 @@ class ReportResult:
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)  # the runs analysed, as selected from the store
 
 
-def selection_of(compare: Optional[str], where: Sequence[str]) -> Selection:
+def selection_of(compare: str | None, where: Sequence[str]) -> Selection:
     """--compare and --where as a Selection; a UsageError naming the option where one is malformed."""
     try:
         return Selection.parse(compare or "", where)
@@ -53,7 +57,7 @@ REPORT_FOLDER = "report"  # beside a store (or in a compare's results folder): r
 CONFIRMATION_FOLDER = "confirmation"
 
 
-def version_tables(results_store: ResultStore, summary: pd.DataFrame, steps: pd.DataFrame) -> Optional[VersionTables]:
+def version_tables(results_store: ResultStore, summary: pd.DataFrame, steps: pd.DataFrame) -> VersionTables | None:
     """Each version against the previous one over these runs, a confirmation round's verdicts (the store's
     confirmation folder) beside its regressions; None where the runs hold no two versions of a configuration."""
     points = version_points(version_runs(summary, steps))
@@ -67,26 +71,47 @@ def version_tables(results_store: ResultStore, summary: pd.DataFrame, steps: pd.
     return VersionTables(confirmed(version_changes(summary, steps, calibration), rounds), points)
 
 
-def store_report(results_store: ResultStore, out: Path, latency_budget_ms: Optional[float] = None,
-                 not_run: Sequence[str] = (), selection: Selection = Selection()) -> ReportResult:
+def store_report(
+    results_store: ResultStore,
+    out: Path,
+    latency_budget_ms: float | None = None,
+    not_run: Sequence[str] = (),
+    selection: Selection = Selection(),
+) -> ReportResult:
     """The analysis of everything readable the store holds (runs, noise floors, max-batch searches, FLOP counts), or
     of the runs `selection` chooses, computed once, and the report written from it into `out`, naming the unreadable
     files it left out and the points a sweep's time budget left without runs (`not_run`: the store cannot know them)."""
     left_out = [d for d in results_store.damaged() if d.key]  # a damaged store.json leaves nothing out
-    frames = selected_frames(results_store, ("summary", "steps", "calibration", "max_batch", "model_facts", PARITY_FRAME,
-                                             SERVE_CAPACITY_FRAME), selection)
+    frames = selected_frames(
+        results_store,
+        ("summary", "steps", "calibration", "max_batch", "model_facts", PARITY_FRAME, SERVE_CAPACITY_FRAME),
+        selection,
+    )
     summary = frames["summary"]
-    analysis = analysed(summary, frames["steps"], frames["calibration"], frames["max_batch"], frames["model_facts"],
-                        latency_budget_ms, parity=frames[PARITY_FRAME], capacities=frames[SERVE_CAPACITY_FRAME])
+    analysis = analysed(
+        summary,
+        frames["steps"],
+        frames["calibration"],
+        frames["max_batch"],
+        frames["model_facts"],
+        latency_budget_ms,
+        parity=frames[PARITY_FRAME],
+        capacities=frames[SERVE_CAPACITY_FRAME],
+    )
     manifests = {key: results_store.manifest(key) for key in sorted(results_store.keys())}
     versions = version_tables(results_store, summary, frames["steps"])
-    path = write_report(analysis, summary, manifests, out, left_out, not_run, versions=versions,
-                        parity=frames[PARITY_FRAME])
+    path = write_report(
+        analysis, summary, manifests, out, left_out, not_run, versions=versions, parity=frames[PARITY_FRAME]
+    )
     return ReportResult(analysis, path, left_out, summary)
 
 
-def report(store: Path, out: Optional[Path] = None, latency_budget_ms: Optional[float] = None,
-           selection: Selection = Selection()) -> ReportResult:
+def report(
+    store: Path,
+    out: Path | None = None,
+    latency_budget_ms: float | None = None,
+    selection: Selection = Selection(),
+) -> ReportResult:
     results_store = ResultStore(store)
     if not results_store.run_keys():
         damaged = results_store.damaged()

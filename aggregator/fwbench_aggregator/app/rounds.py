@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Optional
 
 import pandas as pd
 
@@ -31,9 +30,9 @@ class Repetitions:
     """A fixed number of runs (or blocks) per runner, or (fixed None) as many as the verdict needs within the budgets:
     `max_runs`, or where that is None the design's own (in_design)."""
 
-    fixed: Optional[int] = None
-    max_runs: Optional[int] = None
-    time_budget_s: Optional[float] = None  # the configuration's, over every runner's runs
+    fixed: int | None = None
+    max_runs: int | None = None
+    time_budget_s: float | None = None  # the configuration's, over every runner's runs
 
     def in_design(self, blocks: bool) -> Repetitions:
         """These repetitions with the design's own budget (sequential.default_budget) where none was asked for."""
@@ -67,11 +66,20 @@ class Rounds:
     stopped: str = ""  # under auto, why the rounds ended: stop_reason's, "time budget" or "one runner left"
 
 
-def run_rounds(endpoints: dict[str, str], requests: dict[str, wire.Request], transport: Transport,
-               repetitions: Repetitions, calibration: Optional[pd.DataFrame], min_effect: float,
-               cooldown_s: float = 0.0, on_result: Callable[[RunResult], None] = lambda run: None,
-               rendezvous_port: Optional[int] = None, progress: Progress = Progress(),
-               clock: Callable[[], float] = time.monotonic, gate: Optional[Gate] = None) -> Rounds:
+def run_rounds(
+    endpoints: dict[str, str],
+    requests: dict[str, wire.Request],
+    transport: Transport,
+    repetitions: Repetitions,
+    calibration: pd.DataFrame | None,
+    min_effect: float,
+    cooldown_s: float = 0.0,
+    on_result: Callable[[RunResult], None] = lambda run: None,
+    rendezvous_port: int | None = None,
+    progress: Progress = Progress(),
+    clock: Callable[[], float] = time.monotonic,
+    gate: Gate | None = None,
+) -> Rounds:
     """The runs of one configuration on every runner: all at once where the number is fixed, else round by round
     until the comparison rows say every verdict is settled, or a budget ends them."""
     rounds = Rounds()
@@ -79,14 +87,25 @@ def run_rounds(endpoints: dict[str, str], requests: dict[str, wire.Request], tra
     if not repetitions.auto or len(endpoints) < 2:
         # Nothing to compare with one runner: the fewest runs a figure over runs needs.
         count = repetitions.budget if not repetitions.auto else stats.MIN_REPETITIONS
-        rounds.results, rounds.failures = run_all(endpoints, requests, transport, count, cooldown_s, on_result,
-                                                  rendezvous_port, progress, gate=gate)
+        rounds.results, rounds.failures = run_all(
+            endpoints, requests, transport, count, cooldown_s, on_result, rendezvous_port, progress, gate=gate
+        )
         return rounds
     started = clock()
     alive = dict(endpoints)
     for number in range(repetitions.max_runs):
-        runs, failures = run_all(alive, requests, transport, 1, cooldown_s, on_result, rendezvous_port, progress,
-                                 first_repetition=number, gate=gate)
+        runs, failures = run_all(
+            alive,
+            requests,
+            transport,
+            1,
+            cooldown_s,
+            on_result,
+            rendezvous_port,
+            progress,
+            first_repetition=number,
+            gate=gate,
+        )
         rounds.results += runs
         rounds.failures += failures
         for failure in failures:

@@ -31,16 +31,27 @@ def list_models(runners: RunnerChoice, parameters: bool = False, progress: Progr
         if name in listing.runners:
             return  # a job across machines: its first node answers for it
         listing.runners.append(name)
-        listing.plugin_problems += [PluginProblem(name, p.folder, p.error) for p in client.describe().plugins if p.error]
+        listing.plugin_problems += [
+            PluginProblem(name, p.folder, p.error) for p in client.describe().plugins if p.error
+        ]
         models = client.list_models()
         counts = _parameter_counts(name, client, [m.name for m in models], progress) if parameters else {}
         for m in models:
-            entry = by_name.setdefault(m.name, ListedModel(
-                m.name, to_text(Task, m.task), m.input_convention, shape_text(m.default_input_shape),
-                shape_text(m.min_input_shape), shape_text(m.max_input_shape),
-                " ".join(f"{o.name}={'|'.join(o.choices)}" for o in m.options),
-                source=m.source_folder, origin=m.source_origin, content_hash=m.content_hash,
-            ))
+            entry = by_name.setdefault(
+                m.name,
+                ListedModel(
+                    m.name,
+                    to_text(Task, m.task),
+                    m.input_convention,
+                    shape_text(m.default_input_shape),
+                    shape_text(m.min_input_shape),
+                    shape_text(m.max_input_shape),
+                    " ".join(f"{o.name}={'|'.join(o.choices)}" for o in m.options),
+                    source=m.source_folder,
+                    origin=m.source_origin,
+                    content_hash=m.content_hash,
+                ),
+            )
             entry.runners.append(name)
             if m.name in counts:
                 entry.parameters[name] = counts[m.name]
@@ -71,10 +82,14 @@ class RunnerDescription:
     info: wire.RunnerDescription
 
 
-def describe(runners: RunnerChoice, progress: Progress = Progress()) -> tuple[list[RunnerDescription], list[RunnerFailure]]:
+def describe(
+    runners: RunnerChoice, progress: Progress = Progress()
+) -> tuple[list[RunnerDescription], list[RunnerFailure]]:
     described: list[RunnerDescription] = []
     with runners_for(runners, progress) as found:
         failures = found.failures + each_runner(
-            found.endpoints, found.transport,
-            lambda name, address, client: described.append(RunnerDescription(name, address, client.describe())))
+            found.endpoints,
+            found.transport,
+            lambda name, address, client: described.append(RunnerDescription(name, address, client.describe())),
+        )
     return described, failures

@@ -27,15 +27,21 @@ class Searched(Generic[Found]):
     failures: list[RunnerFailure] = field(default_factory=list)
 
 
-def search_each_runner(runners: RunnerChoice, first: wire.Request, search: Search, progress: Progress = Progress(),
-                       settings: StartupSettings = StartupSettings()) -> Searched:
+def search_each_runner(
+    runners: RunnerChoice,
+    first: wire.Request,
+    search: Search,
+    progress: Progress = Progress(),
+    settings: StartupSettings = StartupSettings(),
+) -> Searched:
     """`search` on every runner that is reached and accepts `first` (the search's first request), under a progress
     task of its own; a RunnerFailure it raises ends that runner's search only."""
     searched = Searched()
     with runners_for(runners, progress, settings) as found:
         searched.failures += found.failures
-        _, refused = preflight.checked(found.endpoints, found.transport, {name: first for name in found.endpoints},
-                                       "the search")
+        _, refused = preflight.checked(
+            found.endpoints, found.transport, {name: first for name in found.endpoints}, "the search"
+        )
         searched.failures += refused
         for name, address in found.endpoints.items():
             if name in {f.runner for f in refused}:

@@ -9,7 +9,6 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from tempfile import TemporaryDirectory
-from typing import Optional
 
 from ..base.progress import Progress
 from ..plan.spec import StartupSettings
@@ -25,7 +24,7 @@ class RunnerChoice:
 
     given: tuple[str, ...] = ()  # NAME=HOST:PORT[,HOST:PORT...]; empty: start the embedded ones
     frameworks: str = ""  # the embedded runners to start, comma-separated
-    venvs: Optional[Path] = None
+    venvs: Path | None = None
     transport: Transport = EMBEDDED
     models_dirs: tuple[str, ...] = ()  # plug-in folders for the embedded runners
     run_isolation: str = ""  # the embedded runners' --run-isolation; "": each runner's own
@@ -45,10 +44,16 @@ class RunnerChoice:
                 hint="--models-dir" if self.models_dirs else "models_dir",
             )
         if self.given and self.run_isolation:
-            raise UsageError("applies to the runners fwbench starts; a runner given with --runner runs as it was "
-                             "started: start it with --run-isolation", hint="--run-isolation")
-        return replace(settings, models_dirs=(*settings.models_dirs, *self.models_dirs),
-                       run_isolation=self.run_isolation or settings.run_isolation)
+            raise UsageError(
+                "applies to the runners fwbench starts; a runner given with --runner runs as it was "
+                "started: start it with --run-isolation",
+                hint="--run-isolation",
+            )
+        return replace(
+            settings,
+            models_dirs=(*settings.models_dirs, *self.models_dirs),
+            run_isolation=self.run_isolation or settings.run_isolation,
+        )
 
 
 @dataclass
@@ -58,7 +63,7 @@ class Runners:
     endpoints: dict[str, str]
     failures: list[RunnerFailure]
     transport: Transport
-    log_dir: Optional[Path] = None
+    log_dir: Path | None = None
     kept_logs: list[Path] = field(default_factory=list)
 
     def keep_logs(self, folder: Path) -> None:
@@ -72,14 +77,19 @@ class Runners:
 
 
 @contextmanager
-def runners_for(choice: RunnerChoice, progress: Progress = Progress(), settings: StartupSettings = StartupSettings(),
-                log_dir: Optional[Path] = None) -> Iterator[Runners]:
+def runners_for(
+    choice: RunnerChoice,
+    progress: Progress = Progress(),
+    settings: StartupSettings = StartupSettings(),
+    log_dir: Path | None = None,
+) -> Iterator[Runners]:
     """The chosen runners, started where embedded (their logs in `log_dir`, else a temporary folder), stopped when
     the block ends."""
     with ExitStack() as stack:
         logs = log_dir or Path(stack.enter_context(TemporaryDirectory(prefix="fwbench-logs-")))
-        endpoints, failures = resolve_endpoints(list(choice.given), choice.frameworks, choice.venvs, logs, stack,
-                                                choice.startup(settings), progress)
+        endpoints, failures = resolve_endpoints(
+            list(choice.given), choice.frameworks, choice.venvs, logs, stack, choice.startup(settings), progress
+        )
         yield Runners(endpoints, failures, choice.transport, logs if choice.embedded else None)
 
 

@@ -8,7 +8,6 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
 
 import pandas as pd
 from google.protobuf.json_format import MessageToDict
@@ -45,7 +44,7 @@ class CapacityRequest:
 class Probe:
     target_qps: float
     achieved_qps: list[float]  # per run
-    latency_s: list[Optional[float]]  # the percentile per run; None where its queries could not support it
+    latency_s: list[float | None]  # the percentile per run; None where its queries could not support it
     meets: bool
     note: str = ""  # why it misses: over the budget, or the percentile unsupported (the runner's reason)
 
@@ -53,7 +52,7 @@ class Probe:
 @dataclass
 class CapacitySearch:
     runner: str
-    capacity_qps: Optional[float]  # None: even the start load missed the budget
+    capacity_qps: float | None  # None: even the start load missed the budget
     capped: bool  # the highest load asked for met it: the capacity is at least that
     probes: list[Probe] = field(default_factory=list)
 
@@ -64,7 +63,7 @@ class CapacityResult:
     failures: list[RunnerFailure] = field(default_factory=list)
 
 
-def percentile_of(run: RunResult, percentile: str) -> tuple[Optional[float], str]:
+def percentile_of(run: RunResult, percentile: str) -> tuple[float | None, str]:
     """The run's latency percentile in seconds, or None and the runner's reason where its queries could not support
     it."""
     name = f"{percentile}_latency_s"
@@ -105,8 +104,12 @@ def serve_capacity(request: CapacityRequest, progress: Progress = Progress()) ->
                 progress.update(task, description=f"{name}: {target_qps:g} qps, run {repetition + 1}")
                 sent = wire.to_request(spec)
                 run = jobs.run_job(name, address, transport, sent, repetition=repetition)
-                config = {"serve_capacity": searched_at_unix_s, **MessageToDict(sent), "runner": name,
-                          "repetition": repetition}
+                config = {
+                    "serve_capacity": searched_at_unix_s,
+                    **MessageToDict(sent),
+                    "runner": name,
+                    "repetition": repetition,
+                }
                 records.store_result(results_store, new_run_id(), config, run, sent)
                 runs.append(run)
             probes.append(judge_probe(target_qps, runs, request.percentile, request.latency_budget_ms))
@@ -118,36 +121,62 @@ def serve_capacity(request: CapacityRequest, progress: Progress = Progress()) ->
         _store(results_store, request, found, kept[0], searched_at_unix_s)
         return found
 
-    searched = search_each_runner(request.runners, wire.to_request(request.spec), search_runner, progress,
-                                  request.spec.startup)
+    searched = search_each_runner(
+        request.runners, wire.to_request(request.spec), search_runner, progress, request.spec.startup
+    )
     return CapacityResult(searched.found, searched.failures)
 
 
 def probes_text(probes: list[Probe], percentile: str) -> str:
     """Every probe in a line: "10 qps: p99 4.1 ms; 20 qps: p99 not supported; ..."."""
-    def figure(value: Optional[float]) -> str:
+
+    def figure(value: float | None) -> str:
         return "not supported" if value is None else f"{value * 1e3:.3g} ms"
 
-    return "; ".join(f"{p.target_qps:g} qps: {percentile} {', '.join(figure(v) for v in p.latency_s)}"
-                     f"{'' if p.meets else ' (misses)'}" for p in probes)
+    return "; ".join(
+        f"{p.target_qps:g} qps: {percentile} {', '.join(figure(v) for v in p.latency_s)}"
+        f"{'' if p.meets else ' (misses)'}"
+        for p in probes
+    )
 
 
-def _store(results_store: ResultStore, request: CapacityRequest, search: CapacitySearch, first: RunResult,
-           searched_at_unix_s: float) -> None:
+def _store(
+    results_store: ResultStore,
+    request: CapacityRequest,
+    search: CapacitySearch,
+    first: RunResult,
+    searched_at_unix_s: float,
+) -> None:
     """The search as frame serve_capacity, its configuration as the probes' summary rows name it (defaults
     resolved), so that it lines up with them."""
     resolved = records.summary_frame("", [first], []).iloc[0]
     identity = {column: resolved[column] for column in (*MAX_BATCH_KEY_COLUMNS, "batch_size")}
-    note = ("even the start load missed the budget" if search.capacity_qps is None
-            else "the highest load asked for met the budget: the capacity is at least that" if search.capped else "")
+    note = (
+        "even the start load missed the budget"
+        if search.capacity_qps is None
+        else "the highest load asked for met the budget: the capacity is at least that"
+        if search.capped
+        else ""
+    )
     row = {
-        **identity, "framework": resolved["framework"], "framework_version": resolved["framework_version"],
-        "percentile": request.percentile, "latency_budget_ms": request.latency_budget_ms,
-        "capacity_qps": search.capacity_qps, "resolution": request.resolution, "capacity_note": note,
-        "probes": probes_text(search.probes, request.percentile), "searched_at_unix_s": searched_at_unix_s,
+        **identity,
+        "framework": resolved["framework"],
+        "framework_version": resolved["framework_version"],
+        "percentile": request.percentile,
+        "latency_budget_ms": request.latency_budget_ms,
+        "capacity_qps": search.capacity_qps,
+        "resolution": request.resolution,
+        "capacity_note": note,
+        "probes": probes_text(search.probes, request.percentile),
+        "searched_at_unix_s": searched_at_unix_s,
     }
-    config = {"serve_capacity": searched_at_unix_s, **{k: str(v) for k, v in identity.items()},
-              "percentile": request.percentile, "latency_budget_ms": request.latency_budget_ms}
+    config = {
+        "serve_capacity": searched_at_unix_s,
+        **{k: str(v) for k, v in identity.items()},
+        "percentile": request.percentile,
+        "latency_budget_ms": request.latency_budget_ms,
+    }
     manifest = {"command": sys.argv, "runner_address": first.address}
-    results_store.append(new_run_id(), config,
-                         {SERVE_CAPACITY_FRAME: pd.DataFrame([row], columns=SERVE_CAPACITY_COLUMNS)}, manifest)
+    results_store.append(
+        new_run_id(), config, {SERVE_CAPACITY_FRAME: pd.DataFrame([row], columns=SERVE_CAPACITY_COLUMNS)}, manifest
+    )

@@ -8,7 +8,6 @@ import os
 import signal
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from ..base.frameworks import names as framework_names
 from ..base.progress import Progress
@@ -26,7 +25,13 @@ from .errors import UsageError
 from .facts import record_model_facts
 from .report import REPORT_FOLDER, ReportResult, store_report
 from .study import (
-    check_study, own_run_ids, pending_runs, refuse_unless_resuming, set_aside_superseded, store_callbacks, stored_summaries,
+    check_study,
+    own_run_ids,
+    pending_runs,
+    refuse_unless_resuming,
+    set_aside_superseded,
+    store_callbacks,
+    stored_summaries,
 )
 from .sweep_rounds import looks_for
 
@@ -36,11 +41,11 @@ class SlurmRequest:
     study_file: Path
     store: Path
     options: slurm_run.SlurmOptions
-    runner_per_gpu: Optional[bool] = None  # None: per GPU unless a run spans several devices or nodes
+    runner_per_gpu: bool | None = None  # None: per GPU unless a run spans several devices or nodes
     resume: bool = False
     report: bool = True
-    latency_budget_ms: Optional[float] = None
-    venvs: Optional[Path] = None
+    latency_budget_ms: float | None = None
+    venvs: Path | None = None
     rendezvous_port: int = 29500
     dry_run: bool = False
 
@@ -55,8 +60,10 @@ class Submitted:
 
 def _whole_node_runs(configurations) -> bool:
     """A runner per GPU sees one GPU, its gpu:0: runs across devices or nodes, or on a named GPU, need one per node."""
-    return any(c.devices or c.nodes > 1 or (c.device or "gpu").split(":")[-1] not in ("gpu", "cpu", "0")
-               for c in configurations)
+    return any(
+        c.devices or c.nodes > 1 or (c.device or "gpu").split(":")[-1] not in ("gpu", "cpu", "0")
+        for c in configurations
+    )
 
 
 def submit(request: SlurmRequest) -> Submitted:
@@ -65,32 +72,53 @@ def submit(request: SlurmRequest) -> Submitted:
     configurations = study.configurations()
     if any(c.profile is not None and c.profile.value == "best" for c in configurations):
         # The search runs on one node's runners before the study's runs; the job spreads runs over its nodes.
-        raise UsageError("the best profile searches each runner's settings on one machine first: run it with "
-                         "fwbench sweep; fwbench slurm takes the equal and native profiles", "profiles")
+        raise UsageError(
+            "the best profile searches each runner's settings on one machine first: run it with "
+            "fwbench sweep; fwbench slurm takes the equal and native profiles",
+            "profiles",
+        )
     widest = max(c.nodes for c in configurations)
     if widest > request.options.nodes:
-        raise UsageError(f"the study's nodes reach {widest}, but the job asks for {request.options.nodes}: give "
-                         f"--nodes {widest} or more", "--nodes")
+        raise UsageError(
+            f"the study's nodes reach {widest}, but the job asks for {request.options.nodes}: give "
+            f"--nodes {widest} or more",
+            "--nodes",
+        )
     venvs = (request.venvs or default_venvs()).absolute()
     for name in study.runners:
         try:
             embedded_command(name, venvs)
         except RunnerStartError as error:
-            raise UsageError(f"{error}; the environments must be on the file system every node shares", "--venvs") from None
+            raise UsageError(
+                f"{error}; the environments must be on the file system every node shares", "--venvs"
+            ) from None
     store = request.store.absolute()
-    pending, done_before = pending_runs(configurations, ResultStore(store), StartupSettings(models_dirs=study.models_dirs))
+    pending, done_before = pending_runs(
+        configurations, ResultStore(store), StartupSettings(models_dirs=study.models_dirs)
+    )
     refuse_unless_resuming(done_before, store, request.resume)
     if not pending:
         return Submitted(store, 0, len(done_before))
     whole = _whole_node_runs(configurations)
     if request.runner_per_gpu and whole:
-        raise UsageError("the study has runs across several devices or nodes, or on a named GPU: they need a runner "
-                         "that sees all of a node's GPUs; give --runner-per-node", "--runner-per-gpu")
-    per_gpu = (request.options.gpus_per_node > 1 and not whole) if request.runner_per_gpu is None else request.runner_per_gpu
+        raise UsageError(
+            "the study has runs across several devices or nodes, or on a named GPU: they need a runner "
+            "that sees all of a node's GPUs; give --runner-per-node",
+            "--runner-per-gpu",
+        )
+    per_gpu = (
+        (request.options.gpus_per_node > 1 and not whole) if request.runner_per_gpu is None else request.runner_per_gpu
+    )
     submission = slurm_run.Submission(
-        store=str(store), frameworks=list(study.runners), venvs=str(venvs), slurm=asdict(request.options),
-        runner_per_gpu=per_gpu, rendezvous_port=request.rendezvous_port, report=request.report,
-        latency_budget_ms=request.latency_budget_ms, study_folder=str(Path(request.study_file).resolve().parent),
+        store=str(store),
+        frameworks=list(study.runners),
+        venvs=str(venvs),
+        slurm=asdict(request.options),
+        runner_per_gpu=per_gpu,
+        rendezvous_port=request.rendezvous_port,
+        report=request.report,
+        latency_budget_ms=request.latency_budget_ms,
+        study_folder=str(Path(request.study_file).resolve().parent),
     )
     if not request.dry_run:
         try:
@@ -112,7 +140,7 @@ class JobResult:
     status: int  # the job's exit status: 0 when every run is done (or ran out of memory), 1 when runs are left
     record: dict = field(default_factory=dict)  # job.json
     failures: list[RunnerFailure] = field(default_factory=list)
-    report: Optional[ReportResult] = None
+    report: ReportResult | None = None
 
 
 def run_job(folder: Path, progress: Progress = Progress()) -> JobResult:
@@ -130,7 +158,9 @@ def _run_job(folder: Path, submission: slurm_run.Submission, progress: Progress)
     job_id = os.environ.get("SLURM_JOB_ID")
     nodelist = os.environ.get("SLURM_JOB_NODELIST")
     if not job_id or not nodelist:
-        raise slurm_run.SlurmError("fwbench slurm-job runs inside a Slurm allocation (sbatch job.sh); SLURM_JOB_ID is not set")
+        raise slurm_run.SlurmError(
+            "fwbench slurm-job runs inside a Slurm allocation (sbatch job.sh); SLURM_JOB_ID is not set"
+        )
     nodes = slurm_run.hostnames(nodelist)
     # A requeued job (pre-empted with --requeue) starts again under its id: each start gets a folder of its own,
     # so no node reads the last start's registrations or stop file, and resumes from the store by itself.
@@ -143,30 +173,45 @@ def _run_job(folder: Path, submission: slurm_run.Submission, progress: Progress)
     # allocation's (a run's key records them).
     startup = StartupSettings(models_dirs=study.models_dirs)
     pending, done_before = pending_runs(study.configurations(), results_store, startup)
-    progress.note(f"Slurm job {job_id} on {', '.join(nodes)}: {len(pending)} runs to do, {len(done_before)} already "
-                  f"in {submission.store}")
-    result = JobResult(0, {"job_id": job_id, "nodes": nodes, "lost": {}, "failures": [], "left": [],
-                           "runs_done_before": len(done_before)})
+    progress.note(
+        f"Slurm job {job_id} on {', '.join(nodes)}: {len(pending)} runs to do, {len(done_before)} already "
+        f"in {submission.store}"
+    )
+    result = JobResult(
+        0,
+        {
+            "job_id": job_id,
+            "nodes": nodes,
+            "lost": {},
+            "failures": [],
+            "left": [],
+            "runs_done_before": len(done_before),
+        },
+    )
     if not pending:
         slurm_run.write_record(run_dir, result.record)
         return result
     set_aside_superseded(pending, results_store, progress)
-    result.status, interrupted = _run_on_nodes(folder, run_dir, submission, nodes, study, pending, done_before,
-                                               results_store, startup, result, progress)
+    result.status, interrupted = _run_on_nodes(
+        folder, run_dir, submission, nodes, study, pending, done_before, results_store, startup, result, progress
+    )
     if interrupted:
         result.status = 128 + signal.SIGTERM
         return result
     undone = [key for key, _ in pending if not results_store.has(key)]
     if submission.report and results_store.run_keys():
-        result.report = store_report(results_store, Path(submission.store) / REPORT_FOLDER, submission.latency_budget_ms)
+        result.report = store_report(
+            results_store, Path(submission.store) / REPORT_FOLDER, submission.latency_budget_ms
+        )
     if undone:
         progress.note(f"{len(undone)} runs are not done: submit again with --resume to run them", "warning")
         result.status = 1
     return result
 
 
-def _run_on_nodes(folder, run_dir, submission, nodes, study, pending, done_before, results_store, startup, result,
-                  progress) -> tuple[int, bool]:
+def _run_on_nodes(
+    folder, run_dir, submission, nodes, study, pending, done_before, results_store, startup, result, progress
+) -> tuple[int, bool]:
     """Start every node's runners (srun steps), run the study over them, stop them; the record written whatever
     happens. Returns the status so far and whether the job was interrupted."""
     record = result.record
@@ -180,8 +225,12 @@ def _run_on_nodes(folder, run_dir, submission, nodes, study, pending, done_befor
         for node, why in missing.items():
             progress.note(f"node {node} is left out: {why}", "error")
         record["lost"].update(missing)
-        slots = [Slot(slot["slot"], node, slot["endpoints"]) for node in nodes if node in registered
-                 for slot in registered[node]["slots"]]
+        slots = [
+            Slot(slot["slot"], node, slot["endpoints"])
+            for node in nodes
+            if node in registered
+            for slot in registered[node]["slots"]
+        ]
         if not slots:
             record["left"] = [key for key, _ in pending]
             return 1, False
@@ -193,7 +242,7 @@ def _run_on_nodes(folder, run_dir, submission, nodes, study, pending, done_befor
             record["left"] = [key for key, _ in pending]
             return 2, False
 
-        def lost(node: str) -> Optional[str]:
+        def lost(node: str) -> str | None:
             if node in missing:
                 return missing[node]
             if steps.ended(node) is not None:
@@ -206,11 +255,22 @@ def _run_on_nodes(folder, run_dir, submission, nodes, study, pending, done_befor
                         return f"its runner at {address} does not answer"
             return None
 
-        pool = Pool(slots, lost, slurm_run.job_context(job_id=record["job_id"], nodes=nodes, submission=submission),
-                    submission.rendezvous_port)
+        pool = Pool(
+            slots,
+            lost,
+            slurm_run.job_context(job_id=record["job_id"], nodes=nodes, submission=submission),
+            submission.rendezvous_port,
+        )
         failures, left, interrupted = run_sweep_on_pool(
-            pending, pool, transport, startup, *store_callbacks(results_store, progress, study.design_budget),
-            study.cooldown_s, progress, looks=looks_for(study, pending, done_before, results_store))
+            pending,
+            pool,
+            transport,
+            startup,
+            *store_callbacks(results_store, progress, study.design_budget),
+            study.cooldown_s,
+            progress,
+            looks=looks_for(study, pending, done_before, results_store),
+        )
         result.failures = failures
         record["failures"] = [{"runner": f.runner, "code": f.code, "message": f.message} for f in failures]
         record["left"] = [key for key, _ in left]

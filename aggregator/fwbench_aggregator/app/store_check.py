@@ -20,5 +20,12 @@ def check_store(store: Path) -> StoreHealth:
         results_store = ResultStore(store)
     except StoreFormatError as error:
         raise UsageError(str(error), "--store") from None
-    return StoreHealth(store, results_store.format(), len(results_store.run_keys()), len(results_store.keys()),
-                       results_store.damaged(), len(results_store.partials()), lock.holder(store))
+    return StoreHealth(
+        store,
+        results_store.format(),
+        len(results_store.run_keys()),
+        len(results_store.keys()),
+        results_store.damaged(),
+        len(results_store.partials()),
+        lock.holder(store),
+    )

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
 
 from ..base.progress import Progress
 from ..plan.keys import new_run_id
@@ -45,7 +44,7 @@ class StudyRequest:
     store: Path = Path("results/store")
     resume: bool = False
     report: bool = True
-    latency_budget_ms: Optional[float] = None
+    latency_budget_ms: float | None = None
     allow_different_models: bool = False  # a plug-in whose runners build different parameter counts
     search_repetitions: int = DEFAULT_SEARCH_REPETITIONS  # the best profile's runs per candidate setting
     wait_for_quiet_s: float = 0.0  # before each run, wait up to this long for a quiet host (run.gate)
@@ -59,17 +58,18 @@ class StudyResult:
     failures: list[RunnerFailure] = field(default_factory=list)
     # Runs that ran out of memory: stored as such (a report's missing points), not failures of the study.
     out_of_memory: list[RunnerFailure] = field(default_factory=list)
-    interrupted: Optional[KeyboardInterrupt] = None
+    interrupted: KeyboardInterrupt | None = None
     stored: int = 0  # runs of this study's configurations the store holds once it ends
     stored_now: int = 0  # of them, those this sitting stored
     store_runs: int = 0  # runs the whole store holds (other studies' and compares' too)
-    report: Optional[ReportResult] = None
+    report: ReportResult | None = None
     auto: bool = False  # repetitions auto: to_do is the most the points may take
     unresolved: list[PointOutcome] = field(default_factory=list)  # under auto: the points left unsettled, and why
 
 
-def pending_runs(configurations: Sequence[Configuration], results_store: ResultStore,
-                 startup: StartupSettings) -> tuple[Pending, Pending]:
+def pending_runs(
+    configurations: Sequence[Configuration], results_store: ResultStore, startup: StartupSettings
+) -> tuple[Pending, Pending]:
     """(configuration key, configuration) of the runs still to do, and (run id, configuration) of those the store
     already holds: found by the configuration key each run recorded, never by an id (a run's id is its own)."""
     stored = runs_by_config(results_store)
@@ -83,7 +83,9 @@ def pending_runs(configurations: Sequence[Configuration], results_store: ResultS
     return pending, done
 
 
-def own_run_ids(results_store: ResultStore, configurations: Sequence[Configuration], startup: StartupSettings) -> set[str]:
+def own_run_ids(
+    results_store: ResultStore, configurations: Sequence[Configuration], startup: StartupSettings
+) -> set[str]:
     """The ids of the runs the store holds for these configurations."""
     stored = runs_by_config(results_store)
     return {run_id for c in configurations for run_id in stored.get(c.config_key(startup), [])}
@@ -110,8 +112,9 @@ def set_aside_superseded(pending: Pending, results_store: ResultStore, progress:
             results_store.set_aside(key, "an older fwbench stored a refused request as a run; rerun by a resume")
 
 
-def check_study(pending: Pending, endpoints: dict[str, str], transport: Transport,
-                startup: StartupSettings) -> list[RunnerFailure]:
+def check_study(
+    pending: Pending, endpoints: dict[str, str], transport: Transport, startup: StartupSettings
+) -> list[RunnerFailure]:
     """Every distinct request of the study asked of its runner before anything runs (preflight.checked); a refused
     one refuses the study, naming each configuration's problem."""
     requests: dict[tuple[str, bytes], tuple[str, wire.Request]] = {}
@@ -123,8 +126,9 @@ def check_study(pending: Pending, endpoints: dict[str, str], transport: Transpor
     return failures
 
 
-def check_same_networks(pending: Pending, endpoints: dict[str, str], transport: Transport, startup: StartupSettings,
-                        allow_different: bool) -> None:
+def check_same_networks(
+    pending: Pending, endpoints: dict[str, str], transport: Transport, startup: StartupSettings, allow_different: bool
+) -> None:
     """preflight.same_network for every model, shape and options of the study that more than one runner runs."""
     points: dict[tuple, dict[str, wire.Request]] = {}
     for _, c in pending:
@@ -137,8 +141,9 @@ def check_same_networks(pending: Pending, endpoints: dict[str, str], transport: 
             preflight.same_network(endpoints, transport, requests, allow_different)
 
 
-def refuse_changed_plugins(endpoints: dict[str, str], transport: Transport, results_store: ResultStore,
-                           done_before: Pending) -> None:
+def refuse_changed_plugins(
+    endpoints: dict[str, str], transport: Transport, results_store: ResultStore, done_before: Pending
+) -> None:
     """A resume whose plug-in models changed since the store's runs of them (another content hash) is refused: the
     runs of two versions of a model would be pooled into one verdict."""
     stored = stored_summaries(results_store, [key for key, _ in done_before])
@@ -155,11 +160,14 @@ def refuse_changed_plugins(endpoints: dict[str, str], transport: Transport, resu
                 raise UsageError(
                     f"plug-in {model} changed since this store's runs of it on {name} ({changed[0][:19]} then, "
                     f"{(now.get(model) or 'none')[:19]} now): a resume would pool two versions of the model; restore "
-                    "the plug-in, or run the study into a new --store", "--store")
+                    "the plug-in, or run the study into a new --store",
+                    "--store",
+                )
 
 
-def store_callbacks(results_store: ResultStore, progress: Progress = Progress(),
-                    max_repetitions: int = 0) -> tuple[StoreRun, StoreFailure]:
+def store_callbacks(
+    results_store: ResultStore, progress: Progress = Progress(), max_repetitions: int = 0
+) -> tuple[StoreRun, StoreFailure]:
     """What a study's runs are stored with: a completed run's frames (with the budget of the sequential design it was
     made under, 0 for a fixed number of runs), or its running out of memory, each under a new id of its own with its
     configuration's key in its manifest (what a resume looks for). An id another writer stored first is said, the run
@@ -172,12 +180,24 @@ def store_callbacks(results_store: ResultStore, progress: Progress = Progress(),
             progress.note(str(taken), "warning")
 
     def store(key: str, c: Configuration, run: RunResult, sent: wire.Request, context: dict) -> None:
-        said(lambda: records.store_result(results_store, new_run_id(), c.key_fields(), run, sent,
-                                          {**context, CONFIG_KEY: key}, max_repetitions=max_repetitions))
+        said(
+            lambda: records.store_result(
+                results_store,
+                new_run_id(),
+                c.key_fields(),
+                run,
+                sent,
+                {**context, CONFIG_KEY: key},
+                max_repetitions=max_repetitions,
+            )
+        )
 
     def store_failure(key: str, c: Configuration, failure: RunnerFailure, columns: dict, context: dict) -> None:
-        said(lambda: records.store_out_of_memory(results_store, new_run_id(), c.key_fields(), failure, columns,
-                                                 {**context, CONFIG_KEY: key}))
+        said(
+            lambda: records.store_out_of_memory(
+                results_store, new_run_id(), c.key_fields(), failure, columns, {**context, CONFIG_KEY: key}
+            )
+        )
 
     return store, store_failure
 
@@ -216,20 +236,37 @@ def _study(request: StudyRequest, progress: Progress) -> StudyResult:
         with runners_for(choice, progress, startup, request.store / "logs") as runners:
             result.failures += runners.failures
             result.failures += check_study(pending, runners.endpoints, runners.transport, startup)
-            reachable = {name: address for name, address in runners.endpoints.items()
-                         if name not in {f.runner for f in result.failures}}
+            reachable = {
+                name: address
+                for name, address in runners.endpoints.items()
+                if name not in {f.runner for f in result.failures}
+            }
             check_same_networks(pending, reachable, runners.transport, startup, request.allow_different_models)
             refuse_changed_plugins(reachable, runners.transport, results_store, done_before)
             set_aside_superseded(pending, results_store, progress)
-            pending, unsearched = choose_best_settings(pending, done_before, results_store, reachable,
-                                                       runners.transport, startup, request.search_repetitions, progress)
+            pending, unsearched = choose_best_settings(
+                pending,
+                done_before,
+                results_store,
+                reachable,
+                runners.transport,
+                startup,
+                request.search_repetitions,
+                progress,
+            )
             result.failures += unsearched
             looks = looks_for(request.sweep, pending, done_before, results_store, list(reachable))
-            failures, result.interrupted = run_sweep(pending, reachable, runners.transport, startup,
-                                                     *store_callbacks(results_store, progress,
-                                                                      request.sweep.design_budget),
-                                                     request.sweep.cooldown_s, progress,
-                                                     gate=Gate(request.wait_for_quiet_s), looks=looks)
+            failures, result.interrupted = run_sweep(
+                pending,
+                reachable,
+                runners.transport,
+                startup,
+                *store_callbacks(results_store, progress, request.sweep.design_budget),
+                request.sweep.cooldown_s,
+                progress,
+                gate=Gate(request.wait_for_quiet_s),
+                looks=looks,
+            )
             if looks is not None and result.interrupted is None:
                 result.unresolved = looks.unresolved()
             result.out_of_memory = [f for f in failures if f.out_of_memory]
@@ -242,6 +279,10 @@ def _study(request: StudyRequest, progress: Progress) -> StudyResult:
     result.stored_now = result.stored - len(done_before)
     result.store_runs = len(results_store.run_keys())
     if request.report and result.store_runs and result.interrupted is None:
-        result.report = store_report(results_store, request.store / REPORT_FOLDER, request.latency_budget_ms,
-                                     not_run=[p.label for p in result.unresolved if p.runs == 0])
+        result.report = store_report(
+            results_store,
+            request.store / REPORT_FOLDER,
+            request.latency_budget_ms,
+            not_run=[p.label for p in result.unresolved if p.runs == 0],
+        )
     return result

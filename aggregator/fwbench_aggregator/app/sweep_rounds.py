@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
 
 import pandas as pd
 
@@ -47,7 +46,7 @@ class Point:
     results: list[RunResult] = field(default_factory=list)  # this sweep's
     failed: set[str] = field(default_factory=set)  # runners that failed here: left out of its later rounds
     decided: dict[int, bool] = field(default_factory=dict)  # round -> whether it runs
-    share_s: Optional[float] = None  # of the time budget, set when it starts
+    share_s: float | None = None  # of the time budget, set when it starts
     used_s: float = 0.0
     stopped: str = ""  # why its rounds ended early ("settled", "time budget", ...), "" while going
 
@@ -60,27 +59,41 @@ class PointOutcome:
     runs: int  # per runner, the smaller side's (0: not started)
     reason: str
     verdicts: tuple[str, ...]  # each runner's against the fastest at its last look
-    share_s: Optional[float] = None
+    share_s: float | None = None
 
 
 def point_label(c: Configuration) -> str:
-    parts = [c.model, *(f"{k}={v}" for k, v in c.model_options), c.mode.value, f"b{c.batch_size}", c.shape or "",
-             c.precision.value, c.devices or c.device or "", f"{c.nodes} nodes" if c.nodes > 1 else "",
-             f"{c.profile.value} profile" if c.profile else ""]
+    parts = [
+        c.model,
+        *(f"{k}={v}" for k, v in c.model_options),
+        c.mode.value,
+        f"b{c.batch_size}",
+        c.shape or "",
+        c.precision.value,
+        c.devices or c.device or "",
+        f"{c.nodes} nodes" if c.nodes > 1 else "",
+        f"{c.profile.value} profile" if c.profile else "",
+    ]
     return " ".join(p for p in parts if p)
 
 
 class SweepLooks:
     """The looks of one sweep's points (run.study.Looks): thread-safe, since a sweep's lanes run at once."""
 
-    def __init__(self, sweep: Sweep, pending: Pending, done_before: Pending, results_store: ResultStore,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        sweep: Sweep,
+        pending: Pending,
+        done_before: Pending,
+        results_store: ResultStore,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_runs, self.time_budget_s, self.clock = sweep.max_repetitions, sweep.time_budget_s, clock
         self.lock = threading.Lock()
         self.points: dict[Configuration, Point] = {}
         self.started = clock()
         self.parallel: Mapping[Hashable, int] = {}
-        for key, c in [*done_before, *pending]:
+        for _key, c in [*done_before, *pending]:
             self.points.setdefault(c.point(), Point(point_label(c), set())).runners.add(c.runner)
         for _, c in pending:
             self.points[c.point()].pending += 1
@@ -127,7 +140,7 @@ class SweepLooks:
                 point.decided[c.repetition] = not point.stopped
             return point.decided[c.repetition]
 
-    def finished(self, key: str, c: Configuration, seconds: float, result: Optional[RunResult], failed: bool) -> None:
+    def finished(self, key: str, c: Configuration, seconds: float, result: RunResult | None, failed: bool) -> None:
         """A run ran (its result, or failed) or was left out (seconds 0, no result)."""
         with self.lock:
             point = self.points[c.point()]
@@ -199,13 +212,22 @@ class SweepLooks:
         return out
 
 
-def looks_for(sweep: Sweep, pending: Pending, done_before: Pending, results_store: ResultStore,
-              runners: Optional[Sequence[str]] = None) -> Optional[SweepLooks]:
+def looks_for(
+    sweep: Sweep,
+    pending: Pending,
+    done_before: Pending,
+    results_store: ResultStore,
+    runners: Sequence[str] | None = None,
+) -> SweepLooks | None:
     """The looks of a sweep under repetitions auto, over the runs of `runners` (default: all); None for a fixed
     number of repetitions."""
     if not sweep.auto:
         return None
-    mine = (lambda runs: list(runs)) if runners is None else (lambda runs: [(k, c) for k, c in runs if c.runner in runners])
+    mine = (
+        (lambda runs: list(runs))
+        if runners is None
+        else (lambda runs: [(k, c) for k, c in runs if c.runner in runners])
+    )
     return SweepLooks(sweep, mine(pending), mine(done_before), results_store)
 
 
@@ -213,9 +235,14 @@ def budget_text(outcome: PointOutcome) -> str:
     """Why a point was left unresolved, in words."""
     if outcome.reason == "time budget":
         share = f" (its share, {outcome.share_s:.3g} s)" if outcome.share_s is not None else ""
-        return ("not started: the time budget was spent" if outcome.runs == 0
-                else f"stopped after {outcome.runs} run{'s' if outcome.runs != 1 else ''} per runner: the time "
-                     f"budget{share} was spent")
-    return {"run budget": f"the run budget (max_repetitions, {outcome.runs} runs per runner) was spent",
-            "futile": "at these runs' spread the whole run budget would most likely leave it unresolved",
-            "one runner left": "only one runner was left (the others failed here)"}.get(outcome.reason, outcome.reason)
+        return (
+            "not started: the time budget was spent"
+            if outcome.runs == 0
+            else f"stopped after {outcome.runs} run{'s' if outcome.runs != 1 else ''} per runner: the time "
+            f"budget{share} was spent"
+        )
+    return {
+        "run budget": f"the run budget (max_repetitions, {outcome.runs} runs per runner) was spent",
+        "futile": "at these runs' spread the whole run budget would most likely leave it unresolved",
+        "one runner left": "only one runner was left (the others failed here)",
+    }.get(outcome.reason, outcome.reason)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
 
 import pandas as pd
 
@@ -27,6 +26,7 @@ from ..store.selection import Selection
 from .errors import UsageError
 from .report import CONFIRMATION_FOLDER, REPORT_FOLDER, selected_frames, version_tables
 from .study import StudyRequest, study
+
 
 def override_path(store: Path) -> Path:
     """Where `versions up` writes the Compose override: beside the store, named after it."""
@@ -46,8 +46,12 @@ def container_runners(matrix: VersionMatrix) -> list[str]:
 
 def with_tags(failures: list[RunnerFailure], matrix: VersionMatrix) -> list[RunnerFailure]:
     """Each failure of a version's runner, its message naming the version's image tag."""
-    return [RunnerFailure(f.runner, f.code, f"image tag {matrix.tag_of(f.runner)}: {f.message}", f.reason)
-            if matrix.tag_of(f.runner) else f for f in failures]
+    return [
+        RunnerFailure(f.runner, f.code, f"image tag {matrix.tag_of(f.runner)}: {f.message}", f.reason)
+        if matrix.tag_of(f.runner)
+        else f
+        for f in failures
+    ]
 
 
 @dataclass
@@ -62,8 +66,11 @@ def _compose(study_file: Path, store: Path, compose_file: Path, cpu: bool) -> tu
     if not matrix.versions:
         raise UsageError(f"{study_file} has no versions field; give e.g. versions: {{torch: [TAG, TAG]}}", "STUDY")
     if matrix.embedded:
-        raise UsageError(f"{study_file} runs its versions embedded (versions.embedded: true): fwbench sweep starts them "
-                         "from .venvs/FRAMEWORK@VERSION; there is no container to bring up", "STUDY")
+        raise UsageError(
+            f"{study_file} runs its versions embedded (versions.embedded: true): fwbench sweep starts them "
+            "from .venvs/FRAMEWORK@VERSION; there is no container to bring up",
+            "STUDY",
+        )
     if not compose_file.is_file():
         raise UsageError(f"{compose_file} is not a file; give the repository's compose.yaml", "--compose-file")
     path = override_path(store)
@@ -72,8 +79,9 @@ def _compose(study_file: Path, store: Path, compose_file: Path, cpu: bool) -> tu
     return matrix, Compose((compose_file, path))
 
 
-def versions_up(study_file: Path, store: Path, compose_file: Path, cpu: bool = False,
-                progress: Progress = Progress()) -> VersionsUp:
+def versions_up(
+    study_file: Path, store: Path, compose_file: Path, cpu: bool = False, progress: Progress = Progress()
+) -> VersionsUp:
     """Write the Compose override, build each version's image (one failing names its tag, the others go on), record
     both digests of each in the override, and start every version that built, waiting until it is healthy."""
     matrix, compose = _compose(study_file, store, compose_file, cpu)
@@ -86,11 +94,19 @@ def versions_up(study_file: Path, store: Path, compose_file: Path, cpu: bool = F
         progress.note(f"building {version.label} from tag {version.tag}")
         done = compose.run("build", version.service, timeout_s=BUILD_TIMEOUT_S)
         if done.returncode != 0:
-            result.failures.append(RunnerFailure(version.label, "UNAVAILABLE", f"image tag {version.tag}: building it "
-                                                 f"failed (does the tag exist?): {output_tail(done)}"))
+            result.failures.append(
+                RunnerFailure(
+                    version.label,
+                    "UNAVAILABLE",
+                    f"image tag {version.tag}: building it failed (does the tag exist?): {output_tail(done)}",
+                )
+            )
             continue
         service = config["services"][version.service]
-        digests[version.label] = (image_digest(service["image"]), base_image_digest(service["build"]["args"]["BASE_IMAGE"]))
+        digests[version.label] = (
+            image_digest(service["image"]),
+            base_image_digest(service["build"]["args"]["BASE_IMAGE"]),
+        )
         built.append(version)
     compose.files[1].write_text(override_text(matrix, str(study_file), str(compose.files[1]), cpu, digests))
     if built:
@@ -102,8 +118,13 @@ def versions_up(study_file: Path, store: Path, compose_file: Path, cpu: bool = F
             if alone.returncode == 0:
                 result.runners.append(version.runner_value)
             else:
-                result.failures.append(RunnerFailure(version.label, "UNAVAILABLE", f"image tag {version.tag}: its "
-                                                     f"runner did not come up healthy: {output_tail(alone)}"))
+                result.failures.append(
+                    RunnerFailure(
+                        version.label,
+                        "UNAVAILABLE",
+                        f"image tag {version.tag}: its runner did not come up healthy: {output_tail(alone)}",
+                    )
+                )
     return result
 
 
@@ -122,7 +143,7 @@ def _first(runners: str) -> str:
     return runners.split(" | ")[0]
 
 
-def narrowed(sweep: Sweep, row: dict) -> Optional[Sweep]:
+def narrowed(sweep: Sweep, row: dict) -> Sweep | None:
     """The study cut to one regression: its configuration, on the runners of its two versions; None where that cannot
     be run again as it was (one runner ran both versions, rebuilt in between; a run over several devices)."""
     runners = (_first(row["runners_from"]), _first(row["runners_to"]))
@@ -131,9 +152,15 @@ def narrowed(sweep: Sweep, row: dict) -> Optional[Sweep]:
     model = row["model"]
     options = dict(pair.split("=", 1) for pair in str(row["model_options"]).split(";") if "=" in pair)
     return replace(
-        sweep, models=(model,), runners=runners, modes=(Mode(row["mode"]),), batch_sizes=(int(row["batch_size"]),),
-        shapes={model: (row["input_shape"] or None,)}, precisions=(Precision(row["precision"]),),
-        devices=(row["device"] or None,), options={model: options} if options else {},
+        sweep,
+        models=(model,),
+        runners=runners,
+        modes=(Mode(row["mode"]),),
+        batch_sizes=(int(row["batch_size"]),),
+        shapes={model: (row["input_shape"] or None,)},
+        precisions=(Precision(row["precision"]),),
+        devices=(row["device"] or None,),
+        options={model: options} if options else {},
         profiles=(None if row["profile"] in ("", "equal") else Profile(row["profile"]),),
         compilation={r: v for r, v in sweep.compilation.items() if r in runners},
         strategies={r: v for r, v in sweep.strategies.items() if r in runners},
@@ -144,16 +171,22 @@ def confirm_regressions(request: StudyRequest, progress: Progress = Progress()) 
     """A confirmation round for every regression the study's runs call: fresh runs of both versions of its
     configuration, interleaved (A B, B A, ...), into the store's confirmation folder; the runners that failed."""
     results_store = ResultStore(request.store)
-    changes = version_changes(results_store.load("summary"), results_store.load("steps"), results_store.load("calibration"))
+    changes = version_changes(
+        results_store.load("summary"), results_store.load("steps"), results_store.load("calibration")
+    )
     failures: list[RunnerFailure] = []
     for row in regressions_to_confirm(changes):
         sweep = narrowed(request.sweep, row)
         if sweep is None:
             continue
-        progress.note(f"confirming {row['framework']} {row['version_from']} → {row['version_to']} on {row['model']}: "
-                      "a second round of fresh runs of both versions, interleaved")
-        done = study(replace(request, sweep=sweep, store=request.store / CONFIRMATION_FOLDER, resume=True,
-                             report=False), progress)
+        progress.note(
+            f"confirming {row['framework']} {row['version_from']} → {row['version_to']} on {row['model']}: "
+            "a second round of fresh runs of both versions, interleaved"
+        )
+        done = study(
+            replace(request, sweep=sweep, store=request.store / CONFIRMATION_FOLDER, resume=True, report=False),
+            progress,
+        )
         failures += done.failures
         if done.interrupted is not None:
             raise done.interrupted
@@ -167,8 +200,9 @@ class VersionReport:
     path: Path  # versions.html
 
 
-def version_report(store: Path, out: Optional[Path] = None, required: bool = True,
-                   selection: Selection = Selection()) -> Optional[VersionReport]:
+def version_report(
+    store: Path, out: Path | None = None, required: bool = True, selection: Selection = Selection()
+) -> VersionReport | None:
     """Each version against the previous one over everything the store holds (a confirmation round's verdicts beside
     its regressions), written into `out` (default STORE/report). Where the store holds no two versions of a
     configuration: a UsageError where the report was asked for (`required`), else None."""
@@ -180,7 +214,9 @@ def version_report(store: Path, out: Optional[Path] = None, required: bool = Tru
     if tables is None:
         if not required:
             return None
-        raise UsageError(f"{store} holds one version per framework and configuration; a version report needs runs of "
-                         "two versions of a configuration (a sweep with versions, or runs added after a new tag)",
-                         "--store")
+        raise UsageError(
+            f"{store} holds one version per framework and configuration; a version report needs runs of "
+            "two versions of a configuration (a sweep with versions, or runs added after a new tag)",
+            "--store",
+        )
     return VersionReport(tables.changes, tables.points, write_version_report(tables, out or store / REPORT_FOLDER))

@@ -22,5 +22,7 @@ def env_flag(name: str, default: bool, environ: Mapping[str, str] = os.environ) 
         return default
     if word in TRUE_WORDS or word in FALSE_WORDS:
         return word in TRUE_WORDS
-    raise EnvFlagError(f"${name} is {environ[name]!r}; accepted: {', '.join(TRUE_WORDS)} (on) or "
-                       f"{', '.join(FALSE_WORDS)} (off), in any case, or unset")
+    raise EnvFlagError(
+        f"${name} is {environ[name]!r}; accepted: {', '.join(TRUE_WORDS)} (on) or "
+        f"{', '.join(FALSE_WORDS)} (off), in any case, or unset"
+    )

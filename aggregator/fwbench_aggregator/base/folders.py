@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
-from typing import Optional
 
 # The runner core keeps the same two lists for its --reference-dir (fwbench_core/system_folders.py: the aggregator
 # and the runners share no code); tests/test_references.py holds them equal.
@@ -14,20 +13,58 @@ from typing import Optional
 # no plug-ins, and the roots under which users keep their folders. A folder inside one is accepted
 # (/home/me/results/store, /var/tmp/store, /opt/models).
 SYSTEM_FOLDERS = (
-    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media", "/mnt", "/opt",
-    "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/tmp",
+    "/",
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/home",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/media",
+    "/mnt",
+    "/opt",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/srv",
+    "/sys",
+    "/tmp",
+    "/usr",
+    "/var",
+    "/var/tmp",
 )
 # Refused with everything inside them: the system's configuration, programs, devices and kernel files.
-SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sbin", "/sys", "/usr")
+SYSTEM_TREES = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/sbin",
+    "/sys",
+    "/usr",
+)
 
 
 def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def system_folder(resolved: Path, home: Optional[Path] = None, folders: Optional[Collection[str]] = None,
-                  trees: Optional[Collection[str]] = None) -> Optional[str]:
-    """"a system folder" or "your home folder" where `resolved` (a path with its links resolved) is one, else None.
+def system_folder(
+    resolved: Path,
+    home: Path | None = None,
+    folders: Collection[str] | None = None,
+    trees: Collection[str] | None = None,
+) -> str | None:
+    """ "a system folder" or "your home folder" where `resolved` (a path with its links resolved) is one, else None.
     `home`, `folders` and `trees` default to the user's home, SYSTEM_FOLDERS and SYSTEM_TREES."""
     folders = SYSTEM_FOLDERS if folders is None else folders
     trees = SYSTEM_TREES if trees is None else trees
@@ -42,7 +79,7 @@ def system_folder(resolved: Path, home: Optional[Path] = None, folders: Optional
     return None
 
 
-def models_dir_problem(path: Path) -> Optional[str]:
+def models_dir_problem(path: Path) -> str | None:
     """Why `path` is no folder of model plug-ins (--models-dir, a sweep file's models_dir), or None."""
     try:
         resolved = Path(path).resolve()

@@ -13,7 +13,6 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 FRAMEWORKS_FILE = Path(__file__).with_name("frameworks.toml")
 EXTRA_ENV = "FWBENCH_EXTRA_FRAMEWORKS"
@@ -29,7 +28,7 @@ class Framework:
     module: str  # python -m MODULE serves the runner
     folder: str  # relative to the repository root
     environment: str  # the folder under .venvs holding its Python
-    host_port: Optional[int] = None
+    host_port: int | None = None
     image_check: tuple[str, ...] = ()
     image_env: tuple[tuple[str, str], ...] = ()  # environment variables its image sets
     compared_by_default: bool = True  # started and swept when the user names no frameworks
@@ -48,12 +47,18 @@ def _read(path: Path) -> list[Framework]:
     out = []
     for name, table in tables.items():
         try:
-            out.append(Framework(
-                name, table["module"], table["folder"], table.get("environment", name),
-                table.get("host_port"), tuple(table.get("image_check", ())),
-                tuple((key, str(value)) for key, value in table.get("image_env", {}).items()),
-                _flag(table, "compared_by_default", path, name),
-            ))
+            out.append(
+                Framework(
+                    name,
+                    table["module"],
+                    table["folder"],
+                    table.get("environment", name),
+                    table.get("host_port"),
+                    tuple(table.get("image_check", ())),
+                    tuple((key, str(value)) for key, value in table.get("image_env", {}).items()),
+                    _flag(table, "compared_by_default", path, name),
+                )
+            )
         except (KeyError, TypeError) as error:
             raise FrameworkListError(f"{path}: [{name}] lacks or misstates {error}; give module and folder") from None
     return out

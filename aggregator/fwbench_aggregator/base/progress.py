@@ -15,8 +15,9 @@ class Progress:
     def add_task(self, description: str, total: int | None = None) -> int:
         return 0
 
-    def update(self, task: int, *, description: str | None = None, completed: int | None = None,
-               total: int | None = None) -> None:
+    def update(
+        self, task: int, *, description: str | None = None, completed: int | None = None, total: int | None = None
+    ) -> None:
         pass
 
     def advance(self, task: int) -> None:
@@ -25,7 +26,7 @@ class Progress:
     def remove_task(self, task: int) -> None:
         pass
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -73,6 +73,8 @@ def parse_json(text: str, where: str, max_depth: int = MAX_JSON_DEPTH) -> object
         raise UnreadableFile(f"{where}: not JSON: {error}") from None
 
 
-def read_json(path: Path, max_bytes: int, what: str, max_depth: int = MAX_JSON_DEPTH, follow_links: bool = True) -> object:
+def read_json(
+    path: Path, max_bytes: int, what: str, max_depth: int = MAX_JSON_DEPTH, follow_links: bool = True
+) -> object:
     """The JSON value of the regular file `path`, within the bounds of read_regular_text and parse_json."""
     return parse_json(read_regular_text(path, max_bytes, what, follow_links), f"{path} ({what})", max_depth)

@@ -7,12 +7,27 @@ from collections.abc import Iterable
 
 # Slips no edit distance finds: another name for the same thing.
 ALIASES = {
-    "fp16": "amp_fp16", "float16": "amp_fp16", "half": "amp_fp16", "amp": "amp_fp16",
-    "bf16": "amp_bf16", "bfloat16": "amp_bf16", "float32": "fp32", "single": "fp32",
-    "pytorch": "torch", "pt": "torch", "tf": "tensorflow", "keras": "tensorflow",
-    "nchw": "channels_first", "nhwc": "channels_last",
-    "jit": "xla", "compile": "torch_compile", "onnx": "onnxruntime", "ort": "onnxruntime",
-    "training": "train", "inference": "infer", "eval": "infer",
+    "fp16": "amp_fp16",
+    "float16": "amp_fp16",
+    "half": "amp_fp16",
+    "amp": "amp_fp16",
+    "bf16": "amp_bf16",
+    "bfloat16": "amp_bf16",
+    "float32": "fp32",
+    "single": "fp32",
+    "pytorch": "torch",
+    "pt": "torch",
+    "tf": "tensorflow",
+    "keras": "tensorflow",
+    "nchw": "channels_first",
+    "nhwc": "channels_last",
+    "jit": "xla",
+    "compile": "torch_compile",
+    "onnx": "onnxruntime",
+    "ort": "onnxruntime",
+    "training": "train",
+    "inference": "infer",
+    "eval": "infer",
 }
 
 
@@ -35,6 +50,6 @@ def closest(text: object, accepted: Iterable[str]) -> str | None:
 
 
 def did_you_mean(text: object, accepted: Iterable[str]) -> str:
-    """" (did you mean resnet18?)" where one is close, else "": an aside to follow the refused value."""
+    """ " (did you mean resnet18?)" where one is close, else "": an aside to follow the refused value."""
     guess = closest(text, accepted)
     return f" (did you mean {guess}?)" if guess else ""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Optional
 
 from fwbench.runner.v1 import runner_pb2 as pb
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
@@ -43,7 +42,9 @@ def to_text(enum_type: EnumTypeWrapper, number: int) -> str:
     """pb.Mode, 1 -> "train"; the zero value reads "unspecified"."""
     value = enum_type.DESCRIPTOR.values_by_number.get(number)
     if value is None:
-        raise UnknownValue(f"{number} is not a {what(enum_type)} of this contract; accepted values: {', '.join(choices(enum_type))}")
+        raise UnknownValue(
+            f"{number} is not a {what(enum_type)} of this contract; accepted values: {', '.join(choices(enum_type))}"
+        )
     return value.name.removeprefix(_prefix(enum_type)).lower()
 
 
@@ -99,7 +100,7 @@ DEVICES_FORMS = (
 )
 
 
-def devices_problem(text: str) -> Optional[str]:
+def devices_problem(text: str) -> str | None:
     """Why `text` is not a devices list (DEVICES_FORMS); None where it is one."""
     entries = text.split(",")
     for entry in entries:
@@ -122,7 +123,7 @@ def is_device(text: str) -> bool:
     return bool(_DEVICE.fullmatch(text)) and int(indexed_device(text).partition(":")[2]) <= MAX_UINT32
 
 
-def shape_dims(shape: Optional[str]) -> list[int]:
+def shape_dims(shape: str | None) -> list[int]:
     """seq=128 -> [128]; 3x224x224 -> [3, 224, 224]; the runner checks the convention against the model."""
     if not shape:
         return []
@@ -140,7 +141,7 @@ def indexed_device(device: str) -> str:
 
 
 def device_kind_index(device: str) -> tuple[int, int]:
-    """"gpu:1" -> (DEVICE_KIND_GPU, 1)."""
+    """ "gpu:1" -> (DEVICE_KIND_GPU, 1)."""
     kind, _, index = indexed_device(device).partition(":")
     return from_text(DeviceKind, kind), int(index)
 

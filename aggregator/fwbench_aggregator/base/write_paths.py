@@ -16,7 +16,7 @@ import stat
 import tempfile
 from collections.abc import Collection
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 from .folders import system_folder
 
@@ -35,19 +35,25 @@ class WritePathError(ValueError):
 
 def kind_of(mode: int) -> str:
     """What a file of this st_mode is, in words."""
-    for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"),
-                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device")):
+    for test, name in (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(mode):
             return name
     return "no regular file"
 
 
-def _kernel_tree(path: Path) -> Optional[str]:
+def _kernel_tree(path: Path) -> str | None:
     return next((tree for tree in KERNEL_TREES if path == Path(tree) or Path(tree) in path.parents), None)
 
 
-def entry_problem(path: Path, want: Kind) -> Optional[str]:
+def entry_problem(path: Path, want: Kind) -> str | None:
     """Why the existing name `path` cannot be written as a `want` (a link, a file with other hard links, the wrong
     kind), or None where it can, or where nothing is there yet. Looks at the name itself, never through a link."""
     try:
@@ -70,9 +76,15 @@ def entry_problem(path: Path, want: Kind) -> Optional[str]:
 NOT_THERE = "fwbench writes nothing there; give a path of your own, e.g. under results/"
 
 
-def write_path_problem(path: Path, want: Kind, home: Optional[Path] = None, folders: Optional[Collection[str]] = None,
-                       trees: Optional[Collection[str]] = None, follow_link: bool = False,
-                       why_not_there: str = NOT_THERE) -> Optional[str]:
+def write_path_problem(
+    path: Path,
+    want: Kind,
+    home: Path | None = None,
+    folders: Collection[str] | None = None,
+    trees: Collection[str] | None = None,
+    follow_link: bool = False,
+    why_not_there: str = NOT_THERE,
+) -> str | None:
     """Why fwbench may not write a `want` (a file or a folder) at `path`, or None where it may (a path yet to be made
     included: its nearest existing folder must be a folder). `home`, `folders` and `trees` are folders.system_folder's,
     for tests; `follow_link` lets `path` itself be a link, for a caller that has its own rule for one (the store);
@@ -107,7 +119,7 @@ def checked_write_path(path: Path, want: Kind, option: str = "") -> Path:
     return Path(path)
 
 
-def folder_contents_problem(folder: Path, depth: int = 2) -> Optional[str]:
+def folder_contents_problem(folder: Path, depth: int = 2) -> str | None:
     """Why a folder fwbench writes files into (a report's) cannot be written as it is: a link, a file with other hard
     links, a FIFO or a device among its entries, `depth` levels down; None where it holds none."""
     if depth < 1 or not os.path.isdir(folder) or os.path.islink(folder):
@@ -159,8 +171,9 @@ def open_own_file(path: Path, flags: int, option: str = "") -> int:
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as error:
-        raise WritePathError(entry_problem(Path(path), "file") or f"{path} cannot be opened: {error.strerror}",
-                             option) from None
+        raise WritePathError(
+            entry_problem(Path(path), "file") or f"{path} cannot be opened: {error.strerror}", option
+        ) from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
         os.close(fd)

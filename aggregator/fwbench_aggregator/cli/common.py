@@ -16,8 +16,8 @@ from ..base.env_flags import EnvFlagError
 from ..base.write_paths import WritePathError
 from ..plan.study_file import SweepError
 from ..present.console import err_console
-from ..store.migrations import StoreFormatError
 from ..run.client import RunnerFailure
+from ..store.migrations import StoreFormatError
 from .progress import TerminalProgress
 
 T = TypeVar("T")
@@ -46,8 +46,10 @@ class Commands(TyperGroup):
             return super().invoke(ctx)
         except KeyboardInterrupt as interrupt:
             status = interrupted_status(interrupt)
-            err_console.print(f"[bold yellow]interrupted by {signal.Signals(status - 128).name}[/]: runs in flight "
-                              "cancelled, finished runs kept, runners stopped")
+            err_console.print(
+                f"[bold yellow]interrupted by {signal.Signals(status - 128).name}[/]: runs in flight "
+                "cancelled, finished runs kept, runners stopped"
+            )
             raise typer.Exit(status) from None
 
 
@@ -88,7 +90,9 @@ def report_failures(failures: Sequence[RunnerFailure]) -> None:
             continue
         seen.add((failure.runner, failure.code, failure.message))
         # The message may repeat what the user typed: printed as text, never read as console markup.
-        err_console.print(f"[bold red]runner {escape(failure.runner)} failed[/]: {failure.code}: {escape(failure.message)}",
-                          highlight=False)
+        err_console.print(
+            f"[bold red]runner {escape(failure.runner)} failed[/]: {failure.code}: {escape(failure.message)}",
+            highlight=False,
+        )
     if failures:
         raise typer.Exit(1)

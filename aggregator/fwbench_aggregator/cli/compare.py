@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -23,13 +23,23 @@ from ..present.serving import print_serving
 from ..store.location import store_path_problem
 from . import app
 from .common import report_failures, run, usage_error
-from .quiet import WaitForQuietOption
-from .options import (
-    AllowDifferentModelsOption, BatchSizeOption, CooldownOption, DistributedTimeoutOption, MinEffectOption,
-    ModeOption, RendezvousPortOption, RepetitionsOption, SearchRepetitionsOption, StoreOption,
-    checked_names, parse_out, parse_store,
-)
 from .groups import with_groups
+from .options import (
+    AllowDifferentModelsOption,
+    BatchSizeOption,
+    CooldownOption,
+    DistributedTimeoutOption,
+    MinEffectOption,
+    ModeOption,
+    RendezvousPortOption,
+    RepetitionsOption,
+    SearchRepetitionsOption,
+    StoreOption,
+    checked_names,
+    parse_out,
+    parse_store,
+)
+from .quiet import WaitForQuietOption
 from .runner_options import CalibrationRunnerOptions, RunnerOptions
 from .setting_options import Evidence, Execution, Power, Profile, Rounds, ServingLoad, Startup
 from .workload_options import Measurement, ModelOnDevice, Seeds
@@ -58,9 +68,16 @@ def compare(
     rendezvous_port: RendezvousPortOption = None,
     distributed_timeout_s: DistributedTimeoutOption = None,
     allow_different_models: AllowDifferentModelsOption = False,
-    out: Annotated[Path, typer.Option(callback=parse_out, help="folder to write results into; each comparison gets a subfolder")] = Path("results"),
-    store: Annotated[Optional[Path], typer.Option(
-        callback=parse_store, help="the results store: every run is kept, and noise floors are read from it (default: OUT/store)")] = None,
+    out: Annotated[
+        Path, typer.Option(callback=parse_out, help="folder to write results into; each comparison gets a subfolder")
+    ] = Path("results"),
+    store: Annotated[
+        Path | None,
+        typer.Option(
+            callback=parse_store,
+            help="the results store: every run is kept, and noise floors are read from it (default: OUT/store)",
+        ),
+    ] = None,
 ) -> None:
     """Run one model at one batch size and shape on every runner, and compare them.
 
@@ -71,8 +88,15 @@ def compare(
     if workload.device and execution.devices:
         raise usage_error("give one device with --device or several with --devices, not both")
     spec = workload.spec(
-        mode, batch_size, **seeds.settings(), startup=startup.settings(), distributed_timeout_s=distributed_timeout_s,
-        **profile.settings(), **execution.settings(), **measurement.settings(), **power.settings(),
+        mode,
+        batch_size,
+        **seeds.settings(),
+        startup=startup.settings(),
+        distributed_timeout_s=distributed_timeout_s,
+        **profile.settings(),
+        **execution.settings(),
+        **measurement.settings(),
+        **power.settings(),
         **serving.settings(mode),
     )
     problem = store is None and store_path_problem(out / "store")  # the default store, checked as --store is
@@ -81,17 +105,26 @@ def compare(
     spread = "blocks measure single-device runs: a --strategy spreads a run over several" if execution.strategy else ""
     design = evidence.choice(spec, cooldown_s, tuple(runners.runner), whole_runs=spread or measurement.whole_runs())
     request = CompareRequest(
-        spec=spec, runners=runners.choice(), compilation=tuple(execution.compilation),
-        strategy=tuple(execution.strategy), repetitions=rounds.repetitions_plan(), design=design, cooldown_s=cooldown_s,
-        min_effect=min_effect, rendezvous_port=rendezvous_port, out=out, store=store,
-        allow_different_models=allow_different_models, search_repetitions=search_repetitions,
-        wait_for_quiet_s=wait_for_quiet, latency_budget_ms=serving.latency_budget_ms,
+        spec=spec,
+        runners=runners.choice(),
+        compilation=tuple(execution.compilation),
+        strategy=tuple(execution.strategy),
+        repetitions=rounds.repetitions_plan(),
+        design=design,
+        cooldown_s=cooldown_s,
+        min_effect=min_effect,
+        rendezvous_port=rendezvous_port,
+        out=out,
+        store=store,
+        allow_different_models=allow_different_models,
+        search_repetitions=search_repetitions,
+        wait_for_quiet_s=wait_for_quiet,
+        latency_budget_ms=serving.latency_budget_ms,
     )
     result = run(lambda progress: compare_use_case(request, progress))
     if result.best:
         terminal.print_best_search(result.best)
-    terminal.print_compare(result.rows, result.run_dir, result.store, result.scaling, result.results,
-                           result.report)
+    terminal.print_compare(result.rows, result.run_dir, result.store, result.scaling, result.results, result.report)
     terminal.print_rounds(result.rows, result.stopped)
     if not result.serving.empty:
         print_serving(result.serving)
@@ -107,13 +140,24 @@ def calibrate(
     profile: Profile = Profile(),
     measurement: Measurement = Measurement(),
     repetitions: RepetitionsOption = plan.DEFAULT_REPETITIONS,
-    floor_precision_pct: Annotated[Optional[float], typer.Option(
-        min=1.0, max=1000.0, metavar="P",
-        help="instead of --repetitions: add runs, a round at a time, until the floor's own 99% interval is within "
-             "P% of the floor, up to --max-repetitions")] = None,
-    max_repetitions: Annotated[int, typer.Option(
-        min=stats.MIN_REPETITIONS, max=plan.MAX_REPETITIONS,
-        help="under --floor-precision-pct: the most runs per instance")] = DEFAULT_MAX_RUNS,
+    floor_precision_pct: Annotated[
+        float | None,
+        typer.Option(
+            min=1.0,
+            max=1000.0,
+            metavar="P",
+            help="instead of --repetitions: add runs, a round at a time, until the floor's own 99% interval is within "
+            "P% of the floor, up to --max-repetitions",
+        ),
+    ] = None,
+    max_repetitions: Annotated[
+        int,
+        typer.Option(
+            min=stats.MIN_REPETITIONS,
+            max=plan.MAX_REPETITIONS,
+            help="under --floor-precision-pct: the most runs per instance",
+        ),
+    ] = DEFAULT_MAX_RUNS,
     search_repetitions: SearchRepetitionsOption = DEFAULT_SEARCH_REPETITIONS,
     wait_for_quiet: WaitForQuietOption = 0.0,
     evidence: Evidence = Evidence(),
@@ -129,12 +173,16 @@ def calibrate(
     choice = runners.choice()
     precise = "--floor-precision-pct adds whole runs a round at a time" if floor_precision_pct is not None else ""
     if precise and evidence.design == Design.blocks.value:
-        raise usage_error(f"{precise}; under --design blocks give --repetitions, the blocks to run",
-                          "--floor-precision-pct")
+        raise usage_error(
+            f"{precise}; under --design blocks give --repetitions, the blocks to run", "--floor-precision-pct"
+        )
     design = evidence.choice(spec, whole_runs=precise or measurement.whole_runs())
     target = FloorTarget(floor_precision_pct / 100, max_repetitions) if floor_precision_pct is not None else None
-    result = run(lambda progress: calibrate_use_case(spec, choice, repetitions, store, progress,
-                                                        search_repetitions, wait_for_quiet, target, design))
+    result = run(
+        lambda progress: calibrate_use_case(
+            spec, choice, repetitions, store, progress, search_repetitions, wait_for_quiet, target, design
+        )
+    )
     terminal.print_calibrations(result.calibrations, workload.label(mode, batch_size), store)
     report_failures(result.failures)
 
@@ -149,13 +197,20 @@ def factors(
     workload: ModelOnDevice = ModelOnDevice(),
     mode: ModeOption = "train",
     batch_size: BatchSizeOption = 32,
-    vary: Annotated[str, typer.Option(
-        "--factors", callback=_parse_factors,
-        help=f"the settings to change one at a time, comma-separated, of: {', '.join(FACTORS)}")] = ",".join(DEFAULT_FACTORS),
+    vary: Annotated[
+        str,
+        typer.Option(
+            "--factors",
+            callback=_parse_factors,
+            help=f"the settings to change one at a time, comma-separated, of: {', '.join(FACTORS)}",
+        ),
+    ] = ",".join(DEFAULT_FACTORS),
     measurement: Measurement = Measurement(),
     repetitions: RepetitionsOption = plan.DEFAULT_REPETITIONS,
     runners: RunnerOptions = RunnerOptions(),
-    out: Annotated[Path, typer.Option(callback=parse_out, help="folder to write the runs and the factor table into")] = Path("results"),
+    out: Annotated[
+        Path, typer.Option(callback=parse_out, help="folder to write the runs and the factor table into")
+    ] = Path("results"),
 ) -> None:
     """What each setting does to each runner: one configuration under the equal profile, then each other value of
     each factor the runner accepts, one setting changed at a time, each compared with that runner's own baseline

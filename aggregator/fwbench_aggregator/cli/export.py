@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -21,15 +21,25 @@ app.add_typer(export_app, name="export")
 
 @export_app.command("mlflow")
 def mlflow_command(
-    tracking_uri: Annotated[str, typer.Option(
-        help="where to write: a folder (an MLflow store is made in it: mlflow.db and artifacts/) or a tracking URI "
-             "(http://host:5000, sqlite:///path/mlflow.db)")],
+    tracking_uri: Annotated[
+        str,
+        typer.Option(
+            help="where to write: a folder (an MLflow store is made in it: mlflow.db and artifacts/) or a tracking URI "
+            "(http://host:5000, sqlite:///path/mlflow.db)"
+        ),
+    ],
     store: Annotated[Path, typer.Option(callback=parse_store, help="the results store")] = Path("results/store"),
     experiment: Annotated[str, typer.Option(help="the MLflow experiment, made where it does not exist")] = EXPERIMENT,
-    compare: Annotated[Optional[str], typer.Option(
-        help="only this compare's runs: the name of its results folder (e.g. 20261127T173700Z-resnet18-infer-b2)")] = None,
-    where: Annotated[Optional[list[str]], typer.Option(
-        help="only the runs whose summary has this value, COLUMN=VALUE (repeat it: every one must hold)")] = None,
+    compare: Annotated[
+        str | None,
+        typer.Option(
+            help="only this compare's runs: the name of its results folder (e.g. 20261127T173700Z-resnet18-infer-b2)"
+        ),
+    ] = None,
+    where: Annotated[
+        list[str] | None,
+        typer.Option(help="only the runs whose summary has this value, COLUMN=VALUE (repeat it: every one must hold)"),
+    ] = None,
 ) -> None:
     """Each comparison of the store (a configuration and its runners) as an MLflow run: the configuration and each
     runner's settings as parameters; medians, ratios, intervals and energy as metrics; verdicts as tags; its table as
@@ -37,7 +47,12 @@ def mlflow_command(
     exporting again adds only what is new. Needs MLflow: pip install 'fwbench-aggregator[mlflow]'."""
     exported = run(lambda progress: export_mlflow(store, tracking_uri, experiment, selection_of(compare, where or [])))
     skipped = f"; {exported.skipped} exported before, skipped" if exported.skipped else ""
-    out_console.print(f"{exported.added} comparison(s) added to experiment {escape(exported.experiment)} at "
-                      f"{escape(exported.tracking_uri)}{skipped}", highlight=False)
+    out_console.print(
+        f"{exported.added} comparison(s) added to experiment {escape(exported.experiment)} at "
+        f"{escape(exported.tracking_uri)}{skipped}",
+        highlight=False,
+    )
     if exported.parent_run_id:
-        out_console.print(f"this export's report: run {exported.parent_run_id}, artifacts under report/", highlight=False)
+        out_console.print(
+            f"this export's report: run {exported.parent_run_id}, artifacts under report/", highlight=False
+        )

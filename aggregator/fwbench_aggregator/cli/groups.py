@@ -17,8 +17,9 @@ def settings_group(name: str, options: Mapping[str, Any], defaults: Mapping[str,
     """A group whose fields are run settings (plan.settings), each with its option (`options`) and default, in
     order; `base` holds the group's methods and its docstring."""
     fields = [(setting, options[setting], dataclasses.field(default=default)) for setting, default in defaults.items()]
-    return dataclasses.make_dataclass(name, fields, bases=(base,), frozen=True,
-                                      namespace={"__doc__": base.__doc__, "__module__": base.__module__})
+    return dataclasses.make_dataclass(
+        name, fields, bases=(base,), frozen=True, namespace={"__doc__": base.__doc__, "__module__": base.__module__}
+    )
 
 
 def _default(field: dataclasses.Field) -> Any:
@@ -29,8 +30,12 @@ def _default(field: dataclasses.Field) -> Any:
 
 def _group_parameters(group: type) -> list[inspect.Parameter]:
     hints = get_type_hints(group, include_extras=True)  # the Annotated typer options, not their plain types
-    return [inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[field.name],
-                              default=_default(field)) for field in dataclasses.fields(group)]
+    return [
+        inspect.Parameter(
+            field.name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[field.name], default=_default(field)
+        )
+        for field in dataclasses.fields(group)
+    ]
 
 
 def with_groups(command: Command) -> Command:

@@ -26,8 +26,9 @@ class TerminalProgress(Progress):
     def add_task(self, description: str, total: int | None = None) -> int:
         return self.bars.add_task(escape(description), total=total)
 
-    def update(self, task: int, *, description: str | None = None, completed: int | None = None,
-               total: int | None = None) -> None:
+    def update(
+        self, task: int, *, description: str | None = None, completed: int | None = None, total: int | None = None
+    ) -> None:
         fields = {"completed": completed, "total": total}
         if description is not None:
             fields["description"] = escape(description)
@@ -40,7 +41,7 @@ class TerminalProgress(Progress):
         if task in self.bars.task_ids:
             self.bars.remove_task(task)
 
-    def __enter__(self) -> "TerminalProgress":
+    def __enter__(self) -> TerminalProgress:
         self.bars.start()
         return self
 

@@ -11,8 +11,17 @@ import typer
 from ..app.runners import RunnerChoice
 from ..run.connection import EMBEDDED, Transport
 from .options import (
-    FrameworksOption, ModelsDirOption, RunIsolationOption, RunnerOption, TlsCaOption, TlsCertOption, TlsKeyOption,
-    TokenFileOption, VenvsOption, every_framework, parse_runner_addresses,
+    FrameworksOption,
+    ModelsDirOption,
+    RunIsolationOption,
+    RunnerOption,
+    TlsCaOption,
+    TlsCertOption,
+    TlsKeyOption,
+    TokenFileOption,
+    VenvsOption,
+    every_framework,
+    parse_runner_addresses,
 )
 
 
@@ -40,8 +49,14 @@ class RunnerAccess:
             raise typer.BadParameter(str(error)) from None
 
     def choice(self, frameworks: str = "") -> RunnerChoice:
-        return RunnerChoice(tuple(self.runner), frameworks, self.venvs, self.transport(),
-                            tuple(map(str, self.models_dir)), self.run_isolation.value if self.run_isolation else "")
+        return RunnerChoice(
+            tuple(self.runner),
+            frameworks,
+            self.venvs,
+            self.transport(),
+            tuple(map(str, self.models_dir)),
+            self.run_isolation.value if self.run_isolation else "",
+        )
 
 
 @dataclass(frozen=True)
@@ -58,7 +73,10 @@ class RunnerOptions(RunnerAccess):
 class CalibrationRunnerOptions(RunnerOptions):
     """calibrate's: each runner named twice with --runner, two instances of it."""
 
-    runner: Annotated[list[str], typer.Option(
-        callback=parse_runner_addresses,
-        help="NAME=HOST:PORT, each NAME twice: two instances of one runner. Default: start two of each embedded runner",
-    )] = field(default_factory=list)
+    runner: Annotated[
+        list[str],
+        typer.Option(
+            callback=parse_runner_addresses,
+            help="NAME=HOST:PORT, each NAME twice: two instances of one runner. Default: start two of each embedded runner",
+        ),
+    ] = field(default_factory=list)

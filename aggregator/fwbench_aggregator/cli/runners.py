@@ -4,7 +4,7 @@ and how large a batch fits."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,8 +16,8 @@ from ..plan import spec as plan
 from ..present import listings
 from . import app
 from .common import report_failures, run
-from .options import ModeOption, parse_out, parse_store, parse_text
 from .groups import with_groups
+from .options import ModeOption, parse_out, parse_store, parse_text
 from .runner_options import RunnerOptions
 from .workload_options import ModelOnDevice
 
@@ -26,10 +26,14 @@ from .workload_options import ModelOnDevice
 @with_groups
 def models(
     runners: RunnerOptions = RunnerOptions(),
-    parameters: Annotated[bool, typer.Option(
-        "--parameters", help="count each model's trainable parameters too (default shape and options): the runner "
-        "builds every model on its CPU, tens of seconds",
-    )] = False,
+    parameters: Annotated[
+        bool,
+        typer.Option(
+            "--parameters",
+            help="count each model's trainable parameters too (default shape and options): the runner "
+            "builds every model on its CPU, tens of seconds",
+        ),
+    ] = False,
 ) -> None:
     """List the models, one row each: task, default input, options, and the runners that build it."""
     choice = runners.choice()
@@ -53,13 +57,20 @@ def describe(
 @app.command()
 @with_groups
 def parity(
-    models: Annotated[Optional[str], typer.Option(
-        callback=parse_text, help="comma-separated model names; default: every model both runners list")] = None,
+    models: Annotated[
+        str | None,
+        typer.Option(callback=parse_text, help="comma-separated model names; default: every model both runners list"),
+    ] = None,
     runners: RunnerOptions = RunnerOptions(),
     out: Annotated[Path, typer.Option(callback=parse_out, help="folder for parity.csv")] = Path("results"),
-    store: Annotated[Path, typer.Option(
-        callback=parse_store, help="the results store: each check is kept there, so that a comparison of a plug-in model says whether its "
-        "runners were shown to build the same network")] = Path("results/store"),
+    store: Annotated[
+        Path,
+        typer.Option(
+            callback=parse_store,
+            help="the results store: each check is kept there, so that a comparison of a plug-in model says whether its "
+            "runners were shown to build the same network",
+        ),
+    ] = Path("results/store"),
 ) -> None:
     """Show that the runners build the same networks as the first one, the reference.
 
@@ -82,11 +93,19 @@ def parity(
 def max_batch(
     workload: ModelOnDevice = ModelOnDevice(),
     mode: ModeOption = "train",
-    limit: Annotated[int, typer.Option(
-        min=1, max=plan.MAX_BATCH_SIZE, help="largest batch to try (on a CPU, device memory is the host's)")] = 4096,
+    limit: Annotated[
+        int,
+        typer.Option(
+            min=1, max=plan.MAX_BATCH_SIZE, help="largest batch to try (on a CPU, device memory is the host's)"
+        ),
+    ] = 4096,
     runners: RunnerOptions = RunnerOptions(),
-    store: Annotated[Path, typer.Option(
-        callback=parse_store, help="the results store: each runner's search is kept there (frame max_batch)")] = Path("results/store"),
+    store: Annotated[
+        Path,
+        typer.Option(
+            callback=parse_store, help="the results store: each runner's search is kept there (frame max_batch)"
+        ),
+    ] = Path("results/store"),
 ) -> None:
     """The largest batch each runner fits in device memory: doubling, then bisection on out-of-memory refusals.
 

@@ -4,7 +4,7 @@ measurement groups. compare takes them all, calibrate the profile group, serve-c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from ..app.rounds import Repetitions
 from ..base.vocabulary import Mode, Scenario, Switch
@@ -13,27 +13,65 @@ from ..plan.serving_fields import Load, load_problem
 from ..plan.spec import RunSpec, StartupSettings
 from .common import usage_error
 from .options import (
-    AUTO, CPU_COUNT, AutoRepetitionsOption, BatchTimeoutOption, BlockWindowsOption, CompilationOption,
-    CudnnAutotuneOption, DesignOption, DevicesOption, IdleBaselineOption, LatencyBudgetOption, LayoutOption, MaxRepetitionsOption, PowerRateOption, ProfileOption,
-    QueriesOption, ScenarioOption, StrategyOption, TargetQpsOption, ThreadsOption, TimeBudgetOption, WindowOption,
+    AUTO,
+    CPU_COUNT,
+    AutoRepetitionsOption,
+    BatchTimeoutOption,
+    BlockWindowsOption,
+    CompilationOption,
+    CudnnAutotuneOption,
+    DesignOption,
+    DevicesOption,
+    IdleBaselineOption,
+    LatencyBudgetOption,
+    LayoutOption,
+    MaxRepetitionsOption,
+    PowerRateOption,
+    ProfileOption,
+    QueriesOption,
+    ScenarioOption,
+    StrategyOption,
+    TargetQpsOption,
+    ThreadsOption,
+    TimeBudgetOption,
+    WindowOption,
 )
 
 # The load fields as the command line names them, for the load rules' messages.
-OPTION_NAMES = {"scenario": "--scenario", "target_qps": "--target-qps", "queries": "--queries",
-                "batch_timeout_ms": "--batch-timeout-ms"}
+OPTION_NAMES = {
+    "scenario": "--scenario",
+    "target_qps": "--target-qps",
+    "queries": "--queries",
+    "batch_timeout_ms": "--batch-timeout-ms",
+}
 
 
-def checked_load(mode: Mode, scenario: Optional[Scenario], target_qps: Optional[float], queries: Optional[int],
-                 batch_timeout_ms: Optional[float], latency_budget_ms: Optional[float] = None) -> Optional[Load]:
+def checked_load(
+    mode: Mode,
+    scenario: Scenario | None,
+    target_qps: float | None,
+    queries: int | None,
+    batch_timeout_ms: float | None,
+    latency_budget_ms: float | None = None,
+) -> Load | None:
     """The load the options ask for, or None for back-to-back batches; a usage error (exit 2) naming the option
     where they cannot run."""
     if scenario is None:
-        given = [name for name, value in (("--target-qps", target_qps), ("--queries", queries),
-                                          ("--batch-timeout-ms", batch_timeout_ms),
-                                          ("--latency-budget-ms", latency_budget_ms)) if value is not None]
+        given = [
+            name
+            for name, value in (
+                ("--target-qps", target_qps),
+                ("--queries", queries),
+                ("--batch-timeout-ms", batch_timeout_ms),
+                ("--latency-budget-ms", latency_budget_ms),
+            )
+            if value is not None
+        ]
         if given:
-            raise usage_error(f"{given[0]} applies to a serving scenario: add --scenario (single_stream, server or "
-                              "offline) with --mode infer")
+            raise usage_error(
+                f"{given[0]} applies to a serving scenario: add --scenario (single_stream, server or "
+                "offline) with --mode infer"
+            )
         return None
     load = Load(scenario, target_qps, queries or 0, batch_timeout_ms)
     problem = load_problem(mode, load, OPTION_NAMES)
@@ -99,18 +137,23 @@ class ServingLoad:
     batch_timeout_ms: BatchTimeoutOption = None
     latency_budget_ms: LatencyBudgetOption = None
 
-    def load(self, mode: Mode) -> Optional[Load]:
+    def load(self, mode: Mode) -> Load | None:
         """The load asked for, or None for back-to-back batches; a usage error naming the option that cannot run."""
-        return checked_load(mode, self.scenario, self.target_qps, self.queries, self.batch_timeout_ms,
-                            self.latency_budget_ms)
+        return checked_load(
+            mode, self.scenario, self.target_qps, self.queries, self.batch_timeout_ms, self.latency_budget_ms
+        )
 
     def settings(self, mode: Mode) -> dict[str, Any]:
         """The RunSpec fields the load sets (none for back-to-back batches)."""
         load = self.load(mode)
         if load is None:
             return {}
-        return {"scenario": load.scenario, "target_qps": load.target_qps, "query_count": load.query_count,
-                "batch_timeout_ms": load.batch_timeout_ms}
+        return {
+            "scenario": load.scenario,
+            "target_qps": load.target_qps,
+            "query_count": load.query_count,
+            "batch_timeout_ms": load.batch_timeout_ms,
+        }
 
 
 @dataclass(frozen=True)
@@ -135,16 +178,22 @@ class Evidence:
     block_windows: BlockWindowsOption = DEFAULT_BLOCK_WINDOWS
     window_s: WindowOption = DEFAULT_WINDOW_S
 
-    def choice(self, spec: RunSpec, cooldown_s: float = 0.0, runners: tuple[str, ...] = (),
-               whole_runs: str = "") -> DesignChoice:
+    def choice(
+        self, spec: RunSpec, cooldown_s: float = 0.0, runners: tuple[str, ...] = (), whole_runs: str = ""
+    ) -> DesignChoice:
         """The design asked for. Auto is blocks where the runs can be windows and rounds where they cannot (a GPU is
         known once the runners resolve their devices: DesignChoice.on_devices); `whole_runs` says why another option
         needs whole runs. A usage error (exit 2) where blocks are asked for and cannot measure, or a block option is
         given without blocks."""
         problem = whole_runs or blocks_problem(spec, cooldown_s, runners)
-        given = [name for name, value, default in (("--block-windows", self.block_windows, DEFAULT_BLOCK_WINDOWS),
-                                                   ("--window-s", self.window_s, DEFAULT_WINDOW_S))
-                 if value != default]
+        given = [
+            name
+            for name, value, default in (
+                ("--block-windows", self.block_windows, DEFAULT_BLOCK_WINDOWS),
+                ("--window-s", self.window_s, DEFAULT_WINDOW_S),
+            )
+            if value != default
+        ]
         if self.design == Design.rounds.value:
             if given:
                 raise usage_error(f"{given[0]} applies to --design blocks")

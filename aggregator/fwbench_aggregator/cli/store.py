@@ -4,7 +4,7 @@ store add: a store's runs carried to another machine's store as one file."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -40,10 +40,16 @@ def check_command(
 def bundle_command(
     out: Annotated[Path, typer.Argument(help="the bundle to write, one file (e.g. gpu-runs.fwbench.tar.gz)")],
     store: Annotated[Path, typer.Option(callback=parse_store, help="the results store")] = Path("results/store"),
-    compare: Annotated[Optional[str], typer.Option(
-        help="only this compare's runs: the name of its results folder (e.g. 20261127T173700Z-resnet18-infer-b2)")] = None,
-    where: Annotated[Optional[list[str]], typer.Option(
-        help="only the runs whose summary has this value, COLUMN=VALUE (repeat it: every one must hold)")] = None,
+    compare: Annotated[
+        str | None,
+        typer.Option(
+            help="only this compare's runs: the name of its results folder (e.g. 20261127T173700Z-resnet18-infer-b2)"
+        ),
+    ] = None,
+    where: Annotated[
+        list[str] | None,
+        typer.Option(help="only the runs whose summary has this value, COLUMN=VALUE (repeat it: every one must hold)"),
+    ] = None,
 ) -> None:
     """Every readable run of the store (with its noise floors, searches and FLOP counts), or the runs chosen, as one
     file that `fwbench store add` adds to another store. Damaged runs are never carried."""
@@ -54,7 +60,9 @@ def bundle_command(
 @store_app.command("add")
 def add_command(
     bundle: Annotated[Path, typer.Argument(help="a bundle written by `fwbench store bundle`")],
-    store: Annotated[Path, typer.Option(callback=parse_store, help="the results store to add to")] = Path("results/store"),
+    store: Annotated[Path, typer.Option(callback=parse_store, help="the results store to add to")] = Path(
+        "results/store"
+    ),
 ) -> None:
     """Add a bundle's runs to the store: each checked against its manifest's checksums first. A run whose id the store
     holds with the same files is skipped; with other files, it is kept apart under a new id, named. A run without

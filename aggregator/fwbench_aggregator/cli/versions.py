@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -13,7 +13,13 @@ from rich.markup import escape
 from ..app.report import selection_of
 from ..app.study import StudyRequest
 from ..app.versions import (
-    confirm_regressions, container_runners, override_path, version_report, versions_down, versions_up, with_tags,
+    confirm_regressions,
+    container_runners,
+    override_path,
+    version_report,
+    versions_down,
+    versions_up,
+    with_tags,
 )
 from ..plan.versions import VersionMatrix, load_versions
 from ..present.console import err_console, out_console
@@ -24,17 +30,33 @@ from . import app
 from .common import report_failures, run
 from .options import parse_store
 
-versions_app = typer.Typer(no_args_is_help=True, help="Several versions of a framework side by side, one runner "
-                           "container per image tag of a sweep file's versions field.")
+versions_app = typer.Typer(
+    no_args_is_help=True,
+    help="Several versions of a framework side by side, one runner "
+    "container per image tag of a sweep file's versions field.",
+)
 app.add_typer(versions_app, name="versions")
 
 StudyArgument = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="a sweep file with a versions field")]
-StoreOption = Annotated[Path, typer.Option(callback=parse_store, help="the study's results store: the Compose override is written beside it")]
-ComposeFileOption = Annotated[Path, typer.Option(help=f"the stack's compose.yaml (its folder holds .env); the Compose "
-                                                      f"command is ${COMPOSE_ENV}, default `docker compose`")]
-ConfirmOption = Annotated[bool, typer.Option(
-    "--confirm/--no-confirm", help="with a versions field: run each regression again, both versions interleaved, and "
-    "call it confirmed only where that round agrees")]
+StoreOption = Annotated[
+    Path,
+    typer.Option(callback=parse_store, help="the study's results store: the Compose override is written beside it"),
+]
+ComposeFileOption = Annotated[
+    Path,
+    typer.Option(
+        help=f"the stack's compose.yaml (its folder holds .env); the Compose "
+        f"command is ${COMPOSE_ENV}, default `docker compose`"
+    ),
+]
+ConfirmOption = Annotated[
+    bool,
+    typer.Option(
+        "--confirm/--no-confirm",
+        help="with a versions field: run each regression again, both versions interleaved, and "
+        "call it confirmed only where that round agrees",
+    ),
+]
 
 
 @versions_app.command("up")
@@ -66,7 +88,7 @@ def down_command(
     err_console.print(f"removed {escape(', '.join(removed))} ({escape(str(override_path(store)))})", highlight=False)
 
 
-def sweep_matrix(file: Optional[Path]) -> VersionMatrix:
+def sweep_matrix(file: Path | None) -> VersionMatrix:
     """A sweep file's version matrix (none without a file); read once the file has been checked whole."""
     return load_versions(file) if file is not None else VersionMatrix()
 
@@ -88,10 +110,7 @@ def after_version_study(request: StudyRequest, matrix: VersionMatrix, confirm: b
     return with_tags(failures, matrix)
 
 
-def print_store_versions(store: Path, out: Optional[Path], compare: Optional[str] = None,
-                         where: Sequence[str] = ()) -> None:
+def print_store_versions(store: Path, out: Path | None, compare: str | None = None, where: Sequence[str] = ()) -> None:
     """fwbench report --versions, over the runs --compare and --where choose."""
     report = run(lambda progress: version_report(store, out, selection=selection_of(compare, where)))
     print_version_report(report.changes, report.path)
-
-

@@ -29,11 +29,19 @@ class ModelOnDevice:
 
     def spec(self, mode: Mode, batch_size: int, **settings: Any) -> RunSpec:
         """The run of this model in `mode` at `batch_size`, with the command's other settings."""
-        return RunSpec(self.model, mode, batch_size, self.shape, self.precision, self.device,
-                       model_options=option_pairs(self.option), **settings)
+        return RunSpec(
+            self.model,
+            mode,
+            batch_size,
+            self.shape,
+            self.precision,
+            self.device,
+            model_options=option_pairs(self.option),
+            **settings,
+        )
 
     def label(self, mode: Mode, batch_size: int | None = None) -> str:
-        """"resnet18 train, batch 32, fp32": how a table's title names the configuration."""
+        """ "resnet18 train, batch 32, fp32": how a table's title names the configuration."""
         batch = f", batch {batch_size}" if batch_size is not None else ""
         return f"{self.model} {mode.value}{batch}, {self.precision.value}"
 
@@ -49,15 +57,19 @@ class _Measurement:
     def whole_runs(self) -> str:
         """Why these settings need whole runs ("" at the defaults): they say how each run warms up and measures,
         where a block's windows warm up once and measure at least --window-s each."""
-        given = [f"--{name.replace('_', '-')}" for name, value in self.settings().items()
-                 if value != getattr(type(self), name)]
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name, value in self.settings().items()
+            if value != getattr(type(self), name)
+        ]
         if not given:
             return ""
         return f"{given[0]} sets how a whole run warms up or measures, where a block's windows measure --window-s each"
 
 
-Measurement = settings_group("Measurement", SETTING_OPTIONS, {s.name: s.default for s in group("measurement")},
-                             _Measurement)
+Measurement = settings_group(
+    "Measurement", SETTING_OPTIONS, {s.name: s.default for s in group("measurement")}, _Measurement
+)
 
 
 class _Seeds:

@@ -12,8 +12,11 @@ Value = TypeVar("Value", int, float)
 
 
 def highest_passing(
-    passes: Callable[[Value], bool], start: Value, limit: Value,
-    between: Callable[[Value, Value], Value | None], tried: dict[Value, bool],
+    passes: Callable[[Value], bool],
+    start: Value,
+    limit: Value,
+    between: Callable[[Value, Value], Value | None],
+    tried: dict[Value, bool],
 ) -> Value | None:
     """Doubling from `start` until a value fails (or `limit` is reached), then bisection at `between(good, bad)`, the
     last value that passed and the first that failed, until it gives None or a value not strictly between them.

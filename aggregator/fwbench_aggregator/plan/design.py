@@ -77,6 +77,8 @@ class DesignChoice:
         if self.blocks and any(to_text(DeviceKind, kind) != DeviceKind.cpu for kind in kinds):
             return None, f"design: rounds (auto: {GPU_IN_ROUNDS}; --design blocks runs them anyway)"
         if self.blocks:
-            return self.blocks, (f"design: {self.blocks.label} of {self.blocks.window_s:g} s (auto: single-device "
-                                 "back-to-back steps on the CPU; --design rounds runs whole runs)")
+            return self.blocks, (
+                f"design: {self.blocks.label} of {self.blocks.window_s:g} s (auto: single-device "
+                "back-to-back steps on the CPU; --design rounds runs whole runs)"
+            )
         return None, f"design: rounds (auto: {self.rounds_because})"

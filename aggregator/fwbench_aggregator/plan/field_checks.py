@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple, NoReturn, Optional
+from typing import NamedTuple, NoReturn
 
 from ..base.suggest import did_you_mean
 
@@ -68,7 +68,7 @@ def is_int(value: object) -> bool:
 Check = Callable[[Path_, object], object]
 
 
-def checked_list(raw: Mapping, name: str, checker: Checker, check: Check, example: str, at: Path_ = ()) -> Optional[tuple]:
+def checked_list(raw: Mapping, name: str, checker: Checker, check: Check, example: str, at: Path_ = ()) -> tuple | None:
     """The checked values of list `name`; every bad item is recorded, and then the field is refused."""
     if name not in raw:
         return None
@@ -117,7 +117,7 @@ def integer_in(low: int, high: int, what: str, checker: Checker) -> Check:
     return check
 
 
-def finite(value: object) -> Optional[float]:
+def finite(value: object) -> float | None:
     """A YAML number as a finite float, or None: not a number, not finite, or an integer past a float's range."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None

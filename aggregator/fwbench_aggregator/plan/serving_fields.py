@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Optional
 
 from ..base.vocabulary import Mode, Scenario
 from .field_checks import Checker, checked_list, choice, finite, number
@@ -33,9 +32,9 @@ class Load:
     """One point of the load axis: a scenario and, for server, its offered rate."""
 
     scenario: Scenario
-    target_qps: Optional[float] = None
+    target_qps: float | None = None
     query_count: int = 0  # 0: the runner's default
-    batch_timeout_ms: Optional[float] = None
+    batch_timeout_ms: float | None = None
 
 
 def target_qps_ok(value: object) -> bool:
@@ -43,7 +42,7 @@ def target_qps_ok(value: object) -> bool:
     return rate is not None and 0 < rate <= MAX_TARGET_QPS
 
 
-def load_problem(mode: Mode, load: Load, names: Mapping[str, str]) -> Optional[str]:
+def load_problem(mode: Mode, load: Load, names: Mapping[str, str]) -> str | None:
     """Why `load` cannot run in `mode`, naming each setting as `names` calls it (the command line's options or a
     sweep file's fields: keys scenario, target_qps, queries, batch_timeout_ms); None where it can."""
     scenario, qps, timeout = names["scenario"], names["target_qps"], names["batch_timeout_ms"]
@@ -59,7 +58,7 @@ def load_problem(mode: Mode, load: Load, names: Mapping[str, str]) -> Optional[s
     return None
 
 
-def sweep_loads(raw: Mapping, checker: Checker, modes: Optional[Sequence[Mode]]) -> Optional[tuple[Load, ...]]:
+def sweep_loads(raw: Mapping, checker: Checker, modes: Sequence[Mode] | None) -> tuple[Load, ...] | None:
     """A sweep file's load axis (every scenario, server at every target_qps); None where it names no scenario.
     Problems are recorded in `checker`, each naming its field and what is accepted."""
     if "scenarios" in raw and tuple(modes or (Mode.train,)) != (Mode.infer,):
@@ -77,20 +76,21 @@ def sweep_loads(raw: Mapping, checker: Checker, modes: Optional[Sequence[Mode]])
     if scenarios is None:
         given = [name for name in SWEEP_FIELDS[1:] if name in raw]
         if given:
-            checker.fail((given[0],), f"applies to a serving scenario: add scenarios, e.g. scenarios: [server]")
+            checker.fail((given[0],), "applies to a serving scenario: add scenarios, e.g. scenarios: [server]")
         return None
     if Scenario.server in scenarios and rates is None:
-        checker.fail(("target_qps",), f"scenarios: server needs the offered loads, e.g. target_qps: [50, 100, 200] "
-                                      f"(each {TARGET_QPS_RANGE})")
+        checker.fail(
+            ("target_qps",),
+            f"scenarios: server needs the offered loads, e.g. target_qps: [50, 100, 200] (each {TARGET_QPS_RANGE})",
+        )
     if Scenario.server not in scenarios:
         for name in ("target_qps", "batch_timeout_ms"):
             if name in raw:
                 checker.fail((name,), "applies to the server scenario only; add server to scenarios")
     loads = []
     for scenario in scenarios:
-        for target_qps in (rates if scenario == Scenario.server else (None,)):
-            loads.append(Load(scenario, target_qps, queries,
-                              timeout if scenario == Scenario.server else None))
+        for target_qps in rates if scenario == Scenario.server else (None,):
+            loads.append(Load(scenario, target_qps, queries, timeout if scenario == Scenario.server else None))
     return tuple(loads)
 
 
@@ -98,14 +98,19 @@ def sweep_loads(raw: Mapping, checker: Checker, modes: Optional[Sequence[Mode]])
 class ServingConfiguration(Configuration):
     """A run of a sweep with a load axis: a Configuration whose run serves queries under `load`."""
 
-    load: Optional[Load] = None
+    load: Load | None = None
 
     def run_spec(self, startup: StartupSettings, reuse_key: str = "", end_reuse: bool = False) -> RunSpec:
         spec = super().run_spec(startup, reuse_key, end_reuse)
         if self.load is None:
             return spec
-        return replace(spec, scenario=self.load.scenario, target_qps=self.load.target_qps,
-                       query_count=self.load.query_count, batch_timeout_ms=self.load.batch_timeout_ms)
+        return replace(
+            spec,
+            scenario=self.load.scenario,
+            target_qps=self.load.target_qps,
+            query_count=self.load.query_count,
+            batch_timeout_ms=self.load.batch_timeout_ms,
+        )
 
     def key_fields(self, **settings: object) -> dict[str, object]:
         fields = super().key_fields(**settings)
@@ -127,11 +132,15 @@ class ServingSweep(Sweep):
         """The grid, each runner's turn at a point (its reuse chain, or its one run) repeated for every load, the
         load's runs one chain of their own."""
         out: list[Configuration] = []
-        turns = itertools.groupby(super().configurations(), key=lambda c: (c.runner, c.repetition, c.reuse_chain or id(c)))
+        turns = itertools.groupby(
+            super().configurations(), key=lambda c: (c.runner, c.repetition, c.reuse_chain or id(c))
+        )
         for _, turn in turns:
             turn = list(turn)
             for load in self.loads:
-                runs = [ServingConfiguration(**{f: getattr(c, f) for f in c.__dataclass_fields__}, load=load) for c in turn]
+                runs = [
+                    ServingConfiguration(**{f: getattr(c, f) for f in c.__dataclass_fields__}, load=load) for c in turn
+                ]
                 if runs[0].reuse_chain:
                     chain = config_key({**runs[0].key_fields(), "batch_size": None})
                     runs = [replace(c, reuse_chain=chain) for c in runs]
@@ -139,7 +148,7 @@ class ServingSweep(Sweep):
         return out
 
 
-def with_loads(sweep: Sweep, loads: Optional[tuple[Load, ...]]) -> Sweep:
+def with_loads(sweep: Sweep, loads: tuple[Load, ...] | None) -> Sweep:
     """The sweep with its load axis, where the file gave one."""
     if not loads:
         return sweep

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Optional
 
 from .field_checks import Checker, finite, number
 from .spec import (
@@ -36,13 +35,13 @@ class Setting:
 
     name: str
     kind: type  # int or float
-    default: Optional[float]  # None: `default_from`'s value
+    default: float | None  # None: `default_from`'s value
     low: float
     high: float
     help: str
     group: str  # the option group that takes it: "measurement" or "seeds"
     # A sweep file's own check where the range alone does not say it (None: a number from low to high).
-    sweep_check: Optional[Callable[[Mapping, Checker], object]] = None
+    sweep_check: Callable[[Mapping, Checker], object] | None = None
     column: str = ""  # the summary column it is stored as; "": not stored
     key: str = ""  # BLOCK where the stored column is part of the block's key
     label: str = ""  # how the key part reads in a row's label: "seed 1"
@@ -61,39 +60,100 @@ class Setting:
         return number(raw, self.name, checker, self.low, self.high, integer=self.kind is int)
 
 
-def _warmup_until_cv(raw: Mapping, checker: Checker) -> Optional[float]:
+def _warmup_until_cv(raw: Mapping, checker: Checker) -> float | None:
     if "warmup_until_cv" not in raw:
         return None
     value = finite(raw["warmup_until_cv"])
     if value is None or not 0 <= value < 1:
         shown = raw["warmup_until_cv"] if value is None else value
-        checker.fail(("warmup_until_cv",), f"{shown!r} is not a coefficient of variation; accepted: 0 (off) up to "
-                                           "below 1, e.g. 0.05")
+        checker.fail(
+            ("warmup_until_cv",),
+            f"{shown!r} is not a coefficient of variation; accepted: 0 (off) up to below 1, e.g. 0.05",
+        )
     return value
 
 
 SETTINGS = (
-    Setting("warmup", int, DEFAULT_WARMUP, 0, MAX_WARMUP,
-            "the most warm-up steps (a fixed count with --warmup-until-cv 0 or below --stable-window); excluded from "
-            "the figures", "measurement", column="warmup_steps", key=BLOCK, label="warm-up", request="warmup_steps"),
-    Setting("warmup_until_cv", float, DEFAULT_WARMUP_UNTIL_CV, 0.0, 0.99,
-            "warm up until the last --stable-window steps vary less than this; 0: exactly --warmup steps",
-            "measurement", sweep_check=_warmup_until_cv),
-    Setting("stable_window", int, STABLE_WINDOW, 2, MAX_WARMUP, "steps in the warm-up stability window",
-            "measurement"),
-    Setting("steps", int, DEFAULT_STEPS, 1, MAX_STEPS, "measured steps (at least)", "measurement",
-            column="measured_steps_asked", key=BLOCK, label="steps", request="measured_steps"),
-    Setting("min_measure_s", float, DEFAULT_MIN_MEASURE_S, 0.0, MAX_MEASURE_S,
-            "measure for at least this many seconds per run", "measurement", column="min_measure_s", key=BLOCK,
-            label="window", request="min_measure_s"),
-    Setting("seed", int, 0, 0, MAX_SEED,
-            "random seed for the weights (and the inputs, unless --input-seed), the same on every runner", "seeds",
-            column="seed", key=BLOCK, label="seed", request="seed"),
+    Setting(
+        "warmup",
+        int,
+        DEFAULT_WARMUP,
+        0,
+        MAX_WARMUP,
+        "the most warm-up steps (a fixed count with --warmup-until-cv 0 or below --stable-window); excluded from "
+        "the figures",
+        "measurement",
+        column="warmup_steps",
+        key=BLOCK,
+        label="warm-up",
+        request="warmup_steps",
+    ),
+    Setting(
+        "warmup_until_cv",
+        float,
+        DEFAULT_WARMUP_UNTIL_CV,
+        0.0,
+        0.99,
+        "warm up until the last --stable-window steps vary less than this; 0: exactly --warmup steps",
+        "measurement",
+        sweep_check=_warmup_until_cv,
+    ),
+    Setting("stable_window", int, STABLE_WINDOW, 2, MAX_WARMUP, "steps in the warm-up stability window", "measurement"),
+    Setting(
+        "steps",
+        int,
+        DEFAULT_STEPS,
+        1,
+        MAX_STEPS,
+        "measured steps (at least)",
+        "measurement",
+        column="measured_steps_asked",
+        key=BLOCK,
+        label="steps",
+        request="measured_steps",
+    ),
+    Setting(
+        "min_measure_s",
+        float,
+        DEFAULT_MIN_MEASURE_S,
+        0.0,
+        MAX_MEASURE_S,
+        "measure for at least this many seconds per run",
+        "measurement",
+        column="min_measure_s",
+        key=BLOCK,
+        label="window",
+        request="min_measure_s",
+    ),
+    Setting(
+        "seed",
+        int,
+        0,
+        0,
+        MAX_SEED,
+        "random seed for the weights (and the inputs, unless --input-seed), the same on every runner",
+        "seeds",
+        column="seed",
+        key=BLOCK,
+        label="seed",
+        request="seed",
+    ),
     # Another input seed is another protocol: the same weights stepped on other data.
-    Setting("input_seed", int, None, 0, MAX_SEED,
-            "random seed for the input data, the same on every runner; default: the --seed", "seeds",
-            column="input_seed", key=BLOCK, label="input seed", request="input_seed", default_from="seed",
-            stored_since=10),
+    Setting(
+        "input_seed",
+        int,
+        None,
+        0,
+        MAX_SEED,
+        "random seed for the input data, the same on every runner; default: the --seed",
+        "seeds",
+        column="input_seed",
+        key=BLOCK,
+        label="input seed",
+        request="input_seed",
+        default_from="seed",
+        stored_since=10,
+    ),
 )
 BY_NAME = {setting.name: setting for setting in SETTINGS}
 
@@ -112,5 +172,8 @@ def non_default(values: Mapping[str, object]) -> dict[str, object]:
     """The settings among `values` that differ from their defaults (a default taken from another setting is None):
     what makes a configuration's key, so that a setting left at its default keeps every key it had before it
     existed."""
-    return {name: value for name, value in values.items() if name in BY_NAME and value is not None
-            and value != BY_NAME[name].default}
+    return {
+        name: value
+        for name, value in values.items()
+        if name in BY_NAME and value is not None and value != BY_NAME[name].default
+    }

@@ -7,7 +7,6 @@ from __future__ import annotations
 import enum
 import os
 from dataclasses import dataclass
-from typing import Optional
 
 from ..base.vocabulary import Compilation, Layout, Mode, Precision, Profile, Scenario, Strategy
 
@@ -52,8 +51,9 @@ MAX_RUNS = 100_000
 # Where a runner executes each run (its --run-isolation; fwbench_core.isolation.RunIsolation, held equal by
 # tests/test_frameworks.py): in its own process, in a fresh process per run, fresh for GPU runs only, or a worker
 # process for every 2 CPU runs.
-RunIsolation = enum.Enum("RunIsolation", [(name, name) for name in ("thread", "process", "process-on-gpu",
-                                                                     "process-per-2-runs")], type=str)
+RunIsolation = enum.Enum(
+    "RunIsolation", [(name, name) for name in ("thread", "process", "process-on-gpu", "process-per-2-runs")], type=str
+)
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,12 @@ class StartupSettings:
 
     def flags(self) -> list[str]:
         return [
-            "--intra-op-threads", str(self.intra_op_threads),
-            "--inter-op-threads", str(self.inter_op_threads),
-            "--cudnn-autotune", self.cudnn_autotune,
+            "--intra-op-threads",
+            str(self.intra_op_threads),
+            "--inter-op-threads",
+            str(self.inter_op_threads),
+            "--cudnn-autotune",
+            self.cudnn_autotune,
             *(["--reference-dir", self.reference_dir] if self.reference_dir else []),
             *(flag for folder in self.models_dirs for flag in ("--models-dir", folder)),
             *(["--run-isolation", self.run_isolation] if self.run_isolation else []),
@@ -85,26 +88,26 @@ class RunSpec:
     model: str
     mode: Mode = Mode.train
     batch_size: int = 32
-    shape: Optional[str] = None  # per sample: 3x224x224 or NAME=N
+    shape: str | None = None  # per sample: 3x224x224 or NAME=N
     precision: Precision = Precision.fp32
-    device: Optional[str] = None  # cpu, gpu or gpu:N
-    layout: Optional[Layout] = None
-    compilation: Optional[Compilation] = None
+    device: str | None = None  # cpu, gpu or gpu:N
+    layout: Layout | None = None
+    compilation: Compilation | None = None
     warmup: int = DEFAULT_WARMUP
     steps: int = DEFAULT_STEPS
     seed: int = 0
     model_options: tuple[tuple[str, str], ...] = ()
     startup: StartupSettings = StartupSettings()
-    warmup_until_cv: Optional[float] = DEFAULT_WARMUP_UNTIL_CV  # None or 0: exactly `warmup` steps
+    warmup_until_cv: float | None = DEFAULT_WARMUP_UNTIL_CV  # None or 0: exactly `warmup` steps
     stable_window: int = STABLE_WINDOW
-    min_measure_s: Optional[float] = DEFAULT_MIN_MEASURE_S
-    power_rate_hz: Optional[float] = None
-    idle_baseline_s: Optional[float] = None
-    strategy: Optional[Strategy] = None  # None: single on one device, else the runner's data-parallel one
-    devices: Optional[str] = None  # several devices of each runner, "cpu:0,cpu:1"; then `device` is None
-    profile: Optional[Profile] = None  # how the runner fills what is left unset; None: equal
-    cudnn_autotune: Optional[str] = None  # "on" or "off" for this run (a best profile's choice); None: as startup
-    distributed_timeout_s: Optional[float] = None
+    min_measure_s: float | None = DEFAULT_MIN_MEASURE_S
+    power_rate_hz: float | None = None
+    idle_baseline_s: float | None = None
+    strategy: Strategy | None = None  # None: single on one device, else the runner's data-parallel one
+    devices: str | None = None  # several devices of each runner, "cpu:0,cpu:1"; then `device` is None
+    profile: Profile | None = None  # how the runner fills what is left unset; None: equal
+    cudnn_autotune: str | None = None  # "on" or "off" for this run (a best profile's choice); None: as startup
+    distributed_timeout_s: float | None = None
     # Runs under one key share one build on their runner, which restarts it for each (RunRequest.reuse_key);
     # end_reuse marks the chain's last run, after which the runner frees it. "": a fresh build.
     reuse_key: str = ""
@@ -115,12 +118,12 @@ class RunSpec:
     process_block: str = ""
     # Inference under a scenario (RunRequest.serving); None: back-to-back batches. query_count 0 and arrival_seed 0
     # leave the runner's defaults (its query count; the run's seed).
-    scenario: Optional[Scenario] = None
-    target_qps: Optional[float] = None  # server only
+    scenario: Scenario | None = None
+    target_qps: float | None = None  # server only
     query_count: int = 0
-    batch_timeout_ms: Optional[float] = None  # server with batch_size > 1
+    batch_timeout_ms: float | None = None  # server with batch_size > 1
     arrival_seed: int = 0
-    input_seed: Optional[int] = None  # the input data's seed; None: the seed's
+    input_seed: int | None = None  # the input data's seed; None: the seed's
 
     @property
     def device_count(self) -> int:
@@ -128,7 +131,7 @@ class RunSpec:
         return len(self.devices.split(",")) if self.devices else 1
 
 
-def per_runner(runner: str, values: list[str], choices: type[enum.Enum]) -> Optional[enum.Enum]:
+def per_runner(runner: str, values: list[str], choices: type[enum.Enum]) -> enum.Enum | None:
     """The value of a setting given as VALUE (every runner) or RUNNER=VALUE (one), for this runner: RUNNER=VALUE wins
     over a plain VALUE; None leaves its default."""
     chosen = None

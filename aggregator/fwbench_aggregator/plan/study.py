@@ -44,14 +44,19 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Optional
 
 from ..base.frameworks import default_names as default_framework_names
 from ..base.vocabulary import Compilation, Layout, Mode, Precision, Profile, Strategy
 from .field_checks import Checker, finite, is_int, number
 from .keys import config_key
 from .spec import (
-    DEFAULT_MIN_MEASURE_S, DEFAULT_STEPS, DEFAULT_WARMUP, DEFAULT_WARMUP_UNTIL_CV, MAX_REPETITIONS, MAX_TIME_BUDGET_S, RunSpec,
+    DEFAULT_MIN_MEASURE_S,
+    DEFAULT_STEPS,
+    DEFAULT_WARMUP,
+    DEFAULT_WARMUP_UNTIL_CV,
+    MAX_REPETITIONS,
+    MAX_TIME_BUDGET_S,
+    RunSpec,
     StartupSettings,
 )
 
@@ -71,21 +76,21 @@ class Configuration:
     model: str
     mode: Mode
     batch_size: int
-    shape: Optional[str]
+    shape: str | None
     precision: Precision
-    device: Optional[str]
+    device: str | None
     repetition: int
     model_options: tuple[tuple[str, str], ...] = ()
-    layout: Optional[Layout] = None
-    compilation: Optional[Compilation] = None
+    layout: Layout | None = None
+    compilation: Compilation | None = None
     warmup: int = DEFAULT_WARMUP
     steps: int = DEFAULT_STEPS
     warmup_until_cv: float = DEFAULT_WARMUP_UNTIL_CV
     min_measure_s: float = DEFAULT_MIN_MEASURE_S
-    strategy: Optional[Strategy] = None
-    devices: Optional[str] = None  # several devices of the runner, "cpu:0,cpu:1"; then `device` is None
+    strategy: Strategy | None = None
+    devices: str | None = None  # several devices of the runner, "cpu:0,cpu:1"; then `device` is None
     nodes: int = 1  # machines the run spans: one job across that many nodes of a Slurm allocation
-    profile: Optional[Profile] = None  # None: equal
+    profile: Profile | None = None  # None: equal
     # Under the best profile, the settings its runner's search chose (("layout", "channels_first"), ...): how the run
     # is made, not part of its key (the point is what the study asked for).
     settings: tuple[tuple[str, str], ...] = ()
@@ -99,13 +104,27 @@ class Configuration:
         """The run this configuration asks of its runner, with the runners' startup settings and its chain's key."""
         chosen = dict(self.settings)
         return RunSpec(
-            self.model, self.mode, self.batch_size, self.shape, self.precision, self.device,
+            self.model,
+            self.mode,
+            self.batch_size,
+            self.shape,
+            self.precision,
+            self.device,
             Layout(chosen["layout"]) if "layout" in chosen else self.layout,
             Compilation(chosen["compilation"]) if "compilation" in chosen else self.compilation,
-            self.warmup, self.steps, model_options=self.model_options, startup=startup,
-            warmup_until_cv=self.warmup_until_cv, min_measure_s=self.min_measure_s, strategy=self.strategy,
-            devices=self.devices, reuse_key=reuse_key, end_reuse=end_reuse, profile=self.profile,
-            cudnn_autotune=chosen.get("cudnn_autotune"), **dict(self.run_settings),
+            self.warmup,
+            self.steps,
+            model_options=self.model_options,
+            startup=startup,
+            warmup_until_cv=self.warmup_until_cv,
+            min_measure_s=self.min_measure_s,
+            strategy=self.strategy,
+            devices=self.devices,
+            reuse_key=reuse_key,
+            end_reuse=end_reuse,
+            profile=self.profile,
+            cudnn_autotune=chosen.get("cudnn_autotune"),
+            **dict(self.run_settings),
         )
 
     def key_fields(self, **settings: object) -> dict[str, object]:
@@ -124,8 +143,12 @@ class Configuration:
             "layout": self.layout.value if self.layout else None,
             "compilation": self.compilation.value if self.compilation else None,
             "settings": {
-                "warmup_steps": self.warmup, "warmup_until_cv": self.warmup_until_cv, "measured_steps": self.steps,
-                "min_measure_s": self.min_measure_s, **settings, **dict(self.run_settings),
+                "warmup_steps": self.warmup,
+                "warmup_until_cv": self.warmup_until_cv,
+                "measured_steps": self.steps,
+                "min_measure_s": self.min_measure_s,
+                **settings,
+                **dict(self.run_settings),
             },
             "repetition": self.repetition,
             # Only where set: the keys of runs stored before distributed runs existed stay the same.
@@ -138,10 +161,16 @@ class Configuration:
     def config_key(self, startup: StartupSettings) -> str:
         """The configuration's key, which a sweep records with each of its runs (its id is the run's own) to find
         them on a resume: its fields and the runners' start-up settings, so that a change to them makes a new key."""
-        return config_key(self.key_fields(seed=0, intra_op_threads=startup.intra_op_threads,
-                                       inter_op_threads=startup.inter_op_threads, cudnn_autotune=startup.cudnn_autotune))
+        return config_key(
+            self.key_fields(
+                seed=0,
+                intra_op_threads=startup.intra_op_threads,
+                inter_op_threads=startup.inter_op_threads,
+                cudnn_autotune=startup.cudnn_autotune,
+            )
+        )
 
-    def point(self) -> "Configuration":
+    def point(self) -> Configuration:
         """The runners compared at one point of the grid: this configuration less its runner, strategy (the runner
         label carries it, as a comparison row's does), repetition and how it is made."""
         return replace(self, runner="", strategy=None, repetition=0, reuse_chain="", settings=())
@@ -150,8 +179,18 @@ class Configuration:
         """What the runs that must share a machine have in common: everything but the runner, its strategy, the
         batch size and the repetition. A comparison's runs all run on one machine, so a difference between nodes is never
         reported as one between frameworks, and a reuse chain stays on the runner that holds its build."""
-        return (self.model, self.model_options, self.mode, self.shape, self.precision, self.device, self.devices,
-                self.layout, self.nodes, self.profile)
+        return (
+            self.model,
+            self.model_options,
+            self.mode,
+            self.shape,
+            self.precision,
+            self.device,
+            self.devices,
+            self.layout,
+            self.nodes,
+            self.profile,
+        )
 
 
 @dataclass(frozen=True)
@@ -160,25 +199,25 @@ class Sweep:
     runners: tuple[str, ...] = field(default_factory=lambda: tuple(default_framework_names()))
     modes: tuple[Mode, ...] = (Mode.train,)
     batch_sizes: tuple[int, ...] = (32,)
-    shapes: dict[str, tuple[Optional[str], ...]] = field(default_factory=dict)  # per model; absent: (None,)
+    shapes: dict[str, tuple[str | None, ...]] = field(default_factory=dict)  # per model; absent: (None,)
     precisions: tuple[Precision, ...] = (Precision.fp32,)
-    devices: tuple[Optional[str], ...] = (None,)
-    repetitions: Optional[int] = None  # runs per runner and point; None: auto, as many as the verdict needs
+    devices: tuple[str | None, ...] = (None,)
+    repetitions: int | None = None  # runs per runner and point; None: auto, as many as the verdict needs
     max_repetitions: int = DEFAULT_MAX_REPETITIONS  # under auto: the most runs per runner and point
-    time_budget_s: Optional[float] = None  # under auto: the whole sweep's, spread over its points (app.sweep_rounds)
+    time_budget_s: float | None = None  # under auto: the whole sweep's, spread over its points (app.sweep_rounds)
     warmup: int = DEFAULT_WARMUP
     steps: int = DEFAULT_STEPS
     warmup_until_cv: float = DEFAULT_WARMUP_UNTIL_CV
     min_measure_s: float = DEFAULT_MIN_MEASURE_S
     options: dict[str, dict[str, str]] = field(default_factory=dict)
-    layout: Optional[Layout] = None
+    layout: Layout | None = None
     compilation: dict[str, Compilation] = field(default_factory=dict)  # per runner; absent: the runner's default
     cooldown_s: float = 0.0
     strategies: dict[str, tuple[Strategy, ...]] = field(default_factory=dict)  # per runner; absent: its default
     reuse_builds: bool = True
     nodes: tuple[int, ...] = (1,)
     models_dirs: tuple[str, ...] = ()  # folders of model plug-ins the runners fwbench starts load
-    profiles: tuple[Optional[Profile], ...] = (None,)  # None: the default, equal
+    profiles: tuple[Profile | None, ...] = (None,)  # None: the default, equal
     run_settings: tuple[tuple[str, object], ...] = ()  # as Configuration.run_settings
 
     @property
@@ -212,8 +251,13 @@ class Sweep:
         strategy_count = max((len(v) for v in self.strategies.values()), default=1)
         for model in self.models:
             points = itertools.product(
-                self.modes, self.shapes.get(model, (None,)), self.precisions, self.devices, self.nodes,
-                range(strategy_count), self.profiles,
+                self.modes,
+                self.shapes.get(model, (None,)),
+                self.precisions,
+                self.devices,
+                self.nodes,
+                range(strategy_count),
+                self.profiles,
             )
             for mode, shape, precision, device, nodes, s, profile in points:
                 for repetition, runner in counterbalanced(self.runners, self.planned_repetitions):
@@ -223,10 +267,25 @@ class Sweep:
                     several = device is not None and "," in device
                     chain = [
                         Configuration(
-                            runner, model, mode, batch_size, shape, precision, None if several else device, repetition,
-                            tuple(sorted(self.options.get(model, {}).items())), self.layout,
-                            self.compilation.get(runner), self.warmup, self.steps, self.warmup_until_cv,
-                            self.min_measure_s, own[s], device if several else None, nodes, profile,
+                            runner,
+                            model,
+                            mode,
+                            batch_size,
+                            shape,
+                            precision,
+                            None if several else device,
+                            repetition,
+                            tuple(sorted(self.options.get(model, {}).items())),
+                            self.layout,
+                            self.compilation.get(runner),
+                            self.warmup,
+                            self.steps,
+                            self.warmup_until_cv,
+                            self.min_measure_s,
+                            own[s],
+                            device if several else None,
+                            nodes,
+                            profile,
                             run_settings=self.run_settings,
                         )
                         for batch_size in self.batch_sizes
@@ -255,28 +314,41 @@ def repetition_fields(raw: Mapping, checker: Checker) -> dict[str, object]:
     given = raw.get("repetitions")
     if given is not None and given != AUTO:
         if not is_int(given) or not 1 <= given <= MAX_REPETITIONS:
-            checker.attempt(lambda: checker.fail(("repetitions",), f"{given!r} is not accepted; accepted values: "
-                                                                   f"{AUTO}, or a number of runs from 1 to {MAX_REPETITIONS}"))
+            checker.attempt(
+                lambda: checker.fail(
+                    ("repetitions",),
+                    f"{given!r} is not accepted; accepted values: "
+                    f"{AUTO}, or a number of runs from 1 to {MAX_REPETITIONS}",
+                )
+            )
         else:
             values["repetitions"] = given
     values["max_repetitions"] = checker.attempt(
-        lambda: number(raw, "max_repetitions", checker, MIN_MAX_REPETITIONS, MAX_REPETITIONS))
+        lambda: number(raw, "max_repetitions", checker, MIN_MAX_REPETITIONS, MAX_REPETITIONS)
+    )
     values["time_budget_s"] = checker.attempt(lambda: _time_budget(raw, checker))
     if is_int(given):
         for name in ("max_repetitions", "time_budget_s"):
             if raw.get(name) is not None:
-                checker.attempt(lambda name=name: checker.fail(
-                    (name,), f"applies under repetitions: {AUTO} only, and repetitions is {given}; set repetitions: "
-                             f"{AUTO}, or leave {name} out"))
+                checker.attempt(
+                    lambda name=name: checker.fail(
+                        (name,),
+                        f"applies under repetitions: {AUTO} only, and repetitions is {given}; set repetitions: "
+                        f"{AUTO}, or leave {name} out",
+                    )
+                )
     return {name: value for name, value in values.items() if value is not None}
 
 
-def _time_budget(raw: Mapping, checker: Checker) -> Optional[float]:
+def _time_budget(raw: Mapping, checker: Checker) -> float | None:
     value = raw.get("time_budget_s")
     if value is None:
         return None
     seconds = finite(value)
     if seconds is None or not 0 < seconds <= MAX_TIME_BUDGET_S:
-        checker.fail(("time_budget_s",), f"{value!r} is not accepted; accepted: a number of seconds above 0, at most "
-                                         f"{MAX_TIME_BUDGET_S:.0f} (a year), e.g. 3600")
+        checker.fail(
+            ("time_budget_s",),
+            f"{value!r} is not accepted; accepted: a number of seconds above 0, at most "
+            f"{MAX_TIME_BUDGET_S:.0f} (a year), e.g. 3600",
+        )
     return seconds

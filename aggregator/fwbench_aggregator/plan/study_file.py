@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Optional
 
 import yaml
 
@@ -17,11 +16,32 @@ from ..base.folders import models_dir_problem
 from ..base.frameworks import default_names as default_framework_names
 from ..base.suggest import did_you_mean
 from ..base.vocabulary import (
-    DEVICE_FORMS, DEVICES_FORMS, SHAPE_FORMS, Compilation, Layout, Mode, Precision, Profile, Strategy, devices_problem,
-    is_device, is_shape,
+    DEVICE_FORMS,
+    DEVICES_FORMS,
+    SHAPE_FORMS,
+    Compilation,
+    Layout,
+    Mode,
+    Precision,
+    Profile,
+    Strategy,
+    devices_problem,
+    is_device,
+    is_shape,
 )
 from .field_checks import (
-    Check, Checker, Path_, Problem, Refused, SweepError, checked_list, choice, field_name, integer_in, number, pattern,
+    Check,
+    Checker,
+    Path_,
+    Problem,
+    Refused,
+    SweepError,
+    checked_list,
+    choice,
+    field_name,
+    integer_in,
+    number,
+    pattern,
 )
 from .serving_fields import SWEEP_FIELDS as SERVING_FIELDS
 from .serving_fields import sweep_loads, with_loads
@@ -38,9 +58,29 @@ _OPTION_VALUE = re.compile(r"[A-Za-z0-9_]+")
 # A sweep file's fields: its grid's axes, the run settings (plan.settings, each a field of its name), how runs are
 # executed and paced, and a serving load's fields.
 FIELDS = (
-    "runners", "models", "modes", "batch_sizes", "shapes", "precisions", "devices", "repetitions", "max_repetitions",
-    "time_budget_s", *(setting.name for setting in SETTINGS), "options", "layout", "compilation", "cooldown_s",
-    "strategies", "reuse_builds", "nodes", "models_dir", "profiles", "max_runs", "versions", *SERVING_FIELDS,
+    "runners",
+    "models",
+    "modes",
+    "batch_sizes",
+    "shapes",
+    "precisions",
+    "devices",
+    "repetitions",
+    "max_repetitions",
+    "time_budget_s",
+    *(setting.name for setting in SETTINGS),
+    "options",
+    "layout",
+    "compilation",
+    "cooldown_s",
+    "strategies",
+    "reuse_builds",
+    "nodes",
+    "models_dir",
+    "profiles",
+    "max_runs",
+    "versions",
+    *SERVING_FIELDS,
 )
 
 
@@ -64,8 +104,12 @@ def _models_dirs(raw: Mapping, base: Path, checker: Checker) -> tuple[str, ...]:
     for index, folder in enumerate(folders):
         path = ("models_dir", index) if isinstance(value, list) else ("models_dir",)
         if not isinstance(folder, str) or not folder:
-            checker.attempt(lambda path=path, folder=folder: checker.fail(
-                path, f"{folder!r} is not a folder; accepted: a path, or a list of paths, relative to the sweep file"))
+            checker.attempt(
+                lambda path=path, folder=folder: checker.fail(
+                    path,
+                    f"{folder!r} is not a folder; accepted: a path, or a list of paths, relative to the sweep file",
+                )
+            )
             continue
         problem = models_dir_problem(base / folder)  # the rule --models-dir follows
         if problem:
@@ -78,12 +122,18 @@ def _models_dirs(raw: Mapping, base: Path, checker: Checker) -> tuple[str, ...]:
 def _fields_known(raw: object, checker: Checker) -> Mapping:
     """The raw study as a mapping of known fields naming its models; raises SweepError where it is no mapping."""
     if not isinstance(raw, Mapping):
-        checker.attempt(lambda: checker.fail((), f"a sweep is a mapping of fields; accepted fields: {', '.join(FIELDS)}"))
+        checker.attempt(
+            lambda: checker.fail((), f"a sweep is a mapping of fields; accepted fields: {', '.join(FIELDS)}")
+        )
         raise SweepError(checker.problems)
     for name in raw:
         if name not in FIELDS:
-            checker.attempt(lambda name=name: checker.fail(
-                (name,), f"unknown field {name!r}{did_you_mean(str(name), FIELDS)}; accepted fields: {', '.join(FIELDS)}"))
+            checker.attempt(
+                lambda name=name: checker.fail(
+                    (name,),
+                    f"unknown field {name!r}{did_you_mean(str(name), FIELDS)}; accepted fields: {', '.join(FIELDS)}",
+                )
+            )
     if "models" not in raw:
         checker.attempt(lambda: checker.fail(("models",), "missing; give the models to run, e.g. models: [resnet18]"))
     return raw
@@ -103,7 +153,7 @@ class _Fields:
         self.take(name, lambda: checked_list(self.raw, name, self.checker, check, example))
 
 
-def _grid(fields: _Fields, runner_names: Optional[Sequence[str]]) -> None:
+def _grid(fields: _Fields, runner_names: Sequence[str] | None) -> None:
     """The grid's axes: models, runners (and a runner per version), modes, precisions, profiles, devices, batch sizes,
     nodes."""
     raw, checker = fields.raw, fields.checker
@@ -113,8 +163,11 @@ def _grid(fields: _Fields, runner_names: Optional[Sequence[str]]) -> None:
     def runner_check(path: Path_, value: object) -> str:
         name = pattern(is_runner_name, "runner name", RUNNER_NAME_FORMS, checker)(path, value)
         if accepted_runners is not None and name not in accepted_runners:
-            checker.fail(path, f"unknown runner {name!r}{did_you_mean(name, accepted_runners)}; accepted: "
-                               f"{', '.join(accepted_runners)}")
+            checker.fail(
+                path,
+                f"unknown runner {name!r}{did_you_mean(name, accepted_runners)}; accepted: "
+                f"{', '.join(accepted_runners)}",
+            )
         return name
 
     fields.listed("runners", runner_check, "[torch, tensorflow]")
@@ -134,13 +187,16 @@ def _run_settings(fields: _Fields) -> None:
     raw, checker = fields.raw, fields.checker
     for setting in SETTINGS:
         fields.take(setting.name, lambda setting=setting: setting.sweep_value(raw, checker))
-    own = {name: fields.values.pop(name) for name in list(fields.values) if name in BY_NAME
-           and name not in Sweep.__dataclass_fields__}
+    own = {
+        name: fields.values.pop(name)
+        for name in list(fields.values)
+        if name in BY_NAME and name not in Sweep.__dataclass_fields__
+    }
     fields.values.update(run_settings=tuple(non_default(own).items()) or None)
     fields.take("cooldown_s", lambda: number(raw, "cooldown_s", checker, 0, MAX_COOLDOWN_S, integer=False))
     fields.take("max_runs", lambda: number(raw, "max_runs", checker, 1, MAX_RUNS))
 
-    def reuse_builds() -> Optional[bool]:
+    def reuse_builds() -> bool | None:
         if "reuse_builds" in raw and not isinstance(raw["reuse_builds"], bool):
             checker.fail(("reuse_builds",), f"{raw['reuse_builds']!r} is not accepted; accepted: true or false")
         return raw.get("reuse_builds")
@@ -155,22 +211,29 @@ def _per_model(fields: _Fields, name: str, example: str) -> Mapping:
         fields.checker.fail((name,), f"{given_values!r} is not a mapping of model to values, e.g. {name}: {example}")
     for model in given_values:
         if model not in models:
-            fields.checker.attempt(lambda model=model: fields.checker.fail(
-                (name, model), f"{model!r} is not one of this sweep's models{did_you_mean(str(model), models)}; "
-                               f"accepted: {', '.join(models)}"))
+            fields.checker.attempt(
+                lambda model=model: fields.checker.fail(
+                    (name, model),
+                    f"{model!r} is not one of this sweep's models{did_you_mean(str(model), models)}; "
+                    f"accepted: {', '.join(models)}",
+                )
+            )
     return given_values
 
 
-def _shapes(fields: _Fields) -> Optional[dict]:
+def _shapes(fields: _Fields) -> dict | None:
     raw, checker, models = fields.raw, fields.checker, fields.values["models"] or ()
     if "shapes" not in raw:
         return None
     shape_check = pattern(is_shape, "shape", SHAPE_FORMS, checker)
     if isinstance(raw["shapes"], Mapping):
         by_model = _per_model(fields, "shapes", "{resnet18: [3x32x32]}")
-        checked = {model: checker.attempt(lambda model=model: checked_list(by_model, model, checker, shape_check,
-                                                                           "[3x32x32]", at=("shapes",)))
-                   for model in by_model}
+        checked = {
+            model: checker.attempt(
+                lambda model=model: checked_list(by_model, model, checker, shape_check, "[3x32x32]", at=("shapes",))
+            )
+            for model in by_model
+        }
         if any(value is None for value in checked.values()):
             raise Refused()
         return checked
@@ -178,7 +241,7 @@ def _shapes(fields: _Fields) -> Optional[dict]:
     return {model: everywhere for model in models}
 
 
-def _options(fields: _Fields) -> Optional[dict]:
+def _options(fields: _Fields) -> dict | None:
     raw, checker = fields.raw, fields.checker
     if "options" not in raw:
         return None
@@ -186,13 +249,17 @@ def _options(fields: _Fields) -> Optional[dict]:
     before = len(checker.problems)
     for model, given_options in _per_model(fields, "options", "{bert_tiny: {head: mlm}}").items():
         if not isinstance(given_options, Mapping):
-            checker.attempt(lambda model=model, given_options=given_options: checker.fail(
-                ("options", model), f"{given_options!r} is not a mapping of option to value, e.g. {{head: mlm}}"))
+            checker.attempt(
+                lambda model=model, given_options=given_options: checker.fail(
+                    ("options", model), f"{given_options!r} is not a mapping of option to value, e.g. {{head: mlm}}"
+                )
+            )
             continue
         out[model] = {}
         for option, value in given_options.items():
-            checked = checker.attempt(lambda model=model, option=option, value=value: _option(model, option, value,
-                                                                                             checker))
+            checked = checker.attempt(
+                lambda model=model, option=option, value=value: _option(model, option, value, checker)
+            )
             if checked is not None:
                 out[model][option] = checked
     if len(checker.problems) > before:
@@ -210,8 +277,10 @@ def _execution(fields: _Fields, base: Path) -> None:
         fields.take("layout", lambda: choice(Layout, "layout", checker)(("layout",), raw["layout"]))
     runners = fields.values["runners"] or tuple(default_framework_names())
     if raw.get("compilation") is not None:
-        fields.take("compilation", lambda: _per_runner(raw, "compilation", runners, checker,
-                                                       choice(Compilation, "compilation", checker)))
+        fields.take(
+            "compilation",
+            lambda: _per_runner(raw, "compilation", runners, checker, choice(Compilation, "compilation", checker)),
+        )
     if raw.get("strategies") is not None:
         strategy_check = choice(Strategy, "strategy", checker)
         fields.take("strategies", lambda: _per_runner(raw, "strategies", runners, checker, strategy_check, listed=True))
@@ -223,15 +292,22 @@ def _within_limit(sweep: Sweep, limit: int, checker: Checker) -> Sweep:
     """The sweep, where the runs it plans are within `limit`; else a SweepError that says how to shrink or raise it."""
     runs = sweep.run_count()  # arithmetic: the grid is never built for a study refused here
     if runs > limit:
-        raise_to = (f", or raise the limit with max_runs: {runs} in a sweep file" if runs <= MAX_RUNS
-                    else f" (max_runs in a sweep file raises the limit to {MAX_RUNS:,} at most)")
-        checker.attempt(lambda: checker.fail(("max_runs",), f"the study plans {runs:,} runs, more than the limit of "
-                                                            f"{limit:,}; shrink the grid{raise_to}"))
+        raise_to = (
+            f", or raise the limit with max_runs: {runs} in a sweep file"
+            if runs <= MAX_RUNS
+            else f" (max_runs in a sweep file raises the limit to {MAX_RUNS:,} at most)"
+        )
+        checker.attempt(
+            lambda: checker.fail(
+                ("max_runs",),
+                f"the study plans {runs:,} runs, more than the limit of {limit:,}; shrink the grid{raise_to}",
+            )
+        )
         raise SweepError(checker.problems)
     return sweep
 
 
-def _build(raw: object, checker: Checker, runner_names: Optional[Sequence[str]], base: Path = Path(".")) -> Sweep:
+def _build(raw: object, checker: Checker, runner_names: Sequence[str] | None, base: Path = Path(".")) -> Sweep:
     """The study from its raw fields; raises SweepError with every problem found."""
     fields = _Fields(_fields_known(raw, checker), checker)
     _grid(fields, runner_names)
@@ -251,38 +327,52 @@ def _option(model: str, option: object, value: object, checker: Checker) -> str:
     if not isinstance(option, str) or not _OPTION_NAME.fullmatch(option):
         checker.fail(path, f"{option!r} is not an option name; accepted: lower-case letters and '_'")
     if isinstance(value, bool):
-        checker.fail(path, f"{value!r} is not an option value: YAML reads on/off/yes/no/true/false as booleans; quote "
-                           "it, e.g. 'off'")
+        checker.fail(
+            path,
+            f"{value!r} is not an option value: YAML reads on/off/yes/no/true/false as booleans; quote it, e.g. 'off'",
+        )
     if not isinstance(value, (str, int)) or not _OPTION_VALUE.fullmatch(str(value)):
         checker.fail(path, f"{value!r} is not an option value; accepted: letters, digits and '_'")
     return str(value)
 
 
-def _per_runner(raw: Mapping, name: str, runners: tuple[str, ...], checker: Checker, check: Check,
-                listed: bool = False) -> dict:
+def _per_runner(
+    raw: Mapping, name: str, runners: tuple[str, ...], checker: Checker, check: Check, listed: bool = False
+) -> dict:
     """A setting for every runner (one value or list), or per runner as a mapping naming only the sweep's runners."""
     given = raw[name]
     example = "[ddp]" if listed else "eager"
     if not isinstance(given, Mapping):
-        value = checked_list(raw, name, checker, check, "[ddp, mirrored] or {torch: [dp, ddp]}") if listed else check((name,), given)
+        value = (
+            checked_list(raw, name, checker, check, "[ddp, mirrored] or {torch: [dp, ddp]}")
+            if listed
+            else check((name,), given)
+        )
         return {runner: value for runner in runners}
     out = {}
     before = len(checker.problems)
     for runner, value in given.items():
         if runner not in runners:
-            checker.attempt(lambda runner=runner: checker.fail(
-                (name, runner), f"{runner!r} is not one of this sweep's runners{did_you_mean(str(runner), runners)}; "
-                                f"accepted: {', '.join(runners)}"))
+            checker.attempt(
+                lambda runner=runner: checker.fail(
+                    (name, runner),
+                    f"{runner!r} is not one of this sweep's runners{did_you_mean(str(runner), runners)}; "
+                    f"accepted: {', '.join(runners)}",
+                )
+            )
             continue
         out[runner] = checker.attempt(
-            (lambda runner=runner: checked_list(given, runner, checker, check, example, at=(name,))) if listed
-            else (lambda runner=runner, value=value: check((name, runner), value)))
+            (lambda runner=runner: checked_list(given, runner, checker, check, example, at=(name,)))
+            if listed
+            else (lambda runner=runner, value=value: check((name, runner), value))
+        )
     if len(checker.problems) > before:
         raise Refused()
     return out
 
 
 # Locating a path in the YAML node tree, for the line number.
+
 
 def _node_at(root: yaml.Node, path: Path_) -> yaml.Node:
     """The node at `path`: the key's node for a mapping entry (the line the field is written on), the
@@ -317,19 +407,27 @@ def _duplicate_keys(node: yaml.Node, path: Path_ = ()) -> list[tuple[Path_, yaml
     return found
 
 
-def load_sweep(path: Path, runner_names: Optional[Sequence[str]] = None, base: Optional[Path] = None) -> Sweep:
+def load_sweep(path: Path, runner_names: Sequence[str] | None = None, base: Path | None = None) -> Sweep:
     """Read and check a sweep file, within yaml_limits' bounds; a SweepError lists every mistake with its file, line
     and field. With `runner_names`, the file's runners must be among them. Relative paths in it (models_dir) are read
     from `base`, default the file's folder."""
     path = Path(path)
     root, raw = parse(path)
     if root is None:
-        raise SweepError([Problem(f"{path}, line 1", "(sweep)", f"the file is empty; accepted fields: {', '.join(FIELDS)}")])
+        raise SweepError(
+            [Problem(f"{path}, line 1", "(sweep)", f"the file is empty; accepted fields: {', '.join(FIELDS)}")]
+        )
     checker = Checker(lambda where: f"{path}, line {_node_at(root, where).start_mark.line + 1}")
     repeated = _duplicate_keys(root)
     if repeated:
-        raise SweepError([Problem(f"{path}, line {key.start_mark.line + 1}", field_name(where), "given twice; give each field once")
-                          for where, key in repeated])
+        raise SweepError(
+            [
+                Problem(
+                    f"{path}, line {key.start_mark.line + 1}", field_name(where), "given twice; give each field once"
+                )
+                for where, key in repeated
+            ]
+        )
     return _build(raw, checker, runner_names, base or path.parent)
 
 
@@ -358,15 +456,15 @@ def sweep_from_options(
     devices: Sequence[str] | str | None = None,
     runners: Sequence[str] | str | None = None,
     repetitions: int | str | None = None,  # a number, or "auto"
-    max_repetitions: Optional[int] = None,
-    time_budget_s: Optional[float] = None,
+    max_repetitions: int | None = None,
+    time_budget_s: float | None = None,
     options: Mapping[str, Mapping[str, object]] | Sequence[str] | None = None,
-    layout: Optional[str] = None,
+    layout: str | None = None,
     compilation: str | Mapping[str, str] | None = None,
-    cooldown_s: Optional[float] = None,
+    cooldown_s: float | None = None,
     strategies: Sequence[str] | str | Mapping[str, Sequence[str]] | None = None,
-    reuse_builds: Optional[bool] = None,
-    runner_names: Optional[Sequence[str]] = None,
+    reuse_builds: bool | None = None,
+    runner_names: Sequence[str] | None = None,
     profiles: Sequence[str] | str | None = None,
     **settings: object,
 ) -> Sweep:
@@ -381,14 +479,24 @@ def sweep_from_options(
             raise SweepError([Problem("command line", "options", f"{bad!r} is not NAME=VALUE, e.g. head=mlm")])
         options = {model: {name: value for name, _, value in pairs} for model in _split(models)}
     given = {
-        "models": _split(models), "batch_sizes": _split(batch_sizes, int), "modes": _split(modes),
-        "precisions": _split(precisions), "devices": _split(devices), "runners": _split(runners),
+        "models": _split(models),
+        "batch_sizes": _split(batch_sizes, int),
+        "modes": _split(modes),
+        "precisions": _split(precisions),
+        "devices": _split(devices),
+        "runners": _split(runners),
         "shapes": shapes if isinstance(shapes, Mapping) else _split(shapes),
-        "repetitions": repetitions, "max_repetitions": max_repetitions, "time_budget_s": time_budget_s,
-        **settings, "options": options,
-        "layout": layout, "compilation": compilation, "cooldown_s": cooldown_s,
+        "repetitions": repetitions,
+        "max_repetitions": max_repetitions,
+        "time_budget_s": time_budget_s,
+        **settings,
+        "options": options,
+        "layout": layout,
+        "compilation": compilation,
+        "cooldown_s": cooldown_s,
         "strategies": strategies if isinstance(strategies, Mapping) else _split(strategies),
-        "reuse_builds": reuse_builds, "profiles": _split(profiles),
+        "reuse_builds": reuse_builds,
+        "profiles": _split(profiles),
     }
     checker = Checker(lambda where: "command line")
     return _build({name: value for name, value in given.items() if value is not None}, checker, runner_names)

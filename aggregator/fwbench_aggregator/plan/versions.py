@@ -17,7 +17,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from ..base.frameworks import LABEL_SEPARATOR, frameworks
 from ..base.suggest import did_you_mean
@@ -39,7 +38,7 @@ def is_runner_name(name: str) -> bool:
     return bool(_RUNNER_NAME.fullmatch(name))
 
 
-def leading_version(tag: str) -> Optional[str]:
+def leading_version(tag: str) -> str | None:
     found = _LEADING_VERSION.match(tag)
     return found.group(1) if found else None
 
@@ -85,36 +84,66 @@ def parse_versions(raw: object, checker: Checker, runners: tuple[str, ...] = ())
     """The `versions` field, checked: every problem recorded on `checker` (a SweepError follows), a label clash among
     them (two tags, one label; a label another runner of the study is named) named with both tags."""
     if not isinstance(raw, Mapping) or not raw:
-        checker.fail(("versions",), f"{raw!r} is not a mapping of framework to image tags, e.g. versions: "
-                                    "{torch: [2.13.0-cuda12.6-cudnn9-runtime, 2.14.0-cuda12.6-cudnn9-runtime]}")
+        checker.fail(
+            ("versions",),
+            f"{raw!r} is not a mapping of framework to image tags, e.g. versions: "
+            "{torch: [2.13.0-cuda12.6-cudnn9-runtime, 2.14.0-cuda12.6-cudnn9-runtime]}",
+        )
     known = list(frameworks())
     embedded = raw.get(EMBEDDED, False)
     if not isinstance(embedded, bool):
-        checker.attempt(lambda: checker.fail(("versions", EMBEDDED), f"{embedded!r} is not accepted; accepted: true "
-                                                                     "(runners from .venvs/FRAMEWORK@VERSION) or false"))
+        checker.attempt(
+            lambda: checker.fail(
+                ("versions", EMBEDDED),
+                f"{embedded!r} is not accepted; accepted: true (runners from .venvs/FRAMEWORK@VERSION) or false",
+            )
+        )
     versions: list[Version] = []
     given: dict[str, tuple[str, str]] = {}  # label -> (framework, tag)
-    for framework, tags in raw.items():
+    for framework in raw:
         if framework == EMBEDDED:
             continue
         if framework not in known:
-            checker.attempt(lambda f=framework: checker.fail(
-                ("versions", f), f"unknown framework {f!r}{did_you_mean(str(f), known)}; accepted: {', '.join(known)}"))
+            checker.attempt(
+                lambda f=framework: checker.fail(
+                    ("versions", f),
+                    f"unknown framework {f!r}{did_you_mean(str(f), known)}; accepted: {', '.join(known)}",
+                )
+            )
             continue
-        checked = checker.attempt(lambda f=framework: checked_list(
-            raw, f, checker, _tag_check(checker), "[2.13.0-cuda12.6-cudnn9-runtime, 2.14.0-cuda12.6-cudnn9-runtime]",
-            at=("versions",)))
+        checked = checker.attempt(
+            lambda f=framework: checked_list(
+                raw,
+                f,
+                checker,
+                _tag_check(checker),
+                "[2.13.0-cuda12.6-cudnn9-runtime, 2.14.0-cuda12.6-cudnn9-runtime]",
+                at=("versions",),
+            )
+        )
         for index, tag in enumerate(checked or ()):
             label = f"{framework}{LABEL_SEPARATOR}{leading_version(tag)}"
             path = ("versions", framework, index)
             if label in given:
-                checker.attempt(lambda p=path, t=tag, l=label: checker.fail(p, (
-                    f"{t!r} gives the label {l}, as {given[l][1]!r} does: two runners cannot share a label; keep one "
-                    "of the two tags, or compare them in two studies")))
+                checker.attempt(
+                    lambda p=path, t=tag, shown=label: checker.fail(
+                        p,
+                        (
+                            f"{t!r} gives the label {shown}, as {given[shown][1]!r} does: two runners cannot share a label; keep one "
+                            "of the two tags, or compare them in two studies"
+                        ),
+                    )
+                )
             elif label in runners:
-                checker.attempt(lambda p=path, t=tag, l=label: checker.fail(p, (
-                    f"{t!r} gives the label {l}, which the study's runners already name: drop {l} from runners, or "
-                    "this tag")))
+                checker.attempt(
+                    lambda p=path, t=tag, shown=label: checker.fail(
+                        p,
+                        (
+                            f"{t!r} gives the label {shown}, which the study's runners already name: drop {shown} from runners, or "
+                            "this tag"
+                        ),
+                    )
+                )
             else:
                 given[label] = (framework, tag)
                 versions.append(Version(framework, tag, label, FIRST_PORT + len(versions)))
@@ -128,14 +157,17 @@ def _tag_check(checker: Checker):
         if not isinstance(value, str) or not _TAG.fullmatch(value):
             checker.fail(path, f"{value!r} is not an image tag; accepted: letters, digits, '_', '.', '-' (at most 128)")
         if leading_version(value) is None:
-            checker.fail(path, f"{value!r} does not start with a version, which its label needs; accepted: tags such as "
-                               "2.14.0-cuda12.6-cudnn9-runtime or 2.21.0-gpu")
+            checker.fail(
+                path,
+                f"{value!r} does not start with a version, which its label needs; accepted: tags such as "
+                "2.14.0-cuda12.6-cudnn9-runtime or 2.21.0-gpu",
+            )
         return value
 
     return check
 
 
-def study_runners(raw: Mapping, checker: Checker, listed: Optional[tuple[str, ...]]) -> tuple[str, ...]:
+def study_runners(raw: Mapping, checker: Checker, listed: tuple[str, ...] | None) -> tuple[str, ...]:
     """The study's runners with a `versions` field: those `runners` lists, then one per version."""
     before = len(checker.problems)
     matrix = parse_versions(raw["versions"], checker, tuple(listed or ()))

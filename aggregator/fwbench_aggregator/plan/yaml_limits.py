@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import NoReturn
 
 import yaml
 
@@ -39,7 +39,7 @@ class _BoundedLoader(yaml.SafeLoader):
         where = f"{self._name}, line {event.start_mark.line + 1}"
         raise SweepError([Problem(where, field_name(tuple(self._path)), problem)])
 
-    def compose_node(self, parent: Optional[yaml.Node], index: object) -> yaml.Node:
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
         event = self.peek_event()
         if parent is not None and len(parent.value) >= MAX_ITEMS:  # the same bound in a mapping as in a list
             self._refuse(event, f"more than {MAX_ITEMS} entries; accepted: at most {MAX_ITEMS} in one list or mapping")
@@ -47,8 +47,9 @@ class _BoundedLoader(yaml.SafeLoader):
             self._refuse(event, f"nested more than {MAX_DEPTH} levels deep; accepted: at most {MAX_DEPTH}")
         # A list's item is under its index, a mapping's value under its key's text; a key (index None) adds no step.
         if index is not None:
-            self._path.append(index if isinstance(index, int) else
-                              index.value if isinstance(index, yaml.ScalarNode) else "(key)")
+            self._path.append(
+                index if isinstance(index, int) else index.value if isinstance(index, yaml.ScalarNode) else "(key)"
+            )
         if isinstance(event, yaml.AliasEvent):
             self._refuse(event, f"a YAML alias (*{event.anchor}) is not accepted in a sweep file; write the value out")
         self._nodes += 1
@@ -67,8 +68,9 @@ class _BoundedLoader(yaml.SafeLoader):
         try:
             return super().construct_object(node, deep)
         except ValueError as error:  # an integer past Python's 4300 digits, a date such as 2001-13-45
-            raise yaml.constructor.ConstructorError(None, None, f"cannot read {node.value!r}: {error}",
-                                                    node.start_mark) from None
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {node.value!r}: {error}", node.start_mark
+            ) from None
 
 
 def _text(path: Path) -> str:
@@ -77,23 +79,45 @@ def _text(path: Path) -> str:
     try:
         with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as file:
             if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-                raise SweepError([Problem(str(path), "(file)", "is not a regular file (a FIFO, device or folder); give a "
-                                                               "sweep file (YAML)")])
+                raise SweepError(
+                    [
+                        Problem(
+                            str(path),
+                            "(file)",
+                            "is not a regular file (a FIFO, device or folder); give a sweep file (YAML)",
+                        )
+                    ]
+                )
             data = file.read(MAX_FILE_BYTES + 1)
     except OSError as error:
         raise SweepError([Problem(str(path), "(file)", f"cannot be read: {error.strerror or error}")]) from None
     if len(data) > MAX_FILE_BYTES:
-        raise SweepError([Problem(str(path), "(file)", f"larger than {MAX_FILE_BYTES // 1024} KiB, the most a sweep "
-                                                       "file may hold; a study needs a few dozen lines")])
+        raise SweepError(
+            [
+                Problem(
+                    str(path),
+                    "(file)",
+                    f"larger than {MAX_FILE_BYTES // 1024} KiB, the most a sweep "
+                    "file may hold; a study needs a few dozen lines",
+                )
+            ]
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
-        raise SweepError([Problem(f"{path}, line {line}", "(file)", f"not UTF-8: byte 0x{data[error.start]:02x} at "
-                                                                    f"offset {error.start}; save the file as UTF-8")]) from None
+        raise SweepError(
+            [
+                Problem(
+                    f"{path}, line {line}",
+                    "(file)",
+                    f"not UTF-8: byte 0x{data[error.start]:02x} at offset {error.start}; save the file as UTF-8",
+                )
+            ]
+        ) from None
 
 
-def parse(path: Path) -> tuple[Optional[yaml.Node], object]:
+def parse(path: Path) -> tuple[yaml.Node | None, object]:
     """The file's node tree (for line numbers) and its value, parsed once; None, None for an empty file."""
     text = _text(path)
     try:
@@ -103,4 +127,6 @@ def parse(path: Path) -> tuple[Optional[yaml.Node], object]:
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{path}, line {mark.line + 1}" if mark else str(path)
-        raise SweepError([Problem(where, "(syntax)", f"not valid YAML: {getattr(error, 'problem', None) or error}")]) from None
+        raise SweepError(
+            [Problem(where, "(syntax)", f"not valid YAML: {getattr(error, 'problem', None) or error}")]
+        ) from None

@@ -39,7 +39,7 @@ class RunnerFailure(Exception):
         return self.code == "RESOURCE_EXHAUSTED" and self.reason == OUT_OF_MEMORY
 
     @classmethod
-    def from_rpc(cls, runner: str, error: grpc.RpcError, transport: Transport = Transport()) -> "RunnerFailure":
+    def from_rpc(cls, runner: str, error: grpc.RpcError, transport: Transport = Transport()) -> RunnerFailure:
         code = error.code()
         reason = dict(error.trailing_metadata() or ()).get(REASON_KEY, "")
         return cls(runner, code.name, transport.explain(code, error.details() or ""), reason)
@@ -80,7 +80,7 @@ class RunnerClient:
     def close(self) -> None:
         self._channel.close()
 
-    def __enter__(self) -> "RunnerClient":
+    def __enter__(self) -> RunnerClient:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -55,14 +55,22 @@ def service(version: Version, cpu: bool, digests: tuple[str, str] = ("", "")) ->
     framework = frameworks()[version.framework]
     variable = framework.name.upper()
     image = image_of(version)
-    environment = {"FWBENCH_IMAGE": image.replace(":?set FWBENCH_IMAGE_PREFIX in .env", ""),
-                   "FWBENCH_REFERENCE_DIR": REFERENCE_DIR, "FWBENCH_MODELS_DIR": MODELS_DIR}
-    environment.update({name: value for name, value in zip((IMAGE_DIGEST_ENV, BASE_IMAGE_DIGEST_ENV), digests) if value})
+    environment = {
+        "FWBENCH_IMAGE": image.replace(":?set FWBENCH_IMAGE_PREFIX in .env", ""),
+        "FWBENCH_REFERENCE_DIR": REFERENCE_DIR,
+        "FWBENCH_MODELS_DIR": MODELS_DIR,
+    }
+    environment.update(
+        {name: value for name, value in zip((IMAGE_DIGEST_ENV, BASE_IMAGE_DIGEST_ENV), digests) if value}
+    )
     entry = {
         "image": image,
         "pull_policy": "build",
-        "build": {"context": ".", "dockerfile": f"{framework.folder}/Dockerfile",
-                  "args": {"BASE_IMAGE": f"${{{variable}_BASE_IMAGE:?set {variable}_BASE_IMAGE in .env}}:{version.tag}"}},
+        "build": {
+            "context": ".",
+            "dockerfile": f"{framework.folder}/Dockerfile",
+            "args": {"BASE_IMAGE": f"${{{variable}_BASE_IMAGE:?set {variable}_BASE_IMAGE in .env}}:{version.tag}"},
+        },
         "restart": "unless-stopped",
         "user": "${FWBENCH_UID:?set FWBENCH_UID in .env}:${FWBENCH_GID:?set FWBENCH_GID in .env}",
         "networks": ["runners", "published"],
@@ -72,18 +80,24 @@ def service(version: Version, cpu: bool, digests: tuple[str, str] = ("", "")) ->
         "labels": {LABEL_RUNNER: version.label, LABEL_TAG: version.tag},
     }
     if not cpu:
-        entry["deploy"] = {"resources": {"reservations": {"devices": [
-            {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}}
+        entry["deploy"] = {
+            "resources": {"reservations": {"devices": [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}
+        }
     return entry
 
 
-def override_text(matrix: VersionMatrix, study: str, override: str, cpu: bool,
-                  digests: dict[str, tuple[str, str]] | None = None) -> str:
+def override_text(
+    matrix: VersionMatrix, study: str, override: str, cpu: bool, digests: dict[str, tuple[str, str]] | None = None
+) -> str:
     """The Compose override for the matrix; `digests`: label -> (image digest, base image digest), once known."""
     services = {v.service: service(v, cpu, (digests or {}).get(v.label, ("", ""))) for v in matrix.versions}
     body = yaml.safe_dump({"services": services, "networks": {"published": {}}}, sort_keys=False, width=200)
-    header = HEADER.format(study=study, override=override, services=" ".join(services),
-                           runners=" ".join(f"--runner {v.runner_value}" for v in matrix.versions))
+    header = HEADER.format(
+        study=study,
+        override=override,
+        services=" ".join(services),
+        runners=" ".join(f"--runner {v.runner_value}" for v in matrix.versions),
+    )
     return header + body
 
 
@@ -105,8 +119,14 @@ class Compose:
         """The command's outcome; a program that is missing or runs past `timeout_s` is an outcome too (status 127 or
         124), said in its output, so that the caller names the version it concerns."""
         try:
-            return subprocess.run(self.command(*args), cwd=self.project_dir, capture_output=True, text=True,
-                                  timeout=timeout_s, check=False)
+            return subprocess.run(
+                self.command(*args),
+                cwd=self.project_dir,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+            )
         except FileNotFoundError as error:
             return subprocess.CompletedProcess(args, 127, "", f"{error}; set ${COMPOSE_ENV} to the Compose command")
         except subprocess.TimeoutExpired:
@@ -128,8 +148,13 @@ def output_tail(done: subprocess.CompletedProcess) -> str:
 def inspect(image: str, template: str) -> str:
     """`docker image inspect --format TEMPLATE IMAGE`; "" where the image is absent or Docker cannot be asked."""
     try:
-        done = subprocess.run(["docker", "image", "inspect", "--format", template, image], capture_output=True,
-                              text=True, timeout=60, check=False)
+        done = subprocess.run(
+            ["docker", "image", "inspect", "--format", template, image],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     except (FileNotFoundError, subprocess.TimeoutExpired):
         return ""
     return done.stdout.strip() if done.returncode == 0 else ""
@@ -142,5 +167,5 @@ def image_digest(image: str) -> str:
 
 def base_image_digest(image: str) -> str:
     """A base image's registry digest (repository@sha256:...) where it was pulled, else its id."""
-    digests = inspect(image, "{{join .RepoDigests \" \"}}").split()
+    digests = inspect(image, '{{join .RepoDigests " "}}').split()
     return digests[0] if digests else image_digest(image)

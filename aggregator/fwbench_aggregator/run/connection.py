@@ -49,10 +49,12 @@ class Transport:
     @classmethod
     def from_files(
         cls, tls_ca: Path | None, tls_cert: Path | None, tls_key: Path | None, token_file: Path | None
-    ) -> "Transport":
+    ) -> Transport:
         """Read and check the files now (ValueError naming the option), not at the first handshake."""
         if bool(tls_cert) != bool(tls_key):
-            raise ValueError("--tls-cert and --tls-key go together: this client's certificate chain and its private key")
+            raise ValueError(
+                "--tls-cert and --tls-key go together: this client's certificate chain and its private key"
+            )
         context = ssl.create_default_context()
         try:
             if tls_ca:
@@ -78,14 +80,18 @@ class Transport:
         return self.tls_ca is not None or self.tls_cert is not None
 
     def channel(self, address: str) -> grpc.Channel:
-        options = [] if self.keepalive_s is None else [
-            ("grpc.keepalive_time_ms", int(self.keepalive_s * 1000)),
-            ("grpc.keepalive_timeout_ms", int(self.keepalive_s * 1000)),
-            ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.http2.max_pings_without_data", 0),
-            # gRPC waits this long for any ping's answer whatever keepalive_timeout says (default 60 s).
-            ("grpc.http2.ping_timeout_ms", int(self.keepalive_s * 1000)),
-        ]
+        options = (
+            []
+            if self.keepalive_s is None
+            else [
+                ("grpc.keepalive_time_ms", int(self.keepalive_s * 1000)),
+                ("grpc.keepalive_timeout_ms", int(self.keepalive_s * 1000)),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.max_pings_without_data", 0),
+                # gRPC waits this long for any ping's answer whatever keepalive_timeout says (default 60 s).
+                ("grpc.http2.ping_timeout_ms", int(self.keepalive_s * 1000)),
+            ]
+        )
         if self.tls:
             credentials = grpc.ssl_channel_credentials(self.tls_ca, self.tls_key, self.tls_cert)
             channel = grpc.secure_channel(address, credentials, options=options)
@@ -114,8 +120,10 @@ class Transport:
         if not self.tls:
             return f"a runner that serves TLS closes plaintext connections: give --tls-ca/${TLS_CA_ENV}"
         if self.tls_cert is None:
-            return (f"a runner that requires client certificates closes connections without one: give "
-                    f"--tls-cert/${TLS_CERT_ENV} and --tls-key/${TLS_KEY_ENV}")
+            return (
+                f"a runner that requires client certificates closes connections without one: give "
+                f"--tls-cert/${TLS_CERT_ENV} and --tls-key/${TLS_KEY_ENV}"
+            )
         return "if the runner requires client certificates, check that its --tls-client-ca signed --tls-cert"
 
 
@@ -130,15 +138,19 @@ def embedded_runner_env() -> dict[str, str]:
 
 
 class _CallDetails(
-    collections.namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression")),
+    collections.namedtuple(
+        "_CallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression")
+    ),
     grpc.ClientCallDetails,
 ):
     pass
 
 
 class BearerToken(
-    grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
-    grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor,
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
 ):
     """Adds 'authorization: Bearer TOKEN' to every call."""
 
@@ -147,8 +159,12 @@ class BearerToken(
 
     def _with_token(self, details: grpc.ClientCallDetails) -> _CallDetails:
         return _CallDetails(
-            details.method, details.timeout, [*(details.metadata or ()), self._metadata], details.credentials,
-            details.wait_for_ready, details.compression,
+            details.method,
+            details.timeout,
+            [*(details.metadata or ()), self._metadata],
+            details.credentials,
+            details.wait_for_ready,
+            details.compression,
         )
 
     def intercept_unary_unary(self, continuation, client_call_details, request):

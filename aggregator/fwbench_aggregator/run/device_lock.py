@@ -131,8 +131,13 @@ def read_holder(fd: int) -> Holder | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     state = record.get("state")
-    return Holder(pid, _shown(record.get("command", "?")), since if math.isfinite(since) else 0.0,
-                  state if state in _STATES else "?", record.get("here") is not False)
+    return Holder(
+        pid,
+        _shown(record.get("command", "?")),
+        since if math.isfinite(since) else 0.0,
+        state if state in _STATES else "?",
+        record.get("here") is not False,
+    )
 
 
 def _write_holder(fd: int, lock: Lock, state: str, since: float) -> None:
@@ -172,8 +177,14 @@ def _others_queued(path: Path) -> bool:
         os.close(fd)
 
 
-def _take(directory: Path, lock: Lock, say: Callable[[str], None], stopped: Callable[[], bool],
-          clock: Callable[[], float], sleep: Callable[[float], None]) -> tuple[int, float]:
+def _take(
+    directory: Path,
+    lock: Lock,
+    say: Callable[[str], None],
+    stopped: Callable[[], bool],
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> tuple[int, float]:
     """One lock, taken: its file's descriptor and the seconds it took."""
     path, queue = directory / f"{lock.file}.lock", directory / f"{lock.file}.queue"
     fd = _open(path)
@@ -208,9 +219,15 @@ def _take(directory: Path, lock: Lock, say: Callable[[str], None], stopped: Call
 
 
 @contextmanager
-def holding(locks: Sequence[Lock], state: str = MEASURING, say: Callable[[str], None] = lambda text: None,
-            directory: Path | None = None, stopped: Callable[[], bool] = lambda: False,
-            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> Iterator[Held]:
+def holding(
+    locks: Sequence[Lock],
+    state: str = MEASURING,
+    say: Callable[[str], None] = lambda text: None,
+    directory: Path | None = None,
+    stopped: Callable[[], bool] = lambda: False,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[Held]:
     """Hold every one of `locks` for the block (in file order, so that two runs on overlapping devices never hold
     one each and wait for the other), waiting as long as it takes and saying for whom; the holder record says
     `state` until Held.mark changes it. Stopped where `stopped()` turns true while waiting; UnsafeLockDir where the

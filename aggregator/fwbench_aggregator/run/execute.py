@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Optional
 
 from ..base.progress import Progress
 from ..base.vocabulary import Phase, to_text
@@ -17,10 +16,16 @@ from .gate import Gate
 
 
 def run_all(
-    endpoints: dict[str, str], requests: dict[str, wire.Request], transport: Transport, repetitions: int = 1,
-    cooldown_s: float = 0.0, on_result: Callable[[RunResult], None] = lambda result: None,
-    rendezvous_port: Optional[int] = None, progress: Progress = Progress(), first_repetition: int = 0,
-    gate: Optional[Gate] = None,
+    endpoints: dict[str, str],
+    requests: dict[str, wire.Request],
+    transport: Transport,
+    repetitions: int = 1,
+    cooldown_s: float = 0.0,
+    on_result: Callable[[RunResult], None] = lambda result: None,
+    rendezvous_port: int | None = None,
+    progress: Progress = Progress(),
+    first_repetition: int = 0,
+    gate: Gate | None = None,
 ) -> tuple[list[RunResult], list[RunnerFailure]]:
     """Run the request on each runner, one after the other (they may share a device), repetition after
     repetition in counterbalanced order (A B, B A, ...) so that drift favours neither. A runner that fails
@@ -33,7 +38,7 @@ def run_all(
     results, failures = [], []
     failed: set[str] = set()
     overall = progress.add_task("runs", total=repetitions * len(endpoints))
-    order = counterbalanced(list(endpoints), first_repetition + repetitions)[first_repetition * len(endpoints):]
+    order = counterbalanced(list(endpoints), first_repetition + repetitions)[first_repetition * len(endpoints) :]
     for number, (repetition, name) in enumerate(order):
         if name in failed:
             progress.advance(overall)
@@ -45,14 +50,16 @@ def run_all(
         task = progress.add_task(f"{label}: starting")
 
         def on_progress(p: wire.Progress, task=task, label=label) -> None:
-            progress.update(task, description=f"{label}: {to_text(Phase, p.phase)}", completed=p.steps_done,
-                            total=p.steps_total)
+            progress.update(
+                task, description=f"{label}: {to_text(Phase, p.phase)}", completed=p.steps_done, total=p.steps_total
+            )
 
         try:
             places = gate.places(name, endpoints[name], transport, requests[name])
             with gate.passage(places, label, progress) as passage:
-                result = jobs.run_job(name, endpoints[name], transport, requests[name], on_progress, repetition,
-                                      rendezvous_port)
+                result = jobs.run_job(
+                    name, endpoints[name], transport, requests[name], on_progress, repetition, rendezvous_port
+                )
             gate.passages[(name, repetition)] = passage
             results.append(result)
             on_result(result)

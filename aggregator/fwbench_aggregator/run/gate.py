@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from ..base.paths import safe_component
 from ..base.progress import Progress
@@ -83,7 +83,7 @@ class Passage(NamedTuple):
     """What a run waited for before it started."""
 
     lock_wait_s: float = 0.0
-    quiet: Optional[QuietWait] = None  # None where no wait was asked, or its devices are not on this host
+    quiet: QuietWait | None = None  # None where no wait was asked, or its devices are not on this host
 
     def context(self) -> dict:
         """For the run's record: quiet_wait_s (and what was not quiet where the wait gave up) where a wait was
@@ -107,9 +107,15 @@ class Gate:
     wait of at most `wait_for_quiet_s` for a quiet host (none at 0). `passages` holds each run's, by (runner,
     repetition), for the caller that stores the run (run_all's callers; a sweep puts it in the run's record)."""
 
-    def __init__(self, wait_for_quiet_s: float = 0.0, locks: Optional[bool] = None, lock_dir: Optional[Path] = None,
-                 probe_for: Callable[[Sequence[Place], Callable[[], list[str]]], Probe] = host_probe,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        wait_for_quiet_s: float = 0.0,
+        locks: bool | None = None,
+        lock_dir: Path | None = None,
+        probe_for: Callable[[Sequence[Place], Callable[[], list[str]]], Probe] = host_probe,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.wait_for_quiet_s, self.clock, self.sleep = wait_for_quiet_s, clock, sleep
         self.locks = locks_enabled() if locks is None else locks
         self.lock_dir = lock_dir
@@ -137,18 +143,27 @@ class Gate:
         return passage.context() if passage else {}
 
     @contextmanager
-    def passage(self, places: Sequence[Place], label: str, progress: Progress = Progress(),
-                stopped: Callable[[], bool] = lambda: False) -> Iterator[Passage]:
+    def passage(
+        self,
+        places: Sequence[Place],
+        label: str,
+        progress: Progress = Progress(),
+        stopped: Callable[[], bool] = lambda: False,
+    ) -> Iterator[Passage]:
         """Hold the places' locks for the block, after waiting for a quiet host where asked; says what it waits for
         (`label`: which run). device_lock.Stopped where `stopped()` turns true while it waits."""
+
         def say(text: str) -> None:
             progress.note(f"{label}: {text}", "warning")
 
         local = [p for p in places if not p.machine]
         waits = self.wait_for_quiet_s > 0 and bool(local)
         if self.wait_for_quiet_s > 0 and places and not local:
-            self._say_once(say, "its devices are on another machine, whose host cannot be watched from here: not "
-                                "waiting for quiet there")
+            self._say_once(
+                say,
+                "its devices are on another machine, whose host cannot be watched from here: not "
+                "waiting for quiet there",
+            )
         locks = [p.lock() for p in places] if self._locking(say) else []
         if not locks:
             yield Passage(0.0, self._wait(local, [], say, stopped) if waits else None)
@@ -164,13 +179,17 @@ class Gate:
             try:
                 safe_dir(self.lock_dir or default_dir())
             except UnsafeLockDir as unsafe:
-                self._say_once(say, f"device locks off: {unsafe}; another fwbench on this host may measure at the "
-                                    "same time (the runner flags what it sees)")
+                self._say_once(
+                    say,
+                    f"device locks off: {unsafe}; another fwbench on this host may measure at the "
+                    "same time (the runner flags what it sees)",
+                )
                 self.locks = False
         return self.locks
 
-    def _wait(self, places: Sequence[Place], mine: Sequence[Lock], say: Callable[[str], None],
-              stopped: Callable[[], bool]) -> QuietWait:
+    def _wait(
+        self, places: Sequence[Place], mine: Sequence[Lock], say: Callable[[str], None], stopped: Callable[[], bool]
+    ) -> QuietWait:
         others = (lambda: others_measuring(self.lock_dir, mine)) if self.locks else (lambda: [])
         probe = self.probe_for(places, others)
         waited = wait_for_quiet(self.wait_for_quiet_s, probe, self.clock, self.sleep, say, stopped)

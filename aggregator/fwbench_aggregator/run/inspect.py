@@ -22,12 +22,14 @@ class Inspected(NamedTuple):
 
 
 def _options(text: str) -> dict[str, str]:
-    """"head=mlm;size=base" (as the summary frame writes model_options) -> {"head": "mlm", "size": "base"}."""
+    """ "head=mlm;size=base" (as the summary frame writes model_options) -> {"head": "mlm", "size": "base"}."""
     return dict(pair.split("=", 1) for pair in text.split(";") if pair)
 
 
 def inspect_models(
-    endpoints: Mapping[str, str], transport: Transport, wanted: Mapping[str, list[dict[str, str]]],
+    endpoints: Mapping[str, str],
+    transport: Transport,
+    wanted: Mapping[str, list[dict[str, str]]],
     progress: Progress = Progress(),
 ) -> list[Inspected]:
     """Inspect, on each runner, the models `wanted` names for it (identities as the summary frame has them). A
@@ -39,15 +41,20 @@ def inspect_models(
     try:
         with ThreadPoolExecutor(len(wanted)) as pool:
             # A job across machines is inspected on its first node.
-            done = [pool.submit(_inspect_runner, runner, jobs.addresses_of(endpoints[runner])[0], identities, transport,
-                                progress) for runner, identities in wanted.items()]
+            done = [
+                pool.submit(
+                    _inspect_runner, runner, jobs.addresses_of(endpoints[runner])[0], identities, transport, progress
+                )
+                for runner, identities in wanted.items()
+            ]
             return [inspected for future in done for inspected in future.result()]
     finally:
         progress.remove_task(task)
 
 
-def _inspect_runner(runner: str, address: str, identities: list[dict[str, str]], transport: Transport,
-                    progress: Progress) -> list[Inspected]:
+def _inspect_runner(
+    runner: str, address: str, identities: list[dict[str, str]], transport: Transport, progress: Progress
+) -> list[Inspected]:
     """One runner's inspections, one model after the other (it takes its CPU lock for each)."""
     out = []
     try:
@@ -57,8 +64,9 @@ def _inspect_runner(runner: str, address: str, identities: list[dict[str, str]],
                 if version != identity["framework_version"]:
                     continue  # run by another version of the framework: not this runner's to count
                 try:
-                    report = client.inspect(identity["model"], shape_dims(identity["input_shape"]),
-                                            _options(identity["model_options"]))
+                    report = client.inspect(
+                        identity["model"], shape_dims(identity["input_shape"]), _options(identity["model_options"])
+                    )
                 except RunnerFailure as failure:
                     _warn(progress, runner, identity["model"], failure)
                     continue
@@ -69,5 +77,7 @@ def _inspect_runner(runner: str, address: str, identities: list[dict[str, str]],
 
 
 def _warn(progress: Progress, runner: str, models: str, failure: RunnerFailure) -> None:
-    progress.note(f"{runner} could not inspect {models}, so its FLOPs are not stored: {failure.code}: {failure.message}",
-                  "warning")
+    progress.note(
+        f"{runner} could not inspect {models}, so its FLOPs are not stored: {failure.code}: {failure.message}",
+        "warning",
+    )

@@ -14,7 +14,6 @@ import statistics
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import ExitStack
-from typing import Optional
 
 import numpy as np
 
@@ -27,7 +26,7 @@ DEFAULT_RENDEZVOUS_PORT = 29500
 
 
 def addresses_of(address: str) -> list[str]:
-    """"hostA:50051,hostB:50051" -> one address per node, in node rank order."""
+    """ "hostA:50051,hostB:50051" -> one address per node, in node rank order."""
     return address.split(",")
 
 
@@ -55,7 +54,7 @@ def _free_ports(count: int) -> list[int]:
         return [s.getsockname()[1] for s in sockets]
 
 
-def clusters(addresses: Sequence[str], rendezvous_port: Optional[int] = None) -> list[Optional[wire.Cluster]]:
+def clusters(addresses: Sequence[str], rendezvous_port: int | None = None) -> list[wire.Cluster | None]:
     """Each node's place in the job: node i's rendezvous endpoint is its host at port + i (torch's store listens
     on the first, each TensorFlow worker on its own). Where every host is this one and no port is given, free
     ports are picked. [None] for a runner on its own."""
@@ -72,9 +71,14 @@ def clusters(addresses: Sequence[str], rendezvous_port: Optional[int] = None) ->
 
 
 def run_job(
-    name: str, address: str, transport: Transport, request: wire.Request,
-    on_progress: Callable[[wire.Progress], None] = lambda progress: None, repetition: int = 0,
-    rendezvous_port: Optional[int] = None, active: Optional[set] = None,
+    name: str,
+    address: str,
+    transport: Transport,
+    request: wire.Request,
+    on_progress: Callable[[wire.Progress], None] = lambda progress: None,
+    repetition: int = 0,
+    rendezvous_port: int | None = None,
+    active: set | None = None,
     on_summary: Callable[[RunResult], None] = lambda result: None,
 ) -> RunResult:
     """The request on the runner at `address`, or on every node of a job (a comma list of addresses) at once,
@@ -99,8 +103,13 @@ def run_job(
 
 
 def _run_nodes(
-    name: str, address: str, clients: Sequence[RunnerClient], request: wire.Request,
-    on_progress: Callable[[wire.Progress], None], repetition: int, rendezvous_port: Optional[int],
+    name: str,
+    address: str,
+    clients: Sequence[RunnerClient],
+    request: wire.Request,
+    on_progress: Callable[[wire.Progress], None],
+    repetition: int,
+    rendezvous_port: int | None,
 ) -> RunResult:
     addresses = addresses_of(address)
     places = clusters(addresses, rendezvous_port)
@@ -110,7 +119,9 @@ def _run_nodes(
         try:
             return clients[rank].run(wire.for_node(request, places[rank]), report, repetition)
         except RunnerFailure as failure:
-            raise RunnerFailure(name, failure.code, f"node {rank} ({addresses[rank]}): {failure.message}", failure.reason) from None
+            raise RunnerFailure(
+                name, failure.code, f"node {rank} ({addresses[rank]}): {failure.message}", failure.reason
+            ) from None
 
     pool = ThreadPoolExecutor(max_workers=len(addresses), thread_name_prefix=f"{name}-node")
     try:
@@ -142,7 +153,9 @@ def merge_steps(node_steps: Sequence[Sequence[wire.StepTiming]]) -> list[wire.St
         if any(s is None for s in steps):
             continue
         step = wire.StepTiming(
-            index=first.index, warmup=first.warmup, start_s=first.start_s,
+            index=first.index,
+            warmup=first.warmup,
+            start_s=first.start_s,
             step_time_s=max(s.step_time_s for s in steps),
             rank_step_time_s=[t for s in steps for t in _rank_times(s)],
         )
@@ -152,7 +165,7 @@ def merge_steps(node_steps: Sequence[Sequence[wire.StepTiming]]) -> list[wire.St
     return merged
 
 
-def straggler_spread(steps: Sequence[wire.StepTiming]) -> Optional[float]:
+def straggler_spread(steps: Sequence[wire.StepTiming]) -> float | None:
     """Median over the measured steps of (slowest - fastest rank) / slowest; None with one rank."""
     spreads = [
         (max(times) - min(times)) / max(times)
@@ -193,6 +206,12 @@ def merge(name: str, address: str, results: Sequence[RunResult]) -> RunResult:
         summary.ClearField(field)
         getattr(summary, field).extend(union)
     return RunResult(
-        name, address, head.runner_info, head.repetition, head.config, steps,
-        [p for r in results for p in r.power], summary,
+        name,
+        address,
+        head.runner_info,
+        head.repetition,
+        head.config,
+        steps,
+        [p for r in results for p in r.power],
+        summary,
     )

@@ -46,8 +46,9 @@ def embedded_command(
     `address` (port 0: a free one it picks)."""
     declared = frameworks()
     if framework_of(framework) not in declared:
-        raise RunnerStartError(f"no embedded runner for {framework!r}; known: {', '.join(declared)}, or a label "
-                               "FRAMEWORK@VERSION of one")
+        raise RunnerStartError(
+            f"no embedded runner for {framework!r}; known: {', '.join(declared)}, or a label FRAMEWORK@VERSION of one"
+        )
     python = environment_python(framework, venvs)
     if not python.exists():
         name, _, version = framework.partition(LABEL_SEPARATOR)
@@ -70,11 +71,18 @@ def ensure_environment(framework: str, venvs: Path, progress: Progress = Progres
     if framework not in frameworks() or environment_python(framework, venvs).exists() or not SETUP_SCRIPT.exists():
         return
     progress.note(f"creating the {framework} environment under {venvs} (its first use; a few minutes)")
-    done = subprocess.run(["bash", str(SETUP_SCRIPT), framework], env={**os.environ, VENVS_ENV: str(venvs)},
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["bash", str(SETUP_SCRIPT), framework],
+        env={**os.environ, VENVS_ENV: str(venvs)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
-        raise RunnerStartError(f"creating the {framework} environment failed (scripts/setup_envs.sh {framework}):\n"
-                               f"{(done.stdout + done.stderr)[-2000:]}")
+        raise RunnerStartError(
+            f"creating the {framework} environment failed (scripts/setup_envs.sh {framework}):\n"
+            f"{(done.stdout + done.stderr)[-2000:]}"
+        )
 
 
 def wait_until_serving(address: str, timeout_s: float, transport: Transport = Transport()) -> None:
@@ -107,8 +115,11 @@ class LocalRunner:
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> str:
         # Never through a link, nor into another name of a file (base.write_paths): the log is appended to.
-        log = (os.fdopen(open_own_file(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
-               if self.log_path else subprocess.DEVNULL)
+        log = (
+            os.fdopen(open_own_file(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
+            if self.log_path
+            else subprocess.DEVNULL
+        )
         self.process = subprocess.Popen(
             [*self.command, EXIT_WITH_PARENT_FLAG],
             stdin=subprocess.PIPE,
@@ -158,7 +169,7 @@ class LocalRunner:
             self.process.kill()
             self.process.wait()
 
-    def __enter__(self) -> "LocalRunner":
+    def __enter__(self) -> LocalRunner:
         self.start()
         return self
 

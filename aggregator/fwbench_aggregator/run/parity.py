@@ -97,8 +97,11 @@ def gather(
     listed = {m.name for m in other.list_models()}
     lacking = [name for name in names or [] if name not in listed]
     if lacking:
-        raise RunnerFailure(other.name, "FAILED_PRECONDITION",
-                            f"lists no model {', '.join(lacking)}; it has: {', '.join(sorted(listed))}")
+        raise RunnerFailure(
+            other.name,
+            "FAILED_PRECONDITION",
+            f"lists no model {', '.join(lacking)}; it has: {', '.join(sorted(listed))}",
+        )
     rows = []
     for variant in variants([m for m in reference_models if m.name in listed], names):
         on_variant(variant)

@@ -20,7 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from .device_lock import Stopped
 
@@ -49,9 +49,15 @@ class QuietWait(NamedTuple):
     why: str  # "" where the host was quiet when the run started; else what was not quiet when the wait gave up
 
 
-def wait_for_quiet(limit_s: float, probe: Probe, clock: Callable[[], float] = time.monotonic,
-                   sleep: Callable[[float], None] = time.sleep, say: Callable[[str], None] = lambda text: None,
-                   stopped: Callable[[], bool] = lambda: False, poll_s: float = POLL_S) -> QuietWait:
+def wait_for_quiet(
+    limit_s: float,
+    probe: Probe,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    say: Callable[[str], None] = lambda text: None,
+    stopped: Callable[[], bool] = lambda: False,
+    poll_s: float = POLL_S,
+) -> QuietWait:
     """Look until the host is quiet or `limit_s` seconds have passed; says why it waits, and how the wait ended.
     Stopped where `stopped()` turns true meanwhile (the command is ending)."""
     started = clock()
@@ -64,8 +70,10 @@ def wait_for_quiet(limit_s: float, probe: Probe, clock: Callable[[], float] = ti
         if stopped():
             raise Stopped()
         if waited >= limit_s:
-            say(f"still not quiet after {waited:.0f} s ({reading.why}): running anyway; the runner records what it "
-                "finds, and a verdict over a busy run is flagged")
+            say(
+                f"still not quiet after {waited:.0f} s ({reading.why}): running anyway; the runner records what it "
+                "finds, and a verdict over a busy run is flagged"
+            )
             return QuietWait(waited, reading.why)
         sleep(min(poll_s, limit_s - waited))
         reading = probe()
@@ -78,15 +86,20 @@ def wait_for_quiet(limit_s: float, probe: Probe, clock: Callable[[], float] = ti
 class GpuState(NamedTuple):
     index: str
     uuid: str
-    utilisation_pct: Optional[float]
+    utilisation_pct: float | None
     pids: tuple[int, ...]  # its compute processes
 
 
 def nvidia_smi() -> list[GpuState]:
     """Every GPU's utilisation and compute processes; OSError where nvidia-smi is missing or fails."""
+
     def query(*args: str) -> list[list[str]]:
-        done = subprocess.run(["nvidia-smi", *args, "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                              timeout=NVIDIA_SMI_TIMEOUT_S)
+        done = subprocess.run(
+            ["nvidia-smi", *args, "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT_S,
+        )
         if done.returncode:
             raise OSError(f"nvidia-smi: {done.stderr.strip() or f'exit status {done.returncode}'}")
         return [[field.strip() for field in line.split(",")] for line in done.stdout.splitlines() if "," in line]
@@ -100,8 +113,10 @@ def nvidia_smi() -> list[GpuState]:
     for uuid, pid in (row[:2] for row in apps):
         if pid.isdigit():
             pids.setdefault(uuid, []).append(int(pid))
-    return [GpuState(index, uuid, float(util) if _number(util) else None, tuple(pids.get(uuid, ())))
-            for index, uuid, util in (row[:3] for row in gpus if len(row) >= 3)]
+    return [
+        GpuState(index, uuid, float(util) if _number(util) else None, tuple(pids.get(uuid, ())))
+        for index, uuid, util in (row[:3] for row in gpus if len(row) >= 3)
+    ]
 
 
 def _number(text: str) -> bool:
@@ -116,10 +131,16 @@ class HostProbe:
     """One look at this host, for the devices of one run: the CPU over WINDOW_S, `gpus` ((index, UUID or "") each),
     and `others` (what else measures here: device_lock.others_measuring). `blind` says what it cannot watch."""
 
-    def __init__(self, gpus: Sequence[tuple[str, str]] = (), others: Callable[[], list[str]] = lambda: [],
-                 proc_root: Path = Path("/proc"), gpu_states: Callable[[], list[GpuState]] = nvidia_smi,
-                 window_s: float = WINDOW_S, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        gpus: Sequence[tuple[str, str]] = (),
+        others: Callable[[], list[str]] = lambda: [],
+        proc_root: Path = Path("/proc"),
+        gpu_states: Callable[[], list[GpuState]] = nvidia_smi,
+        window_s: float = WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.gpus, self.others, self.proc_root, self.gpu_states = list(gpus), others, Path(proc_root), gpu_states
         self.window_s, self.clock, self.sleep = window_s, clock, sleep
         self.pid = os.getpid()
@@ -138,7 +159,7 @@ class HostProbe:
         reasons += self.others()
         return Reading("; ".join(reasons))
 
-    def cpu_busy_cores(self) -> Optional[float]:
+    def cpu_busy_cores(self) -> float | None:
         """Cores that processes other than this one kept busy over the window; None where /proc cannot say."""
         try:
             start, start_own, started = self._busy_ticks(), self._own_ticks(), self.clock()
@@ -162,7 +183,7 @@ class HostProbe:
     def _own_ticks(self) -> int:
         """This process's user and system time (its children's are theirs: a runner it started counts as another)."""
         text = (self.proc_root / str(self.pid) / "stat").read_text()
-        fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and parentheses
+        fields = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces and parentheses
         return int(fields[11]) + int(fields[12])
 
     def _gpu_reasons(self) -> list[str]:
@@ -191,7 +212,7 @@ class HostProbe:
         for path in self.proc_root.glob("[0-9]*/stat"):
             try:
                 text = path.read_text()
-                parents[int(path.parent.name)] = int(text[text.rindex(")") + 2:].split()[1])
+                parents[int(path.parent.name)] = int(text[text.rindex(")") + 2 :].split()[1])
             except (OSError, ValueError, IndexError):
                 continue  # the process ended while we looked
         tree, frontier = {self.pid}, {self.pid}

@@ -9,14 +9,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from ..base.frameworks import default_names as default_framework_names
 from ..base.frameworks import names as framework_names
 from ..base.progress import Progress
 from ..base.vocabulary import DeviceKind, indexed_device, shape_dims, shape_text, to_text
 from ..plan.spec import StartupSettings
-from . import jobs, wire
+from . import jobs
 from .client import RunnerClient, RunnerFailure
 from .connection import EMBEDDED, Transport, embedded_runner_env
 from .launch import LocalRunner, RunnerStartError, default_venvs, embedded_command, ensure_environment
@@ -38,7 +38,11 @@ def runners_in_use(runner: Sequence[str], frameworks: str) -> list[str]:
 
 
 def start_embedded(
-    frameworks: list[str], venvs: Path, log_dir: Path, stack: ExitStack, settings: StartupSettings = StartupSettings(),
+    frameworks: list[str],
+    venvs: Path,
+    log_dir: Path,
+    stack: ExitStack,
+    settings: StartupSettings = StartupSettings(),
     progress: Progress = Progress(),
 ) -> tuple[dict, list]:
     """Start each framework's runner locally, all at once, requiring EMBEDDED's token; returns their addresses
@@ -50,8 +54,11 @@ def start_embedded(
         try:
             ensure_environment(name, venvs, progress)
             runners[name] = LocalRunner(
-                name, embedded_command(name, venvs, settings), log_dir / f"{name}-runner.log",
-                env=embedded_runner_env(), transport=EMBEDDED,
+                name,
+                embedded_command(name, venvs, settings),
+                log_dir / f"{name}-runner.log",
+                env=embedded_runner_env(),
+                transport=EMBEDDED,
             )
         except RunnerStartError as error:
             failures.append(RunnerFailure(name, "UNAVAILABLE", str(error)))
@@ -75,8 +82,13 @@ def stop_all(runners: Sequence[LocalRunner]) -> None:
 
 
 def resolve_endpoints(
-    runner: Sequence[str], frameworks: str, venvs: Optional[Path], log_dir: Path, stack: ExitStack,
-    settings: StartupSettings = StartupSettings(), progress: Progress = Progress(),
+    runner: Sequence[str],
+    frameworks: str,
+    venvs: Path | None,
+    log_dir: Path,
+    stack: ExitStack,
+    settings: StartupSettings = StartupSettings(),
+    progress: Progress = Progress(),
 ) -> tuple[dict[str, str], list[RunnerFailure]]:
     """The runners given as NAME=HOST:PORT (those in use: runners_in_use), or else the embedded ones,
     started now."""
@@ -87,7 +99,9 @@ def resolve_endpoints(
 
 
 def each_runner(
-    endpoints: dict[str, str], transport: Transport, visit: Callable[[str, str, RunnerClient], None],
+    endpoints: dict[str, str],
+    transport: Transport,
+    visit: Callable[[str, str, RunnerClient], None],
 ) -> list[RunnerFailure]:
     """Call `visit(name, address, client)` for every runner (every node of a job across runners); returns the
     runners that failed."""
@@ -105,7 +119,7 @@ class RunnerFacts(NamedTuple):
     """What a study needs to know of a runner beyond its results."""
 
     default_device: str
-    failure_columns: Callable[[str, Optional[str], Optional[str]], dict]  # (model, device, shape) of a failed run
+    failure_columns: Callable[[str, str | None, str | None], dict]  # (model, device, shape) of a failed run
     options: dict[str, str]  # its Describe options: which machine, which GPUs
 
 
@@ -123,7 +137,7 @@ def runner_facts(name: str, address: str, transport: Transport) -> RunnerFacts:
         with RunnerClient(name, address, transport) as client:
             return {m.name: shape_text(m.default_input_shape) for m in client.list_models()}
 
-    def columns(model: str, device: Optional[str], shape: Optional[str]) -> dict:
+    def columns(model: str, device: str | None, shape: str | None) -> dict:
         return {
             "runner": name,
             "framework": info.framework,

@@ -97,8 +97,8 @@ def run_pooled(
                     ran_before = True
                     if not run_one(worker, job):
                         with lock:
-                            if jobs[number + 1:]:
-                                queues[lane].insert(0, jobs[number + 1:])
+                            if jobs[number + 1 :]:
+                                queues[lane].insert(0, jobs[number + 1 :])
                         return
             except BaseException as error:  # surfaced in the caller's thread below
                 errors.append(error)
@@ -109,8 +109,9 @@ def run_pooled(
                     busy[lane] -= 1
                     lock.notify_all()
 
-    _run_threads([threading.Thread(target=work, args=pair, daemon=True) for pair in workers if pair[1] in queues],
-                 stop, errors)
+    _run_threads(
+        [threading.Thread(target=work, args=pair, daemon=True) for pair in workers if pair[1] in queues], stop, errors
+    )
     return [job for lane_units in queues.values() for jobs in lane_units for job in jobs]
 
 

@@ -32,7 +32,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
 
 from ..plan.spec import StartupSettings
 from .connection import RUNNER_ACCESS_ENVS, RUNNER_TOKEN_ENV, Transport
@@ -48,8 +47,17 @@ LIVENESS_TIMEOUT_S = 5.0
 STOP_FILE = "stop"
 POLL_S = 0.5
 WAIT_POLL_S = 2.0
-FINISHED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
-                   "DEADLINE"}
+FINISHED_STATES = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
 
 
 class SlurmError(RuntimeError):
@@ -61,9 +69,9 @@ class SlurmOptions:
     """What the user asked Slurm for; recorded in every run's manifest."""
 
     nodes: int = 1
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    time_limit: Optional[str] = None
+    partition: str | None = None
+    account: str | None = None
+    time_limit: str | None = None
     gpus_per_node: int = 0
     exclusive: bool = True
     extra: tuple[str, ...] = ()  # further sbatch options, as given
@@ -91,11 +99,11 @@ class Submission:
     runner_per_gpu: bool
     rendezvous_port: int = 29500
     report: bool = True
-    latency_budget_ms: Optional[float] = None
+    latency_budget_ms: float | None = None
     study_folder: str = ""  # where the user's sweep file was: its relative models_dir is read from there
 
     @classmethod
-    def read(cls, folder: Path) -> "Submission":
+    def read(cls, folder: Path) -> Submission:
         return cls(**json.loads((folder / "submission.json").read_text()))
 
 
@@ -136,14 +144,18 @@ def prepare(study_file: Path, store: Path, options: SlurmOptions, submission: Su
 
 def submit(folder: Path) -> str:
     """sbatch the folder's script; the job id."""
-    done = subprocess.run([command("sbatch"), "--parsable", str(folder / "job.sh")], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [command("sbatch"), "--parsable", str(folder / "job.sh")], capture_output=True, text=True, check=False
+    )
     job_id = done.stdout.strip().split(";")[0]
     if done.returncode != 0 or not job_id.isdigit():
-        raise SlurmError(f"sbatch refused the job (exit {done.returncode}): {(done.stdout + ' ' + done.stderr).strip()}")
+        raise SlurmError(
+            f"sbatch refused the job (exit {done.returncode}): {(done.stdout + ' ' + done.stderr).strip()}"
+        )
     return job_id
 
 
-def record_of(folder: Path, job_id: str) -> Optional[Path]:
+def record_of(folder: Path, job_id: str) -> Path | None:
     """The job's record (its last start's, if it was requeued), once it has written one."""
     records = sorted(folder.glob(f"job-{job_id}*/job.json"), key=lambda path: path.stat().st_mtime)
     return records[-1] if records else None
@@ -154,7 +166,9 @@ def wait_for(folder: Path, job_id: str) -> tuple[int, str]:
     COMPLETED or Slurm has forgotten it). `scontrol show job` every few seconds (sbatch --wait backs off to 32 s
     between looks); a job Slurm has already forgotten is judged by the record it wrote."""
     while True:
-        done = subprocess.run([command("scontrol"), "--oneliner", "show", "job", job_id], capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [command("scontrol"), "--oneliner", "show", "job", job_id], capture_output=True, text=True, check=False
+        )
         fields = dict(item.split("=", 1) for item in done.stdout.split() if "=" in item)
         state = fields.get("JobState", "")
         if done.returncode != 0 or state in FINISHED_STATES:
@@ -162,7 +176,11 @@ def wait_for(folder: Path, job_id: str) -> tuple[int, str]:
         time.sleep(WAIT_POLL_S)
     if state in FINISHED_STATES:
         status, _, signal_number = fields.get("ExitCode", "1:0").partition(":")
-        ended = "" if state == "COMPLETED" else f"Slurm job {job_id} ended {state} (exit code {fields.get('ExitCode', '?')})"
+        ended = (
+            ""
+            if state == "COMPLETED"
+            else f"Slurm job {job_id} ended {state} (exit code {fields.get('ExitCode', '?')})"
+        )
         return int(status) or (1 if state != "COMPLETED" or signal_number not in ("", "0") else 0), ended
     record = record_of(folder, job_id)
     return (0 if record is not None and not json.loads(record.read_text())["left"] else 1), ""
@@ -170,7 +188,9 @@ def wait_for(folder: Path, job_id: str) -> tuple[int, str]:
 
 def hostnames(nodelist: str) -> list[str]:
     """A Slurm node list ("node[1-3],gpu7") as names, in Slurm's order (the ranks of a job across them)."""
-    done = subprocess.run([command("scontrol"), "show", "hostnames", nodelist], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [command("scontrol"), "show", "hostnames", nodelist], capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         raise SlurmError(f"scontrol show hostnames {nodelist}: {done.stderr.strip()}")
     return done.stdout.split()
@@ -188,16 +208,25 @@ class NodeSteps:
         (run_dir / "nodes").mkdir(exist_ok=True)
         for node in nodes:
             args = [
-                command("srun"), "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--kill-on-bad-exit=0",
+                command("srun"),
+                "--nodes=1",
+                "--ntasks=1",
+                f"--nodelist={node}",
+                "--kill-on-bad-exit=0",
                 # Beside the batch script and the other steps at once, whatever CPUs the allocation counts (without
                 # it a step waits for CPUs another holds); the node's GPUs for its runners.
-                "--overlap", *([f"--gpus-per-node={gpus_per_node}"] if gpus_per_node else []),
+                "--overlap",
+                *([f"--gpus-per-node={gpus_per_node}"] if gpus_per_node else []),
                 f"--output={run_dir / 'logs' / f'{node}-step.log'}",
-                sys.executable, "-m", "fwbench_aggregator", "slurm-node", str(run_dir),
+                sys.executable,
+                "-m",
+                "fwbench_aggregator",
+                "slurm-node",
+                str(run_dir),
             ]
             self.processes[node] = subprocess.Popen(args, stdin=subprocess.DEVNULL, start_new_session=True)
 
-    def ended(self, node: str) -> Optional[int]:
+    def ended(self, node: str) -> int | None:
         return self.processes[node].poll()
 
     def stop(self) -> None:
@@ -243,8 +272,14 @@ def wait_for_nodes(steps: NodeSteps, nodes: list[str]) -> tuple[dict[str, dict],
 
 
 def job_context(job_id: str, nodes: list[str], submission: Submission) -> dict:
-    return {"slurm": {"job_id": job_id, "nodes": nodes, "options": submission.slurm,
-                      "runner_per_gpu": submission.runner_per_gpu}}
+    return {
+        "slurm": {
+            "job_id": job_id,
+            "nodes": nodes,
+            "options": submission.slurm,
+            "runner_per_gpu": submission.runner_per_gpu,
+        }
+    }
 
 
 def write_record(run_dir: Path, record: dict) -> None:
@@ -270,16 +305,22 @@ def serve_node(run_dir: Path) -> int:
     token = (folder / "token").read_text().strip()
     startup = StartupSettings(**json.loads((run_dir / "startup.json").read_text()))
     gpus_per_node = submission.slurm.get("gpus_per_node", 0)
-    places = [(f"{node}/gpu:{gpu}", gpu) for gpu in visible_gpus(gpus_per_node)] if submission.runner_per_gpu else [(node, None)]
+    places = (
+        [(f"{node}/gpu:{gpu}", gpu) for gpu in visible_gpus(gpus_per_node)]
+        if submission.runner_per_gpu
+        else [(node, None)]
+    )
     env = {**{name: "" for name in RUNNER_ACCESS_ENVS}, RUNNER_TOKEN_ENV: token}
     runners = {
         (slot, name): LocalRunner(
-            name, embedded_command(name, Path(submission.venvs), startup, address="0.0.0.0:0"),
+            name,
+            embedded_command(name, Path(submission.venvs), startup, address="0.0.0.0:0"),
             run_dir / "logs" / f"{slot.replace('/', '-').replace(':', '')}-{name}-runner.log",
             env={**env, **({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {})},
             transport=Transport(token=token),
         )
-        for slot, gpu in places for name in submission.frameworks
+        for slot, gpu in places
+        for name in submission.frameworks
     }
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

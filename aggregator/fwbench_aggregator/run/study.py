@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
-from typing import NamedTuple, Optional, Protocol
+from typing import NamedTuple, Protocol
 
 from ..base.progress import Progress
 from ..base.vocabulary import indexed_device
@@ -34,12 +34,16 @@ StoreFailure = Callable[[str, Configuration, RunnerFailure, dict, dict], None]
 class Looks(Protocol):
     """Under repetitions auto, what decides whether a point's next round runs (app.sweep_rounds)."""
 
-    def start(self, lanes: Mapping[str, Hashable], parallel: Mapping[Hashable, int],
-              pending: Sequence[tuple[str, Configuration]]) -> None: ...
+    def start(
+        self,
+        lanes: Mapping[str, Hashable],
+        parallel: Mapping[Hashable, int],
+        pending: Sequence[tuple[str, Configuration]],
+    ) -> None: ...
 
     def wanted(self, key: str, c: Configuration) -> bool: ...
 
-    def finished(self, key: str, c: Configuration, seconds: float, result: Optional[RunResult], failed: bool) -> None: ...
+    def finished(self, key: str, c: Configuration, seconds: float, result: RunResult | None, failed: bool) -> None: ...
 
 
 class _Always:
@@ -68,9 +72,9 @@ class Pool(NamedTuple):
     """The machines of a cluster allocation (slurm.py), and how to tell that one is gone."""
 
     slots: list[Slot]
-    lost: Callable[[str], Optional[str]]  # node -> why it is gone, or None while it serves
+    lost: Callable[[str], str | None]  # node -> why it is gone, or None while it serves
     context: dict  # added to every run's manifest (the allocation's job, nodes and options), with "run_nodes"
-    rendezvous_port: Optional[int] = None
+    rendezvous_port: int | None = None
 
 
 class _Sweep:
@@ -78,9 +82,19 @@ class _Sweep:
     (under a lock), the reuse chains, the progress, the clients in flight, the failures and the gate every run
     passes (run.gate)."""
 
-    def __init__(self, pending, transport: Transport, startup: StartupSettings, store: StoreRun,
-                 store_failure: StoreFailure, first_endpoints: dict[str, str], progress: Progress,
-                 gate: Optional[Gate] = None, looks: Optional[Looks] = None, cooldown_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        pending,
+        transport: Transport,
+        startup: StartupSettings,
+        store: StoreRun,
+        store_failure: StoreFailure,
+        first_endpoints: dict[str, str],
+        progress: Progress,
+        gate: Gate | None = None,
+        looks: Looks | None = None,
+        cooldown_s: float = 0.0,
+    ) -> None:
         self.transport, self.startup, self.progress = transport, startup, progress
         self.gate = gate or Gate()
         self.looks: Looks = looks or _Always()
@@ -88,8 +102,10 @@ class _Sweep:
         # that runs a look leaves out cost no cool-down.
         self.cooldown_s, self.cooling = cooldown_s, threading.local()
         self.store, self.store_failure = store, store_failure
-        self.facts = {name: runner_facts(name, jobs.addresses_of(address)[0], transport)
-                      for name, address in first_endpoints.items()}
+        self.facts = {
+            name: runner_facts(name, jobs.addresses_of(address)[0], transport)
+            for name, address in first_endpoints.items()
+        }
         self.failures: list[RunnerFailure] = []
         self.store_lock = threading.Lock()
         self.active: set[RunnerClient] = set()
@@ -109,11 +125,18 @@ class _Sweep:
     def _ends_chain(self, key: str, c: Configuration) -> bool:
         """Whether no run after this one in its reuse chain is still wanted."""
         chain = self.chains.get(c.reuse_chain, [])
-        later = chain[[k for k, _ in chain].index(key) + 1:] if chain else []
+        later = chain[[k for k, _ in chain].index(key) + 1 :] if chain else []
         return not any(self.looks.wanted(k, other) for k, other in later)
 
-    def run(self, key: str, c: Configuration, address: str, rendezvous_port: Optional[int] = None,
-            context: Optional[dict] = None, stop: Optional[threading.Event] = None) -> Optional[RunnerFailure]:
+    def run(
+        self,
+        key: str,
+        c: Configuration,
+        address: str,
+        rendezvous_port: int | None = None,
+        context: dict | None = None,
+        stop: threading.Event | None = None,
+    ) -> RunnerFailure | None:
         """One run on `address` (a comma list: a job across machines), once through the gate, stored the moment it
         completes (with what it waited in its record), or its failure, stored where it would repeat; returns the
         failure. A run whose wait the sweep's stop ended does not run: a resume runs it. A run the looks no longer
@@ -130,8 +153,16 @@ class _Sweep:
         self.looks.finished(key, c, time.monotonic() - started, stored[0] if stored else None, failure is not None)
         return failure
 
-    def _run(self, key: str, c: Configuration, address: str, rendezvous_port: Optional[int], context: Optional[dict],
-             stop: Optional[threading.Event], stored: list[RunResult]) -> Optional[RunnerFailure]:
+    def _run(
+        self,
+        key: str,
+        c: Configuration,
+        address: str,
+        rendezvous_port: int | None,
+        context: dict | None,
+        stop: threading.Event | None,
+        stored: list[RunResult],
+    ) -> RunnerFailure | None:
         label = f"{c.runner} {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1}"
         self.progress.update(self.overall, description=label)
         reuse_key = f"{self.session}-{c.reuse_chain}" if c.reuse_chain else ""
@@ -153,8 +184,16 @@ class _Sweep:
                 if stopped():
                     return None
                 record.update(passage.context())
-                jobs.run_job(c.runner, address, self.transport, request, repetition=c.repetition, active=self.active,
-                             on_summary=store, rendezvous_port=rendezvous_port)
+                jobs.run_job(
+                    c.runner,
+                    address,
+                    self.transport,
+                    request,
+                    repetition=c.repetition,
+                    active=self.active,
+                    on_summary=store,
+                    rendezvous_port=rendezvous_port,
+                )
             return None
         except Stopped:
             return None
@@ -168,8 +207,12 @@ class _Sweep:
                 # Where the run would have been: the device, shape and spread a success would report.
                 nodes = len(jobs.addresses_of(address))
                 where = {
-                    **self.facts[c.runner].failure_columns(c.model, (c.devices or "").split(",")[0] or c.device, c.shape),
-                    "strategy": c.strategy.value if c.strategy else "", "devices": c.devices or "", "nodes": nodes,
+                    **self.facts[c.runner].failure_columns(
+                        c.model, (c.devices or "").split(",")[0] or c.device, c.shape
+                    ),
+                    "strategy": c.strategy.value if c.strategy else "",
+                    "devices": c.devices or "",
+                    "nodes": nodes,
                     "world_size": nodes * (len(c.devices.split(",")) if c.devices else 1),
                 }
                 with self.store_lock:
@@ -185,10 +228,17 @@ class _Sweep:
 
 
 def run_sweep(
-    pending: Sequence[tuple[str, Configuration]], endpoints: dict[str, str], transport: Transport, startup: StartupSettings,
-    store: StoreRun, store_failure: StoreFailure, cooldown_s: float, progress: Progress = Progress(),
-    gate: Optional[Gate] = None, looks: Optional[Looks] = None,
-) -> tuple[list[RunnerFailure], Optional[KeyboardInterrupt]]:
+    pending: Sequence[tuple[str, Configuration]],
+    endpoints: dict[str, str],
+    transport: Transport,
+    startup: StartupSettings,
+    store: StoreRun,
+    store_failure: StoreFailure,
+    cooldown_s: float,
+    progress: Progress = Progress(),
+    gate: Gate | None = None,
+    looks: Looks | None = None,
+) -> tuple[list[RunnerFailure], KeyboardInterrupt | None]:
     """Every pending run, those sharing a machine and device one after the other, each stored the moment it
     completes (a repeatable failure too), each through `gate` (default: its devices' locks), each only while `looks`
     want it (default: all); returns the failures and the interrupt (Ctrl-C, or the CLI's SIGTERM) that stopped the
@@ -213,8 +263,12 @@ def run_sweep(
     grouped = [(lane(c), (key, c)) for key, c in pending if c.runner in endpoints]
     sweep.looks.start({key: group for group, (key, _) in grouped}, {group: 1 for group, _ in grouped}, pending)
     try:
-        run_grouped(grouped, lambda job: sweep.run(*job, endpoints[job[1].runner], stop=stop), stop,
-                    between=sweep.cool_down_next)
+        run_grouped(
+            grouped,
+            lambda job: sweep.run(*job, endpoints[job[1].runner], stop=stop),
+            stop,
+            between=sweep.cool_down_next,
+        )
     except KeyboardInterrupt as interrupt:
         sweep.cancel_in_flight()
         return sweep.failures, interrupt
@@ -233,10 +287,17 @@ def units_of(pending: Sequence[tuple[str, Configuration]]) -> list[list[tuple[st
 
 
 def run_sweep_on_pool(
-    pending: Sequence[tuple[str, Configuration]], pool: Pool, transport: Transport, startup: StartupSettings,
-    store: StoreRun, store_failure: StoreFailure, cooldown_s: float, progress: Progress = Progress(),
-    gate: Optional[Gate] = None, looks: Optional[Looks] = None,
-) -> tuple[list[RunnerFailure], list[tuple[str, Configuration]], Optional[KeyboardInterrupt]]:
+    pending: Sequence[tuple[str, Configuration]],
+    pool: Pool,
+    transport: Transport,
+    startup: StartupSettings,
+    store: StoreRun,
+    store_failure: StoreFailure,
+    cooldown_s: float,
+    progress: Progress = Progress(),
+    gate: Gate | None = None,
+    looks: Looks | None = None,
+) -> tuple[list[RunnerFailure], list[tuple[str, Configuration]], KeyboardInterrupt | None]:
     """A sweep over a cluster's machines: each unit (one point's runs, every runner and repetition) on one machine,
     the units spread over the machines, a machine's devices at once as on one; then the runs that span several
     machines, one at a time across the first live ones. A run that fails because its machine is gone is a failure
@@ -247,7 +308,7 @@ def run_sweep_on_pool(
     gone_lock = threading.Lock()
     slots = {slot.name: slot for slot in pool.slots}
 
-    def node_gone(node: str) -> Optional[str]:
+    def node_gone(node: str) -> str | None:
         with gone_lock:
             if node not in gone:
                 why = pool.lost(node)
@@ -264,14 +325,20 @@ def run_sweep_on_pool(
             return False
         node, why = lost[0]
         sweep.failures.remove(failure)
-        sweep.failures.append(RunnerFailure(
-            c.runner, failure.code,
-            f"node {node} lost during {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1} ({why}); "
-            f"the run is not stored, and a resume (--resume) runs it: {failure.message}", failure.reason))
+        sweep.failures.append(
+            RunnerFailure(
+                c.runner,
+                failure.code,
+                f"node {node} lost during {c.model} {c.mode.value} b{c.batch_size} #{c.repetition + 1} ({why}); "
+                f"the run is not stored, and a resume (--resume) runs it: {failure.message}",
+                failure.reason,
+            )
+        )
         return True
 
-    sweep = _Sweep(pending, transport, startup, store, store_failure, pool.slots[0].endpoints, progress, gate, looks,
-                   cooldown_s)
+    sweep = _Sweep(
+        pending, transport, startup, store, store_failure, pool.slots[0].endpoints, progress, gate, looks, cooldown_s
+    )
     whole_machines = any(c.devices or c.nodes > 1 for _, c in pending)
 
     def lane(c: Configuration) -> str:
@@ -279,17 +346,28 @@ def run_sweep_on_pool(
 
     def run_on_slot(slot_name: str, job: tuple[str, Configuration]) -> bool:
         slot = slots[slot_name]
-        failure = sweep.run(*job, slot.endpoints[job[1].runner], context={**pool.context, "run_nodes": [slot.node]}, stop=stop)
+        failure = sweep.run(
+            *job, slot.endpoints[job[1].runner], context={**pool.context, "run_nodes": [slot.node]}, stop=stop
+        )
         return failure is None or not lost_run(failure, job[1], [slot.node])
 
     single = [unit for unit in units_of(pending) if unit[0][1].nodes == 1]
     spanning = [run for unit in units_of(pending) if unit[0][1].nodes > 1 for run in unit]
     workers = [(slot.name, lane_name) for slot in pool.slots for lane_name in {lane(u[0][1]) for u in single}]
-    sweep.looks.start({key: lane(c) for unit in single for key, c in unit},
-                      {lane_name: len(pool.slots) for _, lane_name in workers}, pending)
+    sweep.looks.start(
+        {key: lane(c) for unit in single for key, c in unit},
+        {lane_name: len(pool.slots) for _, lane_name in workers},
+        pending,
+    )
     try:
-        left = run_pooled([(lane(u[0][1]), u) for u in single], workers, run_on_slot, stop,
-                          between=sweep.cool_down_next, available=lambda name: slots[name].node not in gone)
+        left = run_pooled(
+            [(lane(u[0][1]), u) for u in single],
+            workers,
+            run_on_slot,
+            stop,
+            between=sweep.cool_down_next,
+            available=lambda name: slots[name].node not in gone,
+        )
         for key, c in spanning:
             if stop.is_set():
                 left.append((key, c))
@@ -298,7 +376,7 @@ def run_sweep_on_pool(
             if len(live) < c.nodes:
                 left.append((key, c))
                 continue
-            chosen = live[:c.nodes]
+            chosen = live[: c.nodes]
             address = ",".join(slot.endpoints[c.runner] for slot in chosen)
             nodes = [slot.node for slot in chosen]
             failure = sweep.run(key, c, address, pool.rendezvous_port, {**pool.context, "run_nodes": nodes}, stop)

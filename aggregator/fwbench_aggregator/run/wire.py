@@ -10,7 +10,6 @@ its fields' names, and its enums through base.vocabulary's choice enums (to_text
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Optional
 
 from fwbench.runner.v1 import runner_pb2 as pb
 
@@ -136,7 +135,7 @@ def clusters(endpoints: Sequence[str]) -> list[Cluster]:
     return [pb.Cluster(node_rank=i, node_count=len(endpoints), endpoints=endpoints) for i in range(len(endpoints))]
 
 
-def for_node(request: Request, cluster: Optional[Cluster]) -> Request:
+def for_node(request: Request, cluster: Cluster | None) -> Request:
     """`request` for one node of a job (None: a runner on its own, the request itself)."""
     if cluster is None:
         return request

@@ -128,8 +128,10 @@ class _Budget:
     def spend(self, size_bytes: int) -> None:
         self.left_bytes -= size_bytes
         if self.left_bytes < 0:
-            raise BundleError(f"{self.path}: unpacks to more than {MAX_UNPACKED_RATIO} times its size "
-                              f"({self.path.stat().st_size} bytes), which no bundle of runs does: refused")
+            raise BundleError(
+                f"{self.path}: unpacks to more than {MAX_UNPACKED_RATIO} times its size "
+                f"({self.path.stat().st_size} bytes), which no bundle of runs does: refused"
+            )
 
 
 def _open(path: Path) -> tarfile.TarFile:
@@ -153,10 +155,17 @@ def _members(tar: tarfile.TarFile, path: Path) -> dict[str, list[tarfile.TarInfo
                 index = parse_json(tar.extractfile(member).read().decode("utf-8", "replace"), f"{path}: {INDEX_NAME}")
                 continue
             parts = name.parts
-            if (not member.isfile() or len(parts) != 3 or parts[0] != "runs" or not _KEY.fullmatch(parts[1])
-                    or not _FILE.fullmatch(parts[2])):
-                raise BundleError(f"{path}: holds {member.name!r}, which is no run file (runs/<key>/<frame>.parquet, "
-                                  "config.json or manifest.json): refused whole, nothing added")
+            if (
+                not member.isfile()
+                or len(parts) != 3
+                or parts[0] != "runs"
+                or not _KEY.fullmatch(parts[1])
+                or not _FILE.fullmatch(parts[2])
+            ):
+                raise BundleError(
+                    f"{path}: holds {member.name!r}, which is no run file (runs/<key>/<frame>.parquet, "
+                    "config.json or manifest.json): refused whole, nothing added"
+                )
             runs.setdefault(parts[1], []).append(member)
     except (tarfile.TarError, OSError, EOFError, UnreadableFile) as error:
         raise BundleError(f"{path}: cannot be read whole: {error}") from None
@@ -172,8 +181,9 @@ def _members(tar: tarfile.TarFile, path: Path) -> dict[str, list[tarfile.TarInfo
     return runs
 
 
-def _add_one(store: ResultStore, tar: tarfile.TarFile, key: str, files: list[tarfile.TarInfo],
-             budget: _Budget) -> tuple[str, str]:
+def _add_one(
+    store: ResultStore, tar: tarfile.TarFile, key: str, files: list[tarfile.TarInfo], budget: _Budget
+) -> tuple[str, str]:
     """One run of the bundle: ("refused", why), ("identical", key) where the store holds the same files under its id
     (or kept them apart before), or ("added", the id it is stored under: its own, or a new one, rekey.apart_id, where
     the store holds other files under its own).
@@ -215,7 +225,8 @@ def _unverified(entry: Path) -> str:
         return "; ".join(f"{d.path.name}: {d.reason}" for d in damage)
     manifest = read_store_json(entry / MANIFEST_FILE) if (entry / MANIFEST_FILE).exists() else {}
     if FILES_KEY not in manifest or CHECKSUM_KEY not in manifest:
-        return (f"{MANIFEST_FILE}: records no checksums ({FILES_KEY}, {CHECKSUM_KEY}), so its figures cannot be "
-                "checked: only runs whose files are checked are added")
+        return (
+            f"{MANIFEST_FILE}: records no checksums ({FILES_KEY}, {CHECKSUM_KEY}), so its figures cannot be "
+            "checked: only runs whose files are checked are added"
+        )
     return ""
-

@@ -26,8 +26,11 @@ def unread_runs_of(store: ResultStore, config_keys: Iterable[str]) -> list[str]:
     `config_keys`: a rerun of them supersedes these. A manifest that does not read says no key: such an entry is taken
     for one of before format 9, stored under its configuration's key."""
     wanted = set(config_keys)
-    folders = {p.name for p in store.runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")} \
-        if store.runs_dir.is_dir() else set()
+    folders = (
+        {p.name for p in store.runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")}
+        if store.runs_dir.is_dir()
+        else set()
+    )
     found = []
     for key in sorted(folders - store.keys()):
         path = store.runs_dir / key / MANIFEST_FILE

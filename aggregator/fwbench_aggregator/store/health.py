@@ -10,7 +10,6 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -42,16 +41,16 @@ class StoreHealth:
     entries: int  # readable entries: runs, and the noise floors, max-batch searches and FLOP counts kept beside them
     damaged: list[Damage] = field(default_factory=list)
     partials: int = 0  # hidden folders of writers at work or killed mid-write: never read
-    writer: Optional[str] = None  # who holds the store's writer lock now
+    writer: str | None = None  # who holds the store's writer lock now
 
 
 def _reason(error: Exception, path: Path) -> str:
     # pyarrow names the file in its message: said once, beside the reason.
     text = f"{type(error).__name__}: {error}".splitlines()[0].replace(f" '{path}'", "")
-    return text if len(text) <= _MAX_REASON_CHARS else text[:_MAX_REASON_CHARS - 1] + "…"
+    return text if len(text) <= _MAX_REASON_CHARS else text[: _MAX_REASON_CHARS - 1] + "…"
 
 
-def unreadable(path: Path, key: str = "") -> Optional[str]:
+def unreadable(path: Path, key: str = "") -> str | None:
     """Why the file (Parquet or a JSON object) cannot be read, or None where it reads whole; with `key` (its entry), a
     Parquet file must also be a frame of that entry (frame_problem)."""
     try:
@@ -80,27 +79,31 @@ def read_store_json(path: Path) -> object:
 SUMMARY_KEY_COLUMNS = ("run_key", "runner", "status")
 
 
-def frame_problem(name: str, table: pa.Table, key: str) -> Optional[str]:
+def frame_problem(name: str, table: pa.Table, key: str) -> str | None:
     """Why a valid Parquet file is no frame of the entry `key`: a summary without its key columns, or any frame whose
     run_key column names another entry."""
     missing = [c for c in SUMMARY_KEY_COLUMNS if c not in table.column_names] if name == "summary" else []
     if missing:
-        return (f"not a summary of this store: no {', '.join(missing)} column (its columns: "
-                f"{', '.join(table.column_names[:8]) or 'none'})")
+        return (
+            f"not a summary of this store: no {', '.join(missing)} column (its columns: "
+            f"{', '.join(table.column_names[:8]) or 'none'})"
+        )
     keys = set(table.column("run_key").to_pylist()) - {key} if "run_key" in table.column_names else set()
     if keys:
         return f"its run_key column holds {sorted(map(str, keys))[:3]}, not this run's key {key}"
     return None
 
 
-def _format_problem(manifest: dict) -> Optional[str]:
+def _format_problem(manifest: dict) -> str | None:
     """Why this fwbench cannot read a run of this manifest's store format, or None."""
     version = manifest.get(FORMAT_KEY, 1)
     if not is_format(version):
         return f"its {FORMAT_KEY} {str(version)[:40]!r} is not a store format"
     if run_format(manifest) > STORE_FORMAT:
-        return (f"written by a newer fwbench (store format {version}); this fwbench reads store formats up to "
-                f"{STORE_FORMAT}: update fwbench to read it")
+        return (
+            f"written by a newer fwbench (store format {version}); this fwbench reads store formats up to "
+            f"{STORE_FORMAT}: update fwbench to read it"
+        )
     return None
 
 

@@ -11,7 +11,6 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Optional
 
 FILES_KEY = "files"
 CHECKSUM_KEY = "manifest_sha256"
@@ -43,11 +42,14 @@ def sealed(manifest: Mapping, files: Mapping[str, dict]) -> dict:
 def data_records(folder: Path) -> dict[str, dict]:
     """file_record of each file of the entry in `folder` but its manifest: what says two entries hold the same run
     (the manifest differs with where and when the entry was written or carried)."""
-    return {p.name: file_record(p.read_bytes()) if stat.S_ISREG(p.lstat().st_mode) else {"kind": "not a regular file"}
-            for p in sorted(folder.iterdir()) if p.suffix in CHECKED_SUFFIXES and p.name != MANIFEST_FILE}
+    return {
+        p.name: file_record(p.read_bytes()) if stat.S_ISREG(p.lstat().st_mode) else {"kind": "not a regular file"}
+        for p in sorted(folder.iterdir())
+        if p.suffix in CHECKED_SUFFIXES and p.name != MANIFEST_FILE
+    }
 
 
-def manifest_problem(manifest: Mapping) -> Optional[str]:
+def manifest_problem(manifest: Mapping) -> str | None:
     """Why a manifest is not the one its writer sealed, or None (a sealed one intact, or one from before sealing)."""
     if FILES_KEY not in manifest and CHECKSUM_KEY not in manifest:
         return None
@@ -75,5 +77,7 @@ def file_problems(folder: Path, manifest: Mapping) -> list[tuple[Path, str]]:
         elif not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would block the read for ever (health.py names it)
             found.append((path, "not a regular file"))
         elif files[name] != file_record(path.read_bytes()):
-            found.append((path, "its sha256 or size differs from the run's manifest: changed after the run was written"))
+            found.append(
+                (path, "its sha256 or size differs from the run's manifest: changed after the run was written")
+            )
     return found

@@ -14,7 +14,6 @@ import os
 from collections.abc import Collection
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Optional
 
 from ..base.write_paths import WritePathError, entry_problem, write_path_problem
 from ..run.slurm import FOLDER as SLURM_SUBMISSIONS
@@ -35,8 +34,12 @@ class StorePathError(WritePathError):
         super().__init__(message, "--store")
 
 
-def store_path_problem(path: Path, home: Optional[Path] = None, folders: Optional[Collection[str]] = None,
-                       trees: Optional[Collection[str]] = None) -> Optional[str]:
+def store_path_problem(
+    path: Path,
+    home: Path | None = None,
+    folders: Collection[str] | None = None,
+    trees: Collection[str] | None = None,
+) -> str | None:
     """Why `path` cannot hold a results store, or None where it can (an existing store, an empty folder, or a path
     yet to be made). `home` and the system's folders and trees (base.folders) may be given, for tests."""
     try:
@@ -45,8 +48,9 @@ def store_path_problem(path: Path, home: Optional[Path] = None, folders: Optiona
         return f"{path} cannot be used: {getattr(error, 'strerror', None) or error}"
 
 
-def _problem(path: Path, home: Optional[Path], folders: Optional[Collection[str]],
-             trees: Optional[Collection[str]]) -> Optional[str]:
+def _problem(
+    path: Path, home: Path | None, folders: Collection[str] | None, trees: Collection[str] | None
+) -> str | None:
     given = Path(os.path.abspath(path))
     if given.is_symlink():  # a store may be a link within its own folder (results/store -> store-2026), no further
         target, parent = given.resolve(), given.parent.resolve()
@@ -54,8 +58,17 @@ def _problem(path: Path, home: Optional[Path], folders: Optional[Collection[str]
             return f"{path} is a symbolic link to {target}, out of its folder {parent}; give the store's own path"
         if not target.exists():
             return f"{path} is a symbolic link to {target}, which does not exist"
-    problem = write_path_problem(given, "folder", home, folders, trees, follow_link=True, why_not_there=(
-        "a store writes store.json, writer.lock and runs/ into its folder; give a folder of its own, e.g. results/store"))
+    problem = write_path_problem(
+        given,
+        "folder",
+        home,
+        folders,
+        trees,
+        follow_link=True,
+        why_not_there=(
+            "a store writes store.json, writer.lock and runs/ into its folder; give a folder of its own, e.g. results/store"
+        ),
+    )
     if problem:
         return problem
     resolved = given.resolve()
@@ -67,12 +80,14 @@ def _problem(path: Path, home: Optional[Path], folders: Optional[Collection[str]
     with os.scandir(resolved) as entries:
         first = next(entries, None)
     if first is not None and not any(os.path.lexists(resolved / mark) for mark in STORE_MARKS):
-        return (f"{path} holds files ({first.name}, ...) but no {STORE_FILE}: it is not a results store; give an "
-                "empty or new folder, or a store fwbench wrote")
+        return (
+            f"{path} holds files ({first.name}, ...) but no {STORE_FILE}: it is not a results store; give an "
+            "empty or new folder, or a store fwbench wrote"
+        )
     return None
 
 
-def internals_problem(root: Path) -> Optional[str]:
+def internals_problem(root: Path) -> str | None:
     """Why what is inside the store at `root` cannot be written as it is: a link among its entries or its runs/
     (a write or a move would land outside the store), a writer lock or store.json that is no regular file of one
     link, an internal folder that is no folder. None where the store's insides are its own."""
@@ -87,8 +102,10 @@ def internals_problem(root: Path) -> Optional[str]:
         with os.scandir(folder) if folder.is_dir() else nullcontext(()) as entries:
             link = next((entry.path for entry in entries if entry.is_symlink()), None)
         if link:
-            return (f"{link} is a symbolic link inside the store {root}: a store holds no links (a run written or moved "
-                    "through it would leave the store); remove it")
+            return (
+                f"{link} is a symbolic link inside the store {root}: a store holds no links (a run written or moved "
+                "through it would leave the store); remove it"
+            )
     return None
 
 

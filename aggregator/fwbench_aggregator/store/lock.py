@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
 
 from ..base.progress import Progress
 from ..base.read_files import parse_json
@@ -39,7 +38,7 @@ def _holder_text(path: Path) -> str:
     try:
         with os.fdopen(_open_lock(path, os.O_RDONLY), "rb") as file:
             holder = parse_json(file.read(64 * 1024).decode("utf-8", "replace"), str(path))
-        return (f"pid {holder['pid']} on {holder['host']} ({holder['command']}), since {holder['since']}")
+        return f"pid {holder['pid']} on {holder['host']} ({holder['command']}), since {holder['since']}"
     except (OSError, ValueError, KeyError, TypeError):
         return "another writer (that has not said who yet)"
 
@@ -54,7 +53,7 @@ def _open_lock(path: Path, flags: int) -> int:
         raise StorePathError(f"{error} (the store's writer lock)") from None
 
 
-def holder(root: Path) -> Optional[str]:
+def holder(root: Path) -> str | None:
     """Who holds the writer lock of the store at `root` now, or None where no one does."""
     path = Path(root) / LOCK_FILE
     if not os.path.lexists(path):
@@ -81,16 +80,21 @@ def _acquire(fd: int, path: Path, progress: Progress, wait_s: float) -> bool:
             waited = time.monotonic() - started
             if waiting_for is None:
                 waiting_for = _holder_text(path)
-                progress.note(f"{path.parent} is being written by {waiting_for}: waiting for it, {wait_s:g} s at most",
-                              "warning")
+                progress.note(
+                    f"{path.parent} is being written by {waiting_for}: waiting for it, {wait_s:g} s at most", "warning"
+                )
             if waited >= wait_s:
                 raise StoreBusy(
                     f"{path.parent} is being written by {_holder_text(path)}; waited {waited:.0f} s. Run again with "
-                    "--resume once it ends (what it stores is kept), or give another --store") from None
+                    "--resume once it ends (what it stores is kept), or give another --store"
+                ) from None
             time.sleep(_POLL_S)
         except OSError as error:
-            progress.note(f"{path.parent} cannot be locked ({error.strerror}): written without the writer lock, so "
-                          "another sweep into it at the same time is not held off", "warning")
+            progress.note(
+                f"{path.parent} cannot be locked ({error.strerror}): written without the writer lock, so "
+                "another sweep into it at the same time is not held off",
+                "warning",
+            )
             return False
     if waiting_for is not None:
         progress.note(f"waited {time.monotonic() - started:.1f} s for {path.parent}, written by {waiting_for}")
@@ -98,7 +102,7 @@ def _acquire(fd: int, path: Path, progress: Progress, wait_s: float) -> bool:
 
 
 @contextmanager
-def store_lock(root: Path, progress: Progress = Progress(), wait_s: Optional[float] = None) -> Iterator[None]:
+def store_lock(root: Path, progress: Progress = Progress(), wait_s: float | None = None) -> Iterator[None]:
     """Hold the writer lock of the store at `root` (created if need be) for the block; StoreBusy where another writer
     holds it for longer than `wait_s` (default WAIT_S); StorePathError, before anything is written, where `root`
     can hold no store (location.py)."""
@@ -108,8 +112,12 @@ def store_lock(root: Path, progress: Progress = Progress(), wait_s: Optional[flo
     fd = _open_lock(path, os.O_RDWR | os.O_CREAT)
     try:
         if _acquire(fd, path, progress, WAIT_S if wait_s is None else wait_s):
-            me = {"pid": os.getpid(), "host": platform.node(), "command": shlex.join(sys.argv),
-                  "since": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+            me = {
+                "pid": os.getpid(),
+                "host": platform.node(),
+                "command": shlex.join(sys.argv),
+                "since": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            }
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
             os.fsync(fd)

@@ -118,8 +118,13 @@ def _design_columns(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.Dat
     if name != "summary":
         return frame
     frame = frame.copy()
-    for column, value in (("design", ROUNDS_LABEL), ("process_block", ""), ("block_window", -1),
-                          ("build_continued", False), ("process_id", 0)):
+    for column, value in (
+        ("design", ROUNDS_LABEL),
+        ("process_block", ""),
+        ("block_window", -1),
+        ("build_continued", False),
+        ("process_id", 0),
+    ):
         if column not in frame:
             frame[column] = value
     return frame
@@ -154,8 +159,15 @@ def _new_setting_columns(name: str, frame: pd.DataFrame, manifest: Mapping) -> p
 
 # From format N to N + 1: (frame name, frame, the run's manifest) -> frame.
 STEPS: dict[int, Callable[[str, pd.DataFrame, Mapping], pd.DataFrame]] = {
-    1: _distributed_columns, 2: _model_source_columns, 3: _quiet_evidence_columns, 4: _steps_asked_column,
-    5: _run_isolation_column, 6: _design_columns, 7: _looks_column, 8: _own_run_ids, 9: _new_setting_columns,
+    1: _distributed_columns,
+    2: _model_source_columns,
+    3: _quiet_evidence_columns,
+    4: _steps_asked_column,
+    5: _run_isolation_column,
+    6: _design_columns,
+    7: _looks_column,
+    8: _own_run_ids,
+    9: _new_setting_columns,
 }
 OWN_IDS_FORMAT = 9
 
@@ -182,5 +194,8 @@ def is_refusal_record(manifest: Mapping) -> bool:
     """Format 1 stored a refused request (unknown model, unsupported setting) as a failed run, so that a resume
     skipped it for ever. Only running out of memory is a fact about a configuration: such a record is no run, and a
     resume runs it again (keeping the old record aside)."""
-    return (run_format(manifest) == UNVERSIONED and manifest.get("status") == "failed"
-            and manifest.get("code") != "RESOURCE_EXHAUSTED")
+    return (
+        run_format(manifest) == UNVERSIONED
+        and manifest.get("status") == "failed"
+        and manifest.get("code") != "RESOURCE_EXHAUSTED"
+    )

@@ -79,8 +79,14 @@ def _config_columns(run_id: str, result: RunResult) -> dict:
 def steps_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
     """One row per step (warm-up steps included, flagged), for every successful run."""
     rows = [
-        {**_config_columns(run_id, r), "step_index": s.index, "warmup": s.warmup, "start_s": s.start_s,
-         "step_time_s": s.step_time_s, "rank_step_time_s": " ".join(f"{t:.9g}" for t in s.rank_step_time_s)}
+        {
+            **_config_columns(run_id, r),
+            "step_index": s.index,
+            "warmup": s.warmup,
+            "start_s": s.start_s,
+            "step_time_s": s.step_time_s,
+            "rank_step_time_s": " ".join(f"{t:.9g}" for t in s.rank_step_time_s),
+        }
         for r in results
         for s in r.steps
     ]
@@ -95,8 +101,9 @@ def queries_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
         for q in r.queries
         for i, (latency_s, queue_s) in enumerate(zip(q.latency_s, q.queue_s))
     ]
-    return pd.DataFrame(rows, columns=QUERIES_COLUMNS).sort_values(["run_id", "runner", "repetition", "query_index"],
-                                                                  kind="stable", ignore_index=True)
+    return pd.DataFrame(rows, columns=QUERIES_COLUMNS).sort_values(
+        ["run_id", "runner", "repetition", "query_index"], kind="stable", ignore_index=True
+    )
 
 
 def _serving_columns(config: wire.Resolved, summary: wire.Summary) -> dict:
@@ -109,13 +116,15 @@ def _serving_columns(config: wire.Resolved, summary: wire.Summary) -> dict:
         "scenario": to_text(Scenario, s.scenario),
         "target_qps": s.target_qps if to_text(Scenario, s.scenario) == Scenario.server else None,
         "batch_timeout_ms": config.serving.batch_timeout_ms,
-        "query_count": s.query_count, "duration_s": s.duration_s, "achieved_qps": s.achieved_qps,
+        "query_count": s.query_count,
+        "duration_s": s.duration_s,
+        "achieved_qps": s.achieved_qps,
         "serving_throughput_samples_per_s": s.throughput_samples_per_s,
         **{f"{p}_latency_s": _optional(s, f"{p}_latency_s") for p in SERVING_PERCENTILES},
-        "mean_latency_s": s.mean_latency_s, "mean_batch_queries": s.mean_batch_queries,
+        "mean_latency_s": s.mean_latency_s,
+        "mean_batch_queries": s.mean_batch_queries,
         "serving_unavailable": "; ".join(f"{k}: {v}" for k, v in sorted(s.reasons.items())),
     }
-
 
 
 def _setting_columns(config: wire.Resolved) -> dict:
@@ -257,8 +266,13 @@ def _runner_columns(result: RunResult) -> dict:
     }
 
 
-def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFailure],
-                  max_repetitions: int = 0, looks: tuple[int, ...] = ()) -> pd.DataFrame:
+def summary_frame(
+    run_id: str,
+    results: list[RunResult],
+    failures: list[RunnerFailure],
+    max_repetitions: int = 0,
+    looks: tuple[int, ...] = (),
+) -> pd.DataFrame:
     """One row per runner: its summary and manifest, or the failure that stopped it. max_repetitions: the budget of
     the sequential design the runs were made under (analyse.sequential), 0 for a fixed number of runs; looks: where
     that design looked (units per runner), () after every unit."""
@@ -279,8 +293,9 @@ def summary_frame(run_id: str, results: list[RunResult], failures: list[RunnerFa
         }
         for r in results
     ]
-    rows += [{"run_id": run_id, "runner": f.runner, "status": "failed", "error": f"{f.code}: {f.message}"}
-             for f in failures]
+    rows += [
+        {"run_id": run_id, "runner": f.runner, "status": "failed", "error": f"{f.code}: {f.message}"} for f in failures
+    ]
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -319,21 +334,34 @@ def manifest(run_id: str, results: list[RunResult], requests: dict[str, wire.Req
     return {
         "run_id": run_id,
         "command": sys.argv,
-        "aggregator_host": {"platform": platform.platform(), "python": platform.python_version(), "node": platform.node()},
+        "aggregator_host": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "node": platform.node(),
+        },
         "runners": runners,
     }
 
 
-def store_result(results_store: ResultStore, key: str, config: dict, result: RunResult, request: wire.Request,
-                 context: dict | None = None, profile: str = "", max_repetitions: int = 0,
-                 looks: tuple[int, ...] = ()) -> None:
+def store_result(
+    results_store: ResultStore,
+    key: str,
+    config: dict,
+    result: RunResult,
+    request: wire.Request,
+    context: dict | None = None,
+    profile: str = "",
+    max_repetitions: int = 0,
+    looks: tuple[int, ...] = (),
+) -> None:
     """Append one completed run to the store: its steps, summary, power samples and manifest (with `context`, e.g.
     the cluster allocation it ran on). `profile` labels runs whose profile is not the request's (a best profile's
     search runs: never pooled with the comparison they chose the settings for)."""
     frames = {
         "steps": steps_frame(key, [result]),
         "summary": summary_frame(key, [result], [], max_repetitions, looks).assign(
-            quiet_wait_s=(context or {}).get("quiet_wait_s", math.nan)),
+            quiet_wait_s=(context or {}).get("quiet_wait_s", math.nan)
+        ),
         "power": power_frame(key, [result]),
     }
     if result.queries:
@@ -343,7 +371,13 @@ def store_result(results_store: ResultStore, key: str, config: dict, result: Run
     results_store.append(key, config, frames, {**manifest(key, [result], {result.runner: request}), **(context or {})})
 
 
-def store_out_of_memory(results_store: ResultStore, key: str, config: dict, failure: RunnerFailure, columns: dict,
-                        context: dict | None = None) -> None:
+def store_out_of_memory(
+    results_store: ResultStore,
+    key: str,
+    config: dict,
+    failure: RunnerFailure,
+    columns: dict,
+    context: dict | None = None,
+) -> None:
     """Append a run that ran out of memory: a fact about its configuration that a resume would only repeat."""
     results_store.append_failure(key, config, failure.code, failure.message, manifest=context, columns=columns)

@@ -26,7 +26,9 @@ _ID_COLUMNS = ("run_key", "run_id")
 def _renamed(data: bytes, old: str, new: str) -> bytes:
     table = pq.read_table(io.BytesIO(data))
     for name in _ID_COLUMNS:
-        if name in table.column_names and (pa.types.is_string(kind := table.schema.field(name).type) or pa.types.is_large_string(kind)):
+        if name in table.column_names and (
+            pa.types.is_string(kind := table.schema.field(name).type) or pa.types.is_large_string(kind)
+        ):
             column = table.column(name)
             index = table.column_names.index(name)
             table = table.set_column(index, name, pc.if_else(pc.equal(column, old), new, column))
@@ -55,8 +57,9 @@ def rekeyed(entry: Path, old: str) -> Path:
     config_key = config_key_of(old, manifest)
     body = {k: v for k, v in manifest.items() if k not in (FILES_KEY, CHECKSUM_KEY)}
     body = {**body, KEPT_APART_KEY: old, **({CONFIG_KEY: config_key} if config_key else {})}
-    contents[MANIFEST_FILE] = json.dumps(sealed(body, {n: file_record(d) for n, d in contents.items()}), indent=2,
-                                         sort_keys=True).encode()
+    contents[MANIFEST_FILE] = json.dumps(
+        sealed(body, {n: file_record(d) for n, d in contents.items()}), indent=2, sort_keys=True
+    ).encode()
     for name, data in contents.items():
         (target / name).write_bytes(data)
     return target

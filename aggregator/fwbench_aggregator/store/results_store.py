@@ -51,9 +51,9 @@ import pandas as pd
 
 from ..base.write_paths import write_atomically
 from .health import Damage, entry_damage, read_store_json, unreadable
-from .migrations import FORMAT_KEY, check_readable, is_format, is_refusal_record, migrated, run_format
 from .integrity import MANIFEST_FILE, file_record, sealed
 from .location import RUNS_FOLDER, STORE_FILE, store_subfolder
+from .migrations import FORMAT_KEY, check_readable, is_format, is_refusal_record, migrated, run_format
 from .schema import STORE_FORMAT
 
 ASIDE_FOLDER = "aside"
@@ -70,8 +70,10 @@ class AlreadyStored(ValueError):
     """A key another writer stored first: the store is append-only. `kept` is where this write went instead."""
 
     def __init__(self, key: str, runs_dir: Path, kept: Path) -> None:
-        super().__init__(f"run {key} is already stored in {runs_dir}; the store is append-only: this write is kept "
-                         f"in {kept}, and not read")
+        super().__init__(
+            f"run {key} is already stored in {runs_dir}; the store is append-only: this write is kept "
+            f"in {kept}, and not read"
+        )
         self.key, self.kept = key, kept
 
 
@@ -218,7 +220,9 @@ class ResultStore:
 
     # Writing.
 
-    def append(self, key: str, config: Mapping[str, object], frames: Mapping[str, pd.DataFrame], manifest: Mapping) -> Path:
+    def append(
+        self, key: str, config: Mapping[str, object], frames: Mapping[str, pd.DataFrame], manifest: Mapping
+    ) -> Path:
         """Write one entry atomically and return its folder; a damaged entry under `key` is moved into damaged/
         first. A key already stored is refused (AlreadyStored, a ValueError): the store is append-only, and what
         this write holds is kept in duplicates/ instead, never dropped. Each frame gets a leading run_key column if
@@ -227,7 +231,9 @@ class ResultStore:
             raise ValueError(f"{key!r} is not a run key: letters, digits, '_' and '-' only")
         for name in frames:
             if not _FRAME_NAME_PATTERN.fullmatch(name) or name in _RESERVED_NAMES:
-                raise ValueError(f"{name!r} is not a frame name: lower-case letters, digits and '_', not config or manifest")
+                raise ValueError(
+                    f"{name!r} is not a frame name: lower-case letters, digits and '_', not config or manifest"
+                )
         config_text = json.dumps(dict(config), indent=2, sort_keys=True, allow_nan=False)
         manifest = {**manifest, FORMAT_KEY: STORE_FORMAT}
         if self.occupied(key) and self.damage(key):
@@ -323,8 +329,13 @@ class ResultStore:
         return target
 
     def append_failure(
-        self, key: str, config: Mapping[str, object], code: str, message: str,
-        manifest: Mapping | None = None, columns: Mapping[str, object] | None = None,
+        self,
+        key: str,
+        config: Mapping[str, object],
+        code: str,
+        message: str,
+        manifest: Mapping | None = None,
+        columns: Mapping[str, object] | None = None,
     ) -> Path:
         """Record a run that ran out of memory as a run whose one summary row has status "failed": resuming skips
         it and reports show it as a missing point.
@@ -332,7 +343,13 @@ class ResultStore:
         the resolved input_shape and device, so the row lines up with the successful runs' rows."""
         row = {"run_key": key, **_flat(config), **(columns or {})}
         summary = pd.DataFrame([{**row, "status": "failed", "error_code": code, "error": f"{code}: {message}"}])
-        record = {"status": "failed", "code": code, "message": message, "recorded_at_unix_s": time.time(), **(manifest or {})}
+        record = {
+            "status": "failed",
+            "code": code,
+            "message": message,
+            "recorded_at_unix_s": time.time(),
+            **(manifest or {}),
+        }
         return self.append(key, config, {"summary": summary}, record)
 
     def partials(self) -> list[Path]:

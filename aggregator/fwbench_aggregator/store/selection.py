@@ -40,16 +40,20 @@ class Selection:
     where: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def parse(cls, compare: str = "", where: Sequence[str] = ()) -> "Selection":
+    def parse(cls, compare: str = "", where: Sequence[str] = ()) -> Selection:
         conditions = []
         for condition in where:
             column, equals, value = condition.partition("=")
             if not equals or not column.strip():
-                raise SelectionError(f"--where {condition!r}: accepted: COLUMN=VALUE, e.g. framework_version=2.15.0",
-                                     "--where")
+                raise SelectionError(
+                    f"--where {condition!r}: accepted: COLUMN=VALUE, e.g. framework_version=2.15.0", "--where"
+                )
             if column.strip() not in SUMMARY_COLUMNS:
-                raise SelectionError(f"--where {condition!r}: {column.strip()!r} is no column of the store's summary; "
-                                     f"accepted columns: {', '.join(SUMMARY_COLUMNS)}", "--where")
+                raise SelectionError(
+                    f"--where {condition!r}: {column.strip()!r} is no column of the store's summary; "
+                    f"accepted columns: {', '.join(SUMMARY_COLUMNS)}",
+                    "--where",
+                )
             conditions.append((column.strip(), value.strip()))
         return cls(compare.strip(), tuple(conditions))
 
@@ -69,13 +73,18 @@ class Selection:
             chosen = chosen[chosen["run_key"].isin(ids["run_key"])]
             if chosen.empty:
                 known = sorted(set(configs.get(COMPARE_KEY, pd.Series(dtype=object)).dropna().astype(str)))
-                raise SelectionError(f"--compare {self.compare}: the store holds no run of that compare; its compares: "
-                                     f"{', '.join(known[-10:]) or 'none (its runs came from sweeps)'}", "--compare")
+                raise SelectionError(
+                    f"--compare {self.compare}: the store holds no run of that compare; its compares: "
+                    f"{', '.join(known[-10:]) or 'none (its runs came from sweeps)'}",
+                    "--compare",
+                )
         for column, value in self.where:
             values = chosen[column] if column in chosen else pd.Series("", index=chosen.index)
             chosen = chosen[[key_text(v) == value for v in values]]
         if chosen.empty:
-            raise SelectionError(f"no run of the store matches {self.describe()}", "--where" if self.where else "--compare")
+            raise SelectionError(
+                f"no run of the store matches {self.describe()}", "--where" if self.where else "--compare"
+            )
         return set(chosen["run_key"])
 
     def frames(self, frames: dict[str, pd.DataFrame], configs: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -83,5 +92,7 @@ class Selection:
         if self.everything:
             return frames
         keys = self.run_keys(frames["summary"], configs)
-        return {name: frame[frame["run_key"].isin(keys)] if name in RUN_FRAMES and "run_key" in frame else frame
-                for name, frame in frames.items()}
+        return {
+            name: frame[frame["run_key"].isin(keys)] if name in RUN_FRAMES and "run_key" in frame else frame
+            for name, frame in frames.items()
+        }

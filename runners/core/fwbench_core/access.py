@@ -68,22 +68,33 @@ class AccessError(ValueError):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     env = os.environ
     parser.add_argument(
-        "--tls-cert", default=env.get(TLS_CERT_ENV) or None, metavar="PEM",
+        "--tls-cert",
+        default=env.get(TLS_CERT_ENV) or None,
+        metavar="PEM",
         help=f"serve TLS with this certificate chain and --tls-key (default: ${TLS_CERT_ENV}; none: plaintext)",
     )
-    parser.add_argument("--tls-key", default=env.get(TLS_KEY_ENV) or None, metavar="PEM",
-                        help=f"the private key of --tls-cert (default: ${TLS_KEY_ENV})")
     parser.add_argument(
-        "--tls-client-ca", default=env.get(TLS_CLIENT_CA_ENV) or None, metavar="PEM",
+        "--tls-key",
+        default=env.get(TLS_KEY_ENV) or None,
+        metavar="PEM",
+        help=f"the private key of --tls-cert (default: ${TLS_KEY_ENV})",
+    )
+    parser.add_argument(
+        "--tls-client-ca",
+        default=env.get(TLS_CLIENT_CA_ENV) or None,
+        metavar="PEM",
         help=f"require client certificates signed by this CA (mutual TLS; default: ${TLS_CLIENT_CA_ENV})",
     )
     parser.add_argument(
-        "--token-file", default=env.get(TOKEN_FILE_ENV) or None, metavar="FILE",
+        "--token-file",
+        default=env.get(TOKEN_FILE_ENV) or None,
+        metavar="FILE",
         help=f"require the token this file holds on every call but the health Check, as the metadata "
         f"'authorization: Bearer TOKEN' (default: ${TOKEN_FILE_ENV}, or the token itself in ${TOKEN_ENV})",
     )
     parser.add_argument(
-        "--insecure", action="store_true",
+        "--insecure",
+        action="store_true",
         help="listen beyond loopback with neither TLS nor a token, where the network itself is the guard (a "
         f"container's own network); refused otherwise (default: ${INSECURE_ENV}: 1, true, yes or on)",
     )
@@ -111,8 +122,11 @@ class Access:
                     f"127.0.0.1, or, where the network itself is the guard (a container's own network), --insecure "
                     f"(${INSECURE_ENV}=1)"
                 )
-            log.warning("%s is not loopback and the runner has neither TLS nor a token (--insecure): anyone who "
-                        "reaches it can drive the runner (see --tls-cert and --token-file)", address)
+            log.warning(
+                "%s is not loopback and the runner has neither TLS nor a token (--insecure): anyone who "
+                "reaches it can drive the runner (see --tls-cert and --token-file)",
+                address,
+            )
         try:
             port = server.add_secure_port(address, self.tls) if self.tls else server.add_insecure_port(address)
         except RuntimeError:
@@ -134,7 +148,9 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ)
     if bool(args.tls_cert) != bool(args.tls_key):
         raise AccessError("--tls-cert and --tls-key go together: give the certificate chain and its private key")
     if args.tls_client_ca and not args.tls_cert:
-        raise AccessError("--tls-client-ca needs --tls-cert and --tls-key: client certificates are checked over TLS only")
+        raise AccessError(
+            "--tls-client-ca needs --tls-cert and --tls-key: client certificates are checked over TLS only"
+        )
     tls = None
     if args.tls_cert:
         cert, key = read_file("--tls-cert", args.tls_cert), read_file("--tls-key", args.tls_key)
@@ -154,7 +170,9 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ)
                 context.load_verify_locations(args.tls_client_ca)
             except ssl.SSLError:
                 raise AccessError(f"--tls-client-ca {args.tls_client_ca}: holds no PEM CA certificate") from None
-        tls = grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None)
+        tls = grpc.ssl_server_credentials(
+            [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
+        )
     try:
         insecure = args.insecure or env_flag(INSECURE_ENV, False, environ)
     except EnvFlagError as error:
@@ -171,14 +189,19 @@ def read_file(option: str, path: str) -> bytes:
 
 def _encrypted_key(path: str):
     # Called only for an encrypted key, which gRPC cannot use (and which ssl would otherwise prompt for).
-    raise AccessError(f"--tls-key {path}: the key is encrypted; gRPC needs it unencrypted (openssl pkey -in KEY -out PLAIN)")
+    raise AccessError(
+        f"--tls-key {path}: the key is encrypted; gRPC needs it unencrypted (openssl pkey -in KEY -out PLAIN)"
+    )
 
 
 def _token(token_file: str | None, token_from_env: str | None) -> str | None:
     if token_file and token_from_env:
         raise AccessError(f"give the token once: --token-file (or ${TOKEN_FILE_ENV}) or ${TOKEN_ENV}, not both")
     if token_file:
-        token, where = read_file("--token-file", token_file).decode("ascii", "replace").strip(), f"--token-file {token_file}"
+        token, where = (
+            read_file("--token-file", token_file).decode("ascii", "replace").strip(),
+            f"--token-file {token_file}",
+        )
     elif token_from_env:
         token, where = token_from_env, f"${TOKEN_ENV}"
     else:
@@ -186,7 +209,9 @@ def _token(token_file: str | None, token_from_env: str | None) -> str | None:
     if not TOKEN_CHARACTERS.fullmatch(token):
         raise AccessError(f"{where}: a token is one word of printable ASCII characters, e.g. `openssl rand -hex 32`")
     if len(token) < MIN_TOKEN_CHARS:
-        raise AccessError(f"{where}: the token has {len(token)} characters; use at least {MIN_TOKEN_CHARS}, e.g. `openssl rand -hex 32`")
+        raise AccessError(
+            f"{where}: the token has {len(token)} characters; use at least {MIN_TOKEN_CHARS}, e.g. `openssl rand -hex 32`"
+        )
     return token
 
 

@@ -32,8 +32,10 @@ def pin_malloc() -> str:
     if name != "glibc":
         return f"{name or 'unknown C library'}: unchanged"
     libc = ctypes.CDLL(None)  # the process's own C library
-    pinned = (libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
-              and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1)
+    pinned = (
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
+        and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1
+    )
     if not pinned:
         return f"glibc {version}: unchanged (mallopt refused)"
     return f"glibc {version} mmap_threshold={MMAP_THRESHOLD_BYTES} trim_threshold={TRIM_THRESHOLD_BYTES}"

@@ -11,8 +11,11 @@ from .isolation import Watch, WorkerProcess
 from .run_path import plugin_failure
 
 # What a worker running a plug-in's code apart (_apart) does, by backend method: the phase its limit applies to.
-_APART_PHASES = {"inspect": "building and inspecting it", "export_reference": "building it and exporting a reference",
-                 "compare_reference": "building it and comparing it with a reference"}
+_APART_PHASES = {
+    "inspect": "building and inspecting it",
+    "export_reference": "building it and exporting a reference",
+    "compare_reference": "building it and comparing it with a reference",
+}
 _STARTED = "started"  # _apart's first item: the framework is imported, the plug-in's code starts
 
 
@@ -35,9 +38,16 @@ def apart_phase_after(method: str) -> Callable[[object], str | None]:
     return lambda item: _APART_PHASES[method] if item == _STARTED else None
 
 
-def called_apart(worker: WorkerProcess, make_backend: Callable[[], Backend], method: str, args: tuple,
-                 cancelled: Callable[[], bool], watch: Watch):
+def called_apart(
+    worker: WorkerProcess,
+    make_backend: Callable[[], Backend],
+    method: str,
+    args: tuple,
+    cancelled: Callable[[], bool],
+    watch: Watch,
+):
     """The backend's `method(*args)` in `worker` (make_backend gives it there), its result brought back."""
-    results = [item for item in worker.stream(_apart, (make_backend, method, args), cancelled, watch)
-               if item != _STARTED]
+    results = [
+        item for item in worker.stream(_apart, (make_backend, method, args), cancelled, watch) if item != _STARTED
+    ]
     return results[0]

@@ -37,13 +37,21 @@ class Catalog:
         )
 
 
-def load_catalog(registry: ModelRegistry, where: Iterable[PluginLocation] = (), plugin_limit_s: float = PLUGIN_LIMIT_S) -> Catalog:
+def load_catalog(
+    registry: ModelRegistry, where: Iterable[PluginLocation] = (), plugin_limit_s: float = PLUGIN_LIMIT_S
+) -> Catalog:
     """The built-ins `registry` builds, and the plug-ins at `where` (each checked within `plugin_limit_s`)."""
     builtins = {name: MODEL_SPECS[name] for name in registry.names()}
-    unbuilt = {name: f"the {registry.framework} runner has no builder for the built-in model {name}"
-               for name in MODEL_SPECS if name not in builtins}
+    unbuilt = {
+        name: f"the {registry.framework} runner has no builder for the built-in model {name}"
+        for name in MODEL_SPECS
+        if name not in builtins
+    }
     loaded: LoadedPlugins = load_plugins(
-        registry.framework, where, {name: "the built-in models" for name in MODEL_SPECS}, registry.make_plugin_builder,
+        registry.framework,
+        where,
+        {name: "the built-in models" for name in MODEL_SPECS},
+        registry.make_plugin_builder,
         plugin_limit_s,
     )
     return Catalog({**builtins, **loaded.specs}, {**unbuilt, **loaded.not_offered}, loaded.reports)

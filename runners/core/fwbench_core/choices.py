@@ -66,11 +66,11 @@ class DeviceKind(enum.Enum):
 
 
 class Strategy(enum.Enum):
-    SINGLE = "single"                                # one device, one process
-    DP = "dp"                                        # torch.nn.DataParallel: one process, two or more GPUs
-    DDP = "ddp"                                      # torch DistributedDataParallel: one process per device
-    MIRRORED = "mirrored"                            # one process, the runner's devices, weights replicated:
-                                                     # tf MirroredStrategy; JAX: the batch sharded over a mesh
+    SINGLE = "single"  # one device, one process
+    DP = "dp"  # torch.nn.DataParallel: one process, two or more GPUs
+    DDP = "ddp"  # torch DistributedDataParallel: one process per device
+    MIRRORED = "mirrored"  # one process, the runner's devices, weights replicated:
+    # tf MirroredStrategy; JAX: the batch sharded over a mesh
     MULTI_WORKER_MIRRORED = "multi_worker_mirrored"  # tf MultiWorkerMirroredStrategy: one process per runner
 
 
@@ -78,8 +78,8 @@ class Scenario(enum.Enum):
     """How inference queries reach the model (MLPerf Inference LoadGen's scenarios)."""
 
     SINGLE_STREAM = "single_stream"  # one query of batch_size samples at a time, each when the previous completes
-    SERVER = "server"                # one-sample queries arriving as a seeded Poisson process, dynamically batched
-    OFFLINE = "offline"              # every query at once, in batches of batch_size
+    SERVER = "server"  # one-sample queries arriving as a seeded Poisson process, dynamically batched
+    OFFLINE = "offline"  # every query at once, in batches of batch_size
 
 
 class Task(enum.Enum):
@@ -89,16 +89,16 @@ class Task(enum.Enum):
 
 
 class InputKind(enum.Enum):
-    IMAGE = "image"              # float pixels, CxHxW
-    TOKENS = "tokens"            # integer token ids, one sequence
-    AUDIO = "audio"              # float raw waveform samples
+    IMAGE = "image"  # float pixels, CxHxW
+    TOKENS = "tokens"  # integer token ids, one sequence
+    AUDIO = "audio"  # float raw waveform samples
     SPECTROGRAM = "spectrogram"  # float FxT spectrogram frames
 
 
 class Objective(enum.Enum):
-    CLASSIFY = "classify"        # logits (batch, classes), cross-entropy against one class per sample
-    TOKEN_CE = "token_ce"        # logits (batch, seq, vocab), cross-entropy at every position
-    CTC = "ctc"                  # logits (batch, frames, alphabet incl. blank at 0), CTC against random transcripts
+    CLASSIFY = "classify"  # logits (batch, classes), cross-entropy against one class per sample
+    TOKEN_CE = "token_ce"  # logits (batch, seq, vocab), cross-entropy at every position
+    CTC = "ctc"  # logits (batch, frames, alphabet incl. blank at 0), CTC against random transcripts
 
 
 class Phase(enum.Enum):

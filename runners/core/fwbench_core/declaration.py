@@ -10,10 +10,10 @@ import re
 import sys
 from pathlib import Path
 
-from .errors import did_you_mean
 from .choices import InputKind, Objective, Task
+from .errors import did_you_mean
 from .safe_read import FileRefused, FileTooLarge, read_small_file
-from .spec import Head, ModelSpec, ModelSource
+from .spec import Head, ModelSource, ModelSpec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -32,7 +32,12 @@ MAX_HEADS = 64
 # once a level, and some 300 levels end the runner's start with a RecursionError.
 MAX_NESTING = 16
 # The conventions each input kind's runners understand (images are converted to each framework's layout).
-CONVENTIONS = {InputKind.IMAGE: "CxHxW", InputKind.TOKENS: "seq", InputKind.AUDIO: "audio", InputKind.SPECTROGRAM: "FxT"}
+CONVENTIONS = {
+    InputKind.IMAGE: "CxHxW",
+    InputKind.TOKENS: "seq",
+    InputKind.AUDIO: "audio",
+    InputKind.SPECTROGRAM: "FxT",
+}
 REQUIRED = ("name", "task", "input_kind", "default_input_shape", "min_input_shape", "max_input_shape", "heads")
 OPTIONAL = ("input_convention", "vocab_size", "description")
 HEAD_FIELDS = ("name", "objective", "outputs")
@@ -59,17 +64,21 @@ class _Reader:
             return enum_type(value)
         except ValueError:
             raise self.fail(
-                field, f"{value!r} is not accepted{did_you_mean(value, [m.value for m in enum_type])}; "
-                f"accepted values: {_choices(enum_type)}"
+                field,
+                f"{value!r} is not accepted{did_you_mean(value, [m.value for m in enum_type])}; "
+                f"accepted values: {_choices(enum_type)}",
             ) from None
 
     def shape(self, field: str) -> tuple[int, ...]:
         value = self.table[field]
         if (
-            not isinstance(value, list) or not value
+            not isinstance(value, list)
+            or not value
             or not all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= MAX_DIMENSION for d in value)
         ):
-            raise self.fail(field, f"{value!r} is not a shape; a list of whole numbers from 1 to {MAX_DIMENSION}, e.g. [3, 32, 32]")
+            raise self.fail(
+                field, f"{value!r} is not a shape; a list of whole numbers from 1 to {MAX_DIMENSION}, e.g. [3, 32, 32]"
+            )
         return tuple(value)
 
     def integer(self, field: str, value, low: int) -> int:
@@ -90,11 +99,17 @@ def _heads(reader: _Reader) -> tuple[tuple[str, Head], ...]:
         unknown = sorted(set(head) - set(HEAD_FIELDS))
         missing = [name for name in HEAD_FIELDS if name not in head]
         if unknown or missing:
-            problem = f"missing {', '.join(missing)}" if missing else f"unknown field {unknown[0]!r}{did_you_mean(unknown[0], HEAD_FIELDS)}"
+            problem = (
+                f"missing {', '.join(missing)}"
+                if missing
+                else f"unknown field {unknown[0]!r}{did_you_mean(unknown[0], HEAD_FIELDS)}"
+            )
             raise reader.fail(field, f"{problem}; a head has exactly: {', '.join(HEAD_FIELDS)}")
         name = head["name"]
         if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-            raise reader.fail(f"{field}.name", f"{name!r} is not a name: lower-case letters, digits and _, starting with a letter")
+            raise reader.fail(
+                f"{field}.name", f"{name!r} is not a name: lower-case letters, digits and _, starting with a letter"
+            )
         if name in dict(parsed):
             raise reader.fail(f"{field}.name", f"{name!r} names two heads")
         objective = reader.enum(f"{field}.objective", Objective, head["objective"])
@@ -137,15 +152,17 @@ def _after_string(text: str, at: int) -> int:
         at += 2 if quote == '"' and text[at] == "\\" else 1
     at += len(delimiter)
     if len(delimiter) == 3:  # a multi-line string's last one or two quotes may be its own: """a"""""
-        at += len(text[at:at + 2]) - len(text[at:at + 2].lstrip(quote))
+        at += len(text[at : at + 2]) - len(text[at : at + 2].lstrip(quote))
     return at
 
 
 def parse_declaration(path: Path, text: str, source: ModelSource) -> ModelSpec:
     """The ModelSpec that `text` (the contents of `path`) declares; DeclarationError where it breaks a rule."""
     if line := _too_deep(text):
-        raise DeclarationError(f"{path}: line {line}: arrays and tables nest over {MAX_NESTING} deep; a declaration "
-                               f"nests at most {MAX_NESTING} (its shapes and [[heads]] need 2)")
+        raise DeclarationError(
+            f"{path}: line {line}: arrays and tables nest over {MAX_NESTING} deep; a declaration "
+            f"nests at most {MAX_NESTING} (its shapes and [[heads]] need 2)"
+        )
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -153,40 +170,68 @@ def parse_declaration(path: Path, text: str, source: ModelSource) -> ModelSpec:
     reader = _Reader(path, table)
     unknown = sorted(set(table) - set(REQUIRED) - set(OPTIONAL))
     if unknown:
-        raise reader.fail(unknown[0], f"unknown field{did_you_mean(unknown[0], REQUIRED + OPTIONAL)}; fields: {', '.join(REQUIRED + OPTIONAL)}")
+        raise reader.fail(
+            unknown[0],
+            f"unknown field{did_you_mean(unknown[0], REQUIRED + OPTIONAL)}; fields: {', '.join(REQUIRED + OPTIONAL)}",
+        )
     missing = [name for name in REQUIRED if name not in table]
     if missing:
         raise reader.fail(missing[0], f"missing; a declaration needs {', '.join(REQUIRED)}")
     name = table["name"]
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-        raise reader.fail("name", f"{name!r} is not a model name: lower-case letters, digits and _, starting with a letter, at most 64")
+        raise reader.fail(
+            "name",
+            f"{name!r} is not a model name: lower-case letters, digits and _, starting with a letter, at most 64",
+        )
     task = reader.enum("task", Task)
     input_kind = reader.enum("input_kind", InputKind)
     convention = table.get("input_convention", CONVENTIONS[input_kind])
     if convention != CONVENTIONS[input_kind]:
-        raise reader.fail("input_convention", f"{convention!r} is not accepted for {input_kind.value} inputs; accepted: {CONVENTIONS[input_kind]!r}")
+        raise reader.fail(
+            "input_convention",
+            f"{convention!r} is not accepted for {input_kind.value} inputs; accepted: {CONVENTIONS[input_kind]!r}",
+        )
     default, low, high = (reader.shape(f) for f in ("default_input_shape", "min_input_shape", "max_input_shape"))
     rank = len(convention.split("x"))
     for field, shape in (("default_input_shape", default), ("min_input_shape", low), ("max_input_shape", high)):
         if len(shape) != rank:
             raise reader.fail(field, f"{list(shape)} has {len(shape)} dimensions; {convention} has {rank}")
     if not all(a <= b <= c for a, b, c in zip(low, default, high)):
-        raise reader.fail("default_input_shape", f"{list(default)} must lie within min_input_shape {list(low)} and max_input_shape {list(high)}, dimension by dimension")
+        raise reader.fail(
+            "default_input_shape",
+            f"{list(default)} must lie within min_input_shape {list(low)} and max_input_shape {list(high)}, dimension by dimension",
+        )
     vocab_size = table.get("vocab_size", 0)
     if input_kind is InputKind.TOKENS:
         if "vocab_size" not in table:
-            raise reader.fail("vocab_size", f"missing; token inputs draw ids below a vocabulary size, a whole number from 2 to {MAX_DIMENSION}")
+            raise reader.fail(
+                "vocab_size",
+                f"missing; token inputs draw ids below a vocabulary size, a whole number from 2 to {MAX_DIMENSION}",
+            )
         vocab_size = reader.integer("vocab_size", vocab_size, 2)
     elif vocab_size:
-        raise reader.fail("vocab_size", f"only token inputs draw ids below a vocabulary; {input_kind.value} inputs take none")
+        raise reader.fail(
+            "vocab_size", f"only token inputs draw ids below a vocabulary; {input_kind.value} inputs take none"
+        )
     description = table.get("description", "")
     if not isinstance(description, str) or len(description) > MAX_DESCRIPTION_CHARS:
-        raise reader.fail("description", f"must be a string of at most {MAX_DESCRIPTION_CHARS} characters"
-                          + (f" (it has {len(description)})" if isinstance(description, str) else ""))
+        raise reader.fail(
+            "description",
+            f"must be a string of at most {MAX_DESCRIPTION_CHARS} characters"
+            + (f" (it has {len(description)})" if isinstance(description, str) else ""),
+        )
     return ModelSpec(
-        name=name, task=task, input_kind=input_kind, input_convention=convention, default_input_shape=default,
-        min_input_shape=low, max_input_shape=high, heads=_heads(reader), vocab_size=vocab_size,
-        description=description, source=source,
+        name=name,
+        task=task,
+        input_kind=input_kind,
+        input_convention=convention,
+        default_input_shape=default,
+        min_input_shape=low,
+        max_input_shape=high,
+        heads=_heads(reader),
+        vocab_size=vocab_size,
+        description=description,
+        source=source,
     )
 
 
@@ -196,14 +241,18 @@ def read_declaration(folder: Path, source: ModelSource) -> ModelSpec:
     try:
         text = read_small_file(path, MAX_DECLARATION_BYTES).decode("utf-8")
     except FileTooLarge:
-        raise DeclarationError(f"{path}: over {MAX_DECLARATION_BYTES >> 10} KiB; a declaration holds at most "
-                               f"{MAX_DECLARATION_BYTES >> 10} KiB (a description of {MAX_DESCRIPTION_CHARS} "
-                               "characters at most, and the shapes and heads)") from None
+        raise DeclarationError(
+            f"{path}: over {MAX_DECLARATION_BYTES >> 10} KiB; a declaration holds at most "
+            f"{MAX_DECLARATION_BYTES >> 10} KiB (a description of {MAX_DESCRIPTION_CHARS} "
+            "characters at most, and the shapes and heads)"
+        ) from None
     except FileRefused as error:
         raise DeclarationError(str(error)) from None
     except UnicodeDecodeError as error:
         raise DeclarationError(f"{path}: not UTF-8 text: {error}") from None
     spec = parse_declaration(path, text, source)
     if spec.name != folder.name:
-        raise DeclarationError(f"{path}: name: {spec.name!r} differs from its folder's name {folder.name!r}; they must be the same")
+        raise DeclarationError(
+            f"{path}: name: {spec.name!r} differs from its folder's name {folder.name!r}; they must be the same"
+        )
     return spec

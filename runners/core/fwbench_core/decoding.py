@@ -71,7 +71,9 @@ def overflowing_field(data: bytes, descriptor: Descriptor, prefix: str = "") -> 
             for sent in map(meaning, [value] if isinstance(value, int) else packed):
                 if not low <= sent <= high:
                     range_ = f"{low} to {high}"
-                    return f"{prefix}{field.name} is {sent} on the wire: beyond the range of its {kind} field ({range_})"
+                    return (
+                        f"{prefix}{field.name} is {sent} on the wire: beyond the range of its {kind} field ({range_})"
+                    )
     return None
 
 

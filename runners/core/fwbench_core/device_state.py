@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-from .power.nvml import NvmlSession
 from .choices import DeviceKind
+from .power.nvml import NvmlSession
 from .spec import DeviceRef
 
 DEFAULT_PROC_ROOT = Path("/proc")
@@ -55,15 +55,15 @@ class DeviceState:
     """One reading of the device and host. other_cpu_busy_cores covers the time since the previous
     reading of the same reader, so the state after a run holds the run's figure."""
 
-    load_avg_1m: Optional[float] = None
-    other_cpu_busy_cores: Optional[float] = None
-    other_gpu_processes: Optional[int] = None
-    gpu_processes: Optional[int] = None  # every compute process NVML lists on the device, this runner's included
-    sm_clock_mhz: Optional[float] = None
-    max_sm_clock_mhz: Optional[float] = None
-    throttle_reasons: Optional[tuple[str, ...]] = None  # every active clocks-event reason, by name
-    free_memory_bytes: Optional[int] = None
-    total_memory_bytes: Optional[int] = None
+    load_avg_1m: float | None = None
+    other_cpu_busy_cores: float | None = None
+    other_gpu_processes: int | None = None
+    gpu_processes: int | None = None  # every compute process NVML lists on the device, this runner's included
+    sm_clock_mhz: float | None = None
+    max_sm_clock_mhz: float | None = None
+    throttle_reasons: tuple[str, ...] | None = None  # every active clocks-event reason, by name
+    free_memory_bytes: int | None = None
+    total_memory_bytes: int | None = None
     reasons: Mapping[str, str] = field(default_factory=dict)  # field -> why it is None
     notes: tuple[str, ...] = ()
 
@@ -115,8 +115,15 @@ class DeviceStateReader:
         values: dict[str, Any] = {"load_avg_1m": self._load_avg_1m(reasons)}
         values["other_cpu_busy_cores"] = self._other_cpu_busy_cores(reasons)
         if self._session is None or self._session.handle is None:
-            for name in ("other_gpu_processes", "gpu_processes", "sm_clock_mhz", "max_sm_clock_mhz",
-                         "throttle_reasons", "free_memory_bytes", "total_memory_bytes"):
+            for name in (
+                "other_gpu_processes",
+                "gpu_processes",
+                "sm_clock_mhz",
+                "max_sm_clock_mhz",
+                "throttle_reasons",
+                "free_memory_bytes",
+                "total_memory_bytes",
+            ):
                 reasons[name] = self._nvml_reason
         else:
             values.update(self._gpu_values(self._session, reasons, notes))

@@ -23,9 +23,9 @@ from multiprocessing.synchronize import Event
 from typing import Any, cast
 
 from .backend import Backend, MemoryReading
+from .choices import Phase
 from .errors import Aborted, Cancelled, error_from_status
 from .isolation import _END, _ERROR, CANCEL_POLL_S, _worker_main
-from .choices import Phase
 from .spec import RunConfig, WorkerPlace
 from .timing import Progress, StepBatch, StepSample, Summary, summarize
 

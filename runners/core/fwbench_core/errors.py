@@ -70,7 +70,7 @@ class Aborted(RunnerError):
 
 
 def did_you_mean(text: str, choices) -> str:
-    """" (did you mean resnet18?)" where an accepted value is close to the slip, else "": an aside to follow the
+    """ " (did you mean resnet18?)" where an accepted value is close to the slip, else "": an aside to follow the
     refused value in a message."""
     found = difflib.get_close_matches(str(text), [str(c) for c in choices], n=1, cutoff=0.6)
     return f" (did you mean {found[0]}?)" if found else ""

@@ -18,12 +18,20 @@ import numpy as np
 
 from .backend import Backend, MemoryReading, Workload
 from .builtin import MODEL_SPECS
+from .choices import Compilation, Layout, Precision, Strategy, Switch
 from .errors import Aborted, Unavailable
 from .references import compared_outputs
 from .registry import ModelRegistry
-from .choices import Compilation, Layout, Precision, Strategy, Switch
 from .spec import (
-    Capabilities, Device, ModelConfig, ModelReport, ReferenceReport, RunConfig, RunnerInfo, RunnerSettings, WorkerPlace,
+    Capabilities,
+    Device,
+    ModelConfig,
+    ModelReport,
+    ReferenceReport,
+    RunConfig,
+    RunnerInfo,
+    RunnerSettings,
+    WorkerPlace,
 )
 from .sysinfo import cpu_device, python_version
 
@@ -75,7 +83,9 @@ class SocketSum:
                 try:
                     self.peers = [server.accept()[0].makefile("rw") for _ in range(place.world_size - 1)]
                 except TimeoutError:
-                    raise Unavailable(f"rendezvous at {place.rendezvous}: not every rank joined within {timeout_s:g} s") from None
+                    raise Unavailable(
+                        f"rendezvous at {place.rendezvous}: not every rank joined within {timeout_s:g} s"
+                    ) from None
             return
         while True:
             try:
@@ -83,7 +93,9 @@ class SocketSum:
                 return
             except OSError:
                 if time.monotonic() > give_up_s:
-                    raise Unavailable(f"rendezvous at {place.rendezvous} did not answer within {timeout_s:g} s") from None
+                    raise Unavailable(
+                        f"rendezvous at {place.rendezvous} did not answer within {timeout_s:g} s"
+                    ) from None
                 time.sleep(0.05)
 
     def sum(self, votes: tuple[int, ...]) -> tuple[int, ...]:
@@ -187,8 +199,12 @@ class FakeBackend(Backend):
 
     def runner_info(self) -> RunnerInfo:
         # Which framework and version it reports: how tests stand two versions of one framework side by side.
-        return RunnerInfo(os.environ.get(FRAMEWORK_ENV, "fake"), os.environ.get(FRAMEWORK_VERSION_ENV, "0.0"),
-                          python_version(), (cpu_device(),))
+        return RunnerInfo(
+            os.environ.get(FRAMEWORK_ENV, "fake"),
+            os.environ.get(FRAMEWORK_VERSION_ENV, "0.0"),
+            python_version(),
+            (cpu_device(),),
+        )
 
     def capabilities(self, device: Device) -> Capabilities:
         return Capabilities(
@@ -215,7 +231,9 @@ class FakeBackend(Backend):
 
     def inspect(self, config: ModelConfig) -> ModelReport:
         parameters = fake_parameter_count(config.model.name)
-        return ModelReport(parameters, 2 * parameters, "fake: twice the made-up parameter count", (config.head.outputs,), 0.0)
+        return ModelReport(
+            parameters, 2 * parameters, "fake: twice the made-up parameter count", (config.head.outputs,), 0.0
+        )
 
     def export_reference(self, config: ModelConfig) -> tuple[dict[str, np.ndarray], ReferenceReport]:
         shape = (config.batch_size, *config.input_shape)

@@ -39,7 +39,8 @@ def probe_credentials(environ: Mapping[str, str]) -> grpc.ChannelCredentials | N
         raise access.AccessError(f"the runner serves TLS: set ${PROBE_CA_ENV} to the CA that signed its certificate")
     own = (
         tuple(access.read_file(f"${name}", environ[name]) for name in (access.TLS_KEY_ENV, access.TLS_CERT_ENV))
-        if environ.get(access.TLS_CLIENT_CA_ENV) else (None, None)
+        if environ.get(access.TLS_CLIENT_CA_ENV)
+        else (None, None)
     )
     return grpc.ssl_channel_credentials(access.read_file(f"${PROBE_CA_ENV}", environ[PROBE_CA_ENV]), *own)
 

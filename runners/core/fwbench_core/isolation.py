@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from queue import Queue
 from typing import Any, TypeVar
 
+from .choices import DeviceKind
+from .errors import DeadlineExceeded, FailedPrecondition, RunnerError, error_from_status, reason_for, status_for
 from .process_tree import end_own_tree, end_strays, kill_tree
+from .spec import DeviceRef
 from .worker_output import CappedCopy, redirect_output
 from .worker_start import start_worker
-from .errors import DeadlineExceeded, FailedPrecondition, RunnerError, error_from_status, reason_for, status_for
-from .choices import DeviceKind
-from .spec import DeviceRef
 
 log = logging.getLogger("fwbench.runner.worker")
 
@@ -41,15 +41,16 @@ _ITEM, _ERROR, _END = "item", "error", "end"
 
 
 class RunIsolation(enum.Enum):
-    THREAD = "thread"                  # every run in the runner's own process, on its framework thread
-    PROCESS = "process"                # every run in a fresh worker process
+    THREAD = "thread"  # every run in the runner's own process, on its framework thread
+    PROCESS = "process"  # every run in a fresh worker process
     PROCESS_ON_GPU = "process-on-gpu"  # GPU runs in a fresh worker process, CPU runs in the runner's process
     PROCESS_PER_2_RUNS = "process-per-2-runs"  # CPU runs: a worker process serves 2 runs, then a fresh one takes over
 
     def in_worker(self, device: DeviceRef) -> bool:
         """Whether a run on `device` runs in a worker process."""
-        return (self in (RunIsolation.PROCESS, RunIsolation.PROCESS_PER_2_RUNS)
-                or (self is RunIsolation.PROCESS_ON_GPU and device.kind is DeviceKind.GPU))
+        return self in (RunIsolation.PROCESS, RunIsolation.PROCESS_PER_2_RUNS) or (
+            self is RunIsolation.PROCESS_ON_GPU and device.kind is DeviceKind.GPU
+        )
 
     def runs_per_worker(self, device: DeviceRef) -> int:
         """How many runs on `device` one worker process serves before a fresh one takes over. A GPU run's worker
@@ -76,7 +77,7 @@ def stream_on_thread(
     run between steps, and returns only once it has stopped."""
     queue: Queue = Queue()
     abandoned = threading.Event()
-    stop = lambda: cancelled() or abandoned.is_set()  # noqa: E731
+    stop = lambda: cancelled() or abandoned.is_set()
 
     def produce() -> None:
         try:
@@ -124,8 +125,9 @@ class BlockWorker:
         self._worker: WorkerProcess | None = None
         self._served = 0
 
-    def stream(self, runs: int, work: Callable[..., Iterator[T]], args: tuple[Any, ...],
-               cancelled: Callable[[], bool]) -> Iterator[T]:
+    def stream(
+        self, runs: int, work: Callable[..., Iterator[T]], args: tuple[Any, ...], cancelled: Callable[[], bool]
+    ) -> Iterator[T]:
         """`work(*args, stop)` in the block's worker, the block `runs` runs long (1: a fresh worker, as
         stream_from_worker)."""
         if runs <= 1 or not self._lock.acquire(blocking=False):
@@ -174,8 +176,15 @@ class ProcessBlocks:
         self._block = ""
         self._worker: WorkerProcess | None = None
 
-    def stream(self, block: str, ends: bool, work: Callable[..., Iterator[T]], args: tuple[Any, ...],
-               cancelled: Callable[[], bool], watch: Watch | None = None) -> Iterator[T]:
+    def stream(
+        self,
+        block: str,
+        ends: bool,
+        work: Callable[..., Iterator[T]],
+        args: tuple[Any, ...],
+        cancelled: Callable[[], bool],
+        watch: Watch | None = None,
+    ) -> Iterator[T]:
         """`work(*args, stop)` in block `block`'s worker; with `ends`, the block ends after it."""
         if not self._lock.acquire(blocking=False):
             yield from stream_from_worker(work, args, cancelled, watch)
@@ -192,14 +201,16 @@ class ProcessBlocks:
         finally:
             self._lock.release()
 
-    def open(self, block: str, work: Callable[..., Iterator[T]], args: tuple[Any, ...],
-             cancelled: Callable[[], bool]) -> None:
+    def open(
+        self, block: str, work: Callable[..., Iterator[T]], args: tuple[Any, ...], cancelled: Callable[[], bool]
+    ) -> None:
         """Start block `block`'s worker before its first run, ending the current block, and make `work(*args, stop)`
         there (the framework's import): the block's runs then find it ready. A worker that fails here is closed, and
         the block's first run spawns a fresh one."""
         if not self._lock.acquire(blocking=False):
-            raise FailedPrecondition(f"process block {self._block!r} has a run in its worker: open a block before "
-                                     "its runs, not during them")
+            raise FailedPrecondition(
+                f"process block {self._block!r} has a run in its worker: open a block before its runs, not during them"
+            )
         try:
             for _ in self._fresh(block).stream(work, args, cancelled):
                 pass
@@ -256,7 +267,10 @@ class WorkerProcess:
         return not self._closed and self._process.is_alive()
 
     def stream(
-        self, work: Callable[..., Iterator[T]], args: tuple[Any, ...], cancelled: Callable[[], bool],
+        self,
+        work: Callable[..., Iterator[T]],
+        args: tuple[Any, ...],
+        cancelled: Callable[[], bool],
         watch: Watch | None = None,
     ) -> Iterator[T]:
         """Iterate `work(*args, stop)` in this worker and pass its items on here.
@@ -278,8 +292,10 @@ class WorkerProcess:
                     self._stop.set()
                 if watch is not None and deadline is not None and time.monotonic() > deadline:
                     kill_tree(self._process)
-                    raise DeadlineExceeded(f"{watch.subject}: {phase} did not return within {watch.limit_s:g} s; the "
-                                           "runner stopped it and serves on")
+                    raise DeadlineExceeded(
+                        f"{watch.subject}: {phase} did not return within {watch.limit_s:g} s; the "
+                        "runner stopped it and serves on"
+                    )
                 # A worker that died while a process it started holds its pipe open has ended all the same.
                 if not self._receiver.poll(CANCEL_POLL_S) and self._process.is_alive():
                     continue
@@ -291,9 +307,11 @@ class WorkerProcess:
                     self._process.join()
                     exit_code = self._process.exitcode
                     if watch is not None:
-                        raise FailedPrecondition(f"{watch.subject}: the process running it ended (exit code "
-                                                 f"{exit_code}) {f'during {phase}' if phase else 'before it finished'}; "
-                                                 "the runner serves on") from None
+                        raise FailedPrecondition(
+                            f"{watch.subject}: the process running it ended (exit code "
+                            f"{exit_code}) {f'during {phase}' if phase else 'before it finished'}; "
+                            "the runner serves on"
+                        ) from None
                     raise RunnerError(
                         f"the run's worker process (pid {self._process.pid}) exited with code {exit_code} before "
                         "the run ended; the runner's log has the worker's last words"
@@ -333,11 +351,13 @@ def _drain_and_end(worker, receiver) -> None:
     if worker.is_alive():
         worker.join(max(0.0, give_up_at - time.monotonic()))
     if worker.is_alive():
-        log.warning("the worker process (pid %d) did not stop within %.0f s of being asked: killed", worker.pid,
-                    STOP_GRACE_S)
+        log.warning(
+            "the worker process (pid %d) did not stop within %.0f s of being asked: killed", worker.pid, STOP_GRACE_S
+        )
         kill_tree(worker)
     worker.join()
     receiver.close()
+
 
 def _worker_main(work, args, sender, stop, log_level: int) -> None:
     """A worker process of one call: its every event sent to the parent, then the end of the pipe."""

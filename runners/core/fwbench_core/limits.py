@@ -32,6 +32,7 @@ def in_range(field: str, value: int, low: int, high: int) -> int:
         raise InvalidArgument(f"{field} must be between {low} and {high}, got {value}")
     return value
 
+
 # What one worker process (a run's, a plug-in's check) may write to its stdout and stderr, its log lines included: a
 # user's prints past it are dropped, and one line in the runner's log says how much.
 MAX_WORKER_OUTPUT_BYTES = 1 << 20

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from .backend import MemoryReading, Workload, process_peak_memory
-from .errors import FailedPrecondition
 from .choices import DeviceKind, Layout, Mode, Precision, Strategy, Switch
+from .errors import FailedPrecondition
 from .spec import CompilationLimits, Device, RunConfig
 
 PROVIDERS = {DeviceKind.CPU: "CPUExecutionProvider", DeviceKind.GPU: "CUDAExecutionProvider"}
@@ -63,8 +63,15 @@ class OnnxRuntimeWorkload(Workload):
     weights in files beside it; read here, once) run on `inputs` by an InferenceSession on the run's device.
     `exported_by` names the exporter for the run's flags."""
 
-    def __init__(self, config: RunConfig, ort, model_onnx: bytes | str, inputs: np.ndarray, parameter_count: int,
-                 exported_by: str) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        ort,
+        model_onnx: bytes | str,
+        inputs: np.ndarray,
+        parameter_count: int,
+        exported_by: str,
+    ) -> None:
         device = config.device
         provider = provider_for(device, ort.get_available_providers(), ort.__version__)
         self.is_gpu = device.ref.kind is DeviceKind.GPU

@@ -7,9 +7,9 @@ import os
 import re
 from collections.abc import Sequence
 
+from .choices import DeviceKind, Strategy
 from .errors import FailedPrecondition, InvalidArgument, echoed
 from .limits import MAX_NODES, in_range
-from .choices import DeviceKind, Strategy
 from .spec import Capabilities, Cluster, Device, DeviceRef, RunRequest
 
 # cpu:0 .. cpu:N-1 name N CPU workers (PyTorch) or logical CPU devices (TensorFlow): as many as the host
@@ -41,7 +41,9 @@ def resolve_devices(request: RunRequest, devices: Sequence[Device]) -> tuple[Dev
         raise InvalidArgument("device and devices are both set: name one device with device, or several with devices")
     kinds = {ref.kind for ref in request.devices}
     if len(kinds) > 1:
-        raise InvalidArgument("devices mixes CPU and GPU devices; name devices of one kind, e.g. gpu:0,gpu:1 or cpu:0,cpu:1")
+        raise InvalidArgument(
+            "devices mixes CPU and GPU devices; name devices of one kind, e.g. gpu:0,gpu:1 or cpu:0,cpu:1"
+        )
     seen: set[DeviceRef] = set()
     for ref in request.devices:
         if ref in seen:
@@ -79,7 +81,9 @@ def resolve_cluster(cluster: Cluster | None) -> Cluster | None:
     for endpoint in cluster.endpoints:
         match = _ENDPOINT.fullmatch(endpoint)
         if not match or not 1 <= int(match[1]) <= 65535:
-            raise InvalidArgument(f"cluster.endpoints has {echoed(endpoint)}, which is not HOST:PORT with PORT 1 to 65535")
+            raise InvalidArgument(
+                f"cluster.endpoints has {echoed(endpoint)}, which is not HOST:PORT with PORT 1 to 65535"
+            )
     return cluster
 
 

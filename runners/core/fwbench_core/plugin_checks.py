@@ -25,7 +25,9 @@ EXIT_GRACE_S = 5.0
 
 
 def check_builders(
-    framework: str, plugins: Sequence[tuple[Path, str]], make_builder: Callable[[ModuleType, Path], object],
+    framework: str,
+    plugins: Sequence[tuple[Path, str]],
+    make_builder: Callable[[ModuleType, Path], object],
     limit_s: float,
 ) -> list[str]:
     """For each (folder, model) plug-in, "" where its builder module imports and `make_builder` (which must pickle)
@@ -34,9 +36,10 @@ def check_builders(
 
     results: list[str] = []
     while len(results) < len(plugins):
-        pending = list(plugins[len(results):])
-        results += _check_in_one_process(framework, pending, make_builder, limit_s,
-                                         [folder / builder_file(framework) for folder, _ in pending])
+        pending = list(plugins[len(results) :])
+        results += _check_in_one_process(
+            framework, pending, make_builder, limit_s, [folder / builder_file(framework) for folder, _ in pending]
+        )
     return results
 
 
@@ -45,9 +48,19 @@ def _check_in_one_process(framework, pending, make_builder, limit_s: float, path
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
     output_reader, output_writer = context.Pipe(duplex=False)
-    process = context.Process(target=_check_main, args=([(str(f), m) for f, m in pending], framework, make_builder,
-                                                        sender, output_writer, logging.getLogger().getEffectiveLevel()),
-                              name="fwbench-plugin-check", daemon=True)
+    process = context.Process(
+        target=_check_main,
+        args=(
+            [(str(f), m) for f, m in pending],
+            framework,
+            make_builder,
+            sender,
+            output_writer,
+            logging.getLogger().getEffectiveLevel(),
+        ),
+        name="fwbench-plugin-check",
+        daemon=True,
+    )
     process.start()
     sender.close()  # the child holds the only writer: its end ends our waits
     output_writer.close()
@@ -55,21 +68,27 @@ def _check_in_one_process(framework, pending, make_builder, limit_s: float, path
     results: list[str] = []
     try:
         if not receiver.poll(FRAMEWORK_IMPORT_LIMIT_S):
-            return [f"the process that checks plug-ins did not import {framework} within "
-                    f"{FRAMEWORK_IMPORT_LIMIT_S:g} s"] * len(pending)
+            return [
+                f"the process that checks plug-ins did not import {framework} within {FRAMEWORK_IMPORT_LIMIT_S:g} s"
+            ] * len(pending)
         try:
             receiver.recv()  # ready: the framework is imported
         except EOFError:
             process.join(EXIT_GRACE_S)
-            return [f"the process that checks plug-ins ended (exit code {process.exitcode}) before it could check "
-                    f"{path}" for path in paths]
+            return [
+                f"the process that checks plug-ins ended (exit code {process.exitcode}) before it could check {path}"
+                for path in paths
+            ]
         for path in paths:
             log.info("checking model plug-in %s in a process of its own (at most %g s)", path, limit_s)
             try:
                 receiver.recv()  # the child starts this plug-in: the limit starts now
                 if not receiver.poll(limit_s):
-                    return [*results, f"{path} did not finish importing within {limit_s:g} s (a loop or a wait at "
-                                      "import?); the runner stopped it and serves the other models"]
+                    return [
+                        *results,
+                        f"{path} did not finish importing within {limit_s:g} s (a loop or a wait at "
+                        "import?); the runner stopped it and serves the other models",
+                    ]
                 results.append(receiver.recv())
             except EOFError:
                 process.join(EXIT_GRACE_S)

@@ -80,9 +80,14 @@ def _entry_point_locations() -> list[PluginLocation]:
         try:
             module = entry.load()
             found.append(PluginLocation(Path(module.__file__).parent, origin))
-        except Exception as error:  # noqa: BLE001 - a broken package must not stop the runner
-            found.append(PluginLocation(Path(entry.value), origin, f"entry point {entry.name} ({entry.value}) failed to "
-                                        f"load: {type(error).__name__}: {error}"))
+        except Exception as error:  # a broken package must not stop the runner: it is named, the others load
+            found.append(
+                PluginLocation(
+                    Path(entry.value),
+                    origin,
+                    f"entry point {entry.name} ({entry.value}) failed to load: {type(error).__name__}: {error}",
+                )
+            )
     return found
 
 
@@ -95,8 +100,10 @@ def plugin_folders(location: PluginLocation) -> list[Path]:
     if not path.is_dir():
         raise PluginError(f"{path} ({location.origin}) is not a folder")
     return sorted(
-        child for child in path.iterdir()
-        if child.is_dir() and not child.name.startswith((".", "_"))
+        child
+        for child in path.iterdir()
+        if child.is_dir()
+        and not child.name.startswith((".", "_"))
         and ((child / DECLARATION_FILE).exists() or any(child.glob("build_*.py")))
     )
 
@@ -115,19 +122,25 @@ def content_hash(folder: Path) -> str:
         if path.is_symlink():
             target = path.resolve()
             if not target.is_relative_to(folder):
-                raise PluginError(f"{path} links to {target}, outside the plug-in folder {folder}; copy what it "
-                                  "holds into the folder, so that the model's hash covers every file that runs")
+                raise PluginError(
+                    f"{path} links to {target}, outside the plug-in folder {folder}; copy what it "
+                    "holds into the folder, so that the model's hash covers every file that runs"
+                )
             if target.is_dir():
                 continue  # its files are hashed where they are
         if path.is_file():
             files.append((relative, path))
         if len(files) > MAX_PLUGIN_FILES:
-            raise PluginError(f"{folder} holds over {MAX_PLUGIN_FILES} files; a plug-in folder holds code and its declaration")
+            raise PluginError(
+                f"{folder} holds over {MAX_PLUGIN_FILES} files; a plug-in folder holds code and its declaration"
+            )
     sizes = [path.stat().st_size for _, path in files]
     if sum(sizes) > MAX_PLUGIN_BYTES:
         largest = max(zip(sizes, (str(name) for name, _ in files)))
-        raise PluginError(f"{folder} holds {sum(sizes) >> 20} MiB (the largest file, {largest[1]}, {largest[0] >> 20} "
-                          f"MiB); a plug-in folder holds at most {MAX_PLUGIN_BYTES >> 20} MiB: code and its declaration")
+        raise PluginError(
+            f"{folder} holds {sum(sizes) >> 20} MiB (the largest file, {largest[1]}, {largest[0] >> 20} "
+            f"MiB); a plug-in folder holds at most {MAX_PLUGIN_BYTES >> 20} MiB: code and its declaration"
+        )
     digest = hashlib.sha256()
     for (name, path), size in zip(files, sizes):
         digest.update(str(name).encode() + b"\0" + size.to_bytes(8, "big"))
@@ -204,20 +217,27 @@ def _checks(framework, found, make_builder, limit_s: float) -> dict[tuple[str, s
     """Every readable plug-in's builder checked apart (plugin_checks), each folder and version once a process."""
     if make_builder is None:
         return {}
-    wanted = {_key(framework, spec): (folder, spec.name) for folder, _, spec, _ in found
-              if spec is not None and (folder / builder_file(framework)).is_file() and _key(framework, spec) not in _checked}
+    wanted = {
+        _key(framework, spec): (folder, spec.name)
+        for folder, _, spec, _ in found
+        if spec is not None and (folder / builder_file(framework)).is_file() and _key(framework, spec) not in _checked
+    }
     _checked.update(zip(wanted, check_builders(framework, list(wanted.values()), make_builder, limit_s)))
     return _checked
 
 
-def _load_one(framework, folder, origin, spec, unreadable, taken, make_builder, loaded: LoadedPlugins,
-              checks) -> PluginReport:
+def _load_one(
+    framework, folder, origin, spec, unreadable, taken, make_builder, loaded: LoadedPlugins, checks
+) -> PluginReport:
     if spec is None:
         return PluginReport(str(folder), origin, error=unreadable)
     name, source = spec.name, spec.source
     if name in taken:
         return PluginReport(
-            str(folder), origin, (name,), source.content_hash,
+            str(folder),
+            origin,
+            (name,),
+            source.content_hash,
             error=f"model {name!r} in {folder} clashes with {name!r} from {taken[name]}; rename one of them "
             "(the name in model.toml and its folder)",
         )

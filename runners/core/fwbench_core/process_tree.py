@@ -110,8 +110,9 @@ def end_strays() -> list[int]:
         return []
     started = {process.pid for process in multiprocessing.active_children()}
     me, session = os.getpid(), os.getsid(0)
-    strays = [pid for pid, (parent, sid, _) in _table().items()
-              if parent == me and sid != session and pid not in started]
+    strays = [
+        pid for pid, (parent, sid, _) in _table().items() if parent == me and sid != session and pid not in started
+    ]
     if not strays:
         return []
     give_up_at = time.monotonic() + STRAY_GRACE_S
@@ -123,8 +124,11 @@ def end_strays() -> list[int]:
         os.kill(pid, signal.SIGKILL)
     _reap(strays)
     if alive:
-        log.warning("killed %d processes that an earlier plug-in's worker left running (pids %s) before this work",
-                    len(alive), ", ".join(map(str, alive)))
+        log.warning(
+            "killed %d processes that an earlier plug-in's worker left running (pids %s) before this work",
+            len(alive),
+            ", ".join(map(str, alive)),
+        )
     return alive
 
 

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, RunnerError
 from .choices import InputKind
+from .errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, RunnerError
 from .spec import ModelConfig, ReferenceReport
 from .system_folders import system_folder
 
@@ -58,7 +58,9 @@ def _reason(error: BaseException) -> str:
 
 class ReferenceFolder:
     def __init__(
-        self, path: str, max_bytes: int = DEFAULT_MAX_REFERENCE_BYTES,
+        self,
+        path: str,
+        max_bytes: int = DEFAULT_MAX_REFERENCE_BYTES,
         temporary: tempfile.TemporaryDirectory | None = None,
     ) -> None:
         """`temporary`: the folder is this temporary one, removed by close() (or at the latest at exit)."""
@@ -90,7 +92,9 @@ class ReferenceFolder:
             raise NotFound(f"no reference named {shown(name)} in this runner's reference folder") from None
         except OSError as error:
             if error.errno == errno.ELOOP:
-                raise InvalidArgument(f"reference {shown(name)} is a symbolic link; references are regular files") from None
+                raise InvalidArgument(
+                    f"reference {shown(name)} is a symbolic link; references are regular files"
+                ) from None
             raise InvalidArgument(f"reference {shown(name)} cannot be opened: {error.strerror}") from None
         finally:
             os.close(folder)
@@ -169,7 +173,9 @@ class ReferenceFolder:
                 kind = ResourceExhausted
             elif error.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
                 kind = InvalidArgument
-            raise kind(f"reference {shown(name)} cannot be written in this runner's reference folder: {error.strerror}") from None
+            raise kind(
+                f"reference {shown(name)} cannot be written in this runner's reference folder: {error.strerror}"
+            ) from None
         finally:
             if temporary is not None:
                 os.unlink(temporary)
@@ -211,18 +217,23 @@ def check_input_fits(name: str, stored: np.ndarray, config: ModelConfig) -> None
         accepted = "floating-point values"
         fits = stored.dtype.kind == "f"
     if not fits:
-        raise InvalidArgument(f"reference {shown(name)} holds an input that {spec.name} cannot take: it takes {accepted}")
+        raise InvalidArgument(
+            f"reference {shown(name)} holds an input that {spec.name} cannot take: it takes {accepted}"
+        )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--reference-dir", default=os.environ.get(REFERENCE_DIR_ENV) or None,
+        "--reference-dir",
+        default=os.environ.get(REFERENCE_DIR_ENV) or None,
         help="folder of the parity reference files that ExportReference writes and CompareReference reads, by "
         "name; two runners compared for parity must share it (default: $FWBENCH_REFERENCE_DIR, else a private "
         "temporary folder removed at exit)",
     )
     parser.add_argument(
-        "--max-reference-bytes", type=int, default=DEFAULT_MAX_REFERENCE_BYTES,
+        "--max-reference-bytes",
+        type=int,
+        default=DEFAULT_MAX_REFERENCE_BYTES,
         help=f"largest reference file written or read (default: {DEFAULT_MAX_REFERENCE_BYTES})",
     )
 
@@ -238,6 +249,8 @@ def folder_from_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
         parser.error(f"--reference-dir {args.reference_dir} is not a folder")
     what = system_folder(args.reference_dir)
     if what:
-        parser.error(f"--reference-dir {args.reference_dir} is {what}: a runner writes its parity references there; "
-                     "give a folder of its own, e.g. results/references")
+        parser.error(
+            f"--reference-dir {args.reference_dir} is {what}: a runner writes its parity references there; "
+            "give a folder of its own, e.g. results/references"
+        )
     return ReferenceFolder(args.reference_dir, args.max_reference_bytes)

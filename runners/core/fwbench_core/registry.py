@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Generic, Optional, TypeVar, cast
+from typing import Generic, TypeVar, cast
 
 from .builtin import MODEL_SPECS
 from .plugins import plugin_builder
@@ -17,7 +18,7 @@ PluginBuilder = Callable[[ModuleType, Path], Builder]
 
 
 class ModelRegistry(Generic[Builder]):
-    def __init__(self, framework: str, make_plugin_builder: Optional[PluginBuilder[Builder]] = None) -> None:
+    def __init__(self, framework: str, make_plugin_builder: PluginBuilder[Builder] | None = None) -> None:
         self.framework = framework
         self.make_plugin_builder = make_plugin_builder
         self._builders: dict[str, Builder] = {}

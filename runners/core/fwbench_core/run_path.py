@@ -49,8 +49,12 @@ class RunPath:
     """Runs on one backend, one after another on the calling thread, and the workload kept between them (a reuse
     key's). `device_states` makes each run's device-state reader."""
 
-    def __init__(self, backend: Backend, device_states: Callable[..., DeviceStateReader] = DeviceStateReader,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        device_states: Callable[..., DeviceStateReader] = DeviceStateReader,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.backend = backend
         self._device_states = device_states
         self._clock = clock
@@ -109,13 +113,24 @@ class RunPath:
                     workload = self.backend.build(config)
                 yield Resolved(config, workload.parameter_count)
                 doing = "a step"
-                steps = time_steps(workload, steps_config, build_started_s=build_started_s,
-                                   started_at_unix_s=started_at_unix_s, cancelled=cancelled, clock=self._clock)
+                steps = time_steps(
+                    workload,
+                    steps_config,
+                    build_started_s=build_started_s,
+                    started_at_unix_s=started_at_unix_s,
+                    cancelled=cancelled,
+                    clock=self._clock,
+                )
                 for event in steps:
                     if isinstance(event, Summary):
-                        event = replace(event, build_reused=reused, build_continued=continued,
-                                        first_step_traced=workload.first_step_traces and not continued,
-                                        process_id=os.getpid(), flags=(*event.flags, *workload.notes))
+                        event = replace(
+                            event,
+                            build_reused=reused,
+                            build_continued=continued,
+                            first_step_traced=workload.first_step_traces and not continued,
+                            process_id=os.getpid(),
+                            flags=(*event.flags, *workload.notes),
+                        )
                     yield from telemetry.around(event, config)
                 completed = True
             except Exception as exc:
@@ -170,8 +185,10 @@ def plugin_failure(spec: ModelSpec, doing: str, exc: Exception) -> FailedPrecond
     the log."""
     log.warning("plug-in %s raised during %s", spec.name, doing, exc_info=exc)
     text = " ".join(str(exc).split())[:500]
-    return FailedPrecondition(f"plug-in {spec.name} ({spec.source.folder}): {doing} raised {type(exc).__name__}"
-                              f"{f': {text}' if text else ''}; the runner's log has the traceback")
+    return FailedPrecondition(
+        f"plug-in {spec.name} ({spec.source.folder}): {doing} raised {type(exc).__name__}"
+        f"{f': {text}' if text else ''}; the runner's log has the traceback"
+    )
 
 
 def run_phase_after(event: object) -> str | None:

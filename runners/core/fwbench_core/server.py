@@ -24,16 +24,16 @@ from grpc_reflection.v1alpha import reflection
 
 from . import access as access_mod
 from . import plugins, references, wire, wire_events
+from .admission import DEFAULT_MAX_QUEUED_REQUESTS
 from .backend import Backend
+from .choices import Switch
 from .decoding import RequestDecodingInterceptor
 from .errors import abort, status_for
 from .isolation import RunIsolation
 from .process_tree import become_subreaper
-from .admission import DEFAULT_MAX_QUEUED_REQUESTS
-from .service import RunnerService
-from .choices import Switch
-from .spec import RunnerSettings
 from .references import ReferenceFolder
+from .service import RunnerService
+from .spec import RunnerSettings
 from .streams import OpenStreamLimit
 
 log = logging.getLogger("fwbench.runner")
@@ -58,7 +58,9 @@ class RunnerServicer(pb_grpc.RunnerServicer):
 
     def Describe(self, request, context):
         return wire.describe_to_wire(
-            self._service.info, self._service.precisions(), self._service.backend.capabilities,
+            self._service.info,
+            self._service.precisions(),
+            self._service.backend.capabilities,
             self._service.catalog.plugins,
         )
 
@@ -189,8 +191,9 @@ def _serve(
     stop = _stop_on_signals()
     reference_folder = references.folder_from_arguments(parser, args)
     try:
-        logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                            format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        logging.basicConfig(
+            level=args.log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+        )
         service = _service(make_backend, args, reference_folder)
         _listen_until_stopped(service, args, access, stop)
     finally:
@@ -237,34 +240,48 @@ def _parser(default_isolation: RunIsolation) -> argparse.ArgumentParser:
         "--inter-op-threads", type=int, default=cores, help=f"ops run at once (default: all cores, {cores})"
     )
     parser.add_argument(
-        "--cudnn-autotune", choices=[s.value for s in Switch], default=Switch.OFF.value,
+        "--cudnn-autotune",
+        choices=[s.value for s in Switch],
+        default=Switch.OFF.value,
         help="cuDNN autotuning for every run (TensorFlow reads it once per process); default off",
     )
     parser.add_argument(
-        "--run-isolation", choices=[i.value for i in RunIsolation], default=default_isolation.value,
+        "--run-isolation",
+        choices=[i.value for i in RunIsolation],
+        default=default_isolation.value,
         help="where a run executes: 'thread' in this process; 'process' in a fresh worker process per run, whose "
         "exit gives all its device memory back; 'process-on-gpu' a fresh process for GPU runs only; "
         "'process-per-2-runs' a worker process for every 2 CPU runs (GPU runs: a fresh one each) "
         f"(default for this runner: {default_isolation.value})",
     )
     parser.add_argument(
-        "--max-queued-requests", type=int, default=DEFAULT_MAX_QUEUED_REQUESTS,
+        "--max-queued-requests",
+        type=int,
+        default=DEFAULT_MAX_QUEUED_REQUESTS,
         help="runs, inspections and reference exports and comparisons held at once, running or waiting for their "
         f"device; one more is refused as busy (RESOURCE_EXHAUSTED) (default {DEFAULT_MAX_QUEUED_REQUESTS})",
     )
     parser.add_argument(
-        "--exit-with-parent", action="store_true",
+        "--exit-with-parent",
+        action="store_true",
         help="stop gracefully once standard input closes: a parent that holds the only write end of a pipe on "
         "it (the aggregator) takes the runner with it however it ends, kill -9 included",
     )
     parser.add_argument(
-        plugins.MODELS_DIR_FLAG, dest="models_dir", action="append", default=[], metavar="DIR",
+        plugins.MODELS_DIR_FLAG,
+        dest="models_dir",
+        action="append",
+        default=[],
+        metavar="DIR",
         help="a folder of model plug-ins (one folder per model with model.toml and build_<framework>.py), or one "
         f"plug-in; repeatable. ${plugins.MODELS_DIR_ENV} (folders joined by '{os.pathsep}') and installed packages' "
         f"'{plugins.ENTRY_POINT_GROUP}' entry points add more",
     )
     parser.add_argument(
-        "--plugin-limit-s", type=float, default=plugins.PLUGIN_LIMIT_S, metavar="SECONDS",
+        "--plugin-limit-s",
+        type=float,
+        default=plugins.PLUGIN_LIMIT_S,
+        metavar="SECONDS",
         help="how long a plug-in's code may take in each phase the runner waits on (import at start-up, build(), "
         "inspection, parity) before the process running it is stopped and the request fails, naming the plug-in "
         f"(default {plugins.PLUGIN_LIMIT_S:g}; at most {plugins.MAX_PLUGIN_LIMIT_S:g})",
@@ -294,10 +311,13 @@ def _service(
     settings = RunnerSettings(args.intra_op_threads, args.inter_op_threads, Switch(args.cudnn_autotune))
     backend_factory = functools.partial(make_backend, settings)
     service = RunnerService(
-        backend_factory(), isolation=RunIsolation(args.run_isolation), make_backend=backend_factory,
+        backend_factory(),
+        isolation=RunIsolation(args.run_isolation),
+        make_backend=backend_factory,
         references=reference_folder,
         max_queued_requests=args.max_queued_requests,
-        plugins=plugins.locations(args.models_dir), plugin_limit_s=args.plugin_limit_s,
+        plugins=plugins.locations(args.models_dir),
+        plugin_limit_s=args.plugin_limit_s,
     )
     for report in service.catalog.plugins:
         if report.error:
@@ -322,8 +342,14 @@ def _listen_until_stopped(
     # One line on stdout tells a parent process (the aggregator) where we listen.
     framework = service.backend.framework
     print(json.dumps({"event": "listening", "framework": framework, "address": f"{host}:{port}"}), flush=True)
-    log.info("%s runner listening on %s:%d (%s), run isolation %s", framework, host, port, access.describe(),
-             args.run_isolation)
+    log.info(
+        "%s runner listening on %s:%d (%s), run isolation %s",
+        framework,
+        host,
+        port,
+        access.describe(),
+        args.run_isolation,
+    )
 
     if args.exit_with_parent:
         threading.Thread(target=_set_at_stdin_end, args=(stop,), name="fwbench-parent-watch", daemon=True).start()

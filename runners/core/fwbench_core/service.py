@@ -10,21 +10,28 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
-from .allocator import pin_malloc
 from .admission import DEFAULT_MAX_QUEUED_REQUESTS, DeviceLocks, WorkLimit, lock_ref, wait_for
+from .allocator import pin_malloc
 from .backend import Backend
 from .catalog import Catalog, load_catalog
+from .choices import DeviceKind, Phase, Precision
 from .device_state import DeviceStateReader
 from .errors import FailedPrecondition, InvalidArgument
-from .limits import MAX_REUSE_KEY_LENGTH
-from .process_tree import end_strays
 from .isolation import RunIsolation
+from .limits import MAX_REUSE_KEY_LENGTH
 from .plugins import PLUGIN_LIMIT_S, PluginLocation
+from .process_tree import end_strays
 from .references import ReferenceFolder, check_input_fits, check_name
 from .run_path import RunEvent, RunPath
-from .choices import DeviceKind, Phase, Precision
 from .spec import (
-    DeviceRef, ModelConfig, ModelReport, ModelSpec, ReferenceReport, ReferenceRequest, RunConfig, RunnerInfo,
+    DeviceRef,
+    ModelConfig,
+    ModelReport,
+    ModelSpec,
+    ReferenceReport,
+    ReferenceRequest,
+    RunConfig,
+    RunnerInfo,
     RunRequest,
 )
 from .timing import Progress
@@ -68,8 +75,9 @@ class RunnerService:
             backend.stay_off_gpus()
         info = backend.runner_info()
         # Worker processes pin the same thresholds as they start (isolation), so runs allocate alike wherever they run.
-        self.info: RunnerInfo = replace(info, options={**info.options, "run_isolation": isolation.value,
-                                                       "malloc": pin_malloc()})
+        self.info: RunnerInfo = replace(
+            info, options={**info.options, "run_isolation": isolation.value, "malloc": pin_malloc()}
+        )
         # Each plug-in's builder is checked in a process of its own: no user's code runs in the runner's.
         self.catalog: Catalog = load_catalog(backend.models, plugins, plugin_limit_s)
         self.plugin_limit_s = plugin_limit_s
@@ -132,8 +140,9 @@ class RunnerService:
         check_name(request.name)
         config = resolve_reference(request, self.catalog)
         folder = self._reference_folder()
-        arrays, report = self.on_cpu(lambda: self._user_code(config.model, "export_reference", (config,), cancelled),
-                                     cancelled)
+        arrays, report = self.on_cpu(
+            lambda: self._user_code(config.model, "export_reference", (config,), cancelled), cancelled
+        )
         folder.write(request.name, arrays)
         return report
 
@@ -145,15 +154,18 @@ class RunnerService:
         folder = self._reference_folder()
         arrays = folder.read(request.name)
         check_input_fits(request.name, arrays["input"], config)
-        return self.on_cpu(lambda: self._user_code(config.model, "compare_reference", (config, arrays), cancelled),
-                           cancelled)
+        return self.on_cpu(
+            lambda: self._user_code(config.model, "compare_reference", (config, arrays), cancelled), cancelled
+        )
 
     def open_block(self, block: str, cancelled: Callable[[], bool] = lambda: False) -> float:
         """Start process block `block`'s worker, its framework imported, before the block's first run; the seconds
         that took. Work on the CPU like a run's: no CPU run is timed meanwhile."""
         if not resolve_key("process_block", block):
-            raise InvalidArgument("process_block is empty: name the block to open (printable ASCII, at most "
-                                  f"{MAX_REUSE_KEY_LENGTH} characters)")
+            raise InvalidArgument(
+                "process_block is empty: name the block to open (printable ASCII, at most "
+                f"{MAX_REUSE_KEY_LENGTH} characters)"
+            )
         if self._make_backend is None:
             raise FailedPrecondition("this runner cannot start worker processes: it runs no process block")
         started = time.monotonic()
@@ -165,12 +177,11 @@ class RunnerService:
 
     def check(self, request: RunRequest) -> RunConfig:
         """The run `request` asks for, every default resolved, or the error Run would refuse it with."""
-        config = resolve(
-            request, self.info.devices, self.backend.capabilities, self.catalog, self.backend.framework
-        )
+        config = resolve(request, self.info.devices, self.backend.capabilities, self.catalog, self.backend.framework)
         if (config.distributed or config.process_block) and self._make_backend is None:
-            raise FailedPrecondition("this runner cannot start worker processes: it runs no distributed strategy "
-                                     "and no process block")
+            raise FailedPrecondition(
+                "this runner cannot start worker processes: it runs no distributed strategy and no process block"
+            )
         return config
 
     def run(self, request: RunRequest, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
@@ -179,7 +190,9 @@ class RunnerService:
         with self.work_limit.admit():
             # Every device of the run, in one fixed order so that two runs never wait for each other; CPU
             # workers share the one CPU, so every cpu:N takes the cpu:0 lock.
-            refs = sorted({lock_ref(device.ref) for device in config.run_devices}, key=lambda r: (r.kind.value, r.index))
+            refs = sorted(
+                {lock_ref(device.ref) for device in config.run_devices}, key=lambda r: (r.kind.value, r.index)
+            )
             locks = [self._locks.lock(ref) for ref in refs]
             taken: list[threading.Lock] = []
             queued = False

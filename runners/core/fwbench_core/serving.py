@@ -14,9 +14,9 @@ from typing import Protocol
 
 import numpy as np
 
+from .choices import Mode, Scenario, Strategy
 from .errors import Cancelled, InvalidArgument
 from .limits import MAX_BATCH_TIMEOUT_MS, MAX_QUERY_COUNT, MAX_SEED, MAX_TARGET_QPS, in_range
-from .choices import Mode, Scenario, Strategy
 from .spec import RunRequest, Serving
 
 # single_stream and server measure at least this many queries by default: enough to support a p99 (below).
@@ -128,15 +128,19 @@ def resolve_serving(
             f"serving.query_count must be between 0 (the default) and {MAX_QUERY_COUNT}, got {asked.query_count}"
         )
     if scenario is not Scenario.SERVER:
-        for field, value in (("target_qps", asked.target_qps), ("batch_timeout_ms", asked.batch_timeout_ms),
-                             ("arrival_seed", asked.arrival_seed)):
+        for field, value in (
+            ("target_qps", asked.target_qps),
+            ("batch_timeout_ms", asked.batch_timeout_ms),
+            ("arrival_seed", asked.arrival_seed),
+        ):
             if value:
                 raise InvalidArgument(f"serving.{field} applies to scenario server only; leave it 0 for {named}")
         if scenario is Scenario.OFFLINE:
             return Serving(scenario, query_count=asked.query_count or OFFLINE_DEFAULT_BATCHES * batch_size)
         # How long a query takes is known only by running it: the default count is a minimum, as measured_steps is.
         return Serving(
-            scenario, query_count=asked.query_count or DEFAULT_MIN_QUERIES,
+            scenario,
+            query_count=asked.query_count or DEFAULT_MIN_QUERIES,
             min_duration_s=0.0 if asked.query_count else min_measure_s,
         )
     if not 0.0 < asked.target_qps <= MAX_TARGET_QPS:
@@ -151,7 +155,10 @@ def resolve_serving(
     seed = in_range("serving.arrival_seed", asked.arrival_seed, 0, MAX_SEED) or request.seed
     count = asked.query_count or default_server_query_count(seed, asked.target_qps, min_measure_s)
     return Serving(
-        scenario, target_qps=asked.target_qps, query_count=count, batch_timeout_ms=asked.batch_timeout_ms,
+        scenario,
+        target_qps=asked.target_qps,
+        query_count=count,
+        batch_timeout_ms=asked.batch_timeout_ms,
         arrival_seed=seed,
     )
 
@@ -161,9 +168,7 @@ def evidence_min_queries(quantile: float) -> int:
     return math.ceil(math.log(1 - EVIDENCE_CONFIDENCE) / math.log(quantile))
 
 
-def latency_percentiles(
-    scenario: Scenario, latency_s: Sequence[float]
-) -> tuple[dict[str, float], dict[str, str]]:
+def latency_percentiles(scenario: Scenario, latency_s: Sequence[float]) -> tuple[dict[str, float], dict[str, str]]:
     """Each percentile the query count supports (numpy's default, linear interpolation), and why the others
     are unset."""
     values, reasons = {}, {}
@@ -204,7 +209,9 @@ class ScenarioRun:
 
     def batches(self) -> Iterator[int]:
         loops = {
-            Scenario.SINGLE_STREAM: self._single_stream, Scenario.SERVER: self._server, Scenario.OFFLINE: self._offline,
+            Scenario.SINGLE_STREAM: self._single_stream,
+            Scenario.SERVER: self._server,
+            Scenario.OFFLINE: self._offline,
         }
         return loops[self.scenario]()
 

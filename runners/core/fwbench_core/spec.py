@@ -6,7 +6,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from .choices import (
-    Compilation, DeviceKind, InputKind, Layout, Mode, Objective, Precision, Profile, Scenario, Strategy, Switch, Task, Tf32,
+    Compilation,
+    DeviceKind,
+    InputKind,
+    Layout,
+    Mode,
+    Objective,
+    Precision,
+    Profile,
+    Scenario,
+    Strategy,
+    Switch,
+    Task,
+    Tf32,
 )
 
 
@@ -303,16 +315,24 @@ class RunConfig:
         if not self.reuse_key or self.reuse_key != kept.reuse_key:
             return False
         kept_measured_as_this = replace(
-            kept, batch_size=self.batch_size, warmup_steps=self.warmup_steps, measured_steps=self.measured_steps,
-            warmup_until_stable=self.warmup_until_stable, min_measure_s=self.min_measure_s,
-            power_sample_rate_hz=self.power_sample_rate_hz, idle_baseline_s=self.idle_baseline_s,
-            end_reuse=self.end_reuse, serving=self.serving, continue_reuse=self.continue_reuse,
+            kept,
+            batch_size=self.batch_size,
+            warmup_steps=self.warmup_steps,
+            measured_steps=self.measured_steps,
+            warmup_until_stable=self.warmup_until_stable,
+            min_measure_s=self.min_measure_s,
+            power_sample_rate_hz=self.power_sample_rate_hz,
+            idle_baseline_s=self.idle_baseline_s,
+            end_reuse=self.end_reuse,
+            serving=self.serving,
+            continue_reuse=self.continue_reuse,
         )
         return kept_measured_as_this == self
 
     def continues(self, kept: RunConfig) -> bool:
         """Whether this run steps the kept workload as run `kept` left it: a window of one measurement."""
         return self.continue_reuse and self.batch_size == kept.batch_size and self.reuses(kept)
+
     @property
     def run_devices(self) -> tuple[Device, ...]:
         return self.devices or (self.device,)

@@ -32,10 +32,13 @@ class OpenStreamLimit(grpc.ServerInterceptor):
     def _limited(self, behaviour):
         def handle(request, context) -> Iterator:
             if not self._enter():
-                abort(context, Busy(
-                    f"the runner is busy: {self.limit} streams (health watches, reflection) are open, its "
-                    "limit; close one or retry later"
-                ))
+                abort(
+                    context,
+                    Busy(
+                        f"the runner is busy: {self.limit} streams (health watches, reflection) are open, its "
+                        "limit; close one or retry later"
+                    ),
+                )
             try:
                 yield from behaviour(request, context)
             finally:

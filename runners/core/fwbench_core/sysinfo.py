@@ -78,17 +78,28 @@ def numeric_libraries() -> dict[str, str]:
         blas = numpy.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {})
     except Exception:  # no numpy, or one too old to report its build: say nothing rather than something wrong
         return {}
-    return {"numpy_version": numpy.__version__,
-            "blas": " ".join(str(blas[k]) for k in ("name", "version") if blas.get(k))}
+    return {
+        "numpy_version": numpy.__version__,
+        "blas": " ".join(str(blas[k]) for k in ("name", "version") if blas.get(k)),
+    }
 
 
 def manifest_options(gpu_count: int) -> dict[str, str]:
     """What the results' manifest needs beyond versions: the machine, the container image, the environment's lock
     and numeric libraries, GPU identities, clocks and power limits."""
-    options = {"host_id": host_id(), "cpu_model": cpu_model_name(), "cpu_count": str(os.cpu_count()),
-               "environment_lock": environment_lock(), **numeric_libraries()}
-    for option, env in (("container_image", IMAGE_ENV), ("container_base_image", BASE_IMAGE_ENV),
-                        ("image_digest", IMAGE_DIGEST_ENV), ("base_image_digest", BASE_IMAGE_DIGEST_ENV)):
+    options = {
+        "host_id": host_id(),
+        "cpu_model": cpu_model_name(),
+        "cpu_count": str(os.cpu_count()),
+        "environment_lock": environment_lock(),
+        **numeric_libraries(),
+    }
+    for option, env in (
+        ("container_image", IMAGE_ENV),
+        ("container_base_image", BASE_IMAGE_ENV),
+        ("image_digest", IMAGE_DIGEST_ENV),
+        ("base_image_digest", BASE_IMAGE_DIGEST_ENV),
+    ):
         if os.environ.get(env):
             options[option] = os.environ[env]
     options.update(_nvml_details(gpu_count))
@@ -110,11 +121,15 @@ def _nvml_details(gpu_count: int) -> dict[str, str]:
         for index in range(gpu_count):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             readings = {
-                "uuid": lambda: pynvml.nvmlDeviceGetUUID(handle),
-                "power_limit_w": lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000,
-                "sm_clock_mhz": lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-                "sm_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
-                "memory_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+                "uuid": lambda handle=handle: pynvml.nvmlDeviceGetUUID(handle),
+                "power_limit_w": lambda handle=handle: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000,
+                "sm_clock_mhz": lambda handle=handle: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                "sm_clock_max_mhz": lambda handle=handle: pynvml.nvmlDeviceGetMaxClockInfo(
+                    handle, pynvml.NVML_CLOCK_SM
+                ),
+                "memory_clock_max_mhz": lambda handle=handle: pynvml.nvmlDeviceGetMaxClockInfo(
+                    handle, pynvml.NVML_CLOCK_MEM
+                ),
             }
             for name, read in readings.items():
                 try:

@@ -5,28 +5,62 @@ the two equal. A runner writes only its parity references, so only --reference-d
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 # Refused themselves: the system's folders and the roots under which users keep theirs.
 SYSTEM_FOLDERS = (
-    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media", "/mnt", "/opt",
-    "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/tmp",
+    "/",
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/home",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/media",
+    "/mnt",
+    "/opt",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/srv",
+    "/sys",
+    "/tmp",
+    "/usr",
+    "/var",
+    "/var/tmp",
 )
 # Refused with everything inside them: the system's configuration, programs, devices and kernel files.
-SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sbin", "/sys", "/usr")
+SYSTEM_TREES = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/sbin",
+    "/sys",
+    "/usr",
+)
 
 
-def system_folder(path: str) -> Optional[str]:
-    """"a system folder" or "your home folder" where `path` (its links resolved) is one or, for SYSTEM_TREES, lies
+def system_folder(path: str) -> str | None:
+    """ "a system folder" or "your home folder" where `path` (its links resolved) is one or, for SYSTEM_TREES, lies
     in one; else None."""
     resolved = Path(path).resolve()
     try:
-        home: Optional[Path] = Path.home().resolve()
+        home: Path | None = Path.home().resolve()
     except (RuntimeError, KeyError):  # no $HOME and no password entry: there is no home to refuse
         home = None
     if resolved == home:
         return "your home folder"
-    if str(resolved) in SYSTEM_FOLDERS or any(resolved == Path(tree) or Path(tree) in resolved.parents
-                                              for tree in SYSTEM_TREES):
+    if str(resolved) in SYSTEM_FOLDERS or any(
+        resolved == Path(tree) or Path(tree) in resolved.parents for tree in SYSTEM_TREES
+    ):
         return "a system folder"
     return None

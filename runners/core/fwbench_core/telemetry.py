@@ -7,13 +7,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Optional
 
+from .choices import Phase
 from .device_state import DeviceState, DeviceStateReader
 from .power import PowerPhase, PowerSample, PowerSampler, energy_summary
-from .choices import Phase
-from .spec import DeviceRef, RunConfig
 from .serving import QueryBatch
+from .spec import DeviceRef, RunConfig
 from .timing import Progress, StepBatch, Summary, samples_processed, with_device_state
 
 # How often the idle baseline looks at cancellation.
@@ -34,8 +33,9 @@ class RunTelemetry:
     `around(event)` yields each step event with the power events it brings; the sampler and the reader close at the
     end."""
 
-    def __init__(self, sampler: Optional[PowerSampler], states: DeviceStateReader, device: DeviceRef,
-                 clock: Callable[[], float]) -> None:
+    def __init__(
+        self, sampler: PowerSampler | None, states: DeviceStateReader, device: DeviceRef, clock: Callable[[], float]
+    ) -> None:
         self._sampler, self._states, self._device, self._clock = sampler, states, device, clock
         self._before: DeviceState | None = None  # read on entering
 
@@ -74,8 +74,9 @@ class RunTelemetry:
         if isinstance(event, Summary):
             samples = sampler.stop()
             yield PowerBatch(tuple(sampler.drain()))
-            energy = energy_summary(samples, samples_processed=samples_processed(config, event),
-                                    source_reasons=sampler.reasons)
+            energy = energy_summary(
+                samples, samples_processed=samples_processed(config, event), source_reasons=sampler.reasons
+            )
             event = replace(event, energy=replace(energy, missed_slots=sampler.missed_slots))
         yield event
         if isinstance(event, StepBatch):

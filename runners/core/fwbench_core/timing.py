@@ -8,13 +8,13 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from .backend import MemoryReading, Workload
+from .choices import Mode, Phase
 from .device_state import DeviceState, device_flags
 from .errors import Cancelled
+from .limits import MAX_MEASURED_STEPS
 from .power import EnergySummary
 from .serving import Clock, QueryBatch, ScenarioRun, ServingSummary, SystemClock
-from .choices import Mode, Phase
 from .spec import DeviceRef, RunConfig, WarmupUntilStable
-from .limits import MAX_MEASURED_STEPS
 
 # Step timings leave the runner in batches, at most this often, so that
 # streaming costs no round trip per step; flushing happens between steps.
@@ -224,6 +224,7 @@ def time_steps(
     total, last_flush_s = yield from _steps(workload, config, timer, cancelled, clock)
     done, scenario, serving = timer.index, None, None
     if config.serving is not None:
+
         def run_batch() -> tuple[float, float]:
             sample = timer.run(False)
             return sample.start_s, timer.last_end_s
@@ -274,8 +275,9 @@ def _steps(
             raise Cancelled(f"run of {config.model.name} cancelled by the client after {timer.index} steps")
         timer.run(warming)
         if warming:
-            phase_ends = (len(timer.warmup_times) >= config.warmup_steps
-                          or is_stable(timer.warmup_times, config.warmup_until_stable))
+            phase_ends = len(timer.warmup_times) >= config.warmup_steps or is_stable(
+                timer.warmup_times, config.warmup_until_stable
+            )
         else:
             phase_ends = len(timer.measured) >= config.measured_steps and timer.measured_s >= config.min_measure_s
         if config.place is not None:

@@ -7,17 +7,33 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .catalog import Catalog
+from .choices import Compilation, InputKind, Layout, Mode, Precision, Profile, Strategy, Switch, Tf32
 from .errors import FailedPrecondition, InvalidArgument, did_you_mean, echoed
 from .limits import (
-    MAX_BATCH_SIZE, MAX_DISTRIBUTED_TIMEOUT_S, MAX_IDLE_BASELINE_S, MAX_MEASURE_S, MAX_MEASURED_STEPS,
-    MAX_REFERENCE_BATCH_SIZE, MAX_REUSE_KEY_LENGTH, MAX_SEED, MAX_THREADS, MAX_WARMUP_STEPS, in_range,
+    MAX_BATCH_SIZE,
+    MAX_DISTRIBUTED_TIMEOUT_S,
+    MAX_IDLE_BASELINE_S,
+    MAX_MEASURE_S,
+    MAX_MEASURED_STEPS,
+    MAX_REFERENCE_BATCH_SIZE,
+    MAX_REUSE_KEY_LENGTH,
+    MAX_SEED,
+    MAX_THREADS,
+    MAX_WARMUP_STEPS,
+    in_range,
 )
-from .placement import resolve_cluster, resolve_device, resolve_devices, resolve_strategy
+from .placement import resolve_cluster, resolve_devices, resolve_strategy
 from .power import DEFAULT_RATE_HZ, energy_window_s, validate_rate_hz
 from .serving import resolve_serving
-from .choices import Compilation, InputKind, Layout, Mode, Precision, Profile, Strategy, Switch, Tf32
 from .spec import (
-    Capabilities, CompilationLimits, Device, ModelConfig, ModelSpec, ReferenceRequest, RunConfig, RunRequest,
+    Capabilities,
+    CompilationLimits,
+    Device,
+    ModelConfig,
+    ModelSpec,
+    ReferenceRequest,
+    RunConfig,
+    RunRequest,
     WarmupUntilStable,
 )
 
@@ -66,8 +82,10 @@ def resolve_options(spec: ModelSpec, options: Mapping[str, str]) -> dict[str, st
     for name in options:
         if name not in known:
             accepted = ", ".join(known) if known else "none"
-            raise InvalidArgument(f"model_options has {echoed(name)}, which {spec.name} does not take{did_you_mean(name, known)}; "
-                                  f"its options: {accepted}")
+            raise InvalidArgument(
+                f"model_options has {echoed(name)}, which {spec.name} does not take{did_you_mean(name, known)}; "
+                f"its options: {accepted}"
+            )
     resolved = {}
     for name, option in known.items():
         value = options.get(name, option.default)
@@ -162,8 +180,16 @@ class _Settings:
     cudnn_autotune: Switch
 
 
-def _resolve_settings(request: RunRequest, mode: Mode, spec: ModelSpec, strategy: Strategy, can: Capabilities,
-                      device: Device, profile: Profile, framework: str) -> _Settings:
+def _resolve_settings(
+    request: RunRequest,
+    mode: Mode,
+    spec: ModelSpec,
+    strategy: Strategy,
+    can: Capabilities,
+    device: Device,
+    profile: Profile,
+    framework: str,
+) -> _Settings:
     precision = request.precision or DEFAULT_PRECISION
     _refuse_unless(precision, can.precisions, "precision", device, framework)
     compilation = request.compilation or can.default_compilation
@@ -214,7 +240,9 @@ def _resolve_steps(request: RunRequest) -> _Steps:
     measured = DEFAULT_MEASURED_STEPS if request.measured_steps is None else request.measured_steps
     if stable is not None:
         if not 0.0 < stable.cv_threshold < 1.0:
-            raise InvalidArgument(f"warmup_until_stable.cv_threshold must be between 0 and 1, got {stable.cv_threshold}")
+            raise InvalidArgument(
+                f"warmup_until_stable.cv_threshold must be between 0 and 1, got {stable.cv_threshold}"
+            )
         in_range("warmup_until_stable.window", stable.window, 2, MAX_WARMUP_STEPS)
         if warmup < stable.window:
             raise InvalidArgument(
@@ -252,9 +280,13 @@ def _resolve_window(request: RunRequest, distributed: bool) -> _Window:
 
 
 def _distributed_timeout_s(request: RunRequest) -> float:
-    timeout_s = DEFAULT_DISTRIBUTED_TIMEOUT_S if request.distributed_timeout_s is None else request.distributed_timeout_s
+    timeout_s = (
+        DEFAULT_DISTRIBUTED_TIMEOUT_S if request.distributed_timeout_s is None else request.distributed_timeout_s
+    )
     if not 1.0 <= timeout_s <= MAX_DISTRIBUTED_TIMEOUT_S:
-        raise InvalidArgument(f"distributed_timeout_s must be between 1 and {MAX_DISTRIBUTED_TIMEOUT_S:.0f}, got {timeout_s}")
+        raise InvalidArgument(
+            f"distributed_timeout_s must be between 1 and {MAX_DISTRIBUTED_TIMEOUT_S:.0f}, got {timeout_s}"
+        )
     return timeout_s
 
 
@@ -268,9 +300,7 @@ def resolve(
     """Validate `request` and fill in defaults; raises a RunnerError naming the field. Checked in this order, each
     part by its own function: the model, the placement, the framework's settings, the steps, the measuring window
     and power, then the bounds and serving."""
-    spec, input_shape, model_options = resolve_model(
-        request.model, request.input_shape, request.model_options, catalog
-    )
+    spec, input_shape, model_options = resolve_model(request.model, request.input_shape, request.model_options, catalog)
     mode = request.mode
     if mode is None:
         raise InvalidArgument(f"mode must be set; accepted values: {_choices(Mode)}")
@@ -301,15 +331,20 @@ def resolve(
         warmup_steps=in_range("warmup_steps", steps.warmup, 0, MAX_WARMUP_STEPS),
         measured_steps=in_range("measured_steps", steps.measured, 1, MAX_MEASURED_STEPS),
         seed=_seed(request.seed),
-        input_seed=(request.seed if request.input_seed is None
-                    else in_range("input_seed", request.input_seed, 0, MAX_SEED)),
+        input_seed=(
+            request.seed if request.input_seed is None else in_range("input_seed", request.input_seed, 0, MAX_SEED)
+        ),
         model_options=model_options,
         layout=settings.layout,
         compilation=settings.compilation,
         cudnn_autotune=settings.cudnn_autotune,
         tf32=resolve_tf32(settings.precision, profile, can),
         intra_op_threads=_threads(
-            "intra_op_threads", request.intra_op_threads, can.intra_op_threads, can.intra_op_threads_adjustable, framework
+            "intra_op_threads",
+            request.intra_op_threads,
+            can.intra_op_threads,
+            can.intra_op_threads_adjustable,
+            framework,
         ),
         inter_op_threads=_threads("inter_op_threads", request.inter_op_threads, can.inter_op_threads, False, framework),
         warmup_until_stable=steps.stable,
@@ -333,16 +368,21 @@ def _continue_reuse(request: RunRequest) -> bool:
 def _process_block(request: RunRequest, distributed: bool) -> str:
     block = resolve_key("process_block", request.process_block)
     if block and distributed:
-        raise InvalidArgument("process_block applies to single-device runs: every rank of a distributed run already "
-                              "runs in a worker process of its own; leave it empty")
+        raise InvalidArgument(
+            "process_block applies to single-device runs: every rank of a distributed run already "
+            "runs in a worker process of its own; leave it empty"
+        )
     return block
 
 
 def first_window(config: RunConfig) -> RunConfig:
     """A window (continue_reuse) that found nothing to continue: its fresh build first warms up by the default rule,
     until stable within DEFAULT_WARMUP_CAP_STEPS more steps, as a run with no warm-up asked would."""
-    return replace(config, warmup_steps=config.warmup_steps + DEFAULT_WARMUP_CAP_STEPS,
-                   warmup_until_stable=config.warmup_until_stable or DEFAULT_WARMUP_UNTIL_STABLE)
+    return replace(
+        config,
+        warmup_steps=config.warmup_steps + DEFAULT_WARMUP_CAP_STEPS,
+        warmup_until_stable=config.warmup_until_stable or DEFAULT_WARMUP_UNTIL_STABLE,
+    )
 
 
 def resolve_key(field_name: str, key: str) -> str:
@@ -357,9 +397,7 @@ def resolve_key(field_name: str, key: str) -> str:
 
 def resolve_reference(request: ReferenceRequest, catalog: Catalog) -> ModelConfig:
     """The model a parity reference is exported or compared for; raises a RunnerError naming the field."""
-    spec, input_shape, model_options = resolve_model(
-        request.model, request.input_shape, request.model_options, catalog
-    )
+    spec, input_shape, model_options = resolve_model(request.model, request.input_shape, request.model_options, catalog)
     batch_size = request.batch_size or DEFAULT_REFERENCE_BATCH_SIZE
     if not 1 <= batch_size <= MAX_REFERENCE_BATCH_SIZE:
         raise InvalidArgument(

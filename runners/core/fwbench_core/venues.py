@@ -18,7 +18,14 @@ from .isolation import BlockWorker, ProcessBlocks, RunIsolation, Watch, stream_o
 from .plugin_modules import builder_file
 from .plugin_worker import PluginWorkers
 from .run_path import (
-    Resolved, RunEvent, RunPath, backend_in_worker, prepare_in_worker, run_in_worker, run_phase_after, run_rank,
+    Resolved,
+    RunEvent,
+    RunPath,
+    backend_in_worker,
+    prepare_in_worker,
+    run_in_worker,
+    run_phase_after,
+    run_rank,
 )
 from .spec import DeviceRef, ModelSpec, RunConfig
 from .venue import Venue
@@ -36,8 +43,11 @@ class PluginLimit:
     limit_s: float
 
     def watch(self, spec: ModelSpec, phase_after: Callable[[Any], str | None]) -> Watch:
-        return Watch(f"plug-in {spec.name} ({Path(spec.source.folder) / builder_file(self.framework)})", self.limit_s,
-                     phase_after)
+        return Watch(
+            f"plug-in {spec.name} ({Path(spec.source.folder) / builder_file(self.framework)})",
+            self.limit_s,
+            phase_after,
+        )
 
 
 class ThreadVenue(Venue):
@@ -52,7 +62,7 @@ class ThreadVenue(Venue):
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fwbench-framework")
 
     def stream(self, config: RunConfig, total: int, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
-        run = lambda stop: self._runs.run(config, total, stop, keep=True)  # noqa: E731
+        run = lambda stop: self._runs.run(config, total, stop, keep=True)
         yield from stream_on_thread(self._thread, run, cancelled)
 
     def release(self) -> None:
@@ -77,8 +87,12 @@ class IsolatedWorkerVenue(Venue):
         self._workers = BlockWorker()
 
     def stream(self, config: RunConfig, total: int, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
-        yield from self._workers.stream(self._isolation.runs_per_worker(config.device.ref), run_in_worker,
-                                        (self._make_backend, config, total), cancelled)
+        yield from self._workers.stream(
+            self._isolation.runs_per_worker(config.device.ref),
+            run_in_worker,
+            (self._make_backend, config, total),
+            cancelled,
+        )
 
     def release(self) -> None:
         self._workers.end()
@@ -96,16 +110,26 @@ class PluginWorkerVenue(Venue):
     def stream(self, config: RunConfig, total: int, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
         keep = not self._isolation.in_worker(config.device.ref)
         with self._workers.worker_for(config.model.source, keep) as worker:
-            yield from worker.stream(run_in_worker, (self._make_backend, config, total), cancelled,
-                                     self._limit.watch(config.model, run_phase_after))
+            yield from worker.stream(
+                run_in_worker,
+                (self._make_backend, config, total),
+                cancelled,
+                self._limit.watch(config.model, run_phase_after),
+            )
 
     def call(self, spec: ModelSpec, method: str, args: tuple, cancelled: Callable[[], bool]):
         """The backend's `method(*args)`, which builds plug-in `spec`, in its worker; its result brought back."""
         assert self._make_backend is not None  # a plug-in's work comes here only where the runner starts workers
         keep = not self._isolation.in_worker(DeviceRef(DeviceKind.CPU))
         with self._workers.worker_for(spec.source, keep) as worker:
-            return called_apart(worker, functools.partial(backend_in_worker, self._make_backend), method, args,
-                                cancelled, self._limit.watch(spec, apart_phase_after(method)))
+            return called_apart(
+                worker,
+                functools.partial(backend_in_worker, self._make_backend),
+                method,
+                args,
+                cancelled,
+                self._limit.watch(spec, apart_phase_after(method)),
+            )
 
     def release(self) -> None:
         self._workers.close_idle()
@@ -115,15 +139,17 @@ class ProcessBlockVenue(Venue):
     """The worker process of the current process block (RunRequest.process_block; isolation.ProcessBlocks), opened
     before the block's first run or by it."""
 
-    def __init__(self, make_backend: MakeBackend | None, limit: PluginLimit,
-                 contained: Callable[[ModelSpec], bool]) -> None:
+    def __init__(
+        self, make_backend: MakeBackend | None, limit: PluginLimit, contained: Callable[[ModelSpec], bool]
+    ) -> None:
         self._make_backend, self._limit, self._contained = make_backend, limit, contained
         self._blocks = ProcessBlocks()
 
     def stream(self, config: RunConfig, total: int, cancelled: Callable[[], bool]) -> Iterator[RunEvent]:
         watch = self._limit.watch(config.model, run_phase_after) if self._contained(config.model) else None
-        yield from self._blocks.stream(config.process_block, config.end_reuse, run_in_worker,
-                                       (self._make_backend, config, total), cancelled, watch)
+        yield from self._blocks.stream(
+            config.process_block, config.end_reuse, run_in_worker, (self._make_backend, config, total), cancelled, watch
+        )
 
     def open(self, block: str, cancelled: Callable[[], bool]) -> None:
         """Start block `block`'s worker, its framework imported, ending the current block's."""
@@ -155,8 +181,14 @@ class Venues:
     """The runner's five venues, and the one choice of where a run executes. `make_backend` builds the backend afresh
     in a worker process; without it (tests' services) every run executes on the framework thread."""
 
-    def __init__(self, backend: Backend, runs: RunPath, isolation: RunIsolation, make_backend: MakeBackend | None,
-                 plugin_limit_s: float) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        runs: RunPath,
+        isolation: RunIsolation,
+        make_backend: MakeBackend | None,
+        plugin_limit_s: float,
+    ) -> None:
         self._backend, self._isolation, self._make_backend = backend, isolation, make_backend
         limit = PluginLimit(backend.framework, plugin_limit_s)
         self.thread = ThreadVenue(runs)
@@ -169,8 +201,11 @@ class Venues:
         """Whether work on `spec` runs a user's code (a plug-in's builder), and so runs in a worker process of its
         own, within plugin_limit_s a phase, where a hang, a crash or a failed allocation costs that process alone.
         Without make_backend it runs on the framework thread."""
-        return (not spec.source.built_in and self._backend.models.make_plugin_builder is not None
-                and self._make_backend is not None)
+        return (
+            not spec.source.built_in
+            and self._backend.models.make_plugin_builder is not None
+            and self._make_backend is not None
+        )
 
     def venue_for(self, config: RunConfig) -> Venue:
         """Where a run of `config` executes: across worker processes (distributed), in its process block's worker,

@@ -12,14 +12,25 @@ from typing import TypeVar
 from fwbench.runner.v1 import runner_pb2 as pb
 
 from . import PROTOCOL, RUNNER_VERSION
+from .choices import Compilation, DeviceKind, Layout, Mode, Phase, Precision, Profile, Scenario, Strategy, Switch, Task
 from .errors import InvalidArgument
 from .plugins import PluginReport
-from .sysinfo import manifest_options
-from .choices import Compilation, DeviceKind, Layout, Mode, Phase, Precision, Profile, Scenario, Strategy, Switch, Task
 from .spec import (
-    Cluster, Device, DeviceRef, ModelConfig, ModelReport, ModelSpec, ReferenceReport, ReferenceRequest, RunConfig,
-    RunnerInfo, RunRequest, Serving, WarmupUntilStable,
+    Cluster,
+    Device,
+    DeviceRef,
+    ModelConfig,
+    ModelReport,
+    ModelSpec,
+    ReferenceReport,
+    ReferenceRequest,
+    RunConfig,
+    RunnerInfo,
+    RunRequest,
+    Serving,
+    WarmupUntilStable,
 )
+from .sysinfo import manifest_options
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -110,7 +121,10 @@ def device_to_wire(device: Device) -> pb.Device:
 
 def plugin_to_wire(report: PluginReport) -> pb.ModelPlugin:
     return pb.ModelPlugin(
-        folder=report.folder, origin=report.origin, models=report.models, content_hash=report.content_hash,
+        folder=report.folder,
+        origin=report.origin,
+        models=report.models,
+        content_hash=report.content_hash,
         error=report.error,
     )
 

@@ -9,9 +9,9 @@ from .backend import MemoryReading
 from .device_state import DeviceState
 from .power import EnergySummary, PowerPhase, PowerSample
 from .run_path import Resolved, RunEvent
-from .telemetry import PowerBatch
 from .serving import QueryBatch, ServingSummary
 from .spec import RunnerInfo
+from .telemetry import PowerBatch
 from .timing import Progress, StepBatch, Summary
 from .wire import config_to_wire, enum_to_wire
 
@@ -42,15 +42,25 @@ def _optional_fields(message, values: dict) -> None:
 
 def power_sample_to_wire(sample: PowerSample) -> pb.PowerSample:
     message = pb.PowerSample(
-        time_s=sample.time_s, phase=PowerPhase(sample.phase).value, device=sample.device,
+        time_s=sample.time_s,
+        phase=PowerPhase(sample.phase).value,
+        device=sample.device,
         power_source=sample.power_source or "",
     )
     _optional_fields(
         message,
-        {name: getattr(sample, name) for name in (
-            "power_w", "energy_j", "gpu_util_pct", "memory_util_pct", "memory_used_bytes", "sm_clock_mhz",
-            "temperature_c",
-        )},
+        {
+            name: getattr(sample, name)
+            for name in (
+                "power_w",
+                "energy_j",
+                "gpu_util_pct",
+                "memory_util_pct",
+                "memory_used_bytes",
+                "sm_clock_mhz",
+                "temperature_c",
+            )
+        },
     )
     return message
 
@@ -66,11 +76,23 @@ def energy_to_wire(energy: EnergySummary) -> pb.EnergySummary:
     )
     _optional_fields(
         message,
-        {name: getattr(energy, name) for name in (
-            "window_s", "achieved_rate_hz", "counter_energy_j", "integrated_energy_j", "energy_disagreement",
-            "energy_j", "mean_power_w", "peak_power_w", "idle_power_w", "energy_above_idle_j",
-            "energy_per_sample_j", "energy_above_idle_per_sample_j",
-        )},
+        {
+            name: getattr(energy, name)
+            for name in (
+                "window_s",
+                "achieved_rate_hz",
+                "counter_energy_j",
+                "integrated_energy_j",
+                "energy_disagreement",
+                "energy_j",
+                "mean_power_w",
+                "peak_power_w",
+                "idle_power_w",
+                "energy_above_idle_j",
+                "energy_per_sample_j",
+                "energy_above_idle_per_sample_j",
+            )
+        },
     )
     return message
 
@@ -81,10 +103,19 @@ def device_state_to_wire(state: DeviceState) -> pb.DeviceState:
     )
     _optional_fields(
         message,
-        {name: getattr(state, name) for name in (
-            "load_avg_1m", "other_cpu_busy_cores", "other_gpu_processes", "gpu_processes", "sm_clock_mhz",
-            "max_sm_clock_mhz", "free_memory_bytes", "total_memory_bytes",
-        )},
+        {
+            name: getattr(state, name)
+            for name in (
+                "load_avg_1m",
+                "other_cpu_busy_cores",
+                "other_gpu_processes",
+                "gpu_processes",
+                "sm_clock_mhz",
+                "max_sm_clock_mhz",
+                "free_memory_bytes",
+                "total_memory_bytes",
+            )
+        },
     )
     return message
 

@@ -37,14 +37,16 @@ class CappedCopy:
         copied = dropped = 0
         fd = self._reader.fileno()
         while chunk := os.read(fd, _CHUNK_BYTES):
-            kept = chunk[:max(0, self._cap_bytes - copied)]
+            kept = chunk[: max(0, self._cap_bytes - copied)]
             _write(kept)
             copied += len(kept)
             dropped += len(chunk) - len(kept)
         self._reader.close()
         if dropped:
-            _write(f"\n[fwbench] {self._what}: {dropped} bytes of its output dropped past {self._cap_bytes} bytes "
-                   "(MAX_WORKER_OUTPUT_BYTES)\n".encode())
+            _write(
+                f"\n[fwbench] {self._what}: {dropped} bytes of its output dropped past {self._cap_bytes} bytes "
+                "(MAX_WORKER_OUTPUT_BYTES)\n".encode()
+            )
 
     def finish(self) -> None:
         """Wait briefly for the last of the output: call once the worker and its tree have ended."""
@@ -56,6 +58,6 @@ def _write(data: bytes) -> None:
     never blocks)."""
     try:
         while data:
-            data = data[os.write(STDERR_FD, data):]
+            data = data[os.write(STDERR_FD, data) :]
     except OSError:
         pass

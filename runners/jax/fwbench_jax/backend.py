@@ -16,15 +16,24 @@ import jax.numpy as jnp
 import jaxlib
 import numpy as np
 import optax
+
 from fwbench_core.backend import Backend, MemoryReading, Workload, process_peak_memory
-from fwbench_core.fairness import LEARNING_RATE, MOMENTUM, REFERENCE_TOLERANCE
-from fwbench_core.references import compared_outputs
 from fwbench_core.choices import Compilation, DeviceKind, InputKind, Layout, Mode, Precision, Strategy, Switch, Tf32
+from fwbench_core.fairness import LEARNING_RATE, MOMENTUM, REFERENCE_TOLERANCE
+from fwbench_core.placement import cpu_worker_limit
+from fwbench_core.references import compared_outputs
 from fwbench_core.spec import (
-    Capabilities, Device, DeviceRef, Head, ModelConfig, ModelReport, ReferenceReport, RunConfig, RunnerInfo,
+    Capabilities,
+    Device,
+    DeviceRef,
+    Head,
+    ModelConfig,
+    ModelReport,
+    ReferenceReport,
+    RunConfig,
+    RunnerInfo,
     RunnerSettings,
 )
-from fwbench_core.placement import cpu_worker_limit
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, python_version
 
 from .flops import FLOPS_METHOD, forward_flops
@@ -102,8 +111,11 @@ def make_train_step(module: flax.linen.Module, optimizer: optax.GradientTransfor
 
         def objective(params):
             logits, updated = module.apply(
-                {"params": params, "batch_stats": state["batch_stats"]}, inputs, train=True,
-                rngs={"dropout": dropout}, mutable=["batch_stats"],
+                {"params": params, "batch_stats": state["batch_stats"]},
+                inputs,
+                train=True,
+                rngs={"dropout": dropout},
+                mutable=["batch_stats"],
             )
             value = loss(head, logits, targets)
             return value * scale, (value, updated.get("batch_stats", {}))
@@ -117,7 +129,9 @@ def make_train_step(module: flax.linen.Module, optimizer: optax.GradientTransfor
         if loss_scaling:
             finite = all_finite(grads)
             for key in ("params", "opt_state"):  # an overflowing step changes no weight
-                new[key] = jax.tree_util.tree_map(lambda fresh, old: jnp.where(finite, fresh, old), new[key], state[key])
+                new[key] = jax.tree_util.tree_map(
+                    lambda fresh, old: jnp.where(finite, fresh, old), new[key], state[key]
+                )
             good_steps = jnp.where(finite, state["good_steps"] + 1, 0)
             grow = good_steps >= LOSS_SCALE_GROWTH_INTERVAL
             new["loss_scale"] = jnp.where(finite, jnp.where(grow, scale * 2, scale), scale / 2)
@@ -200,7 +214,10 @@ class JaxWorkload(Workload):
         peaks = [(device.memory_stats() or {}).get("peak_bytes_in_use") for device in self.devices]
         if None not in peaks:
             # JAX cannot reset it: the process's peak, which is the run's in a run's own worker process.
-            return MemoryReading(max(peaks), "jax memory_stats peak_bytes_in_use, the largest of the run's devices (since the process started)")
+            return MemoryReading(
+                max(peaks),
+                "jax memory_stats peak_bytes_in_use, the largest of the run's devices (since the process started)",
+            )
         return process_peak_memory()
 
     def close(self) -> None:
@@ -223,7 +240,9 @@ class JaxBackend(Backend):
         self._off_gpus = False  # stay_off_gpus was called
         # Read when JAX starts its CPU backend: cpu:0 to cpu:N-1 are XLA host devices, as many as the core lets
         # a run name, so that a MIRRORED run can spread over several.
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={cpu_worker_limit()}".strip()
+        os.environ["XLA_FLAGS"] = (
+            f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={cpu_worker_limit()}".strip()
+        )
         # Read when JAX starts its GPU backend, so before any JAX op: XLA's autotuner picks the convolution
         # (cuDNN) and matrix product algorithms by timing them, as cuDNN autotuning does in the other runners.
         if settings.cudnn_autotune is Switch.OFF:
@@ -317,7 +336,9 @@ class JaxBackend(Backend):
         if isinstance(exc, MemoryError):
             return True
         message = str(exc)
-        return isinstance(exc, jax.errors.JaxRuntimeError) and ("RESOURCE_EXHAUSTED" in message or "Out of memory" in message)
+        return isinstance(exc, jax.errors.JaxRuntimeError) and (
+            "RESOURCE_EXHAUSTED" in message or "Out of memory" in message
+        )
 
     def stay_off_gpus(self) -> None:
         # JAX starts no backend but the CPU's here; the worker processes, started afresh, see every GPU.

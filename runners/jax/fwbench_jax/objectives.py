@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import optax
+
 from fwbench_core.choices import InputKind, Objective
 from fwbench_core.spec import Head, ModelSpec
 

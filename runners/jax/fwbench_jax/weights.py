@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
+
 from fwbench_core.errors import InvalidArgument
 
 from .models.speech import WEIGHT_NORM_G, WEIGHT_NORM_V
@@ -61,10 +62,18 @@ def variable_shapes(module: flax.linen.Module, sample: jax.ShapeDtypeStruct) -> 
     return jax.eval_shape(lambda x: module.init(jax.random.key(0), x, train=False), sample)
 
 
-def _torch_value(collection: str, leaf: str, torch_prefix: str, weights: Mapping[str, np.ndarray]) -> tuple[str, np.ndarray]:
+def _torch_value(
+    collection: str, leaf: str, torch_prefix: str, weights: Mapping[str, np.ndarray]
+) -> tuple[str, np.ndarray]:
     """The PyTorch tensor behind one Flax variable, in Flax's layout."""
-    roles = {("batch_stats", "mean"): "running_mean", ("batch_stats", "var"): "running_var", ("params", "scale"): "weight",
-             ("params", "bias"): "bias", ("params", "kernel"): "weight", ("params", "embedding"): "weight"}
+    roles = {
+        ("batch_stats", "mean"): "running_mean",
+        ("batch_stats", "var"): "running_var",
+        ("params", "scale"): "weight",
+        ("params", "bias"): "bias",
+        ("params", "kernel"): "weight",
+        ("params", "embedding"): "weight",
+    }
     # A parameter of no layer (BERT's decoder_bias) has PyTorch's name.
     name = roles.get((collection, leaf), leaf)
     key = f"{torch_prefix}.{name}" if torch_prefix else name
@@ -94,5 +103,7 @@ def load_torch_weights(variables_shapes, weights: Mapping[str, np.ndarray], mode
         used.add(key)
     unused = sorted(set(weights) - used)
     if unused:
-        raise InvalidArgument(f"the reference's weights do not fit {model}: tensors with no Flax variable: {', '.join(unused[:8])}")
+        raise InvalidArgument(
+            f"the reference's weights do not fit {model}: tensors with no Flax variable: {', '.join(unused[:8])}"
+        )
     return traverse_util.unflatten_dict(loaded)

@@ -9,14 +9,23 @@ from collections.abc import Mapping
 import keras
 import numpy as np
 import tensorflow as tf
+
 from fwbench_core.backend import Backend, Workload
+from fwbench_core.choices import Compilation, DeviceKind, InputKind, Layout, Precision, Strategy, Switch, Tf32
 from fwbench_core.errors import FailedPrecondition, InvalidArgument
 from fwbench_core.fairness import REFERENCE_TOLERANCE
-from fwbench_core.references import compared_outputs
 from fwbench_core.onnx_runtime import onnxruntime_limits
-from fwbench_core.choices import Compilation, DeviceKind, InputKind, Layout, Precision, Strategy, Switch, Tf32
+from fwbench_core.references import compared_outputs
 from fwbench_core.spec import (
-    Capabilities, Device, DeviceRef, ModelConfig, ModelReport, ReferenceReport, RunConfig, RunnerInfo, RunnerSettings,
+    Capabilities,
+    Device,
+    DeviceRef,
+    ModelConfig,
+    ModelReport,
+    ReferenceReport,
+    RunConfig,
+    RunnerInfo,
+    RunnerSettings,
 )
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, python_version
 

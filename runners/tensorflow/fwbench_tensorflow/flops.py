@@ -111,5 +111,3 @@ def forward_flops(model, sample: tf.Tensor) -> int:
         tf.TensorSpec(sample.shape, sample.dtype)
     )
     return 2 * graph_macs(traced.graph)
-
-

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 import tensorflow as tf
+
 from fwbench_core.choices import InputKind, Objective
 from fwbench_core.spec import Head, ModelSpec
 

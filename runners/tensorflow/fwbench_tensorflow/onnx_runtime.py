@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import keras
 import tensorflow as tf
+
 from fwbench_core.errors import FailedPrecondition
 from fwbench_core.onnx_runtime import OnnxRuntimeWorkload, import_onnxruntime
 from fwbench_core.spec import RunConfig
@@ -33,7 +34,9 @@ def onnxruntime_workload(config: RunConfig, build_model: Callable[[RunConfig], k
             tf.random.set_seed(config.data_seed)  # inputs of their own seed; from the seed, they follow the weights
         inputs = random_inputs(config.model, config.batch_size, config.input_shape)
     parameter_count = sum(int(tf.size(w)) for w in model.trainable_weights)
-    needed_bytes = CONVERSION_BYTES_PER_WEIGHT_BYTE * sum(int(tf.size(w)) * tf.as_dtype(w.dtype).size for w in model.weights)
+    needed_bytes = CONVERSION_BYTES_PER_WEIGHT_BYTE * sum(
+        int(tf.size(w)) * tf.as_dtype(w.dtype).size for w in model.weights
+    )
     available_bytes = host_available_memory_bytes()
     if available_bytes is not None and needed_bytes > available_bytes:
         raise FailedPrecondition(
@@ -51,7 +54,9 @@ def onnxruntime_workload(config: RunConfig, build_model: Callable[[RunConfig], k
             f"compilation onnxruntime: tf2onnx cannot convert {config.model.name}: {type(error).__name__}: {error}"
         ) from None
     # tf2onnx leaves an op it cannot convert in the graph as it was, which no ONNX runtime can run.
-    unconverted = sorted({node.op_type for node in model_proto.graph.node if not onnx.defs.has(node.op_type, node.domain)})
+    unconverted = sorted(
+        {node.op_type for node in model_proto.graph.node if not onnx.defs.has(node.op_type, node.domain)}
+    )
     if unconverted:
         raise FailedPrecondition(
             f"compilation onnxruntime: tf2onnx {tf2onnx.__version__} cannot convert {config.model.name}'s TensorFlow "
@@ -65,5 +70,6 @@ def onnxruntime_workload(config: RunConfig, build_model: Callable[[RunConfig], k
             f"compilation onnxruntime: tf2onnx {tf2onnx.__version__} leaves {config.model.name}'s captured tensor(s) "
             f"{', '.join(captured)} as inputs of the ONNX graph rather than constants"
         )
-    return OnnxRuntimeWorkload(config, ort, model_proto.SerializeToString(), inputs.numpy(), parameter_count,
-                               f"tf2onnx {tf2onnx.__version__}")
+    return OnnxRuntimeWorkload(
+        config, ort, model_proto.SerializeToString(), inputs.numpy(), parameter_count, f"tf2onnx {tf2onnx.__version__}"
+    )

@@ -13,8 +13,9 @@ import os
 import re
 
 import tensorflow as tf
-from fwbench_core.errors import Aborted
+
 from fwbench_core.choices import DeviceKind, Strategy
+from fwbench_core.errors import Aborted
 from fwbench_core.spec import RunConfig
 
 # What a run's strategy lets a TensorFlow runner do on CPU and on GPU alike.

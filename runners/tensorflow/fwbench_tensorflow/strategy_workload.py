@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import tensorflow as tf
+
 from fwbench_core.backend import MemoryReading, Workload, process_peak_memory
 from fwbench_core.choices import Compilation, DeviceKind, Mode, Strategy
 from fwbench_core.errors import FailedPrecondition

@@ -24,9 +24,7 @@ def conv(layer: layers.Layer, weights: dict[str, np.ndarray], prefix: str) -> No
 
 
 def batch_norm(layer: layers.BatchNormalization, weights: dict[str, np.ndarray], prefix: str) -> None:
-    layer.set_weights(
-        [weights[f"{prefix}.{name}"] for name in ("weight", "bias", "running_mean", "running_var")]
-    )
+    layer.set_weights([weights[f"{prefix}.{name}"] for name in ("weight", "bias", "running_mean", "running_var")])
 
 
 def dense(layer: layers.Dense, weights: dict[str, np.ndarray], prefix: str) -> None:

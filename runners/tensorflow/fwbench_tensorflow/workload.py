@@ -8,6 +8,7 @@ from contextlib import AbstractContextManager
 import keras
 import numpy as np
 import tensorflow as tf
+
 from fwbench_core.backend import MemoryReading, Workload, process_peak_memory
 from fwbench_core.choices import Compilation, DeviceKind, Mode, Objective, Precision, Tf32
 from fwbench_core.fairness import LEARNING_RATE, MOMENTUM
@@ -51,7 +52,9 @@ def reset_device_state(config: RunConfig, gpus: Sequence[str]) -> None:
         tf.config.experimental.reset_memory_stats(gpu)
 
 
-def build_in(config: RunConfig, scope: AbstractContextManager, gpus: Sequence[str]) -> tuple[keras.Model, keras.optimizers.Optimizer | None]:
+def build_in(
+    config: RunConfig, scope: AbstractContextManager, gpus: Sequence[str]
+) -> tuple[keras.Model, keras.optimizers.Optimizer | None]:
     """The model and, for training, its optimizer, built under `scope` (a device's or a strategy's) from the seed,
     with the run's device state. Keras reads the precision policy when layers are made: it is set for the build only."""
     keras.utils.set_random_seed(config.seed)

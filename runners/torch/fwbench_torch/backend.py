@@ -8,16 +8,25 @@ import time
 import numpy as np
 import torch
 import torchvision
+from torch.utils.flop_counter import FlopCounterMode
+
 from fwbench_core.backend import Backend, MemoryReading, Workload, process_peak_memory
+from fwbench_core.choices import Compilation, DeviceKind, Layout, Mode, Objective, Precision, Strategy, Switch, Tf32
 from fwbench_core.errors import InvalidArgument, RunnerError
 from fwbench_core.fairness import LEARNING_RATE, MOMENTUM
 from fwbench_core.onnx_runtime import onnxruntime_limits
-from fwbench_core.choices import Compilation, DeviceKind, Layout, Mode, Objective, Precision, Strategy, Switch, Tf32
 from fwbench_core.spec import (
-    Capabilities, Device, DeviceRef, ModelConfig, ModelReport, ReferenceReport, RunConfig, RunnerInfo, RunnerSettings,
+    Capabilities,
+    Device,
+    DeviceRef,
+    ModelConfig,
+    ModelReport,
+    ReferenceReport,
+    RunConfig,
+    RunnerInfo,
+    RunnerSettings,
 )
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, python_version
-from torch.utils.flop_counter import FlopCounterMode
 
 from .compilation import torchscript, torchscript_note
 from .models import MODELS
@@ -25,7 +34,9 @@ from .objectives import loss, random_inputs, random_targets
 from .onnx_runtime import onnxruntime_workload
 from .parallel import all_sum, join_process_group, leave_process_group, peer_failure, wrap
 
-FLOPS_METHOD = "torch.utils.flop_counter.FlopCounterMode, batch 1, oneDNN off so recurrent layers decompose into counted matmuls"
+FLOPS_METHOD = (
+    "torch.utils.flop_counter.FlopCounterMode, batch 1, oneDNN off so recurrent layers decompose into counted matmuls"
+)
 
 
 def torch_device(device: Device) -> torch.device:
@@ -92,11 +103,15 @@ class TorchWorkload(Workload):
         if self.reusable:
             # What a reuse restores: the initial weights (a host copy, taking no device memory from the run),
             # and the generators as they stood for the inputs.
-            self.initial_state = {name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()}
+            self.initial_state = {
+                name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()
+            }
             self.generators_after_build = self._generators()
         if config.place is not None:
             torch.manual_seed(config.data_seed + config.place.rank)  # different inputs on every rank
-        self.autocast = torch.autocast(self.device.type, dtype=AUTOCAST_DTYPES.get(config.precision), enabled=config.precision in AUTOCAST_DTYPES)
+        self.autocast = torch.autocast(
+            self.device.type, dtype=AUTOCAST_DTYPES.get(config.precision), enabled=config.precision in AUTOCAST_DTYPES
+        )
         if config.mode is Mode.TRAIN:
             model.train()
         else:
@@ -117,7 +132,9 @@ class TorchWorkload(Workload):
         self.model = torch.compile(model) if config.compilation is Compilation.TORCH_COMPILE else model
         self._start(config)
         # On a GPU each step is also timed by CUDA events, to cross-check the wall clock.
-        self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if self.is_gpu else None
+        self.events = (
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if self.is_gpu else None
+        )
 
     def _inputs(self, config: RunConfig) -> torch.Tensor:
         """Inputs for `config`'s batch size, from the generators as they stand."""
@@ -256,7 +273,9 @@ class TorchBackend(Backend):
             inter_op_threads=self.settings.inter_op_threads,
             intra_op_threads_adjustable=True,
             # DataParallel is a GPU feature; DDP runs gloo CPU workers as well as NCCL GPU ones.
-            strategies=frozenset({Strategy.SINGLE, Strategy.DP, Strategy.DDP} if gpu else {Strategy.SINGLE, Strategy.DDP}),
+            strategies=frozenset(
+                {Strategy.SINGLE, Strategy.DP, Strategy.DDP} if gpu else {Strategy.SINGLE, Strategy.DDP}
+            ),
             parallel_strategy=Strategy.DDP,
             multi_node_strategy=Strategy.DDP,
         )

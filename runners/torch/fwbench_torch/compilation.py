@@ -13,7 +13,9 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text.splitlines()[0].rstrip(':')}" if text else type(error).__name__
 
 
-def torchscript(model: torch.nn.Module, example: torch.Tensor, script_failure: str | None) -> tuple[torch.nn.Module, str | None]:
+def torchscript(
+    model: torch.nn.Module, example: torch.Tensor, script_failure: str | None
+) -> tuple[torch.nn.Module, str | None]:
     """The model compiled by torch.jit.script, or by torch.jit.trace on `example` (which records one path
     through the Python code) where scripting fails or gives a forward that returns no single tensor; and why
     scripting was not used, None where it was. `script_failure`: why it failed before in this process, where it
@@ -32,7 +34,9 @@ def torchscript(model: torch.nn.Module, example: torch.Tensor, script_failure: s
                 if len(returns) == 1 and isinstance(returns[0].type, torch.TensorType):
                     return scripted, None
                 # e.g. torchvision's Inception3: scripted, it returns InceptionOutputs (logits and auxiliary logits).
-                script_failure = f"torch.jit.script's forward returns {', '.join(str(r.type) for r in returns)}, not a tensor"
+                script_failure = (
+                    f"torch.jit.script's forward returns {', '.join(str(r.type) for r in returns)}, not a tensor"
+                )
         # check_trace would run the model twice more and compare outputs, which dropout makes differ in training.
         return torch.jit.trace(model, example, check_trace=False), script_failure
 

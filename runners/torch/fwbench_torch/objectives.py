@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
 from fwbench_core.choices import InputKind, Objective
 from fwbench_core.spec import Head, ModelSpec
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
 from fwbench_core.errors import FailedPrecondition
 from fwbench_core.onnx_runtime import OnnxRuntimeWorkload, import_onnxruntime
 from fwbench_core.spec import RunConfig

@@ -12,8 +12,9 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from fwbench_core.errors import Aborted, Unavailable
+
 from fwbench_core.choices import Strategy
+from fwbench_core.errors import Aborted, Unavailable
 from fwbench_core.spec import RunConfig, WorkerPlace
 
 from .network import choose_gloo_interface, loopback_listener
@@ -48,7 +49,11 @@ def rendezvous_store(place: WorkerPlace, timeout: timedelta) -> dist.TCPStore:
     host, _, port = place.rendezvous.rpartition(":")
     listener = loopback_listener(place.rendezvous) if place.rank == 0 else None
     return dist.TCPStore(
-        host.strip("[]"), int(port), place.world_size, is_master=place.rank == 0, timeout=timeout,
+        host.strip("[]"),
+        int(port),
+        place.world_size,
+        is_master=place.rank == 0,
+        timeout=timeout,
         master_listen_fd=listener.detach() if listener else None,  # the store owns and closes it
     )
 
@@ -80,7 +85,9 @@ def peer_failure(exc: BaseException) -> Aborted | None:
     if not dist.is_initialized() or not isinstance(exc, RuntimeError):
         return None
     text = str(exc)
-    if isinstance(exc, dist.DistError) or any(word in text for word in ("gloo", "Connection closed", "NCCL", "Timed out")):
+    if isinstance(exc, dist.DistError) or any(
+        word in text for word in ("gloo", "Connection closed", "NCCL", "Timed out")
+    ):
         return Aborted(f"a collective failed: another rank of the job failed, left or stalled: {first_line(exc)}")
     return None
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
 
 from .sampler import sample_rate_hz
 from .sources import POWER_SOURCE_NVML_AVERAGE, PowerPhase, PowerSample
@@ -29,21 +28,21 @@ class EnergySummary:
     (each interval between samples belongs to the phase of the sample that opens it)."""
 
     phase: PowerPhase
-    device: Optional[str]
+    device: str | None
     sample_count: int
-    window_s: Optional[float]
-    achieved_rate_hz: Optional[float]
-    counter_energy_j: Optional[float]
-    integrated_energy_j: Optional[float]
-    energy_disagreement: Optional[float]  # |counter - integrated| / counter
-    energy_j: Optional[float]  # the counter where it advanced, else the integral
-    energy_source: Optional[str]  # "counter" or "integrated"
-    mean_power_w: Optional[float]
-    peak_power_w: Optional[float]
-    idle_power_w: Optional[float]
-    energy_above_idle_j: Optional[float]
-    energy_per_sample_j: Optional[float]
-    energy_above_idle_per_sample_j: Optional[float]
+    window_s: float | None
+    achieved_rate_hz: float | None
+    counter_energy_j: float | None
+    integrated_energy_j: float | None
+    energy_disagreement: float | None  # |counter - integrated| / counter
+    energy_j: float | None  # the counter where it advanced, else the integral
+    energy_source: str | None  # "counter" or "integrated"
+    mean_power_w: float | None
+    peak_power_w: float | None
+    idle_power_w: float | None
+    energy_above_idle_j: float | None
+    energy_per_sample_j: float | None
+    energy_above_idle_per_sample_j: float | None
     power_sources: tuple[str, ...] = ()
     reasons: Mapping[str, str] = field(default_factory=dict)  # field -> why it is None
     notes: tuple[str, ...] = ()
@@ -89,22 +88,27 @@ class _Figure:
     """One figure of the summary and, where it is None, why; `cause` is the source's own reason for having no
     reading of this kind (one cause said once where both energies lack it)."""
 
-    value: Optional[float] = None
+    value: float | None = None
     why: str = ""
-    span_s: Optional[float] = None  # the time the figure covers, for energy figures
-    cause: Optional[str] = None
+    span_s: float | None = None  # the time the figure covers, for energy figures
+    cause: str | None = None
     stalled: bool = False  # an energy counter that did not advance: no energy figure at all
     note: str = ""
 
 
-def _counter_energy(window: Sequence[PowerSample], window_s: Optional[float], phase: PowerPhase,
-                    source_reasons: Mapping[str, str]) -> _Figure:
+def _counter_energy(
+    window: Sequence[PowerSample], window_s: float | None, phase: PowerPhase, source_reasons: Mapping[str, str]
+) -> _Figure:
     """Energy from the cumulative counter: its last reading less its first in the window."""
     counted = [(s.time_s, s.energy_j) for s in window if s.energy_j is not None]
     if len(counted) < 2:
         cause = source_reasons.get("energy_j") or source_reasons.get("source")
-        return _Figure(why=f"no energy counter: {cause}" if cause else
-                       f"fewer than two energy counter readings in the {phase.value} window", cause=cause)
+        return _Figure(
+            why=f"no energy counter: {cause}"
+            if cause
+            else f"fewer than two energy counter readings in the {phase.value} window",
+            cause=cause,
+        )
     (first_s, first_j), (last_s, last_j) = counted[0], counted[-1]
     delta_j, span_s = last_j - first_j, last_s - first_s
     if delta_j == 0:
@@ -112,8 +116,13 @@ def _counter_energy(window: Sequence[PowerSample], window_s: Optional[float], ph
     if delta_j < 0:
         return _Figure(why=f"the energy counter went backwards by {-delta_j:.3f} J (driver reloaded?)", stalled=True)
     short = window_s and span_s < window_s * 0.99
-    return _Figure(delta_j, span_s=span_s, note=f"the energy counter covers {span_s:.2f} s of the {window_s:.2f} s "
-                   "window (readings missing at its ends)" if short else "")
+    return _Figure(
+        delta_j,
+        span_s=span_s,
+        note=f"the energy counter covers {span_s:.2f} s of the {window_s:.2f} s window (readings missing at its ends)"
+        if short
+        else "",
+    )
 
 
 def _integrated_energy(window: Sequence[PowerSample], phase: PowerPhase, source_reasons: Mapping[str, str]) -> _Figure:
@@ -161,8 +170,9 @@ def _above_idle(energy: _Figure, idle_power: _Figure) -> _Figure:
     return _Figure(energy.value - idle_power.value * energy.span_s)
 
 
-def _measured_only(counter: _Figure, integrated: _Figure, window_s: Optional[float],
-                   tagged: Sequence[PowerSample]) -> tuple[_Figure, _Figure, str]:
+def _measured_only(
+    counter: _Figure, integrated: _Figure, window_s: float | None, tagged: Sequence[PowerSample]
+) -> tuple[_Figure, _Figure, str]:
     """The two energies where they were measured (a long enough window, enough readings, a counter that advanced),
     else none of them, each with why; and why there is no energy at all, where that is decided here."""
     if counter.value is None and integrated.value is None:
@@ -171,8 +181,11 @@ def _measured_only(counter: _Figure, integrated: _Figure, window_s: Optional[flo
     if not shortfalls:
         return counter, integrated, ""
     why = "; ".join(shortfalls)
-    return (_Figure(why=counter.why or why, cause=counter.cause), _Figure(why=integrated.why or why,
-            cause=integrated.cause), why)
+    return (
+        _Figure(why=counter.why or why, cause=counter.cause),
+        _Figure(why=integrated.why or why, cause=integrated.cause),
+        why,
+    )
 
 
 def _chosen_energy(counter: _Figure, integrated: _Figure, no_energy_why: str, phase: PowerPhase) -> tuple[_Figure, str]:
@@ -184,8 +197,9 @@ def _chosen_energy(counter: _Figure, integrated: _Figure, no_energy_why: str, ph
     if no_energy_why:
         return _Figure(why=no_energy_why), ""
     if counter.cause and counter.cause == integrated.cause:  # one cause (no RAPL domain readable, say): said once
-        return _Figure(why=f"no energy counter and fewer than two power readings in the {phase.value} window: "
-                           f"{counter.cause}"), ""
+        return _Figure(
+            why=f"no energy counter and fewer than two power readings in the {phase.value} window: {counter.cause}"
+        ), ""
     return _Figure(why=f"{counter.why}; {integrated.why}"), ""
 
 
@@ -220,9 +234,11 @@ def energy_summary(
     notes = [counter.note] if counter.note else []  # said even where the energy is then left out
     counter, integrated, no_energy_why = _measured_only(counter, integrated, window_s, tagged)
     energy, energy_source = _chosen_energy(counter, integrated, no_energy_why, phase)
-    disagreement = (_Figure(abs(counter.value - integrated.value) / counter.value)
-                    if counter.value is not None and integrated.value is not None
-                    else _Figure(why="needs both the counter and the integrated energy"))
+    disagreement = (
+        _Figure(abs(counter.value - integrated.value) / counter.value)
+        if counter.value is not None and integrated.value is not None
+        else _Figure(why="needs both the counter and the integrated energy")
+    )
     idle_power = _idle_power(samples, idle_baseline)
     above_idle = _above_idle(energy, idle_power)
     power_sources = tuple(sorted({s.power_source for s in window if s.power_source}))
@@ -232,9 +248,15 @@ def energy_summary(
     per_sample = _per_sample(energy, samples_processed)
     above_idle_per_sample = _per_sample(above_idle, samples_processed)
     figures = {
-        "counter_energy_j": counter, "integrated_energy_j": integrated, "energy_disagreement": disagreement,
-        "energy_j": energy, "mean_power_w": mean_power, "peak_power_w": peak_power, "idle_power_w": idle_power,
-        "energy_above_idle_j": above_idle, "energy_per_sample_j": per_sample,
+        "counter_energy_j": counter,
+        "integrated_energy_j": integrated,
+        "energy_disagreement": disagreement,
+        "energy_j": energy,
+        "mean_power_w": mean_power,
+        "peak_power_w": peak_power,
+        "idle_power_w": idle_power,
+        "energy_above_idle_j": above_idle,
+        "energy_per_sample_j": per_sample,
         "energy_above_idle_per_sample_j": above_idle_per_sample,
     }
     reasons = {name: figure.why for name, figure in figures.items() if figure.value is None}
@@ -247,17 +269,33 @@ def energy_summary(
     if device is None:
         reasons["device"] = no_samples
     if POWER_SOURCE_NVML_AVERAGE in power_sources:
-        notes.append("power is nvmlDeviceGetPowerUsage, a 1 s average on Ampere and newer: the integral lags and "
-                     "smooths the load; the energy counter is the better figure")
+        notes.append(
+            "power is nvmlDeviceGetPowerUsage, a 1 s average on Ampere and newer: the integral lags and "
+            "smooths the load; the energy counter is the better figure"
+        )
     if disagreement.value is not None and disagreement.value > DISAGREEMENT_NOTE_LIMIT:
-        notes.append(f"counter and integrated energy disagree by {disagreement.value:.0%}: "
-                     f"{counter.value:.1f} J vs {integrated.value:.1f} J")
+        notes.append(
+            f"counter and integrated energy disagree by {disagreement.value:.0%}: "
+            f"{counter.value:.1f} J vs {integrated.value:.1f} J"
+        )
     return EnergySummary(
-        phase=phase, device=device, sample_count=len(tagged), window_s=window_s, achieved_rate_hz=achieved_rate_hz,
-        counter_energy_j=counter.value, integrated_energy_j=integrated.value,
-        energy_disagreement=disagreement.value, energy_j=energy.value, energy_source=energy_source or None,
-        mean_power_w=mean_power.value, peak_power_w=peak_power.value, idle_power_w=idle_power.value,
-        energy_above_idle_j=above_idle.value, energy_per_sample_j=per_sample.value,
+        phase=phase,
+        device=device,
+        sample_count=len(tagged),
+        window_s=window_s,
+        achieved_rate_hz=achieved_rate_hz,
+        counter_energy_j=counter.value,
+        integrated_energy_j=integrated.value,
+        energy_disagreement=disagreement.value,
+        energy_j=energy.value,
+        energy_source=energy_source or None,
+        mean_power_w=mean_power.value,
+        peak_power_w=peak_power.value,
+        idle_power_w=idle_power.value,
+        energy_above_idle_j=above_idle.value,
+        energy_per_sample_j=per_sample.value,
         energy_above_idle_per_sample_j=above_idle_per_sample.value,
-        power_sources=power_sources, reasons=reasons, notes=tuple(notes),
+        power_sources=power_sources,
+        reasons=reasons,
+        notes=tuple(notes),
     )

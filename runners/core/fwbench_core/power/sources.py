@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from ..choices import DeviceKind
 from ..spec import DeviceRef
@@ -43,14 +43,14 @@ class PowerSample:
     time_s: float
     phase: PowerPhase
     device: str
-    power_w: Optional[float] = None
-    power_source: Optional[str] = None
-    energy_j: Optional[float] = None  # a cumulative counter: only differences mean anything
-    gpu_util_pct: Optional[float] = None
-    memory_util_pct: Optional[float] = None
-    memory_used_bytes: Optional[int] = None
-    sm_clock_mhz: Optional[float] = None
-    temperature_c: Optional[float] = None
+    power_w: float | None = None
+    power_source: str | None = None
+    energy_j: float | None = None  # a cumulative counter: only differences mean anything
+    gpu_util_pct: float | None = None
+    memory_util_pct: float | None = None
+    memory_used_bytes: int | None = None
+    sm_clock_mhz: float | None = None
+    temperature_c: float | None = None
 
 
 class Telemetry(abc.ABC):

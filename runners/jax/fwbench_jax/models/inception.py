@@ -7,6 +7,7 @@ from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
+
 from fwbench_core.spec import ModelSpec
 
 from . import MODELS, FlaxModel
@@ -16,11 +17,26 @@ INCEPTION_BN_EPSILON = 1e-3
 INCEPTION_DROPOUT = 0.5
 
 
-def basic_conv(x, features: int, kernel: tuple[int, int], name: str, train: bool, dtype: Any, stride: int = 1,
-               padding: tuple[int, int] = (0, 0)):
+def basic_conv(
+    x,
+    features: int,
+    kernel: tuple[int, int],
+    name: str,
+    train: bool,
+    dtype: Any,
+    stride: int = 1,
+    padding: tuple[int, int] = (0, 0),
+):
     """torchvision's BasicConv2d, in the calling module: {name}.conv (no bias), {name}.bn (epsilon 1e-3), ReLU."""
-    x = nn.Conv(features, kernel, strides=stride, padding=tuple((p, p) for p in padding), use_bias=False, dtype=dtype,
-                name=f"{name}.conv")(x)
+    x = nn.Conv(
+        features,
+        kernel,
+        strides=stride,
+        padding=tuple((p, p) for p in padding),
+        use_bias=False,
+        dtype=dtype,
+        name=f"{name}.conv",
+    )(x)
     return nn.relu(batch_norm(f"{name}.bn", train, dtype, INCEPTION_BN_EPSILON)(x))
 
 
@@ -48,12 +64,22 @@ class InceptionBlock(nn.Module):
         one, three, five = (1, 1), (3, 3), (5, 5)
         if self.kind == "A":
             b5 = c(c(x, 48, one, "branch5x5_1"), 64, five, "branch5x5_2", padding=(2, 2))
-            b3 = c(c(c(x, 64, one, "branch3x3dbl_1"), 96, three, "branch3x3dbl_2", padding=(1, 1)), 96, three,
-                   "branch3x3dbl_3", padding=(1, 1))
+            b3 = c(
+                c(c(x, 64, one, "branch3x3dbl_1"), 96, three, "branch3x3dbl_2", padding=(1, 1)),
+                96,
+                three,
+                "branch3x3dbl_3",
+                padding=(1, 1),
+            )
             branches = [c(x, 64, one, "branch1x1"), b5, b3, c(average_pool_3x3(x), self.width, one, "branch_pool")]
         elif self.kind == "B":
-            b3 = c(c(c(x, 64, one, "branch3x3dbl_1"), 96, three, "branch3x3dbl_2", padding=(1, 1)), 96, three,
-                   "branch3x3dbl_3", stride=2)
+            b3 = c(
+                c(c(x, 64, one, "branch3x3dbl_1"), 96, three, "branch3x3dbl_2", padding=(1, 1)),
+                96,
+                three,
+                "branch3x3dbl_3",
+                stride=2,
+            )
             branches = [c(x, 384, three, "branch3x3", stride=2), b3, max_pool_3x3_stride_2(x)]
         elif self.kind == "C":
             c7 = self.width
@@ -72,17 +98,33 @@ class InceptionBlock(nn.Module):
             branches = [b3, c(b7, 192, three, "branch7x7x3_4", stride=2), max_pool_3x3_stride_2(x)]
         else:
             b3 = c(x, 384, one, "branch3x3_1")
-            b3 = [c(b3, 384, (1, 3), "branch3x3_2a", padding=(0, 1)), c(b3, 384, (3, 1), "branch3x3_2b", padding=(1, 0))]
+            b3 = [
+                c(b3, 384, (1, 3), "branch3x3_2a", padding=(0, 1)),
+                c(b3, 384, (3, 1), "branch3x3_2b", padding=(1, 0)),
+            ]
             d3 = c(c(x, 448, one, "branch3x3dbl_1"), 384, three, "branch3x3dbl_2", padding=(1, 1))
-            d3 = [c(d3, 384, (1, 3), "branch3x3dbl_3a", padding=(0, 1)), c(d3, 384, (3, 1), "branch3x3dbl_3b", padding=(1, 0))]
+            d3 = [
+                c(d3, 384, (1, 3), "branch3x3dbl_3a", padding=(0, 1)),
+                c(d3, 384, (3, 1), "branch3x3dbl_3b", padding=(1, 0)),
+            ]
             branches = [c(x, 320, one, "branch1x1"), *b3, *d3, c(average_pool_3x3(x), 192, one, "branch_pool")]
         return jnp.concatenate(branches, axis=-1)
 
 
 # torchvision's Inception3 after its stem: (attribute, block kind, width).
-INCEPTION_BLOCKS = (("Mixed_5b", "A", 32), ("Mixed_5c", "A", 64), ("Mixed_5d", "A", 64), ("Mixed_6a", "B", 0),
-                    ("Mixed_6b", "C", 128), ("Mixed_6c", "C", 160), ("Mixed_6d", "C", 160), ("Mixed_6e", "C", 192),
-                    ("Mixed_7a", "D", 0), ("Mixed_7b", "E", 0), ("Mixed_7c", "E", 0))
+INCEPTION_BLOCKS = (
+    ("Mixed_5b", "A", 32),
+    ("Mixed_5c", "A", 64),
+    ("Mixed_5d", "A", 64),
+    ("Mixed_6a", "B", 0),
+    ("Mixed_6b", "C", 128),
+    ("Mixed_6c", "C", 160),
+    ("Mixed_6d", "C", 160),
+    ("Mixed_6e", "C", 192),
+    ("Mixed_7a", "D", 0),
+    ("Mixed_7b", "E", 0),
+    ("Mixed_7c", "E", 0),
+)
 
 
 class InceptionV3(nn.Module):

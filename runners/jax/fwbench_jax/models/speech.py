@@ -15,9 +15,21 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
 from fwbench_core.architectures import (
-    DS2_CONVS, DS2_HIDDEN, DS2_RNN_LAYERS, W2V_CONV_CHANNELS, W2V_CONVS, W2V_DIM, W2V_DROPOUT, W2V_EPS,
-    W2V_FFN, W2V_HEADS, W2V_LAYERS, W2V_POS_GROUPS, W2V_POS_KERNEL,
+    DS2_CONVS,
+    DS2_HIDDEN,
+    DS2_RNN_LAYERS,
+    W2V_CONV_CHANNELS,
+    W2V_CONVS,
+    W2V_DIM,
+    W2V_DROPOUT,
+    W2V_EPS,
+    W2V_FFN,
+    W2V_HEADS,
+    W2V_LAYERS,
+    W2V_POS_GROUPS,
+    W2V_POS_KERNEL,
 )
 from fwbench_core.spec import ModelSpec
 
@@ -35,7 +47,10 @@ class BidirectionalGru(nn.Module):
 
     def _direction(self, x, layer: int, suffix: str, reverse: bool):
         gates = 3 * self.hidden
-        param = lambda name, shape: self.param(f"{name}_l{layer}{suffix}", nn.initializers.zeros, shape).astype(self.dtype)  # noqa: E731
+
+        def param(name: str, shape: tuple) -> Any:
+            return self.param(f"{name}_l{layer}{suffix}", nn.initializers.zeros, shape).astype(self.dtype)
+
         w_ih, w_hh = param("weight_ih", (gates, x.shape[-1])), param("weight_hh", (gates, self.hidden))
         b_ih, b_hh = param("bias_ih", (gates,)), param("bias_hh", (gates,))
         projected = jnp.einsum("bsi,gi->sbg", x, w_ih) + b_ih  # the input's part of every gate, every step
@@ -54,7 +69,9 @@ class BidirectionalGru(nn.Module):
     def __call__(self, x):
         x = x.astype(self.dtype)
         for layer in range(self.layers):
-            x = jnp.concatenate([self._direction(x, layer, "", False), self._direction(x, layer, "_reverse", True)], axis=-1)
+            x = jnp.concatenate(
+                [self._direction(x, layer, "", False), self._direction(x, layer, "_reverse", True)], axis=-1
+            )
         return x
 
 
@@ -66,8 +83,15 @@ class DeepSpeech2(nn.Module):
     def __call__(self, spectrogram, train: bool):  # (batch, F, T)
         x = spectrogram[..., None]  # a one-channel image, NHWC
         for index, (out, kernel, stride, padding) in enumerate(DS2_CONVS):
-            x = nn.Conv(out, kernel, strides=stride, padding=tuple((p, p) for p in padding), use_bias=False,
-                        dtype=self.dtype, name=f"conv.{3 * index}")(x)
+            x = nn.Conv(
+                out,
+                kernel,
+                strides=stride,
+                padding=tuple((p, p) for p in padding),
+                use_bias=False,
+                dtype=self.dtype,
+                name=f"conv.{3 * index}",
+            )(x)
             x = jnp.clip(batch_norm(f"conv.{3 * index + 1}", train, self.dtype)(x), 0, 20)  # Hardtanh(0, 20)
         batch, freq, frames, channels = x.shape
         # One feature vector per frame, channel major (c * F' + f) as PyTorch flattens (C, F').
@@ -102,8 +126,12 @@ class PositionalConv(nn.Module):
         weight = g * v / jnp.sqrt(jnp.sum(v * v, axis=(0, 1), keepdims=True))
         pad = W2V_POS_KERNEL // 2
         y = jax.lax.conv_general_dilated(
-            x.astype(self.dtype), weight.astype(self.dtype), (1,), ((pad, pad),),
-            dimension_numbers=("NWC", "OIW", "NWC"), feature_group_count=W2V_POS_GROUPS,
+            x.astype(self.dtype),
+            weight.astype(self.dtype),
+            (1,),
+            ((pad, pad),),
+            dimension_numbers=("NWC", "OIW", "NWC"),
+            feature_group_count=W2V_POS_GROUPS,
         ) + bias.astype(self.dtype)
         return nn.gelu(y[:, :-1], approximate=False)
 
@@ -115,8 +143,8 @@ class EncoderLayer(nn.Module):
 
     @nn.compact
     def __call__(self, x, train: bool):
-        dense = lambda width, name: nn.Dense(width, dtype=self.dtype, name=name)  # noqa: E731
-        norm = lambda name: nn.LayerNorm(epsilon=W2V_EPS, dtype=self.dtype, name=name)  # noqa: E731
+        dense = lambda width, name: nn.Dense(width, dtype=self.dtype, name=name)
+        norm = lambda name: nn.LayerNorm(epsilon=W2V_EPS, dtype=self.dtype, name=name)
         dropout = nn.Dropout(W2V_DROPOUT, deterministic=not train)
         q, k, v = (dense(W2V_DIM, f"attention.{name}_proj")(x) for name in ("q", "k", "v"))
         a = dense(W2V_DIM, "attention.out_proj")(attention(q, k, v, W2V_HEADS, dropout, causal=False))
@@ -134,8 +162,15 @@ class Wav2Vec2(nn.Module):
         dropout = nn.Dropout(W2V_DROPOUT, deterministic=not train)
         x = audio[..., None]
         for index, (kernel, stride) in enumerate(W2V_CONVS):
-            x = nn.Conv(W2V_CONV_CHANNELS, (kernel,), strides=stride, padding="VALID", use_bias=False,
-                        dtype=self.dtype, name=f"feature_encoder.convs.{index}")(x)
+            x = nn.Conv(
+                W2V_CONV_CHANNELS,
+                (kernel,),
+                strides=stride,
+                padding="VALID",
+                use_bias=False,
+                dtype=self.dtype,
+                name=f"feature_encoder.convs.{index}",
+            )(x)
             if index == 0:
                 x = nn.GroupNorm(W2V_CONV_CHANNELS, epsilon=W2V_EPS, dtype=self.dtype, name="feature_encoder.norm")(x)
             x = nn.gelu(x, approximate=False)

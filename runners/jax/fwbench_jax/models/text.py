@@ -13,6 +13,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
 from fwbench_core.architectures import BERT, GPT2, INIT_STD, LSTM_LM
 from fwbench_core.spec import HEAD_OPTION, ModelSpec
 
@@ -36,12 +37,18 @@ class BertLayer(nn.Module):
     @nn.compact
     def __call__(self, x, train: bool):
         c = BERT
-        dense = lambda width, name: nn.Dense(width, dtype=self.dtype, name=name)  # noqa: E731
-        norm = lambda name: nn.LayerNorm(epsilon=c["eps"], dtype=self.dtype, name=name)  # noqa: E731
+        dense = lambda width, name: nn.Dense(width, dtype=self.dtype, name=name)
+        norm = lambda name: nn.LayerNorm(epsilon=c["eps"], dtype=self.dtype, name=name)
         dropout = nn.Dropout(c["dropout"], deterministic=not train)
         hidden = c["hidden"]
-        a = attention(dense(hidden, "query")(x), dense(hidden, "key")(x), dense(hidden, "value")(x),
-                      c["heads"], dropout, causal=False)
+        a = attention(
+            dense(hidden, "query")(x),
+            dense(hidden, "key")(x),
+            dense(hidden, "value")(x),
+            c["heads"],
+            dropout,
+            causal=False,
+        )
         x = norm("attention_norm")(x + dropout(dense(hidden, "attention_output")(a)))
         h = dense(hidden, "output")(nn.gelu(dense(c["ffn"], "intermediate")(x), approximate=False))
         return norm("output_norm")(x + dropout(h))
@@ -90,8 +97,8 @@ class Gpt2Block(nn.Module):
     def __call__(self, x, train: bool):
         c = GPT2
         hidden = c["hidden"]
-        dense = lambda width, name: nn.Dense(width, dtype=self.dtype, name=name)  # noqa: E731
-        norm = lambda name: nn.LayerNorm(epsilon=c["eps"], dtype=self.dtype, name=name)  # noqa: E731
+        dense = lambda width, name: nn.Dense(width, dtype=self.dtype, name=name)
+        norm = lambda name: nn.LayerNorm(epsilon=c["eps"], dtype=self.dtype, name=name)
         dropout = nn.Dropout(c["dropout"], deterministic=not train)
         q, k, v = jnp.split(dense(3 * hidden, "c_attn")(norm("ln_1")(x)), 3, axis=-1)  # query, key, value
         x = x + dropout(dense(hidden, "c_proj")(attention(q, k, v, c["heads"], dropout, causal=True)))
@@ -139,11 +146,13 @@ class Lstm(nn.Module):
                 x = nn.Dropout(self.dropout, deterministic=not train)(x)
             w_ih = self.param(f"weight_ih_l{layer}", nn.initializers.zeros, (gates, x.shape[-1])).astype(self.dtype)
             w_hh = self.param(f"weight_hh_l{layer}", nn.initializers.zeros, (gates, self.hidden)).astype(self.dtype)
-            bias = (self.param(f"bias_ih_l{layer}", nn.initializers.zeros, (gates,))
-                    + self.param(f"bias_hh_l{layer}", nn.initializers.zeros, (gates,))).astype(self.dtype)
+            bias = (
+                self.param(f"bias_ih_l{layer}", nn.initializers.zeros, (gates,))
+                + self.param(f"bias_hh_l{layer}", nn.initializers.zeros, (gates,))
+            ).astype(self.dtype)
             projected = jnp.einsum("bsi,gi->sbg", x.astype(self.dtype), w_ih) + bias
 
-            def cell(carry, inputs):
+            def cell(carry, inputs, w_hh=w_hh):  # this layer's weights, bound as the loop makes it
                 h, c = carry
                 i, f, g, o = jnp.split(inputs + h @ w_hh.T, 4, axis=-1)
                 c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)

@@ -16,6 +16,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
 from fwbench_core.spec import ModelSpec
 
 from . import MODELS, FlaxModel
@@ -24,21 +25,34 @@ from . import MODELS, FlaxModel
 TORCH_BN = dict(epsilon=1e-5, momentum=0.9)
 
 
-def conv(features: int, kernel: int, stride: int, name: str, dtype: Any, groups: int = 1, bias: bool = False) -> nn.Conv:
+def conv(
+    features: int, kernel: int, stride: int, name: str, dtype: Any, groups: int = 1, bias: bool = False
+) -> nn.Conv:
     pad = kernel // 2
     return nn.Conv(
-        features, (kernel, kernel), strides=stride, padding=((pad, pad), (pad, pad)), feature_group_count=groups,
-        use_bias=bias, dtype=dtype, name=name,
+        features,
+        (kernel, kernel),
+        strides=stride,
+        padding=((pad, pad), (pad, pad)),
+        feature_group_count=groups,
+        use_bias=bias,
+        dtype=dtype,
+        name=name,
     )
 
 
 def batch_norm(name: str, train: bool, dtype: Any, epsilon: float = TORCH_BN["epsilon"]) -> nn.BatchNorm:
-    return nn.BatchNorm(use_running_average=not train, dtype=dtype, name=name, epsilon=epsilon, momentum=TORCH_BN["momentum"])
+    return nn.BatchNorm(
+        use_running_average=not train, dtype=dtype, name=name, epsilon=epsilon, momentum=TORCH_BN["momentum"]
+    )
 
 
 # ResNet as torchvision defines it (v1.5: a bottleneck's stride sits on its 3x3 convolution).
-RESNET_BLOCKS = {"resnet18": ("basic", (2, 2, 2, 2)), "resnet50": ("bottleneck", (3, 4, 6, 3)),
-                 "resnet152": ("bottleneck", (3, 8, 36, 3))}
+RESNET_BLOCKS = {
+    "resnet18": ("basic", (2, 2, 2, 2)),
+    "resnet50": ("bottleneck", (3, 4, 6, 3)),
+    "resnet152": ("bottleneck", (3, 8, 36, 3)),
+}
 
 
 class ResNetBlock(nn.Module):
@@ -100,8 +114,15 @@ for _name in RESNET_BLOCKS:
 
 
 # MobileNetV2 as torchvision defines it (width 1.0): expansion t, channels c, repeats n, first stride s.
-MOBILENET_V2_SETTING = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
-                        (6, 160, 3, 2), (6, 320, 1, 1))
+MOBILENET_V2_SETTING = (
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+)
 MOBILENET_V2_STEM, MOBILENET_V2_LAST, MOBILENET_V2_DROPOUT = 32, 1280, 0.2
 
 
@@ -144,7 +165,9 @@ class MobileNetV2(nn.Module):
         index = 1
         for expansion, channels, repeats, stride in MOBILENET_V2_SETTING:
             for repeat in range(repeats):
-                block = InvertedResidual(channels, stride if repeat == 0 else 1, expansion, self.dtype, name=f"features.{index}")
+                block = InvertedResidual(
+                    channels, stride if repeat == 0 else 1, expansion, self.dtype, name=f"features.{index}"
+                )
                 x = block(x, train)
                 index += 1
         x = conv_bn_relu6(x, MOBILENET_V2_LAST, 1, 1, f"features.{index}", train, self.dtype)
@@ -213,9 +236,19 @@ MODELS.register("vgg16")(FlaxModel(_vgg16))
 
 # EfficientNet (V1) as torchvision defines it: per stage (expansion, kernel, stride, input channels, output
 # channels, repeats) at width and depth 1, scaled by each variant's multipliers; stochastic depth up to 0.2.
-EFFICIENTNET_STAGES = ((1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6, 3, 2, 40, 80, 3),
-                       (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1))
-EFFICIENTNET_VARIANTS = {"efficientnet_b0": (1.0, 1.0, 0.2), "efficientnet_b4": (1.4, 1.8, 0.4)}  # width, depth, dropout
+EFFICIENTNET_STAGES = (
+    (1, 3, 1, 32, 16, 1),
+    (6, 3, 2, 16, 24, 2),
+    (6, 5, 2, 24, 40, 2),
+    (6, 3, 2, 40, 80, 3),
+    (6, 5, 1, 80, 112, 3),
+    (6, 5, 2, 112, 192, 4),
+    (6, 3, 1, 192, 320, 1),
+)
+EFFICIENTNET_VARIANTS = {
+    "efficientnet_b0": (1.0, 1.0, 0.2),
+    "efficientnet_b4": (1.4, 1.8, 0.4),
+}  # width, depth, dropout
 EFFICIENTNET_STOCHASTIC_DEPTH = 0.2
 
 
@@ -225,8 +258,17 @@ def make_divisible(value: float, divisor: int = 8) -> int:
     return rounded + divisor if rounded < 0.9 * value else rounded
 
 
-def conv_bn_silu(x, features: int, kernel: int, stride: int, prefix: str, train: bool, dtype: Any, groups: int = 1,
-                 activation: bool = True):
+def conv_bn_silu(
+    x,
+    features: int,
+    kernel: int,
+    stride: int,
+    prefix: str,
+    train: bool,
+    dtype: Any,
+    groups: int = 1,
+    activation: bool = True,
+):
     """torchvision's Conv2dNormActivation with SiLU, in the calling module: convolution {prefix}.0, BatchNorm {prefix}.1."""
     x = conv(features, kernel, stride, f"{prefix}.0", dtype, groups=groups)(x)
     x = batch_norm(f"{prefix}.1", train, dtype)(x)
@@ -276,14 +318,23 @@ class EfficientNet(nn.Module):
 
     @nn.compact
     def __call__(self, x, train: bool):
-        x = conv_bn_silu(x, make_divisible(EFFICIENTNET_STAGES[0][3] * self.width), 3, 2, "features.0", train, self.dtype)
+        x = conv_bn_silu(
+            x, make_divisible(EFFICIENTNET_STAGES[0][3] * self.width), 3, 2, "features.0", train, self.dtype
+        )
         repeats = [int(math.ceil(stage[5] * self.depth)) for stage in EFFICIENTNET_STAGES]
         block_id = 0
         for stage, (expansion, kernel, stride, _, channels, _) in enumerate(EFFICIENTNET_STAGES):
             for repeat in range(repeats[stage]):
                 drop_rate = EFFICIENTNET_STOCHASTIC_DEPTH * block_id / sum(repeats)
-                block = MBConv(expansion, kernel, stride if repeat == 0 else 1, make_divisible(channels * self.width),
-                               drop_rate, self.dtype, name=f"features.{stage + 1}.{repeat}")
+                block = MBConv(
+                    expansion,
+                    kernel,
+                    stride if repeat == 0 else 1,
+                    make_divisible(channels * self.width),
+                    drop_rate,
+                    self.dtype,
+                    name=f"features.{stage + 1}.{repeat}",
+                )
                 x = block(x, train)
                 block_id += 1
         x = conv_bn_silu(x, 4 * x.shape[-1], 1, 1, f"features.{len(EFFICIENTNET_STAGES) + 1}", train, self.dtype)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import keras
 import numpy as np
+
 from fwbench_core.plugin_modules import PluginError, builder_attribute
 from fwbench_core.registry import ModelRegistry
 from fwbench_core.spec import ModelSpec

@@ -25,12 +25,24 @@ from __future__ import annotations
 import keras
 import numpy as np
 import tensorflow as tf
+from keras import layers, ops
+
 from fwbench_core.architectures import (
-    DS2_CONVS, DS2_HIDDEN, DS2_RNN_LAYERS, W2V_CONV_CHANNELS, W2V_CONVS, W2V_DIM, W2V_DROPOUT, W2V_EPS,
-    W2V_FFN, W2V_HEADS, W2V_LAYERS, W2V_POS_GROUPS, W2V_POS_KERNEL,
+    DS2_CONVS,
+    DS2_HIDDEN,
+    DS2_RNN_LAYERS,
+    W2V_CONV_CHANNELS,
+    W2V_CONVS,
+    W2V_DIM,
+    W2V_DROPOUT,
+    W2V_EPS,
+    W2V_FFN,
+    W2V_HEADS,
+    W2V_LAYERS,
+    W2V_POS_GROUPS,
+    W2V_POS_KERNEL,
 )
 from fwbench_core.spec import ModelSpec
-from keras import layers, ops
 
 from .. import torch_weights
 from . import MODELS, TORCH_BN, KerasModel, TorchWeights
@@ -64,11 +76,13 @@ def _gru_gates(array: np.ndarray) -> np.ndarray:
 
 
 def _load_gru(layer: layers.GRU, weights: TorchWeights, suffix: str) -> None:
-    layer.set_weights([
-        _gru_gates(weights[f"rnn.weight_ih_{suffix}"]).T,
-        _gru_gates(weights[f"rnn.weight_hh_{suffix}"]).T,
-        np.stack([_gru_gates(weights[f"rnn.bias_ih_{suffix}"]), _gru_gates(weights[f"rnn.bias_hh_{suffix}"])]),
-    ])
+    layer.set_weights(
+        [
+            _gru_gates(weights[f"rnn.weight_ih_{suffix}"]).T,
+            _gru_gates(weights[f"rnn.weight_hh_{suffix}"]).T,
+            np.stack([_gru_gates(weights[f"rnn.bias_ih_{suffix}"]), _gru_gates(weights[f"rnn.bias_hh_{suffix}"])]),
+        ]
+    )
 
 
 def _load_deepspeech2(model: keras.Model, weights: TorchWeights) -> None:
@@ -186,11 +200,13 @@ def _load_wav2vec2_base(model: keras.Model, weights: TorchWeights) -> None:
     torch_weights.layer_norm(model.get_layer("projection_norm"), weights, "projection_norm")
     torch_weights.dense(model.get_layer("projection"), weights, "projection")
     prefix = "pos_conv.conv.parametrizations.weight"
-    model.get_layer("pos_conv").set_weights([
-        weights[f"{prefix}.original1"].transpose(2, 1, 0),  # v: (out, in / groups, k) -> (k, in / groups, out)
-        weights[f"{prefix}.original0"].transpose(2, 1, 0),  # g: (1, 1, k) -> (k, 1, 1)
-        weights["pos_conv.conv.bias"],
-    ])
+    model.get_layer("pos_conv").set_weights(
+        [
+            weights[f"{prefix}.original1"].transpose(2, 1, 0),  # v: (out, in / groups, k) -> (k, in / groups, out)
+            weights[f"{prefix}.original0"].transpose(2, 1, 0),  # g: (1, 1, k) -> (k, 1, 1)
+            weights["pos_conv.conv.bias"],
+        ]
+    )
     torch_weights.layer_norm(model.get_layer("encoder_norm"), weights, "encoder_norm")
     for index in range(W2V_LAYERS):
         name, prefix = f"layer{index}", f"layers.{index}"

@@ -28,9 +28,10 @@ from __future__ import annotations
 import math
 
 import keras
+from keras import layers, ops
+
 from fwbench_core.architectures import BERT, GPT2, INIT_STD, LSTM_LM
 from fwbench_core.spec import HEAD_OPTION, ModelSpec
-from keras import layers, ops
 
 from .. import torch_weights
 from . import MODELS, KerasModel, TorchWeights
@@ -68,7 +69,8 @@ class TokenEmbedding(layers.Layer):
         self.position = self.add_weight((self.max_positions, self.width), initializer=_init(), name="position")
         self.token_type = (
             self.add_weight((self.type_vocab, self.width), initializer=_init(), name="token_type")
-            if self.type_vocab else None
+            if self.type_vocab
+            else None
         )
 
     def call(self, ids):
@@ -285,11 +287,13 @@ def _load_lstm_lm(model: keras.Model, weights: TorchWeights) -> None:
     model.get_layer("encoder").set_weights([weights["encoder.weight"]])
     for i in range(LSTM_LM["layers"]):
         # Gates in the same order (i, f, g/c, o): transpose the kernels, sum the two biases.
-        model.get_layer(f"rnn_{i}").set_weights([
-            weights[f"rnn.weight_ih_l{i}"].T,
-            weights[f"rnn.weight_hh_l{i}"].T,
-            weights[f"rnn.bias_ih_l{i}"] + weights[f"rnn.bias_hh_l{i}"],
-        ])
+        model.get_layer(f"rnn_{i}").set_weights(
+            [
+                weights[f"rnn.weight_ih_l{i}"].T,
+                weights[f"rnn.weight_hh_l{i}"].T,
+                weights[f"rnn.bias_ih_l{i}"] + weights[f"rnn.bias_hh_l{i}"],
+            ]
+        )
     torch_weights.dense(model.get_layer("decoder"), weights, "decoder")
 
 

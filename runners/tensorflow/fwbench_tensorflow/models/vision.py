@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import keras
 import numpy as np
-from fwbench_core.spec import ModelSpec
 from keras import layers, ops
+
+from fwbench_core.spec import ModelSpec
 
 from .. import torch_weights
 from . import MODELS, TORCH_BN, KerasModel, TorchWeights
@@ -32,11 +33,16 @@ def load_conv_bn(model: keras.Model, weights: TorchWeights, name: str, conv_pref
 
 
 # ResNet, as torchvision defines it (v1.5: a bottleneck's stride sits on its 3x3 convolution).
-RESNET_BLOCKS = {"resnet18": ("basic", (2, 2, 2, 2)), "resnet50": ("bottleneck", (3, 4, 6, 3)),
-                 "resnet152": ("bottleneck", (3, 8, 36, 3))}
+RESNET_BLOCKS = {
+    "resnet18": ("basic", (2, 2, 2, 2)),
+    "resnet50": ("bottleneck", (3, 4, 6, 3)),
+    "resnet152": ("bottleneck", (3, 8, 36, 3)),
+}
 # Keras name suffix -> torchvision attribute, per block type.
-RESNET_CONVS = {"basic": (("1", "conv1", "bn1"), ("2", "conv2", "bn2")),
-                "bottleneck": (("1", "conv1", "bn1"), ("2", "conv2", "bn2"), ("3", "conv3", "bn3"))}
+RESNET_CONVS = {
+    "basic": (("1", "conv1", "bn1"), ("2", "conv2", "bn2")),
+    "bottleneck": (("1", "conv1", "bn1"), ("2", "conv2", "bn2"), ("3", "conv3", "bn3")),
+}
 
 
 def _resnet_block(x, kind: str, width: int, stride: int, name: str):
@@ -127,8 +133,15 @@ def conv_bn_relu6(x, filters: int, kernel: int, stride: int, name: str, depthwis
 
 
 # MobileNetV2 as torchvision defines it (width 1.0): expansion t, channels c, repeats n, first stride s.
-MOBILENET_V2_SETTING = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
-                        (6, 160, 3, 2), (6, 320, 1, 1))
+MOBILENET_V2_SETTING = (
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+)
 MOBILENET_V2_STEM, MOBILENET_V2_LAST, MOBILENET_V2_DROPOUT = 32, 1280, 0.2
 
 
@@ -194,7 +207,7 @@ class AdaptiveAveragePooling2D(layers.Layer):
         if size % count == 0:  # equal, disjoint bins: one reshape and one mean
             shape = list(x.shape)
             shape[0] = -1
-            shape[axis:axis + 1] = [count, size // count]
+            shape[axis : axis + 1] = [count, size // count]
             return ops.mean(ops.reshape(x, shape), axis=axis + 1)
         index = [slice(None)] * 4
         parts = []

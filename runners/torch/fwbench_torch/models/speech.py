@@ -31,12 +31,24 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from fwbench_core.architectures import (
-    DS2_CONVS, DS2_HIDDEN, DS2_RNN_LAYERS, W2V_CONV_CHANNELS, W2V_CONVS, W2V_DIM, W2V_DROPOUT, W2V_EPS,
-    W2V_FFN, W2V_HEADS, W2V_LAYERS, W2V_POS_GROUPS, W2V_POS_KERNEL,
+    DS2_CONVS,
+    DS2_HIDDEN,
+    DS2_RNN_LAYERS,
+    W2V_CONV_CHANNELS,
+    W2V_CONVS,
+    W2V_DIM,
+    W2V_DROPOUT,
+    W2V_EPS,
+    W2V_FFN,
+    W2V_HEADS,
+    W2V_LAYERS,
+    W2V_POS_GROUPS,
+    W2V_POS_KERNEL,
 )
 from fwbench_core.spec import ModelSpec
-from torch import nn
 
 from . import MODELS
 
@@ -60,9 +72,7 @@ class DeepSpeech2(nn.Module):
             ]
             channels, freq = out, conv_out(freq, kernel[0], stride[0], padding[0])
         self.conv = nn.Sequential(*convs)
-        self.rnn = nn.GRU(
-            channels * freq, DS2_HIDDEN, num_layers=DS2_RNN_LAYERS, bidirectional=True, batch_first=True
-        )
+        self.rnn = nn.GRU(channels * freq, DS2_HIDDEN, num_layers=DS2_RNN_LAYERS, bidirectional=True, batch_first=True)
         self.fc = nn.Linear(2 * DS2_HIDDEN, alphabet)
 
     def forward(self, spectrogram: torch.Tensor) -> torch.Tensor:  # (batch, F, T)
@@ -104,9 +114,7 @@ class FeatureEncoder(nn.Module):
 class PositionalConv(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        conv = nn.Conv1d(
-            W2V_DIM, W2V_DIM, W2V_POS_KERNEL, padding=W2V_POS_KERNEL // 2, groups=W2V_POS_GROUPS
-        )
+        conv = nn.Conv1d(W2V_DIM, W2V_DIM, W2V_POS_KERNEL, padding=W2V_POS_KERNEL // 2, groups=W2V_POS_GROUPS)
         self.conv = nn.utils.parametrizations.weight_norm(conv, name="weight", dim=2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (batch, frames, 768)
@@ -129,7 +137,9 @@ class SelfAttention(nn.Module):
             return projection(x).view(batch, frames, W2V_HEADS, -1).transpose(1, 2)
 
         y = F.scaled_dot_product_attention(
-            heads(self.q_proj), heads(self.k_proj), heads(self.v_proj),
+            heads(self.q_proj),
+            heads(self.k_proj),
+            heads(self.v_proj),
             dropout_p=W2V_DROPOUT if self.training else 0.0,
         )
         return self.out_proj(y.transpose(1, 2).reshape(batch, frames, W2V_DIM))
@@ -182,4 +192,3 @@ def wav2vec2_frames(samples: int) -> int:
 @MODELS.register("wav2vec2_base")
 def build_wav2vec2_base(spec: ModelSpec, input_shape: tuple[int, ...], options: dict[str, str]) -> nn.Module:
     return Wav2Vec2(spec.head(options).outputs)
-

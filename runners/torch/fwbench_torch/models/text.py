@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from fwbench_core.architectures import BERT, GPT2, INIT_STD, LSTM_LM
 from fwbench_core.spec import HEAD_OPTION, ModelSpec
-from torch import nn
 
 from . import MODELS
 

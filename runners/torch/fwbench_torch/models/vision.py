@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import torchvision
-from fwbench_core.spec import ModelSpec
 from torch import nn
+
+from fwbench_core.spec import ModelSpec
 
 from . import MODELS
 
