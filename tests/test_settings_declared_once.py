@@ -22,7 +22,7 @@ from support.cli import fwbench_in_process
 
 from fwbench_aggregator.analyse.alike import KEY_NAMES
 from fwbench_aggregator.cli import app as cli_app
-from fwbench_aggregator.cli.options import SETTING_OPTIONS
+from fwbench_aggregator.cli.run_option_types import SETTING_OPTIONS
 from fwbench_aggregator.plan.settings import BLOCK, SETTINGS, stored
 from fwbench_aggregator.plan.spec import RunSpec, StartupSettings
 from fwbench_aggregator.plan.study_file import FIELDS, load_sweep

@@ -24,22 +24,12 @@ from ..store.location import store_path_problem
 from . import app
 from .common import report_failures, run, usage_error
 from .groups import with_groups
-from .options import (
-    AllowDifferentModelsOption,
-    BatchSizeOption,
-    CooldownOption,
-    DistributedTimeoutOption,
-    MinEffectOption,
-    ModeOption,
-    RendezvousPortOption,
-    RepetitionsOption,
-    SearchRepetitionsOption,
-    StoreOption,
-    checked_names,
-    parse_out,
-    parse_store,
-)
+from .option_parsing import checked_names
+from .path_option_types import StoreOption, parse_out, parse_store
 from .quiet import WaitForQuietOption
+from .repetition_option_types import CooldownOption, MinEffectOption, RepetitionsOption, SearchRepetitionsOption
+from .run_option_types import BatchSizeOption, DistributedTimeoutOption, ModeOption, RendezvousPortOption
+from .runner_option_types import AllowDifferentModelsOption
 from .runner_options import CalibrationRunnerOptions, RunnerOptions
 from .setting_options import Evidence, Execution, Power, Profile, Rounds, ServingLoad, Startup
 from .workload_options import Measurement, ModelOnDevice, Seeds

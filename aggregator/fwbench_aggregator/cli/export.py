@@ -13,7 +13,7 @@ from ..app.report import selection_of
 from ..present.console import out_console
 from . import app
 from .common import run
-from .options import parse_store
+from .path_option_types import parse_store
 
 export_app = typer.Typer(no_args_is_help=True, help="Take a store's results elsewhere: fwbench export mlflow.")
 app.add_typer(export_app, name="export")

@@ -10,7 +10,7 @@ import typer
 
 from ..app.runners import RunnerChoice
 from ..run.connection import EMBEDDED, Transport
-from .options import (
+from .runner_option_types import (
     FrameworksOption,
     ModelsDirOption,
     RunIsolationOption,

@@ -17,7 +17,9 @@ from ..present import listings
 from . import app
 from .common import report_failures, run
 from .groups import with_groups
-from .options import ModeOption, parse_out, parse_store, parse_text
+from .option_parsing import parse_text
+from .path_option_types import parse_out, parse_store
+from .run_option_types import ModeOption
 from .runner_options import RunnerOptions
 from .workload_options import ModelOnDevice
 

@@ -17,17 +17,10 @@ from ..store.schema import SERVING_PERCENTILES
 from . import app
 from .common import report_failures, run, usage_error
 from .groups import with_groups
-from .options import (
-    BatchSizeOption,
-    BatchTimeoutOption,
-    LatencyBudgetOption,
-    MinMeasureOption,
-    QueriesOption,
-    StoreOption,
-    WarmupOption,
-    parse_target_qps,
-)
+from .path_option_types import StoreOption
+from .run_option_types import BatchSizeOption, MinMeasureOption, WarmupOption
 from .runner_options import RunnerOptions
+from .serving_option_types import BatchTimeoutOption, LatencyBudgetOption, QueriesOption, parse_target_qps
 from .setting_options import Startup, checked_load
 from .workload_options import ModelOnDevice, Seeds
 

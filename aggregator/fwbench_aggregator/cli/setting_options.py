@@ -12,29 +12,33 @@ from ..plan.design import DEFAULT_BLOCK_WINDOWS, DEFAULT_WINDOW_S, BlockDesign, 
 from ..plan.serving_fields import Load, load_problem
 from ..plan.spec import RunSpec, StartupSettings
 from .common import usage_error
-from .options import (
+from .repetition_option_types import (
     AUTO,
-    CPU_COUNT,
     AutoRepetitionsOption,
-    BatchTimeoutOption,
     BlockWindowsOption,
-    CompilationOption,
-    CudnnAutotuneOption,
     DesignOption,
-    DevicesOption,
-    IdleBaselineOption,
-    LatencyBudgetOption,
-    LayoutOption,
     MaxRepetitionsOption,
-    PowerRateOption,
-    ProfileOption,
-    QueriesOption,
-    ScenarioOption,
-    StrategyOption,
-    TargetQpsOption,
-    ThreadsOption,
     TimeBudgetOption,
     WindowOption,
+)
+from .run_option_types import (
+    CPU_COUNT,
+    CompilationOption,
+    CudnnAutotuneOption,
+    DevicesOption,
+    IdleBaselineOption,
+    LayoutOption,
+    PowerRateOption,
+    ProfileOption,
+    StrategyOption,
+    ThreadsOption,
+)
+from .serving_option_types import (
+    BatchTimeoutOption,
+    LatencyBudgetOption,
+    QueriesOption,
+    ScenarioOption,
+    TargetQpsOption,
 )
 
 # The load fields as the command line names them, for the load rules' messages.

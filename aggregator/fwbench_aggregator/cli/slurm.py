@@ -17,8 +17,10 @@ from ..run import jobs
 from ..run import slurm as slurm_run
 from . import app
 from .common import run
-from .options import LatencyBudgetOption, VenvsOption, parse_store
+from .path_option_types import parse_store
 from .progress import TerminalProgress
+from .runner_option_types import VenvsOption
+from .serving_option_types import LatencyBudgetOption
 
 
 @app.command("slurm")

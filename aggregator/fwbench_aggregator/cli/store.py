@@ -14,7 +14,7 @@ from ..app.store_check import check_store
 from ..present.health import print_bundle_added, print_bundle_written, print_store_check
 from . import app
 from .common import run
-from .options import parse_store
+from .path_option_types import parse_store
 
 DAMAGED_STATUS = 1
 

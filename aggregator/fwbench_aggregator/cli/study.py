@@ -26,16 +26,12 @@ from ..run.runners import runners_in_use
 from . import app
 from .common import interrupted_status, report_failures, run, usage_error
 from .groups import with_groups
-from .options import (
-    AUTO,
-    AllowDifferentModelsOption,
-    LatencyBudgetOption,
-    SweepRepetitionsOption,
-    every_framework,
-    parse_store,
-)
+from .path_option_types import parse_store
 from .quiet import WaitForQuietOption
+from .repetition_option_types import AUTO, SweepRepetitionsOption
+from .runner_option_types import AllowDifferentModelsOption, every_framework
 from .runner_options import RunnerAccess
+from .serving_option_types import LatencyBudgetOption
 from .versions import ConfirmOption, after_version_study, print_store_versions, sweep_matrix, version_runners
 from .workload_options import Measurement, Seeds
 

@@ -28,7 +28,7 @@ from ..run.compose_versions import COMPOSE_ENV
 from ..run.launch import REPO_ROOT
 from . import app
 from .common import report_failures, run
-from .options import parse_store
+from .path_option_types import parse_store
 
 versions_app = typer.Typer(
     no_args_is_help=True,

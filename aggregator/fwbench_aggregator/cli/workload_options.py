@@ -13,7 +13,14 @@ from ..base.vocabulary import Mode
 from ..plan.settings import group
 from ..plan.spec import RunSpec, option_pairs
 from .groups import settings_group
-from .options import SETTING_OPTIONS, DeviceOption, ModelOption, ModelOptionsOption, PrecisionOption, ShapeOption
+from .run_option_types import (
+    SETTING_OPTIONS,
+    DeviceOption,
+    ModelOption,
+    ModelOptionsOption,
+    PrecisionOption,
+    ShapeOption,
+)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,34 @@
+"""The options of the paths a command writes, --store and --out, each refused before anything is written where
+fwbench can write nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..base.write_paths import write_path_problem
+from ..store.location import store_path_problem
+
+
+def parse_store(value: Path | None) -> Path | None:
+    """A results store's path, refused before anything is written where no store can be there (store.location)."""
+    problem = value is not None and store_path_problem(value)
+    if problem:
+        raise typer.BadParameter(problem)
+    return value
+
+
+def parse_out(value: Path | None) -> Path | None:
+    """A folder --out names, refused before anything is written where fwbench writes no folder (base.write_paths)."""
+    problem = value is not None and write_path_problem(value, "folder")
+    if problem:
+        raise typer.BadParameter(problem)
+    return value
+
+
+StoreOption = Annotated[
+    Path,
+    typer.Option(callback=parse_store, help="the results store: every run is kept, and noise floors are read from it"),
+]
