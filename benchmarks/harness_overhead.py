@@ -27,9 +27,10 @@ from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 
 from fwbench_core.catalog import load_catalog
 from fwbench_core.choices import DeviceKind, Layout, Mode, Precision
+from fwbench_core.devices import DeviceRef, RunnerSettings
+from fwbench_core.runs import RunRequest
 from fwbench_core.server import create_server
 from fwbench_core.service import RunnerService
-from fwbench_core.spec import DeviceRef, RunnerSettings, RunRequest
 from fwbench_core.validation import resolve
 from fwbench_core.wire import enum_to_wire
 

@@ -27,8 +27,8 @@ from fwbench_core.allocator import pin_malloc
 from fwbench_core.catalog import load_catalog
 from fwbench_core.choices import Mode
 from fwbench_core.run_path import RunPath
+from fwbench_core.runs import RunRequest
 from fwbench_core.service import RunnerService
-from fwbench_core.spec import RunRequest
 from fwbench_core.timing import StepBatch, Summary
 from fwbench_core.validation import resolve
 

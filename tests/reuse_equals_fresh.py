@@ -15,7 +15,8 @@ import numpy as np
 
 from fwbench_core.catalog import load_catalog
 from fwbench_core.choices import Mode
-from fwbench_core.spec import RunnerSettings, RunRequest
+from fwbench_core.devices import RunnerSettings
+from fwbench_core.runs import RunRequest
 from fwbench_core.validation import resolve
 
 SHAPE = (3, 32, 32)

@@ -12,7 +12,7 @@ from support.fakes import Fake
 from fwbench_aggregator.analyse.results import analysed
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_core.choices import Layout, Precision, Profile, Switch, Tf32
-from fwbench_core.spec import Capabilities
+from fwbench_core.devices import Capabilities
 from fwbench_core.validation import resolve_tf32
 
 QUICK = (

@@ -20,7 +20,7 @@ from fwbench_core.declaration import (
     read_declaration,
 )
 from fwbench_core.fake import FAKE_MODELS
-from fwbench_core.spec import Head, ModelSource, ModelSpec
+from fwbench_core.models import Head, ModelSource, ModelSpec
 
 PATH = Path("/plugins/tiny/model.toml")
 SOURCE = ModelSource("--models-dir", "/plugins/tiny", "sha256:" + "0" * 64)

@@ -16,8 +16,8 @@ from fwbench_core.device_state import (
     DeviceStateReader,
     device_flags,
 )
+from fwbench_core.devices import DeviceRef
 from fwbench_core.power import NvmlSession
-from fwbench_core.spec import DeviceRef
 
 GPU0 = DeviceRef(DeviceKind.GPU, 0)
 CPU0 = DeviceRef(DeviceKind.CPU, 0)

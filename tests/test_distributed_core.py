@@ -16,6 +16,7 @@ from support.distributed import spawned_children
 
 from fwbench_core.catalog import load_catalog
 from fwbench_core.choices import DeviceKind, Mode, Phase, Strategy
+from fwbench_core.devices import DeviceRef
 from fwbench_core.distributed import (
     POWER_FLAG,
     SILENCE_MARGIN_S,
@@ -28,8 +29,8 @@ from fwbench_core.distributed import (
 from fwbench_core.errors import Aborted, Cancelled, FailedPrecondition, InvalidArgument, OutOfMemory, Unavailable
 from fwbench_core.fake import HANG_RANK_ENV, FakeBackend
 from fwbench_core.run_path import Resolved
+from fwbench_core.runs import Cluster, RunRequest
 from fwbench_core.service import RunnerService
-from fwbench_core.spec import Cluster, DeviceRef, RunRequest
 from fwbench_core.timing import Progress, StepBatch, StepSample, Summary
 from fwbench_core.validation import resolve
 

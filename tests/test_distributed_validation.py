@@ -6,9 +6,10 @@ import pytest
 from support.core import CPU, GPU0, expect_error, request, resolve_request
 
 from fwbench_core.choices import DeviceKind, Strategy
+from fwbench_core.devices import Device, DeviceRef
 from fwbench_core.errors import FailedPrecondition, InvalidArgument
 from fwbench_core.placement import cpu_worker_limit
-from fwbench_core.spec import Cluster, Device, DeviceRef
+from fwbench_core.runs import Cluster
 from fwbench_core.validation import DEFAULT_DISTRIBUTED_TIMEOUT_S
 
 GPU1 = Device(DeviceRef(DeviceKind.GPU, 1), "Test GPU", 1 << 30, "1.0")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from support.plugins import declaration
 
 from fwbench_core.declaration import DeclarationError, read_declaration
-from fwbench_core.spec import ModelSource
+from fwbench_core.models import ModelSource
 
 SOURCE = ModelSource("test", "folder", "sha256:0")
 VALID = declaration("fuzzed").encode()

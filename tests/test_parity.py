@@ -10,7 +10,7 @@ from support.runners import SERVED_SPECS as MODEL_SPECS
 from fwbench_aggregator.analyse.parity import FLOPS_TOLERANCE, PARAMETER_TOLERANCE, judged
 from fwbench_aggregator.run.client import RunnerClient
 from fwbench_aggregator.run.parity import Variant, gather_variant
-from fwbench_core.spec import HEAD_OPTION
+from fwbench_core.models import HEAD_OPTION
 
 # Every test here runs a real framework runner.
 pytestmark = pytest.mark.frameworks

@@ -13,9 +13,9 @@ from support.plugins import declaration, write_plugin
 
 from fwbench_core import access
 from fwbench_core.declaration import MAX_NESTING, DeclarationError, read_declaration
+from fwbench_core.models import ModelSource
 from fwbench_core.plugins import PluginLocation, load_plugins
 from fwbench_core.safe_read import FileRefused, FileTooLarge, open_regular_file, read_small_file
-from fwbench_core.spec import ModelSource
 
 SOURCE = ModelSource("test", "folder", "sha256:0")
 

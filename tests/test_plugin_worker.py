@@ -12,8 +12,8 @@ import pytest
 
 from fwbench_core.errors import InvalidArgument
 from fwbench_core.isolation import WorkerProcess, stream_from_worker
+from fwbench_core.models import ModelSource
 from fwbench_core.plugin_worker import PluginWorkers
-from fwbench_core.spec import ModelSource
 
 NOT_CANCELLED = lambda: False
 

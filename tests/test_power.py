@@ -15,6 +15,7 @@ import pytest
 from fwbench_core import power
 from fwbench_core.choices import DeviceKind
 from fwbench_core.device_state import DeviceStateReader
+from fwbench_core.devices import DeviceRef
 from fwbench_core.power import (
     EnergySummary,
     NvmlGpuSource,
@@ -27,7 +28,6 @@ from fwbench_core.power import (
     energy_summary,
     source_for,
 )
-from fwbench_core.spec import DeviceRef
 
 # --- a fake NVML module --------------------------------------------------------
 

@@ -29,11 +29,12 @@ from fwbench_aggregator.run.launch import fake_runner_command
 from fwbench_core import service as service_mod
 from fwbench_core import system_folders
 from fwbench_core.choices import DeviceKind
+from fwbench_core.devices import DeviceRef
 from fwbench_core.errors import Cancelled, Unavailable
 from fwbench_core.fake import FakeBackend
+from fwbench_core.models import ReferenceRequest
 from fwbench_core.references import ReferenceFolder
 from fwbench_core.service import RunnerService
-from fwbench_core.spec import DeviceRef, ReferenceRequest
 
 MAX_BYTES = 4_000_000  # the test runner's --max-reference-bytes
 SHAPE = [3, 32, 32]

@@ -27,11 +27,12 @@ from support.runners import FAKE_STEP_TIME_S
 from fwbench_aggregator.run import launch
 from fwbench_core.backend import MemoryReading
 from fwbench_core.choices import DeviceKind, Mode, Phase
+from fwbench_core.devices import DeviceRef
 from fwbench_core.errors import REASON_KEY, Cancelled, InvalidArgument, RunnerError, reason_for, status_for
 from fwbench_core.fake import FakeBackend, FakeWorkload
 from fwbench_core.isolation import BlockWorker, ProcessBlocks, RunIsolation
+from fwbench_core.runs import RunRequest
 from fwbench_core.service import RunnerService
-from fwbench_core.spec import DeviceRef, RunRequest
 from fwbench_core.timing import Progress, StepBatch
 
 RUN_TIMEOUT_S = 120
@@ -509,7 +510,7 @@ context.Context.ensure_initialized = recording_ensure_initialized
 
 from fwbench_core.isolation import BlockWorker, ProcessBlocks, RunIsolation
 from fwbench_core.service import RunnerService
-from fwbench_core.spec import RunnerSettings
+from fwbench_core.devices import RunnerSettings
 from fwbench_tensorflow.backend import TensorFlowBackend
 
 make_backend = functools.partial(TensorFlowBackend, RunnerSettings(1, 1))

@@ -9,11 +9,11 @@ from support.core import RecordingBackend, request, small
 
 from fwbench_core.choices import DeviceKind, Phase
 from fwbench_core.device_state import DeviceStateReader
+from fwbench_core.devices import DeviceRef
 from fwbench_core.errors import Busy, Cancelled, OutOfMemory
 from fwbench_core.fake import FakeBackend
 from fwbench_core.run_path import Resolved
 from fwbench_core.service import RunnerService
-from fwbench_core.spec import DeviceRef
 from fwbench_core.timing import Progress, StepBatch, Summary
 
 
@@ -217,7 +217,7 @@ class RecordingReader(DeviceStateReader):
 def test_a_scenario_run_measures_energy_per_real_sample_padding_excluded(monkeypatch):
     import fwbench_core.run_path as run_path_module
     from fwbench_core.choices import Scenario
-    from fwbench_core.spec import Serving
+    from fwbench_core.runs import Serving
 
     monkeypatch.setattr(run_path_module, "source_for", lambda ref, nvml: ConstantPowerSource(None))
     service = RunnerService(FakeBackend(step_time_s=0.005))

@@ -18,6 +18,7 @@ from support.core import ScriptedWorkload, resolve_request, small
 from fwbench_core import serving as serving_module
 from fwbench_core.choices import Phase, Scenario
 from fwbench_core.errors import Cancelled
+from fwbench_core.runs import Serving
 from fwbench_core.serving import (
     CANCEL_POLL_S,
     MAX_QUERY_COUNT,
@@ -28,7 +29,6 @@ from fwbench_core.serving import (
     default_server_query_count,
     evidence_min_queries,
 )
-from fwbench_core.spec import Serving
 from fwbench_core.timing import Progress, StepBatch, Summary, time_steps
 
 START_S = 1000.0

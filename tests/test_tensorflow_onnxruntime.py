@@ -49,7 +49,8 @@ import keras
 from fwbench_core.catalog import load_catalog
 from fwbench_core.errors import FailedPrecondition
 from fwbench_core.choices import Compilation, DeviceKind, Mode
-from fwbench_core.spec import DeviceRef, RunRequest, RunnerSettings
+from fwbench_core.devices import DeviceRef, RunnerSettings
+from fwbench_core.runs import RunRequest
 from fwbench_core.validation import resolve
 from fwbench_tensorflow.backend import TensorFlowBackend
 from fwbench_tensorflow.onnx_runtime import onnxruntime_workload
@@ -80,7 +81,8 @@ SAME_OUTPUT_CHECK = """
 import keras
 from fwbench_core.catalog import load_catalog
 from fwbench_core.choices import Compilation, DeviceKind, Mode
-from fwbench_core.spec import DeviceRef, RunRequest, RunnerSettings
+from fwbench_core.devices import DeviceRef, RunnerSettings
+from fwbench_core.runs import RunRequest
 from fwbench_core.validation import resolve
 from fwbench_tensorflow.backend import TensorFlowBackend
 from fwbench_tensorflow.workload import build_model

@@ -9,7 +9,7 @@ from fwbench_core import timing
 from fwbench_core.backend import MemoryReading
 from fwbench_core.choices import Mode, Phase
 from fwbench_core.errors import Cancelled
-from fwbench_core.spec import WarmupUntilStable
+from fwbench_core.runs import WarmupUntilStable
 from fwbench_core.timing import Progress, StepBatch, Summary, time_steps
 
 

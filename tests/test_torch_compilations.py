@@ -13,9 +13,9 @@ from support.requests import CPU, MEASURED, refusal, run
 
 from fwbench_aggregator.run import launch
 from fwbench_core.choices import DeviceKind
+from fwbench_core.devices import Device, DeviceRef
 from fwbench_core.errors import FailedPrecondition
 from fwbench_core.onnx_runtime import provider_for
-from fwbench_core.spec import Device, DeviceRef
 
 # Every test here runs a real framework runner.
 pytestmark = pytest.mark.frameworks
@@ -128,7 +128,8 @@ SAME_OUTPUT_CHECK = """
 import torch
 from fwbench_core.catalog import load_catalog
 from fwbench_core.choices import Compilation, DeviceKind, Mode
-from fwbench_core.spec import DeviceRef, RunRequest, RunnerSettings
+from fwbench_core.devices import DeviceRef, RunnerSettings
+from fwbench_core.runs import RunRequest
 from fwbench_core.validation import resolve
 from fwbench_torch.backend import TorchBackend, build_model
 

@@ -16,10 +16,12 @@ from support.processes import assert_all_end
 from fwbench_core.builtin import MODEL_SPECS
 from fwbench_core.catalog import Catalog
 from fwbench_core.choices import DeviceKind, Mode, Strategy
+from fwbench_core.devices import DeviceRef
 from fwbench_core.isolation import RunIsolation
+from fwbench_core.models import ModelSource
 from fwbench_core.registry import ModelRegistry
 from fwbench_core.run_path import RunPath
-from fwbench_core.spec import DeviceRef, ModelSource, RunConfig, RunRequest
+from fwbench_core.runs import RunConfig, RunRequest
 from fwbench_core.timing import Summary
 from fwbench_core.validation import resolve
 from fwbench_core.venues import (

@@ -27,8 +27,8 @@ from fwbench_core.choices import (
 from fwbench_core.device_state import DeviceState
 from fwbench_core.errors import InvalidArgument
 from fwbench_core.fake import FakeBackend
+from fwbench_core.runs import Serving
 from fwbench_core.serving import QueryBatch, ServingSummary
-from fwbench_core.spec import Serving
 from fwbench_core.timing import Summary
 
 CORE_TO_PROTO = {

@@ -12,7 +12,8 @@ import sys
 
 from fwbench_core.catalog import load_catalog
 from fwbench_core.choices import DeviceKind, Mode, Strategy
-from fwbench_core.spec import DeviceRef, RunnerSettings, RunRequest, WorkerPlace
+from fwbench_core.devices import DeviceRef, RunnerSettings
+from fwbench_core.runs import RunRequest, WorkerPlace
 from fwbench_core.validation import resolve
 
 WORLD_SIZE = 2

@@ -8,8 +8,9 @@ from fwbench_core.backend import MemoryReading, Workload
 from fwbench_core.builtin import MODEL_SPECS
 from fwbench_core.catalog import Catalog
 from fwbench_core.choices import Compilation, DeviceKind, Layout, Mode, Precision, Switch
+from fwbench_core.devices import Capabilities, Device, DeviceRef
 from fwbench_core.fake import FakeBackend, FakeWorkload
-from fwbench_core.spec import Capabilities, Device, DeviceRef, RunConfig, RunRequest
+from fwbench_core.runs import RunConfig, RunRequest
 from fwbench_core.timing import time_steps
 from fwbench_core.validation import resolve
 

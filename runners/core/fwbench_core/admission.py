@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from .choices import DeviceKind
+from .devices import DeviceRef
 from .errors import Busy, Cancelled, Unavailable
-from .spec import DeviceRef
 
 LOCK_POLL_S = 0.1
 # Work requests (runs, inspections, reference exports and comparisons) a runner holds at once, running or

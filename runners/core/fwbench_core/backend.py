@@ -11,9 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .devices import Capabilities, Device, RunnerInfo
 from .errors import FailedPrecondition, RunnerError
+from .models import ModelConfig, ModelReport, ReferenceReport
 from .registry import ModelRegistry
-from .spec import Capabilities, Device, ModelConfig, ModelReport, ReferenceReport, RunConfig, RunnerInfo
+from .runs import RunConfig
 from .sysinfo import process_peak_rss_bytes
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .declaration import read_declaration
-from .spec import ModelSource, ModelSpec
+from .models import ModelSource, ModelSpec
 
 BUILTIN_MODELS_FOLDER = Path(__file__).parent / "builtin_models"
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from .builtin import MODEL_SPECS
 from .errors import FailedPrecondition, NotFound, did_you_mean, echoed
+from .models import ModelSpec
 from .plugins import PLUGIN_LIMIT_S, LoadedPlugins, PluginLocation, PluginReport, load_plugins
 from .registry import ModelRegistry
-from .spec import ModelSpec
 
 
 @dataclass(frozen=True)

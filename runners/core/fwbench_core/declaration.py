@@ -12,8 +12,8 @@ from pathlib import Path
 
 from .choices import InputKind, Objective, Task
 from .errors import did_you_mean
+from .models import Head, ModelSource, ModelSpec
 from .safe_read import FileRefused, FileTooLarge, read_small_file
-from .spec import Head, ModelSource, ModelSpec
 
 if sys.version_info >= (3, 11):
     import tomllib

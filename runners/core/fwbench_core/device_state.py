@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .choices import DeviceKind
+from .devices import DeviceRef
 from .power.nvml import NvmlSession
-from .spec import DeviceRef
 
 DEFAULT_PROC_ROOT = Path("/proc")
 

@@ -26,7 +26,7 @@ from .backend import Backend, MemoryReading
 from .choices import Phase
 from .errors import Aborted, Cancelled, error_from_status
 from .isolation import _END, _ERROR, CANCEL_POLL_S, _worker_main
-from .spec import RunConfig, WorkerPlace
+from .runs import RunConfig, WorkerPlace
 from .timing import Progress, StepBatch, StepSample, Summary, summarize
 
 log = logging.getLogger("fwbench.runner.distributed")

@@ -19,20 +19,12 @@ import numpy as np
 from .backend import Backend, MemoryReading, Workload
 from .builtin import MODEL_SPECS
 from .choices import Compilation, Layout, Precision, Strategy, Switch
+from .devices import Capabilities, Device, RunnerInfo, RunnerSettings
 from .errors import Aborted, Unavailable
+from .models import ModelConfig, ModelReport, ReferenceReport
 from .references import compared_outputs
 from .registry import ModelRegistry
-from .spec import (
-    Capabilities,
-    Device,
-    ModelConfig,
-    ModelReport,
-    ReferenceReport,
-    RunConfig,
-    RunnerInfo,
-    RunnerSettings,
-    WorkerPlace,
-)
+from .runs import RunConfig, WorkerPlace
 from .sysinfo import cpu_device, python_version
 
 STEP_TIME_ENV = "FWBENCH_FAKE_STEP_TIME_S"

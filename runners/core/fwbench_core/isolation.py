@@ -21,9 +21,9 @@ from queue import Queue
 from typing import Any, TypeVar
 
 from .choices import DeviceKind
+from .devices import DeviceRef
 from .errors import DeadlineExceeded, FailedPrecondition, RunnerError, error_from_status, reason_for, status_for
 from .process_tree import end_own_tree, end_strays, kill_tree
-from .spec import DeviceRef
 from .worker_output import CappedCopy, redirect_output
 from .worker_start import start_worker
 

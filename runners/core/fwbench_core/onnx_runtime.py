@@ -11,8 +11,9 @@ import numpy as np
 
 from .backend import MemoryReading, Workload, process_peak_memory
 from .choices import DeviceKind, Layout, Mode, Precision, Strategy, Switch
+from .devices import CompilationLimits, Device
 from .errors import FailedPrecondition
-from .spec import CompilationLimits, Device, RunConfig
+from .runs import RunConfig
 
 PROVIDERS = {DeviceKind.CPU: "CPUExecutionProvider", DeviceKind.GPU: "CUDAExecutionProvider"}
 

@@ -8,9 +8,10 @@ import re
 from collections.abc import Sequence
 
 from .choices import DeviceKind, Strategy
+from .devices import Capabilities, Device, DeviceRef
 from .errors import FailedPrecondition, InvalidArgument, echoed
 from .limits import MAX_NODES, in_range
-from .spec import Capabilities, Cluster, Device, DeviceRef, RunRequest
+from .runs import Cluster, RunRequest
 
 # cpu:0 .. cpu:N-1 name N CPU workers (PyTorch) or logical CPU devices (TensorFlow): as many as the host
 # has cores, and two on any host, so that a distributed run can be tried anywhere.

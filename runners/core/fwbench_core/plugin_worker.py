@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .isolation import WorkerProcess
-from .spec import ModelSource
+from .models import ModelSource
 
 
 class PluginWorkers:

@@ -17,10 +17,10 @@ from pathlib import Path
 from types import ModuleType
 
 from .declaration import DECLARATION_FILE, DeclarationError, read_declaration
+from .models import ModelSource, ModelSpec
 from .plugin_checks import check_builders
 from .plugin_modules import PluginError, builder_file, import_builder
 from .safe_read import FileRefused, open_regular_file
-from .spec import ModelSource, ModelSpec
 
 MODELS_DIR_ENV = "FWBENCH_MODELS_DIR"
 ENTRY_POINT_GROUP = "fwbench.models"

@@ -22,7 +22,7 @@ import numpy as np
 
 from .choices import InputKind
 from .errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, RunnerError
-from .spec import ModelConfig, ReferenceReport
+from .models import ModelConfig, ReferenceReport
 from .system_folders import system_folder
 
 REFERENCE_DIR_ENV = "FWBENCH_REFERENCE_DIR"

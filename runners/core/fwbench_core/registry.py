@@ -8,8 +8,8 @@ from types import ModuleType
 from typing import Generic, TypeVar, cast
 
 from .builtin import MODEL_SPECS
+from .models import BUILT_IN, ModelSpec
 from .plugins import plugin_builder
-from .spec import BUILT_IN, ModelSpec
 
 Builder = TypeVar("Builder")
 # Turns a plug-in's builder module (build_<framework>.py) into the framework's builder; raises PluginError

@@ -28,12 +28,12 @@ from .admission import DEFAULT_MAX_QUEUED_REQUESTS
 from .backend import Backend
 from .choices import Switch
 from .decoding import RequestDecodingInterceptor
+from .devices import RunnerSettings
 from .errors import abort, status_for
 from .isolation import RunIsolation
 from .process_tree import become_subreaper
 from .references import ReferenceFolder
 from .service import RunnerService
-from .spec import RunnerSettings
 from .streams import OpenStreamLimit
 
 log = logging.getLogger("fwbench.runner")

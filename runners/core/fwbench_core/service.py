@@ -16,24 +16,16 @@ from .backend import Backend
 from .catalog import Catalog, load_catalog
 from .choices import DeviceKind, Phase, Precision
 from .device_state import DeviceStateReader
+from .devices import DeviceRef, RunnerInfo
 from .errors import FailedPrecondition, InvalidArgument
 from .isolation import RunIsolation
 from .limits import MAX_REUSE_KEY_LENGTH
+from .models import ModelConfig, ModelReport, ModelSpec, ReferenceReport, ReferenceRequest
 from .plugins import PLUGIN_LIMIT_S, PluginLocation
 from .process_tree import end_strays
 from .references import ReferenceFolder, check_input_fits, check_name
 from .run_path import RunEvent, RunPath
-from .spec import (
-    DeviceRef,
-    ModelConfig,
-    ModelReport,
-    ModelSpec,
-    ReferenceReport,
-    ReferenceRequest,
-    RunConfig,
-    RunnerInfo,
-    RunRequest,
-)
+from .runs import RunConfig, RunRequest
 from .timing import Progress
 from .validation import resolve, resolve_key, resolve_model_config, resolve_reference
 from .venues import Venues

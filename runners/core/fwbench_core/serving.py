@@ -17,7 +17,7 @@ import numpy as np
 from .choices import Mode, Scenario, Strategy
 from .errors import Cancelled, InvalidArgument
 from .limits import MAX_BATCH_TIMEOUT_MS, MAX_QUERY_COUNT, MAX_SEED, MAX_TARGET_QPS, in_range
-from .spec import RunRequest, Serving
+from .runs import RunRequest, Serving
 
 # single_stream and server measure at least this many queries by default: enough to support a p99 (below).
 DEFAULT_MIN_QUERIES = 300

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .choices import DeviceKind
-from .spec import Device, DeviceRef
+from .devices import Device, DeviceRef
 
 
 def cpu_model_name() -> str:

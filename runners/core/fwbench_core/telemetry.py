@@ -10,9 +10,10 @@ from dataclasses import dataclass, replace
 
 from .choices import Phase
 from .device_state import DeviceState, DeviceStateReader
+from .devices import DeviceRef
 from .power import PowerPhase, PowerSample, PowerSampler, energy_summary
+from .runs import RunConfig
 from .serving import QueryBatch
-from .spec import DeviceRef, RunConfig
 from .timing import Progress, StepBatch, Summary, samples_processed, with_device_state
 
 # How often the idle baseline looks at cancellation.

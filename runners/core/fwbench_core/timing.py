@@ -10,11 +10,12 @@ from dataclasses import dataclass, replace
 from .backend import MemoryReading, Workload
 from .choices import Mode, Phase
 from .device_state import DeviceState, device_flags
+from .devices import DeviceRef
 from .errors import Cancelled
 from .limits import MAX_MEASURED_STEPS
 from .power import EnergySummary
+from .runs import RunConfig, WarmupUntilStable
 from .serving import Clock, QueryBatch, ScenarioRun, ServingSummary, SystemClock
-from .spec import DeviceRef, RunConfig, WarmupUntilStable
 
 # Step timings leave the runner in batches, at most this often, so that
 # streaming costs no round trip per step; flushing happens between steps.

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from .catalog import Catalog
 from .choices import Compilation, InputKind, Layout, Mode, Precision, Profile, Strategy, Switch, Tf32
+from .devices import Capabilities, CompilationLimits, Device
 from .errors import FailedPrecondition, InvalidArgument, did_you_mean, echoed
 from .limits import (
     MAX_BATCH_SIZE,
@@ -22,20 +23,11 @@ from .limits import (
     MAX_WARMUP_STEPS,
     in_range,
 )
+from .models import ModelConfig, ModelSpec, ReferenceRequest
 from .placement import resolve_cluster, resolve_devices, resolve_strategy
 from .power import DEFAULT_RATE_HZ, energy_window_s, validate_rate_hz
+from .runs import RunConfig, RunRequest, WarmupUntilStable
 from .serving import resolve_serving
-from .spec import (
-    Capabilities,
-    CompilationLimits,
-    Device,
-    ModelConfig,
-    ModelSpec,
-    ReferenceRequest,
-    RunConfig,
-    RunRequest,
-    WarmupUntilStable,
-)
 
 # A parity reference holds a batch's input and output: a few samples show the same network.
 DEFAULT_REFERENCE_BATCH_SIZE = 2

@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 
 from .run_path import RunEvent
-from .spec import RunConfig
+from .runs import RunConfig
 
 
 class Venue(ABC):

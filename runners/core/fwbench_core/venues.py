@@ -13,8 +13,10 @@ from typing import Any, TypeVar
 from .apart import apart_phase_after, called_apart
 from .backend import Backend
 from .choices import DeviceKind
+from .devices import DeviceRef
 from .distributed import run_distributed
 from .isolation import BlockWorker, ProcessBlocks, RunIsolation, Watch, stream_on_thread
+from .models import ModelSpec
 from .plugin_modules import builder_file
 from .plugin_worker import PluginWorkers
 from .run_path import (
@@ -27,7 +29,7 @@ from .run_path import (
     run_phase_after,
     run_rank,
 )
-from .spec import DeviceRef, ModelSpec, RunConfig
+from .runs import RunConfig
 from .venue import Venue
 
 T = TypeVar("T")

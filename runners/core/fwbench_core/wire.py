@@ -13,23 +13,11 @@ from fwbench.runner.v1 import runner_pb2 as pb
 
 from . import PROTOCOL, RUNNER_VERSION
 from .choices import Compilation, DeviceKind, Layout, Mode, Phase, Precision, Profile, Scenario, Strategy, Switch, Task
+from .devices import Device, DeviceRef, RunnerInfo
 from .errors import InvalidArgument
+from .models import ModelConfig, ModelReport, ModelSpec, ReferenceReport, ReferenceRequest
 from .plugins import PluginReport
-from .spec import (
-    Cluster,
-    Device,
-    DeviceRef,
-    ModelConfig,
-    ModelReport,
-    ModelSpec,
-    ReferenceReport,
-    ReferenceRequest,
-    RunConfig,
-    RunnerInfo,
-    RunRequest,
-    Serving,
-    WarmupUntilStable,
-)
+from .runs import Cluster, RunConfig, RunRequest, Serving, WarmupUntilStable
 from .sysinfo import manifest_options
 
 E = TypeVar("E", bound=enum.Enum)

@@ -7,10 +7,10 @@ from fwbench.runner.v1 import runner_pb2 as pb
 
 from .backend import MemoryReading
 from .device_state import DeviceState
+from .devices import RunnerInfo
 from .power import EnergySummary, PowerPhase, PowerSample
 from .run_path import Resolved, RunEvent
 from .serving import QueryBatch, ServingSummary
-from .spec import RunnerInfo
 from .telemetry import PowerBatch
 from .timing import Progress, StepBatch, Summary
 from .wire import config_to_wire, enum_to_wire

@@ -19,21 +19,12 @@ import optax
 
 from fwbench_core.backend import Backend, MemoryReading, Workload, process_peak_memory
 from fwbench_core.choices import Compilation, DeviceKind, InputKind, Layout, Mode, Precision, Strategy, Switch, Tf32
+from fwbench_core.devices import Capabilities, Device, DeviceRef, RunnerInfo, RunnerSettings
 from fwbench_core.fairness import LEARNING_RATE, MOMENTUM, REFERENCE_TOLERANCE
+from fwbench_core.models import Head, ModelConfig, ModelReport, ReferenceReport
 from fwbench_core.placement import cpu_worker_limit
 from fwbench_core.references import compared_outputs
-from fwbench_core.spec import (
-    Capabilities,
-    Device,
-    DeviceRef,
-    Head,
-    ModelConfig,
-    ModelReport,
-    ReferenceReport,
-    RunConfig,
-    RunnerInfo,
-    RunnerSettings,
-)
+from fwbench_core.runs import RunConfig
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, python_version
 
 from .flops import FLOPS_METHOD, forward_flops

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import optax
 
 from fwbench_core.choices import InputKind, Objective
-from fwbench_core.spec import Head, ModelSpec
+from fwbench_core.models import Head, ModelSpec
 
 
 def jax_input_shape(spec: ModelSpec, shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -12,21 +12,13 @@ import tensorflow as tf
 
 from fwbench_core.backend import Backend, Workload
 from fwbench_core.choices import Compilation, DeviceKind, InputKind, Layout, Precision, Strategy, Switch, Tf32
+from fwbench_core.devices import Capabilities, Device, DeviceRef, RunnerInfo, RunnerSettings
 from fwbench_core.errors import FailedPrecondition, InvalidArgument
 from fwbench_core.fairness import REFERENCE_TOLERANCE
+from fwbench_core.models import ModelConfig, ModelReport, ReferenceReport
 from fwbench_core.onnx_runtime import onnxruntime_limits
 from fwbench_core.references import compared_outputs
-from fwbench_core.spec import (
-    Capabilities,
-    Device,
-    DeviceRef,
-    ModelConfig,
-    ModelReport,
-    ReferenceReport,
-    RunConfig,
-    RunnerInfo,
-    RunnerSettings,
-)
+from fwbench_core.runs import RunConfig
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, python_version
 
 from .flops import FLOPS_METHOD, forward_flops

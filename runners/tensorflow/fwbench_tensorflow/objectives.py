@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 from fwbench_core.choices import InputKind, Objective
-from fwbench_core.spec import Head, ModelSpec
+from fwbench_core.models import Head, ModelSpec
 
 
 def keras_input_shape(spec: ModelSpec, shape: tuple[int, ...]) -> tuple[int, ...]:

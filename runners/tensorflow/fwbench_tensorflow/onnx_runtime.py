@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from fwbench_core.errors import FailedPrecondition
 from fwbench_core.onnx_runtime import OnnxRuntimeWorkload, import_onnxruntime
-from fwbench_core.spec import RunConfig
+from fwbench_core.runs import RunConfig
 from fwbench_core.sysinfo import host_available_memory_bytes
 
 from .objectives import random_inputs

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from fwbench_core.choices import DeviceKind, Strategy
 from fwbench_core.errors import Aborted
-from fwbench_core.spec import RunConfig
+from fwbench_core.runs import RunConfig
 
 # What a run's strategy lets a TensorFlow runner do on CPU and on GPU alike.
 STRATEGIES = frozenset({Strategy.SINGLE, Strategy.MIRRORED, Strategy.MULTI_WORKER_MIRRORED})

@@ -10,7 +10,7 @@ import tensorflow as tf
 from fwbench_core.backend import MemoryReading, Workload, process_peak_memory
 from fwbench_core.choices import Compilation, DeviceKind, Mode, Strategy
 from fwbench_core.errors import FailedPrecondition
-from fwbench_core.spec import RunConfig
+from fwbench_core.runs import RunConfig
 
 from .objectives import loss, random_inputs, random_targets
 from .strategies import make_strategy, peer_error

@@ -11,8 +11,10 @@ import tensorflow as tf
 
 from fwbench_core.backend import MemoryReading, Workload, process_peak_memory
 from fwbench_core.choices import Compilation, DeviceKind, Mode, Objective, Precision, Tf32
+from fwbench_core.devices import Device
 from fwbench_core.fairness import LEARNING_RATE, MOMENTUM
-from fwbench_core.spec import Device, ModelConfig, RunConfig
+from fwbench_core.models import ModelConfig
+from fwbench_core.runs import RunConfig
 
 from .models import MODELS
 from .objectives import keras_input_shape, loss, random_inputs, random_targets

@@ -12,20 +12,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from fwbench_core.backend import Backend, MemoryReading, Workload, process_peak_memory
 from fwbench_core.choices import Compilation, DeviceKind, Layout, Mode, Objective, Precision, Strategy, Switch, Tf32
+from fwbench_core.devices import Capabilities, Device, DeviceRef, RunnerInfo, RunnerSettings
 from fwbench_core.errors import InvalidArgument, RunnerError
 from fwbench_core.fairness import LEARNING_RATE, MOMENTUM
+from fwbench_core.models import ModelConfig, ModelReport, ReferenceReport
 from fwbench_core.onnx_runtime import onnxruntime_limits
-from fwbench_core.spec import (
-    Capabilities,
-    Device,
-    DeviceRef,
-    ModelConfig,
-    ModelReport,
-    ReferenceReport,
-    RunConfig,
-    RunnerInfo,
-    RunnerSettings,
-)
+from fwbench_core.runs import RunConfig
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, python_version
 
 from .compilation import torchscript, torchscript_note

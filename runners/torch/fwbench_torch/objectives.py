@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from fwbench_core.choices import InputKind, Objective
-from fwbench_core.spec import Head, ModelSpec
+from fwbench_core.models import Head, ModelSpec
 
 
 def random_inputs(spec: ModelSpec, batch_size: int, input_shape: tuple[int, ...], device) -> torch.Tensor:

@@ -10,7 +10,7 @@ import torch
 
 from fwbench_core.errors import FailedPrecondition
 from fwbench_core.onnx_runtime import OnnxRuntimeWorkload, import_onnxruntime
-from fwbench_core.spec import RunConfig
+from fwbench_core.runs import RunConfig
 
 from .compilation import first_line
 from .objectives import random_inputs

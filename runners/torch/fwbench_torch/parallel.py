@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from fwbench_core.choices import Strategy
 from fwbench_core.errors import Aborted, Unavailable
-from fwbench_core.spec import RunConfig, WorkerPlace
+from fwbench_core.runs import RunConfig, WorkerPlace
 
 from .network import choose_gloo_interface, loopback_listener
 

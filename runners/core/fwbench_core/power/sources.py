@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..choices import DeviceKind
-from ..spec import DeviceRef
+from ..devices import DeviceRef
 from .nvml import NVML_ERROR_FUNCTION_NOT_FOUND, NVML_NEVER, NvmlSession
 
 # NVML field ids (nvml.h); read as numbers so that an nvidia-ml-py too old to name them still works.

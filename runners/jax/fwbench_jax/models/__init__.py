@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import flax.linen as nn
 import jax.numpy as jnp
 
+from fwbench_core.models import ModelSpec
 from fwbench_core.plugin_modules import PluginError, builder_attribute
 from fwbench_core.registry import ModelRegistry
-from fwbench_core.spec import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
-from fwbench_core.spec import ModelSpec
+from fwbench_core.models import ModelSpec
 
 from . import MODELS, FlaxModel
 from .vision import batch_norm

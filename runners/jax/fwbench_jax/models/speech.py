@@ -31,7 +31,7 @@ from fwbench_core.architectures import (
     W2V_POS_GROUPS,
     W2V_POS_KERNEL,
 )
-from fwbench_core.spec import ModelSpec
+from fwbench_core.models import ModelSpec
 
 from . import MODELS, FlaxModel
 from .text import attention

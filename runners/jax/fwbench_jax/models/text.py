@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from fwbench_core.architectures import BERT, GPT2, INIT_STD, LSTM_LM
-from fwbench_core.spec import HEAD_OPTION, ModelSpec
+from fwbench_core.models import HEAD_OPTION, ModelSpec
 
 from . import MODELS, FlaxModel
 

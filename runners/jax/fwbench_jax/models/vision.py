@@ -17,7 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from fwbench_core.spec import ModelSpec
+from fwbench_core.models import ModelSpec
 
 from . import MODELS, FlaxModel
 

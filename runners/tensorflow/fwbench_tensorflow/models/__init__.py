@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import keras
 import numpy as np
 
+from fwbench_core.models import ModelSpec
 from fwbench_core.plugin_modules import PluginError, builder_attribute
 from fwbench_core.registry import ModelRegistry
-from fwbench_core.spec import ModelSpec
 
 TorchWeights = dict[str, np.ndarray]
 

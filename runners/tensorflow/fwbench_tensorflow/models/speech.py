@@ -42,7 +42,7 @@ from fwbench_core.architectures import (
     W2V_POS_GROUPS,
     W2V_POS_KERNEL,
 )
-from fwbench_core.spec import ModelSpec
+from fwbench_core.models import ModelSpec
 
 from .. import torch_weights
 from . import MODELS, TORCH_BN, KerasModel, TorchWeights

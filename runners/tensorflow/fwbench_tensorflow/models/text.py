@@ -31,7 +31,7 @@ import keras
 from keras import layers, ops
 
 from fwbench_core.architectures import BERT, GPT2, INIT_STD, LSTM_LM
-from fwbench_core.spec import HEAD_OPTION, ModelSpec
+from fwbench_core.models import HEAD_OPTION, ModelSpec
 
 from .. import torch_weights
 from . import MODELS, KerasModel, TorchWeights

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 from keras import layers, ops
 
-from fwbench_core.spec import ModelSpec
+from fwbench_core.models import ModelSpec
 
 from .. import torch_weights
 from . import MODELS, TORCH_BN, KerasModel, TorchWeights

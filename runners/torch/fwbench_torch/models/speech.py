@@ -48,7 +48,7 @@ from fwbench_core.architectures import (
     W2V_POS_GROUPS,
     W2V_POS_KERNEL,
 )
-from fwbench_core.spec import ModelSpec
+from fwbench_core.models import ModelSpec
 
 from . import MODELS
 

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fwbench_core.architectures import BERT, GPT2, INIT_STD, LSTM_LM
-from fwbench_core.spec import HEAD_OPTION, ModelSpec
+from fwbench_core.models import HEAD_OPTION, ModelSpec
 
 from . import MODELS
 

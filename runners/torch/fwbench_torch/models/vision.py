@@ -5,7 +5,7 @@ from __future__ import annotations
 import torchvision
 from torch import nn
 
-from fwbench_core.spec import ModelSpec
+from fwbench_core.models import ModelSpec
 
 from . import MODELS
 

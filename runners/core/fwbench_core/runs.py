@@ -1,88 +1,13 @@
-"""Plain data the core works with: device references, model specs and run settings (the choices they name are in
-choices.py)."""
+"""A run as asked for (RunRequest) and as resolved (RunConfig), with the parts they share: the warm-up rule, the
+serving load, the job it spans and a worker's place in it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .choices import (
-    Compilation,
-    DeviceKind,
-    InputKind,
-    Layout,
-    Mode,
-    Objective,
-    Precision,
-    Profile,
-    Scenario,
-    Strategy,
-    Switch,
-    Task,
-    Tf32,
-)
-
-
-@dataclass(frozen=True)
-class DeviceRef:
-    kind: DeviceKind
-    index: int = 0
-
-    def __str__(self) -> str:
-        return f"{self.kind.value}:{self.index}"
-
-
-@dataclass(frozen=True)
-class Device:
-    ref: DeviceRef
-    name: str
-    memory_bytes: int = 0
-    driver_version: str = ""
-
-
-@dataclass(frozen=True)
-class RunnerSettings:
-    """Process-wide settings a runner fixes at start-up (TensorFlow cannot change them later)."""
-
-    intra_op_threads: int
-    inter_op_threads: int
-    cudnn_autotune: Switch = Switch.OFF
-
-
-@dataclass(frozen=True)
-class CompilationLimits:
-    """What a run under one compilation may use, beyond what its device honours (Capabilities)."""
-
-    modes: frozenset[Mode] = frozenset(Mode)
-    precisions: frozenset[Precision] = frozenset(Precision)
-    layouts: frozenset[Layout] = frozenset(Layout)
-    strategies: frozenset[Strategy] = frozenset(Strategy)
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What a runner can honour exactly on one device; anything else is refused, never approximated."""
-
-    precisions: frozenset[Precision]
-    layouts: frozenset[Layout]
-    compilations: frozenset[Compilation]
-    default_compilation: Compilation  # the framework's own, under every profile
-    cudnn_autotune: frozenset[Switch]
-    intra_op_threads: int
-    inter_op_threads: int
-    # PyTorch can change its intra-op thread count between runs; TensorFlow cannot.
-    intra_op_threads_adjustable: bool = False
-    # How a run may spread over several devices or runners on this kind of device, and the strategy a request
-    # that names none gets on several devices of one runner, and across runners.
-    strategies: frozenset[Strategy] = frozenset({Strategy.SINGLE})
-    parallel_strategy: Strategy = Strategy.SINGLE
-    multi_node_strategy: Strategy = Strategy.SINGLE
-    # Compilations that run less than the device does (e.g. inference only); the others have no limits.
-    compilation_limits: dict[Compilation, CompilationLimits] = field(default_factory=dict)
-    # The framework's out-of-the-box choices on this device: the NATIVE profile's. TF32 and cuDNN autotuning
-    # matter on GPUs only (a device without TF32 has no Precision.TF32 among its precisions).
-    native_layout: Layout = Layout.CHANNELS_LAST
-    native_tf32: Tf32 = Tf32.ON
-    native_cudnn_autotune: Switch = Switch.OFF
+from .choices import Compilation, Layout, Mode, Precision, Profile, Scenario, Strategy, Switch, Tf32
+from .devices import Device, DeviceRef
+from .models import Head, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -126,100 +51,6 @@ class Serving:
     # single_stream with the default count: query_count is a minimum, and the queries last at least this long too
     # (how long a query takes is only known by running it). Resolved only; never on the wire.
     min_duration_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class RunnerInfo:
-    framework: str
-    framework_version: str
-    python_version: str
-    devices: tuple[Device, ...]
-    cuda_version: str = ""
-    cudnn_version: str = ""
-    options: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Head:
-    """What a model's output means: how the loss is computed and over how many outputs."""
-
-    objective: Objective
-    outputs: int  # classes, vocabulary, or CTC alphabet with the blank
-
-
-@dataclass(frozen=True)
-class ModelOption:
-    name: str
-    choices: tuple[str, ...]
-
-    @property
-    def default(self) -> str:
-        return self.choices[0]
-
-
-HEAD_OPTION = "head"
-BUILT_IN = "built-in"
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    """Where a model comes from: fwbench itself, or a plug-in folder (its declaration and builders)."""
-
-    origin: str = BUILT_IN  # or how the runner was pointed at the folder: "--models-dir", "entry point NAME"...
-    folder: str = ""  # the plug-in's folder; "" for a built-in, whose builders are the runner's own
-    content_hash: str = ""  # "sha256:..." over the plug-in's files: which version of the user's model ran
-
-    @property
-    def built_in(self) -> bool:
-        return not self.folder
-
-    def __str__(self) -> str:
-        return BUILT_IN if self.built_in else f"{self.folder} ({self.origin})"
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """What a model accepts, the same for every framework.
-
-    Shapes are per sample, in `input_convention` (vision: channels first,
-    CxHxW; text: seq; audio: samples); each runner converts to its own layout.
-    A dimension whose minimum equals its maximum is fixed. `heads` lists the
-    model's output heads, default first; more than one makes a "head" option.
-    """
-
-    name: str
-    task: Task
-    input_kind: InputKind
-    input_convention: str
-    default_input_shape: tuple[int, ...]
-    min_input_shape: tuple[int, ...]
-    max_input_shape: tuple[int, ...]
-    heads: tuple[tuple[str, Head], ...]
-    vocab_size: int = 0  # token ids are drawn below this (TOKENS inputs)
-    description: str = ""
-    source: ModelSource = ModelSource()
-
-    @property
-    def variable_dims(self) -> tuple[int, ...]:
-        return tuple(i for i, (low, high) in enumerate(zip(self.min_input_shape, self.max_input_shape)) if low != high)
-
-    @property
-    def options(self) -> tuple[ModelOption, ...]:
-        if len(self.heads) < 2:
-            return ()
-        return (ModelOption(HEAD_OPTION, tuple(name for name, _ in self.heads)),)
-
-    def head(self, options: dict[str, str]) -> Head:
-        return dict(self.heads)[options.get(HEAD_OPTION, self.heads[0][0])]
-
-    def describe_accepted_shapes(self) -> str:
-        parts = []
-        for name, default, low, high in zip(
-            self.input_convention.split("x"), self.default_input_shape, self.min_input_shape, self.max_input_shape
-        ):
-            parts.append(f"{name}={default}" if low == high else f"{low}<={name}<={high}")
-        default_shape = "x".join(map(str, self.default_input_shape))
-        return f"{self.input_convention} with {', '.join(parts)} (default {default_shape})"
 
 
 @dataclass(frozen=True)
@@ -365,51 +196,3 @@ class RunConfig:
     def samples_per_step(self) -> int:
         """Samples one worker process steps: the per-device batch on each device it drives."""
         return self.batch_size * len(self.process_devices)
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """A model at one input shape with its options: what inspection and parity checks build."""
-
-    model: ModelSpec
-    input_shape: tuple[int, ...]
-    model_options: dict[str, str]
-    batch_size: int = 1
-    seed: int = 0
-
-    @property
-    def head(self) -> Head:
-        return self.model.head(self.model_options)
-
-
-@dataclass(frozen=True)
-class ModelReport:
-    parameter_count: int
-    forward_flops: int  # per sample
-    flops_method: str
-    output_shape: tuple[int, ...]  # per sample
-    build_time_s: float
-
-
-@dataclass(frozen=True)
-class ReferenceRequest:
-    """A parity reference as asked for: the model, and the reference's name in the runner's folder."""
-
-    model: str
-    name: str
-    input_shape: tuple[int, ...] = ()
-    model_options: dict[str, str] = field(default_factory=dict)
-    batch_size: int = 0  # 0: the default, 2
-    seed: int = 0
-
-
-@dataclass(frozen=True)
-class ReferenceReport:
-    """What a backend found exporting or comparing a reference (the service adds the reference's name)."""
-
-    output_shape: tuple[int, ...]
-    compared_values: int = 0
-    max_abs_diff: float = 0.0
-    max_rel_diff: float = 0.0
-    tolerance: float = 0.0
-    matched: bool = False
