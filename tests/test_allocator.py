@@ -13,8 +13,9 @@ import pytest
 from fwbench_core.allocator import MMAP_THRESHOLD_BYTES, pin_malloc
 from fwbench_core.devices import RunnerSettings
 from fwbench_core.fake import FakeBackend
-from fwbench_core.isolation import RunIsolation, WorkerProcess
+from fwbench_core.isolation import RunIsolation
 from fwbench_core.service import RunnerService
+from fwbench_core.worker_process import WorkerProcess
 
 pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the thresholds are glibc's")
 

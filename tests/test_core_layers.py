@@ -37,7 +37,7 @@ FLOORS = {
         "env_flags",
         "system_folders",
     },
-    "processes": {"process_tree", "worker_output", "worker_start"},
+    "processes": {"process_tree", "worker_output", "worker_start", "worker_process"},
     "models and inputs": {
         "declaration",
         "plugin_modules",

@@ -16,8 +16,8 @@ import pytest
 from support.processes import alive
 
 from fwbench_core.errors import DeadlineExceeded
-from fwbench_core.isolation import Watch, WorkerProcess
 from fwbench_core.limits import MAX_WORKER_OUTPUT_BYTES
+from fwbench_core.worker_process import Watch, WorkerProcess
 
 NOT_CANCELLED = lambda: False
 TESTS = Path(__file__).resolve().parent
@@ -97,7 +97,7 @@ def test_a_runner_ends_what_a_worker_that_died_left_before_its_next_run(tmp_path
 import sys
 sys.path.insert(0, {str(TESTS)!r})
 from fwbench_core import process_tree
-from fwbench_core.isolation import WorkerProcess
+from fwbench_core.worker_process import WorkerProcess
 from test_plugin_processes import dies_leaving_a_sleep
 assert process_tree.become_subreaper()
 worker = WorkerProcess()

@@ -1,5 +1,5 @@
-"""The worker process kept for a plug-in's calls (isolation.WorkerProcess, plugin_worker.PluginWorkers): call after
-call in one process while each ends cleanly; ended by a call that fails or is abandoned, by close, and by work on
+"""The worker process kept for a plug-in's calls (worker_process.WorkerProcess, plugin_worker.PluginWorkers): call
+after call in one process while each ends cleanly; ended by a call that fails or is abandoned, by close, and by work on
 anything else. Over real gRPC with a real framework: tests/test_hostile_plugins.py."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from fwbench_core.errors import InvalidArgument
-from fwbench_core.isolation import WorkerProcess, stream_from_worker
 from fwbench_core.models import ModelSource
 from fwbench_core.plugin_worker import PluginWorkers
+from fwbench_core.worker_process import WorkerProcess, stream_from_worker
 
 NOT_CANCELLED = lambda: False
 

@@ -1,5 +1,5 @@
-"""A plug-in's inspection and parity work in a worker process (isolation.WorkerProcess), so that its code never runs in
-the runner's."""
+"""A plug-in's inspection and parity work in a worker process (worker_process.WorkerProcess), so that its code never
+runs in the runner's."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 
 from .backend import Backend
 from .errors import OutOfMemory, RunnerError
-from .isolation import Watch, WorkerProcess
 from .run_path import plugin_failure
+from .worker_process import Watch, WorkerProcess
 
 # What a worker running a plug-in's code apart (_apart) does, by backend method: the phase its limit applies to.
 _APART_PHASES = {

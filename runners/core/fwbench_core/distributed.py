@@ -25,9 +25,9 @@ from typing import Any, cast
 from .backend import Backend, MemoryReading
 from .choices import Phase
 from .errors import Aborted, Cancelled, error_from_status
-from .isolation import _END, _ERROR, CANCEL_POLL_S, _worker_main
 from .runs import RunConfig, WorkerPlace
 from .timing import Progress, StepBatch, StepSample, Summary, summarize
+from .worker_process import _END, _ERROR, CANCEL_POLL_S, _worker_main
 
 log = logging.getLogger("fwbench.runner.distributed")
 

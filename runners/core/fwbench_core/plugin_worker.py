@@ -8,8 +8,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .isolation import WorkerProcess
 from .models import ModelSource
+from .worker_process import WorkerProcess
 
 
 class PluginWorkers:

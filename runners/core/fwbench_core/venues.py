@@ -15,7 +15,7 @@ from .backend import Backend
 from .choices import DeviceKind
 from .devices import DeviceRef
 from .distributed import run_distributed
-from .isolation import BlockWorker, ProcessBlocks, RunIsolation, Watch, stream_on_thread
+from .isolation import BlockWorker, ProcessBlocks, RunIsolation, stream_on_thread
 from .models import ModelSpec
 from .plugin_modules import builder_file
 from .plugin_worker import PluginWorkers
@@ -31,6 +31,7 @@ from .run_path import (
 )
 from .runs import RunConfig
 from .venue import Venue
+from .worker_process import Watch
 
 T = TypeVar("T")
 MakeBackend = Callable[[], Backend]
