@@ -1,4 +1,4 @@
-"""A verdict pools only runs that are alike (schema.COMPARABILITY_COLUMNS): each run known by its own id, runs of
+"""A verdict pools only runs that are alike (comparability_columns.COMPARABILITY_COLUMNS): each run known by its own id, runs of
 other versions, settings, machines, plug-in versions or protocols in rows of their own, judged apart.
 
 Synthetic stores: runs of planted step times, as the store holds them. Each of the store's ways to mix runs

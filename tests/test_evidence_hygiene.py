@@ -32,8 +32,9 @@ from fwbench_aggregator.run.device_lock import ENV, Lock, Stopped, UnsafeLockDir
 from fwbench_aggregator.run.execute import run_all
 from fwbench_aggregator.run.gate import Gate, Place, places_of, this_host
 from fwbench_aggregator.run.quiet import GpuState, HostProbe, Reading, wait_for_quiet
+from fwbench_aggregator.store.comparability_columns import FLOOR_KEY_COLUMNS
 from fwbench_aggregator.store.results_store import ResultStore
-from fwbench_aggregator.store.schema import CALIBRATION_COLUMNS, FLOOR_KEY_COLUMNS
+from fwbench_aggregator.store.schema import CALIBRATION_COLUMNS
 
 CONFIG = {
     "model": "resnet18",

@@ -26,7 +26,9 @@ from fwbench_aggregator.present import plots as plotting
 from fwbench_aggregator.present.display import display_frame
 from fwbench_aggregator.present.report import write_report
 from fwbench_aggregator.present.terminal import print_series
-from fwbench_aggregator.store.schema import COMPARISON_COLUMNS, CONFIG_COLUMNS, FLOOR_KEY_COLUMNS
+from fwbench_aggregator.store.analysis_columns import COMPARISON_COLUMNS
+from fwbench_aggregator.store.comparability_columns import FLOOR_KEY_COLUMNS
+from fwbench_aggregator.store.run_columns import CONFIG_COLUMNS
 
 RUNNERS = ("torch", "tensorflow")
 MODELS = {"resnet18": 0.020, "bert": 0.030}  # per-sample step time on GPU, seconds

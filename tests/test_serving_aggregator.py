@@ -20,7 +20,8 @@ from fwbench_aggregator.plan.spec import RunSpec
 from fwbench_aggregator.run import wire
 from fwbench_aggregator.run.client import RunResult
 from fwbench_aggregator.store import records
-from fwbench_aggregator.store.schema import QUERIES_COLUMNS, SUMMARY_COLUMNS
+from fwbench_aggregator.store.run_columns import SUMMARY_COLUMNS
+from fwbench_aggregator.store.schema import QUERIES_COLUMNS
 
 P99_REASON = "needs at least 299 queries, got 120"
 

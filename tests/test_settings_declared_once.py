@@ -28,8 +28,10 @@ from fwbench_aggregator.plan.spec import RunSpec, StartupSettings
 from fwbench_aggregator.plan.study_file import FIELDS, load_sweep
 from fwbench_aggregator.run import wire
 from fwbench_aggregator.store import records
+from fwbench_aggregator.store.comparability_columns import BLOCK_KEY_COLUMNS
 from fwbench_aggregator.store.results_store import ResultStore
-from fwbench_aggregator.store.schema import BLOCK_KEY_COLUMNS, STORE_FORMAT, SUMMARY_COLUMNS
+from fwbench_aggregator.store.run_columns import SUMMARY_COLUMNS
+from fwbench_aggregator.store.schema import STORE_FORMAT
 
 PRODUCT = Path(__file__).resolve().parents[1] / "aggregator" / "fwbench_aggregator"
 # Where a stored column written out would be the column declared again.

@@ -14,15 +14,11 @@ from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench_aggregator.analyse.comparison import comparison_rows
 from fwbench_aggregator.run.client import RunnerFailure, RunResult
 from fwbench_aggregator.store import records
+from fwbench_aggregator.store.analysis_columns import COMPARISON_COLUMNS
 from fwbench_aggregator.store.migrations import StoreFormatError
 from fwbench_aggregator.store.results_store import ResultStore
-from fwbench_aggregator.store.schema import (
-    COMPARISON_COLUMNS,
-    POWER_COLUMNS,
-    STEPS_COLUMNS,
-    STORE_FORMAT,
-    SUMMARY_COLUMNS,
-)
+from fwbench_aggregator.store.run_columns import POWER_COLUMNS, STEPS_COLUMNS, SUMMARY_COLUMNS
+from fwbench_aggregator.store.schema import STORE_FORMAT
 
 OLD_SUMMARY = {  # a run as the first stores wrote it: no strategy, devices, nodes, world size or global batch
     "run_id": "old",

@@ -1,4 +1,4 @@
-"""Which runs are alike (schema.COMPARABILITY_COLUMNS): each run's comparability key as text, and the labels that
+"""Which runs are alike (comparability_columns.COMPARABILITY_COLUMNS): each run's comparability key as text, and the labels that
 say what sets groups of runs apart. analyse.comparison pools runs into a row only within one key."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from ..plan.settings import stored
-from ..store.schema import BLOCK_KEY_COLUMNS, COMPARABILITY_COLUMNS, CONFIG_COLUMNS, RUNNER_KEY_COLUMNS
+from ..store.comparability_columns import BLOCK_KEY_COLUMNS, COMPARABILITY_COLUMNS, RUNNER_KEY_COLUMNS
+from ..store.run_columns import CONFIG_COLUMNS
 from ..store.selection import key_text
 
 # How each part of the comparability key reads in a row's label: "version 2.15.0", "intra-op threads 1"; a run
@@ -43,7 +44,7 @@ def key_texts(frame: pd.DataFrame, columns) -> pd.DataFrame:
 
 
 def keyed(summary: pd.DataFrame) -> pd.DataFrame:
-    """The (normalised) summary with every part of the comparability key (schema.COMPARABILITY_COLUMNS) as text, ""
+    """The (normalised) summary with every part of the comparability key (comparability_columns.COMPARABILITY_COLUMNS) as text, ""
     where unknown. A failed run records no settings: it takes those its runner's successful runs of the configuration
     agree on, and the block of its configuration's successful runs where they make one."""
     frame = key_texts(summary, COMPARABILITY_COLUMNS)
@@ -67,7 +68,7 @@ def keyed(summary: pd.DataFrame) -> pd.DataFrame:
 
 def labelled(frame: pd.DataFrame, over) -> pd.DataFrame:
     """The keyed `frame` with, within each group of `over` (the configuration; a series, less its batch size): `group`,
-    what sets its block (schema.BLOCK_KEY_COLUMNS) apart from the group's other blocks; `variant`, what sets its
+    what sets its block (comparability_columns.BLOCK_KEY_COLUMNS) apart from the group's other blocks; `variant`, what sets its
     runner key (RUNNER_KEY_COLUMNS) apart from its runner's others in the block, both "" when alone; and `label`, its
     runner as every table shows it, "torch (version 2.15.0) [device H100]". Runs with one label are alike."""
     frame = frame.copy()

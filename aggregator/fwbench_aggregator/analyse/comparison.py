@@ -16,12 +16,12 @@ import numpy as np
 import pandas as pd
 
 from ..plan.design import ROUNDS_LABEL
-from ..store.schema import (
+from ..store.analysis_columns import COMPARISON_COLUMNS
+from ..store.comparability_columns import FLOOR_KEY_COLUMNS
+from ..store.run_columns import (
     BUILT_IN,
-    COMPARISON_COLUMNS,
     CONFIG_COLUMNS,
     DEFAULT_PROFILE,
-    FLOOR_KEY_COLUMNS,
     INTEGER_COLUMNS,
     RUN_COLUMNS,
     SERIES_COLUMNS,

@@ -7,7 +7,8 @@ import math
 
 import pandas as pd
 
-from ..store.schema import CONFIG_COLUMNS, EFFICIENCY_COLUMNS
+from ..store.analysis_columns import EFFICIENCY_COLUMNS
+from ..store.run_columns import CONFIG_COLUMNS
 from . import stats
 from .peaks import peak_flops
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..store.schema import CONFIG_COLUMNS
+from ..store.run_columns import CONFIG_COLUMNS
 from . import stats
 from .scaling import has_scaling
 from .trends import FLATTEN_GAIN

@@ -10,7 +10,7 @@ difference", the safe side for a verdict; dropping it would call differences thi
 Over a configuration's frameworks the largest applied floor counts (a difference must clear every runner's noise).
 Each comparison row says which floor it applied (noise_floor_source) and why that one was flagged.
 
-A floor applies only to runs of its calibration's key (schema.FLOOR_KEY_COLUMNS: the framework's version, image,
+A floor applies only to runs of its calibration's key (comparability_columns.FLOOR_KEY_COLUMNS: the framework's version, image,
 settings, the device model and the protocol): noise measured on one version or machine says nothing of another's.
 A calibration from before the key was recorded is unknown for it, and applies only to runs unknown for it too.
 """
@@ -24,7 +24,9 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..store.schema import CALIBRATION_COLUMNS, CONFIG_COLUMNS, FLOOR_KEY_COLUMNS
+from ..store.comparability_columns import FLOOR_KEY_COLUMNS
+from ..store.run_columns import CONFIG_COLUMNS
+from ..store.schema import CALIBRATION_COLUMNS
 from . import stats
 from .alike import key_texts
 

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ..store.schema import looks_of
+from ..store.run_columns import looks_of
 from . import stats
 from .floors import Floor, busy_floor_note, config_floor
 from .sequential import look, plan_for

@@ -10,7 +10,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from ..store.schema import MAX_BATCH_KEY_COLUMNS, OPTIMAL_COLUMNS, SERIES_COLUMNS, SERIES_KEY
+from ..store.analysis_columns import OPTIMAL_COLUMNS, SERIES_KEY
+from ..store.run_columns import SERIES_COLUMNS
+from ..store.schema import MAX_BATCH_KEY_COLUMNS
 from . import stats
 from .alike import keyed, labelled
 from .comparison import is_out_of_memory, with_status

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from ..store.schema import BUILT_IN
+from ..store.run_columns import BUILT_IN
 
 # What a comparison of a plug-in says of the evidence that its runners build the same network.
 PARITY_CHECKED = "parity checked"

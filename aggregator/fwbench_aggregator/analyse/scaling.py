@@ -8,13 +8,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..store.schema import (
-    CONFIG_COLUMNS,
-    RUNNER_KEY_COLUMNS,
-    SCALING_COLUMNS,
-    SCALING_KEY_COLUMNS,
-    STRATEGY_PAIR_COLUMNS,
-)
+from ..store.analysis_columns import SCALING_COLUMNS, STRATEGY_PAIR_COLUMNS
+from ..store.comparability_columns import RUNNER_KEY_COLUMNS
+from ..store.run_columns import CONFIG_COLUMNS, SCALING_KEY_COLUMNS
 from . import stats
 from .alike import keyed, labelled
 from .comparison import straggler_spread_of, with_status

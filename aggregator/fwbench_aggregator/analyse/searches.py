@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..store.schema import BEST_SEARCH_PROFILE, CONFIG_COLUMNS, RUN_COLUMNS
+from ..store.run_columns import BEST_SEARCH_PROFILE, CONFIG_COLUMNS, RUN_COLUMNS
 from . import stats
 from .comparison import normalised, run_values
 

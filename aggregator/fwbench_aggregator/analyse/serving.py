@@ -16,13 +16,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..store.schema import (
-    CONFIG_COLUMNS,
-    RUN_COLUMNS,
-    SERVING_COMPARISON_COLUMNS,
-    SERVING_PERCENTILES,
-    SERVING_SUMMARY_COLUMNS,
-)
+from ..store.analysis_columns import SERVING_COMPARISON_COLUMNS
+from ..store.run_columns import CONFIG_COLUMNS, RUN_COLUMNS, SERVING_PERCENTILES, SERVING_SUMMARY_COLUMNS
 from . import stats
 from .alike import keyed, labelled
 from .comparison import with_status
@@ -39,7 +34,7 @@ def latency_column(percentile: str) -> str:
 
 def serving_runs(summary: pd.DataFrame, over=CONFIG_COLUMNS) -> pd.DataFrame:
     """One row per successful run under a scenario: its configuration, runner, repetition and serving figures
-    (store.schema's SERVING_SUMMARY_COLUMNS); empty where no run had a scenario (or the store predates scenarios).
+    (store.run_columns' SERVING_SUMMARY_COLUMNS); empty where no run had a scenario (or the store predates scenarios).
     Its runner is labelled by what sets its runs apart from others of their `over` group (alike.labelled), and its
     `group` says which block of them it is in: only runs with one label pool."""
     runs = with_status(summary)

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from ..store.schema import SERIES_KEY, TREND_COLUMNS
+from ..store.analysis_columns import SERIES_KEY, TREND_COLUMNS
 from . import stats
 from .optimal import TOO_FEW_RUNS, batches_text
 

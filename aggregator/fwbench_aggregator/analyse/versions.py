@@ -20,8 +20,9 @@ import pandas as pd
 from packaging.version import InvalidVersion, Version
 
 from ..plan.versions import leading_version
-from ..store.schema import CONFIG_COLUMNS, RUN_COLUMNS, VERSION_CHANGE_COLUMNS, VERSION_POINT_COLUMNS
-from ..store.schema import IMAGE_COLUMNS as STORED_IMAGE_COLUMNS
+from ..store.analysis_columns import VERSION_CHANGE_COLUMNS, VERSION_POINT_COLUMNS
+from ..store.run_columns import CONFIG_COLUMNS, RUN_COLUMNS
+from ..store.run_columns import IMAGE_COLUMNS as STORED_IMAGE_COLUMNS
 from . import stats
 from .comparison import evidence_of, normalised, run_values
 from .floors import busy_floor_note, config_floor, noise_floors

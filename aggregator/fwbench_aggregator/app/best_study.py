@@ -23,7 +23,7 @@ from ..run.client import RunnerFailure
 from ..run.connection import Transport
 from ..store import records
 from ..store.results_store import ResultStore
-from ..store.schema import BEST_SEARCH_PROFILE
+from ..store.run_columns import BEST_SEARCH_PROFILE
 from .best import SEARCHED, search
 
 Pending = list[tuple[str, Configuration]]

@@ -28,7 +28,8 @@ from ..run.client import RunnerFailure, RunResult
 from ..run.gate import Gate
 from ..store import records
 from ..store.results_store import ResultStore
-from ..store.schema import BEST_SEARCH_PROFILE, PARITY_FRAME, SCALING_KEY_COLUMNS
+from ..store.run_columns import BEST_SEARCH_PROFILE, SCALING_KEY_COLUMNS
+from ..store.schema import PARITY_FRAME
 from . import best, preflight
 from .blocks import design_on_devices, run_blocks
 from .facts import record_model_facts

@@ -28,7 +28,7 @@ from ..analyse.comparison import with_status
 from ..base.write_paths import write_path_problem
 from ..present.titles import configuration_title
 from ..store.results_store import ResultStore
-from ..store.schema import CONFIG_COLUMNS
+from ..store.run_columns import CONFIG_COLUMNS
 from ..store.selection import Selection
 from .errors import UsageError
 from .report import store_report

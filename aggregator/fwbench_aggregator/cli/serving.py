@@ -13,7 +13,7 @@ from ..app.serve_capacity import serve_capacity as serve_capacity_use_case
 from ..base.vocabulary import Mode, Scenario
 from ..plan import spec as plan
 from ..present import serving as present
-from ..store.schema import SERVING_PERCENTILES
+from ..store.run_columns import SERVING_PERCENTILES
 from . import app
 from .common import report_failures, run, usage_error
 from .groups import with_groups

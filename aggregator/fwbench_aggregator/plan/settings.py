@@ -2,7 +2,7 @@
 plan.spec), its command-line help, whether a sweep file takes it, the summary column it is stored as and whether
 that column is part of the comparability key, how the key part reads in a label, and the RunRequest field it is
 sent in and resolved as. The command line's option groups (cli.workload_options), a sweep file's fields and their
-checks (plan.study_file), the store's columns and key (store.schema), what a summary stores (store.records) and the
+checks (plan.study_file), the store's columns and key (store.run_columns, store.comparability_columns), what a summary stores (store.records) and the
 labels (analyse.alike) are made from these declarations; tests/test_settings_declared_once.py holds every other
 module to them. A new setting is one Setting here and one RunSpec field with its line in run.wire.to_request (this
 module imports spec's limits, so spec cannot read these declarations)."""
@@ -25,7 +25,7 @@ from .spec import (
     STABLE_WINDOW,
 )
 
-# A run's settings are part of the comparability key (store.schema) as the runner's or the block's.
+# A run's settings are part of the comparability key (store.comparability_columns) as the runner's or the block's.
 BLOCK = "block"
 
 

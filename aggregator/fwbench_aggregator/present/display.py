@@ -9,7 +9,8 @@ import pandas as pd
 
 from ..analyse.comparison import flagged_verdict
 from ..analyse.searches import SEARCH_KEY
-from ..store.schema import CONFIG_COLUMNS, SCALING_KEY_COLUMNS, SERIES_KEY
+from ..store.analysis_columns import SERIES_KEY
+from ..store.run_columns import CONFIG_COLUMNS, SCALING_KEY_COLUMNS
 
 # Headers whose cells are figures: right-aligned in every table.
 NUMERIC_HEADERS = {

@@ -16,8 +16,9 @@ import pandas as pd
 from ..analyse import stats
 from ..analyse.findings import Finding
 from ..analyse.results import Analysis
+from ..store.analysis_columns import VERSION_COLUMNS
 from ..store.health import Damage
-from ..store.schema import CONFIG_COLUMNS, VERSION_COLUMNS
+from ..store.run_columns import CONFIG_COLUMNS
 from .display import NUMERIC_HEADERS, display_frame, verdict_table
 from .plot_kit import PlotResult
 

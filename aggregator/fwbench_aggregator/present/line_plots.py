@@ -11,7 +11,7 @@ import pandas as pd
 from ..analyse import stats
 from ..analyse.scaling import has_scaling
 from ..base.paths import safe_component
-from ..store.schema import SCALING_KEY_COLUMNS, SERIES_COLUMNS
+from ..store.run_columns import SCALING_KEY_COLUMNS, SERIES_COLUMNS
 from .plot_kit import (
     RUNNER_COLOURS,
     PlotResult,

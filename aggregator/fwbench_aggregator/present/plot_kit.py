@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..analyse.comparison import is_out_of_memory
-from ..store.schema import CONFIG_COLUMNS
+from ..store.run_columns import CONFIG_COLUMNS
 
 
 def pyplot():

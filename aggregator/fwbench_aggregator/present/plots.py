@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..analyse.findings import verdict_counts
-from ..store.schema import CONFIG_COLUMNS, SERIES_COLUMNS, SERIES_KEY
+from ..store.analysis_columns import SERIES_KEY
+from ..store.run_columns import CONFIG_COLUMNS, SERIES_COLUMNS
 from .plot_kit import (
     BATCH_MARKS,
     FLOOR_COLOUR,

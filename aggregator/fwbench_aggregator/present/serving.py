@@ -11,7 +11,7 @@ import pandas as pd
 from rich.markup import escape
 
 from ..analyse import stats
-from ..store.schema import CONFIG_COLUMNS
+from ..store.run_columns import CONFIG_COLUMNS
 from .console import Column, err_console, out_console, print_table
 from .display import cell
 from .html import png_data_uri, table_html

@@ -13,7 +13,7 @@ from ..analyse.comparison import flagged_verdict, is_out_of_memory
 from ..analyse.findings import Finding
 from ..analyse.parity import PARITY_DIFFERENT, PARITY_NOT_CHECKED
 from ..run.client import RunnerFailure, RunResult
-from ..store.schema import SCALING_KEY_COLUMNS, SERIES_COLUMNS
+from ..store.run_columns import SCALING_KEY_COLUMNS, SERIES_COLUMNS
 from .console import Column, err_console, out_console, print_table
 from .display import KEY_HEADERS, NUMERIC_HEADERS, SCALING_DISPLAY, cell, scaling_display
 from .titles import configuration_title, settings_title, title_part

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..store.schema import SETTINGS_COLUMNS
+from ..store.run_columns import SETTINGS_COLUMNS
 
 SETTING_NAMES = {"layout": "layout", "compilation": "compilation", "cudnn_autotune": "cuDNN autotune", "tf32": "TF32"}
 

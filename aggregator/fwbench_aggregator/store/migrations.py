@@ -13,7 +13,8 @@ import pandas as pd
 
 from ..plan.design import ROUNDS_LABEL
 from ..plan.settings import BY_NAME, stored
-from .schema import BUILT_IN, DEFAULT_PROFILE, STORE_FORMAT
+from .run_columns import BUILT_IN, DEFAULT_PROFILE
+from .schema import STORE_FORMAT
 
 FORMAT_KEY = "store_format"
 CONFIG_KEY = "config_key"  # in a sweep's run's manifest: the key of the configuration it measured

@@ -31,7 +31,7 @@ from ..plan.settings import BY_NAME, stored
 from ..run import wire
 from ..run.client import RunnerFailure, RunResult
 from .results_store import ResultStore
-from .schema import (
+from .run_columns import (
     BUILT_IN,
     DEFAULT_PROFILE,
     ENERGY_FIELDS,
@@ -39,13 +39,12 @@ from .schema import (
     IMAGE_COLUMNS,
     POWER_COLUMNS,
     POWER_FIELDS,
-    QUERIES_COLUMNS,
-    QUERIES_FRAME,
     SERVING_PERCENTILES,
     STEPS_COLUMNS,
     SUMMARY_COLUMNS,
     looks_text,
 )
+from .schema import QUERIES_COLUMNS, QUERIES_FRAME
 
 
 def _config_columns(run_id: str, result: RunResult) -> dict:

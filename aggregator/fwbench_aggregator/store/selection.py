@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .schema import QUERIES_FRAME, SUMMARY_COLUMNS
+from .run_columns import SUMMARY_COLUMNS
+from .schema import QUERIES_FRAME
 
 COMPARE_KEY = "compare"  # a compare's runs carry its id in their stored configuration (app.compare)
 RUN_FRAMES = ("summary", "steps", "power", QUERIES_FRAME)  # the frames of runs; calibrations and the rest stay whole
