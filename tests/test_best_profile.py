@@ -13,7 +13,7 @@ from fwbench_aggregator.analyse.results import analysed
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_core.choices import Layout, Precision, Profile, Switch, Tf32
 from fwbench_core.devices import Capabilities
-from fwbench_core.validation import resolve_tf32
+from fwbench_core.framework_settings import resolve_tf32
 
 QUICK = (
     "--model",
@@ -230,8 +230,12 @@ class _Runner:
             raise RunnerFailure("torch", "INVALID_ARGUMENT", "onnxruntime takes channels_first images only")
         if request.compilation in (pb.COMPILATION_XLA, pb.COMPILATION_GRAPH):
             raise RunnerFailure("torch", "INVALID_ARGUMENT", "not a PyTorch compilation")
-        return pb.ResolvedConfig(
-            layout=layout, compilation=request.compilation or pb.COMPILATION_EAGER, cudnn_autotune=pb.SWITCH_OFF
+        from fwbench_aggregator.run import wire
+
+        return wire.resolved(
+            pb.ResolvedConfig(
+                layout=layout, compilation=request.compilation or pb.COMPILATION_EAGER, cudnn_autotune=pb.SWITCH_OFF
+            )
         )
 
 

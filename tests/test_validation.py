@@ -14,9 +14,9 @@ from fwbench_core.catalog import Catalog
 from fwbench_core.choices import Compilation, DeviceKind, Layout, Mode, Objective, Precision, Profile, Strategy, Switch
 from fwbench_core.devices import CompilationLimits, Device, DeviceRef, RunnerInfo
 from fwbench_core.errors import ECHO_CHARS, FailedPrecondition, InvalidArgument, NotFound, echoed
+from fwbench_core.model_resolution import resolve_model_config
 from fwbench_core.models import Head
 from fwbench_core.runs import RunRequest, WarmupUntilStable
-from fwbench_core.validation import resolve_model_config
 
 
 def test_defaults_are_resolved():

@@ -18,13 +18,13 @@ from .backend import Backend, Workload
 from .choices import DeviceKind, Phase
 from .device_state import DeviceStateReader
 from .errors import Cancelled, FailedPrecondition, OutOfMemory, RunnerError
+from .measurement_settings import first_window
 from .models import ModelSpec
 from .power import NvmlSession, PowerSampler, source_for
 from .runs import RunConfig
 from .serving import QueryBatch
 from .telemetry import PowerBatch, RunTelemetry
 from .timing import Progress, StepBatch, Summary, time_steps
-from .validation import first_window
 
 log = logging.getLogger("fwbench.runner")
 

@@ -20,6 +20,7 @@ from .devices import DeviceRef, RunnerInfo
 from .errors import FailedPrecondition, InvalidArgument
 from .isolation import RunIsolation
 from .limits import MAX_REUSE_KEY_LENGTH
+from .model_resolution import resolve_model_config, resolve_reference
 from .models import ModelConfig, ModelReport, ModelSpec, ReferenceReport, ReferenceRequest
 from .plugins import PLUGIN_LIMIT_S, PluginLocation
 from .process_tree import end_strays
@@ -27,7 +28,7 @@ from .references import ReferenceFolder, check_input_fits, check_name
 from .run_path import RunEvent, RunPath
 from .runs import RunConfig, RunRequest
 from .timing import Progress
-from .validation import resolve, resolve_key, resolve_model_config, resolve_reference
+from .validation import resolve, resolve_key
 from .venues import Venues
 
 # Work that waits for the CPU (inspection, parity) gives up after this long: the aggregator's own deadline.
