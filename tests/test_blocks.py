@@ -403,18 +403,18 @@ def test_block_options_without_the_block_design_are_refused():
 
 def test_auto_runs_blocks_on_the_cpu_and_rounds_on_a_gpu_or_where_runs_cannot_be_windows():
     blocks = DesignChoice(BlockDesign(), auto=True)
-    assert blocks.on_devices([pb.DEVICE_KIND_CPU, pb.DEVICE_KIND_CPU])[0] == BlockDesign()
-    assert "auto: single-device back-to-back steps on the CPU" in blocks.on_devices([pb.DEVICE_KIND_CPU])[1]
-    design, said = blocks.on_devices([pb.DEVICE_KIND_CPU, pb.DEVICE_KIND_GPU])
+    assert blocks.on_devices(["cpu", "cpu"])[0] == BlockDesign()
+    assert "auto: single-device back-to-back steps on the CPU" in blocks.on_devices(["cpu"])[1]
+    design, said = blocks.on_devices(["cpu", "gpu"])
     assert design is None and GPU_IN_ROUNDS in said and "--design blocks runs them anyway" in said
     fallen = DesignChoice(auto=True, rounds_because="--cooldown-s waits between whole runs")
-    assert fallen.on_devices([pb.DEVICE_KIND_CPU]) == (
+    assert fallen.on_devices(["cpu"]) == (
         None,
         "design: rounds (auto: --cooldown-s waits between whole runs)",
     )
     # Asked for by name: run as asked, nothing to say.
-    assert DesignChoice(BlockDesign()).on_devices([pb.DEVICE_KIND_GPU]) == (BlockDesign(), "")
-    assert DesignChoice().on_devices([pb.DEVICE_KIND_CPU]) == (None, "")
+    assert DesignChoice(BlockDesign()).on_devices(["gpu"]) == (BlockDesign(), "")
+    assert DesignChoice().on_devices(["cpu"]) == (None, "")
 
 
 @pytest.mark.slow

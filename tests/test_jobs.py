@@ -12,6 +12,7 @@ import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from support.results import run_result
 
 from fwbench_aggregator.run import jobs
 from fwbench_aggregator.run.client import RunnerFailure, RunResult
@@ -51,9 +52,7 @@ def _result(
     )
     if peak is not None:
         summary.peak_memory_bytes = peak
-    return RunResult(
-        "torch", f"host{node_rank}:50051", pb.DescribeResponse(framework="torch"), 0, config, steps, [], summary
-    )
+    return run_result(pb.DescribeResponse(framework="torch"), config, summary, steps, address=f"host{node_rank}:50051")
 
 
 def test_merge_takes_the_slowest_rank_per_step_and_recomputes_the_summary():
@@ -61,7 +60,7 @@ def test_merge_takes_the_slowest_rank_per_step_and_recomputes_the_summary():
     node1 = _result(1, [[9.0, 9.0], [0.8, 0.8], [4.0, 2.0], [1.0, 3.0]], peak=300, flags=("busy host", "throttled"))
     merged = jobs.merge("torch", "host0:50051,host1:50051", [node0, node1])
 
-    assert merged.address == "host0:50051,host1:50051" and merged.config.cluster.node_rank == 0
+    assert merged.address == "host0:50051,host1:50051" and merged.config == node0.config
     assert [s.step_time_s for s in merged.steps] == [9.0, 1.0, 4.0, 3.0]
     assert list(merged.steps[2].rank_step_time_s) == [2.0, 1.0, 4.0, 2.0]  # node 0's ranks, then node 1's
     assert [s.warmup for s in merged.steps] == [True, False, False, False]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from fwbench.runner.v1 import runner_pb2 as pb
+from support.results import run_result
 
 from fwbench_aggregator.run.client import RunResult
 from fwbench_aggregator.store.records import summary_frame
@@ -18,7 +19,7 @@ def result(before: pb.DeviceState, after: pb.DeviceState, flags: list[str]) -> R
         device=pb.Device(kind=pb.DEVICE_KIND_GPU, index=0, name="Test GPU"),
     )
     summary = pb.Summary(measured_steps=3, device_before=before, device_after=after, device_flags=flags)
-    return RunResult("torch", "127.0.0.1:1", pb.DescribeResponse(framework="torch"), config=config, summary=summary)
+    return run_result(pb.DescribeResponse(framework="torch"), config, summary)
 
 
 def test_device_state_columns_take_the_worst_of_before_and_after():

@@ -12,13 +12,13 @@ import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from support.cli import fwbench_in_process
 from support.fakes import Fake
+from support.results import run_result
 
 from fwbench_aggregator.analyse.serving import budget_status, load_curve, serving_rows
 from fwbench_aggregator.base.vocabulary import Mode, Scenario, serving_text
 from fwbench_aggregator.plan.serving_fields import Load, load_problem
 from fwbench_aggregator.plan.spec import RunSpec
 from fwbench_aggregator.run import wire
-from fwbench_aggregator.run.client import RunResult
 from fwbench_aggregator.store import records
 from fwbench_aggregator.store.run_columns import SUMMARY_COLUMNS
 from fwbench_aggregator.store.schema import QUERIES_COLUMNS
@@ -182,9 +182,7 @@ def test_a_run_spec_puts_the_load_on_the_request_and_the_store_keeps_every_query
         pb.QueryLatencies(latency_s=[0.003, 0.004], queue_s=[0.0, 0.001], first_index=0),
         pb.QueryLatencies(latency_s=[0.002, 0.005], queue_s=[0.0, 0.002], first_index=2),
     ]
-    result = RunResult(
-        "torch", "127.0.0.1:1", pb.DescribeResponse(framework="torch"), 0, config, [], [], summary, queries
-    )
+    result = run_result(pb.DescribeResponse(framework="torch"), config, summary, queries=queries)
     frame = records.queries_frame("r", [result])
     assert tuple(frame.columns) == QUERIES_COLUMNS and list(frame["query_index"]) == [0, 1, 2, 3]
     assert list(frame["latency_s"]) == [0.003, 0.004, 0.002, 0.005] and set(frame["serving"]) == {serving_text(serving)}

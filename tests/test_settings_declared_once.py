@@ -19,6 +19,7 @@ from typing import get_args, get_type_hints
 import pandas as pd
 from fwbench.runner.v1 import runner_pb2 as pb
 from support.cli import fwbench_in_process
+from support.results import run_result
 
 from fwbench_aggregator.analyse.alike import KEY_NAMES
 from fwbench_aggregator.cli import app as cli_app
@@ -135,7 +136,7 @@ def test_an_input_seed_reaches_the_request_from_the_command_line_and_a_sweep_fil
 
 def _result(config: pb.ResolvedConfig) -> records.RunResult:
     info = pb.DescribeResponse(framework="torch", framework_version="2.4.0")
-    return records.RunResult("torch", "127.0.0.1:1", info, 0, config, [], [], pb.Summary(measured_steps=2))
+    return run_result(info, config, pb.Summary(measured_steps=2))
 
 
 def test_the_input_seed_is_stored_and_a_runner_that_does_not_report_it_used_the_seed():

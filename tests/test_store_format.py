@@ -10,6 +10,7 @@ import shutil
 import pandas as pd
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
+from support.results import run_result
 
 from fwbench_aggregator.analyse.comparison import comparison_rows
 from fwbench_aggregator.run.client import RunnerFailure, RunResult
@@ -153,7 +154,7 @@ def result() -> RunResult:
     )
     steps = [pb.StepTiming(index=i, warmup=i == 0, step_time_s=0.01) for i in range(3)]
     power = [pb.PowerSample(time_s=0.0, phase="measure", power_w=10.0)]
-    return RunResult("torch", "127.0.0.1:1", info, 0, config, steps, power, pb.Summary(measured_steps=2))
+    return run_result(info, config, pb.Summary(measured_steps=2), steps, power)
 
 
 def test_every_frame_builder_writes_the_schema_columns():

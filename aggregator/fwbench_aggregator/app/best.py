@@ -22,7 +22,7 @@ from ..analyse import stats
 from ..analyse.searches import candidate_entry
 from ..base.progress import Progress
 from ..base.vocabulary import Compilation, Layout, Switch, numbers, to_text
-from ..run import jobs, wire
+from ..run import jobs, replies, wire
 from ..run.client import RunnerClient, RunnerFailure, RunResult
 from ..run.connection import Transport
 from ..run.execute import run_all
@@ -90,10 +90,8 @@ class SearchResult:
     failures: list[RunnerFailure] = field(default_factory=list)
 
 
-def _settings(resolved: wire.Resolved) -> tuple[tuple[str, str], ...]:
-    return tuple(
-        (name, to_text(enum, getattr(resolved, name))) for name, enum in SEARCHED.items() if getattr(resolved, name)
-    )
+def _settings(resolved: replies.Resolved) -> tuple[tuple[str, str], ...]:
+    return tuple((name, getattr(resolved, name)) for name in SEARCHED if getattr(resolved, name))
 
 
 def _values(

@@ -15,10 +15,9 @@ import pandas as pd
 from ..analyse.comparison import comparison_rows, evidence_of
 from ..analyse.stopping import stop_reason
 from ..base.progress import Progress
-from ..base.vocabulary import Phase, to_text
 from ..plan.design import BlockDesign, DesignChoice
 from ..plan.study import counterbalanced
-from ..run import jobs, wire
+from ..run import jobs, replies, wire
 from ..run.client import BlockPlace, RunnerClient, RunnerFailure, RunResult
 from ..run.connection import Transport
 from ..run.gate import Gate
@@ -26,8 +25,8 @@ from ..store import records
 from .rounds import Repetitions, Rounds
 
 
-def design_on_devices(choice: DesignChoice, kinds: list[int], progress: Progress) -> BlockDesign | None:
-    """The blocks to run (None: rounds) once every runner resolved its device (`kinds`, each a DeviceKind's number), the
+def design_on_devices(choice: DesignChoice, kinds: list[str], progress: Progress) -> BlockDesign | None:
+    """The blocks to run (None: rounds) once every runner resolved its device (`kinds`, each a DeviceKind), the
     line saying how auto chose them noted on `progress`."""
     blocks, note = choice.on_devices(kinds)
     if note:
@@ -172,10 +171,8 @@ def _one_block(
             label = f"{runner} block {number + 1} window {window + 1}"
             task = progress.add_task(f"{label}: starting")
 
-            def on_progress(p: wire.Progress, task=task, label=label) -> None:
-                progress.update(
-                    task, description=f"{label}: {to_text(Phase, p.phase)}", completed=p.steps_done, total=p.steps_total
-                )
+            def on_progress(p: replies.Progress, task=task, label=label) -> None:
+                progress.update(task, description=f"{label}: {p.phase}", completed=p.steps_done, total=p.steps_total)
 
             request = wire.window(requests[runner], design, name, last=window == design.windows - 1)
             try:

@@ -23,7 +23,7 @@ from ..plan.keys import new_run_id
 from ..plan.spec import RunSpec, per_runner
 from ..present.line_plots import power_timeline
 from ..present.report import write_report
-from ..run import wire
+from ..run import replies, wire
 from ..run.client import RunnerFailure, RunResult
 from ..run.gate import Gate
 from ..store import records
@@ -65,7 +65,7 @@ class CompareResult:
     report: Path | None = None  # RUN_DIR/report/report.html, this compare's runs alone
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)  # analyse.comparison rows
     scaling: pd.DataFrame = field(default_factory=pd.DataFrame)  # where the store has other world sizes of it
-    resolved: dict[str, wire.Resolved] = field(default_factory=dict)  # each runner's run, as it resolved it
+    resolved: dict[str, replies.Resolved] = field(default_factory=dict)  # each runner's run, as it resolved it
     results: list[RunResult] = field(default_factory=list)
     failures: list[RunnerFailure] = field(default_factory=list)
     best: dict[str, best.BestChoice] = field(default_factory=dict)  # under the best profile: each runner's search

@@ -19,7 +19,7 @@ from ..analyse import stats
 from ..base.progress import Progress
 from ..base.vocabulary import Compilation, Layout, Precision, Switch, numbers, to_text
 from ..plan.spec import DEFAULT_REPETITIONS, RunSpec
-from ..run import jobs, wire
+from ..run import jobs, replies, wire
 from ..run.client import RunnerClient, RunnerFailure, RunResult
 from ..run.execute import run_all
 from ..store import records
@@ -82,7 +82,7 @@ def _entry(runner: str, factor: str = "", value: str = "") -> str:
     return f"{runner}/{BASELINE}" if not factor else f"{runner}/{factor}={value}"
 
 
-def _values(factor: str, resolved: wire.Resolved) -> tuple[str, list[tuple[str, int]]]:
+def _values(factor: str, resolved: replies.Resolved) -> tuple[str, list[tuple[str, int]]]:
     """The factor's value in the baseline, as text, and each other value to try, (text, number): every other value
     of an enum; for threads, one thread, half the baseline's and twice it (oversubscribed where the baseline uses
     every core)."""
@@ -90,11 +90,11 @@ def _values(factor: str, resolved: wire.Resolved) -> tuple[str, list[tuple[str, 
         current = resolved.intra_op_threads
         return str(current), [(str(n), n) for n in sorted({1, current // 2, current * 2} - {0, current})]
     enum, current = FACTORS[factor], getattr(resolved, factor)
-    return to_text(enum, current), [(to_text(enum, n), n) for n in numbers(enum) if n != current]
+    return current, [(to_text(enum, n), n) for n in numbers(enum) if to_text(enum, n) != current]
 
 
 def _candidates(
-    client: RunnerClient, baseline: wire.Request, resolved: wire.Resolved, factors: tuple[str, ...]
+    client: RunnerClient, baseline: wire.Request, resolved: replies.Resolved, factors: tuple[str, ...]
 ) -> tuple[dict[tuple[str, str], wire.Request], list[FactorEffect]]:
     """The variants this runner accepts (factor, value) -> request, and those it refuses, with its reason."""
     accepted, refused = {}, []

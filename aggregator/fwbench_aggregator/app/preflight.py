@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..run import jobs, wire
+from ..run import jobs, replies, wire
 from ..run.client import RunnerClient, RunnerFailure
 from ..run.connection import Transport
 from .errors import UsageError
@@ -15,7 +15,7 @@ from .errors import UsageError
 REFUSALS = {"INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND", "OUT_OF_RANGE"}
 
 
-def resolved_or_refusal(client: RunnerClient, request: wire.Request) -> tuple[wire.Resolved | None, str]:
+def resolved_or_refusal(client: RunnerClient, request: wire.Request) -> tuple[replies.Resolved | None, str]:
     """The runner's resolution of `request`, or None and its reason where it refuses it; any other failure (an
     unreachable runner) is raised."""
     try:
@@ -28,11 +28,11 @@ def resolved_or_refusal(client: RunnerClient, request: wire.Request) -> tuple[wi
 
 def check_all(
     endpoints: Mapping[str, str], transport: Transport, requests: Sequence[tuple[str, wire.Request]], what: str
-) -> tuple[list[wire.Resolved | None], list[RunnerFailure]]:
+) -> tuple[list[replies.Resolved | None], list[RunnerFailure]]:
     """Each (runner, request)'s resolved configuration (None where the runner is too old to answer CheckRun, or could
     not be asked), and the runners that could not be asked. Raises UsageError naming every problem, runners that
     share one named together, where any runner refuses its request."""
-    resolved: list[wire.Resolved | None] = [None] * len(requests)
+    resolved: list[replies.Resolved | None] = [None] * len(requests)
     failures: dict[str, RunnerFailure] = {}
     problems: dict[str, list[str]] = {}
     by_runner: dict[str, list[int]] = {}
@@ -64,7 +64,7 @@ def checked(
     transport: Transport,
     requests: Mapping[str, wire.Request],
     what: str = "the comparison",
-) -> tuple[dict[str, wire.Resolved], list[RunnerFailure]]:
+) -> tuple[dict[str, replies.Resolved], list[RunnerFailure]]:
     """check_all for one request per runner: each runner's resolved configuration, and the runners not asked."""
     resolved, failures = check_all(endpoints, transport, list(requests.items()), what)
     return {name: config for name, config in zip(requests, resolved) if config is not None}, failures

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ..base.progress import Progress
 from ..base.vocabulary import Task, shape_text, to_text
-from ..run import wire
+from ..run import replies
 from ..run.client import RunnerClient, RunnerFailure
 from ..run.listing import ListedModel, PluginProblem
 from ..run.runners import each_runner
@@ -79,7 +79,7 @@ def _parameter_counts(name: str, client: RunnerClient, models: list[str], progre
 class RunnerDescription:
     name: str
     address: str
-    info: wire.RunnerDescription
+    info: replies.RunnerDescription
 
 
 def describe(

@@ -68,9 +68,10 @@ def percentile_of(run: RunResult, percentile: str) -> tuple[float | None, str]:
     it."""
     name = f"{percentile}_latency_s"
     serving = run.summary.serving
-    if serving.HasField(name):
-        return getattr(serving, name), ""
-    return None, serving.reasons.get(name, "not reported by the runner")
+    value = getattr(serving, name) if serving else None
+    if value is not None:
+        return value, ""
+    return None, (serving.reasons if serving else {}).get(name, "not reported by the runner")
 
 
 def judge_probe(target_qps: float, runs: list[RunResult], percentile: str, budget_ms: float) -> Probe:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from ..base.vocabulary import DeviceKind, to_text
+from ..base.vocabulary import DeviceKind
 
 ROUNDS_LABEL = "rounds"  # the design of runs made one after another, as every store before designs were recorded
 # A block's windows per runner, and each window's shortest measurement (measured and chosen in studies/evidence.md).
@@ -69,12 +69,12 @@ class DesignChoice:
     auto: bool = False
     rounds_because: str = ""
 
-    def on_devices(self, kinds: list[int]) -> tuple[BlockDesign | None, str]:
-        """The design to run once every runner has resolved its device (`kinds`, each a DeviceKind's number), and the
+    def on_devices(self, kinds: list[str]) -> tuple[BlockDesign | None, str]:
+        """The design to run once every runner has resolved its device (`kinds`, each a DeviceKind), and the
         line that says how auto chose it ("" where the design was asked for by name)."""
         if not self.auto:
             return self.blocks, ""
-        if self.blocks and any(to_text(DeviceKind, kind) != DeviceKind.cpu for kind in kinds):
+        if self.blocks and any(kind != DeviceKind.cpu for kind in kinds):
             return None, f"design: rounds (auto: {GPU_IN_ROUNDS}; --design blocks runs them anyway)"
         if self.blocks:
             return self.blocks, (

@@ -9,8 +9,7 @@ from pathlib import Path
 import pandas as pd
 from rich.markup import escape
 
-from ..base.vocabulary import Precision, device_text, to_text
-from ..run import wire
+from ..run import replies
 from ..run.client import RunnerFailure
 from ..run.listing import ListedModel, PluginProblem
 from .console import Column, err_console, out_console, print_table
@@ -71,11 +70,11 @@ def print_models(
 
 
 def print_descriptions(described: Sequence) -> None:
-    """Each runner as it describes itself; `described` hold name, address and info (a DescribeResponse)."""
+    """Each runner as it describes itself; `described` hold name, address and info (a replies.RunnerDescription)."""
     for d in described:
-        info: wire.RunnerDescription = d.info
+        info: replies.RunnerDescription = d.info
         devices = [
-            f"{device_text(x)} {x.name}"
+            f"{x.text} {x.name}"
             + (f", {x.memory_bytes / 2**30:.1f} GiB" if x.memory_bytes else "")
             + (f", driver {x.driver_version}" if x.driver_version else "")
             for x in info.devices
@@ -88,7 +87,7 @@ def print_descriptions(described: Sequence) -> None:
             ("cuDNN", info.cudnn_version or "–"),
             ("runner", f"{info.runner_version} ({info.protocol})"),
             ("devices", "\n".join(devices)),
-            ("precisions", ", ".join(to_text(Precision, p) for p in info.precisions)),
+            ("precisions", ", ".join(info.precisions)),
             ("options", "\n".join(f"{key}={value}" for key, value in sorted(info.options.items()))),
             *(
                 (

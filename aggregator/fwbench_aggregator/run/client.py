@@ -9,6 +9,7 @@ import grpc
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 
+from . import replies, wire
 from .connection import Transport
 
 # A runner answers these at once, however busy it is.
@@ -59,13 +60,13 @@ class BlockPlace:
 class RunResult:
     runner: str
     address: str
-    runner_info: pb.DescribeResponse
+    runner_info: replies.RunnerDescription
     repetition: int = 0
-    config: pb.ResolvedConfig | None = None
-    steps: list[pb.StepTiming] = field(default_factory=list)
-    power: list[pb.PowerSample] = field(default_factory=list)
-    summary: pb.Summary | None = None
-    queries: list[pb.QueryLatencies] = field(default_factory=list)  # under a scenario: the latencies as streamed
+    config: replies.Resolved | None = None
+    steps: list[replies.StepTiming] = field(default_factory=list)
+    power: list[replies.PowerSample] = field(default_factory=list)
+    summary: replies.Summary | None = None
+    queries: list[replies.QueryLatencies] = field(default_factory=list)  # under a scenario: the latencies as streamed
     block: BlockPlace | None = None  # a window of a block design; None for a run of its own
 
 
@@ -86,15 +87,15 @@ class RunnerClient:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def describe(self) -> pb.DescribeResponse:
-        return self._call(self._stub.Describe, pb.DescribeRequest(), DESCRIBE_TIMEOUT_S)
+    def describe(self) -> replies.RunnerDescription:
+        return wire.description(self._call(self._stub.Describe, pb.DescribeRequest(), DESCRIBE_TIMEOUT_S))
 
     def list_models(self) -> list[pb.ModelInfo]:
         return list(self._call(self._stub.ListModels, pb.ListModelsRequest(), LIST_MODELS_TIMEOUT_S).models)
 
-    def check_run(self, request: pb.RunRequest) -> pb.ResolvedConfig:
+    def check_run(self, request: pb.RunRequest) -> replies.Resolved:
         """The run the runner would run for `request`, or RunnerFailure with the status Run would refuse it with."""
-        return self._call(self._stub.CheckRun, request, CHECK_RUN_TIMEOUT_S)
+        return wire.resolved(self._call(self._stub.CheckRun, request, CHECK_RUN_TIMEOUT_S))
 
     def inspect(self, model: str, input_shape=(), model_options=None) -> pb.ModelReport:
         request = pb.InspectRequest(model=model, input_shape=input_shape, model_options=model_options or {})
@@ -119,7 +120,7 @@ class RunnerClient:
     def run(
         self,
         request: pb.RunRequest,
-        on_progress: Callable[[pb.Progress], None] = lambda progress: None,
+        on_progress: Callable[[replies.Progress], None] = lambda progress: None,
         repetition: int = 0,
         on_summary: Callable[[RunResult], None] = lambda result: None,
     ) -> RunResult:
@@ -131,17 +132,17 @@ class RunnerClient:
             for event in stream:
                 kind = event.WhichOneof("event")
                 if kind == "config":
-                    result.config = event.config
+                    result.config = wire.resolved(event.config)
                 elif kind == "steps":
-                    result.steps.extend(event.steps.steps)
+                    result.steps.extend(wire.step(s) for s in event.steps.steps)
                 elif kind == "progress":
-                    on_progress(event.progress)
+                    on_progress(wire.progress(event.progress))
                 elif kind == "power":
-                    result.power.extend(event.power.samples)
+                    result.power.extend(wire.power_sample(p) for p in event.power.samples)
                 elif kind == "queries":
-                    result.queries.append(event.queries)
+                    result.queries.append(wire.query_latencies(event.queries))
                 elif kind == "summary":
-                    result.summary = event.summary
+                    result.summary = wire.summary(event.summary)
                     on_summary(result)
         except grpc.RpcError as error:
             raise RunnerFailure.from_rpc(self.name, error, self.transport) from None

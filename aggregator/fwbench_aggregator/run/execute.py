@@ -7,9 +7,8 @@ import time
 from collections.abc import Callable
 
 from ..base.progress import Progress
-from ..base.vocabulary import Phase, to_text
 from ..plan.study import counterbalanced
-from . import jobs, wire
+from . import jobs, replies, wire
 from .client import RunnerFailure, RunResult
 from .connection import Transport
 from .gate import Gate
@@ -49,10 +48,8 @@ def run_all(
         progress.update(overall, description=label)
         task = progress.add_task(f"{label}: starting")
 
-        def on_progress(p: wire.Progress, task=task, label=label) -> None:
-            progress.update(
-                task, description=f"{label}: {to_text(Phase, p.phase)}", completed=p.steps_done, total=p.steps_total
-            )
+        def on_progress(p: replies.Progress, task=task, label=label) -> None:
+            progress.update(task, description=f"{label}: {p.phase}", completed=p.steps_done, total=p.steps_total)
 
         try:
             places = gate.places(name, endpoints[name], transport, requests[name])

@@ -8,6 +8,7 @@ A node that fails fails the job: the others are cancelled at once, so that none 
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import socket
 import statistics
@@ -17,7 +18,7 @@ from contextlib import ExitStack
 
 import numpy as np
 
-from . import wire
+from . import replies, wire
 from .client import RunnerClient, RunnerFailure, RunResult
 from .connection import Transport
 
@@ -75,7 +76,7 @@ def run_job(
     address: str,
     transport: Transport,
     request: wire.Request,
-    on_progress: Callable[[wire.Progress], None] = lambda progress: None,
+    on_progress: Callable[[replies.Progress], None] = lambda progress: None,
     repetition: int = 0,
     rendezvous_port: int | None = None,
     active: set | None = None,
@@ -107,7 +108,7 @@ def _run_nodes(
     address: str,
     clients: Sequence[RunnerClient],
     request: wire.Request,
-    on_progress: Callable[[wire.Progress], None],
+    on_progress: Callable[[replies.Progress], None],
     repetition: int,
     rendezvous_port: int | None,
 ) -> RunResult:
@@ -139,11 +140,11 @@ def _run_nodes(
         pool.shutdown(wait=True)
 
 
-def _rank_times(step: wire.StepTiming) -> list[float]:
+def _rank_times(step: replies.StepTiming) -> list[float]:
     return list(step.rank_step_time_s) or [step.step_time_s]
 
 
-def merge_steps(node_steps: Sequence[Sequence[wire.StepTiming]]) -> list[wire.StepTiming]:
+def merge_steps(node_steps: Sequence[Sequence[replies.StepTiming]]) -> list[replies.StepTiming]:
     """Per step index (those every node reported): step_time_s the slowest node's, rank_step_time_s every
     rank's in node order; warm-up and start from node 0."""
     by_index = [{s.index: s for s in steps} for steps in node_steps]
@@ -152,20 +153,21 @@ def merge_steps(node_steps: Sequence[Sequence[wire.StepTiming]]) -> list[wire.St
         steps = [own.get(first.index) for own in by_index]
         if any(s is None for s in steps):
             continue
-        step = wire.StepTiming(
-            index=first.index,
-            warmup=first.warmup,
-            start_s=first.start_s,
-            step_time_s=max(s.step_time_s for s in steps),
-            rank_step_time_s=[t for s in steps for t in _rank_times(s)],
+        device_times_s = [s.device_time_s for s in steps]
+        merged.append(
+            replies.StepTiming(
+                index=first.index,
+                warmup=first.warmup,
+                start_s=first.start_s,
+                step_time_s=max(s.step_time_s for s in steps),
+                device_time_s=None if None in device_times_s else max(device_times_s),
+                rank_step_time_s=tuple(t for s in steps for t in _rank_times(s)),
+            )
         )
-        if all(s.HasField("device_time_s") for s in steps):
-            step.device_time_s = max(s.device_time_s for s in steps)
-        merged.append(step)
     return merged
 
 
-def straggler_spread(steps: Sequence[wire.StepTiming]) -> float | None:
+def straggler_spread(steps: Sequence[replies.StepTiming]) -> float | None:
     """Median over the measured steps of (slowest - fastest rank) / slowest; None with one rank."""
     spreads = [
         (max(times) - min(times)) / max(times)
@@ -182,29 +184,27 @@ def merge(name: str, address: str, results: Sequence[RunResult]) -> RunResult:
     steps = merge_steps([r.steps for r in results])
     measured = [s.step_time_s for s in steps if not s.warmup]
     summaries = [r.summary for r in results]
-    summary = wire.Summary()
-    summary.CopyFrom(head.summary)
+    timing = {}
     if measured:
-        summary.measured_steps = len(measured)
-        summary.median_step_time_s = statistics.median(measured)
-        summary.mean_step_time_s = statistics.fmean(measured)
-        summary.p95_step_time_s = float(np.percentile(measured, 95))
-        summary.throughput_samples_per_s = head.config.global_batch_size * len(measured) / sum(measured)
-    spread = straggler_spread(steps)
-    if spread is None:
-        summary.ClearField("straggler_spread")
-    else:
-        summary.straggler_spread = spread
-    peaks = [s for s in summaries if s.HasField("peak_memory_bytes")]
-    if peaks:
-        summary.peak_memory_bytes = max(s.peak_memory_bytes for s in peaks)
-    summary.time_to_first_step_s = max(s.time_to_first_step_s for s in summaries)
-    summary.started_at_unix_s = min(s.started_at_unix_s for s in summaries)
-    summary.finished_at_unix_s = max(s.finished_at_unix_s for s in summaries)
-    for field in ("flags", "device_flags"):
-        union = list(dict.fromkeys(flag for s in summaries for flag in getattr(s, field)))
-        summary.ClearField(field)
-        getattr(summary, field).extend(union)
+        timing = {
+            "measured_steps": len(measured),
+            "median_step_time_s": statistics.median(measured),
+            "mean_step_time_s": statistics.fmean(measured),
+            "p95_step_time_s": float(np.percentile(measured, 95)),
+            "throughput_samples_per_s": head.config.global_batch_size * len(measured) / sum(measured),
+        }
+    peaks = [s.peak_memory_bytes for s in summaries if s.peak_memory_bytes is not None]
+    summary = dataclasses.replace(
+        head.summary,
+        **timing,
+        straggler_spread=straggler_spread(steps),
+        peak_memory_bytes=max(peaks) if peaks else None,
+        time_to_first_step_s=max(s.time_to_first_step_s for s in summaries),
+        started_at_unix_s=min(s.started_at_unix_s for s in summaries),
+        finished_at_unix_s=max(s.finished_at_unix_s for s in summaries),
+        flags=tuple(dict.fromkeys(flag for s in summaries for flag in s.flags)),
+        device_flags=tuple(dict.fromkeys(flag for s in summaries for flag in s.device_flags)),
+    )
     return RunResult(
         name,
         address,

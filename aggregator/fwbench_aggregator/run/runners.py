@@ -14,7 +14,7 @@ from typing import NamedTuple
 from ..base.frameworks import default_names as default_framework_names
 from ..base.frameworks import names as framework_names
 from ..base.progress import Progress
-from ..base.vocabulary import DeviceKind, indexed_device, shape_dims, shape_text, to_text
+from ..base.vocabulary import DeviceKind, indexed_device, shape_dims, shape_text
 from ..plan.spec import StartupSettings
 from . import jobs
 from .client import RunnerClient, RunnerFailure
@@ -128,7 +128,7 @@ def runner_facts(name: str, address: str, transport: Transport) -> RunnerFacts:
     successful one would have reported; and its Describe options."""
     with RunnerClient(name, address, transport) as client:
         info = client.describe()
-    gpus = [d for d in info.devices if to_text(DeviceKind, d.kind) == DeviceKind.gpu]
+    gpus = [d for d in info.devices if d.kind == DeviceKind.gpu]
     default_device = f"gpu:{gpus[0].index}" if gpus else "cpu:0"
 
     @functools.cache

@@ -4,41 +4,50 @@ here, and every message that crosses the wire is named here, so that no module a
 enums' words from the descriptors, are the others that do).
 
 A request is the contract's RunRequest, written from a RunSpec (to_request) and varied only by the functions here; the
-modules above hold it and hand it on. A reply (a ResolvedConfig, a Summary, a runner's description, ...) is read by
-its fields' names, and its enums through base.vocabulary's choice enums (to_text(Mode, config.mode))."""
+modules above hold it and hand it on. A reply (a ResolvedConfig, a Summary, a runner's description, ...) is read here
+into run.replies' frozen values (resolved, summary, ...), its enums as their text, so that the modules above read
+plain fields."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 
 from fwbench.runner.v1 import runner_pb2 as pb
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
 
 from ..base.vocabulary import (
     Compilation,
+    DeviceKind,
     Layout,
     Mode,
+    Phase,
     Precision,
     Profile,
     Scenario,
     Strategy,
     Switch,
+    Task,
     device_kind_index,
     from_text,
     shape_dims,
+    to_text,
 )
 from ..plan.design import MIN_WINDOW_STEPS, REFILL_STEPS, BlockDesign
 from ..plan.spec import RunSpec
+from . import replies
 
-# What crosses the wire, by the aggregator's names for it.
+# The requests that cross the wire, by the aggregator's names for them; the replies are read into run.replies.
 Request = pb.RunRequest
-Resolved = pb.ResolvedConfig
-Summary = pb.Summary
-StepTiming = pb.StepTiming
-Progress = pb.Progress
-RunnerDescription = pb.DescribeResponse
 ModelInfo = pb.ModelInfo
 ModelReport = pb.ModelReport
 Cluster = pb.Cluster
+
+_CHOICES = {
+    choice.DESCRIPTOR.full_name: choice
+    for choice in (Mode, Precision, Layout, Compilation, Profile, Switch, Strategy, Scenario, DeviceKind, Task, Phase)
+}
 
 
 def to_request(spec: RunSpec) -> Request:
@@ -147,3 +156,85 @@ def for_node(request: Request, cluster: Cluster | None) -> Request:
 def reference_request(model: str, options: Mapping[str, str], name: str) -> pb.ReferenceRequest:
     """The request that exports (or compares with) the reference `name` of `model` under `options`."""
     return pb.ReferenceRequest(model=model, model_options=options, name=name)
+
+
+def _value(message: Message, name: str):
+    """One field of `message` as run.replies holds it: None where the message may leave it unset and does, an
+    enum its text ("" for the zero value: the runner's default), a repeated field a tuple, a map a dict."""
+    described = message.DESCRIPTOR.fields_by_name[name]
+    value = getattr(message, name)
+    if described.message_type is not None and described.message_type.GetOptions().map_entry:
+        return dict(value)
+    choice = _CHOICES.get(described.enum_type.full_name) if described.enum_type else None
+    if described.is_repeated:
+        return tuple(to_text(choice, v) for v in value) if choice else tuple(value)
+    if described.has_presence and not message.HasField(name):
+        return None
+    if choice:
+        return to_text(choice, value) if value else ""
+    return value
+
+
+def _read(kind: type, message: Message, **given):
+    """A `kind` of run.replies from `message`'s fields of the same names; `given`, the fields read otherwise."""
+    names = message.DESCRIPTOR.fields_by_name
+    return kind(
+        **given, **{f.name: _value(message, f.name) for f in fields(kind) if f.name not in given and f.name in names}
+    )
+
+
+def _record(message: Message) -> dict:
+    return MessageToDict(message, preserving_proto_field_name=True)
+
+
+def device(message: pb.Device) -> replies.Device:
+    return _read(replies.Device, message)
+
+
+def description(message: pb.DescribeResponse) -> replies.RunnerDescription:
+    return _read(
+        replies.RunnerDescription,
+        message,
+        devices=tuple(device(d) for d in message.devices),
+        plugins=tuple(_read(replies.Plugin, p) for p in message.plugins),
+        record=_record(message),
+    )
+
+
+def resolved(message: pb.ResolvedConfig) -> replies.Resolved:
+    return _read(
+        replies.Resolved,
+        message,
+        device=device(message.device),
+        devices=tuple(device(d) for d in message.devices),
+        node_count=message.cluster.node_count if message.HasField("cluster") else None,
+        serving=_read(replies.Load, message.serving),
+        record=_record(message),
+    )
+
+
+def summary(message: pb.Summary) -> replies.Summary:
+    return _read(
+        replies.Summary,
+        message,
+        energy=_read(replies.Energy, message.energy) if message.HasField("energy") else None,
+        device_before=_read(replies.DeviceState, message.device_before),
+        device_after=_read(replies.DeviceState, message.device_after),
+        serving=_read(replies.Serving, message.serving) if message.HasField("serving") else None,
+    )
+
+
+def step(message: pb.StepTiming) -> replies.StepTiming:
+    return _read(replies.StepTiming, message)
+
+
+def power_sample(message: pb.PowerSample) -> replies.PowerSample:
+    return _read(replies.PowerSample, message)
+
+
+def query_latencies(message: pb.QueryLatencies) -> replies.QueryLatencies:
+    return _read(replies.QueryLatencies, message)
+
+
+def progress(message: pb.Progress) -> replies.Progress:
+    return _read(replies.Progress, message)

@@ -12,24 +12,12 @@ from pathlib import Path
 import pandas as pd
 from google.protobuf.json_format import MessageToDict
 
-from ..base.vocabulary import (
-    Compilation,
-    Layout,
-    Mode,
-    Precision,
-    Profile,
-    Scenario,
-    Strategy,
-    Switch,
-    device_text,
-    serving_text,
-    shape_text,
-    to_text,
-)
+from ..base.vocabulary import Scenario, shape_text
 from ..plan.design import ROUNDS_LABEL
 from ..plan.settings import BY_NAME, stored
-from ..run import wire
+from ..run import replies, wire
 from ..run.client import RunnerFailure, RunResult
+from ..run.replies import UNSPECIFIED
 from .results_store import ResultStore
 from .run_columns import (
     BUILT_IN,
@@ -57,21 +45,21 @@ def _config_columns(run_id: str, result: RunResult) -> dict:
         "framework_version": result.runner_info.framework_version,
         "container_image": result.runner_info.options.get("container_image", ""),
         "model": c.model,
-        "mode": to_text(Mode, c.mode),
+        "mode": c.mode or UNSPECIFIED,
         "batch_size": c.batch_size,
         "input_shape": shape_text(c.input_shape),
-        "precision": to_text(Precision, c.precision),
-        "device": device_text(device),
+        "precision": c.precision or UNSPECIFIED,
+        "device": device.text,
         # A distributed run: the strategy, every device of each runner, the runners, the job's replicas.
-        "strategy": to_text(Strategy, c.strategy) if c.strategy else "single",
-        "devices": ",".join(device_text(d) for d in c.devices) or device_text(device),
-        "nodes": c.cluster.node_count if c.HasField("cluster") else 1,
+        "strategy": c.strategy or "single",
+        "devices": ",".join(d.text for d in c.devices) or device.text,
+        "nodes": c.node_count or 1,
         "world_size": c.world_size or 1,
         "global_batch_size": c.global_batch_size or c.batch_size,
         "model_options": ";".join(f"{k}={v}" for k, v in sorted(c.model_options.items())),
         "repetition": result.repetition,
-        "profile": to_text(Profile, c.profile) if c.profile else DEFAULT_PROFILE,
-        "serving": serving_text(c.serving),
+        "profile": c.profile or DEFAULT_PROFILE,
+        "serving": c.serving.text,
     }
 
 
@@ -105,41 +93,37 @@ def queries_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
     )
 
 
-def _serving_columns(config: wire.Resolved, summary: wire.Summary) -> dict:
+def _serving_columns(config: replies.Resolved, summary: replies.Summary) -> dict:
     """A run under a scenario: its load as resolved and the runner's serving figures; a figure the run could not
     support is empty, its reason in serving_unavailable. Empty for back-to-back batches."""
-    if not summary.HasField("serving"):
-        return {}
     s = summary.serving
+    if s is None:
+        return {}
     return {
-        "scenario": to_text(Scenario, s.scenario),
-        "target_qps": s.target_qps if to_text(Scenario, s.scenario) == Scenario.server else None,
+        "scenario": s.scenario or UNSPECIFIED,
+        "target_qps": s.target_qps if s.scenario == Scenario.server else None,
         "batch_timeout_ms": config.serving.batch_timeout_ms,
         "query_count": s.query_count,
         "duration_s": s.duration_s,
         "achieved_qps": s.achieved_qps,
         "serving_throughput_samples_per_s": s.throughput_samples_per_s,
-        **{f"{p}_latency_s": _optional(s, f"{p}_latency_s") for p in SERVING_PERCENTILES},
+        **{f"{p}_latency_s": getattr(s, f"{p}_latency_s") for p in SERVING_PERCENTILES},
         "mean_latency_s": s.mean_latency_s,
         "mean_batch_queries": s.mean_batch_queries,
         "serving_unavailable": "; ".join(f"{k}: {v}" for k, v in sorted(s.reasons.items())),
     }
 
 
-def _setting_columns(config: wire.Resolved) -> dict:
+def _setting_columns(config: replies.Resolved) -> dict:
     """The run settings as the runner resolved them, each in its column (plan.settings names its field); a setting
     a runner does not report (one older than the setting) reads as the one its default comes from."""
     values: dict[str, object] = {}
     for setting in stored():
-        if setting.default_from and not config.HasField(setting.request):
+        if setting.default_from and getattr(config, setting.request) is None:
             values[setting.column] = values[BY_NAME[setting.default_from].column]
         else:
             values[setting.column] = getattr(config, setting.request)
     return values
-
-
-def _optional(message, name: str):
-    return getattr(message, name) if message.HasField(name) else None
 
 
 def _design_columns(result: RunResult) -> dict:
@@ -163,7 +147,7 @@ def power_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
             "phase": p.phase,
             "telemetry_device": p.device,
             "power_source": p.power_source,
-            **{name: _optional(p, name) for name in POWER_FIELDS},
+            **{name: getattr(p, name) for name in POWER_FIELDS},
         }
         for r in results
         for p in r.power
@@ -171,22 +155,22 @@ def power_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=POWER_COLUMNS)
 
 
-def _energy_columns(summary: wire.Summary) -> dict:
-    if not summary.HasField("energy"):
-        return {"energy_status": "telemetry off"}
+def _energy_columns(summary: replies.Summary) -> dict:
     e = summary.energy
+    if e is None:
+        return {"energy_status": "telemetry off"}
     unavailable = "; ".join(f"{k}: {v}" for k, v in sorted(e.reasons.items()) if k in ENERGY_FIELDS)
     return {
-        **{name: _optional(e, name) for name in ENERGY_FIELDS},
+        **{name: getattr(e, name) for name in ENERGY_FIELDS},
         "energy_source": e.energy_source,
         "power_samples": e.sample_count,
-        "energy_status": "ok" if e.HasField("energy_j") else f"unavailable: {e.reasons.get('energy_j', unavailable)}",
+        "energy_status": "ok" if e.energy_j is not None else f"unavailable: {e.reasons.get('energy_j', unavailable)}",
         "energy_unavailable": unavailable,
         "energy_notes": " | ".join(e.notes),
     }
 
 
-def _timing_columns(config: wire.Resolved, summary: wire.Summary) -> dict:
+def _timing_columns(config: replies.Resolved, summary: replies.Summary) -> dict:
     """What the run measured: the steps made and the settings asked, step times, throughput, peak memory, when."""
     c, s = config, summary
     return {
@@ -198,8 +182,8 @@ def _timing_columns(config: wire.Resolved, summary: wire.Summary) -> dict:
         "median_step_time_s": s.median_step_time_s,
         "p95_step_time_s": s.p95_step_time_s,
         "throughput_samples_per_s": s.throughput_samples_per_s,
-        "straggler_spread": _optional(s, "straggler_spread"),
-        "peak_memory_bytes": _optional(s, "peak_memory_bytes"),
+        "straggler_spread": s.straggler_spread,
+        "peak_memory_bytes": s.peak_memory_bytes,
         "peak_memory_source": s.peak_memory_source,
         "time_to_first_step_s": s.time_to_first_step_s,
         "started_at_unix_s": s.started_at_unix_s,
@@ -207,13 +191,13 @@ def _timing_columns(config: wire.Resolved, summary: wire.Summary) -> dict:
     }
 
 
-def _execution_columns(config: wire.Resolved, summary: wire.Summary) -> dict:
+def _execution_columns(config: replies.Resolved, summary: replies.Summary) -> dict:
     """How the run executed: the settings it ran under, what its warm-up did, and the runner's flags on its timing."""
     c, s = config, summary
     return {
-        "layout": to_text(Layout, c.layout) if c.layout else "",
-        "compilation": to_text(Compilation, c.compilation),
-        "cudnn_autotune": to_text(Switch, c.cudnn_autotune),
+        "layout": c.layout,
+        "compilation": c.compilation or UNSPECIFIED,
+        "cudnn_autotune": c.cudnn_autotune or UNSPECIFIED,
         "tf32": c.tf32,
         "intra_op_threads": c.intra_op_threads,
         "inter_op_threads": c.inter_op_threads,
@@ -223,26 +207,26 @@ def _execution_columns(config: wire.Resolved, summary: wire.Summary) -> dict:
         "first_step_traced": s.first_step_traced,
         "warmup_steps_run": s.warmup_steps_run,
         "warmup_stable": s.warmup_stable,
-        "timer_disagreement": _optional(s, "timer_disagreement"),
+        "timer_disagreement": s.timer_disagreement,
         "flags": " | ".join(s.flags),
     }
 
 
-def _device_state_columns(summary: wire.Summary) -> dict:
+def _device_state_columns(summary: replies.Summary) -> dict:
     """The device around the run: the runner's flags on it, and of each reading taken before and after the worse."""
     before, after = summary.device_before, summary.device_after
-    gpu_processes = (_optional(before, "other_gpu_processes"), _optional(after, "other_gpu_processes"))
-    sm_clocks_mhz = (_optional(before, "sm_clock_mhz"), _optional(after, "sm_clock_mhz"))
+    gpu_processes = (before.other_gpu_processes, after.other_gpu_processes)
+    sm_clocks_mhz = (before.sm_clock_mhz, after.sm_clock_mhz)
     return {
         "device_flags": " | ".join(summary.device_flags),
-        "free_memory_before_bytes": _optional(before, "free_memory_bytes"),
-        "total_memory_bytes": _optional(before, "total_memory_bytes"),
+        "free_memory_before_bytes": before.free_memory_bytes,
+        "total_memory_bytes": before.total_memory_bytes,
         "other_gpu_processes_max": max((n for n in gpu_processes if n is not None), default=None),
-        "other_cpu_busy_cores": _optional(after, "other_cpu_busy_cores"),
-        "load_avg_1m_before": _optional(before, "load_avg_1m"),
-        "load_avg_1m_after": _optional(after, "load_avg_1m"),
+        "other_cpu_busy_cores": after.other_cpu_busy_cores,
+        "load_avg_1m_before": before.load_avg_1m,
+        "load_avg_1m_after": after.load_avg_1m,
         "sm_clock_min_mhz": min((f for f in sm_clocks_mhz if f is not None), default=None),
-        "max_sm_clock_mhz": _optional(before, "max_sm_clock_mhz"),
+        "max_sm_clock_mhz": before.max_sm_clock_mhz,
         "throttle_reasons": " | ".join(sorted({*before.throttle_reasons, *after.throttle_reasons})),
     }
 
@@ -326,9 +310,9 @@ def manifest(run_id: str, results: list[RunResult], requests: dict[str, wire.Req
             continue
         runners[r.runner] = {
             "address": r.address,
-            "describe": MessageToDict(r.runner_info, preserving_proto_field_name=True),
+            "describe": r.runner_info.record,
             "request": MessageToDict(requests[r.runner], preserving_proto_field_name=True),
-            "resolved": MessageToDict(r.config, preserving_proto_field_name=True),
+            "resolved": r.config.record,
         }
     return {
         "run_id": run_id,
