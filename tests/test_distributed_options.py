@@ -10,8 +10,10 @@ from typer.testing import CliRunner
 
 from fwbench_aggregator.base.vocabulary import Strategy
 from fwbench_aggregator.cli import app
-from fwbench_aggregator.plan import study_file as sweep
+from fwbench_aggregator.plan.command_line_sweep import sweep_from_options
+from fwbench_aggregator.plan.field_checks import SweepError
 from fwbench_aggregator.plan.spec import RunSpec, per_runner
+from fwbench_aggregator.plan.study_file import load_sweep
 from fwbench_aggregator.run import wire
 
 REFUSED = [
@@ -67,7 +69,7 @@ def test_a_sweep_takes_strategies_per_runner_and_device_lists(tmp_path):
         "runners: [torch, tensorflow]\nmodels: [mlp]\nrepetitions: 1\ndevices: [cpu, 'cpu:0,cpu:1']\n"
         "strategies: {torch: [ddp], tensorflow: [mirrored]}\n"
     )
-    configurations = sweep.load_sweep(path).configurations()
+    configurations = load_sweep(path).configurations()
     assert [(c.runner, c.device, c.devices, c.strategy.value) for c in configurations] == [
         ("torch", "cpu", None, "ddp"),
         ("tensorflow", "cpu", None, "mirrored"),
@@ -77,7 +79,7 @@ def test_a_sweep_takes_strategies_per_runner_and_device_lists(tmp_path):
     keys = {str(c.key_fields()) for c in configurations}
     assert len(keys) == 4, "strategy and devices are part of a run's key"
     # A sweep that names neither keeps the keys runs were stored under before distributed runs existed.
-    assert "strategy" not in sweep.sweep_from_options("mlp").configurations()[0].key_fields()
+    assert "strategy" not in sweep_from_options("mlp").configurations()[0].key_fields()
 
 
 @pytest.mark.parametrize(
@@ -95,6 +97,6 @@ def test_a_sweep_takes_strategies_per_runner_and_device_lists(tmp_path):
 def test_a_bad_sweep_strategy_or_device_list_names_the_field(tmp_path, text, field, problem):
     path = tmp_path / "sweep.yaml"
     path.write_text(text)
-    with pytest.raises(sweep.SweepError) as raised:
-        sweep.load_sweep(path)
+    with pytest.raises(SweepError) as raised:
+        load_sweep(path)
     assert raised.value.field == field and problem in raised.value.problem

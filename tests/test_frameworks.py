@@ -15,7 +15,7 @@ from support.cli import fwbench, only_run_dir
 from fwbench_aggregator.analyse.comparison import comparison_rows
 from fwbench_aggregator.base import frameworks
 from fwbench_aggregator.plan import spec as plan
-from fwbench_aggregator.plan import study_file as sweep
+from fwbench_aggregator.plan.command_line_sweep import sweep_from_options
 from fwbench_aggregator.run import launch
 from fwbench_aggregator.store.results_store import ResultStore
 
@@ -83,7 +83,7 @@ def test_an_extra_declaration_adds_a_framework_and_a_repeated_name_is_refused(tm
 def test_a_sweep_runs_every_framework_compared_by_default(fake_framework):
     by_default = tuple(f.name for f in frameworks.shipped() if f.compared_by_default)
     assert by_default[:2] == ("torch", "tensorflow"), "the comparison this product is for"
-    assert sweep.sweep_from_options("resnet18").runners == (*by_default, "fake")
+    assert sweep_from_options("resnet18").runners == (*by_default, "fake")
 
 
 def test_a_framework_not_compared_by_default_runs_only_when_named(tmp_path, monkeypatch):
@@ -91,8 +91,8 @@ def test_a_framework_not_compared_by_default_runs_only_when_named(tmp_path, monk
     path.write_text(FAKE_DECLARATION + "compared_by_default = false\n")
     monkeypatch.setenv(frameworks.EXTRA_ENV, str(path))
     assert "fake" in frameworks.names() and "fake" not in frameworks.default_names()
-    assert "fake" not in sweep.sweep_from_options("resnet18").runners
-    assert "fake" in sweep.sweep_from_options("resnet18", runners="torch,fake").runners
+    assert "fake" not in sweep_from_options("resnet18").runners
+    assert "fake" in sweep_from_options("resnet18", runners="torch,fake").runners
     path.write_text(FAKE_DECLARATION + "compared_by_default = 'no'\n")
     with pytest.raises(
         frameworks.FrameworkListError, match=r"\[fake\] compared_by_default = 'no'; accepted values: true, false"

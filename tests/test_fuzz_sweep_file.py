@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from support.cli import fwbench_in_process
 
 from fwbench_aggregator.base.frameworks import names as framework_names
+from fwbench_aggregator.plan.field_checks import SweepError
 from fwbench_aggregator.plan.study import Sweep
-from fwbench_aggregator.plan.study_file import SweepError, load_sweep
+from fwbench_aggregator.plan.study_file import load_sweep
 
 VALID = b"""\
 runners: [torch, tensorflow]

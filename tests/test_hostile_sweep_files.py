@@ -17,8 +17,10 @@ from support.cli import fwbench, fwbench_in_process
 
 from fwbench_aggregator.base.frameworks import names as framework_names
 from fwbench_aggregator.base.vocabulary import Strategy
+from fwbench_aggregator.plan.command_line_sweep import sweep_from_options
+from fwbench_aggregator.plan.field_checks import SweepError
 from fwbench_aggregator.plan.study import Sweep
-from fwbench_aggregator.plan.study_file import SweepError, load_sweep, sweep_from_options
+from fwbench_aggregator.plan.study_file import load_sweep
 
 # Generous, so that a loaded machine does not flake: the refusals take well under a second.
 QUICK_S = 5.0

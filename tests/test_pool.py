@@ -14,8 +14,8 @@ from support.fakes import Fake
 
 from fwbench_aggregator.app.study import pending_runs, store_callbacks
 from fwbench_aggregator.base.vocabulary import Mode, Precision
+from fwbench_aggregator.plan.command_line_sweep import sweep_from_options
 from fwbench_aggregator.plan.spec import RunSpec
-from fwbench_aggregator.plan.study_file import sweep_from_options
 from fwbench_aggregator.run import jobs, wire
 from fwbench_aggregator.run.connection import Transport
 from fwbench_aggregator.run.launch import RunnerStartError, StartupSettings, wait_until_serving

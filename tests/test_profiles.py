@@ -10,9 +10,10 @@ from support.cli import fwbench, only_run_dir
 
 from fwbench_aggregator.analyse.comparison import comparison_rows
 from fwbench_aggregator.analyse.findings import profile_disagreements
+from fwbench_aggregator.plan.command_line_sweep import sweep_from_options
 from fwbench_aggregator.plan.field_checks import SweepError
 from fwbench_aggregator.plan.spec import StartupSettings
-from fwbench_aggregator.plan.study_file import load_sweep, sweep_from_options
+from fwbench_aggregator.plan.study_file import load_sweep
 
 QUICK = (
     "--batch-size",

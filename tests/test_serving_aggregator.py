@@ -306,7 +306,8 @@ def test_a_sweep_file_gains_a_load_axis_each_load_its_own_runs_and_chains(tmp_pa
     ],
 )
 def test_a_bad_serving_field_in_a_sweep_file_is_named(tmp_path, extra, problem):
-    from fwbench_aggregator.plan.study_file import SweepError, load_sweep
+    from fwbench_aggregator.plan.field_checks import SweepError
+    from fwbench_aggregator.plan.study_file import load_sweep
 
     path = tmp_path / "sweep.yaml"
     path.write_text("models: [resnet18]\n" + extra)

@@ -36,7 +36,14 @@ from fwbench_aggregator.store.schema import STORE_FORMAT
 
 PRODUCT = Path(__file__).resolve().parents[1] / "aggregator" / "fwbench_aggregator"
 # Where a stored column written out would be the column declared again.
-COLUMN_MODULES = ("store", "plan/study_file.py", "analyse/alike.py")
+COLUMN_MODULES = (
+    "store",
+    "plan/study_file.py",
+    "plan/study_fields.py",
+    "plan/execution_fields.py",
+    "plan/command_line_sweep.py",
+    "analyse/alike.py",
+)
 
 
 def _literal_strings(node: ast.AST):

@@ -20,8 +20,8 @@ from support.store_runs import run_frames
 from fwbench_aggregator.app.store_check import check_store
 from fwbench_aggregator.app.study import pending_runs
 from fwbench_aggregator.base import folders
+from fwbench_aggregator.plan.command_line_sweep import sweep_from_options
 from fwbench_aggregator.plan.spec import StartupSettings
-from fwbench_aggregator.plan.study_file import sweep_from_options
 from fwbench_aggregator.store import lock
 from fwbench_aggregator.store.integrity import CHECKSUM_KEY, FILES_KEY
 from fwbench_aggregator.store.location import StorePathError, store_path_problem

@@ -12,8 +12,8 @@ from support.store_runs import run_frames
 
 from fwbench_aggregator.app import study as study_module
 from fwbench_aggregator.app.study import own_run_ids, pending_runs, store_callbacks
+from fwbench_aggregator.plan.command_line_sweep import sweep_from_options
 from fwbench_aggregator.plan.keys import new_run_id
-from fwbench_aggregator.plan.study_file import sweep_from_options
 from fwbench_aggregator.run.connection import Transport
 from fwbench_aggregator.run.launch import StartupSettings
 from fwbench_aggregator.run.study import run_sweep

@@ -9,10 +9,12 @@ import pytest
 from fwbench_aggregator.analyse.stats import MIN_REPETITIONS
 from fwbench_aggregator.base import frameworks
 from fwbench_aggregator.base.vocabulary import Mode, Precision
+from fwbench_aggregator.plan.command_line_sweep import sweep_from_options
+from fwbench_aggregator.plan.field_checks import SweepError
 from fwbench_aggregator.plan.keys import config_key
 from fwbench_aggregator.plan.spec import DEFAULT_MIN_MEASURE_S, DEFAULT_REPETITIONS, DEFAULT_WARMUP_UNTIL_CV
 from fwbench_aggregator.plan.study import DEFAULT_MAX_REPETITIONS, Configuration
-from fwbench_aggregator.plan.study_file import SweepError, load_sweep, sweep_from_options
+from fwbench_aggregator.plan.study_file import load_sweep
 from fwbench_aggregator.run import wire
 from fwbench_aggregator.run.launch import StartupSettings
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fwbench_aggregator.app.study import pending_runs, store_callbacks
-from fwbench_aggregator.plan.study_file import sweep_from_options
+from fwbench_aggregator.plan.command_line_sweep import sweep_from_options
 from fwbench_aggregator.run import jobs
 from fwbench_aggregator.run.connection import Transport
 from fwbench_aggregator.run.launch import StartupSettings

@@ -14,7 +14,7 @@ from typer.core import TyperGroup
 from ..app.errors import UsageError
 from ..base.env_flags import EnvFlagError
 from ..base.write_paths import WritePathError
-from ..plan.study_file import SweepError
+from ..plan.field_checks import SweepError
 from ..present.console import err_console
 from ..run.client import RunnerFailure
 from ..store.migrations import StoreFormatError

@@ -16,9 +16,10 @@ from ..app.study import study as study_use_case
 from ..app.sweep_rounds import budget_text
 from ..base.frameworks import names as framework_names
 from ..plan import spec as plan
+from ..plan.command_line_sweep import sweep_from_options
 from ..plan.settings import BY_NAME, non_default
 from ..plan.study import DEFAULT_MAX_REPETITIONS, MIN_MAX_REPETITIONS, Sweep
-from ..plan.study_file import load_sweep, sweep_from_options
+from ..plan.study_file import load_sweep
 from ..present import terminal
 from ..present.health import print_left_out
 from ..present.report import print_report

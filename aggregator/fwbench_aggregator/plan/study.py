@@ -27,8 +27,8 @@
     reuse_builds: true                  # a runner's batch sizes of one repetition share one build; default: true
     max_runs: 20000                     # the most runs the study may plan; default: 10,000 (at most 100,000)
 
-Files and command-line shorthands are read and checked in study_file.py (the repetitions fields here, in
-repetition_fields). Under repetitions auto the grid holds max_repetitions of every point, the most it may run; the
+Files are read and checked in study_file.py, command-line shorthands in command_line_sweep.py (the repetitions
+fields here, in repetition_fields). Under repetitions auto the grid holds max_repetitions of every point, the most it may run; the
 sweep (app.sweep_rounds) looks after each round of a point and leaves out the rest of it once its verdict is settled,
 by the rule compare uses (app.rounds, analyse.sequential). A point is a configuration less its runner
 (Configuration.point): the runners compared at one model, mode, batch size, shape, precision, device, ... .
