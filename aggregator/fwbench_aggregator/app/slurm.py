@@ -18,6 +18,7 @@ from ..run.client import RunnerFailure
 from ..run.connection import Transport
 from ..run.launch import RunnerStartError, default_venvs, embedded_command, wait_until_serving
 from ..run.study import Pool, Slot, run_sweep_on_pool
+from ..store.config_keys import runs_by_config
 from ..store.location import StorePathError
 from ..store.lock import StoreBusy, store_lock
 from ..store.results_store import ResultStore
@@ -198,7 +199,8 @@ def _run_job(folder: Path, submission: slurm_run.Submission, progress: Progress)
     if interrupted:
         result.status = 128 + signal.SIGTERM
         return result
-    undone = [key for key, _ in pending if not results_store.has(key)]
+    stored = runs_by_config(results_store)  # a run's id is its own: the sweep's runs are found by configuration
+    undone = [key for key, _ in pending if key not in stored]
     if submission.report and results_store.run_keys():
         result.report = store_report(
             results_store, Path(submission.store) / REPORT_FOLDER, submission.latency_budget_ms
