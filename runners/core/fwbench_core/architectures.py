@@ -34,3 +34,15 @@ W2V_POS_KERNEL = 128
 W2V_POS_GROUPS = 16
 W2V_DROPOUT = 0.1
 W2V_EPS = 1e-5
+
+# --- llama_small --------------------------------------------------------------------------------
+
+# Per size, which the declaration offers as its heads (model option head=small|tiny). small is GPT-2 small's size
+# (124.7M parameters against 124.4M), so the two decoders compare; tiny is for tests on a CPU. The vocabulary is the
+# declaration's (32,000 for both: token ids are drawn below it). Query heads share key-value heads in groups.
+LLAMA_SIZES = dict(
+    small=dict(hidden=768, layers=12, heads=12, kv_heads=4, mlp=2048, max_positions=2048),
+    tiny=dict(hidden=64, layers=2, heads=4, kv_heads=2, mlp=128, max_positions=2048),
+)
+LLAMA_EPS = 1e-5  # RMSNorm's
+LLAMA_ROPE_THETA = 10000.0  # the rotary embedding's base: position p turns pair i by p / theta^(2i / head width)
