@@ -6,6 +6,8 @@ networks are written in each framework from these numbers, so they live here onc
 
 from __future__ import annotations
 
+from .errors import InvalidArgument
+
 # --- text ---------------------------------------------------------------------------------------
 
 BERT = dict(hidden=768, layers=12, heads=12, ffn=3072, max_positions=512, type_vocab=2, eps=1e-12, dropout=0.1)
@@ -46,3 +48,23 @@ LLAMA_SIZES = dict(
 )
 LLAMA_EPS = 1e-5  # RMSNorm's
 LLAMA_ROPE_THETA = 10000.0  # the rotary embedding's base: position p turns pair i by p / theta^(2i / head width)
+
+# --- vit_b16 ------------------------------------------------------------------------------------
+
+# ViT-B/16 as torchvision's vit_b_16: 16x16 patches, 12 pre-LayerNorm encoder layers, a class token, learned
+# position embeddings, exact GELU, no dropout (torchvision's default of 0).
+VIT_B16 = dict(patch=16, layers=12, hidden=768, heads=12, mlp=3072, eps=1e-6)
+VIT_POSITION_STD = 0.02  # the position embeddings' initial normal spread, as torchvision's
+
+
+def vit_patch_grid(height: int, width: int) -> tuple[int, int]:
+    """The rows and columns of patches ViT-B/16 cuts an image into. The position embeddings are one per patch and
+    one for the class token, sized from the image the run asks for (as torchvision's vit_b_16 fixes its image
+    size when built), so a side that is not a whole number of patches is refused rather than cropped."""
+    patch = VIT_B16["patch"]
+    if height % patch or width % patch:
+        raise InvalidArgument(
+            f"vit_b16 cuts images into {patch}x{patch} patches: height and width must be multiples of {patch}, "
+            f"got {height}x{width}"
+        )
+    return height // patch, width // patch
