@@ -164,3 +164,42 @@ def test_a_store_of_the_previous_format_reads_its_runs_input_seed_as_their_seed(
     )
     summary = ResultStore(tmp_path).load("summary")
     assert list(summary["input_seed"]) == [5] and list(summary["seed"]) == [5]
+
+
+REPOSITORY = PRODUCT.parents[1]
+# What carrying a run setting to the runners and back costs, in product files: its Setting (plan/settings.py), its
+# RunSpec field (plan/spec.py), its fields in the contract, the core's request and resolved run (fwbench_core/runs.py)
+# and its check (fwbench_core's validation); the wire on both sides copies plain fields by name, the store's columns,
+# key, labels and migration come from the Setting. Where the setting changes a format, the format's history names it.
+SETTING_FILES_AT_MOST = 6
+
+
+def _product_files_naming(name: str) -> set[str]:
+    folders = ("aggregator/fwbench_aggregator", "runners", "protos")
+    found = set()
+    for folder in folders:
+        for path in (REPOSITORY / folder).rglob("*"):
+            if path.suffix in (".py", ".proto") and "_pb2" not in path.name and name in path.read_text():
+                found.add(str(path.relative_to(REPOSITORY)))
+    return found
+
+
+def test_a_setting_carried_to_the_runners_touches_at_most_six_product_files():
+    assert _product_files_naming("input_seed") == {
+        "protos/fwbench/runner/v1/runner.proto",
+        "runners/core/fwbench_core/runs.py",
+        "runners/core/fwbench_core/validation.py",
+        "aggregator/fwbench_aggregator/plan/settings.py",
+        "aggregator/fwbench_aggregator/plan/spec.py",
+        "aggregator/fwbench_aggregator/store/schema.py",
+    }
+    assert len(_product_files_naming("input_seed")) <= SETTING_FILES_AT_MOST
+
+
+def test_the_wire_carries_every_setting_there_and_back_by_its_declared_field():
+    spec = RunSpec("mlp", warmup=3, steps=4, seed=5, input_seed=6, min_measure_s=0.5)
+    request = wire.to_request(spec)
+    sent = {setting.name: getattr(request, setting.request) for setting in SETTINGS if setting.request}
+    assert sent == {"warmup": 3, "steps": 4, "min_measure_s": 0.5, "seed": 5, "input_seed": 6}
+    echoed = pb.ResolvedConfig(warmup_steps=3, measured_steps=4, min_measure_s=0.5, seed=5, input_seed=6)
+    assert wire.resolved(echoed).settings == sent

@@ -3,9 +3,12 @@ plan.spec), its command-line help, whether a sweep file takes it, the summary co
 that column is part of the comparability key, how the key part reads in a label, and the RunRequest field it is
 sent in and resolved as. The command line's option groups (cli.workload_options), a sweep file's fields and their
 checks (plan.study_file), the store's columns and key (store.run_columns, store.comparability_columns), what a summary stores (store.records) and the
-labels (analyse.alike) are made from these declarations; tests/test_settings_declared_once.py holds every other
-module to them. A new setting is one Setting here and one RunSpec field with its line in run.wire.to_request (this
-module imports spec's limits, so spec cannot read these declarations)."""
+labels (analyse.alike) are made from these declarations, and run.wire sends each in its RunRequest field and reads it
+back from the ResolvedConfig by name; tests/test_settings_declared_once.py holds every other module to them. A new
+setting is one Setting here and one RunSpec field (this module imports spec's limits, so spec cannot read these
+declarations); on the runner's side, its fields in the .proto, in fwbench_core.runs and its check in the core's
+validation. A stored setting added later names the store format it is first stored in (stored_since), which raises
+the format and gives older runs its default (store.migrations)."""
 
 from __future__ import annotations
 

@@ -13,13 +13,8 @@
                                         # once the point's verdict is settled; a number runs exactly that many
     max_repetitions: 20                 # under auto: the most runs per runner and point; default: 20
     time_budget_s: 3600                 # under auto: the sweep's seconds, spread over its points; default: none
-    warmup: 50                          # the most warm-up steps; default: 50
-    warmup_until_cv: 0.05               # warm up until the last 5 steps vary less; 0 (or warmup < 5): `warmup` steps
-    steps: 20                           # the fewest measured steps; default: 20
-    min_measure_s: 1.0                  # and the shortest measured window; default: 1.0
-    stable_window: 5                    # the warm-up steps whose variation warmup_until_cv bounds; default: 5
-    seed: 0                             # the weights' seed (and the inputs', without input_seed); default: 0
-    input_seed: 7                       # the input data's seed; default: the seed
+    steps: 20                           # every run setting (plan.settings: warm-up, measured steps and window,
+                                        # seeds) by its option's name; default: the option's
     options: {bert_tiny: {head: mlm}}   # model options, per model
     layout: channels_last               # default: the runner's
     compilation: eager                  # or per runner: {torch: torch_compile, tensorflow: xla}

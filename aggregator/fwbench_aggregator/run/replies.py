@@ -102,10 +102,12 @@ class Resolved:
     measured_steps: int = 0
     min_measure_s: float = 0.0
     seed: int = 0
-    input_seed: int | None = None  # None: a runner older than the setting
     parameter_count: int = 0
     model_source: str = ""
     model_content_hash: str = ""
+    # Every run setting plan.settings sends (its RunRequest field), as resolved, by the setting's name; None: a runner
+    # older than the setting.
+    settings: Mapping[str, object] = field(default_factory=dict)
     record: Mapping[str, object] = field(default_factory=dict)  # the whole reply, as the manifest keeps it
 
 

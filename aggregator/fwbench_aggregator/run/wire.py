@@ -35,6 +35,7 @@ from ..base.vocabulary import (
     to_text,
 )
 from ..plan.design import MIN_WINDOW_STEPS, REFILL_STEPS, BlockDesign
+from ..plan.settings import SETTINGS
 from ..plan.spec import RunSpec
 from . import replies
 
@@ -59,9 +60,6 @@ def to_request(spec: RunSpec) -> Request:
         input_shape=shape_dims(spec.shape),
         model_options=dict(spec.model_options),
         precision=from_text(Precision, spec.precision.value),
-        warmup_steps=spec.warmup,
-        measured_steps=spec.steps,
-        seed=spec.seed,
         intra_op_threads=spec.startup.intra_op_threads,
         inter_op_threads=spec.startup.inter_op_threads,
         reuse_key=spec.reuse_key,
@@ -86,10 +84,9 @@ def to_request(spec: RunSpec) -> Request:
     if spec.warmup_until_cv and spec.warmup >= spec.stable_window:
         request.warmup_until_stable.cv_threshold = spec.warmup_until_cv
         request.warmup_until_stable.window = spec.stable_window
-    if spec.input_seed is not None:
-        request.input_seed = spec.input_seed
-    if spec.min_measure_s is not None:
-        request.min_measure_s = spec.min_measure_s
+    for setting in SETTINGS:
+        if setting.request and getattr(spec, setting.name) is not None:
+            setattr(request, setting.request, getattr(spec, setting.name))
     if spec.power_rate_hz is not None:
         request.power_sample_rate_hz = spec.power_rate_hz
     if spec.idle_baseline_s is not None:
@@ -209,6 +206,7 @@ def resolved(message: pb.ResolvedConfig) -> replies.Resolved:
         devices=tuple(device(d) for d in message.devices),
         node_count=message.cluster.node_count if message.HasField("cluster") else None,
         serving=_read(replies.Load, message.serving),
+        settings={setting.name: _value(message, setting.request) for setting in SETTINGS if setting.request},
         record=_record(message),
     )
 

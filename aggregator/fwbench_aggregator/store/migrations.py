@@ -145,20 +145,22 @@ def _own_run_ids(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFr
     return frame
 
 
-def _new_setting_columns(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFrame:
-    """Format 9 -> 10: a run setting stored from format 10 (plan.settings: input_seed) took the value its default
-    comes from in every older run (the inputs were drawn from the seed)."""
-    if name != "summary":
+def _new_setting_columns(version: int, name: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """Format `version` -> `version` + 1 for the run settings first stored in the newer format (plan.settings:
+    stored_since): an older run ran each at the value its default comes from (another setting's column), or at its
+    default."""
+    new = [s for s in stored() if s.stored_since == version + 1 and s.column not in frame]
+    if name != "summary" or not new:
         return frame
     frame = frame.copy()
-    for setting in stored():
-        if setting.stored_since == 10 and setting.column not in frame:
-            source = BY_NAME[setting.default_from].column
-            frame[setting.column] = frame[source] if source in frame else math.nan
+    for setting in new:
+        source = BY_NAME[setting.default_from].column if setting.default_from else ""
+        frame[setting.column] = frame[source] if source in frame else (setting.default or math.nan)
     return frame
 
 
-# From format N to N + 1: (frame name, frame, the run's manifest) -> frame.
+# From format N to N + 1: (frame name, frame, the run's manifest) -> frame; a run setting's new column is filled by
+# _new_setting_columns.
 STEPS: dict[int, Callable[[str, pd.DataFrame, Mapping], pd.DataFrame]] = {
     1: _distributed_columns,
     2: _model_source_columns,
@@ -168,7 +170,6 @@ STEPS: dict[int, Callable[[str, pd.DataFrame, Mapping], pd.DataFrame]] = {
     6: _design_columns,
     7: _looks_column,
     8: _own_run_ids,
-    9: _new_setting_columns,
 }
 OWN_IDS_FORMAT = 9
 
@@ -187,7 +188,9 @@ def config_key_of(key: str, manifest: Mapping) -> str:
 def migrated(name: str, frame: pd.DataFrame, manifest: Mapping) -> pd.DataFrame:
     """One run's frame `name` in the current format."""
     for version in range(run_format(manifest), STORE_FORMAT):
-        frame = STEPS[version](name, frame, manifest)
+        if version in STEPS:
+            frame = STEPS[version](name, frame, manifest)
+        frame = _new_setting_columns(version, name, frame)
     return frame
 
 

@@ -119,10 +119,10 @@ def _setting_columns(config: replies.Resolved) -> dict:
     a runner does not report (one older than the setting) reads as the one its default comes from."""
     values: dict[str, object] = {}
     for setting in stored():
-        if setting.default_from and getattr(config, setting.request) is None:
-            values[setting.column] = values[BY_NAME[setting.default_from].column]
-        else:
-            values[setting.column] = getattr(config, setting.request)
+        value = config.settings.get(setting.name)
+        if value is None and setting.default_from:
+            value = values[BY_NAME[setting.default_from].column]
+        values[setting.column] = value
     return values
 
 

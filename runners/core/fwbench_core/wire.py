@@ -7,7 +7,8 @@ no table to keep in step with the .proto.
 from __future__ import annotations
 
 import enum
-from typing import TypeVar
+from dataclasses import fields
+from typing import Any, TypeVar
 
 from fwbench.runner.v1 import runner_pb2 as pb
 
@@ -232,6 +233,39 @@ def serving_to_wire(serving: Serving) -> pb.Serving:
     )
 
 
+def _plain_fields(message, names) -> dict[str, Any]:
+    """The message's fields among `names` that carry plain values (numbers, strings, booleans, lists of them): copied
+    as they are, so a new plain field of the contract needs no line here; an optional one left unset reads None.
+    Enums and messages convert by hand."""
+    values: dict[str, Any] = {}
+    for name in names:
+        described = message.DESCRIPTOR.fields_by_name.get(name)
+        if described is None or described.message_type is not None or described.enum_type is not None:
+            continue
+        if described.containing_oneof is not None and not message.HasField(name):
+            values[name] = None
+            continue
+        value = getattr(message, name)
+        values[name] = value if isinstance(value, (str, bytes, int, float, bool)) else tuple(value)
+    return values
+
+
+def _plain_values(values: Any, message_type) -> dict[str, Any]:
+    """The dataclass `values`' fields that `message_type` carries as plain fields, for its constructor: copied as
+    they are, so a new plain field needs no line here. None is left out (an optional field unset); an enum or a
+    richer value converts by hand."""
+    described = message_type.DESCRIPTOR.fields_by_name
+    plain: dict[str, Any] = {}
+    for item in fields(values):
+        value = getattr(values, item.name)
+        field = described.get(item.name)
+        if field is None or field.message_type is not None or field.enum_type is not None:
+            continue
+        if isinstance(value, (str, bytes, int, float, bool, tuple)) and not isinstance(value, enum.Enum):
+            plain[item.name] = value
+    return plain
+
+
 def run_request_from_wire(request: pb.RunRequest) -> RunRequest:
     device = None
     if request.HasField("device"):
@@ -239,36 +273,20 @@ def run_request_from_wire(request: pb.RunRequest) -> RunRequest:
         if kind is not None:
             device = DeviceRef(kind, request.device.index)
     return RunRequest(
-        model=request.model,
+        **_plain_fields(request, (f.name for f in fields(RunRequest))),
         mode=enum_from_wire(Mode, request.mode, "mode"),
-        batch_size=request.batch_size,
-        input_shape=tuple(request.input_shape),
         precision=enum_from_wire(Precision, request.precision, "precision"),
         device=device,
-        warmup_steps=request.warmup_steps if request.HasField("warmup_steps") else None,
-        measured_steps=request.measured_steps if request.HasField("measured_steps") else None,
-        seed=request.seed,
         model_options=dict(request.model_options),
         layout=enum_from_wire(Layout, request.layout, "layout"),
         compilation=enum_from_wire(Compilation, request.compilation, "compilation"),
         cudnn_autotune=enum_from_wire(Switch, request.cudnn_autotune, "cudnn_autotune"),
-        intra_op_threads=request.intra_op_threads,
-        inter_op_threads=request.inter_op_threads,
         warmup_until_stable=_stable_from_wire(request),
-        min_measure_s=request.min_measure_s if request.HasField("min_measure_s") else None,
-        power_sample_rate_hz=request.power_sample_rate_hz if request.HasField("power_sample_rate_hz") else None,
-        idle_baseline_s=request.idle_baseline_s if request.HasField("idle_baseline_s") else None,
         strategy=enum_from_wire(Strategy, request.strategy, "strategy"),
         devices=_devices_from_wire(request),
         cluster=_cluster_from_wire(request),
-        distributed_timeout_s=request.distributed_timeout_s if request.HasField("distributed_timeout_s") else None,
-        reuse_key=request.reuse_key,
-        end_reuse=request.end_reuse,
         profile=enum_from_wire(Profile, request.profile, "profile"),
         serving=_serving_from_wire(request),
-        continue_reuse=request.continue_reuse,
-        process_block=request.process_block,
-        input_seed=request.input_seed if request.HasField("input_seed") else None,
     )
 
 
@@ -276,36 +294,27 @@ def config_to_wire(c: RunConfig, info: RunnerInfo, parameter_count: int = 0) -> 
     """A resolved run as the contract has it: a run's first event, and CheckRun's answer (no parameter count there:
     counting needs a build)."""
     return pb.ResolvedConfig(
+        **_plain_values(c, pb.ResolvedConfig),
         model=c.model.name,
         mode=enum_to_wire(c.mode),
-        batch_size=c.batch_size,
-        input_shape=c.input_shape,
         precision=enum_to_wire(c.precision),
         device=device_to_wire(c.device),
-        warmup_steps=c.warmup_steps,
-        measured_steps=c.measured_steps,
-        seed=c.seed,
-        input_seed=c.data_seed,
         framework=info.framework,
         framework_version=info.framework_version,
         model_options=c.model_options,
         layout=enum_to_wire(c.layout) if c.layout else pb.LAYOUT_UNSPECIFIED,
         compilation=enum_to_wire(c.compilation),
         cudnn_autotune=enum_to_wire(c.cudnn_autotune),
-        intra_op_threads=c.intra_op_threads,
-        inter_op_threads=c.inter_op_threads,
         warmup_until_stable=(
             pb.WarmupUntilStable(cv_threshold=c.warmup_until_stable.cv_threshold, window=c.warmup_until_stable.window)
             if c.warmup_until_stable
             else None
         ),
-        min_measure_s=c.min_measure_s,
         strategy=enum_to_wire(c.strategy),
         devices=[device_to_wire(d) for d in c.run_devices],
         world_size=c.world_size,
         global_batch_size=c.global_batch_size,
         cluster=cluster_to_wire(c.cluster) if c.cluster else None,
-        distributed_timeout_s=c.distributed_timeout_s,
         parameter_count=parameter_count,
         model_source=str(c.model.source),
         model_content_hash=c.model.source.content_hash,
