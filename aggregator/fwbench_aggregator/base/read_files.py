@@ -18,7 +18,16 @@ _TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"?|[\[\]{}\n]')
 
 
 class UnreadableFile(ValueError):
-    """A file that is not read: the message names it and why."""
+    """A file that is not read: the message names it and why; `reason` is the why alone, for a caller that names the
+    file its own way."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message
+
+
+def _size(count_bytes: int) -> str:
+    return f"{count_bytes // 1024} KiB" if count_bytes % 1024 == 0 else f"{count_bytes} bytes"
 
 
 def read_regular_bytes(path: Path, max_bytes: int, what: str, follow_links: bool = True) -> bytes:
@@ -29,15 +38,17 @@ def read_regular_bytes(path: Path, max_bytes: int, what: str, follow_links: bool
     try:
         fd = os.open(path, flags)
     except OSError as error:
-        reason = "a symbolic link" if os.path.islink(path) and not follow_links else error.strerror or str(error)
-        raise UnreadableFile(f"{path} ({what}) cannot be read: {reason}") from None
+        cause = "a symbolic link" if os.path.islink(path) and not follow_links else error.strerror or str(error)
+        raise UnreadableFile(f"{path} ({what}) cannot be read: {cause}", f"cannot be read: {cause}") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise UnreadableFile(f"{path} ({what}) is not a regular file (a FIFO, device or folder): not read")
+        reason = "is not a regular file (a FIFO, device or folder): not read"
+        raise UnreadableFile(f"{path} ({what}) {reason}", reason)
     with os.fdopen(fd, "rb") as file:
         data = file.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise UnreadableFile(f"{path} ({what}) is larger than {max_bytes} bytes, the most it may hold: not read")
+        reason = f"is larger than {_size(max_bytes)}, the most it may hold: not read"
+        raise UnreadableFile(f"{path} ({what}) {reason}", reason)
     return data
 
 

@@ -10,13 +10,12 @@ bounds the scanner's work: on a 2-core machine PyYAML scans 1 MiB in up to a sec
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from typing import NoReturn
 
 import yaml
 
+from ..base.read_files import UnreadableFile, read_regular_bytes
 from .field_checks import MAX_ITEMS, Problem, SweepError, field_name
 
 MAX_FILE_BYTES = 256 * 1024
@@ -77,31 +76,11 @@ def _text(path: Path) -> str:
     """The file's text, read no further than the size limit, so that a huge file costs no memory; only a regular
     file is read (opened without waiting, so that a FIFO, which would block for ever, or a device is refused)."""
     try:
-        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as file:
-            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-                raise SweepError(
-                    [
-                        Problem(
-                            str(path),
-                            "(file)",
-                            "is not a regular file (a FIFO, device or folder); give a sweep file (YAML)",
-                        )
-                    ]
-                )
-            data = file.read(MAX_FILE_BYTES + 1)
-    except OSError as error:
-        raise SweepError([Problem(str(path), "(file)", f"cannot be read: {error.strerror or error}")]) from None
-    if len(data) > MAX_FILE_BYTES:
+        data = read_regular_bytes(path, MAX_FILE_BYTES, "sweep file")
+    except UnreadableFile as error:
         raise SweepError(
-            [
-                Problem(
-                    str(path),
-                    "(file)",
-                    f"larger than {MAX_FILE_BYTES // 1024} KiB, the most a sweep "
-                    "file may hold; a study needs a few dozen lines",
-                )
-            ]
-        )
+            [Problem(str(path), "(file)", f"{error.reason}; a sweep file is YAML of a few dozen lines")]
+        ) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
