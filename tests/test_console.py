@@ -7,6 +7,8 @@ import pandas as pd
 import pytest
 from support.cli import fwbench, only_run_dir
 
+from fwbench_core.builtin import MODEL_SPECS
+
 # Every test here runs the command line, runners or generated requests end to end: seconds each.
 pytestmark = pytest.mark.slow
 
@@ -76,7 +78,7 @@ def test_runner_tables(fake_runner, command, tmp_path):
 def test_models_is_one_row_per_model_naming_the_runners_that_build_it(fake_runner):
     narrow, _ = both_widths("models", "--runner", f"fake={fake_runner}", "--runner", f"other={fake_runner}")
     rows = [line for line in narrow.splitlines() if line.startswith("│") and line.split("│")[1].strip()]
-    assert len(rows) == 13 and all(line.rstrip("│ ").endswith("all") for line in rows)
+    assert len(rows) == len(MODEL_SPECS) and all(line.rstrip("│ ").endswith("all") for line in rows)
     assert len(narrow.splitlines()) < 40
 
 
