@@ -13,7 +13,7 @@ from ..app.report import selection_of
 from ..present.console import out_console
 from . import app
 from .common import run
-from .path_option_types import parse_store
+from .path_option_types import CompareSelectionOption, WhereOption, parse_store
 
 export_app = typer.Typer(no_args_is_help=True, help="Take a store's results elsewhere: fwbench export mlflow.")
 app.add_typer(export_app, name="export")
@@ -30,16 +30,8 @@ def mlflow_command(
     ],
     store: Annotated[Path, typer.Option(callback=parse_store, help="the results store")] = Path("results/store"),
     experiment: Annotated[str, typer.Option(help="the MLflow experiment, made where it does not exist")] = EXPERIMENT,
-    compare: Annotated[
-        str | None,
-        typer.Option(
-            help="only this compare's runs: the name of its results folder (e.g. 20261127T173700Z-resnet18-infer-b2)"
-        ),
-    ] = None,
-    where: Annotated[
-        list[str] | None,
-        typer.Option(help="only the runs whose summary has this value, COLUMN=VALUE (repeat it: every one must hold)"),
-    ] = None,
+    compare: CompareSelectionOption = None,
+    where: WhereOption = None,
 ) -> None:
     """Each comparison of the store (a configuration and its runners) as an MLflow run: the configuration and each
     runner's settings as parameters; medians, ratios, intervals and energy as metrics; verdicts as tags; its table as

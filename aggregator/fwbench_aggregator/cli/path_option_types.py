@@ -32,3 +32,20 @@ StoreOption = Annotated[
     Path,
     typer.Option(callback=parse_store, help="the results store: every run is kept, and noise floors are read from it"),
 ]
+
+# Which stored runs a command reads (store.selection): one compare's, and those whose summary holds each value.
+CompareSelectionOption = Annotated[
+    str | None,
+    typer.Option(
+        "--compare",
+        help="only this compare's runs: the name of its results folder (e.g. 20261127T173700Z-resnet18-infer-b2)",
+    ),
+]
+WhereOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--where",
+        help="only the runs whose summary has this value, COLUMN=VALUE, e.g. framework_version=2.15.0 (repeat it: "
+        "every one must hold)",
+    ),
+]

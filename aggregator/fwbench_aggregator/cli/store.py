@@ -14,7 +14,7 @@ from ..app.store_check import check_store
 from ..present.health import print_bundle_added, print_bundle_written, print_store_check
 from . import app
 from .common import run
-from .path_option_types import parse_store
+from .path_option_types import CompareSelectionOption, WhereOption, parse_store
 
 DAMAGED_STATUS = 1
 
@@ -40,16 +40,8 @@ def check_command(
 def bundle_command(
     out: Annotated[Path, typer.Argument(help="the bundle to write, one file (e.g. gpu-runs.fwbench.tar.gz)")],
     store: Annotated[Path, typer.Option(callback=parse_store, help="the results store")] = Path("results/store"),
-    compare: Annotated[
-        str | None,
-        typer.Option(
-            help="only this compare's runs: the name of its results folder (e.g. 20261127T173700Z-resnet18-infer-b2)"
-        ),
-    ] = None,
-    where: Annotated[
-        list[str] | None,
-        typer.Option(help="only the runs whose summary has this value, COLUMN=VALUE (repeat it: every one must hold)"),
-    ] = None,
+    compare: CompareSelectionOption = None,
+    where: WhereOption = None,
 ) -> None:
     """Every readable run of the store (with its noise floors, searches and FLOP counts), or the runs chosen, as one
     file that `fwbench store add` adds to another store. Damaged runs are never carried."""

@@ -27,7 +27,7 @@ from ..run.runners import runners_in_use
 from . import app
 from .common import interrupted_status, report_failures, run, usage_error
 from .groups import with_groups
-from .path_option_types import parse_store
+from .path_option_types import CompareSelectionOption, WhereOption, parse_store
 from .quiet import WaitForQuietOption
 from .repetition_option_types import AUTO, SweepRepetitionsOption
 from .runner_option_types import AllowDifferentModelsOption, every_framework
@@ -230,19 +230,8 @@ def report_command(
             "configuration (versions.html; docs/versions.md)",
         ),
     ] = False,
-    compare: Annotated[
-        str | None,
-        typer.Option(
-            help="only this compare's runs: the name of its results folder (e.g. 20261127T173700Z-resnet18-infer-b2)"
-        ),
-    ] = None,
-    where: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="only the runs whose summary has this value, COLUMN=VALUE, e.g. framework_version=2.15.0 (repeat it: "
-            "every one must hold)"
-        ),
-    ] = None,
+    compare: CompareSelectionOption = None,
+    where: WhereOption = None,
 ) -> None:
     """Tables, plots, verdicts and the manifest from the store alone: no runner is needed."""
     if versions:
