@@ -25,6 +25,7 @@ NUMERIC_PARITY = {
         "lstm_lm",
         "deepspeech2",
         "wav2vec2_base",
+        "vit_b16",
         *EXAMPLE_PLUGINS,
     },
     "jax": set(MODEL_SPECS),
