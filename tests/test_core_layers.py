@@ -59,6 +59,7 @@ FLOORS = {
         "onnx_runtime",
         "serving",
         "timing",
+        "generation",
         "telemetry",
         "placement",
         "validation",

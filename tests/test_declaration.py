@@ -201,7 +201,7 @@ def test_a_missing_required_field_is_named_with_every_required_one(field):
 def test_an_unknown_field_is_named_with_the_closest_known_one_and_every_known_one():
     message = refusal(changed(IMAGE, descriptoin="A tiny CNN"))
     assert message.startswith(f"{PATH}: descriptoin: unknown field (did you mean description?); fields: name, task, ")
-    assert message.endswith("input_convention, vocab_size, description")
+    assert message.endswith("input_convention, vocab_size, description, generates, options")
 
 
 def test_an_unknown_head_field_is_named_with_the_closest_known_one():
@@ -389,8 +389,10 @@ def vision(name: str, side: int = 224, min_side: int = 32) -> ModelSpec:
     )
 
 
-def text(name: str, seq: int, max_seq: int, vocab: int, heads: tuple) -> ModelSpec:
-    return ModelSpec(name, Task.NLP, InputKind.TOKENS, "seq", (seq,), (1,), (max_seq,), heads, vocab_size=vocab)
+def text(name: str, seq: int, max_seq: int, vocab: int, heads: tuple, generates: bool = False) -> ModelSpec:
+    return ModelSpec(
+        name, Task.NLP, InputKind.TOKENS, "seq", (seq,), (1,), (max_seq,), heads, vocab_size=vocab, generates=generates
+    )
 
 
 # What the runners' builders were written against (the catalog before the declarations moved to model.toml).
@@ -413,8 +415,15 @@ EXPECTED_BUILT_INS = {
             30522,
             (("classification", Head(Objective.CLASSIFY, 2)), ("mlm", Head(Objective.TOKEN_CE, 30522))),
         ),
-        text("gpt2_small", 1024, 1024, 50257, (("causal_lm", Head(Objective.TOKEN_CE, 50257)),)),
+        text("gpt2_small", 1024, 1024, 50257, (("causal_lm", Head(Objective.TOKEN_CE, 50257)),), generates=True),
         text("lstm_lm", 35, 4096, 10000, (("lm", Head(Objective.TOKEN_CE, 10000)),)),
+        text(
+            "llama_small",
+            1024,
+            2048,
+            32000,
+            (("small", Head(Objective.TOKEN_CE, 32000)), ("tiny", Head(Objective.TOKEN_CE, 32000))),
+        ),
         ModelSpec(
             "deepspeech2",
             Task.SPEECH,
@@ -450,3 +459,24 @@ def test_each_built_in_declaration_reads_as_the_runners_expect(name):
     assert spec.source.built_in and spec.description, "a built-in has no folder of its own and says what it is"
     assert replace(spec, description="") == EXPECTED_BUILT_INS[name]
     assert MODEL_SPECS[name] == spec
+
+
+def test_a_declaration_names_options_beside_its_head_and_whether_it_generates(tmp_path):
+    declared = (
+        'name = "decoder"\ntask = "nlp"\ninput_kind = "tokens"\ndefault_input_shape = [8]\nmin_input_shape = [1]\n'
+        'max_input_shape = [64]\nvocab_size = 100\ngenerates = true\n'
+        '[[heads]]\nname = "lm"\nobjective = "token_ce"\noutputs = 100\n'
+        '[[options]]\nname = "size"\nchoices = ["small", "tiny"]\n'
+    )
+    spec = parse_declaration(tmp_path / "model.toml", declared, ModelSource())
+    assert spec.generates and [(o.name, o.choices, o.default) for o in spec.options] == [
+        ("size", ("small", "tiny"), "small")
+    ]
+    for broken, field in (
+        (declared.replace('choices = ["small", "tiny"]', "choices = []"), "options[0].choices"),
+        (declared.replace('name = "size"', 'name = "Size"'), "options[0].name"),
+        (declared.replace("generates = true", 'generates = "yes"'), "generates"),
+    ):
+        with pytest.raises(DeclarationError) as refused:
+            parse_declaration(tmp_path / "model.toml", broken, ModelSource())
+        assert f": {field}: " in str(refused.value)

@@ -66,6 +66,22 @@ class Workload(abc.ABC):
     def peak_memory(self) -> MemoryReading:
         """Peak memory since the workload was built."""
 
+    def prefill(self) -> None:
+        """Mode.GENERATE: start a request afresh: the batch's prompts through the model, filling the key-value cache
+        from its start, and each prompt's first new token chosen (the largest logit). May return before the device
+        is done. Only a workload of a model that declares `generates` is asked."""
+        raise FailedPrecondition(f"{type(self).__name__} does not generate: its builder provides no prefill")
+
+    def decode_step(self) -> None:
+        """Mode.GENERATE: one token more for every prompt, from the cache: the token chosen last fed back at the next
+        position, its keys and values added to the cache, the next token chosen greedily. May return before the
+        device is done."""
+        raise FailedPrecondition(f"{type(self).__name__} does not generate: its builder provides no decode step")
+
+    def generated_tokens(self) -> list[list[int]]:
+        """Mode.GENERATE: the tokens the last request chose, per prompt, in order (read after synchronize)."""
+        raise FailedPrecondition(f"{type(self).__name__} does not generate: it keeps no generated tokens")
+
     def device_time_s(self) -> float | None:
         """The last step as the device timed it (CUDA events), after synchronize; None where it cannot."""
         return None

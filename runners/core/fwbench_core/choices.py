@@ -11,6 +11,7 @@ import enum
 class Mode(enum.Enum):
     TRAIN = "train"
     INFER = "infer"
+    GENERATE = "generate"  # prefill a prompt, then decode new tokens one at a time from a key-value cache
 
 
 class Precision(enum.Enum):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .choices import InputKind, Objective, Task
 from .errors import did_you_mean
-from .models import Head, ModelSource, ModelSpec
+from .models import HEAD_OPTION, Head, ModelOption, ModelSource, ModelSpec
 from .safe_read import FileRefused, FileTooLarge, read_small_file
 
 if sys.version_info >= (3, 11):
@@ -39,8 +39,11 @@ CONVENTIONS = {
     InputKind.SPECTROGRAM: "FxT",
 }
 REQUIRED = ("name", "task", "input_kind", "default_input_shape", "min_input_shape", "max_input_shape", "heads")
-OPTIONAL = ("input_convention", "vocab_size", "description")
+OPTIONAL = ("input_convention", "vocab_size", "description", "generates", "options")
 HEAD_FIELDS = ("name", "objective", "outputs")
+OPTION_FIELDS = ("name", "choices")
+MAX_OPTIONS = 8
+MAX_CHOICES = 16
 
 
 class DeclarationError(ValueError):
@@ -96,15 +99,8 @@ def _heads(reader: _Reader) -> tuple[tuple[str, Head], ...]:
     parsed: list[tuple[str, Head]] = []
     for index, head in enumerate(heads):
         field = f"heads[{index}]"
-        unknown = sorted(set(head) - set(HEAD_FIELDS))
-        missing = [name for name in HEAD_FIELDS if name not in head]
-        if unknown or missing:
-            problem = (
-                f"missing {', '.join(missing)}"
-                if missing
-                else f"unknown field {unknown[0]!r}{did_you_mean(unknown[0], HEAD_FIELDS)}"
-            )
-            raise reader.fail(field, f"{problem}; a head has exactly: {', '.join(HEAD_FIELDS)}")
+        if problem := _fields_problem(head, HEAD_FIELDS, "a head"):
+            raise reader.fail(field, problem)
         name = head["name"]
         if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
             raise reader.fail(
@@ -114,6 +110,49 @@ def _heads(reader: _Reader) -> tuple[tuple[str, Head], ...]:
             raise reader.fail(f"{field}.name", f"{name!r} names two heads")
         objective = reader.enum(f"{field}.objective", Objective, head["objective"])
         parsed.append((name, Head(objective, reader.integer(f"{field}.outputs", head["outputs"], 1))))
+    return tuple(parsed)
+
+
+def _fields_problem(table: dict, fields: tuple[str, ...], what: str) -> str:
+    """What is wrong with a [[heads]] or [[options]] table's fields; "" where nothing is."""
+    unknown = sorted(set(table) - set(fields))
+    missing = [name for name in fields if name not in table]
+    if not unknown and not missing:
+        return ""
+    problem = (
+        f"missing {', '.join(missing)}"
+        if missing
+        else f"unknown field {unknown[0]!r}{did_you_mean(unknown[0], fields)}"
+    )
+    return f"{problem}; {what} has exactly: {', '.join(fields)}"
+
+
+def _options(reader: _Reader, heads: tuple[tuple[str, Head], ...]) -> tuple[ModelOption, ...]:
+    """The [[options]] a model takes beside its head (a size, a variant): each a name and its choices, the first the
+    default; a builder reads the chosen one from the run's model options."""
+    options = reader.table.get("options", [])
+    if not isinstance(options, list) or not all(isinstance(o, dict) for o in options) or len(options) > MAX_OPTIONS:
+        raise reader.fail("options", f"at most {MAX_OPTIONS} [[options]] tables, each with name and choices")
+    taken = {HEAD_OPTION} if len(heads) > 1 else set()
+    parsed = []
+    for index, option in enumerate(options):
+        field = f"options[{index}]"
+        if problem := _fields_problem(option, OPTION_FIELDS, "an option"):
+            raise reader.fail(field, problem)
+        name, choices = option["name"], option["choices"]
+        if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or name in taken:
+            raise reader.fail(f"{field}.name", f"{name!r} is not a new option name: lower-case letters, digits and _")
+        if (
+            not isinstance(choices, list)
+            or not 1 <= len(choices) <= MAX_CHOICES
+            or not all(isinstance(c, str) and NAME_PATTERN.fullmatch(c) for c in choices)
+            or len(set(choices)) != len(choices)
+        ):
+            raise reader.fail(
+                f"{field}.choices", f"{choices!r} is not accepted; 1 to {MAX_CHOICES} distinct names, the default first"
+            )
+        taken.add(name)
+        parsed.append(ModelOption(name, tuple(choices)))
     return tuple(parsed)
 
 
@@ -220,6 +259,12 @@ def parse_declaration(path: Path, text: str, source: ModelSource) -> ModelSpec:
             f"must be a string of at most {MAX_DESCRIPTION_CHARS} characters"
             + (f" (it has {len(description)})" if isinstance(description, str) else ""),
         )
+    generates = table.get("generates", False)
+    if not isinstance(generates, bool) or (generates and input_kind is not InputKind.TOKENS):
+        raise reader.fail(
+            "generates", f"{generates!r} is not accepted; true only for a decoder of token inputs, else false"
+        )
+    heads = _heads(reader)
     return ModelSpec(
         name=name,
         task=task,
@@ -228,10 +273,12 @@ def parse_declaration(path: Path, text: str, source: ModelSource) -> ModelSpec:
         default_input_shape=default,
         min_input_shape=low,
         max_input_shape=high,
-        heads=_heads(reader),
+        heads=heads,
         vocab_size=vocab_size,
         description=description,
         source=source,
+        generates=generates,
+        declared_options=_options(reader, heads),
     )
 
 

@@ -40,6 +40,9 @@ HANG_RANK_ENV = "FWBENCH_FAKE_HANG_RANK"
 FRAMEWORK_ENV = "FWBENCH_FAKE_FRAMEWORK"
 FRAMEWORK_VERSION_ENV = "FWBENCH_FAKE_FRAMEWORK_VERSION"
 HANG_S = 3600.0
+# A generation request's decode step sleeps this fraction of the step time (its prefill sleeps the step time): a
+# token costs less than a prompt.
+DECODE_STEP_FRACTION = 0.25
 # A run whose inputs would exceed this many bytes fails as out of memory.
 MEMORY_LIMIT_BYTES = 1 << 34
 # The same sums in the same process: anything but float32 rounding is a wrong reference.
@@ -148,6 +151,8 @@ class FakeWorkload(Workload):
         self.default_step_time_s = step_time_s
         self.step_time_s = step_time_for(config, step_time_s)
         self.steps_taken = 0  # the fake's state: what a reused workload must start from afresh
+        self.vocab_size, self.batch_size, self.data_seed = config.model.vocab_size, config.batch_size, config.data_seed
+        self.tokens: list[list[int]] = []
         self.collective = SocketSum(config.place, config.distributed_timeout_s) if config.place else None
         if config.place and config.place.rank == int(os.environ.get(HANG_RANK_ENV, "-1")):
             self.step_time_s = HANG_S
@@ -172,6 +177,25 @@ class FakeWorkload(Workload):
     def infer_step(self) -> None:
         self.steps_taken += 1
         time.sleep(self.step_time_s)
+
+    def prefill(self) -> None:
+        self.steps_taken += 1
+        self.tokens = [[] for _ in range(self.batch_size)]
+        time.sleep(self.step_time_s)
+        self._choose_tokens()
+
+    def decode_step(self) -> None:
+        time.sleep(self.step_time_s * DECODE_STEP_FRACTION)
+        self._choose_tokens()
+
+    def _choose_tokens(self) -> None:
+        """The fake's greedy choice: a token made from the inputs' seed, the prompt and the position alone, so that two
+        fake runners generate the same tokens."""
+        for prompt, tokens in enumerate(self.tokens):
+            tokens.append((self.data_seed * 7919 + prompt * 104729 + len(tokens) * 31) % max(self.vocab_size, 2))
+
+    def generated_tokens(self) -> list[list[int]]:
+        return [list(tokens) for tokens in self.tokens]
 
     def synchronize(self) -> None:
         pass

@@ -24,6 +24,9 @@ MAX_REUSE_KEY_LENGTH = 128
 MAX_QUERY_COUNT = 1_000_000
 MAX_TARGET_QPS = 1e6
 MAX_BATCH_TIMEOUT_MS = 60_000.0
+# Tokens a generation request adds to each prompt: the first comes from the prefill, so decoding needs two.
+MIN_NEW_TOKENS = 2
+MAX_NEW_TOKENS = 4096
 
 
 def in_range(field: str, value: int, low: int, high: int) -> int:

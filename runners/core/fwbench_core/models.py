@@ -67,6 +67,8 @@ class ModelSpec:
     vocab_size: int = 0  # token ids are drawn below this (TOKENS inputs)
     description: str = ""
     source: ModelSource = ModelSource()
+    generates: bool = False  # a decoder with a key-value cache: it runs Mode.GENERATE
+    declared_options: tuple[ModelOption, ...] = ()  # the declaration's [[options]] (a size, a variant), beside "head"
 
     @property
     def variable_dims(self) -> tuple[int, ...]:
@@ -74,9 +76,8 @@ class ModelSpec:
 
     @property
     def options(self) -> tuple[ModelOption, ...]:
-        if len(self.heads) < 2:
-            return ()
-        return (ModelOption(HEAD_OPTION, tuple(name for name, _ in self.heads)),)
+        heads = (ModelOption(HEAD_OPTION, tuple(name for name, _ in self.heads)),) if len(self.heads) > 1 else ()
+        return heads + self.declared_options
 
     def head(self, options: dict[str, str]) -> Head:
         return dict(self.heads)[options.get(HEAD_OPTION, self.heads[0][0])]

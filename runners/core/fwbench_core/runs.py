@@ -87,6 +87,7 @@ class RunRequest:
     continue_reuse: bool = False  # a window: step the kept workload as the last run left it
     process_block: str = ""  # runs naming one block run in one worker process of their own; "": as isolation says
     input_seed: int | None = None  # the input data's seed; None: the seed
+    new_tokens: int | None = None  # Mode.GENERATE: tokens each prompt gains; None: the default
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,7 @@ class RunConfig:
     continue_reuse: bool = False
     process_block: str = ""
     input_seed: int | None = None  # None: the seed
+    new_tokens: int | None = None  # Mode.GENERATE: tokens each prompt gains (2 or more); None in other modes
 
     @property
     def data_seed(self) -> int:

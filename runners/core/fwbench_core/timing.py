@@ -12,6 +12,7 @@ from .choices import Mode, Phase
 from .device_state import DeviceState, device_flags
 from .devices import DeviceRef
 from .errors import Cancelled
+from .generation import GenerationSummary, RequestTimes, run_request, summarize_generation
 from .limits import MAX_MEASURED_STEPS
 from .power import EnergySummary
 from .runs import RunConfig, WarmupUntilStable
@@ -36,6 +37,9 @@ class StepSample:
     device_time_s: float | None = None
     # A distributed step: each worker process's own time, in local rank order; step_time_s is the slowest.
     rank_step_time_s: tuple[float, ...] = ()
+    # A generation request (Mode.GENERATE): its prefill, and its decode steps together.
+    time_to_first_token_s: float | None = None
+    decode_time_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -75,11 +79,16 @@ class Summary:
     serving: ServingSummary | None = None  # set for a run under a scenario
     build_continued: bool = False  # stepped the kept workload as the last run left it (RunRequest.continue_reuse)
     process_id: int = 0  # the process that ran the steps
+    generation: GenerationSummary | None = None  # set for a Mode.GENERATE run
 
 
 def samples_processed(config: RunConfig, summary: Summary) -> int:
-    """Real samples the measured phase served: under a scenario its queries' (padding excluded)."""
-    return summary.serving.sample_count if summary.serving else config.batch_size * summary.measured_steps
+    """Real samples the measured phase served: under a scenario its queries' (padding excluded); in generation the
+    tokens its requests made, so that energy per sample is energy per token."""
+    if summary.serving:
+        return summary.serving.sample_count
+    tokens_per_step = config.new_tokens or 1
+    return config.batch_size * summary.measured_steps * tokens_per_step
 
 
 def with_device_state(summary: Summary, ref: DeviceRef, before: DeviceState, after: DeviceState) -> Summary:
@@ -170,6 +179,8 @@ class _StepTimer:
         self, workload: Workload, config: RunConfig, clock: Callable[[], float], build_started_s: float
     ) -> None:
         self._step = workload.train_step if config.mode is Mode.TRAIN else workload.infer_step
+        self._workload = workload
+        self._new_tokens = config.new_tokens
         self._synchronize = workload.synchronize
         self._device_time_s = workload.device_time_s
         self._clock = clock
@@ -182,13 +193,30 @@ class _StepTimer:
         self.measured: list[float] = []
         self.measured_s = 0.0
         self.device_times: list[float] = []  # of measured steps, where the device times them
+        self.requests: list[RequestTimes] = []  # measured generation requests
 
-    def run(self, warmup: bool) -> StepSample:
+    def _sample(self, warmup: bool) -> StepSample:
+        if self._new_tokens is not None:
+            request = run_request(self._workload, self._new_tokens, self._clock)
+            if not warmup:
+                self.requests.append(request)
+            return StepSample(
+                self.index,
+                warmup,
+                request.start_s,
+                request.end_s - request.start_s,
+                time_to_first_token_s=request.time_to_first_token_s,
+                decode_time_s=request.decode_time_s,
+            )
         start_s = self._clock()
         self._step()
         self._synchronize()
         end_s = self._clock()
-        sample = StepSample(self.index, warmup, start_s, end_s - start_s, self._device_time_s())
+        return StepSample(self.index, warmup, start_s, end_s - start_s, self._device_time_s())
+
+    def run(self, warmup: bool) -> StepSample:
+        sample = self._sample(warmup)
+        end_s = sample.start_s + sample.step_time_s
         if self.index == 0:
             self.time_to_first_step_s = end_s - self._build_started_s
         self.pending.append(sample)
@@ -252,6 +280,11 @@ def time_steps(
         timer.warmup_times,
         timer.device_times,
     )
+    if timer.requests and config.new_tokens is not None:
+        generation = summarize_generation(
+            timer.requests, config.batch_size, config.input_shape[0], config.new_tokens, workload.generated_tokens()
+        )
+        summary = replace(summary, generation=generation)
     yield summary if serving is None else replace(summary, serving=serving)
 
 

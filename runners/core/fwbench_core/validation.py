@@ -11,6 +11,7 @@ from .choices import Mode, Profile, Strategy
 from .devices import Capabilities, Device
 from .errors import InvalidArgument, echoed
 from .framework_settings import resolve_framework_settings, resolve_tf32, resolve_threads
+from .generation import refuse_unsupported, resolve_new_tokens
 from .limits import (
     MAX_BATCH_SIZE,
     MAX_DISTRIBUTED_TIMEOUT_S,
@@ -71,6 +72,8 @@ def resolve(
     settings = resolve_framework_settings(request, mode, spec, strategy, can, device, profile, framework)
     steps = resolve_steps(request)
     window = resolve_window(request, distributed)
+    new_tokens = resolve_new_tokens(request, mode, spec, input_shape, catalog)
+    refuse_unsupported(mode, strategy)
     return RunConfig(
         reuse_key=resolve_key("reuse_key", request.reuse_key),
         end_reuse=request.end_reuse,
@@ -113,6 +116,7 @@ def resolve(
         cluster=cluster,
         distributed_timeout_s=timeout_s if distributed else 0.0,
         serving=resolve_serving(request, mode, batch_size, strategy, window.min_measure_s),
+        new_tokens=new_tokens,
     )
 
 

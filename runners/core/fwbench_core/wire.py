@@ -150,6 +150,7 @@ def model_to_wire(spec: ModelSpec) -> pb.ModelInfo:
         source_folder=spec.source.folder,
         source_origin=spec.source.origin,
         content_hash=spec.source.content_hash,
+        generates=spec.generates,
     )
 
 

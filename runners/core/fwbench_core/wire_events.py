@@ -3,6 +3,8 @@ serving figures and the summary, each from the core's own type."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from fwbench.runner.v1 import runner_pb2 as pb
 
 from .backend import MemoryReading
@@ -138,6 +140,8 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
                         step_time_s=s.step_time_s,
                         device_time_s=s.device_time_s,
                         rank_step_time_s=s.rank_step_time_s,
+                        time_to_first_token_s=s.time_to_first_token_s,
+                        decode_time_s=s.decode_time_s,
                     )
                     for s in event.steps
                 ]
@@ -187,5 +191,7 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
             summary.device_after.CopyFrom(device_state_to_wire(event.device_after))
         if event.serving is not None:
             summary.serving.CopyFrom(serving_summary_to_wire(event.serving))
+        if event.generation is not None:
+            summary.generation.CopyFrom(pb.GenerationSummary(**asdict(event.generation)))
         return pb.RunEvent(summary=summary)
     raise TypeError(f"no wire form for {type(event).__name__}")
