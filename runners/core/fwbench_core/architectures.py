@@ -53,7 +53,8 @@ LLAMA_ROPE_THETA = 10000.0  # the rotary embedding's base: position p turns pair
 
 # ViT-B/16 as torchvision's vit_b_16: 16x16 patches, 12 pre-LayerNorm encoder layers, a class token, learned
 # position embeddings, exact GELU, no dropout (torchvision's default of 0).
-VIT_B16 = dict(patch=16, layers=12, hidden=768, heads=12, mlp=3072, eps=1e-6)
+VIT_B16 = dict(patch=16, layers=12, hidden=768, heads=12, mlp=3072)
+VIT_EPS = 1e-6  # the LayerNorms'
 VIT_POSITION_STD = 0.02  # the position embeddings' initial normal spread, as torchvision's
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
-from fwbench_core.architectures import VIT_B16, vit_patch_grid
+from fwbench_core.architectures import VIT_B16, VIT_EPS, vit_patch_grid
 from fwbench_core.models import ModelSpec
 
 from . import MODELS, FlaxModel
@@ -31,7 +31,7 @@ class EncoderBlock(nn.Module):
     def __call__(self, x):
         c = VIT_B16
         dense = lambda width, name: nn.Dense(width, dtype=self.dtype, name=name)
-        norm = lambda name: nn.LayerNorm(epsilon=c["eps"], dtype=self.dtype, name=name)
+        norm = lambda name: nn.LayerNorm(epsilon=VIT_EPS, dtype=self.dtype, name=name)
         q, k, v = jnp.split(dense(3 * c["hidden"], "self_attention.qkv")(norm("ln_1")(x)), 3, axis=-1)
         no_dropout = nn.Dropout(0.0, deterministic=True)
         x = x + dense(c["hidden"], "self_attention.out_proj")(attention(q, k, v, c["heads"], no_dropout, causal=False))
@@ -49,7 +49,7 @@ class Encoder(nn.Module):
         x = x + positions.astype(self.dtype)
         for index in range(c["layers"]):
             x = EncoderBlock(self.dtype, name=f"layers.{index}")(x)
-        return nn.LayerNorm(epsilon=c["eps"], dtype=self.dtype, name="ln")(x)
+        return nn.LayerNorm(epsilon=VIT_EPS, dtype=self.dtype, name="ln")(x)
 
 
 class VisionTransformer(nn.Module):

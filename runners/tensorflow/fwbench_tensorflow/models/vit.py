@@ -18,7 +18,7 @@ import math
 import keras
 from keras import layers, ops
 
-from fwbench_core.architectures import VIT_B16, VIT_POSITION_STD, vit_patch_grid
+from fwbench_core.architectures import VIT_B16, VIT_EPS, VIT_POSITION_STD, vit_patch_grid
 from fwbench_core.models import ModelSpec
 
 from .. import torch_weights
@@ -55,11 +55,11 @@ class ClassTokenAndPositions(layers.Layer):
 def _encoder_block(x, i: int):
     c = VIT_B16
     name = f"layers_{i}"
-    h = layers.LayerNormalization(epsilon=c["eps"], name=f"{name}_ln_1")(x)
+    h = layers.LayerNormalization(epsilon=VIT_EPS, name=f"{name}_ln_1")(x)
     q, k, v = SplitQkv(name=f"{name}_split")(layers.Dense(3 * c["hidden"], name=f"{name}_qkv")(h))
     a = DotProductAttention(c["heads"], 0.0, causal=False, name=f"{name}_attention")(q, k, v)
     x = layers.Add(name=f"{name}_attention_add")([x, layers.Dense(c["hidden"], name=f"{name}_out_proj")(a)])
-    h = layers.LayerNormalization(epsilon=c["eps"], name=f"{name}_ln_2")(x)
+    h = layers.LayerNormalization(epsilon=VIT_EPS, name=f"{name}_ln_2")(x)
     h = layers.Dense(c["mlp"], activation=gelu_erf, name=f"{name}_fc1")(h)
     return layers.Add(name=f"{name}_mlp_add")([x, layers.Dense(c["hidden"], name=f"{name}_fc2")(h)])
 
@@ -80,7 +80,7 @@ def _build_vit_b16(spec: ModelSpec, input_shape: tuple[int, ...], options: dict[
     x = ClassTokenAndPositions(rows * columns + 1, c["hidden"], name="tokens")(x)
     for i in range(c["layers"]):
         x = _encoder_block(x, i)
-    x = layers.LayerNormalization(epsilon=c["eps"], name="encoder_ln")(x)
+    x = layers.LayerNormalization(epsilon=VIT_EPS, name="encoder_ln")(x)
     outputs = layers.Dense(spec.head(options).outputs, name="head")(FirstToken(name="class_token")(x))
     return keras.Model(images, outputs, name="vit_b16")
 

@@ -22,7 +22,7 @@ import math
 import torch
 from torch import nn
 
-from fwbench_core.architectures import VIT_B16, VIT_POSITION_STD, vit_patch_grid
+from fwbench_core.architectures import VIT_B16, VIT_EPS, VIT_POSITION_STD, vit_patch_grid
 from fwbench_core.models import ModelSpec
 
 from . import MODELS
@@ -80,9 +80,9 @@ class Encoder(nn.Module):
         c = VIT_B16
         self.pos_embedding = nn.Parameter(torch.empty(1, tokens, c["hidden"]).normal_(std=VIT_POSITION_STD))
         self.layers = nn.ModuleList(
-            EncoderBlock(c["hidden"], c["heads"], c["mlp"], c["eps"]) for _ in range(c["layers"])
+            EncoderBlock(c["hidden"], c["heads"], c["mlp"], VIT_EPS) for _ in range(c["layers"])
         )
-        self.ln = nn.LayerNorm(c["hidden"], eps=c["eps"])
+        self.ln = nn.LayerNorm(c["hidden"], eps=VIT_EPS)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.pos_embedding
