@@ -458,3 +458,19 @@ def test_torch_export_replaces_a_symlink_and_tensorflow_refuses_weights_that_do_
         error.details()
     )
     assert_short_and_clean(error)
+
+
+def test_generated_tokens_match_only_where_every_token_is_the_same_and_say_where_they_first_differ():
+    from fwbench_core.models import ReferenceReport
+    from fwbench_core.references import compared_tokens
+
+    outputs_matched = ReferenceReport(output_shape=(2, 5), matched=True)
+    expected = np.array([[5, 6, 7, 8], [1, 2, 3, 4]])
+    same = compared_tokens(outputs_matched, expected.copy(), expected)
+    assert (same.matched, same.tokens_compared, same.first_token_divergence) == (True, 8, -1)
+    later = expected.copy()
+    later[1, 2] = 9
+    differs = compared_tokens(outputs_matched, later, expected)
+    assert (differs.matched, differs.first_token_divergence) == (False, 2)
+    short = compared_tokens(outputs_matched, expected[:, :3], expected)
+    assert (short.matched, short.first_token_divergence) == (False, 0)

@@ -22,7 +22,7 @@ from .choices import Compilation, Layout, Precision, Strategy, Switch
 from .devices import Capabilities, Device, RunnerInfo, RunnerSettings
 from .errors import Aborted, Unavailable
 from .models import ModelConfig, ModelReport, ReferenceReport
-from .references import compared_outputs
+from .references import GENERATED_TOKENS, PARITY_NEW_TOKENS, compared_outputs, compared_tokens
 from .registry import ModelRegistry
 from .runs import RunConfig, WorkerPlace
 from .sysinfo import cpu_device, python_version
@@ -56,6 +56,16 @@ for _name in MODEL_SPECS:
 def fake_parameter_count(model_name: str) -> int:
     """A stable made-up count: the fake has no weights."""
     return sum(map(ord, model_name)) * 1000
+
+
+def fake_token(seed: int, prompt: int, position: int, vocab_size: int) -> int:
+    """The fake's greedy choice: a token made from the inputs' seed, the prompt and the position alone, so that two
+    fake runners generate the same tokens."""
+    return (seed * 7919 + prompt * 104729 + position * 31) % max(vocab_size, 2)
+
+
+def fake_tokens(seed: int, prompts: int, count: int, vocab_size: int) -> np.ndarray:
+    return np.array([[fake_token(seed, p, i, vocab_size) for i in range(count)] for p in range(prompts)], np.int64)
 
 
 def fake_output(inputs: np.ndarray, outputs: int) -> np.ndarray:
@@ -189,10 +199,8 @@ class FakeWorkload(Workload):
         self._choose_tokens()
 
     def _choose_tokens(self) -> None:
-        """The fake's greedy choice: a token made from the inputs' seed, the prompt and the position alone, so that two
-        fake runners generate the same tokens."""
         for prompt, tokens in enumerate(self.tokens):
-            tokens.append((self.data_seed * 7919 + prompt * 104729 + len(tokens) * 31) % max(self.vocab_size, 2))
+            tokens.append(fake_token(self.data_seed, prompt, len(tokens), self.vocab_size))
 
     def generated_tokens(self) -> list[list[int]]:
         return [list(tokens) for tokens in self.tokens]
@@ -260,11 +268,18 @@ class FakeBackend(Backend):
         else:
             inputs = random.standard_normal(shape, dtype=np.float32)
         output = fake_output(inputs, config.head.outputs)
-        return {"input": inputs, "output": output}, ReferenceReport(output_shape=output.shape)
+        arrays = {"input": inputs, "output": output}
+        if config.model.generates:
+            arrays[GENERATED_TOKENS] = fake_tokens(config.seed, len(inputs), PARITY_NEW_TOKENS, config.model.vocab_size)
+        return arrays, ReferenceReport(output_shape=output.shape)
 
     def compare_reference(self, config: ModelConfig, arrays: Mapping[str, np.ndarray]) -> ReferenceReport:
         output, expected = fake_output(arrays["input"], config.head.outputs), arrays["output"]
-        return compared_outputs(output, expected, REFERENCE_TOLERANCE)
+        report = compared_outputs(output, expected, REFERENCE_TOLERANCE)
+        if config.model.generates:
+            tokens = fake_tokens(config.seed, len(arrays["input"]), PARITY_NEW_TOKENS, config.model.vocab_size)
+            report = compared_tokens(report, tokens, arrays[GENERATED_TOKENS])
+        return report
 
 
 if __name__ == "__main__":

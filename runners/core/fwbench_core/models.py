@@ -138,3 +138,5 @@ class ReferenceReport:
     max_rel_diff: float = 0.0
     tolerance: float = 0.0
     matched: bool = False
+    tokens_compared: int = 0  # a generating model's greedy tokens compared exactly (references.compared_tokens)
+    first_token_divergence: int = -1  # the first position where they differ; -1: nowhere

@@ -17,6 +17,7 @@ import stat
 import tempfile
 import zipfile
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 
@@ -196,6 +197,27 @@ def compared_outputs(output: np.ndarray, expected: np.ndarray, tolerance: float)
         max_rel_diff=max_rel,
         tolerance=tolerance,
         matched=max_rel <= tolerance,
+    )
+
+
+# The tokens a generating model's reference holds per prompt (greedy from the reference's input): enough to show two
+# runners choose alike, few enough that a reference stays quick to make.
+PARITY_NEW_TOKENS = 8
+GENERATED_TOKENS = "generated_tokens"
+
+
+def compared_tokens(report: ReferenceReport, tokens: np.ndarray, expected: np.ndarray) -> ReferenceReport:
+    """`report` (the outputs compared) with a generating model's greedy tokens compared exactly: matched only where
+    the outputs matched and every token is the reference's; the first position where any prompt's tokens differ."""
+    if tokens.shape != expected.shape:
+        return replace(report, matched=False, tokens_compared=0, first_token_divergence=0)
+    differs = np.nonzero((tokens != expected).any(axis=0))[0]
+    divergence = int(differs[0]) if differs.size else -1
+    return replace(
+        report,
+        matched=report.matched and divergence == -1,
+        tokens_compared=int(expected.size),
+        first_token_divergence=divergence,
     )
 
 

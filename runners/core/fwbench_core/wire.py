@@ -187,6 +187,8 @@ def reference_report_to_wire(name: str, report: ReferenceReport) -> pb.Reference
         max_rel_diff=report.max_rel_diff,
         tolerance=report.tolerance,
         matched=report.matched,
+        tokens_compared=report.tokens_compared,
+        first_token_divergence=report.first_token_divergence,
     )
 
 
