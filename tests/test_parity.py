@@ -10,7 +10,6 @@ from support.runners import SERVED_SPECS as MODEL_SPECS
 from fwbench_aggregator.analyse.parity import FLOPS_TOLERANCE, PARAMETER_TOLERANCE, judged
 from fwbench_aggregator.run.client import RunnerClient
 from fwbench_aggregator.run.parity import Variant, gather_variant
-from fwbench_core.models import HEAD_OPTION
 
 # Every test here runs a real framework runner.
 pytestmark = pytest.mark.frameworks
@@ -23,6 +22,7 @@ NUMERIC_PARITY = {
         "vgg16",
         "bert_base",
         "lstm_lm",
+        "llama_small",
         "deepspeech2",
         "wav2vec2_base",
         "vit_b16",
@@ -33,10 +33,10 @@ NUMERIC_PARITY = {
 
 
 def all_variants() -> list[Variant]:
+    """Each choice of each option (a head, a size), the others at their defaults, as `fwbench parity` checks them."""
     out = []
     for name, spec in sorted(MODEL_SPECS.items()):
-        heads = [head for head, _ in spec.heads]
-        out += [Variant(name, {HEAD_OPTION: head} if len(heads) > 1 else {}) for head in heads]
+        out += [Variant(name, {o.name: choice}) for o in spec.options for choice in o.choices] or [Variant(name, {})]
     return out
 
 

@@ -39,9 +39,10 @@ W2V_EPS = 1e-5
 
 # --- llama_small --------------------------------------------------------------------------------
 
-# Per size, which the declaration offers as its heads (model option head=small|tiny). small is GPT-2 small's size
-# (124.7M parameters against 124.4M), so the two decoders compare; tiny is for tests on a CPU. The vocabulary is the
-# declaration's (32,000 for both: token ids are drawn below it). Query heads share key-value heads in groups.
+# Per size, the declaration's option size=small|tiny. small is GPT-2 small's size (124.7M parameters against 124.4M),
+# so the two decoders compare; tiny is for tests on a CPU. The vocabulary is the declaration's (32,000 for both: token
+# ids are drawn below it). Query heads share key-value heads in groups.
+LLAMA_SIZE_OPTION = "size"
 LLAMA_SIZES = dict(
     small=dict(hidden=768, layers=12, heads=12, kv_heads=4, mlp=2048, max_positions=2048),
     tiny=dict(hidden=64, layers=2, heads=4, kv_heads=2, mlp=128, max_positions=2048),

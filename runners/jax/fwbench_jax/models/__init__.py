@@ -43,4 +43,4 @@ def plugin_builder(module, folder) -> FlaxModel:
 
 MODELS: ModelRegistry = ModelRegistry("jax", plugin_builder)
 
-from . import inception, speech, text, vision, vit  # noqa: E402,F401  (each registers its models)
+from . import inception, llama, speech, text, vision, vit  # noqa: E402,F401  (each registers its models)

@@ -16,4 +16,4 @@ def plugin_builder(module, folder):
 
 MODELS: ModelRegistry = ModelRegistry("torch", plugin_builder)
 
-from . import speech, text, vision, vit  # noqa: E402,F401  (each registers its models)
+from . import llama, speech, text, vision, vit  # noqa: E402,F401  (each registers its models)
