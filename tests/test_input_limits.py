@@ -118,6 +118,7 @@ def test_the_command_line_takes_the_ranges_the_runners_take():
     assert plan.MAX_TARGET_QPS == limits.MAX_TARGET_QPS
     assert plan.MAX_QUERIES == limits.MAX_QUERY_COUNT
     assert plan.MAX_BATCH_TIMEOUT_MS == limits.MAX_BATCH_TIMEOUT_MS
+    assert (plan.MIN_NEW_TOKENS, plan.MAX_NEW_TOKENS) == (limits.MIN_NEW_TOKENS, limits.MAX_NEW_TOKENS)
     assert (plan.MIN_POWER_RATE_HZ, plan.MAX_POWER_RATE_HZ) == (sampler.MIN_RATE_HZ, sampler.MAX_RATE_HZ)
 
 

@@ -32,7 +32,6 @@ from fwbench_aggregator.store import records
 from fwbench_aggregator.store.comparability_columns import BLOCK_KEY_COLUMNS
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_aggregator.store.run_columns import SUMMARY_COLUMNS
-from fwbench_aggregator.store.schema import STORE_FORMAT
 
 PRODUCT = Path(__file__).resolve().parents[1] / "aggregator" / "fwbench_aggregator"
 # Where a stored column written out would be the column declared again.
@@ -158,7 +157,8 @@ def test_a_store_of_the_previous_format_reads_its_runs_input_seed_as_their_seed(
     folder = tmp_path / "runs" / "0000000000000001"
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
-    (folder / "manifest.json").write_text(json.dumps({"store_format": STORE_FORMAT - 1}))
+    before_input_seed = next(s.stored_since for s in SETTINGS if s.name == "input_seed") - 1
+    (folder / "manifest.json").write_text(json.dumps({"store_format": before_input_seed}))
     pd.DataFrame([{"run_id": "old", "runner": "torch", "status": "ok", "seed": 5, "run_key": folder.name}]).to_parquet(
         folder / "summary.parquet"
     )
@@ -197,9 +197,9 @@ def test_a_setting_carried_to_the_runners_touches_at_most_six_product_files():
 
 
 def test_the_wire_carries_every_setting_there_and_back_by_its_declared_field():
-    spec = RunSpec("mlp", warmup=3, steps=4, seed=5, input_seed=6, min_measure_s=0.5)
+    spec = RunSpec("mlp", warmup=3, steps=4, seed=5, input_seed=6, min_measure_s=0.5, new_tokens=7)
     request = wire.to_request(spec)
     sent = {setting.name: getattr(request, setting.request) for setting in SETTINGS if setting.request}
-    assert sent == {"warmup": 3, "steps": 4, "min_measure_s": 0.5, "seed": 5, "input_seed": 6}
-    echoed = pb.ResolvedConfig(warmup_steps=3, measured_steps=4, min_measure_s=0.5, seed=5, input_seed=6)
+    assert sent == {"warmup": 3, "steps": 4, "min_measure_s": 0.5, "seed": 5, "input_seed": 6, "new_tokens": 7}
+    echoed = pb.ResolvedConfig(warmup_steps=3, measured_steps=4, min_measure_s=0.5, seed=5, input_seed=6, new_tokens=7)
     assert wire.resolved(echoed).settings == sent

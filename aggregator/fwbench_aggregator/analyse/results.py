@@ -11,6 +11,7 @@ from . import stats
 from .comparison import comparison_rows, per_run
 from .efficiency import hardware_efficiency
 from .findings import Finding, findings
+from .generation import generation_rows
 from .optimal import optimal_batches
 from .scaling import scaling_rows
 from .searches import best_searches, split_searches
@@ -31,6 +32,7 @@ class Analysis:
     load_curve: pd.DataFrame = field(default_factory=pd.DataFrame)  # server runs: latency against offered load
     capacities: pd.DataFrame = field(default_factory=pd.DataFrame)  # serve-capacity's searches, as stored
     runs: pd.DataFrame = field(default_factory=pd.DataFrame)  # one per successful run (comparison.per_run)
+    generation: pd.DataFrame = field(default_factory=pd.DataFrame)  # mode generate's figures (analyse.generation)
 
 
 def analysed(
@@ -62,4 +64,5 @@ def analysed(
         load_curve=load_curve(summary),
         capacities=pd.DataFrame() if capacities is None else capacities,
         runs=runs,
+        generation=generation_rows(summary, steps, min_effect),
     )

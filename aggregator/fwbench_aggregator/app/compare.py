@@ -71,6 +71,7 @@ class CompareResult:
     best: dict[str, best.BestChoice] = field(default_factory=dict)  # under the best profile: each runner's search
     stopped: str = ""  # under --repetitions auto: why the rounds ended ("settled", "run budget", ...)
     serving: pd.DataFrame = field(default_factory=pd.DataFrame)  # under a scenario: analyse.serving rows
+    generation: pd.DataFrame = field(default_factory=pd.DataFrame)  # mode generate: analyse.generation rows
 
 
 def run_id_for(spec: RunSpec) -> str:
@@ -200,10 +201,12 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
         request.min_effect,
         parity=parity,
     )
-    result.rows, result.serving = analysis.rows, analysis.serving
+    result.rows, result.serving, result.generation = analysis.rows, analysis.serving, analysis.generation
     frames["comparison"] = result.rows
     if not result.serving.empty:
         frames["serving"] = result.serving
+    if not result.generation.empty:
+        frames["generation"] = result.generation
     result.scaling = scaling_of(result.rows, results_store)
     if not result.scaling.empty:
         frames["scaling"] = result.scaling

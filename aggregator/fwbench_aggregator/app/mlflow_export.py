@@ -25,6 +25,7 @@ import pandas as pd
 
 from ..analyse.alike import keyed, labelled
 from ..analyse.comparison import with_status
+from ..analyse.generation import TIME_TO_FIRST_TOKEN
 from ..base.write_paths import write_path_problem
 from ..present.titles import configuration_title
 from ..store.results_store import ResultStore
@@ -151,8 +152,23 @@ def _number(value) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def comparison_record(rows: pd.DataFrame) -> dict:
-    """One comparison's rows (one per runner) as an MLflow run's name, parameters, metrics and tags."""
+def _generation_record(generation: pd.DataFrame) -> tuple[dict, dict]:
+    """A generation comparison's figures per runner as metrics (time to first token, decode per token and tokens per
+    second), their verdicts as tags."""
+    metrics, tags = {}, {}
+    for row in generation.to_dict("records"):
+        name, figure = _key(row["runner"]), "ttft" if row["figure"] == TIME_TO_FIRST_TOKEN else "decode"
+        values = {f"{figure}_ms": row["value_ms"], f"{figure}_ratio_to_fastest": row["ratio_to_fastest"]}
+        if figure == "decode":
+            values["decode_tokens_per_s"] = row["decode_tokens_per_s"]
+        metrics.update({f"{name}.{k}": n for k, v in values.items() if (n := _number(v)) is not None})
+        tags[f"fwbench.verdict.{figure}.{name}"] = str(row["verdict"])
+    return metrics, tags
+
+
+def comparison_record(rows: pd.DataFrame, generation: pd.DataFrame | None = None) -> dict:
+    """One comparison's rows (one per runner) as an MLflow run's name, parameters, metrics and tags; in mode generate
+    with its generation rows' figures too."""
     first = rows.iloc[0]
     params = {column: str(first[column]) for column in CONFIG_COLUMNS if str(first[column]) not in ("", "nan")}
     if first["group"]:
@@ -170,6 +186,10 @@ def comparison_record(rows: pd.DataFrame) -> dict:
     fastest = rows[rows["ratio_to_fastest"] == 1.0]["runner"] if "ratio_to_fastest" in rows else []
     if len(fastest):
         tags["fwbench.fastest"] = str(fastest.iloc[0])
+    if generation is not None and len(generation):
+        more_metrics, more_tags = _generation_record(generation)
+        metrics.update(more_metrics)
+        tags.update(more_tags)
     return {"name": configuration_title(first), "params": params, "metrics": metrics, "tags": tags}
 
 
@@ -234,17 +254,32 @@ def export_mlflow(
         )
         client.log_artifacts(parent.info.run_id, str(report.path.parent), "report")
         for comparison_id, block in new:
-            _log_comparison(client, experiment_id, parent.info.run_id, comparison_id, block, Path(folder))
+            generation = _generation_of(report.analysis.generation, block)
+            _log_comparison(client, experiment_id, parent.info.run_id, comparison_id, block, generation, Path(folder))
         client.set_terminated(parent.info.run_id)
     return Exported(tracking_uri, experiment, len(new), len(blocks) - len(new), parent.info.run_id)
 
 
+def _generation_of(generation: pd.DataFrame, block: pd.DataFrame) -> pd.DataFrame:
+    """The generation rows of one comparison (its configuration and block); empty outside mode generate."""
+    if generation.empty:
+        return generation
+    key = [*CONFIG_COLUMNS, "group"]
+    return generation.merge(block[key].drop_duplicates(), on=key)
+
+
 def _log_comparison(
-    client, experiment_id: str, parent_id: str, comparison_id: str, rows: pd.DataFrame, folder: Path
+    client,
+    experiment_id: str,
+    parent_id: str,
+    comparison_id: str,
+    rows: pd.DataFrame,
+    generation: pd.DataFrame,
+    folder: Path,
 ) -> None:
     from mlflow.entities import Metric, Param
 
-    record = comparison_record(rows)
+    record = comparison_record(rows, generation)
     tags = {**record["tags"], COMPARISON_TAG: comparison_id, "mlflow.parentRunId": parent_id}
     run = client.create_run(experiment_id, run_name=record["name"], tags=tags)
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
@@ -257,4 +292,7 @@ def _log_comparison(
     table.parent.mkdir(parents=True)
     rows.to_csv(table, index=False)
     client.log_artifact(run.info.run_id, str(table))
+    if len(generation):
+        generation.to_csv(table.with_name("generation.csv"), index=False)
+        client.log_artifact(run.info.run_id, str(table.with_name("generation.csv")))
     client.set_terminated(run.info.run_id)

@@ -19,6 +19,7 @@ from ..app.factors import factors as factors_use_case
 from ..plan import spec as plan
 from ..plan.design import Design
 from ..present import terminal
+from ..present.generation import print_generation
 from ..present.serving import print_serving
 from ..store.location import store_path_problem
 from . import app
@@ -32,7 +33,7 @@ from .run_option_types import BatchSizeOption, DistributedTimeoutOption, ModeOpt
 from .runner_option_types import AllowDifferentModelsOption
 from .runner_options import CalibrationRunnerOptions, RunnerOptions
 from .setting_options import Evidence, Execution, Power, Profile, Rounds, ServingLoad, Startup
-from .workload_options import Measurement, ModelOnDevice, Seeds
+from .workload_options import Generation, Measurement, ModelOnDevice, Seeds
 
 
 @app.command()
@@ -47,6 +48,7 @@ def compare(
     measurement: Measurement = Measurement(),
     power: Power = Power(),
     seeds: Seeds = Seeds(),
+    generation: Generation = Generation(),
     serving: ServingLoad = ServingLoad(),
     rounds: Rounds = Rounds(),
     evidence: Evidence = Evidence(),
@@ -81,6 +83,7 @@ def compare(
         mode,
         batch_size,
         **seeds.settings(),
+        **generation.settings(mode),
         startup=startup.settings(),
         distributed_timeout_s=distributed_timeout_s,
         **profile.settings(),
@@ -118,6 +121,8 @@ def compare(
     terminal.print_rounds(result.rows, result.stopped)
     if not result.serving.empty:
         print_serving(result.serving)
+    if not result.generation.empty:
+        print_generation(result.generation)
     report_failures(result.failures)
 
 

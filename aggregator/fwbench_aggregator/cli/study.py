@@ -15,6 +15,7 @@ from ..app.study import StudyRequest, StudyResult
 from ..app.study import study as study_use_case
 from ..app.sweep_rounds import budget_text
 from ..base.frameworks import names as framework_names
+from ..base.vocabulary import Mode
 from ..plan import spec as plan
 from ..plan.command_line_sweep import sweep_from_options
 from ..plan.settings import BY_NAME, non_default
@@ -34,7 +35,7 @@ from .runner_option_types import AllowDifferentModelsOption, every_framework
 from .runner_options import RunnerAccess
 from .serving_option_types import LatencyBudgetOption
 from .versions import ConfirmOption, after_version_study, print_store_versions, sweep_matrix, version_runners
-from .workload_options import Measurement, Seeds
+from .workload_options import Generation, Measurement, Seeds
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class SweepGrid:
     point gets, and whether a runner's batch sizes share a build. --time-budget-s applies to a file's sweep too."""
 
     models: Annotated[str | None, typer.Option(help="comma-separated models")] = None
-    modes: Annotated[str | None, typer.Option(help="comma-separated: train, infer")] = None
+    modes: Annotated[str | None, typer.Option(help="comma-separated: train, infer, generate")] = None
     batch_sizes: Annotated[str | None, typer.Option(help="comma-separated, e.g. 1,2,4,8")] = None
     shapes: Annotated[str | None, typer.Option(help="comma-separated shapes, e.g. 3x32x32,3x64x64")] = None
     precisions: Annotated[str | None, typer.Option(help="comma-separated precisions")] = None
@@ -165,6 +166,7 @@ def sweep(
     grid: SweepGrid = SweepGrid(),
     measurement: Measurement = Measurement(),
     seeds: Seeds = Seeds(),
+    generation: Generation = Generation(),
     store: Annotated[
         Path, typer.Option(callback=parse_store, help="the results store (append-only; every completed run is kept)")
     ] = Path("results/store"),
@@ -183,7 +185,12 @@ def sweep(
     # A sweep without a file compares the runners given, as `compare` would (an opt-in one only where named).
     given = names_of(runners_in_use(runners.runner, every_framework()))
     accepted = names_of(runners.runner) if runners.runner else framework_names()
-    settings = {**measurement.settings(), **seeds.settings()}
+    generates = "generate" in (grid.modes or "").split(",")
+    settings = {
+        **measurement.settings(),
+        **seeds.settings(),
+        **generation.settings(Mode.generate if generates else None),
+    }
     if file is not None:
         study = _study_from_file(file, settings, grid.time_budget_s, accepted)
     elif grid.models:

@@ -12,6 +12,7 @@ from typing import Any
 from ..base.vocabulary import Mode
 from ..plan.settings import group
 from ..plan.spec import RunSpec, option_pairs
+from .common import usage_error
 from .groups import settings_group
 from .run_option_types import (
     SETTING_OPTIONS,
@@ -89,3 +90,23 @@ class _Seeds:
 
 
 Seeds = settings_group("Seeds", SETTING_OPTIONS, {s.name: s.default for s in group("seeds")}, _Seeds)
+
+
+class _Generation:
+    """How long a generation request is (--mode generate): --new-tokens, as plan.settings declares it."""
+
+    def settings(self, mode: Mode | None) -> dict[str, Any]:
+        """The RunSpec fields this group sets; refused (exit 2) where they do not apply to `mode` (None: a sweep
+        whose modes do not include generate)."""
+        given = {field.name: getattr(self, field.name) for field in fields(self)}  # type: ignore[arg-type]
+        stray = [name for name, value in given.items() if value is not None and mode is not Mode.generate]
+        if stray:
+            flag = "--" + stray[0].replace("_", "-")
+            asked = f"this run's mode is {mode.value}" if mode else "no mode of this sweep is generate"
+            raise usage_error(f"it applies to mode generate only; {asked}", flag)
+        return given
+
+
+Generation = settings_group(
+    "Generation", SETTING_OPTIONS, {s.name: s.default for s in group("generation")}, _Generation
+)

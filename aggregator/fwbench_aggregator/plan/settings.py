@@ -22,9 +22,11 @@ from .spec import (
     DEFAULT_WARMUP,
     DEFAULT_WARMUP_UNTIL_CV,
     MAX_MEASURE_S,
+    MAX_NEW_TOKENS,
     MAX_SEED,
     MAX_STEPS,
     MAX_WARMUP,
+    MIN_NEW_TOKENS,
     STABLE_WINDOW,
 )
 
@@ -42,7 +44,7 @@ class Setting:
     low: float
     high: float
     help: str
-    group: str  # the option group that takes it: "measurement" or "seeds"
+    group: str  # the option group that takes it: "measurement", "seeds" or "generation"
     # A sweep file's own check where the range alone does not say it (None: a number from low to high).
     sweep_check: Callable[[Mapping, Checker], object] | None = None
     column: str = ""  # the summary column it is stored as; "": not stored
@@ -51,6 +53,7 @@ class Setting:
     request: str = ""  # the RunRequest and ResolvedConfig field (an optional one where default_from is set)
     default_from: str = ""  # where `default` is None: the setting whose value it takes (in a request, a store)
     stored_since: int = 1  # the store format that first stored its column; older runs read `default_from`'s
+    modes: tuple[str, ...] = ()  # the modes a request carries it in; (): every mode
 
     @property
     def flag(self) -> str:
@@ -156,6 +159,23 @@ SETTINGS = (
         request="input_seed",
         default_from="seed",
         stored_since=10,
+    ),
+    # A generation request's length: part of the workload, so runs of other lengths are other protocols.
+    Setting(
+        "new_tokens",
+        int,
+        None,
+        MIN_NEW_TOKENS,
+        MAX_NEW_TOKENS,
+        "mode generate: tokens each prompt gains by greedy decoding, never stopping early (the prompt is --shape "
+        "seq=P); default: 32",
+        "generation",
+        column="new_tokens",
+        key=BLOCK,
+        label="new tokens",
+        request="new_tokens",
+        stored_since=11,
+        modes=("generate",),
     ),
 )
 BY_NAME = {setting.name: setting for setting in SETTINGS}

@@ -35,6 +35,7 @@ MIN_DISTRIBUTED_TIMEOUT_S, MAX_DISTRIBUTED_TIMEOUT_S = 1.0, 3600.0
 MAX_TARGET_QPS = 1e6  # a serving load: queries per second (> 0)
 MAX_QUERIES = 1_000_000  # measured queries of one run under a scenario
 MAX_BATCH_TIMEOUT_MS = 60_000.0
+MIN_NEW_TOKENS, MAX_NEW_TOKENS = 2, 4096  # tokens a generation request adds to each prompt
 # Runs per runner by default. With six a side and a per-run spread of 3% (a GPU-bound or steady CPU
 # configuration), the resolvable difference is about 6%, so a real 10% difference is called.
 DEFAULT_REPETITIONS = 6
@@ -124,6 +125,7 @@ class RunSpec:
     batch_timeout_ms: float | None = None  # server with batch_size > 1
     arrival_seed: int = 0
     input_seed: int | None = None  # the input data's seed; None: the seed's
+    new_tokens: int | None = None  # mode generate: tokens each prompt gains; None: the runner's default (32)
 
     @property
     def device_count(self) -> int:

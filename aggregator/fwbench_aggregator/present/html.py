@@ -287,7 +287,7 @@ def render_html(
         _unresolved_html(unresolved),
         *_plots_html(plots),
         *_study_tables_html(study_tables),
-        serving,  # the Serving section (present.serving), where runs had a scenario
+        serving,  # the Serving and Generation sections (present.serving, present.generation), where runs had them
         *_scaling_html(tables),
         versions,
         parity_html(parity),

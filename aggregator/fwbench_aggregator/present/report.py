@@ -30,6 +30,7 @@ from .display import (
     to_markdown,
     trend_display,
 )
+from .generation import generation_section_html, print_generation
 from .html import render_html, standalone_html, table_html
 from .line_plots import latency_load_plot, scaling_plot
 from .plots import make_plots
@@ -182,7 +183,7 @@ def write_report(
     any) and the findings at its top, and every section these runs support (`versions`: analyse.versions.VersionTables,
     where they hold two versions of a configuration; `parity`: the stored parity checks). Beside it:
     comparison.csv/.md/.html, findings.md and the study tables' CSVs, scaling.csv/.md where any ran on several
-    devices, serving.csv, the version tables' CSVs, and the plots as PNG files (each with its CSV) under plots/.
+    devices, serving.csv and generation.csv, the version tables' CSVs, and the plots as PNG files (each with its CSV) under plots/.
     Returns its path."""
     out_dir = output_folder(Path(out_dir), "--out")
     write_tables(analysis.rows, out_dir)
@@ -192,9 +193,11 @@ def write_report(
     tables, _ = write_scaling(analysis.rows, analysis.scaling, out_dir)
     if len(analysis.serving):
         analysis.serving.to_csv(out_dir / "serving.csv", index=False)
-    serving = serving_section_html(
+    if len(analysis.generation):
+        analysis.generation.to_csv(out_dir / "generation.csv", index=False)
+    workloads = serving_section_html(
         analysis.serving, analysis.capacities, latency_load_plot(analysis.load_curve, out_dir / "plots")
-    )
+    ) + generation_section_html(analysis.generation)
     versions_html = write_versions_section(versions, out_dir) if versions is not None else ""
     path = out_dir / "report.html"
     path.write_text(
@@ -207,7 +210,7 @@ def write_report(
             study_tables(analysis),
             left_out,
             unresolved_lines(analysis.rows, not_run),
-            serving,
+            workloads,
             versions_html,
             parity,
         ),
@@ -224,5 +227,7 @@ def print_report(analysis: Analysis, path: Path) -> None:
         print_scaling(analysis.scaling)
     if len(analysis.serving):
         print_serving(analysis.serving)
+    if len(analysis.generation):
+        print_generation(analysis.generation)
     print_findings(analysis.findings)
     err_console.print(f"report: {path}", highlight=False)

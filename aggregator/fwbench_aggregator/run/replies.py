@@ -119,6 +119,8 @@ class StepTiming:
     step_time_s: float
     device_time_s: float | None = None
     rank_step_time_s: tuple[float, ...] = ()  # a job's every rank, in rank order; () for one rank
+    time_to_first_token_s: float | None = None  # a generation request's prefill; None outside mode generate
+    decode_time_s: float | None = None  # and its decode steps
 
 
 @dataclass(frozen=True)
@@ -198,6 +200,23 @@ class Serving:
 
 
 @dataclass(frozen=True)
+class Generation:
+    """A generation run's figures over its measured requests (runner.proto's GenerationSummary)."""
+
+    new_tokens: int = 0
+    prompt_tokens: int = 0
+    median_time_to_first_token_s: float = 0.0
+    p90_time_to_first_token_s: float = 0.0
+    median_token_latency_s: float = 0.0
+    p90_token_latency_s: float = 0.0
+    p99_token_latency_s: float = 0.0
+    decode_tokens_per_s: float = 0.0
+    median_request_latency_s: float = 0.0
+    first_prompt_tokens: tuple[int, ...] = ()
+    tokens_sha256: str = ""
+
+
+@dataclass(frozen=True)
 class Summary:
     """What a run measured, the last thing it streams."""
 
@@ -225,6 +244,7 @@ class Summary:
     serving: Serving | None = None  # None: back-to-back batches
     build_continued: bool = False
     process_id: int = 0
+    generation: Generation | None = None  # None outside mode generate
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,8 @@ def to_request(spec: RunSpec) -> Request:
         request.warmup_until_stable.cv_threshold = spec.warmup_until_cv
         request.warmup_until_stable.window = spec.stable_window
     for setting in SETTINGS:
-        if setting.request and getattr(spec, setting.name) is not None:
+        applies = not setting.modes or spec.mode.value in setting.modes
+        if setting.request and applies and getattr(spec, setting.name) is not None:
             setattr(request, setting.request, getattr(spec, setting.name))
     if spec.power_rate_hz is not None:
         request.power_sample_rate_hz = spec.power_rate_hz
@@ -219,6 +220,7 @@ def summary(message: pb.Summary) -> replies.Summary:
         device_before=_read(replies.DeviceState, message.device_before),
         device_after=_read(replies.DeviceState, message.device_after),
         serving=_read(replies.Serving, message.serving) if message.HasField("serving") else None,
+        generation=_read(replies.Generation, message.generation) if message.HasField("generation") else None,
     )
 
 

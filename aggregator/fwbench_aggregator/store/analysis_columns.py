@@ -147,6 +147,30 @@ SERVING_COMPARISON_COLUMNS = (
     "latency_budget_ms",
     "budget_status",
 )
+# A generation comparison (analyse.generation): per configuration, runner and figure (time to first token, decode
+# per token), the figure over runs judged as step times are, with the decode throughput, the per-token latency
+# percentiles and whether the runner generated the tokens the fastest did.
+GENERATION_COMPARISON_COLUMNS = (
+    *CONFIG_COLUMNS,
+    "runner",
+    "group",
+    "new_tokens",
+    "figure",
+    "runs",
+    "blocks",
+    "value_ms",
+    "decode_tokens_per_s",
+    "p90_token_latency_ms",
+    "p99_token_latency_ms",
+    "ratio_to_fastest",
+    "ratio_ci_low",
+    "ratio_ci_high",
+    "p_value",
+    "resolvable",
+    "verdict",
+    "significant",
+    "same_tokens",
+)
 # The report's table of runners: what ran where.
 VERSION_COLUMNS = (
     "runner",

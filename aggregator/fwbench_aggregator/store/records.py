@@ -24,6 +24,7 @@ from .run_columns import (
     DEFAULT_PROFILE,
     ENERGY_FIELDS,
     ENVIRONMENT_COLUMNS,
+    GENERATION_SUMMARY_COLUMNS,
     IMAGE_COLUMNS,
     POWER_COLUMNS,
     POWER_FIELDS,
@@ -73,6 +74,8 @@ def steps_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
             "start_s": s.start_s,
             "step_time_s": s.step_time_s,
             "rank_step_time_s": " ".join(f"{t:.9g}" for t in s.rank_step_time_s),
+            "time_to_first_token_s": s.time_to_first_token_s,
+            "decode_time_s": s.decode_time_s,
         }
         for r in results
         for s in r.steps
@@ -91,6 +94,15 @@ def queries_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=QUERIES_COLUMNS).sort_values(
         ["run_id", "runner", "repetition", "query_index"], kind="stable", ignore_index=True
     )
+
+
+def _generation_columns(summary: replies.Summary) -> dict:
+    """A generation run's figures (run_columns.GENERATION_SUMMARY_COLUMNS); empty in other modes."""
+    g = summary.generation
+    if g is None:
+        return {}
+    figures = {column: getattr(g, column) for column in GENERATION_SUMMARY_COLUMNS}
+    return {**figures, "first_prompt_tokens": " ".join(map(str, g.first_prompt_tokens))}
 
 
 def _serving_columns(config: replies.Resolved, summary: replies.Summary) -> dict:
@@ -272,6 +284,7 @@ def summary_frame(
             "max_repetitions": max_repetitions,
             "looks": looks_text(looks),
             **_serving_columns(r.config, r.summary),
+            **_generation_columns(r.summary),
             **_design_columns(r),
         }
         for r in results

@@ -64,7 +64,17 @@ RUN_IDENTITY_COLUMNS = (
 
 # --- frames a run stores -------------------------------------------------------------------------------------------
 
-STEPS_COLUMNS = (*RUN_IDENTITY_COLUMNS, "step_index", "warmup", "start_s", "step_time_s", "rank_step_time_s")
+# A generation request's step is the whole request; its prefill and decode steps are timed too (empty elsewhere).
+GENERATION_STEP_COLUMNS = ("time_to_first_token_s", "decode_time_s")
+STEPS_COLUMNS = (
+    *RUN_IDENTITY_COLUMNS,
+    "step_index",
+    "warmup",
+    "start_s",
+    "step_time_s",
+    "rank_step_time_s",
+    *GENERATION_STEP_COLUMNS,
+)
 
 # A telemetry sample's readings; unreadable ones are empty, never zero.
 POWER_FIELDS = (
@@ -133,6 +143,19 @@ SERVING_FIELDS = (
     "mean_latency_s",
     "mean_batch_queries",
 )
+# A generation run's figures over its measured requests (runner.proto's GenerationSummary; empty in other modes): time
+# to first token, per-token decode latency, decode throughput, and the last request's tokens (the first prompt's, and
+# a SHA-256 of every prompt's) that show whether runners generated the same text.
+GENERATION_SUMMARY_COLUMNS = (
+    "median_time_to_first_token_s",
+    "p90_time_to_first_token_s",
+    "median_token_latency_s",
+    "p90_token_latency_s",
+    "p99_token_latency_s",
+    "decode_tokens_per_s",
+    "first_prompt_tokens",
+    "tokens_sha256",
+)
 SERVING_SUMMARY_COLUMNS = ("scenario", "target_qps", "batch_timeout_ms", *SERVING_FIELDS, "serving_unavailable")
 RUNNER_COLUMNS = (
     "runner_address",
@@ -187,6 +210,7 @@ SUMMARY_COLUMNS = (
     "max_repetitions",
     "looks",
     *SERVING_SUMMARY_COLUMNS,
+    *GENERATION_SUMMARY_COLUMNS,
     "run_isolation",
     # The design that made the run (plan.design), and for a window of a process block: the block, its place among its
     # runner's windows there, and whether it stepped on the build the window before it left.

@@ -30,6 +30,9 @@ STORE_FORMAT is the version of what the store writes, recorded with every run (s
      resume looks for. Runs of older formats keep their ids: a sweep's run was stored under its configuration's key
  10  a run's summary says which seed made its input data (input_seed, part of the block key): older runs drew their
      inputs from the seed, and read input_seed = seed
+ 11  mode generate: a run's summary stores its new tokens (part of the block key; empty in other modes and older runs)
+     and its generation figures (run_columns.GENERATION_SUMMARY_COLUMNS), its steps each request's time to first
+     token and decode time; older runs read them empty
 From 10 on, a run setting first stored in a format says so where it is declared (plan.settings: stored_since), and
 the format follows: store.migrations gives older runs its default.
 """
@@ -41,7 +44,7 @@ from .comparability_columns import FLOOR_KEY_COLUMNS
 from .run_columns import CONFIG_COLUMNS, POWER_COLUMNS, RUN_IDENTITY_COLUMNS, STEPS_COLUMNS, SUMMARY_COLUMNS
 
 # The last format the store's own changes made (the list above); a run setting stored since a later one raises it.
-CHANGES_FORMAT = 10
+CHANGES_FORMAT = 11
 STORE_FORMAT = max(CHANGES_FORMAT, *(setting.stored_since for setting in stored()))
 
 # --- the store's frames beside a run's own ----------------------------------------------------------------------------
