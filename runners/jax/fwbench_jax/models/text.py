@@ -4,6 +4,9 @@ modules, so that its state_dicts load by name; the hyper-parameters come from fw
 lstm_lm keeps PyTorch's nn.LSTM parameters as they are (two bias vectors per layer, gates i, f, g, o),
 so it has PyTorch's parameter count exactly. Attention is written as two einsums (scores and values), which the FLOPs count sees as the two products
 PyTorch's counter counts in scaled_dot_product_attention; the softmax runs in float32.
+
+For generation gpt2_small takes, as llama_small does, the position of its first token and optionally a preallocated
+cache of each layer's keys and values, (batch, length, hidden), which it returns updated (lax.dynamic_update_slice).
 """
 
 from __future__ import annotations
@@ -20,13 +23,16 @@ from fwbench_core.models import HEAD_OPTION, ModelSpec
 from . import MODELS, FlaxModel
 
 
-def attention(q, k, v, heads: int, dropout: nn.Dropout, causal: bool):
-    """Multi-head scaled dot-product attention over (B, S, D) projections, back to (B, S, D)."""
+def attention(q, k, v, heads: int, dropout: nn.Dropout, causal: bool, offset=0):
+    """Multi-head scaled dot-product attention of (B, S, D) queries over (B, K, D) keys and values, back to (B, S, D).
+    Causal: the query at position offset + i sees the keys up to that position, so that in a key-value cache of K
+    positions the ones not written yet stay unseen (`offset` may be traced)."""
     batch, seq, width = q.shape
-    q, k, v = (t.reshape(batch, seq, heads, width // heads) for t in (q, k, v))
+    q, k, v = (t.reshape(batch, t.shape[1], heads, width // heads) for t in (q, k, v))
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(width // heads).astype(q.dtype)
     if causal:
-        scores = jnp.where(jnp.tril(jnp.ones((seq, seq), bool)), scores, jnp.finfo(scores.dtype).min)
+        visible = jnp.arange(k.shape[1])[None, :] <= offset + jnp.arange(seq)[:, None]
+        scores = jnp.where(visible, scores, jnp.finfo(scores.dtype).min)
     weights = dropout(nn.softmax(scores.astype(jnp.float32), axis=-1).astype(v.dtype))
     return jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(batch, seq, width)
 
@@ -94,16 +100,23 @@ class Gpt2Block(nn.Module):
     dtype: Any
 
     @nn.compact
-    def __call__(self, x, train: bool):
+    def __call__(self, x, train: bool, cache=None, offset=0):
+        """`cache`: (keys, values) of (B, length, hidden), returned with this call's written at `offset`."""
         c = GPT2
         hidden = c["hidden"]
         dense = lambda width, name: nn.Dense(width, dtype=self.dtype, name=name)
         norm = lambda name: nn.LayerNorm(epsilon=c["eps"], dtype=self.dtype, name=name)
         dropout = nn.Dropout(c["dropout"], deterministic=not train)
         q, k, v = jnp.split(dense(3 * hidden, "c_attn")(norm("ln_1")(x)), 3, axis=-1)  # query, key, value
-        x = x + dropout(dense(hidden, "c_proj")(attention(q, k, v, c["heads"], dropout, causal=True)))
+        if cache is not None:
+            cache = tuple(
+                jax.lax.dynamic_update_slice(held, new.astype(held.dtype), (0, offset, 0))
+                for held, new in zip(cache, (k, v))
+            )
+            k, v = cache
+        x = x + dropout(dense(hidden, "c_proj")(attention(q, k, v, c["heads"], dropout, causal=True, offset=offset)))
         h = nn.gelu(dense(c["ffn"], "c_fc")(norm("ln_2")(x)), approximate=True)  # GPT-2's "gelu_new"
-        return x + dropout(dense(hidden, "mlp_proj")(h))
+        return x + dropout(dense(hidden, "mlp_proj")(h)), cache
 
 
 class Gpt2(nn.Module):
@@ -111,15 +124,36 @@ class Gpt2(nn.Module):
     dtype: Any
 
     @nn.compact
-    def __call__(self, ids, train: bool):
+    def __call__(self, ids, train: bool, caches=None, offset=0):
+        """Logits (B, S, vocab) for tokens at positions offset to offset + S - 1. Given caches (empty_caches'), it
+        returns the logits and the caches with this call's keys and values written: a prompt's prefill at offset 0,
+        then one token at a time; without, the tokens are the whole sequence."""
         c = GPT2
         wte = nn.Embed(self.vocab, c["hidden"], dtype=self.dtype, name="wte")
         wpe = nn.Embed(c["max_positions"], c["hidden"], dtype=self.dtype, name="wpe")
-        x = nn.Dropout(c["dropout"], deterministic=not train)(wte(ids) + wpe(jnp.arange(ids.shape[1])))
+        x = nn.Dropout(c["dropout"], deterministic=not train)(wte(ids) + wpe(offset + jnp.arange(ids.shape[1])))
+        written = []
         for index in range(c["layers"]):
-            x = Gpt2Block(self.dtype, name=f"h.{index}")(x, train)
+            x, cache = Gpt2Block(self.dtype, name=f"h.{index}")(
+                x, train, None if caches is None else caches[index], offset
+            )
+            written.append(cache)
         # The LM head is tied to the token embeddings, without a bias.
-        return wte.attend(nn.LayerNorm(epsilon=c["eps"], dtype=self.dtype, name="ln_f")(x))
+        logits = wte.attend(nn.LayerNorm(epsilon=c["eps"], dtype=self.dtype, name="ln_f")(x))
+        return logits if caches is None else (logits, tuple(written))
+
+    def empty_caches(self, batch_size: int, length: int, dtype: Any = None) -> tuple:
+        """One zeroed (keys, values) pair per layer for `length` positions (a prompt and the tokens to generate), in
+        the module's compute dtype unless given another."""
+        c = GPT2
+        if not 1 <= length <= c["max_positions"]:
+            raise ValueError(
+                f"a cache holds 1 to {c['max_positions']} positions (the position embeddings'), not {length}"
+            )
+        shape = (batch_size, length, c["hidden"])
+        return tuple(
+            (jnp.zeros(shape, dtype or self.dtype), jnp.zeros(shape, dtype or self.dtype)) for _ in range(c["layers"])
+        )
 
 
 def _gpt2(spec: ModelSpec, options: dict[str, str], dtype: Any) -> nn.Module:
