@@ -20,14 +20,16 @@ import optax
 from fwbench_core.backend import Backend, MemoryReading, Workload, process_peak_memory
 from fwbench_core.choices import Compilation, DeviceKind, InputKind, Layout, Mode, Precision, Strategy, Switch, Tf32
 from fwbench_core.devices import Capabilities, Device, DeviceRef, RunnerInfo, RunnerSettings
+from fwbench_core.errors import InvalidArgument
 from fwbench_core.fairness import LEARNING_RATE, MOMENTUM, REFERENCE_TOLERANCE
 from fwbench_core.models import Head, ModelConfig, ModelReport, ReferenceReport
 from fwbench_core.placement import cpu_worker_limit
-from fwbench_core.references import compared_outputs
+from fwbench_core.references import GENERATED_TOKENS, compared_outputs, compared_tokens
 from fwbench_core.runs import RunConfig
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, python_version
 
 from .flops import FLOPS_METHOD, forward_flops
+from .generation import EAGER_CACHE_NOTE, Generation, parity_tokens
 from .models import MODELS
 from .objectives import jax_input_shape, loss, random_inputs, random_targets
 from .weights import initial_variables, load_torch_weights, variable_shapes
@@ -178,15 +180,21 @@ class JaxWorkload(Workload):
         else:
             self.variables = jax.device_put({"params": params, "batch_stats": batch_stats}, replicated)
             self.inputs = jax.device_put(inputs, batched)
+            if config.mode is Mode.GENERATE:  # the inputs are the prompts
+                self.generation = Generation(
+                    self.module, self.variables, self.inputs, config.new_tokens, jit, self.devices[0]
+                )
+                self.notes = () if jit else (EAGER_CACHE_NOTE,)
+            else:
 
-            def forward(variables, x):
-                return self.module.apply(variables, x, train=False)
+                def forward(variables, x):
+                    return self.module.apply(variables, x, train=False)
 
-            self._infer = jax.jit(forward) if jit else forward
+                self._infer = jax.jit(forward) if jit else forward
 
     def reuse(self, config: RunConfig) -> bool:
         # Freed before the new batch's are made.
-        self.state = self.variables = self.inputs = self.targets = self._last = None
+        self.state = self.variables = self.inputs = self.targets = self._last = self.generation = None
         self._start(config)
         return True
 
@@ -197,6 +205,17 @@ class JaxWorkload(Workload):
 
     def infer_step(self) -> None:
         self._last = self._infer(self.variables, self.inputs)
+
+    def prefill(self) -> None:
+        self.generation.prefill()
+        self._last = self.generation.state
+
+    def decode_step(self) -> None:
+        self.generation.decode_step()
+        self._last = self.generation.state
+
+    def generated_tokens(self) -> list[list[int]]:
+        return self.generation.tokens().tolist()
 
     def synchronize(self) -> None:
         jax.block_until_ready(self._last)
@@ -313,13 +332,22 @@ class JaxBackend(Backend):
         if config.model.input_kind is InputKind.IMAGE:
             inputs = inputs.transpose(0, 2, 3, 1)  # stored in PyTorch's NCHW
         expected = arrays["output"]
+        if config.model.generates and GENERATED_TOKENS not in arrays:
+            raise InvalidArgument(
+                f"the reference holds no {GENERATED_TOKENS}, which a reference of {config.model.name} (a model that "
+                "generates) must: export it again with a torch runner that generates"
+            )
         module = build_module(config)
         cpu = jax.devices("cpu")[0]
         shapes = variable_shapes(module, sample_spec(config, 1))
         with jax.default_device(cpu), jax.default_matmul_precision(STRICT_FP32):
             variables = load_torch_weights(shapes, weights, config.model.name)
             output = np.asarray(jax.jit(lambda v, x: module.apply(v, x, train=False))(variables, jnp.asarray(inputs)))
-        return compared_outputs(output, expected, REFERENCE_TOLERANCE)
+            report = compared_outputs(output, expected, REFERENCE_TOLERANCE)
+            if not config.model.generates:
+                return report
+            tokens = parity_tokens(module, variables, inputs, config.model, cpu)
+        return compared_tokens(report, tokens, arrays[GENERATED_TOKENS])
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         # XLA reports a failed allocation as a JaxRuntimeError: RESOURCE_EXHAUSTED, or INTERNAL when it fails
