@@ -15,13 +15,14 @@ from fwbench_core.choices import Compilation, DeviceKind, InputKind, Layout, Pre
 from fwbench_core.devices import Capabilities, Device, DeviceRef, RunnerInfo, RunnerSettings
 from fwbench_core.errors import FailedPrecondition, InvalidArgument
 from fwbench_core.fairness import REFERENCE_TOLERANCE
-from fwbench_core.models import ModelConfig, ModelReport, ReferenceReport
+from fwbench_core.models import ModelConfig, ModelReport, ModelSpec, ReferenceReport
 from fwbench_core.onnx_runtime import onnxruntime_limits
-from fwbench_core.references import compared_outputs
+from fwbench_core.references import GENERATED_TOKENS, PARITY_NEW_TOKENS, compared_outputs, compared_tokens
 from fwbench_core.runs import RunConfig
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, python_version
 
 from .flops import FLOPS_METHOD, forward_flops
+from .generation import decoder_for, generate
 from .models import MODELS
 from .objectives import random_inputs
 from .onnx_runtime import onnxruntime_workload
@@ -41,6 +42,13 @@ def allow_memory_growth() -> None:
 def _to_keras_layout(spec, array: np.ndarray) -> np.ndarray:
     """A reference input, stored in PyTorch's layout, in Keras' (images: NCHW -> NHWC)."""
     return array.transpose(0, 2, 3, 1) if spec.input_kind is InputKind.IMAGE else array
+
+
+def parity_prompts(spec: ModelSpec, inputs: np.ndarray) -> np.ndarray:
+    """The prompts the exporter (the torch runner's parity_prompts) generated a reference's tokens from, greedy in
+    fp32: its input, cut where the tokens would pass the model's longest sequence (gpt2_small at its default 1024
+    tokens: the first 1016)."""
+    return inputs[:, : spec.max_input_shape[0] - PARITY_NEW_TOKENS]
 
 
 class TensorFlowBackend(Backend):
@@ -138,6 +146,11 @@ class TensorFlowBackend(Backend):
         weights = {key.removeprefix("weights/"): value for key, value in arrays.items() if key.startswith("weights/")}
         inputs = _to_keras_layout(config.model, arrays["input"])
         expected = arrays["output"]
+        if config.model.generates and GENERATED_TOKENS not in arrays:
+            raise InvalidArgument(
+                f"the reference holds no {GENERATED_TOKENS}, which a reference of {config.model.name} (a model that "
+                "generates) must: export it again with this version of the torch runner"
+            )
         try:
             with tf.device("/CPU:0"):
                 model = build_model(config)
@@ -151,9 +164,13 @@ class TensorFlowBackend(Backend):
                     reason = (str(error).strip() or "ValueError").splitlines()[0][:200]
                     raise InvalidArgument(f"the reference's weights do not fit {config.model.name}: {reason}") from None
                 output = model(tf.constant(inputs), training=False).numpy()
+                if config.model.generates:
+                    prompts = tf.constant(parity_prompts(config.model, inputs), tf.int32)
+                    tokens = generate(decoder_for(config.model, model), prompts, PARITY_NEW_TOKENS)
         finally:
             keras.backend.clear_session()
-        return compared_outputs(output, expected, REFERENCE_TOLERANCE)
+        report = compared_outputs(output, expected, REFERENCE_TOLERANCE)
+        return compared_tokens(report, tokens, arrays[GENERATED_TOKENS]) if config.model.generates else report
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         return isinstance(exc, (tf.errors.ResourceExhaustedError, MemoryError))

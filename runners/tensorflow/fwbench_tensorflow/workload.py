@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from functools import partial
 
 import keras
 import numpy as np
@@ -16,6 +17,7 @@ from fwbench_core.fairness import LEARNING_RATE, MOMENTUM
 from fwbench_core.models import ModelConfig
 from fwbench_core.runs import RunConfig
 
+from .generation import CACHE_COPY_NOTE, Generation, decoder_for
 from .models import MODELS
 from .objectives import keras_input_shape, loss, random_inputs, random_targets
 
@@ -94,6 +96,8 @@ class TensorFlowWorkload(Workload):
         # A traced step function is specific to its input shape: graph and XLA trace (and compile) again in the
         # first step of every fresh build and of every reuse at a new batch size.
         self.first_step_traces = config.compilation is not Compilation.EAGER
+        if config.mode is Mode.GENERATE and config.compilation is not Compilation.XLA:
+            self.notes = (CACHE_COPY_NOTE,)
         self.initial_values = None
         if config.reuse_key:
             # What a reuse restores: every variable of the model (seed generators included) and of the optimizer.
@@ -113,11 +117,22 @@ class TensorFlowWorkload(Workload):
         self._train = compiled(self._train_graph, config.compilation)
         self._infer = compiled(self._infer_graph, config.compilation)
         self._last = None
+        self.generation = None
+        if config.mode is Mode.GENERATE:
+            # The prompts are the inputs; the cache is sized for them and the new tokens, reused by every request.
+            with tf.device(self.device_name):
+                self.generation = Generation(
+                    decoder_for(config.model, self.model),
+                    self.inputs,
+                    config.new_tokens,
+                    partial(compiled, compilation=config.compilation),
+                )
 
     def reuse(self, config: RunConfig) -> bool:
         if self.initial_values is None:
             return False
-        self.inputs = self.targets = self._train = self._infer = None  # freed before the new batch's are made
+        # Freed before the new batch's are made.
+        self.inputs = self.targets = self._train = self._infer = self.generation = None
         reset_device_state(config, self.gpus)
         for variable, value in self.initial_values:
             variable.assign(value)
@@ -146,6 +161,17 @@ class TensorFlowWorkload(Workload):
     def infer_step(self) -> None:
         with tf.device(self.device_name):
             self._last = self._infer()
+
+    def prefill(self) -> None:
+        with tf.device(self.device_name):
+            self._last = self.generation.prefill()
+
+    def decode_step(self) -> None:
+        with tf.device(self.device_name):
+            self._last = self.generation.decode_step()
+
+    def generated_tokens(self) -> list[list[int]]:
+        return self.generation.tokens().tolist()
 
     def synchronize(self) -> None:
         if self.is_gpu:

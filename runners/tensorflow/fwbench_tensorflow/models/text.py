@@ -73,8 +73,12 @@ class TokenEmbedding(layers.Layer):
             else None
         )
 
-    def call(self, ids):
-        x = ops.take(self.word, ids, axis=0) + self.position[: ops.shape(ids)[1]]
+    def call(self, ids, positions=None):
+        """`positions` (S,): where the tokens stand, for a generation's step past the first; else 0 to S - 1."""
+        position = (
+            self.position[: ops.shape(ids)[1]] if positions is None else ops.take(self.position, positions, axis=0)
+        )
+        x = ops.take(self.word, ids, axis=0) + position
         if self.token_type is not None:
             x = x + self.token_type[0]  # every token is of type 0
         return x
