@@ -18,8 +18,6 @@ products over every query head, as the other runners count their einsums.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -28,6 +26,7 @@ from fwbench_core.architectures import LLAMA_EPS, LLAMA_ROPE_THETA, LLAMA_SIZE_O
 from fwbench_core.models import ModelSpec
 
 from . import MODELS
+from .key_value_cache import KeyValueCache, empty_caches
 from .text import init_transformer
 
 
@@ -44,15 +43,6 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     """Heads (B, H, S, D) turned by their positions' angles (S, D): the first half of each head pairs with the second."""
     first, second = x.chunk(2, dim=-1)
     return x * cos.to(x.dtype) + torch.cat((-second, first), dim=-1) * sin.to(x.dtype)
-
-
-@dataclass
-class KeyValueCache:
-    """One layer's keys and values at every position a generation reaches, preallocated:
-    (batch, kv heads, length, head width) each, written in place as the positions come."""
-
-    keys: torch.Tensor
-    values: torch.Tensor
 
 
 class Attention(nn.Module):
@@ -83,11 +73,7 @@ class Attention(nn.Module):
         if cache is None:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
-            cache.keys.index_copy_(2, positions, k)
-            cache.values.index_copy_(2, positions, v)
-            # Each token sees the cache up to its own position; what lies past it is not written yet.
-            visible = torch.arange(cache.keys.shape[2], device=x.device) <= positions[:, None]
-            out = F.scaled_dot_product_attention(q, cache.keys, cache.values, attn_mask=visible, enable_gqa=True)
+            out = cache.attend(q, k, v, positions, enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim))
 
 
@@ -149,15 +135,9 @@ class Llama(nn.Module):
         if not 1 <= length <= len(self.cos):
             raise ValueError(f"a cache holds 1 to {len(self.cos)} positions (the rotary tables'), not {length}")
         attention = self.layers[0].self_attn
-        shape = (batch_size, attention.kv_heads, length, attention.head_dim)
-        like = self.lm_head.weight
-        return [
-            KeyValueCache(
-                torch.zeros(shape, dtype=dtype or like.dtype, device=like.device),
-                torch.zeros(shape, dtype=dtype or like.dtype, device=like.device),
-            )
-            for _ in self.layers
-        ]
+        return empty_caches(
+            len(self.layers), batch_size, attention.kv_heads, length, attention.head_dim, self.lm_head.weight, dtype
+        )
 
 
 @MODELS.register("llama_small")

@@ -15,7 +15,9 @@ bert_base   BERT-base encoder: 12 post-LayerNorm layers (eps 1e-12), hidden 768,
 gpt2_small  GPT-2 124M: 12 pre-LayerNorm blocks (eps 1e-5), tanh-approximate
             GELU ("gelu_new"), causal attention, final LayerNorm, LM head tied to
             the token embeddings, no bias -> (B, S, 50257); 124,439,808
-            parameters.
+            parameters. Its forward takes the position of its first token
+            and optionally a preallocated key-value cache, which generation
+            prefills with a prompt and extends a token at a time.
 lstm_lm     2-layer LSTM language model (PyTorch's word_language_model at the
             "medium" size): embedding 650, LSTM 650 x 2, dropout 0.5 on the
             embeddings, between the two LSTM layers and on the LSTM output,
@@ -40,17 +42,25 @@ from fwbench_core.architectures import BERT, GPT2, INIT_STD, LSTM_LM
 from fwbench_core.models import HEAD_OPTION, ModelSpec
 
 from . import MODELS
+from .key_value_cache import KeyValueCache, empty_caches
+
+
+def split_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
+    """(B, S, D) projections as (B, heads, S, D / heads)."""
+    batch, seq, width = t.shape
+    return t.view(batch, seq, heads, width // heads).transpose(1, 2)
+
+
+def merge_heads(t: torch.Tensor) -> torch.Tensor:
+    """(B, heads, S, head width) back to (B, S, D)."""
+    batch, heads, seq, head_dim = t.shape
+    return t.transpose(1, 2).reshape(batch, seq, heads * head_dim)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, dropout: float, causal: bool):
     """Multi-head scaled dot-product attention over (B, S, D) projections, back to (B, S, D)."""
-    batch, seq, width = q.shape
-
-    def split(t: torch.Tensor) -> torch.Tensor:
-        return t.view(batch, seq, heads, width // heads).transpose(1, 2)
-
-    out = F.scaled_dot_product_attention(split(q), split(k), split(v), dropout_p=dropout, is_causal=causal)
-    return out.transpose(1, 2).reshape(batch, seq, width)
+    q, k, v = (split_heads(t, heads) for t in (q, k, v))
+    return merge_heads(F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal))
 
 
 def tied_vocab(spec: ModelSpec, options: dict[str, str]) -> int:
@@ -162,10 +172,17 @@ class Gpt2Block(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.gelu = nn.GELU(approximate="tanh")  # GPT-2's "gelu_new"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor | None = None, cache: KeyValueCache | None = None
+    ) -> torch.Tensor:
         p = self.dropout_p if self.training else 0.0
         q, k, v = self.c_attn(self.ln_1(x)).chunk(3, dim=-1)
-        x = x + self.dropout(self.c_proj(attention(q, k, v, self.heads, p, causal=True)))
+        if cache is None:
+            a = attention(q, k, v, self.heads, p, causal=True)
+        else:
+            q, k, v = (split_heads(t, self.heads) for t in (q, k, v))
+            a = merge_heads(cache.attend(q, k, v, positions))
+        x = x + self.dropout(self.c_proj(a))
         return x + self.dropout(self.mlp_proj(self.gelu(self.c_fc(self.ln_2(x)))))
 
 
@@ -182,12 +199,28 @@ class Gpt2(nn.Module):
         self.ln_f = nn.LayerNorm(c["hidden"], eps=c["eps"])
         init_transformer(self)
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(ids.shape[1], device=ids.device)
+    def forward(
+        self, ids: torch.Tensor, caches: list[KeyValueCache] | None = None, offset: int | torch.Tensor = 0
+    ) -> torch.Tensor:
+        """Logits (B, S, vocab) for tokens at positions offset to offset + S - 1. Given caches (empty_caches'), each
+        block writes its keys and values there and attends to all the cache holds up to each token; without, the
+        tokens are the whole sequence. `offset` may be a tensor, so that a compiled step serves every position."""
+        positions = offset + torch.arange(ids.shape[1], device=ids.device)
         x = self.dropout(self.wte(ids) + self.wpe(positions))
-        for block in self.h:
-            x = block(x)
+        for index, block in enumerate(self.h):
+            x = block(x, positions, None if caches is None else caches[index])
         return F.linear(self.ln_f(x), self.wte.weight)  # LM head tied to the token embeddings, no bias
+
+    def empty_caches(self, batch_size: int, length: int, dtype: torch.dtype | None = None) -> list[KeyValueCache]:
+        """One zeroed cache per block for `length` positions (a prompt and the tokens to generate), on the model's
+        device, in its weights' dtype unless given another."""
+        if not 1 <= length <= self.wpe.num_embeddings:
+            raise ValueError(
+                f"a cache holds 1 to {self.wpe.num_embeddings} positions (the position table's), not {length}"
+            )
+        heads = self.h[0].heads
+        hidden = self.wte.embedding_dim
+        return empty_caches(len(self.h), batch_size, heads, length, hidden // heads, self.wte.weight, dtype)
 
 
 @MODELS.register("gpt2_small")
