@@ -12,15 +12,17 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from fwbench_core.backend import Backend, MemoryReading, Workload, process_peak_memory
 from fwbench_core.choices import Compilation, DeviceKind, Layout, Mode, Objective, Precision, Strategy, Switch, Tf32
-from fwbench_core.devices import Capabilities, Device, DeviceRef, RunnerInfo, RunnerSettings
+from fwbench_core.devices import Capabilities, CompilationLimits, Device, DeviceRef, RunnerInfo, RunnerSettings
 from fwbench_core.errors import InvalidArgument, RunnerError
 from fwbench_core.fairness import LEARNING_RATE, MOMENTUM
 from fwbench_core.models import ModelConfig, ModelReport, ReferenceReport
 from fwbench_core.onnx_runtime import onnxruntime_limits
+from fwbench_core.references import GENERATED_TOKENS, PARITY_NEW_TOKENS
 from fwbench_core.runs import RunConfig
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, python_version
 
 from .compilation import torchscript, torchscript_note
+from .generation import Generation, generate
 from .models import MODELS
 from .objectives import loss, random_inputs, random_targets
 from .onnx_runtime import onnxruntime_workload
@@ -61,6 +63,12 @@ def _onednn_version() -> str:
     build summary."""
     found = re.search(r"(?:oneDNN\)|MKL-DNN) v([0-9][\w.]*)", torch.__config__.show())
     return found.group(1) if found else ""
+
+
+def parity_prompts(inputs: torch.Tensor, config: ModelConfig) -> torch.Tensor:
+    """The prompts a reference's tokens are generated from: its input, cut where the tokens would pass the model's
+    longest sequence (a reference at gpt2_small's default 1024 tokens: its first 1016)."""
+    return inputs[:, : config.model.max_input_shape[0] - PARITY_NEW_TOKENS]
 
 
 class TorchWorkload(Workload):
@@ -123,6 +131,7 @@ class TorchWorkload(Workload):
         model = wrap(model, config, self.device)
         self.model = torch.compile(model) if config.compilation is Compilation.TORCH_COMPILE else model
         self._start(config)
+        self.generation = self._generation(config)
         # On a GPU each step is also timed by CUDA events, to cross-check the wall clock.
         self.events = (
             (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if self.is_gpu else None
@@ -141,13 +150,22 @@ class TorchWorkload(Workload):
             self.optimizer = torch.optim.SGD(self.module.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
             self.targets = random_targets(self.head, self._output_like())
 
+    def _generation(self, config: RunConfig) -> Generation | None:
+        """Mode.GENERATE: the inputs as prompts, the cache in autocast's dtype where the run autocasts."""
+        if config.mode is not Mode.GENERATE:
+            return None
+        compiled = config.compilation is Compilation.TORCH_COMPILE
+        cache_dtype = AUTOCAST_DTYPES.get(config.precision)
+        return Generation(self.module, self.inputs, config.new_tokens, cache_dtype, compiled)
+
     def _generators(self) -> tuple[torch.Tensor, ...]:
         return (torch.get_rng_state(), *(torch.cuda.get_rng_state(self.device) for _ in self.gpus))
 
     def reuse(self, config: RunConfig) -> bool:
         if not self.reusable:
             return False
-        self.inputs = self.targets = self.optimizer = None  # freed before the new batch's are made
+        # Freed before the new batch's are made.
+        self.inputs = self.targets = self.optimizer = self.generation = None
         apply_settings(config)
         for gpu in self.gpus:
             torch.cuda.reset_peak_memory_stats(gpu)
@@ -160,6 +178,7 @@ class TorchWorkload(Workload):
             torch.cuda.set_rng_state(state, self.device)
         self.inputs = self._inputs(config)
         self._start(config)
+        self.generation = self._generation(config)
         return True
 
     def _output_like(self) -> torch.Tensor:
@@ -190,6 +209,17 @@ class TorchWorkload(Workload):
             self.model(self.inputs)
         if self.events:
             self.events[1].record()
+
+    def prefill(self) -> None:
+        with self.no_autograd(), self.autocast:
+            self.generation.prefill()
+
+    def decode_step(self) -> None:
+        with self.no_autograd(), self.autocast:
+            self.generation.decode_step()
+
+    def generated_tokens(self) -> list[list[int]]:
+        return self.generation.tokens().tolist()
 
     def synchronize(self) -> None:
         for gpu in self.gpus:
@@ -259,7 +289,11 @@ class TorchBackend(Backend):
             native_tf32=Tf32.CONVOLUTIONS,
             native_cudnn_autotune=Switch.OFF,
             # torch.onnx.export's graph takes NCHW images.
-            compilation_limits={Compilation.ONNXRUNTIME: onnxruntime_limits(Layout.CHANNELS_FIRST)},
+            compilation_limits={
+                Compilation.ONNXRUNTIME: onnxruntime_limits(Layout.CHANNELS_FIRST),
+                # A scripted or traced forward takes tokens alone, not the caches a generation passes.
+                Compilation.TORCHSCRIPT: CompilationLimits(modes=frozenset({Mode.TRAIN, Mode.INFER})),
+            },
             cudnn_autotune=frozenset(Switch) if gpu else frozenset({Switch.OFF}),
             intra_op_threads=self.settings.intra_op_threads,
             inter_op_threads=self.settings.inter_op_threads,
@@ -308,6 +342,8 @@ class TorchBackend(Backend):
             if tensor.is_floating_point()
         }
         arrays = {"input": inputs.numpy(), "output": output.numpy(), **weights}
+        if config.model.generates:
+            arrays[GENERATED_TOKENS] = generate(model, parity_prompts(inputs, config), PARITY_NEW_TOKENS).numpy()
         return arrays, ReferenceReport(output_shape=tuple(output.shape))
 
     def user_error(self, exc: BaseException) -> RunnerError | None:
