@@ -1,7 +1,7 @@
 """Run from the JAX environment by test_generation_jax.py: the JAX runner's generation workload for MODEL (gpt2_small,
 or llama_small at size tiny) takes two requests as the core times them, jitted and eager, and full forward passes
 without a cache choose the same number of greedy tokens from the same weights and prompts. Prints (as JSON) each
-request's tokens and the workload's notes per compilation, and the uncached tokens.
+request's tokens, what the second compiled and the workload's notes per compilation, and the uncached tokens.
 
 Usage: python jax_generation_equals_full.py MODEL"""
 
@@ -46,7 +46,15 @@ def workload_tokens(workload, new_tokens: int) -> list[list[int]]:
     return workload.generated_tokens()
 
 
+# XLA compiles a program: what a compiled request after the first must not do.
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
 def check(model: str) -> dict:
+    compiles: list[str] = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, duration_s, **_: compiles.append(event) if event == COMPILE_EVENT else None
+    )
     cores = os.cpu_count() or 1
     backend = JaxBackend(RunnerSettings(cores, cores))  # XLA's CPU runtime takes every core; it refuses fewer
     result: dict = {}
@@ -66,9 +74,13 @@ def check(model: str) -> dict:
             new_tokens=NEW_TOKENS,
         )
         workload = backend.build(config)
+        first = workload_tokens(workload, NEW_TOKENS)
+        compiled_before = len(compiles)
+        # The second request finds the first one's keys and values in the cache: they must not change its tokens.
+        second = workload_tokens(workload, NEW_TOKENS)
         result[compilation.value] = {
-            # The second request finds the first one's keys and values in the cache: they must not change its tokens.
-            "requests": [workload_tokens(workload, NEW_TOKENS) for _ in range(2)],
+            "requests": [first, second],
+            "second_request_compiles": len(compiles) - compiled_before,
             "notes": list(workload.notes),
         }
         # Both builds draw the same weights and prompts from the seed: one uncached generation serves both.

@@ -181,9 +181,10 @@ class JaxWorkload(Workload):
             self.variables = jax.device_put({"params": params, "batch_stats": batch_stats}, replicated)
             self.inputs = jax.device_put(inputs, batched)
             if config.mode is Mode.GENERATE:  # the inputs are the prompts
-                self.generation = Generation(
-                    self.module, self.variables, self.inputs, config.new_tokens, jit, self.devices[0]
-                )
+                with jax.default_device(self.devices[0]):  # the cache made where it stays
+                    self.generation = Generation(
+                        self.module, self.variables, self.inputs, config.new_tokens, jit, replicated
+                    )
                 self.notes = () if jit else (EAGER_CACHE_NOTE,)
             else:
 

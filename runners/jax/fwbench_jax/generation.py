@@ -52,15 +52,19 @@ class Generation:
     """One batch of prompts and its cache on a device: prefill() starts a request, decode_step() adds a token to
     every prompt, tokens() reads the request's tokens to the host. Steps return before the device finishes."""
 
-    def __init__(self, module: nn.Module, variables, prompts: jax.Array, new_tokens: int, jit: bool, device) -> None:
+    def __init__(
+        self, module: nn.Module, variables, prompts: jax.Array, new_tokens: int, jit: bool, placement: Any
+    ) -> None:
+        """`placement`: where the state lives, a device or the sharding the weights have; the steps return it so, and
+        a state placed otherwise at first would compile the prefill again for the second request."""
         batch, prompt_length = prompts.shape
         self.variables, self.prompts = variables, prompts
-        with jax.default_device(device):
-            self.state = dict(
-                caches=module.empty_caches(batch, prompt_length + new_tokens),
-                tokens=jnp.zeros((batch, new_tokens), jnp.int32),
-                chosen=jnp.int32(0),
-            )
+        state = dict(
+            caches=module.empty_caches(batch, prompt_length + new_tokens),
+            tokens=jnp.zeros((batch, new_tokens), jnp.int32),
+            chosen=jnp.int32(0),
+        )
+        self.state = jax.device_put(state, placement)
         prefill, decode = make_steps(module, prompt_length)
         # The state's buffers are given to the state returned: the cache is written where it is.
         self._prefill = jax.jit(prefill, donate_argnums=2) if jit else prefill
