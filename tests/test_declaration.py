@@ -418,7 +418,7 @@ EXPECTED_BUILT_INS = {
         text("gpt2_small", 1024, 1024, 50257, (("causal_lm", Head(Objective.TOKEN_CE, 50257)),), generates=True),
         text("lstm_lm", 35, 4096, 10000, (("lm", Head(Objective.TOKEN_CE, 10000)),)),
         replace(
-            text("llama_small", 1024, 2048, 32000, (("causal_lm", Head(Objective.TOKEN_CE, 32000)),)),
+            text("llama_small", 1024, 2048, 32000, (("causal_lm", Head(Objective.TOKEN_CE, 32000)),), generates=True),
             declared_options=(ModelOption("size", ("small", "tiny")),),
         ),
         ModelSpec(

@@ -22,6 +22,7 @@ from support.cli import fwbench_in_process
 from support.results import run_result
 
 from fwbench_aggregator.analyse.alike import KEY_NAMES
+from fwbench_aggregator.base.vocabulary import Mode
 from fwbench_aggregator.cli import app as cli_app
 from fwbench_aggregator.cli.run_option_types import SETTING_OPTIONS
 from fwbench_aggregator.plan.settings import BLOCK, SETTINGS, stored
@@ -197,7 +198,7 @@ def test_a_setting_carried_to_the_runners_touches_at_most_six_product_files():
 
 
 def test_the_wire_carries_every_setting_there_and_back_by_its_declared_field():
-    spec = RunSpec("mlp", warmup=3, steps=4, seed=5, input_seed=6, min_measure_s=0.5, new_tokens=7)
+    spec = RunSpec("mlp", Mode.generate, warmup=3, steps=4, seed=5, input_seed=6, min_measure_s=0.5, new_tokens=7)
     request = wire.to_request(spec)
     sent = {setting.name: getattr(request, setting.request) for setting in SETTINGS if setting.request}
     assert sent == {"warmup": 3, "steps": 4, "min_measure_s": 0.5, "seed": 5, "input_seed": 6, "new_tokens": 7}

@@ -31,7 +31,7 @@ def test_every_value_of_every_enum_round_trips_through_its_text(descriptor):
 
 
 def test_known_texts():
-    assert vocabulary.choices(pb.Mode) == ("train", "infer")
+    assert vocabulary.choices(pb.Mode) == ("train", "infer", "generate")
     assert vocabulary.to_text(pb.DeviceKind, pb.DEVICE_KIND_GPU) == "gpu"
     assert vocabulary.from_text(pb.Compilation, "torch_compile") == pb.COMPILATION_TORCH_COMPILE
 

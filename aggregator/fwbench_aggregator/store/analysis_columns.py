@@ -3,6 +3,7 @@ trends, efficiency, serving, versions): each analysis builds exactly these, and 
 
 from __future__ import annotations
 
+from ..plan.settings import group
 from .run_columns import (
     CONFIG_COLUMNS,
     IMAGE_COLUMNS,
@@ -154,7 +155,7 @@ GENERATION_COMPARISON_COLUMNS = (
     *CONFIG_COLUMNS,
     "runner",
     "group",
-    "new_tokens",
+    *(setting.column for setting in group("generation")),
     "figure",
     "runs",
     "blocks",
