@@ -151,3 +151,20 @@ def test_sweep_and_report_tables(fake_runner, tmp_path):
     narrow, wide = both_widths("report", "--store", store, "--out", str(tmp_path / "report"))
     assert_whole_in_80_columns(swept.stdout, wide)
     assert_whole_in_80_columns(narrow, wide)
+
+
+def test_parity_of_a_decoder_shows_its_greedy_tokens(fake_runner, tmp_path):
+    narrow, wide = both_widths(
+        "parity",
+        "--models",
+        "gpt2_small",
+        "--runner",
+        f"torch={fake_runner}",
+        "--runner",
+        f"tensorflow={fake_runner}",
+        "--out",
+        str(tmp_path),
+    )
+    assert max(len(line) for line in narrow.splitlines()) <= int(NARROW) and "…" not in narrow
+    for table in (narrow, wide):
+        assert "greedy tokens" in " ".join(table.split()) and "identical (16)" in table

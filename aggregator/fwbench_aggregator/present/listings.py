@@ -111,6 +111,7 @@ def print_parity(tables: Sequence, path: Path | None) -> None:
     """Each parity table (reference, other, table, only_reference), and the models it could not check."""
     for t in tables:
         reference, other = t.reference, t.other
+        has_tokens = t.table.get("tokens", pd.Series(dtype=object)).fillna("").ne("").any()
         columns = [
             Column("model", key=True),
             Column("input"),
@@ -118,6 +119,11 @@ def print_parity(tables: Sequence, path: Path | None) -> None:
             Column("GFLOPs", numeric=True),
             Column("output"),
             Column("outputs"),
+            *(
+                [Column("greedy tokens")]
+                if t.table.get("tokens", pd.Series(dtype=object)).fillna("").ne("").any()
+                else []
+            ),
             Column("verdict"),
         ]
         rows = []
@@ -136,6 +142,7 @@ def print_parity(tables: Sequence, path: Path | None) -> None:
                     " / ".join(f"{f:.3f}" for f in sorted(flops)),
                     " / ".join(sorted(outputs)),
                     numeric,
+                    *([row.get("tokens") or "–"] if has_tokens else []),
                     row["verdict"],
                 )
             )

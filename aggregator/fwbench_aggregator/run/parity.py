@@ -49,6 +49,14 @@ def variants(models: list[wire.ModelInfo], names: list[str] | None) -> list[Vari
     return out
 
 
+def tokens_text(compared: int, first_divergence: int) -> str:
+    """A generating model's greedy tokens against the reference's: "identical (16)", "differ from position 3", or ""
+    for a model that does not generate."""
+    if not compared:
+        return ""
+    return f"identical ({compared})" if first_divergence < 0 else f"differ from position {first_divergence}"
+
+
 def gather_variant(variant: Variant, reference: RunnerClient, other: RunnerClient) -> dict:
     """Inspect the model on both runners and, where the other runner can load the reference's
     weights, compare outputs on the same input. The weights go from one runner to the other as a named
@@ -77,10 +85,12 @@ def gather_variant(variant: Variant, reference: RunnerClient, other: RunnerClien
         row["numeric"] = "not checked"
         row["numeric_note"] = failure.message
         row["max_rel_diff"] = None
+        row["tokens"] = ""
     else:
         row["numeric"] = "match" if compared.matched else "MISMATCH"
         row["numeric_note"] = ""
         row["max_rel_diff"] = compared.max_rel_diff
+        row["tokens"] = tokens_text(compared.tokens_compared, compared.first_token_divergence)
 
     return row
 
