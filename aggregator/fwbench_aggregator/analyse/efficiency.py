@@ -62,7 +62,10 @@ def hardware_efficiency(rows: pd.DataFrame, model_facts: pd.DataFrame | None) ->
         }
         forward = flops.get((row.runner_name, row.model, row.model_options, row.input_shape))
         notes = []
-        if forward is None:
+        if row.mode == "generate":
+            # A request is a prefill and many one-token steps: a forward pass's count over the prompt is no measure.
+            notes.append("not counted in mode generate: a request's FLOPs are not one forward pass over its shape")
+        elif forward is None:
             notes.append("no FLOP count stored for this model and shape (a sweep or compare inspects it)")
         else:
             per_step = forward * row.global_batch_size * (TRAIN_FLOPS_FACTOR if row.mode == "train" else 1.0)
