@@ -85,7 +85,7 @@ class Gpt2Decoder:
             {name: model.get_layer(f"h_{index}_{name}") for name in GPT2_BLOCK_LAYERS}
             for index in range(GPT2["layers"])
         ]
-        self.ln_f, self.lm_head = model.get_layer("ln_f"), model.get_layer("lm_head")
+        self.ln_f = model.get_layer("ln_f")
         self.layers, self.heads, self.kv_heads = len(self.blocks), GPT2["heads"], GPT2["heads"]
         self.head_dim = GPT2["hidden"] // GPT2["heads"]
         self.cache_dtype = self.blocks[0]["c_attn"].compute_dtype
@@ -99,7 +99,10 @@ class Gpt2Decoder:
             q, k, v = (split_heads(t, self.heads) for t in tf.split(qkv, 3, axis=-1))
             x = x + block["c_proj"](cache.attend(q, k, v, positions, indices))
             x = x + block["mlp_proj"](block["c_fc"](block["ln_2"](x)))
-        return self.lm_head(self.ln_f(x[:, -1:]))[:, 0]
+        last = self.ln_f(x[:, -1])
+        # The tied LM head as one matrix product against the embeddings transposed in the kernel: the lm_head layer's
+        # Keras einsum transposes the whole (vocab, width) matrix at each call, which eager pays at every token.
+        return tf.matmul(last, tf.cast(self.embedding.word, last.dtype), transpose_b=True)
 
 
 class LlamaDecoder:
