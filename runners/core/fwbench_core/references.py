@@ -23,7 +23,7 @@ import numpy as np
 
 from .choices import InputKind
 from .errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, RunnerError
-from .models import ModelConfig, ReferenceReport
+from .models import ModelConfig, ModelSpec, ReferenceReport
 from .system_folders import system_folder
 
 REFERENCE_DIR_ENV = "FWBENCH_REFERENCE_DIR"
@@ -204,6 +204,13 @@ def compared_outputs(output: np.ndarray, expected: np.ndarray, tolerance: float)
 # runners choose alike, few enough that a reference stays quick to make.
 PARITY_NEW_TOKENS = 8
 GENERATED_TOKENS = "generated_tokens"
+
+
+def parity_prompt_length(spec: ModelSpec, input_length: int) -> int:
+    """How many of a reference input's tokens every runner generates its parity tokens from: all of them, or as many as
+    leave room for PARITY_NEW_TOKENS within the model's longest sequence (a reference at gpt2_small's default 1024
+    tokens: its first 1016). One rule, so that the exporter and every comparing runner prompt alike."""
+    return min(input_length, spec.max_input_shape[0] - PARITY_NEW_TOKENS)
 
 
 def compared_tokens(report: ReferenceReport, tokens: np.ndarray, expected: np.ndarray) -> ReferenceReport:

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fwbench_core.models import ModelSpec
-from fwbench_core.references import PARITY_NEW_TOKENS
+from fwbench_core.references import PARITY_NEW_TOKENS, parity_prompt_length
 
 # What an eager generation does that a compiled one does not (the run's flags show it).
 EAGER_CACHE_NOTE = "eager generation: each decode step copies the key-value cache (jax.jit alone updates it in place)"
@@ -92,5 +92,5 @@ def generate(module: nn.Module, variables, prompts: jax.Array, new_tokens: int, 
 def parity_tokens(module: nn.Module, variables, inputs: np.ndarray, spec: ModelSpec, device: Any) -> np.ndarray:
     """The tokens a parity reference of `spec` holds, as the torch runner exports them: PARITY_NEW_TOKENS greedy per
     prompt (fp32), the prompts the reference's input cut where they would pass the model's longest sequence."""
-    prompts = jnp.asarray(inputs[:, : spec.max_input_shape[0] - PARITY_NEW_TOKENS], jnp.int32)
+    prompts = jnp.asarray(inputs[:, : parity_prompt_length(spec, inputs.shape[1])], jnp.int32)
     return generate(module, variables, prompts, PARITY_NEW_TOKENS, True, device)

@@ -17,7 +17,7 @@ from fwbench_core.errors import InvalidArgument, RunnerError
 from fwbench_core.fairness import LEARNING_RATE, MOMENTUM
 from fwbench_core.models import ModelConfig, ModelReport, ReferenceReport
 from fwbench_core.onnx_runtime import onnxruntime_limits
-from fwbench_core.references import GENERATED_TOKENS, PARITY_NEW_TOKENS
+from fwbench_core.references import GENERATED_TOKENS, PARITY_NEW_TOKENS, parity_prompt_length
 from fwbench_core.runs import RunConfig
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, python_version
 
@@ -68,7 +68,7 @@ def _onednn_version() -> str:
 def parity_prompts(inputs: torch.Tensor, config: ModelConfig) -> torch.Tensor:
     """The prompts a reference's tokens are generated from: its input, cut where the tokens would pass the model's
     longest sequence (a reference at gpt2_small's default 1024 tokens: its first 1016)."""
-    return inputs[:, : config.model.max_input_shape[0] - PARITY_NEW_TOKENS]
+    return inputs[:, : parity_prompt_length(config.model, inputs.shape[1])]
 
 
 class TorchWorkload(Workload):
