@@ -54,7 +54,7 @@ from fwbench_aggregator.base.vocabulary import Compilation, Mode, Precision, Pro
 from fwbench_aggregator.plan import spec as plan
 from fwbench_aggregator.plan.spec import DEFAULT_REPETITIONS, StartupSettings
 from fwbench_aggregator.plan.study import AUTO, counterbalanced
-from fwbench_aggregator.run import jobs
+from fwbench_aggregator.run import jobs, wire
 from fwbench_aggregator.run.client import RunnerFailure, RunResult
 from fwbench_aggregator.run.connection import EMBEDDED
 from fwbench_aggregator.run.execute import run_all
@@ -233,21 +233,23 @@ def main() -> int:
         started = time.perf_counter()
         for model, precision in itertools.product(models, precisions):
             requests = {
-                batch_size: plan.RunSpec(
-                    model,
-                    Mode(args.mode),
-                    batch_size,
-                    args.shape or grid["shapes"].get(model),
-                    Precision(precision),
-                    None if args.devices else grid["device"],
-                    warmup=args.warmup,
-                    steps=args.steps,
-                    min_measure_s=args.min_measure_s,
-                    devices=args.devices,
-                    strategy=Strategy(args.strategy) if args.strategy else None,
-                    compilation=Compilation[args.compilation] if args.compilation else None,
-                    profile=Profile(args.profile),
-                ).to_request()
+                batch_size: wire.to_request(
+                    plan.RunSpec(
+                        model,
+                        Mode(args.mode),
+                        batch_size,
+                        args.shape or grid["shapes"].get(model),
+                        Precision(precision),
+                        None if args.devices else grid["device"],
+                        warmup=args.warmup,
+                        steps=args.steps,
+                        min_measure_s=args.min_measure_s,
+                        devices=args.devices,
+                        strategy=Strategy(args.strategy) if args.strategy else None,
+                        compilation=Compilation[args.compilation] if args.compilation else None,
+                        profile=Profile(args.profile),
+                    )
+                )
                 for batch_size in batch_sizes
             }
             # A sweep's order runs a round of every batch size at once: the calibration round, then the verdict's.

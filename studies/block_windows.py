@@ -33,6 +33,7 @@ from fwbench_aggregator.app.rounds import Repetitions
 from fwbench_aggregator.base.vocabulary import Mode
 from fwbench_aggregator.plan import spec as plan
 from fwbench_aggregator.plan.design import BlockDesign
+from fwbench_aggregator.run import wire
 from fwbench_aggregator.run.connection import EMBEDDED
 from fwbench_aggregator.run.launch import default_venvs
 from fwbench_aggregator.run.runners import start_embedded
@@ -46,7 +47,7 @@ def collect(out: Path, designs: list[BlockDesign], blocks: int, frameworks: list
     rows = []
     for framework in frameworks:
         for model, mode, batch, shape in GRID:
-            request = plan.RunSpec(model, Mode(mode), batch, shape, device="cpu").to_request()
+            request = wire.to_request(plan.RunSpec(model, Mode(mode), batch, shape, device="cpu"))
             for design in designs:
                 with ExitStack() as stack, TemporaryDirectory() as logs:
                     first, failed = start_embedded([framework], default_venvs(), Path(logs) / "a", stack)

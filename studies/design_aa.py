@@ -54,7 +54,7 @@ from fwbench_aggregator.base.vocabulary import Mode
 from fwbench_aggregator.plan import spec as plan
 from fwbench_aggregator.plan.design import BlockDesign
 from fwbench_aggregator.plan.spec import StartupSettings
-from fwbench_aggregator.run import jobs
+from fwbench_aggregator.run import jobs, wire
 from fwbench_aggregator.run.connection import EMBEDDED
 from fwbench_aggregator.run.launch import default_venvs
 from fwbench_aggregator.run.runners import start_embedded
@@ -251,16 +251,18 @@ def _collect(
             for framework in frameworks:
                 for model, mode, batch, shape in grid:
                     # Reused: every run of an instance steps the one build its first run made, warm.
-                    request = plan.RunSpec(
-                        model,
-                        Mode(mode),
-                        batch,
-                        shape,
-                        device="cpu",
-                        startup=startup,
-                        min_measure_s=min_measure_s,
-                        reuse_key="design-aa" if reuse_builds else "",
-                    ).to_request()
+                    request = wire.to_request(
+                        plan.RunSpec(
+                            model,
+                            Mode(mode),
+                            batch,
+                            shape,
+                            device="cpu",
+                            startup=startup,
+                            min_measure_s=min_measure_s,
+                            reuse_key="design-aa" if reuse_builds else "",
+                        )
+                    )
                     began = time.perf_counter()
                     with ExitStack() as stack, TemporaryDirectory() as logs:
                         first, failed = start_embedded([framework], default_venvs(), Path(logs) / "a", stack, startup)

@@ -25,6 +25,7 @@ from fwbench_aggregator.app.rounds import Repetitions
 from fwbench_aggregator.base.vocabulary import Mode
 from fwbench_aggregator.plan import spec as plan
 from fwbench_aggregator.plan.design import BlockDesign
+from fwbench_aggregator.run import wire
 from fwbench_aggregator.run.connection import EMBEDDED
 from fwbench_aggregator.run.launch import default_venvs
 from fwbench_aggregator.run.runners import start_embedded
@@ -43,7 +44,7 @@ def collect(pairs: int, out: Path) -> None:
     rows = []
     for pair in range(pairs):
         for framework, model, mode, batch, shape in GRID:
-            request = plan.RunSpec(model, Mode(mode), batch, shape, device="cpu").to_request()
+            request = wire.to_request(plan.RunSpec(model, Mode(mode), batch, shape, device="cpu"))
             for variant in list(OPENING) if pair % 2 == 0 else list(reversed(OPENING)):
                 blocks.open_blocks = OPENING[variant]
                 with ExitStack() as stack, TemporaryDirectory() as logs:
