@@ -15,9 +15,15 @@ from fwbench_core.choices import Compilation, DeviceKind, InputKind, Layout, Pre
 from fwbench_core.devices import Capabilities, Device, DeviceRef, RunnerInfo, RunnerSettings
 from fwbench_core.errors import FailedPrecondition, InvalidArgument
 from fwbench_core.fairness import REFERENCE_TOLERANCE
-from fwbench_core.models import ModelConfig, ModelReport, ModelSpec, ReferenceReport
+from fwbench_core.models import ModelConfig, ModelReport, ReferenceReport
 from fwbench_core.onnx_runtime import onnxruntime_limits
-from fwbench_core.references import GENERATED_TOKENS, PARITY_NEW_TOKENS, compared_outputs, compared_tokens
+from fwbench_core.references import (
+    GENERATED_TOKENS,
+    PARITY_NEW_TOKENS,
+    compared_outputs,
+    compared_tokens,
+    parity_prompt_length,
+)
 from fwbench_core.runs import RunConfig
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, python_version
 
@@ -42,13 +48,6 @@ def allow_memory_growth() -> None:
 def _to_keras_layout(spec, array: np.ndarray) -> np.ndarray:
     """A reference input, stored in PyTorch's layout, in Keras' (images: NCHW -> NHWC)."""
     return array.transpose(0, 2, 3, 1) if spec.input_kind is InputKind.IMAGE else array
-
-
-def parity_prompts(spec: ModelSpec, inputs: np.ndarray) -> np.ndarray:
-    """The prompts the exporter (the torch runner's parity_prompts) generated a reference's tokens from, greedy in
-    fp32: its input, cut where the tokens would pass the model's longest sequence (gpt2_small at its default 1024
-    tokens: the first 1016)."""
-    return inputs[:, : spec.max_input_shape[0] - PARITY_NEW_TOKENS]
 
 
 class TensorFlowBackend(Backend):
@@ -165,7 +164,8 @@ class TensorFlowBackend(Backend):
                     raise InvalidArgument(f"the reference's weights do not fit {config.model.name}: {reason}") from None
                 output = model(tf.constant(inputs), training=False).numpy()
                 if config.model.generates:
-                    prompts = tf.constant(parity_prompts(config.model, inputs), tf.int32)
+                    # The prompts the exporter generated from, greedy in fp32 (eager here).
+                    prompts = tf.constant(inputs[:, : parity_prompt_length(config.model, inputs.shape[1])], tf.int32)
                     tokens = generate(decoder_for(config.model, model), prompts, PARITY_NEW_TOKENS)
         finally:
             keras.backend.clear_session()
