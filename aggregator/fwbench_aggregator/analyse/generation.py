@@ -76,17 +76,22 @@ def _shas(own: pd.DataFrame | None) -> set[str]:
 
 
 def _same_tokens(rows: pd.DataFrame, by_row: dict[tuple, pd.DataFrame]) -> list[str]:
-    """Per row: "yes" where its runner generated the fastest runner's tokens in every run, "no" where it did not,
-    "" where either is unknown."""
+    """Per row: "yes" where its runner generated the fastest runner's tokens in every run, "no" where it did not, ""
+    where either is unknown or the two are other frameworks: each framework starts from its own random weights, so
+    their tokens differ by design (fwbench parity compares tokens from shared weights). Between versions or builds of
+    one framework, or in an A/A comparison, the tokens should be the same."""
     fastest = {
-        (row["figure"], *(row[c] for c in CONFIG_COLUMNS), row["group"]): _shas(by_row.get(_row_key(row)))
+        (row["figure"], *(row[c] for c in CONFIG_COLUMNS), row["group"]): row
         for _, row in rows.iterrows()
         if row["verdict"] == "fastest"
     }
     answers = []
     for _, row in rows.iterrows():
-        mine = _shas(by_row.get(_row_key(row)))
-        theirs = fastest.get((row["figure"], *(row[c] for c in CONFIG_COLUMNS), row["group"]), set())
+        best = fastest.get((row["figure"], *(row[c] for c in CONFIG_COLUMNS), row["group"]))
+        if best is None or best["framework"] != row["framework"]:
+            answers.append("")
+            continue
+        mine, theirs = _shas(by_row.get(_row_key(row))), _shas(by_row.get(_row_key(best)))
         answers.append("" if not mine or not theirs else "yes" if mine == theirs and len(mine) == 1 else "no")
     return answers
 

@@ -84,6 +84,7 @@ def generation_section_html(rows: pd.DataFrame) -> str:
         "decodes the new tokens one at a time from a key-value cache, greedily. Time to first token is the prefill; "
         "decode, per token, is a decode step (a token for every prompt of the batch). Each is judged as step times "
         "are, over the same runs or blocks; decode tokens per second is the batch over the per-token time. Same "
-        "tokens says whether the runner generated exactly the fastest runner's tokens.</p>"
-        + table_html(generation_display(rows))
+        "tokens says, between runners of one framework, whether the runner generated exactly the fastest runner's "
+        "tokens; between frameworks it is empty, as each starts from its own random weights (fwbench parity "
+        "compares tokens from shared weights).</p>" + table_html(generation_display(rows))
     )
