@@ -12,7 +12,8 @@ reason), its figure and its evidence. Each section's stores, logs and the runner
 
 Sections: 1 A/A with the CLI's defaults over 12 points; 2 a planted difference; 3 the runner against a bare loop;
 4 energy (A/A of J/sample, power against batch size); 5 DDP world size 1 against the plain run, and what needs two
-GPUs refused; 6 the native profile's TF32 and autotuning, and MFU; 7 the server scenario at two loads; 8 JAX.
+GPUs refused; 6 the native profile's TF32 and autotuning, and MFU; 7 the server scenario at two loads; 8 JAX;
+9 generation (benchmarks/gpu_acceptance_generation.py: both decoders, A/A, the same tokens).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+from gpu_acceptance_generation import run_section as generation_section
 
 from fwbench_aggregator.analyse import stats
 from fwbench_aggregator.analyse.comparison import per_run
@@ -226,6 +228,7 @@ class Acceptance:
             ("6 native and MFU", 30, self.native),
             ("7 serving", 40, self.serving),
             ("8 JAX", 20, self.jax),
+            ("9 generation", 30, lambda section: generation_section(self, section)),
         )
         for name, needs_s, run in sections:
             if chosen and name.split()[0] not in chosen:
@@ -933,7 +936,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--jax-python", default=None, help="a Python with JAX, Flax and optax (default: --runner-python)"
     )
-    parser.add_argument("--wall-budget-s", type=float, default=450, help="the whole run's seconds (default 450)")
+    parser.add_argument("--wall-budget-s", type=float, default=540, help="the whole run's seconds (default 540)")
     parser.add_argument("--sections", default="", help="comma-separated section numbers to run (default: all)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,17 @@ pytestmark = [pytest.mark.frameworks, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu_acceptance.py"
-SECTIONS = ("1 A/A", "2 planted", "3 bare loop", "4 energy", "5 distributed", "6 native and MFU", "7 serving", "8 JAX")
+SECTIONS = (
+    "1 A/A",
+    "2 planted",
+    "3 bare loop",
+    "4 energy",
+    "5 distributed",
+    "6 native and MFU",
+    "7 serving",
+    "8 JAX",
+    "9 generation",
+)
 
 
 def dry_run(tmp_path: Path, sections: tuple[str, ...]) -> tuple[dict[str, pd.DataFrame], str, Path]:
@@ -84,6 +94,12 @@ def test_the_cpu_dry_run_writes_every_other_section_with_its_evidence(tmp_path):
     serving = by["7 serving"]
     assert {"p50", "p90", "p99"} <= {c.split(", ")[1] for c in serving["check"] if c.count(", ") >= 2}, explained
     assert by["8 JAX"]["check"].str.startswith("JAX against torch").any(), explained
+    # Generation (the tiny decoder here): each figure given for both runners; the same tokens and consistent
+    # throughput are not matters of timing, so they pass here too (an A/A verdict on a CPU is not judged here).
+    generation = by["9 generation"]
+    figures = generation[generation["check"].str.contains("(A/A)", regex=False)]
+    assert len(figures) == 2 and figures["figure"].str.contains(r"^a .* ms; b .* ms", regex=True).all(), explained
+    assert (generation[~generation.index.isin(figures.index)]["status"] == "pass").all(), explained
     # The bare loop's ratio is a figure with its target, whatever a noisy CPU makes of it.
     assert by["3 bare loop"]["figure"].str.contains("runner .* ms, bare .* ms", regex=True).all(), explained
     # The report names what this machine lacks (this environment has no TensorFlow, the runner's has none either).
