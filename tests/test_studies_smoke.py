@@ -24,6 +24,7 @@ SCRIPTS = (
     "benchmarks/block_time.py",
     "benchmarks/gpu_acceptance.py",
     "benchmarks/harness_overhead.py",
+    "benchmarks/store_scale.py",
     "benchmarks/sweep_efficiency.py",
     "benchmarks/time_to_verdict.py",
     "benchmarks/worker_allocator.py",
@@ -115,6 +116,11 @@ def cases(folder: Path) -> dict[str, tuple[str, list[str], str]]:
             "benchmarks/harness_overhead.py",
             ["--framework", "fake", *FAKE_RUN_ARGS],
             "overhead fake resnet18 train b8",
+        ),
+        "benchmarks/store_scale.py": (
+            "benchmarks/store_scale.py",
+            ["--sizes", "2", "--keep", str(folder / "store_scale"), "--skip", "report,append"],
+            "report1k",
         ),
         "benchmarks/worker_allocator.py fake": (
             "benchmarks/worker_allocator.py",
