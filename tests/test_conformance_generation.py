@@ -74,10 +74,6 @@ def test_the_same_request_generates_the_same_tokens(stub):
         ({"new_tokens": 0}, "new_tokens must be between 2 and 4096"),
         ({"input_shape": [1020], "new_tokens": 8}, "gpt2_small takes at most 1024"),
         ({"mode": pb.MODE_INFER}, "new_tokens applies to mode generate only"),
-        (
-            {"serving": pb.Serving(scenario=pb.SCENARIO_SERVER, target_qps=10)},
-            "applies to mode infer only, not mode generate",
-        ),
     ],
 )
 def test_what_generation_cannot_run_is_refused_naming_the_field(stub, fields, says):

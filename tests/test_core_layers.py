@@ -58,6 +58,7 @@ FLOORS = {
         "backend",
         "onnx_runtime",
         "serving",
+        "serving_generation",
         "timing",
         "generation",
         "telemetry",

@@ -23,6 +23,7 @@ from fwbench_core.serving import (
     CANCEL_POLL_S,
     MAX_QUERY_COUNT,
     OFFLINE_PERCENTILE_REASON,
+    BatchTimes,
     QueryBatch,
     ScenarioRun,
     arrival_offsets_s,
@@ -61,10 +62,10 @@ def serve(serving: Serving, batch_size: int, step_s, clock=None, cancelled=lambd
     times = iter(step_s) if isinstance(step_s, list) else itertools.repeat(step_s)
     starts: list[float] = []
 
-    def run_batch() -> tuple[float, float]:
+    def run_batch() -> BatchTimes:
         starts.append(clock.now)
         clock.now += next(times)
-        return starts[-1], clock.now
+        return BatchTimes(starts[-1], clock.now)
 
     scenario = ScenarioRun(serving, batch_size, run_batch, clock, cancelled)
     for _ in scenario.batches():
@@ -353,7 +354,7 @@ def test_check_run_resolves_the_defaults_of_each_scenario(fake_stub):
     [
         (
             {"scenario": pb.SCENARIO_SERVER, "mode": pb.MODE_TRAIN},
-            "serving.scenario server applies to mode infer only, not mode train",
+            "serving.scenario server applies to modes infer and generate only, not mode train",
         ),
         (
             {"scenario": pb.SCENARIO_SERVER},

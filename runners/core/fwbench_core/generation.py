@@ -53,7 +53,7 @@ def resolve_new_tokens(
 
 
 def refuse_unsupported(mode: Mode, strategy: Strategy) -> None:
-    """What generation does not run under, refused by name (a serving scenario refuses it itself)."""
+    """What generation does not run under, refused by name."""
     if mode is Mode.GENERATE and strategy is not Strategy.SINGLE:
         raise InvalidArgument(
             f"mode generate runs on one device (strategy single), not strategy {strategy.value}: data-parallel "

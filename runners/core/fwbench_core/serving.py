@@ -2,7 +2,8 @@
 times, the queue, dynamic batching, per-query latencies, and the percentiles their number supports.
 
 The harness owns the queries and their timing. A workload is still stepped only at the batch size it built, through
-`run_batch`, which returns the step's start and the time the device finished it (after synchronize)."""
+`run_batch`, which returns the step's start and the time the device finished it (after synchronize), and under
+Mode.GENERATE when its first tokens were on the host (serving_generation turns those into the figures)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,18 @@ OFFLINE_PERCENTILE_REASON = (
     "sees; offline's figure is its throughput"
 )
 
-RunBatch = Callable[[], tuple[float, float]]
+
+@dataclass(frozen=True)
+class BatchTimes:
+    """One step on the timing clock: its start, its end (the device finished), and for a generation request the
+    moment its prefill's first tokens were on the host (None outside Mode.GENERATE)."""
+
+    start_s: float
+    end_s: float
+    first_token_s: float | None = None
+
+
+RunBatch = Callable[[], BatchTimes]
 
 
 class Clock(Protocol):
@@ -63,6 +75,7 @@ class QueryBatch:
     latency_s: tuple[float, ...]
     queue_s: tuple[float, ...]
     first_index: int
+    first_token_latency_s: tuple[float, ...] = ()  # Mode.GENERATE: arrival to first token; empty otherwise
 
 
 @dataclass(frozen=True)
@@ -80,6 +93,14 @@ class ServingSummary:
     p90_latency_s: float | None = None
     p99_latency_s: float | None = None
     reasons: dict[str, str] = field(default_factory=dict)  # percentile field -> why it is unset
+    # Mode.GENERATE (serving_generation): per query, from arrival to its first token, and its decode time per token.
+    p50_first_token_latency_s: float | None = None
+    p90_first_token_latency_s: float | None = None
+    p99_first_token_latency_s: float | None = None
+    p50_time_per_output_token_s: float | None = None
+    p90_time_per_output_token_s: float | None = None
+    p99_time_per_output_token_s: float | None = None
+    generated_tokens_per_s: float = 0.0  # real prompts x new tokens over duration_s
 
 
 def arrival_offsets_s(seed: int, target_qps: float, count: int) -> np.ndarray:
@@ -117,8 +138,8 @@ def resolve_serving(
         accepted = ", ".join(s.value for s in Scenario)
         raise InvalidArgument(f"serving.scenario must be set where serving is; accepted values: {accepted}")
     named = f"serving.scenario {scenario.value}"
-    if mode is not Mode.INFER:
-        raise InvalidArgument(f"{named} applies to mode infer only, not mode {mode.value}")
+    if mode not in (Mode.INFER, Mode.GENERATE):
+        raise InvalidArgument(f"{named} applies to modes infer and generate only, not mode {mode.value}")
     if strategy is not Strategy.SINGLE:
         raise InvalidArgument(
             f"{named} runs on one device of one runner (strategy single), not strategy {strategy.value}"
@@ -168,11 +189,13 @@ def evidence_min_queries(quantile: float) -> int:
     return math.ceil(math.log(1 - EVIDENCE_CONFIDENCE) / math.log(quantile))
 
 
-def latency_percentiles(scenario: Scenario, latency_s: Sequence[float]) -> tuple[dict[str, float], dict[str, str]]:
-    """Each percentile the query count supports (numpy's default, linear interpolation), and why the others
-    are unset."""
+def latency_percentiles(
+    scenario: Scenario, latency_s: Sequence[float], fields: dict[str, float] = PERCENTILES
+) -> tuple[dict[str, float], dict[str, str]]:
+    """Each percentile field (field -> quantile) the query count supports (numpy's default, linear interpolation),
+    and why the others are unset."""
     values, reasons = {}, {}
-    for name, quantile in PERCENTILES.items():
+    for name, quantile in fields.items():
         needed = evidence_min_queries(quantile)
         if scenario is Scenario.OFFLINE:
             reasons[name] = OFFLINE_PERCENTILE_REASON
@@ -202,6 +225,7 @@ class ScenarioRun:
         self._cancelled = cancelled
         self._latency_s: list[float] = []
         self._queue_s: list[float] = []
+        self.first_token_s: list[float] = []  # Mode.GENERATE: each query's arrival to first token
         self._taken = 0
         self._steps = 0
         self._first_s = 0.0
@@ -215,11 +239,17 @@ class ScenarioRun:
         }
         return loops[self.scenario]()
 
+    @property
+    def latency_s(self) -> tuple[float, ...]:
+        return tuple(self._latency_s)
+
     def take(self) -> QueryBatch | None:
         if self._taken == len(self._latency_s):
             return None
         first, self._taken = self._taken, len(self._latency_s)
-        return QueryBatch(tuple(self._latency_s[first:]), tuple(self._queue_s[first:]), first)
+        return QueryBatch(
+            tuple(self._latency_s[first:]), tuple(self._queue_s[first:]), first, tuple(self.first_token_s[first:])
+        )
 
     def summary(self) -> ServingSummary:
         count = len(self._latency_s)
@@ -256,11 +286,13 @@ class ScenarioRun:
     def _step(self, arrivals_s: Sequence[float] | np.ndarray) -> None:
         """One step at the built batch size serving the queries that arrived (or were issued) at `arrivals_s`."""
         self._check_cancelled()
-        start_s, end_s = self._run_batch()
-        self._latency_s.extend(float(end_s - a) for a in arrivals_s)
-        self._queue_s.extend(float(start_s - a) for a in arrivals_s)
+        times = self._run_batch()
+        self._latency_s.extend(float(times.end_s - a) for a in arrivals_s)
+        self._queue_s.extend(float(times.start_s - a) for a in arrivals_s)
+        if times.first_token_s is not None:
+            self.first_token_s.extend(float(times.first_token_s - a) for a in arrivals_s)
         self._steps += 1
-        self._last_end_s = end_s
+        self._last_end_s = times.end_s
 
     def _single_stream(self) -> Iterator[int]:
         """Each query is one batch, issued when the previous completes: its latency is its step's."""

@@ -16,7 +16,8 @@ from .generation import GenerationSummary, RequestTimes, run_request, summarize_
 from .limits import MAX_MEASURED_STEPS
 from .power import EnergySummary
 from .runs import RunConfig, WarmupUntilStable
-from .serving import Clock, QueryBatch, ScenarioRun, ServingSummary, SystemClock
+from .serving import BatchTimes, Clock, QueryBatch, ScenarioRun, ServingSummary, SystemClock
+from .serving_generation import with_generation
 
 # Step timings leave the runner in batches, at most this often, so that
 # streaming costs no round trip per step; flushing happens between steps.
@@ -85,9 +86,9 @@ class Summary:
 def samples_processed(config: RunConfig, summary: Summary) -> int:
     """Real samples the measured phase served: under a scenario its queries' (padding excluded); in generation the
     tokens its requests made, so that energy per sample is energy per token."""
-    if summary.serving:
-        return summary.serving.sample_count
     tokens_per_step = config.new_tokens or 1
+    if summary.serving:
+        return summary.serving.sample_count * tokens_per_step
     return config.batch_size * summary.measured_steps * tokens_per_step
 
 
@@ -254,15 +255,20 @@ def time_steps(
     done, scenario, serving = timer.index, None, None
     if config.serving is not None:
 
-        def run_batch() -> tuple[float, float]:
+        def run_batch() -> BatchTimes:
             sample = timer.run(False)
-            return sample.start_s, timer.last_end_s
+            prefill_s = sample.time_to_first_token_s
+            return BatchTimes(
+                sample.start_s, timer.last_end_s, None if prefill_s is None else sample.start_s + prefill_s
+            )
 
         scenario = ScenarioRun(
             config.serving, config.batch_size, run_batch, serving_clock or SystemClock(clock), cancelled
         )
         total = yield from _queries(scenario, timer, total, last_flush_s, clock)
         serving = scenario.summary()
+        if config.new_tokens is not None:
+            serving = with_generation(serving, scenario.latency_s, scenario.first_token_s, config.new_tokens)
         done = len(timer.warmup_times) + serving.query_count
     if timer.pending:
         yield timer.flush()

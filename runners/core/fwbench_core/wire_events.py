@@ -29,8 +29,13 @@ def serving_summary_to_wire(summary: ServingSummary) -> pb.ServingSummary:
         mean_batch_queries=summary.mean_batch_queries,
         reasons=summary.reasons,
         target_qps=summary.target_qps,
+        generated_tokens_per_s=summary.generated_tokens_per_s,
     )
-    percentiles = ("p50_latency_s", "p90_latency_s", "p99_latency_s")
+    percentiles = [
+        f"{p}_{figure}_s"
+        for figure in ("latency", "first_token_latency", "time_per_output_token")
+        for p in ("p50", "p90", "p99")
+    ]
     _optional_fields(message, {name: getattr(summary, name) for name in percentiles})
     return message
 
@@ -149,7 +154,12 @@ def event_to_wire(event: RunEvent, info: RunnerInfo) -> pb.RunEvent:
         )
     if isinstance(event, QueryBatch):
         return pb.RunEvent(
-            queries=pb.QueryLatencies(latency_s=event.latency_s, queue_s=event.queue_s, first_index=event.first_index)
+            queries=pb.QueryLatencies(
+                latency_s=event.latency_s,
+                queue_s=event.queue_s,
+                first_index=event.first_index,
+                first_token_latency_s=event.first_token_latency_s,
+            )
         )
     if isinstance(event, PowerBatch):
         return pb.RunEvent(power=pb.PowerSamples(samples=[power_sample_to_wire(s) for s in event.samples]))
