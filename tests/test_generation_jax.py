@@ -51,7 +51,9 @@ def test_cached_generation_chooses_the_tokens_of_full_passes(model):
 
 
 @pytest.mark.frameworks
-@pytest.mark.parametrize("model", DECLARED_DECODERS)
+# gpt2_small, which has no tiny size, is compared at its full size by test_parity.py, whose numeric match includes
+# its greedy tokens.
+@pytest.mark.parametrize("model", sorted(set(DECLARED_DECODERS) - {"gpt2_small"}))
 def test_from_pytorchs_weights_jax_generates_pytorchs_tokens(runner_pool, model):
     """fwbench parity's exchange at a short prompt: the torch runner exports its weights, input, logits and greedy
     tokens; the JAX runner loads the weights, generates from the same prompts and matches every token."""

@@ -22,6 +22,7 @@ NUMERIC_PARITY = {
         "vgg16",
         "bert_base",
         "lstm_lm",
+        "gpt2_small",
         "llama_small",
         "deepspeech2",
         "wav2vec2_base",
