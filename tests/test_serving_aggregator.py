@@ -213,7 +213,9 @@ def test_a_load_that_cannot_run_is_named(load, problem):
         "batch_timeout_ms": "--batch-timeout-ms",
     }
     assert load_problem(Mode.infer, load, names).startswith(problem)
-    assert "use it with mode infer, not train" in load_problem(Mode.train, Load(Scenario.single_stream), names)
+    assert "use it with mode infer or generate, not train" in load_problem(
+        Mode.train, Load(Scenario.single_stream), names
+    )
     assert load_problem(Mode.infer, Load(Scenario.server, 100.0), names) is None
 
 
@@ -230,7 +232,7 @@ def test_a_load_that_cannot_run_is_named(load, problem):
         ),
         (("--mode", "infer", "--scenario", "server", "--target-qps", "nan"), "accepted: a number above 0"),
         (("--mode", "infer", "--scenario", "server"), "--scenario server needs --target-qps"),
-        (("--mode", "train", "--scenario", "single_stream"), "use it with mode infer, not train"),
+        (("--mode", "train", "--scenario", "single_stream"), "use it with mode infer or generate, not train"),
         (("--mode", "infer", "--queries", "0"), "--queries"),
         (
             ("--mode", "infer", "--scenario", "server", "--target-qps", "10", "--batch-timeout-ms", "-1"),
@@ -290,7 +292,7 @@ def test_a_sweep_file_gains_a_load_axis_each_load_its_own_runs_and_chains(tmp_pa
     [
         (
             "modes: [train]\nscenarios: [server]\ntarget_qps: [10]\n",
-            "scenarios: a scenario measures inference: give modes: [infer]",
+            "scenarios: a scenario serves inference or generation: give modes: [infer], [generate] or both",
         ),
         ("modes: [infer]\ntarget_qps: [10]\n", "target_qps: applies to a serving scenario: add scenarios"),
         ("modes: [infer]\nscenarios: [server]\n", "target_qps: scenarios: server needs the offered loads"),

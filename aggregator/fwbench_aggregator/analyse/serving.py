@@ -3,6 +3,10 @@ percentiles (p50, p90, p99; offline: throughput), the ratio between runners of e
 the verdict, by the same statistics as step times (comparison.judged, stats.compare: a run's percentile is its value,
 as a run's median step time is).
 
+Under mode generate a query is a prompt and its latency runs to its last token; beside its p50, p90 and p99, each
+runner's first token latency (TTFT+queue: from arrival, the wait for its batch included) and time per output token
+(TPOT) are compared at each percentile the same way, and the tokens it served per second are shown.
+
 A percentile the run's queries could not support (the runner's order-statistic rule, runner.proto) is empty in the
 summary with its reason; a runner with such a run gets no figure for that percentile, and the row says why instead
 of a ratio. A latency budget is judged on the p99 of the runs: met where its interval over runs ends under the budget,
@@ -25,6 +29,10 @@ from .judging import judged
 
 THROUGHPUT = "throughput"  # the figure of an offline run
 BUDGET_PERCENTILE = "p99"
+GENERATE = "generate"
+# Mode generate's figures beside latency's, each percentile of a summary column (store.run_columns.SERVING_FIELDS):
+# its label names what it includes, as the generation table's "time to first token" is the prefill alone.
+GENERATION_FIGURES = {"TTFT+queue": "first_token_latency", "TPOT": "time_per_output_token"}
 
 
 def latency_column(percentile: str) -> str:
@@ -64,8 +72,17 @@ def unavailable_reason(runs: pd.DataFrame, column: str) -> str:
     return "; ".join(dict.fromkeys(reasons)) or "not reported"
 
 
-def _figures(scenario: str) -> tuple[str, ...]:
-    return (THROUGHPUT,) if scenario == "offline" else SERVING_PERCENTILES
+def figure_column(figure: str) -> str:
+    """A percentile figure's summary column: "p99" -> "p99_latency_s", "TPOT p90" -> "p90_time_per_output_token_s"."""
+    label, _, percentile = figure.rpartition(" ")
+    return f"{percentile}_{GENERATION_FIGURES[label]}_s" if label else latency_column(percentile)
+
+
+def _figures(scenario: str, mode: str) -> tuple[str, ...]:
+    if scenario == "offline":
+        return (THROUGHPUT,)
+    generated = tuple(f"{label} {p}" for label in GENERATION_FIGURES for p in SERVING_PERCENTILES)
+    return (*SERVING_PERCENTILES, *(generated if mode == GENERATE else ()))
 
 
 def _row(config: dict, runner: str, own: pd.DataFrame, figure: str) -> dict:
@@ -82,6 +99,7 @@ def _row(config: dict, runner: str, own: pd.DataFrame, figure: str) -> dict:
         "achieved_qps": stats.geometric_mean(own["achieved_qps"]) if (own["achieved_qps"] > 0).all() else math.nan,
         "latency_ms": math.nan,
         "throughput_samples_per_s": math.nan,
+        "generated_tokens_per_s": _tokens_per_s(own),
         "verdict": "",
         # The sequential design the runs were made under, if any: its looks' levels judge them (comparison.judged).
         "max_repetitions": int(own["max_repetitions"].fillna(0).max()),
@@ -95,7 +113,7 @@ def _row(config: dict, runner: str, own: pd.DataFrame, figure: str) -> dict:
         else:
             row["_values"], row["verdict"] = np.array([]), "no throughput reported"
         return row
-    column = latency_column(figure)
+    column = figure_column(figure)
     values = own[column].to_numpy(dtype=float)
     supported = values[np.isfinite(values) & (values > 0)]
     if supported.size == values.size:
@@ -108,6 +126,12 @@ def _row(config: dict, runner: str, own: pd.DataFrame, figure: str) -> dict:
             f"not supported by {len(missing)} of {len(own)} runs ({unavailable_reason(missing, column)}): not compared"
         )
     return row
+
+
+def _tokens_per_s(own: pd.DataFrame) -> float:
+    """Mode generate: the tokens served per second over the runs (their geometric mean); NaN in other modes."""
+    values = own["generated_tokens_per_s"].to_numpy(dtype=float)
+    return stats.geometric_mean(values) if values.size and (values > 0).all() else math.nan
 
 
 def _judge(rows: list[dict], min_effect: float) -> None:
@@ -163,7 +187,7 @@ def serving_rows(
     # Runners are judged within a block of alike runs (alike.labelled), never across blocks.
     for (*config, _), block in runs.groupby([*CONFIG_COLUMNS, "group"], sort=False):
         config_values = dict(zip(CONFIG_COLUMNS, config))
-        for figure in _figures(str(block["scenario"].iloc[0])):
+        for figure in _figures(str(block["scenario"].iloc[0]), str(config_values["mode"])):
             figure_rows = [
                 _row(config_values, runner, own, figure) for runner, own in block.groupby("runner", sort=True)
             ]

@@ -28,7 +28,8 @@ ScenarioOption = Annotated[
     typer.Option(
         callback=parse_choice(Scenario, "scenario"),
         metavar=choices_metavar(Scenario),
-        help="serve inference queries under a load (MLPerf LoadGen's scenarios; docs/serving.md): single_stream (one query "
+        help="serve inference queries or generation requests under a load (MLPerf LoadGen's scenarios; "
+        "docs/serving.md): single_stream (one query "
         "after another), server (Poisson arrivals at --target-qps), offline (every query at once); default: back-to-back "
         "batches",
     ),

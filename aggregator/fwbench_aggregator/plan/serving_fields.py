@@ -1,5 +1,5 @@
-"""The serving load of an inference run (a scenario, runner.proto's Serving) and its rules, the same for the command
-line (`compare --scenario`, `serve-capacity`) and sweep files:
+"""The serving load of an inference or generation run (a scenario, runner.proto's Serving) and its rules, the same
+for the command line (`compare --scenario`, `serve-capacity`) and sweep files:
 
     scenarios: [server]            # single_stream, server, offline; default: none (back-to-back batches)
     target_qps: [50, 100, 200]     # server: the offered loads, queries per second
@@ -22,6 +22,8 @@ from .spec import MAX_BATCH_TIMEOUT_MS, MAX_QUERIES, MAX_TARGET_QPS, RunSpec, St
 from .study import Configuration, Sweep
 
 SWEEP_FIELDS = ("scenarios", "target_qps", "queries", "batch_timeout_ms")
+# The modes a scenario serves: inference queries, or generation requests (a query a prompt; docs/serving.md).
+SERVED_MODES = (Mode.infer, Mode.generate)
 TARGET_QPS_RANGE = f"a number above 0 and at most {MAX_TARGET_QPS:g}"
 QUERIES_RANGE = f"an integer from 1 to {MAX_QUERIES}"
 BATCH_TIMEOUT_RANGE = f"a number from 0 to {MAX_BATCH_TIMEOUT_MS:g}"
@@ -46,8 +48,11 @@ def load_problem(mode: Mode, load: Load, names: Mapping[str, str]) -> str | None
     """Why `load` cannot run in `mode`, naming each setting as `names` calls it (the command line's options or a
     sweep file's fields: keys scenario, target_qps, queries, batch_timeout_ms); None where it can."""
     scenario, qps, timeout = names["scenario"], names["target_qps"], names["batch_timeout_ms"]
-    if mode != Mode.infer:
-        return f"{scenario} {load.scenario.value} measures inference: use it with mode infer, not {mode.value}"
+    if mode not in SERVED_MODES:
+        return (
+            f"{scenario} {load.scenario.value} serves inference or generation: use it with mode infer or generate, "
+            f"not {mode.value}"
+        )
     server = load.scenario == Scenario.server
     if server and load.target_qps is None:
         return f"{scenario} server needs {qps}, the offered load ({TARGET_QPS_RANGE})"
@@ -61,8 +66,10 @@ def load_problem(mode: Mode, load: Load, names: Mapping[str, str]) -> str | None
 def sweep_loads(raw: Mapping, checker: Checker, modes: Sequence[Mode] | None) -> tuple[Load, ...] | None:
     """A sweep file's load axis (every scenario, server at every target_qps); None where it names no scenario.
     Problems are recorded in `checker`, each naming its field and what is accepted."""
-    if "scenarios" in raw and tuple(modes or (Mode.train,)) != (Mode.infer,):
-        checker.fail(("scenarios",), "a scenario measures inference: give modes: [infer] with it")
+    if "scenarios" in raw and not set(modes or (Mode.train,)) <= set(SERVED_MODES):
+        checker.fail(
+            ("scenarios",), "a scenario serves inference or generation: give modes: [infer], [generate] or both with it"
+        )
     scenarios = checked_list(raw, "scenarios", checker, choice(Scenario, "scenario", checker), "[server]")
 
     def rate(path, value) -> float:

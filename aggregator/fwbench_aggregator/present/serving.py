@@ -27,15 +27,26 @@ def figure_text(row) -> str:
     return "–" if pd.isna(row.latency_ms) else f"{row.latency_ms:.2f} ms"
 
 
+def tokens_text(value: float) -> str:
+    return "–" if pd.isna(value) else f"{value:.1f}"
+
+
+def _generates(rows: pd.DataFrame) -> bool:
+    return bool(rows["generated_tokens_per_s"].notna().any())
+
+
 def serving_table(rows: pd.DataFrame) -> tuple[list[Column], list[tuple]]:
     """One configuration under a scenario: a row per figure and runner (its value over runs, the ratio to the best
-    runner, the verdict) and, with a budget, whether the p99 meets it."""
+    runner, the verdict), under mode generate the tokens served per second, and with a budget whether the p99 meets
+    it."""
     budget = rows["budget_status"].fillna("").ne("").any()
+    generates = _generates(rows)
     columns = [
         Column("figure", key=True),
         Column("runner", key=True),
         Column("runs", numeric=True),
         Column("achieved qps", numeric=True),
+        *([Column("tokens/s", numeric=True)] if generates else []),
         Column("value\n(of runs)", numeric=True),
         Column("× best", numeric=True),
         Column("verdict", wrap_at=VERDICT_WIDTH),
@@ -47,6 +58,7 @@ def serving_table(rows: pd.DataFrame) -> tuple[list[Column], list[tuple]]:
             r.runner,
             str(r.runs),
             cell(r.achieved_qps),
+            *((tokens_text(r.generated_tokens_per_s),) if generates else ()),
             figure_text(r),
             cell(r.ratio_to_best, "ratio_to_fastest"),
             r.verdict,
@@ -111,6 +123,7 @@ def serving_display(rows: pd.DataFrame) -> pd.DataFrame:
             "runner": rows["runner"],
             "runs": rows["runs"].astype(str),
             "achieved qps": [cell(v) for v in rows["achieved_qps"]],
+            **({"tokens/s": [tokens_text(v) for v in rows["generated_tokens_per_s"]]} if _generates(rows) else {}),
             "value (of runs)": [figure_text(r) for r in rows.itertuples()],
             "× best": [cell(v, "ratio_to_fastest") for v in rows["ratio_to_best"]],
             "verdict": rows["verdict"],
@@ -156,7 +169,10 @@ def serving_section_html(rows: pd.DataFrame, capacities: pd.DataFrame, plot: Plo
         "runner is compared with each other one by the same test as step times (Welch's t-test on the log run "
         f"values, {stats.CONFIDENCE:.0%} interval, at least {stats.MIN_REPETITIONS} runs a side). A percentile a "
         "run's queries could not support (p90 needs 29 queries, p99 299) is not compared: the row says why. "
-        "Offline runs compare throughput.</p>",
+        "Offline runs compare throughput. Under mode generate a query is a prompt, its latency runs to its last "
+        "token, TTFT+queue is its time to first token from its arrival (the wait for its batch included, unlike the "
+        "Generation section's prefill-only time to first token), TPOT its decode time per output token, and tokens/s "
+        "the tokens served per second (padding excluded).</p>",
     ]
     if not rows.empty:
         parts.append(table_html(serving_display(rows)))

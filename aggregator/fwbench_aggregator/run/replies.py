@@ -143,6 +143,7 @@ class QueryLatencies:
     latency_s: tuple[float, ...]
     queue_s: tuple[float, ...]
     first_index: int = 0
+    first_token_latency_s: tuple[float, ...] = ()  # mode generate: arrival to first token; empty otherwise
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,14 @@ class Serving:
     mean_latency_s: float = 0.0
     mean_batch_queries: float = 0.0
     reasons: Mapping[str, str] = field(default_factory=dict)
+    # Mode generate: per query, from arrival to first token (the wait included) and its decode time per token.
+    p50_first_token_latency_s: float | None = None
+    p90_first_token_latency_s: float | None = None
+    p99_first_token_latency_s: float | None = None
+    p50_time_per_output_token_s: float | None = None
+    p90_time_per_output_token_s: float | None = None
+    p99_time_per_output_token_s: float | None = None
+    generated_tokens_per_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -126,8 +126,9 @@ EFFICIENCY_COLUMNS = (
     "mfu",
     "efficiency_note",
 )
-# One row per configuration under a scenario, runner and figure (p50, p90, p99, or throughput offline): the
-# geometric mean over runs of each run's figure, and the verdict against the best runner (analyse.serving).
+# One row per configuration under a scenario, runner and figure (p50, p90, p99, or throughput offline; mode generate
+# also TTFT+queue and TPOT at each percentile): the geometric mean over runs of each run's figure, and the verdict
+# against the best runner (analyse.serving); generated_tokens_per_s, mode generate's tokens served per second.
 SERVING_COMPARISON_COLUMNS = (
     *CONFIG_COLUMNS,
     "runner",
@@ -139,6 +140,7 @@ SERVING_COMPARISON_COLUMNS = (
     "achieved_qps",
     "latency_ms",
     "throughput_samples_per_s",
+    "generated_tokens_per_s",
     "ratio_to_best",
     "ratio_ci_low",
     "ratio_ci_high",

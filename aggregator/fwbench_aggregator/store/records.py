@@ -28,6 +28,7 @@ from .run_columns import (
     IMAGE_COLUMNS,
     POWER_COLUMNS,
     POWER_FIELDS,
+    SERVING_PERCENTILE_FIGURES,
     SERVING_PERCENTILES,
     STEPS_COLUMNS,
     SUMMARY_COLUMNS,
@@ -86,7 +87,13 @@ def steps_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
 def queries_frame(run_id: str, results: list[RunResult]) -> pd.DataFrame:
     """One row per measured query of every run under a scenario, by its index among the run's queries."""
     rows = [
-        {**_config_columns(run_id, r), "query_index": q.first_index + i, "latency_s": latency_s, "queue_s": queue_s}
+        {
+            **_config_columns(run_id, r),
+            "query_index": q.first_index + i,
+            "latency_s": latency_s,
+            "queue_s": queue_s,
+            "first_token_latency_s": q.first_token_latency_s[i] if q.first_token_latency_s else None,
+        }
         for r in results
         for q in r.queries
         for i, (latency_s, queue_s) in enumerate(zip(q.latency_s, q.queue_s))
@@ -119,7 +126,12 @@ def _serving_columns(config: replies.Resolved, summary: replies.Summary) -> dict
         "duration_s": s.duration_s,
         "achieved_qps": s.achieved_qps,
         "serving_throughput_samples_per_s": s.throughput_samples_per_s,
-        **{f"{p}_latency_s": getattr(s, f"{p}_latency_s") for p in SERVING_PERCENTILES},
+        **{
+            f"{p}_{figure}_s": getattr(s, f"{p}_{figure}_s")
+            for figure in SERVING_PERCENTILE_FIGURES
+            for p in SERVING_PERCENTILES
+        },
+        "generated_tokens_per_s": s.generated_tokens_per_s or None,
         "mean_latency_s": s.mean_latency_s,
         "mean_batch_queries": s.mean_batch_queries,
         "serving_unavailable": "; ".join(f"{k}: {v}" for k, v in sorted(s.reasons.items())),

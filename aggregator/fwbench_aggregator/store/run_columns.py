@@ -132,8 +132,12 @@ DEVICE_STATE_COLUMNS = (
 MODEL_SOURCE_COLUMNS = ("model_source", "model_hash")
 BUILT_IN = "built-in"
 # A run under a scenario (the runner's ServingSummary; empty for back-to-back batches): the load as resolved, its
-# figures, and serving_unavailable, why a figure is empty ("p99_latency_s: ..."; the percentile evidence rule).
+# figures, and serving_unavailable, why a figure is empty ("p99_latency_s: ..."; the percentile evidence rule). Under
+# mode generate also, per query, time to first token from its arrival (the wait for its batch included, unlike the
+# generation columns' prefill-only median_/p90_time_to_first_token_s) and its decode time per output token, each with
+# its percentiles, and the tokens served per second (real prompts only); empty in other modes.
 SERVING_PERCENTILES = ("p50", "p90", "p99")
+SERVING_PERCENTILE_FIGURES = ("latency", "first_token_latency", "time_per_output_token")
 SERVING_FIELDS = (
     "query_count",
     "duration_s",
@@ -142,6 +146,8 @@ SERVING_FIELDS = (
     *(f"{p}_latency_s" for p in SERVING_PERCENTILES),
     "mean_latency_s",
     "mean_batch_queries",
+    *(f"{p}_{figure}_s" for figure in SERVING_PERCENTILE_FIGURES[1:] for p in SERVING_PERCENTILES),
+    "generated_tokens_per_s",
 )
 # A generation run's figures over its measured requests (runner.proto's GenerationSummary; empty in other modes): time
 # to first token, per-token decode latency, decode throughput, and the last request's tokens (the first prompt's, and

@@ -33,6 +33,10 @@ STORE_FORMAT is the version of what the store writes, recorded with every run (s
  11  mode generate: a run's summary stores its new tokens (part of the block key; empty in other modes and older runs)
      and its generation figures (run_columns.GENERATION_SUMMARY_COLUMNS), its steps each request's time to first
      token and decode time; older runs read them empty
+ 12  mode generate under a scenario: a run's summary stores each query's first token latency (from its arrival, the
+     wait included) and time per output token as p50/p90/p99 and the tokens served per second
+     (run_columns.SERVING_FIELDS), and its queries frame each query's first_token_latency_s; empty in other modes and
+     older runs
 From 10 on, a run setting first stored in a format says so where it is declared (plan.settings: stored_since), and
 the format follows: store.migrations gives older runs its default.
 """
@@ -44,7 +48,7 @@ from .comparability_columns import FLOOR_KEY_COLUMNS
 from .run_columns import CONFIG_COLUMNS, POWER_COLUMNS, RUN_IDENTITY_COLUMNS, STEPS_COLUMNS, SUMMARY_COLUMNS
 
 # The last format the store's own changes made (the list above); a run setting stored since a later one raises it.
-CHANGES_FORMAT = 11
+CHANGES_FORMAT = 12
 STORE_FORMAT = max(CHANGES_FORMAT, *(setting.stored_since for setting in stored()))
 
 # --- the store's frames beside a run's own ----------------------------------------------------------------------------
@@ -76,9 +80,9 @@ MAX_BATCH_COLUMNS = (
     "searched_at_unix_s",
 )
 # A run under a scenario: one row per measured query, in arrival order (the runner's QueryLatencies), so that any
-# percentile can be recomputed.
+# percentile can be recomputed (mode generate: its first token latency too, and its time per output token from it).
 QUERIES_FRAME = "queries"
-QUERIES_COLUMNS = (*RUN_IDENTITY_COLUMNS, "query_index", "latency_s", "queue_s")
+QUERIES_COLUMNS = (*RUN_IDENTITY_COLUMNS, "query_index", "latency_s", "queue_s", "first_token_latency_s")
 # fwbench serve-capacity: one search per runner and configuration; its probes are stored as runs.
 SERVE_CAPACITY_FRAME = "serve_capacity"
 SERVE_CAPACITY_COLUMNS = (

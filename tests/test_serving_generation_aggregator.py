@@ -1,0 +1,78 @@
+"""Serving with generation through the aggregator, with fake runners: `fwbench compare --mode generate --scenario
+server` stores each query's first token latency, compares the runners' TTFT+queue (from arrival) and TPOT at each
+percentile the queries support beside latency's, shows the tokens served per second, and writes them to serving.csv
+and the report; the generation table keeps its prefill-only time to first token."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from support.cli import fwbench, only_run_dir
+from support.fakes import Fake, started_fakes
+
+from fwbench_aggregator.store.results_store import ResultStore
+
+QUERIES = 30
+SERVE_GENERATION = (
+    "--model",
+    "gpt2_small",
+    "--mode",
+    "generate",
+    "--shape",
+    "seq=8",
+    "--new-tokens",
+    "4",
+    "--batch-size",
+    "1",
+    "--warmup",
+    "1",
+    "--min-measure-s",
+    "0",
+    "--scenario",
+    "server",
+    "--target-qps",
+    "40",
+    "--queries",
+    str(QUERIES),
+    "--design",
+    "rounds",
+    "--repetitions",
+    "4",
+)
+
+
+@pytest.mark.slow
+def test_compare_under_server_judges_first_token_and_per_token_percentiles_and_shows_tokens_served(tmp_path):
+    # A fake's prefill sleeps its step time and each decode step a quarter of it: slow is twice quick at both.
+    with started_fakes(tmp_path, Fake("quick", step_s=0.004), Fake("slow", step_s=0.008)) as fakes:
+        runners = [f"--runner={r.name}={r.address}" for r in fakes.runners]
+        done = fwbench("compare", *SERVE_GENERATION, *runners, "--out", str(tmp_path), columns=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = done.stdout
+    assert "serving: server 40 qps" in said and "tokens/s" in said
+    assert "TTFT+queue p50" in said and "TPOT p90" in said
+    assert "generation: 4 new tokens" in said, "the generation table is printed beside the serving one"
+    rows = pd.read_csv(only_run_dir(tmp_path) / "serving.csv").set_index(["figure", "runner"])
+    # A tail under Poisson arrivals on a busy host varies from run to run: its verdict is not asserted, its figure is.
+    assert rows.loc[("TTFT+queue p90", "slow"), "latency_ms"] > rows.loc[("TTFT+queue p50", "slow"), "latency_ms"]
+    for figure in ("p50", "TTFT+queue p50", "TPOT p50"):
+        assert rows.loc[(figure, "quick"), "verdict"] == "best", figure
+        slow = rows.loc[(figure, "slow")]
+        assert slow["significant"] and slow["verdict"].startswith("quick "), (figure, slow["verdict"])
+    for figure in ("p99", "TTFT+queue p99", "TPOT p99"):
+        assert rows.loc[(figure, "slow"), "verdict"].startswith(f"not supported by 4 of 4 runs ({QUERIES} queries")
+    # 40 queries a second of 4 tokens each: about 160 tokens served per second, whichever runner.
+    assert rows["generated_tokens_per_s"].between(100, 200).all(), rows["generated_tokens_per_s"]
+    store = ResultStore(tmp_path / "store")
+    queries = store.load("queries")
+    assert len(queries) == 2 * 4 * QUERIES and queries["first_token_latency_s"].notna().all()
+    # A query's first token comes after its wait and before its last token.
+    assert (queries["queue_s"] <= queries["first_token_latency_s"]).all()
+    assert (queries["first_token_latency_s"] < queries["latency_s"]).all()
+    summary = store.load("summary")
+    # From arrival, the wait included: never below the prefill alone (the generation columns' time to first token).
+    assert (summary["p50_first_token_latency_s"] >= summary["median_time_to_first_token_s"] * 0.99).all()
+    report = fwbench("report", "--store", str(tmp_path / "store"), columns=240)
+    assert report.returncode == 0, report.stdout + report.stderr
+    page = (tmp_path / "store" / "report" / "report.html").read_text()
+    assert ">Serving</h2>" in page and "TTFT+queue p90" in page and ">Generation</h2>" in page
