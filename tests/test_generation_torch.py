@@ -1,7 +1,8 @@
 """The torch runner's generation (Mode.GENERATE): from its static key-value cache, eager and torch.compile'd, both
 decoders generate exactly the greedy tokens of generating without a cache, request after request, after a reuse
 at another batch size, and in a reference's export; under autocast the cache is in autocast's dtype; TorchScript,
-whose forward takes no caches, is refused. The conformance suite's generation tests cover the rest over gRPC."""
+whose forward takes no caches, is refused; it serves generation under a scenario. The conformance suite's
+generation tests cover the rest over gRPC."""
 
 from __future__ import annotations
 
@@ -71,3 +72,40 @@ def test_torchscript_is_refused_naming_the_compilations_that_generate(runner_poo
     assert "compilations for mode generate on the torch runner: eager, torch_compile" in error.details(), (
         error.details()
     )
+
+
+def test_the_torch_runner_serves_generation_under_the_server_scenario(runner_pool):
+    """A tiny llama_small under Poisson arrivals, batched by two: every query's first token latency is streamed and
+    lies between its wait and its latency; the summary has the percentiles 6 queries support and the tokens served."""
+    serving = pb.Serving(scenario=pb.SCENARIO_SERVER, target_qps=20, query_count=6, batch_timeout_ms=20, arrival_seed=3)
+    with grpc.insecure_channel(runner_pool.get("torch").address) as channel:
+        events = list(
+            pb_grpc.RunnerStub(channel).Run(
+                pb.RunRequest(
+                    model="llama_small",
+                    model_options={"size": "tiny"},
+                    mode=pb.MODE_GENERATE,
+                    input_shape=[8],
+                    new_tokens=4,
+                    batch_size=2,
+                    warmup_steps=1,
+                    min_measure_s=0.0,
+                    seed=1,
+                    serving=serving,
+                ),
+                timeout=CHECK_TIMEOUT_S,
+            )
+        )
+    queries = [e.queries for e in events if e.WhichOneof("event") == "queries"]
+    latency = [x for q in queries for x in q.latency_s]
+    queue = [x for q in queries for x in q.queue_s]
+    first_token = [x for q in queries for x in q.first_token_latency_s]
+    assert len(latency) == len(first_token) == 6
+    assert all(wait < first < last for wait, first, last in zip(queue, first_token, latency))
+    summary = events[-1].summary
+    served = summary.serving
+    assert served.query_count == 6 and served.HasField("p50_first_token_latency_s")
+    assert 0 < served.p50_time_per_output_token_s < served.p50_latency_s
+    assert not served.HasField("p90_first_token_latency_s") and "p90_first_token_latency_s" in served.reasons
+    assert abs(served.generated_tokens_per_s - 6 * 4 / served.duration_s) < 1e-6 * served.generated_tokens_per_s
+    assert summary.generation.new_tokens == 4 and summary.generation.median_time_to_first_token_s > 0
