@@ -23,6 +23,6 @@ FAKE_STEP_TIME_S = "0.01"
 # The example model plug-ins: every runner the suite starts serves them beside the built-ins, so that the contract
 # (conformance, parity) is shown to hold for a user's model exactly as for ours.
 EXAMPLE_MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
-EXAMPLE_PLUGINS = ("tiny_cnn", "tiny_transformer")
+EXAMPLE_PLUGINS = ("tiny_cnn", "tiny_decoder", "tiny_transformer")
 # Every model the suite's runners serve, by name: the built-ins and the example plug-ins, as declared.
 SERVED_SPECS = load_catalog(FAKE_MODELS, [PluginLocation(EXAMPLE_MODELS, MODELS_DIR_FLAG)]).specs

@@ -53,5 +53,6 @@ def load_catalog(
         {name: "the built-in models" for name in MODEL_SPECS},
         registry.make_plugin_builder,
         plugin_limit_s,
+        registry.check_plugin_decoder,
     )
     return Catalog({**builtins, **loaded.specs}, {**unbuilt, **loaded.not_offered}, loaded.reports)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
+from .models import ModelSpec
 from .plugin_modules import PluginError, builder_file, import_builder
 from .process_tree import end_own_tree, end_strays, kill_tree
 from .worker_output import CappedCopy, redirect_output
@@ -26,24 +27,30 @@ EXIT_GRACE_S = 5.0
 
 def check_builders(
     framework: str,
-    plugins: Sequence[tuple[Path, str]],
+    plugins: Sequence[tuple[Path, ModelSpec]],
     make_builder: Callable[[ModuleType, Path], object],
     limit_s: float,
+    check_decoder: Callable[[object, ModelSpec], None] | None = None,
 ) -> list[str]:
-    """For each (folder, model) plug-in, "" where its builder module imports and `make_builder` (which must pickle)
-    accepts it, else why not. One process imports the framework once and checks them in turn, each within
-    `limit_s`; one that outlives it or ends the process is named, and a fresh process checks the rest."""
+    """For each (folder, spec) plug-in, "" where its builder module imports, `make_builder` accepts it and, where
+    the spec declares it generates, `check_decoder` accepts the builder (both must pickle), else why not. One
+    process imports the framework once and checks them in turn, each within `limit_s`; one that outlives it or
+    ends the process is named, and a fresh process checks the rest."""
 
     results: list[str] = []
     while len(results) < len(plugins):
         pending = list(plugins[len(results) :])
         results += _check_in_one_process(
-            framework, pending, make_builder, limit_s, [folder / builder_file(framework) for folder, _ in pending]
+            framework,
+            pending,
+            (make_builder, check_decoder),
+            limit_s,
+            [folder / builder_file(framework) for folder, _ in pending],
         )
     return results
 
 
-def _check_in_one_process(framework, pending, make_builder, limit_s: float, paths: list[Path]) -> list[str]:
+def _check_in_one_process(framework, pending, checks, limit_s: float, paths: list[Path]) -> list[str]:
     """The checks of `pending` one process made, up to the first that failed it (the rest are checked anew)."""
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
@@ -51,9 +58,9 @@ def _check_in_one_process(framework, pending, make_builder, limit_s: float, path
     process = context.Process(
         target=_check_main,
         args=(
-            [(str(f), m) for f, m in pending],
+            [(str(f), spec) for f, spec in pending],
             framework,
-            make_builder,
+            checks,
             sender,
             output_writer,
             logging.getLogger().getEffectiveLevel(),
@@ -105,23 +112,26 @@ def _check_in_one_process(framework, pending, make_builder, limit_s: float, path
         output.finish()
 
 
-def _check_main(pending: list[tuple[str, str]], framework: str, make_builder, sender, output, log_level: int) -> None:
+def _check_main(pending: list[tuple[str, ModelSpec]], framework: str, checks, sender, output, log_level: int) -> None:
     """The checking process: its output capped (worker_output) and in a session of its own, so that what a plug-in
     starts at import ends with it (process_tree)."""
     redirect_output(output)
     start_worker(log_level)
     try:
-        _check_each(pending, framework, make_builder, sender)
+        _check_each(pending, framework, checks, sender)
     finally:
         end_own_tree()
 
 
-def _check_each(pending: list[tuple[str, str]], framework: str, make_builder, sender) -> None:
+def _check_each(pending: list[tuple[str, ModelSpec]], framework: str, checks, sender) -> None:
+    make_builder, check_decoder = checks
     sender.send("ready")  # make_builder arrived: its framework is imported
-    for folder, model in pending:
+    for folder, spec in pending:
         sender.send("start")
         try:
-            make_builder(import_builder(Path(folder), framework, model), Path(folder))
+            builder = make_builder(import_builder(Path(folder), framework, spec.name), Path(folder))
+            if spec.generates and check_decoder is not None:
+                check_decoder(builder, spec)
         except PluginError as error:
             sender.send(str(error))
         else:

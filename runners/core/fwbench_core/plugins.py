@@ -173,10 +173,12 @@ def load_plugins(
     taken: dict[str, str],
     make_builder: Callable[[ModuleType, Path], object] | None,
     limit_s: float = PLUGIN_LIMIT_S,
+    check_decoder: Callable[[object, ModelSpec], None] | None = None,
 ) -> LoadedPlugins:
     """Read every plug-in at `where` for `framework`. `taken` maps names already served to their source (the
     built-ins); a clash is refused, naming both. `make_builder` turns a builder module into the framework's
-    builder (raising PluginError where the module lacks what it needs), checked in a process apart within `limit_s`
+    builder (raising PluginError where the module lacks what it needs), and `check_decoder` refuses the builder of
+    a plug-in that declares it generates without what generation needs, both in a process apart within `limit_s`
     (plugin_checks); None: a runner that needs no builder module (the fake runner) serves every declared model."""
     found: list[tuple[Path, str, ModelSpec | None, str]] = []  # (folder, origin, spec, why it cannot be read)
     reports: list[PluginReport | int] = []  # a report, or the index in `found` of the plug-in it will be
@@ -192,7 +194,7 @@ def load_plugins(
         for folder in folders:
             reports.append(len(found))
             found.append((folder, location.origin, *_read(folder, location.origin)))
-    checks = _checks(framework, found, make_builder, limit_s)
+    checks = _checks(framework, found, make_builder, limit_s, check_decoder)
     taken = dict(taken)
     loaded = LoadedPlugins({}, {}, ())
     loaded.reports = tuple(
@@ -213,16 +215,16 @@ def _key(framework: str, spec: ModelSpec) -> tuple[str, str, str]:
     return spec.source.folder, framework, spec.source.content_hash
 
 
-def _checks(framework, found, make_builder, limit_s: float) -> dict[tuple[str, str, str], str]:
+def _checks(framework, found, make_builder, limit_s: float, check_decoder) -> dict[tuple[str, str, str], str]:
     """Every readable plug-in's builder checked apart (plugin_checks), each folder and version once a process."""
     if make_builder is None:
         return {}
     wanted = {
-        _key(framework, spec): (folder, spec.name)
+        _key(framework, spec): (folder, spec)
         for folder, _, spec, _ in found
         if spec is not None and (folder / builder_file(framework)).is_file() and _key(framework, spec) not in _checked
     }
-    _checked.update(zip(wanted, check_builders(framework, list(wanted.values()), make_builder, limit_s)))
+    _checked.update(zip(wanted, check_builders(framework, list(wanted.values()), make_builder, limit_s, check_decoder)))
     return _checked
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from .builtin import MODEL_SPECS
 from .models import BUILT_IN, ModelSpec
@@ -15,12 +15,21 @@ Builder = TypeVar("Builder")
 # Turns a plug-in's builder module (build_<framework>.py) into the framework's builder; raises PluginError
 # naming what the module lacks.
 PluginBuilder = Callable[[ModuleType, Path], Builder]
+# Given a plug-in's builder and its spec, where the spec declares `generates`: raises PluginError naming what the
+# builder lacks for generation (the framework's cache interface), so that the plug-in is refused at load.
+DecoderCheck = Callable[[Any, ModelSpec], None]
 
 
 class ModelRegistry(Generic[Builder]):
-    def __init__(self, framework: str, make_plugin_builder: PluginBuilder[Builder] | None = None) -> None:
+    def __init__(
+        self,
+        framework: str,
+        make_plugin_builder: PluginBuilder[Builder] | None = None,
+        check_plugin_decoder: DecoderCheck | None = None,
+    ) -> None:
         self.framework = framework
         self.make_plugin_builder = make_plugin_builder
+        self.check_plugin_decoder = check_plugin_decoder
         self._builders: dict[str, Builder] = {}
 
     def register(self, name: str) -> Callable[[Builder], Builder]:

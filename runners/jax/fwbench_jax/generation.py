@@ -1,6 +1,6 @@
 """Greedy generation (Mode.GENERATE) for the JAX runner's decoders, with a preallocated static key-value cache.
 
-A decoder module (gpt2_small, llama_small) takes, beside its tokens, the position of the first one and its caches,
+A decoder module (gpt2_small, llama_small, a plug-in's that declares it generates) takes, beside its tokens, the position of the first one and its caches,
 and returns the caches with the new keys and values written (lax.dynamic_update_slice). The state of a request is
 plain arrays: the caches, sized prompt + new tokens once and reused by every request, the tokens chosen so far and
 how many. Prefill and decode step are pure functions of (weights, state) -> state; jitted, the state is donated, so
@@ -17,11 +17,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fwbench_core.errors import FailedPrecondition
 from fwbench_core.models import ModelSpec
 from fwbench_core.references import PARITY_NEW_TOKENS, parity_prompt_length
 
+# What a decoder's module provides, a built-in's or a plug-in's.
+CACHE_INTERFACE = "empty_caches(batch_size, length, dtype) beside __call__(ids, train, caches, offset)"
 # What an eager generation does that a compiled one does not (the run's flags show it).
 EAGER_CACHE_NOTE = "eager generation: each decode step copies the key-value cache (jax.jit alone updates it in place)"
+
+
+def can_generate(module: nn.Module) -> bool:
+    return callable(getattr(module, "empty_caches", None))
 
 
 def greedy(logits: jax.Array) -> jax.Array:
@@ -57,6 +64,10 @@ class Generation:
     ) -> None:
         """`placement`: where the state lives, a device or the sharding the weights have; the steps return it so, and
         a state placed otherwise at first would compile the prefill again for the second request."""
+        if not can_generate(module):
+            raise FailedPrecondition(
+                f"{type(module).__name__} cannot generate in the JAX runner: it has no {CACHE_INTERFACE}"
+            )
         batch, prompt_length = prompts.shape
         self.variables, self.prompts = variables, prompts
         state = dict(

@@ -1,4 +1,5 @@
-"""Greedy generation (Mode.GENERATE) for the TensorFlow runner's decoders, gpt2_small and llama_small.
+"""Greedy generation (Mode.GENERATE) for the TensorFlow runner's decoders: gpt2_small, llama_small and a plug-in's
+(its build_tensorflow.py's `decoder(model)`), each a Decoder over its Keras model's layers.
 
 The key-value cache is a pair of tf.Variables per layer, (batch, kv heads, prompt + new tokens, head width), made once
 for a batch of prompts and reused by every request. Each step writes its tokens' keys and values into it
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import keras
 import numpy as np
@@ -27,6 +29,7 @@ from fwbench_core.architectures import GPT2
 from fwbench_core.errors import FailedPrecondition
 from fwbench_core.models import ModelSpec
 
+from .models import MODELS
 from .models.llama import Llama, rotate
 
 # What generation without XLA does that XLA does not (the run's flags show it).
@@ -74,6 +77,21 @@ class KeyValueCache:
         out = tf.matmul(tf.cast(tf.nn.softmax(scores, axis=-1), v.dtype), self.values)
         out = tf.transpose(tf.reshape(out, (batch, kv_heads, group, seq, depth)), (0, 3, 1, 2, 4))
         return tf.reshape(out, (batch, seq, heads * depth))
+
+
+class Decoder(Protocol):
+    """What generation asks of a decoder: the caches' sizes (layers, kv_heads of head_dim each, in cache_dtype) and
+    the logits (B, vocab) after the tokens `ids` (B, S) at `positions` (S,), each layer writing its keys and values
+    into its cache with KeyValueCache.attend. The built-ins' are below; a plug-in's build_tensorflow.py gives its
+    own through `decoder(model)`."""
+
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    cache_dtype: str
+
+    def last_logits(self, ids: tf.Tensor, positions: tf.Tensor, caches: Sequence[KeyValueCache]) -> tf.Tensor: ...
 
 
 class Gpt2Decoder:
@@ -130,17 +148,19 @@ class LlamaDecoder:
         return self.model.lm_head(self.model.norm(x[:, -1:]))[:, 0]
 
 
-DECODERS = {"gpt2_small": Gpt2Decoder, "llama_small": LlamaDecoder}
+DECODERS: dict[str, Callable[[keras.Model], Decoder]] = {"gpt2_small": Gpt2Decoder, "llama_small": LlamaDecoder}
 
 
-def decoder_for(spec: ModelSpec, model: keras.Model) -> Gpt2Decoder | LlamaDecoder:
-    decoder = DECODERS.get(spec.name)
-    if decoder is None:
+def decoder_for(spec: ModelSpec, model: keras.Model) -> Decoder:
+    """The built-in's decoder, or the plug-in's (its builder's `decoder`, which the plug-in's check at load asks of
+    one that declares it generates)."""
+    make = DECODERS.get(spec.name) if spec.source.built_in else MODELS.builder(spec).decoder
+    if make is None:
         raise FailedPrecondition(
-            f"{spec.name} declares that it generates, but the TensorFlow runner decodes with a key-value cache only "
-            f"for {', '.join(DECODERS)}"
+            f"{spec.name} declares that it generates, but the TensorFlow runner has no decoder for it: a built-in's is "
+            f"one of {', '.join(DECODERS)}, a plug-in's is decoder(model) in its build_tensorflow.py"
         )
-    return decoder(model)
+    return make(model)
 
 
 def eager(step: Callable) -> Callable:
@@ -155,7 +175,7 @@ class Generation:
 
     def __init__(
         self,
-        decoder: Gpt2Decoder | LlamaDecoder,
+        decoder: Decoder,
         prompts: tf.Tensor,
         new_tokens: int,
         compile_step: Callable[[Callable], Callable] = eager,
@@ -195,7 +215,7 @@ class Generation:
         return tf.stack(self.chosen, axis=1).numpy()
 
 
-def generate(decoder: Gpt2Decoder | LlamaDecoder, prompts: tf.Tensor, new_tokens: int) -> np.ndarray:
+def generate(decoder: Decoder, prompts: tf.Tensor, new_tokens: int) -> np.ndarray:
     """A whole request, eager: `new_tokens` greedy tokens per prompt, (B, new_tokens) int64 on the host."""
     generation = Generation(decoder, prompts, new_tokens)
     generation.prefill()

@@ -1,5 +1,5 @@
-"""Greedy generation (Mode.GENERATE) for the torch runner's decoders (gpt2_small, llama_small), from a static
-key-value cache.
+"""Greedy generation (Mode.GENERATE) for the torch runner's decoders (gpt2_small, llama_small, a plug-in's that
+declares it generates), from a static key-value cache.
 
 A decoder's forward takes, beside its tokens, its caches and the position of its first token, and writes the
 tokens' keys and values into the caches in place (models/key_value_cache.py). The caches hold prompt + new tokens
@@ -15,6 +15,13 @@ from __future__ import annotations
 import torch
 
 from fwbench_core.errors import FailedPrecondition
+
+# What a decoder's module provides, a built-in's or a plug-in's.
+CACHE_INTERFACE = "empty_caches(batch_size, length, dtype) beside forward(ids, caches, offset)"
+
+
+def can_generate(model: torch.nn.Module) -> bool:
+    return callable(getattr(model, "empty_caches", None))
 
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
@@ -35,10 +42,9 @@ class Generation:
         cache_dtype: torch.dtype | None = None,
         compiled: bool = False,
     ) -> None:
-        if not callable(getattr(model, "empty_caches", None)):
+        if not can_generate(model):
             raise FailedPrecondition(
-                f"{type(model).__name__} cannot generate in the torch runner: it has no empty_caches(batch_size, "
-                "length, dtype) and no forward(ids, caches, offset)"
+                f"{type(model).__name__} cannot generate in the torch runner: it has no {CACHE_INTERFACE}"
             )
         batch, self.prompt_length = prompts.shape
         self.prompts = prompts

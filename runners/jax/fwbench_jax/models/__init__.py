@@ -13,15 +13,21 @@ alphabet); images come NHWC. Submodules are named as PyTorch's modules (the vari
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import flax.linen as nn
 import jax.numpy as jnp
 
+from fwbench_core.model_resolution import resolve_options
 from fwbench_core.models import ModelSpec
 from fwbench_core.plugin_modules import PluginError, builder_attribute
 from fwbench_core.registry import ModelRegistry
+
+from ..generation import CACHE_INTERFACE, can_generate
+
+log = logging.getLogger("fwbench.runner")
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,23 @@ def plugin_builder(module, folder) -> FlaxModel:
     return FlaxModel(build, init_std)
 
 
-MODELS: ModelRegistry = ModelRegistry("jax", plugin_builder)
+def check_plugin_decoder(builder: FlaxModel, spec: ModelSpec) -> None:
+    """A plug-in that declares it generates must build a module with the cache interface: refused at load, not at
+    its first run. A Flax module holds no weights, so building it costs nothing; one whose build() raises is
+    checked at its first generate run instead, which reports what it raises."""
+    try:
+        module = builder.build(spec, resolve_options(spec, {}), jnp.float32)
+    except Exception as error:  # the plug-in's own code: what it raises is its run's to report
+        log.info("plug-in %s: build() raised %r; its decoder is checked when it generates", spec.name, error)
+        return
+    if not can_generate(module):
+        raise PluginError(
+            f"{spec.source.folder}/build_jax.py: model.toml declares generates = true, but build()'s module "
+            f"({type(module).__name__}) has no {CACHE_INTERFACE}, which generation needs (docs/your-model.md, A "
+            "decoder that generates)"
+        )
+
+
+MODELS: ModelRegistry = ModelRegistry("jax", plugin_builder, check_plugin_decoder)
 
 from . import inception, llama, speech, text, vision, vit  # noqa: E402,F401  (each registers its models)

@@ -11,6 +11,7 @@ One module per task registers its models here.
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import keras
 import numpy as np
@@ -29,18 +30,37 @@ TORCH_BN = dict(epsilon=1e-5, momentum=0.9)
 class KerasModel:
     build: Callable[[ModelSpec, tuple[int, ...], dict[str, str]], keras.Model]
     load_torch_weights: Callable[[keras.Model, TorchWeights], None] | None = None
+    # A plug-in decoder's: the model's generation.Decoder (the built-ins' are generation.DECODERS).
+    decoder: Callable[[keras.Model], Any] | None = None
+
+
+def _optional_function(module, folder, name: str, signature: str) -> Callable | None:
+    value = getattr(module, name, None)
+    if value is not None and not callable(value):
+        raise PluginError(f"{folder}/build_tensorflow.py: {name} must be a function ({signature})")
+    return value
 
 
 def plugin_builder(module, folder) -> KerasModel:
     """A plug-in's build_tensorflow.py: build(spec, input_shape, options) -> keras.Model, input_shape in Keras'
-    layout; optionally load_torch_weights(model, weights), which parity needs to compare outputs."""
-    build = builder_attribute(module, folder, "tensorflow", "build", "spec, input_shape, options")
-    load = getattr(module, "load_torch_weights", None)
-    if load is not None and not callable(load):
-        raise PluginError(f"{folder}/build_tensorflow.py: load_torch_weights must be a function (model, weights)")
-    return KerasModel(build, load)
+    layout; optionally load_torch_weights(model, weights), which parity needs to compare outputs, and
+    decoder(model), which a model that generates needs."""
+    return KerasModel(
+        builder_attribute(module, folder, "tensorflow", "build", "spec, input_shape, options"),
+        _optional_function(module, folder, "load_torch_weights", "model, weights"),
+        _optional_function(module, folder, "decoder", "model"),
+    )
 
 
-MODELS: ModelRegistry = ModelRegistry("tensorflow", plugin_builder)
+def check_plugin_decoder(builder: KerasModel, spec: ModelSpec) -> None:
+    """A plug-in that declares it generates must give its decoder: refused at load, not at its first run."""
+    if builder.decoder is None:
+        raise PluginError(
+            f"{spec.source.folder}/build_tensorflow.py: model.toml declares generates = true, but it defines no "
+            "decoder(model), which generation needs (docs/your-model.md, A decoder that generates)"
+        )
+
+
+MODELS: ModelRegistry = ModelRegistry("tensorflow", plugin_builder, check_plugin_decoder)
 
 from . import llama, speech, text, vision, vit  # noqa: E402,F401  (each registers its models)

@@ -1,0 +1,169 @@
+"""A plug-in can be a decoder: examples/models/tiny_decoder (model.toml's `generates = true`, and in each builder the
+cache interface the built-in decoders have) generates in every runner through its plug-in worker, and from
+PyTorch's weights every runner chooses PyTorch's greedy tokens, as `fwbench parity` reports them. A plug-in that
+declares it generates but whose builder lacks the interface is refused when the runner loads it, naming what is
+missing, so that `fwbench models` lists the error."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import grpc
+import pytest
+from fwbench.runner.v1 import runner_pb2 as pb
+from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from support.plugins import GOOD_BUILDER, write_plugin
+from support.requests import run
+from support.runners import EXAMPLE_MODELS, REAL_RUNNERS, SERVED_SPECS
+
+from fwbench_aggregator.analyse.parity import judged
+from fwbench_aggregator.run import launch
+from fwbench_aggregator.run.client import RunnerClient
+from fwbench_aggregator.run.parity import Variant, gather_variant
+from fwbench_core.catalog import load_catalog
+from fwbench_core.errors import FailedPrecondition
+from fwbench_core.plugin_modules import PluginError, builder_attribute
+from fwbench_core.plugins import MODELS_DIR_FLAG, PluginLocation
+from fwbench_core.references import PARITY_NEW_TOKENS
+from fwbench_core.registry import ModelRegistry
+
+MODEL = "tiny_decoder"
+PROMPT, NEW_TOKENS = 8, 4
+# A framework's import and a plug-in's check, on a loaded 2-core CPU.
+CHECK_TIMEOUT_S = 300
+
+# A decoder's declaration whose builders give networks without the cache interface: no empty_caches on the torch
+# module or the Flax module, no decoder(model) in build_tensorflow.py.
+NO_CACHE_BUILDERS = {
+    "torch": "from torch import nn\n\n\ndef build(spec, input_shape, options):\n    return nn.Embedding(8, 8)\n",
+    "tensorflow": "import keras\n\n\ndef build(spec, input_shape, options):\n    return keras.Sequential()\n",
+    "jax": "import flax.linen as nn\n\n\ndef build(spec, options, dtype):\n    return nn.Embed(8, 8)\n",
+}
+# What each runner says the builder lacks.
+MISSING = {
+    "torch": "build_torch.py: model.toml declares generates = true, but build()'s model (Embedding) has no "
+    "empty_caches(batch_size, length, dtype) beside forward(ids, caches, offset)",
+    "tensorflow": "build_tensorflow.py: model.toml declares generates = true, but it defines no decoder(model)",
+    "jax": "build_jax.py: model.toml declares generates = true, but build()'s module (Embed) has no "
+    "empty_caches(batch_size, length, dtype) beside __call__(ids, train, caches, offset)",
+}
+# Checks each plug-in of a models folder as the runner's process checking plug-ins does (plugin_checks): the
+# framework's make_plugin_builder, then its check_plugin_decoder where the declaration generates. In one process per
+# framework, which imports it once: a runner's start imports it twice (its own process, then the checking one).
+CHECK_PLUGINS = """
+import json, sys
+from pathlib import Path
+from fwbench_core.declaration import read_declaration
+from fwbench_core.models import ModelSource
+from fwbench_core.plugin_modules import PluginError, import_builder
+from fwbench_{framework}.models import MODELS
+errors = {{}}
+for folder in sorted(Path(sys.argv[1]).iterdir()):
+    spec = read_declaration(folder, ModelSource("--models-dir", str(folder)))
+    try:
+        builder = MODELS.make_plugin_builder(import_builder(folder, "{framework}", spec.name), folder)
+        if spec.generates:
+            MODELS.check_plugin_decoder(builder, spec)
+        errors[spec.name] = ""
+    except PluginError as error:
+        errors[spec.name] = str(error)
+print(json.dumps(errors))
+"""
+
+
+def declaration(name: str, generates: bool) -> str:
+    """tiny_decoder's declaration under `name`, saying whether it generates."""
+    text = (EXAMPLE_MODELS / MODEL / "model.toml").read_text().replace(f'"{MODEL}"', f'"{name}"')
+    return text.replace("generates = true", f"generates = {str(generates).lower()}")
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("framework", REAL_RUNNERS)
+def test_each_runner_generates_with_the_plugin_decoder(runner_pool, framework):
+    with grpc.insecure_channel(runner_pool.get(framework).address) as channel:
+        config, summary = run(
+            pb_grpc.RunnerStub(channel), model=MODEL, mode=pb.MODE_GENERATE, input_shape=[PROMPT], new_tokens=NEW_TOKENS
+        )
+    assert (config.mode, config.new_tokens) == (pb.MODE_GENERATE, NEW_TOKENS)
+    generation = summary.generation
+    assert (generation.new_tokens, generation.prompt_tokens) == (NEW_TOKENS, PROMPT)
+    assert len(generation.first_prompt_tokens) == NEW_TOKENS, generation
+    assert all(0 <= token < SERVED_SPECS[MODEL].vocab_size for token in generation.first_prompt_tokens), generation
+    assert generation.decode_tokens_per_s > 0 and generation.median_time_to_first_token_s > 0, generation
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("other", [name for name in REAL_RUNNERS if name != "torch"])
+def test_parity_finds_the_plugins_greedy_tokens_identical_from_pytorchs_weights(runner_pool, other):
+    with (
+        RunnerClient("torch", runner_pool.get("torch").address) as torch_client,
+        RunnerClient(other, runner_pool.get(other).address) as other_client,
+    ):
+        gathered = gather_variant(Variant(MODEL, {}), torch_client, other_client)
+    row = judged([gathered], "torch", other).iloc[0].to_dict()
+    # Every prompt of the reference's batch, PARITY_NEW_TOKENS each, the same token at every position.
+    assert row["tokens"].startswith("identical (") and int(row["tokens"][11:-1]) % PARITY_NEW_TOKENS == 0, row
+    assert row["numeric"] == "match" and row["verdict"] == "same", row
+
+
+@pytest.mark.frameworks
+def test_each_runner_refuses_a_plugin_that_declares_it_generates_without_the_cache_interface(tmp_path):
+    refused = write_plugin(tmp_path, "plain_decoder", NO_CACHE_BUILDERS, declaration("plain_decoder", True))
+    # The refusal is the declaration's: the same builders serve a model that does not generate.
+    write_plugin(tmp_path, "plain_lm", NO_CACHE_BUILDERS, declaration("plain_lm", False))
+    # The three environments check the folder side by side: most of each is a framework's import.
+    checks = {
+        framework: subprocess.Popen(
+            [
+                str(launch.default_venvs() / framework / "bin" / "python"),
+                "-c",
+                CHECK_PLUGINS.format(framework=framework),
+                str(tmp_path),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for framework in REAL_RUNNERS
+    }
+    for framework, check in checks.items():
+        stdout, stderr = check.communicate(timeout=CHECK_TIMEOUT_S)
+        assert check.returncode == 0, stderr[-3000:]
+        errors = json.loads(stdout.splitlines()[-1])
+        assert errors["plain_lm"] == "", (framework, errors)
+        error = errors["plain_decoder"]
+        assert f"{refused.resolve()}/{MISSING[framework]}" in error and "docs/your-model.md" in error, error
+
+
+# --- the core's part, with no framework: a check of decoders that the runner's start makes at load ----------------
+
+
+def build_function(module, folder):
+    """The test framework's builder: its module's build function."""
+    return builder_attribute(module, folder, "test", "build", "spec, input_shape, options")
+
+
+def check_decoder(build, spec) -> None:
+    """The test framework's cache interface: what its build() returns has empty_caches."""
+    if not hasattr(build(spec, spec.default_input_shape, {}), "empty_caches"):
+        raise PluginError(f"{spec.name}: no empty_caches")
+
+
+def test_a_runners_start_refuses_a_decoder_its_check_refuses_and_lists_why(tmp_path):
+    decoder = "class Decoder:\n    def empty_caches(self):\n        pass\n\n\ndef build(spec, input_shape, options):\n"
+    decoder += "    return Decoder()\n"
+    for name, generates, builder in [
+        ("decoder", True, decoder),
+        ("no_cache", True, GOOD_BUILDER),
+        ("no_decoder", False, GOOD_BUILDER),  # checked for nothing it does not declare
+    ]:
+        write_plugin(tmp_path, name, {"test": builder}, declaration(name, generates))
+    catalog = load_catalog(
+        ModelRegistry("test", build_function, check_decoder), [PluginLocation(tmp_path, MODELS_DIR_FLAG)]
+    )
+    assert catalog.names() == ["decoder", "no_decoder"]
+    assert {Path(r.folder).name: r.error for r in catalog.plugins}["no_cache"] == "no_cache: no empty_caches"
+    with pytest.raises(FailedPrecondition, match="failed to load: no_cache: no empty_caches"):
+        catalog.spec("no_cache")
