@@ -31,13 +31,13 @@ SERVE_GENERATION = (
     "--scenario",
     "server",
     "--target-qps",
-    "40",
+    "30",
     "--queries",
     str(QUERIES),
     "--design",
     "rounds",
     "--repetitions",
-    "4",
+    "3",
 )
 
 
@@ -49,30 +49,30 @@ def test_compare_under_server_judges_first_token_and_per_token_percentiles_and_s
         done = fwbench("compare", *SERVE_GENERATION, *runners, "--out", str(tmp_path), columns=240)
     assert done.returncode == 0, done.stdout + done.stderr
     said = done.stdout
-    assert "serving: server 40 qps" in said and "tokens/s" in said
+    assert "serving: server 30 qps" in said and "tokens/s" in said
     assert "TTFT+queue p50" in said and "TPOT p90" in said
     assert "generation: 4 new tokens" in said, "the generation table is printed beside the serving one"
+    assert "time to first token: the prefill alone, the queue excluded" in " ".join(said.split())
     rows = pd.read_csv(only_run_dir(tmp_path) / "serving.csv").set_index(["figure", "runner"])
-    # A tail under Poisson arrivals on a busy host varies from run to run: its verdict is not asserted, its figure is.
-    assert rows.loc[("TTFT+queue p90", "slow"), "latency_ms"] > rows.loc[("TTFT+queue p50", "slow"), "latency_ms"]
-    for figure in ("p50", "TTFT+queue p50", "TPOT p50"):
+    # Latencies under Poisson arrivals vary with the queue from run to run on a busy host: slow's are higher, and its
+    # decode time per token, which no queue touches, is called slower.
+    for figure in ("p50", "p90", "TTFT+queue p50", "TTFT+queue p90", "TPOT p50", "TPOT p90"):
         assert rows.loc[(figure, "quick"), "verdict"] == "best", figure
-        slow = rows.loc[(figure, "slow")]
-        assert slow["significant"] and slow["verdict"].startswith("quick "), (figure, slow["verdict"])
+        assert rows.loc[(figure, "slow"), "ratio_to_best"] > 1.3, figure
+    slow = rows.loc[("TPOT p50", "slow")]
+    assert slow["significant"] and slow["verdict"].startswith("quick "), slow["verdict"]
     for figure in ("p99", "TTFT+queue p99", "TPOT p99"):
-        assert rows.loc[(figure, "slow"), "verdict"].startswith(f"not supported by 4 of 4 runs ({QUERIES} queries")
-    # 40 queries a second of 4 tokens each: about 160 tokens served per second, whichever runner.
-    assert rows["generated_tokens_per_s"].between(100, 200).all(), rows["generated_tokens_per_s"]
+        assert rows.loc[(figure, "slow"), "verdict"].startswith(f"not supported by 3 of 3 runs ({QUERIES} queries")
+    # 30 queries a second of 4 tokens each: about 120 tokens served per second, whichever runner.
+    assert rows["generated_tokens_per_s"].between(75, 150).all(), rows["generated_tokens_per_s"]
     store = ResultStore(tmp_path / "store")
     queries = store.load("queries")
-    assert len(queries) == 2 * 4 * QUERIES and queries["first_token_latency_s"].notna().all()
+    assert len(queries) == 2 * 3 * QUERIES and queries["first_token_latency_s"].notna().all()
     # A query's first token comes after its wait and before its last token.
     assert (queries["queue_s"] <= queries["first_token_latency_s"]).all()
     assert (queries["first_token_latency_s"] < queries["latency_s"]).all()
     summary = store.load("summary")
     # From arrival, the wait included: never below the prefill alone (the generation columns' time to first token).
     assert (summary["p50_first_token_latency_s"] >= summary["median_time_to_first_token_s"] * 0.99).all()
-    report = fwbench("report", "--store", str(tmp_path / "store"), columns=240)
-    assert report.returncode == 0, report.stdout + report.stderr
-    page = (tmp_path / "store" / "report" / "report.html").read_text()
+    page = (only_run_dir(tmp_path) / "report" / "report.html").read_text()
     assert ">Serving</h2>" in page and "TTFT+queue p90" in page and ">Generation</h2>" in page

@@ -63,7 +63,14 @@ def print_generation(rows: pd.DataFrame, console=None) -> None:
         first = own.iloc[0]
         columns, table = generation_table(own)
         tokens = f"{first['new_tokens']:.0f} new tokens" if not pd.isna(first["new_tokens"]) else "new tokens unknown"
-        print_table(columns, table, f"generation: {tokens} · {configuration_title(first)}", console)
+        print_table(columns, table, f"generation: {tokens} · {configuration_title(first)}{_served(first)}", console)
+
+
+def _served(row: pd.Series) -> str:
+    """Under a serving scenario, what this table's time to first token leaves out (docs/serving.md)."""
+    if not isinstance(row["serving"], str) or not row["serving"]:
+        return ""
+    return " · time to first token: the prefill alone, the queue excluded (serving's TTFT+queue includes it)"
 
 
 def generation_display(rows: pd.DataFrame) -> pd.DataFrame:
@@ -86,5 +93,7 @@ def generation_section_html(rows: pd.DataFrame) -> str:
         "are, over the same runs or blocks; decode tokens per second is the batch over the per-token time. Same "
         "tokens says, between runners of one framework, whether the runner generated exactly the fastest runner's "
         "tokens; between frameworks it is empty, as each starts from its own random weights (fwbench parity "
-        "compares tokens from shared weights).</p>" + table_html(generation_display(rows))
+        "compares tokens from shared weights). Under a serving scenario the time to first token here is still the "
+        "prefill alone; the Serving section's TTFT+queue counts from each query's arrival.</p>"
+        + table_html(generation_display(rows))
     )
