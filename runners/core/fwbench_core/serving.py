@@ -225,7 +225,7 @@ class ScenarioRun:
         self._cancelled = cancelled
         self._latency_s: list[float] = []
         self._queue_s: list[float] = []
-        self.first_token_s: list[float] = []  # Mode.GENERATE: each query's arrival to first token
+        self._first_token_latency_s: list[float] = []  # Mode.GENERATE: each query's arrival to first token
         self._taken = 0
         self._steps = 0
         self._first_s = 0.0
@@ -243,12 +243,19 @@ class ScenarioRun:
     def latency_s(self) -> tuple[float, ...]:
         return tuple(self._latency_s)
 
+    @property
+    def first_token_latency_s(self) -> tuple[float, ...]:
+        return tuple(self._first_token_latency_s)
+
     def take(self) -> QueryBatch | None:
         if self._taken == len(self._latency_s):
             return None
         first, self._taken = self._taken, len(self._latency_s)
         return QueryBatch(
-            tuple(self._latency_s[first:]), tuple(self._queue_s[first:]), first, tuple(self.first_token_s[first:])
+            tuple(self._latency_s[first:]),
+            tuple(self._queue_s[first:]),
+            first,
+            tuple(self._first_token_latency_s[first:]),
         )
 
     def summary(self) -> ServingSummary:
@@ -290,7 +297,7 @@ class ScenarioRun:
         self._latency_s.extend(float(times.end_s - a) for a in arrivals_s)
         self._queue_s.extend(float(times.start_s - a) for a in arrivals_s)
         if times.first_token_s is not None:
-            self.first_token_s.extend(float(times.first_token_s - a) for a in arrivals_s)
+            self._first_token_latency_s.extend(float(times.first_token_s - a) for a in arrivals_s)
         self._steps += 1
         self._last_end_s = times.end_s
 

@@ -268,7 +268,7 @@ def time_steps(
         total = yield from _queries(scenario, timer, total, last_flush_s, clock)
         serving = scenario.summary()
         if config.new_tokens is not None:
-            serving = with_generation(serving, scenario.latency_s, scenario.first_token_s, config.new_tokens)
+            serving = with_generation(serving, scenario.latency_s, scenario.first_token_latency_s, config.new_tokens)
         done = len(timer.warmup_times) + serving.query_count
     if timer.pending:
         yield timer.flush()
