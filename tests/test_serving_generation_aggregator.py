@@ -1,7 +1,8 @@
 """Serving with generation through the aggregator, with fake runners: `fwbench compare --mode generate --scenario
 server` stores each query's first token latency, compares the runners' TTFT+queue (from arrival) and TPOT at each
 percentile the queries support beside latency's, shows the tokens served per second, and writes them to serving.csv
-and the report; the generation table keeps its prefill-only time to first token."""
+and the report; the generation table keeps its prefill-only time to first token. A sweep file serves generation
+under its loads."""
 
 from __future__ import annotations
 
@@ -76,3 +77,22 @@ def test_compare_under_server_judges_first_token_and_per_token_percentiles_and_s
     assert (summary["p50_first_token_latency_s"] >= summary["median_time_to_first_token_s"] * 0.99).all()
     page = (only_run_dir(tmp_path) / "report" / "report.html").read_text()
     assert ">Serving</h2>" in page and "TTFT+queue p90" in page and ">Generation</h2>" in page
+
+
+def test_a_sweep_file_serves_generation_under_its_loads(tmp_path):
+    from fwbench.runner.v1 import runner_pb2 as pb
+
+    from fwbench_aggregator.plan.spec import StartupSettings
+    from fwbench_aggregator.plan.study_file import load_sweep
+    from fwbench_aggregator.run import wire
+
+    path = tmp_path / "sweep.yaml"
+    path.write_text(
+        "runners: [a]\nmodels: [gpt2_small]\nmodes: [generate]\nbatch_sizes: [1]\nshapes: [seq=8]\nnew_tokens: 4\n"
+        "repetitions: 1\nscenarios: [server, offline]\ntarget_qps: [5]\nqueries: 30\n"
+    )
+    requests = [wire.to_request(c.run_spec(StartupSettings())) for c in load_sweep(path).configurations()]
+    assert [(r.mode, r.new_tokens, r.serving.scenario) for r in requests] == [
+        (pb.MODE_GENERATE, 4, pb.SCENARIO_SERVER),
+        (pb.MODE_GENERATE, 4, pb.SCENARIO_OFFLINE),
+    ]
