@@ -18,10 +18,9 @@ from support.plugins import GOOD_BUILDER, write_plugin
 from support.requests import run
 from support.runners import EXAMPLE_MODELS, REAL_RUNNERS, SERVED_SPECS
 
-from fwbench_aggregator.analyse.parity import judged
 from fwbench_aggregator.run import launch
 from fwbench_aggregator.run.client import RunnerClient
-from fwbench_aggregator.run.parity import Variant, gather_variant
+from fwbench_aggregator.run.parity import tokens_text
 from fwbench_core.catalog import load_catalog
 from fwbench_core.errors import FailedPrecondition
 from fwbench_core.plugin_modules import PluginError, builder_attribute
@@ -79,9 +78,30 @@ def declaration(name: str, generates: bool) -> str:
     return text.replace("generates = true", f"generates = {str(generates).lower()}")
 
 
+@pytest.fixture(scope="module")
+def plugin_checks(tmp_path_factory):
+    """Each framework's check (CHECK_PLUGINS) of a models folder: a decoder without the cache interface, and the same
+    builders declared as a model that does not generate. Started by the module's first runner test, so that the
+    frameworks' imports run beside the runners' starts, which keep one core of two busy; the last test reads them."""
+    models, outputs = tmp_path_factory.mktemp("models"), tmp_path_factory.mktemp("checks")
+    write_plugin(models, "plain_decoder", NO_CACHE_BUILDERS, declaration("plain_decoder", True))
+    write_plugin(models, "plain_lm", NO_CACHE_BUILDERS, declaration("plain_lm", False))
+    checks = {}
+    for framework in REAL_RUNNERS:
+        with (outputs / f"{framework}.out").open("w") as out, (outputs / f"{framework}.err").open("w") as err:
+            python = launch.default_venvs() / framework / "bin" / "python"
+            command = [str(python), "-c", CHECK_PLUGINS.format(framework=framework), str(models)]
+            checks[framework] = subprocess.Popen(command, stdout=out, stderr=err)
+    yield models, outputs, checks
+    for check in checks.values():
+        if check.poll() is None:  # a test before the last failed
+            check.kill()
+            check.wait()
+
+
 @pytest.mark.frameworks
 @pytest.mark.parametrize("framework", REAL_RUNNERS)
-def test_each_runner_generates_with_the_plugin_decoder(runner_pool, framework):
+def test_each_runner_generates_with_the_plugin_decoder(runner_pool, plugin_checks, framework):
     with grpc.insecure_channel(runner_pool.get(framework).address) as channel:
         config, summary = run(
             pb_grpc.RunnerStub(channel), model=MODEL, mode=pb.MODE_GENERATE, input_shape=[PROMPT], new_tokens=NEW_TOKENS
@@ -95,46 +115,32 @@ def test_each_runner_generates_with_the_plugin_decoder(runner_pool, framework):
 
 
 @pytest.mark.frameworks
-@pytest.mark.parametrize("other", [name for name in REAL_RUNNERS if name != "torch"])
-def test_parity_finds_the_plugins_greedy_tokens_identical_from_pytorchs_weights(runner_pool, other):
-    with (
-        RunnerClient("torch", runner_pool.get("torch").address) as torch_client,
-        RunnerClient(other, runner_pool.get(other).address) as other_client,
-    ):
-        gathered = gather_variant(Variant(MODEL, {}), torch_client, other_client)
-    row = judged([gathered], "torch", other).iloc[0].to_dict()
-    # Every prompt of the reference's batch, PARITY_NEW_TOKENS each, the same token at every position.
-    assert row["tokens"].startswith("identical (") and int(row["tokens"][11:-1]) % PARITY_NEW_TOKENS == 0, row
-    assert row["numeric"] == "match" and row["verdict"] == "same", row
+def test_from_pytorchs_weights_every_runner_chooses_pytorchs_greedy_tokens(runner_pool):
+    """fwbench parity's exchange, at a short prompt: the torch runner exports its weights, logits and greedy tokens;
+    each other runner loads the weights, generates from the same prompts and matches every token."""
+    request = pb.ReferenceRequest(model=MODEL, input_shape=[PROMPT], batch_size=2, name=f"{MODEL}-tokens.npz")
+    with RunnerClient("torch", runner_pool.get("torch").address) as torch_client:
+        torch_client.export_reference(request)
+    for other in REAL_RUNNERS:
+        if other != "torch":
+            with RunnerClient(other, runner_pool.get(other).address) as client:
+                compared = client.compare_reference(request)
+            assert compared.matched, (other, compared)
+            tokens = tokens_text(compared.tokens_compared, compared.first_token_divergence)
+            assert tokens == f"identical ({2 * PARITY_NEW_TOKENS})", (other, compared)
 
 
 @pytest.mark.frameworks
-def test_each_runner_refuses_a_plugin_that_declares_it_generates_without_the_cache_interface(tmp_path):
-    refused = write_plugin(tmp_path, "plain_decoder", NO_CACHE_BUILDERS, declaration("plain_decoder", True))
-    # The refusal is the declaration's: the same builders serve a model that does not generate.
-    write_plugin(tmp_path, "plain_lm", NO_CACHE_BUILDERS, declaration("plain_lm", False))
-    # The three environments check the folder side by side: most of each is a framework's import.
-    checks = {
-        framework: subprocess.Popen(
-            [
-                str(launch.default_venvs() / framework / "bin" / "python"),
-                "-c",
-                CHECK_PLUGINS.format(framework=framework),
-                str(tmp_path),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for framework in REAL_RUNNERS
-    }
+def test_each_runner_refuses_a_plugin_that_declares_it_generates_without_the_cache_interface(plugin_checks):
+    models, outputs, checks = plugin_checks
     for framework, check in checks.items():
-        stdout, stderr = check.communicate(timeout=CHECK_TIMEOUT_S)
-        assert check.returncode == 0, stderr[-3000:]
-        errors = json.loads(stdout.splitlines()[-1])
+        assert check.wait(CHECK_TIMEOUT_S) == 0, (outputs / f"{framework}.err").read_text()[-3000:]
+        errors = json.loads((outputs / f"{framework}.out").read_text().splitlines()[-1])
+        # The refusal is the declaration's: the same builders serve a model that does not generate.
         assert errors["plain_lm"] == "", (framework, errors)
         error = errors["plain_decoder"]
-        assert f"{refused.resolve()}/{MISSING[framework]}" in error and "docs/your-model.md" in error, error
+        assert f"{models.resolve()}/plain_decoder/{MISSING[framework]}" in error, error
+        assert "docs/your-model.md" in error, error
 
 
 # --- the core's part, with no framework: a check of decoders that the runner's start makes at load ----------------
