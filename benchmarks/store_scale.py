@@ -32,7 +32,7 @@ import pandas as pd
 
 from fwbench_aggregator.app.compare import scaling_of
 from fwbench_aggregator.app.report import selected_frames
-from fwbench_aggregator.store import results_store
+from fwbench_aggregator.store import store_files
 from fwbench_aggregator.store.config_keys import runs_by_config
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_aggregator.store.run_columns import POWER_COLUMNS, STEPS_COLUMNS, SUMMARY_COLUMNS
@@ -142,7 +142,7 @@ def _unsynced(path: Path, write) -> None:
 def grow(root: Path, runs: int) -> float:
     """Append runs until the store holds `runs` of them; the seconds it took. Building skips the store's fsyncs (a
     third of an append's time on this VM): what is measured keeps them."""
-    results_store._fsync_dir, results_store._write_synced = lambda path: None, _unsynced
+    store_files.fsync_dir, store_files.write_synced = lambda path: None, _unsynced
     store = ResultStore(root)
     have = len([p for p in store.runs_dir.iterdir() if p.name.startswith("r")]) if store.runs_dir.is_dir() else 0
     started = time.perf_counter()

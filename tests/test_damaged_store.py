@@ -47,9 +47,10 @@ def damaged(tmp_path) -> ResultStore:
 
 
 def test_an_unreadable_file_leaves_its_run_out_of_every_read_whole(damaged, tmp_path):
-    assert damaged.keys() == damaged.run_keys() == {"c"}
-    # b's summary reads, but half a run is never pooled: its summary is left out with its steps.
+    # b's summary reads, but half a run is never pooled: its summary is left out with its steps. A run is checked
+    # when its data is read; the store's listing (its catalog) leaves it out from then on.
     assert set(damaged.load("summary")["run_key"]) == set(damaged.load("steps")["run_key"]) == {"c"}
+    assert damaged.keys() == damaged.run_keys() == {"c"}
     assert list(damaged.configs()["run_key"]) == ["c"]
     assert not damaged.has("a") and damaged.occupied("a") and damaged.has("c")
     found = {(d.key, d.path.name): d.reason for d in damaged.damaged()}
@@ -60,7 +61,7 @@ def test_an_unreadable_file_leaves_its_run_out_of_every_read_whole(damaged, tmp_
 
 def test_a_damaged_run_in_the_way_of_a_write_is_kept_aside_never_deleted(damaged, tmp_path):
     damaged.append("a", {"runner": "a"}, frames("a"), {})
-    assert damaged.keys() == {"a", "c"} and len(damaged.load("summary")) == 2
+    assert len(damaged.load("summary")) == 2 and damaged.keys() == {"a", "c"}
     (kept,) = (tmp_path / "damaged").glob("*/a")
     assert (kept / "summary.parquet").read_bytes() == GARBLE
     assert (kept / "damaged.txt").read_text().startswith("summary.parquet: ")

@@ -23,7 +23,7 @@ def bundle_store(store: Path, out: Path, selection: Selection = Selection()) -> 
         keys = results_store.keys()
     else:
         try:
-            keys = selection.run_keys(results_store.load("summary"), results_store.configs())
+            keys = selection.keys_in(results_store) or set()
         except SelectionError as exc:
             raise UsageError(str(exc), exc.option) from None
     if not keys:

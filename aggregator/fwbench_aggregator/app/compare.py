@@ -26,7 +26,8 @@ from ..present.report import write_report
 from ..run import replies, wire
 from ..run.client import RunnerFailure, RunResult
 from ..run.gate import Gate
-from ..store import records
+from ..store import catalog, records
+from ..store.catalog import scaling_key
 from ..store.results_store import ResultStore
 from ..store.run_columns import BEST_SEARCH_PROFILE, SCALING_KEY_COLUMNS
 from ..store.schema import PARITY_FRAME
@@ -256,7 +257,9 @@ def search_best(
 def scaling_of(rows: pd.DataFrame, results_store: ResultStore) -> pd.DataFrame:
     """The scaling rows of these configurations over every run the store holds, where they ran at more than
     one world size (e.g. the user ran them on one device before); else empty."""
-    scaling = scaling_rows(results_store.load("summary"))
     mine = rows[list(SCALING_KEY_COLUMNS)].drop_duplicates()
+    # Only the stored runs of these configurations are read: the catalog finds them by their scaling key.
+    keys = catalog.keys_where(results_store.catalog, "scaling_key", map(scaling_key, mine.to_dict("records")))
+    scaling = scaling_rows(results_store.load("summary", keys))
     scaling = scaling.merge(mine, on=list(SCALING_KEY_COLUMNS)) if not scaling.empty else scaling
     return scaling if has_scaling(scaling) else scaling.iloc[0:0]

@@ -21,7 +21,7 @@ from ..present.report import write_report
 from ..store.health import Damage
 from ..store.results_store import ResultStore
 from ..store.schema import PARITY_FRAME, SERVE_CAPACITY_FRAME
-from ..store.selection import Selection, SelectionError
+from ..store.selection import RUN_FRAMES, Selection, SelectionError
 from .errors import UsageError
 
 
@@ -42,12 +42,13 @@ def selection_of(compare: str | None, where: Sequence[str]) -> Selection:
 
 
 def selected_frames(results_store: ResultStore, names: Sequence[str], selection: Selection) -> dict:
-    """The store's frames `names`, its runs' frames less the runs `selection` leaves out."""
-    frames = {name: results_store.load(name) for name in names}
+    """The store's frames `names`, its runs' frames less the runs `selection` leaves out: only the selected runs are
+    read (the store's catalog chooses them)."""
     try:
-        return selection.frames(frames, results_store.configs() if selection.compare else None)
+        keys = selection.keys_in(results_store)
     except SelectionError as exc:
         raise UsageError(str(exc), exc.option) from None
+    return {name: results_store.load(name, keys if name in RUN_FRAMES else None) for name in names}
 
 
 REPORT_FOLDER = "report"  # beside a store (or in a compare's results folder): report.html and its files
@@ -81,12 +82,12 @@ def store_report(
     """The analysis of everything readable the store holds (runs, noise floors, max-batch searches, FLOP counts), or
     of the runs `selection` chooses, computed once, and the report written from it into `out`, naming the unreadable
     files it left out and the points a sweep's time budget left without runs (`not_run`: the store cannot know them)."""
-    left_out = [d for d in results_store.damaged() if d.key]  # a damaged store.json leaves nothing out
     frames = selected_frames(
         results_store,
         ("summary", "steps", "calibration", "max_batch", "model_facts", PARITY_FRAME, SERVE_CAPACITY_FRAME),
         selection,
     )
+    left_out = results_store.known_damage()  # after the reads: what they found damaged too
     summary = frames["summary"]
     analysis = analysed(
         summary,
@@ -98,7 +99,7 @@ def store_report(
         parity=frames[PARITY_FRAME],
         capacities=frames[SERVE_CAPACITY_FRAME],
     )
-    manifests = {key: results_store.manifest(key) for key in sorted(results_store.keys())}
+    manifests = results_store.manifests(sorted(results_store.keys()))
     versions = version_tables(results_store, summary, frames["steps"])
     path = write_report(
         analysis, summary, manifests, out, left_out, not_run, versions=versions, parity=frames[PARITY_FRAME]

@@ -72,7 +72,7 @@ def pending_runs(
 ) -> tuple[Pending, Pending]:
     """(configuration key, configuration) of the runs still to do, and (run id, configuration) of those the store
     already holds: found by the configuration key each run recorded, never by an id (a run's id is its own)."""
-    stored = runs_by_config(results_store)
+    stored = runs_by_config(results_store, (c.config_key(startup) for c in configurations))
     pending, done = [], []
     for c in configurations:
         key = c.config_key(startup)
@@ -87,7 +87,7 @@ def own_run_ids(
     results_store: ResultStore, configurations: Sequence[Configuration], startup: StartupSettings
 ) -> set[str]:
     """The ids of the runs the store holds for these configurations."""
-    stored = runs_by_config(results_store)
+    stored = runs_by_config(results_store, (c.config_key(startup) for c in configurations))
     return {run_id for c in configurations for run_id in stored.get(c.config_key(startup), [])}
 
 
@@ -203,8 +203,7 @@ def store_callbacks(
 
 
 def stored_summaries(results_store: ResultStore, keys: Iterable[str]):
-    summary = results_store.load("summary")
-    return summary[summary["run_key"].isin(set(keys))] if not summary.empty else summary
+    return results_store.load("summary", keys)
 
 
 def study(request: StudyRequest, progress: Progress = Progress()) -> StudyResult:

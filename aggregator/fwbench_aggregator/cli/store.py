@@ -25,12 +25,16 @@ app.add_typer(store_app, name="store")
 @store_app.command("check")
 def check_command(
     store: Annotated[Path, typer.Option(callback=parse_store, help="the results store")] = Path("results/store"),
+    rebuild: Annotated[
+        bool, typer.Option("--rebuild", help="make the store's catalog again from its runs, every file read whole")
+    ] = False,
 ) -> None:
     """The store's format, its readable runs, who is writing it, and each damaged file with why.
 
-    Reads every file of the store whole and changes nothing. Exit status 1 where a file is damaged.
+    Reads every file of the store whole and changes no run (its catalog is brought up to date, or with --rebuild made
+    again from the runs). Exit status 1 where a file is damaged.
     """
-    health = run(lambda progress: check_store(store))
+    health = run(lambda progress: check_store(store, rebuild, progress))
     print_store_check(health)
     if health.damaged:
         raise typer.Exit(DAMAGED_STATUS)

@@ -39,6 +39,8 @@ def print_store_check(health: StoreHealth) -> None:
             highlight=False,
         )
     out_console.print(f"writer: {escape(health.writer)}" if health.writer else "writer: none", highlight=False)
+    if health.catalog_rebuilt:
+        out_console.print("catalog: made again from the runs", highlight=False)
     if health.damaged:
         out_console.print(
             f"[bold red]damaged: {len(health.damaged)} file(s)[/], their entries left out of every "

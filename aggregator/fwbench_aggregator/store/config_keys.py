@@ -6,17 +6,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from . import catalog
 from .health import read_store_json, unreadable
 from .integrity import MANIFEST_FILE
 from .migrations import config_key_of
 from .results_store import ResultStore
 
 
-def runs_by_config(store: ResultStore) -> dict[str, list[str]]:
-    """The ids of the readable runs of `store` for each configuration key a sweep recorded."""
+def runs_by_config(store: ResultStore, config_keys: Iterable[str] | None = None) -> dict[str, list[str]]:
+    """The ids of the readable runs of `store` for each configuration key a sweep recorded (the catalog finds them), or
+    for `config_keys` only. Each run is checked against its checksums (ResultStore.damage): a run changed since it was
+    written is no done run, and a resume runs it again."""
+    keys = store.run_keys()
+    if config_keys is not None:
+        keys &= catalog.keys_where(store.catalog, "config_key", config_keys)
+    recorded = catalog.column(store.catalog, "config_key", keys)
     found: dict[str, list[str]] = {}
-    for key in sorted(store.run_keys()):
-        found.setdefault(config_key_of(key, store.manifest(key)), []).append(key)
+    for key in sorted(recorded):
+        if not store.damage(key):
+            found.setdefault(recorded[key], []).append(key)
     found.pop("", None)
     return found
 

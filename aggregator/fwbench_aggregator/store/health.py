@@ -42,6 +42,7 @@ class StoreHealth:
     damaged: list[Damage] = field(default_factory=list)
     partials: int = 0  # hidden folders of writers at work or killed mid-write: never read
     writer: str | None = None  # who holds the store's writer lock now
+    catalog_rebuilt: bool = False  # its catalog made again from the runs (store check --rebuild)
 
 
 def _reason(error: Exception, path: Path) -> str:

@@ -28,6 +28,8 @@ Why a folder of Parquet files per run, rather than one growing file or a databas
   moved aside into `<root>/aside/`, never deleted.
 - Checked: the manifest, written last, records every other file's sha256 and size and a checksum of its own
   content (integrity.py), so a byte changed after the write is found when the run is read.
+- Catalogued: <root>/catalog.sqlite (catalog.py, catalog_sync.py) lists every entry with its summary and manifest, so
+  that a command reads only the runs it needs; a run's files are checked against its checksums when its data is read.
 - Damage is contained: a file that cannot be read, or whose bytes changed (health.py), leaves its entry out of every
   read, whole;
   `damaged()` lists each such file with the reason, and a writer moves a damaged entry in its way into
@@ -42,14 +44,19 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pandas as pd
 
+from ..base.progress import Progress
 from ..base.write_paths import write_atomically
+from . import catalog, catalog_sync, store_files
+from .catalog import Row
 from .health import Damage, entry_damage, read_store_json, unreadable
 from .integrity import MANIFEST_FILE, file_record, sealed
 from .location import RUNS_FOLDER, STORE_FILE, store_subfolder
@@ -77,48 +84,6 @@ class AlreadyStored(ValueError):
         self.key, self.kept = key, kept
 
 
-def _flat_value(value: object) -> object:
-    """Mappings as "k=v;k=v" (as results.py writes model_options), sequences as JSON text."""
-    if isinstance(value, Mapping):
-        return ";".join(f"{k}={v}" for k, v in sorted(value.items()))
-    if isinstance(value, (list, tuple)):
-        return json.dumps(list(value))
-    return value
-
-
-def _flat(config: Mapping[str, object]) -> dict[str, object]:
-    return {name: _flat_value(value) for name, value in config.items()}
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_synced(path: Path, write) -> None:
-    with open(path, "wb") as file:
-        write(file)
-        file.flush()
-        os.fsync(file.fileno())
-
-
-def _utc_stamp() -> str:
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class ResultStore:
     """Runs under `root`, one folder each, under its own id (plan.keys.new_run_id), or a content-addressed key for a
     fact (a FLOP count, parity evidence)."""
@@ -126,9 +91,24 @@ class ResultStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.runs_dir = self.root / RUNS_FOLDER
-        self._manifests: dict[str, dict] = {}
         self._damage: dict[str, list[Damage]] = {}  # an entry's files never change once it is visible
+        self._catalog: sqlite3.Connection | None = None
+        self._opening = threading.Lock()  # a sweep's threads share this store: one of them checks its catalog
         check_readable(self.format(), str(self.root))
+
+    @property
+    def catalog(self) -> sqlite3.Connection:
+        """The store's catalog, checked against runs/ on this store's first read (catalog_sync.synced)."""
+        with self._opening:
+            if self._catalog is None:
+                self._catalog = catalog_sync.synced(self.root, self.runs_dir)
+            return self._catalog
+
+    def rebuild_catalog(self, progress: Progress = Progress()) -> None:
+        """The catalog made again from the runs, every file read whole (fwbench store check --rebuild)."""
+        if self.runs_dir.is_dir():
+            catalog_sync.build(self.root, self.runs_dir, progress)
+        self._catalog, self._damage = None, {}
 
     def format(self) -> int:
         """The newest store format written into this store (1 for a store from before formats were recorded, or
@@ -142,15 +122,40 @@ class ResultStore:
     # old records of refusals.
 
     def _folders(self) -> set[str]:
-        if not self.runs_dir.is_dir():
-            return set()
-        return {p.name for p in self.runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")}
+        return catalog_sync.folders(self.runs_dir)
 
     def damage(self, key: str) -> list[Damage]:
-        """The unreadable files of the entry under `key`, each with why; empty where it reads whole."""
+        """The unreadable files of the entry under `key`, each with why; empty where it reads whole. Its files are
+        checked against the checksums its catalog row records as verified: where they differ (or it has no row), the
+        entry is read whole again and its row replaced."""
         if key not in self._damage:
-            self._damage[key] = entry_damage(self.runs_dir / key)
+            folder = self.runs_dir / key
+            rows = catalog.query(self.catalog, "SELECT damage, files FROM entries WHERE key = ?", (key,))
+            if rows and rows[0][0] != "[]":
+                found = [Damage(folder / name, why, key) for name, why in json.loads(rows[0][0])]
+            elif rows and catalog_sync.unchanged(folder, json.loads(rows[0][1])):
+                found = []
+            else:
+                found = entry_damage(folder) if folder.is_dir() else [Damage(folder, "missing", key)]
+                if folder.is_dir():
+                    self._catalogued(catalog_sync.row_of(folder, found))
+            self._damage[key] = found
         return self._damage[key]
+
+    def _catalogued(self, row: Row | None, forget: str = "") -> None:
+        """The catalog told of an entry written (its row) or gone (its key), where it can be."""
+        try:
+            catalog.put(self.catalog, [row]) if row else catalog.forget(self.catalog, [forget])
+        except sqlite3.Error:  # the entry is written or gone whatever the catalog says: the next open sees it
+            self._catalog = None
+
+    def known_damage(self) -> list[Damage]:
+        """The damaged entries' files the catalog records, and those found damaged by this store's reads: what a
+        report leaves out, without reading every file (damaged() reads them all)."""
+        rows = catalog.query(self.catalog, "SELECT key, damage FROM entries WHERE damage != '[]' ORDER BY key")
+        recorded = {key: [Damage(self.runs_dir / key / n, why, key) for n, why in json.loads(d)] for key, d in rows}
+        found = {key: damage for key, damage in self._damage.items() if damage}
+        return [d for key in sorted(recorded | found) for d in {**recorded, **found}[key]]
 
     def _store_file_damage(self) -> list[Damage]:
         path = self.root / STORE_FILE
@@ -164,12 +169,13 @@ class ResultStore:
         return self._store_file_damage() + [d for key in sorted(self._folders()) for d in self.damage(key)]
 
     def keys(self) -> set[str]:
-        return {key for key in self._folders() if not self.damage(key) and not is_refusal_record(self.manifest(key))}
+        """The readable entries, as the catalog lists them, less any this store's reads found damaged."""
+        return catalog.readable(self.catalog) - {key for key, damage in self._damage.items() if damage}
 
     def run_keys(self) -> set[str]:
         """The keys that hold a run, completed or out of memory (a summary frame): not a calibration, a max-batch
         search or a model's FLOP count, which are kept here too."""
-        return {key for key in self.keys() if (self.runs_dir / key / "summary.parquet").exists()}
+        return catalog.readable(self.catalog, runs_only=True) - {k for k, damage in self._damage.items() if damage}
 
     def has(self, key: str) -> bool:
         """Whether a run (or other entry) is stored under `key`, readable; a damaged entry or an old record of a
@@ -182,41 +188,56 @@ class ResultStore:
         return not key.startswith(".") and (self.runs_dir / key).is_dir()
 
     def config(self, key: str) -> dict:
-        return read_store_json(self.runs_dir / key / "config.json")
+        """The entry's configuration: the catalog's copy once its files are checked (damage); a damaged entry's
+        config.json as it reads."""
+        if self.damage(key):
+            config = read_store_json(self.runs_dir / key / "config.json")
+            return config if isinstance(config, dict) else {}
+        return json.loads(catalog.column(self.catalog, "config", [key]).get(key) or "{}")
 
     def manifest(self, key: str) -> dict:
-        if key not in self._manifests:
-            path = self.runs_dir / key / MANIFEST_FILE
-            manifest = read_store_json(path) if path.exists() else {}
-            check_readable(run_format(manifest), f"run {key} of {self.root}")
-            self._manifests[key] = manifest
-        return self._manifests[key]
+        return self.manifests([key]).get(key, {})
 
-    def load(self, name: str) -> pd.DataFrame:
-        """Frame `name` of every complete run, in the current format, concatenated (runs in key order); empty if
-        none has it."""
+    def manifests(self, keys: Iterable[str]) -> dict[str, dict]:
+        """Each entry's manifest: the catalog's copy, in one query, for those whose files are checked (damage); a
+        damaged entry's manifest.json as it reads ({} where it has none)."""
+        keys = list(keys)
+        damaged = {key for key in keys if self.damage(key)}
+        found = {key: json.loads(text) for key, text in catalog.column(self.catalog, "manifest", keys).items()}
+        for key in damaged:
+            path = self.runs_dir / key / MANIFEST_FILE
+            found[key] = read_store_json(path) if path.exists() else {}
+        for key, manifest in found.items():
+            check_readable(run_format(manifest), f"run {key} of {self.root}")
+        return found
+
+    def load(self, name: str, keys: Iterable[str] | None = None) -> pd.DataFrame:
+        """Frame `name` of every complete run (or of those of `keys`), in the current format, concatenated (runs in
+        key order); empty if none has it. Only the runs the catalog lists with that frame are opened, each checked
+        against its checksums first (damage): a run found changed is left out of every read of this store."""
+        wanted = catalog.with_frame(self.catalog, name) & self.keys()
+        chosen = sorted(wanted if keys is None else wanted & set(keys))
+        chosen = [key for key in chosen if not self.damage(key)]
+        manifests = self.manifests(chosen) if chosen else {}
         frames = []
-        for key in sorted(self.keys()):
-            path = self.runs_dir / key / f"{name}.parquet"
-            if path.exists():
-                frame = pd.read_parquet(path)
-                if not frame.empty:
-                    frames.append(migrated(name, frame, self.manifest(key)))
+        for key in chosen:
+            frame = pd.read_parquet(self.runs_dir / key / f"{name}.parquet")
+            if not frame.empty:
+                frames.append(migrated(name, frame, manifests[key]))
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     def configs(self) -> pd.DataFrame:
         """One row per run: run_key, its configuration (mappings as "k=v;k=v"), and status: "failed"
         if any row of its summary failed, "ok" if it has a summary, "" if it has none."""
-        rows = []
-        for key in sorted(self.keys()):
-            summary = self.runs_dir / key / "summary.parquet"
-            status = ""
-            if summary.exists():
-                statuses = pd.read_parquet(summary)
-                statuses = statuses["status"] if "status" in statuses else pd.Series(dtype=object)
-                status = "failed" if (statuses != "ok").any() else "ok"
-            rows.append({"run_key": key, **_flat(self.config(key)), "status": status})
-        return pd.DataFrame(rows)
+        keys = self.keys()
+        configs = catalog.column(self.catalog, "config", keys)
+        statuses = catalog.column(self.catalog, "status", keys)
+        return pd.DataFrame(
+            [
+                {"run_key": key, **store_files.flat(json.loads(configs[key])), "status": statuses[key]}
+                for key in sorted(keys)
+            ]
+        )
 
     # Writing.
 
@@ -240,7 +261,7 @@ class ResultStore:
             self.set_damaged_aside([key])
         store_subfolder(self.root, RUNS_FOLDER)  # never through a link (location.py)
         self.record_format()
-        partial = self._written(key, config_text, manifest, frames)
+        partial, files, sealed_manifest, frames = self._written(key, config_text, manifest, frames)
         final = self.runs_dir / key
         try:
             if self.occupied(key):
@@ -255,13 +276,19 @@ class ResultStore:
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
-        _fsync_dir(self.runs_dir)
+        store_files.fsync_dir(self.runs_dir)
+        self._damage.pop(key, None)
+        self._catalogued(catalog_sync.appended_row(key, json.loads(config_text), sealed_manifest, files, frames))
         return final
 
-    def _written(self, key: str, config_text: str, manifest: Mapping, frames: Mapping[str, pd.DataFrame]) -> Path:
+    def _written(
+        self, key: str, config_text: str, manifest: Mapping, frames: Mapping[str, pd.DataFrame]
+    ) -> tuple[Path, dict[str, dict], dict, dict[str, pd.DataFrame]]:
         """The whole entry in a hidden folder of runs/, flushed to disk, its manifest written last with every other
-        file's checksum (integrity.py); nothing is left where writing fails."""
+        file's checksum (integrity.py); nothing is left where writing fails. Returns the folder, every file's record
+        (the manifest's too), the sealed manifest and the frames as written: what the catalog's row holds."""
         partial = Path(tempfile.mkdtemp(prefix=f"{PARTIAL_PREFIX}{key}-{os.getpid()}-", dir=self.runs_dir))
+        written = {}
         try:
             contents = {"config.json": config_text.encode()}
             for name, frame in frames.items():
@@ -270,16 +297,16 @@ class ResultStore:
                     frame.insert(0, "run_key", pd.Series([key] * len(frame), index=frame.index, dtype=object))
                 buffer = io.BytesIO()
                 frame.to_parquet(buffer, index=False)
-                contents[f"{name}.parquet"] = buffer.getvalue()
+                contents[f"{name}.parquet"], written[name] = buffer.getvalue(), frame
             sealed_manifest = sealed(manifest, {name: file_record(data) for name, data in contents.items()})
             contents[MANIFEST_FILE] = json.dumps(sealed_manifest, indent=2, sort_keys=True).encode()
             for name, data in contents.items():
-                _write_synced(partial / name, lambda f, data=data: f.write(data))
-            _fsync_dir(partial)
+                store_files.write_synced(partial / name, lambda f, data=data: f.write(data))
+            store_files.fsync_dir(partial)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
-        return partial
+        return partial, {name: file_record(data) for name, data in contents.items()}, sealed_manifest, written
 
     def _keep_duplicate(self, partial: Path) -> Path:
         folder = store_subfolder(self.root, DUPLICATES_FOLDER)
@@ -299,11 +326,11 @@ class ResultStore:
         write_atomically(path, (json.dumps({FORMAT_KEY: STORE_FORMAT}) + "\n").encode())
 
     def _forget(self, key: str) -> None:
-        self._manifests.pop(key, None)
         self._damage.pop(key, None)
+        self._catalogued(None, forget=key)
 
     def _damaged_folder(self) -> Path:
-        folder = store_subfolder(self.root, DAMAGED_FOLDER) / _utc_stamp()
+        folder = store_subfolder(self.root, DAMAGED_FOLDER) / store_files.utc_stamp()
         folder.mkdir(exist_ok=True)
         return folder
 
@@ -322,7 +349,7 @@ class ResultStore:
         """Move the record under `key` out of the store's runs into aside/, with a note saying why: never deleted,
         no longer read, and the key free for a rerun."""
         aside = store_subfolder(self.root, ASIDE_FOLDER)
-        target = aside / f"{key}-{_utc_stamp()}-{os.getpid()}"
+        target = aside / f"{key}-{store_files.utc_stamp()}-{os.getpid()}"
         os.rename(self.runs_dir / key, target)
         (target / "aside.txt").write_text(why + "\n")
         self._forget(key)
@@ -341,7 +368,7 @@ class ResultStore:
         it and reports show it as a missing point.
         The row holds the configuration (mappings as "k=v;k=v"); `columns` adds or overrides columns, e.g.
         the resolved input_shape and device, so the row lines up with the successful runs' rows."""
-        row = {"run_key": key, **_flat(config), **(columns or {})}
+        row = {"run_key": key, **store_files.flat(config), **(columns or {})}
         summary = pd.DataFrame([{**row, "status": "failed", "error_code": code, "error": f"{code}: {message}"}])
         record = {
             "status": "failed",
@@ -364,7 +391,7 @@ class ResultStore:
         for path in self.partials():
             parts = path.name.removeprefix(PARTIAL_PREFIX).rsplit("-", 2)  # key (may hold '-'), pid, suffix
             writer = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
-            if writer is not None and _pid_alive(writer):
+            if writer is not None and store_files.pid_alive(writer):
                 continue
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from . import catalog
+from .results_store import ResultStore
 from .run_columns import SUMMARY_COLUMNS
 from .schema import QUERIES_FRAME
 
@@ -66,34 +68,26 @@ class Selection:
         parts = ([f"compare {self.compare}"] if self.compare else []) + [f"{c}={v}" for c, v in self.where]
         return ", ".join(parts)
 
-    def run_keys(self, summary: pd.DataFrame, configs: pd.DataFrame) -> set[str]:
-        """The run keys of the selected runs (`configs`: ResultStore.configs()); SelectionError where none is."""
-        chosen = summary
+    def keys_in(self, store: ResultStore) -> set[str] | None:
+        """The run keys of the selected runs, answered from the store's catalog without opening a run (None: every
+        run); SelectionError where none is."""
+        if self.everything:
+            return None
+        chosen = store.run_keys()
         if self.compare:
-            ids = configs[configs.get(COMPARE_KEY, pd.Series("", index=configs.index)).astype(str) == self.compare]
-            chosen = chosen[chosen["run_key"].isin(ids["run_key"])]
-            if chosen.empty:
-                known = sorted(set(configs.get(COMPARE_KEY, pd.Series(dtype=object)).dropna().astype(str)))
+            chosen &= catalog.keys_where(store.catalog, COMPARE_KEY, [self.compare])
+            if not chosen:
+                known = sorted(set(catalog.column(store.catalog, COMPARE_KEY).values()) - {""})
                 raise SelectionError(
                     f"--compare {self.compare}: the store holds no run of that compare; its compares: "
                     f"{', '.join(known[-10:]) or 'none (its runs came from sweeps)'}",
                     "--compare",
                 )
-        for column, value in self.where:
-            values = chosen[column] if column in chosen else pd.Series("", index=chosen.index)
-            chosen = chosen[[key_text(v) == value for v in values]]
-        if chosen.empty:
+        if self.where:
+            rows = catalog.summary_values(store.catalog, [column for column, _ in self.where])
+            chosen &= {key for key, values in rows if all(key_text(values[c]) == value for c, value in self.where)}
+        if not chosen:
             raise SelectionError(
                 f"no run of the store matches {self.describe()}", "--where" if self.where else "--compare"
             )
-        return set(chosen["run_key"])
-
-    def frames(self, frames: dict[str, pd.DataFrame], configs: pd.DataFrame) -> dict[str, pd.DataFrame]:
-        """The runs' frames (RUN_FRAMES) less the runs not selected; the others as they are."""
-        if self.everything:
-            return frames
-        keys = self.run_keys(frames["summary"], configs)
-        return {
-            name: frame[frame["run_key"].isin(keys)] if name in RUN_FRAMES and "run_key" in frame else frame
-            for name, frame in frames.items()
-        }
+        return chosen
