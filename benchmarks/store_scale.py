@@ -5,7 +5,8 @@ renamed into place) with synthetic runs shaped like a fake runner's (a summary r
 power samples, a manifest with a sweep's configuration key), 120 runs a batch as a sweep stores them, plus a few noise
 floors and FLOP counts. At each size it measures, each in a fresh process (so that each peak RSS is its own):
 
-    open      ResultStore(root): what every command pays first (on a store of the previous format: the migration)
+    open      ResultStore(root) and its runs listed: what every command pays first (on a store of the previous format:
+              its catalog built, the migration)
     compare   what a compare reads from the store: its noise floors (twice, as its rounds and its analysis read them),
               parity, max-batch searches, FLOP counts, and the scaling rows of its configurations
     report    what `fwbench report` reads: every run's frames (summary, steps, ...), the damaged files, the manifests
@@ -158,6 +159,7 @@ def grow(root: Path, runs: int) -> float:
 def measure(root: Path, what: str, runs: int) -> dict:
     started = time.perf_counter()
     store = ResultStore(root)
+    store.run_keys()  # the catalog checked against runs/ (on a store of the previous format: built)
     if what == "compare":
         for name in ("calibration", "calibration", PARITY_FRAME, "max_batch", MODEL_FACTS_FRAME):
             store.load(name)

@@ -12,11 +12,13 @@ is written.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import re
 import shutil
+import sqlite3
 import tarfile
 import tempfile
 import time
@@ -26,6 +28,8 @@ from pathlib import Path, PurePosixPath
 
 from ..base.read_files import UnreadableFile, parse_json
 from ..base.write_paths import checked_write_path
+from . import catalog
+from .catalog_sync import row_of
 from .health import entry_damage, read_store_json
 from .integrity import CHECKSUM_KEY, FILES_KEY, MANIFEST_FILE, data_records
 from .location import RUNS_FOLDER, store_subfolder
@@ -68,7 +72,7 @@ def write_bundle(store: ResultStore, keys: Iterable[str], path: Path) -> Written
     """The entries `keys` of `store` (readable ones: damaged entries are never carried) into one file at `path`,
     written whole or not at all, never where the rule for every path fwbench writes refuses it (base.write_paths)."""
     checked_write_path(path, "file", "OUT")
-    keys = sorted(set(keys) & store.keys())
+    keys = sorted(key for key in set(keys) & store.keys() if not store.damage(key))  # each checked as it is read
     index = {"bundle_format": BUNDLE_FORMAT, "store_format": STORE_FORMAT, "created_unix_s": time.time(), "runs": keys}
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)[1])
@@ -205,6 +209,9 @@ def _add_one(
                 return "identical", key
             entry = rekeyed(entry, key)
         os.rename(entry, store.runs_dir / entry.name)
+        # Checked whole above; where the catalog cannot take its row, the next open reads the run and adds it.
+        with contextlib.suppress(sqlite3.Error):
+            catalog.put(store.catalog, [row_of(store.runs_dir / entry.name, [])])
         return "added", entry.name
     finally:
         shutil.rmtree(partial, ignore_errors=True)
