@@ -70,7 +70,7 @@ OPERATIONS = st.lists(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(operations=OPERATIONS)
 def test_the_catalog_agrees_with_the_runs_whatever_happens(tmp_path_factory, operations):
     root = tmp_path_factory.mktemp("store")
