@@ -105,10 +105,9 @@ class SweepLooks:
             return
         point_of = {key: c.point() for key, c in done_before}
         for index, name in enumerate(("summary", "steps")):
-            frame = results_store.load(name)
+            frame = results_store.load(name, point_of)  # these runs only: the store's catalog finds them
             if frame.empty:
                 continue
-            frame = frame[frame["run_key"].isin(point_of)]
             for key, own in frame.groupby("run_key", sort=False):
                 point = self.points[point_of[key]]
                 while len(point.stored) <= index:
