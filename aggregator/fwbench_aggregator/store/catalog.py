@@ -34,7 +34,8 @@ CATALOG_FORMAT = 1
 # A sweep's threads share a store, and so its catalog's connection: one of them at a time uses it, so that a
 # transaction is never interleaved with another thread's statements.
 _IN_USE = threading.RLock()
-_BUSY_TIMEOUT_S = 60.0  # a writer's transaction is one row: a reader waits for it rather than failing
+_BUSY_TIMEOUT_S = 60.0
+_KEYS_A_QUERY = 500  # SQLite binds at most 999 parameters in a statement on older builds  # a writer's transaction is one row: a reader waits for it rather than failing
 
 _SCHEMA = """
 BEGIN;
@@ -224,9 +225,14 @@ def column(connection: sqlite3.Connection, name: str, keys: Iterable[str] | None
     """One column (a name of _COLUMNS) of every row, or of `keys`."""
     if name not in _COLUMNS:
         raise ValueError(f"{name!r} is no column of the catalog; its columns: {', '.join(_COLUMNS)}")
-    rows = query(connection, f"SELECT key, {name} FROM entries")
-    wanted = None if keys is None else set(keys)
-    return {key: value for key, value in rows if wanted is None or key in wanted}
+    if keys is None:
+        return dict(query(connection, f"SELECT key, {name} FROM entries"))
+    wanted, found = sorted(set(keys)), dict[str, str]()
+    for start in range(0, len(wanted), _KEYS_A_QUERY):  # by primary key: a few rows cost a few lookups
+        chunk = wanted[start : start + _KEYS_A_QUERY]
+        sql = f"SELECT key, {name} FROM entries WHERE key IN ({', '.join('?' * len(chunk))})"
+        found.update(query(connection, sql, tuple(chunk)))
+    return found
 
 
 def keys_where(connection: sqlite3.Connection, name: str, values: Iterable[str]) -> set[str]:

@@ -20,11 +20,11 @@ def runs_by_config(store: ResultStore, config_keys: Iterable[str] | None = None)
     keys = store.run_keys()
     if config_keys is not None:
         keys &= catalog.keys_where(store.catalog, "config_key", config_keys)
-    recorded = catalog.column(store.catalog, "config_key", keys)
+    checked = {key for key in keys if not store.damage(key)}  # first: a row found stale is read again
+    recorded = catalog.column(store.catalog, "config_key", checked)
     found: dict[str, list[str]] = {}
     for key in sorted(recorded):
-        if not store.damage(key):
-            found.setdefault(recorded[key], []).append(key)
+        found.setdefault(recorded[key], []).append(key)
     found.pop("", None)
     return found
 

@@ -100,6 +100,8 @@ class ResultStore:
     def catalog(self) -> sqlite3.Connection:
         """The store's catalog, checked against runs/ on this store's first read (catalog_sync.synced)."""
         with self._opening:
+            if not self.runs_dir.is_dir():  # no run yet: asked again once a writer has made runs/
+                return catalog_sync.in_memory(self.runs_dir)
             if self._catalog is None:
                 self._catalog = catalog_sync.synced(self.root, self.runs_dir)
             return self._catalog
@@ -150,8 +152,7 @@ class ResultStore:
             self._catalog = None
 
     def known_damage(self) -> list[Damage]:
-        """The damaged entries' files the catalog records, and those found damaged by this store's reads: what a
-        report leaves out, without reading every file (damaged() reads them all)."""
+        """The damaged files the catalog records and this store's reads found: what a report leaves out."""
         rows = catalog.query(self.catalog, "SELECT key, damage FROM entries WHERE damage != '[]' ORDER BY key")
         recorded = {key: [Damage(self.runs_dir / key / n, why, key) for n, why in json.loads(d)] for key, d in rows}
         found = {key: damage for key, damage in self._damage.items() if damage}
@@ -165,8 +166,14 @@ class ResultStore:
         return [Damage(path, why)] if why else []
 
     def damaged(self) -> list[Damage]:
-        """Every file of the store that cannot be read, with why: store.json and the entries' files."""
-        return self._store_file_damage() + [d for key in sorted(self._folders()) for d in self.damage(key)]
+        """Every file of the store that cannot be read, with why: store.json and the entries' files, each read whole
+        (store check); the catalog is told of each damaged entry."""
+        found = {key: entry_damage(self.runs_dir / key) for key in sorted(self._folders())}
+        for key, damage in found.items():
+            if damage:  # an intact one is checked against its row when it is read
+                self._damage[key] = damage
+                self._catalogued(catalog_sync.row_of(self.runs_dir / key, damage))
+        return self._store_file_damage() + [d for damage in found.values() for d in damage]
 
     def keys(self) -> set[str]:
         """The readable entries, as the catalog lists them, less any this store's reads found damaged."""
@@ -277,8 +284,9 @@ class ResultStore:
             shutil.rmtree(partial, ignore_errors=True)
             raise
         store_files.fsync_dir(self.runs_dir)
-        self._damage.pop(key, None)
-        self._catalogued(catalog_sync.appended_row(key, json.loads(config_text), sealed_manifest, files, frames))
+        self._damage[key] = found = entry_damage(final)  # the run just written, read back: is it one of this store?
+        row = catalog_sync.appended_row(key, json.loads(config_text), sealed_manifest, files, frames)
+        self._catalogued(catalog_sync.row_of(final, found) if found else row)
         return final
 
     def _written(
@@ -387,12 +395,4 @@ class ResultStore:
     def clean_partials(self) -> list[Path]:
         """Remove what killed writers left behind; a folder whose writer is still alive is kept.
         Returns the folders removed."""
-        removed = []
-        for path in self.partials():
-            parts = path.name.removeprefix(PARTIAL_PREFIX).rsplit("-", 2)  # key (may hold '-'), pid, suffix
-            writer = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
-            if writer is not None and store_files.pid_alive(writer):
-                continue
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-        return removed
+        return store_files.removed_partials(self.partials(), PARTIAL_PREFIX)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -50,3 +51,16 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def removed_partials(partials: list[Path], prefix: str) -> list[Path]:
+    """Each of the hidden folders `partials` whose writer has ended, removed; those of living writers are kept."""
+    removed = []
+    for path in partials:
+        parts = path.name.removeprefix(prefix).rsplit("-", 2)  # key (may hold '-'), pid, suffix
+        writer = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+        if writer is not None and pid_alive(writer):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
