@@ -260,6 +260,8 @@ def scaling_of(rows: pd.DataFrame, results_store: ResultStore) -> pd.DataFrame:
     mine = rows[list(SCALING_KEY_COLUMNS)].drop_duplicates()
     # Only the stored runs of these configurations are read: the catalog finds them by their scaling key.
     keys = catalog.keys_where(results_store.catalog, "scaling_key", map(scaling_key, mine.to_dict("records")))
+    if len(set(catalog.column(results_store.catalog, "world_size", keys).values())) < 2:
+        keys = set()  # one world size: no scaling, whatever it holds, and nothing to read
     scaling = scaling_rows(results_store.load("summary", keys))
     scaling = scaling.merge(mine, on=list(SCALING_KEY_COLUMNS)) if not scaling.empty else scaling
     return scaling if has_scaling(scaling) else scaling.iloc[0:0]

@@ -99,7 +99,11 @@ def store_report(
         parity=frames[PARITY_FRAME],
         capacities=frames[SERVE_CAPACITY_FRAME],
     )
-    manifests = results_store.manifests(sorted(results_store.keys()))
+    # The manifests of the runs reported and of the entries beside them (a selection's own runs only).
+    shown = results_store.keys()
+    if not selection.everything:
+        shown = set(summary.get("run_key", ())) | (shown - results_store.run_keys())
+    manifests = results_store.manifests(sorted(shown))
     versions = version_tables(results_store, summary, frames["steps"])
     path = write_report(
         analysis, summary, manifests, out, left_out, not_run, versions=versions, parity=frames[PARITY_FRAME]

@@ -30,7 +30,7 @@ from .run_columns import SCALING_KEY_COLUMNS
 
 CATALOG_FILE = "catalog.sqlite"
 # What this fwbench writes into a catalog; a catalog of another format is rebuilt from the runs.
-CATALOG_FORMAT = 1
+CATALOG_FORMAT = 2  # 2: world_size, so that a compare reads no summary where one world size is stored
 # A sweep's threads share a store, and so its catalog's connection: one of them at a time uses it, so that a
 # transaction is never interleaved with another thread's statements.
 _IN_USE = threading.RLock()
@@ -53,7 +53,7 @@ CREATE TABLE IF NOT EXISTS entries (
     compare TEXT NOT NULL,         -- the compare it belongs to (selection.COMPARE_KEY of its config)
     scaling_key TEXT NOT NULL,     -- its summary's SCALING_KEY_COLUMNS as text: scaling rows over world sizes
     runner TEXT NOT NULL, framework TEXT NOT NULL, framework_version TEXT NOT NULL,
-    model TEXT NOT NULL, mode TEXT NOT NULL, batch_size TEXT NOT NULL,
+    model TEXT NOT NULL, mode TEXT NOT NULL, batch_size TEXT NOT NULL, world_size TEXT NOT NULL,
     started_at_unix_s REAL
 );
 CREATE TABLE IF NOT EXISTS frames (key TEXT NOT NULL, name TEXT NOT NULL, PRIMARY KEY (name, key));
@@ -80,6 +80,7 @@ _COLUMNS = (
     "model",
     "mode",
     "batch_size",
+    "world_size",
     "started_at_unix_s",
 )
 
@@ -137,6 +138,7 @@ class Row:
             scaling_key(first) if first else "",
             *(text_of(first.get(c)) for c in ("runner", "framework", "framework_version", "model", "mode")),
             text_of(first.get("batch_size")),
+            text_of(first.get("world_size")),
             started if isinstance(started, (int, float)) else None,
         )
 
