@@ -168,9 +168,10 @@ def measure(root: Path, what: str, runs: int) -> dict:
     elif what in ("report", "report1k"):
         # report1k: the first 1,000 runs, whose seed is 0 (a study's runs)
         selection = Selection.parse(where=["seed=0"]) if what == "report1k" else Selection()
-        [d for d in store.damaged() if d.key]
         frames = selected_frames(store, REPORT_FRAMES, selection)
-        {key: store.manifest(key) for key in sorted(store.keys())}
+        store.known_damage()  # what app.report.store_report reads beside the frames, as it reads it
+        shown = set(frames["summary"]["run_key"]) | (store.keys() - store.run_keys())
+        store.manifests(sorted(store.keys() if selection.everything else shown))
         selected = len(frames["summary"])
     elif what == "append":
         runs_by_config(store)
