@@ -39,6 +39,7 @@ SCRIPTS = (
 MODULES = {
     "studies/design_judge.py": "design_aa.py judge and spending_study.py import it (their tiny runs below)",
     "benchmarks/gpu_acceptance_models/planted_conv/build_torch.py": "a plug-in the GPU acceptance's runners build",
+    "benchmarks/gpu_acceptance_generation.py": "gpu_acceptance.py's section 9 (its CPU dry run in test_gpu_acceptance)",
 }
 FAKE_RUN_ARGS = ("--warmup", "1", "--steps", "3", "--repetitions", "1")
 
