@@ -1,5 +1,6 @@
 """The terminal: one console for results (stdout), one for progress and errors (stderr), and one table
-renderer that fits every table to the console's width, so that no figure is ever cut to '4.…'.
+renderer that fits every table to the console's width, so that no figure is ever cut to '4.…'. Every cell and header
+is plain text, never rich markup: a label such as "torch [device H100]" prints with its brackets.
 
 A table is a list of entities (a runner, a model, a configuration), one row of cells each. It is printed
 in the first layout whose natural width fits: a row per entity; else a column per entity (few
@@ -40,7 +41,7 @@ def _row_per_entity(columns, rows, styles, groups) -> Table:
     for column in columns:
         # Prose wraps at its width, and a word longer than that folds: never cut to an ellipsis.
         view.add_column(
-            column.header,
+            Text(column.header),
             justify="right" if column.numeric else "left",
             no_wrap=column.wrap_at is None,
             max_width=column.wrap_at,
@@ -48,7 +49,7 @@ def _row_per_entity(columns, rows, styles, groups) -> Table:
         )
     for i, row in enumerate(rows):
         last_of_group = groups is not None and (i + 1 == len(rows) or groups[i + 1] != groups[i])
-        view.add_row(*row, style=styles[i], end_section=last_of_group)
+        view.add_row(*(Text(str(c)) for c in row), style=styles[i], end_section=last_of_group)
     return view
 
 
@@ -57,10 +58,10 @@ def _column_per_entity(columns, rows, styles, groups) -> Table:
     view.add_column("", no_wrap=True)
     keys = [i for i, column in enumerate(columns) if column.key]
     for row, style in zip(rows, styles):
-        view.add_column("\n".join(row[i] for i in keys), justify="right", no_wrap=True, style=style)
+        view.add_column(Text("\n".join(row[i] for i in keys)), justify="right", no_wrap=True, style=style)
     for i, column in enumerate(columns):
         if not column.key:
-            view.add_row(column.header.replace("\n", " "), *(row[i] for row in rows))
+            view.add_row(Text(column.header.replace("\n", " ")), *(Text(str(row[i])) for row in rows))
     return view
 
 
@@ -71,7 +72,9 @@ def _stacked(columns, rows, styles, groups) -> Table:
     view.add_column("value", overflow="fold")
     for row, style in zip(rows, styles):
         for i, (column, cell) in enumerate(zip(columns, row)):
-            view.add_row(column.header.replace("\n", " "), cell, style=style, end_section=i + 1 == len(columns))
+            view.add_row(
+                Text(column.header.replace("\n", " ")), Text(str(cell)), style=style, end_section=i + 1 == len(columns)
+            )
     return view
 
 

@@ -59,7 +59,10 @@ def print_models(
     for m in models:
         if m.source:
             out_console.print(
-                f"* {m.name}: plug-in {m.source} ({m.origin}, {m.content_hash[:19]})", highlight=False, soft_wrap=True
+                f"* {m.name}: plug-in {m.source} ({m.origin}, {m.content_hash[:19]})",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
             )
     for problem in plugin_problems:
         err_console.print(
@@ -149,11 +152,15 @@ def print_parity(tables: Sequence, path: Path | None) -> None:
         print_table(columns, rows, f"parity: {other} against {reference} (a / b where they differ)")
         for row in t.table.to_dict("records"):
             if row.get("numeric_note"):
-                err_console.print(f"{row['model']}: outputs not compared: {row['numeric_note']}", highlight=False)
+                err_console.print(
+                    f"{row['model']}: outputs not compared: {row['numeric_note']}", markup=False, highlight=False
+                )
         if t.only_reference:
-            err_console.print(f"{other} builds no {', '.join(t.only_reference)}: not checked", highlight=False)
+            err_console.print(
+                f"{other} builds no {', '.join(t.only_reference)}: not checked", markup=False, highlight=False
+            )
     if path is not None:
-        err_console.print(f"results: {path}", highlight=False)
+        err_console.print(f"results: {path}", markup=False, highlight=False)
     if any((t.table["verdict"] != "same").any() for t in tables if len(t.table)):
         err_console.print("[bold red]some models differ between the runners[/]")
 
@@ -175,7 +182,7 @@ def print_max_batch(searches: Sequence, title: str, store: Path) -> None:
     ]
     print_table(columns, rows, f"largest batch: {title}")
     if rows:
-        err_console.print(f"stored in {store}", highlight=False)
+        err_console.print(f"stored in {store}", markup=False, highlight=False)
 
 
 def print_failure(failure: RunnerFailure) -> None:
@@ -185,11 +192,14 @@ def print_failure(failure: RunnerFailure) -> None:
 def print_submitted(submitted, dry_run: bool) -> None:
     """A Slurm submission (folder, to_do, done_before, job_id)."""
     if not submitted.to_do:
-        err_console.print(f"nothing to do: {submitted.folder} holds all {submitted.done_before} runs of the study")
+        err_console.print(
+            f"nothing to do: {submitted.folder} holds all {submitted.done_before} runs of the study", markup=False
+        )
         return
     script = submitted.folder / "job.sh"
     err_console.print(
         f"{submitted.to_do} runs to do, {submitted.done_before} already in the store; batch script: {script}",
+        markup=False,
         highlight=False,
     )
     if dry_run:
@@ -198,6 +208,7 @@ def print_submitted(submitted, dry_run: bool) -> None:
         err_console.print(
             f"submitted Slurm job {submitted.job_id}; follow it with: squeue -j {submitted.job_id}; its "
             f"output: {submitted.folder / f'slurm-{submitted.job_id}.out'}",
+            markup=False,
             highlight=False,
         )
 
@@ -208,7 +219,7 @@ def print_job_record(record: dict | None, ended: str) -> None:
         err_console.print(f"[bold red]{escape(ended)}[/]")
     if record is None:
         return
-    err_console.print(f"Slurm job {record['job_id']} on {', '.join(record['nodes'])}")
+    err_console.print(f"Slurm job {record['job_id']} on {', '.join(record['nodes'])}", markup=False)
     for node, why in record["lost"].items():
         err_console.print(f"[bold red]node {escape(node)} lost[/]: {escape(why)}")
     for failure in record["failures"]:

@@ -230,4 +230,4 @@ def print_report(analysis: Analysis, path: Path) -> None:
     if len(analysis.generation):
         print_generation(analysis.generation)
     print_findings(analysis.findings)
-    err_console.print(f"report: {path}", highlight=False)
+    err_console.print(f"report: {path}", markup=False, highlight=False)

@@ -93,9 +93,9 @@ def print_compare(
     for flag, runs in run_flags(results).items():
         err_console.print(f"[yellow]{escape(', '.join(runs))}: {escape(flag)}[/]", highlight=False)
     if run_dir is not None:
-        err_console.print(f"results: {run_dir} (every run also in {store})", highlight=False)
+        err_console.print(f"results: {run_dir} (every run also in {store})", markup=False, highlight=False)
     if report is not None:
-        err_console.print(f"report: {report}", highlight=False)
+        err_console.print(f"report: {report}", markup=False, highlight=False)
 
 
 def _print_verdicts(rows: pd.DataFrame) -> None:
@@ -107,7 +107,8 @@ def _print_verdicts(rows: pd.DataFrame) -> None:
         who = "" if len(rows) == 2 else f" ({r.runner} vs {fastest})"
         under = f" ({r.profile} profile)" if getattr(r, "profile", "") else ""
         out_console.print(
-            f"verdict{who}{under}: {escape(flagged_verdict(r.verdict, r.flagged, getattr(r, 'parity', '')))}",
+            f"verdict{who}{under}: {flagged_verdict(r.verdict, r.flagged, getattr(r, 'parity', ''))}",
+            markup=False,
             highlight=False,
         )
     unproven = rows[rows.get("parity", pd.Series("", index=rows.index)).isin([PARITY_NOT_CHECKED, PARITY_DIFFERENT])]
@@ -116,14 +117,15 @@ def _print_verdicts(rows: pd.DataFrame) -> None:
         out_console.print(
             f"parity: {model} is a plug-in whose runners were not shown to build the same network; "
             f"`fwbench parity --models {model}` (with the same --models-dir) checks it",
+            markup=False,
             highlight=False,
         )
     if len(ran) > 1:
-        out_console.print(escape(noise_floor_line(ran.iloc[0])), highlight=False)
+        out_console.print(noise_floor_line(ran.iloc[0]), markup=False, highlight=False)
     # Runners on one host mostly share why energy is missing (no RAPL domain readable): said once for all.
     missing = ran[ran["energy_status"].fillna("") != ""].groupby("energy_status", sort=False)["runner"]
     for status, runners in missing:
-        out_console.print(f"energy ({', '.join(runners)}): {escape(status)}", highlight=False)
+        out_console.print(f"energy ({', '.join(runners)}): {status}", markup=False, highlight=False)
 
 
 def noise_floor_line(row: pd.Series) -> str:
@@ -333,17 +335,21 @@ def print_best_search(choices: dict) -> None:
     """Under the best profile, the settings each runner's search chose (app.best.BestChoice), what it tried and what
     it could not run, before the comparison at those settings."""
     for choice in choices.values():
-        out_console.print(f"best settings for {choice.runner}: {escape(choice.summary)}", highlight=False)
+        out_console.print(f"best settings for {choice.runner}: {choice.summary}", markup=False, highlight=False)
         for candidate in choice.candidates:
             chosen = " ← chosen" if candidate.settings == choice.settings else ""
             values = ", ".join(value for _, value in candidate.settings)
-            out_console.print(f"  {escape(values)}: {candidate.step_time_s * 1e3:.2f} ms{chosen}", highlight=False)
+            out_console.print(
+                f"  {values}: {candidate.step_time_s * 1e3:.2f} ms{chosen}", markup=False, highlight=False
+            )
         if choice.refused:
-            out_console.print(f"  not supported here: {escape(choice.not_supported)}", highlight=False)
+            out_console.print(f"  not supported here: {choice.not_supported}", markup=False, highlight=False)
         for failure in choice.failed:
-            out_console.print(f"  failed: {escape(failure)}", highlight=False)
+            out_console.print(f"  failed: {failure}", markup=False, highlight=False)
         if choice.fixed:
-            out_console.print(f"  not searched (set on the command line): {', '.join(choice.fixed)}", highlight=False)
+            out_console.print(
+                f"  not searched (set on the command line): {', '.join(choice.fixed)}", markup=False, highlight=False
+            )
 
 
 def print_factors(effects: Sequence, title: str, run_dir: Path | None) -> None:
@@ -356,7 +362,7 @@ def print_factors(effects: Sequence, title: str, run_dir: Path | None) -> None:
     for e in effects:
         if e.not_supported:
             out_console.print(
-                f"{e.runner} {e.factor} {e.value}: not supported: {escape(e.not_supported)}", highlight=False
+                f"{e.runner} {e.factor} {e.value}: not supported: {e.not_supported}", markup=False, highlight=False
             )
     if run_dir is not None:
-        err_console.print(f"results: {run_dir}", highlight=False)
+        err_console.print(f"results: {run_dir}", markup=False, highlight=False)
