@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
@@ -22,10 +23,11 @@ from fwbench_aggregator.run import launch
 from fwbench_aggregator.run.client import RunnerClient
 from fwbench_aggregator.run.parity import tokens_text
 from fwbench_core.catalog import load_catalog
+from fwbench_core.choices import Precision
 from fwbench_core.errors import FailedPrecondition
 from fwbench_core.plugin_modules import PluginError, builder_attribute
 from fwbench_core.plugins import MODELS_DIR_FLAG, PluginLocation
-from fwbench_core.references import PARITY_NEW_TOKENS
+from fwbench_core.references import PARITY_NEW_TOKENS, tokens_key
 from fwbench_core.registry import ModelRegistry
 
 MODEL = "tiny_decoder"
@@ -128,6 +130,27 @@ def test_from_pytorchs_weights_every_runner_chooses_pytorchs_greedy_tokens(runne
             assert compared.matched, (other, compared)
             tokens = tokens_text(compared.tokens_compared, compared.first_token_divergence)
             assert tokens == f"identical ({2 * PARITY_NEW_TOKENS})", (other, compared)
+
+
+@pytest.mark.frameworks
+def test_in_bf16_every_runner_generates_from_pytorchs_weights_and_reports_where_its_tokens_diverge(runner_pool):
+    """fwbench parity --precision amp_bf16's exchange: the torch runner's tokens generated under autocast, each other
+    runner's in its own bf16 (Keras' mixed_bfloat16 policy, Flax's bfloat16 dtype) from the same weights; the outputs
+    still compared in fp32 decide, and the tokens say where they first diverge, if anywhere."""
+    request = pb.ReferenceRequest(
+        model=MODEL, input_shape=[PROMPT], batch_size=2, name=f"{MODEL}-bf16.npz", precision=pb.PRECISION_AMP_BF16
+    )
+    with RunnerClient("torch", runner_pool.get("torch").address) as torch_client:
+        torch_client.export_reference(request)
+    with np.load(runner_pool.reference_dir / request.name) as stored:
+        tokens = stored[tokens_key(Precision.AMP_BF16)]
+    assert tokens.shape == (2, PARITY_NEW_TOKENS) and ((0 <= tokens) & (tokens < SERVED_SPECS[MODEL].vocab_size)).all()
+    for other in REAL_RUNNERS:
+        if other != "torch":
+            with RunnerClient(other, runner_pool.get(other).address) as client:
+                compared = client.compare_reference(request)
+            assert compared.matched and compared.tokens_compared == 2 * PARITY_NEW_TOKENS, (other, compared)
+            assert -1 <= compared.first_token_divergence < PARITY_NEW_TOKENS, (other, compared)
 
 
 @pytest.mark.frameworks

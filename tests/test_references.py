@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+import pandas as pd
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
@@ -28,12 +29,20 @@ from fwbench_aggregator.base import folders
 from fwbench_aggregator.run.launch import fake_runner_command
 from fwbench_core import service as service_mod
 from fwbench_core import system_folders
-from fwbench_core.choices import DeviceKind
+from fwbench_core.builtin import MODEL_SPECS
+from fwbench_core.choices import DeviceKind, Precision
 from fwbench_core.devices import DeviceRef
-from fwbench_core.errors import Cancelled, Unavailable
+from fwbench_core.errors import Cancelled, InvalidArgument, Unavailable
 from fwbench_core.fake import FakeBackend
-from fwbench_core.models import ReferenceRequest
-from fwbench_core.references import ReferenceFolder
+from fwbench_core.models import ModelConfig, ReferenceReport, ReferenceRequest
+from fwbench_core.references import (
+    GENERATED_TOKENS,
+    PARITY_NEW_TOKENS,
+    ReferenceFolder,
+    compared_tokens,
+    expected_tokens,
+    reference_tokens,
+)
 from fwbench_core.service import RunnerService
 
 MAX_BYTES = 4_000_000  # the test runner's --max-reference-bytes
@@ -414,6 +423,23 @@ def test_parity_between_runners_with_different_folders_says_to_share_one(folder_
     assert "NOT_FOUND" in done.stderr and "--reference-dir" in " ".join(done.stderr.split()), done.stderr
 
 
+def test_parity_in_bf16_checks_the_generating_models_and_says_where_their_tokens_diverge(folder_fake_address, tmp_path):
+    runners = ["--runner", f"torch={folder_fake_address}", "--runner", f"tensorflow={folder_fake_address}"]
+    out = tmp_path / "out"
+    done = fwbench("parity", "--precision", "amp_bf16", *runners, "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(next(out.glob("*-parity")) / "parity.csv")
+    generating = {name for name, spec in MODEL_SPECS.items() if spec.generates}
+    assert set(table["model"].str.split(" ").str[0]) == generating, table["model"]
+    assert set(table["tokens"]) == {f"identical ({2 * PARITY_NEW_TOKENS}) in amp_bf16"}, table["tokens"]
+    assert "in amp_bf16" in done.stdout
+
+    named = fwbench("parity", "--precision", "amp_bf16", "--models", "resnet18", *runners, "--out", str(out))
+    assert named.returncode == 2, named.stderr
+    message = " ".join(named.stderr.split())
+    assert "--precision" in message and "resnet18 does not generate" in message and "gpt2_small" in message, message
+
+
 # --- the real runners, sharing the pool's reference folder ---------------------------------------------
 
 
@@ -460,17 +486,72 @@ def test_torch_export_replaces_a_symlink_and_tensorflow_refuses_weights_that_do_
     assert_short_and_clean(error)
 
 
-def test_generated_tokens_match_only_where_every_token_is_the_same_and_say_where_they_first_differ():
-    from fwbench_core.models import ReferenceReport
-    from fwbench_core.references import compared_tokens
+def _config(model: str, token_precision: Precision = Precision.FP32) -> ModelConfig:
+    spec = MODEL_SPECS[model]
+    return ModelConfig(spec, spec.default_input_shape, {}, 2, 0, token_precision)
 
+
+def test_generated_tokens_match_only_where_every_token_is_the_same_and_say_where_they_first_differ():
     outputs_matched = ReferenceReport(output_shape=(2, 5), matched=True)
+    fp32 = _config("gpt2_small")
     expected = np.array([[5, 6, 7, 8], [1, 2, 3, 4]])
-    same = compared_tokens(outputs_matched, expected.copy(), expected)
+    same = compared_tokens(outputs_matched, fp32, expected.copy(), expected)
     assert (same.matched, same.tokens_compared, same.first_token_divergence) == (True, 8, -1)
     later = expected.copy()
     later[1, 2] = 9
-    differs = compared_tokens(outputs_matched, later, expected)
+    differs = compared_tokens(outputs_matched, fp32, later, expected)
     assert (differs.matched, differs.first_token_divergence) == (False, 2)
-    short = compared_tokens(outputs_matched, expected[:, :3], expected)
+    short = compared_tokens(outputs_matched, fp32, expected[:, :3], expected)
     assert (short.matched, short.first_token_divergence) == (False, 0)
+
+
+def test_in_a_lower_precision_the_first_divergence_is_reported_and_the_outputs_alone_decide():
+    bf16 = _config("gpt2_small", Precision.AMP_BF16)
+    expected = np.array([[5, 6, 7, 8], [1, 2, 3, 4]])
+    later = expected.copy()
+    later[0, 3] = 0
+    for outputs_matched in (True, False):
+        report = compared_tokens(ReferenceReport(output_shape=(2, 5), matched=outputs_matched), bf16, later, expected)
+        assert (report.matched, report.tokens_compared, report.first_token_divergence) == (outputs_matched, 8, 3)
+
+
+def test_a_references_tokens_are_compared_only_in_the_precision_they_were_generated_in():
+    bf16, fp32 = _config("gpt2_small", Precision.AMP_BF16), _config("gpt2_small")
+    tokens = np.array([[5, 6]])
+    stored = reference_tokens(bf16, tokens)
+    assert (expected_tokens(bf16, stored) == tokens).all()
+    with pytest.raises(InvalidArgument, match="generated in amp_bf16, but precision asks to compare them in fp32"):
+        expected_tokens(fp32, stored)
+    # fp32 tokens stand where they stood before precisions were recorded.
+    legacy = {GENERATED_TOKENS: tokens}
+    assert (expected_tokens(fp32, legacy) == tokens).all()
+    with pytest.raises(InvalidArgument, match="generated in fp32"):
+        expected_tokens(bf16, legacy)
+    with pytest.raises(InvalidArgument, match="holds no generated_tokens"):
+        expected_tokens(fp32, {})
+
+
+def test_a_reference_precision_is_refused_naming_the_field_and_the_accepted_values(fake, folder):
+    error = refused(
+        fake.ExportReference,
+        pb.ReferenceRequest(model="gpt2_small", input_shape=[16], name="fp16.npz", precision=pb.PRECISION_AMP_FP16),
+    )
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    assert "precision amp_fp16" in error.details() and "accepted values: fp32, amp_bf16" in error.details()
+    error = refused(fake.ExportReference, reference("resnet-bf16.npz", precision=pb.PRECISION_AMP_BF16))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "resnet18 does not generate" in error.details()
+    assert not (folder / "fp16.npz").exists() and not (folder / "resnet-bf16.npz").exists()
+
+
+def test_a_bf16_reference_records_its_tokens_precision_and_a_comparison_in_fp32_is_refused(fake, folder):
+    bf16 = pb.ReferenceRequest(
+        model="gpt2_small", input_shape=[16], name="gpt2-bf16.npz", precision=pb.PRECISION_AMP_BF16
+    )
+    fake.ExportReference(bf16, timeout=RPC_TIMEOUT_S)
+    with np.load(folder / "gpt2-bf16.npz") as stored:
+        assert "generated_tokens_amp_bf16" in stored.files and GENERATED_TOKENS not in stored.files
+    compared = fake.CompareReference(bf16, timeout=RPC_TIMEOUT_S)
+    assert compared.matched and compared.tokens_compared == 2 * PARITY_NEW_TOKENS, compared
+    fp32 = pb.ReferenceRequest(model="gpt2_small", input_shape=[16], name="gpt2-bf16.npz")
+    error = refused(fake.CompareReference, fp32)
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "export the reference with the same" in error.details()

@@ -71,13 +71,32 @@ def store_checks(results_store: ResultStore, tables: list[ParityTable], hashes: 
             )
 
 
+def check_generating(listed: list, models: list[str] | None, token_precision: str) -> None:
+    """A lower token precision checks generating models: a UsageError where none of those asked for generates."""
+    generating = [m.name for m in listed if m.generates]
+    asked = models or [m.name for m in listed]
+    others = [name for name in asked if name not in generating]
+    if models and others or not generating:
+        raise UsageError(
+            f"--precision {token_precision} is the precision generating models' tokens are compared in, and "
+            f"{', '.join(others) or 'no model listed'} does not generate; the models that do: "
+            f"{', '.join(generating) or 'none'}",
+            "--precision",
+        )
+
+
 def parity(
     runners: RunnerChoice,
     models: list[str] | None,
     out: Path,
     progress: Progress = Progress(),
     store: Path | None = None,
+    token_precision: str = "",
 ) -> ParityResult:
+    """Each other runner against the reference, over `models` (None: every model both list); with a lower
+    `token_precision`, the generating models only, their greedy tokens generated in it (the outputs are still compared
+    in fp32), each row saying where the tokens first diverge."""
+    token_precision = "" if token_precision == "fp32" else token_precision
     reference_name, *other_names = runners.frameworks.split(",")
     if not other_names:
         raise UsageError(
@@ -102,6 +121,8 @@ def parity(
             raise UsageError(
                 f"unknown model(s) {', '.join(unknown)}{hints}; known models: {', '.join(known)}", "--models"
             )
+        if token_precision:
+            check_generating(listed, models, token_precision)
         for other_name in other_names:
             if other_name not in found.endpoints:
                 continue
@@ -115,6 +136,7 @@ def parity(
                     lambda v, task=task, other_name=other_name: progress.update(
                         task, description=f"checking {v.label} on {other_name}"
                     ),
+                    token_precision,
                 )
             except RunnerFailure as failure:
                 result.failures.append(failure)

@@ -12,12 +12,13 @@ from ..app.max_batch import max_batch as max_batch_use_case
 from ..app.parity import parity as parity_use_case
 from ..app.runner_info import describe as describe_use_case
 from ..app.runner_info import list_models
+from ..base.vocabulary import Precision
 from ..plan import spec as plan
 from ..present import listings
 from . import app
 from .common import report_failures, run
 from .groups import with_groups
-from .option_parsing import parse_text
+from .option_parsing import choices_metavar, parse_choice, parse_text
 from .path_option_types import parse_out, parse_store
 from .run_option_types import ModeOption
 from .runner_options import RunnerOptions
@@ -73,6 +74,15 @@ def parity(
             "runners were shown to build the same network",
         ),
     ] = Path("results/store"),
+    precision: Annotated[
+        str,
+        typer.Option(
+            callback=parse_choice(Precision, "precision"),
+            metavar=choices_metavar(Precision),
+            help="the precision generating models' greedy tokens are compared in: fp32 (identical tokens required) or "
+            "amp_bf16 (where they first diverge is reported; only the models that generate are checked)",
+        ),
+    ] = "fp32",
 ) -> None:
     """Show that the runners build the same networks as the first one, the reference.
 
@@ -83,7 +93,7 @@ def parity(
     """
     choice = runners.choice()
     names = [name for name in models.split(",") if name] if models else None
-    result = run(lambda progress: parity_use_case(choice, names, out, progress, store))
+    result = run(lambda progress: parity_use_case(choice, names, out, progress, store, Precision(precision).value))
     listings.print_parity(result.tables, result.path)
     report_failures(result.failures)
     if result.differ:

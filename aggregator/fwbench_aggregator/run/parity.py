@@ -25,6 +25,7 @@ class Variant:
 
     model: str
     options: dict[str, str]
+    token_precision: str = ""  # a generating model's tokens in this precision; "": fp32
 
     @property
     def label(self) -> str:
@@ -34,27 +35,31 @@ class Variant:
     def reference_name(self) -> str:
         """The name its reference file has in the runners' shared reference folder: one safe component
         (whatever model name the runner sent), in the runner's name alphabet, which has no '~'."""
-        stem = safe_component(self.label.replace(" ", "_").replace("=", "-")).replace(CHANGED_MARK, "-")
+        label = self.label + (f" tokens-{self.token_precision}" if self.token_precision else "")
+        stem = safe_component(label.replace(" ", "_").replace("=", "-")).replace(CHANGED_MARK, "-")
         return f"reference-{stem}.npz"
 
 
-def variants(models: list[wire.ModelInfo], names: list[str] | None) -> list[Variant]:
-    chosen = [m for m in models if names is None or m.name in names]
+def variants(models: list[wire.ModelInfo], names: list[str] | None, token_precision: str = "") -> list[Variant]:
+    """Every variant of the models `names` (None: all); with a `token_precision`, of the generating models only,
+    whose tokens it is the precision of."""
+    chosen = [m for m in models if (names is None or m.name in names) and (m.generates or not token_precision)]
     out = []
     for m in chosen:
         if not m.options:
-            out.append(Variant(m.name, {}))
+            out.append(Variant(m.name, {}, token_precision))
         for option in m.options:
-            out += [Variant(m.name, {option.name: choice}) for choice in option.choices]
+            out += [Variant(m.name, {option.name: choice}, token_precision) for choice in option.choices]
     return out
 
 
-def tokens_text(compared: int, first_divergence: int) -> str:
-    """A generating model's greedy tokens against the reference's: "identical (16)", "differ from position 3", or ""
-    for a model that does not generate."""
+def tokens_text(compared: int, first_divergence: int, precision: str = "") -> str:
+    """A generating model's greedy tokens against the reference's: "identical (16)", "differ from position 3" (with
+    " in amp_bf16" where generated in a lower precision), or "" for a model that does not generate."""
     if not compared:
         return ""
-    return f"identical ({compared})" if first_divergence < 0 else f"differ from position {first_divergence}"
+    text = f"identical ({compared})" if first_divergence < 0 else f"differ from position {first_divergence}"
+    return text + (f" in {precision}" if precision else "")
 
 
 def gather_variant(variant: Variant, reference: RunnerClient, other: RunnerClient) -> dict:
@@ -73,7 +78,7 @@ def gather_variant(variant: Variant, reference: RunnerClient, other: RunnerClien
         row[f"build_s_{client.name}"] = report.build_time_s
     row["input_shape"] = shape_text(reports[reference.name].input_shape)
 
-    request = wire.reference_request(variant.model, variant.options, variant.reference_name)
+    request = wire.reference_request(variant.model, variant.options, variant.reference_name, variant.token_precision)
     try:
         reference.export_reference(request)
         compared = other.compare_reference(request)
@@ -90,7 +95,7 @@ def gather_variant(variant: Variant, reference: RunnerClient, other: RunnerClien
         row["numeric"] = "match" if compared.matched else "MISMATCH"
         row["numeric_note"] = ""
         row["max_rel_diff"] = compared.max_rel_diff
-        row["tokens"] = tokens_text(compared.tokens_compared, compared.first_token_divergence)
+        row["tokens"] = tokens_text(compared.tokens_compared, compared.first_token_divergence, variant.token_precision)
 
     return row
 
@@ -100,9 +105,11 @@ def gather(
     other: RunnerClient,
     names: list[str] | None,
     on_variant: Callable[[Variant], None] = lambda v: None,
+    token_precision: str = "",
 ) -> tuple[list[dict], list[str]]:
-    """Every model both runners list (or those of `names`), gathered; and the models the reference lists and the
-    other does not (a further framework may build a subset; asked for by name, it is an error)."""
+    """Every model both runners list (or those of `names`), gathered, generating models' tokens in `token_precision`
+    ("": fp32, and with one only the generating models); and the models the reference lists and the other does not
+    (a further framework may build a subset; asked for by name, it is an error)."""
     reference_models = reference.list_models()
     listed = {m.name for m in other.list_models()}
     lacking = [name for name in names or [] if name not in listed]
@@ -113,7 +120,7 @@ def gather(
             f"lists no model {', '.join(lacking)}; it has: {', '.join(sorted(listed))}",
         )
     rows = []
-    for variant in variants([m for m in reference_models if m.name in listed], names):
+    for variant in variants([m for m in reference_models if m.name in listed], names, token_precision):
         on_variant(variant)
         rows.append(gather_variant(variant, reference, other))
     return rows, sorted(m.name for m in reference_models if m.name not in listed)

@@ -151,9 +151,13 @@ def for_node(request: Request, cluster: Cluster | None) -> Request:
     return node
 
 
-def reference_request(model: str, options: Mapping[str, str], name: str) -> pb.ReferenceRequest:
-    """The request that exports (or compares with) the reference `name` of `model` under `options`."""
-    return pb.ReferenceRequest(model=model, model_options=options, name=name)
+def reference_request(model: str, options: Mapping[str, str], name: str, precision: str = "") -> pb.ReferenceRequest:
+    """The request that exports (or compares with) the reference `name` of `model` under `options`, a generating
+    model's tokens in `precision` ("": fp32)."""
+    request = pb.ReferenceRequest(model=model, model_options=options, name=name)
+    if precision:
+        request.precision = from_text(Precision, precision)
+    return request
 
 
 def _value(message: Message, name: str):

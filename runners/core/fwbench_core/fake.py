@@ -22,7 +22,7 @@ from .choices import Compilation, Layout, Precision, Strategy, Switch
 from .devices import Capabilities, Device, RunnerInfo, RunnerSettings
 from .errors import Aborted, Unavailable
 from .models import ModelConfig, ModelReport, ReferenceReport
-from .references import GENERATED_TOKENS, PARITY_NEW_TOKENS, compared_outputs, compared_tokens
+from .references import PARITY_NEW_TOKENS, compared_outputs, compared_tokens, expected_tokens, reference_tokens
 from .registry import ModelRegistry
 from .runs import RunConfig, WorkerPlace
 from .sysinfo import cpu_device, python_version
@@ -270,7 +270,8 @@ class FakeBackend(Backend):
         output = fake_output(inputs, config.head.outputs)
         arrays = {"input": inputs, "output": output}
         if config.model.generates:
-            arrays[GENERATED_TOKENS] = fake_tokens(config.seed, len(inputs), PARITY_NEW_TOKENS, config.model.vocab_size)
+            tokens = fake_tokens(config.seed, len(inputs), PARITY_NEW_TOKENS, config.model.vocab_size)
+            arrays.update(reference_tokens(config, tokens))
         return arrays, ReferenceReport(output_shape=output.shape)
 
     def compare_reference(self, config: ModelConfig, arrays: Mapping[str, np.ndarray]) -> ReferenceReport:
@@ -278,7 +279,7 @@ class FakeBackend(Backend):
         report = compared_outputs(output, expected, REFERENCE_TOLERANCE)
         if config.model.generates:
             tokens = fake_tokens(config.seed, len(arrays["input"]), PARITY_NEW_TOKENS, config.model.vocab_size)
-            report = compared_tokens(report, tokens, arrays[GENERATED_TOKENS])
+            report = compared_tokens(report, config, tokens, expected_tokens(config, arrays))
         return report
 
 

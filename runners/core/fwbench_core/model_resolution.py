@@ -6,12 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .catalog import Catalog
+from .choices import Precision
 from .errors import InvalidArgument, did_you_mean, echoed
 from .limits import MAX_BATCH_SIZE, MAX_REFERENCE_BATCH_SIZE, MAX_SEED, in_range
 from .models import ModelConfig, ModelSpec, ReferenceRequest
 
 # A parity reference holds a batch's input and output: a few samples show the same network.
 DEFAULT_REFERENCE_BATCH_SIZE = 2
+
+# The precisions a reference's tokens are generated in: every runner checks references on the CPU, where these run.
+REFERENCE_PRECISIONS = (Precision.FP32, Precision.AMP_BF16)
 
 
 def resolve_shape(spec: ModelSpec, shape: Sequence[int]) -> tuple[int, ...]:
@@ -79,4 +83,16 @@ def resolve_reference(request: ReferenceRequest, catalog: Catalog) -> ModelConfi
             f"batch_size must be between 1 and {MAX_REFERENCE_BATCH_SIZE} for a reference "
             f"(0 means {DEFAULT_REFERENCE_BATCH_SIZE}), got {batch_size}"
         )
-    return ModelConfig(spec, input_shape, model_options, batch_size, resolve_seed(request.seed))
+    precision = request.precision or Precision.FP32
+    if precision not in REFERENCE_PRECISIONS:
+        accepted = ", ".join(p.value for p in REFERENCE_PRECISIONS)
+        raise InvalidArgument(
+            f"precision {precision.value} is not accepted for a reference, whose tokens are generated on the CPU; "
+            f"accepted values: {accepted}"
+        )
+    if precision is not Precision.FP32 and not spec.generates:
+        raise InvalidArgument(
+            f"precision {precision.value} is the precision a generating model's reference tokens are generated in, "
+            f"and {spec.name} does not generate: leave precision unset (fp32)"
+        )
+    return ModelConfig(spec, input_shape, model_options, batch_size, resolve_seed(request.seed), precision)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .choices import InputKind, Objective, Task
+from .choices import InputKind, Objective, Precision, Task
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,9 @@ class ModelConfig:
     model_options: dict[str, str]
     batch_size: int = 1
     seed: int = 0
+    # A parity reference of a generating model: the precision its greedy tokens are generated in (its outputs are
+    # compared in fp32 whatever it is).
+    token_precision: Precision = Precision.FP32
 
     @property
     def head(self) -> Head:
@@ -126,6 +129,7 @@ class ReferenceRequest:
     model_options: dict[str, str] = field(default_factory=dict)
     batch_size: int = 0  # 0: the default, 2
     seed: int = 0
+    precision: Precision | None = None  # a generating model's tokens; None: fp32
 
 
 @dataclass(frozen=True)

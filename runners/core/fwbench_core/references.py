@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .choices import InputKind
+from .choices import InputKind, Precision
 from .errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, RunnerError
 from .models import ModelConfig, ModelSpec, ReferenceReport
 from .system_folders import system_folder
@@ -219,16 +219,50 @@ def parity_prompt_length(spec: ModelSpec, input_length: int) -> int:
     return min(input_length, PARITY_PROMPT_TOKENS, spec.max_input_shape[0] - PARITY_NEW_TOKENS)
 
 
-def compared_tokens(report: ReferenceReport, tokens: np.ndarray, expected: np.ndarray) -> ReferenceReport:
-    """`report` (the outputs compared) with a generating model's greedy tokens compared exactly: matched only where
-    the outputs matched and every token is the reference's; the first position where any prompt's tokens differ."""
+def tokens_key(precision: Precision) -> str:
+    """The array a reference holds its greedy tokens in, named for their precision (the reader takes arrays of numbers
+    only): generated_tokens for fp32, as before precisions were recorded, generated_tokens_amp_bf16 for bf16."""
+    return GENERATED_TOKENS if precision is Precision.FP32 else f"{GENERATED_TOKENS}_{precision.value}"
+
+
+def reference_tokens(config: ModelConfig, tokens: np.ndarray) -> dict[str, np.ndarray]:
+    """What a reference of a generating model holds beside its outputs: its greedy tokens, under their precision."""
+    return {tokens_key(config.token_precision): tokens}
+
+
+def expected_tokens(config: ModelConfig, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+    """A reference's greedy tokens in the precision `config` asks to compare in, refused where it holds none or holds
+    tokens of another precision."""
+    key = tokens_key(config.token_precision)
+    if key in arrays:
+        return arrays[key]
+    held = [p.value for p in Precision if tokens_key(p) in arrays]
+    if held:
+        raise InvalidArgument(
+            f"the reference's tokens were generated in {held[0]}, but precision asks to compare them in "
+            f"{config.token_precision.value}: export the reference with the same precision"
+        )
+    raise InvalidArgument(
+        f"the reference holds no {GENERATED_TOKENS}, which a reference of {config.model.name} (a model that "
+        "generates) must: export it again with a torch runner that generates"
+    )
+
+
+def compared_tokens(
+    report: ReferenceReport, config: ModelConfig, tokens: np.ndarray, expected: np.ndarray
+) -> ReferenceReport:
+    """`report` (the outputs compared) with a generating model's greedy tokens compared exactly, and the first
+    position where any prompt's tokens differ. In fp32, matched only where the outputs matched and every token is the
+    reference's; in a lower precision, where rounding alone may swap two close logits, the divergence is reported and
+    the outputs alone decide."""
     if tokens.shape != expected.shape:
         return replace(report, matched=False, tokens_compared=0, first_token_divergence=0)
     differs = np.nonzero((tokens != expected).any(axis=0))[0]
     divergence = int(differs[0]) if differs.size else -1
+    judged = config.token_precision is Precision.FP32
     return replace(
         report,
-        matched=report.matched and divergence == -1,
+        matched=report.matched and (divergence == -1 or not judged),
         tokens_compared=int(expected.size),
         first_token_divergence=divergence,
     )

@@ -175,6 +175,7 @@ def reference_request_from_wire(request: pb.ReferenceRequest) -> ReferenceReques
         model_options=dict(request.model_options),
         batch_size=request.batch_size,
         seed=request.seed,
+        precision=enum_from_wire(Precision, request.precision, "precision"),
     )
 
 

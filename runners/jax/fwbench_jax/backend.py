@@ -20,11 +20,10 @@ import optax
 from fwbench_core.backend import Backend, MemoryReading, Workload, process_peak_memory
 from fwbench_core.choices import Compilation, DeviceKind, InputKind, Layout, Mode, Precision, Strategy, Switch, Tf32
 from fwbench_core.devices import Capabilities, Device, DeviceRef, RunnerInfo, RunnerSettings
-from fwbench_core.errors import InvalidArgument
 from fwbench_core.fairness import LEARNING_RATE, MOMENTUM, REFERENCE_TOLERANCE
 from fwbench_core.models import Head, ModelConfig, ModelReport, ReferenceReport
 from fwbench_core.placement import cpu_worker_limit
-from fwbench_core.references import GENERATED_TOKENS, compared_outputs, compared_tokens
+from fwbench_core.references import compared_outputs, compared_tokens, expected_tokens
 from fwbench_core.runs import RunConfig
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, python_version
 
@@ -332,23 +331,20 @@ class JaxBackend(Backend):
         inputs = arrays["input"]
         if config.model.input_kind is InputKind.IMAGE:
             inputs = inputs.transpose(0, 2, 3, 1)  # stored in PyTorch's NCHW
-        expected = arrays["output"]
-        if config.model.generates and GENERATED_TOKENS not in arrays:
-            raise InvalidArgument(
-                f"the reference holds no {GENERATED_TOKENS}, which a reference of {config.model.name} (a model that "
-                "generates) must: export it again with a torch runner that generates"
-            )
+        reference_tokens = expected_tokens(config, arrays) if config.model.generates else None
         module = build_module(config)
         cpu = jax.devices("cpu")[0]
         shapes = variable_shapes(module, sample_spec(config, 1))
         with jax.default_device(cpu), jax.default_matmul_precision(STRICT_FP32):
             variables = load_torch_weights(shapes, weights, config.model.name)
             output = np.asarray(jax.jit(lambda v, x: module.apply(v, x, train=False))(variables, jnp.asarray(inputs)))
-            report = compared_outputs(output, expected, REFERENCE_TOLERANCE)
-            if not config.model.generates:
+            report = compared_outputs(output, arrays["output"], REFERENCE_TOLERANCE)
+            if reference_tokens is None:
                 return report
-            tokens = parity_tokens(module, variables, inputs, config.model, cpu)
-        return compared_tokens(report, tokens, arrays[GENERATED_TOKENS])
+            # In a lower precision the same parameters (float32 as a run keeps them), computing in its dtype.
+            compute = build_module(config, COMPUTE_DTYPES.get(config.token_precision, jnp.float32))
+            tokens = parity_tokens(compute, variables, inputs, config.model, cpu)
+        return compared_tokens(report, config, tokens, reference_tokens)
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         # XLA reports a failed allocation as a JaxRuntimeError: RESOURCE_EXHAUSTED, or INTERNAL when it fails

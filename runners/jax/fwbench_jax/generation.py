@@ -102,6 +102,7 @@ def generate(module: nn.Module, variables, prompts: jax.Array, new_tokens: int, 
 
 def parity_tokens(module: nn.Module, variables, inputs: np.ndarray, spec: ModelSpec, device: Any) -> np.ndarray:
     """The tokens a parity reference of `spec` holds, as the torch runner exports them: PARITY_NEW_TOKENS greedy per
-    prompt (fp32), the prompts the reference's input cut where they would pass the model's longest sequence."""
+    prompt (in the module's dtype), the prompts the reference's input cut where they would pass the model's longest
+    sequence."""
     prompts = jnp.asarray(inputs[:, : parity_prompt_length(spec, inputs.shape[1])], jnp.int32)
     return generate(module, variables, prompts, PARITY_NEW_TOKENS, True, device)

@@ -18,10 +18,10 @@ from fwbench_core.fairness import REFERENCE_TOLERANCE
 from fwbench_core.models import ModelConfig, ModelReport, ReferenceReport
 from fwbench_core.onnx_runtime import onnxruntime_limits
 from fwbench_core.references import (
-    GENERATED_TOKENS,
     PARITY_NEW_TOKENS,
     compared_outputs,
     compared_tokens,
+    expected_tokens,
     parity_prompt_length,
 )
 from fwbench_core.runs import RunConfig
@@ -34,7 +34,7 @@ from .objectives import random_inputs
 from .onnx_runtime import onnxruntime_workload
 from .strategies import STRATEGIES, configure_worker
 from .strategy_workload import StrategyWorkload
-from .workload import TensorFlowWorkload, build_model, count_trainable
+from .workload import MIXED_POLICIES, TensorFlowWorkload, build_model, count_trainable
 
 
 def allow_memory_growth() -> None:
@@ -144,33 +144,40 @@ class TensorFlowBackend(Backend):
             raise FailedPrecondition(f"{config.model.name} has no loader for PyTorch weights in the TensorFlow runner")
         weights = {key.removeprefix("weights/"): value for key, value in arrays.items() if key.startswith("weights/")}
         inputs = _to_keras_layout(config.model, arrays["input"])
-        expected = arrays["output"]
-        if config.model.generates and GENERATED_TOKENS not in arrays:
-            raise InvalidArgument(
-                f"the reference holds no {GENERATED_TOKENS}, which a reference of {config.model.name} (a model that "
-                "generates) must: export it again with this version of the torch runner"
-            )
+        reference_tokens = expected_tokens(config, arrays) if config.model.generates else None
+
+        def loaded(policy: str) -> keras.Model:
+            """The model under Keras' precision `policy` (read when its layers are made), the reference's weights in."""
+            keras.mixed_precision.set_global_policy(policy)
+            try:
+                model = build_model(config)
+            finally:
+                keras.mixed_precision.set_global_policy("float32")
+            try:
+                load(model, weights)
+            except KeyError as missing:
+                raise InvalidArgument(
+                    f"the reference lacks the weight {missing.args[0]!r} that {config.model.name} needs"
+                ) from None
+            except ValueError as error:
+                reason = (str(error).strip() or "ValueError").splitlines()[0][:200]
+                raise InvalidArgument(f"the reference's weights do not fit {config.model.name}: {reason}") from None
+            return model
+
         try:
             with tf.device("/CPU:0"):
-                model = build_model(config)
-                try:
-                    load(model, weights)
-                except KeyError as missing:
-                    raise InvalidArgument(
-                        f"the reference lacks the weight {missing.args[0]!r} that {config.model.name} needs"
-                    ) from None
-                except ValueError as error:
-                    reason = (str(error).strip() or "ValueError").splitlines()[0][:200]
-                    raise InvalidArgument(f"the reference's weights do not fit {config.model.name}: {reason}") from None
+                model = loaded("float32")
                 output = model(tf.constant(inputs), training=False).numpy()
-                if config.model.generates:
-                    # The prompts the exporter generated from, greedy in fp32 (eager here).
+                if reference_tokens is not None:
+                    # The prompts the exporter generated from, greedy (eager here) in the tokens' precision.
                     prompts = tf.constant(inputs[:, : parity_prompt_length(config.model, inputs.shape[1])], tf.int32)
+                    if config.token_precision is not Precision.FP32:
+                        model = loaded(MIXED_POLICIES[config.token_precision])
                     tokens = generate(decoder_for(config.model, model), prompts, PARITY_NEW_TOKENS)
         finally:
             keras.backend.clear_session()
-        report = compared_outputs(output, expected, REFERENCE_TOLERANCE)
-        return compared_tokens(report, tokens, arrays[GENERATED_TOKENS]) if config.model.generates else report
+        report = compared_outputs(output, arrays["output"], REFERENCE_TOLERANCE)
+        return report if reference_tokens is None else compared_tokens(report, config, tokens, reference_tokens)
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         return isinstance(exc, (tf.errors.ResourceExhaustedError, MemoryError))

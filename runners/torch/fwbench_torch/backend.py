@@ -17,7 +17,7 @@ from fwbench_core.errors import InvalidArgument, RunnerError
 from fwbench_core.fairness import LEARNING_RATE, MOMENTUM
 from fwbench_core.models import ModelConfig, ModelReport, ReferenceReport
 from fwbench_core.onnx_runtime import onnxruntime_limits
-from fwbench_core.references import GENERATED_TOKENS, PARITY_NEW_TOKENS, parity_prompt_length
+from fwbench_core.references import PARITY_NEW_TOKENS, parity_prompt_length, reference_tokens
 from fwbench_core.runs import RunConfig
 from fwbench_core.sysinfo import cpu_device, gpu_driver_version, python_version
 
@@ -343,7 +343,9 @@ class TorchBackend(Backend):
         }
         arrays = {"input": inputs.numpy(), "output": output.numpy(), **weights}
         if config.model.generates:
-            arrays[GENERATED_TOKENS] = generate(model, parity_prompts(inputs, config), PARITY_NEW_TOKENS).numpy()
+            dtype = AUTOCAST_DTYPES.get(config.token_precision)
+            tokens = generate(model, parity_prompts(inputs, config), PARITY_NEW_TOKENS, dtype)
+            arrays.update(reference_tokens(config, tokens.numpy()))
         return arrays, ReferenceReport(output_shape=tuple(output.shape))
 
     def user_error(self, exc: BaseException) -> RunnerError | None:

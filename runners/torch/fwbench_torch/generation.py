@@ -86,11 +86,14 @@ class Generation:
         return self.chosen_tokens[:, : self.chosen].cpu()
 
 
-def generate(model: torch.nn.Module, prompts: torch.Tensor, new_tokens: int) -> torch.Tensor:
-    """A whole request, eager, in the weights' dtype: `new_tokens` greedy tokens per prompt, (B, new_tokens) int64 on
-    the host."""
-    generation = Generation(model, prompts, new_tokens)
-    with torch.no_grad():
+def generate(
+    model: torch.nn.Module, prompts: torch.Tensor, new_tokens: int, autocast_dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """A whole request, eager, in the weights' dtype or autocast to `autocast_dtype` (its cache in that dtype, as a
+    run's): `new_tokens` greedy tokens per prompt, (B, new_tokens) int64 on the host."""
+    generation = Generation(model, prompts, new_tokens, autocast_dtype)
+    autocast = torch.autocast(prompts.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None)
+    with torch.no_grad(), autocast:
         generation.prefill()
         for _ in range(new_tokens - 1):
             generation.decode_step()
