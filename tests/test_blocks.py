@@ -322,6 +322,10 @@ def test_compare_in_blocks_stores_every_window_with_its_block_and_calls_the_diff
     )
     # The table counts windows, and its median and spread are of the blocks' values.
     assert all(header in output for header in ("windows", "(of blocks)", "block")) and "(of runs)" not in output
+    # Where the time went, phase by phase, in the order they ran.
+    spent = " ".join(done.stderr.split())
+    phases = r"time: runners started [\d.]+ s, checks [\d.]+ s, 4 blocks [\d.]+ s, analysis and report [\d.]+ s"
+    assert re.search(phases + r", runners stopped [\d.]+ s \([\d.]+ s in all\)", spent), done.stderr
     summary = pd.read_parquet(only_run_dir(tmp_path) / "summary.parquet")
     assert set(summary["design"]) == {"blocks of 2 windows"} and len(summary) == 16
     assert set(summary["max_repetitions"]) == {DEFAULT_MAX_BLOCKS} and set(summary["looks"]) == {"4,8"}

@@ -17,6 +17,7 @@ from ..analyse.results import analysed
 from ..analyse.scaling import has_scaling, scaling_rows
 from ..base.paths import safe_component
 from ..base.progress import Progress
+from ..base.stopwatch import Stopwatch
 from ..base.vocabulary import Compilation, Strategy
 from ..plan.design import DesignChoice
 from ..plan.keys import new_run_id
@@ -73,6 +74,7 @@ class CompareResult:
     stopped: str = ""  # under --repetitions auto: why the rounds ended ("settled", "run budget", ...)
     serving: pd.DataFrame = field(default_factory=pd.DataFrame)  # under a scenario: analyse.serving rows
     generation: pd.DataFrame = field(default_factory=pd.DataFrame)  # mode generate: analyse.generation rows
+    time_spent: Stopwatch = field(default_factory=Stopwatch)  # the compare's phases: where its wall time went
 
 
 def run_id_for(spec: RunSpec) -> str:
@@ -104,7 +106,9 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
     store = request.store or request.out / "store"
     result = CompareResult(run_id_for(request.spec), store)
     run_dir = request.out / result.run_id
+    laps = result.time_spent
     with runners_for(request.runners, progress, request.spec.startup) as runners:
+        laps.lap("runners started")
         result.failures += runners.failures
         requests = requests_for(runners.endpoints, request)
         result.resolved, unreachable = preflight.checked(runners.endpoints, runners.transport, requests)
@@ -113,6 +117,7 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
         if not requests:
             return result
         preflight.same_network(runners.endpoints, runners.transport, requests, request.allow_different_models)
+        laps.lap("checks")
         results_store = ResultStore(store)
 
         blocks = design_on_devices(request.design, [c.device.kind for c in result.resolved.values()], progress)
@@ -145,6 +150,7 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
         if request.spec.profile and request.spec.profile.value == "best":
             requests = search_best(request, runners, requests, keep, progress, result, gate)
             result.resolved, _ = preflight.checked(runners.endpoints, runners.transport, requests)
+            laps.lap("search for the best settings")
 
         endpoints = {name: runners.endpoints[name] for name in requests}
         if blocks:
@@ -175,6 +181,7 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
                 progress,
                 gate=gate,
             )
+        laps.lap(f"{len({r.block.block for r in rounds.results if r.block})} blocks" if blocks else "runs")
         result.results, result.stopped = rounds.results, rounds.stopped
         result.failures += rounds.failures
         if not result.results:
@@ -190,6 +197,8 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
             frames["best_search"] = best.search_frame(result.best)
         record_model_facts(endpoints, runners.transport, results_store, frames["summary"], progress)
         runners.keep_logs(run_dir / "logs")
+        laps.lap("analysis and report")
+    laps.lap("runners stopped")
     result.run_dir = run_dir
     calibration, parity = results_store.load("calibration"), results_store.load(PARITY_FRAME)
     analysis = analysed(
@@ -225,6 +234,7 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
         versions=version_tables(results_store, frames["summary"], frames["steps"]),
         parity=parity,
     )
+    laps.lap("analysis and report")
     return result
 
 

@@ -21,6 +21,7 @@ from ..plan.design import Design
 from ..present import terminal
 from ..present.generation import print_generation
 from ..present.serving import print_serving
+from ..present.time_spent import print_time_spent
 from ..store.location import store_path_problem
 from . import app
 from .common import report_failures, run, usage_error
@@ -123,6 +124,7 @@ def compare(
         print_serving(result.serving)
     if not result.generation.empty:
         print_generation(result.generation)
+    print_time_spent(result.time_spent)
     report_failures(result.failures)
 
 
