@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_store_format import OLD_SUMMARY, old_store
@@ -168,8 +169,10 @@ def test_a_selection_reads_only_its_runs(tmp_path, monkeypatch):
     for n in range(6):
         append(store, f"r{n}", batch=n % 2 + 1, compare=f"c{n // 3}")
     opened: list[str] = []
-    read = pd.read_parquet
-    monkeypatch.setattr(pd, "read_parquet", lambda path, *a, **k: opened.append(Path(path).parent.name) or read(path))
+    parquet_file = pq.ParquetFile
+    monkeypatch.setattr(
+        pq, "ParquetFile", lambda path, **k: opened.append(Path(path).parent.name) or parquet_file(path)
+    )
     names = ("summary", "steps", "calibration")
     chosen = selected_frames(ResultStore(tmp_path), names, Selection.parse(compare="c1", where=["batch_size=2"]))
     assert set(chosen["summary"]["run_key"]) == {"r3", "r5"} and set(opened) == {"r3", "r5"}

@@ -25,17 +25,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 
+from . import summary_batches
 from .run_columns import SCALING_KEY_COLUMNS
 
 CATALOG_FILE = "catalog.sqlite"
 # What this fwbench writes into a catalog; a catalog of another format is rebuilt from the runs.
-CATALOG_FORMAT = 2  # 2: world_size, so that a compare reads no summary where one world size is stored
+# 2: world_size, so that a compare reads no summary where one world size is stored; 3: each summary as an Arrow
+# record batch (summary_batches.py), so that a report reads no summary file
+CATALOG_FORMAT = 3
 # A sweep's threads share a store, and so its catalog's connection: one of them at a time uses it, so that a
 # transaction is never interleaved with another thread's statements.
 _IN_USE = threading.RLock()
-_BUSY_TIMEOUT_S = 60.0
-_KEYS_A_QUERY = 500  # SQLite binds at most 999 parameters in a statement on older builds  # a writer's transaction is one row: a reader waits for it rather than failing
+_BUSY_TIMEOUT_S = 60.0  # a writer's transaction is one row: a reader waits for it rather than failing
+_KEYS_A_QUERY = 500  # SQLite binds at most 999 parameters in a statement on older builds
 
 _SCHEMA = """
 BEGIN;
@@ -54,8 +58,11 @@ CREATE TABLE IF NOT EXISTS entries (
     scaling_key TEXT NOT NULL,     -- its summary's SCALING_KEY_COLUMNS as text: scaling rows over world sizes
     runner TEXT NOT NULL, framework TEXT NOT NULL, framework_version TEXT NOT NULL,
     model TEXT NOT NULL, mode TEXT NOT NULL, batch_size TEXT NOT NULL, world_size TEXT NOT NULL,
-    started_at_unix_s REAL
+    started_at_unix_s REAL,
+    summary_schema TEXT NOT NULL,  -- the id of its summary batch's schema (schemas); "" where it keeps no batch
+    summary_batch BLOB             -- its summary's rows as an Arrow record batch (summary_batches.py)
 );
+CREATE TABLE IF NOT EXISTS schemas (id TEXT PRIMARY KEY, schema BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS frames (key TEXT NOT NULL, name TEXT NOT NULL, PRIMARY KEY (name, key));
 CREATE INDEX IF NOT EXISTS entries_compare ON entries (compare);
 CREATE INDEX IF NOT EXISTS entries_config_key ON entries (config_key);
@@ -82,6 +89,8 @@ _COLUMNS = (
     "batch_size",
     "world_size",
     "started_at_unix_s",
+    "summary_schema",
+    "summary_batch",
 )
 
 
@@ -117,7 +126,10 @@ class Row:
     config_key: str
     frames: tuple[str, ...] = field(default=())
 
-    def values(self) -> tuple:
+    def batch(self) -> tuple[str, bytes, bytes] | None:
+        return None if self.summary is None else summary_batches.encoded(self.summary)
+
+    def values(self, batch: tuple[str, bytes, bytes] | None = None) -> tuple:
         records = (
             [] if self.summary is None else json.loads(self.summary.to_json(orient="records", double_precision=15))
         )
@@ -140,6 +152,8 @@ class Row:
             text_of(first.get("batch_size")),
             text_of(first.get("world_size")),
             started if isinstance(started, (int, float)) else None,
+            batch[0] if batch else "",
+            batch[2] if batch else None,
         )
 
 
@@ -173,11 +187,14 @@ def set_formats(connection: sqlite3.Connection, store_format: int) -> None:
 def put(connection: sqlite3.Connection, rows: Iterable[Row]) -> None:
     """Add or replace rows, each with its frames, in one transaction."""
     placeholders = ", ".join("?" * len(_COLUMNS))
-    values = [(row.key, row.values(), row.frames) for row in rows]
+    batches = [(row, row.batch()) for row in rows]
+    values = [(row.key, row.values(batch), row.frames, batch) for row, batch in batches]
     with _IN_USE:
         connection.execute("BEGIN IMMEDIATE")
         try:
-            for key, value, frames in values:
+            for key, value, frames, batch in values:
+                if batch:
+                    connection.execute("INSERT OR IGNORE INTO schemas VALUES (?, ?)", (batch[0], batch[1]))
                 connection.execute(f"INSERT OR REPLACE INTO entries VALUES ({placeholders})", value)
                 connection.execute("DELETE FROM frames WHERE key = ?", (key,))
                 connection.executemany("INSERT INTO frames VALUES (?, ?)", [(key, name) for name in frames])
@@ -234,6 +251,24 @@ def column(connection: sqlite3.Connection, name: str, keys: Iterable[str] | None
         chunk = wanted[start : start + _KEYS_A_QUERY]
         sql = f"SELECT key, {name} FROM entries WHERE key IN ({', '.join('?' * len(chunk))})"
         found.update(query(connection, sql, tuple(chunk)))
+    return found
+
+
+def summary_tables(connection: sqlite3.Connection, keys: Iterable[str]) -> dict[str, pa.Table]:
+    """The summary of each of `keys` as its record batch was kept (summary_batches.py), for those with one."""
+    schemas = {
+        key: summary_batches.schema_of(data) for key, data in query(connection, "SELECT id, schema FROM schemas")
+    }
+    wanted, found = sorted(set(keys)), {}
+    for start in range(0, len(wanted), _KEYS_A_QUERY):
+        chunk = wanted[start : start + _KEYS_A_QUERY]
+        sql = (
+            "SELECT key, summary_schema, summary_batch FROM entries "
+            f"WHERE summary_schema != '' AND key IN ({', '.join('?' * len(chunk))})"
+        )
+        found.update(
+            {key: summary_batches.decoded(schemas[i], b) for key, i, b in query(connection, sql, tuple(chunk))}
+        )
     return found
 
 

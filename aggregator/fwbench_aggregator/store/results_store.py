@@ -55,12 +55,12 @@ import pandas as pd
 
 from ..base.progress import Progress
 from ..base.write_paths import write_atomically
-from . import catalog, catalog_sync, store_files
+from . import catalog, catalog_sync, frame_reads, store_files
 from .catalog import Row
 from .health import Damage, entry_damage, read_store_json, unreadable
 from .integrity import MANIFEST_FILE, file_record, sealed
 from .location import RUNS_FOLDER, STORE_FILE, store_subfolder
-from .migrations import FORMAT_KEY, check_readable, is_format, is_refusal_record, migrated, run_format
+from .migrations import FORMAT_KEY, check_readable, is_format, is_refusal_record, run_format
 from .schema import STORE_FORMAT
 
 ASIDE_FOLDER = "aside"
@@ -218,20 +218,21 @@ class ResultStore:
             check_readable(run_format(manifest), f"run {key} of {self.root}")
         return found
 
-    def load(self, name: str, keys: Iterable[str] | None = None) -> pd.DataFrame:
+    def load(self, name: str, keys: Iterable[str] | None = None, progress: Progress = Progress()) -> pd.DataFrame:
         """Frame `name` of every complete run (or of those of `keys`), in the current format, concatenated (runs in
         key order); empty if none has it. Only the runs the catalog lists with that frame are opened, each checked
-        against its checksums first (damage): a run found changed is left out of every read of this store."""
+        against its checksums first (damage): a run found changed is left out of every read of this store.
+        `progress` counts the runs read."""
         wanted = catalog.with_frame(self.catalog, name) & self.keys()
-        chosen = sorted(wanted if keys is None else wanted & set(keys))
-        chosen = [key for key in chosen if not self.damage(key)]
+        chosen = [key for key in sorted(wanted if keys is None else wanted & set(keys)) if not self.damage(key)]
         manifests = self.manifests(chosen) if chosen else {}
-        frames = []
-        for key in chosen:
-            frame = pd.read_parquet(self.runs_dir / key / f"{name}.parquet")
-            if not frame.empty:
-                frames.append(migrated(name, frame, manifests[key]))
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        kept = catalog.summary_tables(self.catalog, chosen) if name == "summary" else {}  # the catalog's copies
+        files = ((self.runs_dir / key / f"{name}.parquet", manifests[key], kept.get(key)) for key in chosen)
+        task = progress.add_task(f"reading the store's {name}", total=len(chosen))
+        try:
+            return frame_reads.concatenated(name, files, progress, task)
+        finally:
+            progress.remove_task(task)
 
     def configs(self) -> pd.DataFrame:
         """One row per run: run_key, its configuration (mappings as "k=v;k=v"), and status: "failed"
