@@ -86,7 +86,9 @@ def test_a_selection_reads_its_runs_in_key_order_and_counts_them(store):
 
 def test_the_report_analyses_the_tables_it_analysed_run_by_run(store, tmp_path, monkeypatch):
     monkeypatch.setattr(report_module, "write_report", lambda *_, **__: tmp_path)  # the analysis, not its pages
-    report = store_report(ResultStore(store.root), tmp_path / "report")
+    progress = RecordingProgress()
+    report = store_report(ResultStore(store.root), tmp_path / "report", progress=progress)
+    assert {"reading the store's summary", "reading the store's steps"} < set(progress.tasks)
     frames = {name: run_by_run(store, name) for name in ("summary", "steps", "calibration")}
     expected = analysed(frames["summary"], frames["steps"], frames["calibration"], pd.DataFrame(), pd.DataFrame())
     assert len(report.analysis.rows) > 10

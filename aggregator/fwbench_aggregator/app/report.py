@@ -17,6 +17,7 @@ from ..analyse.versions import (
     version_points,
     version_runs,
 )
+from ..base.progress import Progress
 from ..present.report import write_report
 from ..store.health import Damage
 from ..store.results_store import ResultStore
@@ -41,14 +42,16 @@ def selection_of(compare: str | None, where: Sequence[str]) -> Selection:
         raise UsageError(str(exc), exc.option) from None
 
 
-def selected_frames(results_store: ResultStore, names: Sequence[str], selection: Selection) -> dict:
+def selected_frames(
+    results_store: ResultStore, names: Sequence[str], selection: Selection, progress: Progress = Progress()
+) -> dict:
     """The store's frames `names`, its runs' frames less the runs `selection` leaves out: only the selected runs are
-    read (the store's catalog chooses them)."""
+    read (the store's catalog chooses them), `progress` counting them."""
     try:
         keys = selection.keys_in(results_store)
     except SelectionError as exc:
         raise UsageError(str(exc), exc.option) from None
-    return {name: results_store.load(name, keys if name in RUN_FRAMES else None) for name in names}
+    return {name: results_store.load(name, keys if name in RUN_FRAMES else None, progress) for name in names}
 
 
 REPORT_FOLDER = "report"  # beside a store (or in a compare's results folder): report.html and its files
@@ -78,17 +81,21 @@ def store_report(
     latency_budget_ms: float | None = None,
     not_run: Sequence[str] = (),
     selection: Selection = Selection(),
+    progress: Progress = Progress(),
 ) -> ReportResult:
     """The analysis of everything readable the store holds (runs, noise floors, max-batch searches, FLOP counts), or
     of the runs `selection` chooses, computed once, and the report written from it into `out`, naming the unreadable
-    files it left out and the points a sweep's time budget left without runs (`not_run`: the store cannot know them)."""
+    files it left out and the points a sweep's time budget left without runs (`not_run`: the store cannot know them);
+    `progress` shows the runs read."""
     frames = selected_frames(
         results_store,
         ("summary", "steps", "calibration", "max_batch", "model_facts", PARITY_FRAME, SERVE_CAPACITY_FRAME),
         selection,
+        progress,
     )
     left_out = results_store.known_damage()  # after the reads: what they found damaged too
     summary = frames["summary"]
+    task = progress.add_task(f"analysing {len(summary)} runs and writing the report")
     analysis = analysed(
         summary,
         frames["steps"],
@@ -108,6 +115,7 @@ def store_report(
     path = write_report(
         analysis, summary, manifests, out, left_out, not_run, versions=versions, parity=frames[PARITY_FRAME]
     )
+    progress.remove_task(task)
     return ReportResult(analysis, path, left_out, summary)
 
 
@@ -116,10 +124,13 @@ def report(
     out: Path | None = None,
     latency_budget_ms: float | None = None,
     selection: Selection = Selection(),
+    progress: Progress = Progress(),
 ) -> ReportResult:
     results_store = ResultStore(store)
     if not results_store.run_keys():
         damaged = results_store.damaged()
         unreadable = f"; {len(damaged)} of its files are damaged (fwbench store check lists them)" if damaged else ""
         raise UsageError(f"{store} holds no readable runs{unreadable}", "--store")
-    return store_report(results_store, out or store / REPORT_FOLDER, latency_budget_ms, selection=selection)
+    return store_report(
+        results_store, out or store / REPORT_FOLDER, latency_budget_ms, selection=selection, progress=progress
+    )

@@ -244,6 +244,10 @@ def report_command(
     if versions:
         print_store_versions(store, out, compare, where or [])
         return
-    result = run(lambda progress: report_use_case(store, out, latency_budget_ms, selection_of(compare, where or [])))
+    result = run(
+        lambda progress: report_use_case(
+            store, out, latency_budget_ms, selection_of(compare, where or []), progress=progress
+        )
+    )
     print_report(result.analysis, result.path)
     print_left_out(result.left_out)
