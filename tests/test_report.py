@@ -131,20 +131,18 @@ def built(frames, tmp_path_factory):
 
 # Every section report.html can hold, each with its heading (an h2 the contents list links to).
 SECTIONS = (
+    "The answer",
     "Findings",
     "Plots",
     "Optimal batch size",
     "Batch size and time per sample",
-    "Hardware efficiency",
     "Serving",
     "Strategies and scaling",
     "Framework versions side by side",
     "Parity",
-    "Verdicts",
     "Comparison",
     "Failed runs",
-    "Runners",
-    "Manifest",
+    "Runners and manifest",
 )
 
 
@@ -453,7 +451,7 @@ def test_inference_oom_marked_against_batch_size(tmp_path):
 
 
 @pytest.mark.slow  # writes a whole report, plots included
-def test_plot_without_data_is_skipped_with_its_reason(tmp_path):
+def test_plot_without_data_is_skipped_and_the_page_says_what_would_measure_it(tmp_path):
     summary, steps = build_frames(devices={"cpu:0": 8.0}, oom=None, power=False)
     path = write(summary, steps, None, tmp_path)
     plots = {p.key: p for p in plotting.make_plots(comparison_rows(summary, steps), tmp_path / "again")}
@@ -461,7 +459,10 @@ def test_plot_without_data_is_skipped_with_its_reason(tmp_path):
     assert plots["infer-gpu-relative"].reason == "no GPU inference runs in these results"
     assert plots["power-vs-batch"].path is None and "no power readings" in plots["power-vs-batch"].reason
     text = path.read_text()
-    assert "no GPU inference runs in these results" in text and "no power readings" in text
+    # The page lists no plot it did not draw: it says once what these runs do not cover.
+    assert "no GPU inference runs in these results" not in text and "Plots not drawn" not in text
+    assert "These runs do not cover: GPU inference (<code>fwbench compare --mode infer --device gpu</code>" in text
+    assert "Power and energy (runs on a GPU with power telemetry" in text
     assert not (tmp_path / "plots" / "infer-gpu-relative.png").exists()
 
 
@@ -505,9 +506,12 @@ def test_findings_open_the_report_and_the_study_tables_follow_the_plots(built):
     assert page.index(">Findings</h2>") < page.index(">Plots</h2>") < page.index(">Optimal batch size</h2>")
     # torch is 30% faster on resnet18 everywhere and equal on bert: the findings count that, over runs.
     assert "<b>Training time.</b> torch was faster in 6 of 11 configurations (by 29% to 31%)" in page
-    assert "<b>Scaling over devices.</b> Not measured" in page
-    for title in ("Batch size and time per sample", "Hardware efficiency"):
-        assert f">{title}</h2>" in page
+    # A question these runs do not answer is not a finding: one line says what would measure it.
+    assert "<b>Scaling over devices.</b>" not in page
+    assert "These runs do not cover: " in page and "Scaling over devices (<code>fwbench compare --devices" in page
+    assert ">Batch size and time per sample</h2>" in page
+    # No runner counted its FLOPs here: the efficiency table would say only that, so it is left out.
+    assert ">Hardware efficiency</h2>" not in page
     folder = built.parent
     assert (folder / "findings.md").read_text().startswith("# Findings\n\n- Training time: torch was faster")
     optimal = pd.read_csv(folder / "optimal_batch.csv")
@@ -612,7 +616,12 @@ def test_the_contents_list_links_every_section_and_each_section_is_there(whole):
     for title in SECTIONS:
         assert f">{title}</h2>" in page and f">{title}</a></li>" in page, title
     # The contents come after the opening paragraph and before the first section.
-    assert page.index("Generated ") < page.index('<nav class="contents"') < page.index(">Findings</h2>")
+    assert (
+        page.index("Generated ")
+        < page.index(">The answer</h2>")
+        < page.index('<nav class="contents"')
+        < page.index(">Findings</h2>")
+    )
     for phrase in ("server 10 qps", "tensorflow against torch", "9.8", "Scaling efficiency against devices"):
         assert phrase in page, phrase
     for name in ("serving.csv", "scaling.csv", "version_changes.csv", "version_points.csv"):

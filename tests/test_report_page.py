@@ -9,7 +9,13 @@ from rich.console import Console
 from test_report import build_frames
 
 from fwbench_aggregator.analyse.comparison import comparison_rows
+from fwbench_aggregator.analyse.results import analysed
 from fwbench_aggregator.present import terminal
+from fwbench_aggregator.present.headline import headlines
+from fwbench_aggregator.present.html_table import lifted, table_html
+from fwbench_aggregator.present.method import counts_text, method_html
+from fwbench_aggregator.present.report import write_report
+from fwbench_aggregator.store.run_columns import CONFIG_COLUMNS
 
 BRACKETED = "tensorflow [device H100]"
 
@@ -36,3 +42,100 @@ def test_the_terminal_prints_a_label_with_square_brackets_whole(rows, monkeypatc
     assert "[device" in text and "H100]" in text
     assert f"({BRACKETED} vs torch)" not in text  # two runners: the verdict names no pair
     assert "profile): torch faster by" in text
+
+
+# ------------------------------------------------------------------------------------------------ the method
+
+
+def in_blocks(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows as a blocks compare records them: 8 blocks of 8 windows a runner, looked at after blocks 10 and 20."""
+    return rows.assign(
+        design="blocks of 8 windows", blocks=8, runs=64, max_repetitions=20, looks="10,20", outcome="unresolved"
+    )
+
+
+def test_the_method_names_blocks_for_a_blocks_compare_and_rounds_for_rounds(rows):
+    summary = pd.DataFrame({"status": ["ok"] * 128, "run_isolation": "thread"})
+    blocks = method_html(in_blocks(rows), summary)
+    assert "process blocks (8 blocks)" in blocks and "8 windows a runner a block" in blocks
+    assert "after blocks 10 and 20, with a budget of 20 blocks" in blocks
+    assert "rounds" not in blocks and "run isolation" not in blocks
+    assert counts_text(in_blocks(rows), summary) == "8 blocks of 8 windows a runner (128 windows stored, none failed)"
+
+    fixed = rows.assign(design="rounds", blocks=0, max_repetitions=0)
+    rounds = method_html(fixed, summary)
+    assert "counterbalanced rounds" in rounds and "3 runs a runner" in rounds and "block" not in rounds
+    assert "the number of runs was fixed in advance" in rounds
+    assert "all of a runner's runs in one process (run isolation thread)" in rounds
+    assert "docs/verdict.md" in rounds
+    assert counts_text(fixed, summary.iloc[:12]) == "3 runs a runner in rounds (12 runs stored, none failed)"
+
+
+# ------------------------------------------------------------------------------------------------ the answer
+
+
+def test_each_configuration_has_a_headline_with_its_figures_ratio_and_interval(rows):
+    found = {h.title: h for h in headlines(rows)}
+    assert len(found) == len(rows.groupby(list(CONFIG_COLUMNS)))
+    resnet = found["resnet18 · train · batch 2 · 3x224x224 · fp32 · gpu:0 · equal profile"]
+    assert resnet.answer.startswith("torch faster by ") and resnet.answer.endswith("% than tensorflow")
+    assert resnet.figures.startswith("torch ") and "tensorflow" in resnet.figures and "(over 3 runs)" in resnet.figures
+    assert resnet.ratio.startswith("tensorflow ÷ torch 1.") and "[" in resnet.ratio
+    bert = found["bert · infer · batch 1 · 3x224x224 · fp32 · gpu:0 · equal profile"]
+    assert bert.answer in ("not resolved", "torch and tensorflow equivalent", "tensorflow and torch equivalent")
+    oom = found["bert · train · batch 4 · 3x224x224 · fp32 · gpu:0 · equal profile"]
+    assert oom.answer == "no verdict" and "tensorflow failed: RESOURCE_EXHAUSTED" in oom.why
+
+
+def test_runners_on_different_machines_get_no_verdict_and_the_page_says_why():
+    summary, steps = build_frames(devices={"cpu:0": 8.0}, oom=None, power=False)
+    summary = summary.assign(device_name=["Xeon A" if r == "torch" else "Xeon B" for r in summary["runner"]])
+    found = headlines(analysed(summary, steps).rows)
+    assert {h.answer for h in found} == {"no verdict"}
+    assert "ran on different machines (torch with device Xeon A; tensorflow with device Xeon B)" in found[0].why
+
+
+# ------------------------------------------------------------------------------------------------ the page
+
+
+def test_constant_columns_are_lifted_into_the_caption():
+    shown = pd.DataFrame({"model": ["resnet18"] * 2, "runner": ["torch", "tensorflow"], "energy": ["–", "–"]})
+    caption, table = lifted(shown)
+    assert caption == "model resnet18" and list(table.columns) == ["runner"]
+    page = table_html(shown, lift=True)
+    assert '<p class="caption">Every row: model resnet18</p><table>' in page and "<th>model</th>" not in page
+    assert lifted(shown.iloc[:1])[0] == ""  # one row: nothing to lift
+
+
+@pytest.fixture(scope="module")
+def one_configuration(tmp_path_factory):
+    """The report of one CPU configuration at one batch size, as the demo's compare makes: most studies have
+    nothing to say about it."""
+    summary, steps = build_frames(devices={"cpu:0": 8.0}, oom=None, power=False)
+    only = (summary["model"] == "resnet18") & (summary["mode"] == "train") & (summary["batch_size"] == 2)
+    summary, steps = (
+        summary[only],
+        steps[(steps["model"] == "resnet18") & (steps["mode"] == "train") & (steps["batch_size"] == 2)],
+    )
+    out = tmp_path_factory.mktemp("one")
+    return write_report(analysed(summary, steps), summary, {"run_id": "r1"}, out).read_text(encoding="utf-8")
+
+
+@pytest.mark.slow  # writes a report, plots included
+def test_a_one_configuration_page_opens_with_the_answer_and_says_nothing_empty(one_configuration):
+    page = one_configuration
+    assert page.index(">The answer</h2>") < page.index('class="headlines"') < page.index("<table")
+    assert "<b>torch faster by " in page and "% than tensorflow</b>" in page
+    for empty in ("Not measured", "Not tested", "Not compared", "one batch size measured", "Plots not drawn"):
+        assert empty not in page, empty
+    for absent in (">Optimal batch size</h2>", ">Batch size and time per sample</h2>", ">Hardware efficiency</h2>"):
+        assert absent not in page, absent
+    covered = page[page.index('<p class="not-covered">') :]
+    assert "GPU inference (<code>fwbench compare --mode infer --device gpu</code>" in covered
+    assert "Power and energy" in covered and "Scaling over devices" in covered
+    # The runners' facts and the manifest are folded; the page needs no script to open them.
+    assert "<details><summary>Manifest (JSON)</summary>" in page and "<script" not in page
+    assert page.count("<details>") == 2
+    # The comparison table keeps only what tells its rows apart.
+    comparison = page[page.index(">Comparison</h2>") :]
+    assert '<p class="caption">Every row: model resnet18 · mode train · batch 2' in comparison

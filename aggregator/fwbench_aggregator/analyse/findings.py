@@ -3,6 +3,7 @@ inference, the batch trend, power and energy, scaling. Each sentence says only w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -60,25 +61,38 @@ def verdict_counts(rows: pd.DataFrame) -> VerdictCount:
     return VerdictCount(configurations, wins, unresolved, too_few, flagged)
 
 
+SCALING_COMMAND = "`fwbench compare --devices gpu:0,gpu:1` beside the same configuration on one device"
+
+
 @dataclass(frozen=True)
 class Finding:
     question: str
     sentence: str
     flagged: str = ""  # why a verdict behind it is not trustworthy; "" where none
+    # Where these runs do not answer the question: what would measure it (a command, or a machine); "" where they do.
+    measured_by: str = ""
 
 
 OVER_RUNS = f" ({stats.CONFIDENCE:.0%} confidence, over runs)."
 
 
 def _range(margins: list[float]) -> str:
+    """'by 12% to 30%'; beyond twice as fast as stats.faster_text says it: '7.1x faster' reads, '608%' does not."""
     low, high = min(margins), max(margins)
+    if low > 1.0:
+        return f"{1 + low:.1f}x" if round(low, 1) == round(high, 1) else f"{1 + low:.1f}x to {1 + high:.1f}x"
     return f"by {low:.0%}" if round(low, 2) == round(high, 2) else f"by {low:.0%} to {high:.0%}"
 
 
-def _time_finding(question: str, rows: pd.DataFrame, what: str) -> Finding:
+def not_covered(findings: Sequence[Finding]) -> str:
+    """The questions these runs do not answer, each with what would measure it, in one line."""
+    return "; ".join(f"{f.question} ({f.measured_by})" for f in findings if f.measured_by)
+
+
+def _time_finding(question: str, rows: pd.DataFrame, what: str, measured_by: str) -> Finding:
     counts = verdict_counts(rows)
     if not counts.configurations:
-        return Finding(question, f"Not measured: no {what} configuration ran on two or more runners.")
+        return Finding(question, f"Not measured: no {what} configuration ran on two or more runners.", "", measured_by)
     wins = [
         f"{runner} was faster in {len(m)} of {counts.configurations} configurations ({_range(m)})"
         for runner, m in counts._ranked()
@@ -110,6 +124,7 @@ def _trend_finding(trends: pd.DataFrame) -> Finding:
             question,
             f"Not tested: no inference series ran at three or more batch sizes with at least "
             f"{stats.MIN_REPETITIONS} runs each.",
+            measured_by="`fwbench sweep` with three or more batch_sizes and modes: [infer]",
         )
     falls = tested[tested["trend"] == "falls"]
     rises = tested[tested["trend"] == "rises"]
@@ -138,6 +153,7 @@ def _energy_finding(runs: pd.DataFrame) -> Finding:
             question,
             "Not measured: no run has a power reading (CPUs have none here; on a GPU, telemetry "
             "was off or unreadable).",
+            measured_by="runs on a GPU with power telemetry on (`--power-rate-hz`, on by default)",
         )
     wins: dict[str, int] = {}
     configurations = unresolved = 0
@@ -153,7 +169,11 @@ def _energy_finding(runs: pd.DataFrame) -> Finding:
         else:
             unresolved += 1
     if not configurations:
-        return Finding(question, "Energy per sample was measured for one runner only: nothing to compare.")
+        return Finding(
+            question,
+            "Energy per sample was measured for one runner only: nothing to compare.",
+            measured_by="runs of two or more runners on a device with power readings",
+        )
     parts = [
         f"{runner} used less energy per sample in {n} of {configurations} configurations"
         for runner, n in sorted(wins.items(), key=lambda i: -i[1])
@@ -168,10 +188,18 @@ def _energy_finding(runs: pd.DataFrame) -> Finding:
 def _scaling_finding(scaling: pd.DataFrame) -> Finding:
     question = "Scaling over devices"
     if not has_scaling(scaling):
-        return Finding(question, "Not measured: no configuration ran at more than one number of devices.")
+        return Finding(
+            question,
+            "Not measured: no configuration ran at more than one number of devices.",
+            measured_by=SCALING_COMMAND,
+        )
     spread = scaling[(scaling["world_size"] > 1) & scaling["scaling_efficiency"].notna()]
     if spread.empty:
-        return Finding(question, "Not measured: no one-device baseline at the same per-device batch.")
+        return Finding(
+            question,
+            "Not measured: no one-device baseline at the same per-device batch.",
+            measured_by="`fwbench compare` of the same configuration on one device",
+        )
     resolved = spread[spread["runs"] >= stats.MIN_REPETITIONS]
     shown = resolved if len(resolved) else spread
     best = shown.loc[shown["scaling_efficiency"].idxmax()]
@@ -216,7 +244,11 @@ def profile_disagreements(rows: pd.DataFrame) -> list[str]:
 def _profile_finding(rows: pd.DataFrame) -> Finding:
     question = "Settings profiles"
     if rows.empty or rows["profile"].nunique() < 2:
-        return Finding(question, "Not compared: every configuration ran under one settings profile.")
+        return Finding(
+            question,
+            "Not compared: every configuration ran under one settings profile.",
+            measured_by="`fwbench compare --profile native` (or best) beside these runs",
+        )
     disagreements = profile_disagreements(rows)
     if not disagreements:
         return Finding(question, "No configuration's verdict names another runner faster under another profile.")
@@ -235,9 +267,24 @@ def findings(rows: pd.DataFrame, runs: pd.DataFrame, trends: pd.DataFrame, scali
     kinds = rows["device"].astype(str).str.split(":").str[0] if not rows.empty else pd.Series(dtype=str)
     infer = rows["mode"] == "infer" if not rows.empty else pd.Series(dtype=bool)
     return [
-        _time_finding("Training time", rows[rows["mode"] == "train"] if not rows.empty else rows, "training"),
-        _time_finding("GPU inference", rows[infer & (kinds == "gpu")] if not rows.empty else rows, "GPU inference"),
-        _time_finding("CPU inference", rows[infer & (kinds == "cpu")] if not rows.empty else rows, "CPU inference"),
+        _time_finding(
+            "Training time",
+            rows[rows["mode"] == "train"] if not rows.empty else rows,
+            "training",
+            "`fwbench compare --mode train`",
+        ),
+        _time_finding(
+            "GPU inference",
+            rows[infer & (kinds == "gpu")] if not rows.empty else rows,
+            "GPU inference",
+            "`fwbench compare --mode infer --device gpu` on a machine with a GPU",
+        ),
+        _time_finding(
+            "CPU inference",
+            rows[infer & (kinds == "cpu")] if not rows.empty else rows,
+            "CPU inference",
+            "`fwbench compare --mode infer --device cpu`",
+        ),
         _trend_finding(trends),
         _energy_finding(runs),
         _scaling_finding(scaling),

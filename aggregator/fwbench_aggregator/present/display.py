@@ -21,6 +21,8 @@ NUMERIC_HEADERS = {
     "samples/s on 1",
     "ratio",
     "runs",
+    "blocks",
+    "windows",
     "median ms",
     "run spread",
     "ms/sample",
@@ -84,6 +86,12 @@ def display_frame(rows: pd.DataFrame) -> pd.DataFrame:
         shown = shown.drop(columns="serving")  # no run under a scenario: back-to-back batches need no column
     for column in shown:
         shown[column] = [cell(v, column) for v in shown[column]]
+    if "blocks" in rows and (rows["blocks"].fillna(0) > 0).any():
+        # Made in process blocks, a row's units are its blocks, each of windows: never called runs.
+        at = shown.columns.get_loc("runs")
+        shown.insert(at, "blocks", [cell(int(b)) if b > 0 else "–" for b in rows["blocks"].fillna(0)])
+        if (rows["blocks"].fillna(0) > 0).all():
+            shown = shown.rename(columns={"runs": "windows"})
     if "verdict" in shown and "flagged" in rows:
         shown["verdict"] = [
             flagged_verdict(v, f, c)

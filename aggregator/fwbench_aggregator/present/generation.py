@@ -11,7 +11,7 @@ import pandas as pd
 from ..store.run_columns import CONFIG_COLUMNS
 from .console import Column, out_console, print_table
 from .display import cell
-from .html import table_html
+from .html_table import table_html
 from .terminal import VERDICT_WIDTH
 from .titles import configuration_title
 
@@ -95,5 +95,5 @@ def generation_section_html(rows: pd.DataFrame) -> str:
         "tokens; between frameworks it is empty, as each starts from its own random weights (fwbench parity "
         "compares tokens from shared weights). Under a serving scenario the time to first token here is still the "
         "prefill alone; the Serving section's TTFT+queue counts from each query's arrival.</p>"
-        + table_html(generation_display(rows))
+        + table_html(generation_display(rows), lift=True)
     )

@@ -7,19 +7,21 @@ import base64
 import html
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
 
-from ..analyse import stats
 from ..analyse.findings import Finding
 from ..analyse.results import Analysis
 from ..store.analysis_columns import VERSION_COLUMNS
 from ..store.health import Damage
 from ..store.run_columns import CONFIG_COLUMNS
-from .display import NUMERIC_HEADERS, display_frame, verdict_table
+from .display import display_frame
+from .headline import headlines_html
+from .html_table import table_html
+from .method import counts_text, method_html
 from .plot_kit import PlotResult
 
 _CSS = """
@@ -30,27 +32,19 @@ th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; vertical-al
 th { background: #f0f0f0; }
 tr.failed td { color: #a00000; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td { overflow-wrap: break-word; } td.long { overflow-wrap: anywhere; }
+td.num { white-space: nowrap; overflow-wrap: normal; }
+p.caption { color: #444; margin: 0.6em 0 0.2em; font-size: 0.9em; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 0.4em 0; }
-pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }
+pre { background: #f6f6f6; padding: 0.6em; white-space: pre-wrap; overflow-wrap: anywhere; font-size: 0.8em; }
+details { margin: 0.5em 0; } summary { cursor: pointer; font-weight: bold; }
+ul.headlines li { margin: 0.4em 0; } ul.headlines .config { color: #444; }
+p.method, p.not-covered { max-width: 60em; }
 .skipped { color: #666; }
 ul.findings li { margin: 0.3em 0; }
 .flagged { color: #a00000; font-weight: bold; }
 nav.contents ol { columns: 2; font-size: 0.9em; }
 """
-
-
-def table_html(shown: pd.DataFrame, failed: Iterable[bool] | None = None) -> str:
-    e = html.escape
-    failed = list(failed) if failed is not None else [False] * len(shown)
-    head = "".join(f"<th>{e(str(c))}</th>" for c in shown.columns)
-    body = []
-    for is_failed, values in zip(failed, shown.itertuples(index=False)):
-        cells = "".join(
-            f'<td class="num">{e(str(v))}</td>' if c in NUMERIC_HEADERS else f"<td>{e(str(v))}</td>"
-            for c, v in zip(shown.columns, values)
-        )
-        body.append(f'<tr class="failed">{cells}</tr>' if is_failed else f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 _HEADING = re.compile(r"<h2>(.*?)</h2>", re.S)
@@ -67,9 +61,13 @@ def _anchor(heading: str, taken: set[str]) -> str:
     return candidate
 
 
+CONTENTS_HERE = "<!-- contents -->"
+
+
 def with_contents(body: str) -> str:
-    """The body with an id on each section heading (h2) and a contents list of them after its first paragraph: a
-    long report is read by jumping to a section, and the page holds no script to build one."""
+    """The body with an id on each section heading (h2) and a contents list of them where the body marks it
+    (CONTENTS_HERE), else after its first paragraph: a long report is read by jumping to a section, and the page holds
+    no script to build one."""
     taken: set[str] = set()
     entries: list[tuple[str, str]] = []
 
@@ -85,6 +83,8 @@ def with_contents(body: str) -> str:
     contents = f'<nav class="contents" aria-label="Contents"><h2>Contents</h2><ol>{items}</ol></nav>'
     first = body.find("</p>")
     at = first + len("</p>") if first >= 0 else 0
+    if CONTENTS_HERE in body:
+        at = body.index(CONTENTS_HERE)
     return body[:at] + "\n" + contents + body[at:]
 
 
@@ -99,25 +99,37 @@ def png_data_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
-def _versions_html(summary: pd.DataFrame) -> str:
+def _runners_html(summary: pd.DataFrame) -> str:
     present = [c for c in VERSION_COLUMNS if c in summary]
     if "status" in summary:
         summary = summary[summary["status"] == "ok"]
     if not present or summary.empty:
         return "<p>No successful runs to describe.</p>"
     versions = summary[present].astype(object).where(summary[present].notna(), "").astype(str).drop_duplicates()
-    return table_html(versions.sort_values(present).reset_index(drop=True))
+    return table_html(versions.sort_values(present).reset_index(drop=True), lift=True)
+
+
+def _code(text: str) -> str:
+    """Text with `command` spans as <code>, the rest escaped."""
+    return re.sub(r"`([^`]*)`", r"<code>\1</code>", html.escape(text))
 
 
 def _findings_html(findings: list[Finding]) -> str:
+    """The findings these runs answer, then one line of the questions they do not and what would measure each."""
     e = html.escape
     items = "".join(
         f"<li><b>{e(f.question)}.</b> {e(f.sentence)}"
         + (f' <span class="flagged">FLAGGED: {e(f.flagged)}</span>' if f.flagged else "")
         + "</li>"
         for f in findings
+        if not f.measured_by
     )
-    return f'<h2>Findings</h2><ul class="findings">{items}</ul>'
+    uncovered = "; ".join(f"{e(f.question)} ({_code(f.measured_by)})" for f in findings if f.measured_by)
+    return (
+        "<h2>Findings</h2>"
+        + (f'<ul class="findings">{items}</ul>' if items else "")
+        + (f'<p class="not-covered">These runs do not cover: {uncovered}.</p>' if uncovered else "")
+    )
 
 
 def parity_html(checks: pd.DataFrame) -> str:
@@ -158,38 +170,15 @@ def _left_out_html(left_out: Sequence[Damage]) -> str:
 
 
 def _run_counts_html(summary: pd.DataFrame, rows: pd.DataFrame) -> str:
-    """The opening paragraph: when the page was made, how many runs (ok and failed), configurations and runners."""
+    """The opening paragraph: when the page was made, what its runs are in their design's units (blocks of windows,
+    or runs in rounds), the configurations and the runners."""
     e = html.escape
-    status = summary["status"] if "status" in summary else pd.Series(["ok"] * len(summary))
-    n_ok, n_failed = int((status == "ok").sum()), int((status != "ok").sum())
     configurations = rows[list(CONFIG_COLUMNS)].drop_duplicates().shape[0] if not rows.empty else 0
     runners = ", ".join(sorted(set(rows["runner"]))) if not rows.empty else "none"
     return (
-        f"<p>Generated {e(datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC'))} from {n_ok + n_failed} runs "
-        f"({n_ok} ok, {n_failed} failed); {configurations} configurations, runners: {e(runners)}.</p>"
+        f"<p>Generated {e(datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC'))} from {e(counts_text(rows, summary))}; "
+        f"{configurations} configuration{'' if configurations == 1 else 's'}, runners: {e(runners)}.</p>"
     )
-
-
-def _method_html() -> list[str]:
-    """How a verdict is reached (the run as the unit of evidence, the test, the noise floor) and how the runs were
-    ordered and stopped, with the thresholds analyse.stats applies."""
-    return [
-        "<p>The unit of evidence is the run: each run's median step time is one value, a runner's time is the "
-        "geometric mean of its runs' values, and a verdict compares the fastest runner of a configuration with each "
-        f"other one by Welch's t-test on the log run values ({stats.CONFIDENCE:.0%} interval, at least "
-        f"{stats.MIN_REPETITIONS} runs a side). A difference is called only where the interval excludes none and the "
-        f"ratio reaches {stats.MIN_EFFECT:.0%} and the configuration's noise floor (the far end of an A/A comparison "
-        "measured by <code>fwbench calibrate</code>; – where not measured). Verdicts marked FLAGGED had a run on a "
-        "device that was not quiet (another process, throttled clocks, a busy host).</p>",
-        "<p>The runners ran in counterbalanced rounds (A, B, B, A, ...), so that a host drifting over the "
-        "comparison favours neither. Under <code>--repetitions auto</code> the verdict was looked at after every "
-        "round and the runs stopped once it settled; each look tests at a stricter level, so that looking often "
-        f"still calls identical runners different in at most {stats.ALPHA:.0%} of comparisons. A runner that kept one "
-        "process for all its runs (run isolation thread, the CPU default) shares that process's offset across them: "
-        "two instances of one runner can sit a few percent apart, which a noise floor from "
-        "<code>fwbench calibrate</code> covers, and runs each in a fresh process (run isolation process) sample "
-        "instead, at more than twice the time. docs/verdict.md has the measurements.</p>",
-    ]
 
 
 def _unresolved_html(unresolved: Sequence[str]) -> str:
@@ -200,8 +189,11 @@ def _unresolved_html(unresolved: Sequence[str]) -> str:
 
 
 def _plots_html(plots: list[PlotResult]) -> list[str]:
-    """Each drawn plot inline, with the points marked as not run, then the plots not drawn and why."""
+    """Each drawn plot inline, with the points marked as not run; none where no plot was drawn (what these runs do
+    not cover the findings say)."""
     e = html.escape
+    if all(p.path is None for p in plots):
+        return []
     parts = ["<h2>Plots</h2>"]
     for plot in (p for p in plots if p.path is not None):
         parts.append(f"<h3>{e(plot.title)}</h3>")
@@ -209,20 +201,13 @@ def _plots_html(plots: list[PlotResult]) -> list[str]:
         if plot.missing:
             marks = "; ".join(f"{m.runner} {m.config}: {m.label}" for m in plot.missing)
             parts.append(f'<p class="skipped">Marked ✕ (did not run): {e(marks)}</p>')
-    skipped = [p for p in plots if p.path is None]
-    if skipped:
-        parts.append(
-            '<h3>Plots not drawn</h3><ul class="skipped">'
-            + "".join(f"<li>{e(p.title)}: {e(p.reason)}</li>" for p in skipped)
-            + "</ul>"
-        )
     return parts
 
 
 def _study_tables_html(study_tables: Sequence[tuple[str, str, str, pd.DataFrame]]) -> list[str]:
     parts = []
     for _, title, explanation, shown in study_tables:
-        parts += [f"<h2>{html.escape(title)}</h2><p>{html.escape(explanation)}</p>", table_html(shown)]
+        parts += [f"<h2>{html.escape(title)}</h2><p>{html.escape(explanation)}</p>", table_html(shown, lift=True)]
     return parts
 
 
@@ -237,7 +222,7 @@ def _scaling_html(tables: Sequence[tuple[str, str, pd.DataFrame]]) -> list[str]:
         "devices over N times the same runner's on one device, at the same per-device batch.</p>",
     ]
     for _, title, shown in tables:
-        parts += [f"<h3>{html.escape(title)}</h3>", table_html(shown)]
+        parts += [f"<h3>{html.escape(title)}</h3>", table_html(shown, lift=True)]
     return parts
 
 
@@ -247,14 +232,25 @@ def _failed_runs_html(rows: pd.DataFrame) -> list[str]:
         return []
     return [
         "<h2>Failed runs</h2>",
-        table_html(failed[[*CONFIG_COLUMNS, "runner", "failed_runs", "error"]].astype(str), [True] * len(failed)),
+        table_html(
+            failed[[*CONFIG_COLUMNS, "runner", "failed_runs", "error"]].astype(str), [True] * len(failed), lift=True
+        ),
     ]
 
 
-def _manifest_html(manifest: dict | None) -> str:
-    if not manifest:
-        return "<p>No manifest given.</p>"
-    return f"<pre>{html.escape(json.dumps(manifest, indent=2, sort_keys=True, default=str))}</pre>"
+def _details_html(summary: pd.DataFrame, manifest: dict | None) -> list[str]:
+    """The runners' versions and options and the manifest, folded: facts to look up, not to read through (a
+    <details> element opens without a script)."""
+    manifest_text = (
+        f"<pre>{html.escape(json.dumps(manifest, indent=2, sort_keys=True, default=str))}</pre>"
+        if manifest
+        else "<p>No manifest given.</p>"
+    )
+    return [
+        "<h2>Runners and manifest</h2>",
+        f"<details><summary>Runners: versions, devices and options</summary>{_runners_html(summary)}</details>",
+        f"<details><summary>Manifest (JSON)</summary>{manifest_text}</details>",
+    ]
 
 
 _NO_RUNS = "<p>No runs.</p>"
@@ -273,15 +269,19 @@ def render_html(
     versions: str = "",
     parity: pd.DataFrame | None = None,
 ) -> str:
-    """One self-contained page, a contents list after its opening paragraph: the files left out, findings, points left
-    unresolved, plots, the studies' tables, serving, scaling, versions, parity, verdicts, the comparison, failed
-    runs, the runners and the manifest. `serving` and `versions` are sections rendered elsewhere (present.serving,
-    present.versions)."""
+    """One self-contained page: what its runs are, the answer (a headline per configuration), how the runs were made,
+    a contents list, then the files left out, findings (and what these runs do not cover), points left unresolved,
+    plots, the studies' tables, serving, scaling, versions, parity, the comparison, failed runs, and the runners and
+    manifest folded. A section appears only where its runs say something. `serving` and `versions` are sections
+    rendered elsewhere (present.serving, present.versions)."""
     rows = analysis.rows
     parts = [
         "<h1>fwbench comparison report</h1>",
         _run_counts_html(summary, rows),
-        *_method_html(),
+        "<h2>The answer</h2>",
+        headlines_html(rows),
+        method_html(rows, summary),
+        CONTENTS_HERE,
         _left_out_html(left_out) if left_out else "",
         _findings_html(analysis.findings),
         _unresolved_html(unresolved),
@@ -291,14 +291,9 @@ def render_html(
         *_scaling_html(tables),
         versions,
         parity_html(parity),
-        "<h2>Verdicts</h2>",
-        table_html(verdict_table(rows).astype(str)) if not rows.empty else _NO_RUNS,
         "<h2>Comparison</h2>",
-        table_html(display_frame(rows), rows["status"] != "ok") if not rows.empty else _NO_RUNS,
+        table_html(display_frame(rows), rows["status"] != "ok", lift=True) if not rows.empty else _NO_RUNS,
         *_failed_runs_html(rows),
-        "<h2>Runners</h2>",
-        _versions_html(summary),
-        "<h2>Manifest</h2>",
-        _manifest_html(manifest),
+        *_details_html(summary, manifest),
     ]
     return standalone_html("fwbench comparison report", with_contents("\n".join(parts)))

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..analyse import stats
 from ..analyse.efficiency import TRAIN_FLOPS_FACTOR
-from ..analyse.findings import Finding
+from ..analyse.findings import Finding, not_covered
 from ..analyse.results import Analysis
 from ..analyse.scaling import has_scaling, strategy_pairs
 from ..analyse.stopping import unsettled
@@ -31,7 +31,8 @@ from .display import (
     trend_display,
 )
 from .generation import generation_section_html, print_generation
-from .html import render_html, standalone_html, table_html
+from .html import render_html, standalone_html
+from .html_table import table_html
 from .line_plots import latency_load_plot, scaling_plot
 from .plots import make_plots
 from .serving import print_serving, serving_section_html
@@ -80,13 +81,29 @@ def write_scaling(
     return tables, [csv_path, md_path]
 
 
+def _telling(analysis: Analysis) -> dict[str, pd.DataFrame]:
+    """Each study table's rows that say something: an optimum among two or more batches (or where the batches that
+    fit end), a trend tested, a FLOP rate counted; a row that says only "one batch size measured" or "not tested" is
+    left out, and a table with no row left with it."""
+    optimal, trends, efficiency = analysis.optimal, analysis.trends, analysis.efficiency
+    one_batch = optimal["optimal_status"].astype(str).str.startswith("one batch size")
+    noted = (optimal["fit_note"].fillna("") != "") | (optimal["budget_note"].fillna("") != "")
+    return {
+        "optimal_batch": optimal[~one_batch | noted],
+        "batch_trend": trends[~trends["trend"].astype(str).str.startswith("not tested")],
+        "best_search": analysis.searches,
+        "hardware_efficiency": efficiency[efficiency["achieved_flops_per_s"].notna()],
+    }
+
+
 def study_tables(analysis: Analysis) -> list[tuple[str, str, str, pd.DataFrame]]:
-    """(file stem, title, explanation, displayed table) of each study table that has rows."""
+    """(file stem, title, explanation, displayed table) of each study table with rows that say something."""
+    telling = _telling(analysis)
     explained = (
         (
             "optimal_batch",
             "Optimal batch size",
-            analysis.optimal,
+            telling["optimal_batch"],
             optimal_display,
             "Per runner and series: the batch with the highest throughput among those that ran (so fit), with its "
             f"{stats.CONFIDENCE:.0%} interval over runs; ≈ lists batches the runs cannot tell from it. 'fit' says where "
@@ -96,7 +113,7 @@ def study_tables(analysis: Analysis) -> list[tuple[str, str, str, pd.DataFrame]]
         (
             "batch_trend",
             "Batch size and time per sample",
-            analysis.trends,
+            telling["batch_trend"],
             trend_display,
             f"Does time per sample fall as the batch grows? Spearman's rank correlation over every run (significant at "
             f"p < {stats.ALPHA:g}), the log-log slope as the factor per doubling, and the batch past which each doubling "
@@ -105,7 +122,7 @@ def study_tables(analysis: Analysis) -> list[tuple[str, str, str, pd.DataFrame]]
         (
             "best_search",
             "Best-profile searches",
-            analysis.searches,
+            telling["best_search"],
             search_display,
             "Under the best profile each runner first tries its own settings, one at a time from its native ones, "
             "each candidate with the same runs; the fastest (chosen) is then compared on fresh runs, reported in the "
@@ -114,7 +131,7 @@ def study_tables(analysis: Analysis) -> list[tuple[str, str, str, pd.DataFrame]]
         (
             "hardware_efficiency",
             "Hardware efficiency",
-            analysis.efficiency,
+            telling["hardware_efficiency"],
             efficiency_display,
             f"Achieved FLOP/s: forward FLOPs per sample (as the runner counted them) × the job's samples per step "
             f"(× {TRAIN_FLOPS_FACTOR:g} for training) over the median step time. MFU: that over the device's "
@@ -157,7 +174,9 @@ def write_studies(analysis: Analysis, out_dir: Path, not_run: Sequence[str] = ()
         if len(frame):
             frame.to_csv(out_dir / f"{stem}.csv", index=False)
             written.append(out_dir / f"{stem}.csv")
-    text = "# Findings\n\n" + "".join(f"- {finding_text(f)}\n" for f in analysis.findings)
+    text = "# Findings\n\n" + "".join(f"- {finding_text(f)}\n" for f in analysis.findings if not f.measured_by)
+    uncovered = not_covered(analysis.findings)
+    text += f"\nNot covered by these runs: {uncovered}.\n" if uncovered else ""
     unresolved = unresolved_lines(analysis.rows, not_run)
     if unresolved:
         text += "\n## Points left unresolved\n\n" + "".join(f"- {line}\n" for line in unresolved)

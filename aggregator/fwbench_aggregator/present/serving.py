@@ -14,7 +14,8 @@ from ..analyse import stats
 from ..store.run_columns import CONFIG_COLUMNS
 from .console import Column, err_console, out_console, print_table
 from .display import cell
-from .html import png_data_uri, table_html
+from .html import png_data_uri
+from .html_table import table_html
 from .plot_kit import PlotResult
 from .terminal import VERDICT_WIDTH
 from .titles import configuration_title
@@ -175,14 +176,14 @@ def serving_section_html(rows: pd.DataFrame, capacities: pd.DataFrame, plot: Plo
         "the tokens served per second (padding excluded).</p>",
     ]
     if not rows.empty:
-        parts.append(table_html(serving_display(rows)))
+        parts.append(table_html(serving_display(rows), lift=True))
     if not capacities.empty:
         parts.append(
             "<h3>Capacity under a latency budget (fwbench serve-capacity)</h3><p>The highest offered load "
             "whose percentile stayed under the budget in every run of its probe, found by doubling then "
             "bisection; a percentile a probe's queries could not support counts as missing the budget.</p>"
         )
-        parts.append(table_html(capacity_display(capacities)))
+        parts.append(table_html(capacity_display(capacities), lift=True))
     if plot.path is not None:
         parts.append(f'<h3>{e(plot.title)}</h3><img src="{png_data_uri(plot.path)}" alt="{e(plot.title)}">')
     return "\n".join(parts)

@@ -10,7 +10,7 @@ import pandas as pd
 from rich.markup import escape
 
 from ..analyse.comparison import flagged_verdict, is_out_of_memory
-from ..analyse.findings import Finding
+from ..analyse.findings import Finding, not_covered
 from ..analyse.parity import PARITY_DIFFERENT, PARITY_NOT_CHECKED
 from ..run.client import RunnerFailure, RunResult
 from ..store.run_columns import SCALING_KEY_COLUMNS, SERIES_COLUMNS
@@ -143,12 +143,13 @@ def noise_floor_line(row: pd.Series) -> str:
 
 def series_table(rows: pd.DataFrame) -> tuple[list[Column], list[tuple], list]:
     """One series (a configuration less its batch size): a row per batch, a column per runner (median ms of its
-    runs, or why it has none), the runs, and the verdict."""
+    runs, or why it has none), the runs (or blocks, where every row was made in blocks), and the verdict."""
     runners = list(dict.fromkeys(rows["runner"]))
+    unit = "blocks" if _in_blocks(rows[rows["status"] == "ok"]) else "runs"
     columns = [
         Column("batch", numeric=True, key=True),
         *(Column(f"{runner}\nms", numeric=True) for runner in runners),
-        Column("runs", numeric=True),
+        Column(unit, numeric=True),
         Column("verdict", wrap_at=VERDICT_WIDTH),
     ]
     table, styles = [], []
@@ -165,7 +166,7 @@ def series_table(rows: pd.DataFrame) -> tuple[list[Column], list[tuple], list]:
                 figures.append(_ms(r.median_step_ms))
         # One count where every runner ran as many runs, else each runner's in the columns' order.
         counts = [
-            int(by_runner[runner].runs)
+            int(getattr(by_runner[runner], unit))
             for runner in runners
             if runner in by_runner and by_runner[runner].status == "ok"
         ]
@@ -217,12 +218,16 @@ def print_scaling(scaling: pd.DataFrame, console=None) -> None:
 
 
 def print_findings(findings: Sequence[Finding], console=None) -> None:
-    """The findings as the terminal shows them after the comparison tables."""
+    """The findings as the terminal shows them after the comparison tables: those these runs answer, then one line of
+    the questions they do not and what would measure each."""
     console = console or out_console
     console.print("[bold]findings[/]")
-    for finding in findings:
+    for finding in (f for f in findings if not f.measured_by):
         flag = f" [bold yellow]FLAGGED: {escape(finding.flagged)}[/]" if finding.flagged else ""
         console.print(f"- [bold]{escape(finding.question)}[/]: {escape(finding.sentence)}{flag}", highlight=False)
+    uncovered = not_covered(findings)
+    if uncovered:
+        console.print(f"not covered by these runs: {uncovered}", markup=False, highlight=False)
 
 
 def print_out_of_memory(failures: Sequence[RunnerFailure]) -> None:

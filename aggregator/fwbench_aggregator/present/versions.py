@@ -12,7 +12,8 @@ from rich.markup import escape
 from ..analyse.versions import CONFIRMED, NOT_CONFIRMED, VersionTables, plot_series
 from ..base.write_paths import output_folder
 from .console import Column, err_console, out_console, print_table
-from .html import png_data_uri, standalone_html, table_html
+from .html import png_data_uri, standalone_html
+from .html_table import table_html
 from .line_plots import version_plot
 
 PAGE = "versions.html"
@@ -57,7 +58,7 @@ def versions_section_html(changes: pd.DataFrame, points: pd.DataFrame, plots_dir
         f"{points['framework_version'].nunique()} version(s); regressions and improvements first. A regression "
         "is confirmed only where a second round of fresh, interleaved runs calls it too.</p>",
         "<h3>Each version against the previous one</h3>",
-        table_html(_shown(changes)),
+        table_html(_shown(changes), lift=True),
         "<h3>Step time against version</h3>",
     ]
     for model in dict.fromkeys(points["model"]):
