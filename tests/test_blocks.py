@@ -233,6 +233,56 @@ def test_a_blocks_windows_are_stored_while_the_next_blocks_workers_start_and_the
         assert at >= max(end for _, end, _ in own) and (not later or at <= later[0][0])
 
 
+def test_while_blocks_run_the_progress_says_which_block_of_how_many_and_where_the_comparison_stands(two_fakes):
+    from fwbench_aggregator.app.blocks import run_blocks
+    from fwbench_aggregator.app.rounds import Repetitions
+    from fwbench_aggregator.base.progress import Progress
+
+    class Recording(Progress):
+        def __init__(self) -> None:
+            self.descriptions: list[str] = []
+
+        def update(self, task, *, description=None, completed=None, total=None) -> None:
+            if description and description.startswith("block "):
+                self.descriptions.append(description)
+
+    request = pb.RunRequest(model="resnet18", mode=pb.MODE_INFER, batch_size=2, warmup_steps=0, measured_steps=2)
+    progress = Recording()
+    run_blocks(
+        two_fakes,
+        {name: request for name in two_fakes},
+        Transport(),
+        BlockDesign(2, 0.02),
+        Repetitions(max_runs=4),
+        "c",
+        None,
+        0.02,
+        progress=progress,
+    )
+    first, second, third, fourth = progress.descriptions
+    # b's steps take twice a's: after a block a ratio, and after three (what an interval needs) its interval too.
+    assert first == "block 1 of 4", progress.descriptions
+    assert all(re.fullmatch(r"block [23] of 4: b [\d.]+x a", text) for text in (second, third)), progress.descriptions
+    low, ratio, high = re.fullmatch(r"block 4 of 4: b ([\d.]+)x a \[([\d.]+), ([\d.]+)\]", fourth).group(2, 1, 3)
+    assert 1.2 < float(ratio) < 3.5 and float(low) <= float(ratio) <= float(high), fourth
+
+
+def test_the_standing_names_each_slower_runner_against_the_fastest_and_leaves_out_an_interval_not_yet_known():
+    from fwbench_aggregator.present.block_progress import block_progress, standing
+
+    rows = pd.DataFrame(
+        {
+            "runner": ["torch", "tensorflow", "jax"],
+            "ratio_to_fastest": [1.0, 1.37, 1.1],
+            "ratio_ci_low": [math.nan, 1.2, math.nan],
+            "ratio_ci_high": [math.nan, 1.58, math.nan],
+        }
+    )
+    assert standing(rows) == "tensorflow 1.37x torch [1.20, 1.58]; jax 1.10x torch"
+    assert block_progress(5, 8, rows) == "block 5 of 8: tensorflow 1.37x torch [1.20, 1.58]; jax 1.10x torch"
+    assert block_progress(1, 8) == "block 1 of 8" == block_progress(1, 8, rows.iloc[:1])
+
+
 def test_an_interrupt_between_blocks_keeps_the_windows_of_the_blocks_before_it(two_fakes):
     from fwbench_aggregator.app.blocks import run_blocks
     from fwbench_aggregator.app.rounds import Repetitions

@@ -17,6 +17,7 @@ from ..analyse.stopping import stop_reason
 from ..base.progress import Progress
 from ..plan.design import BlockDesign, DesignChoice
 from ..plan.study import counterbalanced
+from ..present.block_progress import block_progress
 from ..run import jobs, replies, wire
 from ..run.client import BlockPlace, RunnerClient, RunnerFailure, RunResult
 from ..run.connection import Transport
@@ -87,9 +88,10 @@ def run_blocks(
         while pending:
             on_result(*pending.pop(0))
 
+    rows = None
     try:
         for block in range(repetitions.budget):
-            progress.update(overall, description=f"block {block + 1}")
+            progress.update(overall, description=block_progress(block + 1, repetitions.budget, rows))
             runs, failures = _one_block(
                 alive,
                 requests,
