@@ -139,3 +139,23 @@ def test_a_one_configuration_page_opens_with_the_answer_and_says_nothing_empty(o
     # The comparison table keeps only what tells its rows apart.
     comparison = page[page.index(">Comparison</h2>") :]
     assert '<p class="caption">Every row: model resnet18 · mode train · batch 2' in comparison
+
+
+# ------------------------------------------------------------------------------------------------ unresolved
+
+
+def test_an_unresolved_compare_says_what_its_blocks_tell_and_what_would_tell_more(rows, monkeypatch):
+    one = rows[(rows["model"] == "bert") & (rows["mode"] == "infer") & (rows["batch_size"] == 1)]
+    one = in_blocks(one[one["device"] == "cpu:0"].sort_values("ratio_to_fastest")).assign(
+        resolvable=0.182, ratio_to_fastest=[1.0, 1.08], noise_floor=float("nan"), wall_s=80.0, run_spread=0.12
+    )
+    console = recorded(monkeypatch)
+    terminal.print_rounds(one, "run budget")
+    text = " ".join(console.export_text().split())
+    assert "a difference above 18.2% would have been called, a smaller one cannot be told from this host's noise" in text
+    # 8 blocks resolve 18.2%: about 30 more (10 s each) would resolve the 8.0% seen.
+    assert "Next: about 30 more blocks, about 5 min at this pace, would tell whether the 8.0% seen is real" in text
+    assert "--max-repetitions 38 (or --time-budget-s 300)" in text and "quieter host" in text
+    console = recorded(monkeypatch)
+    terminal.print_rounds(one.assign(outcome="different"), "settled")
+    assert "Next:" not in console.export_text()

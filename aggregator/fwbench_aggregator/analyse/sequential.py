@@ -297,10 +297,19 @@ class Decision:
             )
         if c.resolvable > stats.TOO_NOISY:
             return stats.too_noisy_text(self.spread)
-        more = self.runs_to_resolve(c.threshold)
-        # None more: these runs resolve the threshold already, and the difference seen lies at it.
-        cost = f"; about {more} more {self.unit}s{per} would resolve {c.threshold:.1%}" if 0 < more < math.inf else ""
-        return f"not resolved after {runs}{per}: these {self.unit}s resolve {c.resolvable:.1%}{cost}"
+        # What the runs can tell, then what would tell more: whether the difference seen is real where it reaches the
+        # threshold (the question a reader has), else the threshold itself; a quieter host needs fewer.
+        seen = c.ratio - 1.0
+        target = seen if seen > c.threshold else c.threshold
+        more = self.runs_to_resolve(target)
+        told = (
+            f"not resolved after {runs}{per}: these {self.unit}s resolve {c.resolvable:.1%}, so a smaller difference "
+            "cannot be told from noise here"
+        )
+        if not 0 < more < math.inf:  # none more: these runs resolve the target already, and the difference lies at it
+            return told
+        what = f"whether the {seen:.1%} seen is real" if target == seen else f"a {target:.1%} difference"
+        return f"{told}; about {more} more {self.unit}s{per} would tell {what}, fewer on a quieter host"
 
 
 def look(

@@ -16,6 +16,7 @@ from ..run.client import RunnerFailure, RunResult
 from ..store.run_columns import SCALING_KEY_COLUMNS, SERIES_COLUMNS
 from .console import Column, err_console, out_console, print_table
 from .display import KEY_HEADERS, NUMERIC_HEADERS, SCALING_DISPLAY, cell, scaling_display
+from .next_step import next_step
 from .titles import configuration_title, settings_title, title_part
 
 VERDICT_WIDTH = 34
@@ -302,7 +303,8 @@ def print_calibrations(calibrations: Sequence, title: str, store: Path) -> None:
 
 
 def print_rounds(rows: pd.DataFrame, stopped: str) -> None:
-    """Under --repetitions auto, how many runs the verdict took and why the rounds ended."""
+    """Under --repetitions auto, how many runs the verdict took and why the rounds ended; where they ended unresolved,
+    what the runs tell and what would tell more (present.next_step)."""
     if not stopped or rows.empty:
         return
     ran = rows[rows["status"] == "ok"]
@@ -321,6 +323,8 @@ def print_rounds(rows: pd.DataFrame, stopped: str) -> None:
     else:
         counts = f"{'/'.join(str(n) for n in ran['runs'])} per runner"
     out_console.print(f"{unit}: {counts} (auto: stopped because {why}; {ran['wall_s'].max():.0f} s)", highlight=False)
+    if stopped != "settled" and next_step(rows):
+        out_console.print(next_step(rows), markup=False, highlight=False)
 
 
 def print_unresolved(lines: Sequence[str], store: Path) -> None:
