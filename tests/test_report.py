@@ -598,11 +598,33 @@ def run_browser(browser: str, profile: Path, *args: str) -> str:
     return done.stdout
 
 
-# Test-only: after load, the page records how many of its images the browser actually decoded.
+# Test-only: after load, the page records how many of its images the browser actually decoded, and how wide the
+# document is against the window (wider: a horizontal scroll).
 PROBE = """<script>window.addEventListener('load', () => {
   const decoded = [...document.images].filter(i => i.complete && i.naturalWidth > 0).length;
   document.body.setAttribute('data-decoded-images', String(decoded));
+  const page = document.documentElement;
+  document.body.setAttribute('data-widths', page.scrollWidth + ' ' + page.clientWidth);
 });</script></body>"""
+# The width a reader's window has: the page fits it without a horizontal scroll.
+WINDOW = "--window-size=1280,800"
+
+
+def rendered(browser: str, page: Path, folder: Path) -> list[tuple[str, dict]]:
+    """The elements of `page` as Chromium built them at 1280x800, the probe's attributes on its body."""
+    probed = folder / "probed.html"
+    probed.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE), encoding="utf-8")
+    return elements_of(run_browser(browser, folder / "profile-dom", WINDOW, "--dump-dom", probed.as_uri()))
+
+
+def assert_fits_the_window(tags: list[tuple[str, dict]]) -> None:
+    body = next(attrs for tag, attrs in tags if tag == "body")
+    document, window = map(int, body["data-widths"].split())
+    assert document <= window, f"the page is {document} px wide in a {window} px window"
+    # The answer comes before the first table.
+    names = [tag for tag, _ in tags]
+    first_table = names.index("table") if "table" in names else len(names)
+    assert any(attrs.get("id") == "the-answer" for _, attrs in tags[:first_table]), "no answer before the first table"
 
 
 @pytest.mark.slow  # writes a whole report, plots included
@@ -633,10 +655,8 @@ def test_report_renders_in_headless_chromium(whole, tmp_path):
     browser = chromium()
     drawn = [attrs for tag, attrs in parsed(whole) if tag == "img"]
     assert len(drawn) > len(plotting.PLOT_QUESTIONS)  # the plots, latency against load and a version plot
-    probed = tmp_path / "probed.html"
-    probed.write_text(whole.read_text(encoding="utf-8").replace("</body>", PROBE), encoding="utf-8")
-    dom = run_browser(browser, tmp_path / "profile-dom", "--dump-dom", probed.as_uri())
-    tags = elements_of(dom)
+    tags = rendered(browser, whole, tmp_path)
+    assert_fits_the_window(tags)
     images = [attrs for tag, attrs in tags if tag == "img"]
     assert len(images) == len(drawn) and all(a["src"].startswith("data:image/png") for a in images)
     body = next(attrs for tag, attrs in tags if tag == "body")

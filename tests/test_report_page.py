@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from rich.console import Console
-from test_report import build_frames
+from test_report import assert_fits_the_window, build_frames, chromium, rendered
 
 from fwbench_aggregator.analyse.comparison import comparison_rows
 from fwbench_aggregator.analyse.results import analysed
@@ -118,12 +118,12 @@ def one_configuration(tmp_path_factory):
         steps[(steps["model"] == "resnet18") & (steps["mode"] == "train") & (steps["batch_size"] == 2)],
     )
     out = tmp_path_factory.mktemp("one")
-    return write_report(analysed(summary, steps), summary, {"run_id": "r1"}, out).read_text(encoding="utf-8")
+    return write_report(analysed(summary, steps), summary, {"run_id": "r1"}, out)
 
 
 @pytest.mark.slow  # writes a report, plots included
 def test_a_one_configuration_page_opens_with_the_answer_and_says_nothing_empty(one_configuration):
-    page = one_configuration
+    page = one_configuration.read_text(encoding="utf-8")
     assert page.index(">The answer</h2>") < page.index('class="headlines"') < page.index("<table")
     assert "<b>torch faster by " in page and "% than tensorflow</b>" in page
     for empty in ("Not measured", "Not tested", "Not compared", "one batch size measured", "Plots not drawn"):
@@ -152,10 +152,19 @@ def test_an_unresolved_compare_says_what_its_blocks_tell_and_what_would_tell_mor
     console = recorded(monkeypatch)
     terminal.print_rounds(one, "run budget")
     text = " ".join(console.export_text().split())
-    assert "a difference above 18.2% would have been called, a smaller one cannot be told from this host's noise" in text
+    assert (
+        "a difference above 18.2% would have been called, a smaller one cannot be told from this host's noise" in text
+    )
     # 8 blocks resolve 18.2%: about 30 more (10 s each) would resolve the 8.0% seen.
     assert "Next: about 30 more blocks, about 5 min at this pace, would tell whether the 8.0% seen is real" in text
     assert "--max-repetitions 38 (or --time-budget-s 300)" in text and "quieter host" in text
     console = recorded(monkeypatch)
     terminal.print_rounds(one.assign(outcome="different"), "settled")
     assert "Next:" not in console.export_text()
+
+
+@pytest.mark.browser
+def test_a_one_configuration_page_fits_1280_pixels_with_the_answer_first(one_configuration, tmp_path):
+    tags = rendered(chromium(), one_configuration, tmp_path)
+    assert_fits_the_window(tags)
+    assert [tag for tag, attrs in tags if attrs.get("class") == "headlines"] == ["ul"]
