@@ -57,7 +57,7 @@ def in_blocks(rows: pd.DataFrame) -> pd.DataFrame:
 def test_the_method_names_blocks_for_a_blocks_compare_and_rounds_for_rounds(rows):
     summary = pd.DataFrame({"status": ["ok"] * 128, "run_isolation": "thread"})
     blocks = method_html(in_blocks(rows), summary)
-    assert "process blocks (8 blocks)" in blocks and "8 windows a runner a block" in blocks
+    assert "process blocks (8 blocks, 8 windows a runner a block)" in blocks
     assert "after blocks 10 and 20, with a budget of 20 blocks" in blocks
     assert "rounds" not in blocks and "run isolation" not in blocks
     assert counts_text(in_blocks(rows), summary) == "8 blocks of 8 windows a runner (128 windows stored, none failed)"

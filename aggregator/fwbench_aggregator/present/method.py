@@ -80,23 +80,18 @@ def _looks_text(own: pd.DataFrame, unit: str) -> str:
         if len(looks) > 1
         else f"after every {unit} from the {_ordinal(stats.MIN_REPETITIONS)}"
     )
-    return (
-        f"the verdict was looked at {at}, with a budget of {_plural(budget, unit)}, and the {unit}s stopped once it "
-        f"settled; each look tests at a stricter level, so that looking often still calls identical runners "
-        f"different in at most {stats.ALPHA:.0%} of comparisons"
-    )
+    return f"the verdict was looked at {at}, with a budget of {_plural(budget, unit)}, stopping once it settled"
 
 
 def _blocks_text(design: str, own: pd.DataFrame) -> str:
     windows = _windows_per_block(design)
     blocks = _span(_per_configuration(own, "blocks"), "block")
     return (
-        f"The runners ran in interleaved process blocks ({blocks}): in each block every runner had a fresh worker "
-        f"process that built the model and warmed it up once, then the runners measured short windows in turn "
-        f"(A B B A …), {_plural(windows or 0, 'window')} a runner a block. A block gives one value per runner (the "
-        "geometric mean of its windows' medians), and a verdict compares the runners block by block, on their "
-        "blocks' log ratios, so that a host's drift cancels within each block and a process's own offset is sampled "
-        f"once per block; {_looks_text(own, 'block')}."
+        f"The runners ran in interleaved process blocks ({blocks}, {_plural(windows or 0, 'window')} a runner a "
+        "block): each block starts a fresh worker process per runner, which builds the model and warms it up once, "
+        "then the runners measure short windows in turn (A B B A …). A verdict compares the runners block by block "
+        "(a runner's value for a block is the geometric mean of its windows' medians), so that a host's drift cancels "
+        f"within a block; {_looks_text(own, 'block')}."
     )
 
 
