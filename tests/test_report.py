@@ -534,7 +534,7 @@ def test_report_is_self_contained(built):
     text = built.read_text(encoding="utf-8")
     tags = parsed(built)
     images = [attrs for tag, attrs in tags if tag == "img"]
-    assert len(images) == len(plotting.PLOT_QUESTIONS)
+    assert len(images) == len(plotting.PLOT_QUESTIONS) + 1  # and the evidence under the answer
     for attrs in images:
         assert attrs["src"].startswith("data:image/png;base64,")
         png = base64.b64decode(attrs["src"].split(",", 1)[1])
@@ -558,7 +558,7 @@ def test_report_is_self_contained(built):
         assert phrase in text, phrase
     # Each plot beside the report with the data it draws.
     assert {p.name for p in (built.parent / "plots").iterdir()} == {
-        f"{key}.{kind}" for key, _ in plotting.PLOT_QUESTIONS for kind in ("png", "csv")
+        f"{key}.{kind}" for key in (*dict(plotting.PLOT_QUESTIONS), "evidence") for kind in ("png", "csv")
     }
 
 
@@ -654,7 +654,7 @@ def test_the_contents_list_links_every_section_and_each_section_is_there(whole):
 def test_report_renders_in_headless_chromium(whole, tmp_path):
     browser = chromium()
     drawn = [attrs for tag, attrs in parsed(whole) if tag == "img"]
-    assert len(drawn) > len(plotting.PLOT_QUESTIONS)  # the plots, latency against load and a version plot
+    assert len(drawn) > len(plotting.PLOT_QUESTIONS)  # the evidence, the plots, latency against load, a version plot
     tags = rendered(browser, whole, tmp_path)
     assert_fits_the_window(tags)
     images = [attrs for tag, attrs in tags if tag == "img"]

@@ -11,6 +11,7 @@ from test_report import assert_fits_the_window, build_frames, chromium, rendered
 from fwbench_aggregator.analyse.comparison import comparison_rows
 from fwbench_aggregator.analyse.results import analysed
 from fwbench_aggregator.present import terminal
+from fwbench_aggregator.present.evidence import evidence_plot, evidence_units
 from fwbench_aggregator.present.headline import headlines
 from fwbench_aggregator.present.html_table import lifted, table_html
 from fwbench_aggregator.present.method import counts_text, method_html
@@ -133,6 +134,10 @@ def test_a_one_configuration_page_opens_with_the_answer_and_says_nothing_empty(o
     covered = page[page.index('<p class="not-covered">') :]
     assert "GPU inference (<code>fwbench compare --mode infer --device gpu</code>" in covered
     assert "Power and energy" in covered and "Scaling over devices" in covered
+    # The evidence is drawn under the answer: each runner's runs in the order they ran, its time, the interval.
+    assert page.index('class="headlines"') < page.index('alt="The evidence behind each verdict"') < page.index("<table")
+    evidence = pd.read_csv(one_configuration.parent / "plots" / "evidence.csv")
+    assert sorted(evidence.groupby("runner")["unit"].apply(list).tolist()) == [[1, 2, 3], [1, 2, 3]]
     # The runners' facts and the manifest are folded; the page needs no script to open them.
     assert "<details><summary>Manifest (JSON)</summary>" in page and "<script" not in page
     assert page.count("<details>") == 2
@@ -168,3 +173,27 @@ def test_a_one_configuration_page_fits_1280_pixels_with_the_answer_first(one_con
     tags = rendered(chromium(), one_configuration, tmp_path)
     assert_fits_the_window(tags)
     assert [tag for tag, attrs in tags if attrs.get("class") == "headlines"] == ["ul"]
+
+
+def test_the_evidence_of_blocks_draws_each_block_and_its_windows(rows, tmp_path):
+    one = rows[(rows["model"] == "resnet18") & (rows["mode"] == "train") & (rows["batch_size"] == 2)]
+    one = one[one["device"] == "cpu:0"]
+    runs = pd.DataFrame(
+        [
+            {**one.iloc[0][list(CONFIG_COLUMNS)].to_dict(), "group": "", "runner": runner, "runner_name": runner}
+            | {"run_id": "c", "repetition": 4 * block + window, "median_step_time_s": (1.0 + block) * scale}
+            for runner, scale in (("torch", 0.01), ("tensorflow", 0.013))
+            for block in range(3)
+            for window in range(4)
+        ]
+    )
+    summary = runs[["run_id", "runner", "repetition"]].assign(
+        process_block=[f"c-block{r // 4}" for r in runs["repetition"]]
+    )
+    plot = evidence_plot(one, runs, summary, tmp_path)
+    assert plot.path is not None and plot.path.exists()
+    units = evidence_units(runs, summary)
+    blocks = units[~units["window"] & (units["runner"] == "torch")].sort_values("unit")
+    assert blocks["unit"].tolist() == [1, 2, 3] and blocks["value_ms"].round(6).tolist() == [10.0, 20.0, 30.0]
+    assert int(units["window"].sum()) == 24
+    assert evidence_plot(one.iloc[:1], runs, summary, tmp_path).reason  # one runner: nothing compared

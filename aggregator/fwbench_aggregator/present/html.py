@@ -204,6 +204,14 @@ def _plots_html(plots: list[PlotResult]) -> list[str]:
     return parts
 
 
+def _evidence_html(evidence: PlotResult | None) -> str:
+    """The evidence each verdict rests on (present.evidence), drawn under the answer; "" where none was drawn."""
+    if evidence is None or evidence.path is None:
+        return ""
+    e = html.escape
+    return f'<img src="{png_data_uri(evidence.path)}" alt="{e(evidence.title)}">'
+
+
 def _study_tables_html(study_tables: Sequence[tuple[str, str, str, pd.DataFrame]]) -> list[str]:
     parts = []
     for _, title, explanation, shown in study_tables:
@@ -268,6 +276,7 @@ def render_html(
     serving: str = "",
     versions: str = "",
     parity: pd.DataFrame | None = None,
+    evidence: PlotResult | None = None,
 ) -> str:
     """One self-contained page: what its runs are, the answer (a headline per configuration), how the runs were made,
     a contents list, then the files left out, findings (and what these runs do not cover), points left unresolved,
@@ -280,6 +289,7 @@ def render_html(
         _run_counts_html(summary, rows),
         "<h2>The answer</h2>",
         headlines_html(rows),
+        _evidence_html(evidence),
         method_html(rows, summary),
         CONTENTS_HERE,
         _left_out_html(left_out) if left_out else "",

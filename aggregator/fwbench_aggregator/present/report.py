@@ -30,6 +30,7 @@ from .display import (
     to_markdown,
     trend_display,
 )
+from .evidence import evidence_plot
 from .generation import generation_section_html, print_generation
 from .html import render_html, standalone_html
 from .html_table import table_html
@@ -209,6 +210,7 @@ def write_report(
     write_studies(analysis, out_dir, not_run)
     plots = make_plots(analysis.rows, out_dir / "plots", analysis.optimal, analysis.runs)
     plots.append(scaling_plot(analysis.scaling, out_dir / "plots", runs=analysis.runs))
+    evidence = evidence_plot(analysis.rows, analysis.runs, summary, out_dir / "plots")
     tables, _ = write_scaling(analysis.rows, analysis.scaling, out_dir)
     if len(analysis.serving):
         analysis.serving.to_csv(out_dir / "serving.csv", index=False)
@@ -232,6 +234,7 @@ def write_report(
             workloads,
             versions_html,
             parity,
+            evidence,
         ),
         encoding="utf-8",
     )
