@@ -33,8 +33,8 @@ from .run_columns import SCALING_KEY_COLUMNS
 CATALOG_FILE = "catalog.sqlite"
 # What this fwbench writes into a catalog; a catalog of another format is rebuilt from the runs.
 # 2: world_size, so that a compare reads no summary where one world size is stored; 3: each summary as an Arrow
-# record batch (summary_batches.py), so that a report reads no summary file
-CATALOG_FORMAT = 3
+# record batch (summary_batches.py), so that a report reads no summary file; 4: the batch compressed
+CATALOG_FORMAT = 4
 # A sweep's threads share a store, and so its catalog's connection: one of them at a time uses it, so that a
 # transaction is never interleaved with another thread's statements.
 _IN_USE = threading.RLock()
@@ -251,6 +251,19 @@ def column(connection: sqlite3.Connection, name: str, keys: Iterable[str] | None
         chunk = wanted[start : start + _KEYS_A_QUERY]
         sql = f"SELECT key, {name} FROM entries WHERE key IN ({', '.join('?' * len(chunk))})"
         found.update(query(connection, sql, tuple(chunk)))
+    return found
+
+
+def store_formats(connection: sqlite3.Connection, keys: Iterable[str]) -> dict[str, int]:
+    """The store format each of `keys` was written in, as its manifest records it (1 where it records none)."""
+    wanted, found = sorted(set(keys)), {}
+    for start in range(0, len(wanted), _KEYS_A_QUERY):
+        chunk = wanted[start : start + _KEYS_A_QUERY]
+        sql = (
+            "SELECT key, json_extract(manifest, '$.store_format') FROM entries "
+            f"WHERE key IN ({', '.join('?' * len(chunk))})"
+        )
+        found.update({key: int(version or 1) for key, version in query(connection, sql, tuple(chunk))})
     return found
 
 

@@ -225,12 +225,13 @@ class ResultStore:
         `progress` counts the runs read."""
         wanted = catalog.with_frame(self.catalog, name) & self.keys()
         chosen = [key for key in sorted(wanted if keys is None else wanted & set(keys)) if not self.damage(key)]
-        manifests = self.manifests(chosen) if chosen else {}
-        kept = catalog.summary_tables(self.catalog, chosen) if name == "summary" else {}  # the catalog's copies
-        files = ((self.runs_dir / key / f"{name}.parquet", manifests[key], kept.get(key)) for key in chosen)
+        formats = catalog.store_formats(self.catalog, chosen)
+        for key, version in formats.items():
+            check_readable(version, f"run {key} of {self.root}")
         task = progress.add_task(f"reading the store's {name}", total=len(chosen))
         try:
-            return frame_reads.concatenated(name, files, progress, task)
+            runs = frame_reads.runs(self.catalog, self.runs_dir, name, formats, self.manifest)
+            return frame_reads.concatenated(name, runs, progress, task)
         finally:
             progress.remove_task(task)
 
