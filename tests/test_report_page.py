@@ -16,6 +16,7 @@ from fwbench_aggregator.present.headline import headlines
 from fwbench_aggregator.present.html_table import lifted, table_html
 from fwbench_aggregator.present.method import counts_text, method_html
 from fwbench_aggregator.present.report import write_report
+from fwbench_aggregator.present.strip import strip_lines
 from fwbench_aggregator.store.run_columns import CONFIG_COLUMNS
 
 BRACKETED = "tensorflow [device H100]"
@@ -197,3 +198,21 @@ def test_the_evidence_of_blocks_draws_each_block_and_its_windows(rows, tmp_path)
     assert blocks["unit"].tolist() == [1, 2, 3] and blocks["value_ms"].round(6).tolist() == [10.0, 20.0, 30.0]
     assert int(units["window"].sum()) == 24
     assert evidence_plot(one.iloc[:1], runs, summary, tmp_path).reason  # one runner: nothing compared
+
+
+def test_the_terminal_draws_each_runners_blocks_as_a_strip_on_one_scale():
+    from fwbench_aggregator.run.client import BlockPlace, RunResult
+    from fwbench_aggregator.run.replies import Summary
+
+    def window(runner: str, block: int, ms: float) -> RunResult:
+        place = BlockPlace("blocks of 2 windows", f"c-block{block}", 0)
+        return RunResult(runner, "", None, 0, summary=Summary(median_step_time_s=ms / 1e3), block=place)
+
+    results = [window(r, b, ms * (1 + b)) for b in (2, 0, 1, 10) for r, ms in (("torch", 10.0), ("jax", 20.0))]
+    lines = strip_lines(results)
+    assert lines[0] == "blocks in the order run, one scale (▁ 10 ms … █ 220 ms):"
+    torch, jax = lines[1:]
+    # Block 10 runs after block 2, not between 1 and 2: the slowest bar comes last.
+    assert torch.startswith("  torch ▁") and torch.split()[1][-1] == "▆" and jax.split()[1][-1] == "█"
+    assert torch.endswith("10–110 ms")
+    assert strip_lines(results[:2]) == []  # one block: nothing to draw

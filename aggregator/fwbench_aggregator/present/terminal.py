@@ -17,6 +17,7 @@ from ..store.run_columns import SCALING_KEY_COLUMNS, SERIES_COLUMNS
 from .console import Column, err_console, out_console, print_table
 from .display import KEY_HEADERS, NUMERIC_HEADERS, SCALING_DISPLAY, cell, scaling_display
 from .next_step import next_step
+from .strip import strip_lines
 from .titles import configuration_title, settings_title, title_part
 
 VERDICT_WIDTH = 34
@@ -48,8 +49,8 @@ def print_compare(
     results: Sequence[RunResult],
     report: Path | None = None,
 ) -> None:
-    """One configuration's rows: the table, each runner's verdict, the noise floor, energy, flags, where its results
-    and its report are."""
+    """One configuration's rows: the table, each runner's verdict, the noise floor, energy, each runner's blocks or
+    runs as a strip (present.strip), flags, where its results and its report are."""
     if rows.empty:
         return
     ran = rows[rows["status"] == "ok"]
@@ -89,6 +90,8 @@ def print_compare(
     settings = settings_title(rows)
     print_table(columns, table, configuration_title(first) + (f"\n{settings}" if settings else ""))
     _print_verdicts(rows)
+    for line in strip_lines(results):
+        out_console.print(line, markup=False, highlight=False)
     if not scaling.empty:
         print_scaling(scaling)
     for flag, runs in run_flags(results).items():
