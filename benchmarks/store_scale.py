@@ -10,7 +10,8 @@ floors and FLOP counts. At each size it measures, each in a fresh process (so th
     compare   what a compare reads from the store: its noise floors (twice, as its rounds and its analysis read them),
               parity, max-batch searches, FLOP counts, and the scaling rows of its configurations
     report    what `fwbench report` reads: every run's frames (summary, steps, ...), the damaged files, the manifests
-    report1k  the same over a 1,000-run selection (--where batch_size=... on a compare's runs)
+    report1k  the same over a 1,000-run selection (--where seed=0: the first 1,000 runs)
+    analyse   report's reads and the analysis of them (app.report.store_report but writing the pages)
     append    a 120-run sweep: the resume check (which configurations are done), then 120 appends
 
     .venvs/aggregator/bin/python benchmarks/store_scale.py --sizes 124,1000,10000 --keep /tmp/store_scale
@@ -27,10 +28,12 @@ import resource
 import subprocess
 import sys
 import time
+import unittest.mock
 from pathlib import Path
 
 import pandas as pd
 
+from fwbench_aggregator.app import report
 from fwbench_aggregator.app.compare import scaling_of
 from fwbench_aggregator.app.report import selected_frames
 from fwbench_aggregator.store import store_files
@@ -52,7 +55,7 @@ VERSIONS = ("2.3.0", "2.4.0", "2.5.0", "2.6.0")
 BATCHES = (1, 2, 4, 8, 16)
 STEPS = 20
 POWER_SAMPLES = 5
-MEASURES = ("open", "compare", "report", "report1k", "append")
+MEASURES = ("open", "compare", "report", "report1k", "analyse", "append")
 REPORT_FRAMES = ("summary", "steps", "calibration", "max_batch", "model_facts", PARITY_FRAME, SERVE_CAPACITY_FRAME)
 
 
@@ -173,6 +176,11 @@ def measure(root: Path, what: str, runs: int) -> dict:
         shown = set(frames["summary"]["run_key"]) | (store.keys() - store.run_keys())
         store.manifests(sorted(store.keys() if selection.everything else shown))
         selected = len(frames["summary"])
+    elif what == "analyse":
+        with unittest.mock.patch.object(
+            report, "write_report", lambda *_, **__: root
+        ):  # no pages: what the store costs
+            selected = len(report.store_report(store, root / "report").summary)
     elif what == "append":
         runs_by_config(store)
         rng = random.Random(runs)
@@ -185,7 +193,7 @@ def measure(root: Path, what: str, runs: int) -> dict:
         "what": what,
         "s": seconds,
         "peak_mib": peak_mib,
-        **({"selected": selected} if what[:6] == "report" else {}),
+        **({"selected": selected} if what[:6] == "report" or what == "analyse" else {}),
     }
 
 

@@ -6,7 +6,7 @@ Why: a summary's Parquet file has over a hundred columns, and parsing its footer
 JSON rows would lose dtypes and digits). The batch is made from the summary as it was verified or written, in the
 current format; the run's files stay the record, checked against their checksums whenever the batch is read. A
 batch is kept compressed (zlib, fastest level): its layout, a hundred columns' buffers, is most of its 10 kB and
-compresses to a tenth, which kept the catalog of 10,000 runs at 60 MB rather than 170.
+compresses to a tenth: the catalog of 10,000 runs takes 65 MB, not 170 (52 before it kept batches).
 """
 
 from __future__ import annotations
