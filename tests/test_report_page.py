@@ -85,6 +85,11 @@ def test_each_configuration_has_a_headline_with_its_figures_ratio_and_interval(r
     assert resnet.ratio.startswith("tensorflow ÷ torch 1.") and "[" in resnet.ratio
     bert = found["bert · infer · batch 1 · 3x224x224 · fp32 · gpu:0 · equal profile"]
     assert bert.answer in ("not resolved", "torch and tensorflow equivalent", "tensorflow and torch equivalent")
+    below = rows.assign(
+        significant=False,
+        verdict="no significant difference (ratio 1.031 [1.012, 1.050]: 3% is below the noise floor, 30.0%)",
+    )
+    assert {h.answer for h in headlines(below) if h.answer != "no verdict"} == {"no difference worth calling"}
     oom = found["bert · train · batch 4 · 3x224x224 · fp32 · gpu:0 · equal profile"]
     assert oom.answer == "no verdict" and "tensorflow failed: RESOURCE_EXHAUSTED" in oom.why
 

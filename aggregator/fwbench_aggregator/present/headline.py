@@ -59,6 +59,8 @@ def _answer(fastest: str, other) -> str:
         return f"{fastest} {faster} than {other.runner}"
     if " equivalent within " in verdict:
         return f"{fastest} and {other.runner} equivalent"
+    if verdict.startswith("no significant difference") and " is below " in verdict:
+        return "no difference worth calling"  # one was seen, below the minimum effect or the noise floor
     if verdict.startswith(("not resolved", "no significant difference", "undecided")):
         return "not resolved"
     return "no verdict"
