@@ -11,9 +11,11 @@ renamed over it, so that a reader never sees half of one.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -26,6 +28,7 @@ from .integrity import CHECKED_SUFFIXES, FILES_KEY, MANIFEST_FILE, data_records,
 from .migrations import config_key_of, is_refusal_record, migrated
 from .schema import STORE_FORMAT
 
+_CHECKERS = min(8, os.cpu_count() or 1)  # entries whose files are checked at once
 _BUILD_ROWS = 500  # rows a transaction of a rebuild adds: one transaction per row would be fsync-bound
 
 
@@ -95,6 +98,18 @@ def unchanged(folder: Path, files: Mapping[str, dict]) -> bool:
         return present == set(files) and all(file_record((folder / n).read_bytes()) == files[n] for n in present)
     except OSError:
         return False
+
+
+def verified(connection: sqlite3.Connection, runs_dir: Path, keys: Iterable[str]) -> set[str]:
+    """Those of `keys` whose row records no damage and whose files are those it records as verified (unchanged),
+    checked several at once on threads (reading and hashing a file leave the interpreter's lock): what a read of
+    many runs checks first; ResultStore.damage looks at the others one by one."""
+    keys = list(keys)
+    files, damage = catalog.column(connection, "files", keys), catalog.column(connection, "damage", keys)
+    candidates = [key for key in sorted(files) if damage[key] == "[]"]
+    with ThreadPoolExecutor(_CHECKERS) as pool:
+        checks = pool.map(lambda key: unchanged(runs_dir / key, json.loads(files[key])), candidates)
+        return {key for key, intact in zip(candidates, checks, strict=True) if intact}
 
 
 def build(root: Path, runs_dir: Path, progress: Progress = Progress()) -> None:

@@ -10,29 +10,26 @@ Why a folder of Parquet files per run, rather than one growing file or a databas
 - Writers never share a file: an entry is written once, by one writer. A sweep still holds the store's writer lock
   (lock.py) from start to end, so that two sweeps do not run the same runs; a write whose key another writer stored
   first is kept in `<root>/duplicates/`, never dropped.
-- Atomic: a run is written into a hidden sibling folder (`runs/.partial-<key>-<pid>-<n>`), its files
-  flushed to disk, then renamed into place with one os.rename, which is atomic on POSIX. A writer
-  killed at any moment leaves either the whole run or nothing visible; a leftover `.partial-*`
-  folder is ignored by readers and removed by `ResultStore.clean_partials()`.
-- Readable by anything, one frame at a time, with a glob that skips the dot-folders:
-  `ResultStore.load("steps")` (pandas), DuckDB
-  (`SELECT * FROM read_parquet('<root>/runs/[0-9a-f]*/steps.parquet', union_by_name=true)`), pyarrow
+- Atomic: a run is written into a hidden sibling folder (`runs/.partial-<key>-<pid>-<n>`), its files flushed to disk,
+  then renamed into place with one os.rename, which is atomic on POSIX. A writer killed at any moment leaves either
+  the whole run or nothing visible; a leftover `.partial-*` folder is ignored by readers and removed by
+  `ResultStore.clean_partials()`.
+- Readable by anything, one frame at a time, with a glob that skips the dot-folders: `ResultStore.load("steps")`
+  (pandas), DuckDB (`SELECT * FROM read_parquet('<root>/runs/[0-9a-f]*/steps.parquet', union_by_name=true)`), pyarrow
   (`pyarrow.dataset.dataset(glob.glob('<root>/runs/[0-9a-f]*/steps.parquet'), format='parquet')`).
 - Resumable: a run's id is its own (random, so that stores merge without loss), and a sweep's run records the key of
-  its configuration in its manifest, so a sweep finds what is done (config_keys.py) and skips it.
-  A run that ran out of memory is stored too, with a summary whose status is "failed": resuming does
-  not retry it, and reports show it as a missing point. A refused request is no run and is not stored.
+  its configuration in its manifest, so a sweep finds what is done (config_keys.py) and skips it. A run that ran out
+  of memory is stored too, with a summary whose status is "failed": resuming does not retry it, and reports show it as
+  a missing point. A refused request is no run and is not stored.
 - Versioned: every run's manifest records the store format that wrote it (schema.STORE_FORMAT), and
-  `<root>/store.json` the newest format written into the store; readers migrate older runs
-  (migrations.py) and refuse a store from a newer fwbench by name. A record superseded by a rerun is
-  moved aside into `<root>/aside/`, never deleted.
+  `<root>/store.json` the newest format written into the store; readers migrate older runs (migrations.py) and refuse
+  a store from a newer fwbench by name. A record a rerun supersedes is moved into `<root>/aside/`, never deleted.
 - Checked: the manifest, written last, records every other file's sha256 and size and a checksum of its own
   content (integrity.py), so a byte changed after the write is found when the run is read.
 - Catalogued: <root>/catalog.sqlite (catalog.py, catalog_sync.py) lists every entry with its summary and manifest, so
   that a command reads only the runs it needs; a run's files are checked against its checksums when its data is read.
 - Damage is contained: a file that cannot be read, or whose bytes changed (health.py), leaves its entry out of every
-  read, whole;
-  `damaged()` lists each such file with the reason, and a writer moves a damaged entry in its way into
+  read, whole; `damaged()` lists each such file with the reason, and a writer moves a damaged entry in its way into
   `<root>/damaged/<time>/` before writing the key again.
 """
 
@@ -224,7 +221,10 @@ class ResultStore:
         against its checksums first (damage): a run found changed is left out of every read of this store.
         `progress` counts the runs read."""
         wanted = catalog.with_frame(self.catalog, name) & self.keys()
-        chosen = [key for key in sorted(wanted if keys is None else wanted & set(keys)) if not self.damage(key)]
+        wanted = wanted if keys is None else wanted & set(keys)
+        unchecked = wanted - set(self._damage)  # checked at once; those found changed, one by one (damage)
+        self._damage.update({key: [] for key in catalog_sync.verified(self.catalog, self.runs_dir, unchecked)})
+        chosen = [key for key in sorted(wanted) if not self.damage(key)]
         formats = catalog.store_formats(self.catalog, chosen)
         for key, version in formats.items():
             check_readable(version, f"run {key} of {self.root}")
