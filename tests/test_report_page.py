@@ -170,6 +170,11 @@ def test_an_unresolved_compare_says_what_its_blocks_tell_and_what_would_tell_mor
     assert "Next: about 30 more blocks, about 5 min at this pace, would tell whether the 8.0% seen is real" in text
     assert "--max-repetitions 38 (or --time-budget-s 300)" in text and "quieter host" in text
     console = recorded(monkeypatch)
+    terminal.print_rounds(one.assign(resolvable=138.0, run_spread=0.98), "futile")
+    text = " ".join(console.export_text().split())
+    assert "not even a twofold difference (they varied 98%)" in text and "--wait-for-quiet" in text
+    assert "more blocks, about" not in text
+    console = recorded(monkeypatch)
     terminal.print_rounds(one.assign(outcome="different"), "settled")
     assert "Next:" not in console.export_text()
 

@@ -37,6 +37,11 @@ def next_step(rows: pd.DataFrame) -> str:
     r = ran.iloc[0]
     blocks = int(r.get("blocks", 0) or 0)
     unit, units = ("block", blocks) if blocks > 0 else ("run", int(r["runs"]))
+    if r["resolvable"] > stats.TOO_NOISY:  # more units at this spread would take hours: the host is what to change
+        return (
+            f"what these {unit}s tell: not even a twofold difference (they varied {r['run_spread']:.0%}), so more "
+            f"{unit}s at this spread would not settle it. Next: rerun on a quiet host, e.g. with --wait-for-quiet 60"
+        )
     floor = 0.0 if pd.isna(r["noise_floor"]) else float(r["noise_floor"])
     threshold = max(stats.MIN_EFFECT, floor)
     seen = float(r["ratio_to_fastest"]) - 1.0
