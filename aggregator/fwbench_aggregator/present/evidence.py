@@ -86,13 +86,15 @@ def _panel(axes, rows: pd.DataFrame, units: pd.DataFrame, colours: dict[str, str
         axes.plot(whole["unit"] + offset, whole["value_ms"], "o-", color=colour, markersize=6, linewidth=0.8)
         time_ms = rows.loc[rows["runner"] == runner, "median_step_ms"].iloc[0]
         axes.axhline(time_ms, color=colour, linestyle="--", linewidth=1, label=f"{runner} {time_ms:.4g} ms")
-    from matplotlib.ticker import MaxNLocator, ScalarFormatter  # loaded with pyplot already
+    from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, ScalarFormatter  # loaded with pyplot already
 
     values = units["value_ms"]
     if values.max() > LOG_AXIS_SPREAD * values.min():
         axes.set_yscale("log")
         axes.yaxis.set_major_formatter(ScalarFormatter())
-        axes.yaxis.set_minor_formatter(ScalarFormatter())
+        # Numbers at 1, 2 and 5 of each decade: a few labels however many decades the values span.
+        axes.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axes.yaxis.set_minor_formatter(NullFormatter())
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     in_blocks = bool(units["window"].any())
     axes.set_xlabel("block (windows faint)" if in_blocks else "run, in the order run")
