@@ -43,6 +43,8 @@ ADDRESS_ENV = "FWBENCH_RUNNER_ADDRESS"
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Runner"].full_name
 STOP_GRACE_S = 10.0
+# How soon a signal's stop is seen: the main thread wakes this often while it serves (twice a second costs nothing).
+SIGNAL_POLL_S = 0.5
 STDIN_FD = 0
 # Server threads beyond the work limit: Describe, ListModels, health checks and reflection always find one.
 QUICK_REQUEST_THREADS = 4
@@ -208,11 +210,22 @@ class _Stop(threading.Event):
     def __init__(self) -> None:
         super().__init__()
         self.listening = False
+        self.signalled = False
 
     def on_signal(self, signum: int, _frame: object) -> None:
-        self.set()
+        # No lock taken here: the handler runs in the main thread, which may hold this event's own lock inside wait()
+        # when the signal comes; set() would then wait for itself forever (a runner stopped the moment it said it
+        # listened hung so, in CI). wait_for_stop polls the flag instead.
+        self.signalled = True
         if not self.listening:
             raise SystemExit(128 + signum)
+
+    def is_set(self) -> bool:
+        return self.signalled or super().is_set()
+
+    def wait_for_stop(self) -> None:
+        while not self.is_set():
+            super().wait(SIGNAL_POLL_S)
 
 
 def _stop_on_signals() -> _Stop:
@@ -353,7 +366,7 @@ def _listen_until_stopped(
 
     if args.exit_with_parent:
         threading.Thread(target=_set_at_stdin_end, args=(stop,), name="fwbench-parent-watch", daemon=True).start()
-    stop.wait()
+    stop.wait_for_stop()
     log.info("stopping: finishing in-flight requests for up to %.0f s", STOP_GRACE_S)
     health_servicer.enter_graceful_shutdown()
     server.stop(grace=STOP_GRACE_S).wait()
