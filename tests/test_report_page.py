@@ -220,7 +220,7 @@ def test_the_terminal_draws_each_runners_blocks_as_a_strip_on_one_scale():
 
     results = [window(r, b, ms * (1 + b)) for b in (2, 0, 1, 10) for r, ms in (("torch", 10.0), ("jax", 20.0))]
     lines = strip_lines(results)
-    assert lines[0] == "blocks in the order run, one scale (▁ 10 ms … █ 220 ms):"
+    assert lines[0] == "blocks in the order run, one scale (▁ 10 ms to █ 220 ms):"
     torch, jax = lines[1:]
     # Block 10 runs after block 2, not between 1 and 2: the slowest bar comes last.
     assert torch.startswith("  torch ▁") and torch.split()[1][-1] == "▆" and jax.split()[1][-1] == "█"

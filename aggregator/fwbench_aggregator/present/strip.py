@@ -44,7 +44,7 @@ def strip_lines(results: Sequence[RunResult]) -> list[str]:
     span = math.log(high / low) or 1.0
     width = max(map(len, units))
     blocks = any(r.block for r in results)
-    lines = [f"{'blocks' if blocks else 'runs'} in the order run, one scale (▁ {low:.4g} ms … █ {high:.4g} ms):"]
+    lines = [f"{'blocks' if blocks else 'runs'} in the order run, one scale (▁ {low:.4g} ms to █ {high:.4g} ms):"]
     for runner, values in units.items():
         bars = "".join(BARS[round(math.log(v / low) / span * (len(BARS) - 1))] for v in values)
         lines.append(f"  {runner:<{width}} {bars}  {min(values):.4g}–{max(values):.4g} ms")
