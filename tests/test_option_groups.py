@@ -173,6 +173,7 @@ OWN_MEANING = {
     "factors": {"repetitions"},  # a fixed count: each factor's value against the baseline
     "slurm": {"latency_budget_ms", "venvs"},  # the nodes' environments: srun starts its runners, none is reached
     "report": {"latency_budget_ms"},  # read from the store, nothing measured
+    "parity": {"precision"},  # the precision greedy tokens are compared in (fp32 or amp_bf16), not a run's
 }
 
 

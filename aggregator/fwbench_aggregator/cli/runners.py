@@ -3,6 +3,7 @@ and how large a batch fits."""
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +13,6 @@ from ..app.max_batch import max_batch as max_batch_use_case
 from ..app.parity import parity as parity_use_case
 from ..app.runner_info import describe as describe_use_case
 from ..app.runner_info import list_models
-from ..base.vocabulary import Precision
 from ..plan import spec as plan
 from ..present import listings
 from . import app
@@ -23,6 +23,9 @@ from .path_option_types import parse_out, parse_store
 from .run_option_types import ModeOption
 from .runner_options import RunnerOptions
 from .workload_options import ModelOnDevice
+
+# The precisions a parity check generates greedy tokens in: the runners export and compare these two only.
+TokenPrecision = enum.Enum("TokenPrecision", [("fp32", "fp32"), ("amp_bf16", "amp_bf16")], type=str)
 
 
 @app.command()
@@ -77,8 +80,8 @@ def parity(
     precision: Annotated[
         str,
         typer.Option(
-            callback=parse_choice(Precision, "precision"),
-            metavar=choices_metavar(Precision),
+            callback=parse_choice(TokenPrecision, "precision greedy tokens are compared in"),
+            metavar=choices_metavar(TokenPrecision),
             help="the precision generating models' greedy tokens are compared in: fp32 (identical tokens required) or "
             "amp_bf16 (where they first diverge is reported; only the models that generate are checked)",
         ),
@@ -93,7 +96,7 @@ def parity(
     """
     choice = runners.choice()
     names = [name for name in models.split(",") if name] if models else None
-    result = run(lambda progress: parity_use_case(choice, names, out, progress, store, Precision(precision).value))
+    result = run(lambda progress: parity_use_case(choice, names, out, progress, store, TokenPrecision(precision).value))
     listings.print_parity(result.tables, result.path)
     report_failures(result.failures)
     if result.differ:
