@@ -23,6 +23,7 @@ from ..run.client import BlockPlace, RunnerClient, RunnerFailure, RunResult
 from ..run.connection import Transport
 from ..run.gate import Gate
 from ..store import records
+from .block_warmup import BlockWarmup
 from .rounds import Repetitions, Rounds
 
 
@@ -89,6 +90,7 @@ def run_blocks(
             on_result(*pending.pop(0))
 
     rows = None
+    warmup = BlockWarmup(progress)
     try:
         for block in range(repetitions.budget):
             progress.update(overall, description=block_progress(block + 1, repetitions.budget, rows))
@@ -103,8 +105,10 @@ def run_blocks(
                 progress,
                 gate,
                 store_pending,
+                warmup.steps_for,
             )
             progress.advance(overall)
+            warmup.after_block(block, runs)
             rounds.results += runs
             rounds.failures += failures
             for failure in failures:
@@ -143,13 +147,15 @@ def _one_block(
     progress: Progress,
     gate: Gate,
     store_meanwhile: Callable[[], None] = lambda: None,
+    fresh_warmup: Callable[[str], int | None] = lambda runner: None,
 ) -> tuple[list[RunResult], list[RunnerFailure]]:
     """One process block: every runner's windows in turn (each runner's first builds and warms up), under one passage
     of the gate (no other fwbench measures the device between them). A runner that fails is left out of the block's
     later windows. Every runner's worker is started at once first (open_blocks); its workload is built in its first
     window. (Building every runner's workload at once, before the windows, took longer on a 2-core host: their thread
     pools, spinning while they wait, slowed each other's steps ten-fold.) `store_meanwhile` runs while the workers
-    start, when no window measures."""
+    start, when no window measures. `fresh_warmup` says how many steps a runner's first window warms up (None: until
+    stable, the runner's rule; app.block_warmup)."""
     results, failures = [], []
     failed: set[str] = set()
     order = window_order(list(endpoints), design, number)
@@ -176,7 +182,13 @@ def _one_block(
             def on_progress(p: replies.Progress, task=task, label=label) -> None:
                 progress.update(task, description=f"{label}: {p.phase}", completed=p.steps_done, total=p.steps_total)
 
-            request = wire.window(requests[runner], design, name, last=window == design.windows - 1)
+            request = wire.window(
+                requests[runner],
+                design,
+                name,
+                last=window == design.windows - 1,
+                fresh_warmup_steps=fresh_warmup(runner) if window == 0 else None,
+            )
             try:
                 result = jobs.run_job(runner, endpoints[runner], transport, request, on_progress, repetition)
                 result.block = BlockPlace(design.label, name, window)

@@ -121,10 +121,13 @@ def with_setting(request: Request, field: str, value: int) -> Request:
     return variant
 
 
-def window(request: Request, design: BlockDesign, block: str, last: bool) -> Request:
+def window(
+    request: Request, design: BlockDesign, block: str, last: bool, fresh_warmup_steps: int | None = None
+) -> Request:
     """One window of `design`'s process block `block` for a runner whose comparison asks `request`: its build kept
     and continued under the block's name, in the block's worker process, freed with the process after the runner's
-    `last` window."""
+    `last` window. A window that continues nothing (the block's first) warms its fresh build up until stable (the
+    runner's rule), or, given `fresh_warmup_steps` (analyse.warmup), exactly that many steps."""
     variant = _copy(request)
     variant.ClearField("warmup_until_stable")
     variant.warmup_steps = REFILL_STEPS
@@ -132,6 +135,8 @@ def window(request: Request, design: BlockDesign, block: str, last: bool) -> Req
     variant.min_measure_s = design.window_s
     variant.reuse_key = block
     variant.continue_reuse = True
+    if fresh_warmup_steps is not None:
+        variant.fresh_warmup_steps = fresh_warmup_steps
     variant.process_block = block
     variant.end_reuse = last
     return variant

@@ -93,8 +93,11 @@ def resolve_window(request: RunRequest, distributed: bool) -> MeasuringWindow:
 
 
 def first_window(config: RunConfig) -> RunConfig:
-    """A window (continue_reuse) that found nothing to continue: its fresh build first warms up by the default rule,
-    until stable within DEFAULT_WARMUP_CAP_STEPS more steps, as a run with no warm-up asked would."""
+    """A window (continue_reuse) that found nothing to continue: its fresh build first warms up exactly its
+    fresh_warmup_steps, or where it names none by the default rule, until stable within DEFAULT_WARMUP_CAP_STEPS more
+    steps, as a run with no warm-up asked would."""
+    if config.fresh_warmup_steps is not None:
+        return replace(config, warmup_steps=config.fresh_warmup_steps, warmup_until_stable=None)
     return replace(
         config,
         warmup_steps=config.warmup_steps + DEFAULT_WARMUP_CAP_STEPS,

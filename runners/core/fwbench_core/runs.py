@@ -88,6 +88,7 @@ class RunRequest:
     process_block: str = ""  # runs naming one block run in one worker process of their own; "": as isolation says
     input_seed: int | None = None  # the input data's seed; None: the seed
     new_tokens: int | None = None  # Mode.GENERATE: tokens each prompt gains; None: the default
+    fresh_warmup_steps: int | None = None  # continue_reuse finding nothing: warm up this many; None: the default rule
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ class RunConfig:
     process_block: str = ""
     input_seed: int | None = None  # None: the seed
     new_tokens: int | None = None  # Mode.GENERATE: tokens each prompt gains (2 or more); None in other modes
+    fresh_warmup_steps: int | None = None  # a window that continues nothing warms up this many; None: the default rule
 
     @property
     def data_seed(self) -> int:
@@ -159,6 +161,7 @@ class RunConfig:
             end_reuse=self.end_reuse,
             serving=self.serving,
             continue_reuse=self.continue_reuse,
+            fresh_warmup_steps=self.fresh_warmup_steps,
         )
         return kept_measured_as_this == self
 

@@ -78,6 +78,7 @@ def resolve(
         reuse_key=resolve_key("reuse_key", request.reuse_key),
         end_reuse=request.end_reuse,
         continue_reuse=_continue_reuse(request),
+        fresh_warmup_steps=_fresh_warmup_steps(request),
         process_block=_process_block(request, distributed),
         profile=profile,
         model=spec,
@@ -118,6 +119,17 @@ def resolve(
         serving=resolve_serving(request, mode, batch_size, strategy, window.min_measure_s),
         new_tokens=new_tokens,
     )
+
+
+def _fresh_warmup_steps(request: RunRequest) -> int | None:
+    if request.fresh_warmup_steps is None:
+        return None
+    if not request.continue_reuse:
+        raise InvalidArgument(
+            "fresh_warmup_steps is the warm-up of a window (continue_reuse) that finds nothing to continue: set "
+            "continue_reuse too, or warmup_steps for a run of its own"
+        )
+    return in_range("fresh_warmup_steps", request.fresh_warmup_steps, 0, MAX_WARMUP_STEPS)
 
 
 def _continue_reuse(request: RunRequest) -> bool:
