@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 from rich.console import Console
 
-from fwbench_aggregator.analyse.comparison import comparison_rows
+from fwbench_aggregator.analyse.comparison import comparison_rows, flag_summary
 from fwbench_aggregator.analyse.results import analysed
 from fwbench_aggregator.analyse.versions import VersionTables, version_changes, version_points, version_runs
 from fwbench_aggregator.present import plot_kit
@@ -675,3 +675,9 @@ def test_report_renders_in_headless_chromium(whole, tmp_path):
     # The first runner's bar colour appears only inside the plots: the images were painted.
     first = tuple(int(plot_kit.RUNNER_COLOURS[0][i : i + 2], 16) for i in (1, 3, 5))
     assert (np.abs(pixels - first).sum(axis=2) < 30).sum() > 500, "no plot pixels in the screenshot"
+
+
+def test_a_flag_counts_what_was_measured_runs_or_a_blocks_windows():
+    flags = pd.Series(["host busy: load 3.1 | throttled: 0x4", None, "host busy: load 2.5"])
+    assert flag_summary(flags, 3) == "host busy in 2 of 3 runs; throttled in 1 of 3 runs"
+    assert flag_summary(flags, 3, "windows") == "host busy in 2 of 3 windows; throttled in 1 of 3 windows"

@@ -99,14 +99,15 @@ def _numbers(frame: pd.DataFrame, column: str) -> pd.Series:
     return pd.to_numeric(frame[column], errors="coerce").dropna() if column in frame else pd.Series(dtype=float)
 
 
-def flag_summary(device_flags: pd.Series, runs: int) -> str:
+def flag_summary(device_flags: pd.Series, runs: int, unit: str = "runs") -> str:
     """Why a row's runs were not on a quiet device, each kind once with how many runs it concerns: "host busy in 3
-    of 6 runs". A run's flags are " | "-separated, each "kind: details"."""
+    of 6 runs" (`unit`: "windows" where the runs were a process block's windows). A run's flags are " | "-separated,
+    each "kind: details"."""
     counts: dict[str, int] = {}
     for text in device_flags.dropna():
         for kind in dict.fromkeys(flag.split(": ", 1)[0].strip() for flag in str(text).split(" | ") if flag.strip()):
             counts[kind] = counts.get(kind, 0) + 1
-    return "; ".join(f"{kind} in {n} of {runs} runs" for kind, n in counts.items())
+    return "; ".join(f"{kind} in {n} of {runs} {unit}" for kind, n in counts.items())
 
 
 def _joined(values) -> str:
@@ -288,7 +289,11 @@ def _row(
         "mean_power_w": float(power.mean()) if len(power) else math.nan,
         "energy_runs": int(len(energy)),
         "energy_status": _joined(s for s in ok.get("energy_status", pd.Series(dtype=object)) if s != "ok"),
-        "flagged": flag_summary(ok.get("device_flags", pd.Series(dtype=object)), len(ok)),
+        "flagged": flag_summary(
+            ok.get("device_flags", pd.Series(dtype=object)),
+            len(ok),
+            "windows" if (ok["process_block"] != "").any() else "runs",
+        ),
         "error": _joined(failed.get("error", pd.Series(dtype=object)).fillna("")),
         "max_repetitions": int(_numbers(ok, "max_repetitions").max()) if len(_numbers(ok, "max_repetitions")) else 0,
         "looks": str(_first(own.get("looks", pd.Series(dtype=object)))),

@@ -212,7 +212,7 @@ def calibrate_twins(
         normalised(summary).iloc[0].to_dict(),
         results[0].runner_info.framework,
         comparison,
-        flag_summary(summary["device_flags"], len(summary)),
+        flag_summary(summary["device_flags"], len(summary), "windows" if design else "runs"),
         float(pd.to_numeric(summary["finished_at_unix_s"]).max()),
     )
     key = new_run_id()
