@@ -72,15 +72,19 @@ def labelled(frame: pd.DataFrame, over) -> pd.DataFrame:
     runner key (RUNNER_KEY_COLUMNS) apart from its runner's others in the block, both "" when alone; and `label`, its
     runner as every table shows it, "torch (version 2.15.0) [device H100]". Runs with one label are alike."""
     frame = frame.copy()
-    frame["group"], frame["variant"] = "", ""
-    for _, same in frame.groupby(list(over), sort=False):
+    # Grouped over the key columns alone: a group of the whole frame took every column's rows (a hundred, most of
+    # them text), a third of a large report's analysis.
+    keys = frame[list(dict.fromkeys([*over, *BLOCK_KEY_COLUMNS, "runner", *RUNNER_KEY_COLUMNS]))]
+    group, variant = pd.Series("", index=frame.index, dtype=object), pd.Series("", index=frame.index, dtype=object)
+    for _, same in keys.groupby(list(over), sort=False):
         blocks = list(same.groupby(list(BLOCK_KEY_COLUMNS), sort=False))
-        for (_, block), group in zip(blocks, differences([key for key, _ in blocks], BLOCK_KEY_COLUMNS)):
-            frame.loc[block.index, "group"] = group
+        for (_, block), text in zip(blocks, differences([key for key, _ in blocks], BLOCK_KEY_COLUMNS)):
+            group.loc[block.index] = text
             for _, runner_runs in block.groupby("runner", sort=False):
                 variants = list(runner_runs.groupby(list(RUNNER_KEY_COLUMNS), sort=False))
-                for (_, own), variant in zip(variants, differences([key for key, _ in variants], RUNNER_KEY_COLUMNS)):
-                    frame.loc[own.index, "variant"] = variant
+                for (_, own), differs in zip(variants, differences([key for key, _ in variants], RUNNER_KEY_COLUMNS)):
+                    variant.loc[own.index] = differs
+    frame["group"], frame["variant"] = group.to_numpy(), variant.to_numpy()
     frame["label"] = [
         runner + (f" ({variant})" if variant else "") + (f" [{group}]" if group else "")
         for runner, variant, group in zip(frame["runner"], frame["variant"], frame["group"])

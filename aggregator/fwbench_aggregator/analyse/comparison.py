@@ -77,7 +77,15 @@ def normalised(frame: pd.DataFrame | None) -> pd.DataFrame:
     frame["run_id"] = (
         frame["run_id"].astype(object).where(frame["run_id"].notna(), "").astype(str) if "run_id" in frame else ""
     )
-    return frame
+    return text_as_objects(frame)
+
+
+def text_as_objects(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame with its text columns as Python objects, consolidated: pandas 3 keeps text in Arrow arrays, each its
+    own block, and every selection of rows then calls into Arrow once per column. Over a large report's thousands of
+    small groups that was most of the analysis: 6 runs' rows of a 133-column summary took 25 ms, against 1.8 ms."""
+    text = {column: object for column, dtype in frame.dtypes.items() if isinstance(dtype, pd.StringDtype)}
+    return frame.astype(text).copy() if text else frame  # the copy puts like columns into one block
 
 
 def with_status(summary: pd.DataFrame) -> pd.DataFrame:

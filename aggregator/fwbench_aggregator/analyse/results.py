@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from . import stats
-from .comparison import comparison_rows, per_run
+from .comparison import comparison_rows, per_run, text_as_objects
 from .efficiency import hardware_efficiency
 from .findings import Finding, findings
 from .generation import generation_rows
@@ -46,6 +46,7 @@ def analysed(
     parity: pd.DataFrame | None = None,
     capacities: pd.DataFrame | None = None,
 ) -> Analysis:
+    summary = text_as_objects(summary)
     searches = best_searches(summary, steps)
     (summary, _), (steps, _) = split_searches(summary), split_searches(steps)
     rows = comparison_rows(summary, steps, calibration, min_effect, parity)
