@@ -77,7 +77,7 @@ def normalised(frame: pd.DataFrame | None) -> pd.DataFrame:
     frame["run_id"] = (
         frame["run_id"].astype(object).where(frame["run_id"].notna(), "").astype(str) if "run_id" in frame else ""
     )
-    return text_as_objects(frame)
+    return frame
 
 
 def text_as_objects(frame: pd.DataFrame) -> pd.DataFrame:
@@ -197,7 +197,7 @@ def _numbered_runs(summary: pd.DataFrame) -> pd.DataFrame:
     if "process_block" not in summary:
         summary["process_block"] = ""
     summary["process_block"] = summary["process_block"].fillna("").astype(str)
-    return summary
+    return text_as_objects(summary)
 
 
 def _measured_step_times(steps: pd.DataFrame, row_of: pd.DataFrame) -> dict[int, np.ndarray]:
