@@ -22,8 +22,11 @@ from fwbench_core.runs import RunConfig
 STRATEGIES = frozenset({Strategy.SINGLE, Strategy.MIRRORED, Strategy.MULTI_WORKER_MIRRORED})
 # TensorFlow's errors of a collective whose peer worker is gone (unreachable, reset) or too slow (its timeout).
 _PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)
-# gRPC's details in them: which worker the failed call went to, and what gRPC said.
-_REMOTE_TASK = re.compile(r"remote target /job:worker/replica:\d+/task:(\d+)")
+# What they say: which worker failed (the remote target of a collective's failed call, or, where the coordination
+# service noticed first because its heartbeats stopped, the task its error was reported from), and what gRPC said.
+_REMOTE_TASK = re.compile(
+    r"remote target /job:worker/replica:\d+/task:(\d+)|Error reported from /job:worker(?:/replica:\d+)?/task:(\d+)"
+)
 _GRPC_MESSAGE = re.compile(r'grpc_message:"([^"]+)"')
 _HEADERS = {"Graph execution error:"}
 
@@ -75,9 +78,8 @@ def peer_error(config: RunConfig, error: BaseException) -> Aborted | None:
     text = str(error)
     workers = tf_config(config)["cluster"]["worker"] if config.cluster else []
     remote = _REMOTE_TASK.search(text)
-    peer = ""
-    if remote and int(remote[1]) < len(workers):
-        peer = f" (TensorFlow worker {workers[int(remote[1])]}, node rank {remote[1]})"
+    rank = int(remote[1] or remote[2]) if remote else len(workers)
+    peer = f" (TensorFlow worker {workers[rank]}, node rank {rank})" if rank < len(workers) else ""
     return Aborted(f"a collective failed: another rank of the job failed, left or stalled{peer}: {reason(text)}")
 
 
