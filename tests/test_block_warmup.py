@@ -7,7 +7,7 @@ import grpc
 import pandas as pd
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
-from support.cli import fwbench, only_run_dir
+from support.cli import SHORT_BLOCKS, SMALL_INFER, fwbench, only_run_dir
 
 from fwbench_aggregator.analyse.warmup import (
     MAX_LEARNED_STEPS,
@@ -111,20 +111,8 @@ def test_a_compare_in_blocks_warms_later_blocks_up_the_learned_count(tmp_path, f
     done = fwbench(
         "compare",
         *(f"--runner={name}={address}" for name, address in addresses.items()),
-        "--model",
-        "resnet18",
-        "--mode",
-        "infer",
-        "--batch-size",
-        "2",
-        "--shape",
-        "3x32x32",
-        "--design",
-        "blocks",
-        "--block-windows",
-        "2",
-        "--window-s",
-        "0.02",
+        *SMALL_INFER,
+        *SHORT_BLOCKS,
         "--repetitions",
         "3",
         "--out",

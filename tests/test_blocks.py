@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
 from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
-from support.cli import fwbench, fwbench_in_process, only_run_dir
+from support.cli import SHORT_BLOCKS, SMALL_INFER, fwbench, fwbench_in_process, only_run_dir
 from support.fakes import Fake, started_fakes
 from test_alike import CONFIG, FACTS, STEPS_PER_RUN
 
@@ -345,20 +345,8 @@ def test_compare_in_blocks_stores_every_window_with_its_block_and_calls_the_diff
     done = fwbench(
         "compare",
         *(f"--runner={name}={address}" for name, address in two_fakes.items()),
-        "--model",
-        "resnet18",
-        "--mode",
-        "infer",
-        "--batch-size",
-        "2",
-        "--shape",
-        "3x32x32",
-        "--design",
-        "blocks",
-        "--block-windows",
-        "2",
-        "--window-s",
-        "0.02",
+        *SMALL_INFER,
+        *SHORT_BLOCKS,
         "--out",
         str(tmp_path),
     )
@@ -396,20 +384,8 @@ def test_an_a_a_compare_in_blocks_calls_no_difference(tmp_path):
         done = fwbench(
             "compare",
             *(f"--runner={r.name}={r.address}" for r in fakes.runners),
-            "--model",
-            "resnet18",
-            "--mode",
-            "infer",
-            "--batch-size",
-            "2",
-            "--shape",
-            "3x32x32",
-            "--design",
-            "blocks",
-            "--block-windows",
-            "2",
-            "--window-s",
-            "0.02",
+            *SMALL_INFER,
+            *SHORT_BLOCKS,
             "--repetitions",
             "4",
             "--out",
@@ -509,21 +485,21 @@ def test_a_block_designs_verdict_says_blocks_where_it_did_not_resolve():
 
 @pytest.mark.slow
 def test_a_floor_calibrated_in_blocks_applies_to_comparisons_in_blocks_alone(tmp_path):
-    config = ("--model", "resnet18", "--batch-size", "2", "--shape", "3x32x32", "--mode", "infer")
-    blocked = ("--design", "blocks", "--block-windows", "2", "--window-s", "0.02")
     store = tmp_path / "store"
     with started_fakes(tmp_path, Fake("one", step_s=0.002), Fake("two", step_s=0.002)) as fakes:
         runners = fakes.runners
         addresses = [f"--runner=fake={r.address}" for r in runners]
-        done = fwbench("calibrate", *config, *blocked, "--repetitions", "3", *addresses, "--store", str(store))
+        done = fwbench(
+            "calibrate", *SMALL_INFER, *SHORT_BLOCKS, "--repetitions", "3", *addresses, "--store", str(store)
+        )
         assert done.returncode == 0, done.stderr
         (floor,) = ResultStore(store).load("calibration").to_dict("records")
         assert floor["design"] == "blocks of 2 windows" and floor["runs"] == 3  # three blocks, judged paired
         pairs = [f"--runner={n}={r.address}" for n, r in zip("ab", runners)]
         in_blocks = fwbench(
             "compare",
-            *config,
-            *blocked,
+            *SMALL_INFER,
+            *SHORT_BLOCKS,
             "--repetitions",
             "3",
             *pairs,
@@ -534,7 +510,7 @@ def test_a_floor_calibrated_in_blocks_applies_to_comparisons_in_blocks_alone(tmp
         )
         in_rounds = fwbench(
             "compare",
-            *config,
+            *SMALL_INFER,
             "--repetitions",
             "3",
             "--steps",

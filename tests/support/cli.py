@@ -8,6 +8,11 @@ import sys
 
 from typer.testing import CliRunner
 
+# A small workload and short process blocks (2 windows of 0.02 s a runner): a compare in blocks over fake runners
+# that ends in seconds.
+SMALL_INFER = ("--model", "resnet18", "--mode", "infer", "--batch-size", "2", "--shape", "3x32x32")
+SHORT_BLOCKS = ("--design", "blocks", "--block-windows", "2", "--window-s", "0.02")
+
 
 def fwbench(
     *args: str, timeout: float = 600, env: dict[str, str] | None = None, columns: int = 200, clean: bool = False
