@@ -12,7 +12,7 @@ floors and FLOP counts. At each size it measures, each in a fresh process (so th
     report    what `fwbench report` reads: every run's frames (summary, steps, ...), the damaged files, the manifests
     report1k  the same over a 1,000-run selection (--where seed=0: the first 1,000 runs)
     analyse   report's reads and the analysis of them (app.report.store_report but writing the pages)
-    append    a 120-run sweep: the resume check (which configurations are done), then 120 appends
+    append    a 120-run sweep: the resume check (which of its configurations are done), then 120 appends
 
     .venvs/aggregator/bin/python benchmarks/store_scale.py --sizes 124,1000,10000 --keep /tmp/store_scale
 """
@@ -160,6 +160,11 @@ def grow(root: Path, runs: int) -> float:
 
 
 def measure(root: Path, what: str, runs: int) -> dict:
+    # A sweep's runs made first: what is timed is the store's part, as a study opens, resumes and stores (app.study)
+    rng = random.Random(runs)
+    sweep = (
+        [(f"r{i:07d}", _run(f"r{i:07d}", i, rng)) for i in range(runs, runs + BATCH_RUNS)] if what == "append" else []
+    )
     started = time.perf_counter()
     store = ResultStore(root)
     store.run_keys()  # the catalog checked against runs/ (on a store of the previous format: built)
@@ -182,11 +187,9 @@ def measure(root: Path, what: str, runs: int) -> dict:
         ):  # no pages: what the store costs
             selected = len(report.store_report(store, root / "report").summary)
     elif what == "append":
-        runs_by_config(store)
-        rng = random.Random(runs)
-        for index in range(runs, runs + BATCH_RUNS):
-            key = f"r{index:07d}"
-            store.append(key, *_run(key, index, rng))
+        runs_by_config(store, [manifest["config_key"] for _, (_, _, manifest) in sweep])
+        for key, run in sweep:
+            store.append(key, *run)
     seconds = time.perf_counter() - started
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {

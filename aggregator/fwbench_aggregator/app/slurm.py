@@ -199,7 +199,9 @@ def _run_job(folder: Path, submission: slurm_run.Submission, progress: Progress)
     if interrupted:
         result.status = 128 + signal.SIGTERM
         return result
-    stored = runs_by_config(results_store)  # a run's id is its own: the sweep's runs are found by configuration
+    # A run's id is its own: the sweep's runs are found by configuration, its own configurations only (each found run
+    # is checked against its checksums: all of a store's would cost a second a thousand runs)
+    stored = runs_by_config(results_store, [key for key, _ in pending])
     undone = [key for key, _ in pending if key not in stored]
     if submission.report and results_store.run_keys():
         result.report = store_report(
