@@ -9,6 +9,7 @@ from ..plan.settings import stored
 from ..store.comparability_columns import BLOCK_KEY_COLUMNS, COMPARABILITY_COLUMNS, RUNNER_KEY_COLUMNS
 from ..store.run_columns import CONFIG_COLUMNS
 from ..store.selection import key_text
+from .object_text import object_column, text_as_objects
 
 # How each part of the comparability key reads in a row's label: "version 2.15.0", "intra-op threads 1"; a run
 # setting's as its declaration says (plan.settings).
@@ -39,7 +40,7 @@ def key_texts(frame: pd.DataFrame, columns) -> pd.DataFrame:
     """`frame` with each of `columns` as key text ("" where missing or unknown)."""
     frame = frame.copy()
     for column in columns:
-        frame[column] = [key_text(v) for v in frame[column]] if column in frame else ""
+        frame[column] = object_column([key_text(v) for v in frame[column]] if column in frame else "", frame.index)
     return frame
 
 
@@ -74,7 +75,7 @@ def labelled(frame: pd.DataFrame, over) -> pd.DataFrame:
     frame = frame.copy()
     # Grouped over the key columns alone: a group of the whole frame took every column's rows (a hundred, most of
     # them text), a third of a large report's analysis.
-    keys = frame[list(dict.fromkeys([*over, *BLOCK_KEY_COLUMNS, "runner", *RUNNER_KEY_COLUMNS]))]
+    keys = text_as_objects(frame[list(dict.fromkeys([*over, *BLOCK_KEY_COLUMNS, "runner", *RUNNER_KEY_COLUMNS]))])
     group, variant = pd.Series("", index=frame.index, dtype=object), pd.Series("", index=frame.index, dtype=object)
     for _, same in keys.groupby(list(over), sort=False):
         blocks = list(same.groupby(list(BLOCK_KEY_COLUMNS), sort=False))
@@ -84,11 +85,14 @@ def labelled(frame: pd.DataFrame, over) -> pd.DataFrame:
                 variants = list(runner_runs.groupby(list(RUNNER_KEY_COLUMNS), sort=False))
                 for (_, own), differs in zip(variants, differences([key for key, _ in variants], RUNNER_KEY_COLUMNS)):
                     variant.loc[own.index] = differs
-    frame["group"], frame["variant"] = group.to_numpy(), variant.to_numpy()
-    frame["label"] = [
-        runner + (f" ({variant})" if variant else "") + (f" [{group}]" if group else "")
-        for runner, variant, group in zip(frame["runner"], frame["variant"], frame["group"])
-    ]
+    frame["group"], frame["variant"] = group, variant
+    frame["label"] = object_column(
+        [
+            runner + (f" ({variant})" if variant else "") + (f" [{group}]" if group else "")
+            for runner, variant, group in zip(frame["runner"], frame["variant"], frame["group"])
+        ],
+        frame.index,
+    )
     return frame
 
 

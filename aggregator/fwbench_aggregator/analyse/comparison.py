@@ -31,6 +31,7 @@ from . import stats
 from .alike import keyed, labelled
 from .floors import Floor, noise_floors
 from .judging import judge_configuration
+from .object_text import text_as_objects
 from .parity import PARITY_CHECKED, parity_status
 
 
@@ -80,14 +81,6 @@ def normalised(frame: pd.DataFrame | None) -> pd.DataFrame:
     return frame
 
 
-def text_as_objects(frame: pd.DataFrame) -> pd.DataFrame:
-    """The frame with its text columns as Python objects, consolidated: pandas 3 keeps text in Arrow arrays, each its
-    own block, and every selection of rows then calls into Arrow once per column. Over a large report's thousands of
-    small groups that was most of the analysis: 6 runs' rows of a 133-column summary took 25 ms, against 1.8 ms."""
-    text = {column: object for column, dtype in frame.dtypes.items() if isinstance(dtype, pd.StringDtype)}
-    return frame.astype(text).copy() if text else frame  # the copy puts like columns into one block
-
-
 def with_status(summary: pd.DataFrame) -> pd.DataFrame:
     """The normalised summary with every run's status as text: "ok" where the store predates statuses, "failed" where
     a run recorded none."""
@@ -98,9 +91,12 @@ def with_status(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def _first(values: pd.Series, default=""):
-    values = values.dropna()
-    values = values[values.astype(str) != ""]
-    return values.iloc[0] if len(values) else default
+    """The first value that is neither missing nor empty text; looked at one by one (a row's few runs), since making
+    the whole column text cost a large report's analysis a second a thousand rows."""
+    for place, value in enumerate(values.to_numpy(dtype=object)):
+        if not (pd.api.types.is_scalar(value) and pd.isna(value)) and str(value) != "":
+            return values.iloc[place]
+    return default
 
 
 def _numbers(frame: pd.DataFrame, column: str) -> pd.Series:
@@ -131,7 +127,9 @@ def _joined_settings(values: pd.Series | None) -> str:
 
 def straggler_spread_of(runs: pd.DataFrame) -> float:
     """The median of the runs' straggler spreads; none with one rank, where there is no straggler."""
-    spread = _numbers(runs[runs["world_size"] > 1], "straggler_spread")
+    if "straggler_spread" not in runs:
+        return math.nan
+    spread = pd.to_numeric(runs["straggler_spread"][runs["world_size"] > 1], errors="coerce").dropna()
     return float(spread.median()) if len(spread) else math.nan
 
 
@@ -377,7 +375,7 @@ def per_run(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     extra = [c for c in ("runner_name", "strategy", "device_name", "energy_per_sample_j") if c in facts]
     facts = facts[[*RUN_COLUMNS, "label", "group", *extra]].drop_duplicates(list(RUN_COLUMNS))
     runs = runs.merge(facts, on=list(RUN_COLUMNS), how="left")
-    runs["runner"] = runs.pop("label")
+    runs["runner"] = runs.pop("label").astype(str)  # text, as the tables write it
     for column, default in (("device_name", ""), ("energy_per_sample_j", np.nan)):
         if column not in runs:
             runs[column] = default

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from . import stats
-from .comparison import comparison_rows, per_run, text_as_objects
+from .comparison import comparison_rows, per_run
 from .efficiency import hardware_efficiency
 from .findings import Finding, findings
 from .generation import generation_rows
+from .object_text import text_as_objects
 from .optimal import optimal_batches
 from .scaling import scaling_rows
 from .searches import best_searches, split_searches

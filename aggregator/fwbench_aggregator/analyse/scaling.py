@@ -14,6 +14,7 @@ from ..store.run_columns import CONFIG_COLUMNS, SCALING_KEY_COLUMNS
 from . import stats
 from .alike import keyed, labelled
 from .comparison import straggler_spread_of, with_status
+from .object_text import text_as_objects
 
 
 def _throughputs(frame: pd.DataFrame) -> np.ndarray:
@@ -35,7 +36,12 @@ def scaling_rows(summary: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=SCALING_COLUMNS)
     # Runs pool, and find their one-device baseline, only among alike runs (alike.labelled): one block, one runner key.
     summary = labelled(keyed(summary), SCALING_KEY_COLUMNS)
-    ok = summary[summary["status"] == "ok"]
+    # The columns read below alone, text as objects: the groups below took every column's rows, most of the table's
+    # time over a large store
+    read = [*SCALING_KEY_COLUMNS, "group", "label", "runner_name", "strategy", "world_size", "nodes", "batch_size"]
+    read += [column for column in ("median_step_time_s", "straggler_spread") if column in summary]
+    ok = text_as_objects(summary.loc[summary["status"] == "ok", list(dict.fromkeys(read))])
+    ok["runner_key"] = summary.loc[ok.index].groupby(list(RUNNER_KEY_COLUMNS), sort=False).ngroup()
     rows = []
     for (*config, _), runs in ok.groupby([*SCALING_KEY_COLUMNS, "group"], sort=False):
         for (label, runner_name, strategy, world_size, nodes), own in runs.groupby(
@@ -44,7 +50,7 @@ def scaling_rows(summary: pd.DataFrame) -> pd.DataFrame:
             values = _throughputs(own)
             if not values.size:
                 continue
-            same_runner = (runs[[*RUNNER_KEY_COLUMNS]] == own[[*RUNNER_KEY_COLUMNS]].iloc[0]).all(axis=1)
+            same_runner = runs["runner_key"] == own["runner_key"].iloc[0]
             one = runs[(runs["runner_name"] == runner_name) & same_runner & (runs["world_size"] == 1)]
             single = one[one["strategy"] == "single"]
             baseline_runs = _throughputs(single if len(single) else one[one["strategy"] == strategy])
