@@ -73,18 +73,17 @@ def labelled(frame: pd.DataFrame, over) -> pd.DataFrame:
     runner key (RUNNER_KEY_COLUMNS) apart from its runner's others in the block, both "" when alone; and `label`, its
     runner as every table shows it, "torch (version 2.15.0) [device H100]". Runs with one label are alike."""
     frame = frame.copy()
-    # Grouped over the key columns alone: a group of the whole frame took every column's rows (a hundred, most of
-    # them text), a third of a large report's analysis.
-    keys = text_as_objects(frame[list(dict.fromkeys([*over, *BLOCK_KEY_COLUMNS, "runner", *RUNNER_KEY_COLUMNS]))])
-    group, variant = pd.Series("", index=frame.index, dtype=object), pd.Series("", index=frame.index, dtype=object)
-    for _, same in keys.groupby(list(over), sort=False):
-        blocks = list(same.groupby(list(BLOCK_KEY_COLUMNS), sort=False))
-        for (_, block), text in zip(blocks, differences([key for key, _ in blocks], BLOCK_KEY_COLUMNS)):
-            group.loc[block.index] = text
-            for _, runner_runs in block.groupby("runner", sort=False):
-                variants = list(runner_runs.groupby(list(RUNNER_KEY_COLUMNS), sort=False))
-                for (_, own), differs in zip(variants, differences([key for key, _ in variants], RUNNER_KEY_COLUMNS)):
-                    variant.loc[own.index] = differs
+    over = list(over)
+    blocks = list(dict.fromkeys([*over, *BLOCK_KEY_COLUMNS]))
+    runners = list(dict.fromkeys([*blocks, "runner"]))
+    variants = list(dict.fromkeys([*runners, *RUNNER_KEY_COLUMNS]))
+    # What sets a block or a runner key apart depends only on the distinct keys around it: worked out once per distinct
+    # key, then looked up per run (grouping the runs themselves, group in group, was a third of a large analysis).
+    keys = text_as_objects(frame[variants])
+    group_of = _told_apart(keys.drop_duplicates(blocks), over, blocks, BLOCK_KEY_COLUMNS)
+    variant_of = _told_apart(keys.drop_duplicates(variants), runners, variants, RUNNER_KEY_COLUMNS)
+    group = object_column([group_of[key] for key in _rows(keys, blocks)], frame.index)
+    variant = object_column([variant_of[key] for key in _rows(keys, variants)], frame.index)
     frame["group"], frame["variant"] = group, variant
     frame["label"] = object_column(
         [
@@ -94,6 +93,30 @@ def labelled(frame: pd.DataFrame, over) -> pd.DataFrame:
         frame.index,
     )
     return frame
+
+
+def _told_apart(distinct: pd.DataFrame, within: list[str], key: list[str], apart: tuple[str, ...]) -> dict[tuple, str]:
+    """For each distinct `key` (its values, a row of `distinct`; `key` holds `within` and `apart`), what sets its
+    `apart` columns apart from those of the other keys that share its `within` values (differences). In Python: the
+    keys are few, and pandas' selections per group cost more than the work."""
+    inside, told_by = [key.index(c) for c in within], [key.index(c) for c in apart]
+    by: dict[tuple, list[tuple]] = {}
+    for row in _rows(distinct, key):
+        by.setdefault(tuple(row[i] for i in inside), []).append(row)
+    told: dict[tuple, str] = {}
+    for same in by.values():
+        told.update(zip(same, differences([tuple(row[i] for i in told_by) for row in same], apart)))
+    return told
+
+
+def _rows(frame: pd.DataFrame, columns: list[str]) -> list[tuple]:
+    """The rows' values of `columns` as tuples, a missing value as None (NaN is never equal to itself: a key of one
+    would never be found again)."""
+    return list(zip(*([None if _missing(v) else v for v in frame[column].tolist()] for column in columns)))
+
+
+def _missing(value: object) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and value != value)
 
 
 def differences(keys: list[tuple], columns: tuple[str, ...]) -> list[str]:

@@ -375,10 +375,11 @@ def per_run(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     extra = [c for c in ("runner_name", "strategy", "device_name", "energy_per_sample_j") if c in facts]
     facts = facts[[*RUN_COLUMNS, "label", "group", *extra]].drop_duplicates(list(RUN_COLUMNS))
     runs = runs.merge(facts, on=list(RUN_COLUMNS), how="left")
-    runs["runner"] = runs.pop("label").astype(str)  # text, as the tables write it
+    runs["runner"] = runs.pop("label")
     for column, default in (("device_name", ""), ("energy_per_sample_j", np.nan)):
         if column not in runs:
             runs[column] = default
+    runs = runs.astype({"runner": str, "group": str, "device_name": str})  # text, as the tables write it
     samples = runs["batch_size"] * runs["world_size"]
     runs["time_per_sample_s"] = runs["median_step_time_s"] / samples
     runs["throughput_samples_per_s"] = samples / runs["median_step_time_s"]
