@@ -99,8 +99,8 @@ def _first(values: pd.Series, default=""):
     return default
 
 
-def _numbers(frame: pd.DataFrame, column: str) -> pd.Series:
-    return pd.to_numeric(frame[column], errors="coerce").dropna() if column in frame else pd.Series(dtype=float)
+def _numbers(values: pd.Series) -> pd.Series:
+    return pd.to_numeric(values, errors="coerce").dropna()
 
 
 def flag_summary(device_flags: pd.Series, runs: int, unit: str = "runs") -> str:
@@ -233,7 +233,9 @@ def _block_rows(
     ]
     judge_configuration(block_rows, floors, config, min_effect)
     _mark_source(block_rows, block, parity)
-    started, finished = _numbers(block, "started_at_unix_s"), _numbers(block, "finished_at_unix_s")
+    started, finished = (
+        _numbers(block.get(c, pd.Series(dtype=float))) for c in ("started_at_unix_s", "finished_at_unix_s")
+    )
     for row in block_rows:
         # The block's time, every runner's runs from the first start to the last finish.
         row["wall_s"] = float(finished.max() - started.min()) if len(started) and len(finished) else math.nan
@@ -270,48 +272,59 @@ def _in_reading_order(table: pd.DataFrame) -> pd.DataFrame:
 def _row(
     config_values: dict, batch_size: int, label: str, own: pd.DataFrame, step_times: dict, run_medians: dict
 ) -> dict:
-    """One row: a runner's runs of one configuration that are alike (one block, one runner key), before judging."""
-    ok, failed = own[own["status"] == "ok"], own[own["status"] != "ok"]
-    row_id = own["_row"].iloc[0]  # `own` is grouped by what numbered the rows: one number
+    """One row: a runner's runs of one configuration that are alike (one block, one runner key), before judging. Read
+    column by column: selecting the runs' rows of every column, twice a row, was most of a large report's analysis."""
+    is_ok = (own["status"] == "ok").to_numpy()
+    runs_ok, runs_failed = int(is_ok.sum()), int((~is_ok).sum())
+    first_row = own.iloc[0]
+
+    def every(column: str) -> pd.Series:
+        return own[column] if column in own else pd.Series(dtype=object)
+
+    def of(column: str, rows: np.ndarray = is_ok) -> pd.Series:
+        return own[column][rows] if column in own else pd.Series(dtype=object)
+
+    row_id = first_row["_row"]  # `own` is grouped by what numbered the rows: one number
     times = step_times.get(row_id, np.array([]))
     medians, units = run_medians.get(row_id, (np.array([]), ()))
-    energy, power = _numbers(ok, "energy_per_sample_j"), _numbers(ok, "mean_power_w")
+    energy, power = _numbers(of("energy_per_sample_j")), _numbers(of("mean_power_w"))
+    repetitions = _numbers(of("max_repetitions"))
     row = {
         **config_values,
         "runner": label,
         "runner_name": _first(own["runner_name"]),
         "strategy": _first(own["strategy"]),
         "global_batch_size": batch_size,
-        "straggler_spread": straggler_spread_of(ok),
-        "framework": _first(own.get("framework", pd.Series(dtype=object))),
-        "framework_version": _first(own.get("framework_version", pd.Series(dtype=object))),
-        "container_image": _first(own.get("container_image", pd.Series(dtype=object))),
-        "device_name": own["device_name"].iloc[0],  # one device model a block
-        **{setting: _joined_settings(ok.get(setting)) for setting in SETTINGS_COLUMNS},
-        "runs": int(len(ok)),
-        "failed_runs": int(len(failed)),
+        "straggler_spread": straggler_spread_of(
+            own[[c for c in ("world_size", "straggler_spread") if c in own]][is_ok]
+        ),
+        "framework": _first(every("framework")),
+        "framework_version": _first(every("framework_version")),
+        "container_image": _first(every("container_image")),
+        "device_name": first_row["device_name"],  # one device model a block
+        **{setting: _joined_settings(own[setting][is_ok] if setting in own else None) for setting in SETTINGS_COLUMNS},
+        "runs": runs_ok,
+        "failed_runs": runs_failed,
         "steps": int(times.size),
         "energy_per_sample_j": float(energy.mean()) if len(energy) else math.nan,
         "mean_power_w": float(power.mean()) if len(power) else math.nan,
         "energy_runs": int(len(energy)),
-        "energy_status": _joined(s for s in ok.get("energy_status", pd.Series(dtype=object)) if s != "ok"),
+        "energy_status": _joined(s for s in of("energy_status") if s != "ok"),
         "flagged": flag_summary(
-            ok.get("device_flags", pd.Series(dtype=object)),
-            len(ok),
-            "windows" if (ok["process_block"] != "").any() else "runs",
+            of("device_flags"), runs_ok, "windows" if (own["process_block"][is_ok] != "").any() else "runs"
         ),
-        "error": _joined(failed.get("error", pd.Series(dtype=object)).fillna("")),
-        "max_repetitions": int(_numbers(ok, "max_repetitions").max()) if len(_numbers(ok, "max_repetitions")) else 0,
-        "looks": str(_first(own.get("looks", pd.Series(dtype=object)))),
-        "model_source": str(_first(own.get("model_source", pd.Series(dtype=object)), BUILT_IN)),
-        "model_hash": str(_first(own.get("model_hash", pd.Series(dtype=object)))),
+        "error": _joined(of("error", ~is_ok).fillna("")),
+        "max_repetitions": int(repetitions.max()) if len(repetitions) else 0,
+        "looks": str(_first(every("looks"))),
+        "model_source": str(_first(every("model_source"), BUILT_IN)),
+        "model_hash": str(_first(every("model_hash"))),
         "_medians": medians,
         "_units": units,
         "blocks": len(units),
-        "design": _first(own.get("design", pd.Series(dtype=object)), ROUNDS_LABEL),
-        "_alike": {column: own[column].iloc[0] for column in FLOOR_KEY_COLUMNS},  # one key a row
+        "design": _first(every("design"), ROUNDS_LABEL),
+        "_alike": {column: first_row[column] for column in FLOOR_KEY_COLUMNS},  # one key a row
     }
-    if len(ok) and medians.size:
+    if runs_ok and medians.size:
         median_s = stats.geometric_mean(medians)
         row.update(
             status="ok",
@@ -321,7 +334,7 @@ def _row(
             run_spread=stats.run_spread(medians),
             throughput_samples_per_s=batch_size / median_s,
         )
-    elif len(ok):
+    elif runs_ok:
         row.update(status="ok", median_step_ms=math.nan, verdict="no measured steps")
     else:
         row.update(status="failed", median_step_ms=math.nan, verdict=failure_verdict(row["error"]))
