@@ -6,7 +6,8 @@ A block's first window warms its fresh build up until stable (the runner's defau
 20 s block, where its steps ran at their settled pace after a few. What the first block shows sets the later blocks'
 warm-up: the step from which its warm-up kept within SETTLED_TOLERANCE of its later windows' pace, doubled, plus
 WARMUP_MARGIN_STEPS; each later block checks it, its first window measured within SETTLED_TOLERANCE of its later
-windows, and a block that fails the check returns its runner to the default rule for the blocks after it."""
+windows' median or within their spread, and a block that fails the check returns its runner to the default rule for
+the blocks after it."""
 
 from __future__ import annotations
 
@@ -50,7 +51,11 @@ def learned_warmup_steps(warmup_s: Sequence[float], later_window_medians_s: Sequ
 
 
 def warmed_enough(first_window_median_s: float, later_window_medians_s: Sequence[float]) -> bool:
-    """Whether a block's first window, after its learned warm-up, measured at its later windows' pace."""
+    """Whether a block's first window, after its learned warm-up, measured at its later windows' pace: within
+    SETTLED_TOLERANCE of their median, or no slower than the slowest of them. A block's windows spread by about the
+    tolerance on a 2-core VM (9-10% in the demo), and a first window inside that spread is what the block's own noise
+    makes: judged by the median alone, the check sent both runners of a demo back to the rule on noise."""
     if not later_window_medians_s:
         return True
-    return first_window_median_s <= statistics.median(later_window_medians_s) * (1 + SETTLED_TOLERANCE)
+    pace_limit_s = statistics.median(later_window_medians_s) * (1 + SETTLED_TOLERANCE)
+    return first_window_median_s <= max(pace_limit_s, max(later_window_medians_s))
