@@ -8,7 +8,7 @@ import pandas as pd
 from ..plan.settings import stored
 from ..store.comparability_columns import BLOCK_KEY_COLUMNS, COMPARABILITY_COLUMNS, RUNNER_KEY_COLUMNS
 from ..store.run_columns import CONFIG_COLUMNS
-from ..store.selection import key_text
+from ..store.selection import is_missing, key_text
 from .object_text import object_column, text_as_objects
 
 # How each part of the comparability key reads in a row's label: "version 2.15.0", "intra-op threads 1"; a run
@@ -112,11 +112,7 @@ def _told_apart(distinct: pd.DataFrame, within: list[str], key: list[str], apart
 def _rows(frame: pd.DataFrame, columns: list[str]) -> list[tuple]:
     """The rows' values of `columns` as tuples, a missing value as None (NaN is never equal to itself: a key of one
     would never be found again)."""
-    return list(zip(*([None if _missing(v) else v for v in frame[column].tolist()] for column in columns)))
-
-
-def _missing(value: object) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and value != value)
+    return list(zip(*([None if is_missing(v) else v for v in frame[column].tolist()] for column in columns)))
 
 
 def differences(keys: list[tuple], columns: tuple[str, ...]) -> list[str]:

@@ -118,10 +118,8 @@ def _joined(values) -> str:
     return " | ".join(dict.fromkeys(str(v) for v in values if isinstance(v, str) and v))
 
 
-def _joined_settings(values: pd.Series | None) -> str:
+def _joined_settings(values: pd.Series) -> str:
     """A setting over a row's runs: its one value, or every value it took (" | "), "" where never reported."""
-    if values is None:
-        return ""
     return " | ".join(dict.fromkeys(str(v) for v in values.dropna() if str(v) != ""))
 
 
@@ -129,7 +127,7 @@ def straggler_spread_of(runs: pd.DataFrame) -> float:
     """The median of the runs' straggler spreads; none with one rank, where there is no straggler."""
     if "straggler_spread" not in runs:
         return math.nan
-    spread = pd.to_numeric(runs["straggler_spread"][runs["world_size"] > 1], errors="coerce").dropna()
+    spread = _numbers(runs["straggler_spread"][runs["world_size"] > 1])
     return float(spread.median()) if len(spread) else math.nan
 
 
@@ -279,9 +277,10 @@ def _row(
     first_row = own.iloc[0]
 
     def every(column: str) -> pd.Series:
-        return own[column] if column in own else pd.Series(dtype=object)
+        return own.get(column, pd.Series(dtype=object))
 
     def of(column: str, rows: np.ndarray = is_ok) -> pd.Series:
+        """The column's values over `rows` (the successful runs'); none where no run recorded it."""
         return own[column][rows] if column in own else pd.Series(dtype=object)
 
     row_id = first_row["_row"]  # `own` is grouped by what numbered the rows: one number
@@ -302,7 +301,7 @@ def _row(
         "framework_version": _first(every("framework_version")),
         "container_image": _first(every("container_image")),
         "device_name": first_row["device_name"],  # one device model a block
-        **{setting: _joined_settings(own[setting][is_ok] if setting in own else None) for setting in SETTINGS_COLUMNS},
+        **{setting: _joined_settings(of(setting)) for setting in SETTINGS_COLUMNS},
         "runs": runs_ok,
         "failed_runs": runs_failed,
         "steps": int(times.size),
@@ -311,7 +310,7 @@ def _row(
         "energy_runs": int(len(energy)),
         "energy_status": _joined(s for s in of("energy_status") if s != "ok"),
         "flagged": flag_summary(
-            of("device_flags"), runs_ok, "windows" if (own["process_block"][is_ok] != "").any() else "runs"
+            of("device_flags"), runs_ok, "windows" if (of("process_block") != "").any() else "runs"
         ),
         "error": _joined(of("error", ~is_ok).fillna("")),
         "max_repetitions": int(repetitions.max()) if len(repetitions) else 0,

@@ -41,7 +41,7 @@ def scaling_rows(summary: pd.DataFrame) -> pd.DataFrame:
     read = [*SCALING_KEY_COLUMNS, "group", "label", "runner_name", "strategy", "world_size", "nodes", "batch_size"]
     read += [column for column in ("median_step_time_s", "straggler_spread") if column in summary]
     ok = text_as_objects(summary.loc[summary["status"] == "ok", list(dict.fromkeys(read))])
-    ok["runner_key"] = summary.loc[ok.index].groupby(list(RUNNER_KEY_COLUMNS), sort=False).ngroup()
+    ok["runner_key"] = summary[list(RUNNER_KEY_COLUMNS)].groupby(list(RUNNER_KEY_COLUMNS), sort=False).ngroup()
     rows = []
     for (*config, _), runs in ok.groupby([*SCALING_KEY_COLUMNS, "group"], sort=False):
         for (label, runner_name, strategy, world_size, nodes), own in runs.groupby(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 
@@ -11,6 +9,7 @@ from ..analyse.comparison import flagged_verdict
 from ..analyse.searches import SEARCH_KEY
 from ..store.analysis_columns import SERIES_KEY
 from ..store.run_columns import CONFIG_COLUMNS, SCALING_KEY_COLUMNS
+from ..store.selection import is_missing
 
 # Headers whose cells are figures: right-aligned in every table.
 NUMERIC_HEADERS = {
@@ -65,7 +64,7 @@ PERCENT_COLUMNS = ("run_spread", "noise_floor", "straggler_spread", "scaling_eff
 
 
 def cell(value, column: str = "") -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+    if is_missing(value):
         return "–"
     if isinstance(value, (float, np.floating)):
         if column in PERCENT_COLUMNS:

@@ -27,10 +27,15 @@ class SelectionError(ValueError):
         self.option = option
 
 
+def is_missing(value: object) -> bool:
+    """Whether a stored value is missing: None, pandas' NA or NaN (a scalar; pd.isna of a list is a list)."""
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
 def key_text(value: object) -> str:
     """A stored value as text to compare: 2, 2.0 and "2" alike; "" for a missing one. How --where matches a value,
     and how analyse.alike reads the comparability key."""
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return ""
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
