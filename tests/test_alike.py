@@ -14,11 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fwbench_aggregator.analyse.comparison import comparison_rows, per_run, run_values
+from fwbench_aggregator.analyse.comparison import comparison_rows, per_run
 from fwbench_aggregator.analyse.efficiency import hardware_efficiency
 from fwbench_aggregator.analyse.judging import NO_BLOCKS_IN_COMMON
 from fwbench_aggregator.analyse.optimal import optimal_batches
 from fwbench_aggregator.analyse.results import analysed
+from fwbench_aggregator.analyse.run_values import run_values
 from fwbench_aggregator.analyse.scaling import scaling_rows
 from fwbench_aggregator.analyse.serving import load_curve, serving_rows
 from fwbench_aggregator.analyse.trends import batch_trends

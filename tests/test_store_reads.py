@@ -16,7 +16,7 @@ from support.progress import RecordingProgress
 from test_report import build_frames
 from test_store_format import old_store
 
-from fwbench_aggregator.analyse.results import Analysis, analysed
+from fwbench_aggregator.analyse.results import Analysis, analysed, part_keys
 from fwbench_aggregator.app import report as report_module
 from fwbench_aggregator.app.report import store_report
 from fwbench_aggregator.store import frame_reads
@@ -98,6 +98,28 @@ def test_the_report_analyses_the_tables_it_analysed_run_by_run(store, tmp_path, 
             pd.testing.assert_frame_equal(got, want, check_exact=True)
         else:
             assert json.dumps(got, default=repr) == json.dumps(want, default=repr)
+
+
+def test_the_report_reads_the_steps_one_part_of_the_analysis_at_a_time(store, tmp_path, monkeypatch):
+    """A large store's steps never all in memory: each read is one part's runs (analyse.results.PART_COLUMNS)."""
+    monkeypatch.setattr(report_module, "write_report", lambda *_, **__: tmp_path)
+    reader = ResultStore(store.root)
+    read, load = [], reader.load
+
+    def recorded(name, keys=None, *rest):
+        if name == "steps":
+            read.append(keys)
+        return load(name, keys, *rest)
+
+    monkeypatch.setattr(reader, "load", recorded)
+    progress = RecordingProgress()
+    store_report(reader, tmp_path / "report", progress=progress)
+    summary = run_by_run(store, "summary")
+    part_of = dict(zip(summary["run_key"], part_keys(summary)))
+    assert len(read) == len(set(part_of.values())) > 3
+    assert all(keys is not None and len({part_of[key] for key in keys}) == 1 for keys in read)
+    assert set().union(*read) == set(part_of)
+    assert f"analysing {len(summary)} runs" in progress.tasks
 
 
 def test_the_summaries_are_read_from_the_catalog_their_files_checked(store, monkeypatch):

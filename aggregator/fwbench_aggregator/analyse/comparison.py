@@ -21,8 +21,6 @@ from ..store.comparability_columns import FLOOR_KEY_COLUMNS
 from ..store.run_columns import (
     BUILT_IN,
     CONFIG_COLUMNS,
-    DEFAULT_PROFILE,
-    INTEGER_COLUMNS,
     RUN_COLUMNS,
     SERIES_COLUMNS,
     SETTINGS_COLUMNS,
@@ -33,6 +31,7 @@ from .floors import Floor, noise_floors
 from .judging import judge_configuration
 from .object_text import text_as_objects
 from .parity import PARITY_CHECKED, parity_status
+from .run_values import normalised, run_values
 
 
 def is_out_of_memory(error: str) -> bool:
@@ -46,39 +45,6 @@ def failure_verdict(error: str) -> str:
         return "out of memory"
     text = " ".join(str(error or "unknown error").split())
     return f"failed: {text[:200]}{'…' if len(text) > 200 else ''}"
-
-
-def entry_label(runner: str, strategy: str) -> str:
-    """A row's identity: the runner, and its strategy where it spreads over several devices ("torch ddp")."""
-    return runner if strategy in ("", "single") else f"{runner} {strategy}"
-
-
-def normalised(frame: pd.DataFrame | None) -> pd.DataFrame:
-    """Configuration columns present and comparable: missing strings become "", counts integers (a run
-    before distributed runs existed: one device, one runner). `runner` becomes the row's identity, runner and
-    strategy (entry_label); `runner_name` keeps the runner alone."""
-    frame = pd.DataFrame() if frame is None else frame.copy()
-    for column in (*CONFIG_COLUMNS, "runner", "strategy"):
-        if column not in frame:
-            frame[column] = pd.NA
-    for column in (*CONFIG_COLUMNS, "runner", "strategy"):
-        if column not in INTEGER_COLUMNS:
-            frame[column] = frame[column].astype(object).where(frame[column].notna(), "").astype(str)
-    frame["batch_size"] = pd.to_numeric(frame["batch_size"], errors="coerce").fillna(0).astype(int)
-    for column in ("world_size", "nodes"):
-        frame[column] = pd.to_numeric(frame[column], errors="coerce").fillna(1).astype(int)
-    frame["strategy"] = frame["strategy"].replace("", "single")
-    frame["profile"] = frame["profile"].replace("", DEFAULT_PROFILE)
-    if "runner_name" not in frame:
-        frame["runner_name"] = frame["runner"]
-    frame["runner"] = [entry_label(r, s) for r, s in zip(frame["runner_name"], frame["strategy"])]
-    frame["repetition"] = (
-        pd.to_numeric(frame["repetition"], errors="coerce").fillna(0).astype(int) if "repetition" in frame else 0
-    )
-    frame["run_id"] = (
-        frame["run_id"].astype(object).where(frame["run_id"].notna(), "").astype(str) if "run_id" in frame else ""
-    )
-    return frame
 
 
 def with_status(summary: pd.DataFrame) -> pd.DataFrame:
@@ -131,22 +97,6 @@ def straggler_spread_of(runs: pd.DataFrame) -> float:
     return float(spread.median()) if len(spread) else math.nan
 
 
-def run_values(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """One row per successful run: its configuration, runner, repetition and median step time (from
-    its measured steps; from the summary where the steps were not kept)."""
-    summary, steps = normalised(summary), normalised(steps)
-    ok = summary[summary.get("status", pd.Series("ok", index=summary.index)).fillna("failed") == "ok"]
-    runs = ok[[*RUN_COLUMNS, *(c for c in ("median_step_time_s",) if c in ok)]].copy()
-    if not steps.empty and "step_time_s" in steps:
-        measured = steps[~steps.get("warmup", pd.Series(False, index=steps.index)).astype(bool)]
-        medians = measured.groupby(list(RUN_COLUMNS), sort=False)["step_time_s"].median().rename("from_steps")
-        runs = runs.merge(medians.reset_index(), on=list(RUN_COLUMNS), how="left")
-        fallback = runs["median_step_time_s"] if "median_step_time_s" in runs else np.nan
-        runs["median_step_time_s"] = runs["from_steps"].fillna(fallback)
-        runs = runs.drop(columns="from_steps")
-    return runs.dropna(subset=["median_step_time_s"]) if "median_step_time_s" in runs else runs.iloc[0:0]
-
-
 def comparison_rows(
     summary: pd.DataFrame,
     steps: pd.DataFrame,
@@ -182,7 +132,7 @@ def comparison_rows(
         for row in _block_rows(config, group, block, step_times, run_medians, floors, min_effect, parity)
     ]
     table = pd.DataFrame(rows, columns=[*COMPARISON_COLUMNS, "_medians"]).drop(columns="_medians")
-    return _in_reading_order(table) if not table.empty else table
+    return in_reading_order(table) if not table.empty else table
 
 
 def _numbered_runs(summary: pd.DataFrame) -> pd.DataFrame:
@@ -240,7 +190,7 @@ def _block_rows(
     return block_rows
 
 
-def _in_reading_order(table: pd.DataFrame) -> pd.DataFrame:
+def in_reading_order(table: pd.DataFrame) -> pd.DataFrame:
     """By configuration and block, then ok rows before failed ones, fastest first."""
     table = (
         table.assign(_failed=table["status"] != "ok")

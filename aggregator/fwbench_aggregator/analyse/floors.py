@@ -73,7 +73,7 @@ def _source(row: pd.Series) -> str:
 
 def noise_floors(calibration: pd.DataFrame) -> dict[tuple, Floor]:
     """(configuration..., framework, key...) -> the floor a comparison applies to runs of that key (FLOOR_KEY_COLUMNS,
-    as text), by the rule above. `calibration` is normalised (comparison.normalised); rows from before calibrations
+    as text), by the rule above. `calibration` is normalised (run_values.normalised); rows from before calibrations
     were flagged count as quiet."""
     if calibration.empty or "noise_floor" not in calibration:
         return {}

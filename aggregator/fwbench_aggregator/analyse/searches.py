@@ -8,7 +8,7 @@ import pandas as pd
 
 from ..store.run_columns import BEST_SEARCH_PROFILE, CONFIG_COLUMNS, RUN_COLUMNS
 from . import stats
-from .comparison import normalised, run_values
+from .run_values import normalised, run_values
 
 SEARCH_SETTINGS = ("layout", "compilation", "cudnn_autotune")
 SEARCH_KEY = tuple(c for c in CONFIG_COLUMNS if c != "profile")

@@ -24,9 +24,10 @@ from ..store.analysis_columns import VERSION_CHANGE_COLUMNS, VERSION_POINT_COLUM
 from ..store.run_columns import CONFIG_COLUMNS, RUN_COLUMNS
 from ..store.run_columns import IMAGE_COLUMNS as STORED_IMAGE_COLUMNS
 from . import stats
-from .comparison import evidence_of, normalised, run_values
+from .comparison import evidence_of
 from .floors import busy_floor_note, config_floor, noise_floors
 from .judging import judged
+from .run_values import normalised, run_values
 
 # What must be the same on both sides of a version change for it to be the version's doing.
 ENVIRONMENT_FACTS = (
@@ -78,7 +79,13 @@ def base_image_family(image: object) -> str:
 
 def version_runs(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """One row per successful run: its configuration, median step time, framework and version, environment and image."""
-    runs = run_values(summary, steps)
+    return versioned(summary, run_values(summary, steps))
+
+
+def versioned(summary: pd.DataFrame, run_medians: pd.DataFrame) -> pd.DataFrame:
+    """version_runs from the runs' medians as they were already worked out (analyse.run_values; an Analysis's
+    run_medians): a report reads no steps for its version tables."""
+    runs = run_medians
     facts = normalised(summary)
     for column in (
         "framework",
@@ -193,7 +200,13 @@ def version_changes(
     """One row per configuration, framework and pair of consecutive versions it ran: the newer one's step time over
     the older one's (ratio, ci_low, ci_high), the change called ("regression", "improvement", "no change",
     "unresolved") and its text, and what else differs between their runs (environment). Regressions first."""
-    runs = version_runs(summary, steps)
+    return changes_between_versions(version_runs(summary, steps), calibration, min_effect)
+
+
+def changes_between_versions(
+    runs: pd.DataFrame, calibration: pd.DataFrame | None = None, min_effect: float = stats.MIN_EFFECT
+) -> pd.DataFrame:
+    """version_changes over version_runs' (or versioned's) runs."""
     floors = noise_floors(normalised(calibration))
     rows = []
     for key, group in runs.groupby(list(KEY), sort=False):

@@ -21,8 +21,9 @@ import pandas as pd
 from google.protobuf.json_format import MessageToDict
 
 from ..analyse import stats
-from ..analyse.comparison import flag_summary, normalised
+from ..analyse.comparison import flag_summary
 from ..analyse.floors import FloorPrecision, calibration_row, floor_precision
+from ..analyse.run_values import normalised
 from ..analyse.sequential import DEFAULT_MAX_RUNS
 from ..base.progress import Progress
 from ..plan.design import BlockDesign, DesignChoice

@@ -231,7 +231,7 @@ def compare(request: CompareRequest, progress: Progress = Progress()) -> Compare
         frames["summary"],
         manifest,
         run_dir / REPORT_FOLDER,
-        versions=version_tables(results_store, frames["summary"], frames["steps"]),
+        versions=version_tables(results_store, frames["summary"], analysis.run_medians),
         parity=parity,
     )
     laps.lap("analysis and report")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..analyse.comparison import normalised, run_values
+from ..analyse.run_values import normalised, run_values
 from ..run.client import RunResult
 from ..store import records
 

@@ -8,14 +8,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analyse.results import Analysis, analysed
+from ..analyse.results import Analysis, analysed_by_part, positions_by_part
+from ..analyse.run_values import run_values
 from ..analyse.versions import (
     VersionTables,
+    changes_between_versions,
     confirmed,
     several_versions,
     version_changes,
     version_points,
-    version_runs,
+    versioned,
 )
 from ..base.progress import Progress
 from ..present.report import write_report
@@ -61,10 +63,14 @@ REPORT_FOLDER = "report"  # beside a store (or in a compare's results folder): r
 CONFIRMATION_FOLDER = "confirmation"
 
 
-def version_tables(results_store: ResultStore, summary: pd.DataFrame, steps: pd.DataFrame) -> VersionTables | None:
-    """Each version against the previous one over these runs, a confirmation round's verdicts (the store's
-    confirmation folder) beside its regressions; None where the runs hold no two versions of a configuration."""
-    points = version_points(version_runs(summary, steps))
+def version_tables(
+    results_store: ResultStore, summary: pd.DataFrame, run_medians: pd.DataFrame
+) -> VersionTables | None:
+    """Each version against the previous one over these runs (`run_medians`: their Analysis's), a confirmation
+    round's verdicts (the store's confirmation folder) beside its regressions; None where the runs hold no two
+    versions of a configuration."""
+    runs = versioned(summary, run_medians)
+    points = version_points(runs)
     if not several_versions(points):
         return None
     calibration = results_store.load("calibration")
@@ -72,7 +78,20 @@ def version_tables(results_store: ResultStore, summary: pd.DataFrame, steps: pd.
     second = ResultStore(results_store.root / CONFIRMATION_FOLDER)
     if second.run_keys():
         rounds = version_changes(second.load("summary"), second.load("steps"), calibration)
-    return VersionTables(confirmed(version_changes(summary, steps, calibration), rounds), points)
+    return VersionTables(confirmed(changes_between_versions(runs, calibration), rounds), points)
+
+
+def stored_steps(results_store: ResultStore, progress: Progress = Progress()):
+    """A part's steps (analyse.results.StepsOf), read from the store by its summary rows' run keys."""
+    return lambda part: results_store.load("steps", set(part.get("run_key", ())), progress)
+
+
+def stored_run_medians(results_store: ResultStore, summary: pd.DataFrame) -> pd.DataFrame:
+    """analyse.run_values of the store's runs in `summary`, their steps read one part of the analysis at a time."""
+    steps_of = stored_steps(results_store)
+    parts = [summary.iloc[positions] for positions in positions_by_part(summary).values()]
+    medians = [run_values(part, steps_of(part)) for part in parts]
+    return pd.concat(medians, ignore_index=True) if medians else run_values(summary, pd.DataFrame())
 
 
 def store_report(
@@ -86,32 +105,34 @@ def store_report(
     """The analysis of everything readable the store holds (runs, noise floors, max-batch searches, FLOP counts), or
     of the runs `selection` chooses, computed once, and the report written from it into `out`, naming the unreadable
     files it left out and the points a sweep's time budget left without runs (`not_run`: the store cannot know them);
-    `progress` shows the runs read."""
+    `progress` shows the runs read and the parts analysed. The steps, most of a store, are read one part of the
+    analysis at a time (analyse.results.PART_COLUMNS), so that memory holds one part's."""
     frames = selected_frames(
         results_store,
-        ("summary", "steps", "calibration", "max_batch", "model_facts", PARITY_FRAME, SERVE_CAPACITY_FRAME),
+        ("summary", "calibration", "max_batch", "model_facts", PARITY_FRAME, SERVE_CAPACITY_FRAME),
         selection,
         progress,
     )
-    left_out = results_store.known_damage()  # after the reads: what they found damaged too
     summary = frames["summary"]
-    task = progress.add_task(f"analysing {len(summary)} runs and writing the report")
-    analysis = analysed(
+    analysis = analysed_by_part(
         summary,
-        frames["steps"],
+        stored_steps(results_store, progress),
         frames["calibration"],
         frames["max_batch"],
         frames["model_facts"],
         latency_budget_ms,
         parity=frames[PARITY_FRAME],
         capacities=frames[SERVE_CAPACITY_FRAME],
+        progress=progress,
     )
+    left_out = results_store.known_damage()  # after the reads: what they found damaged too
+    task = progress.add_task("writing the report")
     # The manifests of the runs reported and of the entries beside them (a selection's own runs only).
     shown = results_store.keys()
     if not selection.everything:
         shown = set(summary.get("run_key", ())) | (shown - results_store.run_keys())
     manifests = results_store.manifests(sorted(shown))
-    versions = version_tables(results_store, summary, frames["steps"])
+    versions = version_tables(results_store, summary, analysis.run_medians)
     path = write_report(
         analysis, summary, manifests, out, left_out, not_run, versions=versions, parity=frames[PARITY_FRAME]
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analyse.versions import regressions_to_confirm, version_changes
+from ..analyse.versions import changes_between_versions, regressions_to_confirm, versioned
 from ..base.progress import Progress
 from ..base.vocabulary import Mode, Precision, Profile
 from ..plan.study import Sweep
@@ -24,7 +24,7 @@ from ..run.compose_versions import BUILD_TIMEOUT_S, Compose, base_image_digest, 
 from ..store.results_store import ResultStore
 from ..store.selection import Selection
 from .errors import UsageError
-from .report import CONFIRMATION_FOLDER, REPORT_FOLDER, selected_frames, version_tables
+from .report import CONFIRMATION_FOLDER, REPORT_FOLDER, selected_frames, stored_run_medians, version_tables
 from .study import StudyRequest, study
 
 
@@ -171,9 +171,9 @@ def confirm_regressions(request: StudyRequest, progress: Progress = Progress()) 
     """A confirmation round for every regression the study's runs call: fresh runs of both versions of its
     configuration, interleaved (A B, B A, ...), into the store's confirmation folder; the runners that failed."""
     results_store = ResultStore(request.store)
-    changes = version_changes(
-        results_store.load("summary"), results_store.load("steps"), results_store.load("calibration")
-    )
+    summary = results_store.load("summary")
+    runs = versioned(summary, stored_run_medians(results_store, summary))
+    changes = changes_between_versions(runs, results_store.load("calibration"))
     failures: list[RunnerFailure] = []
     for row in regressions_to_confirm(changes):
         sweep = narrowed(request.sweep, row)
@@ -209,8 +209,8 @@ def version_report(
     results_store = ResultStore(store)
     if not results_store.run_keys() and required:
         raise UsageError(f"{store} holds no readable runs", "--store")
-    frames = selected_frames(results_store, ("summary", "steps"), selection)
-    tables = version_tables(results_store, frames["summary"], frames["steps"])
+    summary = selected_frames(results_store, ("summary",), selection)["summary"]
+    tables = version_tables(results_store, summary, stored_run_medians(results_store, summary))
     if tables is None:
         if not required:
             return None
