@@ -121,13 +121,12 @@ def analysed_by_part(
 ) -> Analysis:
     """The analysis of the runs of `summary`, one part (PART_COLUMNS) at a time: each part's steps fetched by
     `steps_of` and let go before the next part's; `progress` counts the parts."""
-    summary = text_as_objects(summary)
     parts = positions_by_part(summary) if not summary.empty else {(): list(range(len(summary)))}
     task = progress.add_task(f"analysing {len(summary)} runs", total=len(parts))
     tables: dict[str, list[pd.DataFrame]] = {name: [] for name in PART_TABLES}
     try:
         for positions in parts.values():
-            part = summary.iloc[positions]
+            part = text_as_objects(summary.iloc[positions])  # one part's text as objects at a time: they are large
             for name, table in _part_tables(
                 part, steps_of(part), calibration, max_batch, latency_budget_ms, min_effect, parity
             ).items():
