@@ -12,10 +12,10 @@ deepspeech2: the input (batch, F, T) becomes a channels-last image (batch, F, T,
   is PyTorch's (and cuDNN's) GRU, with an input and a recurrent bias, so the parameter
   count is the same; Keras orders the gates z, r, h where PyTorch orders r, z, n.
 wav2vec2_base: the weight-normed, grouped positional convolution is a layer of its own
-  (WeightNormGroupedConv1D) that calls tf.nn.conv1d directly: Keras' Conv1D(groups=16)
-  on the TensorFlow backend compiles every grouped convolution with XLA, which on the CPU
-  is about 50x slower than TensorFlow's own grouped Conv2D kernel (CPU and GPU both have
-  one). Attention is written out with einsum so that its two batched products are
+  (WeightNormGroupedConv1D) that, on the TensorFlow backend, calls tf.nn.conv1d directly:
+  Keras' Conv1D(groups=16) there compiles every grouped convolution with XLA, which on
+  the CPU is about 50x slower than TensorFlow's own grouped Conv2D kernel (CPU and GPU
+  both have one); on another Keras backend it is Keras' own convolution. Attention is written out with einsum so that its two batched products are
   counted and dropout falls on the attention probabilities, as in PyTorch's
   scaled_dot_product_attention.
 """
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import layers, ops
 
 from fwbench_core.architectures import (
@@ -128,10 +127,15 @@ class WeightNormGroupedConv1D(layers.Layer):
         v = ops.convert_to_tensor(self.v)
         kernel = self.g * v / ops.sqrt(ops.sum(ops.square(v), axis=(1, 2), keepdims=True))
         pad = self.kernel_size // 2
-        x = tf.pad(x, [[0, 0], [pad, pad], [0, 0]])
-        # An Add, not a BiasAdd: grappler fuses Conv2D + BiasAdd into one op that, on some CPUs (oneDNN),
-        # refuses grouped convolutions ("Fused conv implementation does not support grouped convolutions").
-        return tf.nn.conv1d(x, kernel, stride=1, padding="VALID") + self.bias
+        x = ops.pad(x, [[0, 0], [pad, pad], [0, 0]])
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf  # only this backend's kernel: the layer is backend-neutral otherwise
+
+            # An Add, not a BiasAdd: grappler fuses Conv2D + BiasAdd into one op that, on some CPUs (oneDNN),
+            # refuses grouped convolutions ("Fused conv implementation does not support grouped convolutions").
+            return tf.nn.conv1d(x, kernel, stride=1, padding="VALID") + self.bias
+        # Elsewhere Keras' own convolution, grouped by the kernel's input channels (channels / groups).
+        return ops.conv(x, kernel, strides=1, padding="valid") + self.bias
 
     def compute_output_shape(self, input_shape):
         steps = input_shape[1]
