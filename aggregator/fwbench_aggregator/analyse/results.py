@@ -121,7 +121,7 @@ def analysed_by_part(
 ) -> Analysis:
     """The analysis of the runs of `summary`, one part (PART_COLUMNS) at a time: each part's steps fetched by
     `steps_of` and let go before the next part's; `progress` counts the parts."""
-    parts = positions_by_part(summary) if not summary.empty else {(): list(range(len(summary)))}
+    parts = positions_by_part(summary) if not summary.empty else {(): []}  # no runs: one empty part
     task = progress.add_task(f"analysing {len(summary)} runs", total=len(parts))
     tables: dict[str, list[pd.DataFrame]] = {name: [] for name in PART_TABLES}
     try:

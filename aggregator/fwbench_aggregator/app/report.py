@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analyse.results import Analysis, analysed_by_part, positions_by_part
+from ..analyse.results import Analysis, StepsOf, analysed_by_part, positions_by_part
 from ..analyse.run_values import run_values
 from ..analyse.versions import (
     VersionTables,
@@ -81,7 +81,7 @@ def version_tables(
     return VersionTables(confirmed(changes_between_versions(runs, calibration), rounds), points)
 
 
-def stored_steps(results_store: ResultStore, progress: Progress = Progress()):
+def stored_steps(results_store: ResultStore, progress: Progress = Progress()) -> StepsOf:
     """A part's steps (analyse.results.StepsOf), read from the store by its summary rows' run keys."""
     return lambda part: results_store.load("steps", set(part.get("run_key", ())), progress)
 
