@@ -17,7 +17,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "aggregator"))
-from fwbench_aggregator.base.frameworks import Framework, shipped  # noqa: E402 (found through the path set above)
+from fwbench_aggregator.base.frameworks import (  # noqa: E402 (found through the path set above)
+    Framework,
+    environments,
+    shipped,
+)
 
 GENERATED = "# Generated from aggregator/fwbench_aggregator/base/frameworks.toml by scripts/generate_runner_files.py: edit those, not this file.\n"
 RUNNER_PORT = 50051  # every runner listens on it inside its container
@@ -141,8 +145,8 @@ services:
 
 
 def variable(framework: Framework) -> str:
-    """The prefix of its .env variables: TORCH for TORCH_BASE_IMAGE and TORCH_TAG."""
-    return framework.name.upper()
+    """The prefix of its .env variables: TORCH for TORCH_BASE_IMAGE and TORCH_TAG (KERAS_JAX for keras-jax)."""
+    return framework.name.upper().replace("-", "_")
 
 
 def read_env(path: Path) -> dict[str, str]:
@@ -170,6 +174,11 @@ def dockerfile(framework: Framework, env: dict[str, str]) -> str:
         ("@BASE_IMAGE_NAME@", base_image_name),
         ("@IMAGE_CHECK@", check),
         ("@REFERENCE_DIR@", REFERENCE_DIR),
+        # The packages of the runners that share its image (the Keras runners'), installed beside its own.
+        (
+            "@PACKAGES@",
+            "".join(f" /opt/fwbench/src/{folder}" for folder in environments([framework])[framework.name][1:]),
+        ),
         ("@IMAGE_ENV@", "".join(f"    {key}={value} \\\n" for key, value in framework.image_env)),
     ):
         text = text.replace(token, value)
@@ -177,13 +186,18 @@ def dockerfile(framework: Framework, env: dict[str, str]) -> str:
 
 
 def runner_service(framework: Framework, service: str, fields: str) -> str:
-    """A runner of this framework's image, as the service named `service`, with `fields` besides its image."""
+    """A runner of this framework's image, as the service named `service`, with `fields` besides its image. A runner
+    that shares another framework's environment (a Keras runner) runs that framework's image, its own module as the
+    entry point."""
+    owner = {f.name: f for f in shipped()}[framework.environment]
+    if not framework.owns_environment:
+        fields += f'    entrypoint: ["python3", "-m", "{framework.module}"]\n'
     return RUNNER_SERVICE.format(
         service=service,
         fields=fields,
-        name=framework.name,
-        var=variable(framework),
-        folder=framework.folder,
+        name=owner.name,
+        var=variable(owner),
+        folder=owner.folder,
         reference_dir=REFERENCE_DIR,
         models_dir=MODELS_DIR,
     )
@@ -258,7 +272,7 @@ def compose_cpu(frameworks: list[Framework]) -> str:
 def generated_files() -> dict[Path, str]:
     frameworks = shipped()
     env = read_env(ROOT / ".env")
-    files = {ROOT / f.folder / "Dockerfile": dockerfile(f, env) for f in frameworks}
+    files = {ROOT / f.folder / "Dockerfile": dockerfile(f, env) for f in frameworks if f.owns_environment}
     files[ROOT / "compose.yaml"] = compose(frameworks)
     files[ROOT / "compose.ports.yaml"] = compose_ports(frameworks)
     files[ROOT / "compose.cpu.yaml"] = compose_cpu(frameworks)

@@ -11,7 +11,8 @@ python=${PYTHON:-python3}
 mkdir -p "$venvs"
 . "$root/scripts/env_lib.sh"
 ensure_uv
-folders=$("$python" aggregator/fwbench_aggregator/base/frameworks.py | cut -d' ' -f3)
+# Each environment's lock is its owner's (a Keras runner installs its package into its backend's).
+folders=$("$python" aggregator/fwbench_aggregator/base/frameworks.py --environments | cut -d' ' -f2)
 for requirements in aggregator/requirements.txt aggregator/requirements-test.txt $(printf '%s/requirements.txt ' $folders); do
   write_lock "$requirements" "$(lock_of "$requirements")"
   echo "$(lock_of "$requirements"): $(grep -c '^[a-z0-9]' "$(lock_of "$requirements")") packages"

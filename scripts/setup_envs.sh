@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create the embedded environments under .venvs/ (or $FWBENCH_VENVS): the aggregator's, and one per runner that
-# aggregator/fwbench_aggregator/base/frameworks.toml declares. The frameworks never share one.
+# aggregator/fwbench_aggregator/base/frameworks.toml declares. The frameworks never share one; a Keras runner
+# runs in the environment of the framework it runs on.
 #   setup_envs.sh                 every framework's
 #   setup_envs.sh --default       those a comparison starts when the user names none (the main job's)
 #   setup_envs.sh NAME ...        the named frameworks' (the aggregator makes one so the first time it is named)
@@ -14,26 +15,20 @@ python=${PYTHON:-python3}
 mkdir -p "$venvs"
 . "$root/scripts/env_lib.sh"
 
-# The runner list, as NAME ENVIRONMENT FOLDER lines (the reader needs only the standard library).
-wanted=("$@")
+# The environments to make, as ENVIRONMENT OWNER_FOLDER [FOLDER ...] lines: the owner's lock makes it, and every
+# runner that shares it (a Keras runner, in its backend's) installs its package there too. The reader needs only the
+# standard library, and refuses an unknown name.
 if [ "${1:-}" = --default ]; then
-  runners=$("$python" aggregator/fwbench_aggregator/base/frameworks.py --default)
-  wanted=()
+  environments=$("$python" aggregator/fwbench_aggregator/base/frameworks.py --environments --default)
 else
-  runners=$("$python" aggregator/fwbench_aggregator/base/frameworks.py)
-fi
-if [ ${#wanted[@]} -gt 0 ]; then
-  runners=$(while read -r name rest; do
-    for w in "${wanted[@]}"; do if [ "$w" = "$name" ]; then echo "$name $rest"; fi; done
-  done <<< "$runners")
-  [ -n "$runners" ] || { echo "setup_envs.sh: no framework named ${wanted[*]}; known: $("$python" aggregator/fwbench_aggregator/base/frameworks.py | cut -d' ' -f1 | tr '\n' ' ')" >&2; exit 2; }
+  environments=$("$python" aggregator/fwbench_aggregator/base/frameworks.py --environments "$@") || exit 2
 fi
 
 # Every lock is checked before anything is installed.
 locks_ok=0
-while read -r name environment folder; do
-  check_lock "$folder/requirements.txt" || locks_ok=2
-done <<< "$runners"
+while read -r environment owner folders; do
+  check_lock "$owner/requirements.txt" || locks_ok=2
+done <<< "$environments"
 check_lock aggregator/requirements-test.txt || locks_ok=2
 [ $locks_ok -eq 0 ] || exit 2
 ensure_uv
@@ -41,11 +36,13 @@ ensure_uv
 # The installs run in parallel (uv links each package from its cache); each writes its own log.
 pids=()
 names=()
-while read -r name environment folder; do
-  make_env "$environment" "$venvs/$environment" "$folder/requirements.lock" runners/core/pyproject.toml \
-    "$folder/pyproject.toml" > "$venvs/$environment-setup.log" 2>&1 & pids+=($!)
+while read -r environment owner folders; do
+  pyprojects=()
+  for folder in $owner $folders; do pyprojects+=("$folder/pyproject.toml"); done
+  make_env "$environment" "$venvs/$environment" "$owner/requirements.lock" runners/core/pyproject.toml \
+    "${pyprojects[@]}" > "$venvs/$environment-setup.log" 2>&1 & pids+=($!)
   names+=("$environment")
-done <<< "$runners"
+done <<< "$environments"
 make_env aggregator "$venvs/aggregator" aggregator/requirements-test.lock runners/core/pyproject.toml \
   aggregator/pyproject.toml > "$venvs/aggregator-setup.log" 2>&1 & pids+=($!)
 names+=(aggregator)

@@ -22,7 +22,11 @@ if [ -z "$line" ]; then
   echo "setup_version_env.sh: no framework named $framework; known: $("$python" aggregator/fwbench_aggregator/base/frameworks.py | cut -d' ' -f1 | tr '\n' ' ')" >&2
   exit 2
 fi
-read -r _ _ folder <<< "$line"
+read -r _ environment folder <<< "$line"
+if [ "$environment" != "$framework" ]; then
+  echo "setup_version_env.sh: $framework runs in the $environment environment; make a version of $environment instead" >&2
+  exit 2
+fi
 venvs=${FWBENCH_VENVS:-$root/.venvs}
 env=$venvs/$framework@$version
 mkdir -p "$venvs"
@@ -57,5 +61,9 @@ if ! check_lock "$requirements" 2>/dev/null; then
   echo "[$framework@$version] locking $requirements into $lock"
   write_lock "$requirements" "$lock"
 fi
-make_env "$framework@$version" "$env" "$lock" runners/core/pyproject.toml "$folder/pyproject.toml"
+# Every package its environment installs (the Keras runners' beside TensorFlow's, whose models they hold).
+read -r _ _ folders <<< "$("$python" aggregator/fwbench_aggregator/base/frameworks.py --environments "$framework")"
+pyprojects=()
+for each in $folder $folders; do pyprojects+=("$each/pyproject.toml"); done
+make_env "$framework@$version" "$env" "$lock" runners/core/pyproject.toml "${pyprojects[@]}"
 echo "[$framework@$version] ready: fwbench starts the runner labelled $framework@$version from it"

@@ -57,10 +57,11 @@ def main() -> int:
     args = parser.parse_args()
     # Imported here, so that --help needs no TensorFlow (the studies' smoke test runs it from the aggregator's).
     import tensorflow as tf
+    from fwbench_keras.models import MODELS
+    from fwbench_keras.objectives import keras_input_shape
 
     from fwbench_core.catalog import load_catalog
-    from fwbench_tensorflow.models import MODELS
-    from fwbench_tensorflow.objectives import keras_input_shape, random_inputs, random_targets
+    from fwbench_tensorflow.objectives import random_inputs, random_targets
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import keras
 import numpy as np
+from fwbench_keras.models import MODELS
 
 from fwbench_core.builtin import MODEL_SPECS
 from fwbench_core.choices import InputKind
-from fwbench_tensorflow.models import MODELS
 
 BATCH = 2
 TOKENS = 16  # a sequence's tokens; images and audio at their declared smallest shape

@@ -25,7 +25,7 @@ from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from support.processes import children
-from support.runners import REAL_RUNNERS, RUNNER_PARAMS
+from support.runners import KERAS_RUNNERS, REAL_RUNNERS, RUNNER_PARAMS
 from support.runners import SERVED_SPECS as MODEL_SPECS
 
 from fwbench_aggregator.base import frameworks, vocabulary
@@ -133,9 +133,22 @@ def test_describe(runner, stub):
     assert info.options["host_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
-def test_list_models(stub):
+def served_models(runner: str) -> list[str]:
+    """What the runner lists: every built-in, and each example plug-in with a builder for it (a Keras runner reads
+    build_keras.py; the example decoder's generation is TensorFlow's own, so it has none)."""
+    file = f"build_{'keras' if runner in KERAS_RUNNERS else runner}.py"
+    return [
+        name
+        for name in EXPECTED_MODELS
+        if runner == "fake"
+        or MODEL_SPECS[name].source.built_in
+        or (Path(MODEL_SPECS[name].source.folder) / file).is_file()
+    ]
+
+
+def test_list_models(runner, stub):
     models = stub.ListModels(pb.ListModelsRequest(), timeout=RPC_TIMEOUT_S).models
-    assert [m.name for m in models] == EXPECTED_MODELS
+    assert [m.name for m in models] == served_models(runner.name)
     for m in models:
         spec = MODEL_SPECS[m.name]
         assert m.task == enum_to_wire(spec.task), m.name
@@ -163,7 +176,7 @@ def test_real_runners_list_the_same_models(runner_pool):
     for name in REAL_RUNNERS:
         with grpc.insecure_channel(runner_pool.get(name).address) as ch:
             models = pb_grpc.RunnerStub(ch).ListModels(pb.ListModelsRequest(), timeout=RPC_TIMEOUT_S).models
-        assert sorted(m.name for m in models) == EXPECTED_MODELS, name
+        assert sorted(m.name for m in models) == served_models(name), name
 
 
 # That the real runners build networks of the same size (every model, every head, in every runner) is
@@ -192,14 +205,19 @@ LARGER_MEMBERS_TRAIN_IN = ("fake", "torch")
 
 
 def _run_cases() -> list:
-    """Every model trains in every runner here (nothing else trains them all), LARGER_MEMBERS aside. Inference runs
-    one model per input convention: the run's inference loop is the same code for every model of a convention, and
-    every model's forward pass runs in every runner in test_parity, which compares its outputs too. Each case keeps
-    its runner's marks from RUNNER_PARAMS."""
+    """Every model trains in every runner here (nothing else trains them all), LARGER_MEMBERS aside, and except in
+    the Keras runners, which train one model per input convention: their models are the TensorFlow runner's
+    definitions, which it trains model by model here, and their training step is Keras' one train_on_batch for every
+    model (tests/test_keras_backends.py runs every model's forward pass on each backend). Inference runs one model
+    per input convention: the run's inference loop is the same code for every model of a convention, and every
+    model's forward pass runs in every runner in test_parity, which compares its outputs too. Each case keeps its
+    runner's marks from RUNNER_PARAMS."""
     cases = []
     for runner in RUNNER_PARAMS:
         name, marks = (runner, ()) if isinstance(runner, str) else (runner.values[0], runner.marks)
         trained = [m for m in EXPECTED_MODELS if m not in LARGER_MEMBERS or name in LARGER_MEMBERS_TRAIN_IN]
+        if name in KERAS_RUNNERS:
+            trained = _one_model_per_input_convention()
         for mode, models in ((pb.MODE_TRAIN, trained), (pb.MODE_INFER, _one_model_per_input_convention())):
             label = "train" if mode == pb.MODE_TRAIN else "infer"
             cases += [pytest.param(name, model, mode, marks=marks, id=f"{model}-{label}-{name}") for model in models]
@@ -293,11 +311,11 @@ def test_run_streams_config_steps_progress_and_summary(runner, stub, model, mode
 # --- errors -----------------------------------------------------------------
 
 
-def test_unknown_model_is_not_found(stub):
+def test_unknown_model_is_not_found(runner, stub):
     error = run_error(stub, run_request(model="no_such_net"))
     assert error.code() == grpc.StatusCode.NOT_FOUND, error.details()
     assert "no_such_net" in error.details()
-    for name in EXPECTED_MODELS:
+    for name in served_models(runner.name):
         assert name in error.details()
 
 
@@ -334,13 +352,13 @@ def test_check_run_refuses_what_run_refuses_with_the_same_status(stub, fields, c
     assert checked.value.details() == ran.details() and says in ran.details()
 
 
-def test_a_huge_model_name_is_not_found_in_a_message_of_bounded_length(stub):
+def test_a_huge_model_name_is_not_found_in_a_message_of_bounded_length(runner, stub):
     # gRPC carries the message in a trailer: repeating a 100 KB name whole would turn NOT_FOUND into RESOURCE_EXHAUSTED.
     error = run_error(stub, run_request(model="../" * 34_000))
     assert error.code() == grpc.StatusCode.NOT_FOUND, error.details()
     assert "../../" in error.details() and "102000 characters" in error.details()
     assert len(error.details()) < 1000
-    for name in EXPECTED_MODELS:
+    for name in served_models(runner.name):
         assert name in error.details()
 
 
@@ -746,6 +764,12 @@ def test_strategies_a_runner_does_not_advertise_are_refused_naming_those_it_supp
 
 def test_two_cpu_devices_run_the_runners_data_parallel_strategy_over_the_global_batch(runner, stub):
     info = stub.Describe(pb.DescribeRequest(), timeout=RPC_TIMEOUT_S)
+    if advertised(info, "strategies") == {"single"}:
+        # A runner with no data-parallel strategy (the Keras runners) refuses two devices, saying so.
+        error = run_error(stub, run_request(device=None, devices=TWO_CPUS, mode=pb.MODE_TRAIN))
+        assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error.details()
+        assert f"the {runner.name} runner supports none of its strategies for 2 CPU devices" in error.details()
+        return
     events = run_events(stub, run_request(device=None, devices=TWO_CPUS, mode=pb.MODE_TRAIN, warmup_steps=1))
     config = of_kind(events, "config")[0]
     assert vocabulary.to_text(pb.Strategy, config.strategy) in advertised(info, "strategies") - {"single"}

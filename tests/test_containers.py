@@ -38,7 +38,16 @@ RUNNERS = tuple(f.name for f in FRAMEWORKS)
 # profile (docker compose --profile jax up).
 COMPARED = tuple(f.name for f in FRAMEWORKS if f.compared_by_default)
 OPT_IN = tuple(f.name for f in FRAMEWORKS if not f.compared_by_default)
-DOCKERFILES = (*(f"{f.folder}/Dockerfile" for f in FRAMEWORKS), "aggregator/Dockerfile", "tests/slurm/Dockerfile")
+# The frameworks with an image of their own; a Keras runner runs its backend's (the framework its environment names).
+IMAGED = tuple(f for f in FRAMEWORKS if f.owns_environment)
+DOCKERFILES = (*(f"{f.folder}/Dockerfile" for f in IMAGED), "aggregator/Dockerfile", "tests/slurm/Dockerfile")
+
+
+def dockerfile_of(framework) -> Path:
+    """The Dockerfile of the image its runner runs in."""
+    return ROOT / next(f.folder for f in IMAGED if f.name == framework.environment) / "Dockerfile"
+
+
 BASE_IMAGES = ROOT / "tests" / "containers" / "base_images.sh"
 SECOND_NODES = {name: f"{name}-node1" for name in COMPARED}  # compose.nodes.yaml's second runner of each
 
@@ -176,7 +185,7 @@ def test_runners_share_one_reference_volume_at_the_folder_they_are_told_and_thei
         [volume] = [v for v in service["volumes"] if v["type"] == "volume"]
         assert volume["source"] == "references"
         assert service["environment"]["FWBENCH_REFERENCE_DIR"] == volume["target"]
-        assert f"install -d -m 1777 {volume['target']}" in (ROOT / framework.folder / "Dockerfile").read_text()
+        assert f"install -d -m 1777 {volume['target']}" in dockerfile_of(framework).read_text()
 
 
 def test_every_runner_reads_the_hosts_model_plugins_read_only_at_the_folder_it_is_told():
@@ -237,7 +246,7 @@ def test_nodes_override_adds_a_second_runner_per_framework_that_publishes_nothin
     )
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS, ids=RUNNERS)
+@pytest.mark.parametrize("framework", IMAGED, ids=[f.name for f in IMAGED])
 def test_dockerfile_default_base_image_is_the_one_env_names(framework):
     # Two places name the official image: the Dockerfile (plain docker build) and .env (compose).
     base_variable = framework.name.upper()

@@ -56,7 +56,7 @@ def test_no_backend_defines_its_own_fairness_fact():
 def test_every_backend_reads_the_optimizer_settings_from_the_core():
     # Whichever of its modules builds the training step (TensorFlow's workload.py, the others' backend.py).
     for framework in frameworks.shipped():
-        package = REPO_ROOT / framework.folder / framework.module
+        package = REPO_ROOT / framework.folder / framework.module.partition(".")[0]
         imported = set().union(
             *(names_imported_from(path.read_text(), FAIRNESS_MODULE) for path in package.rglob("*.py"))
         )

@@ -41,8 +41,9 @@ def test_every_shipped_framework_has_its_package_and_environment_recipe():
     assert len(shipped) >= 2, "parity compares the first two"
     for framework in shipped:
         assert (launch.REPO_ROOT / framework.folder / "pyproject.toml").exists()
-        assert (launch.REPO_ROOT / framework.requirements).exists()
-        assert (launch.REPO_ROOT / framework.folder / framework.module).is_dir()
+        # A runner in another framework's environment (a Keras runner) installs only its package there.
+        assert (launch.REPO_ROOT / framework.requirements).exists() == framework.owns_environment
+        assert (launch.REPO_ROOT / framework.folder / framework.module.partition(".")[0]).is_dir()
 
 
 def test_the_checked_in_dockerfiles_and_compose_files_are_generated_from_the_list():
@@ -198,3 +199,34 @@ def test_the_tensorflow_image_lets_tensorflow_grow_its_gpu_memory_rather_than_ta
     assert (
         "    TF_FORCE_GPU_ALLOW_GROWTH=true \\\n" in (launch.REPO_ROOT / tensorflow.folder / "Dockerfile").read_text()
     )
+
+
+def test_a_keras_runner_is_set_up_in_its_backends_environment_with_its_package():
+    done = subprocess.run(
+        [sys.executable, "aggregator/fwbench_aggregator/base/frameworks.py", "--environments", "keras-jax"],
+        cwd=launch.REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    # The jax environment, from the JAX runner's lock, with the Keras runners' package beside the JAX runner's.
+    assert done.stdout.split() == ["jax", "runners/jax", "runners/keras"]
+    assert launch.environment_python("keras-jax", launch.default_venvs()) == launch.environment_python(
+        "jax", launch.default_venvs()
+    )
+    keras_runners = [f for f in frameworks.shipped() if f.folder == "runners/keras"]
+    assert {f.environment for f in keras_runners} == {"tensorflow", "jax", "torch"}
+    assert not any(f.compared_by_default for f in keras_runners)
+
+
+def test_setting_up_an_unknown_framework_names_the_known_ones():
+    done = subprocess.run(
+        [sys.executable, "aggregator/fwbench_aggregator/base/frameworks.py", "--environments", "keras"],
+        cwd=launch.REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "no framework named keras" in done.stderr and "keras-torch" in done.stderr

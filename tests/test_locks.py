@@ -18,9 +18,14 @@ from fwbench_aggregator.run import launch
 ROOT = Path(__file__).resolve().parent.parent
 ENVIRONMENTS = {
     "aggregator": ROOT / "aggregator" / "requirements-test.txt",
-    **{f.environment: ROOT / f.folder / "requirements.txt" for f in shipped()},
+    **{f.environment: ROOT / f.folder / "requirements.txt" for f in shipped() if f.owns_environment},
 }
-PROJECT_PACKAGES = {"fwbench-core", "fwbench-aggregator", *(f"fwbench-{f.name}" for f in shipped())}
+PROJECT_PACKAGES = {
+    "fwbench-core",
+    "fwbench-aggregator",
+    *(f"fwbench-{f.name}" for f in shipped() if f.owns_environment),
+    "fwbench-keras",
+}
 
 
 def env_lib(command: str, cwd: Path = ROOT, venvs: Path | None = None) -> subprocess.CompletedProcess:

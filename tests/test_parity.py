@@ -3,8 +3,10 @@ model's default shape, for the built-ins and the example plug-ins alike."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from support.runners import EXAMPLE_PLUGINS, REAL_RUNNERS
+from support.runners import EXAMPLE_PLUGINS, KERAS_RUNNERS, REAL_RUNNERS
 from support.runners import SERVED_SPECS as MODEL_SPECS
 
 from fwbench_aggregator.analyse.parity import FLOPS_TOLERANCE, PARAMETER_TOLERANCE, judged
@@ -31,6 +33,13 @@ NUMERIC_PARITY = {
     },
     "jax": set(MODEL_SPECS),
 }
+# The Keras runners build the TensorFlow runner's definitions, with its loaders: the same models agree numerically.
+NUMERIC_PARITY.update(dict.fromkeys(KERAS_RUNNERS, NUMERIC_PARITY["tensorflow"]))
+
+
+def served_by_keras(model: str) -> bool:
+    source = MODEL_SPECS[model].source
+    return source.built_in or (Path(source.folder) / "build_keras.py").is_file()
 
 
 def all_variants() -> list[Variant]:
@@ -47,7 +56,7 @@ def torch_client(runner_pool):
         yield client
 
 
-@pytest.fixture(scope="module", params=[name for name in REAL_RUNNERS if name != "torch"])
+@pytest.fixture(scope="module", params=[name for name in (*REAL_RUNNERS, *KERAS_RUNNERS) if name != "torch"])
 def other_client(request, runner_pool):
     with RunnerClient(request.param, runner_pool.get(request.param).address) as client:
         yield client
@@ -55,6 +64,8 @@ def other_client(request, runner_pool):
 
 @pytest.mark.parametrize("variant", all_variants(), ids=lambda v: v.label.replace(" ", "-"))
 def test_same_network_in_both_runners(variant, torch_client, other_client):
+    if other_client.name in KERAS_RUNNERS and not served_by_keras(variant.model):
+        pytest.skip(f"{variant.model} has no build_keras.py: the Keras runners do not build it")
     row = judged([gather_variant(variant, torch_client, other_client)], "torch", other_client.name).iloc[0].to_dict()
     assert row["params_gap"] <= PARAMETER_TOLERANCE, row
     assert row["flops_gap"] <= FLOPS_TOLERANCE, row

@@ -10,6 +10,7 @@ fake runner as a framework of its own.
 from __future__ import annotations
 
 import os
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +28,17 @@ class Framework:
     name: str
     module: str  # python -m MODULE serves the runner
     folder: str  # relative to the repository root
-    environment: str  # the folder under .venvs holding its Python
+    environment: str  # the folder under .venvs holding its Python: the framework of that name's
     host_port: int | None = None
     image_check: tuple[str, ...] = ()
     image_env: tuple[tuple[str, str], ...] = ()  # environment variables its image sets
     compared_by_default: bool = True  # started and swept when the user names no frameworks
+
+    @property
+    def owns_environment(self) -> bool:
+        """Whether its folder holds its environment's requirements: a runner that shares another framework's
+        environment (a Keras runner, in that framework's) installs only its package there."""
+        return self.environment == self.name
 
     @property
     def requirements(self) -> str:
@@ -83,6 +90,21 @@ def frameworks() -> dict[str, Framework]:
     return found
 
 
+def environments(runners: list[Framework]) -> dict[str, list[str]]:
+    """The environments `runners` run in, each with the package folders it installs: its owner's first (the
+    framework of its name, whose requirements and lock make it), then every other runner's that shares it."""
+    declared = frameworks()
+    found: dict[str, list[str]] = {}
+    for runner in runners:
+        owner = declared.get(runner.environment, runner)
+        found.setdefault(runner.environment, [owner.folder]).extend(
+            f.folder
+            for f in declared.values()
+            if f.environment == runner.environment and f is not owner and f.folder not in found[runner.environment]
+        )
+    return found
+
+
 def names() -> list[str]:
     return list(frameworks())
 
@@ -108,12 +130,33 @@ def shipped() -> list[Framework]:
     return _read(FRAMEWORKS_FILE)
 
 
-if __name__ == "__main__":
-    # For shell scripts (setup_envs.sh), which run before any environment exists: this module needs only the
-    # standard library. One line per shipped framework: NAME ENVIRONMENT FOLDER; with --default, only those a
-    # comparison starts when the user names none.
-    import sys
-
-    for framework in shipped():
-        if framework.compared_by_default or "--default" not in sys.argv[1:]:
+def _main(arguments: list[str]) -> int:
+    """For shell scripts (setup_envs.sh, lock.sh), which run before any environment exists: this module needs only
+    the standard library.
+      frameworks.py                          one line per shipped framework: NAME ENVIRONMENT FOLDER
+      frameworks.py --environments           one line per environment: ENVIRONMENT OWNER_FOLDER [FOLDER ...]
+      frameworks.py --environments --default those a comparison needs when the user names no framework
+      frameworks.py --environments NAME ...  those the named frameworks need"""
+    listed = shipped()
+    if arguments[:1] != ["--environments"]:
+        for framework in listed:
             print(framework.name, framework.environment, framework.folder)
+        return 0
+    wanted = arguments[1:]
+    if wanted == ["--default"]:
+        runners = [f for f in listed if f.compared_by_default]
+    elif wanted:
+        unknown = [name for name in wanted if name not in {f.name for f in listed}]
+        if unknown:
+            print(f"no framework named {' '.join(unknown)}; known: {' '.join(f.name for f in listed)}", file=sys.stderr)
+            return 2
+        runners = [f for f in listed if f.name in wanted]
+    else:
+        runners = listed
+    for environment, folders in environments(runners).items():
+        print(environment, *folders)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

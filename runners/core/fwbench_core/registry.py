@@ -44,6 +44,18 @@ class ModelRegistry(Generic[Builder]):
 
         return add
 
+    def serving_plugins_as(
+        self,
+        framework: str,
+        make_plugin_builder: PluginBuilder[Builder],
+        check_plugin_decoder: DecoderCheck | None = None,
+    ) -> ModelRegistry[Builder]:
+        """These built-ins, for another runner that shares their definitions (Keras' on TensorFlow and on every
+        Keras backend), reading plug-ins' build_<framework>.py its own way."""
+        shared = ModelRegistry(framework, make_plugin_builder, check_plugin_decoder)
+        shared._builders = dict(self._builders)
+        return shared
+
     def names(self) -> list[str]:
         """The built-in models this framework builds."""
         return sorted(self._builders)

@@ -24,13 +24,13 @@ from typing import Protocol
 import keras
 import numpy as np
 import tensorflow as tf
+from fwbench_keras.models.llama import Llama, rotate
 
 from fwbench_core.architectures import GPT2
 from fwbench_core.errors import FailedPrecondition
 from fwbench_core.models import ModelSpec
 
 from .models import MODELS
-from .models.llama import Llama, rotate
 
 # What generation without XLA does that XLA does not (the run's flags show it).
 CACHE_COPY_NOTE = (

@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import keras
 import tensorflow as tf
+from fwbench_keras.objectives import ctc_label_length, keras_input_shape
 
 from fwbench_core.choices import InputKind, Objective
 from fwbench_core.models import Head, ModelSpec
-
-
-def keras_input_shape(spec: ModelSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The user's per-sample shape in Keras' layout: images go channels last, the rest as given."""
-    if spec.input_kind is InputKind.IMAGE:
-        channels, *spatial = shape
-        return (*spatial, channels)
-    return tuple(shape)
 
 
 def random_inputs(spec: ModelSpec, batch_size: int, input_shape: tuple[int, ...]) -> tf.Tensor:
@@ -22,11 +15,6 @@ def random_inputs(spec: ModelSpec, batch_size: int, input_shape: tuple[int, ...]
     if spec.input_kind is InputKind.TOKENS:
         return tf.random.uniform(shape, 0, spec.vocab_size, dtype=tf.int32)
     return tf.random.normal(shape)
-
-
-def ctc_label_length(frames: int) -> int:
-    """Transcripts a quarter as long as the output, so CTC always has a valid alignment."""
-    return max(1, frames // 4)
 
 
 def random_targets(head: Head, output_shape: tuple[int, ...]) -> tf.Tensor:

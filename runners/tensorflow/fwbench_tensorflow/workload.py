@@ -9,6 +9,7 @@ from functools import partial
 import keras
 import numpy as np
 import tensorflow as tf
+from fwbench_keras.objectives import keras_input_shape
 
 from fwbench_core.backend import MemoryReading, Workload, process_peak_memory
 from fwbench_core.choices import Compilation, DeviceKind, Mode, Objective, Precision, Tf32
@@ -19,7 +20,7 @@ from fwbench_core.runs import RunConfig
 
 from .generation import CACHE_COPY_NOTE, Generation, decoder_for
 from .models import MODELS
-from .objectives import keras_input_shape, loss, random_inputs, random_targets
+from .objectives import loss, random_inputs, random_targets
 
 
 def tf_device_name(device: Device) -> str:

@@ -11,13 +11,14 @@ One module per task registers its models here.
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import keras
 import numpy as np
 
 from fwbench_core.models import ModelSpec
-from fwbench_core.plugin_modules import PluginError, builder_attribute
+from fwbench_core.plugin_modules import PluginError, builder_attribute, builder_file
 from fwbench_core.registry import ModelRegistry
 
 TorchWeights = dict[str, np.ndarray]
@@ -34,26 +35,34 @@ class KerasModel:
     decoder: Callable[[keras.Model], Any] | None = None
 
 
-def _optional_function(module, folder, name: str, signature: str) -> Callable | None:
+def _optional_function(module, folder, file: str, name: str, signature: str) -> Callable | None:
     value = getattr(module, name, None)
     if value is not None and not callable(value):
-        raise PluginError(f"{folder}/build_tensorflow.py: {name} must be a function ({signature})")
+        raise PluginError(f"{folder}/{file}: {name} must be a function ({signature})")
     return value
 
 
-def plugin_builder(module, folder) -> KerasModel:
-    """A plug-in's build_tensorflow.py: build(spec, input_shape, options) -> keras.Model, input_shape in Keras'
-    layout; optionally load_torch_weights(model, weights), which parity needs to compare outputs, and
-    decoder(model), which a model that generates needs."""
+def plugin_builder(framework: str, module, folder) -> KerasModel:
+    """How `framework`'s runner reads a plug-in's builder module, build_<framework>.py: build(spec, input_shape,
+    options) -> keras.Model, input_shape in Keras' layout; optionally load_torch_weights(model, weights), which
+    parity needs to compare outputs, and decoder(model), which a model that generates needs."""
+    file = builder_file(framework)
     return KerasModel(
-        builder_attribute(module, folder, "tensorflow", "build", "spec, input_shape, options"),
-        _optional_function(module, folder, "load_torch_weights", "model, weights"),
-        _optional_function(module, folder, "decoder", "model"),
+        builder_attribute(module, folder, framework, "build", "spec, input_shape, options"),
+        _optional_function(module, folder, file, "load_torch_weights", "model, weights"),
+        _optional_function(module, folder, file, "decoder", "model"),
     )
 
 
+def plugin_builder_of(framework: str) -> Callable[[Any, Any], KerasModel]:
+    """plugin_builder for `framework`'s runner, as the core takes it (module, folder); it pickles, as a plug-in's
+    check in a process of its own needs."""
+    return partial(plugin_builder, framework)
+
+
 def check_plugin_decoder(builder: KerasModel, spec: ModelSpec) -> None:
-    """A plug-in that declares it generates must give its decoder: refused at load, not at its first run."""
+    """A TensorFlow plug-in that declares it generates must give its decoder: refused at load, not at its first
+    run."""
     if builder.decoder is None:
         raise PluginError(
             f"{spec.source.folder}/build_tensorflow.py: model.toml declares generates = true, but it defines no "
@@ -61,6 +70,8 @@ def check_plugin_decoder(builder: KerasModel, spec: ModelSpec) -> None:
         )
 
 
-MODELS: ModelRegistry = ModelRegistry("tensorflow", plugin_builder, check_plugin_decoder)
+# The built-in models, defined once in Keras 3 (layers and keras.ops only): the TensorFlow runner serves them with
+# plug-ins' build_tensorflow.py (fwbench_tensorflow.models), every Keras runner with plug-ins' build_keras.py.
+MODELS: ModelRegistry = ModelRegistry("keras", plugin_builder_of("keras"))
 
 from . import llama, speech, text, vision, vit  # noqa: E402,F401  (each registers its models)
