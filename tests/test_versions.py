@@ -21,9 +21,9 @@ from fwbench_aggregator.analyse.versions import CONFIRMED, NOT_CONFIRMED, confir
 from fwbench_aggregator.base import frameworks
 from fwbench_aggregator.plan.field_checks import SweepError
 from fwbench_aggregator.plan.study_file import load_sweep
-from fwbench_aggregator.plan.versions import FIRST_PORT, load_versions
+from fwbench_aggregator.plan.versions import FIRST_PORT, Version, load_versions
 from fwbench_aggregator.run import launch
-from fwbench_aggregator.run.compose_versions import COMPOSE_ENV, override_text
+from fwbench_aggregator.run.compose_versions import COMPOSE_ENV, override_text, service
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_core.fake import FRAMEWORK_VERSION_ENV, STEP_TIME_ENV
 
@@ -432,3 +432,12 @@ def test_embedded_versions_start_from_environments_named_by_their_labels(tmp_pat
 def test_a_version_report_of_a_store_without_runs_is_refused_naming_the_store(tmp_path):
     done = fwbench_in_process("report", "--versions", "--store", str(tmp_path / "empty"))
     assert done.exit_code == 2 and "holds no readable runs" in done.output and "Traceback" not in done.output
+
+
+def test_a_keras_runners_version_runs_its_backends_image_at_that_tag_with_its_own_entry_point():
+    entry = service(Version("keras-jax", "26.10-py3", "keras-jax@3.15.1", 50100), cpu=True)
+    assert entry["image"].endswith("/jax-runner:26.10-py3")
+    assert entry["build"]["dockerfile"] == "runners/jax/Dockerfile"
+    assert entry["build"]["args"]["BASE_IMAGE"].startswith("${JAX_BASE_IMAGE")
+    assert entry["entrypoint"] == ["python3", "-m", "fwbench_keras.on_jax"]
+    assert "entrypoint" not in service(Version("jax", "26.10-py3", "jax@0.10.2", 50101), cpu=True)

@@ -47,13 +47,16 @@ HEADER = """\
 
 
 def image_of(version: Version) -> str:
-    return f"${{FWBENCH_IMAGE_PREFIX:?set FWBENCH_IMAGE_PREFIX in .env}}/{version.framework}-runner:{version.tag}"
+    """Its framework's image at the version's tag: a Keras runner's is its backend's (the environment it shares)."""
+    owner = frameworks()[version.framework].environment
+    return f"${{FWBENCH_IMAGE_PREFIX:?set FWBENCH_IMAGE_PREFIX in .env}}/{owner}-runner:{version.tag}"
 
 
 def service(version: Version, cpu: bool, digests: tuple[str, str] = ("", "")) -> dict:
     """One version's runner service, as compose.yaml's runner of its framework but for the tag, the port and labels."""
     framework = frameworks()[version.framework]
-    variable = framework.name.upper()
+    owner = frameworks()[framework.environment]
+    variable = owner.name.upper()
     image = image_of(version)
     environment = {
         "FWBENCH_IMAGE": image.replace(":?set FWBENCH_IMAGE_PREFIX in .env", ""),
@@ -68,7 +71,7 @@ def service(version: Version, cpu: bool, digests: tuple[str, str] = ("", "")) ->
         "pull_policy": "build",
         "build": {
             "context": ".",
-            "dockerfile": f"{framework.folder}/Dockerfile",
+            "dockerfile": f"{owner.folder}/Dockerfile",
             "args": {"BASE_IMAGE": f"${{{variable}_BASE_IMAGE:?set {variable}_BASE_IMAGE in .env}}:{version.tag}"},
         },
         "restart": "unless-stopped",
@@ -79,6 +82,8 @@ def service(version: Version, cpu: bool, digests: tuple[str, str] = ("", "")) ->
         "environment": environment,
         "labels": {LABEL_RUNNER: version.label, LABEL_TAG: version.tag},
     }
+    if not framework.owns_environment:
+        entry["entrypoint"] = ["python3", "-m", framework.module]
     if not cpu:
         entry["deploy"] = {
             "resources": {"reservations": {"devices": [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}
