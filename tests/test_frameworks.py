@@ -230,3 +230,12 @@ def test_setting_up_an_unknown_framework_names_the_known_ones():
     )
     assert done.returncode == 2
     assert "no framework named keras" in done.stderr and "keras-torch" in done.stderr
+
+
+def test_the_keras_backends_study_runs_every_keras_runner_beside_the_native_ones():
+    from fwbench_aggregator.plan.study_file import load_sweep
+
+    study = load_sweep(str(launch.REPO_ROOT / "examples" / "studies" / "keras_backends.yaml"))
+    keras_runners = {f.name for f in frameworks.shipped() if f.folder == "runners/keras"}
+    assert keras_runners <= set(study.runners)
+    assert {"torch", "tensorflow", "jax"} <= set(study.runners)
