@@ -24,6 +24,7 @@ from fwbench_aggregator.analyse.scaling import scaling_rows
 from fwbench_aggregator.analyse.serving import load_curve, serving_rows
 from fwbench_aggregator.analyse.trends import batch_trends
 from fwbench_aggregator.analyse.versions import version_changes
+from fwbench_aggregator.present.display import verdict_table
 from fwbench_aggregator.store.migrations import migrated
 
 STEPS_PER_RUN = 5
@@ -459,3 +460,25 @@ def test_scaling_takes_its_one_device_baseline_from_alike_runs():
     assert set(two.index) == {"torch [device GPU A]", "torch [device GPU B]"}
     assert two["scaling_efficiency"].tolist() == pytest.approx([1.0, 1.0], rel=0.01)
     assert (table["runs"] == 3).all()
+
+
+def test_a_keras_runner_is_judged_against_its_backend_used_natively_in_the_same_block():
+    judged = rows(in_blocks(compare({"torch": near(40, 5), "keras-torch": near(120, 5), "keras-jax": near(100, 5)})))
+    keras_torch = judged.loc["keras-torch"]
+    assert keras_torch["native_runner"] == "torch"
+    assert keras_torch["native_ratio"] == pytest.approx(3.0, rel=0.01)
+    assert keras_torch["native_ratio_ci_low"] <= keras_torch["native_ratio"] <= keras_torch["native_ratio_ci_high"]
+    assert keras_torch["native_verdict"].startswith("torch ") and "faster" in keras_torch["native_verdict"]
+    # No native JAX runner in the block: nothing to judge keras-jax against; a native runner has no such verdict.
+    assert judged.loc["keras-jax", "native_verdict"] == judged.loc["torch", "native_verdict"] == ""
+    assert judged.loc["keras-jax", "native_runner"] == ""
+    # The report's verdict table says it beside the verdicts against the fastest.
+    (verdicts,) = verdict_table(judged.reset_index())["verdicts"]
+    assert f"keras-torch against torch used natively: {keras_torch['native_verdict']}" in verdicts
+
+
+def test_a_keras_runner_faster_than_its_backend_used_natively_has_its_ratio_below_one():
+    judged = rows(compare({"tensorflow": near(90, 5), "keras-tensorflow": near(45, 5)}))
+    row = judged.loc["keras-tensorflow"]
+    assert row["native_runner"] == "tensorflow" and row["native_ratio"] == pytest.approx(0.5, rel=0.01)
+    assert row["native_ratio_ci_high"] < 1 and row["native_verdict"].startswith("keras-tensorflow ")

@@ -23,7 +23,8 @@ from fwbench_aggregator.plan.field_checks import SweepError
 from fwbench_aggregator.plan.study_file import load_sweep
 from fwbench_aggregator.plan.versions import FIRST_PORT, Version, load_versions
 from fwbench_aggregator.run import launch
-from fwbench_aggregator.run.compose_versions import COMPOSE_ENV, override_text, service
+from fwbench_aggregator.run.compose_versions import COMPOSE_ENV, override_text
+from fwbench_aggregator.run.compose_versions import service as version_service
 from fwbench_aggregator.store.results_store import ResultStore
 from fwbench_core.fake import FRAMEWORK_VERSION_ENV, STEP_TIME_ENV
 
@@ -435,9 +436,9 @@ def test_a_version_report_of_a_store_without_runs_is_refused_naming_the_store(tm
 
 
 def test_a_keras_runners_version_runs_its_backends_image_at_that_tag_with_its_own_entry_point():
-    entry = service(Version("keras-jax", "26.10-py3", "keras-jax@3.15.1", 50100), cpu=True)
+    entry = version_service(Version("keras-jax", "26.10-py3", "keras-jax@3.15.1", 50100), cpu=True)
     assert entry["image"].endswith("/jax-runner:26.10-py3")
     assert entry["build"]["dockerfile"] == "runners/jax/Dockerfile"
     assert entry["build"]["args"]["BASE_IMAGE"].startswith("${JAX_BASE_IMAGE")
     assert entry["entrypoint"] == ["python3", "-m", "fwbench_keras.on_jax"]
-    assert "entrypoint" not in service(Version("jax", "26.10-py3", "jax@0.10.2", 50101), cpu=True)
+    assert "entrypoint" not in version_service(Version("jax", "26.10-py3", "jax@0.10.2", 50101), cpu=True)

@@ -28,7 +28,7 @@ from ..store.run_columns import (
 from . import stats
 from .alike import keyed, labelled
 from .floors import Floor, noise_floors
-from .judging import judge_configuration
+from .judging import judge_against_native, judge_configuration
 from .object_text import text_as_objects
 from .parity import PARITY_CHECKED, parity_status
 from .run_values import normalised, run_values
@@ -180,6 +180,7 @@ def _block_rows(
         for label, own in block.groupby("label", sort=False)
     ]
     judge_configuration(block_rows, floors, config, min_effect)
+    judge_against_native(block_rows, min_effect)
     _mark_source(block_rows, block, parity)
     started, finished = (
         _numbers(block.get(c, pd.Series(dtype=float))) for c in ("started_at_unix_s", "finished_at_unix_s")

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from ..base.frameworks import native_of
 from ..store.run_columns import looks_of
 from . import stats
 from .floors import Floor, busy_floor_note, config_floor
@@ -51,6 +52,31 @@ def judge_configuration(config_rows: list[dict], floors: dict[tuple, Floor], con
             verdict=verdict + busy_floor_note(applied),
             significant=c.significant,
             outcome=outcome,
+        )
+
+
+def judge_against_native(config_rows: list[dict], min_effect: float) -> None:
+    """Each row of a runner on another framework (base.frameworks.native_of: a Keras runner on its backend) judged
+    against that framework's own runner in the same block, in place: what it costs to run the framework that way.
+    Judged as every other pair (judged), by runs or by blocks in common, under the floor judge_configuration applied;
+    other rows keep the columns empty."""
+    for row in config_rows:
+        row.update(native_runner="", native_ratio=math.nan, native_ratio_ci_low=math.nan, native_ratio_ci_high=math.nan)
+        row["native_verdict"] = ""
+    ran = [r for r in config_rows if r["status"] == "ok" and not math.isnan(r["median_step_ms"])]
+    for row in ran:
+        native = [r for r in ran if native_of(row["framework"]) and r["framework"] == native_of(row["framework"])]
+        if len(native) != 1:
+            continue  # none in this block, or several (versions, keys): no one pair to judge
+        verdict, _, c = judged(native[0], row, min_effect, row["noise_floor"])
+        # The comparison runs faster against slower: the ratio and interval turned to this row's over the native one's.
+        slower = c.slower == row["runner"]
+        row.update(
+            native_runner=native[0]["runner"],
+            native_ratio=c.ratio if slower else 1 / c.ratio,
+            native_ratio_ci_low=c.ci_low if slower else 1 / c.ci_high,
+            native_ratio_ci_high=c.ci_high if slower else 1 / c.ci_low,
+            native_verdict=verdict,
         )
 
 

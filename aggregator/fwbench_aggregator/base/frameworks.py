@@ -115,6 +115,13 @@ def default_names() -> list[str]:
     return [name for name, framework in frameworks().items() if framework.compared_by_default]
 
 
+def native_of(framework: str) -> str:
+    """The framework a runner of `framework` runs on where it is not that framework used natively (a Keras runner:
+    keras-torch runs on torch, in its environment), else "" (a native runner, or an undeclared framework)."""
+    declared = frameworks().get(framework)
+    return "" if declared is None or declared.owns_environment else declared.environment
+
+
 # A runner label, FRAMEWORK@VERSION (torch@2.14.0), names one version of a framework where its name alone would be
 # ambiguous: a study of several versions (plan.versions), an environment per version (.venvs/torch@2.14.0).
 LABEL_SEPARATOR = "@"

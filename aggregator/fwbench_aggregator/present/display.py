@@ -233,7 +233,7 @@ def efficiency_display(efficiency: pd.DataFrame) -> pd.DataFrame:
 
 def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration (and block of alike runs): its fastest runner and every other runner's verdict
-    against it."""
+    against it, then each Keras runner's against the framework it runs on, used natively."""
     table = []
     for (*config, _), frame in rows.groupby([*CONFIG_COLUMNS, "group"], sort=False):
         fastest = frame[frame["verdict"].isin(["fastest", "only runner"])]["runner"].tolist()
@@ -241,6 +241,11 @@ def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
             f"{r.runner}: {flagged_verdict(r.verdict, r.flagged, getattr(r, 'parity', ''))}"
             for r in frame.itertuples(index=False)
             if r.runner not in fastest
+        ]
+        others += [
+            f"{r.runner} against {r.native_runner} used natively: {r.native_verdict}"
+            for r in frame.itertuples(index=False)
+            if not is_missing(getattr(r, "native_verdict", "")) and getattr(r, "native_verdict", "")
         ]
         table.append(
             {

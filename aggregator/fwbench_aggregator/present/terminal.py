@@ -115,6 +115,13 @@ def _print_verdicts(rows: pd.DataFrame) -> None:
             markup=False,
             highlight=False,
         )
+    for r in ran[ran.get("native_verdict", pd.Series("", index=ran.index)).fillna("") != ""].itertuples():
+        # Keras' cost on its backend: the Keras runner against that framework's own runner.
+        out_console.print(
+            f"{r.runner} against {r.native_runner} (the framework it runs on, used natively): {r.native_verdict}",
+            markup=False,
+            highlight=False,
+        )
     unproven = rows[rows.get("parity", pd.Series("", index=rows.index)).isin([PARITY_NOT_CHECKED, PARITY_DIFFERENT])]
     if len(unproven):
         model = unproven.iloc[0]["model"]

@@ -57,6 +57,14 @@ COMPARISON_COLUMNS = (
     "verdict",
     "significant",
     "outcome",
+    # A runner on another framework (a Keras runner on its backend) against that framework's own runner in the same
+    # block (analyse.judging.judge_against_native): which runner, this one's ratio to it (above 1: slower), its
+    # interval and the verdict; empty where the row is a native runner's or the block has no native row.
+    "native_runner",
+    "native_ratio",
+    "native_ratio_ci_low",
+    "native_ratio_ci_high",
+    "native_verdict",
     "max_repetitions",
     "looks",
     "wall_s",
