@@ -10,11 +10,23 @@ import math
 import grpc
 import pytest
 from fwbench.runner.v1 import runner_pb2 as pb
+from fwbench.runner.v1 import runner_pb2_grpc as pb_grpc
+from support.runners import KERAS_RUNNERS, RUNNER_PARAMS
 from test_conformance import RPC_TIMEOUT_S, of_kind, run_error, run_events, run_request, step_timings, summary_of
 
 PROMPT = 8
 NEW_TOKENS = 4
 TINY_OPTIONS = {"llama_small": {"size": "tiny"}}
+
+
+# The runners that generate: every one but the Keras runners, which refuse it (the last test).
+GENERATING = [r for r in RUNNER_PARAMS if (r if isinstance(r, str) else r.values[0]) not in KERAS_RUNNERS]
+
+
+@pytest.fixture(scope="session", params=GENERATING)
+def runner(request, runner_pool):
+    """This module's runners: those that generate."""
+    return runner_pool.get(request.param)
 
 
 def decoders(stub) -> list[str]:
@@ -79,3 +91,12 @@ def test_the_same_request_generates_the_same_tokens(stub):
 def test_what_generation_cannot_run_is_refused_naming_the_field(stub, fields, says):
     error = run_error(stub, generate_request(**{"model": "gpt2_small", **fields}))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and says in error.details(), error.details()
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("name", KERAS_RUNNERS)
+def test_a_keras_runner_refuses_generation_naming_the_runners_that_generate(runner_pool, name):
+    with grpc.insecure_channel(runner_pool.get(name).address) as channel:
+        error = run_error(pb_grpc.RunnerStub(channel), generate_request("gpt2_small"))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error.details()
+    assert f"the {name} runner does not generate" in error.details() and "native runners" in error.details()

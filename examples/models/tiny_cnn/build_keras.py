@@ -1,8 +1,9 @@
 """tiny_cnn in Keras 3 (layers only, so every Keras backend builds it), layer for layer as build_torch.py.
 
-Each weighted layer is named as the PyTorch module it mirrors ("blocks.0.conv"), so load_torch_weights finds
-every PyTorch tensor by name. Convolutions pad explicitly, 1 on every side as PyTorch does: Keras' "same" would
-pad a stride-2 convolution of an even size by (0, 1). BatchNorm uses PyTorch's epsilon and momentum.
+Each weighted layer is named as the PyTorch module it mirrors, "-" for "." ("blocks-0-conv" for blocks.0.conv: Keras
+on PyTorch makes layer names parameter names, which take no "."), so load_torch_weights finds every PyTorch tensor
+by name. Convolutions pad explicitly, 1 on every side as PyTorch does: Keras' "same" would pad a stride-2
+convolution of an even size by (0, 1). BatchNorm uses PyTorch's epsilon and momentum.
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ def build(spec, input_shape: tuple[int, ...], options: dict[str, str]) -> keras.
     inputs = keras.Input(shape=input_shape)  # H x W x C
     x = inputs
     for index, (channels, stride) in enumerate(BLOCKS):
-        name = f"blocks.{index}"
-        x = layers.ZeroPadding2D(1, name=f"{name}.pad")(x)
+        name = f"blocks-{index}"
+        x = layers.ZeroPadding2D(1, name=f"{name}-pad")(x)
         x = layers.Conv2D(
-            channels, 3, strides=stride, use_bias=False, kernel_initializer=CONV_INIT, name=f"{name}.conv"
+            channels, 3, strides=stride, use_bias=False, kernel_initializer=CONV_INIT, name=f"{name}-conv"
         )(x)
-        x = layers.BatchNormalization(**TORCH_BN, name=f"{name}.bn")(x)
-        x = layers.ReLU(name=f"{name}.relu")(x)
+        x = layers.BatchNormalization(**TORCH_BN, name=f"{name}-bn")(x)
+        x = layers.ReLU(name=f"{name}-relu")(x)
     x = layers.GlobalAveragePooling2D(name="pool")(x)
     outputs = layers.Dense(spec.head(options).outputs, kernel_initializer=LINEAR_INIT, name="classifier")(x)
     return keras.Model(inputs, outputs, name="tiny_cnn")
@@ -46,7 +47,7 @@ def load_torch_weights(model: keras.Model, weights: dict[str, np.ndarray]) -> No
         return weights[key]
 
     for layer in model.layers:
-        prefix = layer.name
+        prefix = layer.name.replace("-", ".")  # blocks-0-conv: PyTorch's blocks.0.conv
         if isinstance(layer, layers.Conv2D):
             layer.set_weights(
                 [take(f"{prefix}.weight").transpose(2, 3, 1, 0)]

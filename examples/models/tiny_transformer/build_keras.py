@@ -1,9 +1,10 @@
-"""tiny_transformer in Keras 3 (layers and keras.ops only, so every Keras backend builds it), layer for layer as build_torch.py.
+"""tiny_transformer in Keras 3 (layers and keras.ops: every Keras backend builds it), layer for layer as build_torch.py.
 
-Each weighted layer is named as the PyTorch module it mirrors ("layers.0.query"), so load_torch_weights finds
-every PyTorch tensor by name. Attention is one einsum for the scores and one for the values, which the TensorFlow
-runner's FLOP counter counts as PyTorch's counts scaled_dot_product_attention. LayerNorm takes PyTorch's epsilon
-(Keras' default is 1e-3), GELU is the exact (erf) form.
+Each weighted layer is named as the PyTorch module it mirrors, "-" for "." ("layers-0-query" for layers.0.query:
+Keras on PyTorch makes layer names parameter names, which take no "."), so load_torch_weights finds every PyTorch
+tensor by name. Attention is one einsum for the scores and one for the values, which the TensorFlow runner's FLOP
+counter counts as PyTorch's counts scaled_dot_product_attention. LayerNorm takes PyTorch's epsilon (Keras' default
+is 1e-3), GELU is the exact (erf) form.
 """
 
 from __future__ import annotations
@@ -74,16 +75,16 @@ def _dense(units: int, name: str, activation=None) -> layers.Dense:
 
 
 def _encoder_layer(x, name: str):
-    h = layers.LayerNormalization(epsilon=EPS, name=f"{name}.attention_norm")(x)
-    a = SelfAttention(HEADS, DROPOUT, name=f"{name}.attention")(
-        _dense(WIDTH, f"{name}.query")(h), _dense(WIDTH, f"{name}.key")(h), _dense(WIDTH, f"{name}.value")(h)
+    h = layers.LayerNormalization(epsilon=EPS, name=f"{name}-attention_norm")(x)
+    a = SelfAttention(HEADS, DROPOUT, name=f"{name}-attention")(
+        _dense(WIDTH, f"{name}-query")(h), _dense(WIDTH, f"{name}-key")(h), _dense(WIDTH, f"{name}-value")(h)
     )
-    a = layers.Dropout(DROPOUT, name=f"{name}.attention_dropout")(_dense(WIDTH, f"{name}.attention_output")(a))
-    x = layers.Add(name=f"{name}.attention_add")([x, a])
-    h = layers.LayerNormalization(epsilon=EPS, name=f"{name}.ffn_norm")(x)
-    h = _dense(FFN, f"{name}.intermediate", activation=gelu_erf)(h)
-    h = layers.Dropout(DROPOUT, name=f"{name}.ffn_dropout")(_dense(WIDTH, f"{name}.output")(h))
-    return layers.Add(name=f"{name}.ffn_add")([x, h])
+    a = layers.Dropout(DROPOUT, name=f"{name}-attention_dropout")(_dense(WIDTH, f"{name}-attention_output")(a))
+    x = layers.Add(name=f"{name}-attention_add")([x, a])
+    h = layers.LayerNormalization(epsilon=EPS, name=f"{name}-ffn_norm")(x)
+    h = _dense(FFN, f"{name}-intermediate", activation=gelu_erf)(h)
+    h = layers.Dropout(DROPOUT, name=f"{name}-ffn_dropout")(_dense(WIDTH, f"{name}-output")(h))
+    return layers.Add(name=f"{name}-ffn_add")([x, h])
 
 
 def build(spec, input_shape: tuple[int, ...], options: dict[str, str]) -> keras.Model:
@@ -93,7 +94,7 @@ def build(spec, input_shape: tuple[int, ...], options: dict[str, str]) -> keras.
     x = PositionEmbedding(spec.max_input_shape[0], WIDTH, name="position_embeddings")(x)
     x = layers.Dropout(DROPOUT, name="embedding_dropout")(x)
     for index in range(LAYERS):
-        x = _encoder_layer(x, f"layers.{index}")
+        x = _encoder_layer(x, f"layers-{index}")
     x = layers.LayerNormalization(epsilon=EPS, name="final_norm")(x)
     if head.objective is Objective.CLASSIFY:
         x = x[:, 0]
@@ -110,7 +111,7 @@ def load_torch_weights(model: keras.Model, weights: dict[str, np.ndarray]) -> No
         return weights[key]
 
     for layer in model.layers:
-        prefix = layer.name
+        prefix = layer.name.replace("-", ".")  # layers-0-query: PyTorch's layers.0.query
         if isinstance(layer, layers.Dense):
             layer.set_weights([take(f"{prefix}.weight").T, take(f"{prefix}.bias")])  # (out, in) -> (in, out)
         elif isinstance(layer, layers.LayerNormalization):

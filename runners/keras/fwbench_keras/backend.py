@@ -13,7 +13,7 @@ import keras
 import numpy as np
 
 from fwbench_core.backend import Backend, Workload
-from fwbench_core.choices import Compilation, DeviceKind, InputKind, Layout, Precision, Strategy, Switch
+from fwbench_core.choices import Compilation, DeviceKind, InputKind, Layout, Mode, Precision, Strategy, Switch
 from fwbench_core.devices import Capabilities, Device, RunnerInfo, RunnerSettings
 from fwbench_core.errors import FailedPrecondition, InvalidArgument
 from fwbench_core.fairness import REFERENCE_TOLERANCE
@@ -84,6 +84,11 @@ class KerasBackend(Backend):
         )
 
     def build(self, config: RunConfig) -> Workload:
+        if config.mode is Mode.GENERATE:
+            raise FailedPrecondition(
+                f"the {self.framework} runner does not generate: mode generate runs on the native runners "
+                f"({self.backend} among them)"
+            )
         return KerasWorkload(config, self.backend)
 
     def inspect(self, config: ModelConfig) -> ModelReport:
