@@ -15,7 +15,7 @@ import numpy as np
 from fwbench_core.backend import Backend, Workload
 from fwbench_core.choices import Compilation, DeviceKind, InputKind, Layout, Mode, Precision, Strategy, Switch
 from fwbench_core.devices import Capabilities, Device, RunnerInfo, RunnerSettings
-from fwbench_core.errors import FailedPrecondition, InvalidArgument
+from fwbench_core.errors import FailedPrecondition
 from fwbench_core.fairness import REFERENCE_TOLERANCE
 from fwbench_core.models import ModelConfig, ModelReport, ReferenceReport
 from fwbench_core.references import compared_outputs
@@ -24,6 +24,7 @@ from fwbench_core.runs import RunConfig
 from . import native
 from .models import MODELS
 from .objectives import random_inputs
+from .torch_weights import load_reference, reference_weights
 from .workload import COMPILATIONS, KerasWorkload, build_model, count_trainable
 
 # Not "cpu:0": Keras 3.15 on PyTorch moves variables made under that scope, which then get no gradients.
@@ -120,22 +121,14 @@ class KerasBackend(Backend):
             raise FailedPrecondition(
                 f"{config.model.name} has no loader for PyTorch weights in the {self.framework} runner"
             )
-        weights = {key.removeprefix("weights/"): value for key, value in arrays.items() if key.startswith("weights/")}
+        weights = reference_weights(arrays)
         inputs = arrays["input"]
         if config.model.input_kind is InputKind.IMAGE:
             inputs = inputs.transpose(0, 2, 3, 1)  # stored in PyTorch's layout (NCHW); Keras' is NHWC
         try:
             with keras.device(CPU):
                 model = build_model(config)
-                try:
-                    load(model, weights)
-                except KeyError as missing:
-                    raise InvalidArgument(
-                        f"the reference lacks the weight {missing.args[0]!r} that {config.model.name} needs"
-                    ) from None
-                except ValueError as error:
-                    reason = (str(error).strip() or "ValueError").splitlines()[0][:200]
-                    raise InvalidArgument(f"the reference's weights do not fit {config.model.name}: {reason}") from None
+                load_reference(load, model, weights, config.model.name)
                 output = keras.ops.convert_to_numpy(model(keras.ops.convert_to_tensor(inputs), training=False))
         finally:
             keras.backend.clear_session()

@@ -9,11 +9,12 @@ from collections.abc import Mapping
 import keras
 import numpy as np
 import tensorflow as tf
+from fwbench_keras.torch_weights import load_reference, reference_weights
 
 from fwbench_core.backend import Backend, Workload
 from fwbench_core.choices import Compilation, DeviceKind, InputKind, Layout, Precision, Strategy, Switch, Tf32
 from fwbench_core.devices import Capabilities, Device, DeviceRef, RunnerInfo, RunnerSettings
-from fwbench_core.errors import FailedPrecondition, InvalidArgument
+from fwbench_core.errors import FailedPrecondition
 from fwbench_core.fairness import REFERENCE_TOLERANCE
 from fwbench_core.models import ModelConfig, ModelReport, ReferenceReport
 from fwbench_core.onnx_runtime import onnxruntime_limits
@@ -142,7 +143,7 @@ class TensorFlowBackend(Backend):
         load = MODELS.builder(config.model).load_torch_weights
         if load is None:
             raise FailedPrecondition(f"{config.model.name} has no loader for PyTorch weights in the TensorFlow runner")
-        weights = {key.removeprefix("weights/"): value for key, value in arrays.items() if key.startswith("weights/")}
+        weights = reference_weights(arrays)
         inputs = _to_keras_layout(config.model, arrays["input"])
         reference_tokens = expected_tokens(config, arrays) if config.model.generates else None
 
@@ -153,15 +154,7 @@ class TensorFlowBackend(Backend):
                 model = build_model(config)
             finally:
                 keras.mixed_precision.set_global_policy("float32")
-            try:
-                load(model, weights)
-            except KeyError as missing:
-                raise InvalidArgument(
-                    f"the reference lacks the weight {missing.args[0]!r} that {config.model.name} needs"
-                ) from None
-            except ValueError as error:
-                reason = (str(error).strip() or "ValueError").splitlines()[0][:200]
-                raise InvalidArgument(f"the reference's weights do not fit {config.model.name}: {reason}") from None
+            load_reference(load, model, weights, config.model.name)
             return model
 
         try:
