@@ -38,7 +38,8 @@ first=$SECONDS
   echo "$SECONDS" > "$ended"; exit "$code"; } &
 containers=$!
 status=0
-FWBENCH_TIMINGS_TABLE_LATER=1 "${pytest[@]}" -n 2 --dist load --durations=10 "$@" "${parallel[@]}" || status=$?
+# By runner (tests/support/runners.py, real_runner_marks): each runner is started by one of the two processes.
+FWBENCH_TIMINGS_TABLE_LATER=1 "${pytest[@]}" -n 2 --dist loadgroup --durations=10 "$@" "${parallel[@]}" || status=$?
 line "1: conformance, parity (2 processes)" $((SECONDS - first))
 rest=$(printf -- '--ignore=%s ' "${parallel[@]}" "$beside")
 second=$SECONDS
