@@ -4,7 +4,7 @@ model's default shape, for the built-ins and the example plug-ins alike."""
 from __future__ import annotations
 
 import pytest
-from support.runners import EXAMPLE_PLUGINS, KERAS_RUNNERS, REAL_RUNNERS, real_runner_marks
+from support.runners import EXAMPLE_PLUGINS, KERAS_RUNNERS, REAL_RUNNERS
 from support.runners import SERVED_SPECS as MODEL_SPECS
 
 from fwbench_aggregator.analyse.parity import FLOPS_TOLERANCE, PARAMETER_TOLERANCE, judged
@@ -56,10 +56,7 @@ def torch_client(runner_pool):
         yield client
 
 
-@pytest.fixture(
-    scope="module",
-    params=[pytest.param(name, marks=real_runner_marks(name), id=name) for name in REAL_RUNNERS if name != "torch"],
-)
+@pytest.fixture(scope="module", params=[name for name in REAL_RUNNERS if name != "torch"])
 def other_client(request, runner_pool):
     with RunnerClient(request.param, runner_pool.get(request.param).address) as client:
         yield client
@@ -73,7 +70,7 @@ def test_same_network_in_both_runners(variant, torch_client, other_client):
 @pytest.mark.parametrize(
     "name, variant",
     [
-        pytest.param(name, variant, marks=real_runner_marks(name), id=f"{name}-{variant.label.replace(' ', '-')}")
+        pytest.param(name, variant, id=f"{name}-{variant.label.replace(' ', '-')}")
         for name in KERAS_RUNNERS
         for variant in all_variants()
         if variant.model in KERAS_PARITY

@@ -19,17 +19,10 @@ KERAS_RUNNERS = tuple(f.name for f in frameworks.shipped() if f.module.startswit
 REAL_RUNNERS = tuple(f.name for f in frameworks.shipped() if f.name not in KERAS_RUNNERS)
 
 
-def real_runner_marks(name: str) -> list:
-    """A real runner's test: marked `frameworks`, and kept in one test process with the runner's other tests
-    (xdist_group, where the run distributes by group: scripts/test.sh's first part), so that each runner is started by
-    one process, not by every one: six real runners of 1.5-2 GB each, started by two processes, filled 24 GB."""
-    return [pytest.mark.frameworks, pytest.mark.xdist_group(name)]
-
-
-# A test parametrized over runners: the fake one in the fast tier, each real one marked as above.
+# A test parametrized over runners: the fake one in the fast tier, each real one marked `frameworks`.
 RUNNER_PARAMS = (
     "fake",
-    *(pytest.param(name, marks=real_runner_marks(name), id=name) for name in (*REAL_RUNNERS, *KERAS_RUNNERS)),
+    *(pytest.param(name, marks=pytest.mark.frameworks, id=name) for name in (*REAL_RUNNERS, *KERAS_RUNNERS)),
 )
 
 # The fake runner's steps sleep this long: long enough that a run of a few dozen
