@@ -255,15 +255,13 @@ def column(connection: sqlite3.Connection, name: str, keys: Iterable[str] | None
 
 
 def store_formats(connection: sqlite3.Connection, keys: Iterable[str]) -> dict[str, int]:
-    """The store format each of `keys` was written in, as its manifest records it (1 where it records none)."""
-    wanted, found = sorted(set(keys)), {}
-    for start in range(0, len(wanted), _KEYS_A_QUERY):
-        chunk = wanted[start : start + _KEYS_A_QUERY]
-        sql = (
-            "SELECT key, json_extract(manifest, '$.store_format') FROM entries "
-            f"WHERE key IN ({', '.join('?' * len(chunk))})"
-        )
-        found.update({key: int(version or 1) for key, version in query(connection, sql, tuple(chunk))})
+    """The store format each of `keys` was written in, as its manifest records it (1 where it records none). Read in
+    Python, not by SQLite's json_extract, which refuses the whole query for one manifest Python reads (a non-finite
+    number, `{"": Infinity}`)."""
+    found = {}
+    for key, text in column(connection, "manifest", keys).items():
+        manifest = json.loads(text or "{}")
+        found[key] = int((manifest.get("store_format") if isinstance(manifest, dict) else None) or 1)
     return found
 
 
