@@ -201,15 +201,20 @@ def test_the_tensorflow_image_lets_tensorflow_grow_its_gpu_memory_rather_than_ta
     )
 
 
-def test_a_keras_runner_is_set_up_in_its_backends_environment_with_its_package():
-    done = subprocess.run(
-        [sys.executable, "aggregator/fwbench_aggregator/base/frameworks.py", "--environments", "keras-jax"],
+def environments_listing(*names: str) -> subprocess.CompletedProcess:
+    """What set-up reads: the environments the named frameworks need (frameworks.py --environments)."""
+    return subprocess.run(
+        [sys.executable, "aggregator/fwbench_aggregator/base/frameworks.py", "--environments", *names],
         cwd=launch.REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=60,
-        check=True,
     )
+
+
+def test_a_keras_runner_is_set_up_in_its_backends_environment_with_its_package():
+    done = environments_listing("keras-jax")
+    assert done.returncode == 0, done.stderr
     # The jax environment, from the JAX runner's lock, with the Keras runners' package beside the JAX runner's.
     assert done.stdout.split() == ["jax", "runners/jax", "runners/keras"]
     assert launch.environment_python("keras-jax", launch.default_venvs()) == launch.environment_python(
@@ -221,13 +226,7 @@ def test_a_keras_runner_is_set_up_in_its_backends_environment_with_its_package()
 
 
 def test_setting_up_an_unknown_framework_names_the_known_ones():
-    done = subprocess.run(
-        [sys.executable, "aggregator/fwbench_aggregator/base/frameworks.py", "--environments", "keras"],
-        cwd=launch.REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = environments_listing("keras")
     assert done.returncode == 2
     assert "no framework named keras" in done.stderr and "keras-torch" in done.stderr
 

@@ -68,9 +68,7 @@ class KerasWorkload(Workload):
         # Traced and compiled for its input shape in the first step, except eager.
         self.first_step_traces = config.compilation is not Compilation.EAGER
         keras.utils.set_random_seed(config.seed)
-        native.set_tf32(backend, config.tf32)
-        if self.gpu_index is not None:
-            native.reset_gpu_peak(backend, self.gpu_index)
+        self._reset_device_state(config)
         # Keras reads the precision policy when layers are made: set for the build only.
         keras.mixed_precision.set_global_policy(MIXED_POLICIES.get(config.precision, "float32"))
         try:
@@ -97,6 +95,12 @@ class KerasWorkload(Workload):
             ]
         self._start(config)
 
+    def _reset_device_state(self, config: RunConfig) -> None:
+        """TF32 as the run asks and a fresh GPU peak-memory counter: for every build, and every reuse of one."""
+        native.set_tf32(self.backend, config.tf32)
+        if self.gpu_index is not None:
+            native.reset_gpu_peak(self.backend, self.gpu_index)
+
     def _start(self, config: RunConfig) -> None:
         """Inputs and targets for `config`'s batch size, from the data seed alone, on the run's device: a reuse
         makes a fresh build's. Keras' step functions trace (and compile) again for a new batch size."""
@@ -112,9 +116,7 @@ class KerasWorkload(Workload):
         if self.initial_values is None:
             return False
         self.inputs = self.targets = None  # freed before the new batch's are made
-        native.set_tf32(self.backend, config.tf32)
-        if self.gpu_index is not None:
-            native.reset_gpu_peak(self.backend, self.gpu_index)
+        self._reset_device_state(config)
         for variable, value in self.initial_values:
             variable.assign(value)
         self._start(config)
