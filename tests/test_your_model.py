@@ -108,9 +108,12 @@ def test_a_sweep_of_a_plugin_is_stored_and_reported_and_a_resume_after_it_change
 
 
 def test_a_plugin_whose_runners_build_different_networks_is_refused_by_compare_and_sweep(tmp_path, my_models):
-    builder = my_models / "tiny_cnn" / "build_tensorflow.py"
-    # One more output unit in TensorFlow's classifier only: a different network with the same declaration.
-    builder.write_text(builder.read_text().replace("spec.head(options).outputs", "spec.head(options).outputs + 1", 1))
+    # One more output unit in the Keras classifier, which the TensorFlow runner builds (build_tensorflow.py imports
+    # build_keras.py) and torch does not: a different network with the same declaration.
+    builder = my_models / "tiny_cnn" / "build_keras.py"
+    edited = builder.read_text().replace("spec.head(options).outputs", "spec.head(options).outputs + 1", 1)
+    assert edited != builder.read_text()
+    builder.write_text(edited)
     args = ["compare", "--models-dir", str(my_models), "--model", "tiny_cnn", *SMALL, "--out", str(tmp_path / "r")]
     refused = fwbench(*args)
     assert refused.returncode == 2, refused.stdout + refused.stderr
