@@ -1,11 +1,11 @@
-"""Run in a framework's environment with KERAS_BACKEND set (test_keras_backends.py): every built-in model's Keras
-definition (the TensorFlow runner's, runners/tensorflow on the path) built and run forward on this Keras backend.
+"""Run in a framework's environment with KERAS_BACKEND set (test_keras_backends.py): the built-in models' Keras
+definitions (fwbench_keras.models) named built and run forward on this Keras backend.
 
-    python keras_backend_forward.py export FOLDER   each model's input and output, and its weights' means and
-                                                    spreads, to FOLDER/<model>.npz
-    python keras_backend_forward.py check FOLDER    each model built here, given the same weights and that input:
-                                                    the largest difference from the output exported, relative to
-                                                    its largest magnitude
+    python keras_backend_forward.py export FOLDER MODEL...  each model's input and output, and its weights' means
+                                                            and spreads, to FOLDER/<model>.npz
+    python keras_backend_forward.py check FOLDER MODEL...   each model built here, given the same weights and that
+                                                            input: the largest difference from the output exported,
+                                                            relative to its largest magnitude
 
 The weights are drawn from a generator seeded by their place, at the mean and spread of the TensorFlow build's own
 initial values (a constant stays one): the same on every backend, without writing 2.8 GB of them.
@@ -59,9 +59,10 @@ def forward(model: keras.Model, inputs: np.ndarray) -> np.ndarray:
     return np.asarray(keras.ops.convert_to_numpy(output), dtype="float64")
 
 
-def main(action: str, folder: Path) -> dict:
+def main(action: str, folder: Path, names: list[str]) -> dict:
     found = {}
-    for name, spec in sorted(MODEL_SPECS.items()):
+    for name in names:
+        spec = MODEL_SPECS[name]
         try:
             started = time.perf_counter()
             shape, inputs = example(spec)
@@ -84,4 +85,6 @@ def main(action: str, folder: Path) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps({"backend": keras.backend.backend(), "models": main(sys.argv[1], Path(sys.argv[2]))}))
+    print(
+        json.dumps({"backend": keras.backend.backend(), "models": main(sys.argv[1], Path(sys.argv[2]), sys.argv[3:])})
+    )

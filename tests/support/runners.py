@@ -18,6 +18,14 @@ KERAS_RUNNERS = tuple(f.name for f in frameworks.shipped() if f.module.startswit
 # The real runners with a framework of their own (aggregator/fwbench_aggregator/base/frameworks.toml).
 REAL_RUNNERS = tuple(f.name for f in frameworks.shipped() if f.name not in KERAS_RUNNERS)
 
+# A larger member of a builder family and the member that trains that family's code in every runner: every
+# runner builds both from one builder at other depths or widths (a ResNet's bottleneck stages, EfficientNet's
+# multipliers). The larger member trains in the fake and torch runners only: in TensorFlow and JAX its training
+# compiles for 80-140 s on a 2-core machine and runs no code the smaller member's does not (a broken JAX bottleneck
+# or TensorFlow EfficientNet wrapper fails resnet50's or efficientnet_b0's run), while InspectModel's parameter
+# counts and forward passes (test_parity) check its own depths.
+LARGER_MEMBERS = {"resnet152": "resnet50", "efficientnet_b4": "efficientnet_b0"}
+
 
 # A test parametrized over runners: the fake one in the fast tier, each real one marked `frameworks`.
 RUNNER_PARAMS = (
