@@ -24,7 +24,7 @@ from fwbench_aggregator.analyse.scaling import scaling_rows
 from fwbench_aggregator.analyse.serving import load_curve, serving_rows
 from fwbench_aggregator.analyse.trends import batch_trends
 from fwbench_aggregator.analyse.versions import version_changes
-from fwbench_aggregator.present.display import verdict_table
+from fwbench_aggregator.present.display import native_display, verdict_table
 from fwbench_aggregator.store.migrations import migrated
 
 STEPS_PER_RUN = 5
@@ -475,6 +475,15 @@ def test_a_keras_runner_is_judged_against_its_backend_used_natively_in_the_same_
     # The report's verdict table says it beside the verdicts against the fastest.
     (verdicts,) = verdict_table(judged.reset_index())["verdicts"]
     assert f"keras-torch against torch used natively: {keras_torch['native_verdict']}" in verdicts
+    # And its table of Keras against the native frameworks: one row per judged Keras runner, both medians.
+    (shown,) = native_display(judged.reset_index()).to_dict("records")
+    assert (shown["runner"], shown["native runner"], shown["verdict"]) == (
+        "keras-torch",
+        "torch",
+        keras_torch["native_verdict"],
+    )
+    assert float(shown["median ms"]) == pytest.approx(3 * float(shown["its median ms"]), rel=0.01)
+    assert shown["ratio"].startswith("3.00 [")
 
 
 def test_a_keras_runner_faster_than_its_backend_used_natively_has_its_ratio_below_one():

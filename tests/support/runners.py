@@ -14,7 +14,8 @@ from fwbench_core.plugins import MODELS_DIR_FLAG, PluginLocation
 # The Keras runners: Keras 3 on a backend, building the TensorFlow runner's model definitions. They pass the
 # conformance suite and parity (RUNNER_PARAMS, test_parity); they neither generate nor run distributed, so the
 # tests of those (and of the native runners' own steps) take the native runners only.
-KERAS_RUNNERS = tuple(f.name for f in frameworks.shipped() if f.module.startswith("fwbench_keras."))
+# A Keras runner is the one kind that runs on another framework, in its environment (frameworks.native_of).
+KERAS_RUNNERS = tuple(f.name for f in frameworks.shipped() if not f.owns_environment)
 # The real runners with a framework of their own (aggregator/fwbench_aggregator/base/frameworks.toml).
 REAL_RUNNERS = tuple(f.name for f in frameworks.shipped() if f.name not in KERAS_RUNNERS)
 

@@ -231,6 +231,28 @@ def efficiency_display(efficiency: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def native_display(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each Keras runner's row judged against the framework it runs on used natively (analyse.judging): both
+    medians, the ratio with its interval (above 1: the Keras runner slower) and the verdict."""
+    judged = rows[rows["native_runner"].fillna("") != ""]
+    medians = rows.set_index([*CONFIG_COLUMNS, "group", "runner"])["median_step_ms"]
+    return pd.DataFrame(
+        [
+            {
+                **{DISPLAY_COLUMNS[c]: cell(getattr(r, c)) for c in (*CONFIG_COLUMNS, "runner")},
+                "median ms": cell(r.median_step_ms),
+                "native runner": r.native_runner,
+                "its median ms": cell(
+                    medians.get((*(getattr(r, c) for c in CONFIG_COLUMNS), r.group, r.native_runner))
+                ),
+                "ratio": f"{r.native_ratio:.2f} [{r.native_ratio_ci_low:.2f}, {r.native_ratio_ci_high:.2f}]",
+                "verdict": r.native_verdict,
+            }
+            for r in judged.itertuples(index=False)
+        ]
+    )
+
+
 def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration (and block of alike runs): its fastest runner and every other runner's verdict
     against it, then each Keras runner's against the framework it runs on, used natively."""

@@ -23,6 +23,7 @@ from .display import (
     STRATEGY_TABLES,
     display_frame,
     efficiency_display,
+    native_display,
     optimal_display,
     pairs_display,
     scaling_display,
@@ -94,6 +95,7 @@ def _telling(analysis: Analysis) -> dict[str, pd.DataFrame]:
         "batch_trend": trends[~trends["trend"].astype(str).str.startswith("not tested")],
         "best_search": analysis.searches,
         "hardware_efficiency": efficiency[efficiency["achieved_flops_per_s"].notna()],
+        "native_overhead": analysis.rows if "native_runner" in analysis.rows else pd.DataFrame(),
     }
 
 
@@ -138,8 +140,18 @@ def study_tables(analysis: Analysis) -> list[tuple[str, str, str, pd.DataFrame]]
             f"(× {TRAIN_FLOPS_FACTOR:g} for training) over the median step time. MFU: that over the device's "
             "published dense peak for the precision (fwbench_aggregator/analyse/peaks.py), where it is known.",
         ),
+        (
+            "native_overhead",
+            "Keras against the framework it runs on",
+            telling["native_overhead"],
+            native_display,
+            "Each Keras runner against the framework it runs on used natively, where both ran in the same block of "
+            f"alike runs: their median step times, the ratio (above 1: Keras slower) with its {stats.CONFIDENCE:.0%} "
+            "interval over runs, and the verdict, judged as every pair of runners is.",
+        ),
     )
-    return [(stem, title, text, show(frame)) for stem, title, frame, show, text in explained if len(frame)]
+    shown = [(stem, title, text, show(frame)) for stem, title, frame, show, text in explained if len(frame)]
+    return [(stem, title, text, table) for stem, title, text, table in shown if len(table)]
 
 
 def finding_text(finding: Finding) -> str:
