@@ -144,18 +144,13 @@ services:
 """
 
 
-def variable(framework: Framework) -> str:
-    """The prefix of its .env variables: TORCH for TORCH_BASE_IMAGE and TORCH_TAG (KERAS_JAX for keras-jax)."""
-    return framework.name.upper().replace("-", "_")
-
-
 def read_env(path: Path) -> dict[str, str]:
     pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and not line.startswith("#"))
     return {name.strip(): value.strip() for name, value in pairs}
 
 
 def dockerfile(framework: Framework, env: dict[str, str]) -> str:
-    var = variable(framework)
+    var = framework.variable
     try:
         base_image_name = env[f"{var}_BASE_IMAGE"]
         base_image = f"{base_image_name}:{env[f'{var}_TAG']}"
@@ -196,7 +191,7 @@ def runner_service(framework: Framework, service: str, fields: str) -> str:
         service=service,
         fields=fields,
         name=owner.name,
-        var=variable(owner),
+        var=owner.variable,
         folder=owner.folder,
         reference_dir=REFERENCE_DIR,
         models_dir=MODELS_DIR,
@@ -257,7 +252,7 @@ def compose_ports(frameworks: list[Framework]) -> str:
     opt_in = next((f.name for f in frameworks if not f.compared_by_default), "NAME")
     services = "".join(
         f"  {f.name}:\n    networks: [runners, published]\n"
-        f'    ports: ["127.0.0.1:${{{variable(f)}_RUNNER_PORT:-{f.host_port}}}:{RUNNER_PORT}"]\n'
+        f'    ports: ["127.0.0.1:${{{f.variable}_RUNNER_PORT:-{f.host_port}}}:{RUNNER_PORT}"]\n'
         for f in frameworks
     )
     return (

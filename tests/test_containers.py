@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TOOLS = Path(sys.executable).parent  # hadolint, check-jsonschema and docker-compose come with the test environment
 FRAMEWORKS = shipped()
 RUNNERS = tuple(f.name for f in FRAMEWORKS)
+BY_NAME = {f.name: f for f in FRAMEWORKS}
 # The runners `docker compose up` starts and the aggregator's service compares; the others start with their
 # profile (docker compose --profile jax up).
 COMPARED = tuple(f.name for f in FRAMEWORKS if f.compared_by_default)
@@ -249,7 +250,7 @@ def test_nodes_override_adds_a_second_runner_per_framework_that_publishes_nothin
 @pytest.mark.parametrize("framework", IMAGED, ids=[f.name for f in IMAGED])
 def test_dockerfile_default_base_image_is_the_one_env_names(framework):
     # Two places name the official image: the Dockerfile (plain docker build) and .env (compose).
-    base_variable = framework.name.upper()
+    base_variable = framework.variable
     dockerfile = (ROOT / framework.folder / "Dockerfile").read_text()
     default = re.search(r"^ARG BASE_IMAGE=(\S+)$", dockerfile, re.M).group(1)
     env = dotenv()
@@ -306,7 +307,7 @@ class Stack:
             "FWBENCH_MODELS_DIR": str(ROOT / "examples" / "models"),
             "FWBENCH_UID": str(UID),
             "FWBENCH_GID": str(UID),
-            **{f"{name.upper()}_RUNNER_PORT": str(port) for name, port in self.ports.items()},
+            **{f"{BY_NAME[name].variable}_RUNNER_PORT": str(port) for name, port in self.ports.items()},
         }
 
     def compose(
@@ -341,7 +342,10 @@ class Stack:
                 pool.submit(self.compose, "build", "tensorflow", timeout=BUILD_TIMEOUT_S, TENSORFLOW_TAG=second),
                 pool.submit(self.compose, "--profile", "aggregator", "build", "aggregator", timeout=BUILD_TIMEOUT_S),
             ]
-            self.compose("build", timeout=BUILD_TIMEOUT_S)
+            # The images' owners first, then the Keras runners' services, which build the same Dockerfiles to the
+            # same tags: in one `build` each image was built twice at once, neither with the other's cache.
+            self.compose("build", *(f.name for f in IMAGED), timeout=BUILD_TIMEOUT_S)
+            self.compose("build", *(f.name for f in FRAMEWORKS if not f.owns_environment), timeout=BUILD_TIMEOUT_S)
             for other in others:
                 other.result()
 
@@ -396,14 +400,17 @@ class Stack:
                 done.result()
 
     def image(self, service: str) -> str:
-        return f"{IMAGE_PREFIX}/{service}-runner:{self.variables[f'{service.upper()}_TAG']}"
+        """The image a runner's service runs: its own framework's, or (a Keras runner) its environment's."""
+        owner = BY_NAME[BY_NAME[service].environment]
+        return f"{IMAGE_PREFIX}/{owner.name}-runner:{self.variables[f'{owner.variable}_TAG']}"
 
     def health(self, service: str) -> str:
         container = self.compose("ps", "-q", service).stdout.strip()
         return run(["docker", "inspect", "--format", "{{.State.Health.Status}}", container]).stdout.strip()
 
     def aggregator(self, *args: str) -> subprocess.CompletedProcess:
-        return self.compose("--profile", "aggregator", "run", "--rm", "aggregator", *args)
+        # A wide terminal, so that a listing's table keeps a row per model (six runners' names stack it at 80).
+        return self.compose("--profile", "aggregator", "run", "--rm", "-e", "COLUMNS=200", "aggregator", *args)
 
     def processes(self, service: str) -> list[str]:
         """The command lines running in a service's container, its health probes left out."""
@@ -460,7 +467,7 @@ def test_every_runner_comes_up_healthy_as_a_non_root_user(stack):
 
 @pytest.mark.containers
 def test_the_runner_layer_moves_no_package_of_the_base_image(stack):
-    for service in RUNNERS:
+    for service in (f.name for f in IMAGED):
         listing = run(
             [
                 "docker",

@@ -41,6 +41,11 @@ class Framework:
         return self.environment == self.name
 
     @property
+    def variable(self) -> str:
+        """The prefix of its Compose variables: TORCH for TORCH_TAG and TORCH_RUNNER_PORT, KERAS_JAX for keras-jax's."""
+        return self.name.upper().replace("-", "_")
+
+    @property
     def requirements(self) -> str:
         return f"{self.folder}/requirements.txt"
 
