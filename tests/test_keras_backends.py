@@ -53,3 +53,23 @@ def test_every_built_in_keras_model_runs_on_jax_and_torch_with_tensorflows_outpu
             name: found for name, found in models.items() if not found["ok"] or found["relative_difference"] > TOLERANCE
         }
         assert not failed, (backend, failed)
+
+
+@pytest.mark.frameworks
+def test_the_own_form_benchmark_times_ours_against_keras_applications_on_a_backend():
+    """benchmarks/keras_own_form.py, tiny, on Keras' PyTorch backend (eager: no compilation to wait for)."""
+    python = launch.default_venvs() / "torch" / "bin" / "python"
+    script = HERE.parent / "benchmarks" / "keras_own_form.py"
+    tiny = ["--models", "mobilenet_v2", "--image-size", "32", "--batch-size", "2", "--warmup", "1", "--steps", "2"]
+    done = subprocess.run(
+        [str(python), str(script), *tiny, "--repetitions", "2"],
+        env={**os.environ, "KERAS_BACKEND": "torch"},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "on torch, train b2 (32, 32, 3)" in done.stdout, done.stdout
+    assert "mobilenet_v2 ours / keras.applications = " in done.stdout, done.stdout
+    # Each side's parameter count beside its time: where the networks differ, it shows.
+    assert done.stdout.count(" parameters") == 2, done.stdout

@@ -24,6 +24,7 @@ SCRIPTS = (
     "benchmarks/block_time.py",
     "benchmarks/gpu_acceptance.py",
     "benchmarks/harness_overhead.py",
+    "benchmarks/keras_own_form.py",
     "benchmarks/store_scale.py",
     "benchmarks/sweep_efficiency.py",
     "benchmarks/time_to_verdict.py",
