@@ -1,5 +1,5 @@
 """The runners' Keras definitions against Keras' own form of the same network (keras.applications), on one backend:
-both built, compiled with the same optimizer, loss and compilation, and stepped in the same bare loop
+both built, compiled as a Keras runner compiles a model (its optimizer and loss, Keras' "auto" compilation), and stepped in the same bare loop
 (train_on_batch or predict_on_batch, which return to the host at every step); repetitions alternate ours, Keras',
 ours, ... so that drift favours neither. A benchmark, not a test: it always exits 0.
 
@@ -57,14 +57,15 @@ def main() -> None:
     importlib.import_module(f"fwbench_{os.environ.setdefault('KERAS_BACKEND', 'tensorflow')}.__main__")
     import keras
     from fwbench_keras.models import MODELS
+    from fwbench_keras.objectives import loss
+    from fwbench_keras.workload import optimizer
 
     from fwbench_core.builtin import MODEL_SPECS
-    from fwbench_core.fairness import LEARNING_RATE, MOMENTUM
+    from fwbench_core.choices import Precision
 
-    def compiled(model):
-        optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        model.compile(optimizer=optimizer, loss=loss, jit_compile="auto")
+    def compiled(model, head):
+        """Compiled as a Keras runner compiles a model: its optimizer and loss, Keras' own "auto" compilation."""
+        model.compile(optimizer=optimizer(Precision.FP32), loss=loss(head), jit_compile="auto")
         return model
 
     shape = (args.image_size, args.image_size, 3)
@@ -73,13 +74,14 @@ def main() -> None:
     print(f"keras {keras.__version__} on {keras.backend.backend()}, {args.mode} b{args.batch_size} {shape}")
     for name in names:
         spec = MODEL_SPECS[name]
-        classes = spec.head({}).outputs
+        head = spec.head({})
+        classes = head.outputs
         labels = random.integers(0, classes, args.batch_size)
         own_form = getattr(keras.applications, OWN_FORMS[name])
         sides = {
-            "ours": compiled(MODELS.builder(spec).build(spec, shape, {})),
+            "ours": compiled(MODELS.builder(spec).build(spec, shape, {}), head),
             "keras.applications": compiled(
-                own_form(weights=None, input_shape=shape, classes=classes, classifier_activation=None)
+                own_form(weights=None, input_shape=shape, classes=classes, classifier_activation=None), head
             ),
         }
         medians: dict[str, list[float]] = {side: [] for side in sides}

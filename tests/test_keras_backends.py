@@ -2,8 +2,9 @@
 forward on Keras' JAX and PyTorch backends, in those frameworks' own environments, and from the same weights and
 input gives the TensorFlow backend's output. The larger member of a family (resnet152, efficientnet_b4) is its
 smaller member's builder at other depths (support.runners.LARGER_MEMBERS): its parity on each Keras runner is
-test_parity's, and here it would add a third of the time (drawing and moving its weights on three backends). Only wav2vec2's grouped convolution asks for its backend: TensorFlow's own
-kernel there, Keras' convolution elsewhere (fwbench_keras/models/speech.py says why)."""
+test_parity's, and here it would add a third of the time (drawing and moving its weights on three backends). Only
+wav2vec2's grouped convolution asks for its backend: TensorFlow's own kernel there, Keras' convolution elsewhere
+(fwbench_keras/models/speech.py says why)."""
 
 from __future__ import annotations
 

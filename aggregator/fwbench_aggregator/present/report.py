@@ -86,8 +86,8 @@ def write_scaling(
 def _telling(analysis: Analysis) -> dict[str, pd.DataFrame]:
     """Each study table's rows that say something: an optimum among two or more batches (or where the batches that
     fit end), a trend tested, a FLOP rate counted; a row that says only "one batch size measured" or "not tested" is
-    left out, and a table with no row left with it."""
-    optimal, trends, efficiency = analysis.optimal, analysis.trends, analysis.efficiency
+    left out, and a table with no row left with it; Keras against its native runners only where one was judged so."""
+    optimal, trends, efficiency, rows = analysis.optimal, analysis.trends, analysis.efficiency, analysis.rows
     one_batch = optimal["optimal_status"].astype(str).str.startswith("one batch size")
     noted = (optimal["fit_note"].fillna("") != "") | (optimal["budget_note"].fillna("") != "")
     return {
@@ -95,7 +95,10 @@ def _telling(analysis: Analysis) -> dict[str, pd.DataFrame]:
         "batch_trend": trends[~trends["trend"].astype(str).str.startswith("not tested")],
         "best_search": analysis.searches,
         "hardware_efficiency": efficiency[efficiency["achieved_flops_per_s"].notna()],
-        "native_overhead": analysis.rows if "native_runner" in analysis.rows else pd.DataFrame(),
+        # Every row, for the native runners' medians, where a Keras runner was judged against one.
+        "native_overhead": rows
+        if rows.get("native_runner", pd.Series(dtype=str)).fillna("").ne("").any()
+        else rows[:0],
     }
 
 
@@ -150,8 +153,7 @@ def study_tables(analysis: Analysis) -> list[tuple[str, str, str, pd.DataFrame]]
             "interval over runs, and the verdict, judged as every pair of runners is.",
         ),
     )
-    shown = [(stem, title, text, show(frame)) for stem, title, frame, show, text in explained if len(frame)]
-    return [(stem, title, text, table) for stem, title, text, table in shown if len(table)]
+    return [(stem, title, text, show(frame)) for stem, title, frame, show, text in explained if len(frame)]
 
 
 def finding_text(finding: Finding) -> str:

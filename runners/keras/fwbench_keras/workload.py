@@ -51,10 +51,10 @@ def keras_device(config: RunConfig) -> str:
     return f"gpu:{ref.index}" if ref.kind is DeviceKind.GPU else "cpu"
 
 
-def optimizer(config: RunConfig) -> keras.optimizers.Optimizer:
+def optimizer(precision: Precision) -> keras.optimizers.Optimizer:
     chosen = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
     # fp16 gradients underflow without loss scaling; bf16 needs none.
-    return keras.optimizers.LossScaleOptimizer(chosen) if config.precision is Precision.AMP_FP16 else chosen
+    return keras.optimizers.LossScaleOptimizer(chosen) if precision is Precision.AMP_FP16 else chosen
 
 
 class KerasWorkload(Workload):
@@ -80,7 +80,7 @@ class KerasWorkload(Workload):
         arguments = COMPILE_ARGUMENTS[config.compilation]
         with keras.device(self.device):
             if config.mode is Mode.TRAIN:
-                self.model.compile(optimizer=optimizer(config), loss=loss(config.head), **arguments)
+                self.model.compile(optimizer=optimizer(config.precision), loss=loss(config.head), **arguments)
                 # Its variables now, not at the first step: a reuse restores them.
                 self.model.optimizer.build(self.model.trainable_variables)
             else:
